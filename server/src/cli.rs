@@ -1,0 +1,223 @@
+//! The command line: `serve`, `demo`, `migrate`. Every flag has an environment fallback (see README).
+
+use std::{net::SocketAddr, path::PathBuf, time::Duration};
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::{
+    app::{self, AppState, HttpOptions},
+    db::{self, AppLogin, Database},
+    demo,
+    embedded::{self, EmbeddedPostgres},
+};
+
+/// GPU Ledger server: who used the GPU, and what do they owe.
+#[derive(Debug, Parser)]
+#[command(name = "gpuledger-server", version, about)]
+pub struct Cli {
+    /// PostgreSQL URL. Without it, a private cluster is run from the machine's `initdb`/`pg_ctl` under
+    /// --data-dir. A superuser URL is migrated automatically and requests run as `gpuledger_app` (SET ROLE);
+    /// otherwise the URL must log in as `gpuledger_app` and `migrate` is run separately.
+    #[arg(long, env = "DATABASE_URL", global = true, hide_env_values = true)]
+    pub database_url: Option<String>,
+    /// Where the embedded default database lives (ignored with DATABASE_URL). Default: /var/lib/gpuledger
+    /// as root, else $XDG_DATA_HOME/gpuledger (or ~/.local/share/gpuledger); `demo` adds `/demo`.
+    #[arg(long, env = "GPULEDGER_DATA_DIR", global = true)]
+    pub data_dir: Option<PathBuf>,
+    /// Directory holding `initdb` and `pg_ctl`, when they are not on PATH.
+    #[arg(long, env = "GPULEDGER_PG_BIN_DIR", global = true)]
+    pub pg_bin_dir: Option<PathBuf>,
+    /// Log format on stderr. The level comes from RUST_LOG (default `info`).
+    #[arg(long, env = "GPULEDGER_LOG_FORMAT", global = true, value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Log output formats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// Commands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the server.
+    Serve(ServeArgs),
+    /// Run the server with the `demo` organization seeded: the first-run experience.
+    Demo(ServeArgs),
+    /// Apply database migrations and exit.
+    Migrate,
+}
+
+/// Options of `serve` and `demo`.
+#[derive(Debug, Clone, Args)]
+pub struct ServeArgs {
+    /// Address to listen on.
+    #[arg(long, env = "GPULEDGER_LISTEN", default_value = "127.0.0.1:8080")]
+    pub listen: SocketAddr,
+    /// Requests running longer are answered 408.
+    #[arg(long, env = "GPULEDGER_REQUEST_TIMEOUT_SECS", default_value_t = 30)]
+    pub request_timeout_secs: u64,
+    /// Largest accepted request body, in bytes (larger ones get 413).
+    #[arg(long, env = "GPULEDGER_BODY_LIMIT_BYTES", default_value_t = 16 * 1024 * 1024)]
+    pub body_limit_bytes: usize,
+    /// Size of the application's database connection pool.
+    #[arg(long, env = "GPULEDGER_DB_MAX_CONNECTIONS", default_value_t = 16)]
+    pub db_max_connections: u32,
+}
+
+/// The default data directory for the embedded database.
+pub fn default_data_dir() -> PathBuf {
+    let root = std::env::var("USER").map(|u| u == "root").unwrap_or(false)
+        || std::env::var("HOME").map(|h| h == "/root").unwrap_or(false);
+    if root {
+        return PathBuf::from("/var/lib/gpuledger");
+    }
+    if let Some(xdg) = std::env::var_os("XDG_DATA_HOME").filter(|v| !v.is_empty()) {
+        return PathBuf::from(xdg).join("gpuledger");
+    }
+    match std::env::var_os("HOME") {
+        Some(home) => PathBuf::from(home).join(".local/share/gpuledger"),
+        None => PathBuf::from("gpuledger-data"),
+    }
+}
+
+/// The database the command works against: an outside server, or the embedded default (kept running
+/// until dropped or stopped).
+pub struct Target {
+    /// The embedded cluster, when no DATABASE_URL was given.
+    pub embedded: Option<EmbeddedPostgres>,
+    /// Applied migrations and opened the app pool.
+    pub db: Database,
+}
+
+impl Target {
+    /// Stops the embedded cluster, if any.
+    pub async fn shutdown(self) -> anyhow::Result<()> {
+        self.db.close().await;
+        if let Some(pg) = self.embedded {
+            tokio::task::spawn_blocking(move || pg.stop()).await??;
+        }
+        Ok(())
+    }
+}
+
+async fn start_embedded(cli: &Cli, data_dir: PathBuf) -> anyhow::Result<EmbeddedPostgres> {
+    let bin_dir = cli.pg_bin_dir.clone();
+    tracing::info!(data_dir = %data_dir.display(), "no DATABASE_URL: using the embedded default database");
+    let pg =
+        tokio::task::spawn_blocking(move || EmbeddedPostgres::start(&data_dir, bin_dir.as_deref()))
+            .await??;
+    embedded::prepare(&pg).await?;
+    Ok(pg)
+}
+
+/// Opens the database for serving: migrates when the login may, then opens the app pool.
+pub async fn open(cli: &Cli, data_dir: PathBuf, max_connections: u32) -> anyhow::Result<Target> {
+    match &cli.database_url {
+        Some(url) => {
+            let login = {
+                use sqlx::Connection;
+                let mut conn = sqlx::PgConnection::connect_with(&db::connect_options(url)?).await?;
+                let role = db::role_info(&mut conn).await?;
+                conn.close().await?;
+                if role.superuser {
+                    tracing::warn!(
+                        role = %role.name,
+                        "DATABASE_URL logs in as a superuser: migrating, then running requests as gpuledger_app \
+                         (SET ROLE). In production, log in as gpuledger_app and run `migrate` separately."
+                    );
+                    db::migrate(url).await?;
+                    AppLogin::SetRole
+                } else {
+                    AppLogin::Direct
+                }
+            };
+            let db = Database::connect(url, login, max_connections).await?;
+            let readiness = db.readiness().await;
+            if !readiness.is_ready() {
+                tracing::warn!(applied = ?readiness.applied, expected = ?readiness.expected,
+                    "schema is not current: run `gpuledger-server migrate`; /readyz reports not ready until then");
+            }
+            Ok(Target { embedded: None, db })
+        }
+        None => {
+            let pg = start_embedded(cli, data_dir).await?;
+            let db = Database::connect(&pg.app_url(), AppLogin::Direct, max_connections).await;
+            match db {
+                Ok(db) => Ok(Target {
+                    embedded: Some(pg),
+                    db,
+                }),
+                Err(e) => {
+                    tokio::task::spawn_blocking(move || pg.stop()).await??;
+                    Err(e.into())
+                }
+            }
+        }
+    }
+}
+
+/// Runs a parsed command line.
+pub async fn run(cli: Cli) -> anyhow::Result<()> {
+    match &cli.command {
+        Command::Migrate => match &cli.database_url {
+            Some(url) => {
+                db::migrate(url).await?;
+                tracing::info!(version = ?db::latest_migration(), "migrations applied");
+                Ok(())
+            }
+            None => {
+                let data_dir = cli.data_dir.clone().unwrap_or_else(default_data_dir);
+                let pg = start_embedded(&cli, data_dir).await?;
+                tracing::info!(version = ?db::latest_migration(), "migrations applied");
+                tokio::task::spawn_blocking(move || pg.stop()).await??;
+                Ok(())
+            }
+        },
+        Command::Serve(args) => {
+            let data_dir = cli.data_dir.clone().unwrap_or_else(default_data_dir);
+            serve(&cli, args, data_dir, false).await
+        }
+        Command::Demo(args) => {
+            let data_dir = cli
+                .data_dir
+                .clone()
+                .unwrap_or_else(|| default_data_dir().join("demo"));
+            serve(&cli, args, data_dir, true).await
+        }
+    }
+}
+
+async fn serve(cli: &Cli, args: &ServeArgs, data_dir: PathBuf, demo: bool) -> anyhow::Result<()> {
+    let target = open(cli, data_dir, args.db_max_connections).await?;
+    let result = async {
+        let featured_org = if demo {
+            let org = demo::seed(&target.db).await?;
+            tracing::info!(org = %org, "demo organization `demo` seeded");
+            Some(org)
+        } else {
+            None
+        };
+        let state = AppState {
+            db: target.db.clone(),
+            featured_org,
+            leptos: app::leptos_options(),
+        };
+        let http = HttpOptions {
+            request_timeout: Duration::from_secs(args.request_timeout_secs),
+            body_limit: args.body_limit_bytes,
+        };
+        app::serve(args.listen, app::router(state, &http)).await?;
+        anyhow::Ok(())
+    }
+    .await;
+    target.shutdown().await?;
+    result
+}

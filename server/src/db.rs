@@ -1,0 +1,271 @@
+//! The database door. Handlers reach PostgreSQL only through [`Database::begin_org`], which opens an
+//! organization-scoped transaction ([`OrgTx`]); the one path that looks across organizations is
+//! [`Database::cross_org_directory`], loudly named and limited to slug lookups and organization creation.
+//! The pool itself is private to this module.
+
+use gpuledger_core::ids::OrgId;
+use sqlx::{
+    Connection, Executor, PgConnection, PgPool, Postgres, Transaction,
+    migrate::Migrator,
+    postgres::{PgConnectOptions, PgPoolOptions},
+};
+use std::{str::FromStr, time::Duration};
+
+/// The schema migrations, embedded in the binary.
+pub static MIGRATOR: Migrator = sqlx::migrate!("../migrations");
+
+/// The role the server's requests run as: owns nothing, cannot bypass row-level security.
+pub const APP_ROLE: &str = "gpuledger_app";
+
+/// Failures of the database layer.
+#[derive(Debug, thiserror::Error)]
+pub enum DbError {
+    /// The database refused or failed a query.
+    #[error(transparent)]
+    Sqlx(#[from] sqlx::Error),
+    /// A migration failed.
+    #[error("migration failed: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+    /// The connection would run requests with rights that bypass isolation.
+    #[error("refusing to serve requests as role {role:?}: {reason}")]
+    PrivilegedRole {
+        /// The role the app pool ended up as.
+        role: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The URL could not be parsed.
+    #[error("invalid database URL: {0}")]
+    Url(String),
+}
+
+/// Who a connection runs as, and what that role may do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RoleInfo {
+    /// `current_user`.
+    pub name: String,
+    /// Superuser.
+    pub superuser: bool,
+    /// BYPASSRLS.
+    pub bypass_rls: bool,
+    /// Number of relations in `public` the role owns.
+    pub owned_relations: i64,
+}
+
+/// Reads the role a connection runs as.
+pub async fn role_info(conn: &mut PgConnection) -> Result<RoleInfo, DbError> {
+    let (name, superuser, bypass_rls, owned_relations): (String, bool, bool, i64) = sqlx::query_as(
+        "SELECT r.rolname::text, r.rolsuper, r.rolbypassrls,
+                (SELECT count(*) FROM pg_class c
+                  WHERE c.relowner = r.oid AND c.relnamespace = 'public'::regnamespace)
+           FROM pg_roles r WHERE r.rolname = current_user",
+    )
+    .fetch_one(&mut *conn)
+    .await?;
+    Ok(RoleInfo {
+        name,
+        superuser,
+        bypass_rls,
+        owned_relations,
+    })
+}
+
+/// Parses a connection URL and names the server in `pg_stat_activity`.
+pub fn connect_options(url: &str) -> Result<PgConnectOptions, DbError> {
+    PgConnectOptions::from_str(url)
+        .map(|o| o.application_name("gpuledger-server"))
+        .map_err(|e| DbError::Url(e.to_string()))
+}
+
+/// Applies the embedded migrations over a connection that may create roles and tables.
+pub async fn migrate(url: &str) -> Result<(), DbError> {
+    let mut conn = PgConnection::connect_with(&connect_options(url)?).await?;
+    MIGRATOR.run(&mut conn).await?;
+    conn.close().await?;
+    Ok(())
+}
+
+/// The newest migration this binary knows.
+pub fn latest_migration() -> Option<i64> {
+    MIGRATOR.iter().map(|m| m.version).max()
+}
+
+/// How the app pool becomes the application role.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AppLogin {
+    /// The URL logs in as the application role itself (production, and the embedded default).
+    Direct,
+    /// The URL logs in as a privileged role (a development convenience); each pooled connection then runs
+    /// `SET ROLE gpuledger_app`, so requests still run without the rights to bypass isolation.
+    SetRole,
+}
+
+/// The application's handle on PostgreSQL.
+#[derive(Clone)]
+pub struct Database {
+    pool: PgPool,
+}
+
+/// Readiness as `/readyz` reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Readiness {
+    /// The database answered.
+    pub reachable: bool,
+    /// The newest applied migration.
+    pub applied: Option<i64>,
+    /// The newest migration this binary carries.
+    pub expected: Option<i64>,
+}
+
+impl Readiness {
+    /// Reachable, and the schema is exactly what this binary expects.
+    pub fn is_ready(&self) -> bool {
+        self.reachable && self.applied == self.expected && self.expected.is_some()
+    }
+}
+
+impl Database {
+    /// Opens the application pool and proves it runs as a role that cannot bypass isolation: not a superuser,
+    /// not BYPASSRLS, owning no relation. Refuses to return otherwise.
+    pub async fn connect(
+        url: &str,
+        login: AppLogin,
+        max_connections: u32,
+    ) -> Result<Self, DbError> {
+        let options = connect_options(url)?;
+        let mut pool_options = PgPoolOptions::new()
+            .max_connections(max_connections)
+            .acquire_timeout(Duration::from_secs(5));
+        if login == AppLogin::SetRole {
+            pool_options = pool_options.after_connect(|conn, _meta| {
+                Box::pin(async move {
+                    conn.execute("SET ROLE gpuledger_app").await?;
+                    Ok(())
+                })
+            });
+        }
+        let pool = pool_options.connect_with(options).await?;
+        let mut conn = pool.acquire().await?;
+        let role = role_info(&mut conn).await?;
+        drop(conn);
+        let reason = if role.superuser {
+            Some("it is a superuser")
+        } else if role.bypass_rls {
+            Some("it has BYPASSRLS")
+        } else if role.owned_relations > 0 {
+            Some("it owns tables (FORCE RLS aside, owners can alter policies)")
+        } else {
+            None
+        };
+        if let Some(reason) = reason {
+            pool.close().await;
+            return Err(DbError::PrivilegedRole {
+                role: role.name,
+                reason: reason.into(),
+            });
+        }
+        Ok(Self { pool })
+    }
+
+    /// Begins a transaction scoped to one organization: every row it reads or writes in a tenant table is
+    /// that organization's, enforced by PostgreSQL's row-level security. Dropping it without
+    /// [`OrgTx::commit`] rolls it back, and the setting dies with the transaction.
+    pub async fn begin_org(&self, org: OrgId) -> Result<OrgTx, DbError> {
+        let mut tx = self.pool.begin().await?;
+        sqlx::query("SELECT set_config('app.org_id', $1, true)")
+            .bind(org.as_uuid().to_string())
+            .execute(&mut *tx)
+            .await?;
+        Ok(OrgTx { tx, org })
+    }
+
+    /// The only door that looks across organizations: resolving a slug and creating an organization, through
+    /// SECURITY DEFINER functions that return nothing else.
+    pub fn cross_org_directory(&self) -> CrossOrgDirectory<'_> {
+        CrossOrgDirectory { pool: &self.pool }
+    }
+
+    /// Whether the database answers and its schema matches this binary.
+    pub async fn readiness(&self) -> Readiness {
+        let expected = latest_migration();
+        let probe = async {
+            let applied: Option<i64> =
+                sqlx::query_scalar("SELECT max(version) FROM _sqlx_migrations WHERE success")
+                    .fetch_one(&self.pool)
+                    .await?;
+            Ok::<_, sqlx::Error>(applied)
+        };
+        match tokio::time::timeout(Duration::from_secs(3), probe).await {
+            Ok(Ok(applied)) => Readiness {
+                reachable: true,
+                applied,
+                expected,
+            },
+            _ => Readiness {
+                reachable: false,
+                applied: None,
+                expected,
+            },
+        }
+    }
+
+    /// Closes the pool, waiting for connections in use.
+    pub async fn close(&self) {
+        self.pool.close().await;
+    }
+}
+
+/// A transaction with `app.org_id` set for its lifetime.
+pub struct OrgTx {
+    tx: Transaction<'static, Postgres>,
+    org: OrgId,
+}
+
+impl OrgTx {
+    /// The organization this transaction is scoped to.
+    pub fn org(&self) -> OrgId {
+        self.org
+    }
+
+    /// The connection, for queries inside the transaction.
+    pub fn conn(&mut self) -> &mut PgConnection {
+        &mut self.tx
+    }
+
+    /// Commits; the organization setting ends with the transaction.
+    pub async fn commit(self) -> Result<(), DbError> {
+        Ok(self.tx.commit().await?)
+    }
+
+    /// Rolls back explicitly (dropping does the same).
+    pub async fn rollback(self) -> Result<(), DbError> {
+        Ok(self.tx.rollback().await?)
+    }
+}
+
+/// See [`Database::cross_org_directory`].
+pub struct CrossOrgDirectory<'a> {
+    pool: &'a PgPool,
+}
+
+impl CrossOrgDirectory<'_> {
+    /// The organization with this slug, if any.
+    pub async fn org_id_by_slug(&self, slug: &str) -> Result<Option<OrgId>, DbError> {
+        let id: Option<uuid::Uuid> = sqlx::query_scalar("SELECT gpuledger_org_id_by_slug($1)")
+            .bind(slug)
+            .fetch_one(self.pool)
+            .await?;
+        Ok(id.map(OrgId::from_uuid))
+    }
+
+    /// Creates an organization, or returns the existing one with this slug.
+    pub async fn create_org(&self, id: OrgId, slug: &str, name: &str) -> Result<OrgId, DbError> {
+        let id: uuid::Uuid = sqlx::query_scalar("SELECT gpuledger_create_org($1, $2, $3)")
+            .bind(id.as_uuid())
+            .bind(slug)
+            .bind(name)
+            .fetch_one(self.pool)
+            .await?;
+        Ok(OrgId::from_uuid(id))
+    }
+}

@@ -1,0 +1,159 @@
+//! The one error type handlers return, rendered as `application/problem+json` (RFC 9457).
+
+use axum::{
+    http::{HeaderValue, StatusCode, header},
+    response::{IntoResponse, Response},
+};
+use serde::Serialize;
+
+/// Everything a handler can fail with. Each variant maps to one HTTP status and a problem document.
+#[derive(Debug, thiserror::Error)]
+pub enum AppError {
+    /// The request is malformed; `field` names what was wrong and `reason` why.
+    #[error("{field}: {reason}")]
+    Invalid {
+        /// JSON pointer or parameter name of the offending input.
+        field: String,
+        /// Why it was refused.
+        reason: String,
+    },
+    /// No credentials, or credentials that are not valid.
+    #[error("authentication required")]
+    Unauthorized,
+    /// Valid credentials that do not allow this.
+    #[error("forbidden: {0}")]
+    Forbidden(String),
+    /// The thing asked for does not exist (or is not visible to the caller).
+    #[error("not found: {0}")]
+    NotFound(String),
+    /// The request conflicts with the current state.
+    #[error("conflict: {0}")]
+    Conflict(String),
+    /// The body is larger than allowed.
+    #[error("payload too large")]
+    PayloadTooLarge,
+    /// A dependency (the database) is not available right now.
+    #[error("service unavailable: {0}")]
+    Unavailable(String),
+    /// A bug or an unexpected failure; the detail goes to the log, not to the client.
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl AppError {
+    /// A validation error naming the field and the reason.
+    pub fn invalid(field: impl Into<String>, reason: impl Into<String>) -> Self {
+        Self::Invalid {
+            field: field.into(),
+            reason: reason.into(),
+        }
+    }
+
+    fn status(&self) -> StatusCode {
+        match self {
+            Self::Invalid { .. } => StatusCode::UNPROCESSABLE_ENTITY,
+            Self::Unauthorized => StatusCode::UNAUTHORIZED,
+            Self::Forbidden(_) => StatusCode::FORBIDDEN,
+            Self::NotFound(_) => StatusCode::NOT_FOUND,
+            Self::Conflict(_) => StatusCode::CONFLICT,
+            Self::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+}
+
+impl From<sqlx::Error> for AppError {
+    fn from(e: sqlx::Error) -> Self {
+        match &e {
+            sqlx::Error::PoolTimedOut | sqlx::Error::Io(_) | sqlx::Error::PoolClosed => {
+                Self::Unavailable("database unavailable".into())
+            }
+            _ => Self::Internal(e.to_string()),
+        }
+    }
+}
+
+impl From<crate::db::DbError> for AppError {
+    fn from(e: crate::db::DbError) -> Self {
+        match e {
+            crate::db::DbError::Sqlx(e) => e.into(),
+            other => Self::Internal(other.to_string()),
+        }
+    }
+}
+
+/// The problem document.
+#[derive(Debug, Serialize)]
+struct Problem {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    title: &'static str,
+    status: u16,
+    detail: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    field: Option<String>,
+}
+
+impl IntoResponse for AppError {
+    fn into_response(self) -> Response {
+        let status = self.status();
+        let (detail, field) = match &self {
+            Self::Invalid { field, reason } => (format!("{field}: {reason}"), Some(field.clone())),
+            Self::Internal(detail) => {
+                tracing::error!(error = %detail, "internal error");
+                (
+                    "an internal error occurred; it has been logged".to_string(),
+                    None,
+                )
+            }
+            other => (other.to_string(), None),
+        };
+        let problem = Problem {
+            kind: "about:blank",
+            title: status.canonical_reason().unwrap_or("Error"),
+            status: status.as_u16(),
+            detail,
+            field,
+        };
+        let body = serde_json::to_vec(&problem).unwrap_or_default();
+        let mut response = (status, body).into_response();
+        response.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/problem+json"),
+        );
+        response
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    #[tokio::test]
+    async fn invalid_names_the_field_as_problem_json() {
+        let response = AppError::invalid("end", "before start").into_response();
+        assert_eq!(response.status(), StatusCode::UNPROCESSABLE_ENTITY);
+        assert_eq!(
+            response.headers()[header::CONTENT_TYPE],
+            "application/problem+json"
+        );
+        let body = axum::body::to_bytes(response.into_body(), 1 << 16)
+            .await
+            .unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(v["field"], "end");
+        assert_eq!(v["status"], 422);
+        assert_eq!(v["detail"], "end: before start");
+    }
+
+    #[tokio::test]
+    async fn internal_hides_the_detail() {
+        let response = AppError::Internal("password=hunter2".into()).into_response();
+        let body = axum::body::to_bytes(response.into_body(), 1 << 16)
+            .await
+            .unwrap();
+        assert!(!String::from_utf8_lossy(&body).contains("hunter2"));
+    }
+}

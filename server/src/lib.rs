@@ -1,0 +1,10 @@
+//! GPU Ledger's server: HTTP application, database door, embedded default database, and CLI commands.
+
+pub mod app;
+pub mod cli;
+pub mod db;
+pub mod demo;
+pub mod embedded;
+pub mod error;
+pub mod health;
+pub mod portal;

@@ -1,0 +1,62 @@
+//! The GPU Ledger portal: Leptos components rendered on the server by the same process.
+//!
+//! Pages get their data through [`PortalData`], a small trait the server places in Leptos context, so every
+//! page renders in a test with a fake and no database. Every page works without JavaScript.
+
+pub mod data;
+pub mod pages;
+
+use leptos::prelude::*;
+use leptos_meta::{MetaTags, Title, provide_meta_context};
+use leptos_router::{
+    StaticSegment,
+    components::{Route, Router, Routes},
+};
+
+pub use data::{OrgSummary, Overview, PortalData, PortalDataHandle, PortalError, ResponseStatus};
+
+/// The portal's stylesheet, inlined so the portal needs no asset pipeline.
+pub const STYLESHEET: &str = include_str!("../style/portal.css");
+
+/// The HTML document around the app: what the server streams for every portal route.
+pub fn shell(options: LeptosOptions) -> impl IntoView {
+    let _ = options;
+    view! {
+        <!DOCTYPE html>
+        <html lang="en">
+            <head>
+                <meta charset="utf-8" />
+                <meta name="viewport" content="width=device-width, initial-scale=1" />
+                <style>{STYLESHEET}</style>
+                <MetaTags />
+            </head>
+            <body>
+                <App />
+            </body>
+        </html>
+    }
+}
+
+/// The portal's routes.
+#[component]
+pub fn App() -> impl IntoView {
+    provide_meta_context();
+    view! {
+        <Title text="GPU Ledger" />
+        <header class="top">
+            <a class="brand" href="/">"GPU Ledger"</a>
+            <nav>
+                <a href="/">"Overview"</a>
+                <a href="/api/v1/openapi.json">"API"</a>
+            </nav>
+        </header>
+        <Router>
+            <main>
+                <Routes fallback=pages::NotFound>
+                    <Route path=StaticSegment("") view=pages::HomePage />
+                </Routes>
+            </main>
+        </Router>
+        <footer>"GPU Ledger " {env!("CARGO_PKG_VERSION")} " · who used the GPU, and what do they owe"</footer>
+    }
+}

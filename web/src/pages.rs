@@ -1,0 +1,114 @@
+//! Pages.
+
+use leptos::prelude::*;
+use leptos_meta::Title;
+
+use crate::data::{OrgSummary, Overview, PortalDataHandle, PortalError};
+
+/// The landing page: what GPU Ledger is, and the state of this installation.
+#[component]
+pub fn HomePage() -> impl IntoView {
+    let data = use_context::<PortalDataHandle>();
+    let overview = async move {
+        match data {
+            Some(handle) => handle.0.overview().await,
+            None => Err(PortalError {
+                message: "the portal has no data source configured".into(),
+            }),
+        }
+    };
+    view! {
+        <Title text="GPU Ledger — overview" />
+        <section class="intro">
+            <h1>"Who used the GPU, and what do they owe?"</h1>
+            <p>
+                "GPU Ledger records who held GPU capacity and when — whole GPUs, MIG instances, time-sliced "
+                "replicas, vGPU and passthrough VMs, shared model servers — and turns it into ledgers that "
+                "finance can reproduce, managers can understand and engineers can trace to the objects they came from."
+            </p>
+        </section>
+        <Await future=overview let:result>
+            {match result.clone() {
+                Ok(overview) => view! { <OverviewPanel overview /> }.into_any(),
+                Err(error) => view! {
+                    <section class="panel error" role="alert">
+                        <h2>"The overview could not be loaded"</h2>
+                        <p>{error.message}</p>
+                    </section>
+                }.into_any(),
+            }}
+        </Await>
+    }
+}
+
+/// System status and the visible organization's contents.
+#[component]
+pub fn OverviewPanel(overview: Overview) -> impl IntoView {
+    let schema = overview
+        .schema_version
+        .map(|v| v.to_string())
+        .unwrap_or_else(|| "none applied".into());
+    view! {
+        <section class="panel status">
+            <h2>"This installation"</h2>
+            <dl>
+                <dt>"Database"</dt>
+                <dd class:ok=overview.database_ok class:bad=!overview.database_ok>
+                    {if overview.database_ok { "reachable" } else { "unreachable" }}
+                </dd>
+                <dt>"Schema version"</dt>
+                <dd>{schema}</dd>
+            </dl>
+        </section>
+        {match overview.organization {
+            Some(org) => view! { <OrgPanel org /> }.into_any(),
+            None => view! {
+                <section class="panel empty">
+                    <h2>"No organization yet"</h2>
+                    <p>"An administrator creates an organization and onboards its first cluster. "
+                       "Run " <code>"gpuledger-server demo"</code> " to explore with sample data."</p>
+                </section>
+            }.into_any(),
+        }}
+    }
+}
+
+/// What one organization holds.
+#[component]
+pub fn OrgPanel(org: OrgSummary) -> impl IntoView {
+    let rows = [
+        ("Departments", org.departments),
+        ("Tenants", org.tenants),
+        ("Clusters", org.clusters),
+        ("Approved GPU models", org.gpu_models),
+        ("Allocation intervals", org.allocation_intervals),
+    ];
+    view! {
+        <section class="panel org">
+            <h2>{org.name} " " <span class="slug">"(" {org.slug} ")"</span></h2>
+            <table>
+                <tbody>
+                    {rows
+                        .into_iter()
+                        .map(|(label, n)| view! { <tr><th scope="row">{label}</th><td class="num">{n}</td></tr> })
+                        .collect_view()}
+                </tbody>
+            </table>
+        </section>
+    }
+}
+
+/// Any path the portal does not know.
+#[component]
+pub fn NotFound() -> impl IntoView {
+    if let Some(status) = use_context::<crate::data::ResponseStatus>() {
+        status.set(404);
+    }
+    view! {
+        <Title text="Not found — GPU Ledger" />
+        <section class="panel">
+            <h1>"Page not found"</h1>
+            <p>"There is nothing at this address. " <a href="/">"Back to the overview"</a></p>
+        </section>
+    }
+}
