@@ -1,0 +1,168 @@
+//! The schema cannot forget isolation: every table that holds an organization's rows has RLS enabled and
+//! forced with a policy and `org_id` leading its primary key; the application role owns nothing and cannot
+//! bypass RLS. A new table that misses any of this fails here.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+/// Tables that legitimately have no `org_id` (not tenant data).
+const NOT_TENANT_DATA: &[&str] = &["_sqlx_migrations"];
+
+#[tokio::test]
+async fn every_org_table_is_isolated_and_keyed_by_org() {
+    let (test_db, _db) = common::migrated().await;
+    let admin = common::admin_pool(&test_db).await;
+
+    let tables: Vec<(String, bool, bool, bool, Option<String>, String)> = sqlx::query_as(
+        "SELECT c.relname::text, c.relrowsecurity, c.relforcerowsecurity,
+                EXISTS (SELECT 1 FROM pg_policy p WHERE p.polrelid = c.oid),
+                (SELECT a.attname::text FROM pg_index i JOIN pg_attribute a
+                    ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0]
+                  WHERE i.indrelid = c.oid AND i.indisprimary),
+                pg_get_userbyid(c.relowner)::text
+           FROM pg_class c
+          WHERE c.relnamespace = 'public'::regnamespace AND c.relkind IN ('r', 'p')
+            AND EXISTS (SELECT 1 FROM pg_attribute a WHERE a.attrelid = c.oid AND a.attname = 'org_id'
+                        AND NOT a.attisdropped)
+          ORDER BY 1",
+    )
+    .fetch_all(&admin)
+    .await
+    .unwrap();
+    assert!(
+        tables.len() >= 15,
+        "expected the tenant tables, found {}",
+        tables.len()
+    );
+    for (name, enabled, forced, has_policy, first_pk_column, owner) in &tables {
+        assert!(enabled, "{name}: row-level security not enabled");
+        assert!(forced, "{name}: row-level security not forced");
+        assert!(has_policy, "{name}: no policy");
+        assert_eq!(
+            first_pk_column.as_deref(),
+            Some("org_id"),
+            "{name}: org_id must lead the primary key"
+        );
+        assert_eq!(
+            owner, "gpuledger_owner",
+            "{name}: must be owned by gpuledger_owner"
+        );
+    }
+
+    // Every policy compares org_id with the transaction's setting (or is one of the directory's).
+    let policies: Vec<(String, String, String)> = sqlx::query_as(
+        "SELECT tablename::text, policyname::text, coalesce(qual, with_check) FROM pg_policies WHERE schemaname = 'public'",
+    )
+    .fetch_all(&admin)
+    .await
+    .unwrap();
+    for (table, policy, expression) in &policies {
+        if policy.starts_with("directory_") {
+            assert_eq!(
+                table, "organizations",
+                "directory policies belong on organizations only"
+            );
+            continue;
+        }
+        assert!(
+            expression.contains("current_setting('app.org_id'") && expression.contains("NULLIF"),
+            "{table}.{policy}: unexpected policy {expression}"
+        );
+    }
+
+    // No table outside the allowlist escapes org_id.
+    let untenanted: Vec<String> = sqlx::query_scalar(
+        "SELECT c.relname::text FROM pg_class c
+          WHERE c.relnamespace = 'public'::regnamespace AND c.relkind IN ('r', 'p')
+            AND NOT EXISTS (SELECT 1 FROM pg_attribute a WHERE a.attrelid = c.oid AND a.attname = 'org_id')",
+    )
+    .fetch_all(&admin)
+    .await
+    .unwrap();
+    for t in untenanted {
+        assert!(
+            NOT_TENANT_DATA.contains(&t.as_str()),
+            "table {t} has no org_id and is not allowlisted"
+        );
+    }
+}
+
+#[tokio::test]
+async fn app_role_owns_nothing_and_cannot_bypass() {
+    let (test_db, _db) = common::migrated().await;
+    let admin = common::admin_pool(&test_db).await;
+    let (superuser, bypass, inherits_owner, inherits_directory): (bool, bool, bool, bool) =
+        sqlx::query_as(
+            "SELECT rolsuper, rolbypassrls,
+                pg_has_role('gpuledger_app', 'gpuledger_owner', 'MEMBER'),
+                pg_has_role('gpuledger_app', 'gpuledger_directory', 'MEMBER')
+           FROM pg_roles WHERE rolname = 'gpuledger_app'",
+        )
+        .fetch_one(&admin)
+        .await
+        .unwrap();
+    assert!(
+        !superuser && !bypass,
+        "gpuledger_app must be neither superuser nor BYPASSRLS"
+    );
+    assert!(
+        !inherits_owner && !inherits_directory,
+        "gpuledger_app must not be a member of owner/directory roles"
+    );
+    let owned: i64 = sqlx::query_scalar(
+        "SELECT (SELECT count(*) FROM pg_class WHERE relowner = 'gpuledger_app'::regrole)
+              + (SELECT count(*) FROM pg_proc WHERE proowner = 'gpuledger_app'::regrole)",
+    )
+    .fetch_one(&admin)
+    .await
+    .unwrap();
+    assert_eq!(owned, 0, "gpuledger_app must own nothing");
+
+    // And from the inside: the app role cannot turn isolation off or become the owner.
+    let app = common::app_pool(&test_db, 1).await;
+    for statement in [
+        "ALTER TABLE departments NO FORCE ROW LEVEL SECURITY",
+        "ALTER TABLE departments DISABLE ROW LEVEL SECURITY",
+        "DROP POLICY org_isolation ON departments",
+        "SET ROLE gpuledger_owner",
+        "SET ROLE gpuledger_directory",
+        "CREATE TABLE sneaky (org_id uuid)",
+    ] {
+        let err = sqlx::query(statement)
+            .execute(&app)
+            .await
+            .expect_err(statement);
+        let code = err
+            .as_database_error()
+            .and_then(|e| e.code())
+            .map(|c| c.to_string());
+        assert_eq!(
+            code.as_deref(),
+            Some("42501"),
+            "{statement}: expected insufficient_privilege, got {err}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn server_refuses_to_serve_as_a_privileged_login() {
+    let (test_db, _db) = common::migrated().await;
+    let err = gpuledger_server::db::Database::connect(
+        &test_db.admin_url,
+        gpuledger_server::db::AppLogin::Direct,
+        1,
+    )
+    .await
+    .err()
+    .expect("a superuser app pool must be refused");
+    assert!(err.to_string().contains("superuser"), "{err}");
+    // The SET ROLE path drops to the app role and is accepted.
+    let db = gpuledger_server::db::Database::connect(
+        &test_db.admin_url,
+        gpuledger_server::db::AppLogin::SetRole,
+        1,
+    )
+    .await
+    .expect("SET ROLE path");
+    assert!(db.readiness().await.is_ready());
+}
