@@ -15,6 +15,8 @@ use std::{
 
 use anyhow::{Context, Result, bail};
 
+pub mod process;
+
 /// A PostgreSQL cluster the tests may create databases in.
 pub struct Cluster {
     /// `postgres://USER[:PASSWORD]@HOST:PORT` without a database name.

@@ -189,9 +189,18 @@ impl Database {
     pub async fn readiness(&self) -> Readiness {
         let expected = latest_migration();
         let probe = async {
+            let mut conn = self.pool.acquire().await?;
+            // An unmigrated database has no migrations table: reachable, nothing applied.
+            let has_table: bool =
+                sqlx::query_scalar("SELECT to_regclass('public._sqlx_migrations') IS NOT NULL")
+                    .fetch_one(&mut *conn)
+                    .await?;
+            if !has_table {
+                return Ok(None);
+            }
             let applied: Option<i64> =
                 sqlx::query_scalar("SELECT max(version) FROM _sqlx_migrations WHERE success")
-                    .fetch_one(&self.pool)
+                    .fetch_one(&mut *conn)
                     .await?;
             Ok::<_, sqlx::Error>(applied)
         };

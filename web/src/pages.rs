@@ -85,7 +85,7 @@ pub fn OrgPanel(org: OrgSummary) -> impl IntoView {
     ];
     view! {
         <section class="panel org">
-            <h2>{org.name} " " <span class="slug">"(" {org.slug} ")"</span></h2>
+            <h2>{org.name} " " <span class="slug">{format!("({})", org.slug)}</span></h2>
             <table>
                 <tbody>
                     {rows
@@ -110,5 +110,100 @@ pub fn NotFound() -> impl IntoView {
             <h1>"Page not found"</h1>
             <p>"There is nothing at this address. " <a href="/">"Back to the overview"</a></p>
         </section>
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use crate::data::{BoxFuture, PortalData};
+    use futures::StreamExt;
+
+    struct Fake(Result<Overview, PortalError>);
+
+    impl PortalData for Fake {
+        fn overview(&self) -> BoxFuture<'_, Result<Overview, PortalError>> {
+            let result = self.0.clone();
+            Box::pin(async move { result })
+        }
+    }
+
+    fn org() -> OrgSummary {
+        OrgSummary {
+            slug: "acme".into(),
+            name: "Acme AI".into(),
+            departments: 3,
+            tenants: 7,
+            clusters: 2,
+            gpu_models: 4,
+            allocation_intervals: 12345,
+        }
+    }
+
+    /// Renders the home page with a fake data source, awaiting its data like the server does.
+    async fn render_home(data: Fake) -> String {
+        let _ = any_spawner::Executor::init_tokio();
+        let owner = Owner::new();
+        let stream = owner.with(|| {
+            provide_context(PortalDataHandle::new(data));
+            view! { <HomePage /> }.to_html_stream_in_order()
+        });
+        stream.collect::<Vec<String>>().await.concat()
+    }
+
+    #[tokio::test]
+    async fn home_page_shows_the_organization_counts() {
+        let html = render_home(Fake(Ok(Overview {
+            database_ok: true,
+            schema_version: Some(42),
+            organization: Some(org()),
+        })))
+        .await;
+        assert!(html.contains("Acme AI"), "{html}");
+        assert!(
+            html.contains(r#"<span class="slug">(acme)</span>"#),
+            "{html}"
+        );
+        assert!(
+            html.contains(r#"<th scope="row">Allocation intervals</th><td class="num">12345</td>"#),
+            "{html}"
+        );
+        assert!(html.contains(">42<"), "{html}");
+        assert!(html.contains(r#"class="ok""#), "{html}");
+    }
+
+    #[tokio::test]
+    async fn home_page_says_when_data_cannot_be_loaded() {
+        let html = render_home(Fake(Err(PortalError {
+            message: "database is down for maintenance".into(),
+        })))
+        .await;
+        assert!(html.contains(r#"role="alert""#), "{html}");
+        assert!(html.contains("database is down for maintenance"), "{html}");
+        assert!(!html.contains("Allocation intervals"), "{html}");
+    }
+
+    #[tokio::test]
+    async fn home_page_without_a_data_source_reports_it() {
+        let _ = any_spawner::Executor::init_tokio();
+        let html = Owner::new()
+            .with(|| view! { <HomePage /> }.to_html_stream_in_order())
+            .collect::<Vec<_>>()
+            .await
+            .concat();
+        assert!(html.contains("no data source configured"), "{html}");
+    }
+
+    #[test]
+    fn overview_panel_marks_an_unreachable_database_and_the_empty_state() {
+        let html = view! {
+            <OverviewPanel overview=Overview { database_ok: false, schema_version: None, organization: None } />
+        }
+        .to_html();
+        assert!(html.contains("unreachable"), "{html}");
+        assert!(html.contains(r#"class="bad""#), "{html}");
+        assert!(html.contains("none applied"), "{html}");
+        assert!(html.contains("No organization yet"), "{html}");
     }
 }

@@ -1,0 +1,57 @@
+# Shared helpers for the project's scripts. Sourced, never run.
+set -euo pipefail
+
+gl_say() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
+gl_die() { printf 'error: %s\n' "$*" >&2; exit 1; }
+
+gl_is_root() { [ "$(id -u)" = 0 ]; }
+
+# apt-get install, when we are root on Debian/Ubuntu; otherwise say what to install.
+gl_apt_install() { # packages...
+  if gl_is_root && command -v apt-get >/dev/null 2>&1; then
+    gl_say "installing $* (apt-get)"
+    if ! DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >/dev/null 2>&1; then
+      apt-get update -qq >/dev/null 2>&1 || true
+      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >/dev/null \
+        || gl_die "apt-get install $* failed"
+    fi
+  else
+    gl_die "missing: $*. Install them with your package manager (Debian/Ubuntu: sudo apt-get install $*)"
+  fi
+}
+
+# PostgreSQL server binaries (initdb, pg_ctl, postgres) on PATH or in /usr/lib/postgresql/*/bin.
+gl_find_pg_bin() {
+  if command -v initdb >/dev/null 2>&1 && command -v pg_ctl >/dev/null 2>&1; then
+    dirname "$(command -v initdb)"; return 0
+  fi
+  local d
+  d=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1 || true)
+  [ -n "$d" ] && [ -x "$d/initdb" ] && { echo "$d"; return 0; }
+  return 1
+}
+
+gl_ensure_postgres() {
+  if ! gl_find_pg_bin >/dev/null; then
+    gl_apt_install postgresql
+    gl_find_pg_bin >/dev/null || gl_die "PostgreSQL installed but initdb not found"
+  fi
+  local bin; bin=$(gl_find_pg_bin)
+  case ":$PATH:" in *":$bin:"*) ;; *) export PATH="$bin:$PATH" ;; esac
+  if gl_is_root && ! id postgres >/dev/null 2>&1; then
+    gl_die "PostgreSQL refuses to run as root and there is no 'postgres' OS user; create one (useradd --system postgres) or run as a non-root user"
+  fi
+}
+
+gl_ensure_tools() {
+  command -v cargo >/dev/null 2>&1 || gl_die "cargo not found: install Rust (https://rustup.rs), version 1.95 or newer"
+  command -v curl >/dev/null 2>&1 || gl_apt_install curl
+  gl_ensure_postgres
+}
+
+gl_ensure_nextest() {
+  if ! cargo nextest --version >/dev/null 2>&1; then
+    gl_say "installing cargo-nextest (cargo install, once)"
+    cargo install cargo-nextest --locked >/dev/null || gl_die "cargo install cargo-nextest failed"
+  fi
+}

@@ -1,0 +1,131 @@
+//! The HTTP surface through `router().oneshot(…)`: health, readiness, the portal landing page, not-found.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use axum::{
+    body::{Body, to_bytes},
+    http::{Request, StatusCode},
+};
+use gpuledger_server::{
+    app::{self, AppState, HttpOptions},
+    db::Database,
+    demo,
+};
+use tower::ServiceExt;
+
+async fn get(app: &axum::Router, path: &str) -> (StatusCode, axum::http::HeaderMap, String) {
+    let response = app
+        .clone()
+        .oneshot(Request::get(path).body(Body::empty()).unwrap())
+        .await
+        .unwrap();
+    let status = response.status();
+    let headers = response.headers().clone();
+    let body = to_bytes(response.into_body(), 1 << 22).await.unwrap();
+    (status, headers, String::from_utf8_lossy(&body).into_owned())
+}
+
+fn router(db: Database, featured_org: Option<gpuledger_core::ids::OrgId>) -> axum::Router {
+    app::router(
+        AppState {
+            db,
+            featured_org,
+            leptos: app::leptos_options(),
+        },
+        &HttpOptions::default(),
+    )
+}
+
+#[tokio::test]
+async fn health_and_readiness() {
+    let (_test_db, db) = common::migrated().await;
+    let app = router(db, None);
+    let (status, headers, body) = get(&app, "/healthz").await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(
+        headers.contains_key("x-request-id"),
+        "responses carry a request id"
+    );
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(&body).unwrap()["status"],
+        "ok"
+    );
+
+    let (status, _, body) = get(&app, "/readyz").await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(
+        v["schema_version"].as_i64(),
+        gpuledger_server::db::latest_migration()
+    );
+}
+
+#[tokio::test]
+async fn readiness_fails_when_the_schema_is_behind() {
+    let (test_db, db) = common::migrated().await;
+    let admin = common::admin_pool(&test_db).await;
+    sqlx::query(
+        "DELETE FROM _sqlx_migrations WHERE version = (SELECT max(version) FROM _sqlx_migrations)",
+    )
+    .execute(&admin)
+    .await
+    .unwrap();
+    let (status, headers, body) = get(&router(db, None), "/readyz").await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(headers["content-type"], "application/problem+json");
+    assert!(body.contains("gpuledger-server migrate"), "{body}");
+}
+
+#[tokio::test]
+async fn landing_page_shows_the_demo_organization() {
+    let (_test_db, db) = common::migrated().await;
+    let org = demo::seed(&db).await.unwrap();
+    // Seeding twice changes nothing.
+    assert_eq!(demo::seed(&db).await.unwrap(), org);
+    let app = router(db, Some(org));
+    let (status, headers, body) = get(&app, "/").await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(
+        headers["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/html")
+    );
+    assert!(
+        body.contains("<title>GPU Ledger — overview</title>"),
+        "{body}"
+    );
+    assert!(body.contains("Demo Corp (sample data)"), "{body}");
+    assert!(
+        body.contains(r#"<span class="slug">(demo)</span>"#),
+        "{body}"
+    );
+    // 2 departments, 4 tenants in the demo seed.
+    assert!(
+        body.contains(r#"<th scope="row">Departments</th><td class="num">2</td>"#),
+        "{body}"
+    );
+    assert!(
+        body.contains(r#"<th scope="row">Tenants</th><td class="num">4</td>"#),
+        "{body}"
+    );
+    assert!(body.contains("reachable"));
+}
+
+#[tokio::test]
+async fn landing_page_without_an_organization_explains_what_to_do() {
+    let (_test_db, db) = common::migrated().await;
+    let (status, _, body) = get(&router(db, None), "/").await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(body.contains("No organization yet"), "{body}");
+    assert!(body.contains("gpuledger-server demo"), "{body}");
+}
+
+#[tokio::test]
+async fn unknown_paths_get_the_portal_not_found_page() {
+    let (_test_db, db) = common::migrated().await;
+    let (status, _, body) = get(&router(db, None), "/no/such/page").await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert!(body.contains("Page not found"), "{body}");
+}
