@@ -19,6 +19,7 @@ pub mod fraction;
 pub mod ids;
 pub mod interval;
 pub mod sharing;
+pub mod wire;
 
 pub use allocation::{
     Allocation, Attribution, OvercommitFinding, OvercommitReport, Ownership, Split, TenantUsage,

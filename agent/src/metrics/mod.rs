@@ -1,0 +1,1 @@
+//! Metrics parsing (in progress).

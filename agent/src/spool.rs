@@ -1,0 +1,1 @@
+//! On-disk spool (in progress).

@@ -1,0 +1,460 @@
+//! The agent ↔ server wire format: what an agent sends (a [`Batch`] of [`Fact`]s) and what the server answers.
+//!
+//! JSON, versioned by [`WIRE_VERSION`]. Every fact carries a deterministic `event_id` built from immutable
+//! identifiers and the transition it records (see [`event_id`]), so a fact sent twice, or by two agents, is
+//! stored once. Times are UTC and come from the control plane's own timestamps wherever one exists.
+
+use serde::{Deserialize, Serialize};
+use time::OffsetDateTime;
+use uuid::Uuid;
+
+use crate::sharing::SharingMode;
+
+/// Version of this wire format; the server refuses batches of another major version.
+pub const WIRE_VERSION: u32 = 1;
+
+/// Largest number of facts in one batch the server accepts.
+pub const MAX_FACTS_PER_BATCH: usize = 10_000;
+
+/// What an agent sends in one request.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Batch {
+    /// [`WIRE_VERSION`] of the sender.
+    pub wire_version: u32,
+    /// Who sent it (for logs and diagnostics; the cluster comes from the credential, never from here).
+    pub agent: AgentInfo,
+    /// The facts, in any order.
+    pub facts: Vec<Fact>,
+}
+
+/// The sending agent.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AgentInfo {
+    /// Agent version.
+    pub version: String,
+    /// `cluster` or `node`.
+    pub mode: String,
+    /// Node name, for node agents.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
+}
+
+/// One fact: its identity, when the agent observed it, and what it says.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Fact {
+    /// Deterministic ID: the same transition of the same object always gets the same ID.
+    pub event_id: String,
+    /// When the agent observed it (informational; intervals use the object's own timestamps).
+    #[serde(with = "time::serde::rfc3339")]
+    pub observed_at: OffsetDateTime,
+    /// The content.
+    #[serde(flatten)]
+    pub body: FactBody,
+}
+
+/// The kinds of fact.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum FactBody {
+    /// A workload started holding GPU capacity.
+    AllocationStarted(AllocationStart),
+    /// A workload stopped holding it (time from the object's own timestamps).
+    AllocationEnded(AllocationEnd),
+    /// After a watch gap, an open allocation's object no longer exists: the server ends it as `estimated`.
+    AllocationVanished(AllocationVanished),
+    /// A namespace, with its owner labels; an owner change is a new fact.
+    NamespaceObserved(NamespaceFact),
+    /// A GPU node and how its device plugin shares GPUs.
+    NodeObserved(NodeFact),
+    /// A physical GPU (and its MIG instances) seen on a node.
+    DeviceObserved(DeviceFact),
+    /// Kubelet's record of which container holds which devices.
+    DeviceAssigned(DeviceAssignment),
+    /// Rolled-up utilization samples of one device (or MIG instance) over a window.
+    Telemetry(TelemetryRollup),
+    /// The agent dropped data (spool full): the ledger shows the hole instead of a silent zero.
+    Gap(GapFact),
+}
+
+impl FactBody {
+    /// The `kind` tag as written on the wire.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::AllocationStarted(_) => "allocation_started",
+            Self::AllocationEnded(_) => "allocation_ended",
+            Self::AllocationVanished(_) => "allocation_vanished",
+            Self::NamespaceObserved(_) => "namespace_observed",
+            Self::NodeObserved(_) => "node_observed",
+            Self::DeviceObserved(_) => "device_observed",
+            Self::DeviceAssigned(_) => "device_assigned",
+            Self::Telemetry(_) => "telemetry",
+            Self::Gap(_) => "gap",
+        }
+    }
+}
+
+/// Labels that carry attribution (keys configurable in the agent; values as found).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AttributionLabels {
+    /// Tenant.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant: Option<String>,
+    /// Department.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub department: Option<String>,
+    /// Autonomous AI agent session.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_session: Option<String>,
+    /// Model-serving endpoint.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub endpoint: Option<String>,
+    /// Model served or trained.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+}
+
+/// What kind of object holds the capacity.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Holder {
+    /// A Kubernetes Pod.
+    Pod,
+    /// A KubeVirt VirtualMachineInstance.
+    Vmi,
+    /// A DRA ResourceClaim.
+    ResourceClaim,
+}
+
+/// A workload started holding GPU capacity.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AllocationStart {
+    /// Stable ID of this allocation: holder UID, container or device name, and resource.
+    pub allocation_id: String,
+    /// Pod, VMI or claim.
+    pub holder: Holder,
+    /// The holder's UID.
+    pub holder_uid: Uuid,
+    /// The holder's name (for people; never used as identity).
+    pub holder_name: String,
+    /// Namespace name.
+    pub namespace: String,
+    /// Namespace UID, when the agent knows it (the cluster watcher always does; `inspect` on a lone file not).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace_uid: Option<Uuid>,
+    /// Container (pods) or device entry name (VMIs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container: Option<String>,
+    /// Node the holder runs on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
+    /// The extended resource or device name, e.g. `nvidia.com/gpu`, `nvidia.com/mig-1g.10gb`.
+    pub resource: String,
+    /// How many units of the resource.
+    pub units: u32,
+    /// How the GPU is shared, as declared (the fraction comes from the approved inventory on the server).
+    pub mode: SharingMode,
+    /// GPU model when the node says (`nvidia.com/gpu.product`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_model: Option<String>,
+    /// Physical GPU UUIDs (or MIG device UUIDs) when known.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub device_ids: Vec<String>,
+    /// When it started holding the capacity (pod `status.startTime` or container `startedAt`).
+    #[serde(with = "time::serde::rfc3339")]
+    pub started_at: OffsetDateTime,
+    /// Attribution labels found on the holder.
+    #[serde(default)]
+    pub labels: AttributionLabels,
+}
+
+/// Why an allocation ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EndReason {
+    /// The container or VM finished (successfully or not).
+    Finished,
+    /// The holder was deleted.
+    Deleted,
+}
+
+/// A workload stopped holding the capacity.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AllocationEnd {
+    /// The allocation that ended.
+    pub allocation_id: String,
+    /// From the object's own timestamps (`finishedAt`, `deletionTimestamp`).
+    #[serde(with = "time::serde::rfc3339")]
+    pub ended_at: OffsetDateTime,
+    /// Why.
+    pub reason: EndReason,
+}
+
+/// An open allocation whose object vanished while no agent watched.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AllocationVanished {
+    /// The allocation.
+    pub allocation_id: String,
+    /// The last time the agent knew it existed: the estimated end.
+    #[serde(with = "time::serde::rfc3339")]
+    pub last_seen_at: OffsetDateTime,
+}
+
+/// A namespace and its owner labels.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NamespaceFact {
+    /// Namespace UID.
+    pub namespace_uid: Uuid,
+    /// Namespace name.
+    pub name: String,
+    /// `metadata.creationTimestamp`.
+    #[serde(with = "time::serde::rfc3339")]
+    pub created_at: OffsetDateTime,
+    /// `metadata.deletionTimestamp`, when being deleted.
+    #[serde(
+        default,
+        with = "time::serde::rfc3339::option",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub deleted_at: Option<OffsetDateTime>,
+    /// Owner labels (tenant, department).
+    #[serde(default)]
+    pub labels: AttributionLabels,
+    /// Since when these labels hold (the observation time of the change).
+    #[serde(with = "time::serde::rfc3339")]
+    pub labels_since: OffsetDateTime,
+}
+
+/// A GPU node and its sharing configuration.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeFact {
+    /// Node name.
+    pub name: String,
+    /// Node UID.
+    pub node_uid: Uuid,
+    /// `nvidia.com/gpu.product`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_product: Option<String>,
+    /// `nvidia.com/gpu.count`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_count: Option<u32>,
+    /// `nvidia.com/gpu.memory` (MiB).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_memory_mib: Option<u32>,
+    /// `nvidia.com/mig.strategy` (`single`, `mixed`, `none`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mig_strategy: Option<String>,
+    /// `nvidia.com/gpu.sharing-strategy` (`time-slicing`, `mps`, `none`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sharing_strategy: Option<String>,
+    /// `nvidia.com/gpu.replicas` when above 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replicas: Option<u32>,
+    /// Allocatable GPU-like extended resources (`nvidia.com/gpu`, `nvidia.com/mig-…`) and their counts.
+    #[serde(default)]
+    pub allocatable: std::collections::BTreeMap<String, u32>,
+}
+
+/// A MIG instance on a physical GPU.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MigDeviceFact {
+    /// Profile, e.g. `1g.10gb`.
+    pub profile: String,
+    /// GPU instance ID.
+    pub gpu_instance_id: u32,
+    /// Compute instance ID.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compute_instance_id: Option<u32>,
+    /// MIG device UUID (`MIG-…`), when the source gives one (DCGM does not).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uuid: Option<String>,
+}
+
+/// A physical GPU seen on a node.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeviceFact {
+    /// Node (hostname).
+    pub node: String,
+    /// `GPU-…` UUID.
+    pub gpu_uuid: String,
+    /// Model name as the driver reports it.
+    pub model: String,
+    /// Index on the node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub index: Option<u32>,
+    /// Framebuffer memory, MiB.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_mib: Option<u64>,
+    /// MIG mode enabled.
+    #[serde(default)]
+    pub mig_enabled: bool,
+    /// MIG instances.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mig_devices: Vec<MigDeviceFact>,
+    /// A vGPU guest (the device is a virtual function inside a VM).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vgpu_profile: Option<String>,
+}
+
+/// Which container holds which devices (kubelet pod-resources).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeviceAssignment {
+    /// Node.
+    pub node: String,
+    /// Pod UID.
+    pub pod_uid: Uuid,
+    /// Container.
+    pub container: String,
+    /// Resource name.
+    pub resource: String,
+    /// Device IDs as kubelet reports them (GPU or MIG UUIDs, possibly with a `::N` replica suffix).
+    pub device_ids: Vec<String>,
+    /// When the assignment was observed.
+    #[serde(with = "time::serde::rfc3339")]
+    pub observed_at: OffsetDateTime,
+}
+
+/// min / avg / max of one metric over a window.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Stat {
+    /// Smallest sample.
+    pub min: f64,
+    /// Mean of the samples.
+    pub avg: f64,
+    /// Largest sample.
+    pub max: f64,
+}
+
+/// Utilization of one device (or MIG instance) over a window: analytics only, never money by itself.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TelemetryRollup {
+    /// Node.
+    pub node: String,
+    /// Physical GPU UUID (the parent, for MIG rows).
+    pub gpu_uuid: String,
+    /// MIG GPU instance ID, for MIG rows.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_instance_id: Option<u32>,
+    /// MIG profile, for MIG rows.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mig_profile: Option<String>,
+    /// Window start (inclusive).
+    #[serde(with = "time::serde::rfc3339")]
+    pub window_start: OffsetDateTime,
+    /// Window end (exclusive).
+    #[serde(with = "time::serde::rfc3339")]
+    pub window_end: OffsetDateTime,
+    /// Number of samples rolled up.
+    pub samples: u32,
+    /// GPU (or graphics engine, for MIG) activity, percent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub utilization_pct: Option<Stat>,
+    /// Framebuffer used, MiB.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_used_mib: Option<Stat>,
+    /// Power draw, watts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub power_w: Option<Stat>,
+    /// Energy consumed in the window, joules (from counter deltas, never from integrating power).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub energy_j: Option<f64>,
+    /// Pod the exporter attributes the device to, when it says (informational: time-sliced devices are split
+    /// by allocation, never by this label).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod: Option<PodRef>,
+}
+
+/// A pod as an exporter labels it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PodRef {
+    /// Namespace.
+    pub namespace: String,
+    /// Pod name.
+    pub name: String,
+    /// Pod UID (newer exporters only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uid: Option<Uuid>,
+    /// Container.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container: Option<String>,
+}
+
+/// Data the agent had to drop.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GapFact {
+    /// Start of the dropped range.
+    #[serde(with = "time::serde::rfc3339")]
+    pub from: OffsetDateTime,
+    /// End of the dropped range.
+    #[serde(with = "time::serde::rfc3339")]
+    pub to: OffsetDateTime,
+    /// Facts dropped.
+    pub dropped: u64,
+}
+
+/// The server's answer to a batch: sent only after the facts are durably committed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BatchAck {
+    /// Facts in the batch.
+    pub received: u64,
+    /// Facts newly stored (the rest were duplicates).
+    pub stored: u64,
+    /// Facts kept but flagged (e.g. a profile missing from the inventory).
+    #[serde(default)]
+    pub flagged: Vec<FlaggedFact>,
+}
+
+/// A fact that was stored with a data-quality flag.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FlaggedFact {
+    /// Its event ID.
+    pub event_id: String,
+    /// What is wrong.
+    pub reason: String,
+}
+
+/// Builds a deterministic event ID from the transition and the identifiers it concerns, e.g.
+/// `event_id("alloc-start", &[pod_uid, "main", "nvidia.com/gpu"])` → `alloc-start/<uid>/main/nvidia.com/gpu`.
+pub fn event_id(transition: &str, parts: &[&str]) -> String {
+    let mut id = String::from(transition);
+    for p in parts {
+        id.push('/');
+        id.push_str(p);
+    }
+    id
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use time::macros::datetime;
+
+    #[test]
+    fn facts_round_trip_with_a_kind_tag() {
+        let fact = Fact {
+            event_id: event_id("alloc-end", &["p1", "main", "nvidia.com/gpu"]),
+            observed_at: datetime!(2026-11-01 10:00 UTC),
+            body: FactBody::AllocationEnded(AllocationEnd {
+                allocation_id: "p1/main/nvidia.com/gpu".into(),
+                ended_at: datetime!(2026-11-01 09:59:30 UTC),
+                reason: EndReason::Finished,
+            }),
+        };
+        let json = serde_json::to_value(&fact).unwrap();
+        assert_eq!(json["kind"], "allocation_ended");
+        assert_eq!(json["event_id"], "alloc-end/p1/main/nvidia.com/gpu");
+        assert_eq!(json["ended_at"], "2026-11-01T09:59:30Z");
+        let back: Fact = serde_json::from_value(json).unwrap();
+        assert_eq!(back, fact);
+        assert_eq!(back.body.kind(), "allocation_ended");
+    }
+
+    #[test]
+    fn unknown_kind_is_refused() {
+        let err = serde_json::from_str::<Fact>(
+            r#"{"event_id":"x","observed_at":"2026-11-01T00:00:00Z","kind":"teleport"}"#,
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("teleport"), "{err}");
+    }
+}
