@@ -157,34 +157,45 @@ CREATE TABLE timeslice_policies (
 
 -- ---------------------------------------------------------------- allocation evidence
 -- Every fact an agent delivered, as delivered: append-only, deduplicated by the agent's deterministic event ID.
+-- `subject` is what the fact is about (allocation ID, namespace UID, GPU UUID, node name), so derived state can be
+-- recomputed from all facts about one subject whatever order they arrived in.
 CREATE TABLE allocation_events (
     org_id          uuid        NOT NULL,
     cluster_id      uuid        NOT NULL,
-    event_id        text        NOT NULL CHECK (length(event_id) BETWEEN 1 AND 200),
+    event_id        text        NOT NULL CHECK (length(event_id) BETWEEN 1 AND 300),
     kind            text        NOT NULL,
+    subject         text        NOT NULL,
     occurred_at     timestamptz NOT NULL,
     received_at     timestamptz NOT NULL DEFAULT now(),
     payload         jsonb       NOT NULL,
     PRIMARY KEY (org_id, cluster_id, event_id),
     FOREIGN KEY (org_id, cluster_id) REFERENCES clusters (org_id, cluster_id)
 );
+CREATE INDEX allocation_events_by_subject ON allocation_events (org_id, cluster_id, subject);
 CREATE INDEX allocation_events_by_time ON allocation_events (org_id, occurred_at);
 
 -- Who held which capacity, when: derived from the events, open while ended_at is NULL.
 CREATE TABLE allocation_intervals (
     org_id          uuid        NOT NULL,
-    allocation_id   text        NOT NULL CHECK (length(allocation_id) BETWEEN 1 AND 300),
     cluster_id      uuid        NOT NULL,
-    namespace_uid   uuid        NOT NULL,
-    pod_uid         uuid,
-    vm_uid          uuid,
-    gpu_uuid        text,
+    allocation_id   text        NOT NULL CHECK (length(allocation_id) BETWEEN 1 AND 300),
+    holder_kind     text        NOT NULL CHECK (holder_kind IN ('pod', 'vmi', 'resource_claim')),
+    holder_uid      uuid        NOT NULL,
+    holder_name     text        NOT NULL,
+    namespace       text        NOT NULL,
+    namespace_uid   uuid,
+    container       text,
+    node            text,
+    resource        text        NOT NULL,
+    units           integer     NOT NULL CHECK (units >= 1),
+    device_ids      text[]      NOT NULL DEFAULT '{}',
     gpu_model       text,
     gpu_class       text,
     sharing_mode    text        NOT NULL CHECK (sharing_mode IN
                         ('exclusive', 'mig', 'time_slice', 'vgpu', 'passthrough', 'shared_endpoint')),
     profile         text,
     replicas        integer     CHECK (replicas >= 1),
+    -- Capacity held in GPU-equivalents (units × per-unit fraction), exact; NULL while the inventory has no entry.
     fraction_num    bigint      CHECK (fraction_num > 0),
     fraction_den    bigint      CHECK (fraction_den > 0),
     started_at      timestamptz NOT NULL,
@@ -194,7 +205,8 @@ CREATE TABLE allocation_intervals (
     -- Set when the inventory had no entry for this profile: the fact is kept and flagged, never dropped.
     inventory_gap   text,
     labels          jsonb       NOT NULL DEFAULT '{}'::jsonb,
-    PRIMARY KEY (org_id, allocation_id),
+    updated_at      timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (org_id, cluster_id, allocation_id),
     FOREIGN KEY (org_id, cluster_id) REFERENCES clusters (org_id, cluster_id),
     CHECK (ended_at IS NULL OR ended_at >= started_at),
     CHECK ((fraction_num IS NULL) = (fraction_den IS NULL))

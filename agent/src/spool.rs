@@ -1,1 +1,973 @@
-//! On-disk spool (in progress).
+//! The on-disk spool: every fact is written here, durably, before the agent counts it as safe, and leaves
+//! only after the server confirms a durable commit ([`Spool::ack`]).
+//!
+//! The spool directory holds:
+//! - `NNNNNNNNNNNNNNNNNNNN.seg`: append-only segments named after their first sequence number, each a run of
+//!   records `[len: u32 LE][crc32 of payload: u32 LE][seq: u64 LE][payload]` with consecutive sequence
+//!   numbers;
+//! - `ack`: the highest acknowledged sequence number, replaced atomically;
+//! - `lock`: locked while a [`Spool`] is open, so two processes never write one spool.
+//!
+//! [`Spool::open`] validates every record: a torn or corrupt tail is cut off, and records lost inside an
+//! older segment are counted ([`Recovery`]). When the size cap is hit, the oldest segments go and a `gap`
+//! fact takes their place, so the ledger shows the hole instead of a silent zero.
+
+use std::collections::VecDeque;
+use std::fs::{self, File, OpenOptions, TryLockError};
+use std::io::{self, BufReader, Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+
+use gpuledger_core::wire::{Fact, FactBody, GapFact, event_id};
+use time::OffsetDateTime;
+
+/// Bytes before each payload: length, CRC and sequence number.
+const HEADER: usize = 16;
+/// Room kept for the gap fact written after a drop (its JSON is well under 300 bytes).
+const GAP_RESERVE: u64 = 512;
+
+/// Limits of a spool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SpoolConfig {
+    /// Cap on the segment bytes on disk; past it the oldest segments are dropped.
+    pub max_bytes: u64,
+    /// A segment is closed once the next record would take it past this size.
+    pub segment_bytes: u64,
+}
+
+impl Default for SpoolConfig {
+    fn default() -> Self {
+        Self {
+            max_bytes: 256 << 20,
+            segment_bytes: 4 << 20,
+        }
+    }
+}
+
+/// What [`Spool::open`] found damaged and removed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Recovery {
+    /// Bytes cut off after the last valid record of a segment (torn tails, corruption).
+    pub truncated_bytes: u64,
+    /// Unacknowledged records lost to corruption inside an older segment (counted from sequence numbers).
+    pub corrupt_records: u64,
+}
+
+/// Why a spool operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum SpoolError {
+    /// A file operation failed.
+    #[error("spool I/O on {path}: {source}")]
+    Io {
+        /// The file or directory.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: io::Error,
+    },
+    /// Another process has the spool open.
+    #[error("spool {0} is in use by another process")]
+    Locked(PathBuf),
+    /// A record too large for the spool's cap.
+    #[error("a record of {len} bytes does not fit a spool capped at {max_bytes} bytes")]
+    TooLarge {
+        /// Payload length.
+        len: usize,
+        /// The cap.
+        max_bytes: u64,
+    },
+    /// A record that was valid at open no longer reads back.
+    #[error("record {seq} in {path} is corrupt")]
+    Corrupt {
+        /// The segment.
+        path: PathBuf,
+        /// The record's sequence number.
+        seq: u64,
+    },
+    /// A fact that does not serialize.
+    #[error("fact does not serialize: {0}")]
+    Json(#[from] serde_json::Error),
+}
+
+/// Result of spool operations.
+pub type Result<T, E = SpoolError> = std::result::Result<T, E>;
+
+fn at(path: &Path) -> impl FnOnce(io::Error) -> SpoolError {
+    let path = path.to_path_buf();
+    move |source| SpoolError::Io { path, source }
+}
+
+fn seg_path(dir: &Path, first: u64) -> PathBuf {
+    dir.join(format!("{first:020}.seg"))
+}
+
+fn sync_dir(dir: &Path) -> Result<()> {
+    File::open(dir).and_then(|d| d.sync_all()).map_err(at(dir))
+}
+
+fn encode(seq: u64, payload: &[u8]) -> Vec<u8> {
+    let mut rec = Vec::with_capacity(HEADER + payload.len());
+    // Callers check the length fits a u32 (`check_len`).
+    rec.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+    rec.extend_from_slice(&crc32fast::hash(payload).to_le_bytes());
+    rec.extend_from_slice(&seq.to_le_bytes());
+    rec.extend_from_slice(payload);
+    rec
+}
+
+/// The record at the start of `buf`, if it is complete and its checksum matches: (seq, payload).
+fn decode(buf: &[u8]) -> Option<(u64, &[u8])> {
+    let word = |at: usize| {
+        buf.get(at..at + 4)
+            .and_then(|b| b.try_into().ok())
+            .map(u32::from_le_bytes)
+    };
+    let len = usize::try_from(word(0)?).ok()?;
+    let crc = word(4)?;
+    let seq = u64::from_le_bytes(buf.get(8..HEADER)?.try_into().ok()?);
+    let payload = buf.get(HEADER..HEADER.checked_add(len)?)?;
+    (crc32fast::hash(payload) == crc).then_some((seq, payload))
+}
+
+#[derive(Debug)]
+struct Segment {
+    first: u64,
+    /// Byte offset of each record; record `i` has sequence number `first + i`.
+    offsets: Vec<u64>,
+    size: u64,
+}
+
+impl Segment {
+    fn end(&self) -> u64 {
+        self.first + self.offsets.len() as u64
+    }
+}
+
+/// The spool: a directory of checksummed, fsynced records awaiting the server's acknowledgement.
+#[derive(Debug)]
+pub struct Spool {
+    dir: PathBuf,
+    cfg: SpoolConfig,
+    segments: VecDeque<Segment>,
+    /// Open handle on the last segment while appending to it; `None` makes the next record start a new one.
+    active: Option<File>,
+    next_seq: u64,
+    acked: u64,
+    disk_bytes: u64,
+    dropped_total: u64,
+    recovery: Recovery,
+    _lock: File,
+}
+
+impl Spool {
+    /// Opens (or creates) the spool in `dir`, validating every record and cutting off damaged tails.
+    pub fn open(dir: impl AsRef<Path>, cfg: SpoolConfig) -> Result<Self> {
+        let dir = dir.as_ref().to_path_buf();
+        fs::create_dir_all(&dir).map_err(at(&dir))?;
+        let lock_path = dir.join("lock");
+        let lock = File::create(&lock_path).map_err(at(&lock_path))?;
+        match lock.try_lock() {
+            Ok(()) => {}
+            Err(TryLockError::WouldBlock) => return Err(SpoolError::Locked(dir)),
+            Err(TryLockError::Error(e)) => return Err(at(&lock_path)(e)),
+        }
+        let acked = read_ack(&dir)?;
+        let mut firsts = Vec::new();
+        for entry in fs::read_dir(&dir).map_err(at(&dir))? {
+            let name = entry.map_err(at(&dir))?.file_name();
+            let first = name
+                .to_str()
+                .and_then(|n| n.strip_suffix(".seg"))
+                .and_then(|n| n.parse::<u64>().ok());
+            firsts.extend(first);
+        }
+        firsts.sort_unstable();
+
+        let mut recovery = Recovery::default();
+        let mut segments = VecDeque::new();
+        for (i, &first) in firsts.iter().enumerate() {
+            let path = seg_path(&dir, first);
+            let data = fs::read(&path).map_err(at(&path))?;
+            let (mut offsets, mut pos) = (Vec::new(), 0);
+            while let Some((seq, payload)) = decode(&data[pos..])
+                && seq == first + offsets.len() as u64
+            {
+                offsets.push(pos as u64);
+                pos += HEADER + payload.len();
+            }
+            if pos < data.len() {
+                let next = first + offsets.len() as u64;
+                // Sequence numbers tell how many records the next segment's name skips over.
+                let lost = firsts
+                    .get(i + 1)
+                    .map_or(0, |&n| n.saturating_sub(next.max(acked + 1)));
+                let cut = (data.len() - pos) as u64;
+                tracing::warn!(segment = %path.display(), cut_bytes = cut, lost_records = lost,
+                    "spool: cutting off a torn or corrupt segment tail");
+                recovery.truncated_bytes += cut;
+                recovery.corrupt_records += lost;
+                let f = OpenOptions::new()
+                    .write(true)
+                    .open(&path)
+                    .map_err(at(&path))?;
+                f.set_len(pos as u64)
+                    .and_then(|()| f.sync_all())
+                    .map_err(at(&path))?;
+            }
+            let seg = Segment {
+                first,
+                offsets,
+                size: pos as u64,
+            };
+            // Empty or fully acknowledged (a crash between writing `ack` and deleting): not needed.
+            if seg.offsets.is_empty() || seg.end() <= acked + 1 {
+                fs::remove_file(&path).map_err(at(&path))?;
+            } else {
+                segments.push_back(seg);
+            }
+        }
+        // Never reuse an acknowledged sequence number, even if its record was cut off.
+        let next_seq = segments.back().map_or(1, Segment::end).max(acked + 1);
+        let disk_bytes = segments.iter().map(|s| s.size).sum();
+        Ok(Self {
+            dir,
+            cfg,
+            segments,
+            active: None,
+            next_seq,
+            acked,
+            disk_bytes,
+            dropped_total: 0,
+            recovery,
+            _lock: lock,
+        })
+    }
+
+    /// What opening found damaged.
+    pub fn recovery(&self) -> &Recovery {
+        &self.recovery
+    }
+
+    /// Appends one record and fsyncs it: once this returns, the record survives a crash. Returns its
+    /// sequence number.
+    pub fn append(&mut self, payload: &[u8]) -> Result<u64> {
+        Ok(self.append_batch(&[payload])?.first().copied().unwrap_or(0))
+    }
+
+    /// Appends records with one fsync at the end. Returns their sequence numbers (a gap fact written to make
+    /// room may come between them).
+    pub fn append_batch<P: AsRef<[u8]>>(&mut self, payloads: &[P]) -> Result<Vec<u64>> {
+        for p in payloads {
+            self.check_len(p.as_ref().len())?;
+        }
+        let mut seqs = Vec::with_capacity(payloads.len());
+        for p in payloads {
+            let p = p.as_ref();
+            self.make_room((HEADER + p.len()) as u64)?;
+            seqs.push(self.write_record(p)?);
+        }
+        if let Some(f) = &self.active {
+            let last = self.segments.back().map_or(0, |s| s.first);
+            f.sync_data().map_err(at(&seg_path(&self.dir, last)))?;
+        }
+        Ok(seqs)
+    }
+
+    /// Appends one fact as JSON; see [`Spool::append`].
+    pub fn append_fact(&mut self, fact: &Fact) -> Result<u64> {
+        self.append(&serde_json::to_vec(fact)?)
+    }
+
+    /// Appends facts with one fsync; see [`Spool::append_batch`].
+    pub fn append_facts(&mut self, facts: &[Fact]) -> Result<Vec<u64>> {
+        let payloads = facts
+            .iter()
+            .map(serde_json::to_vec)
+            .collect::<Result<Vec<_>, _>>()?;
+        self.append_batch(&payloads)
+    }
+
+    /// The oldest unacknowledged records, in sequence order: at most `max_records`, and at most `max_bytes`
+    /// of payload (but always at least one record while any is pending).
+    pub fn pending(&self, max_records: usize, max_bytes: u64) -> Result<Vec<(u64, Vec<u8>)>> {
+        let mut out = Vec::new();
+        let mut bytes = 0;
+        for seg in &self.segments {
+            if !self.read_segment(seg, max_records, max_bytes, &mut out, &mut bytes)? {
+                break;
+            }
+        }
+        Ok(out)
+    }
+
+    /// [`Spool::pending`], decoded as facts; a record that is no fact is skipped (and goes with the next
+    /// ack).
+    pub fn pending_facts(&self, max_records: usize, max_bytes: u64) -> Result<Vec<(u64, Fact)>> {
+        let records = self.pending(max_records, max_bytes)?;
+        Ok(records
+            .into_iter()
+            .filter_map(|(seq, p)| match serde_json::from_slice(&p) {
+                Ok(fact) => Some((seq, fact)),
+                Err(e) => {
+                    tracing::warn!(seq, error = %e, "spool: skipping a record that is not a fact");
+                    None
+                }
+            })
+            .collect())
+    }
+
+    /// Records that the server durably committed everything up to `up_to_seq`, and deletes segments that
+    /// hold nothing else. Lower values than an earlier ack are ignored.
+    pub fn ack(&mut self, up_to_seq: u64) -> Result<()> {
+        // Acknowledging a number not yet issued would silently acknowledge future records.
+        let up_to = up_to_seq.min(self.next_seq - 1);
+        if up_to <= self.acked {
+            return Ok(());
+        }
+        let tmp = self.dir.join("ack.tmp");
+        let path = self.dir.join("ack");
+        File::create(&tmp)
+            .and_then(|mut f| {
+                f.write_all(format!("{up_to}\n").as_bytes())
+                    .and_then(|()| f.sync_all())
+            })
+            .and_then(|()| fs::rename(&tmp, &path))
+            .map_err(at(&path))?;
+        sync_dir(&self.dir)?;
+        self.acked = up_to;
+        while let Some(seg) = self.segments.front()
+            && seg.end() <= up_to + 1
+        {
+            let path = seg_path(&self.dir, seg.first);
+            fs::remove_file(&path).map_err(at(&path))?;
+            self.disk_bytes -= seg.size;
+            self.segments.pop_front();
+            if self.segments.is_empty() {
+                self.active = None;
+            }
+        }
+        Ok(())
+    }
+
+    /// The highest acknowledged sequence number (0: none).
+    pub fn acked(&self) -> u64 {
+        self.acked
+    }
+
+    /// Records awaiting acknowledgement.
+    pub fn pending_count(&self) -> u64 {
+        let from = self.acked + 1;
+        self.segments
+            .iter()
+            .map(|s| s.end().saturating_sub(s.first.max(from)))
+            .sum()
+    }
+
+    /// Bytes on disk (headers included) of records awaiting acknowledgement.
+    pub fn pending_bytes(&self) -> u64 {
+        let from = self.acked + 1;
+        let unacked = |s: &Segment| match s.offsets.get(from.saturating_sub(s.first) as usize) {
+            Some(off) => s.size - off,
+            None => 0,
+        };
+        self.segments.iter().map(unacked).sum()
+    }
+
+    /// Bytes of all segments on disk (what the cap limits).
+    pub fn disk_bytes(&self) -> u64 {
+        self.disk_bytes
+    }
+
+    /// Unacknowledged records dropped by the size cap since open.
+    pub fn dropped_total(&self) -> u64 {
+        self.dropped_total
+    }
+
+    fn check_len(&self, len: usize) -> Result<()> {
+        if u32::try_from(len).is_err() || (HEADER + len) as u64 + GAP_RESERVE > self.cfg.max_bytes {
+            return Err(SpoolError::TooLarge {
+                len,
+                max_bytes: self.cfg.max_bytes,
+            });
+        }
+        Ok(())
+    }
+
+    /// Drops the oldest segments until a record of `need` bytes (and the gap fact) fits under the cap.
+    fn make_room(&mut self, need: u64) -> Result<()> {
+        if self.disk_bytes + need <= self.cfg.max_bytes {
+            return Ok(());
+        }
+        let mut gap = GapTally::default();
+        while self.disk_bytes + need + GAP_RESERVE > self.cfg.max_bytes
+            && let Some(seg) = self.segments.pop_front()
+        {
+            if self.segments.is_empty() {
+                // It was the segment being written: the next record starts a new one.
+                self.active = None;
+            }
+            let from = seg.first.max(self.acked + 1);
+            let count = seg.end().saturating_sub(from);
+            if count > 0 {
+                let (mut recs, mut bytes) = (Vec::new(), 0);
+                // Read only for the time range: an unreadable segment still counts.
+                if let Err(e) = self.read_segment(&seg, usize::MAX, u64::MAX, &mut recs, &mut bytes)
+                {
+                    tracing::warn!(error = %e, "spool: dropping a segment that does not read back");
+                }
+                gap.add(from, seg.end() - 1, count, &recs);
+            }
+            let path = seg_path(&self.dir, seg.first);
+            fs::remove_file(&path).map_err(at(&path))?;
+            self.disk_bytes -= seg.size;
+            self.dropped_total += count;
+            tracing::warn!(segment = %path.display(), records = count, "spool: full, dropped oldest segment");
+        }
+        if let Some(fact) = gap.fact() {
+            self.write_record(&serde_json::to_vec(&fact)?)?;
+        }
+        Ok(())
+    }
+
+    /// Writes one record (no fsync), starting a new segment when needed.
+    fn write_record(&mut self, payload: &[u8]) -> Result<u64> {
+        let seq = self.next_seq;
+        let len = (HEADER + payload.len()) as u64;
+        let full = |s: &Segment| s.size > 0 && s.size + len > self.cfg.segment_bytes;
+        if self.active.is_none() || self.segments.back().is_none_or(full) {
+            if let Some(old) = self.active.take() {
+                let last = self.segments.back().map_or(0, |s| s.first);
+                old.sync_data().map_err(at(&seg_path(&self.dir, last)))?;
+            }
+            let path = seg_path(&self.dir, seq);
+            let file = OpenOptions::new()
+                .append(true)
+                .create_new(true)
+                .open(&path)
+                .map_err(at(&path))?;
+            sync_dir(&self.dir)?;
+            self.segments.push_back(Segment {
+                first: seq,
+                offsets: Vec::new(),
+                size: 0,
+            });
+            self.active = Some(file);
+        }
+        let (Some(file), Some(seg)) = (self.active.as_mut(), self.segments.back_mut()) else {
+            return Err(at(&self.dir)(io::Error::other("no segment to append to")));
+        };
+        let path = seg_path(&self.dir, seg.first);
+        if let Err(e) = file.write_all(&encode(seq, payload)) {
+            // A partial record must not be followed by more: cut it off and continue in a new segment.
+            let _ = file.set_len(seg.size);
+            self.active = None;
+            if seg.offsets.is_empty() {
+                let _ = fs::remove_file(&path);
+                self.segments.pop_back();
+            }
+            return Err(at(&path)(e));
+        }
+        seg.offsets.push(seg.size);
+        seg.size += len;
+        self.disk_bytes += len;
+        self.next_seq += 1;
+        Ok(seq)
+    }
+
+    /// Appends `seg`'s unacknowledged records to `out` within the limits; false once a limit stops it.
+    fn read_segment(
+        &self,
+        seg: &Segment,
+        max_records: usize,
+        max_bytes: u64,
+        out: &mut Vec<(u64, Vec<u8>)>,
+        bytes: &mut u64,
+    ) -> Result<bool> {
+        let start = seg.first.max(self.acked + 1);
+        if start >= seg.end() {
+            return Ok(true);
+        }
+        let path = seg_path(&self.dir, seg.first);
+        let mut file = BufReader::new(File::open(&path).map_err(at(&path))?);
+        let i0 = (start - seg.first) as usize;
+        file.seek(SeekFrom::Start(seg.offsets[i0]))
+            .map_err(at(&path))?;
+        for i in i0..seg.offsets.len() {
+            let seq = seg.first + i as u64;
+            let len = seg.offsets.get(i + 1).copied().unwrap_or(seg.size) - seg.offsets[i];
+            let payload_len = len - HEADER as u64;
+            if out.len() >= max_records || (!out.is_empty() && *bytes + payload_len > max_bytes) {
+                return Ok(false);
+            }
+            let mut buf = vec![0; len as usize];
+            file.read_exact(&mut buf).map_err(at(&path))?;
+            match decode(&buf) {
+                Some((s, p)) if s == seq && p.len() as u64 == payload_len => {
+                    out.push((seq, p.to_vec()))
+                }
+                _ => return Err(SpoolError::Corrupt { path, seq }),
+            }
+            *bytes += payload_len;
+        }
+        Ok(true)
+    }
+}
+
+fn read_ack(dir: &Path) -> Result<u64> {
+    let path = dir.join("ack");
+    match fs::read_to_string(&path) {
+        Ok(s) => Ok(s.trim().parse().unwrap_or_else(|_| {
+            // Resending is safe (the server deduplicates by event ID); refusing to start is not.
+            tracing::warn!(path = %path.display(), "spool: unreadable ack file, resending everything");
+            0
+        })),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(0),
+        Err(e) => Err(at(&path)(e)),
+    }
+}
+
+/// What the size cap dropped, for the gap fact.
+#[derive(Default)]
+struct GapTally {
+    seqs: Option<(u64, u64)>,
+    dropped: u64,
+    times: Option<(OffsetDateTime, OffsetDateTime)>,
+}
+
+impl GapTally {
+    fn add(&mut self, first: u64, last: u64, count: u64, records: &[(u64, Vec<u8>)]) {
+        self.seqs = Some(self.seqs.map_or((first, last), |(f, _)| (f, last)));
+        self.dropped += count;
+        for (_, payload) in records {
+            let Ok(fact) = serde_json::from_slice::<Fact>(payload) else {
+                continue;
+            };
+            let (from, to) = match fact.body {
+                // A dropped gap fact stands for the facts it counted: fold it into this one.
+                FactBody::Gap(g) => {
+                    self.dropped += g.dropped.saturating_sub(1);
+                    (g.from, g.to)
+                }
+                _ => (fact.observed_at, fact.observed_at),
+            };
+            self.times = Some(
+                self.times
+                    .map_or((from, to), |(f, t)| (f.min(from), t.max(to))),
+            );
+        }
+    }
+
+    fn fact(&self) -> Option<Fact> {
+        let (first, last) = self.seqs?;
+        let Some((from, to)) = self.times else {
+            tracing::warn!(
+                dropped = self.dropped,
+                "spool: dropped records without a readable time; no gap fact"
+            );
+            return None;
+        };
+        Some(Fact {
+            event_id: event_id("gap", &[&first.to_string(), &last.to_string()]),
+            observed_at: to,
+            body: FactBody::Gap(GapFact {
+                from,
+                to,
+                dropped: self.dropped,
+            }),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use gpuledger_core::wire::AllocationVanished;
+    use proptest::prelude::*;
+    use std::collections::HashMap;
+    use std::io::BufRead;
+    use std::process::{Command, Stdio};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use time::macros::datetime;
+
+    /// A scratch directory, removed on drop.
+    struct TempDir(PathBuf);
+
+    impl TempDir {
+        fn new(name: &str) -> Self {
+            static N: AtomicU64 = AtomicU64::new(0);
+            let n = N.fetch_add(1, Ordering::Relaxed);
+            let p = std::env::temp_dir()
+                .join(format!("gpuledger-spool-{}-{name}-{n}", std::process::id()));
+            let _ = fs::remove_dir_all(&p);
+            Self(p)
+        }
+    }
+
+    impl Drop for TempDir {
+        fn drop(&mut self) {
+            let _ = fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn fact(i: u64) -> Fact {
+        let t = datetime!(2026-11-01 00:00 UTC) + time::Duration::seconds(i as i64);
+        Fact {
+            event_id: event_id("vanished", &[&i.to_string()]),
+            observed_at: t,
+            body: FactBody::AllocationVanished(AllocationVanished {
+                allocation_id: format!("a{i}"),
+                last_seen_at: t,
+            }),
+        }
+    }
+
+    /// Fixed-size payloads: every record is 16 + 11 = 27 bytes.
+    fn rec(i: u64) -> Vec<u8> {
+        format!("record-{i:04}").into_bytes()
+    }
+
+    fn all(s: &Spool) -> Vec<(u64, Vec<u8>)> {
+        s.pending(usize::MAX, u64::MAX).unwrap()
+    }
+
+    fn seqs(s: &Spool) -> Vec<u64> {
+        all(s).into_iter().map(|(q, _)| q).collect()
+    }
+
+    fn seg_files(dir: &Path) -> Vec<PathBuf> {
+        let mut v: Vec<_> = fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|e| e == "seg"))
+            .collect();
+        v.sort();
+        v
+    }
+
+    const SMALL: SpoolConfig = SpoolConfig {
+        max_bytes: 1 << 20,
+        segment_bytes: 1024,
+    };
+
+    #[test]
+    fn round_trip_ack_and_reopen() {
+        let dir = TempDir::new("rt");
+        let facts: Vec<Fact> = (0..40).map(fact).collect();
+        let mut s = Spool::open(&dir.0, SMALL).unwrap();
+        for f in &facts[..10] {
+            s.append_fact(f).unwrap();
+        }
+        assert_eq!(
+            s.append_facts(&facts[10..]).unwrap(),
+            (11..=40).collect::<Vec<_>>()
+        );
+        drop(s);
+
+        let mut s = Spool::open(&dir.0, SMALL).unwrap();
+        assert_eq!(s.recovery(), &Recovery::default());
+        let got = s.pending_facts(usize::MAX, u64::MAX).unwrap();
+        assert_eq!(
+            got.iter().map(|(q, _)| *q).collect::<Vec<_>>(),
+            (1..=40).collect::<Vec<_>>()
+        );
+        assert_eq!(got.into_iter().map(|(_, f)| f).collect::<Vec<_>>(), facts);
+        assert_eq!(s.pending_count(), 40);
+        assert_eq!(s.pending(5, u64::MAX).unwrap().len(), 5);
+        assert_eq!(
+            s.pending(usize::MAX, 1).unwrap().len(),
+            1,
+            "one record even past the byte limit"
+        );
+        let files = seg_files(&dir.0).len();
+        assert!(files > 2, "{files} segments");
+
+        s.ack(20).unwrap();
+        s.ack(3).unwrap(); // lower: ignored
+        drop(s);
+        let mut s = Spool::open(&dir.0, SMALL).unwrap();
+        assert_eq!(s.acked(), 20);
+        assert_eq!(seqs(&s), (21..=40).collect::<Vec<_>>());
+        assert!(
+            seg_files(&dir.0).len() < files,
+            "acknowledged segments deleted"
+        );
+        assert!(s.pending_bytes() < s.disk_bytes() || seg_files(&dir.0).len() == 1);
+
+        s.ack(1000).unwrap(); // clamped to the last issued number
+        assert!(seg_files(&dir.0).is_empty());
+        assert_eq!(
+            (s.pending_count(), s.pending_bytes(), s.disk_bytes()),
+            (0, 0, 0)
+        );
+        drop(s);
+        let mut s = Spool::open(&dir.0, SMALL).unwrap();
+        assert_eq!(
+            s.append(b"next").unwrap(),
+            41,
+            "sequence numbers survive restarts"
+        );
+    }
+
+    /// Damages the last record of a 10-record segment; reopening keeps `kept` records and cuts `cut` bytes.
+    fn torn_tail(name: &str, damage: impl Fn(&mut Vec<u8>), kept: u64, cut: u64) {
+        let dir = TempDir::new(name);
+        let mut s = Spool::open(&dir.0, SMALL).unwrap();
+        s.append_batch(&(0..10).map(rec).collect::<Vec<_>>())
+            .unwrap();
+        drop(s);
+        let path = &seg_files(&dir.0)[0];
+        let mut data = fs::read(path).unwrap();
+        damage(&mut data);
+        fs::write(path, data).unwrap();
+
+        let mut s = Spool::open(&dir.0, SMALL).unwrap();
+        let want = Recovery {
+            truncated_bytes: cut,
+            corrupt_records: 0,
+        };
+        assert_eq!(s.recovery(), &want, "{name}");
+        let records: Vec<_> = (0..kept).map(|i| (i + 1, rec(i))).collect();
+        assert_eq!(all(&s), records, "{name}");
+        assert_eq!(s.append(b"after").unwrap(), kept + 1, "{name}");
+        drop(s);
+        let s = Spool::open(&dir.0, SMALL).unwrap();
+        assert_eq!(s.recovery(), &Recovery::default(), "{name}");
+        assert_eq!(
+            all(&s).last().unwrap(),
+            &(kept + 1, b"after".to_vec()),
+            "{name}"
+        );
+        assert_eq!(s.pending_count(), kept + 1, "{name}");
+    }
+
+    #[test]
+    fn torn_tail_is_cut_off_and_appending_resumes() {
+        torn_tail("truncated", |d| d.truncate(10 * 27 - 5), 9, 22);
+        torn_tail(
+            "garbage",
+            |d| d.extend_from_slice(b"garbage!garbage"),
+            10,
+            15,
+        );
+        torn_tail("flipped", |d| d[10 * 27 - 2] ^= 0x40, 9, 27);
+    }
+
+    #[test]
+    fn corrupt_record_in_an_older_segment_loses_only_the_rest_of_it() {
+        let dir = TempDir::new("mid");
+        let cfg = SpoolConfig {
+            max_bytes: 1 << 20,
+            segment_bytes: 3 * 27,
+        };
+        let mut s = Spool::open(&dir.0, cfg).unwrap();
+        for i in 0..12 {
+            s.append(&rec(i)).unwrap();
+        }
+        drop(s);
+        let files = seg_files(&dir.0);
+        assert_eq!(files.len(), 4);
+        let mut d = fs::read(&files[1]).unwrap(); // seqs 4, 5, 6
+        d[27 + HEADER + 3] ^= 1; // seq 5's payload
+        fs::write(&files[1], d).unwrap();
+
+        let s = Spool::open(&dir.0, cfg).unwrap();
+        assert_eq!(
+            s.recovery(),
+            &Recovery {
+                truncated_bytes: 2 * 27,
+                corrupt_records: 2
+            }
+        );
+        assert_eq!(seqs(&s), [1, 2, 3, 4, 7, 8, 9, 10, 11, 12]);
+        assert_eq!(all(&s)[4], (7, rec(6)));
+        assert_eq!(fs::metadata(&files[1]).unwrap().len(), 27);
+    }
+
+    #[test]
+    fn size_cap_drops_the_oldest_and_spools_a_gap() {
+        let dir = TempDir::new("cap");
+        let cfg = SpoolConfig {
+            max_bytes: 4096,
+            segment_bytes: 1024,
+        };
+        let facts: Vec<Fact> = (0..200).map(fact).collect();
+        let mut s = Spool::open(&dir.0, cfg).unwrap();
+        for f in &facts {
+            s.append_fact(f).unwrap();
+            assert!(s.disk_bytes() <= cfg.max_bytes, "{} bytes", s.disk_bytes());
+        }
+        let on_disk: u64 = seg_files(&dir.0)
+            .iter()
+            .map(|p| fs::metadata(p).unwrap().len())
+            .sum();
+        assert_eq!(on_disk, s.disk_bytes());
+        assert!(
+            on_disk > cfg.max_bytes / 2,
+            "{on_disk} bytes: the cap is used"
+        );
+        assert!(s.dropped_total() > 0);
+        drop(s);
+
+        let s = Spool::open(&dir.0, cfg).unwrap();
+        let pending = s.pending_facts(usize::MAX, u64::MAX).unwrap();
+        assert_eq!(pending.len() as u64, s.pending_count());
+        let (gaps, kept): (Vec<_>, Vec<_>) = pending
+            .into_iter()
+            .map(|(_, f)| f)
+            .partition(|f| f.body.kind() == "gap");
+        let first_kept = 200 - kept.len();
+        assert!(first_kept > 0);
+        assert_eq!(
+            kept,
+            facts[first_kept..],
+            "the newest facts survive, in order"
+        );
+        let gaps: Vec<GapFact> = gaps
+            .into_iter()
+            .map(|f| match f.body {
+                FactBody::Gap(g) => {
+                    assert!(f.event_id.starts_with("gap/"));
+                    assert_eq!(f.observed_at, g.to);
+                    g
+                }
+                _ => unreachable!(),
+            })
+            .collect();
+        assert_eq!(
+            gaps.iter().map(|g| g.dropped).sum::<u64>(),
+            first_kept as u64,
+            "every dropped fact counted once"
+        );
+        assert_eq!(
+            gaps.iter().map(|g| g.from).min().unwrap(),
+            facts[0].observed_at
+        );
+        assert_eq!(
+            gaps.iter().map(|g| g.to).max().unwrap(),
+            facts[first_kept - 1].observed_at
+        );
+    }
+
+    const CHILD_ENV: &str = "SPOOL_CHILD_DIR";
+    const CHILD_CFG: SpoolConfig = SpoolConfig {
+        max_bytes: 1 << 30,
+        segment_bytes: 8192,
+    };
+
+    fn child_payload(i: u64) -> Vec<u8> {
+        format!("record-{i}-{}", "x".repeat((i % 300) as usize)).into_bytes()
+    }
+
+    /// Writer for `survives_kill_9_mid_write`; does nothing unless that test runs it.
+    #[test]
+    fn child_writer() {
+        let Some(dir) = std::env::var_os(CHILD_ENV) else {
+            return;
+        };
+        let mut s = Spool::open(dir, CHILD_CFG).unwrap();
+        let mut out = io::stdout().lock();
+        for i in 0..1_000_000 {
+            let seq = s.append(&child_payload(i)).unwrap();
+            writeln!(out, "durable {seq} {i}").unwrap();
+            out.flush().unwrap();
+        }
+    }
+
+    #[test]
+    fn survives_kill_9_mid_write() {
+        let dir = TempDir::new("kill");
+        let mut child = Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "spool::tests::child_writer",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(CHILD_ENV, &dir.0)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        // Kept open until the kill, so the child is killed while writing, not by a closed pipe.
+        let mut lines = io::BufReader::new(child.stdout.take().unwrap()).lines();
+        let mut durable = Vec::new();
+        while durable.len() < 300
+            && let Some(line) = lines.next()
+        {
+            if let Some((_, rest)) = line.unwrap().split_once("durable ") {
+                let (seq, i) = rest.split_once(' ').unwrap();
+                durable.push((seq.parse::<u64>().unwrap(), i.parse::<u64>().unwrap()));
+            }
+        }
+        child.kill().unwrap(); // SIGKILL
+        child.wait().unwrap();
+        drop(lines);
+        assert_eq!(durable.len(), 300, "the child stopped early");
+
+        let mut s = Spool::open(&dir.0, CHILD_CFG).unwrap();
+        let got: HashMap<u64, Vec<u8>> = all(&s).into_iter().collect();
+        for (seq, i) in &durable {
+            assert_eq!(got.get(seq), Some(&child_payload(*i)), "seq {seq}");
+        }
+        let seq = s.append(b"after").unwrap();
+        assert!(seq > durable.last().unwrap().0);
+        drop(s);
+        let s = Spool::open(&dir.0, CHILD_CFG).unwrap();
+        assert_eq!(all(&s).last().unwrap(), &(seq, b"after".to_vec()));
+    }
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Append(Vec<Vec<u8>>),
+        Ack(u64),
+        Reopen,
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            4 => prop::collection::vec(prop::collection::vec(any::<u8>(), 0..40), 1..4).prop_map(Op::Append),
+            2 => (0u64..8).prop_map(Op::Ack),
+            1 => Just(Op::Reopen),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(32))]
+
+        /// Never loses an unacknowledged record, never returns an acknowledged one.
+        #[test]
+        fn append_ack_reopen_keeps_exactly_the_unacknowledged(ops in prop::collection::vec(op(), 1..30)) {
+            let dir = TempDir::new("prop");
+            let cfg = SpoolConfig { max_bytes: 1 << 20, segment_bytes: 128 };
+            let mut s = Spool::open(&dir.0, cfg).unwrap();
+            let (mut model, mut acked, mut issued) = (Vec::new(), 0, 0);
+            for op in ops {
+                match op {
+                    Op::Append(ps) => {
+                        let seqs = match &ps[..] {
+                            [one] => vec![s.append(one).unwrap()],
+                            _ => s.append_batch(&ps).unwrap(),
+                        };
+                        for (q, p) in seqs.into_iter().zip(ps) {
+                            prop_assert!(q > issued);
+                            issued = q;
+                            model.push((q, p));
+                        }
+                    }
+                    Op::Ack(k) => {
+                        s.ack(acked + k).unwrap();
+                        acked = (acked + k).min(issued).max(acked);
+                    }
+                    Op::Reopen => {
+                        drop(s);
+                        s = Spool::open(&dir.0, cfg).unwrap();
+                        prop_assert_eq!(s.recovery(), &Recovery::default());
+                    }
+                }
+                let want: Vec<_> = model.iter().filter(|(q, _)| *q > acked).cloned().collect();
+                prop_assert_eq!(s.pending_count(), want.len() as u64);
+                prop_assert_eq!(all(&s), want);
+            }
+        }
+    }
+}

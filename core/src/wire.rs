@@ -23,6 +23,10 @@ pub struct Batch {
     pub wire_version: u32,
     /// Who sent it (for logs and diagnostics; the cluster comes from the credential, never from here).
     pub agent: AgentInfo,
+    /// The cluster name the agent believes it speaks for; when present it must match the credential's
+    /// cluster (a mismatch is refused with 403 rather than written anywhere).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<String>,
     /// The facts, in any order.
     pub facts: Vec<Fact>,
 }

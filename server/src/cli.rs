@@ -6,6 +6,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::{
     app::{self, AppState, HttpOptions},
+    auth,
     db::{self, AppLogin, Database},
     demo,
     embedded::{self, EmbeddedPostgres},
@@ -53,6 +54,33 @@ pub enum Command {
     Demo(ServeArgs),
     /// Apply database migrations and exit.
     Migrate,
+    /// API tokens for machines (agents, Power BI, automation).
+    Token {
+        /// What to do with tokens.
+        #[command(subcommand)]
+        command: TokenCommand,
+    },
+}
+
+/// Token commands.
+#[derive(Debug, Subcommand)]
+pub enum TokenCommand {
+    /// Create a token and print it once on stdout (only its hash is stored).
+    Create(TokenCreateArgs),
+}
+
+/// Options of `token create`.
+#[derive(Debug, Clone, Args)]
+pub struct TokenCreateArgs {
+    /// Organization slug.
+    #[arg(long)]
+    pub org: String,
+    /// `admin`, `export`, or `agent:CLUSTER` (the cluster is registered if new).
+    #[arg(long)]
+    pub scope: String,
+    /// A label to recognise the token by.
+    #[arg(long, default_value = "")]
+    pub name: String,
 }
 
 /// Options of `serve` and `demo`.
@@ -181,6 +209,17 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                 Ok(())
             }
         },
+        Command::Token {
+            command: TokenCommand::Create(args),
+        } => {
+            let data_dir = cli.data_dir.clone().unwrap_or_else(default_data_dir);
+            let target = open(&cli, data_dir, 2).await?;
+            let result = create_token(&target.db, args).await;
+            target.shutdown().await?;
+            let token = result?;
+            println!("{token}");
+            Ok(())
+        }
         Command::Serve(args) => {
             let data_dir = cli.data_dir.clone().unwrap_or_else(default_data_dir);
             serve(&cli, args, data_dir, false).await
@@ -195,8 +234,52 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
     }
 }
 
+async fn create_token(db: &Database, args: &TokenCreateArgs) -> anyhow::Result<String> {
+    let org = db
+        .cross_org_directory()
+        .org_id_by_slug(&args.org)
+        .await?
+        .ok_or_else(|| anyhow::anyhow!("--org: no organization with slug {:?}", args.org))?;
+    let mut tx = db.begin_org(org).await?;
+    let scope = match args.scope.as_str() {
+        "admin" => auth::Scope::Admin,
+        "export" => auth::Scope::Export,
+        other => match other.strip_prefix("agent:") {
+            Some(cluster) if !cluster.trim().is_empty() => {
+                let (cluster, created) = auth::ensure_cluster(&mut tx, cluster.trim()).await?;
+                if created {
+                    eprintln!(
+                        "registered cluster {:?} ({cluster})",
+                        other.trim_start_matches("agent:")
+                    );
+                }
+                auth::Scope::Agent { cluster }
+            }
+            _ => anyhow::bail!("--scope: expected admin, export or agent:CLUSTER, got {other:?}"),
+        },
+    };
+    let (token_id, token) = auth::create_token(&mut tx, &scope, &args.name, "cli").await?;
+    tx.commit().await?;
+    eprintln!(
+        "created {} token {token_id} for organization {:?}; it is shown once:",
+        args.scope, args.org
+    );
+    Ok(token)
+}
+
 async fn serve(cli: &Cli, args: &ServeArgs, data_dir: PathBuf, demo: bool) -> anyhow::Result<()> {
     let target = open(cli, data_dir, args.db_max_connections).await?;
+    if target.embedded.as_ref().is_some_and(|pg| !pg.is_owner()) {
+        let pgdata = target
+            .embedded
+            .as_ref()
+            .map(|pg| pg.pgdata().display().to_string())
+            .unwrap_or_default();
+        target.shutdown().await?;
+        anyhow::bail!(
+            "another gpuledger-server is already serving from {pgdata}; stop it or choose another --data-dir"
+        );
+    }
     let result = async {
         let featured_org = if demo {
             let org = demo::seed(&target.db).await?;

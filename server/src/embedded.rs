@@ -218,7 +218,10 @@ pub struct EmbeddedPostgres {
     pgdata: PathBuf,
     port: u16,
     credentials: Credentials,
+    /// Whether we must stop the cluster when done (false when another server process runs it).
     running: bool,
+    /// Held while this process runs the cluster: other commands on the same data directory use it as guests.
+    lock: Option<fs::File>,
 }
 
 impl EmbeddedPostgres {
@@ -264,13 +267,33 @@ impl EmbeddedPostgres {
             credentials
         };
 
+        // Whoever holds `server.lock` runs the cluster; other commands on the same directory (e.g. `token create`
+        // while the demo runs) connect to it as guests and leave it running.
+        let lock_path = data_dir.join("server.lock");
+        let lock = fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&lock_path)
+            .map_err(io_err(&lock_path))?;
         let mut me = Self {
             programs,
             pgdata,
             port: 0,
             credentials,
             running: false,
+            lock: None,
         };
+        match lock.try_lock() {
+            Ok(()) => me.lock = Some(lock),
+            Err(fs::TryLockError::WouldBlock) => return me.join_running(),
+            Err(fs::TryLockError::Error(e)) => {
+                return Err(EmbeddedError::Io {
+                    path: lock_path.display().to_string(),
+                    source: e,
+                });
+            }
+        }
         // A server left running by a crashed predecessor would hold the directory: stop it first.
         let mut status = me.programs.command(&me.programs.pg_ctl);
         status.arg("status").arg("-D").arg(&me.pgdata);
@@ -375,6 +398,40 @@ impl EmbeddedPostgres {
         Ok(())
     }
 
+    /// Uses the cluster another process runs: waits for its `postmaster.pid` to name a port and say ready.
+    fn join_running(mut self) -> Result<Self, EmbeddedError> {
+        let pid_file = self.pgdata.join("postmaster.pid");
+        for _ in 0..120 {
+            if let Ok(text) = fs::read_to_string(&pid_file)
+                && let Some(port) = text
+                    .lines()
+                    .nth(3)
+                    .and_then(|l| l.trim().parse::<u16>().ok())
+                && text
+                    .lines()
+                    .nth(7)
+                    .is_some_and(|status| status.trim() == "ready")
+            {
+                self.port = port;
+                tracing::info!(
+                    port,
+                    "using the embedded PostgreSQL another gpuledger-server process runs"
+                );
+                return Ok(self);
+            }
+            std::thread::sleep(std::time::Duration::from_millis(500));
+        }
+        Err(EmbeddedError::Inconsistent(format!(
+            "another gpuledger-server holds {} but its PostgreSQL is not ready",
+            self.pgdata.display()
+        )))
+    }
+
+    /// Whether this process runs the cluster (false: a guest of another server process).
+    pub fn is_owner(&self) -> bool {
+        self.lock.is_some()
+    }
+
     /// URL of the cluster's superuser on `database`.
     pub fn superuser_url(&self, database: &str) -> String {
         format!(
@@ -414,6 +471,9 @@ impl EmbeddedPostgres {
 
     /// Stops the cluster (fast shutdown: open sessions are ended, committed data is safe).
     pub fn stop(mut self) -> Result<(), EmbeddedError> {
+        if !self.running {
+            return Ok(());
+        }
         self.running = false;
         let result = self.pg_stop();
         if result.is_ok() {

@@ -21,7 +21,7 @@ async fn every_org_table_is_isolated_and_keyed_by_org() {
                   WHERE i.indrelid = c.oid AND i.indisprimary),
                 pg_get_userbyid(c.relowner)::text
            FROM pg_class c
-          WHERE c.relnamespace = 'public'::regnamespace AND c.relkind IN ('r', 'p')
+          WHERE c.relnamespace = 'public'::regnamespace AND c.relkind IN ('r', 'p') AND NOT c.relispartition
             AND EXISTS (SELECT 1 FROM pg_attribute a WHERE a.attrelid = c.oid AND a.attname = 'org_id'
                         AND NOT a.attisdropped)
           ORDER BY 1",
@@ -73,7 +73,7 @@ async fn every_org_table_is_isolated_and_keyed_by_org() {
     // No table outside the allowlist escapes org_id.
     let untenanted: Vec<String> = sqlx::query_scalar(
         "SELECT c.relname::text FROM pg_class c
-          WHERE c.relnamespace = 'public'::regnamespace AND c.relkind IN ('r', 'p')
+          WHERE c.relnamespace = 'public'::regnamespace AND c.relkind IN ('r', 'p') AND NOT c.relispartition
             AND NOT EXISTS (SELECT 1 FROM pg_attribute a WHERE a.attrelid = c.oid AND a.attname = 'org_id')",
     )
     .fetch_all(&admin)

@@ -71,11 +71,11 @@ async fn seed(db: &Database, slug: &str) -> OrgId {
             vec![o, cluster],
         ),
         (
-            "INSERT INTO allocation_events (org_id, cluster_id, event_id, kind, occurred_at, payload) VALUES ($1, $2, 'pod-start-1', 'pod_started', now(), '{}')",
+            "INSERT INTO allocation_events (org_id, cluster_id, event_id, kind, subject, occurred_at, payload) VALUES ($1, $2, 'pod-start-1', 'allocation_started', 'alloc-1', now(), '{}')",
             vec![o, cluster],
         ),
         (
-            "INSERT INTO allocation_intervals (org_id, allocation_id, cluster_id, namespace_uid, sharing_mode, fraction_num, fraction_den, started_at, confidence) VALUES ($1, 'alloc-1', $2, $3, 'exclusive', 1, 1, now(), 'exact')",
+            "INSERT INTO allocation_intervals (org_id, cluster_id, allocation_id, holder_kind, holder_uid, holder_name, namespace, namespace_uid, resource, units, sharing_mode, fraction_num, fraction_den, started_at, confidence) VALUES ($1, $2, 'alloc-1', 'pod', $3, 'p', 'ml', $3, 'nvidia.com/gpu', 1, 'exclusive', 1, 1, now(), 'exact')",
             vec![o, cluster, ns],
         ),
         (
@@ -89,6 +89,22 @@ async fn seed(db: &Database, slug: &str) -> OrgId {
         (
             "INSERT INTO api_tokens (org_id, token_id, scope, secret_sha256, created_by) VALUES ($1, $2, 'export', sha256($2::text::bytea), 'test')",
             vec![o, Uuid::new_v4()],
+        ),
+        (
+            "INSERT INTO devices (org_id, cluster_id, gpu_uuid, valid_from, node, model) VALUES ($1, $2, 'GPU-1', '2026-01-01Z', 'n1', 'NVIDIA H100 80GB HBM3')",
+            vec![o, cluster],
+        ),
+        (
+            "INSERT INTO nodes (org_id, cluster_id, name, valid_from, node_uid) VALUES ($1, $2, 'n1', '2026-01-01Z', $3)",
+            vec![o, cluster, ns],
+        ),
+        (
+            "INSERT INTO telemetry_rollups (org_id, cluster_id, gpu_uuid, window_start, window_end, node, samples) VALUES ($1, $2, 'GPU-1', '2026-01-01 10:00Z', '2026-01-01 10:01Z', 'n1', 6)",
+            vec![o, cluster],
+        ),
+        (
+            "INSERT INTO data_quality_findings (org_id, cluster_id, finding_id, kind, subject) VALUES ($1, $2, 'f1', 'agent_gap', 'spool')",
+            vec![o, cluster],
         ),
         (
             "INSERT INTO audit_log (org_id, audit_id, actor, action) VALUES ($1, $2, 'test', 'seed')",
@@ -112,7 +128,7 @@ async fn seed(db: &Database, slug: &str) -> OrgId {
 async fn tenant_tables(admin: &sqlx::PgPool) -> Vec<String> {
     sqlx::query_scalar(
         "SELECT c.relname::text FROM pg_class c
-          WHERE c.relnamespace = 'public'::regnamespace AND c.relkind IN ('r', 'p')
+          WHERE c.relnamespace = 'public'::regnamespace AND c.relkind IN ('r', 'p') AND NOT c.relispartition
             AND EXISTS (SELECT 1 FROM pg_attribute a WHERE a.attrelid = c.oid AND a.attname = 'org_id')
           ORDER BY 1",
     )
@@ -352,6 +368,29 @@ async fn append_only_tables_refuse_changes_even_within_the_organization() {
                 "{statement}: {err}"
             );
         }
+    }
+}
+
+#[tokio::test]
+async fn partitions_are_reachable_only_through_their_isolated_parent() {
+    let (test_db, db) = common::migrated().await;
+    let admin = common::admin_pool(&test_db).await;
+    seed(&db, "org-a").await;
+    let partitions: Vec<String> = sqlx::query_scalar(
+        "SELECT c.relname::text FROM pg_class c
+          WHERE c.relispartition AND c.relkind = 'r' AND c.relnamespace = 'public'::regnamespace",
+    )
+    .fetch_all(&admin)
+    .await
+    .unwrap();
+    assert!(!partitions.is_empty());
+    let app = common::app_pool(&test_db, 1).await;
+    for p in partitions {
+        let err = sqlx::query(&format!("SELECT * FROM {p}"))
+            .execute(&app)
+            .await
+            .expect_err(&p);
+        assert_eq!(sqlstate(&err).as_deref(), Some("42501"), "{p}: {err}");
     }
 }
 

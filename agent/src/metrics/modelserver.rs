@@ -1,0 +1,371 @@
+//! Model-server scrapes (vLLM, Triton) → per-model [`ModelServerSnapshot`]s: productive work.
+//!
+//! There is no wire type for productive work yet; a snapshot is a plain serde struct that `inspect` prints as JSON.
+//! Values are cumulative as the server reports them (counters since its start; gauges now); rates are the caller's
+//! business. Series are summed over the labels a snapshot does not keep (vLLM `engine`, Triton `version`, failure
+//! `reason`), so a data-parallel vLLM or a multi-version Triton model is one snapshot.
+//!
+//! vLLM (`vllm:` prefix, label `model_name`), as in the V1-engine fixture and the older V0 names that are the same:
+//! `prompt_tokens_total` → input tokens, `generation_tokens_total` → output tokens, `request_success_total` by
+//! `finished_reason` (`stop`, `length`, `repetition`, absent → ok; `abort`, `error` → failed), `num_requests_running`,
+//! `num_requests_waiting`, the `time_to_first_token_seconds` histogram and the `request_queue_time_seconds`
+//! histogram's sum and count. The V0-only throughput gauges (`avg_prompt_throughput_toks_per_s`,
+//! `avg_generation_throughput_toks_per_s`) are rates over an unknown interval, not counts, and are ignored: V0 also
+//! exports the token counters.
+//!
+//! Triton (label `model`): `nv_inference_request_success` / `nv_inference_request_failure`, `nv_inference_count`
+//! (inferences, batch items included), `nv_inference_pending_request_count` → waiting, the
+//! `nv_inference_first_response_histogram_ms` histogram (bucket rows may lack the `_bucket` suffix, as in Triton's
+//! docs), queue time from the `nv_inference_queue_summary_us` summary's sum and count, else the
+//! `nv_inference_queue_duration_us` counter (a sum without a count). Triton has no token counters.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::prom::Sample;
+
+/// Which model server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Server {
+    /// vLLM.
+    Vllm,
+    /// NVIDIA Triton Inference Server.
+    Triton,
+}
+
+/// A latency histogram, in seconds.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Histogram {
+    /// `(le, cumulative count)` in increasing `le`; the `+Inf` bucket is left out (its count is `count`), so the JSON
+    /// has no infinity in it.
+    pub buckets: Vec<(f64, f64)>,
+    /// Sum of all observations, seconds.
+    pub sum: Option<f64>,
+    /// Number of observations.
+    pub count: Option<f64>,
+}
+
+/// Accumulated durations, in seconds.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct DurationTotals {
+    /// Total time, seconds.
+    pub sum: f64,
+    /// Number of requests it covers, when the server says.
+    pub count: Option<f64>,
+}
+
+/// One model's productive-work figures from one scrape.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ModelServerSnapshot {
+    /// vLLM or Triton.
+    pub server: Server,
+    /// Model name (`model_name` for vLLM, `model` for Triton).
+    pub model: String,
+    /// Prompt tokens processed (counter).
+    pub input_tokens: Option<f64>,
+    /// Tokens generated (counter).
+    pub output_tokens: Option<f64>,
+    /// Requests finished successfully (counter).
+    pub requests_ok: Option<f64>,
+    /// Requests failed or aborted (counter).
+    pub requests_failed: Option<f64>,
+    /// Inferences executed, batch items counted (Triton `nv_inference_count`).
+    pub inferences: Option<f64>,
+    /// Requests running now (gauge).
+    pub running: Option<f64>,
+    /// Requests waiting now (gauge).
+    pub waiting: Option<f64>,
+    /// Time to first token (vLLM) or first response (Triton).
+    pub ttft: Option<Histogram>,
+    /// Time requests spent queued.
+    pub queue_time: Option<DurationTotals>,
+}
+
+#[derive(Debug, Default)]
+struct Building {
+    input_tokens: Option<f64>,
+    output_tokens: Option<f64>,
+    requests_ok: Option<f64>,
+    requests_failed: Option<f64>,
+    inferences: Option<f64>,
+    running: Option<f64>,
+    waiting: Option<f64>,
+    ttft_buckets: Vec<(f64, f64)>,
+    ttft_inf: Option<f64>,
+    ttft_sum: Option<f64>,
+    ttft_count: Option<f64>,
+    queue_sum: Option<f64>,
+    queue_count: Option<f64>,
+    /// Triton's plain queue counter, used when there is no summary.
+    queue_counter: Option<f64>,
+}
+
+fn add(slot: &mut Option<f64>, v: f64) {
+    if v.is_finite() {
+        *slot = Some(slot.unwrap_or(0.0) + v);
+    }
+}
+
+impl Building {
+    /// A histogram bucket; `scale` converts `le` to seconds.
+    fn bucket(&mut self, s: &Sample, scale: f64) {
+        let Some(le) = s
+            .labels
+            .get("le")
+            .and_then(|le| le.trim().parse::<f64>().ok())
+        else {
+            return;
+        };
+        if le == f64::INFINITY {
+            add(&mut self.ttft_inf, s.value);
+        } else if le.is_finite() && s.value.is_finite() {
+            let le = le * scale;
+            match self.ttft_buckets.iter_mut().find(|(b, _)| *b == le) {
+                Some((_, count)) => *count += s.value,
+                None => self.ttft_buckets.push((le, s.value)),
+            }
+        }
+    }
+
+    fn finish(mut self, server: Server, model: String) -> ModelServerSnapshot {
+        self.ttft_buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let ttft = (!self.ttft_buckets.is_empty()
+            || self.ttft_inf.is_some()
+            || self.ttft_sum.is_some()
+            || self.ttft_count.is_some())
+        .then(|| Histogram {
+            buckets: self.ttft_buckets,
+            sum: self.ttft_sum,
+            count: self.ttft_count.or(self.ttft_inf),
+        });
+        let queue_time = match (self.queue_sum, self.queue_counter) {
+            (Some(sum), _) => Some(DurationTotals {
+                sum,
+                count: self.queue_count,
+            }),
+            (None, Some(sum)) => Some(DurationTotals { sum, count: None }),
+            (None, None) => None,
+        };
+        ModelServerSnapshot {
+            server,
+            model,
+            input_tokens: self.input_tokens,
+            output_tokens: self.output_tokens,
+            requests_ok: self.requests_ok,
+            requests_failed: self.requests_failed,
+            inferences: self.inferences,
+            running: self.running,
+            waiting: self.waiting,
+            ttft,
+            queue_time,
+        }
+    }
+}
+
+fn vllm(series: &str, s: &Sample, b: &mut Building) {
+    let v = s.value;
+    match series {
+        "prompt_tokens_total" => add(&mut b.input_tokens, v),
+        "generation_tokens_total" => add(&mut b.output_tokens, v),
+        "request_success_total" => match s.label("finished_reason") {
+            Some("abort" | "error") => add(&mut b.requests_failed, v),
+            _ => add(&mut b.requests_ok, v),
+        },
+        "num_requests_running" => add(&mut b.running, v),
+        "num_requests_waiting" => add(&mut b.waiting, v),
+        "time_to_first_token_seconds_bucket" => b.bucket(s, 1.0),
+        "time_to_first_token_seconds_sum" => add(&mut b.ttft_sum, v),
+        "time_to_first_token_seconds_count" => add(&mut b.ttft_count, v),
+        "request_queue_time_seconds_sum" => add(&mut b.queue_sum, v),
+        "request_queue_time_seconds_count" => add(&mut b.queue_count, v),
+        _ => {}
+    }
+}
+
+fn triton(series: &str, s: &Sample, b: &mut Building) {
+    let v = s.value;
+    match series {
+        "nv_inference_request_success" => add(&mut b.requests_ok, v),
+        "nv_inference_request_failure" => add(&mut b.requests_failed, v),
+        "nv_inference_count" => add(&mut b.inferences, v),
+        "nv_inference_pending_request_count" => add(&mut b.waiting, v),
+        "nv_inference_queue_duration_us" => add(&mut b.queue_counter, v / 1e6),
+        "nv_inference_queue_summary_us_sum" => add(&mut b.queue_sum, v / 1e6),
+        "nv_inference_queue_summary_us_count" => add(&mut b.queue_count, v),
+        "nv_inference_first_response_histogram_ms"
+        | "nv_inference_first_response_histogram_ms_bucket" => {
+            b.bucket(s, 1e-3);
+        }
+        "nv_inference_first_response_histogram_ms_sum" => add(&mut b.ttft_sum, v / 1e3),
+        "nv_inference_first_response_histogram_ms_count" => add(&mut b.ttft_count, v),
+        _ => {}
+    }
+}
+
+/// One snapshot per (server, model) found in a scrape, sorted by server then model. Samples of neither server, or
+/// without a model label, are skipped.
+pub fn snapshots(samples: &[Sample]) -> Vec<ModelServerSnapshot> {
+    let mut found: BTreeMap<(Server, &str), Building> = BTreeMap::new();
+    for s in samples {
+        if let Some(series) = s.name.strip_prefix("vllm:") {
+            if let Some(model) = s.label("model_name") {
+                vllm(series, s, found.entry((Server::Vllm, model)).or_default());
+            }
+        } else if s.name.starts_with("nv_")
+            && let Some(model) = s.label("model")
+        {
+            triton(
+                &s.name,
+                s,
+                found.entry((Server::Triton, model)).or_default(),
+            );
+        }
+    }
+    found
+        .into_iter()
+        .map(|((server, model), b)| b.finish(server, model.to_owned()))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use crate::metrics::{fixtures, prom};
+
+    fn snaps(text: &str) -> Vec<ModelServerSnapshot> {
+        snapshots(&prom::parse(text).unwrap().samples)
+    }
+
+    #[test]
+    fn vllm_v1_fixture() {
+        let s = snaps(&fixtures::read(
+            "modelserver",
+            "vllm_v1_qwen2.5-0.5b_kops.txt",
+        ));
+        assert_eq!(s.len(), 1);
+        let s = &s[0];
+        assert_eq!(
+            (s.server, s.model.as_str()),
+            (Server::Vllm, "Qwen/Qwen2.5-0.5B-Instruct")
+        );
+        assert_eq!((s.input_tokens, s.output_tokens), (Some(0.0), Some(0.0)));
+        assert_eq!((s.requests_ok, s.requests_failed), (Some(0.0), Some(0.0)));
+        assert_eq!(
+            (s.running, s.waiting, s.inferences),
+            (Some(0.0), Some(0.0), None)
+        );
+        let ttft = s.ttft.as_ref().unwrap();
+        assert_eq!(ttft.buckets.len(), 22);
+        assert_eq!(ttft.buckets[0], (0.001, 0.0));
+        assert_eq!(ttft.buckets[21], (2560.0, 0.0));
+        assert_eq!((ttft.sum, ttft.count), (Some(0.0), Some(0.0)));
+        assert_eq!(
+            s.queue_time,
+            Some(DurationTotals {
+                sum: 0.0,
+                count: Some(0.0)
+            })
+        );
+    }
+
+    #[test]
+    fn vllm_counts_sum_over_engines_and_split_finish_reasons() {
+        let m = r#"model_name="m""#;
+        let text = format!(
+            "vllm:prompt_tokens_total{{engine=\"0\",{m}}} 100\n\
+             vllm:prompt_tokens_total{{engine=\"1\",{m}}} 50\n\
+             vllm:generation_tokens_total{{engine=\"0\",{m}}} 7e3\n\
+             vllm:request_success_total{{finished_reason=\"stop\",{m}}} 3\n\
+             vllm:request_success_total{{finished_reason=\"length\",{m}}} 2\n\
+             vllm:request_success_total{{finished_reason=\"abort\",{m}}} 1\n\
+             vllm:num_requests_running{{engine=\"0\",{m}}} 4\n\
+             vllm:num_requests_running{{engine=\"1\",{m}}} 1\n\
+             vllm:time_to_first_token_seconds_bucket{{engine=\"0\",le=\"0.5\",{m}}} 2\n\
+             vllm:time_to_first_token_seconds_bucket{{engine=\"1\",le=\"0.5\",{m}}} 1\n\
+             vllm:time_to_first_token_seconds_bucket{{engine=\"0\",le=\"0.1\",{m}}} 1\n\
+             vllm:time_to_first_token_seconds_bucket{{engine=\"0\",le=\"+Inf\",{m}}} 5\n\
+             vllm:avg_prompt_throughput_toks_per_s{{{m}}} 12.5\n\
+             vllm:num_requests_waiting{{model_name=\"other\"}} 9\n"
+        );
+        let s = snaps(&text);
+        assert_eq!(s.len(), 2);
+        let m = &s[0];
+        assert_eq!(
+            (m.input_tokens, m.output_tokens),
+            (Some(150.0), Some(7000.0))
+        );
+        assert_eq!((m.requests_ok, m.requests_failed), (Some(5.0), Some(1.0)));
+        assert_eq!((m.running, m.waiting), (Some(5.0), None));
+        let ttft = m.ttft.as_ref().unwrap();
+        assert_eq!(ttft.buckets, [(0.1, 1.0), (0.5, 3.0)]);
+        assert_eq!(
+            ttft.count,
+            Some(5.0),
+            "from the +Inf bucket when there is no _count"
+        );
+        assert_eq!((s[1].model.as_str(), s[1].waiting), ("other", Some(9.0)));
+    }
+
+    #[test]
+    fn triton_first_response_histogram_without_bucket_suffix() {
+        let s = snaps(&fixtures::read(
+            "modelserver",
+            "triton_docs_first_response_histogram.txt",
+        ));
+        assert_eq!(s.len(), 1);
+        assert_eq!(
+            (s[0].server, s[0].model.as_str()),
+            (Server::Triton, "my_model")
+        );
+        let ttft = s[0].ttft.as_ref().unwrap();
+        assert_eq!(
+            ttft.buckets,
+            [(0.1, 8.0), (0.5, 30.0), (2.0, 36.0), (5.0, 37.0)]
+        );
+        assert_eq!(ttft.count, Some(37.0));
+        assert!((ttft.sum.unwrap() - 10.771).abs() < 1e-12);
+        let json = serde_json::to_value(&s[0]).unwrap();
+        assert_eq!(json["server"], "triton");
+        assert_eq!(json["ttft"]["buckets"][0], serde_json::json!([0.1, 8.0]));
+    }
+
+    #[test]
+    fn triton_queue_summary_and_counters() {
+        let s = snaps(&fixtures::read(
+            "modelserver",
+            "triton_docs_queue_summary.txt",
+        ));
+        assert_eq!(s.len(), 1);
+        let q = s[0].queue_time.as_ref().unwrap();
+        assert!((q.sum - 0.01111).abs() < 1e-12, "{q:?}");
+        assert_eq!(q.count, Some(161.0));
+
+        let s = snaps(
+            "nv_inference_request_success{model=\"r\",version=\"1\"} 10\n\
+             nv_inference_request_success{model=\"r\",version=\"2\"} 5\n\
+             nv_inference_request_failure{model=\"r\",reason=\"REJECTED\",version=\"1\"} 2\n\
+             nv_inference_count{model=\"r\",version=\"1\"} 64\n\
+             nv_inference_queue_duration_us{model=\"r\",version=\"1\"} 2500000\n\
+             nv_inference_pending_request_count{model=\"r\",version=\"1\"} 3\n",
+        );
+        let r = &s[0];
+        assert_eq!(
+            (r.requests_ok, r.requests_failed, r.inferences, r.waiting),
+            (Some(15.0), Some(2.0), Some(64.0), Some(3.0))
+        );
+        assert_eq!(
+            r.queue_time,
+            Some(DurationTotals {
+                sum: 2.5,
+                count: None
+            })
+        );
+        assert_eq!(
+            (r.input_tokens, r.running, r.ttft.as_ref()),
+            (None, None, None)
+        );
+    }
+}

@@ -1,0 +1,1024 @@
+//! Ingest: agents post batches of facts; the server stores them idempotently and maintains the derived state
+//! (allocation intervals with their resolved fractions, namespace ownership history, node and device history,
+//! telemetry rollups, data-quality findings). The answer is sent only after the transaction commits.
+//!
+//! Order independence: every fact is stored under its deterministic event ID (`ON CONFLICT DO NOTHING`), and an
+//! allocation's interval is recomputed from *all* stored facts about that allocation, so the same facts in any
+//! order, any number of times, give the same state.
+
+use std::{
+    collections::{BTreeMap, BTreeSet, HashMap},
+    io::Read,
+};
+
+use axum::{
+    Json, Router,
+    body::Bytes,
+    extract::State,
+    http::{HeaderMap, header},
+    routing::post,
+};
+use gpuledger_core::{
+    confidence::Confidence,
+    fraction::Fraction,
+    ids::{ClusterId, OrgId},
+    interval::Validity,
+    sharing::{Inventory, ProfileFraction, ProfileKind, SharingMode, resolve_fraction},
+    wire::{
+        AllocationStart, Batch, BatchAck, Fact, FactBody, FlaggedFact, MAX_FACTS_PER_BATCH,
+        TelemetryRollup, WIRE_VERSION,
+    },
+};
+use serde_json::json;
+use time::{Duration, OffsetDateTime};
+use uuid::Uuid;
+
+use crate::{
+    app::AppState,
+    auth::{self, Scope},
+    db::{DbError, OrgTx},
+    error::AppError,
+};
+
+/// Largest accepted batch after decompression.
+pub const MAX_DECODED_BYTES: u64 = 64 * 1024 * 1024;
+
+/// How far in the future a timestamp may be (clock skew between agent and server).
+const MAX_FUTURE_SKEW: Duration = Duration::minutes(10);
+
+/// `POST /api/v1/ingest/batches`.
+pub fn router() -> Router<AppState> {
+    Router::new().route("/api/v1/ingest/batches", post(post_batch))
+}
+
+async fn post_batch(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Json<BatchAck>, AppError> {
+    let principal = auth::authenticate(&state.db, &headers).await?;
+    let Scope::Agent { cluster } = principal.scope else {
+        return Err(AppError::Forbidden(
+            "only agent tokens may send facts".into(),
+        ));
+    };
+    let batch = decode(&headers, &body)?;
+    validate(&batch, OffsetDateTime::now_utc())?;
+    let mut tx = state.db.begin_org(principal.org).await?;
+    if let Some(claimed) = &batch.cluster {
+        let name: Option<String> =
+            sqlx::query_scalar("SELECT name FROM clusters WHERE cluster_id = $1")
+                .bind(cluster.as_uuid())
+                .fetch_optional(tx.conn())
+                .await?;
+        if name.as_deref() != Some(claimed.as_str()) {
+            return Err(AppError::Forbidden(format!(
+                "this credential belongs to cluster {:?}, not {claimed:?}",
+                name.unwrap_or_default()
+            )));
+        }
+    }
+    let ack = store(&mut tx, principal.org, cluster, &batch.facts).await?;
+    tx.commit().await?;
+    Ok(Json(ack))
+}
+
+/// Decompresses (gzip) and parses a batch; errors name the offending field.
+pub fn decode(headers: &HeaderMap, body: &[u8]) -> Result<Batch, AppError> {
+    let encoding = headers
+        .get(header::CONTENT_ENCODING)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("identity");
+    let json: Vec<u8> = match encoding {
+        "gzip" => {
+            let mut out = Vec::new();
+            flate2::read::GzDecoder::new(body)
+                .take(MAX_DECODED_BYTES + 1)
+                .read_to_end(&mut out)
+                .map_err(|e| AppError::invalid("body", format!("not valid gzip: {e}")))?;
+            if out.len() as u64 > MAX_DECODED_BYTES {
+                return Err(AppError::PayloadTooLarge);
+            }
+            out
+        }
+        "identity" => body.to_vec(),
+        other => {
+            return Err(AppError::invalid(
+                "content-encoding",
+                format!("unsupported encoding {other:?}"),
+            ));
+        }
+    };
+    // Two steps, so errors name the exact field: the envelope first, then each fact by its kind (a flattened,
+    // internally tagged enum would lose the path inside a fact).
+    let raw: RawBatch = parse_at("", &mut serde_json::Deserializer::from_slice(&json))?;
+    let mut facts = Vec::with_capacity(raw.facts.len());
+    for (i, mut value) in raw.facts.into_iter().enumerate() {
+        let at = format!("facts[{i}]");
+        let obj = value
+            .as_object_mut()
+            .ok_or_else(|| AppError::invalid(at.clone(), "must be an object"))?;
+        let event_id: String = take(obj, &at, "event_id")?;
+        let observed_at: TimeField = take(obj, &at, "observed_at")?;
+        let kind: String = take(obj, &at, "kind")?;
+        let body = match kind.as_str() {
+            "allocation_started" => FactBody::AllocationStarted(parse_at(&at, value)?),
+            "allocation_ended" => FactBody::AllocationEnded(parse_at(&at, value)?),
+            "allocation_vanished" => FactBody::AllocationVanished(parse_at(&at, value)?),
+            "namespace_observed" => FactBody::NamespaceObserved(parse_at(&at, value)?),
+            "node_observed" => FactBody::NodeObserved(parse_at(&at, value)?),
+            "device_observed" => FactBody::DeviceObserved(parse_at(&at, value)?),
+            "device_assigned" => FactBody::DeviceAssigned(parse_at(&at, value)?),
+            "telemetry" => FactBody::Telemetry(parse_at(&at, value)?),
+            "gap" => FactBody::Gap(parse_at(&at, value)?),
+            other => {
+                return Err(AppError::invalid(
+                    format!("{at}.kind"),
+                    format!("unknown kind {other:?}"),
+                ));
+            }
+        };
+        facts.push(Fact {
+            event_id,
+            observed_at: observed_at.0,
+            body,
+        });
+    }
+    Ok(Batch {
+        wire_version: raw.wire_version,
+        agent: raw.agent,
+        cluster: raw.cluster,
+        facts,
+    })
+}
+
+#[derive(serde::Deserialize)]
+struct RawBatch {
+    wire_version: u32,
+    agent: gpuledger_core::wire::AgentInfo,
+    #[serde(default)]
+    cluster: Option<String>,
+    facts: Vec<serde_json::Value>,
+}
+
+#[derive(serde::Deserialize)]
+struct TimeField(#[serde(with = "time::serde::rfc3339")] OffsetDateTime);
+
+/// Deserializes `de`, reporting errors at `prefix` + the path inside.
+fn parse_at<'de, T: serde::Deserialize<'de>, D: serde::Deserializer<'de>>(
+    prefix: &str,
+    de: D,
+) -> Result<T, AppError>
+where
+    D::Error: std::fmt::Display,
+{
+    serde_path_to_error::deserialize(de).map_err(|e| {
+        let inner = e.path().to_string();
+        let field = match (prefix.is_empty(), inner.as_str()) {
+            (true, ".") => "body".to_string(),
+            (true, _) => inner,
+            (false, ".") => prefix.to_string(),
+            (false, _) => format!("{prefix}.{inner}"),
+        };
+        AppError::invalid(field, e.into_inner().to_string())
+    })
+}
+
+fn take<T: serde::de::DeserializeOwned>(
+    obj: &mut serde_json::Map<String, serde_json::Value>,
+    at: &str,
+    key: &str,
+) -> Result<T, AppError> {
+    let value = obj
+        .remove(key)
+        .ok_or_else(|| AppError::invalid(format!("{at}.{key}"), "missing"))?;
+    serde_json::from_value(value)
+        .map_err(|e| AppError::invalid(format!("{at}.{key}"), e.to_string()))
+}
+
+/// Checks what serde cannot: versions, sizes, time order, times from the future.
+pub fn validate(batch: &Batch, now: OffsetDateTime) -> Result<(), AppError> {
+    if batch.wire_version != WIRE_VERSION {
+        return Err(AppError::invalid(
+            "wire_version",
+            format!(
+                "this server speaks version {WIRE_VERSION}, got {}",
+                batch.wire_version
+            ),
+        ));
+    }
+    if batch.facts.len() > MAX_FACTS_PER_BATCH {
+        return Err(AppError::invalid(
+            "facts",
+            format!(
+                "{} facts; at most {MAX_FACTS_PER_BATCH} per batch",
+                batch.facts.len()
+            ),
+        ));
+    }
+    let latest = now + MAX_FUTURE_SKEW;
+    for (i, fact) in batch.facts.iter().enumerate() {
+        let field = |name: &str| format!("facts[{i}].{name}");
+        let future = |name: &str, t: OffsetDateTime| -> Result<(), AppError> {
+            if t > latest {
+                return Err(AppError::invalid(
+                    field(name),
+                    format!("{t} is in the future (server time {now})"),
+                ));
+            }
+            Ok(())
+        };
+        if fact.event_id.trim().is_empty() || fact.event_id.len() > 300 {
+            return Err(AppError::invalid(
+                field("event_id"),
+                "must be 1 to 300 characters",
+            ));
+        }
+        future("observed_at", fact.observed_at)?;
+        match &fact.body {
+            FactBody::AllocationStarted(s) => {
+                future("started_at", s.started_at)?;
+                if s.units == 0 {
+                    return Err(AppError::invalid(field("units"), "must be at least 1"));
+                }
+                if s.allocation_id.is_empty() || s.allocation_id.len() > 300 {
+                    return Err(AppError::invalid(
+                        field("allocation_id"),
+                        "must be 1 to 300 characters",
+                    ));
+                }
+                if let SharingMode::TimeSlice { replicas: 0 } = s.mode {
+                    return Err(AppError::invalid(
+                        field("mode.replicas"),
+                        "must be at least 1",
+                    ));
+                }
+            }
+            FactBody::AllocationEnded(e) => future("ended_at", e.ended_at)?,
+            FactBody::AllocationVanished(v) => future("last_seen_at", v.last_seen_at)?,
+            FactBody::NamespaceObserved(n) => {
+                future("labels_since", n.labels_since)?;
+                if let Some(d) = n.deleted_at
+                    && d < n.created_at
+                {
+                    return Err(AppError::invalid(
+                        field("deleted_at"),
+                        "is before created_at",
+                    ));
+                }
+            }
+            FactBody::Telemetry(t) => {
+                if t.window_end <= t.window_start {
+                    return Err(AppError::invalid(
+                        field("window_end"),
+                        "must be after window_start",
+                    ));
+                }
+                future("window_end", t.window_end)?;
+            }
+            FactBody::Gap(g) => {
+                if g.to < g.from {
+                    return Err(AppError::invalid(field("to"), "is before from"));
+                }
+            }
+            FactBody::NodeObserved(_)
+            | FactBody::DeviceObserved(_)
+            | FactBody::DeviceAssigned(_) => {}
+        }
+    }
+    // An end before its start inside one batch is refused up front (across batches it is flagged on store).
+    let starts: HashMap<&str, OffsetDateTime> = batch
+        .facts
+        .iter()
+        .filter_map(|f| match &f.body {
+            FactBody::AllocationStarted(s) => Some((s.allocation_id.as_str(), s.started_at)),
+            _ => None,
+        })
+        .collect();
+    for (i, fact) in batch.facts.iter().enumerate() {
+        if let FactBody::AllocationEnded(e) = &fact.body
+            && let Some(start) = starts.get(e.allocation_id.as_str())
+            && e.ended_at < *start
+        {
+            return Err(AppError::invalid(
+                format!("facts[{i}].ended_at"),
+                format!("{} is before the allocation's start {start}", e.ended_at),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// What a fact is about: the key under which derived state is recomputed.
+fn subject(body: &FactBody) -> String {
+    match body {
+        FactBody::AllocationStarted(s) => s.allocation_id.clone(),
+        FactBody::AllocationEnded(e) => e.allocation_id.clone(),
+        FactBody::AllocationVanished(v) => v.allocation_id.clone(),
+        FactBody::NamespaceObserved(n) => n.namespace_uid.to_string(),
+        FactBody::NodeObserved(n) => n.name.clone(),
+        FactBody::DeviceObserved(d) => d.gpu_uuid.clone(),
+        FactBody::DeviceAssigned(a) => format!("{}/{}", a.pod_uid, a.container),
+        FactBody::Telemetry(t) => t.gpu_uuid.clone(),
+        FactBody::Gap(_) => "gap".into(),
+    }
+}
+
+fn occurred_at(fact: &Fact) -> OffsetDateTime {
+    match &fact.body {
+        FactBody::AllocationStarted(s) => s.started_at,
+        FactBody::AllocationEnded(e) => e.ended_at,
+        FactBody::AllocationVanished(v) => v.last_seen_at,
+        FactBody::NamespaceObserved(n) => n.labels_since,
+        FactBody::Telemetry(t) => t.window_start,
+        FactBody::Gap(g) => g.from,
+        _ => fact.observed_at,
+    }
+}
+
+/// Stores a validated batch in `tx` and updates derived state. Idempotent.
+pub async fn store(
+    tx: &mut OrgTx,
+    org: OrgId,
+    cluster: ClusterId,
+    facts: &[Fact],
+) -> Result<BatchAck, AppError> {
+    let (telemetry, other): (Vec<&Fact>, Vec<&Fact>) = facts
+        .iter()
+        .partition(|f| matches!(f.body, FactBody::Telemetry(_)));
+    let mut stored = 0u64;
+    let mut flagged = Vec::new();
+
+    // 1. The evidence record: every non-telemetry fact as delivered, once.
+    let new_events: Vec<(String, String, String)> = if other.is_empty() {
+        Vec::new()
+    } else {
+        let mut ids = Vec::with_capacity(other.len());
+        let mut kinds = Vec::with_capacity(other.len());
+        let mut subjects = Vec::with_capacity(other.len());
+        let mut times = Vec::with_capacity(other.len());
+        let mut payloads = Vec::with_capacity(other.len());
+        for f in &other {
+            ids.push(f.event_id.clone());
+            kinds.push(f.body.kind().to_string());
+            subjects.push(subject(&f.body));
+            times.push(occurred_at(f));
+            payloads.push(serde_json::to_value(f).map_err(|e| AppError::Internal(e.to_string()))?);
+        }
+        sqlx::query_as(
+            "INSERT INTO allocation_events (org_id, cluster_id, event_id, kind, subject, occurred_at, payload)
+             SELECT $1, $2, * FROM unnest($3::text[], $4::text[], $5::text[], $6::timestamptz[], $7::jsonb[])
+             ON CONFLICT DO NOTHING
+             RETURNING event_id, kind, subject",
+        )
+        .bind(org.as_uuid())
+        .bind(cluster.as_uuid())
+        .bind(&ids)
+        .bind(&kinds)
+        .bind(&subjects)
+        .bind(&times)
+        .bind(&payloads)
+        .fetch_all(tx.conn())
+        .await?
+    };
+    stored += new_events.len() as u64;
+
+    // 2. Telemetry goes straight to its partitioned table (idempotent by its key).
+    if !telemetry.is_empty() {
+        let rollups: Vec<&TelemetryRollup> = telemetry
+            .iter()
+            .filter_map(|f| match &f.body {
+                FactBody::Telemetry(t) => Some(t),
+                _ => None,
+            })
+            .collect();
+        stored += store_telemetry(tx, org, cluster, &rollups).await?;
+    }
+
+    // 3. Derived state, for the subjects that received new facts.
+    let by_id: HashMap<&str, &Fact> = other.iter().map(|f| (f.event_id.as_str(), *f)).collect();
+    let mut allocations = BTreeSet::new();
+    for (event_id, kind, subject) in &new_events {
+        let Some(fact) = by_id.get(event_id.as_str()) else {
+            continue;
+        };
+        match (&fact.body, kind.as_str()) {
+            (_, "allocation_started" | "allocation_ended" | "allocation_vanished") => {
+                allocations.insert(subject.clone());
+            }
+            (FactBody::NamespaceObserved(n), _) => {
+                apply_namespace(tx, org, cluster, n, &fact.event_id, &mut flagged).await?;
+            }
+            (FactBody::NodeObserved(n), _) => {
+                apply_node(tx, org, cluster, n, fact.observed_at).await?
+            }
+            (FactBody::DeviceObserved(d), _) => {
+                apply_device(tx, org, cluster, d, fact.observed_at).await?
+            }
+            (FactBody::Gap(g), _) => {
+                sqlx::query(
+                    "INSERT INTO data_quality_findings
+                        (org_id, cluster_id, finding_id, kind, subject, occurred_from, occurred_to, details)
+                     VALUES ($1, $2, $3, 'agent_gap', 'agent spool', $4, $5, $6) ON CONFLICT DO NOTHING",
+                )
+                .bind(org.as_uuid())
+                .bind(cluster.as_uuid())
+                .bind(&fact.event_id)
+                .bind(g.from)
+                .bind(g.to)
+                .bind(json!({ "dropped": g.dropped }))
+                .execute(tx.conn())
+                .await?;
+            }
+            _ => {}
+        }
+    }
+    if !allocations.is_empty() {
+        let ids: Vec<String> = allocations.into_iter().collect();
+        recompute_intervals(tx, org, cluster, &ids, &mut flagged).await?;
+    }
+    Ok(BatchAck {
+        received: facts.len() as u64,
+        stored,
+        flagged,
+    })
+}
+
+async fn store_telemetry(
+    tx: &mut OrgTx,
+    org: OrgId,
+    cluster: ClusterId,
+    rollups: &[&TelemetryRollup],
+) -> Result<u64, DbError> {
+    let months: BTreeSet<time::Date> = rollups
+        .iter()
+        .map(|t| {
+            t.window_start
+                .date()
+                .replace_day(1)
+                .unwrap_or(t.window_start.date())
+        })
+        .collect();
+    for month in months {
+        sqlx::query("SELECT gpuledger_ensure_telemetry_partition($1)")
+            .bind(month)
+            .execute(tx.conn())
+            .await?;
+    }
+    let n = rollups.len();
+    let mut gpu = Vec::with_capacity(n);
+    let mut gi = Vec::with_capacity(n);
+    let mut start = Vec::with_capacity(n);
+    let mut end = Vec::with_capacity(n);
+    let mut node = Vec::with_capacity(n);
+    let mut profile: Vec<Option<String>> = Vec::with_capacity(n);
+    let mut samples = Vec::with_capacity(n);
+    let mut stats: [Vec<Option<f32>>; 9] = Default::default();
+    let mut energy: Vec<Option<f64>> = Vec::with_capacity(n);
+    let mut pod_ns: Vec<Option<String>> = Vec::with_capacity(n);
+    let mut pod_name: Vec<Option<String>> = Vec::with_capacity(n);
+    let mut pod_uid: Vec<Option<Uuid>> = Vec::with_capacity(n);
+    for t in rollups {
+        gpu.push(t.gpu_uuid.clone());
+        gi.push(t.gpu_instance_id.map_or(-1, |v| v as i32));
+        start.push(t.window_start);
+        end.push(t.window_end);
+        node.push(t.node.clone());
+        profile.push(t.mig_profile.clone());
+        samples.push(t.samples as i32);
+        for (k, stat) in [t.utilization_pct, t.memory_used_mib, t.power_w]
+            .iter()
+            .enumerate()
+        {
+            stats[k * 3].push(stat.map(|s| s.min as f32));
+            stats[k * 3 + 1].push(stat.map(|s| s.avg as f32));
+            stats[k * 3 + 2].push(stat.map(|s| s.max as f32));
+        }
+        energy.push(t.energy_j);
+        pod_ns.push(t.pod.as_ref().map(|p| p.namespace.clone()));
+        pod_name.push(t.pod.as_ref().map(|p| p.name.clone()));
+        pod_uid.push(t.pod.as_ref().and_then(|p| p.uid));
+    }
+    let done = sqlx::query(
+        "INSERT INTO telemetry_rollups (org_id, cluster_id, gpu_uuid, gpu_instance_id, window_start, window_end, node,
+            mig_profile, samples, util_min, util_avg, util_max, mem_used_min, mem_used_avg, mem_used_max,
+            power_min, power_avg, power_max, energy_j, pod_namespace, pod_name, pod_uid)
+         SELECT $1, $2, * FROM unnest($3::text[], $4::int[], $5::timestamptz[], $6::timestamptz[], $7::text[],
+            $8::text[], $9::int[], $10::real[], $11::real[], $12::real[], $13::real[], $14::real[], $15::real[],
+            $16::real[], $17::real[], $18::real[], $19::float8[], $20::text[], $21::text[], $22::uuid[])
+         ON CONFLICT DO NOTHING",
+    )
+    .bind(org.as_uuid())
+    .bind(cluster.as_uuid())
+    .bind(&gpu)
+    .bind(&gi)
+    .bind(&start)
+    .bind(&end)
+    .bind(&node)
+    .bind(&profile)
+    .bind(&samples)
+    .bind(&stats[0])
+    .bind(&stats[1])
+    .bind(&stats[2])
+    .bind(&stats[3])
+    .bind(&stats[4])
+    .bind(&stats[5])
+    .bind(&stats[6])
+    .bind(&stats[7])
+    .bind(&stats[8])
+    .bind(&energy)
+    .bind(&pod_ns)
+    .bind(&pod_name)
+    .bind(&pod_uid)
+    .execute(tx.conn())
+    .await?;
+    Ok(done.rows_affected())
+}
+
+/// GPU model names differ by source (`NVIDIA-A100-SXM4-40GB` in node labels, `NVIDIA A100-SXM4-40GB` from the
+/// driver): compare them case-insensitively with spaces and hyphens alike.
+pub fn normalize_model(model: &str) -> String {
+    model.trim().to_ascii_lowercase().replace([' ', '_'], "-")
+}
+
+/// The organization's approved profile fractions and GPU models (small tables: loaded per batch).
+struct InventorySnapshot {
+    profiles: Inventory,
+    /// normalized model → [(valid_from, valid_to, class)]
+    classes: HashMap<String, Vec<(OffsetDateTime, Option<OffsetDateTime>, String)>>,
+}
+
+impl InventorySnapshot {
+    async fn load(tx: &mut OrgTx) -> Result<Self, AppError> {
+        type Row = (
+            String,
+            String,
+            String,
+            i64,
+            i64,
+            OffsetDateTime,
+            Option<OffsetDateTime>,
+        );
+        let rows: Vec<Row> = sqlx::query_as(
+            "SELECT 'mig', model, profile, fraction_num, fraction_den, valid_from, valid_to FROM mig_profiles
+             UNION ALL
+             SELECT 'vgpu', model, profile, fraction_num, fraction_den, valid_from, valid_to FROM vgpu_profiles",
+        )
+        .fetch_all(tx.conn())
+        .await?;
+        let mut profiles = Inventory::new();
+        for (kind, model, profile, num, den, from, to) in rows {
+            let entry = (|| {
+                Ok::<_, gpuledger_core::error::DomainError>(ProfileFraction {
+                    kind: if kind == "mig" {
+                        ProfileKind::Mig
+                    } else {
+                        ProfileKind::Vgpu
+                    },
+                    gpu_model: normalize_model(&model),
+                    profile,
+                    fraction: Fraction::new(num.into(), den.into())?,
+                    valid: Validity::new(from, to)?,
+                })
+            })()
+            .map_err(|e| AppError::Internal(format!("inventory row is invalid: {e}")))?;
+            profiles
+                .insert(entry)
+                .map_err(|e| AppError::Internal(format!("inventory is inconsistent: {e}")))?;
+        }
+        let model_rows: Vec<(String, OffsetDateTime, Option<OffsetDateTime>, String)> =
+            sqlx::query_as("SELECT model, valid_from, valid_to, gpu_class FROM gpu_models")
+                .fetch_all(tx.conn())
+                .await?;
+        let mut classes: HashMap<String, Vec<_>> = HashMap::new();
+        for (model, from, to, class) in model_rows {
+            classes
+                .entry(normalize_model(&model))
+                .or_default()
+                .push((from, to, class));
+        }
+        Ok(Self { profiles, classes })
+    }
+
+    fn class_at(&self, model: &str, at: OffsetDateTime) -> Option<&str> {
+        self.classes
+            .get(&normalize_model(model))?
+            .iter()
+            .find_map(|(from, to, class)| {
+                (*from <= at && to.is_none_or(|t| at < t)).then_some(class.as_str())
+            })
+    }
+}
+
+/// Recomputes the intervals of `allocation_ids` from every stored fact about them.
+async fn recompute_intervals(
+    tx: &mut OrgTx,
+    org: OrgId,
+    cluster: ClusterId,
+    allocation_ids: &[String],
+    flagged: &mut Vec<FlaggedFact>,
+) -> Result<(), AppError> {
+    let rows: Vec<(String, String, serde_json::Value)> = sqlx::query_as(
+        "SELECT subject, event_id, payload FROM allocation_events
+          WHERE org_id = $1 AND cluster_id = $2 AND subject = ANY($3)
+            AND kind IN ('allocation_started', 'allocation_ended', 'allocation_vanished')
+          ORDER BY subject, event_id",
+    )
+    .bind(org.as_uuid())
+    .bind(cluster.as_uuid())
+    .bind(allocation_ids)
+    .fetch_all(tx.conn())
+    .await?;
+    #[derive(Default)]
+    struct Facts {
+        start: Option<(String, AllocationStart)>,
+        ended: Option<OffsetDateTime>,
+        vanished: Option<OffsetDateTime>,
+    }
+    let mut by_allocation: BTreeMap<String, Facts> = BTreeMap::new();
+    for (subject, event_id, payload) in rows {
+        let fact: Fact = serde_json::from_value(payload).map_err(|e| {
+            AppError::Internal(format!("stored fact {event_id} no longer parses: {e}"))
+        })?;
+        let entry = by_allocation.entry(subject).or_default();
+        match fact.body {
+            // Deterministic: the lowest event ID wins if several starts were recorded.
+            FactBody::AllocationStarted(s) if entry.start.is_none() => {
+                entry.start = Some((event_id, s))
+            }
+            FactBody::AllocationEnded(e) => {
+                entry.ended = Some(entry.ended.map_or(e.ended_at, |t| t.min(e.ended_at)))
+            }
+            FactBody::AllocationVanished(v) => {
+                entry.vanished = Some(
+                    entry
+                        .vanished
+                        .map_or(v.last_seen_at, |t| t.min(v.last_seen_at)),
+                )
+            }
+            _ => {}
+        }
+    }
+    if by_allocation.values().all(|f| f.start.is_none()) {
+        return Ok(()); // ends that arrived before their starts wait for them
+    }
+    let inventory = InventorySnapshot::load(tx).await?;
+    for (allocation_id, facts) in by_allocation {
+        let Some((start_event, start)) = facts.start else {
+            continue;
+        };
+        // An exact end wins over an inferred one; an inferred end makes the interval `estimated`.
+        let (mut ended_at, estimated) = match (facts.ended, facts.vanished) {
+            (Some(t), _) => (Some(t), false),
+            (None, Some(t)) => (Some(t), true),
+            (None, None) => (None, false),
+        };
+        if let Some(end) = ended_at
+            && end < start.started_at
+        {
+            flagged.push(FlaggedFact {
+                event_id: start_event.clone(),
+                reason: format!(
+                    "end {end} is before start {}; end ignored",
+                    start.started_at
+                ),
+            });
+            ended_at = None;
+        }
+        let model = start.gpu_model.clone().unwrap_or_default();
+        let gpu_class = start
+            .gpu_model
+            .as_deref()
+            .and_then(|m| inventory.class_at(m, start.started_at));
+        let (fraction, mut confidence, gap) = match resolve_fraction(
+            &start.mode,
+            &normalize_model(&model),
+            start.started_at,
+            &inventory.profiles,
+        ) {
+            Ok((per_unit, confidence)) => {
+                let total = per_unit.checked_mul_int(start.units.into()).ok();
+                (total, confidence, None)
+            }
+            Err(gap) => {
+                let reason = format!(
+                    "{} on GPU model {:?} has no approved inventory entry ({:?}); kept without a fraction",
+                    start.mode,
+                    if model.is_empty() { "unknown" } else { &model },
+                    gap.reason
+                );
+                flagged.push(FlaggedFact {
+                    event_id: start_event.clone(),
+                    reason: reason.clone(),
+                });
+                (None, start.mode.base_confidence(), Some(reason))
+            }
+        };
+        if estimated {
+            confidence = confidence.min(Confidence::Estimated);
+        }
+        let (profile, replicas) = match &start.mode {
+            SharingMode::Mig { profile } => (Some(profile.as_str().to_string()), None),
+            SharingMode::Vgpu { profile } => (Some(profile.as_str().to_string()), None),
+            SharingMode::TimeSlice { replicas } => (None, Some(*replicas as i32)),
+            _ => (None, None),
+        };
+        let namespace_uid = match start.namespace_uid {
+            Some(uid) => Some(uid),
+            None => sqlx::query_scalar(
+                "SELECT namespace_uid FROM namespaces WHERE cluster_id = $1 AND name = $2 AND created_at <= $3
+                   AND (deleted_at IS NULL OR deleted_at >= $3) ORDER BY created_at DESC LIMIT 1",
+            )
+            .bind(cluster.as_uuid())
+            .bind(&start.namespace)
+            .bind(start.started_at)
+            .fetch_optional(tx.conn())
+            .await?,
+        };
+        if let Some(reason) = &gap {
+            sqlx::query(
+                "INSERT INTO data_quality_findings (org_id, cluster_id, finding_id, kind, subject, occurred_from, details)
+                 VALUES ($1, $2, $3, 'inventory_gap', $4, $5, $6) ON CONFLICT DO NOTHING",
+            )
+            .bind(org.as_uuid())
+            .bind(cluster.as_uuid())
+            .bind(format!("inventory-gap/{allocation_id}"))
+            .bind(&allocation_id)
+            .bind(start.started_at)
+            .bind(json!({ "reason": reason, "gpu_model": start.gpu_model, "mode": start.mode }))
+            .execute(tx.conn())
+            .await?;
+        }
+        sqlx::query(
+            "INSERT INTO allocation_intervals (org_id, cluster_id, allocation_id, holder_kind, holder_uid, holder_name,
+                namespace, namespace_uid, container, node, resource, units, device_ids, gpu_model, gpu_class,
+                sharing_mode, profile, replicas, fraction_num, fraction_den, started_at, ended_at, end_estimated,
+                confidence, inventory_gap, labels)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21,
+                $22, $23, $24, $25, $26)
+             ON CONFLICT (org_id, cluster_id, allocation_id) DO UPDATE SET
+                namespace_uid = EXCLUDED.namespace_uid, gpu_class = EXCLUDED.gpu_class,
+                fraction_num = EXCLUDED.fraction_num, fraction_den = EXCLUDED.fraction_den,
+                ended_at = EXCLUDED.ended_at, end_estimated = EXCLUDED.end_estimated,
+                confidence = EXCLUDED.confidence, inventory_gap = EXCLUDED.inventory_gap, updated_at = now()",
+        )
+        .bind(org.as_uuid())
+        .bind(cluster.as_uuid())
+        .bind(&allocation_id)
+        .bind(serde_json::to_value(start.holder).ok().and_then(|v| v.as_str().map(str::to_string)))
+        .bind(start.holder_uid)
+        .bind(&start.holder_name)
+        .bind(&start.namespace)
+        .bind(namespace_uid)
+        .bind(&start.container)
+        .bind(&start.node)
+        .bind(&start.resource)
+        .bind(start.units as i32)
+        .bind(&start.device_ids)
+        .bind(&start.gpu_model)
+        .bind(gpu_class)
+        .bind(start.mode.name())
+        .bind(profile)
+        .bind(replicas)
+        .bind(fraction.as_ref().map(|f| i64::try_from(f.numer()).unwrap_or(i64::MAX)))
+        .bind(fraction.as_ref().map(|f| i64::try_from(f.denom()).unwrap_or(i64::MAX)))
+        .bind(start.started_at)
+        .bind(ended_at)
+        .bind(estimated)
+        .bind(confidence.to_string())
+        .bind(gap)
+        .bind(serde_json::to_value(&start.labels).unwrap_or_default())
+        .execute(tx.conn())
+        .await?;
+    }
+    Ok(())
+}
+
+/// Records a namespace and its owner. Ownership is history: a change closes the row in force at that time and
+/// opens a new one; facts may arrive in any order.
+async fn apply_namespace(
+    tx: &mut OrgTx,
+    org: OrgId,
+    cluster: ClusterId,
+    n: &gpuledger_core::wire::NamespaceFact,
+    event_id: &str,
+    flagged: &mut Vec<FlaggedFact>,
+) -> Result<(), AppError> {
+    sqlx::query(
+        "INSERT INTO namespaces (org_id, namespace_uid, cluster_id, name, created_at, deleted_at)
+         VALUES ($1, $2, $3, $4, $5, $6)
+         ON CONFLICT (org_id, namespace_uid) DO UPDATE SET deleted_at = coalesce(EXCLUDED.deleted_at, namespaces.deleted_at)",
+    )
+    .bind(org.as_uuid())
+    .bind(n.namespace_uid)
+    .bind(cluster.as_uuid())
+    .bind(&n.name)
+    .bind(n.created_at)
+    .bind(n.deleted_at)
+    .execute(tx.conn())
+    .await?;
+    let tenant: Option<Uuid> = match &n.labels.tenant {
+        None => None,
+        Some(name) => {
+            let id: Option<Uuid> =
+                sqlx::query_scalar("SELECT tenant_id FROM tenants WHERE name = $1")
+                    .bind(name)
+                    .fetch_optional(tx.conn())
+                    .await?;
+            if id.is_none() {
+                let reason = format!(
+                    "namespace {:?} names tenant {name:?}, which is not defined",
+                    n.name
+                );
+                sqlx::query(
+                    "INSERT INTO data_quality_findings (org_id, cluster_id, finding_id, kind, subject, occurred_from, details)
+                     VALUES ($1, $2, $3, 'unknown_tenant', $4, $5, $6) ON CONFLICT DO NOTHING",
+                )
+                .bind(org.as_uuid())
+                .bind(cluster.as_uuid())
+                .bind(format!("unknown-tenant/{event_id}"))
+                .bind(n.namespace_uid.to_string())
+                .bind(n.labels_since)
+                .bind(json!({ "reason": reason }))
+                .execute(tx.conn())
+                .await?;
+                flagged.push(FlaggedFact {
+                    event_id: event_id.to_string(),
+                    reason,
+                });
+            }
+            id
+        }
+    };
+    let since = n.labels_since;
+    // The row in force at `since`, and the first row after it.
+    let current: Option<(OffsetDateTime, Option<OffsetDateTime>, Uuid)> = sqlx::query_as(
+        "SELECT valid_from, valid_to, tenant_id FROM namespace_ownership
+          WHERE namespace_uid = $1 AND valid_from <= $2 AND (valid_to IS NULL OR valid_to > $2)",
+    )
+    .bind(n.namespace_uid)
+    .bind(since)
+    .fetch_optional(tx.conn())
+    .await?;
+    let next_from: Option<OffsetDateTime> = sqlx::query_scalar(
+        "SELECT min(valid_from) FROM namespace_ownership WHERE namespace_uid = $1 AND valid_from > $2",
+    )
+    .bind(n.namespace_uid)
+    .bind(since)
+    .fetch_one(tx.conn())
+    .await?;
+    let until = match &current {
+        Some((_, to, current_tenant)) => {
+            if Some(*current_tenant) == tenant {
+                return Ok(()); // nothing changes
+            }
+            // Close the row in force at `since` (closed, never overwritten).
+            sqlx::query("UPDATE namespace_ownership SET valid_to = $3 WHERE namespace_uid = $1 AND valid_from = $2")
+                .bind(n.namespace_uid)
+                .bind(current.as_ref().map(|c| c.0))
+                .bind(since)
+                .execute(tx.conn())
+                .await?;
+            *to
+        }
+        None => next_from,
+    };
+    if let Some(tenant) = tenant
+        && current.as_ref().is_none_or(|(from, _, _)| *from < since)
+    {
+        sqlx::query(
+            "INSERT INTO namespace_ownership (org_id, namespace_uid, valid_from, valid_to, tenant_id, source)
+             VALUES ($1, $2, $3, $4, $5, 'label')",
+        )
+        .bind(org.as_uuid())
+        .bind(n.namespace_uid)
+        .bind(since)
+        .bind(until)
+        .bind(tenant)
+        .execute(tx.conn())
+        .await?;
+    } else if let (Some(tenant), Some((from, _, _))) = (tenant, &current) {
+        // Same start instant, new owner: the closed row would be empty; replace its owner in place.
+        sqlx::query(
+            "UPDATE namespace_ownership SET tenant_id = $3, valid_to = $4 WHERE namespace_uid = $1 AND valid_from = $2",
+        )
+        .bind(n.namespace_uid)
+        .bind(from)
+        .bind(tenant)
+        .bind(until)
+        .execute(tx.conn())
+        .await?;
+    }
+    Ok(())
+}
+
+async fn apply_node(
+    tx: &mut OrgTx,
+    org: OrgId,
+    cluster: ClusterId,
+    n: &gpuledger_core::wire::NodeFact,
+    at: OffsetDateTime,
+) -> Result<(), DbError> {
+    let allocatable = serde_json::to_value(&n.allocatable).unwrap_or_default();
+    let same: Option<bool> = sqlx::query_scalar(
+        "SELECT node_uid = $2 AND gpu_product IS NOT DISTINCT FROM $3 AND gpu_count IS NOT DISTINCT FROM $4
+                AND mig_strategy IS NOT DISTINCT FROM $5 AND sharing_strategy IS NOT DISTINCT FROM $6
+                AND replicas IS NOT DISTINCT FROM $7 AND allocatable = $8
+           FROM nodes WHERE cluster_id = $9 AND name = $1 AND valid_to IS NULL",
+    )
+    .bind(&n.name)
+    .bind(n.node_uid)
+    .bind(&n.gpu_product)
+    .bind(n.gpu_count.map(|v| v as i32))
+    .bind(&n.mig_strategy)
+    .bind(&n.sharing_strategy)
+    .bind(n.replicas.map(|v| v as i32))
+    .bind(&allocatable)
+    .bind(cluster.as_uuid())
+    .fetch_optional(tx.conn())
+    .await?;
+    if same == Some(true) {
+        return Ok(());
+    }
+    sqlx::query(
+        "UPDATE nodes SET valid_to = $3 WHERE cluster_id = $1 AND name = $2 AND valid_to IS NULL AND valid_from < $3",
+    )
+    .bind(cluster.as_uuid())
+    .bind(&n.name)
+    .bind(at)
+    .execute(tx.conn())
+    .await?;
+    sqlx::query(
+        "INSERT INTO nodes (org_id, cluster_id, name, valid_from, node_uid, gpu_product, gpu_count, mig_strategy,
+            sharing_strategy, replicas, allocatable)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) ON CONFLICT DO NOTHING",
+    )
+    .bind(org.as_uuid())
+    .bind(cluster.as_uuid())
+    .bind(&n.name)
+    .bind(at)
+    .bind(n.node_uid)
+    .bind(&n.gpu_product)
+    .bind(n.gpu_count.map(|v| v as i32))
+    .bind(&n.mig_strategy)
+    .bind(&n.sharing_strategy)
+    .bind(n.replicas.map(|v| v as i32))
+    .bind(&allocatable)
+    .execute(tx.conn())
+    .await?;
+    Ok(())
+}
+
+async fn apply_device(
+    tx: &mut OrgTx,
+    org: OrgId,
+    cluster: ClusterId,
+    d: &gpuledger_core::wire::DeviceFact,
+    at: OffsetDateTime,
+) -> Result<(), DbError> {
+    let mig = serde_json::to_value(&d.mig_devices).unwrap_or_default();
+    let same: Option<bool> = sqlx::query_scalar(
+        "SELECT node = $2 AND model = $3 AND memory_mib IS NOT DISTINCT FROM $4 AND mig_enabled = $5
+                AND mig_devices = $6 AND vgpu_profile IS NOT DISTINCT FROM $7
+           FROM devices WHERE cluster_id = $8 AND gpu_uuid = $1 AND valid_to IS NULL",
+    )
+    .bind(&d.gpu_uuid)
+    .bind(&d.node)
+    .bind(&d.model)
+    .bind(d.memory_mib.map(|v| v as i64))
+    .bind(d.mig_enabled)
+    .bind(&mig)
+    .bind(&d.vgpu_profile)
+    .bind(cluster.as_uuid())
+    .fetch_optional(tx.conn())
+    .await?;
+    if same == Some(true) {
+        return Ok(());
+    }
+    sqlx::query(
+        "UPDATE devices SET valid_to = $3 WHERE cluster_id = $1 AND gpu_uuid = $2 AND valid_to IS NULL AND valid_from < $3",
+    )
+    .bind(cluster.as_uuid())
+    .bind(&d.gpu_uuid)
+    .bind(at)
+    .execute(tx.conn())
+    .await?;
+    sqlx::query(
+        "INSERT INTO devices (org_id, cluster_id, gpu_uuid, valid_from, node, model, memory_mib, mig_enabled,
+            mig_devices, vgpu_profile)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) ON CONFLICT DO NOTHING",
+    )
+    .bind(org.as_uuid())
+    .bind(cluster.as_uuid())
+    .bind(&d.gpu_uuid)
+    .bind(at)
+    .bind(&d.node)
+    .bind(&d.model)
+    .bind(d.memory_mib.map(|v| v as i64))
+    .bind(d.mig_enabled)
+    .bind(&mig)
+    .bind(&d.vgpu_profile)
+    .execute(tx.conn())
+    .await?;
+    Ok(())
+}

@@ -1,0 +1,759 @@
+//! Ingest through the HTTP API, against real PostgreSQL as the app role: authentication and scoping,
+//! validation that names the field and changes nothing, idempotency and order independence, fractions and
+//! confidence per sharing mode, inventory gaps kept and flagged, ownership history, vanished allocations.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::io::Write;
+
+use axum::{
+    body::{Body, to_bytes},
+    http::{Request, StatusCode},
+};
+use gpuledger_core::{
+    ids::OrgId,
+    sharing::SharingMode,
+    wire::{
+        AgentInfo, AllocationEnd, AllocationStart, AllocationVanished, AttributionLabels, Batch,
+        EndReason, Fact, FactBody, Holder, NamespaceFact, Stat, TelemetryRollup, WIRE_VERSION,
+        event_id,
+    },
+};
+use gpuledger_server::{
+    app::{self, AppState, HttpOptions},
+    auth::{self, Scope},
+    db::Database,
+    demo,
+};
+use serde_json::Value;
+use time::{OffsetDateTime, macros::datetime};
+use tower::ServiceExt;
+use uuid::Uuid;
+
+struct Env {
+    app: axum::Router,
+    db: Database,
+    org: OrgId,
+    agent_token: String,
+    admin: sqlx::PgPool,
+    ns_uid: Uuid,
+}
+
+async fn env() -> Env {
+    let (test_db, db) = common::migrated().await;
+    let org = demo::seed(&db).await.unwrap();
+    let mut tx = db.begin_org(org).await.unwrap();
+    let (cluster, _) = auth::ensure_cluster(&mut tx, "gpu-east").await.unwrap();
+    let (_, agent_token) = auth::create_token(&mut tx, &Scope::Agent { cluster }, "agent", "test")
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    let app = app::router(
+        AppState {
+            db: db.clone(),
+            featured_org: Some(org),
+            leptos: app::leptos_options(),
+        },
+        &HttpOptions {
+            body_limit: 256 * 1024,
+            ..HttpOptions::default()
+        },
+    );
+    Env {
+        app,
+        db,
+        org,
+        agent_token,
+        admin: common::admin_pool(&test_db).await,
+        ns_uid: Uuid::new_v4(),
+    }
+}
+
+fn batch(facts: Vec<Fact>) -> Batch {
+    Batch {
+        wire_version: WIRE_VERSION,
+        agent: AgentInfo {
+            version: "test".into(),
+            mode: "cluster".into(),
+            node: None,
+        },
+        cluster: None,
+        facts,
+    }
+}
+
+fn start(
+    pod: Uuid,
+    ns_uid: Uuid,
+    resource: &str,
+    units: u32,
+    mode: SharingMode,
+    model: &str,
+    at: OffsetDateTime,
+) -> Fact {
+    let allocation_id = format!("{pod}/main/{resource}");
+    Fact {
+        event_id: event_id("alloc-start", &[&allocation_id]),
+        observed_at: at,
+        body: FactBody::AllocationStarted(AllocationStart {
+            allocation_id,
+            holder: Holder::Pod,
+            holder_uid: pod,
+            holder_name: format!("pod-{}", &pod.simple().to_string()[..6]),
+            namespace: "ml-team".into(),
+            namespace_uid: Some(ns_uid),
+            container: Some("main".into()),
+            node: Some("node-1".into()),
+            resource: resource.into(),
+            units,
+            mode,
+            gpu_model: Some(model.into()),
+            device_ids: vec![],
+            started_at: at,
+            labels: AttributionLabels::default(),
+        }),
+    }
+}
+
+fn end(pod: Uuid, resource: &str, at: OffsetDateTime) -> Fact {
+    let allocation_id = format!("{pod}/main/{resource}");
+    Fact {
+        event_id: event_id("alloc-end", &[&allocation_id]),
+        observed_at: at,
+        body: FactBody::AllocationEnded(AllocationEnd {
+            allocation_id,
+            ended_at: at,
+            reason: EndReason::Finished,
+        }),
+    }
+}
+
+async fn post(env: &Env, token: Option<&str>, body: Vec<u8>, gzip: bool) -> (StatusCode, Value) {
+    let mut req =
+        Request::post("/api/v1/ingest/batches").header("content-type", "application/json");
+    if let Some(t) = token {
+        req = req.header("authorization", format!("Bearer {t}"));
+    }
+    let body = if gzip {
+        req = req.header("content-encoding", "gzip");
+        let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        enc.write_all(&body).unwrap();
+        enc.finish().unwrap()
+    } else {
+        body
+    };
+    let response = env
+        .app
+        .clone()
+        .oneshot(req.body(Body::from(body)).unwrap())
+        .await
+        .unwrap();
+    let status = response.status();
+    let bytes = to_bytes(response.into_body(), 1 << 20).await.unwrap();
+    (
+        status,
+        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+    )
+}
+
+async fn send(env: &Env, b: &Batch) -> (StatusCode, Value) {
+    post(
+        env,
+        Some(&env.agent_token),
+        serde_json::to_vec(b).unwrap(),
+        true,
+    )
+    .await
+}
+
+type IntervalRow = (
+    String,
+    String,
+    Option<i64>,
+    Option<i64>,
+    Option<OffsetDateTime>,
+    bool,
+    String,
+    Option<String>,
+    Option<String>,
+);
+
+async fn intervals(env: &Env) -> Vec<IntervalRow> {
+    let mut tx = env.db.begin_org(env.org).await.unwrap();
+    let rows = sqlx::query_as(
+        "SELECT allocation_id, sharing_mode, fraction_num, fraction_den, ended_at, end_estimated, confidence,
+                inventory_gap, gpu_class
+           FROM allocation_intervals ORDER BY allocation_id",
+    )
+    .fetch_all(tx.conn())
+    .await
+    .unwrap();
+    tx.commit().await.unwrap();
+    rows
+}
+
+const H100: &str = "NVIDIA H100 80GB HBM3";
+
+#[tokio::test]
+async fn every_sharing_mode_gets_its_fraction_and_confidence() {
+    let env = env().await;
+    let t0 = datetime!(2026-10-05 08:00 UTC);
+    let (a, b, c, d, e) = (
+        Uuid::new_v4(),
+        Uuid::new_v4(),
+        Uuid::new_v4(),
+        Uuid::new_v4(),
+        Uuid::new_v4(),
+    );
+    let facts = vec![
+        start(
+            a,
+            env.ns_uid,
+            "nvidia.com/gpu",
+            2,
+            SharingMode::Exclusive,
+            H100,
+            t0,
+        ),
+        start(
+            b,
+            env.ns_uid,
+            "nvidia.com/mig-1g.10gb",
+            1,
+            SharingMode::Mig {
+                profile: "1g.10gb".parse().unwrap(),
+            },
+            "NVIDIA-H100-80GB-HBM3",
+            t0,
+        ),
+        start(
+            c,
+            env.ns_uid,
+            "nvidia.com/gpu.shared",
+            1,
+            SharingMode::TimeSlice { replicas: 4 },
+            "NVIDIA A100-PCIE-40GB",
+            t0,
+        ),
+        start(
+            d,
+            env.ns_uid,
+            "nvidia.com/GRID_T4-1Q",
+            1,
+            SharingMode::Vgpu {
+                profile: "GRID_T4-1Q".parse().unwrap(),
+            },
+            "Tesla T4",
+            t0,
+        ),
+        start(
+            e,
+            env.ns_uid,
+            "nvidia.com/TU104GL_Tesla_T4",
+            1,
+            SharingMode::Passthrough,
+            "Tesla T4",
+            t0,
+        ),
+        end(a, "nvidia.com/gpu", datetime!(2026-10-05 10:00 UTC)),
+    ];
+    let (status, ack) = send(&env, &batch(facts)).await;
+    assert_eq!(status, StatusCode::OK, "{ack}");
+    assert_eq!(ack["received"], 6);
+    assert_eq!(ack["stored"], 6);
+    assert_eq!(ack["flagged"].as_array().unwrap().len(), 0, "{ack}");
+
+    let rows = intervals(&env).await;
+    let get = |pod: Uuid| {
+        rows.iter()
+            .find(|r| r.0.starts_with(&pod.to_string()))
+            .unwrap()
+            .clone()
+    };
+    let ra = get(a);
+    assert_eq!((ra.1.as_str(), ra.2, ra.3), ("exclusive", Some(2), Some(1)));
+    assert_eq!(ra.4, Some(datetime!(2026-10-05 10:00 UTC)));
+    assert_eq!(
+        (ra.6.as_str(), ra.8.as_deref()),
+        ("exact", Some("H100-80GB"))
+    );
+    let rb = get(b);
+    assert_eq!(
+        (rb.1.as_str(), rb.2, rb.3, rb.6.as_str()),
+        ("mig", Some(1), Some(7), "exact"),
+        "model names normalize"
+    );
+    let rc = get(c);
+    assert_eq!(
+        (rc.1.as_str(), rc.2, rc.3, rc.6.as_str()),
+        ("time_slice", Some(1), Some(4), "modeled")
+    );
+    let rd = get(d);
+    assert_eq!(
+        (rd.1.as_str(), rd.2, rd.3, rd.6.as_str()),
+        ("vgpu", Some(1), Some(16), "exact")
+    );
+    let re = get(e);
+    assert_eq!(
+        (re.1.as_str(), re.2, re.3, re.6.as_str()),
+        ("passthrough", Some(1), Some(1), "exact")
+    );
+    assert!(rows.iter().all(|r| r.7.is_none()));
+}
+
+#[tokio::test]
+async fn the_same_facts_twice_or_reordered_give_the_same_state() {
+    let t0 = datetime!(2026-10-05 08:00 UTC);
+    let pods: Vec<Uuid> = (0..5).map(|_| Uuid::new_v4()).collect();
+    let mut facts = Vec::new();
+    for (i, p) in pods.iter().enumerate() {
+        facts.push(start(
+            *p,
+            Uuid::nil(),
+            "nvidia.com/gpu",
+            1,
+            SharingMode::Exclusive,
+            H100,
+            t0 + time::Duration::hours(i as i64),
+        ));
+        if i % 2 == 0 {
+            facts.push(end(
+                *p,
+                "nvidia.com/gpu",
+                t0 + time::Duration::hours(i as i64 + 3),
+            ));
+        }
+    }
+    // In order, once.
+    let first = env().await;
+    assert_eq!(send(&first, &batch(facts.clone())).await.0, StatusCode::OK);
+    let expected = intervals(&first).await;
+    assert_eq!(expected.len(), 5);
+
+    // Reversed, split in single-fact batches, each sent twice.
+    let second = env().await;
+    for f in facts.iter().rev() {
+        for round in 0..2 {
+            let (status, ack) = send(&second, &batch(vec![f.clone()])).await;
+            assert_eq!(status, StatusCode::OK, "{ack}");
+            assert_eq!(ack["stored"], if round == 0 { 1 } else { 0 }, "{ack}");
+        }
+    }
+    assert_eq!(intervals(&second).await, expected);
+    let events: i64 = sqlx::query_scalar("SELECT count(*) FROM allocation_events")
+        .fetch_one(&second.admin)
+        .await
+        .unwrap();
+    assert_eq!(events, facts.len() as i64, "each fact stored exactly once");
+}
+
+#[tokio::test]
+async fn bad_input_names_the_field_and_changes_nothing() {
+    let env = env().await;
+    let t0 = datetime!(2026-10-05 08:00 UTC);
+    let p = Uuid::new_v4();
+    // End before start in one batch.
+    let (status, problem) = send(
+        &env,
+        &batch(vec![
+            start(
+                p,
+                env.ns_uid,
+                "nvidia.com/gpu",
+                1,
+                SharingMode::Exclusive,
+                H100,
+                t0,
+            ),
+            end(p, "nvidia.com/gpu", t0 - time::Duration::hours(1)),
+        ]),
+    )
+    .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(problem["field"], "facts[1].ended_at", "{problem}");
+    // A timestamp far in the future.
+    let future = OffsetDateTime::now_utc() + time::Duration::days(2);
+    let (status, problem) = send(
+        &env,
+        &batch(vec![start(
+            p,
+            env.ns_uid,
+            "nvidia.com/gpu",
+            1,
+            SharingMode::Exclusive,
+            H100,
+            future,
+        )]),
+    )
+    .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert!(
+        problem["field"].as_str().unwrap().starts_with("facts[0]."),
+        "{problem}"
+    );
+    assert!(
+        problem["detail"].as_str().unwrap().contains("future"),
+        "{problem}"
+    );
+    // A malformed UID.
+    let mut json = serde_json::to_value(batch(vec![start(
+        p,
+        env.ns_uid,
+        "nvidia.com/gpu",
+        1,
+        SharingMode::Exclusive,
+        H100,
+        t0,
+    )]))
+    .unwrap();
+    json["facts"][0]["holder_uid"] = Value::from("not-a-uid");
+    let (status, problem) = post(
+        &env,
+        Some(&env.agent_token),
+        serde_json::to_vec(&json).unwrap(),
+        false,
+    )
+    .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(problem["field"], "facts[0].holder_uid", "{problem}");
+    // A bad MIG profile.
+    json["facts"][0]["holder_uid"] = Value::from(p.to_string());
+    json["facts"][0]["mode"] = serde_json::json!({"mode": "mig", "profile": "huge"});
+    let (status, problem) = post(
+        &env,
+        Some(&env.agent_token),
+        serde_json::to_vec(&json).unwrap(),
+        false,
+    )
+    .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert!(
+        problem["field"]
+            .as_str()
+            .unwrap()
+            .starts_with("facts[0].mode"),
+        "{problem}"
+    );
+    assert!(
+        problem["detail"].as_str().unwrap().contains("huge"),
+        "{problem}"
+    );
+    // Too large.
+    let (status, _) = post(&env, Some(&env.agent_token), vec![b' '; 300 * 1024], false).await;
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
+    // Nothing was stored by any of these.
+    let events: i64 = sqlx::query_scalar("SELECT count(*) FROM allocation_events")
+        .fetch_one(&env.admin)
+        .await
+        .unwrap();
+    assert_eq!(events, 0);
+}
+
+#[tokio::test]
+async fn credentials_decide_organization_and_cluster() {
+    let env = env().await;
+    let t0 = datetime!(2026-10-05 08:00 UTC);
+    let b = batch(vec![start(
+        Uuid::new_v4(),
+        env.ns_uid,
+        "nvidia.com/gpu",
+        1,
+        SharingMode::Exclusive,
+        H100,
+        t0,
+    )]);
+    let body = serde_json::to_vec(&b).unwrap();
+    assert_eq!(
+        post(&env, None, body.clone(), false).await.0,
+        StatusCode::UNAUTHORIZED
+    );
+    assert_eq!(
+        post(&env, Some("glt_garbage"), body.clone(), false).await.0,
+        StatusCode::UNAUTHORIZED
+    );
+    let forged = format!("glt_{}_{}", env.org.as_uuid().simple(), "ab".repeat(32));
+    assert_eq!(
+        post(&env, Some(&forged), body.clone(), false).await.0,
+        StatusCode::UNAUTHORIZED
+    );
+    // An export token cannot write facts.
+    let mut tx = env.db.begin_org(env.org).await.unwrap();
+    let (_, export) = auth::create_token(&mut tx, &Scope::Export, "bi", "test")
+        .await
+        .unwrap();
+    let (other_cluster, _) = auth::ensure_cluster(&mut tx, "gpu-west").await.unwrap();
+    let (_, west_token) = auth::create_token(
+        &mut tx,
+        &Scope::Agent {
+            cluster: other_cluster,
+        },
+        "west",
+        "test",
+    )
+    .await
+    .unwrap();
+    tx.commit().await.unwrap();
+    assert_eq!(
+        post(&env, Some(&export), body.clone(), false).await.0,
+        StatusCode::FORBIDDEN
+    );
+    // Cluster west's token claiming to write for gpu-east: refused.
+    let mut claimed = b.clone();
+    claimed.cluster = Some("gpu-east".into());
+    let (status, problem) = post(
+        &env,
+        Some(&west_token),
+        serde_json::to_vec(&claimed).unwrap(),
+        false,
+    )
+    .await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{problem}");
+    // The east token with the right claim works, and the rows land on east's cluster.
+    let (status, _) = post(
+        &env,
+        Some(&env.agent_token),
+        serde_json::to_vec(&claimed).unwrap(),
+        false,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    let cluster: String = sqlx::query_scalar(
+        "SELECT c.name FROM allocation_intervals i JOIN clusters c USING (org_id, cluster_id)",
+    )
+    .fetch_one(&env.admin)
+    .await
+    .unwrap();
+    assert_eq!(cluster, "gpu-east");
+}
+
+#[tokio::test]
+async fn unknown_profiles_are_kept_and_flagged() {
+    let env = env().await;
+    let t0 = datetime!(2026-10-05 08:00 UTC);
+    let p = Uuid::new_v4();
+    let f = start(
+        p,
+        env.ns_uid,
+        "nvidia.com/mig-4g.40gb",
+        1,
+        SharingMode::Mig {
+            profile: "4g.40gb".parse().unwrap(),
+        },
+        H100,
+        t0,
+    );
+    let (status, ack) = send(&env, &batch(vec![f])).await;
+    assert_eq!(status, StatusCode::OK, "{ack}");
+    assert_eq!(ack["stored"], 1);
+    let flagged = ack["flagged"].as_array().unwrap();
+    assert_eq!(flagged.len(), 1, "{ack}");
+    assert!(
+        flagged[0]["reason"].as_str().unwrap().contains("4g.40gb"),
+        "{ack}"
+    );
+    let rows = intervals(&env).await;
+    assert_eq!(rows.len(), 1);
+    assert_eq!(
+        (rows[0].2, rows[0].3),
+        (None, None),
+        "no fraction without an inventory entry"
+    );
+    assert!(
+        rows[0]
+            .7
+            .as_deref()
+            .unwrap()
+            .contains("no approved inventory entry")
+    );
+    let findings: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM data_quality_findings WHERE kind = 'inventory_gap'",
+    )
+    .fetch_one(&env.admin)
+    .await
+    .unwrap();
+    assert_eq!(findings, 1);
+}
+
+#[tokio::test]
+async fn vanished_allocations_end_estimated_and_exact_ends_win() {
+    let env = env().await;
+    let t0 = datetime!(2026-10-05 08:00 UTC);
+    let (p, q) = (Uuid::new_v4(), Uuid::new_v4());
+    let vanished = |pod: Uuid, at| Fact {
+        event_id: event_id("alloc-vanished", &[&format!("{pod}/main/nvidia.com/gpu")]),
+        observed_at: at,
+        body: FactBody::AllocationVanished(AllocationVanished {
+            allocation_id: format!("{pod}/main/nvidia.com/gpu"),
+            last_seen_at: at,
+        }),
+    };
+    let facts = vec![
+        start(
+            p,
+            env.ns_uid,
+            "nvidia.com/gpu",
+            1,
+            SharingMode::Exclusive,
+            H100,
+            t0,
+        ),
+        start(
+            q,
+            env.ns_uid,
+            "nvidia.com/gpu",
+            1,
+            SharingMode::Exclusive,
+            H100,
+            t0,
+        ),
+        vanished(p, t0 + time::Duration::hours(5)),
+        vanished(q, t0 + time::Duration::hours(5)),
+    ];
+    assert_eq!(send(&env, &batch(facts)).await.0, StatusCode::OK);
+    // q's real end arrives later (e.g. from a re-list that found its finished pod): it wins.
+    assert_eq!(
+        send(
+            &env,
+            &batch(vec![end(
+                q,
+                "nvidia.com/gpu",
+                t0 + time::Duration::hours(3)
+            )])
+        )
+        .await
+        .0,
+        StatusCode::OK
+    );
+    let rows = intervals(&env).await;
+    let get = |pod: Uuid| {
+        rows.iter()
+            .find(|r| r.0.starts_with(&pod.to_string()))
+            .unwrap()
+            .clone()
+    };
+    let rp = get(p);
+    assert_eq!(
+        (rp.4, rp.5, rp.6.as_str()),
+        (Some(t0 + time::Duration::hours(5)), true, "estimated")
+    );
+    let rq = get(q);
+    assert_eq!(
+        (rq.4, rq.5, rq.6.as_str()),
+        (Some(t0 + time::Duration::hours(3)), false, "exact")
+    );
+}
+
+fn namespace(uid: Uuid, tenant: Option<&str>, since: OffsetDateTime, rv: &str) -> Fact {
+    Fact {
+        event_id: event_id("namespace", &[&uid.to_string(), rv]),
+        observed_at: since,
+        body: FactBody::NamespaceObserved(NamespaceFact {
+            namespace_uid: uid,
+            name: "ml-team".into(),
+            created_at: datetime!(2026-09-01 00:00 UTC),
+            deleted_at: None,
+            labels: AttributionLabels {
+                tenant: tenant.map(str::to_string),
+                ..Default::default()
+            },
+            labels_since: since,
+        }),
+    }
+}
+
+#[tokio::test]
+async fn an_owner_change_closes_the_old_mapping_in_any_order() {
+    let t1 = datetime!(2026-09-01 00:00 UTC);
+    let t2 = datetime!(2026-10-15 12:00 UTC);
+    async fn ownership(env: &Env) -> Vec<(OffsetDateTime, Option<OffsetDateTime>, String)> {
+        let mut tx = env.db.begin_org(env.org).await.unwrap();
+        let rows = sqlx::query_as(
+            "SELECT o.valid_from, o.valid_to, t.name FROM namespace_ownership o JOIN tenants t USING (org_id, tenant_id)
+              ORDER BY o.valid_from",
+        )
+        .fetch_all(tx.conn())
+        .await
+        .unwrap();
+        tx.commit().await.unwrap();
+        rows
+    }
+    let expected = vec![
+        (t1, Some(t2), "nlp-research".to_string()),
+        (t2, None, "search-ranking".to_string()),
+    ];
+    for order in [[0usize, 1], [1, 0]] {
+        let env = env().await;
+        let facts = [
+            namespace(env.ns_uid, Some("nlp-research"), t1, "1"),
+            namespace(env.ns_uid, Some("search-ranking"), t2, "2"),
+        ];
+        for i in order {
+            let (status, ack) = send(&env, &batch(vec![facts[i].clone()])).await;
+            assert_eq!(status, StatusCode::OK, "{ack}");
+        }
+        assert_eq!(ownership(&env).await, expected, "order {order:?}");
+    }
+    // A tenant that does not exist is flagged, not invented.
+    let env = env().await;
+    let (_, ack) = send(
+        &env,
+        &batch(vec![namespace(env.ns_uid, Some("nobody"), t1, "1")]),
+    )
+    .await;
+    assert_eq!(ack["flagged"].as_array().unwrap().len(), 1, "{ack}");
+    assert!(ownership(&env).await.is_empty());
+}
+
+#[tokio::test]
+async fn telemetry_lands_in_monthly_partitions_once() {
+    let env = env().await;
+    let rollup = |gpu: &str, minute: i64| Fact {
+        event_id: event_id("telemetry", &[gpu, "-", &minute.to_string()]),
+        observed_at: datetime!(2026-10-31 23:00 UTC),
+        body: FactBody::Telemetry(TelemetryRollup {
+            node: "node-1".into(),
+            gpu_uuid: gpu.into(),
+            gpu_instance_id: None,
+            mig_profile: None,
+            window_start: datetime!(2026-10-31 23:00 UTC) + time::Duration::minutes(minute),
+            window_end: datetime!(2026-10-31 23:01 UTC) + time::Duration::minutes(minute),
+            samples: 6,
+            utilization_pct: Some(Stat {
+                min: 10.0,
+                avg: 55.5,
+                max: 99.0,
+            }),
+            memory_used_mib: None,
+            power_w: Some(Stat {
+                min: 100.0,
+                avg: 250.0,
+                max: 400.0,
+            }),
+            energy_j: Some(15000.0),
+            pod: None,
+        }),
+    };
+    // Spans a month boundary: 23:00 + 90 minutes is in November.
+    let facts: Vec<Fact> = (0..90)
+        .map(|m| rollup("GPU-aaaaaaaa-0000-0000-0000-000000000001", m))
+        .collect();
+    let (status, ack) = send(&env, &batch(facts.clone())).await;
+    assert_eq!(status, StatusCode::OK, "{ack}");
+    assert_eq!(ack["stored"], 90);
+    let (_, ack) = send(&env, &batch(facts)).await;
+    assert_eq!(ack["stored"], 0, "duplicates are ignored");
+    let per_partition: Vec<(String, i64)> = sqlx::query_as(
+        "SELECT tableoid::regclass::text, count(*) FROM telemetry_rollups GROUP BY 1 ORDER BY 1",
+    )
+    .fetch_all(&env.admin)
+    .await
+    .unwrap();
+    assert_eq!(
+        per_partition,
+        vec![
+            ("telemetry_rollups_202610".to_string(), 60),
+            ("telemetry_rollups_202611".to_string(), 30)
+        ]
+    );
+}
