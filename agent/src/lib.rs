@@ -3,8 +3,12 @@
 //! - [`k8s`]: Kubernetes objects (Pod, Node, Namespace, KubeVirt VMI) → allocation facts.
 //! - [`metrics`]: Prometheus text exposition parsing; DCGM Exporter and model-server metrics → facts.
 //! - [`spool`]: the on-disk spool that keeps facts until the server confirms a durable commit.
+//! - [`cluster`]: the `cluster` mode's watcher and the pure [`cluster::Deriver`].
+//! - [`deliver`]: batches from the spool to the server, acknowledged only after a durable commit.
 //! - [`inspect`]: `gpuledger-agent inspect`, the same derivations for one file.
 
+pub mod cluster;
+pub mod deliver;
 pub mod inspect;
 pub mod k8s;
 pub mod metrics;

@@ -17,6 +17,8 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Watch the cluster (one per cluster): pods, namespaces and nodes → allocation facts → the server.
+    Cluster(ClusterArgs),
     /// Print, as JSON lines, exactly the facts the agent would send for one object or metrics file.
     Inspect {
         /// What the file holds.
@@ -33,7 +35,57 @@ enum Command {
     },
 }
 
+/// Options of `cluster`.
+#[derive(Debug, clap::Args)]
+struct ClusterArgs {
+    /// GPU Ledger server URL.
+    #[arg(long, env = "GPULEDGER_SERVER")]
+    server: String,
+    /// The cluster credential (an agent token).
+    #[arg(
+        long,
+        env = "GPULEDGER_TOKEN",
+        hide_env_values = true,
+        conflicts_with = "token_file"
+    )]
+    token: Option<String>,
+    /// A file holding the cluster credential (e.g. a mounted Secret, or what `join` wrote).
+    #[arg(long, env = "GPULEDGER_TOKEN_FILE")]
+    token_file: Option<PathBuf>,
+    /// The cluster's name, checked by the server against the credential.
+    #[arg(long, env = "GPULEDGER_CLUSTER")]
+    cluster_name: Option<String>,
+    /// Where the spool, the dead-letter file and the watcher's state live.
+    #[arg(
+        long,
+        env = "GPULEDGER_SPOOL_DIR",
+        default_value = "/var/lib/gpuledger-agent"
+    )]
+    spool_dir: PathBuf,
+    /// Spool size cap in MiB; past it the oldest facts are dropped and a gap fact is sent.
+    #[arg(long, env = "GPULEDGER_SPOOL_MAX_MIB", default_value_t = 256)]
+    spool_max_mib: u64,
+    /// Declared replicas per GPU for time-sliced resources when node labels do not say.
+    #[arg(long, env = "GPULEDGER_TIMESLICE_REPLICAS")]
+    timeslice_replicas: Option<u32>,
+    /// Most facts per batch.
+    #[arg(long, env = "GPULEDGER_BATCH_FACTS", default_value_t = 1000)]
+    batch_facts: usize,
+    /// How often to look for new facts to send, in milliseconds.
+    #[arg(long, env = "GPULEDGER_POLL_MS", default_value_t = 1000)]
+    poll_ms: u64,
+    /// How often open allocations are confirmed while the watch is healthy, in seconds.
+    #[arg(long, env = "GPULEDGER_HEARTBEAT_SECS", default_value_t = 30)]
+    heartbeat_secs: u64,
+}
+
 fn main() -> std::process::ExitCode {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
     match run(Cli::parse()) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
@@ -45,6 +97,12 @@ fn main() -> std::process::ExitCode {
 
 fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
+        Command::Cluster(args) => {
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()?;
+            runtime.block_on(cluster(args))
+        }
         Command::Inspect {
             kind,
             file,
@@ -70,5 +128,110 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 &mut std::io::stderr().lock(),
             )
         }
+    }
+}
+
+async fn cluster(args: ClusterArgs) -> anyhow::Result<()> {
+    use gpuledger_agent::{cluster, deliver, k8s::LabelKeys, spool};
+    use std::sync::{Arc, Mutex};
+
+    let token = match (&args.token, &args.token_file) {
+        (Some(t), _) => t.trim().to_string(),
+        (None, Some(f)) => std::fs::read_to_string(f)
+            .with_context(|| format!("--token-file {}", f.display()))?
+            .trim()
+            .to_string(),
+        (None, None) => anyhow::bail!(
+            "--token or --token-file is required (the cluster credential from `join`)"
+        ),
+    };
+    std::fs::create_dir_all(&args.spool_dir)
+        .with_context(|| format!("--spool-dir {}", args.spool_dir.display()))?;
+    let spool = spool::Spool::open(
+        args.spool_dir.join("spool"),
+        spool::SpoolConfig {
+            max_bytes: args.spool_max_mib * 1024 * 1024,
+            ..spool::SpoolConfig::default()
+        },
+    )?;
+    let recovery = spool.recovery();
+    if recovery.truncated_bytes > 0 || recovery.corrupt_records > 0 {
+        tracing::warn!(
+            truncated_bytes = recovery.truncated_bytes,
+            corrupt_records = recovery.corrupt_records,
+            "spool recovered from damage"
+        );
+    }
+    tracing::info!(pending = spool.pending_count(), "spool open");
+    let spool = Arc::new(Mutex::new(spool));
+    let state_path = args.spool_dir.join("state.json");
+    let state =
+        cluster::State::load(&state_path).with_context(|| format!("{}", state_path.display()))?;
+    let deriver = cluster::Deriver::new(state, LabelKeys::default(), args.timeslice_replicas);
+    let client = kube::Client::try_default()
+        .await
+        .context("connecting to the Kubernetes API (in-cluster or KUBECONFIG)")?;
+
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let sender = deliver::Sender::new(deliver::DeliveryConfig {
+        server: args.server.clone(),
+        token,
+        cluster: args.cluster_name.clone(),
+        agent: gpuledger_core::wire::AgentInfo {
+            version: env!("CARGO_PKG_VERSION").into(),
+            mode: "cluster".into(),
+            node: None,
+        },
+        max_batch_facts: args.batch_facts,
+        max_batch_bytes: 8 * 1024 * 1024,
+        dead_letter: args.spool_dir.join("dead-letter.jsonl"),
+        backoff_min: std::time::Duration::from_millis(200),
+        backoff_max: std::time::Duration::from_secs(60),
+    })?;
+    let delivery = tokio::spawn(sender.run(
+        spool.clone(),
+        stop_rx.clone(),
+        std::time::Duration::from_millis(args.poll_ms),
+    ));
+    let watch = tokio::spawn(cluster::run(
+        client,
+        deriver,
+        spool,
+        cluster::WatchOptions {
+            state_path,
+            heartbeat: std::time::Duration::from_secs(args.heartbeat_secs),
+        },
+        stop_rx,
+    ));
+    tracing::info!(server = %args.server, "watching the cluster");
+    let mut watch = watch;
+    let watch_result = tokio::select! {
+        _ = shutdown_signal() => None,
+        r = &mut watch => Some(r),
+    };
+    let _ = stop_tx.send(true);
+    let watch_result = match watch_result {
+        Some(r) => r,
+        None => watch.await,
+    };
+    // Give delivery a moment to drain; what is left stays in the spool for the next start.
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(10), delivery).await;
+    watch_result??;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        () = term => {}
     }
 }

@@ -15,6 +15,7 @@ use std::{
 
 use anyhow::{Context, Result, bail};
 
+pub mod fake_kube;
 pub mod process;
 
 /// A PostgreSQL cluster the tests may create databases in.

@@ -1,0 +1,587 @@
+//! `cluster` mode: watches Namespaces, Nodes and Pods, derives allocation facts, and puts them in the spool.
+//!
+//! [`Deriver`] is the pure part (objects in, facts out, state kept), so it is tested without a cluster; [`run`]
+//! feeds it from kube-rs watchers. Times come from the objects; the agent's clock only stamps `observed_at`, the
+//! time a namespace's owner change was seen, and the last moment an allocation was known to exist (the estimated
+//! end when it vanishes while nobody watched).
+
+use std::{
+    collections::{BTreeMap, BTreeSet, HashSet},
+    path::{Path, PathBuf},
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use futures::StreamExt;
+use gpuledger_core::wire::{AllocationVanished, Fact, FactBody, event_id};
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use kube::{
+    Api, Client,
+    runtime::watcher::{self, Event},
+};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use time::OffsetDateTime;
+use uuid::Uuid;
+
+use crate::{
+    k8s::{self, LabelKeys, NodeSharing, PodContext},
+    spool::Spool,
+};
+
+/// An allocation the agent saw start and not yet end.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OpenAllocation {
+    /// The pod holding it.
+    pub pod_uid: Uuid,
+    /// The last time the agent knew the pod existed.
+    #[serde(with = "time::serde::rfc3339")]
+    pub last_seen: OffsetDateTime,
+}
+
+/// What survives an agent restart.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct State {
+    /// Open allocations by allocation ID.
+    pub open: BTreeMap<String, OpenAllocation>,
+    /// Each namespace's last reported owner (`tenant|department`).
+    pub owners: BTreeMap<Uuid, String>,
+}
+
+impl State {
+    /// Loads the state file (empty state when missing).
+    pub fn load(path: &Path) -> std::io::Result<Self> {
+        match std::fs::read(path) {
+            Ok(bytes) => serde_json::from_slice(&bytes).map_err(std::io::Error::other),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Self::default()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Saves atomically (temp file, fsync, rename).
+    pub fn save(&self, path: &Path) -> std::io::Result<()> {
+        let tmp = path.with_extension("tmp");
+        let bytes = serde_json::to_vec(self).map_err(std::io::Error::other)?;
+        {
+            use std::io::Write;
+            let mut f = std::fs::File::create(&tmp)?;
+            f.write_all(&bytes)?;
+            f.sync_all()?;
+        }
+        std::fs::rename(&tmp, path)
+    }
+}
+
+/// Objects in, facts out.
+#[derive(Debug, Default)]
+pub struct Deriver {
+    /// Persisted state.
+    pub state: State,
+    keys: LabelKeys,
+    default_replicas: Option<u32>,
+    namespaces: BTreeMap<String, Uuid>,
+    nodes: BTreeMap<String, NodeSharing>,
+    /// Event IDs already spooled in this run (the server deduplicates too; this saves the bandwidth).
+    sent: HashSet<String>,
+    /// Pods seen during a re-list.
+    relist: Option<BTreeSet<Uuid>>,
+}
+
+impl Deriver {
+    /// A deriver starting from `state`.
+    pub fn new(state: State, keys: LabelKeys, default_replicas: Option<u32>) -> Self {
+        Self {
+            state,
+            keys,
+            default_replicas,
+            ..Self::default()
+        }
+    }
+
+    fn fresh(&mut self, facts: Vec<Fact>) -> Vec<Fact> {
+        facts
+            .into_iter()
+            .filter(|f| self.sent.insert(f.event_id.clone()))
+            .collect()
+    }
+
+    /// A namespace was added or changed.
+    pub fn on_namespace(
+        &mut self,
+        v: &Value,
+        now: OffsetDateTime,
+    ) -> Result<Vec<Fact>, k8s::K8sError> {
+        // First sight with no remembered owner: the labels are taken to hold since creation. A later change is
+        // dated when it was seen.
+        let probe = k8s::namespace_fact(v, &self.keys, None, now)?;
+        let FactBody::NamespaceObserved(n) = &probe.body else {
+            return Ok(vec![]);
+        };
+        self.namespaces.insert(n.name.clone(), n.namespace_uid);
+        let owner = format!(
+            "{}|{}",
+            n.labels.tenant.as_deref().unwrap_or("-"),
+            n.labels.department.as_deref().unwrap_or("-")
+        );
+        let fact = match self.state.owners.get(&n.namespace_uid) {
+            None => probe.clone(),
+            Some(known) if *known == owner => return Ok(vec![]),
+            Some(_) => k8s::namespace_fact(v, &self.keys, Some(now), now)?,
+        };
+        self.state.owners.insert(n.namespace_uid, owner);
+        Ok(self.fresh(vec![fact]))
+    }
+
+    /// A node was added or changed.
+    pub fn on_node(&mut self, v: &Value, now: OffsetDateTime) -> Result<Vec<Fact>, k8s::K8sError> {
+        if let (Some(name), Some(labels)) = (
+            v["metadata"]["name"].as_str(),
+            v["metadata"]["labels"].as_object(),
+        ) {
+            let labels: BTreeMap<String, String> = labels
+                .iter()
+                .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
+                .collect();
+            self.nodes
+                .insert(name.to_string(), NodeSharing::from_labels(&labels));
+        }
+        Ok(self.fresh(k8s::node_fact(v, now)?.into_iter().collect()))
+    }
+
+    /// A pod was added, changed (`deleted == false`) or deleted.
+    pub fn on_pod(
+        &mut self,
+        v: &Value,
+        deleted: bool,
+        now: OffsetDateTime,
+    ) -> Result<Vec<Fact>, k8s::K8sError> {
+        let pod = k8s::Pod::from_value(v.clone()).map_err(|e| k8s::K8sError::Invalid {
+            kind: "Pod".into(),
+            name: v["metadata"]["name"].as_str().unwrap_or("?").into(),
+            field: String::new(),
+            reason: e.to_string(),
+        })?;
+        let Some(uid) = pod
+            .metadata
+            .uid
+            .as_deref()
+            .and_then(|u| Uuid::parse_str(u).ok())
+        else {
+            return Ok(vec![]);
+        };
+        if let Some(seen) = self.relist.as_mut() {
+            seen.insert(uid);
+        }
+        let ctx = PodContext {
+            node: pod.node_name().and_then(|n| self.nodes.get(n)).cloned(),
+            namespace_uid: pod
+                .metadata
+                .namespace
+                .as_deref()
+                .and_then(|n| self.namespaces.get(n))
+                .copied(),
+            default_replicas: self.default_replicas,
+        };
+        let (facts, problems) = k8s::pod_facts(&pod, &ctx, &self.keys, now)?;
+        for p in problems {
+            tracing::warn!(pod = ?pod.metadata.name, problem = %p, "GPU request not classified");
+        }
+        let mut ended = BTreeSet::new();
+        for f in &facts {
+            match &f.body {
+                FactBody::AllocationStarted(s) => {
+                    self.state
+                        .open
+                        .entry(s.allocation_id.clone())
+                        .and_modify(|o| o.last_seen = now)
+                        .or_insert(OpenAllocation {
+                            pod_uid: uid,
+                            last_seen: now,
+                        });
+                }
+                FactBody::AllocationEnded(e) => {
+                    ended.insert(e.allocation_id.clone());
+                }
+                _ => {}
+            }
+        }
+        let mut out = facts;
+        if deleted {
+            // Deleted with containers still shown running and no deletion timestamp (a force delete): the end
+            // is not in the object, so it is inferred.
+            let still_open: Vec<String> = self
+                .state
+                .open
+                .iter()
+                .filter(|(id, o)| o.pod_uid == uid && !ended.contains(*id))
+                .map(|(id, _)| id.clone())
+                .collect();
+            for id in still_open {
+                out.push(vanished(&id, now, now));
+                ended.insert(id);
+            }
+        }
+        for id in &ended {
+            self.state.open.remove(id);
+        }
+        Ok(self.fresh(out))
+    }
+
+    /// The pod watch is (re)listing: facts about pods missing from the list come at [`Deriver::relist_done`].
+    pub fn relist_begin(&mut self) {
+        self.relist = Some(BTreeSet::new());
+    }
+
+    /// The re-list is complete: every open allocation whose pod was not listed vanished while nobody watched.
+    /// Its end is estimated as the last time the agent knew it existed.
+    pub fn relist_done(&mut self, now: OffsetDateTime) -> Vec<Fact> {
+        let Some(seen) = self.relist.take() else {
+            return vec![];
+        };
+        let gone: Vec<(String, OffsetDateTime)> = self
+            .state
+            .open
+            .iter()
+            .filter(|(_, o)| !seen.contains(&o.pod_uid))
+            .map(|(id, o)| (id.clone(), o.last_seen))
+            .collect();
+        let mut out = Vec::new();
+        for (id, last_seen) in gone {
+            self.state.open.remove(&id);
+            out.push(vanished(&id, last_seen, now));
+        }
+        for o in self.state.open.values_mut() {
+            o.last_seen = now;
+        }
+        self.fresh(out)
+    }
+
+    /// The watch is healthy: every open allocation is known to exist now.
+    pub fn heartbeat(&mut self, now: OffsetDateTime) {
+        for o in self.state.open.values_mut() {
+            o.last_seen = now;
+        }
+    }
+}
+
+fn vanished(
+    allocation_id: &str,
+    last_seen_at: OffsetDateTime,
+    observed_at: OffsetDateTime,
+) -> Fact {
+    Fact {
+        event_id: event_id("alloc-vanished", &[allocation_id]),
+        observed_at,
+        body: FactBody::AllocationVanished(AllocationVanished {
+            allocation_id: allocation_id.to_string(),
+            last_seen_at,
+        }),
+    }
+}
+
+/// Options of the cluster watcher.
+#[derive(Debug, Clone)]
+pub struct WatchOptions {
+    /// Where the state file lives.
+    pub state_path: PathBuf,
+    /// How often open allocations are confirmed while the watch is healthy.
+    pub heartbeat: Duration,
+}
+
+enum Ev {
+    Namespace(Event<Namespace>),
+    Node(Event<Node>),
+    Pod(Event<Pod>),
+    Error(String),
+}
+
+/// Watches the cluster until `stop` is set, spooling every new fact.
+pub async fn run(
+    client: Client,
+    mut deriver: Deriver,
+    spool: Arc<Mutex<Spool>>,
+    opts: WatchOptions,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) -> anyhow::Result<()> {
+    let cfg = watcher::Config::default();
+    let ns =
+        watcher::watcher(Api::<Namespace>::all(client.clone()), cfg.clone()).map(|e| match e {
+            Ok(e) => Ev::Namespace(e),
+            Err(e) => Ev::Error(format!("namespaces: {e}")),
+        });
+    let nodes = watcher::watcher(Api::<Node>::all(client.clone()), cfg.clone()).map(|e| match e {
+        Ok(e) => Ev::Node(e),
+        Err(e) => Ev::Error(format!("nodes: {e}")),
+    });
+    let pods = watcher::watcher(Api::<Pod>::all(client), cfg).map(|e| match e {
+        Ok(e) => Ev::Pod(e),
+        Err(e) => Ev::Error(format!("pods: {e}")),
+    });
+    let mut events = futures::stream::select_all([ns.boxed(), nodes.boxed(), pods.boxed()]);
+    // Pods are classified against their node and namespace: hold them until both have been listed once.
+    let (mut ns_ready, mut nodes_ready) = (false, false);
+    let mut held: Vec<Event<Pod>> = Vec::new();
+    let mut healthy = false;
+    let mut heartbeat = tokio::time::interval(opts.heartbeat);
+    loop {
+        let ev = tokio::select! {
+            ev = events.next() => match ev { Some(ev) => ev, None => break },
+            _ = heartbeat.tick() => {
+                if healthy {
+                    deriver.heartbeat(OffsetDateTime::now_utc());
+                    deriver.state.save(&opts.state_path)?;
+                }
+                healthy = true;
+                continue;
+            }
+            _ = stop.changed() => break,
+        };
+        let now = OffsetDateTime::now_utc();
+        let mut facts = Vec::new();
+        let mut pod_events = Vec::new();
+        match ev {
+            Ev::Error(e) => {
+                healthy = false;
+                tracing::warn!(error = %e, "watch interrupted; it will re-list");
+            }
+            Ev::Namespace(Event::Apply(o) | Event::InitApply(o)) => {
+                facts.extend(deriver.on_namespace(&to_value(&o)?, now)?)
+            }
+            Ev::Namespace(Event::InitDone) => ns_ready = true,
+            Ev::Node(Event::Apply(o) | Event::InitApply(o)) => {
+                facts.extend(deriver.on_node(&to_value(&o)?, now)?)
+            }
+            Ev::Node(Event::InitDone) => nodes_ready = true,
+            Ev::Pod(e) => held.push(e),
+            Ev::Namespace(_) | Ev::Node(_) => {}
+        }
+        if ns_ready && nodes_ready {
+            pod_events.append(&mut held);
+        }
+        for e in pod_events {
+            match e {
+                Event::Init => deriver.relist_begin(),
+                Event::InitApply(o) | Event::Apply(o) => {
+                    facts.extend(log_err(deriver.on_pod(&to_value(&o)?, false, now)))
+                }
+                Event::Delete(o) => {
+                    facts.extend(log_err(deriver.on_pod(&to_value(&o)?, true, now)))
+                }
+                Event::InitDone => {
+                    facts.extend(deriver.relist_done(now));
+                    healthy = true;
+                }
+            }
+        }
+        if !facts.is_empty() {
+            let mut spool = spool
+                .lock()
+                .map_err(|_| anyhow::anyhow!("spool lock poisoned"))?;
+            spool.append_facts(&facts)?;
+            tracing::debug!(facts = facts.len(), "spooled");
+        }
+        deriver.state.save(&opts.state_path)?;
+    }
+    deriver.state.save(&opts.state_path)?;
+    Ok(())
+}
+
+fn to_value<T: Serialize>(o: &T) -> anyhow::Result<Value> {
+    Ok(serde_json::to_value(o)?)
+}
+
+fn log_err(r: Result<Vec<Fact>, k8s::K8sError>) -> Vec<Fact> {
+    r.unwrap_or_else(|e| {
+        tracing::warn!(error = %e, "object skipped");
+        vec![]
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use serde_json::json;
+    use time::macros::datetime;
+
+    fn pod(uid: &str, state: Value, deletion: Option<&str>) -> Value {
+        json!({
+            "metadata": {"name": "train-0", "namespace": "ml", "uid": uid, "deletionTimestamp": deletion},
+            "spec": {"nodeName": "n1", "containers": [{"name": "main", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
+            "status": {"phase": "Running", "startTime": "2026-10-01T08:00:00Z",
+                       "containerStatuses": [{"name": "main", "state": state}]}
+        })
+    }
+
+    const UID: &str = "6d4c1f62-27a5-4f67-9c39-2f6b4c1d0a11";
+
+    #[test]
+    fn start_then_end_from_the_pod_timestamps_and_no_duplicates() {
+        let mut d = Deriver::default();
+        let now = datetime!(2026-10-01 12:00 UTC);
+        let running = pod(
+            UID,
+            json!({"running": {"startedAt": "2026-10-01T08:00:05Z"}}),
+            None,
+        );
+        let facts = d.on_pod(&running, false, now).unwrap();
+        assert_eq!(facts.len(), 1);
+        assert!(
+            matches!(&facts[0].body, FactBody::AllocationStarted(s) if s.started_at == datetime!(2026-10-01 08:00:05 UTC))
+        );
+        assert_eq!(
+            d.on_pod(&running, false, now).unwrap().len(),
+            0,
+            "an unchanged pod yields nothing new"
+        );
+        assert_eq!(d.state.open.len(), 1);
+        let done = pod(
+            UID,
+            json!({"terminated": {"startedAt": "2026-10-01T08:00:05Z", "finishedAt": "2026-10-01T11:30:00Z"}}),
+            None,
+        );
+        let facts = d.on_pod(&done, false, now).unwrap();
+        assert_eq!(facts.len(), 1);
+        assert!(
+            matches!(&facts[0].body, FactBody::AllocationEnded(e) if e.ended_at == datetime!(2026-10-01 11:30 UTC))
+        );
+        assert!(d.state.open.is_empty());
+    }
+
+    #[test]
+    fn a_pod_gone_during_a_gap_vanishes_at_its_last_sighting() {
+        let mut d = Deriver::default();
+        let t1 = datetime!(2026-10-01 09:00 UTC);
+        d.on_pod(
+            &pod(
+                UID,
+                json!({"running": {"startedAt": "2026-10-01T08:00:05Z"}}),
+                None,
+            ),
+            false,
+            t1,
+        )
+        .unwrap();
+        d.heartbeat(datetime!(2026-10-01 09:30 UTC));
+        // The agent restarts (state persisted) and re-lists: the pod is gone.
+        let mut d = Deriver::new(d.state.clone(), LabelKeys::default(), None);
+        d.relist_begin();
+        let facts = d.relist_done(datetime!(2026-10-01 13:00 UTC));
+        assert_eq!(facts.len(), 1);
+        match &facts[0].body {
+            FactBody::AllocationVanished(v) => {
+                assert_eq!(v.last_seen_at, datetime!(2026-10-01 09:30 UTC))
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(d.state.open.is_empty());
+    }
+
+    #[test]
+    fn a_pod_still_listed_after_a_gap_does_not_vanish() {
+        let mut d = Deriver::default();
+        let p = pod(
+            UID,
+            json!({"running": {"startedAt": "2026-10-01T08:00:05Z"}}),
+            None,
+        );
+        d.on_pod(&p, false, datetime!(2026-10-01 09:00 UTC))
+            .unwrap();
+        d.relist_begin();
+        d.on_pod(&p, false, datetime!(2026-10-01 10:00 UTC))
+            .unwrap();
+        assert!(d.relist_done(datetime!(2026-10-01 10:00 UTC)).is_empty());
+        assert_eq!(d.state.open.len(), 1);
+    }
+
+    #[test]
+    fn namespace_owner_changes_are_dated_when_seen() {
+        let mut d = Deriver::default();
+        let ns = |tenant: &str| {
+            json!({"metadata": {"name": "ml", "uid": "0b7f2d8e-8d1c-4a8e-9a51-7b1f0e6a2c33",
+                   "creationTimestamp": "2026-09-01T00:00:00Z", "labels": {"gpuledger.io/tenant": tenant}}})
+        };
+        let first = d
+            .on_namespace(&ns("nlp"), datetime!(2026-10-01 00:00 UTC))
+            .unwrap();
+        match &first[0].body {
+            FactBody::NamespaceObserved(n) => {
+                assert_eq!(n.labels_since, datetime!(2026-09-01 00:00 UTC))
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(
+            d.on_namespace(&ns("nlp"), datetime!(2026-10-02 00:00 UTC))
+                .unwrap()
+                .is_empty()
+        );
+        let change = d
+            .on_namespace(&ns("vision"), datetime!(2026-10-15 12:00 UTC))
+            .unwrap();
+        match &change[0].body {
+            FactBody::NamespaceObserved(n) => {
+                assert_eq!(n.labels_since, datetime!(2026-10-15 12:00 UTC));
+                assert_eq!(n.labels.tenant.as_deref(), Some("vision"));
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn node_labels_decide_time_slicing() {
+        let mut d = Deriver::default();
+        d.on_node(
+            &json!({"metadata": {"name": "n1", "uid": "1e0f7a55-4b1c-4c55-8d5c-2a7e0a9b1c44",
+                    "labels": {"nvidia.com/gpu.product": "NVIDIA-A100-PCIE-40GB", "nvidia.com/gpu.replicas": "4"}},
+                    "status": {"allocatable": {"nvidia.com/gpu": "4"}}}),
+            datetime!(2026-10-01 00:00 UTC),
+        )
+        .unwrap();
+        let facts = d
+            .on_pod(
+                &pod(
+                    UID,
+                    json!({"running": {"startedAt": "2026-10-01T08:00:05Z"}}),
+                    None,
+                ),
+                false,
+                datetime!(2026-10-01 09:00 UTC),
+            )
+            .unwrap();
+        match &facts[0].body {
+            FactBody::AllocationStarted(s) => {
+                assert_eq!(
+                    s.mode,
+                    gpuledger_core::sharing::SharingMode::TimeSlice { replicas: 4 }
+                );
+                assert_eq!(s.gpu_model.as_deref(), Some("NVIDIA-A100-PCIE-40GB"));
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn state_survives_a_save_and_load() {
+        let dir = std::env::temp_dir().join(format!("gl-state-{}", Uuid::new_v4().simple()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut d = Deriver::default();
+        d.on_pod(
+            &pod(
+                UID,
+                json!({"running": {"startedAt": "2026-10-01T08:00:05Z"}}),
+                None,
+            ),
+            false,
+            datetime!(2026-10-01 09:00 UTC),
+        )
+        .unwrap();
+        let path = dir.join("state.json");
+        d.state.save(&path).unwrap();
+        assert_eq!(State::load(&path).unwrap(), d.state);
+        assert_eq!(
+            State::load(&dir.join("missing.json")).unwrap(),
+            State::default()
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

@@ -1,0 +1,240 @@
+//! A stand-in Kubernetes API server for whole-system tests: it speaks the real wire format — list responses
+//! and `?watch=true` streams of newline-delimited watch events — for core/v1 resources, so the agent's real
+//! kube-rs watcher runs against it unchanged. Objects are changed by the test while agents watch.
+
+use std::{
+    collections::BTreeMap,
+    path::{Path, PathBuf},
+    sync::{Arc, Mutex},
+};
+
+use anyhow::Result;
+use axum::{
+    Router,
+    body::Body,
+    extract::{Path as UrlPath, Query, State},
+    http::StatusCode,
+    response::{IntoResponse, Response},
+    routing::get,
+};
+use serde_json::{Value, json};
+use tokio::sync::broadcast;
+
+#[derive(Clone)]
+struct Shared {
+    inner: Arc<Mutex<Inner>>,
+    events: broadcast::Sender<(String, u64, Value)>,
+}
+
+struct Inner {
+    rv: u64,
+    /// resource → uid → object
+    objects: BTreeMap<String, BTreeMap<String, Value>>,
+}
+
+/// A running fake API server.
+pub struct FakeKube {
+    /// `http://127.0.0.1:PORT`
+    pub url: String,
+    shared: Shared,
+    task: tokio::task::JoinHandle<()>,
+}
+
+fn kind_of(resource: &str) -> &'static str {
+    match resource {
+        "pods" => "Pod",
+        "nodes" => "Node",
+        "namespaces" => "Namespace",
+        _ => "Unknown",
+    }
+}
+
+impl FakeKube {
+    /// Starts serving on a free loopback port.
+    pub async fn start() -> Result<Self> {
+        let (events, _) = broadcast::channel(1024);
+        let shared = Shared {
+            inner: Arc::new(Mutex::new(Inner {
+                rv: 1,
+                objects: BTreeMap::new(),
+            })),
+            events,
+        };
+        let app = Router::new()
+            .route("/api/v1/{resource}", get(list_or_watch))
+            .route(
+                "/api",
+                get(|| async { axum::Json(json!({"kind": "APIVersions", "versions": ["v1"]})) }),
+            )
+            .with_state(shared.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let url = format!("http://{}", listener.local_addr()?);
+        let task = tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        Ok(Self { url, shared, task })
+    }
+
+    fn change(&self, resource: &str, kind: &str, mut object: Value) -> Result<()> {
+        let uid = object["metadata"]["uid"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        let mut inner = self
+            .shared
+            .inner
+            .lock()
+            .map_err(|_| anyhow::anyhow!("poisoned"))?;
+        inner.rv += 1;
+        let rv = inner.rv;
+        object["metadata"]["resourceVersion"] = Value::from(rv.to_string());
+        object["apiVersion"] = Value::from("v1");
+        object["kind"] = Value::from(kind_of(resource));
+        let objects = inner.objects.entry(resource.to_string()).or_default();
+        let event_type = match kind {
+            "DELETED" => {
+                objects.remove(&uid);
+                "DELETED"
+            }
+            _ if objects.contains_key(&uid) => {
+                objects.insert(uid, object.clone());
+                "MODIFIED"
+            }
+            _ => {
+                objects.insert(uid, object.clone());
+                "ADDED"
+            }
+        };
+        drop(inner);
+        let _ = self.shared.events.send((
+            resource.to_string(),
+            rv,
+            json!({"type": event_type, "object": object}),
+        ));
+        Ok(())
+    }
+
+    /// Adds or replaces an object (`resource`: `pods`, `nodes`, `namespaces`).
+    pub fn apply(&self, resource: &str, object: Value) -> Result<()> {
+        self.change(resource, "APPLY", object)
+    }
+
+    /// Deletes an object (the watch sees the final object).
+    pub fn delete(&self, resource: &str, object: Value) -> Result<()> {
+        self.change(resource, "DELETED", object)
+    }
+
+    /// Changes an object while nobody is told: what a cluster does while the agent is down. The next list
+    /// shows the new state.
+    pub fn apply_silently(&self, resource: &str, mut object: Value) -> Result<()> {
+        let uid = object["metadata"]["uid"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        let mut inner = self
+            .shared
+            .inner
+            .lock()
+            .map_err(|_| anyhow::anyhow!("poisoned"))?;
+        inner.rv += 1;
+        object["metadata"]["resourceVersion"] = Value::from(inner.rv.to_string());
+        object["apiVersion"] = Value::from("v1");
+        object["kind"] = Value::from(kind_of(resource));
+        inner
+            .objects
+            .entry(resource.to_string())
+            .or_default()
+            .insert(uid, object);
+        Ok(())
+    }
+
+    /// Deletes an object while nobody is told.
+    pub fn delete_silently(&self, resource: &str, uid: &str) -> Result<()> {
+        let mut inner = self
+            .shared
+            .inner
+            .lock()
+            .map_err(|_| anyhow::anyhow!("poisoned"))?;
+        inner.rv += 1;
+        if let Some(o) = inner.objects.get_mut(resource) {
+            o.remove(uid);
+        }
+        Ok(())
+    }
+
+    /// Writes a kubeconfig pointing at this server and returns its path.
+    pub fn kubeconfig(&self, dir: &Path) -> Result<PathBuf> {
+        let path = dir.join("kubeconfig.yaml");
+        std::fs::write(
+            &path,
+            format!(
+                "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster:\n    server: {}\nusers:\n- name: fake\n  user: {{}}\ncontexts:\n- name: fake\n  context:\n    cluster: fake\n    user: fake\ncurrent-context: fake\n",
+                self.url
+            ),
+        )?;
+        Ok(path)
+    }
+}
+
+impl Drop for FakeKube {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+async fn list_or_watch(
+    State(shared): State<Shared>,
+    UrlPath(resource): UrlPath<String>,
+    Query(query): Query<BTreeMap<String, String>>,
+) -> Response {
+    if !matches!(resource.as_str(), "pods" | "nodes" | "namespaces") {
+        return (
+            StatusCode::NOT_FOUND,
+            axum::Json(json!({"kind": "Status", "status": "Failure", "code": 404})),
+        )
+            .into_response();
+    }
+    if query.get("watch").is_some_and(|w| w == "true" || w == "1") {
+        let from: u64 = query
+            .get("resourceVersion")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        let rx = shared.events.subscribe();
+        let stream = futures::stream::unfold(
+            (rx, resource, from),
+            |(mut rx, resource, from)| async move {
+                loop {
+                    match rx.recv().await {
+                        Ok((r, rv, event)) if r == resource && rv > from => {
+                            let mut line = serde_json::to_vec(&event).unwrap_or_default();
+                            line.push(b'\n');
+                            return Some((Ok::<_, std::io::Error>(line), (rx, resource, from)));
+                        }
+                        Ok(_) => continue,
+                        Err(broadcast::error::RecvError::Lagged(_)) => continue,
+                        Err(broadcast::error::RecvError::Closed) => return None,
+                    }
+                }
+            },
+        );
+        return Response::builder()
+            .header("content-type", "application/json")
+            .body(Body::from_stream(stream))
+            .unwrap_or_default();
+    }
+    let Ok(inner) = shared.inner.lock() else {
+        return StatusCode::INTERNAL_SERVER_ERROR.into_response();
+    };
+    let items: Vec<Value> = inner
+        .objects
+        .get(&resource)
+        .map(|m| m.values().cloned().collect())
+        .unwrap_or_default();
+    axum::Json(json!({
+        "apiVersion": "v1",
+        "kind": format!("{}List", kind_of(&resource)),
+        "metadata": {"resourceVersion": inner.rv.to_string()},
+        "items": items,
+    }))
+    .into_response()
+}
