@@ -289,9 +289,9 @@ pub struct WatchOptions {
 }
 
 enum Ev {
-    Namespace(Event<Namespace>),
-    Node(Event<Node>),
-    Pod(Event<Pod>),
+    Namespace(Box<Event<Namespace>>),
+    Node(Box<Event<Node>>),
+    Pod(Box<Event<Pod>>),
     Error(String),
 }
 
@@ -306,15 +306,15 @@ pub async fn run(
     let cfg = watcher::Config::default();
     let ns =
         watcher::watcher(Api::<Namespace>::all(client.clone()), cfg.clone()).map(|e| match e {
-            Ok(e) => Ev::Namespace(e),
+            Ok(e) => Ev::Namespace(Box::new(e)),
             Err(e) => Ev::Error(format!("namespaces: {e}")),
         });
     let nodes = watcher::watcher(Api::<Node>::all(client.clone()), cfg.clone()).map(|e| match e {
-        Ok(e) => Ev::Node(e),
+        Ok(e) => Ev::Node(Box::new(e)),
         Err(e) => Ev::Error(format!("nodes: {e}")),
     });
     let pods = watcher::watcher(Api::<Pod>::all(client), cfg).map(|e| match e {
-        Ok(e) => Ev::Pod(e),
+        Ok(e) => Ev::Pod(Box::new(e)),
         Err(e) => Ev::Error(format!("pods: {e}")),
     });
     let mut events = futures::stream::select_all([ns.boxed(), nodes.boxed(), pods.boxed()]);
@@ -340,20 +340,25 @@ pub async fn run(
         let mut facts = Vec::new();
         let mut pod_events = Vec::new();
         match ev {
+            Ev::Namespace(e) => match *e {
+                Event::Apply(o) | Event::InitApply(o) => {
+                    facts.extend(deriver.on_namespace(&to_value(&o)?, now)?)
+                }
+                Event::InitDone => ns_ready = true,
+                _ => {}
+            },
+            Ev::Node(e) => match *e {
+                Event::Apply(o) | Event::InitApply(o) => {
+                    facts.extend(deriver.on_node(&to_value(&o)?, now)?)
+                }
+                Event::InitDone => nodes_ready = true,
+                _ => {}
+            },
+            Ev::Pod(e) => held.push(*e),
             Ev::Error(e) => {
                 healthy = false;
                 tracing::warn!(error = %e, "watch interrupted; it will re-list");
             }
-            Ev::Namespace(Event::Apply(o) | Event::InitApply(o)) => {
-                facts.extend(deriver.on_namespace(&to_value(&o)?, now)?)
-            }
-            Ev::Namespace(Event::InitDone) => ns_ready = true,
-            Ev::Node(Event::Apply(o) | Event::InitApply(o)) => {
-                facts.extend(deriver.on_node(&to_value(&o)?, now)?)
-            }
-            Ev::Node(Event::InitDone) => nodes_ready = true,
-            Ev::Pod(e) => held.push(e),
-            Ev::Namespace(_) | Ev::Node(_) => {}
         }
         if ns_ready && nodes_ready {
             pod_events.append(&mut held);
