@@ -19,6 +19,8 @@ struct Cli {
 enum Command {
     /// Watch the cluster (one per cluster): pods, namespaces and nodes → allocation facts → the server.
     Cluster(ClusterArgs),
+    /// Sample this node's GPUs (DaemonSet): inventory and per-minute utilization rollups → the server.
+    Node(NodeArgs),
     /// Print, as JSON lines, exactly the facts the agent would send for one object or metrics file.
     Inspect {
         /// What the file holds.
@@ -35,9 +37,9 @@ enum Command {
     },
 }
 
-/// Options of `cluster`.
+/// Where facts go: shared by `cluster` and `node`.
 #[derive(Debug, clap::Args)]
-struct ClusterArgs {
+struct DeliveryArgs {
     /// GPU Ledger server URL.
     #[arg(long, env = "GPULEDGER_SERVER")]
     server: String,
@@ -65,18 +67,64 @@ struct ClusterArgs {
     /// Spool size cap in MiB; past it the oldest facts are dropped and a gap fact is sent.
     #[arg(long, env = "GPULEDGER_SPOOL_MAX_MIB", default_value_t = 256)]
     spool_max_mib: u64,
-    /// Declared replicas per GPU for time-sliced resources when node labels do not say.
-    #[arg(long, env = "GPULEDGER_TIMESLICE_REPLICAS")]
-    timeslice_replicas: Option<u32>,
     /// Most facts per batch.
     #[arg(long, env = "GPULEDGER_BATCH_FACTS", default_value_t = 1000)]
     batch_facts: usize,
     /// How often to look for new facts to send, in milliseconds.
     #[arg(long, env = "GPULEDGER_POLL_MS", default_value_t = 1000)]
     poll_ms: u64,
+}
+
+/// Options of `cluster`.
+#[derive(Debug, clap::Args)]
+struct ClusterArgs {
+    #[command(flatten)]
+    delivery: DeliveryArgs,
+    /// Declared replicas per GPU for time-sliced resources when node labels do not say.
+    #[arg(long, env = "GPULEDGER_TIMESLICE_REPLICAS")]
+    timeslice_replicas: Option<u32>,
     /// How often open allocations are confirmed while the watch is healthy, in seconds.
     #[arg(long, env = "GPULEDGER_HEARTBEAT_SECS", default_value_t = 30)]
     heartbeat_secs: u64,
+}
+
+/// Where `node` reads devices from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Source {
+    /// NVML on this node (production).
+    Nvml,
+    /// A DCGM Exporter endpoint (--dcgm-url).
+    Dcgm,
+    /// A simulated device set (tests, demos, benchmarks).
+    Simulated,
+}
+
+/// Options of `node`.
+#[derive(Debug, clap::Args)]
+struct NodeArgs {
+    #[command(flatten)]
+    delivery: DeliveryArgs,
+    /// This node's name (the DaemonSet passes spec.nodeName).
+    #[arg(long, env = "NODE_NAME")]
+    node_name: String,
+    /// Device source.
+    #[arg(long, env = "GPULEDGER_SOURCE", value_enum, default_value_t = Source::Nvml)]
+    source: Source,
+    /// DCGM Exporter metrics URL, with --source dcgm.
+    #[arg(long, env = "GPULEDGER_DCGM_URL")]
+    dcgm_url: Option<String>,
+    /// Number of simulated GPUs, with --source simulated.
+    #[arg(long, default_value_t = 8)]
+    simulate_gpus: u32,
+    /// Model of the simulated GPUs.
+    #[arg(long, default_value = "NVIDIA H100 80GB HBM3")]
+    simulate_model: String,
+    /// Seconds between samples.
+    #[arg(long, env = "GPULEDGER_SAMPLE_SECS", default_value_t = 10)]
+    sample_secs: u64,
+    /// Rollup window in seconds.
+    #[arg(long, env = "GPULEDGER_WINDOW_SECS", default_value_t = 60)]
+    window_secs: u32,
 }
 
 fn main() -> std::process::ExitCode {
@@ -102,6 +150,13 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 .enable_all()
                 .build()?;
             runtime.block_on(cluster(args))
+        }
+        Command::Node(args) => {
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(1)
+                .enable_all()
+                .build()?;
+            runtime.block_on(node(args))
         }
         Command::Inspect {
             kind,
@@ -131,10 +186,15 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     }
 }
 
-async fn cluster(args: ClusterArgs) -> anyhow::Result<()> {
-    use gpuledger_agent::{cluster, deliver, k8s::LabelKeys, spool};
-    use std::sync::{Arc, Mutex};
+type SharedSpool = std::sync::Arc<std::sync::Mutex<gpuledger_agent::spool::Spool>>;
 
+/// Opens the spool and builds the sender.
+fn delivery(
+    args: &DeliveryArgs,
+    mode: &str,
+    node: Option<String>,
+) -> anyhow::Result<(SharedSpool, gpuledger_agent::deliver::Sender)> {
+    use gpuledger_agent::{deliver, spool};
     let token = match (&args.token, &args.token_file) {
         (Some(t), _) => t.trim().to_string(),
         (None, Some(f)) => std::fs::read_to_string(f)
@@ -163,24 +223,14 @@ async fn cluster(args: ClusterArgs) -> anyhow::Result<()> {
         );
     }
     tracing::info!(pending = spool.pending_count(), "spool open");
-    let spool = Arc::new(Mutex::new(spool));
-    let state_path = args.spool_dir.join("state.json");
-    let state =
-        cluster::State::load(&state_path).with_context(|| format!("{}", state_path.display()))?;
-    let deriver = cluster::Deriver::new(state, LabelKeys::default(), args.timeslice_replicas);
-    let client = kube::Client::try_default()
-        .await
-        .context("connecting to the Kubernetes API (in-cluster or KUBECONFIG)")?;
-
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let sender = deliver::Sender::new(deliver::DeliveryConfig {
         server: args.server.clone(),
         token,
         cluster: args.cluster_name.clone(),
         agent: gpuledger_core::wire::AgentInfo {
             version: env!("CARGO_PKG_VERSION").into(),
-            mode: "cluster".into(),
-            node: None,
+            mode: mode.into(),
+            node,
         },
         max_batch_facts: args.batch_facts,
         max_batch_bytes: 8 * 1024 * 1024,
@@ -188,12 +238,26 @@ async fn cluster(args: ClusterArgs) -> anyhow::Result<()> {
         backoff_min: std::time::Duration::from_millis(200),
         backoff_max: std::time::Duration::from_secs(60),
     })?;
+    Ok((std::sync::Arc::new(std::sync::Mutex::new(spool)), sender))
+}
+
+async fn cluster(args: ClusterArgs) -> anyhow::Result<()> {
+    use gpuledger_agent::{cluster, k8s::LabelKeys};
+    let (spool, sender) = delivery(&args.delivery, "cluster", None)?;
+    let state_path = args.delivery.spool_dir.join("state.json");
+    let state =
+        cluster::State::load(&state_path).with_context(|| format!("{}", state_path.display()))?;
+    let deriver = cluster::Deriver::new(state, LabelKeys::default(), args.timeslice_replicas);
+    let client = kube::Client::try_default()
+        .await
+        .context("connecting to the Kubernetes API (in-cluster or KUBECONFIG)")?;
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let delivery = tokio::spawn(sender.run(
         spool.clone(),
         stop_rx.clone(),
-        std::time::Duration::from_millis(args.poll_ms),
+        std::time::Duration::from_millis(args.delivery.poll_ms),
     ));
-    let watch = tokio::spawn(cluster::run(
+    let mut watch = tokio::spawn(cluster::run(
         client,
         deriver,
         spool,
@@ -203,8 +267,7 @@ async fn cluster(args: ClusterArgs) -> anyhow::Result<()> {
         },
         stop_rx,
     ));
-    tracing::info!(server = %args.server, "watching the cluster");
-    let mut watch = watch;
+    tracing::info!(server = %args.delivery.server, "watching the cluster");
     let watch_result = tokio::select! {
         _ = shutdown_signal() => None,
         r = &mut watch => Some(r),
@@ -217,6 +280,77 @@ async fn cluster(args: ClusterArgs) -> anyhow::Result<()> {
     // Give delivery a moment to drain; what is left stays in the spool for the next start.
     let _ = tokio::time::timeout(std::time::Duration::from_secs(10), delivery).await;
     watch_result??;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+async fn node(args: NodeArgs) -> anyhow::Result<()> {
+    use gpuledger_agent::node::{
+        DcgmSource, GpuSource, NodeCollector, NvmlSource, SimulatedSource, summarize,
+    };
+    let mut source: Box<dyn GpuSource> = match args.source {
+        Source::Nvml => Box::new(NvmlSource::new(args.node_name.clone())?),
+        Source::Dcgm => Box::new(DcgmSource::new(
+            args.dcgm_url
+                .clone()
+                .context("--dcgm-url is required with --source dcgm")?,
+        )?),
+        Source::Simulated => Box::new(SimulatedSource::new(
+            args.node_name.clone(),
+            args.simulate_model.clone(),
+            args.simulate_gpus,
+        )),
+    };
+    let (spool, sender) = delivery(&args.delivery, "node", Some(args.node_name.clone()))?;
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let delivery = tokio::spawn(sender.run(
+        spool.clone(),
+        stop_rx,
+        std::time::Duration::from_millis(args.delivery.poll_ms),
+    ));
+    let mut collector = NodeCollector::new(args.node_name.clone(), args.window_secs);
+    let mut tick = tokio::time::interval(std::time::Duration::from_secs(args.sample_secs.max(1)));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tracing::info!(node = %args.node_name, source = ?args.source, "sampling GPUs");
+    let shutdown = shutdown_signal();
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            _ = &mut shutdown => break,
+            _ = tick.tick() => {}
+        }
+        let at = time::OffsetDateTime::now_utc();
+        let (returned, samples) = tokio::task::spawn_blocking(move || {
+            let samples = source.scrape(at);
+            (source, samples)
+        })
+        .await?;
+        source = returned;
+        let samples = match samples {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(error = %e, "sampling failed");
+                continue;
+            }
+        };
+        let facts = collector.observe(&samples, at);
+        if !facts.is_empty() {
+            tracing::debug!(facts = ?summarize(&facts), "spooling");
+            spool
+                .lock()
+                .map_err(|_| anyhow::anyhow!("spool lock poisoned"))?
+                .append_facts(&facts)?;
+        }
+    }
+    let tail = collector.flush(time::OffsetDateTime::now_utc());
+    if !tail.is_empty() {
+        spool
+            .lock()
+            .map_err(|_| anyhow::anyhow!("spool lock poisoned"))?
+            .append_facts(&tail)?;
+    }
+    let _ = stop_tx.send(true);
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(10), delivery).await;
     tracing::info!("stopped");
     Ok(())
 }

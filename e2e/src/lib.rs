@@ -17,6 +17,7 @@ use anyhow::{Context, Result, bail};
 
 pub mod fake_kube;
 pub mod process;
+pub mod stub;
 
 /// A PostgreSQL cluster the tests may create databases in.
 pub struct Cluster {
