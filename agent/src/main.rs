@@ -21,6 +21,21 @@ enum Command {
     Cluster(ClusterArgs),
     /// Sample this node's GPUs (DaemonSet): inventory and per-minute utilization rollups → the server.
     Node(NodeArgs),
+    /// Exchange a one-time join token for this cluster's credential and store it.
+    Join {
+        /// GPU Ledger server URL.
+        #[arg(long, env = "GPULEDGER_SERVER")]
+        server: String,
+        /// The join token an admin created (`gpuledger-server token create --scope join:CLUSTER`).
+        #[arg(long, env = "GPULEDGER_JOIN_TOKEN", hide_env_values = true)]
+        token: String,
+        /// Write the credential to this file (mode 0600).
+        #[arg(long, required_unless_present = "secret")]
+        output: Option<PathBuf>,
+        /// Store the credential in this Kubernetes Secret (`NAMESPACE/NAME`, key `token`).
+        #[arg(long, conflicts_with = "output")]
+        secret: Option<String>,
+    },
     /// Print, as JSON lines, exactly the facts the agent would send for one object or metrics file.
     Inspect {
         /// What the file holds.
@@ -157,6 +172,17 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 .enable_all()
                 .build()?;
             runtime.block_on(node(args))
+        }
+        Command::Join {
+            server,
+            token,
+            output,
+            secret,
+        } => {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
+            runtime.block_on(join(server, token, output, secret))
         }
         Command::Inspect {
             kind,
@@ -352,6 +378,80 @@ async fn node(args: NodeArgs) -> anyhow::Result<()> {
     let _ = stop_tx.send(true);
     let _ = tokio::time::timeout(std::time::Duration::from_secs(10), delivery).await;
     tracing::info!("stopped");
+    Ok(())
+}
+
+async fn join(
+    server: String,
+    token: String,
+    output: Option<PathBuf>,
+    secret: Option<String>,
+) -> anyhow::Result<()> {
+    let url = format!("{}/api/v1/agents/join", server.trim_end_matches('/'));
+    let response = reqwest::Client::new()
+        .post(&url)
+        .bearer_auth(token.trim())
+        .send()
+        .await
+        .with_context(|| format!("contacting {url}"))?;
+    let status = response.status();
+    let body: serde_json::Value = response.json().await.unwrap_or_default();
+    if !status.is_success() {
+        anyhow::bail!(
+            "the server refused the join token ({status}): {}",
+            body["detail"]
+                .as_str()
+                .unwrap_or("expired, already used, or not a join token")
+        );
+    }
+    let credential = body["token"]
+        .as_str()
+        .context("the server's answer has no token")?;
+    let cluster = body["cluster"].as_str().unwrap_or("?");
+    match (output, secret) {
+        (Some(path), _) => {
+            use std::{io::Write, os::unix::fs::OpenOptionsExt};
+            let mut f = std::fs::OpenOptions::new()
+                .create(true)
+                .write(true)
+                .truncate(true)
+                .mode(0o600)
+                .open(&path)
+                .with_context(|| format!("--output {}", path.display()))?;
+            f.write_all(credential.as_bytes())?;
+            f.sync_all()?;
+            eprintln!(
+                "joined cluster {cluster:?}; credential written to {}",
+                path.display()
+            );
+        }
+        (None, Some(secret)) => {
+            use k8s_openapi::api::core::v1::Secret;
+            let (namespace, name) = secret
+                .split_once('/')
+                .context("--secret: expected NAMESPACE/NAME")?;
+            let client = kube::Client::try_default()
+                .await
+                .context("connecting to the Kubernetes API")?;
+            let api: kube::Api<Secret> = kube::Api::namespaced(client, namespace);
+            let object = serde_json::json!({
+                "apiVersion": "v1", "kind": "Secret",
+                "metadata": {"name": name, "namespace": namespace, "labels": {"app.kubernetes.io/name": "gpuledger-agent"}},
+                "stringData": {"token": credential, "cluster": cluster},
+            });
+            api.patch(
+                name,
+                &kube::api::PatchParams::apply("gpuledger-agent").force(),
+                &kube::api::Patch::Apply(object),
+            )
+            .await
+            .with_context(|| format!("writing Secret {secret}"))?;
+            eprintln!(
+                "joined cluster {cluster:?}; credential stored in Secret {secret} (key `token`)"
+            );
+        }
+        (None, None) => anyhow::bail!("--output or --secret is required"),
+    }
     Ok(())
 }
 

@@ -27,6 +27,11 @@ pub enum Scope {
         /// The cluster the agent speaks for.
         cluster: ClusterId,
     },
+    /// Exchange once, before it expires, for an agent credential of one cluster (`gpuledger-agent join`).
+    Join {
+        /// The cluster to join.
+        cluster: ClusterId,
+    },
 }
 
 impl Scope {
@@ -35,6 +40,7 @@ impl Scope {
             Self::Admin => "admin",
             Self::Export => "export",
             Self::Agent { .. } => "agent",
+            Self::Join { .. } => "join",
         }
     }
 }
@@ -92,6 +98,9 @@ pub async fn authenticate(db: &Database, headers: &HeaderMap) -> Result<Principa
         ("agent", Some(c)) => Scope::Agent {
             cluster: ClusterId::from_uuid(c),
         },
+        ("join", Some(c)) => Scope::Join {
+            cluster: ClusterId::from_uuid(c),
+        },
         _ => return Err(AppError::Unauthorized),
     };
     Ok(Principal {
@@ -101,7 +110,11 @@ pub async fn authenticate(db: &Database, headers: &HeaderMap) -> Result<Principa
     })
 }
 
-/// Creates a token in `tx`'s organization and returns it (the only time it is visible). Audited.
+/// How long a join token stays valid.
+pub const JOIN_TOKEN_TTL: time::Duration = time::Duration::hours(24);
+
+/// Creates a token in `tx`'s organization and returns it (the only time it is visible). Audited. Join tokens
+/// expire after [`JOIN_TOKEN_TTL`].
 pub async fn create_token(
     tx: &mut OrgTx,
     scope: &Scope,
@@ -116,13 +129,15 @@ pub async fn create_token(
     );
     let token_id = Uuid::new_v4();
     let cluster = match scope {
-        Scope::Agent { cluster } => Some(cluster.as_uuid()),
+        Scope::Agent { cluster } | Scope::Join { cluster } => Some(cluster.as_uuid()),
         _ => None,
     };
+    let expires_at = matches!(scope, Scope::Join { .. })
+        .then(|| time::OffsetDateTime::now_utc() + JOIN_TOKEN_TTL);
     let org = tx.org().as_uuid();
     sqlx::query(
-        "INSERT INTO api_tokens (org_id, token_id, scope, cluster_id, name, secret_sha256, created_by)
-         VALUES ($1, $2, $3, $4, $5, $6, $7)",
+        "INSERT INTO api_tokens (org_id, token_id, scope, cluster_id, name, secret_sha256, created_by, expires_at)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
     )
     .bind(org)
     .bind(token_id)
@@ -131,6 +146,7 @@ pub async fn create_token(
     .bind(name)
     .bind(sha256(&token))
     .bind(created_by)
+    .bind(expires_at)
     .execute(tx.conn())
     .await?;
     sqlx::query(
@@ -147,6 +163,59 @@ pub async fn create_token(
     .execute(tx.conn())
     .await?;
     Ok((token_id, token))
+}
+
+/// Exchanges a join token (single use: it is revoked in the same transaction) for an agent credential of its
+/// cluster. Returns the new token and the cluster's name.
+pub async fn redeem_join_token(
+    db: &Database,
+    principal: &Principal,
+) -> Result<(String, String), AppError> {
+    let Scope::Join { cluster } = principal.scope else {
+        return Err(AppError::Forbidden(
+            "only a join token can be exchanged".into(),
+        ));
+    };
+    let mut tx = db.begin_org(principal.org).await?;
+    // Single use even under concurrency: only one exchange can flip revoked_at.
+    let revoked = sqlx::query(
+        "UPDATE api_tokens SET revoked_at = now() WHERE token_id = $1 AND revoked_at IS NULL",
+    )
+    .bind(principal.token_id)
+    .execute(tx.conn())
+    .await?;
+    if revoked.rows_affected() != 1 {
+        return Err(AppError::Unauthorized);
+    }
+    let name: String = sqlx::query_scalar("SELECT name FROM clusters WHERE cluster_id = $1")
+        .bind(cluster.as_uuid())
+        .fetch_one(tx.conn())
+        .await?;
+    let (_, token) = create_token(
+        &mut tx,
+        &Scope::Agent { cluster },
+        &format!("joined {name}"),
+        "join",
+    )
+    .await?;
+    tx.commit().await?;
+    Ok((token, name))
+}
+
+/// `POST /api/v1/agents/join`: a join token in, the cluster credential out.
+pub fn router() -> axum::Router<crate::app::AppState> {
+    axum::Router::new().route("/api/v1/agents/join", axum::routing::post(join))
+}
+
+async fn join(
+    axum::extract::State(state): axum::extract::State<crate::app::AppState>,
+    headers: HeaderMap,
+) -> Result<axum::Json<serde_json::Value>, AppError> {
+    let principal = authenticate(&state.db, &headers).await?;
+    let (token, cluster) = redeem_join_token(&state.db, &principal).await?;
+    Ok(axum::Json(
+        serde_json::json!({ "token": token, "cluster": cluster }),
+    ))
 }
 
 /// Finds a cluster by name in `tx`'s organization, registering it when new.

@@ -75,7 +75,8 @@ pub struct TokenCreateArgs {
     /// Organization slug.
     #[arg(long)]
     pub org: String,
-    /// `admin`, `export`, or `agent:CLUSTER` (the cluster is registered if new).
+    /// `admin`, `export`, `agent:CLUSTER`, or `join:CLUSTER` (a one-time token, valid 24 h, that
+    /// `gpuledger-agent join` exchanges for the cluster's credential). The cluster is registered if new.
     #[arg(long)]
     pub scope: String,
     /// A label to recognise the token by.
@@ -244,19 +245,24 @@ async fn create_token(db: &Database, args: &TokenCreateArgs) -> anyhow::Result<S
     let scope = match args.scope.as_str() {
         "admin" => auth::Scope::Admin,
         "export" => auth::Scope::Export,
-        other => match other.strip_prefix("agent:") {
-            Some(cluster) if !cluster.trim().is_empty() => {
-                let (cluster, created) = auth::ensure_cluster(&mut tx, cluster.trim()).await?;
-                if created {
-                    eprintln!(
-                        "registered cluster {:?} ({cluster})",
-                        other.trim_start_matches("agent:")
-                    );
-                }
-                auth::Scope::Agent { cluster }
+        other => {
+            let (kind, cluster_name) = other.split_once(':').unwrap_or((other, ""));
+            let cluster_name = cluster_name.trim();
+            if !matches!(kind, "agent" | "join") || cluster_name.is_empty() {
+                anyhow::bail!(
+                    "--scope: expected admin, export, agent:CLUSTER or join:CLUSTER, got {other:?}"
+                );
             }
-            _ => anyhow::bail!("--scope: expected admin, export or agent:CLUSTER, got {other:?}"),
-        },
+            let (cluster, created) = auth::ensure_cluster(&mut tx, cluster_name).await?;
+            if created {
+                eprintln!("registered cluster {cluster_name:?} ({cluster})");
+            }
+            if kind == "agent" {
+                auth::Scope::Agent { cluster }
+            } else {
+                auth::Scope::Join { cluster }
+            }
+        }
     };
     let (token_id, token) = auth::create_token(&mut tx, &scope, &args.name, "cli").await?;
     tx.commit().await?;
