@@ -1,10 +1,21 @@
 //! The demo organization: what `gpuledger-server demo` seeds so a first run has something to show.
 //! Idempotent: running the demo again over the same data directory changes nothing.
 
-use gpuledger_core::ids::OrgId;
+use gpuledger_core::{
+    ids::{ClusterId, MigProfile, OrgId, VgpuProfile},
+    sharing::SharingMode,
+    wire::{
+        AllocationEnd, AllocationStart, AttributionLabels, EndReason, Fact, FactBody, Holder,
+        NamespaceFact, event_id,
+    },
+};
+use time::OffsetDateTime;
 use uuid::{Uuid, uuid};
 
-use crate::db::{Database, DbError};
+use crate::{
+    db::{Database, DbError},
+    ingest,
+};
 
 /// The demo organization's slug (fixed name, see DESIGN.md).
 pub const DEMO_SLUG: &str = "demo";
@@ -151,6 +162,225 @@ pub async fn seed(db: &Database) -> Result<OrgId, DbError> {
     .bind(since)
     .execute(tx.conn())
     .await?;
+    // Workloads go through the real ingest code (the same `store` the HTTP endpoint calls), anchored at the
+    // start of the current month so a re-run adds nothing.
+    let facts = sample_facts(OffsetDateTime::now_utc());
+    ingest::store(&mut tx, org, ClusterId::from_uuid(CLUSTER), &facts)
+        .await
+        .map_err(|e| DbError::Sqlx(sqlx::Error::Protocol(format!("demo ingest: {e}"))))?;
     tx.commit().await?;
     Ok(org)
+}
+
+/// A few workloads of every sharing mode in two namespaces, as an agent would report them.
+pub fn sample_facts(now: OffsetDateTime) -> Vec<Fact> {
+    let month = now
+        .replace_day(1)
+        .unwrap_or(now)
+        .replace_time(time::Time::MIDNIGHT);
+    let at = |hours: i64| month + time::Duration::hours(hours);
+    let mut facts = Vec::new();
+    let namespaces = [
+        (
+            uuid!("0d3e0000-0000-4000-8000-00000000e001"),
+            "nlp",
+            "nlp-research",
+        ),
+        (
+            uuid!("0d3e0000-0000-4000-8000-00000000e002"),
+            "serving",
+            "assistant-serving",
+        ),
+    ];
+    for (uid, name, tenant) in namespaces {
+        facts.push(Fact {
+            event_id: event_id("namespace", &[&uid.to_string(), tenant]),
+            observed_at: month,
+            body: FactBody::NamespaceObserved(NamespaceFact {
+                namespace_uid: uid,
+                name: name.into(),
+                created_at: month,
+                deleted_at: None,
+                labels: AttributionLabels {
+                    tenant: Some(tenant.into()),
+                    ..AttributionLabels::default()
+                },
+                labels_since: month,
+            }),
+        });
+    }
+    let h100 = "NVIDIA H100 80GB HBM3";
+    let workloads: [(&str, usize, &str, u32, SharingMode, &str, i64, Option<i64>); 6] = [
+        (
+            "train-llm-0",
+            0,
+            "nvidia.com/gpu",
+            2,
+            SharingMode::Exclusive,
+            h100,
+            2,
+            Some(50),
+        ),
+        (
+            "finetune-1",
+            0,
+            "nvidia.com/mig-1g.10gb",
+            1,
+            mig("1g.10gb"),
+            h100,
+            5,
+            Some(29),
+        ),
+        (
+            "notebook-2",
+            0,
+            "nvidia.com/gpu",
+            1,
+            SharingMode::TimeSlice { replicas: 4 },
+            "NVIDIA A100-PCIE-40GB",
+            1,
+            None,
+        ),
+        (
+            "vllm-3",
+            1,
+            "nvidia.com/gpu",
+            1,
+            SharingMode::Exclusive,
+            h100,
+            0,
+            None,
+        ),
+        (
+            "vdi-4",
+            1,
+            "nvidia.com/GRID_T4-4Q",
+            1,
+            vgpu("GRID_T4-4Q"),
+            "Tesla T4",
+            3,
+            Some(11),
+        ),
+        (
+            "render-5",
+            1,
+            "nvidia.com/TU104GL_Tesla_T4",
+            1,
+            SharingMode::Passthrough,
+            "Tesla T4",
+            4,
+            None,
+        ),
+    ];
+    for (i, (name, ns, resource, units, mode, model, start, end)) in
+        workloads.into_iter().enumerate()
+    {
+        let started_at = at(start);
+        if started_at > now {
+            continue;
+        }
+        // One set of workloads per month: the pod UIDs carry the month.
+        let month_no = (month.year() as u128) * 12 + month.month() as u128;
+        let pod = Uuid::from_u128(
+            0x0d3e_0000_0000_4000_8000_0000_0000_0000 + (month_no << 8) + i as u128,
+        );
+        let allocation_id = format!("{pod}/main/{resource}");
+        let (ns_uid, ns_name, _) = namespaces[ns];
+        facts.push(Fact {
+            event_id: event_id("alloc-start", &[&allocation_id]),
+            observed_at: started_at,
+            body: FactBody::AllocationStarted(AllocationStart {
+                allocation_id: allocation_id.clone(),
+                holder: if resource.contains("T4") {
+                    Holder::Vmi
+                } else {
+                    Holder::Pod
+                },
+                holder_uid: pod,
+                holder_name: name.into(),
+                namespace: ns_name.into(),
+                namespace_uid: Some(ns_uid),
+                container: Some("main".into()),
+                node: Some(format!("gpu-node-{}", i % 3)),
+                resource: resource.into(),
+                units,
+                mode,
+                gpu_model: Some(model.into()),
+                device_ids: vec![],
+                started_at,
+                labels: AttributionLabels::default(),
+            }),
+        });
+        if let Some(end) = end.map(at).filter(|t| *t <= now) {
+            facts.push(Fact {
+                event_id: event_id("alloc-end", &[&allocation_id]),
+                observed_at: end,
+                body: FactBody::AllocationEnded(AllocationEnd {
+                    allocation_id,
+                    ended_at: end,
+                    reason: EndReason::Finished,
+                }),
+            });
+        }
+    }
+    facts
+}
+
+fn mig(profile: &str) -> SharingMode {
+    MigProfile::new(profile).map_or(SharingMode::Exclusive, |profile| SharingMode::Mig {
+        profile,
+    })
+}
+
+fn vgpu(profile: &str) -> SharingMode {
+    VgpuProfile::new(profile).map_or(SharingMode::Passthrough, |profile| SharingMode::Vgpu {
+        profile,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use time::macros::datetime;
+
+    #[test]
+    fn sample_workloads_are_those_started_by_now_and_stable_within_a_month() {
+        let mid = sample_facts(datetime!(2026-11-20 12:00 UTC));
+        let starts = mid
+            .iter()
+            .filter(|f| f.body.kind() == "allocation_started")
+            .count();
+        let ends = mid
+            .iter()
+            .filter(|f| f.body.kind() == "allocation_ended")
+            .count();
+        assert_eq!((starts, ends), (6, 3));
+        assert_eq!(
+            sample_facts(datetime!(2026-11-25 08:00 UTC)).len(),
+            mid.len()
+        );
+        let ids = |facts: &[Fact]| facts.iter().map(|f| f.event_id.clone()).collect::<Vec<_>>();
+        assert_eq!(
+            ids(&mid),
+            ids(&sample_facts(datetime!(2026-11-28 23:00 UTC)))
+        );
+        // Only what has started by `now`; nothing in the future.
+        let early = sample_facts(datetime!(2026-11-01 00:30 UTC));
+        assert_eq!(
+            early
+                .iter()
+                .filter(|f| f.body.kind() == "allocation_started")
+                .count(),
+            1
+        );
+        // Next month: different workloads (new pod UIDs), so months never overwrite each other.
+        let next = sample_facts(datetime!(2026-12-20 12:00 UTC));
+        assert!(
+            ids(&next)
+                .iter()
+                .filter(|i| i.starts_with("alloc"))
+                .all(|i| !ids(&mid).contains(i))
+        );
+    }
 }

@@ -111,6 +111,11 @@ async fn landing_page_shows_the_demo_organization() {
         "{body}"
     );
     assert!(body.contains("reachable"));
+    // Workloads came through the ingest path.
+    assert!(
+        !body.contains(r#"<th scope="row">Allocation intervals</th><td class="num">0</td>"#),
+        "{body}"
+    );
 }
 
 #[tokio::test]
