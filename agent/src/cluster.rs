@@ -17,6 +17,8 @@ use gpuledger_core::wire::{AllocationVanished, Fact, FactBody, event_id};
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use kube::{
     Api, Client,
+    api::{ApiResource, DynamicObject},
+    discovery::Discovery,
     runtime::watcher::{self, Event},
 };
 use serde::{Deserialize, Serialize};
@@ -32,8 +34,11 @@ use crate::{
 /// An allocation the agent saw start and not yet end.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct OpenAllocation {
-    /// The pod holding it.
+    /// The pod (or VMI) holding it.
     pub pod_uid: Uuid,
+    /// Held by a KubeVirt VMI rather than a pod.
+    #[serde(default)]
+    pub vmi: bool,
     /// The last time the agent knew the pod existed.
     #[serde(with = "time::serde::rfc3339")]
     pub last_seen: OffsetDateTime,
@@ -46,6 +51,9 @@ pub struct State {
     pub open: BTreeMap<String, OpenAllocation>,
     /// Each namespace's last reported owner (`tenant|department`).
     pub owners: BTreeMap<Uuid, String>,
+    /// Each ClusterQueue's last reported quotas (content digest).
+    #[serde(default)]
+    pub queues: BTreeMap<Uuid, String>,
 }
 
 impl State {
@@ -83,34 +91,22 @@ pub struct Deriver {
     nodes: BTreeMap<String, NodeSharing>,
     /// Event IDs already spooled in this run (the server deduplicates too; this saves the bandwidth).
     sent: HashSet<String>,
-    /// Pods seen during a re-list.
-    relist: Option<BTreeSet<Uuid>>,
+    /// Holders seen during a re-list, by kind (false: pods, true: VMIs).
+    relist: BTreeMap<bool, BTreeSet<Uuid>>,
 }
 
 impl Deriver {
     /// A deriver starting from `state`.
     pub fn new(state: State, keys: LabelKeys, default_replicas: Option<u32>) -> Self {
-        Self {
-            state,
-            keys,
-            default_replicas,
-            ..Self::default()
-        }
+        Self { state, keys, default_replicas, ..Self::default() }
     }
 
     fn fresh(&mut self, facts: Vec<Fact>) -> Vec<Fact> {
-        facts
-            .into_iter()
-            .filter(|f| self.sent.insert(f.event_id.clone()))
-            .collect()
+        facts.into_iter().filter(|f| self.sent.insert(f.event_id.clone())).collect()
     }
 
     /// A namespace was added or changed.
-    pub fn on_namespace(
-        &mut self,
-        v: &Value,
-        now: OffsetDateTime,
-    ) -> Result<Vec<Fact>, k8s::K8sError> {
+    pub fn on_namespace(&mut self, v: &Value, now: OffsetDateTime) -> Result<Vec<Fact>, k8s::K8sError> {
         // First sight with no remembered owner: the labels are taken to hold since creation. A later change is
         // dated when it was seen.
         let probe = k8s::namespace_fact(v, &self.keys, None, now)?;
@@ -118,11 +114,8 @@ impl Deriver {
             return Ok(vec![]);
         };
         self.namespaces.insert(n.name.clone(), n.namespace_uid);
-        let owner = format!(
-            "{}|{}",
-            n.labels.tenant.as_deref().unwrap_or("-"),
-            n.labels.department.as_deref().unwrap_or("-")
-        );
+        let owner =
+            format!("{}|{}", n.labels.tenant.as_deref().unwrap_or("-"), n.labels.department.as_deref().unwrap_or("-"));
         let fact = match self.state.owners.get(&n.namespace_uid) {
             None => probe.clone(),
             Some(known) if *known == owner => return Ok(vec![]),
@@ -134,52 +127,31 @@ impl Deriver {
 
     /// A node was added or changed.
     pub fn on_node(&mut self, v: &Value, now: OffsetDateTime) -> Result<Vec<Fact>, k8s::K8sError> {
-        if let (Some(name), Some(labels)) = (
-            v["metadata"]["name"].as_str(),
-            v["metadata"]["labels"].as_object(),
-        ) {
-            let labels: BTreeMap<String, String> = labels
-                .iter()
-                .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
-                .collect();
-            self.nodes
-                .insert(name.to_string(), NodeSharing::from_labels(&labels));
+        if let (Some(name), Some(labels)) = (v["metadata"]["name"].as_str(), v["metadata"]["labels"].as_object()) {
+            let labels: BTreeMap<String, String> =
+                labels.iter().filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string()))).collect();
+            self.nodes.insert(name.to_string(), NodeSharing::from_labels(&labels));
         }
         Ok(self.fresh(k8s::node_fact(v, now)?.into_iter().collect()))
     }
 
     /// A pod was added, changed (`deleted == false`) or deleted.
-    pub fn on_pod(
-        &mut self,
-        v: &Value,
-        deleted: bool,
-        now: OffsetDateTime,
-    ) -> Result<Vec<Fact>, k8s::K8sError> {
+    pub fn on_pod(&mut self, v: &Value, deleted: bool, now: OffsetDateTime) -> Result<Vec<Fact>, k8s::K8sError> {
         let pod = k8s::Pod::from_value(v.clone()).map_err(|e| k8s::K8sError::Invalid {
             kind: "Pod".into(),
             name: v["metadata"]["name"].as_str().unwrap_or("?").into(),
             field: String::new(),
             reason: e.to_string(),
         })?;
-        let Some(uid) = pod
-            .metadata
-            .uid
-            .as_deref()
-            .and_then(|u| Uuid::parse_str(u).ok())
-        else {
+        let Some(uid) = pod.metadata.uid.as_deref().and_then(|u| Uuid::parse_str(u).ok()) else {
             return Ok(vec![]);
         };
-        if let Some(seen) = self.relist.as_mut() {
+        if let Some(seen) = self.relist.get_mut(&false) {
             seen.insert(uid);
         }
         let ctx = PodContext {
             node: pod.node_name().and_then(|n| self.nodes.get(n)).cloned(),
-            namespace_uid: pod
-                .metadata
-                .namespace
-                .as_deref()
-                .and_then(|n| self.namespaces.get(n))
-                .copied(),
+            namespace_uid: pod.metadata.namespace.as_deref().and_then(|n| self.namespaces.get(n)).copied(),
             default_replicas: self.default_replicas,
         };
         let (facts, problems) = k8s::pod_facts(&pod, &ctx, &self.keys, now)?;
@@ -194,10 +166,7 @@ impl Deriver {
                         .open
                         .entry(s.allocation_id.clone())
                         .and_modify(|o| o.last_seen = now)
-                        .or_insert(OpenAllocation {
-                            pod_uid: uid,
-                            last_seen: now,
-                        });
+                        .or_insert(OpenAllocation { pod_uid: uid, vmi: false, last_seen: now });
                 }
                 FactBody::AllocationEnded(e) => {
                     ended.insert(e.allocation_id.clone());
@@ -227,22 +196,23 @@ impl Deriver {
         Ok(self.fresh(out))
     }
 
-    /// The pod watch is (re)listing: facts about pods missing from the list come at [`Deriver::relist_done`].
-    pub fn relist_begin(&mut self) {
-        self.relist = Some(BTreeSet::new());
+    /// The pod (`vmi == false`) or VMI watch is (re)listing: facts about holders missing from the list come at
+    /// [`Deriver::relist_done`].
+    pub fn relist_begin(&mut self, vmi: bool) {
+        self.relist.insert(vmi, BTreeSet::new());
     }
 
     /// The re-list is complete: every open allocation whose pod was not listed vanished while nobody watched.
     /// Its end is estimated as the last time the agent knew it existed.
-    pub fn relist_done(&mut self, now: OffsetDateTime) -> Vec<Fact> {
-        let Some(seen) = self.relist.take() else {
+    pub fn relist_done(&mut self, vmi: bool, now: OffsetDateTime) -> Vec<Fact> {
+        let Some(seen) = self.relist.remove(&vmi) else {
             return vec![];
         };
         let gone: Vec<(String, OffsetDateTime)> = self
             .state
             .open
             .iter()
-            .filter(|(_, o)| !seen.contains(&o.pod_uid))
+            .filter(|(_, o)| o.vmi == vmi && !seen.contains(&o.pod_uid))
             .map(|(id, o)| (id.clone(), o.last_seen))
             .collect();
         let mut out = Vec::new();
@@ -250,10 +220,78 @@ impl Deriver {
             self.state.open.remove(&id);
             out.push(vanished(&id, last_seen, now));
         }
-        for o in self.state.open.values_mut() {
+        for o in self.state.open.values_mut().filter(|o| o.vmi == vmi) {
             o.last_seen = now;
         }
         self.fresh(out)
+    }
+
+    /// A KubeVirt VMI was added, changed or deleted.
+    pub fn on_vmi(&mut self, v: &Value, deleted: bool, now: OffsetDateTime) -> Result<Vec<Fact>, k8s::K8sError> {
+        let Some(uid) = v["metadata"]["uid"].as_str().and_then(|u| Uuid::parse_str(u).ok()) else {
+            return Ok(vec![]);
+        };
+        if let Some(seen) = self.relist.get_mut(&true) {
+            seen.insert(uid);
+        }
+        let mut facts = k8s::vmi_facts(v, &self.keys, now)?;
+        let namespace_uid = v["metadata"]["namespace"].as_str().and_then(|n| self.namespaces.get(n)).copied();
+        let mut ended = BTreeSet::new();
+        for f in &mut facts {
+            match &mut f.body {
+                FactBody::AllocationStarted(s) => {
+                    s.namespace_uid = namespace_uid;
+                    self.state
+                        .open
+                        .entry(s.allocation_id.clone())
+                        .and_modify(|o| o.last_seen = now)
+                        .or_insert(OpenAllocation { pod_uid: uid, vmi: true, last_seen: now });
+                }
+                FactBody::AllocationEnded(e) => {
+                    ended.insert(e.allocation_id.clone());
+                }
+                _ => {}
+            }
+        }
+        if deleted {
+            let still_open: Vec<String> = self
+                .state
+                .open
+                .iter()
+                .filter(|(id, o)| o.vmi && o.pod_uid == uid && !ended.contains(*id))
+                .map(|(id, _)| id.clone())
+                .collect();
+            for id in still_open {
+                facts.push(vanished(&id, now, now));
+                ended.insert(id);
+            }
+        }
+        for id in &ended {
+            self.state.open.remove(id);
+        }
+        Ok(self.fresh(facts))
+    }
+
+    /// A Kueue ClusterQueue was added or changed: its GPU quotas, when they change.
+    pub fn on_cluster_queue(&mut self, v: &Value, now: OffsetDateTime) -> Result<Vec<Fact>, k8s::K8sError> {
+        let Some(probe) = k8s::cluster_queue_fact(v, None, now)? else {
+            return Ok(vec![]);
+        };
+        let FactBody::QuotaObserved(q) = &probe.body else {
+            return Ok(vec![]);
+        };
+        let digest = serde_json::to_string(&q.quotas).unwrap_or_default();
+        let uid = q.uid;
+        let fact = match self.state.queues.get(&uid) {
+            None => probe.clone(),
+            Some(known) if *known == digest => return Ok(vec![]),
+            Some(_) => match k8s::cluster_queue_fact(v, Some(now), now)? {
+                Some(f) => f,
+                None => return Ok(vec![]),
+            },
+        };
+        self.state.queues.insert(uid, digest);
+        Ok(self.fresh(vec![fact]))
     }
 
     /// The watch is healthy: every open allocation is known to exist now.
@@ -264,11 +302,7 @@ impl Deriver {
     }
 }
 
-fn vanished(
-    allocation_id: &str,
-    last_seen_at: OffsetDateTime,
-    observed_at: OffsetDateTime,
-) -> Fact {
+fn vanished(allocation_id: &str, last_seen_at: OffsetDateTime, observed_at: OffsetDateTime) -> Fact {
     Fact {
         event_id: event_id("alloc-vanished", &[allocation_id]),
         observed_at,
@@ -292,7 +326,29 @@ enum Ev {
     Namespace(Box<Event<Namespace>>),
     Node(Box<Event<Node>>),
     Pod(Box<Event<Pod>>),
+    Vmi(Box<Event<DynamicObject>>),
+    Queue(Box<Event<DynamicObject>>),
     Error(String),
+}
+
+/// Optional APIs, found by discovery: KubeVirt VMIs and Kueue ClusterQueues.
+async fn discover(client: &Client) -> (Option<ApiResource>, Option<ApiResource>) {
+    let discovery = match Discovery::new(client.clone()).filter(&["kubevirt.io", "kueue.x-k8s.io"]).run().await {
+        Ok(d) => d,
+        Err(e) => {
+            tracing::warn!(error = %e, "API discovery failed; watching core objects only");
+            return (None, None);
+        }
+    };
+    let find = |group: &str, plural: &str| {
+        discovery
+            .get(group)
+            .and_then(|g| g.recommended_resources().into_iter().find(|(ar, _)| ar.plural == plural).map(|(ar, _)| ar))
+    };
+    let vmi = find("kubevirt.io", "virtualmachineinstances");
+    let queue = find("kueue.x-k8s.io", "clusterqueues");
+    tracing::info!(kubevirt = vmi.is_some(), kueue = queue.is_some(), "optional APIs discovered");
+    (vmi, queue)
 }
 
 /// Watches the cluster until `stop` is set, spooling every new fact.
@@ -304,20 +360,41 @@ pub async fn run(
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) -> anyhow::Result<()> {
     let cfg = watcher::Config::default();
-    let ns =
-        watcher::watcher(Api::<Namespace>::all(client.clone()), cfg.clone()).map(|e| match e {
-            Ok(e) => Ev::Namespace(Box::new(e)),
-            Err(e) => Ev::Error(format!("namespaces: {e}")),
-        });
+    let ns = watcher::watcher(Api::<Namespace>::all(client.clone()), cfg.clone()).map(|e| match e {
+        Ok(e) => Ev::Namespace(Box::new(e)),
+        Err(e) => Ev::Error(format!("namespaces: {e}")),
+    });
     let nodes = watcher::watcher(Api::<Node>::all(client.clone()), cfg.clone()).map(|e| match e {
         Ok(e) => Ev::Node(Box::new(e)),
         Err(e) => Ev::Error(format!("nodes: {e}")),
     });
-    let pods = watcher::watcher(Api::<Pod>::all(client), cfg).map(|e| match e {
+    let pods = watcher::watcher(Api::<Pod>::all(client.clone()), cfg).map(|e| match e {
         Ok(e) => Ev::Pod(Box::new(e)),
         Err(e) => Ev::Error(format!("pods: {e}")),
     });
-    let mut events = futures::stream::select_all([ns.boxed(), nodes.boxed(), pods.boxed()]);
+    let mut streams = vec![ns.boxed(), nodes.boxed(), pods.boxed()];
+    let (vmi_api, queue_api) = discover(&client).await;
+    if let Some(ar) = vmi_api {
+        streams.push(
+            watcher::watcher(Api::<DynamicObject>::all_with(client.clone(), &ar), watcher::Config::default())
+                .map(|e| match e {
+                    Ok(e) => Ev::Vmi(Box::new(e)),
+                    Err(e) => Ev::Error(format!("virtualmachineinstances: {e}")),
+                })
+                .boxed(),
+        );
+    }
+    if let Some(ar) = queue_api {
+        streams.push(
+            watcher::watcher(Api::<DynamicObject>::all_with(client.clone(), &ar), watcher::Config::default())
+                .map(|e| match e {
+                    Ok(e) => Ev::Queue(Box::new(e)),
+                    Err(e) => Ev::Error(format!("clusterqueues: {e}")),
+                })
+                .boxed(),
+        );
+    }
+    let mut events = futures::stream::select_all(streams);
     // Pods are classified against their node and namespace: hold them until both have been listed once.
     let (mut ns_ready, mut nodes_ready) = (false, false);
     let mut held: Vec<Event<Pod>> = Vec::new();
@@ -341,20 +418,29 @@ pub async fn run(
         let mut pod_events = Vec::new();
         match ev {
             Ev::Namespace(e) => match *e {
-                Event::Apply(o) | Event::InitApply(o) => {
-                    facts.extend(deriver.on_namespace(&to_value(&o)?, now)?)
-                }
+                Event::Apply(o) | Event::InitApply(o) => facts.extend(deriver.on_namespace(&to_value(&o)?, now)?),
                 Event::InitDone => ns_ready = true,
                 _ => {}
             },
             Ev::Node(e) => match *e {
-                Event::Apply(o) | Event::InitApply(o) => {
-                    facts.extend(deriver.on_node(&to_value(&o)?, now)?)
-                }
+                Event::Apply(o) | Event::InitApply(o) => facts.extend(deriver.on_node(&to_value(&o)?, now)?),
                 Event::InitDone => nodes_ready = true,
                 _ => {}
             },
             Ev::Pod(e) => held.push(*e),
+            Ev::Vmi(e) => match *e {
+                Event::Init => deriver.relist_begin(true),
+                Event::InitApply(o) | Event::Apply(o) => {
+                    facts.extend(log_err(deriver.on_vmi(&to_value(&o)?, false, now)))
+                }
+                Event::Delete(o) => facts.extend(log_err(deriver.on_vmi(&to_value(&o)?, true, now))),
+                Event::InitDone => facts.extend(deriver.relist_done(true, now)),
+            },
+            Ev::Queue(e) => {
+                if let Event::InitApply(o) | Event::Apply(o) = *e {
+                    facts.extend(log_err(deriver.on_cluster_queue(&to_value(&o)?, now)));
+                }
+            }
             Ev::Error(e) => {
                 healthy = false;
                 tracing::warn!(error = %e, "watch interrupted; it will re-list");
@@ -365,23 +451,19 @@ pub async fn run(
         }
         for e in pod_events {
             match e {
-                Event::Init => deriver.relist_begin(),
+                Event::Init => deriver.relist_begin(false),
                 Event::InitApply(o) | Event::Apply(o) => {
                     facts.extend(log_err(deriver.on_pod(&to_value(&o)?, false, now)))
                 }
-                Event::Delete(o) => {
-                    facts.extend(log_err(deriver.on_pod(&to_value(&o)?, true, now)))
-                }
+                Event::Delete(o) => facts.extend(log_err(deriver.on_pod(&to_value(&o)?, true, now))),
                 Event::InitDone => {
-                    facts.extend(deriver.relist_done(now));
+                    facts.extend(deriver.relist_done(false, now));
                     healthy = true;
                 }
             }
         }
         if !facts.is_empty() {
-            let mut spool = spool
-                .lock()
-                .map_err(|_| anyhow::anyhow!("spool lock poisoned"))?;
+            let mut spool = spool.lock().map_err(|_| anyhow::anyhow!("spool lock poisoned"))?;
             spool.append_facts(&facts)?;
             tracing::debug!(facts = facts.len(), "spooled");
         }
@@ -424,21 +506,13 @@ mod tests {
     fn start_then_end_from_the_pod_timestamps_and_no_duplicates() {
         let mut d = Deriver::default();
         let now = datetime!(2026-10-01 12:00 UTC);
-        let running = pod(
-            UID,
-            json!({"running": {"startedAt": "2026-10-01T08:00:05Z"}}),
-            None,
-        );
+        let running = pod(UID, json!({"running": {"startedAt": "2026-10-01T08:00:05Z"}}), None);
         let facts = d.on_pod(&running, false, now).unwrap();
         assert_eq!(facts.len(), 1);
         assert!(
             matches!(&facts[0].body, FactBody::AllocationStarted(s) if s.started_at == datetime!(2026-10-01 08:00:05 UTC))
         );
-        assert_eq!(
-            d.on_pod(&running, false, now).unwrap().len(),
-            0,
-            "an unchanged pod yields nothing new"
-        );
+        assert_eq!(d.on_pod(&running, false, now).unwrap().len(), 0, "an unchanged pod yields nothing new");
         assert_eq!(d.state.open.len(), 1);
         let done = pod(
             UID,
@@ -457,21 +531,12 @@ mod tests {
     fn a_pod_gone_during_a_gap_vanishes_at_its_last_sighting() {
         let mut d = Deriver::default();
         let t1 = datetime!(2026-10-01 09:00 UTC);
-        d.on_pod(
-            &pod(
-                UID,
-                json!({"running": {"startedAt": "2026-10-01T08:00:05Z"}}),
-                None,
-            ),
-            false,
-            t1,
-        )
-        .unwrap();
+        d.on_pod(&pod(UID, json!({"running": {"startedAt": "2026-10-01T08:00:05Z"}}), None), false, t1).unwrap();
         d.heartbeat(datetime!(2026-10-01 09:30 UTC));
         // The agent restarts (state persisted) and re-lists: the pod is gone.
         let mut d = Deriver::new(d.state.clone(), LabelKeys::default(), None);
-        d.relist_begin();
-        let facts = d.relist_done(datetime!(2026-10-01 13:00 UTC));
+        d.relist_begin(false);
+        let facts = d.relist_done(false, datetime!(2026-10-01 13:00 UTC));
         assert_eq!(facts.len(), 1);
         match &facts[0].body {
             FactBody::AllocationVanished(v) => {
@@ -485,17 +550,11 @@ mod tests {
     #[test]
     fn a_pod_still_listed_after_a_gap_does_not_vanish() {
         let mut d = Deriver::default();
-        let p = pod(
-            UID,
-            json!({"running": {"startedAt": "2026-10-01T08:00:05Z"}}),
-            None,
-        );
-        d.on_pod(&p, false, datetime!(2026-10-01 09:00 UTC))
-            .unwrap();
-        d.relist_begin();
-        d.on_pod(&p, false, datetime!(2026-10-01 10:00 UTC))
-            .unwrap();
-        assert!(d.relist_done(datetime!(2026-10-01 10:00 UTC)).is_empty());
+        let p = pod(UID, json!({"running": {"startedAt": "2026-10-01T08:00:05Z"}}), None);
+        d.on_pod(&p, false, datetime!(2026-10-01 09:00 UTC)).unwrap();
+        d.relist_begin(false);
+        d.on_pod(&p, false, datetime!(2026-10-01 10:00 UTC)).unwrap();
+        assert!(d.relist_done(false, datetime!(2026-10-01 10:00 UTC)).is_empty());
         assert_eq!(d.state.open.len(), 1);
     }
 
@@ -506,23 +565,15 @@ mod tests {
             json!({"metadata": {"name": "ml", "uid": "0b7f2d8e-8d1c-4a8e-9a51-7b1f0e6a2c33",
                    "creationTimestamp": "2026-09-01T00:00:00Z", "labels": {"gpuledger.io/tenant": tenant}}})
         };
-        let first = d
-            .on_namespace(&ns("nlp"), datetime!(2026-10-01 00:00 UTC))
-            .unwrap();
+        let first = d.on_namespace(&ns("nlp"), datetime!(2026-10-01 00:00 UTC)).unwrap();
         match &first[0].body {
             FactBody::NamespaceObserved(n) => {
                 assert_eq!(n.labels_since, datetime!(2026-09-01 00:00 UTC))
             }
             other => panic!("{other:?}"),
         }
-        assert!(
-            d.on_namespace(&ns("nlp"), datetime!(2026-10-02 00:00 UTC))
-                .unwrap()
-                .is_empty()
-        );
-        let change = d
-            .on_namespace(&ns("vision"), datetime!(2026-10-15 12:00 UTC))
-            .unwrap();
+        assert!(d.on_namespace(&ns("nlp"), datetime!(2026-10-02 00:00 UTC)).unwrap().is_empty());
+        let change = d.on_namespace(&ns("vision"), datetime!(2026-10-15 12:00 UTC)).unwrap();
         match &change[0].body {
             FactBody::NamespaceObserved(n) => {
                 assert_eq!(n.labels_since, datetime!(2026-10-15 12:00 UTC));
@@ -544,21 +595,14 @@ mod tests {
         .unwrap();
         let facts = d
             .on_pod(
-                &pod(
-                    UID,
-                    json!({"running": {"startedAt": "2026-10-01T08:00:05Z"}}),
-                    None,
-                ),
+                &pod(UID, json!({"running": {"startedAt": "2026-10-01T08:00:05Z"}}), None),
                 false,
                 datetime!(2026-10-01 09:00 UTC),
             )
             .unwrap();
         match &facts[0].body {
             FactBody::AllocationStarted(s) => {
-                assert_eq!(
-                    s.mode,
-                    gpuledger_core::sharing::SharingMode::TimeSlice { replicas: 4 }
-                );
+                assert_eq!(s.mode, gpuledger_core::sharing::SharingMode::TimeSlice { replicas: 4 });
                 assert_eq!(s.gpu_model.as_deref(), Some("NVIDIA-A100-PCIE-40GB"));
             }
             other => panic!("{other:?}"),
@@ -571,11 +615,7 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let mut d = Deriver::default();
         d.on_pod(
-            &pod(
-                UID,
-                json!({"running": {"startedAt": "2026-10-01T08:00:05Z"}}),
-                None,
-            ),
+            &pod(UID, json!({"running": {"startedAt": "2026-10-01T08:00:05Z"}}), None),
             false,
             datetime!(2026-10-01 09:00 UTC),
         )
@@ -583,10 +623,7 @@ mod tests {
         let path = dir.join("state.json");
         d.state.save(&path).unwrap();
         assert_eq!(State::load(&path).unwrap(), d.state);
-        assert_eq!(
-            State::load(&dir.join("missing.json")).unwrap(),
-            State::default()
-        );
+        assert_eq!(State::load(&dir.join("missing.json")).unwrap(), State::default());
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -107,37 +107,36 @@ impl Sender {
             .build()
             .map_err(|e| DeliveryError::Client(e.to_string()))?;
         let batch_limit = cfg.max_batch_facts.max(1);
-        Ok(Self {
-            cfg,
-            client,
-            skipped: BTreeSet::new(),
-            batch_limit,
-        })
+        Ok(Self { cfg, client, skipped: BTreeSet::new(), batch_limit })
     }
 
     /// Sends one batch of the oldest pending facts.
     pub async fn attempt(&mut self, spool: &Mutex<Spool>) -> Result<Attempt, DeliveryError> {
-        let pending: Vec<(u64, Fact)> = {
-            let spool = spool
-                .lock()
-                .map_err(|_| DeliveryError::Client("spool lock poisoned".into()))?;
-            spool.pending_facts(
-                self.batch_limit + self.skipped.len(),
-                self.cfg.max_batch_bytes,
-            )?
+        let raw: Vec<(u64, Vec<u8>)> = {
+            let spool = spool.lock().map_err(|_| DeliveryError::Client("spool lock poisoned".into()))?;
+            spool.pending(self.batch_limit + self.skipped.len(), self.cfg.max_batch_bytes)?
         };
-        let pending: Vec<(u64, Fact)> = pending
-            .into_iter()
-            .filter(|(seq, _)| !self.skipped.contains(seq))
-            .take(self.batch_limit)
-            .collect();
+        // A record that no longer parses as a fact (written by another version, or damaged in a way the checksum
+        // did not catch) is set aside like a refused fact, so it can never block the spool.
+        let mut pending = Vec::with_capacity(raw.len());
+        for (seq, bytes) in raw {
+            if self.skipped.contains(&seq) {
+                continue;
+            }
+            match serde_json::from_slice::<Fact>(&bytes) {
+                Ok(fact) => pending.push((seq, fact)),
+                Err(e) => {
+                    self.dead_letter_raw(seq, &bytes, &e.to_string())?;
+                    self.skipped.insert(seq);
+                }
+            }
+        }
+        let pending: Vec<(u64, Fact)> =
+            pending.into_iter().filter(|(seq, _)| !self.skipped.contains(seq)).take(self.batch_limit).collect();
         if pending.is_empty() {
             // Only dead-lettered records left at the head: acknowledge them so the spool moves on.
             if let Some(&last) = self.skipped.iter().next_back() {
-                spool
-                    .lock()
-                    .map_err(|_| DeliveryError::Client("spool lock poisoned".into()))?
-                    .ack(last)?;
+                spool.lock().map_err(|_| DeliveryError::Client("spool lock poisoned".into()))?.ack(last)?;
                 self.skipped.clear();
             }
             return Ok(Attempt::Idle);
@@ -152,16 +151,10 @@ impl Sender {
         let body = match gzip(&batch) {
             Ok(b) => b,
             Err(e) => {
-                return Ok(Attempt::Retry {
-                    reason: format!("encoding batch: {e}"),
-                    after: None,
-                });
+                return Ok(Attempt::Retry { reason: format!("encoding batch: {e}"), after: None });
             }
         };
-        let url = format!(
-            "{}/api/v1/ingest/batches",
-            self.cfg.server.trim_end_matches('/')
-        );
+        let url = format!("{}/api/v1/ingest/batches", self.cfg.server.trim_end_matches('/'));
         let response = self
             .client
             .post(&url)
@@ -174,10 +167,7 @@ impl Sender {
         let response = match response {
             Ok(r) => r,
             Err(e) => {
-                return Ok(Attempt::Retry {
-                    reason: format!("{url}: {e}"),
-                    after: None,
-                });
+                return Ok(Attempt::Retry { reason: format!("{url}: {e}"), after: None });
             }
         };
         let status = response.status();
@@ -192,69 +182,73 @@ impl Sender {
             let ack: BatchAck = match serde_json::from_str(&text) {
                 Ok(a) => a,
                 Err(e) => {
-                    return Ok(Attempt::Retry {
-                        reason: format!("unreadable acknowledgement: {e}"),
-                        after: None,
-                    });
+                    return Ok(Attempt::Retry { reason: format!("unreadable acknowledgement: {e}"), after: None });
                 }
             };
             // Acknowledge also the dead-lettered records this batch passes.
-            let up_to = up_to.max(
-                self.skipped
-                    .range(..=up_to)
-                    .next_back()
-                    .copied()
-                    .unwrap_or(0),
-            );
-            spool
-                .lock()
-                .map_err(|_| DeliveryError::Client("spool lock poisoned".into()))?
-                .ack(up_to)?;
+            let up_to = up_to.max(self.skipped.range(..=up_to).next_back().copied().unwrap_or(0));
+            spool.lock().map_err(|_| DeliveryError::Client("spool lock poisoned".into()))?.ack(up_to)?;
             self.skipped.retain(|s| *s > up_to);
             self.batch_limit = self.cfg.max_batch_facts.max(1);
             for f in &ack.flagged {
                 tracing::warn!(event_id = %f.event_id, reason = %f.reason, "server flagged a fact");
             }
-            return Ok(Attempt::Delivered {
-                ack,
-                up_to,
-                facts: pending.len(),
-            });
+            return Ok(Attempt::Delivered { ack, up_to, facts: pending.len() });
         }
-        match status.as_u16() {
-            429 | 500..=599 | 401 | 403 | 408 => Ok(Attempt::Retry {
-                reason: format!("server answered {status}: {}", short(&text)),
-                after: retry_after,
-            }),
+        let retry = |reason: String| Ok(Attempt::Retry { reason, after: retry_after });
+        let code = status.as_u16();
+        match code {
+            429 | 500..=599 | 401 | 403 | 408 => return retry(format!("server answered {status}: {}", short(&text))),
             413 if pending.len() > 1 => {
                 self.batch_limit = (pending.len() / 2).max(1);
-                Ok(Attempt::Retry {
+                return Ok(Attempt::Retry {
                     reason: format!("batch too large; now {} facts", self.batch_limit),
                     after: Some(Duration::ZERO),
-                })
+                });
             }
+            // A validation refusal (422, 400) or one fact too large (413) is about the facts themselves.
+            400 | 413 | 422 => {}
+            // Any other answer (a proxy's 404, a 409, …) says nothing against the facts: keep and retry.
             _ => {
-                // The server names the offending fact (`facts[i]…`); only that one is set aside.
-                let problem: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
-                let index = problem["field"]
-                    .as_str()
-                    .and_then(|f| f.strip_prefix("facts["))
-                    .and_then(|f| f.split(']').next())
-                    .and_then(|i| i.parse::<usize>().ok())
-                    .filter(|i| *i < pending.len());
-                let rejected: Vec<&(u64, Fact)> = match index {
-                    Some(i) => vec![&pending[i]],
-                    None => pending.iter().collect(),
-                };
-                self.dead_letter(&rejected, status.as_u16(), &problem, &text)?;
-                for (seq, _) in &rejected {
-                    self.skipped.insert(*seq);
-                }
-                Ok(Attempt::DeadLettered {
-                    count: rejected.len(),
-                })
+                tracing::error!(%status, body = %short(&text), "unexpected answer from the server; facts kept");
+                return retry(format!("server answered {status}: {}", short(&text)));
             }
         }
+        // The server names the offending fact (`facts[i]…`); only that one is set aside.
+        let problem: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
+        let index = problem["field"]
+            .as_str()
+            .and_then(|f| f.strip_prefix("facts["))
+            .and_then(|f| f.split(']').next())
+            .and_then(|i| i.parse::<usize>().ok())
+            .filter(|i| *i < pending.len());
+        let rejected: Vec<&(u64, Fact)> = match index {
+            Some(i) => vec![&pending[i]],
+            // A single fact too large, or a batch of one refused as a whole.
+            None if pending.len() == 1 || code == 413 => pending.iter().collect(),
+            // A refusal of the envelope, not of a fact: not the facts' fault.
+            None => return retry(format!("server refused the batch ({status}): {}", short(&text))),
+        };
+        self.dead_letter(&rejected, code, &problem, &text)?;
+        for (seq, _) in &rejected {
+            self.skipped.insert(*seq);
+        }
+        Ok(Attempt::DeadLettered { count: rejected.len() })
+    }
+
+    fn dead_letter_raw(&self, seq: u64, bytes: &[u8], reason: &str) -> Result<(), DeliveryError> {
+        let path = &self.cfg.dead_letter;
+        let err = |source| DeliveryError::DeadLetter { path: path.display().to_string(), source };
+        let mut file = std::fs::OpenOptions::new().create(true).append(true).open(path).map_err(err)?;
+        let line = serde_json::json!({
+            "seq": seq,
+            "reason": format!("spool record is not a fact: {reason}"),
+            "record": String::from_utf8_lossy(bytes),
+        });
+        writeln!(file, "{line}").map_err(err)?;
+        file.sync_data().map_err(err)?;
+        tracing::error!(seq, %reason, "unreadable spool record dead-lettered");
+        Ok(())
     }
 
     fn dead_letter(
@@ -265,15 +259,8 @@ impl Sender {
         text: &str,
     ) -> Result<(), DeliveryError> {
         let path = &self.cfg.dead_letter;
-        let err = |source| DeliveryError::DeadLetter {
-            path: path.display().to_string(),
-            source,
-        };
-        let mut file = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)
-            .map_err(err)?;
+        let err = |source| DeliveryError::DeadLetter { path: path.display().to_string(), source };
+        let mut file = std::fs::OpenOptions::new().create(true).append(true).open(path).map_err(err)?;
         for (seq, fact) in rejected {
             let line = serde_json::json!({
                 "seq": seq,
@@ -291,12 +278,7 @@ impl Sender {
 
     /// Delivers until `stop` is set and the spool is drained (or `stop` is set while the server is unreachable),
     /// waking every `poll` to look for new facts.
-    pub async fn run(
-        mut self,
-        spool: Arc<Mutex<Spool>>,
-        stop: tokio::sync::watch::Receiver<bool>,
-        poll: Duration,
-    ) {
+    pub async fn run(mut self, spool: Arc<Mutex<Spool>>, stop: tokio::sync::watch::Receiver<bool>, poll: Duration) {
         let mut failures: u32 = 0;
         loop {
             let result = self.attempt(&spool).await;
@@ -316,14 +298,10 @@ impl Sender {
                 }
                 Ok(Attempt::Retry { reason, after }) => {
                     failures = failures.saturating_add(1);
-                    let delay = after.unwrap_or_else(|| {
-                        backoff(failures, self.cfg.backoff_min, self.cfg.backoff_max)
-                    });
+                    let delay = after.unwrap_or_else(|| backoff(failures, self.cfg.backoff_min, self.cfg.backoff_max));
                     tracing::warn!(%reason, retry_in_ms = delay.as_millis() as u64, "delivery failed; will retry");
                     if *stop.borrow() && failures > 3 {
-                        tracing::warn!(
-                            "stopping with facts still in the spool; they are sent on the next start"
-                        );
+                        tracing::warn!("stopping with facts still in the spool; they are sent on the next start");
                         return;
                     }
                     delay
@@ -347,9 +325,7 @@ impl Sender {
 
 /// Exponential backoff with full jitter: uniform in [0, min(max, min·2^failures)].
 pub fn backoff(failures: u32, min: Duration, max: Duration) -> Duration {
-    let ceiling = min
-        .saturating_mul(2u32.saturating_pow(failures.min(20)))
-        .min(max);
+    let ceiling = min.saturating_mul(2u32.saturating_pow(failures.min(20))).min(max);
     let millis = ceiling.as_millis().max(1) as u64;
     Duration::from_millis(rand::rng().random_range(0..=millis))
 }
@@ -375,10 +351,7 @@ mod tests {
         for failures in 0..30 {
             let d = backoff(failures, min, max);
             assert!(d <= max, "{failures}: {d:?}");
-            assert!(
-                d <= min * 2u32.saturating_pow(failures.min(20)),
-                "{failures}: {d:?}"
-            );
+            assert!(d <= min * 2u32.saturating_pow(failures.min(20)), "{failures}: {d:?}");
         }
         // Jitter: not always the same value.
         let samples: BTreeSet<u128> = (0..50).map(|_| backoff(10, min, max).as_millis()).collect();

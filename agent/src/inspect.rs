@@ -12,6 +12,7 @@ use time::OffsetDateTime;
 use crate::{
     k8s::{self, LabelKeys, PodContext},
     metrics::{dcgm, modelserver, prom},
+    nvidia,
 };
 
 /// What `inspect` can read.
@@ -31,6 +32,22 @@ pub enum Kind {
     Dcgm,
     /// vLLM / Triton `/metrics` text.
     Modelserver,
+    /// `nvidia-smi -q -x` XML: device facts per GPU (MIG layout included); processes as records.
+    NvidiaSmi,
+    /// `nvidia-smi --query-gpu=… --format=csv` (device facts) or `--query-compute-apps=…` CSV (process records).
+    GpuCsv,
+    /// `nvidia-smi -L` (device facts; MIG devices as records) or the plain `nvidia-smi` table (records).
+    NvidiaSmiL,
+    /// NVIDIA device plugin / GPU Operator time-slicing config, bare or in a ConfigMap: timeslice_policy records.
+    DevicePluginConfig,
+    /// mig-parted config (bare, ConfigMap or GPU Operator Helm values): mig_layout records.
+    MigConfig,
+    /// GPU Feature Discovery node labels (JSON map) or a Node: the node fact, or a record when there is no UID.
+    NodeLabels,
+    /// KubeVirt `permittedHostDevices`: permitted_device records (PCI passthrough, mediated vGPU).
+    KubevirtConfig,
+    /// `kubectl get` table output: read, but it carries no allocation facts (a note says so).
+    KubectlTable,
 }
 
 /// The result of inspecting one file.
@@ -38,7 +55,7 @@ pub enum Kind {
 pub struct Output {
     /// Facts, as the agent would send them.
     pub facts: Vec<Fact>,
-    /// Other JSON records (model-server snapshots, which are not facts yet).
+    /// Other JSON records, each with a `kind` (model-server snapshots, NVIDIA configs and processes: not facts yet).
     pub records: Vec<Value>,
     /// Notes for people.
     pub notes: Vec<String>,
@@ -51,15 +68,8 @@ pub fn read_documents(text: &str) -> Result<Vec<Value>> {
         let v: Value = serde_json::from_str(trimmed).context("parsing JSON")?;
         return Ok(match v {
             Value::Array(items) => items,
-            Value::Object(ref o)
-                if o.get("kind")
-                    .and_then(Value::as_str)
-                    .is_some_and(|k| k.ends_with("List")) =>
-            {
-                o.get("items")
-                    .and_then(Value::as_array)
-                    .cloned()
-                    .unwrap_or_default()
+            Value::Object(ref o) if o.get("kind").and_then(Value::as_str).is_some_and(|k| k.ends_with("List")) => {
+                o.get("items").and_then(Value::as_array).cloned().unwrap_or_default()
             }
             other => vec![other],
         });
@@ -70,12 +80,7 @@ pub fn read_documents(text: &str) -> Result<Vec<Value>> {
 
 /// Inspects `text` as `kind`. `timeslice_replicas`: the declared replicas of time-sliced GPUs when the objects
 /// do not say (as the live agent's `--timeslice-replicas`).
-pub fn inspect(
-    kind: Kind,
-    text: &str,
-    observed_at: OffsetDateTime,
-    timeslice_replicas: Option<u32>,
-) -> Result<Output> {
+pub fn inspect(kind: Kind, text: &str, observed_at: OffsetDateTime, timeslice_replicas: Option<u32>) -> Result<Output> {
     let mut out = Output::default();
     let keys = LabelKeys::default();
     match kind {
@@ -102,6 +107,38 @@ pub fn inspect(
                 out.notes.push("no vLLM or Triton metrics found".into());
             }
         }
+        Kind::NvidiaSmi
+        | Kind::GpuCsv
+        | Kind::NvidiaSmiL
+        | Kind::DevicePluginConfig
+        | Kind::MigConfig
+        | Kind::NodeLabels
+        | Kind::KubevirtConfig
+        | Kind::KubectlTable => {
+            let found = match kind {
+                Kind::NvidiaSmi => nvidia::inspect_smi_xml(text, observed_at)?,
+                Kind::GpuCsv => nvidia::inspect_gpu_csv(text, observed_at)?,
+                Kind::NvidiaSmiL => nvidia::inspect_smi_text(text, observed_at)?,
+                Kind::DevicePluginConfig => nvidia::Found {
+                    records: nvidia::device_plugin_config(text)?,
+                    notes: vec![
+                        "time-slicing policies declare 1/replicas of a device per request; shown, not sent".into(),
+                    ],
+                    ..nvidia::Found::default()
+                },
+                Kind::MigConfig => nvidia::Found {
+                    records: nvidia::mig_config(text)?,
+                    notes: vec!["mig-parted layouts are declarations, not observations; shown, not sent".into()],
+                    ..nvidia::Found::default()
+                },
+                Kind::NodeLabels => nvidia::node_labels(text, observed_at)?,
+                Kind::KubevirtConfig => nvidia::kubevirt_config(text)?,
+                _ => nvidia::kubectl_table(text)?,
+            };
+            out.facts = found.facts;
+            out.records = found.records;
+            out.notes = found.notes;
+        }
         _ => {
             let docs = read_documents(text)?;
             let mut matched = 0;
@@ -110,13 +147,7 @@ pub fn inspect(
                 let wanted = match kind {
                     Kind::Pod => matches!(
                         doc_kind.as_str(),
-                        "Pod"
-                            | "Deployment"
-                            | "StatefulSet"
-                            | "DaemonSet"
-                            | "ReplicaSet"
-                            | "Job"
-                            | "CronJob"
+                        "Pod" | "Deployment" | "StatefulSet" | "DaemonSet" | "ReplicaSet" | "Job" | "CronJob"
                     ),
                     Kind::Node => doc_kind == "Node",
                     Kind::Namespace => doc_kind == "Namespace",
@@ -125,21 +156,12 @@ pub fn inspect(
                 };
                 if !wanted {
                     if kind == Kind::K8s && !doc_kind.is_empty() {
-                        out.notes.push(format!(
-                            "{doc_kind}: not an object the agent derives facts from"
-                        ));
+                        out.notes.push(format!("{doc_kind}: not an object the agent derives facts from"));
                     }
                     continue;
                 }
                 matched += 1;
-                inspect_object(
-                    &doc,
-                    &doc_kind,
-                    &keys,
-                    observed_at,
-                    timeslice_replicas,
-                    &mut out,
-                )?;
+                inspect_object(&doc, &doc_kind, &keys, observed_at, timeslice_replicas, &mut out)?;
             }
             if matched == 0 {
                 bail!("no {kind:?} object in the input");
@@ -157,17 +179,13 @@ fn inspect_object(
     replicas: Option<u32>,
     out: &mut Output,
 ) -> Result<()> {
-    let name = doc["metadata"]["name"]
-        .as_str()
-        .unwrap_or("(unnamed)")
-        .to_string();
+    let name = doc["metadata"]["name"].as_str().unwrap_or("(unnamed)").to_string();
     match kind {
         "Pod" => {
             let pod = k8s::Pod::from_value(doc.clone())?;
             let sharing = pod.implied_sharing();
             let (requests, problems) = pod.gpu_requests(&sharing, replicas);
-            out.notes
-                .extend(problems.into_iter().map(|p| format!("Pod {name}: {p}")));
+            out.notes.extend(problems.into_iter().map(|p| format!("Pod {name}: {p}")));
             if requests.is_empty() {
                 out.notes.push(format!("Pod {name}: requests no GPU"));
                 return Ok(());
@@ -181,22 +199,16 @@ fn inspect_object(
                 }
                 return Ok(());
             }
-            let ctx = PodContext {
-                default_replicas: replicas,
-                ..PodContext::default()
-            };
+            let ctx = PodContext { default_replicas: replicas, ..PodContext::default() };
             let (facts, _) = k8s::pod_facts(&pod, &ctx, keys, at)?;
             if facts.is_empty() {
-                out.notes
-                    .push(format!("Pod {name}: no container has started yet"));
+                out.notes.push(format!("Pod {name}: no container has started yet"));
             }
             out.facts.extend(facts);
         }
         "Node" => match k8s::node_fact(doc, at)? {
             Some(f) => out.facts.push(f),
-            None => out
-                .notes
-                .push(format!("Node {name}: no NVIDIA GPU labels or resources")),
+            None => out.notes.push(format!("Node {name}: no NVIDIA GPU labels or resources")),
         },
         "Namespace" => out.facts.push(k8s::namespace_fact(doc, keys, None, at)?),
         "VirtualMachineInstance" => {
@@ -217,13 +229,8 @@ fn inspect_object(
         }
         workload => match k8s::pod_template(doc) {
             Some(template) => {
-                let (requests, problems) =
-                    template.gpu_requests(&template.implied_sharing(), replicas);
-                out.notes.extend(
-                    problems
-                        .into_iter()
-                        .map(|p| format!("{workload} {name}: {p}")),
-                );
+                let (requests, problems) = template.gpu_requests(&template.implied_sharing(), replicas);
+                out.notes.extend(problems.into_iter().map(|p| format!("{workload} {name}: {p}")));
                 for r in requests {
                     out.notes.push(format!(
                         "{workload} {name}: each pod would hold {} × {} ({}) in container {}",
@@ -231,9 +238,7 @@ fn inspect_object(
                     ));
                 }
             }
-            None => out.notes.push(format!(
-                "{workload} {name}: not an object the agent derives facts from"
-            )),
+            None => out.notes.push(format!("{workload} {name}: not an object the agent derives facts from")),
         },
     }
     Ok(())

@@ -9,8 +9,8 @@ use gpuledger_core::{
     ids::{MigProfile, VgpuProfile},
     sharing::SharingMode,
     wire::{
-        AllocationEnd, AllocationStart, AttributionLabels, EndReason, Fact, FactBody, Holder,
-        NamespaceFact, NodeFact, event_id,
+        AllocationEnd, AllocationStart, AttributionLabels, EndReason, Fact, FactBody, Holder, NamespaceFact, NodeFact,
+        event_id,
     },
 };
 use serde::Deserialize;
@@ -66,12 +66,7 @@ impl LabelKeys {
     fn read(&self, meta: &Meta) -> AttributionLabels {
         let find = |keys: &[String]| {
             keys.iter()
-                .find_map(|k| {
-                    meta.labels
-                        .get(k)
-                        .or_else(|| meta.annotations.get(k))
-                        .filter(|v| !v.is_empty())
-                })
+                .find_map(|k| meta.labels.get(k).or_else(|| meta.annotations.get(k)).filter(|v| !v.is_empty()))
                 .cloned()
         };
         AttributionLabels {
@@ -190,22 +185,13 @@ impl NodeSharing {
             },
             None => (None, None),
         };
-        let replicas = labels
-            .get("nvidia.com/gpu.replicas")
-            .and_then(|r| r.parse::<u32>().ok())
-            .filter(|r| *r > 1);
-        let time_slicing = labels
-            .get("nvidia.com/gpu.sharing-strategy")
-            .is_some_and(|s| s == "time-slicing");
+        let replicas = labels.get("nvidia.com/gpu.replicas").and_then(|r| r.parse::<u32>().ok()).filter(|r| *r > 1);
+        let time_slicing = labels.get("nvidia.com/gpu.sharing-strategy").is_some_and(|s| s == "time-slicing");
         let timeslice_replicas = match (replicas, time_slicing) {
             (Some(r), _) => Some(r),
             (None, _) => None,
         };
-        Self {
-            gpu_model,
-            single_mig_profile,
-            timeslice_replicas,
-        }
+        Self { gpu_model, single_mig_profile, timeslice_replicas }
     }
 }
 
@@ -233,18 +219,12 @@ fn quantity_units(v: &Value) -> Option<u32> {
 }
 
 /// Classifies one extended resource. `None`: not a GPU resource.
-fn classify(
-    resource: &str,
-    node: &NodeSharing,
-    default_replicas: Option<u32>,
-) -> Option<Result<SharingMode, String>> {
+fn classify(resource: &str, node: &NodeSharing, default_replicas: Option<u32>) -> Option<Result<SharingMode, String>> {
     let replicas = || node.timeslice_replicas.or(default_replicas);
     if resource == "nvidia.com/gpu" {
         if let Some(profile) = &node.single_mig_profile {
             return Some(
-                MigProfile::new(profile.clone())
-                    .map(|profile| SharingMode::Mig { profile })
-                    .map_err(|e| e.to_string()),
+                MigProfile::new(profile.clone()).map(|profile| SharingMode::Mig { profile }).map_err(|e| e.to_string()),
             );
         }
         return Some(Ok(match replicas() {
@@ -255,20 +235,14 @@ fn classify(
     if resource == "nvidia.com/gpu.shared" {
         return Some(match replicas() {
             Some(replicas) => Ok(SharingMode::TimeSlice { replicas }),
-            None => Err(
-                "nvidia.com/gpu.shared on a node without a declared replica count (label \
+            None => Err("nvidia.com/gpu.shared on a node without a declared replica count (label \
                          nvidia.com/gpu.replicas or --timeslice-replicas)"
-                    .into(),
-            ),
+                .into()),
         });
     }
     if let Some(profile) = resource.strip_prefix("nvidia.com/mig-") {
         let profile = profile.trim_end_matches(".shared");
-        return Some(
-            MigProfile::new(profile)
-                .map(|profile| SharingMode::Mig { profile })
-                .map_err(|e| e.to_string()),
-        );
+        return Some(MigProfile::new(profile).map(|profile| SharingMode::Mig { profile }).map_err(|e| e.to_string()));
     }
     None
 }
@@ -291,11 +265,7 @@ impl Pod {
     }
 
     /// Its GPU requests, classified against the node's sharing.
-    pub fn gpu_requests(
-        &self,
-        node: &NodeSharing,
-        default_replicas: Option<u32>,
-    ) -> (Vec<GpuRequest>, Vec<String>) {
+    pub fn gpu_requests(&self, node: &NodeSharing, default_replicas: Option<u32>) -> (Vec<GpuRequest>, Vec<String>) {
         let mut out = Vec::new();
         let mut problems = Vec::new();
         for c in &self.spec.containers {
@@ -311,54 +281,30 @@ impl Pod {
                     continue;
                 }
                 match mode {
-                    Ok(mode) => out.push(GpuRequest {
-                        container: c.name.clone(),
-                        resource,
-                        units,
-                        mode,
-                        device_ids: vec![],
-                    }),
-                    Err(reason) => {
-                        problems.push(format!("container {}: {resource}: {reason}", c.name))
+                    Ok(mode) => {
+                        out.push(GpuRequest { container: c.name.clone(), resource, units, mode, device_ids: vec![] })
                     }
+                    Err(reason) => problems.push(format!("container {}: {resource}: {reason}", c.name)),
                 }
             }
         }
         // Run:ai expresses MIG and fractions in annotations rather than container resources.
         if out.is_empty() {
             let ann = &self.metadata.annotations;
-            let first = self
-                .spec
-                .containers
-                .first()
-                .map(|c| c.name.clone())
-                .unwrap_or_default();
+            let first = self.spec.containers.first().map(|c| c.name.clone()).unwrap_or_default();
             for (key, value) in ann.iter().filter(|(k, _)| k.starts_with("nvidia.com/mig-")) {
                 let units = value.trim().parse::<u32>().unwrap_or(0);
                 if let (Some(Ok(mode)), true) = (classify(key, node, None), units > 0) {
                     let device_ids = ann
                         .get("runai-mig-device")
                         .and_then(|j| serde_json::from_str::<Value>(j).ok())
-                        .and_then(|j| {
-                            j.get("instanceid")
-                                .and_then(Value::as_str)
-                                .map(str::to_string)
-                        })
+                        .and_then(|j| j.get("instanceid").and_then(Value::as_str).map(str::to_string))
                         .into_iter()
                         .collect();
-                    out.push(GpuRequest {
-                        container: first.clone(),
-                        resource: key.clone(),
-                        units,
-                        mode,
-                        device_ids,
-                    });
+                    out.push(GpuRequest { container: first.clone(), resource: key.clone(), units, mode, device_ids });
                 }
             }
-            if let Some(fraction) = ann
-                .get("gpu-fraction")
-                .and_then(|f| f.trim().parse::<f64>().ok())
-            {
+            if let Some(fraction) = ann.get("gpu-fraction").and_then(|f| f.trim().parse::<f64>().ok()) {
                 // A declared fraction 1/N is one replica of N; other fractions cannot be expressed exactly.
                 let n = (1.0 / fraction).round();
                 if fraction > 0.0 && fraction <= 1.0 && ((1.0 / fraction) - n).abs() < 1e-9 {
@@ -370,9 +316,7 @@ impl Pod {
                         device_ids: vec![],
                     });
                 } else {
-                    problems.push(format!(
-                        "gpu-fraction {fraction} is not 1/N; not expressible as a replica"
-                    ));
+                    problems.push(format!("gpu-fraction {fraction} is not 1/N; not expressible as a replica"));
                 }
             }
         }
@@ -382,23 +326,14 @@ impl Pod {
     /// When the pod's containers started holding devices: the earliest container start, else `status.startTime`.
     fn container_start(&self, container: &str) -> Option<OffsetDateTime> {
         let status = self.status.as_ref()?;
-        let cs = status
-            .container_statuses
-            .iter()
-            .find(|c| c.name == container);
+        let cs = status.container_statuses.iter().find(|c| c.name == container);
         let starts = cs.into_iter().flat_map(|c| {
-            [
-                &c.state.running,
-                &c.state.terminated,
-                &c.last_state.terminated,
-            ]
-            .into_iter()
-            .flatten()
-            .filter_map(|t| t.started_at.as_deref().and_then(parse_time))
+            [&c.state.running, &c.state.terminated, &c.last_state.terminated]
+                .into_iter()
+                .flatten()
+                .filter_map(|t| t.started_at.as_deref().and_then(parse_time))
         });
-        starts
-            .min()
-            .or_else(|| status.start_time.as_deref().and_then(parse_time))
+        starts.min().or_else(|| status.start_time.as_deref().and_then(parse_time))
     }
 
     /// When the container stopped holding devices, and why; `None` while it runs.
@@ -408,19 +343,9 @@ impl Pod {
             .and_then(|s| s.container_statuses.iter().find(|c| c.name == container))
             .and_then(|c| c.state.terminated.as_ref())
             .and_then(|t| t.finished_at.as_deref().and_then(parse_time));
-        let pod_done = status
-            .and_then(|s| s.phase.as_deref())
-            .is_some_and(|p| p == "Succeeded" || p == "Failed");
-        match (
-            terminated,
-            self.metadata
-                .deletion_timestamp
-                .as_deref()
-                .and_then(parse_time),
-        ) {
-            (Some(t), _) if pod_done || self.metadata.deletion_timestamp.is_some() => {
-                Some((t, EndReason::Finished))
-            }
+        let pod_done = status.and_then(|s| s.phase.as_deref()).is_some_and(|p| p == "Succeeded" || p == "Failed");
+        match (terminated, self.metadata.deletion_timestamp.as_deref().and_then(parse_time)) {
+            (Some(t), _) if pod_done || self.metadata.deletion_timestamp.is_some() => Some((t, EndReason::Finished)),
             (Some(t), None) => Some((t, EndReason::Finished)),
             (None, Some(deleted)) => Some((deleted, EndReason::Deleted)),
             (Some(t), Some(_)) => Some((t, EndReason::Finished)),
@@ -431,9 +356,7 @@ impl Pod {
 
 /// Parses an RFC 3339 timestamp as UTC.
 pub fn parse_time(s: &str) -> Option<OffsetDateTime> {
-    OffsetDateTime::parse(s, &Rfc3339)
-        .ok()
-        .map(|t| t.to_offset(time::UtcOffset::UTC))
+    OffsetDateTime::parse(s, &Rfc3339).ok().map(|t| t.to_offset(time::UtcOffset::UTC))
 }
 
 fn required_uid(meta: &Meta, kind: &str) -> Result<Uuid, K8sError> {
@@ -489,11 +412,7 @@ pub fn pod_facts(
                 holder: Holder::Pod,
                 holder_uid: uid,
                 holder_name: pod.metadata.name.clone().unwrap_or_default(),
-                namespace: pod
-                    .metadata
-                    .namespace
-                    .clone()
-                    .unwrap_or_else(|| "default".into()),
+                namespace: pod.metadata.namespace.clone().unwrap_or_else(|| "default".into()),
                 namespace_uid: ctx.namespace_uid,
                 container: Some(r.container.clone()),
                 node: pod.spec.node_name.clone(),
@@ -534,8 +453,7 @@ pub fn node_fact(v: &Value, observed_at: OffsetDateTime) -> Result<Option<Fact>,
     struct NodeStatus {
         allocatable: BTreeMap<String, Value>,
     }
-    let node: NodeObj =
-        serde_json::from_value(v.clone()).map_err(|e| invalid("Node", "?", "", e))?;
+    let node: NodeObj = serde_json::from_value(v.clone()).map_err(|e| invalid("Node", "?", "", e))?;
     let uid = required_uid(&node.metadata, "Node")?;
     let labels = &node.metadata.labels;
     let allocatable: BTreeMap<String, u32> = node
@@ -554,12 +472,8 @@ pub fn node_fact(v: &Value, observed_at: OffsetDateTime) -> Result<Option<Fact>,
         name: name.clone(),
         node_uid: uid,
         gpu_product: labels.get("nvidia.com/gpu.product").cloned(),
-        gpu_count: labels
-            .get("nvidia.com/gpu.count")
-            .and_then(|c| c.parse().ok()),
-        gpu_memory_mib: labels
-            .get("nvidia.com/gpu.memory")
-            .and_then(|c| c.parse().ok()),
+        gpu_count: labels.get("nvidia.com/gpu.count").and_then(|c| c.parse().ok()),
+        gpu_memory_mib: labels.get("nvidia.com/gpu.memory").and_then(|c| c.parse().ok()),
         mig_strategy: labels.get("nvidia.com/mig.strategy").cloned(),
         sharing_strategy: labels.get("nvidia.com/gpu.sharing-strategy").cloned(),
         replicas: sharing.timeslice_replicas,
@@ -586,47 +500,27 @@ pub fn namespace_fact(
     struct NsObj {
         metadata: Meta,
     }
-    let ns: NsObj =
-        serde_json::from_value(v.clone()).map_err(|e| invalid("Namespace", "?", "", e))?;
+    let ns: NsObj = serde_json::from_value(v.clone()).map_err(|e| invalid("Namespace", "?", "", e))?;
     let uid = required_uid(&ns.metadata, "Namespace")?;
     let name = ns.metadata.name.clone().unwrap_or_default();
-    let created_at = ns
-        .metadata
-        .creation_timestamp
-        .as_deref()
-        .and_then(parse_time)
-        .ok_or_else(|| K8sError::Invalid {
+    let created_at =
+        ns.metadata.creation_timestamp.as_deref().and_then(parse_time).ok_or_else(|| K8sError::Invalid {
             kind: "Namespace".into(),
             name: name.clone(),
             field: "metadata.creationTimestamp".into(),
             reason: "missing or not RFC 3339".into(),
         })?;
     let labels = keys.read(&ns.metadata);
-    let owner = format!(
-        "{}|{}",
-        labels.tenant.as_deref().unwrap_or("-"),
-        labels.department.as_deref().unwrap_or("-")
-    );
+    let owner = format!("{}|{}", labels.tenant.as_deref().unwrap_or("-"), labels.department.as_deref().unwrap_or("-"));
     let since = labels_since.unwrap_or(created_at).max(created_at);
     Ok(Fact {
-        event_id: event_id(
-            "namespace",
-            &[
-                &uid.to_string(),
-                &owner,
-                &since.unix_timestamp().to_string(),
-            ],
-        ),
+        event_id: event_id("namespace", &[&uid.to_string(), &owner, &since.unix_timestamp().to_string()]),
         observed_at,
         body: FactBody::NamespaceObserved(NamespaceFact {
             namespace_uid: uid,
             name,
             created_at,
-            deleted_at: ns
-                .metadata
-                .deletion_timestamp
-                .as_deref()
-                .and_then(parse_time),
+            deleted_at: ns.metadata.deletion_timestamp.as_deref().and_then(parse_time),
             labels,
             labels_since: since,
         }),
@@ -655,13 +549,7 @@ pub fn vmi_requests(v: &Value) -> Vec<GpuRequest> {
             } else {
                 SharingMode::Passthrough
             };
-            out.push(GpuRequest {
-                container: name,
-                resource: device.to_string(),
-                units: 1,
-                mode,
-                device_ids: vec![],
-            });
+            out.push(GpuRequest { container: name, resource: device.to_string(), units: 1, mode, device_ids: vec![] });
         }
     }
     out
@@ -681,11 +569,7 @@ fn is_vgpu_profile(name: &str) -> bool {
 }
 
 /// A running VMI's facts: one allocation per GPU device, from `Running` to its end.
-pub fn vmi_facts(
-    v: &Value,
-    keys: &LabelKeys,
-    observed_at: OffsetDateTime,
-) -> Result<Vec<Fact>, K8sError> {
+pub fn vmi_facts(v: &Value, keys: &LabelKeys, observed_at: OffsetDateTime) -> Result<Vec<Fact>, K8sError> {
     let meta: Meta = serde_json::from_value(v["metadata"].clone()).unwrap_or_default();
     let requests = vmi_requests(v);
     if requests.is_empty() {
@@ -695,12 +579,7 @@ pub fn vmi_facts(
         .as_array()
         .into_iter()
         .flatten()
-        .filter_map(|t| {
-            Some((
-                t["phase"].as_str()?.to_string(),
-                parse_time(t["phaseTransitionTimestamp"].as_str()?)?,
-            ))
-        })
+        .filter_map(|t| Some((t["phase"].as_str()?.to_string(), parse_time(t["phaseTransitionTimestamp"].as_str()?)?)))
         .collect();
     let Some(started_at) = transitions.get("Running").copied() else {
         return Ok(vec![]);
@@ -710,12 +589,7 @@ pub fn vmi_facts(
         .get("Succeeded")
         .or_else(|| transitions.get("Failed"))
         .map(|t| (*t, EndReason::Finished))
-        .or_else(|| {
-            meta.deletion_timestamp
-                .as_deref()
-                .and_then(parse_time)
-                .map(|t| (t, EndReason::Deleted))
-        });
+        .or_else(|| meta.deletion_timestamp.as_deref().and_then(parse_time).map(|t| (t, EndReason::Deleted)));
     let mut facts = Vec::new();
     for r in requests {
         let allocation_id = format!("vmi:{uid}/{}/{}", r.container, r.resource);
@@ -756,12 +630,7 @@ pub fn vmi_facts(
 }
 
 fn invalid(kind: &str, name: &str, field: &str, e: impl std::fmt::Display) -> K8sError {
-    K8sError::Invalid {
-        kind: kind.into(),
-        name: name.into(),
-        field: field.into(),
-        reason: e.to_string(),
-    }
+    K8sError::Invalid { kind: kind.into(), name: name.into(), field: field.into(), reason: e.to_string() }
 }
 
 /// The pod template of a workload object (Deployment, Job, …), for previews.
@@ -772,4 +641,56 @@ pub fn pod_template(v: &Value) -> Option<Pod> {
         _ => return None,
     };
     serde_json::from_value(template.clone()).ok()
+}
+
+/// A Kueue ClusterQueue's GPU quotas as a fact (`nvidia.com/*` resources only). `since`: when these quotas were
+/// first seen to hold (creation on first sight).
+pub fn cluster_queue_fact(
+    v: &Value,
+    since: Option<OffsetDateTime>,
+    observed_at: OffsetDateTime,
+) -> Result<Option<Fact>, K8sError> {
+    use gpuledger_core::wire::{QuotaEntry, QuotaFact};
+    let meta: Meta = serde_json::from_value(v["metadata"].clone()).unwrap_or_default();
+    let uid = required_uid(&meta, "ClusterQueue")?;
+    let name = meta.name.clone().unwrap_or_default();
+    let mut quotas = Vec::new();
+    for group in v["spec"]["resourceGroups"].as_array().into_iter().flatten() {
+        for flavor in group["flavors"].as_array().into_iter().flatten() {
+            let flavor_name = flavor["name"].as_str().unwrap_or("default").to_string();
+            for r in flavor["resources"].as_array().into_iter().flatten() {
+                let Some(resource) = r["name"].as_str().filter(|n| n.starts_with("nvidia.com/")) else { continue };
+                let Some(nominal) = quantity_units(&r["nominalQuota"]) else {
+                    return Err(invalid("ClusterQueue", &name, "nominalQuota", "not a whole number of units"));
+                };
+                quotas.push(QuotaEntry {
+                    flavor: flavor_name.clone(),
+                    resource: resource.to_string(),
+                    nominal,
+                    borrowing_limit: quantity_units(&r["borrowingLimit"]),
+                });
+            }
+        }
+    }
+    if quotas.is_empty() {
+        return Ok(None);
+    }
+    let created = meta.creation_timestamp.as_deref().and_then(parse_time);
+    let since = since.or(created).unwrap_or(observed_at);
+    let content = serde_json::to_string(&quotas).unwrap_or_default();
+    let digest = crc32fast::hash(content.as_bytes());
+    Ok(Some(Fact {
+        event_id: event_id(
+            "clusterqueue",
+            &[&uid.to_string(), &format!("{digest:08x}"), &since.unix_timestamp().to_string()],
+        ),
+        observed_at,
+        body: FactBody::QuotaObserved(QuotaFact {
+            cluster_queue: name,
+            uid,
+            cohort: v["spec"]["cohort"].as_str().map(str::to_string),
+            quotas,
+            since,
+        }),
+    }))
 }

@@ -14,4 +14,5 @@ pub mod inspect;
 pub mod k8s;
 pub mod metrics;
 pub mod node;
+pub mod nvidia;
 pub mod spool;

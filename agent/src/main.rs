@@ -59,12 +59,7 @@ struct DeliveryArgs {
     #[arg(long, env = "GPULEDGER_SERVER")]
     server: String,
     /// The cluster credential (an agent token).
-    #[arg(
-        long,
-        env = "GPULEDGER_TOKEN",
-        hide_env_values = true,
-        conflicts_with = "token_file"
-    )]
+    #[arg(long, env = "GPULEDGER_TOKEN", hide_env_values = true, conflicts_with = "token_file")]
     token: Option<String>,
     /// A file holding the cluster credential (e.g. a mounted Secret, or what `join` wrote).
     #[arg(long, env = "GPULEDGER_TOKEN_FILE")]
@@ -73,11 +68,7 @@ struct DeliveryArgs {
     #[arg(long, env = "GPULEDGER_CLUSTER")]
     cluster_name: Option<String>,
     /// Where the spool, the dead-letter file and the watcher's state live.
-    #[arg(
-        long,
-        env = "GPULEDGER_SPOOL_DIR",
-        default_value = "/var/lib/gpuledger-agent"
-    )]
+    #[arg(long, env = "GPULEDGER_SPOOL_DIR", default_value = "/var/lib/gpuledger-agent")]
     spool_dir: PathBuf,
     /// Spool size cap in MiB; past it the oldest facts are dropped and a gap fact is sent.
     #[arg(long, env = "GPULEDGER_SPOOL_MAX_MIB", default_value_t = 256)]
@@ -145,10 +136,7 @@ struct NodeArgs {
 fn main() -> std::process::ExitCode {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .init();
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
     match run(Cli::parse()) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
@@ -161,53 +149,32 @@ fn main() -> std::process::ExitCode {
 fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Cluster(args) => {
-            let runtime = tokio::runtime::Builder::new_multi_thread()
-                .enable_all()
-                .build()?;
+            let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
             runtime.block_on(cluster(args))
         }
         Command::Node(args) => {
-            let runtime = tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(1)
-                .enable_all()
-                .build()?;
+            let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build()?;
             runtime.block_on(node(args))
         }
-        Command::Join {
-            server,
-            token,
-            output,
-            secret,
-        } => {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()?;
+        Command::Join { server, token, output, secret } => {
+            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
             runtime.block_on(join(server, token, output, secret))
         }
-        Command::Inspect {
-            kind,
-            file,
-            at,
-            timeslice_replicas,
-        } => {
+        Command::Inspect { kind, file, at, timeslice_replicas } => {
             let text = if file.as_os_str() == "-" {
                 std::io::read_to_string(std::io::stdin())?
             } else {
-                std::fs::read_to_string(&file)
-                    .with_context(|| format!("reading {}", file.display()))?
+                std::fs::read_to_string(&file).with_context(|| format!("reading {}", file.display()))?
             };
             let at = match at {
-                Some(s) => OffsetDateTime::parse(&s, &Rfc3339)
-                    .with_context(|| format!("--at: {s:?} is not RFC 3339"))?,
+                Some(s) => {
+                    OffsetDateTime::parse(&s, &Rfc3339).with_context(|| format!("--at: {s:?} is not RFC 3339"))?
+                }
                 None => OffsetDateTime::now_utc(),
             };
-            let out = inspect::inspect(kind, &text, at, timeslice_replicas)
-                .with_context(|| format!("{}", file.display()))?;
-            inspect::print(
-                &out,
-                &mut std::io::stdout().lock(),
-                &mut std::io::stderr().lock(),
-            )
+            let out =
+                inspect::inspect(kind, &text, at, timeslice_replicas).with_context(|| format!("{}", file.display()))?;
+            inspect::print(&out, &mut std::io::stdout().lock(), &mut std::io::stderr().lock())
         }
     }
 }
@@ -223,22 +190,15 @@ fn delivery(
     use gpuledger_agent::{deliver, spool};
     let token = match (&args.token, &args.token_file) {
         (Some(t), _) => t.trim().to_string(),
-        (None, Some(f)) => std::fs::read_to_string(f)
-            .with_context(|| format!("--token-file {}", f.display()))?
-            .trim()
-            .to_string(),
-        (None, None) => anyhow::bail!(
-            "--token or --token-file is required (the cluster credential from `join`)"
-        ),
+        (None, Some(f)) => {
+            std::fs::read_to_string(f).with_context(|| format!("--token-file {}", f.display()))?.trim().to_string()
+        }
+        (None, None) => anyhow::bail!("--token or --token-file is required (the cluster credential from `join`)"),
     };
-    std::fs::create_dir_all(&args.spool_dir)
-        .with_context(|| format!("--spool-dir {}", args.spool_dir.display()))?;
+    std::fs::create_dir_all(&args.spool_dir).with_context(|| format!("--spool-dir {}", args.spool_dir.display()))?;
     let spool = spool::Spool::open(
         args.spool_dir.join("spool"),
-        spool::SpoolConfig {
-            max_bytes: args.spool_max_mib * 1024 * 1024,
-            ..spool::SpoolConfig::default()
-        },
+        spool::SpoolConfig { max_bytes: args.spool_max_mib * 1024 * 1024, ..spool::SpoolConfig::default() },
     )?;
     let recovery = spool.recovery();
     if recovery.truncated_bytes > 0 || recovery.corrupt_records > 0 {
@@ -253,11 +213,7 @@ fn delivery(
         server: args.server.clone(),
         token,
         cluster: args.cluster_name.clone(),
-        agent: gpuledger_core::wire::AgentInfo {
-            version: env!("CARGO_PKG_VERSION").into(),
-            mode: mode.into(),
-            node,
-        },
+        agent: gpuledger_core::wire::AgentInfo { version: env!("CARGO_PKG_VERSION").into(), mode: mode.into(), node },
         max_batch_facts: args.batch_facts,
         max_batch_bytes: 8 * 1024 * 1024,
         dead_letter: args.spool_dir.join("dead-letter.jsonl"),
@@ -271,12 +227,10 @@ async fn cluster(args: ClusterArgs) -> anyhow::Result<()> {
     use gpuledger_agent::{cluster, k8s::LabelKeys};
     let (spool, sender) = delivery(&args.delivery, "cluster", None)?;
     let state_path = args.delivery.spool_dir.join("state.json");
-    let state =
-        cluster::State::load(&state_path).with_context(|| format!("{}", state_path.display()))?;
+    let state = cluster::State::load(&state_path).with_context(|| format!("{}", state_path.display()))?;
     let deriver = cluster::Deriver::new(state, LabelKeys::default(), args.timeslice_replicas);
-    let client = kube::Client::try_default()
-        .await
-        .context("connecting to the Kubernetes API (in-cluster or KUBECONFIG)")?;
+    let client =
+        kube::Client::try_default().await.context("connecting to the Kubernetes API (in-cluster or KUBECONFIG)")?;
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let delivery = tokio::spawn(sender.run(
         spool.clone(),
@@ -287,10 +241,7 @@ async fn cluster(args: ClusterArgs) -> anyhow::Result<()> {
         client,
         deriver,
         spool,
-        cluster::WatchOptions {
-            state_path,
-            heartbeat: std::time::Duration::from_secs(args.heartbeat_secs),
-        },
+        cluster::WatchOptions { state_path, heartbeat: std::time::Duration::from_secs(args.heartbeat_secs) },
         stop_rx,
     ));
     tracing::info!(server = %args.delivery.server, "watching the cluster");
@@ -311,29 +262,20 @@ async fn cluster(args: ClusterArgs) -> anyhow::Result<()> {
 }
 
 async fn node(args: NodeArgs) -> anyhow::Result<()> {
-    use gpuledger_agent::node::{
-        DcgmSource, GpuSource, NodeCollector, NvmlSource, SimulatedSource, summarize,
-    };
+    use gpuledger_agent::node::{DcgmSource, GpuSource, NodeCollector, NvmlSource, SimulatedSource, summarize};
     let mut source: Box<dyn GpuSource> = match args.source {
         Source::Nvml => Box::new(NvmlSource::new(args.node_name.clone())?),
-        Source::Dcgm => Box::new(DcgmSource::new(
-            args.dcgm_url
-                .clone()
-                .context("--dcgm-url is required with --source dcgm")?,
-        )?),
-        Source::Simulated => Box::new(SimulatedSource::new(
-            args.node_name.clone(),
-            args.simulate_model.clone(),
-            args.simulate_gpus,
-        )),
+        Source::Dcgm => {
+            Box::new(DcgmSource::new(args.dcgm_url.clone().context("--dcgm-url is required with --source dcgm")?)?)
+        }
+        Source::Simulated => {
+            Box::new(SimulatedSource::new(args.node_name.clone(), args.simulate_model.clone(), args.simulate_gpus))
+        }
     };
     let (spool, sender) = delivery(&args.delivery, "node", Some(args.node_name.clone()))?;
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let delivery = tokio::spawn(sender.run(
-        spool.clone(),
-        stop_rx,
-        std::time::Duration::from_millis(args.delivery.poll_ms),
-    ));
+    let delivery =
+        tokio::spawn(sender.run(spool.clone(), stop_rx, std::time::Duration::from_millis(args.delivery.poll_ms)));
     let mut collector = NodeCollector::new(args.node_name.clone(), args.window_secs);
     let mut tick = tokio::time::interval(std::time::Duration::from_secs(args.sample_secs.max(1)));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -362,18 +304,12 @@ async fn node(args: NodeArgs) -> anyhow::Result<()> {
         let facts = collector.observe(&samples, at);
         if !facts.is_empty() {
             tracing::debug!(facts = ?summarize(&facts), "spooling");
-            spool
-                .lock()
-                .map_err(|_| anyhow::anyhow!("spool lock poisoned"))?
-                .append_facts(&facts)?;
+            spool.lock().map_err(|_| anyhow::anyhow!("spool lock poisoned"))?.append_facts(&facts)?;
         }
     }
     let tail = collector.flush(time::OffsetDateTime::now_utc());
     if !tail.is_empty() {
-        spool
-            .lock()
-            .map_err(|_| anyhow::anyhow!("spool lock poisoned"))?
-            .append_facts(&tail)?;
+        spool.lock().map_err(|_| anyhow::anyhow!("spool lock poisoned"))?.append_facts(&tail)?;
     }
     let _ = stop_tx.send(true);
     let _ = tokio::time::timeout(std::time::Duration::from_secs(10), delivery).await;
@@ -381,12 +317,7 @@ async fn node(args: NodeArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn join(
-    server: String,
-    token: String,
-    output: Option<PathBuf>,
-    secret: Option<String>,
-) -> anyhow::Result<()> {
+async fn join(server: String, token: String, output: Option<PathBuf>, secret: Option<String>) -> anyhow::Result<()> {
     let url = format!("{}/api/v1/agents/join", server.trim_end_matches('/'));
     let response = reqwest::Client::new()
         .post(&url)
@@ -399,14 +330,10 @@ async fn join(
     if !status.is_success() {
         anyhow::bail!(
             "the server refused the join token ({status}): {}",
-            body["detail"]
-                .as_str()
-                .unwrap_or("expired, already used, or not a join token")
+            body["detail"].as_str().unwrap_or("expired, already used, or not a join token")
         );
     }
-    let credential = body["token"]
-        .as_str()
-        .context("the server's answer has no token")?;
+    let credential = body["token"].as_str().context("the server's answer has no token")?;
     let cluster = body["cluster"].as_str().unwrap_or("?");
     match (output, secret) {
         (Some(path), _) => {
@@ -420,19 +347,12 @@ async fn join(
                 .with_context(|| format!("--output {}", path.display()))?;
             f.write_all(credential.as_bytes())?;
             f.sync_all()?;
-            eprintln!(
-                "joined cluster {cluster:?}; credential written to {}",
-                path.display()
-            );
+            eprintln!("joined cluster {cluster:?}; credential written to {}", path.display());
         }
         (None, Some(secret)) => {
             use k8s_openapi::api::core::v1::Secret;
-            let (namespace, name) = secret
-                .split_once('/')
-                .context("--secret: expected NAMESPACE/NAME")?;
-            let client = kube::Client::try_default()
-                .await
-                .context("connecting to the Kubernetes API")?;
+            let (namespace, name) = secret.split_once('/').context("--secret: expected NAMESPACE/NAME")?;
+            let client = kube::Client::try_default().await.context("connecting to the Kubernetes API")?;
             let api: kube::Api<Secret> = kube::Api::namespaced(client, namespace);
             let object = serde_json::json!({
                 "apiVersion": "v1", "kind": "Secret",
@@ -446,9 +366,7 @@ async fn join(
             )
             .await
             .with_context(|| format!("writing Secret {secret}"))?;
-            eprintln!(
-                "joined cluster {cluster:?}; credential stored in Secret {secret} (key `token`)"
-            );
+            eprintln!("joined cluster {cluster:?}; credential stored in Secret {secret} (key `token`)");
         }
         (None, None) => anyhow::bail!("--output or --secret is required"),
     }

@@ -39,10 +39,7 @@ pub trait GpuSource: Send {
 fn sample(name: &str, labels: &[(&str, String)], value: f64) -> Sample {
     Sample {
         name: name.to_string(),
-        labels: labels
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.clone()))
-            .collect(),
+        labels: labels.iter().map(|(k, v)| (k.to_string(), v.clone())).collect(),
         value,
         timestamp_ms: None,
     }
@@ -80,9 +77,7 @@ impl SimulatedSource {
 
 impl GpuSource for SimulatedSource {
     fn scrape(&mut self, at: OffsetDateTime) -> Result<Vec<Sample>, GpuError> {
-        let dt = self
-            .last
-            .map_or(0.0, |l| (at - l).as_seconds_f64().max(0.0));
+        let dt = self.last.map_or(0.0, |l| (at - l).as_seconds_f64().max(0.0));
         self.last = Some(at);
         let t = at.unix_timestamp() as f64;
         let mut out = Vec::with_capacity(self.gpus as usize * 5);
@@ -105,17 +100,9 @@ impl GpuSource for SimulatedSource {
             let used = self.memory_mib * (0.1 + util / 150.0);
             out.push(sample(field::GPU_UTIL, &labels, util.round()));
             out.push(sample(field::FB_USED, &labels, used.round()));
-            out.push(sample(
-                field::FB_FREE,
-                &labels,
-                (self.memory_mib - used).round(),
-            ));
+            out.push(sample(field::FB_FREE, &labels, (self.memory_mib - used).round()));
             out.push(sample(field::POWER_USAGE, &labels, power));
-            out.push(sample(
-                field::TOTAL_ENERGY,
-                &labels,
-                self.energy_mj[i as usize].round(),
-            ));
+            out.push(sample(field::TOTAL_ENERGY, &labels, self.energy_mj[i as usize].round()));
         }
         Ok(out)
     }
@@ -131,10 +118,7 @@ impl NvmlSource {
     /// Initializes NVML; without a driver this fails with [`GpuError::NoGpu`].
     pub fn new(node: impl Into<String>) -> Result<Self, GpuError> {
         let nvml = nvml_wrapper::Nvml::init().map_err(|e| GpuError::NoGpu(e.to_string()))?;
-        Ok(Self {
-            nvml,
-            node: node.into(),
-        })
+        Ok(Self { nvml, node: node.into() })
     }
 }
 
@@ -156,16 +140,8 @@ impl GpuSource for NvmlSource {
                 out.push(sample(field::GPU_UTIL, &labels, f64::from(u.gpu)));
             }
             if let Ok(m) = d.memory_info() {
-                out.push(sample(
-                    field::FB_USED,
-                    &labels,
-                    (m.used / (1024 * 1024)) as f64,
-                ));
-                out.push(sample(
-                    field::FB_FREE,
-                    &labels,
-                    (m.free / (1024 * 1024)) as f64,
-                ));
+                out.push(sample(field::FB_USED, &labels, (m.used / (1024 * 1024)) as f64));
+                out.push(sample(field::FB_FREE, &labels, (m.free / (1024 * 1024)) as f64));
             }
             if let Ok(p) = d.power_usage() {
                 out.push(sample(field::POWER_USAGE, &labels, f64::from(p) / 1000.0));
@@ -181,20 +157,13 @@ impl GpuSource for NvmlSource {
                     let Ok(mig) = d.mig_device_by_index(m) else {
                         continue;
                     };
-                    let profile = mig
-                        .name()
-                        .ok()
-                        .and_then(|n| n.rsplit(' ').next().map(str::to_string))
-                        .unwrap_or_default();
+                    let profile =
+                        mig.name().ok().and_then(|n| n.rsplit(' ').next().map(str::to_string)).unwrap_or_default();
                     let mut labels = labels.to_vec();
                     labels.push(("GPU_I_PROFILE", profile));
                     labels.push(("GPU_I_ID", m.to_string()));
                     if let Ok(mem) = mig.memory_info() {
-                        out.push(sample(
-                            field::FB_USED,
-                            &labels,
-                            (mem.used / (1024 * 1024)) as f64,
-                        ));
+                        out.push(sample(field::FB_USED, &labels, (mem.used / (1024 * 1024)) as f64));
                     }
                 }
             }
@@ -216,10 +185,7 @@ impl DcgmSource {
             .timeout(std::time::Duration::from_secs(10))
             .build()
             .map_err(|e| GpuError::Query(e.to_string()))?;
-        Ok(Self {
-            url: url.into(),
-            client,
-        })
+        Ok(Self { url: url.into(), client })
     }
 }
 
@@ -232,9 +198,7 @@ impl GpuSource for DcgmSource {
             .and_then(|r| r.error_for_status())
             .and_then(|r| r.text())
             .map_err(|e| GpuError::Query(format!("{}: {e}", self.url)))?;
-        Ok(prom::parse(&text)
-            .map_err(|e| GpuError::Query(format!("{}: {e}", self.url)))?
-            .samples)
+        Ok(prom::parse(&text).map_err(|e| GpuError::Query(format!("{}: {e}", self.url)))?.samples)
     }
 }
 
@@ -289,11 +253,7 @@ impl NodeCollector {
     /// Closes the current window (at shutdown): its partial rollup is sent rather than lost.
     pub fn flush(&mut self, at: OffsetDateTime) -> Vec<Fact> {
         let end = self.current_window.map_or(at, |w| w + self.window);
-        self.rollup
-            .drain(end)
-            .iter()
-            .map(|r| dcgm::telemetry_fact(r, at))
-            .collect()
+        self.rollup.drain(end).iter().map(|r| dcgm::telemetry_fact(r, at)).collect()
     }
 }
 
@@ -327,11 +287,7 @@ mod tests {
         }
         let counts = summarize(&facts);
         assert_eq!(counts.get("device_observed"), Some(&8), "{counts:?}");
-        assert_eq!(
-            counts.get("telemetry"),
-            Some(&24),
-            "3 closed minutes × 8 GPUs: {counts:?}"
-        );
+        assert_eq!(counts.get("telemetry"), Some(&24), "3 closed minutes × 8 GPUs: {counts:?}");
         let first = facts
             .iter()
             .find_map(|f| match &f.body {
@@ -347,10 +303,7 @@ mod tests {
         // Energy: counter deltas, positive, about power × 60 s.
         let e = first.energy_j.unwrap();
         let p = first.power_w.unwrap().avg;
-        assert!(
-            e > 0.0 && (e - p * 60.0).abs() / (p * 60.0) < 0.25,
-            "energy {e} J vs power {p} W"
-        );
+        assert!(e > 0.0 && (e - p * 60.0).abs() / (p * 60.0) < 0.25, "energy {e} J vs power {p} W");
         // Idle odd GPUs are visibly idle.
         let idle = facts.iter().any(|f| matches!(&f.body, FactBody::Telemetry(t) if t.gpu_uuid == SimulatedSource::uuid(1) && t.utilization_pct.unwrap().max < 5.0));
         assert!(idle);
@@ -365,10 +318,7 @@ mod tests {
         match NvmlSource::new("n") {
             Err(e) => {
                 let text = e.to_string();
-                assert!(
-                    text.contains("no NVIDIA GPU found") && text.contains("--source simulated"),
-                    "{text}"
-                );
+                assert!(text.contains("no NVIDIA GPU found") && text.contains("--source simulated"), "{text}");
             }
             Ok(mut nvml) => {
                 let samples = nvml.scrape(datetime!(2026-10-01 10:00 UTC)).unwrap();

@@ -36,10 +36,7 @@ pub struct SpoolConfig {
 
 impl Default for SpoolConfig {
     fn default() -> Self {
-        Self {
-            max_bytes: 256 << 20,
-            segment_bytes: 4 << 20,
-        }
+        Self { max_bytes: 256 << 20, segment_bytes: 4 << 20 }
     }
 }
 
@@ -116,11 +113,7 @@ fn encode(seq: u64, payload: &[u8]) -> Vec<u8> {
 
 /// The record at the start of `buf`, if it is complete and its checksum matches: (seq, payload).
 fn decode(buf: &[u8]) -> Option<(u64, &[u8])> {
-    let word = |at: usize| {
-        buf.get(at..at + 4)
-            .and_then(|b| b.try_into().ok())
-            .map(u32::from_le_bytes)
-    };
+    let word = |at: usize| buf.get(at..at + 4).and_then(|b| b.try_into().ok()).map(u32::from_le_bytes);
     let len = usize::try_from(word(0)?).ok()?;
     let crc = word(4)?;
     let seq = u64::from_le_bytes(buf.get(8..HEADER)?.try_into().ok()?);
@@ -174,10 +167,7 @@ impl Spool {
         let mut firsts = Vec::new();
         for entry in fs::read_dir(&dir).map_err(at(&dir))? {
             let name = entry.map_err(at(&dir))?.file_name();
-            let first = name
-                .to_str()
-                .and_then(|n| n.strip_suffix(".seg"))
-                .and_then(|n| n.parse::<u64>().ok());
+            let first = name.to_str().and_then(|n| n.strip_suffix(".seg")).and_then(|n| n.parse::<u64>().ok());
             firsts.extend(first);
         }
         firsts.sort_unstable();
@@ -197,27 +187,16 @@ impl Spool {
             if pos < data.len() {
                 let next = first + offsets.len() as u64;
                 // Sequence numbers tell how many records the next segment's name skips over.
-                let lost = firsts
-                    .get(i + 1)
-                    .map_or(0, |&n| n.saturating_sub(next.max(acked + 1)));
+                let lost = firsts.get(i + 1).map_or(0, |&n| n.saturating_sub(next.max(acked + 1)));
                 let cut = (data.len() - pos) as u64;
                 tracing::warn!(segment = %path.display(), cut_bytes = cut, lost_records = lost,
                     "spool: cutting off a torn or corrupt segment tail");
                 recovery.truncated_bytes += cut;
                 recovery.corrupt_records += lost;
-                let f = OpenOptions::new()
-                    .write(true)
-                    .open(&path)
-                    .map_err(at(&path))?;
-                f.set_len(pos as u64)
-                    .and_then(|()| f.sync_all())
-                    .map_err(at(&path))?;
+                let f = OpenOptions::new().write(true).open(&path).map_err(at(&path))?;
+                f.set_len(pos as u64).and_then(|()| f.sync_all()).map_err(at(&path))?;
             }
-            let seg = Segment {
-                first,
-                offsets,
-                size: pos as u64,
-            };
+            let seg = Segment { first, offsets, size: pos as u64 };
             // Empty or fully acknowledged (a crash between writing `ack` and deleting): not needed.
             if seg.offsets.is_empty() || seg.end() <= acked + 1 {
                 fs::remove_file(&path).map_err(at(&path))?;
@@ -279,10 +258,7 @@ impl Spool {
 
     /// Appends facts with one fsync; see [`Spool::append_batch`].
     pub fn append_facts(&mut self, facts: &[Fact]) -> Result<Vec<u64>> {
-        let payloads = facts
-            .iter()
-            .map(serde_json::to_vec)
-            .collect::<Result<Vec<_>, _>>()?;
+        let payloads = facts.iter().map(serde_json::to_vec).collect::<Result<Vec<_>, _>>()?;
         self.append_batch(&payloads)
     }
 
@@ -326,10 +302,7 @@ impl Spool {
         let tmp = self.dir.join("ack.tmp");
         let path = self.dir.join("ack");
         File::create(&tmp)
-            .and_then(|mut f| {
-                f.write_all(format!("{up_to}\n").as_bytes())
-                    .and_then(|()| f.sync_all())
-            })
+            .and_then(|mut f| f.write_all(format!("{up_to}\n").as_bytes()).and_then(|()| f.sync_all()))
             .and_then(|()| fs::rename(&tmp, &path))
             .map_err(at(&path))?;
         sync_dir(&self.dir)?;
@@ -356,10 +329,7 @@ impl Spool {
     /// Records awaiting acknowledgement.
     pub fn pending_count(&self) -> u64 {
         let from = self.acked + 1;
-        self.segments
-            .iter()
-            .map(|s| s.end().saturating_sub(s.first.max(from)))
-            .sum()
+        self.segments.iter().map(|s| s.end().saturating_sub(s.first.max(from))).sum()
     }
 
     /// Bytes on disk (headers included) of records awaiting acknowledgement.
@@ -384,10 +354,7 @@ impl Spool {
 
     fn check_len(&self, len: usize) -> Result<()> {
         if u32::try_from(len).is_err() || (HEADER + len) as u64 + GAP_RESERVE > self.cfg.max_bytes {
-            return Err(SpoolError::TooLarge {
-                len,
-                max_bytes: self.cfg.max_bytes,
-            });
+            return Err(SpoolError::TooLarge { len, max_bytes: self.cfg.max_bytes });
         }
         Ok(())
     }
@@ -410,8 +377,7 @@ impl Spool {
             if count > 0 {
                 let (mut recs, mut bytes) = (Vec::new(), 0);
                 // Read only for the time range: an unreadable segment still counts.
-                if let Err(e) = self.read_segment(&seg, usize::MAX, u64::MAX, &mut recs, &mut bytes)
-                {
+                if let Err(e) = self.read_segment(&seg, usize::MAX, u64::MAX, &mut recs, &mut bytes) {
                     tracing::warn!(error = %e, "spool: dropping a segment that does not read back");
                 }
                 gap.add(from, seg.end() - 1, count, &recs);
@@ -439,17 +405,9 @@ impl Spool {
                 old.sync_data().map_err(at(&seg_path(&self.dir, last)))?;
             }
             let path = seg_path(&self.dir, seq);
-            let file = OpenOptions::new()
-                .append(true)
-                .create_new(true)
-                .open(&path)
-                .map_err(at(&path))?;
+            let file = OpenOptions::new().append(true).create_new(true).open(&path).map_err(at(&path))?;
             sync_dir(&self.dir)?;
-            self.segments.push_back(Segment {
-                first: seq,
-                offsets: Vec::new(),
-                size: 0,
-            });
+            self.segments.push_back(Segment { first: seq, offsets: Vec::new(), size: 0 });
             self.active = Some(file);
         }
         let (Some(file), Some(seg)) = (self.active.as_mut(), self.segments.back_mut()) else {
@@ -489,8 +447,7 @@ impl Spool {
         let path = seg_path(&self.dir, seg.first);
         let mut file = BufReader::new(File::open(&path).map_err(at(&path))?);
         let i0 = (start - seg.first) as usize;
-        file.seek(SeekFrom::Start(seg.offsets[i0]))
-            .map_err(at(&path))?;
+        file.seek(SeekFrom::Start(seg.offsets[i0])).map_err(at(&path))?;
         for i in i0..seg.offsets.len() {
             let seq = seg.first + i as u64;
             let len = seg.offsets.get(i + 1).copied().unwrap_or(seg.size) - seg.offsets[i];
@@ -501,9 +458,7 @@ impl Spool {
             let mut buf = vec![0; len as usize];
             file.read_exact(&mut buf).map_err(at(&path))?;
             match decode(&buf) {
-                Some((s, p)) if s == seq && p.len() as u64 == payload_len => {
-                    out.push((seq, p.to_vec()))
-                }
+                Some((s, p)) if s == seq && p.len() as u64 == payload_len => out.push((seq, p.to_vec())),
                 _ => return Err(SpoolError::Corrupt { path, seq }),
             }
             *bytes += payload_len;
@@ -549,30 +504,20 @@ impl GapTally {
                 }
                 _ => (fact.observed_at, fact.observed_at),
             };
-            self.times = Some(
-                self.times
-                    .map_or((from, to), |(f, t)| (f.min(from), t.max(to))),
-            );
+            self.times = Some(self.times.map_or((from, to), |(f, t)| (f.min(from), t.max(to))));
         }
     }
 
     fn fact(&self) -> Option<Fact> {
         let (first, last) = self.seqs?;
         let Some((from, to)) = self.times else {
-            tracing::warn!(
-                dropped = self.dropped,
-                "spool: dropped records without a readable time; no gap fact"
-            );
+            tracing::warn!(dropped = self.dropped, "spool: dropped records without a readable time; no gap fact");
             return None;
         };
         Some(Fact {
             event_id: event_id("gap", &[&first.to_string(), &last.to_string()]),
             observed_at: to,
-            body: FactBody::Gap(GapFact {
-                from,
-                to,
-                dropped: self.dropped,
-            }),
+            body: FactBody::Gap(GapFact { from, to, dropped: self.dropped }),
         })
     }
 }
@@ -596,8 +541,7 @@ mod tests {
         fn new(name: &str) -> Self {
             static N: AtomicU64 = AtomicU64::new(0);
             let n = N.fetch_add(1, Ordering::Relaxed);
-            let p = std::env::temp_dir()
-                .join(format!("gpuledger-spool-{}-{name}-{n}", std::process::id()));
+            let p = std::env::temp_dir().join(format!("gpuledger-spool-{}-{name}-{n}", std::process::id()));
             let _ = fs::remove_dir_all(&p);
             Self(p)
         }
@@ -614,10 +558,7 @@ mod tests {
         Fact {
             event_id: event_id("vanished", &[&i.to_string()]),
             observed_at: t,
-            body: FactBody::AllocationVanished(AllocationVanished {
-                allocation_id: format!("a{i}"),
-                last_seen_at: t,
-            }),
+            body: FactBody::AllocationVanished(AllocationVanished { allocation_id: format!("a{i}"), last_seen_at: t }),
         }
     }
 
@@ -644,10 +585,7 @@ mod tests {
         v
     }
 
-    const SMALL: SpoolConfig = SpoolConfig {
-        max_bytes: 1 << 20,
-        segment_bytes: 1024,
-    };
+    const SMALL: SpoolConfig = SpoolConfig { max_bytes: 1 << 20, segment_bytes: 1024 };
 
     #[test]
     fn round_trip_ack_and_reopen() {
@@ -657,27 +595,17 @@ mod tests {
         for f in &facts[..10] {
             s.append_fact(f).unwrap();
         }
-        assert_eq!(
-            s.append_facts(&facts[10..]).unwrap(),
-            (11..=40).collect::<Vec<_>>()
-        );
+        assert_eq!(s.append_facts(&facts[10..]).unwrap(), (11..=40).collect::<Vec<_>>());
         drop(s);
 
         let mut s = Spool::open(&dir.0, SMALL).unwrap();
         assert_eq!(s.recovery(), &Recovery::default());
         let got = s.pending_facts(usize::MAX, u64::MAX).unwrap();
-        assert_eq!(
-            got.iter().map(|(q, _)| *q).collect::<Vec<_>>(),
-            (1..=40).collect::<Vec<_>>()
-        );
+        assert_eq!(got.iter().map(|(q, _)| *q).collect::<Vec<_>>(), (1..=40).collect::<Vec<_>>());
         assert_eq!(got.into_iter().map(|(_, f)| f).collect::<Vec<_>>(), facts);
         assert_eq!(s.pending_count(), 40);
         assert_eq!(s.pending(5, u64::MAX).unwrap().len(), 5);
-        assert_eq!(
-            s.pending(usize::MAX, 1).unwrap().len(),
-            1,
-            "one record even past the byte limit"
-        );
+        assert_eq!(s.pending(usize::MAX, 1).unwrap().len(), 1, "one record even past the byte limit");
         let files = seg_files(&dir.0).len();
         assert!(files > 2, "{files} segments");
 
@@ -687,33 +615,22 @@ mod tests {
         let mut s = Spool::open(&dir.0, SMALL).unwrap();
         assert_eq!(s.acked(), 20);
         assert_eq!(seqs(&s), (21..=40).collect::<Vec<_>>());
-        assert!(
-            seg_files(&dir.0).len() < files,
-            "acknowledged segments deleted"
-        );
+        assert!(seg_files(&dir.0).len() < files, "acknowledged segments deleted");
         assert!(s.pending_bytes() < s.disk_bytes() || seg_files(&dir.0).len() == 1);
 
         s.ack(1000).unwrap(); // clamped to the last issued number
         assert!(seg_files(&dir.0).is_empty());
-        assert_eq!(
-            (s.pending_count(), s.pending_bytes(), s.disk_bytes()),
-            (0, 0, 0)
-        );
+        assert_eq!((s.pending_count(), s.pending_bytes(), s.disk_bytes()), (0, 0, 0));
         drop(s);
         let mut s = Spool::open(&dir.0, SMALL).unwrap();
-        assert_eq!(
-            s.append(b"next").unwrap(),
-            41,
-            "sequence numbers survive restarts"
-        );
+        assert_eq!(s.append(b"next").unwrap(), 41, "sequence numbers survive restarts");
     }
 
     /// Damages the last record of a 10-record segment; reopening keeps `kept` records and cuts `cut` bytes.
     fn torn_tail(name: &str, damage: impl Fn(&mut Vec<u8>), kept: u64, cut: u64) {
         let dir = TempDir::new(name);
         let mut s = Spool::open(&dir.0, SMALL).unwrap();
-        s.append_batch(&(0..10).map(rec).collect::<Vec<_>>())
-            .unwrap();
+        s.append_batch(&(0..10).map(rec).collect::<Vec<_>>()).unwrap();
         drop(s);
         let path = &seg_files(&dir.0)[0];
         let mut data = fs::read(path).unwrap();
@@ -721,10 +638,7 @@ mod tests {
         fs::write(path, data).unwrap();
 
         let mut s = Spool::open(&dir.0, SMALL).unwrap();
-        let want = Recovery {
-            truncated_bytes: cut,
-            corrupt_records: 0,
-        };
+        let want = Recovery { truncated_bytes: cut, corrupt_records: 0 };
         assert_eq!(s.recovery(), &want, "{name}");
         let records: Vec<_> = (0..kept).map(|i| (i + 1, rec(i))).collect();
         assert_eq!(all(&s), records, "{name}");
@@ -732,33 +646,21 @@ mod tests {
         drop(s);
         let s = Spool::open(&dir.0, SMALL).unwrap();
         assert_eq!(s.recovery(), &Recovery::default(), "{name}");
-        assert_eq!(
-            all(&s).last().unwrap(),
-            &(kept + 1, b"after".to_vec()),
-            "{name}"
-        );
+        assert_eq!(all(&s).last().unwrap(), &(kept + 1, b"after".to_vec()), "{name}");
         assert_eq!(s.pending_count(), kept + 1, "{name}");
     }
 
     #[test]
     fn torn_tail_is_cut_off_and_appending_resumes() {
         torn_tail("truncated", |d| d.truncate(10 * 27 - 5), 9, 22);
-        torn_tail(
-            "garbage",
-            |d| d.extend_from_slice(b"garbage!garbage"),
-            10,
-            15,
-        );
+        torn_tail("garbage", |d| d.extend_from_slice(b"garbage!garbage"), 10, 15);
         torn_tail("flipped", |d| d[10 * 27 - 2] ^= 0x40, 9, 27);
     }
 
     #[test]
     fn corrupt_record_in_an_older_segment_loses_only_the_rest_of_it() {
         let dir = TempDir::new("mid");
-        let cfg = SpoolConfig {
-            max_bytes: 1 << 20,
-            segment_bytes: 3 * 27,
-        };
+        let cfg = SpoolConfig { max_bytes: 1 << 20, segment_bytes: 3 * 27 };
         let mut s = Spool::open(&dir.0, cfg).unwrap();
         for i in 0..12 {
             s.append(&rec(i)).unwrap();
@@ -771,13 +673,7 @@ mod tests {
         fs::write(&files[1], d).unwrap();
 
         let s = Spool::open(&dir.0, cfg).unwrap();
-        assert_eq!(
-            s.recovery(),
-            &Recovery {
-                truncated_bytes: 2 * 27,
-                corrupt_records: 2
-            }
-        );
+        assert_eq!(s.recovery(), &Recovery { truncated_bytes: 2 * 27, corrupt_records: 2 });
         assert_eq!(seqs(&s), [1, 2, 3, 4, 7, 8, 9, 10, 11, 12]);
         assert_eq!(all(&s)[4], (7, rec(6)));
         assert_eq!(fs::metadata(&files[1]).unwrap().len(), 27);
@@ -786,42 +682,26 @@ mod tests {
     #[test]
     fn size_cap_drops_the_oldest_and_spools_a_gap() {
         let dir = TempDir::new("cap");
-        let cfg = SpoolConfig {
-            max_bytes: 4096,
-            segment_bytes: 1024,
-        };
+        let cfg = SpoolConfig { max_bytes: 4096, segment_bytes: 1024 };
         let facts: Vec<Fact> = (0..200).map(fact).collect();
         let mut s = Spool::open(&dir.0, cfg).unwrap();
         for f in &facts {
             s.append_fact(f).unwrap();
             assert!(s.disk_bytes() <= cfg.max_bytes, "{} bytes", s.disk_bytes());
         }
-        let on_disk: u64 = seg_files(&dir.0)
-            .iter()
-            .map(|p| fs::metadata(p).unwrap().len())
-            .sum();
+        let on_disk: u64 = seg_files(&dir.0).iter().map(|p| fs::metadata(p).unwrap().len()).sum();
         assert_eq!(on_disk, s.disk_bytes());
-        assert!(
-            on_disk > cfg.max_bytes / 2,
-            "{on_disk} bytes: the cap is used"
-        );
+        assert!(on_disk > cfg.max_bytes / 2, "{on_disk} bytes: the cap is used");
         assert!(s.dropped_total() > 0);
         drop(s);
 
         let s = Spool::open(&dir.0, cfg).unwrap();
         let pending = s.pending_facts(usize::MAX, u64::MAX).unwrap();
         assert_eq!(pending.len() as u64, s.pending_count());
-        let (gaps, kept): (Vec<_>, Vec<_>) = pending
-            .into_iter()
-            .map(|(_, f)| f)
-            .partition(|f| f.body.kind() == "gap");
+        let (gaps, kept): (Vec<_>, Vec<_>) = pending.into_iter().map(|(_, f)| f).partition(|f| f.body.kind() == "gap");
         let first_kept = 200 - kept.len();
         assert!(first_kept > 0);
-        assert_eq!(
-            kept,
-            facts[first_kept..],
-            "the newest facts survive, in order"
-        );
+        assert_eq!(kept, facts[first_kept..], "the newest facts survive, in order");
         let gaps: Vec<GapFact> = gaps
             .into_iter()
             .map(|f| match f.body {
@@ -833,26 +713,13 @@ mod tests {
                 _ => unreachable!(),
             })
             .collect();
-        assert_eq!(
-            gaps.iter().map(|g| g.dropped).sum::<u64>(),
-            first_kept as u64,
-            "every dropped fact counted once"
-        );
-        assert_eq!(
-            gaps.iter().map(|g| g.from).min().unwrap(),
-            facts[0].observed_at
-        );
-        assert_eq!(
-            gaps.iter().map(|g| g.to).max().unwrap(),
-            facts[first_kept - 1].observed_at
-        );
+        assert_eq!(gaps.iter().map(|g| g.dropped).sum::<u64>(), first_kept as u64, "every dropped fact counted once");
+        assert_eq!(gaps.iter().map(|g| g.from).min().unwrap(), facts[0].observed_at);
+        assert_eq!(gaps.iter().map(|g| g.to).max().unwrap(), facts[first_kept - 1].observed_at);
     }
 
     const CHILD_ENV: &str = "SPOOL_CHILD_DIR";
-    const CHILD_CFG: SpoolConfig = SpoolConfig {
-        max_bytes: 1 << 30,
-        segment_bytes: 8192,
-    };
+    const CHILD_CFG: SpoolConfig = SpoolConfig { max_bytes: 1 << 30, segment_bytes: 8192 };
 
     fn child_payload(i: u64) -> Vec<u8> {
         format!("record-{i}-{}", "x".repeat((i % 300) as usize)).into_bytes()
@@ -877,12 +744,7 @@ mod tests {
     fn survives_kill_9_mid_write() {
         let dir = TempDir::new("kill");
         let mut child = Command::new(std::env::current_exe().unwrap())
-            .args([
-                "--exact",
-                "spool::tests::child_writer",
-                "--nocapture",
-                "--test-threads=1",
-            ])
+            .args(["--exact", "spool::tests::child_writer", "--nocapture", "--test-threads=1"])
             .env(CHILD_ENV, &dir.0)
             .stdout(Stdio::piped())
             .stderr(Stdio::null())

@@ -1,4 +1,4 @@
-//! `gpuledger-agent inspect` on every fixture in ../shared/fixtures/{k8s,dcgm,modelserver}: the real binary,
+//! `gpuledger-agent inspect` on every fixture in ../shared/fixtures/{k8s,dcgm,modelserver,nvidia}: the real binary,
 //! real objects and metric text, concrete expectations.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -7,14 +7,8 @@ use std::{path::PathBuf, process::Command};
 use serde_json::Value;
 
 fn fixtures(dir: &str) -> PathBuf {
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../shared/fixtures")
-        .join(dir);
-    assert!(
-        p.is_dir(),
-        "fixtures missing at {} (shared/ must sit beside the repository)",
-        p.display()
-    );
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures").join(dir);
+    assert!(p.is_dir(), "fixtures missing at {} (shared/ must sit beside the repository)", p.display());
     p
 }
 
@@ -30,10 +24,7 @@ fn inspect(kind: &str, file: &PathBuf, extra: &[&str]) -> (Vec<Value>, String) {
     assert!(out.status.success(), "{}: {stderr}", file.display());
     let lines = String::from_utf8_lossy(&out.stdout)
         .lines()
-        .map(|l| {
-            serde_json::from_str(l)
-                .unwrap_or_else(|e| panic!("{}: not JSON: {e}: {l}", file.display()))
-        })
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{}: not JSON: {e}: {l}", file.display())))
         .collect();
     (lines, stderr)
 }
@@ -48,11 +39,7 @@ fn every_kubernetes_fixture_is_read() {
     for entry in std::fs::read_dir(fixtures("k8s")).unwrap() {
         let path = entry.unwrap().path();
         let (facts, notes) = inspect("k8s", &path, &[]);
-        assert!(
-            !facts.is_empty() || !notes.is_empty(),
-            "{}: neither facts nor notes",
-            path.display()
-        );
+        assert!(!facts.is_empty() || !notes.is_empty(), "{}: neither facts nor notes", path.display());
         for f in &facts {
             assert!(f["event_id"].as_str().is_some_and(|s| !s.is_empty()));
             assert_eq!(f["observed_at"], "2026-11-01T00:00:00Z");
@@ -71,10 +58,7 @@ fn runai_mig_pod_from_annotations() {
     assert_eq!(f["holder_uid"], "cb9aaa99-97df-4c10-bfa7-c1ed024c672b");
     assert_eq!(f["mode"]["mode"], "mig");
     assert_eq!(f["mode"]["profile"], "1g.5gb");
-    assert_eq!(
-        f["device_ids"][0],
-        "MIG-28810d46-0180-5139-a975-020bdc7f9cb1"
-    );
+    assert_eq!(f["device_ids"][0], "MIG-28810d46-0180-5139-a975-020bdc7f9cb1");
     assert_eq!(f["namespace"], "runai-team-a");
     // The container's own start, not the pod's scheduling time (07:56:50) or when we looked.
     assert_eq!(f["started_at"], "2023-01-19T07:56:55Z");
@@ -82,85 +66,40 @@ fn runai_mig_pod_from_annotations() {
 
 #[test]
 fn runai_fractional_pod_is_one_replica_of_two() {
-    let (facts, _) = inspect(
-        "pod",
-        &file("k8s", "pod_live_runai_fractional_gpu_0.5.yaml"),
-        &[],
-    );
+    let (facts, _) = inspect("pod", &file("k8s", "pod_live_runai_fractional_gpu_0.5.yaml"), &[]);
     assert_eq!(facts.len(), 1, "{facts:?}");
-    assert_eq!(
-        facts[0]["mode"],
-        serde_json::json!({"mode": "time_slice", "replicas": 2})
-    );
+    assert_eq!(facts[0]["mode"], serde_json::json!({"mode": "time_slice", "replicas": 2}));
     assert_eq!(facts[0]["started_at"], "2024-03-31T09:03:51Z");
 }
 
 #[test]
 fn templates_and_unstarted_pods_are_previewed_not_sent() {
-    let (facts, notes) = inspect(
-        "pod",
-        &file(
-            "k8s",
-            "pod_mig_single_strategy_nodeselector_nvidia_docs.yaml",
-        ),
-        &[],
-    );
+    let (facts, notes) = inspect("pod", &file("k8s", "pod_mig_single_strategy_nodeselector_nvidia_docs.yaml"), &[]);
     assert!(facts.is_empty());
-    assert!(
-        notes.contains("mig 1g.5gb"),
-        "single strategy read from the node selector: {notes}"
-    );
-    let (_, notes) = inspect(
-        "pod",
-        &file("k8s", "pod_mig_mixed_strategy_mig-2g.10gb_nvidia_docs.yaml"),
-        &[],
-    );
+    assert!(notes.contains("mig 1g.5gb"), "single strategy read from the node selector: {notes}");
+    let (_, notes) = inspect("pod", &file("k8s", "pod_mig_mixed_strategy_mig-2g.10gb_nvidia_docs.yaml"), &[]);
     assert!(notes.contains("mig 2g.10gb"), "{notes}");
-    let (_, notes) = inspect(
-        "pod",
-        &file("k8s", "pod_nvidia_gpu_1_k8s_device_plugin_readme.yaml"),
-        &[],
-    );
+    let (_, notes) = inspect("pod", &file("k8s", "pod_nvidia_gpu_1_k8s_device_plugin_readme.yaml"), &[]);
     assert!(notes.contains("1 × nvidia.com/gpu (exclusive)"), "{notes}");
     // gpu.shared needs a declared replica count: said clearly without one, used with one.
     let job = file("k8s", "job_timesliced_gpu_shared_7_upcloud.yaml");
     let (_, notes) = inspect("pod", &job, &[]);
-    assert!(
-        notes.contains("without a declared replica count"),
-        "{notes}"
-    );
+    assert!(notes.contains("without a declared replica count"), "{notes}");
     let (_, notes) = inspect("pod", &job, &["--timeslice-replicas", "10"]);
-    assert!(
-        notes.contains("7 × nvidia.com/gpu.shared (time_slice 1/10)"),
-        "{notes}"
-    );
+    assert!(notes.contains("7 × nvidia.com/gpu.shared (time_slice 1/10)"), "{notes}");
 }
 
 #[test]
 fn kubevirt_gpus_split_into_vgpu_and_passthrough() {
-    let (facts, notes) = inspect(
-        "vmi",
-        &file("k8s", "kubevirt_vmi_gpus_and_hostdevices_user_guide.yaml"),
-        &[],
-    );
+    let (facts, notes) = inspect("vmi", &file("k8s", "kubevirt_vmi_gpus_and_hostdevices_user_guide.yaml"), &[]);
     assert!(facts.is_empty(), "a fragment without status is not running");
-    assert!(
-        notes.contains("nvidia.com/GRID_T4-1Q (vgpu GRID_T4-1Q)"),
-        "{notes}"
-    );
-    assert!(
-        notes.contains("nvidia.com/TU104GL_Tesla_T4 (passthrough)"),
-        "{notes}"
-    );
+    assert!(notes.contains("nvidia.com/GRID_T4-1Q (vgpu GRID_T4-1Q)"), "{notes}");
+    assert!(notes.contains("nvidia.com/TU104GL_Tesla_T4 (passthrough)"), "{notes}");
 }
 
 #[test]
 fn mig_node_labels_become_a_node_fact() {
-    let (facts, _) = inspect(
-        "node",
-        &file("k8s", "node_live_runai_mig_3_instances.yaml"),
-        &[],
-    );
+    let (facts, _) = inspect("node", &file("k8s", "node_live_runai_mig_3_instances.yaml"), &[]);
     assert_eq!(facts.len(), 1);
     let f = &facts[0];
     assert_eq!(f["kind"], "node_observed");
@@ -168,14 +107,7 @@ fn mig_node_labels_become_a_node_fact() {
     assert_eq!(f["gpu_product"], "NVIDIA-A100-SXM4-40GB");
     assert_eq!(f["gpu_memory_mib"], 40960);
     assert_eq!(f["mig_strategy"], "mixed");
-    assert!(
-        f["allocatable"]
-            .as_object()
-            .unwrap()
-            .keys()
-            .any(|k| k.starts_with("nvidia.com/mig-")),
-        "{f}"
-    );
+    assert!(f["allocatable"].as_object().unwrap().keys().any(|k| k.starts_with("nvidia.com/mig-")), "{f}");
 }
 
 #[test]
@@ -183,40 +115,19 @@ fn every_dcgm_fixture_yields_devices_and_telemetry() {
     for entry in std::fs::read_dir(fixtures("dcgm")).unwrap() {
         let path = entry.unwrap().path();
         let (facts, _) = inspect("dcgm", &path, &[]);
-        let devices = facts
-            .iter()
-            .filter(|f| f["kind"] == "device_observed")
-            .count();
+        let devices = facts.iter().filter(|f| f["kind"] == "device_observed").count();
         let telemetry = facts.iter().filter(|f| f["kind"] == "telemetry").count();
-        assert!(
-            devices >= 1 && telemetry >= 1,
-            "{}: {devices} devices, {telemetry} rollups",
-            path.display()
-        );
+        assert!(devices >= 1 && telemetry >= 1, "{}: {devices} devices, {telemetry} rollups", path.display());
         for f in facts.iter().filter(|f| f["kind"] == "device_observed") {
             assert!(f["gpu_uuid"].as_str().unwrap().starts_with("GPU-"), "{f}");
         }
     }
     let (facts, _) = inspect("dcgm", &file("dcgm", "vgpu_grid_a100_40c_vks.txt"), &[]);
-    assert!(
-        facts.iter().any(|f| f["vgpu_profile"] == "A100-40C"),
-        "{facts:?}"
-    );
-    let (facts, _) = inspect(
-        "dcgm",
-        &file("dcgm", "mig_a100_4_active_workloads_runai.txt"),
-        &[],
-    );
-    let device = facts
-        .iter()
-        .find(|f| f["kind"] == "device_observed")
-        .unwrap();
+    assert!(facts.iter().any(|f| f["vgpu_profile"] == "A100-40C"), "{facts:?}");
+    let (facts, _) = inspect("dcgm", &file("dcgm", "mig_a100_4_active_workloads_runai.txt"), &[]);
+    let device = facts.iter().find(|f| f["kind"] == "device_observed").unwrap();
     assert_eq!(device["mig_enabled"], true);
-    assert_eq!(
-        device["mig_devices"].as_array().unwrap().len(),
-        4,
-        "{device}"
-    );
+    assert_eq!(device["mig_devices"].as_array().unwrap().len(), 4, "{device}");
 }
 
 #[test]
@@ -226,17 +137,9 @@ fn every_model_server_fixture_yields_snapshots() {
         let (records, notes) = inspect("modelserver", &path, &[]);
         assert!(!records.is_empty(), "{}: {notes}", path.display());
     }
-    let (records, _) = inspect(
-        "modelserver",
-        &file("modelserver", "vllm_v1_qwen2.5-0.5b_kops.txt"),
-        &[],
-    );
+    let (records, _) = inspect("modelserver", &file("modelserver", "vllm_v1_qwen2.5-0.5b_kops.txt"), &[]);
     assert_eq!(records[0]["server"], "vllm");
-    assert!(
-        records[0]["model"].as_str().unwrap().contains("Qwen"),
-        "{:?}",
-        records[0]
-    );
+    assert!(records[0]["model"].as_str().unwrap().contains("Qwen"), "{:?}", records[0]);
 }
 
 #[test]
@@ -245,16 +148,392 @@ fn bad_input_is_refused_with_the_reason() {
     std::fs::create_dir_all(&dir).unwrap();
     let bad = dir.join("bad.txt");
     std::fs::write(&bad, "gpu_util{gpu=\"0\" 12\n").unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_gpuledger-agent"))
-        .args(["inspect", "dcgm"])
-        .arg(&bad)
-        .output()
-        .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_gpuledger-agent")).args(["inspect", "dcgm"]).arg(&bad).output().unwrap();
     assert!(!out.status.success());
-    assert!(
-        String::from_utf8_lossy(&out.stderr).contains("line 1"),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("line 1"), "{}", String::from_utf8_lossy(&out.stderr));
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// fixtures/nvidia
+
+/// Every file in fixtures/nvidia and the kind that reads it. A new file must be added here.
+const NVIDIA_FIXTURES: &[(&str, &str)] = &[
+    ("device_plugin_timeslicing_rename_upcloud.yaml", "device-plugin-config"),
+    ("gpu_operator_docs_custom-mig-config.yaml", "mig-config"),
+    ("gpu_operator_docs_mig-cm-values.yaml", "mig-config"),
+    ("gpu_operator_docs_output_mig-get-pods.txt", "kubectl-table"),
+    ("gpu_operator_docs_output_mig-mixed-node-labels.json", "node-labels"),
+    ("gpu_operator_docs_output_mig-mixed-nvidia-smi.txt", "nvidia-smi-l"),
+    ("gpu_operator_docs_output_mig-node-labels.json", "node-labels"),
+    ("gpu_operator_docs_output_mig-nvidia-smi.txt", "nvidia-smi-l"),
+    ("gpu_operator_docs_time-slicing-config-all.yaml", "device-plugin-config"),
+    ("gpu_operator_docs_time-slicing-config-fine.yaml", "device-plugin-config"),
+    ("kubevirt_permitted_host_devices_user_guide.yaml", "kubevirt-config"),
+    ("mig_parted_config_default.yaml", "mig-config"),
+    ("mig_parted_examples_config.yaml", "mig-config"),
+    ("nvidia_smi_L_h100_mig_capture.txt", "nvidia-smi-l"),
+    ("nvidia_smi_q_x_a100_sxm4_mig_enabled_telegraf.xml", "nvidia-smi"),
+    ("nvidia_smi_q_x_rtx4000_sff_ada_v13_telegraf.xml", "nvidia-smi"),
+    ("nvidia_smi_q_x_tesla_t4_2_processes_telegraf.xml", "nvidia-smi"),
+    ("nvidia_smi_query_compute_apps_csv_h100_mig_load.csv", "gpu-csv"),
+    ("nvidia_smi_query_gpu_all_fields_csv_h100_mig_load.csv", "gpu-csv"),
+    ("nvidia_smi_table_t4_container_toolkit_docs.txt", "nvidia-smi-l"),
+];
+
+fn nvidia(name: &str) -> (Vec<Value>, String) {
+    let kind = NVIDIA_FIXTURES
+        .iter()
+        .find(|(f, _)| *f == name)
+        .map(|(_, k)| *k)
+        .unwrap_or_else(|| panic!("{name} is not in NVIDIA_FIXTURES"));
+    inspect(kind, &file("nvidia", name), &[])
+}
+
+fn of_kind<'a>(lines: &'a [Value], kind: &str) -> Vec<&'a Value> {
+    lines.iter().filter(|l| l["kind"] == kind).collect()
+}
+
+#[test]
+fn every_nvidia_fixture_is_read() {
+    let mut seen = Vec::new();
+    for entry in std::fs::read_dir(fixtures("nvidia")).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        let Some((_, kind)) = NVIDIA_FIXTURES.iter().find(|(f, _)| *f == name) else {
+            panic!("{name}: a new fixture: add it to NVIDIA_FIXTURES with the kind that reads it");
+        };
+        let (lines, notes) = inspect(kind, &path, &[]);
+        assert!(!lines.is_empty() || !notes.is_empty(), "{name}: neither output nor notes");
+        for l in &lines {
+            assert!(l["kind"].as_str().is_some_and(|k| !k.is_empty()), "{name}: {l}");
+            if l.get("event_id").is_some() {
+                assert_eq!(l["observed_at"], "2026-11-01T00:00:00Z", "{name}");
+            }
+        }
+        seen.push(name);
+    }
+    for (f, _) in NVIDIA_FIXTURES {
+        assert!(seen.iter().any(|s| s == f), "{f} is listed but missing");
+    }
+    assert_eq!(seen.len(), NVIDIA_FIXTURES.len());
+}
+
+#[test]
+fn nvidia_fixtures_fail_under_the_wrong_kind() {
+    for (name, kind) in [
+        ("gpu_operator_docs_custom-mig-config.yaml", "nvidia-smi"),
+        ("nvidia_smi_table_t4_container_toolkit_docs.txt", "mig-config"),
+        ("mig_parted_examples_config.yaml", "device-plugin-config"),
+        ("device_plugin_timeslicing_rename_upcloud.yaml", "mig-config"),
+        ("gpu_operator_docs_output_mig-get-pods.txt", "gpu-csv"),
+        ("nvidia_smi_query_gpu_all_fields_csv_h100_mig_load.csv", "nvidia-smi-l"),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_gpuledger-agent"))
+            .args(["inspect", kind])
+            .arg(file("nvidia", name))
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{name} read as {kind}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains(name), "the error names the file: {stderr}");
+    }
+}
+
+#[test]
+fn nvidia_smi_xml_a100_mig_enabled() {
+    let (lines, notes) = nvidia("nvidia_smi_q_x_a100_sxm4_mig_enabled_telegraf.xml");
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    let d = &lines[0];
+    assert_eq!(d["kind"], "device_observed");
+    assert_eq!(d["gpu_uuid"], "GPU-513536b6-7d19-9063-b049-1e69664bb298");
+    assert_eq!(d["model"], "NVIDIA A100-SXM4-80GB");
+    assert_eq!(d["node"], "unknown-node");
+    assert_eq!(d["index"], 1); // <minor_number>
+    assert_eq!(d["memory_mib"], 81920);
+    assert_eq!(d["mig_enabled"], true);
+    let gis: Vec<u64> =
+        d["mig_devices"].as_array().unwrap().iter().map(|m| m["gpu_instance_id"].as_u64().unwrap()).collect();
+    assert_eq!(gis, [3, 4, 5, 6]);
+    assert!(d["mig_devices"].as_array().unwrap().iter().all(|m| m["compute_instance_id"] == 0));
+    assert!(
+        d["event_id"].as_str().unwrap().starts_with("device/unknown-node/GPU-513536b6-7d19-9063-b049-1e69664bb298/")
+    );
+    assert!(notes.contains("names no MIG profiles"), "{notes}");
+}
+
+#[test]
+fn nvidia_smi_xml_processes_are_records_and_notes() {
+    let (lines, notes) = nvidia("nvidia_smi_q_x_tesla_t4_2_processes_telegraf.xml");
+    let d = of_kind(&lines, "device_observed");
+    assert_eq!(d.len(), 1);
+    assert_eq!(d[0]["gpu_uuid"], "GPU-d37e67a5-91dd-3774-a5cb-99096249601a");
+    assert_eq!(d[0]["model"], "Tesla T4");
+    assert_eq!(d[0]["memory_mib"], 15360);
+    assert_eq!(d[0]["mig_enabled"], false);
+    let p = of_kind(&lines, "gpu_process");
+    let got: Vec<(u64, u64)> =
+        p.iter().map(|p| (p["pid"].as_u64().unwrap(), p["used_memory_mib"].as_u64().unwrap())).collect();
+    assert_eq!(got, [(675, 22), (5762, 1005)]);
+    assert!(p.iter().all(|p| p["gpu_uuid"] == "GPU-d37e67a5-91dd-3774-a5cb-99096249601a"));
+    assert!(notes.contains("process 5762 (python) uses 1005 MiB"), "{notes}");
+
+    let (lines, _) = nvidia("nvidia_smi_q_x_rtx4000_sff_ada_v13_telegraf.xml");
+    let d = of_kind(&lines, "device_observed");
+    assert_eq!(d[0]["gpu_uuid"], "GPU-37037c3f-65c8-ec4d-24a9-420204ad8026");
+    assert_eq!(d[0]["model"], "NVIDIA RTX 4000 SFF Ada Generation");
+    assert_eq!(d[0]["memory_mib"], 20475);
+    let pids: Vec<u64> = of_kind(&lines, "gpu_process").iter().map(|p| p["pid"].as_u64().unwrap()).collect();
+    assert_eq!(pids, [1842, 3190, 4937, 34626]);
+    assert_eq!(of_kind(&lines, "gpu_process")[3]["type"], "C+G");
+}
+
+#[test]
+fn query_gpu_and_compute_apps_csv() {
+    let (lines, notes) = nvidia("nvidia_smi_query_gpu_all_fields_csv_h100_mig_load.csv");
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    let d = &lines[0];
+    assert_eq!(d["kind"], "device_observed");
+    assert_eq!(d["gpu_uuid"], "GPU-00000000-0000-0000-0000-000000000000");
+    assert_eq!(d["model"], "NVIDIA H100 80GB HBM3");
+    assert_eq!(d["index"], 0);
+    assert_eq!(d["memory_mib"], 81559);
+    assert_eq!(d["mig_enabled"], true);
+    assert_eq!(d["node"], "unknown-node", "hostname is [N/A]");
+    assert!(notes.contains("no MIG instances"), "{notes}");
+
+    let (lines, notes) = nvidia("nvidia_smi_query_compute_apps_csv_h100_mig_load.csv");
+    let got: Vec<(u64, u64, &str)> = lines
+        .iter()
+        .map(|p| {
+            assert_eq!(p["kind"], "gpu_process");
+            assert_eq!(p["gpu_uuid"], "GPU-00000000-0000-0000-0000-000000000000");
+            (p["pid"].as_u64().unwrap(), p["used_memory_mib"].as_u64().unwrap(), p["process_name"].as_str().unwrap())
+        })
+        .collect();
+    assert_eq!(
+        got,
+        [(21180, 2296, "/root/tools/memhog"), (21181, 1272, "/root/tools/memhog"), (21198, 7484, "./gpu_burn")]
+    );
+    assert!(notes.contains("parent GPU UUID"), "{notes}");
+}
+
+#[test]
+fn nvidia_smi_list_gives_devices_and_mig_records() {
+    let (lines, notes) = nvidia("gpu_operator_docs_output_mig-mixed-nvidia-smi.txt");
+    let d = of_kind(&lines, "device_observed");
+    assert_eq!(d.len(), 1);
+    assert_eq!(d[0]["gpu_uuid"], "GPU-b4895dbf-9350-2524-a89b-98161ddd9fe4");
+    assert_eq!(d[0]["model"], "NVIDIA H100 80GB HBM3");
+    assert_eq!(d[0]["index"], 0);
+    assert_eq!(d[0]["mig_enabled"], true);
+    // Opaque MIG UUIDs carry a device index, not a GPU instance ID: never guessed into the fact.
+    assert!(d[0].get("mig_devices").is_none(), "{:?}", d[0]);
+    let migs = of_kind(&lines, "mig_device");
+    let got: Vec<(&str, u64, &str)> = migs
+        .iter()
+        .map(|m| (m["profile"].as_str().unwrap(), m["device_index"].as_u64().unwrap(), m["mig_uuid"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("3g.40gb", 0, "MIG-7089d0f3-293f-58c9-8f8c-5ea666eedbde"),
+            ("2g.20gb", 1, "MIG-56c30729-347f-5dd6-8da0-c3cc59e969e0"),
+            ("1g.10gb", 2, "MIG-9d14fb21-4ae1-546f-a636-011582899c39"),
+            ("1g.10gb", 3, "MIG-0f709664-740c-52b0-ae79-3e4c9ede6d3b"),
+        ]
+    );
+    assert!(notes.contains("not a GPU instance ID"), "{notes}");
+
+    let (lines, _) = nvidia("gpu_operator_docs_output_mig-nvidia-smi.txt");
+    let migs = of_kind(&lines, "mig_device");
+    assert_eq!(migs.len(), 7);
+    assert!(migs.iter().all(|m| m["profile"] == "1g.10gb"));
+    assert_eq!(migs[6]["mig_uuid"], "MIG-981c86e9-3607-57d7-9426-295347e4b925");
+
+    let (lines, _) = nvidia("nvidia_smi_L_h100_mig_capture.txt");
+    let profiles: Vec<&str> = of_kind(&lines, "mig_device").iter().map(|m| m["profile"].as_str().unwrap()).collect();
+    assert_eq!(profiles, ["3g.40gb", "2g.20gb", "1g.10gb", "1g.10gb"]);
+    assert_eq!(of_kind(&lines, "device_observed")[0]["gpu_uuid"], "GPU-00000000-0000-0000-0000-000000000000");
+}
+
+#[test]
+fn plain_nvidia_smi_table_is_rows_not_facts() {
+    let (lines, notes) = nvidia("nvidia_smi_table_t4_container_toolkit_docs.txt");
+    assert!(of_kind(&lines, "device_observed").is_empty());
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    let r = &lines[0];
+    assert_eq!(r["kind"], "gpu_table_row");
+    assert_eq!(r["index"], 0);
+    assert_eq!(r["name"], "Tesla T4");
+    assert_eq!(r["bus_id"], "00000000:00:1E.0");
+    assert_eq!(r["memory_total_mib"], 15109);
+    assert_eq!(r["memory_used_mib"], 0);
+    assert!(notes.contains("driver 535.86.10"), "{notes}");
+    assert!(notes.contains("no GPU UUIDs"), "{notes}");
+}
+
+#[test]
+fn device_plugin_time_slicing_policies() {
+    let (lines, _) = nvidia("device_plugin_timeslicing_rename_upcloud.yaml");
+    assert_eq!(lines.len(), 1);
+    let p = &lines[0];
+    assert_eq!(p["kind"], "timeslice_policy");
+    assert_eq!(p["resource"], "nvidia.com/gpu");
+    assert_eq!(p["replicas"], 10);
+    assert_eq!(p["renameByDefault"], true);
+    assert_eq!(p["rename"], Value::Null);
+    assert_eq!(p["failRequestsGreaterThanOne"], false);
+    assert_eq!(p["advertised_resource"], "nvidia.com/gpu.shared");
+
+    let (lines, _) = nvidia("gpu_operator_docs_time-slicing-config-all.yaml");
+    assert_eq!(lines.len(), 1);
+    assert_eq!(lines[0]["config"], "any");
+    assert_eq!(lines[0]["configmap"], "time-slicing-config-all");
+    assert_eq!(lines[0]["replicas"], 4);
+    assert_eq!(lines[0]["advertised_resource"], "nvidia.com/gpu");
+
+    let (lines, _) = nvidia("gpu_operator_docs_time-slicing-config-fine.yaml");
+    let got: Vec<(&str, &str, u64)> = lines
+        .iter()
+        .map(|p| (p["config"].as_str().unwrap(), p["resource"].as_str().unwrap(), p["replicas"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("a100-40gb", "nvidia.com/gpu", 8),
+            ("a100-40gb", "nvidia.com/mig-1g.5gb", 2),
+            ("a100-40gb", "nvidia.com/mig-2g.10gb", 2),
+            ("a100-40gb", "nvidia.com/mig-3g.20gb", 3),
+            ("a100-40gb", "nvidia.com/mig-7g.40gb", 7),
+            ("tesla-t4", "nvidia.com/gpu", 4),
+        ]
+    );
+    assert_eq!(lines[0]["migStrategy"], "mixed");
+}
+
+fn layout<'a>(lines: &'a [Value], config: &str) -> Vec<&'a Value> {
+    lines.iter().filter(|l| l["config"] == config).collect()
+}
+
+#[test]
+fn mig_parted_layouts() {
+    let (lines, _) = nvidia("mig_parted_examples_config.yaml");
+    assert!(lines.iter().all(|l| l["kind"] == "mig_layout"));
+    assert_eq!(layout(&lines, "all-1g.5gb")[0]["profiles"], serde_json::json!({"1g.5gb": 7}));
+    assert_eq!(
+        layout(&lines, "all-balanced")[0]["profiles"],
+        serde_json::json!({"1g.5gb": 2, "2g.10gb": 1, "3g.20gb": 1})
+    );
+    let custom = layout(&lines, "custom-config");
+    assert_eq!(custom.len(), 5);
+    assert_eq!(custom[0]["devices"], serde_json::json!([0, 1, 2, 3]));
+    assert_eq!(custom[0]["mig_enabled"], false);
+    assert_eq!(custom[2]["devices"], serde_json::json!([5]));
+    assert_eq!(custom[2]["profiles"], serde_json::json!({"2g.10gb": 3}));
+    assert_eq!(layout(&lines, "all-disabled")[0]["mig_enabled"], false);
+
+    let (lines, _) = nvidia("mig_parted_config_default.yaml");
+    assert_eq!(lines.len(), 94);
+    let one_g = layout(&lines, "all-1g.10gb");
+    assert_eq!(one_g.len(), 2, "two device filters");
+    assert_eq!(one_g[0]["profiles"], serde_json::json!({"1g.10gb": 7}));
+    assert_eq!(one_g[0]["device_filter"][0], "0x233010DE");
+    assert_eq!(one_g[1]["profiles"], serde_json::json!({"1g.10gb": 4}));
+    assert_eq!(layout(&lines, "all-7g.141gb")[0]["profiles"], serde_json::json!({"7g.141gb": 1}));
+    let balanced = layout(&lines, "all-balanced");
+    let h200 = balanced.iter().find(|l| l["device_filter"][0] == "0x233510DE").unwrap();
+    assert_eq!(h200["profiles"], serde_json::json!({"1g.18gb": 2, "2g.35gb": 1, "3g.71gb": 1}));
+    // A single string filter (A30) is kept as written.
+    assert!(balanced.iter().any(|l| l["device_filter"] == "0x20B710DE"));
+
+    let (lines, _) = nvidia("gpu_operator_docs_custom-mig-config.yaml");
+    assert_eq!(layout(&lines, "five-1g-one-2g")[0]["profiles"], serde_json::json!({"1g.10gb": 5, "2g.20gb": 1}));
+
+    let (lines, _) = nvidia("gpu_operator_docs_mig-cm-values.yaml");
+    let custom = layout(&lines, "custom-mig");
+    assert_eq!(custom.len(), 4);
+    assert_eq!(custom[3]["devices"], serde_json::json!([3]));
+    assert_eq!(custom[3]["profiles"], serde_json::json!({"3g.40gb": 1, "4g.40gb": 1}));
+}
+
+#[test]
+fn gfd_node_labels_without_uid_are_a_record() {
+    let (lines, notes) = nvidia("gpu_operator_docs_output_mig-mixed-node-labels.json");
+    assert_eq!(lines.len(), 1);
+    let r = &lines[0];
+    assert_eq!(r["kind"], "node_labels", "no uid: not a fact");
+    assert!(r.get("node_uid").is_none() && r.get("event_id").is_none());
+    assert_eq!(r["name"], "s4124-0073");
+    assert_eq!(r["gpu_product"], "NVIDIA-H100-80GB-HBM3");
+    assert_eq!(r["gpu_count"], 1);
+    assert_eq!(r["gpu_memory_mib"], 81559);
+    assert_eq!(r["mig_strategy"], "mixed");
+    assert_eq!(r["sharing_strategy"], "none");
+    assert!(notes.contains("without a node UID"), "{notes}");
+
+    let (lines, _) = nvidia("gpu_operator_docs_output_mig-node-labels.json");
+    assert_eq!(lines[0]["mig_strategy"], "single");
+}
+
+#[test]
+fn gfd_node_labels_with_a_uid_are_the_node_fact() {
+    let dir = std::env::temp_dir().join(format!("gpuledger-nvidia-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("node.json");
+    let text = std::fs::read_to_string(file("nvidia", "gpu_operator_docs_output_mig-mixed-node-labels.json")).unwrap();
+    let labels: Value = serde_json::from_str(text.split_once('\n').unwrap().1).unwrap();
+    let node = serde_json::json!({
+        "kind": "Node",
+        "metadata": {"name": "s4124-0073", "uid": "6f9d4f0a-1111-4a2b-8c3d-0123456789ab",
+                     "resourceVersion": "42", "labels": labels},
+    });
+    std::fs::write(&path, node.to_string()).unwrap();
+    let (lines, _) = inspect("node-labels", &path, &[]);
+    let (same, _) = inspect("node", &path, &[]);
+    assert_eq!(lines, same, "the same fact the node kind gives");
+    assert_eq!(lines[0]["kind"], "node_observed");
+    assert_eq!(lines[0]["node_uid"], "6f9d4f0a-1111-4a2b-8c3d-0123456789ab");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn kubevirt_permitted_devices() {
+    let (lines, notes) = nvidia("kubevirt_permitted_host_devices_user_guide.yaml");
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    assert_eq!(lines[0]["kind"], "permitted_device");
+    assert_eq!(lines[0]["resourceName"], "nvidia.com/TU104GL_Tesla_T4");
+    assert_eq!(lines[0]["selector"], "10DE:1EB8");
+    assert_eq!(lines[0]["mode"], "passthrough");
+    assert_eq!(lines[1]["resourceName"], "nvidia.com/GRID_T4-1Q");
+    assert_eq!(lines[1]["selector"], "GRID T4-1Q");
+    assert_eq!(lines[1]["mode"], "vgpu");
+    assert_eq!(lines[1]["vgpu_profile"], "T4-1Q");
+    assert!(notes.contains("intel.com/qat"), "{notes}");
+}
+
+#[test]
+fn kubectl_table_carries_no_facts() {
+    let (lines, notes) = nvidia("gpu_operator_docs_output_mig-get-pods.txt");
+    assert!(lines.is_empty());
+    assert!(notes.contains("kubectl table output carries no allocation facts"), "{notes}");
+    assert!(notes.contains("12 row(s)"), "{notes}");
+}
+
+#[test]
+fn help_lists_the_nvidia_kinds() {
+    let out = Command::new(env!("CARGO_BIN_EXE_gpuledger-agent")).args(["inspect", "--help"]).output().unwrap();
+    let help = String::from_utf8_lossy(&out.stdout);
+    for k in [
+        "nvidia-smi",
+        "gpu-csv",
+        "nvidia-smi-l",
+        "device-plugin-config",
+        "mig-config",
+        "node-labels",
+        "kubevirt-config",
+        "kubectl-table",
+    ] {
+        assert!(help.contains(k), "{k} missing from:\n{help}");
+    }
 }

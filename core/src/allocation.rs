@@ -51,19 +51,14 @@ impl Allocation {
     /// Confidence implied by the facts: the mode's base confidence, weakened to
     /// `Estimated` when the end was inferred.
     pub fn derived_confidence(mode: &SharingMode, end_estimated: bool) -> Confidence {
-        let end = if end_estimated {
-            Confidence::Estimated
-        } else {
-            Confidence::Exact
-        };
+        let end = if end_estimated { Confidence::Estimated } else { Confidence::Exact };
         mode.base_confidence().combine(end)
     }
 
     /// The recorded confidence, never stronger than the facts allow (so a mislabelled
     /// record cannot overstate certainty).
     pub fn effective_confidence(&self) -> Confidence {
-        self.confidence
-            .combine(Self::derived_confidence(&self.mode, self.end_estimated))
+        self.confidence.combine(Self::derived_confidence(&self.mode, self.end_estimated))
     }
 
     /// GPU-equivalent time of the whole interval: `fraction × duration`.
@@ -121,22 +116,13 @@ impl TenantUsage {
 
 /// Ownership mappings per namespace, sorted by start; rejects overlaps, because two owners
 /// at once would charge the same time twice.
-fn index_ownerships(
-    ownerships: &[Ownership],
-) -> Result<BTreeMap<NamespaceUid, Vec<&Ownership>>, DomainError> {
+fn index_ownerships(ownerships: &[Ownership]) -> Result<BTreeMap<NamespaceUid, Vec<&Ownership>>, DomainError> {
     let mut by_ns: BTreeMap<NamespaceUid, Vec<&Ownership>> = BTreeMap::new();
     for o in ownerships {
         by_ns.entry(o.namespace).or_default().push(o);
     }
     for (ns, list) in &mut by_ns {
-        list.sort_by_key(|o| {
-            (
-                o.valid.from(),
-                o.valid.to().is_none(),
-                o.valid.to(),
-                o.tenant,
-            )
-        });
+        list.sort_by_key(|o| (o.valid.from(), o.valid.to().is_none(), o.valid.to(), o.tenant));
         for pair in list.windows(2) {
             if let [a, b] = pair
                 && a.valid.overlaps(&b.valid)
@@ -206,13 +192,11 @@ pub fn allocated_hours(
         let ns_owners = owners.get(&a.namespace).map(Vec::as_slice).unwrap_or(&[]);
         for (attribution, piece) in attribute(clip, ns_owners) {
             let time = Quantity::held(a.fraction, piece.duration_nanos())?;
-            let acc = groups
-                .entry((attribution, a.gpu_class.clone()))
-                .or_insert_with(|| Acc {
-                    gpu_time: Quantity::ZERO,
-                    confidence: Confidence::Exact,
-                    ids: BTreeSet::new(),
-                });
+            let acc = groups.entry((attribution, a.gpu_class.clone())).or_insert_with(|| Acc {
+                gpu_time: Quantity::ZERO,
+                confidence: Confidence::Exact,
+                ids: BTreeSet::new(),
+            });
             acc.gpu_time = acc.gpu_time.checked_add(time)?;
             acc.confidence = acc.confidence.combine(a.effective_confidence());
             acc.ids.insert(a.id.clone());
@@ -264,12 +248,8 @@ pub fn split_guaranteed_borrowed(
     quota: &[(Interval, Fraction)],
     window: Interval,
 ) -> Result<Split, DomainError> {
-    let mut events: Vec<(OffsetDateTime, Step, Fraction)> =
-        Vec::with_capacity(2 * (allocs.len() + quota.len()));
-    for (list, up, down) in [
-        (allocs, Step::AllocUp, Step::AllocDown),
-        (quota, Step::QuotaUp, Step::QuotaDown),
-    ] {
+    let mut events: Vec<(OffsetDateTime, Step, Fraction)> = Vec::with_capacity(2 * (allocs.len() + quota.len()));
+    for (list, up, down) in [(allocs, Step::AllocUp, Step::AllocDown), (quota, Step::QuotaUp, Step::QuotaDown)] {
         for (interval, f) in list {
             if let Some(clip) = interval.intersect(&window)
                 && !f.is_zero()
@@ -297,9 +277,7 @@ pub fn split_guaranteed_borrowed(
             if dt > 0 {
                 let within = a.min(q);
                 split.guaranteed = split.guaranteed.checked_add(Quantity::held(within, dt)?)?;
-                split.borrowed = split
-                    .borrowed
-                    .checked_add(Quantity::held(a.checked_sub(within)?, dt)?)?;
+                split.borrowed = split.borrowed.checked_add(Quantity::held(a.checked_sub(within)?, dt)?)?;
                 split.allocated = split.allocated.checked_add(Quantity::held(a, dt)?)?;
                 split.quota = split.quota.checked_add(Quantity::held(q, dt)?)?;
             }
@@ -401,11 +379,7 @@ pub fn detect_overcommit(allocs: &[Allocation]) -> Result<OvercommitReport, Doma
                 i += 1;
             }
             if level > Fraction::ONE {
-                let o = open.get_or_insert_with(|| Open {
-                    start: t,
-                    peak: level,
-                    ids: BTreeSet::new(),
-                });
+                let o = open.get_or_insert_with(|| Open { start: t, peak: level, ids: BTreeSet::new() });
                 o.peak = o.peak.max(level);
                 o.ids.extend(active.keys().map(|id| (*id).to_owned()));
             } else if let Some(o) = open.take() {
@@ -418,10 +392,7 @@ pub fn detect_overcommit(allocs: &[Allocation]) -> Result<OvercommitReport, Doma
             }
         }
     }
-    Ok(OvercommitReport {
-        findings,
-        unchecked,
-    })
+    Ok(OvercommitReport { findings, unchecked })
 }
 
 #[cfg(test)]
@@ -441,11 +412,7 @@ mod tests {
     }
 
     fn at(h: u8, m: u8) -> OffsetDateTime {
-        datetime!(2026-10-01 00:00 UTC)
-            .replace_hour(h)
-            .unwrap()
-            .replace_minute(m)
-            .unwrap()
+        datetime!(2026-10-01 00:00 UTC).replace_hour(h).unwrap().replace_minute(m).unwrap()
     }
 
     fn iv(a: OffsetDateTime, b: OffsetDateTime) -> Interval {
@@ -479,11 +446,7 @@ mod tests {
     }
 
     fn owner(t: TenantId, from: OffsetDateTime, to: Option<OffsetDateTime>) -> Ownership {
-        Ownership {
-            namespace: ns(1),
-            tenant: t,
-            valid: Validity::new(from, to).unwrap(),
-        }
+        Ownership { namespace: ns(1), tenant: t, valid: Validity::new(from, to).unwrap() }
     }
 
     fn day() -> Interval {
@@ -496,32 +459,20 @@ mod tests {
 
     #[test]
     fn mig_seventh_for_seven_hours_is_one_gpu_hour() {
-        let mut a = alloc(
-            "mig",
-            SharingMode::Mig {
-                profile: MigProfile::new("1g.10gb").unwrap(),
-            },
-            iv(at(8, 0), at(15, 0)),
-        );
+        let mut a =
+            alloc("mig", SharingMode::Mig { profile: MigProfile::new("1g.10gb").unwrap() }, iv(at(8, 0), at(15, 0)));
         a.fraction = fr(1, 7);
         let usage = allocated_hours(&[a], &[owner(tenant(1), at(0, 0), None)], day()).unwrap();
         assert_eq!(usage.len(), 1);
         assert_eq!(hours(&usage[0]), Fraction::ONE);
         assert_eq!(usage[0].confidence, Confidence::Exact);
-        assert_eq!(
-            usage[0].attribution,
-            Attribution::Tenant { tenant: tenant(1) }
-        );
+        assert_eq!(usage[0].attribution, Attribution::Tenant { tenant: tenant(1) });
         assert_eq!(usage[0].allocation_ids, vec!["mig".to_owned()]);
     }
 
     #[test]
     fn time_slice_quarter_for_two_hours_is_half_gpu_hour_modeled() {
-        let a = alloc(
-            "ts",
-            SharingMode::TimeSlice { replicas: 4 },
-            iv(at(10, 0), at(12, 0)),
-        );
+        let a = alloc("ts", SharingMode::TimeSlice { replicas: 4 }, iv(at(10, 0), at(12, 0)));
         let usage = allocated_hours(&[a], &[owner(tenant(1), at(0, 0), None)], day()).unwrap();
         assert_eq!(hours(&usage[0]), fr(1, 2));
         assert_eq!(usage[0].confidence, Confidence::Modeled);
@@ -530,21 +481,12 @@ mod tests {
     #[test]
     fn ownership_change_splits_the_allocation() {
         let a = alloc("pod", SharingMode::Exclusive, iv(at(10, 0), at(14, 0)));
-        let owners = [
-            owner(tenant(2), at(12, 0), None),
-            owner(tenant(1), at(0, 0), Some(at(12, 0))),
-        ];
+        let owners = [owner(tenant(2), at(12, 0), None), owner(tenant(1), at(0, 0), Some(at(12, 0)))];
         let usage = allocated_hours(&[a], &owners, day()).unwrap();
         assert_eq!(usage.len(), 2);
-        assert_eq!(
-            usage[0].attribution,
-            Attribution::Tenant { tenant: tenant(1) }
-        );
+        assert_eq!(usage[0].attribution, Attribution::Tenant { tenant: tenant(1) });
         assert_eq!(hours(&usage[0]), fr(2, 1));
-        assert_eq!(
-            usage[1].attribution,
-            Attribution::Tenant { tenant: tenant(2) }
-        );
+        assert_eq!(usage[1].attribution, Attribution::Tenant { tenant: tenant(2) });
         assert_eq!(hours(&usage[1]), fr(2, 1));
     }
 
@@ -556,10 +498,7 @@ mod tests {
         let owners = [owner(tenant(1), at(11, 0), Some(at(12, 0)))];
         let usage = allocated_hours(&[a], &owners, iv(at(0, 0), at(13, 0))).unwrap();
         assert_eq!(usage.len(), 2);
-        assert_eq!(
-            usage[0].attribution,
-            Attribution::Tenant { tenant: tenant(1) }
-        );
+        assert_eq!(usage[0].attribution, Attribution::Tenant { tenant: tenant(1) });
         assert_eq!(hours(&usage[0]), Fraction::ONE);
         assert_eq!(usage[1].attribution, Attribution::Unattributed);
         assert_eq!(hours(&usage[1]), fr(2, 1));
@@ -568,11 +507,7 @@ mod tests {
 
     #[test]
     fn recorded_confidence_cannot_overstate_the_facts() {
-        let mut a = alloc(
-            "ts",
-            SharingMode::TimeSlice { replicas: 2 },
-            iv(at(1, 0), at(2, 0)),
-        );
+        let mut a = alloc("ts", SharingMode::TimeSlice { replicas: 2 }, iv(at(1, 0), at(2, 0)));
         a.confidence = Confidence::Exact;
         assert_eq!(a.effective_confidence(), Confidence::Modeled);
         assert_eq!(a.gpu_time().unwrap().gpu_hours().unwrap(), fr(1, 2));
@@ -581,21 +516,9 @@ mod tests {
     #[test]
     fn overlapping_ownerships_are_rejected() {
         let a = alloc("pod", SharingMode::Exclusive, iv(at(10, 0), at(14, 0)));
-        let owners = [
-            owner(tenant(1), at(0, 0), Some(at(12, 0))),
-            owner(tenant(2), at(11, 0), None),
-        ];
+        let owners = [owner(tenant(1), at(0, 0), Some(at(12, 0))), owner(tenant(2), at(11, 0), None)];
         let err = allocated_hours(&[a], &owners, day()).unwrap_err();
-        assert!(
-            matches!(
-                err,
-                DomainError::Invalid {
-                    field: "ownership",
-                    ..
-                }
-            ),
-            "{err}"
-        );
+        assert!(matches!(err, DomainError::Invalid { field: "ownership", .. }), "{err}");
     }
 
     #[test]
@@ -604,12 +527,9 @@ mod tests {
         let mut b = alloc("b", SharingMode::Exclusive, iv(at(1, 0), at(3, 0)));
         b.gpu_class = GpuClass::new("A100-40GB").unwrap();
         let c = alloc("c", SharingMode::Exclusive, iv(at(5, 0), at(6, 0)));
-        let usage =
-            allocated_hours(&[a, b, c], &[owner(tenant(1), at(0, 0), None)], day()).unwrap();
-        let got: Vec<(&str, Fraction, Vec<String>)> = usage
-            .iter()
-            .map(|u| (u.gpu_class.as_str(), hours(u), u.allocation_ids.clone()))
-            .collect();
+        let usage = allocated_hours(&[a, b, c], &[owner(tenant(1), at(0, 0), None)], day()).unwrap();
+        let got: Vec<(&str, Fraction, Vec<String>)> =
+            usage.iter().map(|u| (u.gpu_class.as_str(), hours(u), u.allocation_ids.clone())).collect();
         assert_eq!(
             got,
             vec![
@@ -622,12 +542,8 @@ mod tests {
     #[test]
     fn quota_one_allocation_three_is_one_guaranteed_two_borrowed() {
         let hour = iv(at(10, 0), at(11, 0));
-        let s = split_guaranteed_borrowed(
-            &[(hour, fr(3, 1))],
-            &[(iv(at(0, 0), at(23, 0)), Fraction::ONE)],
-            hour,
-        )
-        .unwrap();
+        let s =
+            split_guaranteed_borrowed(&[(hour, fr(3, 1))], &[(iv(at(0, 0), at(23, 0)), Fraction::ONE)], hour).unwrap();
         assert_eq!(s.guaranteed.gpu_hours().unwrap(), Fraction::ONE);
         assert_eq!(s.borrowed.gpu_hours().unwrap(), fr(2, 1));
         assert_eq!(s.allocated.gpu_hours().unwrap(), fr(3, 1));
@@ -639,10 +555,7 @@ mod tests {
         // Allocation of 2 GPUs 10–14. Quota: 1 GPU 10–12, plus 1/2 GPU 11–13, none after 13.
         let s = split_guaranteed_borrowed(
             &[(iv(at(10, 0), at(14, 0)), fr(2, 1))],
-            &[
-                (iv(at(10, 0), at(12, 0)), Fraction::ONE),
-                (iv(at(11, 0), at(13, 0)), fr(1, 2)),
-            ],
+            &[(iv(at(10, 0), at(12, 0)), Fraction::ONE), (iv(at(11, 0), at(13, 0)), fr(1, 2))],
             day(),
         )
         .unwrap();
@@ -677,9 +590,8 @@ mod tests {
     #[test]
     fn full_time_slice_policy_is_not_overcommitted_but_one_more_is() {
         let mode = SharingMode::TimeSlice { replicas: 4 };
-        let mut allocs: Vec<Allocation> = (0..4)
-            .map(|i| alloc(&format!("r{i}"), mode.clone(), iv(at(10, 0), at(12, 0))))
-            .collect();
+        let mut allocs: Vec<Allocation> =
+            (0..4).map(|i| alloc(&format!("r{i}"), mode.clone(), iv(at(10, 0), at(12, 0)))).collect();
         assert!(detect_overcommit(&allocs).unwrap().findings.is_empty());
         allocs.push(alloc("r4", mode, iv(at(11, 0), at(13, 0))));
         let report = detect_overcommit(&allocs).unwrap();

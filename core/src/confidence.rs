@@ -29,8 +29,7 @@ impl Confidence {
 
     /// The weakest of many; `Exact` for none, since no input weakens a result.
     pub fn weakest<I: IntoIterator<Item = Confidence>>(iter: I) -> Confidence {
-        iter.into_iter()
-            .fold(Confidence::Exact, Confidence::combine)
+        iter.into_iter().fold(Confidence::Exact, Confidence::combine)
     }
 
     /// Lowercase name as used in exports (`exact`, `modeled`, `estimated`).
@@ -68,10 +67,7 @@ mod tests {
     #[test]
     fn serde_lowercase() {
         assert_eq!(serde_json::to_string(&Modeled).unwrap(), "\"modeled\"");
-        assert_eq!(
-            serde_json::from_str::<Confidence>("\"estimated\"").unwrap(),
-            Estimated
-        );
+        assert_eq!(serde_json::from_str::<Confidence>("\"estimated\"").unwrap(), Estimated);
         assert_eq!(Exact.to_string(), "exact");
     }
 }

@@ -30,10 +30,7 @@ pub enum DomainError {
 impl DomainError {
     /// Shorthand for [`DomainError::Invalid`].
     pub fn invalid(field: &'static str, reason: impl Into<String>) -> Self {
-        Self::Invalid {
-            field,
-            reason: reason.into(),
-        }
+        Self::Invalid { field, reason: reason.into() }
     }
 
     /// Shorthand for [`DomainError::Overflow`].

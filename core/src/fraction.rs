@@ -49,21 +49,14 @@ impl Fraction {
             return Err(DomainError::invalid(FIELD, "denominator is zero"));
         }
         if num != 0 && (num < 0) != (den < 0) {
-            return Err(DomainError::invalid(
-                FIELD,
-                format!("{num}/{den} is negative"),
-            ));
+            return Err(DomainError::invalid(FIELD, format!("{num}/{den} is negative")));
         }
         Self::from_unsigned(num.unsigned_abs(), den.unsigned_abs())
     }
 
     fn from_unsigned(num: u128, den: u128) -> Result<Self, DomainError> {
         let g = gcd(num, den);
-        let (num, den) = if g > 1 {
-            (num / g, den / g)
-        } else {
-            (num, den)
-        };
+        let (num, den) = if g > 1 { (num / g, den / g) } else { (num, den) };
         let den = if num == 0 { 1 } else { den };
         Ok(Self {
             num: i128::try_from(num).map_err(|_| DomainError::overflow("fraction new"))?,
@@ -98,17 +91,9 @@ impl Fraction {
         let num = self
             .num
             .checked_mul(other.den / g)
-            .and_then(|a| {
-                other
-                    .num
-                    .checked_mul(self.den / g)
-                    .and_then(|b| a.checked_add(b))
-            })
+            .and_then(|a| other.num.checked_mul(self.den / g).and_then(|b| a.checked_add(b)))
             .ok_or_else(|| DomainError::overflow(OP))?;
-        let den = self
-            .den
-            .checked_mul(other.den / g)
-            .ok_or_else(|| DomainError::overflow(OP))?;
+        let den = self.den.checked_mul(other.den / g).ok_or_else(|| DomainError::overflow(OP))?;
         Self::new(num, den)
     }
 
@@ -116,36 +101,21 @@ impl Fraction {
     pub fn checked_sub(self, other: Fraction) -> Result<Fraction, DomainError> {
         const OP: &str = "fraction sub";
         if other > self {
-            return Err(DomainError::invalid(
-                FIELD,
-                format!("{self} - {other} would be negative"),
-            ));
+            return Err(DomainError::invalid(FIELD, format!("{self} - {other} would be negative")));
         }
         let g = gcd(self.den.unsigned_abs(), other.den.unsigned_abs()) as i128;
         let num = self
             .num
             .checked_mul(other.den / g)
-            .and_then(|a| {
-                other
-                    .num
-                    .checked_mul(self.den / g)
-                    .and_then(|b| a.checked_sub(b))
-            })
+            .and_then(|a| other.num.checked_mul(self.den / g).and_then(|b| a.checked_sub(b)))
             .ok_or_else(|| DomainError::overflow(OP))?;
-        let den = self
-            .den
-            .checked_mul(other.den / g)
-            .ok_or_else(|| DomainError::overflow(OP))?;
+        let den = self.den.checked_mul(other.den / g).ok_or_else(|| DomainError::overflow(OP))?;
         Self::new(num, den)
     }
 
     /// `max(0, self - other)`, exactly.
     pub fn sub_or_zero(self, other: Fraction) -> Result<Fraction, DomainError> {
-        if other >= self {
-            Ok(Self::ZERO)
-        } else {
-            self.checked_sub(other)
-        }
+        if other >= self { Ok(Self::ZERO) } else { self.checked_sub(other) }
     }
 
     /// `self × other`, exactly (cross-reduced first to keep intermediates small).
@@ -153,12 +123,8 @@ impl Fraction {
         const OP: &str = "fraction mul";
         let g1 = gcd(self.num.unsigned_abs(), other.den.unsigned_abs()).max(1) as i128;
         let g2 = gcd(other.num.unsigned_abs(), self.den.unsigned_abs()).max(1) as i128;
-        let num = (self.num / g1)
-            .checked_mul(other.num / g2)
-            .ok_or_else(|| DomainError::overflow(OP))?;
-        let den = (self.den / g2)
-            .checked_mul(other.den / g1)
-            .ok_or_else(|| DomainError::overflow(OP))?;
+        let num = (self.num / g1).checked_mul(other.num / g2).ok_or_else(|| DomainError::overflow(OP))?;
+        let den = (self.den / g2).checked_mul(other.den / g1).ok_or_else(|| DomainError::overflow(OP))?;
         Self::new(num, den)
     }
 
@@ -167,10 +133,7 @@ impl Fraction {
         if other.is_zero() {
             return Err(DomainError::invalid("divisor", "division by zero"));
         }
-        self.checked_mul(Fraction {
-            num: other.den,
-            den: other.num,
-        })
+        self.checked_mul(Fraction { num: other.den, den: other.num })
     }
 
     /// Multiplies by a non-negative integer.
@@ -189,9 +152,7 @@ impl Fraction {
         let mut rem = num % den;
         let mut digits: Vec<u8> = Vec::with_capacity(scale as usize);
         for _ in 0..scale {
-            rem = rem
-                .checked_mul(10)
-                .ok_or_else(|| DomainError::overflow(OP))?;
+            rem = rem.checked_mul(10).ok_or_else(|| DomainError::overflow(OP))?;
             digits.push((rem / den) as u8);
             rem %= den;
         }
@@ -208,9 +169,7 @@ impl Fraction {
                 }
             }
             if carry {
-                int_part = int_part
-                    .checked_add(1)
-                    .ok_or_else(|| DomainError::overflow(OP))?;
+                int_part = int_part.checked_add(1).ok_or_else(|| DomainError::overflow(OP))?;
             }
         }
         let mut out = int_part.to_string();
@@ -254,12 +213,7 @@ fn cmp_ratio(mut a: u128, mut b: u128, mut c: u128, mut d: u128) -> Ordering {
 
 impl Ord for Fraction {
     fn cmp(&self, other: &Self) -> Ordering {
-        cmp_ratio(
-            self.num.unsigned_abs(),
-            self.den.unsigned_abs(),
-            other.num.unsigned_abs(),
-            other.den.unsigned_abs(),
-        )
+        cmp_ratio(self.num.unsigned_abs(), self.den.unsigned_abs(), other.num.unsigned_abs(), other.den.unsigned_abs())
     }
 }
 
@@ -277,29 +231,19 @@ impl Default for Fraction {
 
 impl From<u32> for Fraction {
     fn from(n: u32) -> Self {
-        Self {
-            num: i128::from(n),
-            den: 1,
-        }
+        Self { num: i128::from(n), den: 1 }
     }
 }
 
 impl From<u64> for Fraction {
     fn from(n: u64) -> Self {
-        Self {
-            num: i128::from(n),
-            den: 1,
-        }
+        Self { num: i128::from(n), den: 1 }
     }
 }
 
 impl fmt::Display for Fraction {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.den == 1 {
-            write!(f, "{}", self.num)
-        } else {
-            write!(f, "{}/{}", self.num, self.den)
-        }
+        if self.den == 1 { write!(f, "{}", self.num) } else { write!(f, "{}/{}", self.num, self.den) }
     }
 }
 
@@ -313,21 +257,16 @@ impl FromStr for Fraction {
             if p.is_empty() || !p.bytes().all(|b| b.is_ascii_digit()) {
                 return Err(bad());
             }
-            p.parse()
-                .map_err(|_| DomainError::overflow("fraction parse"))
+            p.parse().map_err(|_| DomainError::overflow("fraction parse"))
         };
         if let Some((n, d)) = s.split_once('/') {
             return Self::new(int(n.trim())?, int(d.trim())?);
         }
         if let Some((i, frac)) = s.split_once('.') {
             let scale = u32::try_from(frac.len()).map_err(|_| bad())?;
-            let den = 10_i128
-                .checked_pow(scale)
-                .ok_or_else(|| DomainError::overflow("fraction parse"))?;
-            let num = int(i)?
-                .checked_mul(den)
-                .and_then(|x| int(frac).ok().and_then(|f| x.checked_add(f)))
-                .ok_or_else(bad)?;
+            let den = 10_i128.checked_pow(scale).ok_or_else(|| DomainError::overflow("fraction parse"))?;
+            let num =
+                int(i)?.checked_mul(den).and_then(|x| int(frac).ok().and_then(|f| x.checked_add(f))).ok_or_else(bad)?;
             return Self::new(num, den);
         }
         Self::from_integer(int(s.trim())?)
@@ -352,9 +291,7 @@ impl From<Fraction> for String {
 ///
 /// Kept as nanoseconds so that no unit conversion happens before pricing; convert with
 /// [`Quantity::gpu_hours`] at the point a rate is applied.
-#[derive(
-    Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
-)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(transparent)]
 pub struct Quantity(Fraction);
 
@@ -379,8 +316,7 @@ impl Quantity {
 
     /// GPU-seconds, exactly.
     pub fn gpu_seconds(&self) -> Result<Fraction, DomainError> {
-        self.0
-            .checked_div(Fraction::from_integer(NANOS_PER_SECOND)?)
+        self.0.checked_div(Fraction::from_integer(NANOS_PER_SECOND)?)
     }
 
     /// GPU-hours, exactly (GPU-nanoseconds ÷ 3.6 × 10¹²).
@@ -425,16 +361,10 @@ mod tests {
         assert_eq!((fr(6, 3).numer(), fr(6, 3).denom()), (2, 1));
         assert_eq!(fr(-2, -4), fr(1, 2));
         assert_eq!(fr(0, 5), Fraction::ZERO);
-        assert!(matches!(
-            Fraction::new(1, 0),
-            Err(DomainError::Invalid { .. })
-        ));
+        assert!(matches!(Fraction::new(1, 0), Err(DomainError::Invalid { .. })));
         assert!(Fraction::new(-1, 2).is_err());
         assert!(Fraction::new(1, -2).is_err());
-        assert!(matches!(
-            Fraction::new(i128::MIN, -1),
-            Err(DomainError::Overflow { .. })
-        ));
+        assert!(matches!(Fraction::new(i128::MIN, -1), Err(DomainError::Overflow { .. })));
         assert_eq!(fr(i128::MIN, i128::MIN), Fraction::ONE);
     }
 
@@ -460,19 +390,10 @@ mod tests {
     #[test]
     fn overflow_is_an_error_not_a_panic() {
         let big = Fraction::from_integer(i128::MAX).unwrap();
-        assert!(matches!(
-            big.checked_add(Fraction::ONE),
-            Err(DomainError::Overflow { .. })
-        ));
-        assert!(matches!(
-            big.checked_mul(fr(2, 1)),
-            Err(DomainError::Overflow { .. })
-        ));
+        assert!(matches!(big.checked_add(Fraction::ONE), Err(DomainError::Overflow { .. })));
+        assert!(matches!(big.checked_mul(fr(2, 1)), Err(DomainError::Overflow { .. })));
         let tiny = fr(1, i128::MAX);
-        assert!(matches!(
-            tiny.checked_add(fr(1, i128::MAX - 1)),
-            Err(DomainError::Overflow { .. })
-        ));
+        assert!(matches!(tiny.checked_add(fr(1, i128::MAX - 1)), Err(DomainError::Overflow { .. })));
     }
 
     #[test]
@@ -488,10 +409,7 @@ mod tests {
         assert!(fr(7, 1) > fr(13, 2));
         let mut v = vec![fr(3, 4), fr(1, 7), Fraction::ONE, fr(2, 7), Fraction::ZERO];
         v.sort();
-        assert_eq!(
-            v,
-            vec![Fraction::ZERO, fr(1, 7), fr(2, 7), fr(3, 4), Fraction::ONE]
-        );
+        assert_eq!(v, vec![Fraction::ZERO, fr(1, 7), fr(2, 7), fr(3, 4), Fraction::ONE]);
     }
 
     #[test]

@@ -175,22 +175,16 @@ pub struct GpuUuid(String);
 
 fn validate_gpu_uuid(value: &str) -> Result<(), DomainError> {
     const FIELD: &str = "gpu_uuid";
-    let rest = value.strip_prefix("GPU-").ok_or_else(|| {
-        DomainError::invalid(FIELD, format!("{value:?} does not start with \"GPU-\""))
-    })?;
+    let rest = value
+        .strip_prefix("GPU-")
+        .ok_or_else(|| DomainError::invalid(FIELD, format!("{value:?} does not start with \"GPU-\"")))?;
     let groups: Vec<&str> = rest.split('-').collect();
     let lengths: Vec<usize> = groups.iter().map(|g| g.len()).collect();
     if lengths != [8, 4, 4, 4, 12] {
-        return Err(DomainError::invalid(
-            FIELD,
-            format!("{value:?} is not GPU- followed by 8-4-4-4-12 hex digits"),
-        ));
+        return Err(DomainError::invalid(FIELD, format!("{value:?} is not GPU- followed by 8-4-4-4-12 hex digits")));
     }
     if !rest.chars().all(|c| c == '-' || c.is_ascii_hexdigit()) {
-        return Err(DomainError::invalid(
-            FIELD,
-            format!("{value:?} contains non-hex characters"),
-        ));
+        return Err(DomainError::invalid(FIELD, format!("{value:?} contains non-hex characters")));
     }
     Ok(())
 }
@@ -214,11 +208,7 @@ pub struct MigInstance {
 
 impl fmt::Display for MigInstance {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "MIG-{}/{}/{}",
-            self.parent, self.gpu_instance_id, self.compute_instance_id
-        )
+        write!(f, "MIG-{}/{}/{}", self.parent, self.gpu_instance_id, self.compute_instance_id)
     }
 }
 
@@ -230,9 +220,7 @@ impl FromStr for MigInstance {
         let bad = || DomainError::invalid(FIELD, format!("{s:?} is not MIG-GPU-<uuid>/<gi>/<ci>"));
         let rest = s.strip_prefix("MIG-").ok_or_else(bad)?;
         let mut parts = rest.split('/');
-        let (Some(gpu), Some(gi), Some(ci), None) =
-            (parts.next(), parts.next(), parts.next(), parts.next())
-        else {
+        let (Some(gpu), Some(gi), Some(ci), None) = (parts.next(), parts.next(), parts.next(), parts.next()) else {
             return Err(bad());
         };
         Ok(Self {
@@ -248,16 +236,10 @@ fn validate_label(field: &'static str, value: &str) -> Result<(), DomainError> {
         return Err(DomainError::invalid(field, "must not be empty"));
     }
     if value.trim() != value {
-        return Err(DomainError::invalid(
-            field,
-            format!("{value:?} has surrounding whitespace"),
-        ));
+        return Err(DomainError::invalid(field, format!("{value:?} has surrounding whitespace")));
     }
     if value.chars().any(char::is_control) {
-        return Err(DomainError::invalid(
-            field,
-            format!("{value:?} contains control characters"),
-        ));
+        return Err(DomainError::invalid(field, format!("{value:?} contains control characters")));
     }
     Ok(())
 }
@@ -328,32 +310,18 @@ fn parse_mig(value: &str) -> Result<MigParts, DomainError> {
     };
     let compute_instance_slices = match ci {
         Some(ci) => Some(positive(
-            ci.strip_suffix('c')
-                .ok_or_else(|| bad("compute part must end in 'c'"))?,
+            ci.strip_suffix('c').ok_or_else(|| bad("compute part must end in 'c'"))?,
             "compute-instance slices",
         )?),
         None => None,
     };
-    let gpu_slices = positive(
-        gi.strip_suffix('g')
-            .ok_or_else(|| bad("GPU-instance part must end in 'g'"))?,
-        "GPU slices",
-    )?;
-    let memory_gb = positive(
-        mem.strip_suffix("gb")
-            .ok_or_else(|| bad("memory part must end in 'gb'"))?,
-        "memory",
-    )?;
+    let gpu_slices =
+        positive(gi.strip_suffix('g').ok_or_else(|| bad("GPU-instance part must end in 'g'"))?, "GPU slices")?;
+    let memory_gb = positive(mem.strip_suffix("gb").ok_or_else(|| bad("memory part must end in 'gb'"))?, "memory")?;
     if compute_instance_slices.is_some_and(|c| c > gpu_slices) {
-        return Err(bad(
-            "compute-instance slices exceed the GPU instance's slices",
-        ));
+        return Err(bad("compute-instance slices exceed the GPU instance's slices"));
     }
-    Ok(MigParts {
-        compute_instance_slices,
-        gpu_slices,
-        memory_gb,
-    })
+    Ok(MigParts { compute_instance_slices, gpu_slices, memory_gb })
 }
 
 fn validate_mig_profile(value: &str) -> Result<(), DomainError> {
@@ -365,11 +333,7 @@ validated_string!(MigProfile, validate_mig_profile);
 impl MigProfile {
     fn parts(&self) -> MigParts {
         // Validated at construction; the fallback is unreachable but avoids a panic path.
-        parse_mig(&self.0).unwrap_or(MigParts {
-            compute_instance_slices: None,
-            gpu_slices: 1,
-            memory_gb: 1,
-        })
+        parse_mig(&self.0).unwrap_or(MigParts { compute_instance_slices: None, gpu_slices: 1, memory_gb: 1 })
     }
 
     /// GPU (compute) slices of the GPU instance: the number before `g.` (3 for `1c.3g.40gb`).
@@ -410,16 +374,7 @@ mod tests {
     #[test]
     fn uuid_id_parse_error_names_field() {
         let err = "nope".parse::<PodUid>().unwrap_err();
-        assert!(
-            matches!(
-                err,
-                DomainError::Invalid {
-                    field: "pod_uid",
-                    ..
-                }
-            ),
-            "{err}"
-        );
+        assert!(matches!(err, DomainError::Invalid { field: "pod_uid", .. }), "{err}");
     }
 
     #[test]
@@ -434,16 +389,7 @@ mod tests {
             "GPU-3f1c2b4a9d8e-4c7b-a6f5-0123456789ab-",
         ] {
             let err = GpuUuid::new(bad).unwrap_err();
-            assert!(
-                matches!(
-                    err,
-                    DomainError::Invalid {
-                        field: "gpu_uuid",
-                        ..
-                    }
-                ),
-                "{bad}"
-            );
+            assert!(matches!(err, DomainError::Invalid { field: "gpu_uuid", .. }), "{bad}");
         }
         assert!(serde_json::from_str::<GpuUuid>("\"GPU-x\"").is_err());
     }
@@ -488,16 +434,7 @@ mod tests {
             "garbage",
         ] {
             let err = MigProfile::new(bad).unwrap_err();
-            assert!(
-                matches!(
-                    err,
-                    DomainError::Invalid {
-                        field: "mig_profile",
-                        ..
-                    }
-                ),
-                "{bad}"
-            );
+            assert!(matches!(err, DomainError::Invalid { field: "mig_profile", .. }), "{bad}");
         }
     }
 
@@ -506,13 +443,7 @@ mod tests {
         assert!(GpuClass::new("H100-80GB").is_ok());
         assert!(VgpuProfile::new("NVIDIA A100-4C").is_ok());
         assert!(VgpuProfile::new("GRID_T4-1Q").is_ok());
-        assert!(matches!(
-            GpuClass::new("  ").unwrap_err(),
-            DomainError::Invalid {
-                field: "gpu_class",
-                ..
-            }
-        ));
+        assert!(matches!(GpuClass::new("  ").unwrap_err(), DomainError::Invalid { field: "gpu_class", .. }));
         assert!(VgpuProfile::new("").is_err());
         assert!(GpuClass::new(" H100").is_err());
     }

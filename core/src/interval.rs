@@ -52,10 +52,7 @@ impl Interval {
     pub fn new(start: OffsetDateTime, end: OffsetDateTime) -> Result<Self, DomainError> {
         let (start, end) = (utc(start), utc(end));
         if end < start {
-            return Err(DomainError::invalid(
-                "interval",
-                format!("end {end} is before start {start}"),
-            ));
+            return Err(DomainError::invalid("interval", format!("end {end} is before start {start}")));
         }
         Ok(Self { start, end })
     }
@@ -100,16 +97,8 @@ impl Interval {
     /// Splits at `t` into `[start, t)` and `[t, end)`; `None` unless `start < t < end`.
     pub fn split_at(&self, t: OffsetDateTime) -> Option<(Interval, Interval)> {
         let t = utc(t);
-        (self.start < t && t < self.end).then_some((
-            Interval {
-                start: self.start,
-                end: t,
-            },
-            Interval {
-                start: t,
-                end: self.end,
-            },
-        ))
+        (self.start < t && t < self.end)
+            .then_some((Interval { start: self.start, end: t }, Interval { start: t, end: self.end }))
     }
 }
 
@@ -154,20 +143,14 @@ impl Validity {
         if let Some(to) = to
             && to < from
         {
-            return Err(DomainError::invalid(
-                "validity",
-                format!("to {to} is before from {from}"),
-            ));
+            return Err(DomainError::invalid("validity", format!("to {to} is before from {from}")));
         }
         Ok(Self { from, to })
     }
 
     /// Open-ended validity starting at `from`.
     pub fn open(from: OffsetDateTime) -> Self {
-        Self {
-            from: utc(from),
-            to: None,
-        }
+        Self { from: utc(from), to: None }
     }
 
     /// Inclusive start (UTC).
@@ -218,10 +201,7 @@ impl Period {
     /// Builds a period; the year must be in 1..=9999 so that `YYYY-MM` round-trips.
     pub fn new(year: i32, month: Month) -> Result<Self, DomainError> {
         if !(1..=9999).contains(&year) {
-            return Err(DomainError::invalid(
-                "period.year",
-                format!("{year} is outside 1..=9999"),
-            ));
+            return Err(DomainError::invalid("period.year", format!("{year} is outside 1..=9999")));
         }
         Ok(Self { year, month })
     }
@@ -230,39 +210,27 @@ impl Period {
     pub fn parse(s: &str) -> Result<Self, DomainError> {
         let bytes = s.as_bytes();
         if !s.is_ascii() || bytes.len() != 7 || bytes[4] != b'-' {
-            return Err(DomainError::invalid(
-                "period",
-                format!("{s:?} is not in YYYY-MM form"),
-            ));
+            return Err(DomainError::invalid("period", format!("{s:?} is not in YYYY-MM form")));
         }
         let digits = |part: &str, field: &'static str| -> Result<u16, DomainError> {
             if !part.bytes().all(|b| b.is_ascii_digit()) {
-                return Err(DomainError::invalid(
-                    field,
-                    format!("{part:?} is not a number"),
-                ));
+                return Err(DomainError::invalid(field, format!("{part:?} is not a number")));
             }
-            part.parse()
-                .map_err(|_| DomainError::invalid(field, format!("{part:?} is not a number")))
+            part.parse().map_err(|_| DomainError::invalid(field, format!("{part:?} is not a number")))
         };
         let year = digits(&s[..4], "period.year")?;
         let month = digits(&s[5..], "period.month")?;
         let month = u8::try_from(month)
             .ok()
             .and_then(|m| Month::try_from(m).ok())
-            .ok_or_else(|| {
-                DomainError::invalid("period.month", format!("{month} is not in 01..=12"))
-            })?;
+            .ok_or_else(|| DomainError::invalid("period.month", format!("{month} is not in 01..=12")))?;
         Self::new(i32::from(year), month)
     }
 
     /// The period containing instant `t` (taken in UTC).
     pub fn containing(t: OffsetDateTime) -> Self {
         let t = utc(t);
-        Self {
-            year: t.year(),
-            month: t.month(),
-        }
+        Self { year: t.year(), month: t.month() }
     }
 
     /// The year.
@@ -284,10 +252,7 @@ impl Period {
     /// `[first instant of the month, first instant of the next month)` in UTC.
     pub fn interval(&self) -> Result<Interval, DomainError> {
         let next = self.next()?;
-        Interval::new(
-            Self::first_instant(self.year, self.month)?,
-            Self::first_instant(next.year, next.month)?,
-        )
+        Interval::new(Self::first_instant(self.year, self.month)?, Self::first_instant(next.year, next.month)?)
     }
 
     /// The following month.
@@ -343,27 +308,15 @@ mod tests {
 
     #[test]
     fn interval_basics() {
-        let i = Interval::new(
-            datetime!(2026-10-01 10:00 UTC),
-            datetime!(2026-10-01 12:00 UTC),
-        )
-        .unwrap();
+        let i = Interval::new(datetime!(2026-10-01 10:00 UTC), datetime!(2026-10-01 12:00 UTC)).unwrap();
         assert_eq!(i.duration_nanos(), 2 * NANOS_PER_HOUR);
         assert!(i.contains(datetime!(2026-10-01 10:00 UTC)));
         assert!(!i.contains(datetime!(2026-10-01 12:00 UTC)));
-        let j = Interval::new(
-            datetime!(2026-10-01 11:00 UTC),
-            datetime!(2026-10-01 13:00 UTC),
-        )
-        .unwrap();
+        let j = Interval::new(datetime!(2026-10-01 11:00 UTC), datetime!(2026-10-01 13:00 UTC)).unwrap();
         let k = i.intersect(&j).unwrap();
         assert_eq!(k.start(), datetime!(2026-10-01 11:00 UTC));
         assert_eq!(k.end(), datetime!(2026-10-01 12:00 UTC));
-        let adjacent = Interval::new(
-            datetime!(2026-10-01 12:00 UTC),
-            datetime!(2026-10-01 13:00 UTC),
-        )
-        .unwrap();
+        let adjacent = Interval::new(datetime!(2026-10-01 12:00 UTC), datetime!(2026-10-01 13:00 UTC)).unwrap();
         assert!(!i.overlaps(&adjacent));
         assert!(i.overlaps(&j));
         let empty = Interval::new(i.start(), i.start()).unwrap();
@@ -374,11 +327,7 @@ mod tests {
 
     #[test]
     fn interval_normalises_to_utc() {
-        let i = Interval::new(
-            datetime!(2026-10-01 12:00 +02:00),
-            datetime!(2026-10-01 12:00 UTC),
-        )
-        .unwrap();
+        let i = Interval::new(datetime!(2026-10-01 12:00 +02:00), datetime!(2026-10-01 12:00 UTC)).unwrap();
         assert_eq!(i.start().offset(), UtcOffset::UTC);
         assert_eq!(i.start(), datetime!(2026-10-01 10:00 UTC));
         assert_eq!(i.duration_nanos(), 2 * NANOS_PER_HOUR);
@@ -386,11 +335,7 @@ mod tests {
 
     #[test]
     fn interval_json_round_trip_and_rejects_reversed() {
-        let i = Interval::new(
-            datetime!(2026-10-01 10:00:00.5 UTC),
-            datetime!(2026-10-01 12:00 UTC),
-        )
-        .unwrap();
+        let i = Interval::new(datetime!(2026-10-01 10:00:00.5 UTC), datetime!(2026-10-01 12:00 UTC)).unwrap();
         let json = serde_json::to_string(&i).unwrap();
         assert_eq!(serde_json::from_str::<Interval>(&json).unwrap(), i);
         let reversed = r#"{"start":"2026-10-02T00:00:00Z","end":"2026-10-01T00:00:00Z"}"#;
@@ -399,31 +344,17 @@ mod tests {
 
     #[test]
     fn validity_contains_and_intersect() {
-        let v = Validity::new(
-            datetime!(2026-10-01 12:00 UTC),
-            Some(datetime!(2026-10-02 00:00 UTC)),
-        )
-        .unwrap();
+        let v = Validity::new(datetime!(2026-10-01 12:00 UTC), Some(datetime!(2026-10-02 00:00 UTC))).unwrap();
         assert!(v.contains(datetime!(2026-10-01 12:00 UTC)));
         assert!(!v.contains(datetime!(2026-10-02 00:00 UTC)));
         let open = Validity::open(datetime!(2026-10-02 00:00 UTC));
         assert!(!v.overlaps(&open));
         assert!(open.contains(datetime!(2100-01-01 00:00 UTC)));
-        let i = Interval::new(
-            datetime!(2026-10-01 10:00 UTC),
-            datetime!(2026-10-01 14:00 UTC),
-        )
-        .unwrap();
+        let i = Interval::new(datetime!(2026-10-01 10:00 UTC), datetime!(2026-10-01 14:00 UTC)).unwrap();
         let part = v.intersect(&i).unwrap();
         assert_eq!(part.duration_nanos(), 2 * NANOS_PER_HOUR);
         assert!(open.intersect(&i).is_none());
-        assert!(
-            Validity::new(
-                datetime!(2026-10-02 00:00 UTC),
-                Some(datetime!(2026-10-01 00:00 UTC))
-            )
-            .is_err()
-        );
+        assert!(Validity::new(datetime!(2026-10-02 00:00 UTC), Some(datetime!(2026-10-01 00:00 UTC))).is_err());
     }
 
     #[test]
@@ -434,34 +365,10 @@ mod tests {
         assert_eq!(i.start(), datetime!(2026-10-01 00:00 UTC));
         assert_eq!(i.end(), datetime!(2026-11-01 00:00 UTC));
         assert_eq!(i.duration_nanos(), 31 * 24 * NANOS_PER_HOUR);
-        assert_eq!(
-            Period::parse("2026-12")
-                .unwrap()
-                .next()
-                .unwrap()
-                .to_string(),
-            "2027-01"
-        );
-        assert_eq!(
-            Period::parse("2026-01")
-                .unwrap()
-                .prev()
-                .unwrap()
-                .to_string(),
-            "2025-12"
-        );
-        assert_eq!(
-            Period::parse("2028-02")
-                .unwrap()
-                .interval()
-                .unwrap()
-                .duration_nanos(),
-            29 * 24 * NANOS_PER_HOUR
-        );
-        assert_eq!(
-            Period::containing(datetime!(2026-10-31 23:30 -01:00)).to_string(),
-            "2026-11"
-        );
+        assert_eq!(Period::parse("2026-12").unwrap().next().unwrap().to_string(), "2027-01");
+        assert_eq!(Period::parse("2026-01").unwrap().prev().unwrap().to_string(), "2025-12");
+        assert_eq!(Period::parse("2028-02").unwrap().interval().unwrap().duration_nanos(), 29 * 24 * NANOS_PER_HOUR);
+        assert_eq!(Period::containing(datetime!(2026-10-31 23:30 -01:00)).to_string(), "2026-11");
         assert_eq!(serde_json::to_string(&p).unwrap(), "\"2026-10\"");
         assert_eq!(serde_json::from_str::<Period>("\"2026-10\"").unwrap(), p);
     }

@@ -22,17 +22,15 @@ pub mod sharing;
 pub mod wire;
 
 pub use allocation::{
-    Allocation, Attribution, OvercommitFinding, OvercommitReport, Ownership, Split, TenantUsage,
-    allocated_hours, detect_overcommit, split_guaranteed_borrowed,
+    Allocation, Attribution, OvercommitFinding, OvercommitReport, Ownership, Split, TenantUsage, allocated_hours,
+    detect_overcommit, split_guaranteed_borrowed,
 };
 pub use confidence::Confidence;
 pub use error::DomainError;
 pub use fraction::{Fraction, Quantity};
 pub use ids::{
-    AgentSessionId, ClusterId, DepartmentId, EndpointId, GpuClass, GpuUuid, MigInstance,
-    MigProfile, NamespaceUid, OrgId, PodUid, TenantId, UserId, VgpuProfile, VmUid,
+    AgentSessionId, ClusterId, DepartmentId, EndpointId, GpuClass, GpuUuid, MigInstance, MigProfile, NamespaceUid,
+    OrgId, PodUid, TenantId, UserId, VgpuProfile, VmUid,
 };
 pub use interval::{Interval, NANOS_PER_HOUR, NANOS_PER_SECOND, Period, Validity};
-pub use sharing::{
-    GapReason, Inventory, InventoryGap, ProfileFraction, ProfileKind, SharingMode, resolve_fraction,
-};
+pub use sharing::{GapReason, Inventory, InventoryGap, ProfileFraction, ProfileKind, SharingMode, resolve_fraction};

@@ -49,13 +49,10 @@ impl SharingMode {
     /// devices and approved profiles, modeled for declared-policy and work-split modes.
     pub const fn base_confidence(&self) -> Confidence {
         match self {
-            SharingMode::Exclusive
-            | SharingMode::Mig { .. }
-            | SharingMode::Vgpu { .. }
-            | SharingMode::Passthrough => Confidence::Exact,
-            SharingMode::TimeSlice { .. } | SharingMode::SharedEndpoint { .. } => {
-                Confidence::Modeled
+            SharingMode::Exclusive | SharingMode::Mig { .. } | SharingMode::Vgpu { .. } | SharingMode::Passthrough => {
+                Confidence::Exact
             }
+            SharingMode::TimeSlice { .. } | SharingMode::SharedEndpoint { .. } => Confidence::Modeled,
         }
     }
 
@@ -71,9 +68,7 @@ impl SharingMode {
                 }
                 Fraction::new(1, i128::from(*replicas)).map(Some)
             }
-            SharingMode::Mig { .. }
-            | SharingMode::Vgpu { .. }
-            | SharingMode::SharedEndpoint { .. } => Ok(None),
+            SharingMode::Mig { .. } | SharingMode::Vgpu { .. } | SharingMode::SharedEndpoint { .. } => Ok(None),
         }
     }
 
@@ -141,9 +136,7 @@ impl Inventory {
     }
 
     /// Builds an inventory from entries, validating each as [`Inventory::insert`] does.
-    pub fn from_entries<I: IntoIterator<Item = ProfileFraction>>(
-        entries: I,
-    ) -> Result<Self, DomainError> {
+    pub fn from_entries<I: IntoIterator<Item = ProfileFraction>>(entries: I) -> Result<Self, DomainError> {
         let mut inv = Self::new();
         for e in entries {
             inv.insert(e)?;
@@ -156,22 +149,13 @@ impl Inventory {
     /// apply at any instant, so lookups never depend on insertion order.
     pub fn insert(&mut self, entry: ProfileFraction) -> Result<(), DomainError> {
         if entry.fraction.is_zero() || entry.fraction > Fraction::ONE {
-            return Err(DomainError::invalid(
-                "inventory.fraction",
-                format!("{} is not in (0, 1]", entry.fraction),
-            ));
+            return Err(DomainError::invalid("inventory.fraction", format!("{} is not in (0, 1]", entry.fraction)));
         }
         if entry.gpu_model.trim().is_empty() {
-            return Err(DomainError::invalid(
-                "inventory.gpu_model",
-                "must not be empty",
-            ));
+            return Err(DomainError::invalid("inventory.gpu_model", "must not be empty"));
         }
         if entry.profile.trim().is_empty() {
-            return Err(DomainError::invalid(
-                "inventory.profile",
-                "must not be empty",
-            ));
+            return Err(DomainError::invalid("inventory.profile", "must not be empty"));
         }
         if let Some(clash) = self.entries.iter().find(|e| {
             e.kind == entry.kind
@@ -206,18 +190,13 @@ impl Inventory {
         profile: &str,
         at: OffsetDateTime,
     ) -> Option<&ProfileFraction> {
-        self.entries.iter().find(|e| {
-            e.kind == kind
-                && e.gpu_model == gpu_model
-                && e.profile == profile
-                && e.valid.contains(at)
-        })
+        self.entries
+            .iter()
+            .find(|e| e.kind == kind && e.gpu_model == gpu_model && e.profile == profile && e.valid.contains(at))
     }
 
     fn knows(&self, kind: ProfileKind, gpu_model: &str, profile: &str) -> bool {
-        self.entries
-            .iter()
-            .any(|e| e.kind == kind && e.gpu_model == gpu_model && e.profile == profile)
+        self.entries.iter().any(|e| e.kind == kind && e.gpu_model == gpu_model && e.profile == profile)
     }
 }
 
@@ -259,12 +238,7 @@ pub fn resolve_fraction(
     at: OffsetDateTime,
     inventory: &Inventory,
 ) -> Result<(Fraction, Confidence), InventoryGap> {
-    let gap = |reason| InventoryGap {
-        mode: mode.clone(),
-        gpu_model: gpu_model.to_owned(),
-        at,
-        reason,
-    };
+    let gap = |reason| InventoryGap { mode: mode.clone(), gpu_model: gpu_model.to_owned(), at, reason };
     let (kind, profile) = match mode {
         SharingMode::Mig { profile } => (ProfileKind::Mig, profile.as_str()),
         SharingMode::Vgpu { profile } => (ProfileKind::Vgpu, profile.as_str()),
@@ -293,9 +267,7 @@ mod tests {
     const A100: &str = "NVIDIA A100-SXM4-80GB";
 
     fn mig(p: &str) -> SharingMode {
-        SharingMode::Mig {
-            profile: MigProfile::new(p).unwrap(),
-        }
+        SharingMode::Mig { profile: MigProfile::new(p).unwrap() }
     }
 
     fn inventory() -> Inventory {
@@ -305,11 +277,7 @@ mod tests {
                 gpu_model: A100.into(),
                 profile: "1g.10gb".into(),
                 fraction: Fraction::new(1, 7).unwrap(),
-                valid: Validity::new(
-                    datetime!(2026-01-01 00:00 UTC),
-                    Some(datetime!(2026-10-01 00:00 UTC)),
-                )
-                .unwrap(),
+                valid: Validity::new(datetime!(2026-01-01 00:00 UTC), Some(datetime!(2026-10-01 00:00 UTC))).unwrap(),
             },
             // A later approval re-prices the same profile at 1/8 from October.
             ProfileFraction {
@@ -334,26 +302,12 @@ mod tests {
     fn base_confidence_and_fraction() {
         assert_eq!(SharingMode::Exclusive.base_confidence(), Confidence::Exact);
         assert_eq!(mig("1g.10gb").base_confidence(), Confidence::Exact);
-        assert_eq!(
-            SharingMode::Passthrough.base_confidence(),
-            Confidence::Exact
-        );
-        assert_eq!(
-            SharingMode::TimeSlice { replicas: 4 }.base_confidence(),
-            Confidence::Modeled
-        );
-        let shared = SharingMode::SharedEndpoint {
-            endpoint: EndpointId::from_uuid(Uuid::nil()),
-        };
+        assert_eq!(SharingMode::Passthrough.base_confidence(), Confidence::Exact);
+        assert_eq!(SharingMode::TimeSlice { replicas: 4 }.base_confidence(), Confidence::Modeled);
+        let shared = SharingMode::SharedEndpoint { endpoint: EndpointId::from_uuid(Uuid::nil()) };
         assert_eq!(shared.base_confidence(), Confidence::Modeled);
-        assert_eq!(
-            SharingMode::Exclusive.fraction().unwrap(),
-            Some(Fraction::ONE)
-        );
-        assert_eq!(
-            SharingMode::TimeSlice { replicas: 4 }.fraction().unwrap(),
-            Some(Fraction::new(1, 4).unwrap())
-        );
+        assert_eq!(SharingMode::Exclusive.fraction().unwrap(), Some(Fraction::ONE));
+        assert_eq!(SharingMode::TimeSlice { replicas: 4 }.fraction().unwrap(), Some(Fraction::new(1, 4).unwrap()));
         assert!(SharingMode::TimeSlice { replicas: 0 }.fraction().is_err());
         assert_eq!(mig("1g.10gb").fraction().unwrap(), None);
     }
@@ -362,20 +316,11 @@ mod tests {
     fn serde_is_tagged_snake_case() {
         let json = serde_json::to_string(&SharingMode::TimeSlice { replicas: 4 }).unwrap();
         assert_eq!(json, r#"{"mode":"time_slice","replicas":4}"#);
-        assert_eq!(
-            serde_json::to_string(&mig("1g.10gb")).unwrap(),
-            r#"{"mode":"mig","profile":"1g.10gb"}"#
-        );
-        assert_eq!(
-            serde_json::to_string(&SharingMode::Exclusive).unwrap(),
-            r#"{"mode":"exclusive"}"#
-        );
-        let back: SharingMode =
-            serde_json::from_str(r#"{"mode":"mig","profile":"3g.40gb"}"#).unwrap();
+        assert_eq!(serde_json::to_string(&mig("1g.10gb")).unwrap(), r#"{"mode":"mig","profile":"1g.10gb"}"#);
+        assert_eq!(serde_json::to_string(&SharingMode::Exclusive).unwrap(), r#"{"mode":"exclusive"}"#);
+        let back: SharingMode = serde_json::from_str(r#"{"mode":"mig","profile":"3g.40gb"}"#).unwrap();
         assert_eq!(back, mig("3g.40gb"));
-        assert!(
-            serde_json::from_str::<SharingMode>(r#"{"mode":"mig","profile":"bogus"}"#).is_err()
-        );
+        assert!(serde_json::from_str::<SharingMode>(r#"{"mode":"mig","profile":"bogus"}"#).is_err());
     }
 
     #[test]
@@ -391,13 +336,8 @@ mod tests {
             resolve_fraction(&mig("1g.10gb"), A100, at, &inv).unwrap(),
             (Fraction::new(1, 8).unwrap(), Confidence::Exact)
         );
-        let vgpu = SharingMode::Vgpu {
-            profile: VgpuProfile::new("GRID_A100-4C").unwrap(),
-        };
-        assert_eq!(
-            resolve_fraction(&vgpu, A100, at, &inv).unwrap().0,
-            Fraction::new(1, 20).unwrap()
-        );
+        let vgpu = SharingMode::Vgpu { profile: VgpuProfile::new("GRID_A100-4C").unwrap() };
+        assert_eq!(resolve_fraction(&vgpu, A100, at, &inv).unwrap().0, Fraction::new(1, 20).unwrap());
     }
 
     #[test]
@@ -407,22 +347,13 @@ mod tests {
         let gap = resolve_fraction(&mig("2g.20gb"), A100, at, &inv).unwrap_err();
         assert_eq!(gap.reason, GapReason::UnknownProfile);
         assert_eq!(gap.mode, mig("2g.20gb"));
+        assert_eq!(resolve_fraction(&mig("1g.10gb"), "H100", at, &inv).unwrap_err().reason, GapReason::UnknownProfile);
         assert_eq!(
-            resolve_fraction(&mig("1g.10gb"), "H100", at, &inv)
-                .unwrap_err()
-                .reason,
-            GapReason::UnknownProfile
-        );
-        assert_eq!(
-            resolve_fraction(&mig("1g.10gb"), A100, datetime!(2025-12-31 00:00 UTC), &inv)
-                .unwrap_err()
-                .reason,
+            resolve_fraction(&mig("1g.10gb"), A100, datetime!(2025-12-31 00:00 UTC), &inv).unwrap_err().reason,
             GapReason::NoVersionValidAt
         );
         assert_eq!(
-            resolve_fraction(&SharingMode::TimeSlice { replicas: 0 }, A100, at, &inv)
-                .unwrap_err()
-                .reason,
+            resolve_fraction(&SharingMode::TimeSlice { replicas: 0 }, A100, at, &inv).unwrap_err().reason,
             GapReason::InvalidReplicas
         );
         assert_eq!(
@@ -448,11 +379,7 @@ mod tests {
             ..overlapping.clone()
         };
         assert!(inv.insert(too_big).is_err());
-        let zero = ProfileFraction {
-            profile: "9g.90gb".into(),
-            fraction: Fraction::ZERO,
-            ..overlapping
-        };
+        let zero = ProfileFraction { profile: "9g.90gb".into(), fraction: Fraction::ZERO, ..overlapping };
         assert!(inv.insert(zero).is_err());
         assert_eq!(inv.entries().len(), 3);
     }

@@ -78,6 +78,8 @@ pub enum FactBody {
     Telemetry(TelemetryRollup),
     /// The agent dropped data (spool full): the ledger shows the hole instead of a silent zero.
     Gap(GapFact),
+    /// A Kueue ClusterQueue's nominal quotas (imported as guaranteed capacity by the ledger).
+    QuotaObserved(QuotaFact),
 }
 
 impl FactBody {
@@ -93,6 +95,7 @@ impl FactBody {
             Self::DeviceAssigned(_) => "device_assigned",
             Self::Telemetry(_) => "telemetry",
             Self::Gap(_) => "gap",
+            Self::QuotaObserved(_) => "quota_observed",
         }
     }
 }
@@ -214,11 +217,7 @@ pub struct NamespaceFact {
     #[serde(with = "time::serde::rfc3339")]
     pub created_at: OffsetDateTime,
     /// `metadata.deletionTimestamp`, when being deleted.
-    #[serde(
-        default,
-        with = "time::serde::rfc3339::option",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, with = "time::serde::rfc3339::option", skip_serializing_if = "Option::is_none")]
     pub deleted_at: Option<OffsetDateTime>,
     /// Owner labels (tenant, department).
     #[serde(default)]
@@ -382,6 +381,37 @@ pub struct PodRef {
     pub container: Option<String>,
 }
 
+/// One resource's quota in a Kueue ClusterQueue flavor.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QuotaEntry {
+    /// ResourceFlavor name.
+    pub flavor: String,
+    /// Resource, e.g. `nvidia.com/gpu`.
+    pub resource: String,
+    /// Nominal (guaranteed) quota, in units of the resource.
+    pub nominal: u32,
+    /// How much more it may borrow from its cohort, if limited.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub borrowing_limit: Option<u32>,
+}
+
+/// A Kueue ClusterQueue and its GPU quotas.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QuotaFact {
+    /// ClusterQueue name.
+    pub cluster_queue: String,
+    /// ClusterQueue UID.
+    pub uid: Uuid,
+    /// Cohort it borrows within.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cohort: Option<String>,
+    /// GPU quotas (non-GPU resources are left out).
+    pub quotas: Vec<QuotaEntry>,
+    /// Since when these quotas hold (creation on first sight, else when the change was seen).
+    #[serde(with = "time::serde::rfc3339")]
+    pub since: OffsetDateTime,
+}
+
 /// Data the agent had to drop.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct GapFact {
@@ -455,10 +485,9 @@ mod tests {
 
     #[test]
     fn unknown_kind_is_refused() {
-        let err = serde_json::from_str::<Fact>(
-            r#"{"event_id":"x","observed_at":"2026-11-01T00:00:00Z","kind":"teleport"}"#,
-        )
-        .unwrap_err();
+        let err =
+            serde_json::from_str::<Fact>(r#"{"event_id":"x","observed_at":"2026-11-01T00:00:00Z","kind":"teleport"}"#)
+                .unwrap_err();
         assert!(err.to_string().contains("teleport"), "{err}");
     }
 }

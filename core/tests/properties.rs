@@ -4,9 +4,9 @@
 use std::collections::BTreeMap;
 
 use gpuledger_core::{
-    Allocation, Attribution, ClusterId, Confidence, Fraction, GpuClass, GpuUuid, Interval,
-    NamespaceUid, Ownership, Quantity, SharingMode, TenantId, TenantUsage, Validity,
-    allocated_hours, detect_overcommit, split_guaranteed_borrowed,
+    Allocation, Attribution, ClusterId, Confidence, Fraction, GpuClass, GpuUuid, Interval, NamespaceUid, Ownership,
+    Quantity, SharingMode, TenantId, TenantUsage, Validity, allocated_hours, detect_overcommit,
+    split_guaranteed_borrowed,
 };
 use proptest::prelude::*;
 use time::OffsetDateTime;
@@ -61,17 +61,15 @@ fn spec() -> impl Strategy<Value = Spec> {
         any::<bool>(),
         prop::bool::weighted(0.2),
     )
-        .prop_map(
-            |(interval, fraction, gpu, namespace, class, time_slice, end_estimated)| Spec {
-                interval,
-                fraction,
-                gpu,
-                namespace,
-                class,
-                time_slice,
-                end_estimated,
-            },
-        )
+        .prop_map(|(interval, fraction, gpu, namespace, class, time_slice, end_estimated)| Spec {
+            interval,
+            fraction,
+            gpu,
+            namespace,
+            class,
+            time_slice,
+            end_estimated,
+        })
 }
 
 fn ns(n: u8) -> NamespaceUid {
@@ -83,26 +81,15 @@ fn build(specs: &[Spec]) -> Vec<Allocation> {
         .iter()
         .enumerate()
         .map(|(i, s)| {
-            let mode = if s.time_slice {
-                SharingMode::TimeSlice { replicas: 4 }
-            } else {
-                SharingMode::Exclusive
-            };
+            let mode = if s.time_slice { SharingMode::TimeSlice { replicas: 4 } } else { SharingMode::Exclusive };
             Allocation {
                 id: format!("alloc-{i:03}"),
                 cluster: ClusterId::from_uuid(Uuid::nil()),
                 namespace: ns(s.namespace),
                 pod: None,
                 vm: None,
-                gpu: s
-                    .gpu
-                    .map(|g| GpuUuid::new(format!("GPU-00000000-0000-0000-0000-{g:012}")).unwrap()),
-                gpu_class: GpuClass::new(if s.class == 0 {
-                    "H100-80GB"
-                } else {
-                    "A100-40GB"
-                })
-                .unwrap(),
+                gpu: s.gpu.map(|g| GpuUuid::new(format!("GPU-00000000-0000-0000-0000-{g:012}")).unwrap()),
+                gpu_class: GpuClass::new(if s.class == 0 { "H100-80GB" } else { "A100-40GB" }).unwrap(),
                 confidence: Allocation::derived_confidence(&mode, s.end_estimated),
                 mode,
                 fraction: s.fraction,
@@ -133,11 +120,7 @@ fn ownerships() -> impl Strategy<Value = Vec<Ownership>> {
             let last = points.len() - 2;
             for (k, w) in points.windows(2).enumerate() {
                 if let Some(tenant) = owners[k] {
-                    let to = if k == last && open_end {
-                        None
-                    } else {
-                        Some(t(w[1]))
-                    };
+                    let to = if k == last && open_end { None } else { Some(t(w[1])) };
                     out.push(Ownership {
                         namespace: ns(u8::try_from(n).unwrap()),
                         tenant: TenantId::from_uuid(Uuid::from_u128(0x100 + u128::from(tenant))),
@@ -151,27 +134,20 @@ fn ownerships() -> impl Strategy<Value = Vec<Ownership>> {
 }
 
 fn total(usages: &[TenantUsage]) -> Quantity {
-    usages
-        .iter()
-        .try_fold(Quantity::ZERO, |acc, u| acc.checked_add(u.gpu_time))
-        .unwrap()
+    usages.iter().try_fold(Quantity::ZERO, |acc, u| acc.checked_add(u.gpu_time)).unwrap()
 }
 
 fn by_key(usages: &[TenantUsage]) -> BTreeMap<(Attribution, GpuClass), Quantity> {
     let mut m: BTreeMap<(Attribution, GpuClass), Quantity> = BTreeMap::new();
     for u in usages {
-        let e = m
-            .entry((u.attribution, u.gpu_class.clone()))
-            .or_insert(Quantity::ZERO);
+        let e = m.entry((u.attribution, u.gpu_class.clone())).or_insert(Quantity::ZERO);
         *e = e.checked_add(u.gpu_time).unwrap();
     }
     m
 }
 
 fn sum(qs: impl IntoIterator<Item = Quantity>) -> Quantity {
-    qs.into_iter()
-        .try_fold(Quantity::ZERO, |acc, q| acc.checked_add(q))
-        .unwrap()
+    qs.into_iter().try_fold(Quantity::ZERO, |acc, q| acc.checked_add(q)).unwrap()
 }
 
 proptest! {

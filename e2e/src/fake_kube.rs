@@ -45,27 +45,68 @@ fn kind_of(resource: &str) -> &'static str {
         "pods" => "Pod",
         "nodes" => "Node",
         "namespaces" => "Namespace",
+        "virtualmachineinstances" => "VirtualMachineInstance",
+        "clusterqueues" => "ClusterQueue",
         _ => "Unknown",
     }
+}
+
+fn api_version_of(resource: &str) -> &'static str {
+    match resource {
+        "virtualmachineinstances" => "kubevirt.io/v1",
+        "clusterqueues" => "kueue.x-k8s.io/v1beta1",
+        _ => "v1",
+    }
+}
+
+/// The optional API groups this server offers: (group, version, plural, kind, namespaced).
+const GROUPS: &[(&str, &str, &str, &str, bool)] = &[
+    ("kubevirt.io", "v1", "virtualmachineinstances", "VirtualMachineInstance", true),
+    ("kueue.x-k8s.io", "v1beta1", "clusterqueues", "ClusterQueue", false),
+];
+
+async fn api_groups() -> axum::Json<Value> {
+    let groups: Vec<Value> = GROUPS
+        .iter()
+        .map(|(g, v, _, _, _)| {
+            let gv = json!({"groupVersion": format!("{g}/{v}"), "version": v});
+            json!({"name": g, "versions": [gv.clone()], "preferredVersion": gv})
+        })
+        .collect();
+    axum::Json(json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups}))
+}
+
+async fn api_resources(UrlPath((group, version)): UrlPath<(String, String)>) -> Response {
+    match GROUPS.iter().find(|(g, v, _, _, _)| *g == group && *v == version) {
+        Some((g, v, plural, kind, namespaced)) => axum::Json(json!({
+            "kind": "APIResourceList", "apiVersion": "v1", "groupVersion": format!("{g}/{v}"),
+            "resources": [{"name": plural, "singularName": kind.to_lowercase(), "namespaced": namespaced,
+                           "kind": kind, "verbs": ["get", "list", "watch"]}]
+        }))
+        .into_response(),
+        None => StatusCode::NOT_FOUND.into_response(),
+    }
+}
+
+async fn group_list_or_watch(
+    state: State<Shared>,
+    UrlPath((_group, _version, resource)): UrlPath<(String, String, String)>,
+    query: Query<BTreeMap<String, String>>,
+) -> Response {
+    list_or_watch(state, UrlPath(resource), query).await
 }
 
 impl FakeKube {
     /// Starts serving on a free loopback port.
     pub async fn start() -> Result<Self> {
         let (events, _) = broadcast::channel(1024);
-        let shared = Shared {
-            inner: Arc::new(Mutex::new(Inner {
-                rv: 1,
-                objects: BTreeMap::new(),
-            })),
-            events,
-        };
+        let shared = Shared { inner: Arc::new(Mutex::new(Inner { rv: 1, objects: BTreeMap::new() })), events };
         let app = Router::new()
             .route("/api/v1/{resource}", get(list_or_watch))
-            .route(
-                "/api",
-                get(|| async { axum::Json(json!({"kind": "APIVersions", "versions": ["v1"]})) }),
-            )
+            .route("/api", get(|| async { axum::Json(json!({"kind": "APIVersions", "versions": ["v1"]})) }))
+            .route("/apis", get(api_groups))
+            .route("/apis/{group}/{version}", get(api_resources))
+            .route("/apis/{group}/{version}/{resource}", get(group_list_or_watch))
             .with_state(shared.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let url = format!("http://{}", listener.local_addr()?);
@@ -76,19 +117,12 @@ impl FakeKube {
     }
 
     fn change(&self, resource: &str, kind: &str, mut object: Value) -> Result<()> {
-        let uid = object["metadata"]["uid"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string();
-        let mut inner = self
-            .shared
-            .inner
-            .lock()
-            .map_err(|_| anyhow::anyhow!("poisoned"))?;
+        let uid = object["metadata"]["uid"].as_str().unwrap_or_default().to_string();
+        let mut inner = self.shared.inner.lock().map_err(|_| anyhow::anyhow!("poisoned"))?;
         inner.rv += 1;
         let rv = inner.rv;
         object["metadata"]["resourceVersion"] = Value::from(rv.to_string());
-        object["apiVersion"] = Value::from("v1");
+        object["apiVersion"] = Value::from(api_version_of(resource));
         object["kind"] = Value::from(kind_of(resource));
         let objects = inner.objects.entry(resource.to_string()).or_default();
         let event_type = match kind {
@@ -106,11 +140,7 @@ impl FakeKube {
             }
         };
         drop(inner);
-        let _ = self.shared.events.send((
-            resource.to_string(),
-            rv,
-            json!({"type": event_type, "object": object}),
-        ));
+        let _ = self.shared.events.send((resource.to_string(), rv, json!({"type": event_type, "object": object})));
         Ok(())
     }
 
@@ -127,34 +157,19 @@ impl FakeKube {
     /// Changes an object while nobody is told: what a cluster does while the agent is down. The next list
     /// shows the new state.
     pub fn apply_silently(&self, resource: &str, mut object: Value) -> Result<()> {
-        let uid = object["metadata"]["uid"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string();
-        let mut inner = self
-            .shared
-            .inner
-            .lock()
-            .map_err(|_| anyhow::anyhow!("poisoned"))?;
+        let uid = object["metadata"]["uid"].as_str().unwrap_or_default().to_string();
+        let mut inner = self.shared.inner.lock().map_err(|_| anyhow::anyhow!("poisoned"))?;
         inner.rv += 1;
         object["metadata"]["resourceVersion"] = Value::from(inner.rv.to_string());
-        object["apiVersion"] = Value::from("v1");
+        object["apiVersion"] = Value::from(api_version_of(resource));
         object["kind"] = Value::from(kind_of(resource));
-        inner
-            .objects
-            .entry(resource.to_string())
-            .or_default()
-            .insert(uid, object);
+        inner.objects.entry(resource.to_string()).or_default().insert(uid, object);
         Ok(())
     }
 
     /// Deletes an object while nobody is told.
     pub fn delete_silently(&self, resource: &str, uid: &str) -> Result<()> {
-        let mut inner = self
-            .shared
-            .inner
-            .lock()
-            .map_err(|_| anyhow::anyhow!("poisoned"))?;
+        let mut inner = self.shared.inner.lock().map_err(|_| anyhow::anyhow!("poisoned"))?;
         inner.rv += 1;
         if let Some(o) = inner.objects.get_mut(resource) {
             o.remove(uid);
@@ -187,36 +202,27 @@ async fn list_or_watch(
     UrlPath(resource): UrlPath<String>,
     Query(query): Query<BTreeMap<String, String>>,
 ) -> Response {
-    if !matches!(resource.as_str(), "pods" | "nodes" | "namespaces") {
-        return (
-            StatusCode::NOT_FOUND,
-            axum::Json(json!({"kind": "Status", "status": "Failure", "code": 404})),
-        )
+    if kind_of(&resource) == "Unknown" {
+        return (StatusCode::NOT_FOUND, axum::Json(json!({"kind": "Status", "status": "Failure", "code": 404})))
             .into_response();
     }
     if query.get("watch").is_some_and(|w| w == "true" || w == "1") {
-        let from: u64 = query
-            .get("resourceVersion")
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0);
+        let from: u64 = query.get("resourceVersion").and_then(|v| v.parse().ok()).unwrap_or(0);
         let rx = shared.events.subscribe();
-        let stream = futures::stream::unfold(
-            (rx, resource, from),
-            |(mut rx, resource, from)| async move {
-                loop {
-                    match rx.recv().await {
-                        Ok((r, rv, event)) if r == resource && rv > from => {
-                            let mut line = serde_json::to_vec(&event).unwrap_or_default();
-                            line.push(b'\n');
-                            return Some((Ok::<_, std::io::Error>(line), (rx, resource, from)));
-                        }
-                        Ok(_) => continue,
-                        Err(broadcast::error::RecvError::Lagged(_)) => continue,
-                        Err(broadcast::error::RecvError::Closed) => return None,
+        let stream = futures::stream::unfold((rx, resource, from), |(mut rx, resource, from)| async move {
+            loop {
+                match rx.recv().await {
+                    Ok((r, rv, event)) if r == resource && rv > from => {
+                        let mut line = serde_json::to_vec(&event).unwrap_or_default();
+                        line.push(b'\n');
+                        return Some((Ok::<_, std::io::Error>(line), (rx, resource, from)));
                     }
+                    Ok(_) => continue,
+                    Err(broadcast::error::RecvError::Lagged(_)) => continue,
+                    Err(broadcast::error::RecvError::Closed) => return None,
                 }
-            },
-        );
+            }
+        });
         return Response::builder()
             .header("content-type", "application/json")
             .body(Body::from_stream(stream))
@@ -225,13 +231,9 @@ async fn list_or_watch(
     let Ok(inner) = shared.inner.lock() else {
         return StatusCode::INTERNAL_SERVER_ERROR.into_response();
     };
-    let items: Vec<Value> = inner
-        .objects
-        .get(&resource)
-        .map(|m| m.values().cloned().collect())
-        .unwrap_or_default();
+    let items: Vec<Value> = inner.objects.get(&resource).map(|m| m.values().cloned().collect()).unwrap_or_default();
     axum::Json(json!({
-        "apiVersion": "v1",
+        "apiVersion": api_version_of(&resource),
         "kind": format!("{}List", kind_of(&resource)),
         "metadata": {"resourceVersion": inner.rv.to_string()},
         "items": items,

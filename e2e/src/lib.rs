@@ -36,14 +36,8 @@ impl Cluster {
 
     /// `postgres://gpuledger_app:PASSWORD@HOST:PORT/database` — the application role on `database`.
     pub fn app_url(&self, database: &str) -> Result<String> {
-        let rest = self
-            .base_url
-            .split_once('@')
-            .map(|(_, host)| host)
-            .context("DATABASE_URL has no host part")?;
-        Ok(format!(
-            "postgres://gpuledger_app:{APP_PASSWORD}@{rest}/{database}"
-        ))
+        let rest = self.base_url.split_once('@').map(|(_, host)| host).context("DATABASE_URL has no host part")?;
+        Ok(format!("postgres://gpuledger_app:{APP_PASSWORD}@{rest}/{database}"))
     }
 }
 
@@ -62,22 +56,13 @@ pub fn cluster() -> Result<&'static Cluster> {
 
 fn start_cluster() -> Result<Cluster> {
     if let Ok(url) = std::env::var("DATABASE_URL") {
-        let base = url
-            .rsplit_once('/')
-            .map(|(b, _)| b.to_string())
-            .unwrap_or(url);
-        return Ok(Cluster {
-            base_url: base,
-            _watchdog: None,
-        });
+        let base = url.rsplit_once('/').map(|(b, _)| b.to_string()).unwrap_or(url);
+        return Ok(Cluster { base_url: base, _watchdog: None });
     }
     let initdb = find_program("initdb")?;
     let pg_ctl = find_program("pg_ctl")?;
     let root = is_root();
-    let dir = std::env::temp_dir().join(format!(
-        "gpuledger-test-pg-{}",
-        uuid::Uuid::new_v4().simple()
-    ));
+    let dir = std::env::temp_dir().join(format!("gpuledger-test-pg-{}", uuid::Uuid::new_v4().simple()));
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let runner = |program: &Path| {
         if root {
@@ -91,10 +76,7 @@ fn start_cluster() -> Result<Cluster> {
     if root {
         let status = Command::new("chown").arg("postgres").arg(&dir).status()?;
         if !status.success() {
-            bail!(
-                "cannot chown {} to the postgres OS user (initdb refuses root)",
-                dir.display()
-            );
+            bail!("cannot chown {} to the postgres OS user (initdb refuses root)", dir.display());
         }
     }
     let pgdata = dir.join("data");
@@ -123,11 +105,7 @@ fn start_cluster() -> Result<Cluster> {
         .context("running pg_ctl start")?;
     if !out.status.success() {
         let log = std::fs::read_to_string(dir.join("log")).unwrap_or_default();
-        bail!(
-            "pg_ctl start failed: {}{}",
-            String::from_utf8_lossy(&out.stderr),
-            log
-        );
+        bail!("pg_ctl start failed: {}{}", String::from_utf8_lossy(&out.stderr), log);
     }
     // The watchdog outlives nothing: it waits for EOF on stdin (our exit), then stops and removes the cluster.
     let stop = format!(
@@ -154,11 +132,7 @@ fn start_cluster() -> Result<Cluster> {
 
 fn find_program(name: &str) -> Result<PathBuf> {
     let on_path = std::env::var_os("PATH")
-        .map(|p| {
-            std::env::split_paths(&p)
-                .map(|d| d.join(name))
-                .find(|p| p.is_file())
-        })
+        .map(|p| std::env::split_paths(&p).map(|d| d.join(name)).find(|p| p.is_file()))
         .unwrap_or(None);
     if let Some(p) = on_path {
         return Ok(p);
@@ -177,11 +151,7 @@ fn find_program(name: &str) -> Result<PathBuf> {
 }
 
 fn is_root() -> bool {
-    Command::new("id")
-        .arg("-u")
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
-        .unwrap_or(false)
+    Command::new("id").arg("-u").output().map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0").unwrap_or(false)
 }
 
 /// A database made for one test; its superuser and application-role URLs.
@@ -200,18 +170,11 @@ pub async fn fresh_database() -> Result<TestDatabase> {
     use sqlx::Connection;
     let cluster = cluster()?;
     let name = format!("gl_test_{}", uuid::Uuid::new_v4().simple());
-    let mut conn = sqlx::PgConnection::connect(&cluster.url("postgres"))
-        .await
-        .context("connecting to the test cluster")?;
-    sqlx::query(&format!("CREATE DATABASE {name}"))
-        .execute(&mut conn)
-        .await?;
+    let mut conn =
+        sqlx::PgConnection::connect(&cluster.url("postgres")).await.context("connecting to the test cluster")?;
+    sqlx::query(&format!("CREATE DATABASE {name}")).execute(&mut conn).await?;
     conn.close().await?;
-    Ok(TestDatabase {
-        admin_url: cluster.url(&name),
-        app_url: cluster.app_url(&name)?,
-        name,
-    })
+    Ok(TestDatabase { admin_url: cluster.url(&name), app_url: cluster.app_url(&name)?, name })
 }
 
 /// Lets `gpuledger_app` log in with [`APP_PASSWORD`] (roles are cluster-wide; serialized because concurrent
@@ -220,17 +183,10 @@ pub async fn allow_app_login(db: &TestDatabase) -> Result<()> {
     use sqlx::Connection;
     let cluster = cluster()?;
     let mut conn = sqlx::PgConnection::connect(&cluster.url("postgres")).await?;
-    sqlx::query("SELECT pg_advisory_lock(727274)")
-        .execute(&mut conn)
-        .await?;
-    let result = sqlx::query(&format!(
-        "ALTER ROLE gpuledger_app LOGIN PASSWORD '{APP_PASSWORD}'"
-    ))
-    .execute(&mut conn)
-    .await;
-    sqlx::query("SELECT pg_advisory_unlock(727274)")
-        .execute(&mut conn)
-        .await?;
+    sqlx::query("SELECT pg_advisory_lock(727274)").execute(&mut conn).await?;
+    let result =
+        sqlx::query(&format!("ALTER ROLE gpuledger_app LOGIN PASSWORD '{APP_PASSWORD}'")).execute(&mut conn).await;
+    sqlx::query("SELECT pg_advisory_unlock(727274)").execute(&mut conn).await?;
     result.with_context(|| format!("enabling gpuledger_app login for {}", db.name))?;
     conn.close().await?;
     Ok(())
@@ -240,13 +196,9 @@ pub async fn allow_app_login(db: &TestDatabase) -> Result<()> {
 pub async fn with_cluster_lock<T, F: std::future::Future<Output = Result<T>>>(f: F) -> Result<T> {
     use sqlx::Connection;
     let mut conn = sqlx::PgConnection::connect(&cluster()?.url("postgres")).await?;
-    sqlx::query("SELECT pg_advisory_lock(727275)")
-        .execute(&mut conn)
-        .await?;
+    sqlx::query("SELECT pg_advisory_lock(727275)").execute(&mut conn).await?;
     let result = f.await;
-    sqlx::query("SELECT pg_advisory_unlock(727275)")
-        .execute(&mut conn)
-        .await?;
+    sqlx::query("SELECT pg_advisory_unlock(727275)").execute(&mut conn).await?;
     conn.close().await?;
     result
 }

@@ -13,16 +13,10 @@ use anyhow::{Context, Result, bail};
 pub fn binary(name: &str) -> Result<PathBuf> {
     let exe = std::env::current_exe()?;
     // target/<profile>/deps/<test> → target/<profile>/<name>
-    let dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .context("test executable has no target dir")?;
+    let dir = exe.parent().and_then(Path::parent).context("test executable has no target dir")?;
     let path = dir.join(name);
     if !path.is_file() {
-        bail!(
-            "{} is not built: run `cargo build --workspace` (the test script does) first",
-            path.display()
-        );
+        bail!("{} is not built: run `cargo build --workspace` (the test script does) first", path.display());
     }
     Ok(path)
 }
@@ -54,10 +48,7 @@ pub fn http_get(url: &str) -> Result<(u16, String)> {
 
 /// Sends a signal by name (`INT`, `TERM`, `KILL`).
 pub fn signal(pid: u32, name: &str) -> Result<()> {
-    let status = Command::new("kill")
-        .arg(format!("-{name}"))
-        .arg(pid.to_string())
-        .status()?;
+    let status = Command::new("kill").arg(format!("-{name}")).arg(pid.to_string()).status()?;
     if !status.success() {
         bail!("kill -{name} {pid} failed");
     }
@@ -96,17 +87,10 @@ pub struct ServerProcess {
 
 impl ServerProcess {
     /// Starts `gpuledger-server ARGS… --listen 127.0.0.1:PORT` with the environment changes given.
-    pub fn start(
-        args: &[&str],
-        env: &[(&str, Option<&str>)],
-        data_dir: Option<&Path>,
-        log: &Path,
-    ) -> Result<Self> {
+    pub fn start(args: &[&str], env: &[(&str, Option<&str>)], data_dir: Option<&Path>, log: &Path) -> Result<Self> {
         let port = free_port()?;
         let mut cmd = Command::new(binary("gpuledger-server")?);
-        cmd.args(args)
-            .arg("--listen")
-            .arg(format!("127.0.0.1:{port}"));
+        cmd.args(args).arg("--listen").arg(format!("127.0.0.1:{port}"));
         if let Some(dir) = data_dir {
             cmd.arg("--data-dir").arg(dir);
         }
@@ -117,9 +101,7 @@ impl ServerProcess {
             };
         }
         let file = std::fs::File::create(log)?;
-        cmd.stdout(Stdio::from(file.try_clone()?))
-            .stderr(Stdio::from(file))
-            .stdin(Stdio::null());
+        cmd.stdout(Stdio::from(file.try_clone()?)).stderr(Stdio::from(file)).stdin(Stdio::null());
         let child = cmd.spawn().context("spawning gpuledger-server")?;
         Ok(Self {
             child: Some(child),
@@ -149,10 +131,7 @@ impl ServerProcess {
             if let Some(child) = self.child.as_mut()
                 && let Some(status) = child.try_wait()?
             {
-                bail!(
-                    "server exited with {status} before ready:\n{}",
-                    self.log_text()
-                );
+                bail!("server exited with {status} before ready:\n{}", self.log_text());
             }
             if started.elapsed() > timeout {
                 bail!("server not ready in {timeout:?}:\n{}", self.log_text());
@@ -205,11 +184,7 @@ impl Drop for ServerProcess {
         if let Some(dir) = &self.data_dir {
             let pgdata = dir.join("pg");
             if !processes_mentioning(&pgdata.display().to_string()).is_empty() {
-                let root = Command::new("id")
-                    .arg("-u")
-                    .output()
-                    .map(|o| o.stdout == b"0\n")
-                    .unwrap_or(false);
+                let root = Command::new("id").arg("-u").output().map(|o| o.stdout == b"0\n").unwrap_or(false);
                 let mut cmd = if root {
                     let mut c = Command::new("runuser");
                     c.args(["-u", "postgres", "--", "pg_ctl"]);
@@ -217,11 +192,7 @@ impl Drop for ServerProcess {
                 } else {
                     Command::new("pg_ctl")
                 };
-                let _ = cmd
-                    .arg("-D")
-                    .arg(&pgdata)
-                    .args(["-m", "immediate", "stop"])
-                    .output();
+                let _ = cmd.arg("-D").arg(&pgdata).args(["-m", "immediate", "stop"]).output();
             }
         }
     }

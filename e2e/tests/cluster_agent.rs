@@ -23,15 +23,7 @@ impl Agent {
     fn start(dir: &Path, server: &str, token: &str, kubeconfig: &Path, log: &str) -> Self {
         let log = std::fs::File::create(dir.join(log)).unwrap();
         let child = Command::new(binary("gpuledger-agent").unwrap())
-            .args([
-                "cluster",
-                "--server",
-                server,
-                "--token",
-                token,
-                "--cluster-name",
-                "e2e",
-            ])
+            .args(["cluster", "--server", server, "--token", token, "--cluster-name", "e2e"])
             .arg("--spool-dir")
             .arg(dir.join("agent"))
             .args(["--poll-ms", "100", "--heartbeat-secs", "1"])
@@ -49,10 +41,7 @@ impl Agent {
         signal(child.id(), "TERM").unwrap();
         let started = Instant::now();
         while child.try_wait().unwrap().is_none() {
-            assert!(
-                started.elapsed() < Duration::from_secs(30),
-                "agent did not stop"
-            );
+            assert!(started.elapsed() < Duration::from_secs(30), "agent did not stop");
             std::thread::sleep(Duration::from_millis(100));
         }
     }
@@ -93,34 +82,22 @@ const P1: &str = "a1a1a1a1-0000-4000-8000-000000000001";
 const P2: &str = "a1a1a1a1-0000-4000-8000-000000000002";
 const P3: &str = "a1a1a1a1-0000-4000-8000-000000000003";
 
-type Row = (
-    String,
-    Option<i64>,
-    Option<i64>,
-    String,
-    Option<OffsetDateTime>,
-    bool,
-    Option<String>,
-    Option<String>,
-);
+type Row = (String, Option<i64>, Option<i64>, String, Option<OffsetDateTime>, bool, Option<String>, Option<String>);
 
 async fn intervals(pool: &sqlx::PgPool) -> Vec<Row> {
     sqlx::query_as(
         "SELECT holder_name, fraction_num, fraction_den, confidence, ended_at, end_estimated, gpu_class,
                 namespace_uid::text
-           FROM allocation_intervals ORDER BY holder_name",
+                      FROM allocation_intervals
+          WHERE cluster_id = (SELECT cluster_id FROM clusters WHERE name = 'e2e')
+          ORDER BY holder_name",
     )
     .fetch_all(pool)
     .await
     .unwrap()
 }
 
-async fn wait_for<F: Fn(&[Row]) -> bool>(
-    pool: &sqlx::PgPool,
-    what: &str,
-    dir: &Path,
-    f: F,
-) -> Vec<Row> {
+async fn wait_for<F: Fn(&[Row]) -> bool>(pool: &sqlx::PgPool, what: &str, dir: &Path, f: F) -> Vec<Row> {
     let started = Instant::now();
     loop {
         let rows = intervals(pool).await;
@@ -144,24 +121,16 @@ async fn cluster_agent_end_to_end() {
     let db = fresh_database().await.unwrap();
     // The demo seeds organization `demo` (tenants, approved inventory); DATABASE_URL is a superuser URL here,
     // so it migrates and serves as gpuledger_app.
-    let mut server = ServerProcess::start(
-        &["demo"],
-        &[("DATABASE_URL", Some(&db.admin_url))],
-        None,
-        &dir.join("server.log"),
-    )
-    .unwrap();
+    let mut server =
+        ServerProcess::start(&["demo"], &[("DATABASE_URL", Some(&db.admin_url))], None, &dir.join("server.log"))
+            .unwrap();
     server.wait_ready(Duration::from_secs(60)).unwrap();
     let out = Command::new(binary("gpuledger-server").unwrap())
         .args(["token", "create", "--org", "demo", "--scope", "agent:e2e"])
         .env("DATABASE_URL", &db.admin_url)
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let token = String::from_utf8_lossy(&out.stdout).trim().to_string();
     assert!(token.starts_with("glt_"), "{token}");
     let pool = sqlx::PgPool::connect(&db.admin_url).await.unwrap();
@@ -179,79 +148,69 @@ async fn cluster_agent_end_to_end() {
         ),
     )
     .unwrap();
-    kube.apply("nodes", node("a100-mig", "b0000000-0000-4000-8000-000000000002",
-        json!({"nvidia.com/gpu.product": "NVIDIA-A100-PCIE-40GB", "nvidia.com/mig.strategy": "mixed"}), json!({"nvidia.com/mig-1g.5gb": "7"}))).unwrap();
+    kube.apply(
+        "nodes",
+        node(
+            "a100-mig",
+            "b0000000-0000-4000-8000-000000000002",
+            json!({"nvidia.com/gpu.product": "NVIDIA-A100-PCIE-40GB", "nvidia.com/mig.strategy": "mixed"}),
+            json!({"nvidia.com/mig-1g.5gb": "7"}),
+        ),
+    )
+    .unwrap();
     kube.apply("nodes", node("a100-shared", "b0000000-0000-4000-8000-000000000003",
         json!({"nvidia.com/gpu.product": "NVIDIA-A100-PCIE-40GB", "nvidia.com/gpu.replicas": "4", "nvidia.com/gpu.sharing-strategy": "time-slicing"}),
         json!({"nvidia.com/gpu": "16"}))).unwrap();
     kube.apply("namespaces", namespace("nlp-research")).unwrap();
     let running = json!({"running": {"startedAt": ts(t0)}});
+    kube.apply("pods", pod("p1-exclusive", P1, "h100-a", "nvidia.com/gpu", 2, running.clone())).unwrap();
+    kube.apply("pods", pod("p2-mig", P2, "a100-mig", "nvidia.com/mig-1g.5gb", 1, running.clone())).unwrap();
+    kube.apply("pods", pod("p3-timeslice", P3, "a100-shared", "nvidia.com/gpu", 1, running.clone())).unwrap();
     kube.apply(
         "pods",
-        pod(
-            "p1-exclusive",
-            P1,
-            "h100-a",
-            "nvidia.com/gpu",
-            2,
-            running.clone(),
-        ),
+        json!({"metadata": {"name": "web", "namespace": "ml", "uid": "a1a1a1a1-0000-4000-8000-0000000000ff"},
+        "spec": {"containers": [{"name": "web"}]}, "status": {"phase": "Running"}}),
     )
     .unwrap();
-    kube.apply(
-        "pods",
-        pod(
-            "p2-mig",
-            P2,
-            "a100-mig",
-            "nvidia.com/mig-1g.5gb",
-            1,
-            running.clone(),
-        ),
-    )
-    .unwrap();
-    kube.apply(
-        "pods",
-        pod(
-            "p3-timeslice",
-            P3,
-            "a100-shared",
-            "nvidia.com/gpu",
-            1,
-            running.clone(),
-        ),
-    )
-    .unwrap();
-    kube.apply("pods", json!({"metadata": {"name": "web", "namespace": "ml", "uid": "a1a1a1a1-0000-4000-8000-0000000000ff"},
-        "spec": {"containers": [{"name": "web"}]}, "status": {"phase": "Running"}})).unwrap();
+    // A KubeVirt VM with a vGPU, and a Kueue ClusterQueue: optional APIs the agent discovers.
+    kube.apply("virtualmachineinstances", json!({
+        "metadata": {"name": "vdi-1", "namespace": "ml", "uid": "c0000000-0000-4000-8000-000000000001"},
+        "spec": {"domain": {"devices": {"gpus": [{"name": "gpu1", "deviceName": "nvidia.com/GRID_T4-1Q"}]}}},
+        "status": {"nodeName": "t4-host", "phaseTransitionTimestamps": [{"phase": "Running", "phaseTransitionTimestamp": ts(t0)}]}
+    })).unwrap();
+    kube.apply("clusterqueues", json!({
+        "metadata": {"name": "team-nlp", "uid": "d0000000-0000-4000-8000-000000000001", "creationTimestamp": "2026-01-01T00:00:00Z"},
+        "spec": {"cohort": "research", "resourceGroups": [{"coveredResources": ["cpu", "nvidia.com/gpu"], "flavors": [
+            {"name": "h100", "resources": [{"name": "cpu", "nominalQuota": "64"}, {"name": "nvidia.com/gpu", "nominalQuota": 8, "borrowingLimit": 4}]}]}]}
+    })).unwrap();
     let kubeconfig = kube.kubeconfig(&dir).unwrap();
 
     let mut agent = Agent::start(&dir, &server.base, &token, &kubeconfig, "agent1.log");
-    let rows = wait_for(&pool, "three intervals", &dir, |r| r.len() == 3).await;
+    let rows = wait_for(&pool, "four intervals", &dir, |r| r.len() == 4).await;
+    assert_eq!(rows[3].0, "vdi-1");
+    assert_eq!(
+        (rows[3].1, rows[3].2, rows[3].3.as_str(), rows[3].6.as_deref()),
+        (Some(1), Some(16), "exact", Some("T4-16GB")),
+        "vGPU GRID_T4-1Q is 1/16 of a T4, model inferred from the approved profile"
+    );
+    let quota: serde_json::Value =
+        sqlx::query_scalar("SELECT payload FROM allocation_events WHERE kind = 'quota_observed'")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    assert_eq!(quota["cluster_queue"], "team-nlp");
+    assert_eq!(
+        quota["quotas"],
+        json!([{"flavor": "h100", "resource": "nvidia.com/gpu", "nominal": 8, "borrowing_limit": 4}])
+    );
     assert_eq!(rows[0].0, "p1-exclusive");
     assert_eq!(
-        (
-            rows[0].1,
-            rows[0].2,
-            rows[0].3.as_str(),
-            rows[0].6.as_deref()
-        ),
+        (rows[0].1, rows[0].2, rows[0].3.as_str(), rows[0].6.as_deref()),
         (Some(2), Some(1), "exact", Some("H100-80GB"))
     );
-    assert_eq!(
-        (rows[1].1, rows[1].2, rows[1].3.as_str()),
-        (Some(1), Some(7), "exact"),
-        "MIG 1g.5gb on an A100 is 1/7"
-    );
-    assert_eq!(
-        (rows[2].1, rows[2].2, rows[2].3.as_str()),
-        (Some(1), Some(4), "modeled"),
-        "one replica of four"
-    );
-    assert!(
-        rows.iter().all(|r| r.7.as_deref() == Some(NS_UID)),
-        "namespace UID resolved: {rows:?}"
-    );
+    assert_eq!((rows[1].1, rows[1].2, rows[1].3.as_str()), (Some(1), Some(7), "exact"), "MIG 1g.5gb on an A100 is 1/7");
+    assert_eq!((rows[2].1, rows[2].2, rows[2].3.as_str()), (Some(1), Some(4), "modeled"), "one replica of four");
+    assert!(rows.iter().all(|r| r.7.as_deref() == Some(NS_UID)), "namespace UID resolved: {rows:?}");
 
     // A pod finishes while the agent watches: the end is the container's own finishedAt.
     let t1 = now - time::Duration::hours(2);
@@ -267,35 +226,27 @@ async fn cluster_agent_end_to_end() {
         ),
     )
     .unwrap();
-    wait_for(&pool, "p1 ended at its finishedAt", &dir, |r| {
-        r[0].4 == Some(t1) && !r[0].5
-    })
-    .await;
+    wait_for(&pool, "p1 ended at its finishedAt", &dir, |r| r[0].4 == Some(t1) && !r[0].5).await;
 
     // The namespace changes owner: the old mapping is closed, a new one opened.
-    kube.apply("namespaces", namespace("search-ranking"))
-        .unwrap();
+    kube.apply("namespaces", namespace("search-ranking")).unwrap();
     let started = Instant::now();
     loop {
         let owners: Vec<(String, Option<OffsetDateTime>)> = sqlx::query_as(
-            "SELECT t.name, o.valid_to FROM namespace_ownership o JOIN tenants t USING (org_id, tenant_id) ORDER BY o.valid_from",
+            "SELECT t.name, o.valid_to FROM namespace_ownership o JOIN tenants t USING (org_id, tenant_id)
+              WHERE o.namespace_uid = $1::uuid ORDER BY o.valid_from",
         )
+        .bind(NS_UID)
         .fetch_all(&pool)
         .await
         .unwrap();
         if owners.len() == 2 {
             assert_eq!(owners[0].0, "nlp-research");
             assert!(owners[0].1.is_some());
-            assert_eq!(
-                (owners[1].0.as_str(), owners[1].1),
-                ("search-ranking", None)
-            );
+            assert_eq!((owners[1].0.as_str(), owners[1].1), ("search-ranking", None));
             break;
         }
-        assert!(
-            started.elapsed() < Duration::from_secs(60),
-            "ownership: {owners:?}"
-        );
+        assert!(started.elapsed() < Duration::from_secs(60), "ownership: {owners:?}");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 
@@ -315,10 +266,7 @@ async fn cluster_agent_end_to_end() {
     )
     .unwrap();
     let mut agent = Agent::start(&dir, &server.base, &token, &kubeconfig, "agent2.log");
-    wait_for(&pool, "p2 ended at its finishedAt", &dir, |r| {
-        r[1].4 == Some(t2) && !r[1].5 && r[1].3 == "exact"
-    })
-    .await;
+    wait_for(&pool, "p2 ended at its finishedAt", &dir, |r| r[1].4 == Some(t2) && !r[1].5 && r[1].3 == "exact").await;
 
     // The agent is down while a pod is deleted: the end is inferred, marked estimated.
     agent.stop();
@@ -331,11 +279,10 @@ async fn cluster_agent_end_to_end() {
     assert!(end >= t0 && end <= OffsetDateTime::now_utc(), "{end}");
 
     // Every fact was stored once.
-    let dup: i64 =
-        sqlx::query_scalar("SELECT count(*) - count(DISTINCT event_id) FROM allocation_events")
-            .fetch_one(&pool)
-            .await
-            .unwrap();
+    let dup: i64 = sqlx::query_scalar("SELECT count(*) - count(DISTINCT event_id) FROM allocation_events")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
     assert_eq!(dup, 0);
     drop(server);
     if std::env::var_os("KEEP_E2E").is_none() {

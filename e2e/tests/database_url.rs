@@ -10,11 +10,7 @@ use gpuledger_e2e::{
 };
 
 fn migrate(url: &str) -> std::process::Output {
-    Command::new(binary("gpuledger-server").unwrap())
-        .arg("migrate")
-        .env("DATABASE_URL", url)
-        .output()
-        .unwrap()
+    Command::new(binary("gpuledger-server").unwrap()).arg("migrate").env("DATABASE_URL", url).output().unwrap()
 }
 
 #[tokio::test]
@@ -22,41 +18,19 @@ async fn migrate_is_idempotent_and_serve_runs_as_the_app_role() {
     let db = fresh_database().await.unwrap();
     let dir = temp_dir("gl-e2e-url").unwrap();
 
-    let out = with_cluster_lock(async { Ok(migrate(&db.admin_url)) })
-        .await
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let out = with_cluster_lock(async { Ok(migrate(&db.admin_url)) })
-        .await
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "second migrate: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = with_cluster_lock(async { Ok(migrate(&db.admin_url)) }).await.unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = with_cluster_lock(async { Ok(migrate(&db.admin_url)) }).await.unwrap();
+    assert!(out.status.success(), "second migrate: {}", String::from_utf8_lossy(&out.stderr));
     allow_app_login(&db).await.unwrap();
 
-    let mut server = ServerProcess::start(
-        &["serve"],
-        &[("DATABASE_URL", Some(&db.app_url))],
-        None,
-        &dir.join("serve.log"),
-    )
-    .unwrap();
+    let mut server =
+        ServerProcess::start(&["serve"], &[("DATABASE_URL", Some(&db.app_url))], None, &dir.join("serve.log")).unwrap();
     server.wait_ready(Duration::from_secs(60)).unwrap();
     let (status, home) = http_get(&format!("{}/", server.base)).unwrap();
     assert_eq!(status, 200);
     assert!(home.contains("No organization yet"), "{home}");
-    assert!(
-        server
-            .stop("TERM", Duration::from_secs(30))
-            .unwrap()
-            .success()
-    );
+    assert!(server.stop("TERM", Duration::from_secs(30)).unwrap().success());
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -65,23 +39,12 @@ async fn serve_reports_not_ready_until_migrated() {
     let db = fresh_database().await.unwrap();
     let other = fresh_database().await.unwrap();
     // Make sure the roles exist (they are cluster-wide) by migrating another database.
-    let out = with_cluster_lock(async { Ok(migrate(&other.admin_url)) })
-        .await
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = with_cluster_lock(async { Ok(migrate(&other.admin_url)) }).await.unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     allow_app_login(&db).await.unwrap();
     let dir = temp_dir("gl-e2e-unmigrated").unwrap();
-    let mut server = ServerProcess::start(
-        &["serve"],
-        &[("DATABASE_URL", Some(&db.app_url))],
-        None,
-        &dir.join("serve.log"),
-    )
-    .unwrap();
+    let mut server =
+        ServerProcess::start(&["serve"], &[("DATABASE_URL", Some(&db.app_url))], None, &dir.join("serve.log")).unwrap();
     // It starts (liveness) but is not ready, and says why.
     let mut live = false;
     for _ in 0..120 {
@@ -95,11 +58,6 @@ async fn serve_reports_not_ready_until_migrated() {
     let (status, body) = http_get(&format!("{}/readyz", server.base)).unwrap();
     assert_eq!(status, 503, "{body}");
     assert!(body.contains("migrate"), "{body}");
-    assert!(
-        server
-            .stop("INT", Duration::from_secs(30))
-            .unwrap()
-            .success()
-    );
+    assert!(server.stop("INT", Duration::from_secs(30)).unwrap().success());
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -14,11 +14,7 @@ fn token(db_url: &str, scope: &str) -> String {
         .env("DATABASE_URL", db_url)
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
@@ -35,33 +31,18 @@ fn join(base: &str, token: &str, output: &std::path::Path) -> std::process::Outp
 async fn a_join_token_works_once_and_yields_a_working_credential() {
     let dir = temp_dir("gl-e2e-join").unwrap();
     let db = fresh_database().await.unwrap();
-    let mut server = ServerProcess::start(
-        &["demo"],
-        &[("DATABASE_URL", Some(&db.admin_url))],
-        None,
-        &dir.join("server.log"),
-    )
-    .unwrap();
+    let mut server =
+        ServerProcess::start(&["demo"], &[("DATABASE_URL", Some(&db.admin_url))], None, &dir.join("server.log"))
+            .unwrap();
     server.wait_ready(Duration::from_secs(60)).unwrap();
     let join_token = token(&db.admin_url, "join:east-1");
 
     let credential_path = dir.join("credential");
     let out = join(&server.base, &join_token, &credential_path);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let credential = std::fs::read_to_string(&credential_path).unwrap();
     assert!(credential.starts_with("glt_") && credential != join_token);
-    assert_eq!(
-        std::fs::metadata(&credential_path)
-            .unwrap()
-            .permissions()
-            .mode()
-            & 0o777,
-        0o600
-    );
+    assert_eq!(std::fs::metadata(&credential_path).unwrap().permissions().mode() & 0o777, 0o600);
 
     // Single use.
     let again = join(&server.base, &join_token, &dir.join("again"));
@@ -76,17 +57,7 @@ async fn a_join_token_works_once_and_yields_a_working_credential() {
     let batch = r#"{"wire_version":1,"agent":{"version":"t","mode":"cluster"},"cluster":"east-1","facts":[]}"#;
     let post = |t: &str| {
         let out = Command::new("curl")
-            .args([
-                "-s",
-                "-o",
-                "/dev/null",
-                "-w",
-                "%{http_code}",
-                "-X",
-                "POST",
-                "-H",
-                "content-type: application/json",
-            ])
+            .args(["-s", "-o", "/dev/null", "-w", "%{http_code}", "-X", "POST", "-H", "content-type: application/json"])
             .args(["-H", &format!("authorization: Bearer {t}"), "-d", batch])
             .arg(format!("{}/api/v1/ingest/batches", server.base))
             .output()
@@ -99,22 +70,19 @@ async fn a_join_token_works_once_and_yields_a_working_credential() {
     // An expired join token is refused.
     let expired = token(&db.admin_url, "join:east-1");
     let pool = sqlx::PgPool::connect(&db.admin_url).await.unwrap();
-    sqlx::query("UPDATE api_tokens SET expires_at = now() - interval '1 minute' WHERE scope = 'join' AND revoked_at IS NULL")
-        .execute(&pool)
-        .await
-        .unwrap();
-    assert!(
-        !join(&server.base, &expired, &dir.join("late"))
-            .status
-            .success()
-    );
-    // Every exchange is audited.
-    let audited: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM audit_log WHERE action = 'token.create' AND actor = 'join'",
+    sqlx::query(
+        "UPDATE api_tokens SET expires_at = now() - interval '1 minute' WHERE scope = 'join' AND revoked_at IS NULL",
     )
-    .fetch_one(&pool)
+    .execute(&pool)
     .await
     .unwrap();
+    assert!(!join(&server.base, &expired, &dir.join("late")).status.success());
+    // Every exchange is audited.
+    let audited: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM audit_log WHERE action = 'token.create' AND actor = 'join'")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
     assert_eq!(audited, 1);
     drop(server);
     let _ = std::fs::remove_dir_all(&dir);

@@ -15,38 +15,19 @@ use gpuledger_e2e::{
 async fn simulated_node_delivers_inventory_and_rollups() {
     let dir = temp_dir("gl-e2e-node").unwrap();
     let db = fresh_database().await.unwrap();
-    let mut server = ServerProcess::start(
-        &["demo"],
-        &[("DATABASE_URL", Some(&db.admin_url))],
-        None,
-        &dir.join("server.log"),
-    )
-    .unwrap();
+    let mut server =
+        ServerProcess::start(&["demo"], &[("DATABASE_URL", Some(&db.admin_url))], None, &dir.join("server.log"))
+            .unwrap();
     server.wait_ready(Duration::from_secs(60)).unwrap();
     let out = Command::new(binary("gpuledger-server").unwrap())
-        .args([
-            "token",
-            "create",
-            "--org",
-            "demo",
-            "--scope",
-            "agent:e2e-node",
-        ])
+        .args(["token", "create", "--org", "demo", "--scope", "agent:e2e-node"])
         .env("DATABASE_URL", &db.admin_url)
         .output()
         .unwrap();
     let token = String::from_utf8_lossy(&out.stdout).trim().to_string();
     let log = std::fs::File::create(dir.join("node.log")).unwrap();
     let mut agent = Command::new(binary("gpuledger-agent").unwrap())
-        .args([
-            "node",
-            "--source",
-            "simulated",
-            "--simulate-gpus",
-            "8",
-            "--node-name",
-            "gpu-node-7",
-        ])
+        .args(["node", "--source", "simulated", "--simulate-gpus", "8", "--node-name", "gpu-node-7"])
         .args([
             "--server",
             &server.base,
@@ -87,11 +68,7 @@ async fn simulated_node_delivers_inventory_and_rollups() {
     }
     signal(agent.id(), "TERM").unwrap();
     let status = agent.wait().unwrap();
-    assert!(
-        status.success(),
-        "{}",
-        std::fs::read_to_string(dir.join("node.log")).unwrap_or_default()
-    );
+    assert!(status.success(), "{}", std::fs::read_to_string(dir.join("node.log")).unwrap_or_default());
     // Every window has all 8 GPUs, with samples, utilization within 0–100 and positive energy.
     let rows: Vec<(i64, i32, f32, f64)> = sqlx::query_as(
         "SELECT count(*), min(samples), max(util_max), min(energy_j) FROM telemetry_rollups
@@ -103,15 +80,9 @@ async fn simulated_node_delivers_inventory_and_rollups() {
     assert!(!rows.is_empty());
     for (n, samples, util_max, energy) in rows {
         assert_eq!(n, 8);
-        assert!(
-            samples >= 1 && util_max <= 100.0 && energy > 0.0,
-            "{samples} {util_max} {energy}"
-        );
+        assert!(samples >= 1 && util_max <= 100.0 && energy > 0.0, "{samples} {util_max} {energy}");
     }
-    let models: Vec<String> = sqlx::query_scalar("SELECT DISTINCT model FROM devices")
-        .fetch_all(&pool)
-        .await
-        .unwrap();
+    let models: Vec<String> = sqlx::query_scalar("SELECT DISTINCT model FROM devices").fetch_all(&pool).await.unwrap();
     assert_eq!(models, vec!["NVIDIA H100 80GB HBM3".to_string()]);
     drop(server);
     let _ = std::fs::remove_dir_all(&dir);

@@ -27,10 +27,7 @@ pub struct HttpOptions {
 
 impl Default for HttpOptions {
     fn default() -> Self {
-        Self {
-            request_timeout: Duration::from_secs(30),
-            body_limit: 16 * 1024 * 1024,
-        }
+        Self { request_timeout: Duration::from_secs(30), body_limit: 16 * 1024 * 1024 }
     }
 }
 
@@ -53,21 +50,16 @@ impl FromRef<AppState> for LeptosOptions {
 
 /// Leptos options for a server-rendered portal (no client bundle yet).
 pub fn leptos_options() -> LeptosOptions {
-    LeptosOptions::builder()
-        .output_name(Arc::<str>::from("gpuledger"))
-        .build()
+    LeptosOptions::builder().output_name(Arc::<str>::from("gpuledger")).build()
 }
 
 /// What every portal render gets in context: the data source and a way to set the response status.
 fn portal_context(state: &AppState) -> impl Fn() + Clone + Send + Sync + 'static {
-    let portal_data =
-        PortalDataHandle::new(DbPortalData::new(state.db.clone(), state.featured_org));
+    let portal_data = PortalDataHandle::new(DbPortalData::new(state.db.clone(), state.featured_org));
     move || {
         provide_context(portal_data.clone());
         provide_context(ResponseStatus(Arc::new(|code| {
-            if let (Some(options), Ok(status)) =
-                (use_context::<ResponseOptions>(), StatusCode::from_u16(code))
-            {
+            if let (Some(options), Ok(status)) = (use_context::<ResponseOptions>(), StatusCode::from_u16(code)) {
                 options.set_status(status);
             }
         })));
@@ -98,11 +90,7 @@ pub fn router(state: AppState, http: &HttpOptions) -> Router {
         .layer(TimeoutLayer::with_status_code(StatusCode::REQUEST_TIMEOUT, http.request_timeout))
         .layer(PropagateRequestIdLayer::x_request_id())
         .layer(TraceLayer::new_for_http().make_span_with(|request: &axum::http::Request<_>| {
-            let request_id = request
-                .headers()
-                .get("x-request-id")
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or("-");
+            let request_id = request.headers().get("x-request-id").and_then(|v| v.to_str().ok()).unwrap_or("-");
             tracing::info_span!("http", method = %request.method(), path = %request.uri().path(), request_id)
         }))
         .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
@@ -138,7 +126,5 @@ pub async fn serve(listen: SocketAddr, app: Router) -> std::io::Result<()> {
     let listener = tokio::net::TcpListener::bind(listen).await?;
     let local = listener.local_addr()?;
     tracing::info!(address = %local, "listening; portal at http://{local}/");
-    axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown_signal())
-        .await
+    axum::serve(listener, app).with_graceful_shutdown(shutdown_signal()).await
 }

@@ -72,14 +72,8 @@ fn parse(token: &str) -> Option<OrgId> {
 
 /// Authenticates the `Authorization: Bearer …` header.
 pub async fn authenticate(db: &Database, headers: &HeaderMap) -> Result<Principal, AppError> {
-    let value = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .ok_or(AppError::Unauthorized)?;
-    let token = value
-        .strip_prefix("Bearer ")
-        .ok_or(AppError::Unauthorized)?
-        .trim();
+    let value = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).ok_or(AppError::Unauthorized)?;
+    let token = value.strip_prefix("Bearer ").ok_or(AppError::Unauthorized)?.trim();
     let org = parse(token).ok_or(AppError::Unauthorized)?;
     let mut tx = db.begin_org(org).await?;
     let row: Option<(Uuid, String, Option<Uuid>)> = sqlx::query_as(
@@ -95,19 +89,11 @@ pub async fn authenticate(db: &Database, headers: &HeaderMap) -> Result<Principa
     let scope = match (scope.as_str(), cluster) {
         ("admin", _) => Scope::Admin,
         ("export", _) => Scope::Export,
-        ("agent", Some(c)) => Scope::Agent {
-            cluster: ClusterId::from_uuid(c),
-        },
-        ("join", Some(c)) => Scope::Join {
-            cluster: ClusterId::from_uuid(c),
-        },
+        ("agent", Some(c)) => Scope::Agent { cluster: ClusterId::from_uuid(c) },
+        ("join", Some(c)) => Scope::Join { cluster: ClusterId::from_uuid(c) },
         _ => return Err(AppError::Unauthorized),
     };
-    Ok(Principal {
-        org,
-        token_id,
-        scope,
-    })
+    Ok(Principal { org, token_id, scope })
 }
 
 /// How long a join token stays valid.
@@ -122,18 +108,13 @@ pub async fn create_token(
     created_by: &str,
 ) -> Result<(Uuid, String), DbError> {
     let secret: [u8; 32] = rand::rng().random();
-    let token = format!(
-        "glt_{}_{}",
-        tx.org().as_uuid().simple(),
-        hex::encode(secret)
-    );
+    let token = format!("glt_{}_{}", tx.org().as_uuid().simple(), hex::encode(secret));
     let token_id = Uuid::new_v4();
     let cluster = match scope {
         Scope::Agent { cluster } | Scope::Join { cluster } => Some(cluster.as_uuid()),
         _ => None,
     };
-    let expires_at = matches!(scope, Scope::Join { .. })
-        .then(|| time::OffsetDateTime::now_utc() + JOIN_TOKEN_TTL);
+    let expires_at = matches!(scope, Scope::Join { .. }).then(|| time::OffsetDateTime::now_utc() + JOIN_TOKEN_TTL);
     let org = tx.org().as_uuid();
     sqlx::query(
         "INSERT INTO api_tokens (org_id, token_id, scope, cluster_id, name, secret_sha256, created_by, expires_at)
@@ -167,23 +148,16 @@ pub async fn create_token(
 
 /// Exchanges a join token (single use: it is revoked in the same transaction) for an agent credential of its
 /// cluster. Returns the new token and the cluster's name.
-pub async fn redeem_join_token(
-    db: &Database,
-    principal: &Principal,
-) -> Result<(String, String), AppError> {
+pub async fn redeem_join_token(db: &Database, principal: &Principal) -> Result<(String, String), AppError> {
     let Scope::Join { cluster } = principal.scope else {
-        return Err(AppError::Forbidden(
-            "only a join token can be exchanged".into(),
-        ));
+        return Err(AppError::Forbidden("only a join token can be exchanged".into()));
     };
     let mut tx = db.begin_org(principal.org).await?;
     // Single use even under concurrency: only one exchange can flip revoked_at.
-    let revoked = sqlx::query(
-        "UPDATE api_tokens SET revoked_at = now() WHERE token_id = $1 AND revoked_at IS NULL",
-    )
-    .bind(principal.token_id)
-    .execute(tx.conn())
-    .await?;
+    let revoked = sqlx::query("UPDATE api_tokens SET revoked_at = now() WHERE token_id = $1 AND revoked_at IS NULL")
+        .bind(principal.token_id)
+        .execute(tx.conn())
+        .await?;
     if revoked.rows_affected() != 1 {
         return Err(AppError::Unauthorized);
     }
@@ -191,13 +165,7 @@ pub async fn redeem_join_token(
         .bind(cluster.as_uuid())
         .fetch_one(tx.conn())
         .await?;
-    let (_, token) = create_token(
-        &mut tx,
-        &Scope::Agent { cluster },
-        &format!("joined {name}"),
-        "join",
-    )
-    .await?;
+    let (_, token) = create_token(&mut tx, &Scope::Agent { cluster }, &format!("joined {name}"), "join").await?;
     tx.commit().await?;
     Ok((token, name))
 }
@@ -213,18 +181,15 @@ async fn join(
 ) -> Result<axum::Json<serde_json::Value>, AppError> {
     let principal = authenticate(&state.db, &headers).await?;
     let (token, cluster) = redeem_join_token(&state.db, &principal).await?;
-    Ok(axum::Json(
-        serde_json::json!({ "token": token, "cluster": cluster }),
-    ))
+    Ok(axum::Json(serde_json::json!({ "token": token, "cluster": cluster })))
 }
 
 /// Finds a cluster by name in `tx`'s organization, registering it when new.
 pub async fn ensure_cluster(tx: &mut OrgTx, name: &str) -> Result<(ClusterId, bool), DbError> {
-    let existing: Option<Uuid> =
-        sqlx::query_scalar("SELECT cluster_id FROM clusters WHERE name = $1")
-            .bind(name)
-            .fetch_optional(tx.conn())
-            .await?;
+    let existing: Option<Uuid> = sqlx::query_scalar("SELECT cluster_id FROM clusters WHERE name = $1")
+        .bind(name)
+        .fetch_optional(tx.conn())
+        .await?;
     if let Some(id) = existing {
         return Ok((ClusterId::from_uuid(id), false));
     }
@@ -249,10 +214,7 @@ mod tests {
         let org = Uuid::new_v4();
         let token = format!("glt_{}_{}", org.simple(), "ab".repeat(32));
         assert_eq!(parse(&token), Some(OrgId::from_uuid(org)));
-        assert_eq!(
-            parse(&format!("glt_{}_{}", org.simple(), "zz".repeat(32))),
-            None
-        );
+        assert_eq!(parse(&format!("glt_{}_{}", org.simple(), "zz".repeat(32))), None);
         assert_eq!(parse(&format!("glt_{}_{}", org.simple(), "ab")), None);
         assert_eq!(parse("Bearer nonsense"), None);
         assert_eq!(parse(&format!("glt_notauuid_{}", "ab".repeat(32))), None);

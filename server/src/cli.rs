@@ -140,9 +140,7 @@ impl Target {
 async fn start_embedded(cli: &Cli, data_dir: PathBuf) -> anyhow::Result<EmbeddedPostgres> {
     let bin_dir = cli.pg_bin_dir.clone();
     tracing::info!(data_dir = %data_dir.display(), "no DATABASE_URL: using the embedded default database");
-    let pg =
-        tokio::task::spawn_blocking(move || EmbeddedPostgres::start(&data_dir, bin_dir.as_deref()))
-            .await??;
+    let pg = tokio::task::spawn_blocking(move || EmbeddedPostgres::start(&data_dir, bin_dir.as_deref())).await??;
     embedded::prepare(&pg).await?;
     Ok(pg)
 }
@@ -180,10 +178,7 @@ pub async fn open(cli: &Cli, data_dir: PathBuf, max_connections: u32) -> anyhow:
             let pg = start_embedded(cli, data_dir).await?;
             let db = Database::connect(&pg.app_url(), AppLogin::Direct, max_connections).await;
             match db {
-                Ok(db) => Ok(Target {
-                    embedded: Some(pg),
-                    db,
-                }),
+                Ok(db) => Ok(Target { embedded: Some(pg), db }),
                 Err(e) => {
                     tokio::task::spawn_blocking(move || pg.stop()).await??;
                     Err(e.into())
@@ -210,9 +205,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                 Ok(())
             }
         },
-        Command::Token {
-            command: TokenCommand::Create(args),
-        } => {
+        Command::Token { command: TokenCommand::Create(args) } => {
             let data_dir = cli.data_dir.clone().unwrap_or_else(default_data_dir);
             let target = open(&cli, data_dir, 2).await?;
             let result = create_token(&target.db, args).await;
@@ -226,10 +219,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             serve(&cli, args, data_dir, false).await
         }
         Command::Demo(args) => {
-            let data_dir = cli
-                .data_dir
-                .clone()
-                .unwrap_or_else(|| default_data_dir().join("demo"));
+            let data_dir = cli.data_dir.clone().unwrap_or_else(|| default_data_dir().join("demo"));
             serve(&cli, args, data_dir, true).await
         }
     }
@@ -249,38 +239,25 @@ async fn create_token(db: &Database, args: &TokenCreateArgs) -> anyhow::Result<S
             let (kind, cluster_name) = other.split_once(':').unwrap_or((other, ""));
             let cluster_name = cluster_name.trim();
             if !matches!(kind, "agent" | "join") || cluster_name.is_empty() {
-                anyhow::bail!(
-                    "--scope: expected admin, export, agent:CLUSTER or join:CLUSTER, got {other:?}"
-                );
+                anyhow::bail!("--scope: expected admin, export, agent:CLUSTER or join:CLUSTER, got {other:?}");
             }
             let (cluster, created) = auth::ensure_cluster(&mut tx, cluster_name).await?;
             if created {
                 eprintln!("registered cluster {cluster_name:?} ({cluster})");
             }
-            if kind == "agent" {
-                auth::Scope::Agent { cluster }
-            } else {
-                auth::Scope::Join { cluster }
-            }
+            if kind == "agent" { auth::Scope::Agent { cluster } } else { auth::Scope::Join { cluster } }
         }
     };
     let (token_id, token) = auth::create_token(&mut tx, &scope, &args.name, "cli").await?;
     tx.commit().await?;
-    eprintln!(
-        "created {} token {token_id} for organization {:?}; it is shown once:",
-        args.scope, args.org
-    );
+    eprintln!("created {} token {token_id} for organization {:?}; it is shown once:", args.scope, args.org);
     Ok(token)
 }
 
 async fn serve(cli: &Cli, args: &ServeArgs, data_dir: PathBuf, demo: bool) -> anyhow::Result<()> {
     let target = open(cli, data_dir, args.db_max_connections).await?;
     if target.embedded.as_ref().is_some_and(|pg| !pg.is_owner()) {
-        let pgdata = target
-            .embedded
-            .as_ref()
-            .map(|pg| pg.pgdata().display().to_string())
-            .unwrap_or_default();
+        let pgdata = target.embedded.as_ref().map(|pg| pg.pgdata().display().to_string()).unwrap_or_default();
         target.shutdown().await?;
         anyhow::bail!(
             "another gpuledger-server is already serving from {pgdata}; stop it or choose another --data-dir"
@@ -294,11 +271,7 @@ async fn serve(cli: &Cli, args: &ServeArgs, data_dir: PathBuf, demo: bool) -> an
         } else {
             None
         };
-        let state = AppState {
-            db: target.db.clone(),
-            featured_org,
-            leptos: app::leptos_options(),
-        };
+        let state = AppState { db: target.db.clone(), featured_org, leptos: app::leptos_options() };
         let http = HttpOptions {
             request_timeout: Duration::from_secs(args.request_timeout_secs),
             body_limit: args.body_limit_bytes,

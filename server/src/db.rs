@@ -62,12 +62,7 @@ pub async fn role_info(conn: &mut PgConnection) -> Result<RoleInfo, DbError> {
     )
     .fetch_one(&mut *conn)
     .await?;
-    Ok(RoleInfo {
-        name,
-        superuser,
-        bypass_rls,
-        owned_relations,
-    })
+    Ok(RoleInfo { name, superuser, bypass_rls, owned_relations })
 }
 
 /// Parses a connection URL and names the server in `pg_stat_activity`.
@@ -127,15 +122,10 @@ impl Readiness {
 impl Database {
     /// Opens the application pool and proves it runs as a role that cannot bypass isolation: not a superuser,
     /// not BYPASSRLS, owning no relation. Refuses to return otherwise.
-    pub async fn connect(
-        url: &str,
-        login: AppLogin,
-        max_connections: u32,
-    ) -> Result<Self, DbError> {
+    pub async fn connect(url: &str, login: AppLogin, max_connections: u32) -> Result<Self, DbError> {
         let options = connect_options(url)?;
-        let mut pool_options = PgPoolOptions::new()
-            .max_connections(max_connections)
-            .acquire_timeout(Duration::from_secs(5));
+        let mut pool_options =
+            PgPoolOptions::new().max_connections(max_connections).acquire_timeout(Duration::from_secs(5));
         if login == AppLogin::SetRole {
             pool_options = pool_options.after_connect(|conn, _meta| {
                 Box::pin(async move {
@@ -159,10 +149,7 @@ impl Database {
         };
         if let Some(reason) = reason {
             pool.close().await;
-            return Err(DbError::PrivilegedRole {
-                role: role.name,
-                reason: reason.into(),
-            });
+            return Err(DbError::PrivilegedRole { role: role.name, reason: reason.into() });
         }
         Ok(Self { pool })
     }
@@ -191,30 +178,20 @@ impl Database {
         let probe = async {
             let mut conn = self.pool.acquire().await?;
             // An unmigrated database has no migrations table: reachable, nothing applied.
-            let has_table: bool =
-                sqlx::query_scalar("SELECT to_regclass('public._sqlx_migrations') IS NOT NULL")
-                    .fetch_one(&mut *conn)
-                    .await?;
+            let has_table: bool = sqlx::query_scalar("SELECT to_regclass('public._sqlx_migrations') IS NOT NULL")
+                .fetch_one(&mut *conn)
+                .await?;
             if !has_table {
                 return Ok(None);
             }
-            let applied: Option<i64> =
-                sqlx::query_scalar("SELECT max(version) FROM _sqlx_migrations WHERE success")
-                    .fetch_one(&mut *conn)
-                    .await?;
+            let applied: Option<i64> = sqlx::query_scalar("SELECT max(version) FROM _sqlx_migrations WHERE success")
+                .fetch_one(&mut *conn)
+                .await?;
             Ok::<_, sqlx::Error>(applied)
         };
         match tokio::time::timeout(Duration::from_secs(3), probe).await {
-            Ok(Ok(applied)) => Readiness {
-                reachable: true,
-                applied,
-                expected,
-            },
-            _ => Readiness {
-                reachable: false,
-                applied: None,
-                expected,
-            },
+            Ok(Ok(applied)) => Readiness { reachable: true, applied, expected },
+            _ => Readiness { reachable: false, applied: None, expected },
         }
     }
 
@@ -260,10 +237,8 @@ pub struct CrossOrgDirectory<'a> {
 impl CrossOrgDirectory<'_> {
     /// The organization with this slug, if any.
     pub async fn org_id_by_slug(&self, slug: &str) -> Result<Option<OrgId>, DbError> {
-        let id: Option<uuid::Uuid> = sqlx::query_scalar("SELECT gpuledger_org_id_by_slug($1)")
-            .bind(slug)
-            .fetch_one(self.pool)
-            .await?;
+        let id: Option<uuid::Uuid> =
+            sqlx::query_scalar("SELECT gpuledger_org_id_by_slug($1)").bind(slug).fetch_one(self.pool).await?;
         Ok(id.map(OrgId::from_uuid))
     }
 

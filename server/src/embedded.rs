@@ -73,10 +73,7 @@ pub enum EmbeddedError {
 }
 
 fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> EmbeddedError + '_ {
-    move |source| EmbeddedError::Io {
-        path: path.display().to_string(),
-        source,
-    }
+    move |source| EmbeddedError::Io { path: path.display().to_string(), source }
 }
 
 /// Generated passwords, kept beside the cluster.
@@ -102,10 +99,8 @@ struct Programs {
 
 impl Programs {
     fn find(bin_dir: Option<&Path>) -> Result<Self, EmbeddedError> {
-        let initdb = find_program("initdb", bin_dir)
-            .ok_or(EmbeddedError::BinariesMissing { missing: "initdb" })?;
-        let pg_ctl = find_program("pg_ctl", bin_dir)
-            .ok_or(EmbeddedError::BinariesMissing { missing: "pg_ctl" })?;
+        let initdb = find_program("initdb", bin_dir).ok_or(EmbeddedError::BinariesMissing { missing: "initdb" })?;
+        let pg_ctl = find_program("pg_ctl", bin_dir).ok_or(EmbeddedError::BinariesMissing { missing: "pg_ctl" })?;
         let run_as = if is_root() {
             if os_user_id("postgres").is_none() {
                 return Err(EmbeddedError::NoPostgresUser);
@@ -114,11 +109,7 @@ impl Programs {
         } else {
             None
         };
-        Ok(Self {
-            initdb,
-            pg_ctl,
-            run_as,
-        })
+        Ok(Self { initdb, pg_ctl, run_as })
     }
 
     fn command(&self, program: &Path) -> Command {
@@ -133,10 +124,8 @@ impl Programs {
     }
 
     fn run(&self, mut cmd: Command, what: &str) -> Result<Output, EmbeddedError> {
-        let output = cmd.output().map_err(|e| EmbeddedError::Command {
-            command: what.into(),
-            detail: e.to_string(),
-        })?;
+        let output =
+            cmd.output().map_err(|e| EmbeddedError::Command { command: what.into(), detail: e.to_string() })?;
         if output.status.success() {
             Ok(output)
         } else {
@@ -173,21 +162,13 @@ fn find_program(name: &str, bin_dir: Option<&Path>) -> Option<PathBuf> {
         .map(|e| e.path().join("bin").join(name))
         .filter(|p| p.is_file())
         .collect();
-    candidates.sort_by_key(|p| {
-        p.components()
-            .nth(4)
-            .and_then(|c| c.as_os_str().to_str()?.parse::<u32>().ok())
-            .unwrap_or(0)
-    });
+    candidates
+        .sort_by_key(|p| p.components().nth(4).and_then(|c| c.as_os_str().to_str()?.parse::<u32>().ok()).unwrap_or(0));
     candidates.pop()
 }
 
 fn is_root() -> bool {
-    Command::new("id")
-        .arg("-u")
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
-        .unwrap_or(false)
+    Command::new("id").arg("-u").output().map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0").unwrap_or(false)
 }
 
 fn os_user_id(user: &str) -> Option<(u32, u32)> {
@@ -204,10 +185,7 @@ fn os_user_id(user: &str) -> Option<(u32, u32)> {
 
 fn free_port() -> Result<u16, EmbeddedError> {
     let listener = TcpListener::bind("127.0.0.1:0").map_err(io_err(Path::new("127.0.0.1:0")))?;
-    let port = listener
-        .local_addr()
-        .map_err(io_err(Path::new("127.0.0.1:0")))?
-        .port();
+    let port = listener.local_addr().map_err(io_err(Path::new("127.0.0.1:0")))?.port();
     Ok(port)
 }
 
@@ -244,14 +222,10 @@ impl EmbeddedPostgres {
                     pgdata.display()
                 ))
             })?;
-            serde_json::from_str(&text).map_err(|e| {
-                EmbeddedError::Inconsistent(format!("{}: {e}", credentials_path.display()))
-            })?
+            serde_json::from_str(&text)
+                .map_err(|e| EmbeddedError::Inconsistent(format!("{}: {e}", credentials_path.display())))?
         } else {
-            let credentials = Credentials {
-                superuser_password: random_secret(),
-                app_password: random_secret(),
-            };
+            let credentials = Credentials { superuser_password: random_secret(), app_password: random_secret() };
             Self::init(&programs, &data_dir, &pgdata, owner, &credentials)?;
             let mut file = fs::OpenOptions::new()
                 .write(true)
@@ -260,10 +234,9 @@ impl EmbeddedPostgres {
                 .mode(0o600)
                 .open(&credentials_path)
                 .map_err(io_err(&credentials_path))?;
-            let text = serde_json::to_string_pretty(&credentials)
-                .map_err(|e| EmbeddedError::Inconsistent(e.to_string()))?;
-            file.write_all(text.as_bytes())
-                .map_err(io_err(&credentials_path))?;
+            let text =
+                serde_json::to_string_pretty(&credentials).map_err(|e| EmbeddedError::Inconsistent(e.to_string()))?;
+            file.write_all(text.as_bytes()).map_err(io_err(&credentials_path))?;
             credentials
         };
 
@@ -276,22 +249,12 @@ impl EmbeddedPostgres {
             .write(true)
             .open(&lock_path)
             .map_err(io_err(&lock_path))?;
-        let mut me = Self {
-            programs,
-            pgdata,
-            port: 0,
-            credentials,
-            running: false,
-            lock: None,
-        };
+        let mut me = Self { programs, pgdata, port: 0, credentials, running: false, lock: None };
         match lock.try_lock() {
             Ok(()) => me.lock = Some(lock),
             Err(fs::TryLockError::WouldBlock) => return me.join_running(),
             Err(fs::TryLockError::Error(e)) => {
-                return Err(EmbeddedError::Io {
-                    path: lock_path.display().to_string(),
-                    source: e,
-                });
+                return Err(EmbeddedError::Io { path: lock_path.display().to_string(), source: e });
             }
         }
         // A server left running by a crashed predecessor would hold the directory: stop it first.
@@ -314,22 +277,12 @@ impl EmbeddedPostgres {
             .arg(format!("-p {}", me.port));
         if let Err(e) = me.programs.run(start, "pg_ctl start") {
             let tail = fs::read_to_string(&log)
-                .map(|t| {
-                    t.lines()
-                        .rev()
-                        .take(8)
-                        .collect::<Vec<_>>()
-                        .into_iter()
-                        .rev()
-                        .collect::<Vec<_>>()
-                        .join("\n")
-                })
+                .map(|t| t.lines().rev().take(8).collect::<Vec<_>>().into_iter().rev().collect::<Vec<_>>().join("\n"))
                 .unwrap_or_default();
             return Err(match e {
-                EmbeddedError::Command { command, detail } => EmbeddedError::Command {
-                    command,
-                    detail: format!("{detail}\n{tail}"),
-                },
+                EmbeddedError::Command { command, detail } => {
+                    EmbeddedError::Command { command, detail: format!("{detail}\n{tail}") }
+                }
                 other => other,
             });
         }
@@ -354,16 +307,13 @@ impl EmbeddedPostgres {
         fs::write(&pwfile, &credentials.superuser_password).map_err(io_err(&pwfile))?;
         if let Some((uid, gid)) = owner {
             // The postgres OS user must own its directory and be able to reach it.
-            fs::set_permissions(data_dir, fs::Permissions::from_mode(0o755))
-                .map_err(io_err(data_dir))?;
+            fs::set_permissions(data_dir, fs::Permissions::from_mode(0o755)).map_err(io_err(data_dir))?;
             std::os::unix::fs::chown(pgdata, Some(uid), Some(gid)).map_err(io_err(pgdata))?;
             std::os::unix::fs::chown(&pwfile, Some(uid), Some(gid)).map_err(io_err(&pwfile))?;
             let mut probe = programs.command(Path::new("test"));
             probe.arg("-w").arg(pgdata);
             if !probe.status().map(|s| s.success()).unwrap_or(false) {
-                return Err(EmbeddedError::Unreachable {
-                    path: pgdata.display().to_string(),
-                });
+                return Err(EmbeddedError::Unreachable { path: pgdata.display().to_string() });
             }
         }
         // initdb wants an empty directory: move the password file out of the way first.
@@ -373,23 +323,13 @@ impl EmbeddedPostgres {
         initdb
             .arg("-D")
             .arg(pgdata)
-            .args([
-                "-U",
-                "postgres",
-                "-E",
-                "UTF8",
-                "--no-locale",
-                "--auth=scram-sha-256",
-            ])
+            .args(["-U", "postgres", "-E", "UTF8", "--no-locale", "--auth=scram-sha-256"])
             .arg(format!("--pwfile={}", pw_outside.display()));
         let result = programs.run(initdb, "initdb");
         let _ = fs::remove_file(&pw_outside);
         result?;
         let conf = pgdata.join("postgresql.conf");
-        let mut file = fs::OpenOptions::new()
-            .append(true)
-            .open(&conf)
-            .map_err(io_err(&conf))?;
+        let mut file = fs::OpenOptions::new().append(true).open(&conf).map_err(io_err(&conf))?;
         file.write_all(
             b"\n# gpuledger embedded default\nlisten_addresses = '127.0.0.1'\nunix_socket_directories = ''\n",
         )
@@ -403,20 +343,11 @@ impl EmbeddedPostgres {
         let pid_file = self.pgdata.join("postmaster.pid");
         for _ in 0..120 {
             if let Ok(text) = fs::read_to_string(&pid_file)
-                && let Some(port) = text
-                    .lines()
-                    .nth(3)
-                    .and_then(|l| l.trim().parse::<u16>().ok())
-                && text
-                    .lines()
-                    .nth(7)
-                    .is_some_and(|status| status.trim() == "ready")
+                && let Some(port) = text.lines().nth(3).and_then(|l| l.trim().parse::<u16>().ok())
+                && text.lines().nth(7).is_some_and(|status| status.trim() == "ready")
             {
                 self.port = port;
-                tracing::info!(
-                    port,
-                    "using the embedded PostgreSQL another gpuledger-server process runs"
-                );
+                tracing::info!(port, "using the embedded PostgreSQL another gpuledger-server process runs");
                 return Ok(self);
             }
             std::thread::sleep(std::time::Duration::from_millis(500));
@@ -434,10 +365,7 @@ impl EmbeddedPostgres {
 
     /// URL of the cluster's superuser on `database`.
     pub fn superuser_url(&self, database: &str) -> String {
-        format!(
-            "postgres://postgres:{}@127.0.0.1:{}/{database}",
-            self.credentials.superuser_password, self.port
-        )
+        format!("postgres://postgres:{}@127.0.0.1:{}/{database}", self.credentials.superuser_password, self.port)
     }
 
     /// URL of the application role on the application database.
@@ -462,10 +390,7 @@ impl EmbeddedPostgres {
 
     fn pg_stop(&self) -> Result<(), EmbeddedError> {
         let mut stop = self.programs.command(&self.programs.pg_ctl);
-        stop.arg("stop")
-            .arg("-D")
-            .arg(&self.pgdata)
-            .args(["-m", "fast", "-w", "-t", "60"]);
+        stop.arg("stop").arg("-D").arg(&self.pgdata).args(["-m", "fast", "-w", "-t", "60"]);
         self.programs.run(stop, "pg_ctl stop").map(|_| ())
     }
 
@@ -498,30 +423,23 @@ impl Drop for EmbeddedPostgres {
 /// log in with its generated password.
 pub async fn prepare(pg: &EmbeddedPostgres) -> Result<(), crate::db::DbError> {
     use sqlx::Connection;
-    let mut conn = sqlx::PgConnection::connect_with(&crate::db::connect_options(
-        &pg.superuser_url("postgres"),
-    )?)
-    .await?;
-    let exists: bool =
-        sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)")
-            .bind(DATABASE)
-            .fetch_one(&mut conn)
-            .await?;
+    let mut conn =
+        sqlx::PgConnection::connect_with(&crate::db::connect_options(&pg.superuser_url("postgres"))?).await?;
+    let exists: bool = sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)")
+        .bind(DATABASE)
+        .fetch_one(&mut conn)
+        .await?;
     if !exists {
-        sqlx::query(&format!("CREATE DATABASE {DATABASE}"))
-            .execute(&mut conn)
-            .await?;
+        sqlx::query(&format!("CREATE DATABASE {DATABASE}")).execute(&mut conn).await?;
     }
     conn.close().await?;
     let admin_url = pg.superuser_url(DATABASE);
     crate::db::migrate(&admin_url).await?;
-    let mut conn =
-        sqlx::PgConnection::connect_with(&crate::db::connect_options(&admin_url)?).await?;
-    let statement: String =
-        sqlx::query_scalar("SELECT format('ALTER ROLE gpuledger_app LOGIN PASSWORD %L', $1::text)")
-            .bind(pg.app_password())
-            .fetch_one(&mut conn)
-            .await?;
+    let mut conn = sqlx::PgConnection::connect_with(&crate::db::connect_options(&admin_url)?).await?;
+    let statement: String = sqlx::query_scalar("SELECT format('ALTER ROLE gpuledger_app LOGIN PASSWORD %L', $1::text)")
+        .bind(pg.app_password())
+        .fetch_one(&mut conn)
+        .await?;
     sqlx::query(&statement).execute(&mut conn).await?;
     conn.close().await?;
     Ok(())

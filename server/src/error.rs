@@ -43,10 +43,7 @@ pub enum AppError {
 impl AppError {
     /// A validation error naming the field and the reason.
     pub fn invalid(field: impl Into<String>, reason: impl Into<String>) -> Self {
-        Self::Invalid {
-            field: field.into(),
-            reason: reason.into(),
-        }
+        Self::Invalid { field: field.into(), reason: reason.into() }
     }
 
     fn status(&self) -> StatusCode {
@@ -102,10 +99,7 @@ impl IntoResponse for AppError {
             Self::Invalid { field, reason } => (format!("{field}: {reason}"), Some(field.clone())),
             Self::Internal(detail) => {
                 tracing::error!(error = %detail, "internal error");
-                (
-                    "an internal error occurred; it has been logged".to_string(),
-                    None,
-                )
+                ("an internal error occurred; it has been logged".to_string(), None)
             }
             other => (other.to_string(), None),
         };
@@ -118,10 +112,7 @@ impl IntoResponse for AppError {
         };
         let body = serde_json::to_vec(&problem).unwrap_or_default();
         let mut response = (status, body).into_response();
-        response.headers_mut().insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/problem+json"),
-        );
+        response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/problem+json"));
         response
     }
 }
@@ -135,13 +126,8 @@ mod tests {
     async fn invalid_names_the_field_as_problem_json() {
         let response = AppError::invalid("end", "before start").into_response();
         assert_eq!(response.status(), StatusCode::UNPROCESSABLE_ENTITY);
-        assert_eq!(
-            response.headers()[header::CONTENT_TYPE],
-            "application/problem+json"
-        );
-        let body = axum::body::to_bytes(response.into_body(), 1 << 16)
-            .await
-            .unwrap();
+        assert_eq!(response.headers()[header::CONTENT_TYPE], "application/problem+json");
+        let body = axum::body::to_bytes(response.into_body(), 1 << 16).await.unwrap();
         let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
         assert_eq!(v["field"], "end");
         assert_eq!(v["status"], 422);
@@ -151,9 +137,7 @@ mod tests {
     #[tokio::test]
     async fn internal_hides_the_detail() {
         let response = AppError::Internal("password=hunter2".into()).into_response();
-        let body = axum::body::to_bytes(response.into_body(), 1 << 16)
-            .await
-            .unwrap();
+        let body = axum::body::to_bytes(response.into_body(), 1 << 16).await.unwrap();
         assert!(!String::from_utf8_lossy(&body).contains("hunter2"));
     }
 }

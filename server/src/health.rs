@@ -7,9 +7,7 @@ use crate::{app::AppState, error::AppError};
 
 /// `/healthz` and `/readyz`.
 pub fn router() -> Router<AppState> {
-    Router::new()
-        .route("/healthz", get(healthz))
-        .route("/readyz", get(readyz))
+    Router::new().route("/healthz", get(healthz)).route("/readyz", get(readyz))
 }
 
 /// Alive: the process answers. Never touches the database, so a database outage does not restart pods.
@@ -30,7 +28,5 @@ async fn readyz(State(state): State<AppState>) -> Result<Json<Value>, AppError> 
             r.expected.map_or_else(|| "none".into(), |v| v.to_string()),
         )));
     }
-    Ok(Json(
-        json!({ "status": "ready", "schema_version": r.applied }),
-    ))
+    Ok(Json(json!({ "status": "ready", "schema_version": r.applied })))
 }

@@ -25,8 +25,8 @@ use gpuledger_core::{
     interval::Validity,
     sharing::{Inventory, ProfileFraction, ProfileKind, SharingMode, resolve_fraction},
     wire::{
-        AllocationStart, Batch, BatchAck, Fact, FactBody, FlaggedFact, MAX_FACTS_PER_BATCH,
-        TelemetryRollup, WIRE_VERSION,
+        AllocationStart, Batch, BatchAck, Fact, FactBody, FlaggedFact, MAX_FACTS_PER_BATCH, TelemetryRollup,
+        WIRE_VERSION,
     },
 };
 use serde_json::json;
@@ -58,19 +58,16 @@ async fn post_batch(
 ) -> Result<Json<BatchAck>, AppError> {
     let principal = auth::authenticate(&state.db, &headers).await?;
     let Scope::Agent { cluster } = principal.scope else {
-        return Err(AppError::Forbidden(
-            "only agent tokens may send facts".into(),
-        ));
+        return Err(AppError::Forbidden("only agent tokens may send facts".into()));
     };
     let batch = decode(&headers, &body)?;
     validate(&batch, OffsetDateTime::now_utc())?;
     let mut tx = state.db.begin_org(principal.org).await?;
     if let Some(claimed) = &batch.cluster {
-        let name: Option<String> =
-            sqlx::query_scalar("SELECT name FROM clusters WHERE cluster_id = $1")
-                .bind(cluster.as_uuid())
-                .fetch_optional(tx.conn())
-                .await?;
+        let name: Option<String> = sqlx::query_scalar("SELECT name FROM clusters WHERE cluster_id = $1")
+            .bind(cluster.as_uuid())
+            .fetch_optional(tx.conn())
+            .await?;
         if name.as_deref() != Some(claimed.as_str()) {
             return Err(AppError::Forbidden(format!(
                 "this credential belongs to cluster {:?}, not {claimed:?}",
@@ -85,10 +82,7 @@ async fn post_batch(
 
 /// Decompresses (gzip) and parses a batch; errors name the offending field.
 pub fn decode(headers: &HeaderMap, body: &[u8]) -> Result<Batch, AppError> {
-    let encoding = headers
-        .get(header::CONTENT_ENCODING)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("identity");
+    let encoding = headers.get(header::CONTENT_ENCODING).and_then(|v| v.to_str().ok()).unwrap_or("identity");
     let json: Vec<u8> = match encoding {
         "gzip" => {
             let mut out = Vec::new();
@@ -103,10 +97,7 @@ pub fn decode(headers: &HeaderMap, body: &[u8]) -> Result<Batch, AppError> {
         }
         "identity" => body.to_vec(),
         other => {
-            return Err(AppError::invalid(
-                "content-encoding",
-                format!("unsupported encoding {other:?}"),
-            ));
+            return Err(AppError::invalid("content-encoding", format!("unsupported encoding {other:?}")));
         }
     };
     // Two steps, so errors name the exact field: the envelope first, then each fact by its kind (a flattened,
@@ -115,9 +106,7 @@ pub fn decode(headers: &HeaderMap, body: &[u8]) -> Result<Batch, AppError> {
     let mut facts = Vec::with_capacity(raw.facts.len());
     for (i, mut value) in raw.facts.into_iter().enumerate() {
         let at = format!("facts[{i}]");
-        let obj = value
-            .as_object_mut()
-            .ok_or_else(|| AppError::invalid(at.clone(), "must be an object"))?;
+        let obj = value.as_object_mut().ok_or_else(|| AppError::invalid(at.clone(), "must be an object"))?;
         let event_id: String = take(obj, &at, "event_id")?;
         let observed_at: TimeField = take(obj, &at, "observed_at")?;
         let kind: String = take(obj, &at, "kind")?;
@@ -131,25 +120,14 @@ pub fn decode(headers: &HeaderMap, body: &[u8]) -> Result<Batch, AppError> {
             "device_assigned" => FactBody::DeviceAssigned(parse_at(&at, value)?),
             "telemetry" => FactBody::Telemetry(parse_at(&at, value)?),
             "gap" => FactBody::Gap(parse_at(&at, value)?),
+            "quota_observed" => FactBody::QuotaObserved(parse_at(&at, value)?),
             other => {
-                return Err(AppError::invalid(
-                    format!("{at}.kind"),
-                    format!("unknown kind {other:?}"),
-                ));
+                return Err(AppError::invalid(format!("{at}.kind"), format!("unknown kind {other:?}")));
             }
         };
-        facts.push(Fact {
-            event_id,
-            observed_at: observed_at.0,
-            body,
-        });
+        facts.push(Fact { event_id, observed_at: observed_at.0, body });
     }
-    Ok(Batch {
-        wire_version: raw.wire_version,
-        agent: raw.agent,
-        cluster: raw.cluster,
-        facts,
-    })
+    Ok(Batch { wire_version: raw.wire_version, agent: raw.agent, cluster: raw.cluster, facts })
 }
 
 #[derive(serde::Deserialize)]
@@ -165,10 +143,7 @@ struct RawBatch {
 struct TimeField(#[serde(with = "time::serde::rfc3339")] OffsetDateTime);
 
 /// Deserializes `de`, reporting errors at `prefix` + the path inside.
-fn parse_at<'de, T: serde::Deserialize<'de>, D: serde::Deserializer<'de>>(
-    prefix: &str,
-    de: D,
-) -> Result<T, AppError>
+fn parse_at<'de, T: serde::Deserialize<'de>, D: serde::Deserializer<'de>>(prefix: &str, de: D) -> Result<T, AppError>
 where
     D::Error: std::fmt::Display,
 {
@@ -189,11 +164,8 @@ fn take<T: serde::de::DeserializeOwned>(
     at: &str,
     key: &str,
 ) -> Result<T, AppError> {
-    let value = obj
-        .remove(key)
-        .ok_or_else(|| AppError::invalid(format!("{at}.{key}"), "missing"))?;
-    serde_json::from_value(value)
-        .map_err(|e| AppError::invalid(format!("{at}.{key}"), e.to_string()))
+    let value = obj.remove(key).ok_or_else(|| AppError::invalid(format!("{at}.{key}"), "missing"))?;
+    serde_json::from_value(value).map_err(|e| AppError::invalid(format!("{at}.{key}"), e.to_string()))
 }
 
 /// Checks what serde cannot: versions, sizes, time order, times from the future.
@@ -201,19 +173,13 @@ pub fn validate(batch: &Batch, now: OffsetDateTime) -> Result<(), AppError> {
     if batch.wire_version != WIRE_VERSION {
         return Err(AppError::invalid(
             "wire_version",
-            format!(
-                "this server speaks version {WIRE_VERSION}, got {}",
-                batch.wire_version
-            ),
+            format!("this server speaks version {WIRE_VERSION}, got {}", batch.wire_version),
         ));
     }
     if batch.facts.len() > MAX_FACTS_PER_BATCH {
         return Err(AppError::invalid(
             "facts",
-            format!(
-                "{} facts; at most {MAX_FACTS_PER_BATCH} per batch",
-                batch.facts.len()
-            ),
+            format!("{} facts; at most {MAX_FACTS_PER_BATCH} per batch", batch.facts.len()),
         ));
     }
     let latest = now + MAX_FUTURE_SKEW;
@@ -221,18 +187,12 @@ pub fn validate(batch: &Batch, now: OffsetDateTime) -> Result<(), AppError> {
         let field = |name: &str| format!("facts[{i}].{name}");
         let future = |name: &str, t: OffsetDateTime| -> Result<(), AppError> {
             if t > latest {
-                return Err(AppError::invalid(
-                    field(name),
-                    format!("{t} is in the future (server time {now})"),
-                ));
+                return Err(AppError::invalid(field(name), format!("{t} is in the future (server time {now})")));
             }
             Ok(())
         };
         if fact.event_id.trim().is_empty() || fact.event_id.len() > 300 {
-            return Err(AppError::invalid(
-                field("event_id"),
-                "must be 1 to 300 characters",
-            ));
+            return Err(AppError::invalid(field("event_id"), "must be 1 to 300 characters"));
         }
         future("observed_at", fact.observed_at)?;
         match &fact.body {
@@ -242,16 +202,10 @@ pub fn validate(batch: &Batch, now: OffsetDateTime) -> Result<(), AppError> {
                     return Err(AppError::invalid(field("units"), "must be at least 1"));
                 }
                 if s.allocation_id.is_empty() || s.allocation_id.len() > 300 {
-                    return Err(AppError::invalid(
-                        field("allocation_id"),
-                        "must be 1 to 300 characters",
-                    ));
+                    return Err(AppError::invalid(field("allocation_id"), "must be 1 to 300 characters"));
                 }
                 if let SharingMode::TimeSlice { replicas: 0 } = s.mode {
-                    return Err(AppError::invalid(
-                        field("mode.replicas"),
-                        "must be at least 1",
-                    ));
+                    return Err(AppError::invalid(field("mode.replicas"), "must be at least 1"));
                 }
             }
             FactBody::AllocationEnded(e) => future("ended_at", e.ended_at)?,
@@ -261,18 +215,12 @@ pub fn validate(batch: &Batch, now: OffsetDateTime) -> Result<(), AppError> {
                 if let Some(d) = n.deleted_at
                     && d < n.created_at
                 {
-                    return Err(AppError::invalid(
-                        field("deleted_at"),
-                        "is before created_at",
-                    ));
+                    return Err(AppError::invalid(field("deleted_at"), "is before created_at"));
                 }
             }
             FactBody::Telemetry(t) => {
                 if t.window_end <= t.window_start {
-                    return Err(AppError::invalid(
-                        field("window_end"),
-                        "must be after window_start",
-                    ));
+                    return Err(AppError::invalid(field("window_end"), "must be after window_start"));
                 }
                 future("window_end", t.window_end)?;
             }
@@ -281,9 +229,8 @@ pub fn validate(batch: &Batch, now: OffsetDateTime) -> Result<(), AppError> {
                     return Err(AppError::invalid(field("to"), "is before from"));
                 }
             }
-            FactBody::NodeObserved(_)
-            | FactBody::DeviceObserved(_)
-            | FactBody::DeviceAssigned(_) => {}
+            FactBody::QuotaObserved(q) => future("since", q.since)?,
+            FactBody::NodeObserved(_) | FactBody::DeviceObserved(_) | FactBody::DeviceAssigned(_) => {}
         }
     }
     // An end before its start inside one batch is refused up front (across batches it is flagged on store).
@@ -321,6 +268,7 @@ fn subject(body: &FactBody) -> String {
         FactBody::DeviceAssigned(a) => format!("{}/{}", a.pod_uid, a.container),
         FactBody::Telemetry(t) => t.gpu_uuid.clone(),
         FactBody::Gap(_) => "gap".into(),
+        FactBody::QuotaObserved(q) => format!("clusterqueue/{}", q.uid),
     }
 }
 
@@ -332,20 +280,15 @@ fn occurred_at(fact: &Fact) -> OffsetDateTime {
         FactBody::NamespaceObserved(n) => n.labels_since,
         FactBody::Telemetry(t) => t.window_start,
         FactBody::Gap(g) => g.from,
+        FactBody::QuotaObserved(q) => q.since,
         _ => fact.observed_at,
     }
 }
 
 /// Stores a validated batch in `tx` and updates derived state. Idempotent.
-pub async fn store(
-    tx: &mut OrgTx,
-    org: OrgId,
-    cluster: ClusterId,
-    facts: &[Fact],
-) -> Result<BatchAck, AppError> {
-    let (telemetry, other): (Vec<&Fact>, Vec<&Fact>) = facts
-        .iter()
-        .partition(|f| matches!(f.body, FactBody::Telemetry(_)));
+pub async fn store(tx: &mut OrgTx, org: OrgId, cluster: ClusterId, facts: &[Fact]) -> Result<BatchAck, AppError> {
+    let (telemetry, other): (Vec<&Fact>, Vec<&Fact>) =
+        facts.iter().partition(|f| matches!(f.body, FactBody::Telemetry(_)));
     let mut stored = 0u64;
     let mut flagged = Vec::new();
 
@@ -409,12 +352,8 @@ pub async fn store(
             (FactBody::NamespaceObserved(n), _) => {
                 apply_namespace(tx, org, cluster, n, &fact.event_id, &mut flagged).await?;
             }
-            (FactBody::NodeObserved(n), _) => {
-                apply_node(tx, org, cluster, n, fact.observed_at).await?
-            }
-            (FactBody::DeviceObserved(d), _) => {
-                apply_device(tx, org, cluster, d, fact.observed_at).await?
-            }
+            (FactBody::NodeObserved(n), _) => apply_node(tx, org, cluster, n, fact.observed_at).await?,
+            (FactBody::DeviceObserved(d), _) => apply_device(tx, org, cluster, d, fact.observed_at).await?,
             (FactBody::Gap(g), _) => {
                 sqlx::query(
                     "INSERT INTO data_quality_findings
@@ -437,11 +376,7 @@ pub async fn store(
         let ids: Vec<String> = allocations.into_iter().collect();
         recompute_intervals(tx, org, cluster, &ids, &mut flagged).await?;
     }
-    Ok(BatchAck {
-        received: facts.len() as u64,
-        stored,
-        flagged,
-    })
+    Ok(BatchAck { received: facts.len() as u64, stored, flagged })
 }
 
 async fn store_telemetry(
@@ -450,20 +385,10 @@ async fn store_telemetry(
     cluster: ClusterId,
     rollups: &[&TelemetryRollup],
 ) -> Result<u64, DbError> {
-    let months: BTreeSet<time::Date> = rollups
-        .iter()
-        .map(|t| {
-            t.window_start
-                .date()
-                .replace_day(1)
-                .unwrap_or(t.window_start.date())
-        })
-        .collect();
+    let months: BTreeSet<time::Date> =
+        rollups.iter().map(|t| t.window_start.date().replace_day(1).unwrap_or(t.window_start.date())).collect();
     for month in months {
-        sqlx::query("SELECT gpuledger_ensure_telemetry_partition($1)")
-            .bind(month)
-            .execute(tx.conn())
-            .await?;
+        sqlx::query("SELECT gpuledger_ensure_telemetry_partition($1)").bind(month).execute(tx.conn()).await?;
     }
     let n = rollups.len();
     let mut gpu = Vec::with_capacity(n);
@@ -486,10 +411,7 @@ async fn store_telemetry(
         node.push(t.node.clone());
         profile.push(t.mig_profile.clone());
         samples.push(t.samples as i32);
-        for (k, stat) in [t.utilization_pct, t.memory_used_mib, t.power_w]
-            .iter()
-            .enumerate()
-        {
+        for (k, stat) in [t.utilization_pct, t.memory_used_mib, t.power_w].iter().enumerate() {
             stats[k * 3].push(stat.map(|s| s.min as f32));
             stats[k * 3 + 1].push(stat.map(|s| s.avg as f32));
             stats[k * 3 + 2].push(stat.map(|s| s.max as f32));
@@ -550,15 +472,7 @@ struct InventorySnapshot {
 
 impl InventorySnapshot {
     async fn load(tx: &mut OrgTx) -> Result<Self, AppError> {
-        type Row = (
-            String,
-            String,
-            String,
-            i64,
-            i64,
-            OffsetDateTime,
-            Option<OffsetDateTime>,
-        );
+        type Row = (String, String, String, i64, i64, OffsetDateTime, Option<OffsetDateTime>);
         let rows: Vec<Row> = sqlx::query_as(
             "SELECT 'mig', model, profile, fraction_num, fraction_den, valid_from, valid_to FROM mig_profiles
              UNION ALL
@@ -570,11 +484,7 @@ impl InventorySnapshot {
         for (kind, model, profile, num, den, from, to) in rows {
             let entry = (|| {
                 Ok::<_, gpuledger_core::error::DomainError>(ProfileFraction {
-                    kind: if kind == "mig" {
-                        ProfileKind::Mig
-                    } else {
-                        ProfileKind::Vgpu
-                    },
+                    kind: if kind == "mig" { ProfileKind::Mig } else { ProfileKind::Vgpu },
                     gpu_model: normalize_model(&model),
                     profile,
                     fraction: Fraction::new(num.into(), den.into())?,
@@ -582,9 +492,7 @@ impl InventorySnapshot {
                 })
             })()
             .map_err(|e| AppError::Internal(format!("inventory row is invalid: {e}")))?;
-            profiles
-                .insert(entry)
-                .map_err(|e| AppError::Internal(format!("inventory is inconsistent: {e}")))?;
+            profiles.insert(entry).map_err(|e| AppError::Internal(format!("inventory is inconsistent: {e}")))?;
         }
         let model_rows: Vec<(String, OffsetDateTime, Option<OffsetDateTime>, String)> =
             sqlx::query_as("SELECT model, valid_from, valid_to, gpu_class FROM gpu_models")
@@ -592,21 +500,32 @@ impl InventorySnapshot {
                 .await?;
         let mut classes: HashMap<String, Vec<_>> = HashMap::new();
         for (model, from, to, class) in model_rows {
-            classes
-                .entry(normalize_model(&model))
-                .or_default()
-                .push((from, to, class));
+            classes.entry(normalize_model(&model)).or_default().push((from, to, class));
         }
         Ok(Self { profiles, classes })
+    }
+
+    fn only_model_for(&self, mode: &SharingMode) -> Option<String> {
+        let SharingMode::Vgpu { profile } = mode else { return None };
+        let models: BTreeSet<&str> = self
+            .profiles
+            .entries()
+            .iter()
+            .filter(|e| e.kind == ProfileKind::Vgpu && e.profile == profile.as_str())
+            .map(|e| e.gpu_model.as_str())
+            .collect();
+        let mut it = models.into_iter();
+        match (it.next(), it.next()) {
+            (Some(only), None) => Some(only.to_string()),
+            _ => None,
+        }
     }
 
     fn class_at(&self, model: &str, at: OffsetDateTime) -> Option<&str> {
         self.classes
             .get(&normalize_model(model))?
             .iter()
-            .find_map(|(from, to, class)| {
-                (*from <= at && to.is_none_or(|t| at < t)).then_some(class.as_str())
-            })
+            .find_map(|(from, to, class)| (*from <= at && to.is_none_or(|t| at < t)).then_some(class.as_str()))
     }
 }
 
@@ -637,24 +556,15 @@ async fn recompute_intervals(
     }
     let mut by_allocation: BTreeMap<String, Facts> = BTreeMap::new();
     for (subject, event_id, payload) in rows {
-        let fact: Fact = serde_json::from_value(payload).map_err(|e| {
-            AppError::Internal(format!("stored fact {event_id} no longer parses: {e}"))
-        })?;
+        let fact: Fact = serde_json::from_value(payload)
+            .map_err(|e| AppError::Internal(format!("stored fact {event_id} no longer parses: {e}")))?;
         let entry = by_allocation.entry(subject).or_default();
         match fact.body {
             // Deterministic: the lowest event ID wins if several starts were recorded.
-            FactBody::AllocationStarted(s) if entry.start.is_none() => {
-                entry.start = Some((event_id, s))
-            }
-            FactBody::AllocationEnded(e) => {
-                entry.ended = Some(entry.ended.map_or(e.ended_at, |t| t.min(e.ended_at)))
-            }
+            FactBody::AllocationStarted(s) if entry.start.is_none() => entry.start = Some((event_id, s)),
+            FactBody::AllocationEnded(e) => entry.ended = Some(entry.ended.map_or(e.ended_at, |t| t.min(e.ended_at))),
             FactBody::AllocationVanished(v) => {
-                entry.vanished = Some(
-                    entry
-                        .vanished
-                        .map_or(v.last_seen_at, |t| t.min(v.last_seen_at)),
-                )
+                entry.vanished = Some(entry.vanished.map_or(v.last_seen_at, |t| t.min(v.last_seen_at)))
             }
             _ => {}
         }
@@ -678,42 +588,31 @@ async fn recompute_intervals(
         {
             flagged.push(FlaggedFact {
                 event_id: start_event.clone(),
-                reason: format!(
-                    "end {end} is before start {}; end ignored",
-                    start.started_at
-                ),
+                reason: format!("end {end} is before start {}; end ignored", start.started_at),
             });
             ended_at = None;
         }
-        let model = start.gpu_model.clone().unwrap_or_default();
-        let gpu_class = start
-            .gpu_model
-            .as_deref()
-            .and_then(|m| inventory.class_at(m, start.started_at));
-        let (fraction, mut confidence, gap) = match resolve_fraction(
-            &start.mode,
-            &normalize_model(&model),
-            start.started_at,
-            &inventory.profiles,
-        ) {
-            Ok((per_unit, confidence)) => {
-                let total = per_unit.checked_mul_int(start.units.into()).ok();
-                (total, confidence, None)
-            }
-            Err(gap) => {
-                let reason = format!(
-                    "{} on GPU model {:?} has no approved inventory entry ({:?}); kept without a fraction",
-                    start.mode,
-                    if model.is_empty() { "unknown" } else { &model },
-                    gap.reason
-                );
-                flagged.push(FlaggedFact {
-                    event_id: start_event.clone(),
-                    reason: reason.clone(),
-                });
-                (None, start.mode.base_confidence(), Some(reason))
-            }
-        };
+        // A VM's vGPU profile names its board (`GRID_T4-1Q`): when the agent could not say the model, take the one
+        // model the approved inventory lists that profile for.
+        let model = start.gpu_model.clone().or_else(|| inventory.only_model_for(&start.mode)).unwrap_or_default();
+        let gpu_class = (!model.is_empty()).then(|| inventory.class_at(&model, start.started_at)).flatten();
+        let (fraction, mut confidence, gap) =
+            match resolve_fraction(&start.mode, &normalize_model(&model), start.started_at, &inventory.profiles) {
+                Ok((per_unit, confidence)) => {
+                    let total = per_unit.checked_mul_int(start.units.into()).ok();
+                    (total, confidence, None)
+                }
+                Err(gap) => {
+                    let reason = format!(
+                        "{} on GPU model {:?} has no approved inventory entry ({:?}); kept without a fraction",
+                        start.mode,
+                        if model.is_empty() { "unknown" } else { &model },
+                        gap.reason
+                    );
+                    flagged.push(FlaggedFact { event_id: start_event.clone(), reason: reason.clone() });
+                    (None, start.mode.base_confidence(), Some(reason))
+                }
+            };
         if estimated {
             confidence = confidence.min(Confidence::Estimated);
         }
@@ -725,15 +624,17 @@ async fn recompute_intervals(
         };
         let namespace_uid = match start.namespace_uid {
             Some(uid) => Some(uid),
-            None => sqlx::query_scalar(
-                "SELECT namespace_uid FROM namespaces WHERE cluster_id = $1 AND name = $2 AND created_at <= $3
+            None => {
+                sqlx::query_scalar(
+                    "SELECT namespace_uid FROM namespaces WHERE cluster_id = $1 AND name = $2 AND created_at <= $3
                    AND (deleted_at IS NULL OR deleted_at >= $3) ORDER BY created_at DESC LIMIT 1",
-            )
-            .bind(cluster.as_uuid())
-            .bind(&start.namespace)
-            .bind(start.started_at)
-            .fetch_optional(tx.conn())
-            .await?,
+                )
+                .bind(cluster.as_uuid())
+                .bind(&start.namespace)
+                .bind(start.started_at)
+                .fetch_optional(tx.conn())
+                .await?
+            }
         };
         if let Some(reason) = &gap {
             sqlx::query(
@@ -820,16 +721,12 @@ async fn apply_namespace(
     let tenant: Option<Uuid> = match &n.labels.tenant {
         None => None,
         Some(name) => {
-            let id: Option<Uuid> =
-                sqlx::query_scalar("SELECT tenant_id FROM tenants WHERE name = $1")
-                    .bind(name)
-                    .fetch_optional(tx.conn())
-                    .await?;
+            let id: Option<Uuid> = sqlx::query_scalar("SELECT tenant_id FROM tenants WHERE name = $1")
+                .bind(name)
+                .fetch_optional(tx.conn())
+                .await?;
             if id.is_none() {
-                let reason = format!(
-                    "namespace {:?} names tenant {name:?}, which is not defined",
-                    n.name
-                );
+                let reason = format!("namespace {:?} names tenant {name:?}, which is not defined", n.name);
                 sqlx::query(
                     "INSERT INTO data_quality_findings (org_id, cluster_id, finding_id, kind, subject, occurred_from, details)
                      VALUES ($1, $2, $3, 'unknown_tenant', $4, $5, $6) ON CONFLICT DO NOTHING",
@@ -842,10 +739,7 @@ async fn apply_namespace(
                 .bind(json!({ "reason": reason }))
                 .execute(tx.conn())
                 .await?;
-                flagged.push(FlaggedFact {
-                    event_id: event_id.to_string(),
-                    reason,
-                });
+                flagged.push(FlaggedFact { event_id: event_id.to_string(), reason });
             }
             id
         }

@@ -32,19 +32,15 @@ impl DbPortalData {
         .fetch_optional(tx.conn())
         .await?;
         tx.commit().await?;
-        Ok(row.map(
-            |(slug, name, departments, tenants, clusters, gpu_models, allocation_intervals)| {
-                OrgSummary {
-                    slug,
-                    name,
-                    departments,
-                    tenants,
-                    clusters,
-                    gpu_models,
-                    allocation_intervals,
-                }
-            },
-        ))
+        Ok(row.map(|(slug, name, departments, tenants, clusters, gpu_models, allocation_intervals)| OrgSummary {
+            slug,
+            name,
+            departments,
+            tenants,
+            clusters,
+            gpu_models,
+            allocation_intervals,
+        }))
     }
 }
 
@@ -55,17 +51,11 @@ impl PortalData for DbPortalData {
             let organization = match (readiness.reachable, self.featured_org) {
                 (true, Some(org)) => self.org_summary(org).await.map_err(|e| {
                     tracing::error!(error = %e, "portal overview failed");
-                    PortalError {
-                        message: "the organization's summary could not be read".into(),
-                    }
+                    PortalError { message: "the organization's summary could not be read".into() }
                 })?,
                 _ => None,
             };
-            Ok(Overview {
-                database_ok: readiness.reachable,
-                schema_version: readiness.applied,
-                organization,
-            })
+            Ok(Overview { database_ok: readiness.reachable, schema_version: readiness.applied, organization })
         })
     }
 }

@@ -29,24 +29,13 @@ async fn every_org_table_is_isolated_and_keyed_by_org() {
     .fetch_all(&admin)
     .await
     .unwrap();
-    assert!(
-        tables.len() >= 15,
-        "expected the tenant tables, found {}",
-        tables.len()
-    );
+    assert!(tables.len() >= 15, "expected the tenant tables, found {}", tables.len());
     for (name, enabled, forced, has_policy, first_pk_column, owner) in &tables {
         assert!(enabled, "{name}: row-level security not enabled");
         assert!(forced, "{name}: row-level security not forced");
         assert!(has_policy, "{name}: no policy");
-        assert_eq!(
-            first_pk_column.as_deref(),
-            Some("org_id"),
-            "{name}: org_id must lead the primary key"
-        );
-        assert_eq!(
-            owner, "gpuledger_owner",
-            "{name}: must be owned by gpuledger_owner"
-        );
+        assert_eq!(first_pk_column.as_deref(), Some("org_id"), "{name}: org_id must lead the primary key");
+        assert_eq!(owner, "gpuledger_owner", "{name}: must be owned by gpuledger_owner");
     }
 
     // Every policy compares org_id with the transaction's setting (or is one of the directory's).
@@ -58,10 +47,7 @@ async fn every_org_table_is_isolated_and_keyed_by_org() {
     .unwrap();
     for (table, policy, expression) in &policies {
         if policy.starts_with("directory_") {
-            assert_eq!(
-                table, "organizations",
-                "directory policies belong on organizations only"
-            );
+            assert_eq!(table, "organizations", "directory policies belong on organizations only");
             continue;
         }
         assert!(
@@ -80,10 +66,7 @@ async fn every_org_table_is_isolated_and_keyed_by_org() {
     .await
     .unwrap();
     for t in untenanted {
-        assert!(
-            NOT_TENANT_DATA.contains(&t.as_str()),
-            "table {t} has no org_id and is not allowlisted"
-        );
+        assert!(NOT_TENANT_DATA.contains(&t.as_str()), "table {t} has no org_id and is not allowlisted");
     }
 }
 
@@ -91,24 +74,17 @@ async fn every_org_table_is_isolated_and_keyed_by_org() {
 async fn app_role_owns_nothing_and_cannot_bypass() {
     let (test_db, _db) = common::migrated().await;
     let admin = common::admin_pool(&test_db).await;
-    let (superuser, bypass, inherits_owner, inherits_directory): (bool, bool, bool, bool) =
-        sqlx::query_as(
-            "SELECT rolsuper, rolbypassrls,
+    let (superuser, bypass, inherits_owner, inherits_directory): (bool, bool, bool, bool) = sqlx::query_as(
+        "SELECT rolsuper, rolbypassrls,
                 pg_has_role('gpuledger_app', 'gpuledger_owner', 'MEMBER'),
                 pg_has_role('gpuledger_app', 'gpuledger_directory', 'MEMBER')
            FROM pg_roles WHERE rolname = 'gpuledger_app'",
-        )
-        .fetch_one(&admin)
-        .await
-        .unwrap();
-    assert!(
-        !superuser && !bypass,
-        "gpuledger_app must be neither superuser nor BYPASSRLS"
-    );
-    assert!(
-        !inherits_owner && !inherits_directory,
-        "gpuledger_app must not be a member of owner/directory roles"
-    );
+    )
+    .fetch_one(&admin)
+    .await
+    .unwrap();
+    assert!(!superuser && !bypass, "gpuledger_app must be neither superuser nor BYPASSRLS");
+    assert!(!inherits_owner && !inherits_directory, "gpuledger_app must not be a member of owner/directory roles");
     let owned: i64 = sqlx::query_scalar(
         "SELECT (SELECT count(*) FROM pg_class WHERE relowner = 'gpuledger_app'::regrole)
               + (SELECT count(*) FROM pg_proc WHERE proowner = 'gpuledger_app'::regrole)",
@@ -128,41 +104,23 @@ async fn app_role_owns_nothing_and_cannot_bypass() {
         "SET ROLE gpuledger_directory",
         "CREATE TABLE sneaky (org_id uuid)",
     ] {
-        let err = sqlx::query(statement)
-            .execute(&app)
-            .await
-            .expect_err(statement);
-        let code = err
-            .as_database_error()
-            .and_then(|e| e.code())
-            .map(|c| c.to_string());
-        assert_eq!(
-            code.as_deref(),
-            Some("42501"),
-            "{statement}: expected insufficient_privilege, got {err}"
-        );
+        let err = sqlx::query(statement).execute(&app).await.expect_err(statement);
+        let code = err.as_database_error().and_then(|e| e.code()).map(|c| c.to_string());
+        assert_eq!(code.as_deref(), Some("42501"), "{statement}: expected insufficient_privilege, got {err}");
     }
 }
 
 #[tokio::test]
 async fn server_refuses_to_serve_as_a_privileged_login() {
     let (test_db, _db) = common::migrated().await;
-    let err = gpuledger_server::db::Database::connect(
-        &test_db.admin_url,
-        gpuledger_server::db::AppLogin::Direct,
-        1,
-    )
-    .await
-    .err()
-    .expect("a superuser app pool must be refused");
+    let err = gpuledger_server::db::Database::connect(&test_db.admin_url, gpuledger_server::db::AppLogin::Direct, 1)
+        .await
+        .err()
+        .expect("a superuser app pool must be refused");
     assert!(err.to_string().contains("superuser"), "{err}");
     // The SET ROLE path drops to the app role and is accepted.
-    let db = gpuledger_server::db::Database::connect(
-        &test_db.admin_url,
-        gpuledger_server::db::AppLogin::SetRole,
-        1,
-    )
-    .await
-    .expect("SET ROLE path");
+    let db = gpuledger_server::db::Database::connect(&test_db.admin_url, gpuledger_server::db::AppLogin::SetRole, 1)
+        .await
+        .expect("SET ROLE path");
     assert!(db.readiness().await.is_ready());
 }

@@ -15,11 +15,7 @@ use gpuledger_server::{
 use tower::ServiceExt;
 
 async fn get(app: &axum::Router, path: &str) -> (StatusCode, axum::http::HeaderMap, String) {
-    let response = app
-        .clone()
-        .oneshot(Request::get(path).body(Body::empty()).unwrap())
-        .await
-        .unwrap();
+    let response = app.clone().oneshot(Request::get(path).body(Body::empty()).unwrap()).await.unwrap();
     let status = response.status();
     let headers = response.headers().clone();
     let body = to_bytes(response.into_body(), 1 << 22).await.unwrap();
@@ -27,14 +23,7 @@ async fn get(app: &axum::Router, path: &str) -> (StatusCode, axum::http::HeaderM
 }
 
 fn router(db: Database, featured_org: Option<gpuledger_core::ids::OrgId>) -> axum::Router {
-    app::router(
-        AppState {
-            db,
-            featured_org,
-            leptos: app::leptos_options(),
-        },
-        &HttpOptions::default(),
-    )
+    app::router(AppState { db, featured_org, leptos: app::leptos_options() }, &HttpOptions::default())
 }
 
 #[tokio::test]
@@ -43,34 +32,23 @@ async fn health_and_readiness() {
     let app = router(db, None);
     let (status, headers, body) = get(&app, "/healthz").await;
     assert_eq!(status, StatusCode::OK);
-    assert!(
-        headers.contains_key("x-request-id"),
-        "responses carry a request id"
-    );
-    assert_eq!(
-        serde_json::from_str::<serde_json::Value>(&body).unwrap()["status"],
-        "ok"
-    );
+    assert!(headers.contains_key("x-request-id"), "responses carry a request id");
+    assert_eq!(serde_json::from_str::<serde_json::Value>(&body).unwrap()["status"], "ok");
 
     let (status, _, body) = get(&app, "/readyz").await;
     assert_eq!(status, StatusCode::OK, "{body}");
     let v: serde_json::Value = serde_json::from_str(&body).unwrap();
-    assert_eq!(
-        v["schema_version"].as_i64(),
-        gpuledger_server::db::latest_migration()
-    );
+    assert_eq!(v["schema_version"].as_i64(), gpuledger_server::db::latest_migration());
 }
 
 #[tokio::test]
 async fn readiness_fails_when_the_schema_is_behind() {
     let (test_db, db) = common::migrated().await;
     let admin = common::admin_pool(&test_db).await;
-    sqlx::query(
-        "DELETE FROM _sqlx_migrations WHERE version = (SELECT max(version) FROM _sqlx_migrations)",
-    )
-    .execute(&admin)
-    .await
-    .unwrap();
+    sqlx::query("DELETE FROM _sqlx_migrations WHERE version = (SELECT max(version) FROM _sqlx_migrations)")
+        .execute(&admin)
+        .await
+        .unwrap();
     let (status, headers, body) = get(&router(db, None), "/readyz").await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(headers["content-type"], "application/problem+json");
@@ -86,36 +64,16 @@ async fn landing_page_shows_the_demo_organization() {
     let app = router(db, Some(org));
     let (status, headers, body) = get(&app, "/").await;
     assert_eq!(status, StatusCode::OK);
-    assert!(
-        headers["content-type"]
-            .to_str()
-            .unwrap()
-            .starts_with("text/html")
-    );
-    assert!(
-        body.contains("<title>GPU Ledger — overview</title>"),
-        "{body}"
-    );
+    assert!(headers["content-type"].to_str().unwrap().starts_with("text/html"));
+    assert!(body.contains("<title>GPU Ledger — overview</title>"), "{body}");
     assert!(body.contains("Demo Corp (sample data)"), "{body}");
-    assert!(
-        body.contains(r#"<span class="slug">(demo)</span>"#),
-        "{body}"
-    );
+    assert!(body.contains(r#"<span class="slug">(demo)</span>"#), "{body}");
     // 2 departments, 4 tenants in the demo seed.
-    assert!(
-        body.contains(r#"<th scope="row">Departments</th><td class="num">2</td>"#),
-        "{body}"
-    );
-    assert!(
-        body.contains(r#"<th scope="row">Tenants</th><td class="num">4</td>"#),
-        "{body}"
-    );
+    assert!(body.contains(r#"<th scope="row">Departments</th><td class="num">2</td>"#), "{body}");
+    assert!(body.contains(r#"<th scope="row">Tenants</th><td class="num">4</td>"#), "{body}");
     assert!(body.contains("reachable"));
     // Workloads came through the ingest path.
-    assert!(
-        !body.contains(r#"<th scope="row">Allocation intervals</th><td class="num">0</td>"#),
-        "{body}"
-    );
+    assert!(!body.contains(r#"<th scope="row">Allocation intervals</th><td class="num">0</td>"#), "{body}");
 }
 
 #[tokio::test]

@@ -15,9 +15,8 @@ use gpuledger_core::{
     ids::OrgId,
     sharing::SharingMode,
     wire::{
-        AgentInfo, AllocationEnd, AllocationStart, AllocationVanished, AttributionLabels, Batch,
-        EndReason, Fact, FactBody, Holder, NamespaceFact, Stat, TelemetryRollup, WIRE_VERSION,
-        event_id,
+        AgentInfo, AllocationEnd, AllocationStart, AllocationVanished, AttributionLabels, Batch, EndReason, Fact,
+        FactBody, Holder, NamespaceFact, Stat, TelemetryRollup, WIRE_VERSION, event_id,
     },
 };
 use gpuledger_server::{
@@ -45,39 +44,19 @@ async fn env() -> Env {
     let org = demo::seed(&db).await.unwrap();
     let mut tx = db.begin_org(org).await.unwrap();
     let (cluster, _) = auth::ensure_cluster(&mut tx, "gpu-east").await.unwrap();
-    let (_, agent_token) = auth::create_token(&mut tx, &Scope::Agent { cluster }, "agent", "test")
-        .await
-        .unwrap();
+    let (_, agent_token) = auth::create_token(&mut tx, &Scope::Agent { cluster }, "agent", "test").await.unwrap();
     tx.commit().await.unwrap();
     let app = app::router(
-        AppState {
-            db: db.clone(),
-            featured_org: Some(org),
-            leptos: app::leptos_options(),
-        },
-        &HttpOptions {
-            body_limit: 256 * 1024,
-            ..HttpOptions::default()
-        },
+        AppState { db: db.clone(), featured_org: Some(org), leptos: app::leptos_options() },
+        &HttpOptions { body_limit: 256 * 1024, ..HttpOptions::default() },
     );
-    Env {
-        app,
-        db,
-        org,
-        agent_token,
-        admin: common::admin_pool(&test_db).await,
-        ns_uid: Uuid::new_v4(),
-    }
+    Env { app, db, org, agent_token, admin: common::admin_pool(&test_db).await, ns_uid: Uuid::new_v4() }
 }
 
 fn batch(facts: Vec<Fact>) -> Batch {
     Batch {
         wire_version: WIRE_VERSION,
-        agent: AgentInfo {
-            version: "test".into(),
-            mode: "cluster".into(),
-            node: None,
-        },
+        agent: AgentInfo { version: "test".into(), mode: "cluster".into(), node: None },
         cluster: None,
         facts,
     }
@@ -121,17 +100,12 @@ fn end(pod: Uuid, resource: &str, at: OffsetDateTime) -> Fact {
     Fact {
         event_id: event_id("alloc-end", &[&allocation_id]),
         observed_at: at,
-        body: FactBody::AllocationEnded(AllocationEnd {
-            allocation_id,
-            ended_at: at,
-            reason: EndReason::Finished,
-        }),
+        body: FactBody::AllocationEnded(AllocationEnd { allocation_id, ended_at: at, reason: EndReason::Finished }),
     }
 }
 
 async fn post(env: &Env, token: Option<&str>, body: Vec<u8>, gzip: bool) -> (StatusCode, Value) {
-    let mut req =
-        Request::post("/api/v1/ingest/batches").header("content-type", "application/json");
+    let mut req = Request::post("/api/v1/ingest/batches").header("content-type", "application/json");
     if let Some(t) = token {
         req = req.header("authorization", format!("Bearer {t}"));
     }
@@ -143,41 +117,18 @@ async fn post(env: &Env, token: Option<&str>, body: Vec<u8>, gzip: bool) -> (Sta
     } else {
         body
     };
-    let response = env
-        .app
-        .clone()
-        .oneshot(req.body(Body::from(body)).unwrap())
-        .await
-        .unwrap();
+    let response = env.app.clone().oneshot(req.body(Body::from(body)).unwrap()).await.unwrap();
     let status = response.status();
     let bytes = to_bytes(response.into_body(), 1 << 20).await.unwrap();
-    (
-        status,
-        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
-    )
+    (status, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
 }
 
 async fn send(env: &Env, b: &Batch) -> (StatusCode, Value) {
-    post(
-        env,
-        Some(&env.agent_token),
-        serde_json::to_vec(b).unwrap(),
-        true,
-    )
-    .await
+    post(env, Some(&env.agent_token), serde_json::to_vec(b).unwrap(), true).await
 }
 
-type IntervalRow = (
-    String,
-    String,
-    Option<i64>,
-    Option<i64>,
-    Option<OffsetDateTime>,
-    bool,
-    String,
-    Option<String>,
-    Option<String>,
-);
+type IntervalRow =
+    (String, String, Option<i64>, Option<i64>, Option<OffsetDateTime>, bool, String, Option<String>, Option<String>);
 
 async fn intervals(env: &Env) -> Vec<IntervalRow> {
     let mut tx = env.db.begin_org(env.org).await.unwrap();
@@ -199,31 +150,15 @@ const H100: &str = "NVIDIA H100 80GB HBM3";
 async fn every_sharing_mode_gets_its_fraction_and_confidence() {
     let env = env().await;
     let t0 = datetime!(2026-10-05 08:00 UTC);
-    let (a, b, c, d, e) = (
-        Uuid::new_v4(),
-        Uuid::new_v4(),
-        Uuid::new_v4(),
-        Uuid::new_v4(),
-        Uuid::new_v4(),
-    );
+    let (a, b, c, d, e) = (Uuid::new_v4(), Uuid::new_v4(), Uuid::new_v4(), Uuid::new_v4(), Uuid::new_v4());
     let facts = vec![
-        start(
-            a,
-            env.ns_uid,
-            "nvidia.com/gpu",
-            2,
-            SharingMode::Exclusive,
-            H100,
-            t0,
-        ),
+        start(a, env.ns_uid, "nvidia.com/gpu", 2, SharingMode::Exclusive, H100, t0),
         start(
             b,
             env.ns_uid,
             "nvidia.com/mig-1g.10gb",
             1,
-            SharingMode::Mig {
-                profile: "1g.10gb".parse().unwrap(),
-            },
+            SharingMode::Mig { profile: "1g.10gb".parse().unwrap() },
             "NVIDIA-H100-80GB-HBM3",
             t0,
         ),
@@ -241,21 +176,11 @@ async fn every_sharing_mode_gets_its_fraction_and_confidence() {
             env.ns_uid,
             "nvidia.com/GRID_T4-1Q",
             1,
-            SharingMode::Vgpu {
-                profile: "GRID_T4-1Q".parse().unwrap(),
-            },
+            SharingMode::Vgpu { profile: "GRID_T4-1Q".parse().unwrap() },
             "Tesla T4",
             t0,
         ),
-        start(
-            e,
-            env.ns_uid,
-            "nvidia.com/TU104GL_Tesla_T4",
-            1,
-            SharingMode::Passthrough,
-            "Tesla T4",
-            t0,
-        ),
+        start(e, env.ns_uid, "nvidia.com/TU104GL_Tesla_T4", 1, SharingMode::Passthrough, "Tesla T4", t0),
         end(a, "nvidia.com/gpu", datetime!(2026-10-05 10:00 UTC)),
     ];
     let (status, ack) = send(&env, &batch(facts)).await;
@@ -265,40 +190,19 @@ async fn every_sharing_mode_gets_its_fraction_and_confidence() {
     assert_eq!(ack["flagged"].as_array().unwrap().len(), 0, "{ack}");
 
     let rows = intervals(&env).await;
-    let get = |pod: Uuid| {
-        rows.iter()
-            .find(|r| r.0.starts_with(&pod.to_string()))
-            .unwrap()
-            .clone()
-    };
+    let get = |pod: Uuid| rows.iter().find(|r| r.0.starts_with(&pod.to_string())).unwrap().clone();
     let ra = get(a);
     assert_eq!((ra.1.as_str(), ra.2, ra.3), ("exclusive", Some(2), Some(1)));
     assert_eq!(ra.4, Some(datetime!(2026-10-05 10:00 UTC)));
-    assert_eq!(
-        (ra.6.as_str(), ra.8.as_deref()),
-        ("exact", Some("H100-80GB"))
-    );
+    assert_eq!((ra.6.as_str(), ra.8.as_deref()), ("exact", Some("H100-80GB")));
     let rb = get(b);
-    assert_eq!(
-        (rb.1.as_str(), rb.2, rb.3, rb.6.as_str()),
-        ("mig", Some(1), Some(7), "exact"),
-        "model names normalize"
-    );
+    assert_eq!((rb.1.as_str(), rb.2, rb.3, rb.6.as_str()), ("mig", Some(1), Some(7), "exact"), "model names normalize");
     let rc = get(c);
-    assert_eq!(
-        (rc.1.as_str(), rc.2, rc.3, rc.6.as_str()),
-        ("time_slice", Some(1), Some(4), "modeled")
-    );
+    assert_eq!((rc.1.as_str(), rc.2, rc.3, rc.6.as_str()), ("time_slice", Some(1), Some(4), "modeled"));
     let rd = get(d);
-    assert_eq!(
-        (rd.1.as_str(), rd.2, rd.3, rd.6.as_str()),
-        ("vgpu", Some(1), Some(16), "exact")
-    );
+    assert_eq!((rd.1.as_str(), rd.2, rd.3, rd.6.as_str()), ("vgpu", Some(1), Some(16), "exact"));
     let re = get(e);
-    assert_eq!(
-        (re.1.as_str(), re.2, re.3, re.6.as_str()),
-        ("passthrough", Some(1), Some(1), "exact")
-    );
+    assert_eq!((re.1.as_str(), re.2, re.3, re.6.as_str()), ("passthrough", Some(1), Some(1), "exact"));
     assert!(rows.iter().all(|r| r.7.is_none()));
 }
 
@@ -318,11 +222,7 @@ async fn the_same_facts_twice_or_reordered_give_the_same_state() {
             t0 + time::Duration::hours(i as i64),
         ));
         if i % 2 == 0 {
-            facts.push(end(
-                *p,
-                "nvidia.com/gpu",
-                t0 + time::Duration::hours(i as i64 + 3),
-            ));
+            facts.push(end(*p, "nvidia.com/gpu", t0 + time::Duration::hours(i as i64 + 3)));
         }
     }
     // In order, once.
@@ -341,10 +241,8 @@ async fn the_same_facts_twice_or_reordered_give_the_same_state() {
         }
     }
     assert_eq!(intervals(&second).await, expected);
-    let events: i64 = sqlx::query_scalar("SELECT count(*) FROM allocation_events")
-        .fetch_one(&second.admin)
-        .await
-        .unwrap();
+    let events: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM allocation_events").fetch_one(&second.admin).await.unwrap();
     assert_eq!(events, facts.len() as i64, "each fact stored exactly once");
 }
 
@@ -357,15 +255,7 @@ async fn bad_input_names_the_field_and_changes_nothing() {
     let (status, problem) = send(
         &env,
         &batch(vec![
-            start(
-                p,
-                env.ns_uid,
-                "nvidia.com/gpu",
-                1,
-                SharingMode::Exclusive,
-                H100,
-                t0,
-            ),
+            start(p, env.ns_uid, "nvidia.com/gpu", 1, SharingMode::Exclusive, H100, t0),
             end(p, "nvidia.com/gpu", t0 - time::Duration::hours(1)),
         ]),
     )
@@ -374,79 +264,31 @@ async fn bad_input_names_the_field_and_changes_nothing() {
     assert_eq!(problem["field"], "facts[1].ended_at", "{problem}");
     // A timestamp far in the future.
     let future = OffsetDateTime::now_utc() + time::Duration::days(2);
-    let (status, problem) = send(
-        &env,
-        &batch(vec![start(
-            p,
-            env.ns_uid,
-            "nvidia.com/gpu",
-            1,
-            SharingMode::Exclusive,
-            H100,
-            future,
-        )]),
-    )
-    .await;
+    let (status, problem) =
+        send(&env, &batch(vec![start(p, env.ns_uid, "nvidia.com/gpu", 1, SharingMode::Exclusive, H100, future)])).await;
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
-    assert!(
-        problem["field"].as_str().unwrap().starts_with("facts[0]."),
-        "{problem}"
-    );
-    assert!(
-        problem["detail"].as_str().unwrap().contains("future"),
-        "{problem}"
-    );
+    assert!(problem["field"].as_str().unwrap().starts_with("facts[0]."), "{problem}");
+    assert!(problem["detail"].as_str().unwrap().contains("future"), "{problem}");
     // A malformed UID.
-    let mut json = serde_json::to_value(batch(vec![start(
-        p,
-        env.ns_uid,
-        "nvidia.com/gpu",
-        1,
-        SharingMode::Exclusive,
-        H100,
-        t0,
-    )]))
-    .unwrap();
+    let mut json =
+        serde_json::to_value(batch(vec![start(p, env.ns_uid, "nvidia.com/gpu", 1, SharingMode::Exclusive, H100, t0)]))
+            .unwrap();
     json["facts"][0]["holder_uid"] = Value::from("not-a-uid");
-    let (status, problem) = post(
-        &env,
-        Some(&env.agent_token),
-        serde_json::to_vec(&json).unwrap(),
-        false,
-    )
-    .await;
+    let (status, problem) = post(&env, Some(&env.agent_token), serde_json::to_vec(&json).unwrap(), false).await;
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
     assert_eq!(problem["field"], "facts[0].holder_uid", "{problem}");
     // A bad MIG profile.
     json["facts"][0]["holder_uid"] = Value::from(p.to_string());
     json["facts"][0]["mode"] = serde_json::json!({"mode": "mig", "profile": "huge"});
-    let (status, problem) = post(
-        &env,
-        Some(&env.agent_token),
-        serde_json::to_vec(&json).unwrap(),
-        false,
-    )
-    .await;
+    let (status, problem) = post(&env, Some(&env.agent_token), serde_json::to_vec(&json).unwrap(), false).await;
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
-    assert!(
-        problem["field"]
-            .as_str()
-            .unwrap()
-            .starts_with("facts[0].mode"),
-        "{problem}"
-    );
-    assert!(
-        problem["detail"].as_str().unwrap().contains("huge"),
-        "{problem}"
-    );
+    assert!(problem["field"].as_str().unwrap().starts_with("facts[0].mode"), "{problem}");
+    assert!(problem["detail"].as_str().unwrap().contains("huge"), "{problem}");
     // Too large.
     let (status, _) = post(&env, Some(&env.agent_token), vec![b' '; 300 * 1024], false).await;
     assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
     // Nothing was stored by any of these.
-    let events: i64 = sqlx::query_scalar("SELECT count(*) FROM allocation_events")
-        .fetch_one(&env.admin)
-        .await
-        .unwrap();
+    let events: i64 = sqlx::query_scalar("SELECT count(*) FROM allocation_events").fetch_one(&env.admin).await.unwrap();
     assert_eq!(events, 0);
 }
 
@@ -454,76 +296,33 @@ async fn bad_input_names_the_field_and_changes_nothing() {
 async fn credentials_decide_organization_and_cluster() {
     let env = env().await;
     let t0 = datetime!(2026-10-05 08:00 UTC);
-    let b = batch(vec![start(
-        Uuid::new_v4(),
-        env.ns_uid,
-        "nvidia.com/gpu",
-        1,
-        SharingMode::Exclusive,
-        H100,
-        t0,
-    )]);
+    let b = batch(vec![start(Uuid::new_v4(), env.ns_uid, "nvidia.com/gpu", 1, SharingMode::Exclusive, H100, t0)]);
     let body = serde_json::to_vec(&b).unwrap();
-    assert_eq!(
-        post(&env, None, body.clone(), false).await.0,
-        StatusCode::UNAUTHORIZED
-    );
-    assert_eq!(
-        post(&env, Some("glt_garbage"), body.clone(), false).await.0,
-        StatusCode::UNAUTHORIZED
-    );
+    assert_eq!(post(&env, None, body.clone(), false).await.0, StatusCode::UNAUTHORIZED);
+    assert_eq!(post(&env, Some("glt_garbage"), body.clone(), false).await.0, StatusCode::UNAUTHORIZED);
     let forged = format!("glt_{}_{}", env.org.as_uuid().simple(), "ab".repeat(32));
-    assert_eq!(
-        post(&env, Some(&forged), body.clone(), false).await.0,
-        StatusCode::UNAUTHORIZED
-    );
+    assert_eq!(post(&env, Some(&forged), body.clone(), false).await.0, StatusCode::UNAUTHORIZED);
     // An export token cannot write facts.
     let mut tx = env.db.begin_org(env.org).await.unwrap();
-    let (_, export) = auth::create_token(&mut tx, &Scope::Export, "bi", "test")
-        .await
-        .unwrap();
+    let (_, export) = auth::create_token(&mut tx, &Scope::Export, "bi", "test").await.unwrap();
     let (other_cluster, _) = auth::ensure_cluster(&mut tx, "gpu-west").await.unwrap();
-    let (_, west_token) = auth::create_token(
-        &mut tx,
-        &Scope::Agent {
-            cluster: other_cluster,
-        },
-        "west",
-        "test",
-    )
-    .await
-    .unwrap();
+    let (_, west_token) =
+        auth::create_token(&mut tx, &Scope::Agent { cluster: other_cluster }, "west", "test").await.unwrap();
     tx.commit().await.unwrap();
-    assert_eq!(
-        post(&env, Some(&export), body.clone(), false).await.0,
-        StatusCode::FORBIDDEN
-    );
+    assert_eq!(post(&env, Some(&export), body.clone(), false).await.0, StatusCode::FORBIDDEN);
     // Cluster west's token claiming to write for gpu-east: refused.
     let mut claimed = b.clone();
     claimed.cluster = Some("gpu-east".into());
-    let (status, problem) = post(
-        &env,
-        Some(&west_token),
-        serde_json::to_vec(&claimed).unwrap(),
-        false,
-    )
-    .await;
+    let (status, problem) = post(&env, Some(&west_token), serde_json::to_vec(&claimed).unwrap(), false).await;
     assert_eq!(status, StatusCode::FORBIDDEN, "{problem}");
     // The east token with the right claim works, and the rows land on east's cluster.
-    let (status, _) = post(
-        &env,
-        Some(&env.agent_token),
-        serde_json::to_vec(&claimed).unwrap(),
-        false,
-    )
-    .await;
+    let (status, _) = post(&env, Some(&env.agent_token), serde_json::to_vec(&claimed).unwrap(), false).await;
     assert_eq!(status, StatusCode::OK);
-    let cluster: String = sqlx::query_scalar(
-        "SELECT c.name FROM allocation_intervals i JOIN clusters c USING (org_id, cluster_id)",
-    )
-    .fetch_one(&env.admin)
-    .await
-    .unwrap();
+    let cluster: String =
+        sqlx::query_scalar("SELECT c.name FROM allocation_intervals i JOIN clusters c USING (org_id, cluster_id)")
+            .fetch_one(&env.admin)
+            .await
+            .unwrap();
     assert_eq!(cluster, "gpu-east");
 }
 
@@ -537,9 +336,7 @@ async fn unknown_profiles_are_kept_and_flagged() {
         env.ns_uid,
         "nvidia.com/mig-4g.40gb",
         1,
-        SharingMode::Mig {
-            profile: "4g.40gb".parse().unwrap(),
-        },
+        SharingMode::Mig { profile: "4g.40gb".parse().unwrap() },
         H100,
         t0,
     );
@@ -548,30 +345,15 @@ async fn unknown_profiles_are_kept_and_flagged() {
     assert_eq!(ack["stored"], 1);
     let flagged = ack["flagged"].as_array().unwrap();
     assert_eq!(flagged.len(), 1, "{ack}");
-    assert!(
-        flagged[0]["reason"].as_str().unwrap().contains("4g.40gb"),
-        "{ack}"
-    );
+    assert!(flagged[0]["reason"].as_str().unwrap().contains("4g.40gb"), "{ack}");
     let rows = intervals(&env).await;
     assert_eq!(rows.len(), 1);
-    assert_eq!(
-        (rows[0].2, rows[0].3),
-        (None, None),
-        "no fraction without an inventory entry"
-    );
-    assert!(
-        rows[0]
-            .7
-            .as_deref()
-            .unwrap()
-            .contains("no approved inventory entry")
-    );
-    let findings: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM data_quality_findings WHERE kind = 'inventory_gap'",
-    )
-    .fetch_one(&env.admin)
-    .await
-    .unwrap();
+    assert_eq!((rows[0].2, rows[0].3), (None, None), "no fraction without an inventory entry");
+    assert!(rows[0].7.as_deref().unwrap().contains("no approved inventory entry"));
+    let findings: i64 = sqlx::query_scalar("SELECT count(*) FROM data_quality_findings WHERE kind = 'inventory_gap'")
+        .fetch_one(&env.admin)
+        .await
+        .unwrap();
     assert_eq!(findings, 1);
 }
 
@@ -589,59 +371,23 @@ async fn vanished_allocations_end_estimated_and_exact_ends_win() {
         }),
     };
     let facts = vec![
-        start(
-            p,
-            env.ns_uid,
-            "nvidia.com/gpu",
-            1,
-            SharingMode::Exclusive,
-            H100,
-            t0,
-        ),
-        start(
-            q,
-            env.ns_uid,
-            "nvidia.com/gpu",
-            1,
-            SharingMode::Exclusive,
-            H100,
-            t0,
-        ),
+        start(p, env.ns_uid, "nvidia.com/gpu", 1, SharingMode::Exclusive, H100, t0),
+        start(q, env.ns_uid, "nvidia.com/gpu", 1, SharingMode::Exclusive, H100, t0),
         vanished(p, t0 + time::Duration::hours(5)),
         vanished(q, t0 + time::Duration::hours(5)),
     ];
     assert_eq!(send(&env, &batch(facts)).await.0, StatusCode::OK);
     // q's real end arrives later (e.g. from a re-list that found its finished pod): it wins.
     assert_eq!(
-        send(
-            &env,
-            &batch(vec![end(
-                q,
-                "nvidia.com/gpu",
-                t0 + time::Duration::hours(3)
-            )])
-        )
-        .await
-        .0,
+        send(&env, &batch(vec![end(q, "nvidia.com/gpu", t0 + time::Duration::hours(3))])).await.0,
         StatusCode::OK
     );
     let rows = intervals(&env).await;
-    let get = |pod: Uuid| {
-        rows.iter()
-            .find(|r| r.0.starts_with(&pod.to_string()))
-            .unwrap()
-            .clone()
-    };
+    let get = |pod: Uuid| rows.iter().find(|r| r.0.starts_with(&pod.to_string())).unwrap().clone();
     let rp = get(p);
-    assert_eq!(
-        (rp.4, rp.5, rp.6.as_str()),
-        (Some(t0 + time::Duration::hours(5)), true, "estimated")
-    );
+    assert_eq!((rp.4, rp.5, rp.6.as_str()), (Some(t0 + time::Duration::hours(5)), true, "estimated"));
     let rq = get(q);
-    assert_eq!(
-        (rq.4, rq.5, rq.6.as_str()),
-        (Some(t0 + time::Duration::hours(3)), false, "exact")
-    );
+    assert_eq!((rq.4, rq.5, rq.6.as_str()), (Some(t0 + time::Duration::hours(3)), false, "exact"));
 }
 
 fn namespace(uid: Uuid, tenant: Option<&str>, since: OffsetDateTime, rv: &str) -> Fact {
@@ -653,10 +399,7 @@ fn namespace(uid: Uuid, tenant: Option<&str>, since: OffsetDateTime, rv: &str) -
             name: "ml-team".into(),
             created_at: datetime!(2026-09-01 00:00 UTC),
             deleted_at: None,
-            labels: AttributionLabels {
-                tenant: tenant.map(str::to_string),
-                ..Default::default()
-            },
+            labels: AttributionLabels { tenant: tenant.map(str::to_string), ..Default::default() },
             labels_since: since,
         }),
     }
@@ -678,10 +421,7 @@ async fn an_owner_change_closes_the_old_mapping_in_any_order() {
         tx.commit().await.unwrap();
         rows
     }
-    let expected = vec![
-        (t1, Some(t2), "nlp-research".to_string()),
-        (t2, None, "search-ranking".to_string()),
-    ];
+    let expected = vec![(t1, Some(t2), "nlp-research".to_string()), (t2, None, "search-ranking".to_string())];
     for order in [[0usize, 1], [1, 0]] {
         let env = env().await;
         let facts = [
@@ -696,11 +436,7 @@ async fn an_owner_change_closes_the_old_mapping_in_any_order() {
     }
     // A tenant that does not exist is flagged, not invented.
     let env = env().await;
-    let (_, ack) = send(
-        &env,
-        &batch(vec![namespace(env.ns_uid, Some("nobody"), t1, "1")]),
-    )
-    .await;
+    let (_, ack) = send(&env, &batch(vec![namespace(env.ns_uid, Some("nobody"), t1, "1")])).await;
     assert_eq!(ack["flagged"].as_array().unwrap().len(), 1, "{ack}");
     assert!(ownership(&env).await.is_empty());
 }
@@ -719,41 +455,27 @@ async fn telemetry_lands_in_monthly_partitions_once() {
             window_start: datetime!(2026-10-31 23:00 UTC) + time::Duration::minutes(minute),
             window_end: datetime!(2026-10-31 23:01 UTC) + time::Duration::minutes(minute),
             samples: 6,
-            utilization_pct: Some(Stat {
-                min: 10.0,
-                avg: 55.5,
-                max: 99.0,
-            }),
+            utilization_pct: Some(Stat { min: 10.0, avg: 55.5, max: 99.0 }),
             memory_used_mib: None,
-            power_w: Some(Stat {
-                min: 100.0,
-                avg: 250.0,
-                max: 400.0,
-            }),
+            power_w: Some(Stat { min: 100.0, avg: 250.0, max: 400.0 }),
             energy_j: Some(15000.0),
             pod: None,
         }),
     };
     // Spans a month boundary: 23:00 + 90 minutes is in November.
-    let facts: Vec<Fact> = (0..90)
-        .map(|m| rollup("GPU-aaaaaaaa-0000-0000-0000-000000000001", m))
-        .collect();
+    let facts: Vec<Fact> = (0..90).map(|m| rollup("GPU-aaaaaaaa-0000-0000-0000-000000000001", m)).collect();
     let (status, ack) = send(&env, &batch(facts.clone())).await;
     assert_eq!(status, StatusCode::OK, "{ack}");
     assert_eq!(ack["stored"], 90);
     let (_, ack) = send(&env, &batch(facts)).await;
     assert_eq!(ack["stored"], 0, "duplicates are ignored");
-    let per_partition: Vec<(String, i64)> = sqlx::query_as(
-        "SELECT tableoid::regclass::text, count(*) FROM telemetry_rollups GROUP BY 1 ORDER BY 1",
-    )
-    .fetch_all(&env.admin)
-    .await
-    .unwrap();
+    let per_partition: Vec<(String, i64)> =
+        sqlx::query_as("SELECT tableoid::regclass::text, count(*) FROM telemetry_rollups GROUP BY 1 ORDER BY 1")
+            .fetch_all(&env.admin)
+            .await
+            .unwrap();
     assert_eq!(
         per_partition,
-        vec![
-            ("telemetry_rollups_202610".to_string(), 60),
-            ("telemetry_rollups_202611".to_string(), 30)
-        ]
+        vec![("telemetry_rollups_202610".to_string(), 60), ("telemetry_rollups_202611".to_string(), 30)]
     );
 }

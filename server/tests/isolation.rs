@@ -13,35 +13,20 @@ use uuid::Uuid;
 async fn seed(db: &Database, slug: &str) -> OrgId {
     let org = db
         .cross_org_directory()
-        .create_org(
-            OrgId::from_uuid(Uuid::new_v4()),
-            slug,
-            &format!("Org {slug}"),
-        )
+        .create_org(OrgId::from_uuid(Uuid::new_v4()), slug, &format!("Org {slug}"))
         .await
         .unwrap();
     let mut tx = db.begin_org(org).await.unwrap();
     let o = org.as_uuid();
-    let (dept, tenant, cluster, ns, user) = (
-        Uuid::new_v4(),
-        Uuid::new_v4(),
-        Uuid::new_v4(),
-        Uuid::new_v4(),
-        Uuid::new_v4(),
-    );
+    let (dept, tenant, cluster, ns, user) =
+        (Uuid::new_v4(), Uuid::new_v4(), Uuid::new_v4(), Uuid::new_v4(), Uuid::new_v4());
     let statements: Vec<(&str, Vec<Uuid>)> = vec![
-        (
-            "INSERT INTO departments (org_id, department_id, name) VALUES ($1, $2, 'Research')",
-            vec![o, dept],
-        ),
+        ("INSERT INTO departments (org_id, department_id, name) VALUES ($1, $2, 'Research')", vec![o, dept]),
         (
             "INSERT INTO tenants (org_id, tenant_id, department_id, name) VALUES ($1, $2, $3, 'nlp')",
             vec![o, tenant, dept],
         ),
-        (
-            "INSERT INTO clusters (org_id, cluster_id, name) VALUES ($1, $2, 'gpu-1')",
-            vec![o, cluster],
-        ),
+        ("INSERT INTO clusters (org_id, cluster_id, name) VALUES ($1, $2, 'gpu-1')", vec![o, cluster]),
         (
             "INSERT INTO namespaces (org_id, namespace_uid, cluster_id, name, created_at) VALUES ($1, $2, $3, 'ml', now())",
             vec![o, ns, cluster],
@@ -50,10 +35,7 @@ async fn seed(db: &Database, slug: &str) -> OrgId {
             "INSERT INTO namespace_ownership (org_id, namespace_uid, valid_from, tenant_id) VALUES ($1, $2, '2026-01-01Z', $3)",
             vec![o, ns, tenant],
         ),
-        (
-            "INSERT INTO gpu_classes (org_id, gpu_class) VALUES ($1, 'H100-80GB')",
-            vec![o],
-        ),
+        ("INSERT INTO gpu_classes (org_id, gpu_class) VALUES ($1, 'H100-80GB')", vec![o]),
         (
             "INSERT INTO gpu_models (org_id, model, valid_from, gpu_class) VALUES ($1, 'NVIDIA H100 80GB HBM3', '2026-01-01Z', 'H100-80GB')",
             vec![o],
@@ -78,10 +60,7 @@ async fn seed(db: &Database, slug: &str) -> OrgId {
             "INSERT INTO allocation_intervals (org_id, cluster_id, allocation_id, holder_kind, holder_uid, holder_name, namespace, namespace_uid, resource, units, sharing_mode, fraction_num, fraction_den, started_at, confidence) VALUES ($1, $2, 'alloc-1', 'pod', $3, 'p', 'ml', $3, 'nvidia.com/gpu', 1, 'exclusive', 1, 1, now(), 'exact')",
             vec![o, cluster, ns],
         ),
-        (
-            "INSERT INTO users (org_id, user_id, oidc_subject) VALUES ($1, $2, 'sub-1')",
-            vec![o, user],
-        ),
+        ("INSERT INTO users (org_id, user_id, oidc_subject) VALUES ($1, $2, 'sub-1')", vec![o, user]),
         (
             "INSERT INTO user_roles (org_id, grant_id, user_id, role, department_id) VALUES ($1, $2, $3, 'department_manager', $4)",
             vec![o, Uuid::new_v4(), user, dept],
@@ -116,9 +95,7 @@ async fn seed(db: &Database, slug: &str) -> OrgId {
         for b in binds {
             q = q.bind(b);
         }
-        q.execute(tx.conn())
-            .await
-            .unwrap_or_else(|e| panic!("{sql}: {e}"));
+        q.execute(tx.conn()).await.unwrap_or_else(|e| panic!("{sql}: {e}"));
     }
     tx.commit().await.unwrap();
     org
@@ -138,9 +115,7 @@ async fn tenant_tables(admin: &sqlx::PgPool) -> Vec<String> {
 }
 
 fn sqlstate(err: &sqlx::Error) -> Option<String> {
-    err.as_database_error()
-        .and_then(|e| e.code())
-        .map(|c| c.to_string())
+    err.as_database_error().and_then(|e| e.code()).map(|c| c.to_string())
 }
 
 async fn count(tx: &mut OrgTx, table: &str, org: OrgId) -> i64 {
@@ -162,40 +137,28 @@ async fn org_a_cannot_touch_org_b_in_any_table() {
 
     // The superuser sees both organizations' rows everywhere: the seed really wrote them.
     for table in &tables {
-        let n: i64 = sqlx::query_scalar(&format!("SELECT count(DISTINCT org_id) FROM {table}"))
-            .fetch_one(&admin)
-            .await
-            .unwrap();
+        let n: i64 =
+            sqlx::query_scalar(&format!("SELECT count(DISTINCT org_id) FROM {table}")).fetch_one(&admin).await.unwrap();
         assert_eq!(n, 2, "{table}: seed must put rows of both organizations");
     }
 
     for table in &tables {
         // SELECT: A sees its own row and none of B's.
         let mut tx = db.begin_org(a).await.unwrap();
-        assert!(
-            count(&mut tx, table, a).await >= 1,
-            "{table}: A must see its own rows"
-        );
-        assert_eq!(
-            count(&mut tx, table, b).await,
-            0,
-            "{table}: A sees B's rows"
-        );
-        let all: i64 =
-            sqlx::query_scalar(&format!("SELECT count(*) FROM {table} WHERE org_id <> $1"))
-                .bind(a.as_uuid())
-                .fetch_one(tx.conn())
-                .await
-                .unwrap();
+        assert!(count(&mut tx, table, a).await >= 1, "{table}: A must see its own rows");
+        assert_eq!(count(&mut tx, table, b).await, 0, "{table}: A sees B's rows");
+        let all: i64 = sqlx::query_scalar(&format!("SELECT count(*) FROM {table} WHERE org_id <> $1"))
+            .bind(a.as_uuid())
+            .fetch_one(tx.conn())
+            .await
+            .unwrap();
         assert_eq!(all, 0, "{table}: A sees rows of another organization");
 
         // UPDATE: touches nothing of B's (or is refused outright on append-only tables).
-        match sqlx::query(&format!(
-            "UPDATE {table} SET org_id = org_id WHERE org_id = $1"
-        ))
-        .bind(b.as_uuid())
-        .execute(tx.conn())
-        .await
+        match sqlx::query(&format!("UPDATE {table} SET org_id = org_id WHERE org_id = $1"))
+            .bind(b.as_uuid())
+            .execute(tx.conn())
+            .await
         {
             Ok(done) => assert_eq!(done.rows_affected(), 0, "{table}: A updated B's rows"),
             Err(e) => assert_eq!(sqlstate(&e).as_deref(), Some("42501"), "{table}: {e}"),
@@ -204,10 +167,7 @@ async fn org_a_cannot_touch_org_b_in_any_table() {
 
         // DELETE: likewise.
         let mut tx = db.begin_org(a).await.unwrap();
-        match sqlx::query(&format!("DELETE FROM {table} WHERE org_id = $1"))
-            .bind(b.as_uuid())
-            .execute(tx.conn())
-            .await
+        match sqlx::query(&format!("DELETE FROM {table} WHERE org_id = $1")).bind(b.as_uuid()).execute(tx.conn()).await
         {
             Ok(done) => assert_eq!(done.rows_affected(), 0, "{table}: A deleted B's rows"),
             Err(e) => assert_eq!(sqlstate(&e).as_deref(), Some("42501"), "{table}: {e}"),
@@ -238,11 +198,7 @@ async fn org_a_cannot_touch_org_b_in_any_table() {
         .execute(tx.conn())
         .await
         .expect_err("inserting a row for another organization must fail");
-        assert_eq!(
-            sqlstate(&inserted).as_deref(),
-            Some("42501"),
-            "{table}: {inserted}"
-        );
+        assert_eq!(sqlstate(&inserted).as_deref(), Some("42501"), "{table}: {inserted}");
         tx.rollback().await.unwrap();
     }
 
@@ -264,30 +220,20 @@ async fn without_an_organization_nothing_is_visible_or_writable() {
     let a = seed(&db, "org-a").await;
     let app = common::app_pool(&test_db, 1).await;
     for table in tenant_tables(&admin).await {
-        let n: i64 = sqlx::query_scalar(&format!("SELECT count(*) FROM {table}"))
-            .fetch_one(&app)
-            .await
-            .unwrap();
+        let n: i64 = sqlx::query_scalar(&format!("SELECT count(*) FROM {table}")).fetch_one(&app).await.unwrap();
         assert_eq!(n, 0, "{table}: rows visible with no organization set");
     }
-    let err =
-        sqlx::query("INSERT INTO departments (org_id, department_id, name) VALUES ($1, $2, 'x')")
-            .bind(a.as_uuid())
-            .bind(Uuid::new_v4())
-            .execute(&app)
-            .await
-            .expect_err("insert without organization");
+    let err = sqlx::query("INSERT INTO departments (org_id, department_id, name) VALUES ($1, $2, 'x')")
+        .bind(a.as_uuid())
+        .bind(Uuid::new_v4())
+        .execute(&app)
+        .await
+        .expect_err("insert without organization");
     assert_eq!(sqlstate(&err).as_deref(), Some("42501"), "{err}");
     // An empty setting fails closed too (NULLIF), rather than erroring on a cast.
     let mut tx = app.begin().await.unwrap();
-    sqlx::query("SELECT set_config('app.org_id', '', true)")
-        .execute(&mut *tx)
-        .await
-        .unwrap();
-    let n: i64 = sqlx::query_scalar("SELECT count(*) FROM departments")
-        .fetch_one(&mut *tx)
-        .await
-        .unwrap();
+    sqlx::query("SELECT set_config('app.org_id', '', true)").execute(&mut *tx).await.unwrap();
+    let n: i64 = sqlx::query_scalar("SELECT count(*) FROM departments").fetch_one(&mut *tx).await.unwrap();
     assert_eq!(n, 0);
 }
 
@@ -297,10 +243,7 @@ async fn a_rolled_back_setting_does_not_leak_to_the_next_user_of_the_connection(
     let a = seed(&db, "org-a").await;
     // One connection, so the next acquire is certainly the same session.
     let app = common::app_pool(&test_db, 1).await;
-    let pid_before: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
-        .fetch_one(&app)
-        .await
-        .unwrap();
+    let pid_before: i32 = sqlx::query_scalar("SELECT pg_backend_pid()").fetch_one(&app).await.unwrap();
     {
         let mut tx = app.begin().await.unwrap();
         sqlx::query("SELECT set_config('app.org_id', $1, true)")
@@ -308,42 +251,22 @@ async fn a_rolled_back_setting_does_not_leak_to_the_next_user_of_the_connection(
             .execute(&mut *tx)
             .await
             .unwrap();
-        let n: i64 = sqlx::query_scalar("SELECT count(*) FROM departments")
-            .fetch_one(&mut *tx)
-            .await
-            .unwrap();
+        let n: i64 = sqlx::query_scalar("SELECT count(*) FROM departments").fetch_one(&mut *tx).await.unwrap();
         assert_eq!(n, 1, "inside the transaction A's row is visible");
         tx.rollback().await.unwrap();
     }
-    let pid_after: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
-        .fetch_one(&app)
-        .await
-        .unwrap();
-    assert_eq!(
-        pid_before, pid_after,
-        "the test must reuse the same session"
-    );
-    let setting: Option<String> = sqlx::query_scalar("SELECT current_setting('app.org_id', true)")
-        .fetch_one(&app)
-        .await
-        .unwrap();
-    assert!(
-        setting.as_deref().unwrap_or("").is_empty(),
-        "setting leaked: {setting:?}"
-    );
-    let n: i64 = sqlx::query_scalar("SELECT count(*) FROM departments")
-        .fetch_one(&app)
-        .await
-        .unwrap();
+    let pid_after: i32 = sqlx::query_scalar("SELECT pg_backend_pid()").fetch_one(&app).await.unwrap();
+    assert_eq!(pid_before, pid_after, "the test must reuse the same session");
+    let setting: Option<String> =
+        sqlx::query_scalar("SELECT current_setting('app.org_id', true)").fetch_one(&app).await.unwrap();
+    assert!(setting.as_deref().unwrap_or("").is_empty(), "setting leaked: {setting:?}");
+    let n: i64 = sqlx::query_scalar("SELECT count(*) FROM departments").fetch_one(&app).await.unwrap();
     assert_eq!(n, 0, "rows visible after the transaction ended");
 
     // The same holds for the door: a dropped OrgTx (rollback) leaves nothing behind on its pooled connection.
     {
         let mut tx = db.begin_org(a).await.unwrap();
-        let n: i64 = sqlx::query_scalar("SELECT count(*) FROM departments")
-            .fetch_one(tx.conn())
-            .await
-            .unwrap();
+        let n: i64 = sqlx::query_scalar("SELECT count(*) FROM departments").fetch_one(tx.conn()).await.unwrap();
         assert_eq!(n, 1);
     }
 }
@@ -353,20 +276,10 @@ async fn append_only_tables_refuse_changes_even_within_the_organization() {
     let (_test_db, db) = common::migrated().await;
     let a = seed(&db, "org-a").await;
     for table in ["allocation_events", "audit_log"] {
-        for statement in [
-            format!("UPDATE {table} SET org_id = org_id"),
-            format!("DELETE FROM {table}"),
-        ] {
+        for statement in [format!("UPDATE {table} SET org_id = org_id"), format!("DELETE FROM {table}")] {
             let mut tx = db.begin_org(a).await.unwrap();
-            let err = sqlx::query(&statement)
-                .execute(tx.conn())
-                .await
-                .expect_err(&statement);
-            assert_eq!(
-                sqlstate(&err).as_deref(),
-                Some("42501"),
-                "{statement}: {err}"
-            );
+            let err = sqlx::query(&statement).execute(tx.conn()).await.expect_err(&statement);
+            assert_eq!(sqlstate(&err).as_deref(), Some("42501"), "{statement}: {err}");
         }
     }
 }
@@ -386,10 +299,7 @@ async fn partitions_are_reachable_only_through_their_isolated_parent() {
     assert!(!partitions.is_empty());
     let app = common::app_pool(&test_db, 1).await;
     for p in partitions {
-        let err = sqlx::query(&format!("SELECT * FROM {p}"))
-            .execute(&app)
-            .await
-            .expect_err(&p);
+        let err = sqlx::query(&format!("SELECT * FROM {p}")).execute(&app).await.expect_err(&p);
         assert_eq!(sqlstate(&err).as_deref(), Some("42501"), "{p}: {err}");
     }
 }
@@ -402,16 +312,8 @@ async fn the_directory_resolves_slugs_and_nothing_else() {
     assert_eq!(directory.org_id_by_slug("org-a").await.unwrap(), Some(a));
     assert_eq!(directory.org_id_by_slug("nope").await.unwrap(), None);
     // Creating again with the same slug returns the existing organization.
-    let again = directory
-        .create_org(OrgId::from_uuid(Uuid::new_v4()), "org-a", "dup")
-        .await
-        .unwrap();
+    let again = directory.create_org(OrgId::from_uuid(Uuid::new_v4()), "org-a", "dup").await.unwrap();
     assert_eq!(again, a);
     // A bad slug is refused by the schema.
-    assert!(
-        directory
-            .create_org(OrgId::from_uuid(Uuid::new_v4()), "Bad Slug!", "x")
-            .await
-            .is_err()
-    );
+    assert!(directory.create_org(OrgId::from_uuid(Uuid::new_v4()), "Bad Slug!", "x").await.is_err());
 }

@@ -12,9 +12,7 @@ pub fn HomePage() -> impl IntoView {
     let overview = async move {
         match data {
             Some(handle) => handle.0.overview().await,
-            None => Err(PortalError {
-                message: "the portal has no data source configured".into(),
-            }),
+            None => Err(PortalError { message: "the portal has no data source configured".into() }),
         }
     };
     view! {
@@ -44,10 +42,7 @@ pub fn HomePage() -> impl IntoView {
 /// System status and the visible organization's contents.
 #[component]
 pub fn OverviewPanel(overview: Overview) -> impl IntoView {
-    let schema = overview
-        .schema_version
-        .map(|v| v.to_string())
-        .unwrap_or_else(|| "none applied".into());
+    let schema = overview.schema_version.map(|v| v.to_string()).unwrap_or_else(|| "none applied".into());
     view! {
         <section class="panel status">
             <h2>"This installation"</h2>
@@ -154,31 +149,19 @@ mod tests {
 
     #[tokio::test]
     async fn home_page_shows_the_organization_counts() {
-        let html = render_home(Fake(Ok(Overview {
-            database_ok: true,
-            schema_version: Some(42),
-            organization: Some(org()),
-        })))
-        .await;
+        let html =
+            render_home(Fake(Ok(Overview { database_ok: true, schema_version: Some(42), organization: Some(org()) })))
+                .await;
         assert!(html.contains("Acme AI"), "{html}");
-        assert!(
-            html.contains(r#"<span class="slug">(acme)</span>"#),
-            "{html}"
-        );
-        assert!(
-            html.contains(r#"<th scope="row">Allocation intervals</th><td class="num">12345</td>"#),
-            "{html}"
-        );
+        assert!(html.contains(r#"<span class="slug">(acme)</span>"#), "{html}");
+        assert!(html.contains(r#"<th scope="row">Allocation intervals</th><td class="num">12345</td>"#), "{html}");
         assert!(html.contains(">42<"), "{html}");
         assert!(html.contains(r#"class="ok""#), "{html}");
     }
 
     #[tokio::test]
     async fn home_page_says_when_data_cannot_be_loaded() {
-        let html = render_home(Fake(Err(PortalError {
-            message: "database is down for maintenance".into(),
-        })))
-        .await;
+        let html = render_home(Fake(Err(PortalError { message: "database is down for maintenance".into() }))).await;
         assert!(html.contains(r#"role="alert""#), "{html}");
         assert!(html.contains("database is down for maintenance"), "{html}");
         assert!(!html.contains("Allocation intervals"), "{html}");
@@ -187,11 +170,8 @@ mod tests {
     #[tokio::test]
     async fn home_page_without_a_data_source_reports_it() {
         let _ = any_spawner::Executor::init_tokio();
-        let html = Owner::new()
-            .with(|| view! { <HomePage /> }.to_html_stream_in_order())
-            .collect::<Vec<_>>()
-            .await
-            .concat();
+        let html =
+            Owner::new().with(|| view! { <HomePage /> }.to_html_stream_in_order()).collect::<Vec<_>>().await.concat();
         assert!(html.contains("no data source configured"), "{html}");
     }
 

@@ -11,9 +11,7 @@
 
 use std::collections::BTreeMap;
 
-use gpuledger_core::wire::{
-    DeviceFact, Fact, FactBody, MigDeviceFact, PodRef, Stat, TelemetryRollup, event_id,
-};
+use gpuledger_core::wire::{DeviceFact, Fact, FactBody, MigDeviceFact, PodRef, Stat, TelemetryRollup, event_id};
 use time::format_description::well_known::Rfc3339;
 use time::{Duration, OffsetDateTime};
 use uuid::Uuid;
@@ -55,17 +53,11 @@ fn row_id(s: &Sample) -> Option<RowId<'_>> {
         Some(gi) => Some(gi.parse().ok()?),
         None => None,
     };
-    Some(RowId {
-        uuid,
-        gpu_instance_id,
-        profile: s.label("GPU_I_PROFILE"),
-    })
+    Some(RowId { uuid, gpu_instance_id, profile: s.label("GPU_I_PROFILE") })
 }
 
 fn node_of<'a>(s: &'a Sample, fallback: &'a str) -> &'a str {
-    s.label("Hostname")
-        .or_else(|| s.label("hostname"))
-        .unwrap_or(fallback)
+    s.label("Hostname").or_else(|| s.label("hostname")).unwrap_or(fallback)
 }
 
 fn pod_ref(s: &Sample) -> Option<PodRef> {
@@ -75,10 +67,7 @@ fn pod_ref(s: &Sample) -> Option<PodRef> {
         namespace: namespace.to_owned(),
         name: name.to_owned(),
         uid: s.label("pod_uid").and_then(|u| Uuid::parse_str(u).ok()),
-        container: s
-            .label("container")
-            .or_else(|| s.label("container_name"))
-            .map(str::to_owned),
+        container: s.label("container").or_else(|| s.label("container_name")).map(str::to_owned),
     })
 }
 
@@ -90,16 +79,13 @@ fn pod_ref(s: &Sample) -> Option<PodRef> {
 /// profile is the type without the vendor prefix (`A100-40C`), the name NVIDIA's vGPU type tables use, because the
 /// prefix changed between vGPU releases while the type did not.
 pub fn vgpu_profile(model: &str) -> Option<String> {
-    let ty = model
-        .strip_prefix("GRID ")
-        .or_else(|| model.strip_prefix("NVIDIA "))?;
+    let ty = model.strip_prefix("GRID ").or_else(|| model.strip_prefix("NVIDIA "))?;
     if ty.contains(char::is_whitespace) {
         return None;
     }
     let (board, size) = ty.rsplit_once('-')?;
     let digits = size.strip_suffix(['A', 'B', 'C', 'Q'])?;
-    let valid =
-        !board.is_empty() && !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit());
+    let valid = !board.is_empty() && !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit());
     valid.then(|| ty.to_owned())
 }
 
@@ -207,11 +193,7 @@ impl StatAcc {
     }
 
     fn stat(&self) -> Option<Stat> {
-        (self.n > 0).then(|| Stat {
-            min: self.min,
-            avg: self.sum / f64::from(self.n),
-            max: self.max,
-        })
+        (self.n > 0).then(|| Stat { min: self.min, avg: self.sum / f64::from(self.n), max: self.max })
     }
 }
 
@@ -335,25 +317,17 @@ impl SampleRollup {
         let mut readings: BTreeMap<(&str, Option<u32>), Reading<'_>> = BTreeMap::new();
         for s in samples {
             let name = s.name.as_str();
-            if ![
-                field::GPU_UTIL,
-                field::GR_ENGINE_ACTIVE,
-                field::FB_USED,
-                field::POWER_USAGE,
-                field::TOTAL_ENERGY,
-            ]
-            .contains(&name)
+            if ![field::GPU_UTIL, field::GR_ENGINE_ACTIVE, field::FB_USED, field::POWER_USAGE, field::TOTAL_ENERGY]
+                .contains(&name)
             {
                 continue;
             }
             let Some(id) = row_id(s) else { continue };
-            let r = readings
-                .entry((id.uuid, id.gpu_instance_id))
-                .or_insert_with(|| Reading {
-                    node: node_of(s, &self.node_fallback),
-                    profile: id.profile,
-                    ..Reading::default()
-                });
+            let r = readings.entry((id.uuid, id.gpu_instance_id)).or_insert_with(|| Reading {
+                node: node_of(s, &self.node_fallback),
+                profile: id.profile,
+                ..Reading::default()
+            });
             if let Some(pod) = pod_ref(s)
                 && !r.pods.contains(&pod)
             {
@@ -372,16 +346,8 @@ impl SampleRollup {
         // Device-level power and energy: from the whole-GPU row, else from the GPU's first MIG row.
         let mut device_level: Vec<(&str, Reading<'_>)> = Vec::new();
         for ((uuid, gi), r) in &readings {
-            if gi.is_some()
-                && !readings.contains_key(&(*uuid, None))
-                && !device_level.iter().any(|(u, _)| u == uuid)
-            {
-                let reading = Reading {
-                    node: r.node,
-                    power: r.power,
-                    energy_mj: r.energy_mj,
-                    ..Reading::default()
-                };
+            if gi.is_some() && !readings.contains_key(&(*uuid, None)) && !device_level.iter().any(|(u, _)| u == uuid) {
+                let reading = Reading { node: r.node, power: r.power, energy_mj: r.energy_mj, ..Reading::default() };
                 device_level.push((uuid, reading));
             }
         }
@@ -391,26 +357,19 @@ impl SampleRollup {
 
         for ((uuid, gi), r) in readings {
             let (util, power, energy) = match gi {
-                None => (
-                    r.gpu_util.or(r.engine_ratio.map(|x| x * 100.0)),
-                    r.power,
-                    r.energy_mj,
-                ),
+                None => (r.gpu_util.or(r.engine_ratio.map(|x| x * 100.0)), r.power, r.energy_mj),
                 Some(_) => (r.engine_ratio.map(|x| x * 100.0), None, None),
             };
-            let acc = self
-                .windows
-                .entry((start, uuid.to_owned(), gi))
-                .or_insert_with(|| WindowAcc {
-                    node: r.node.to_owned(),
-                    mig_profile: gi.and(r.profile.map(str::to_owned)),
-                    samples: 0,
-                    util: StatAcc::default(),
-                    memory: StatAcc::default(),
-                    power: StatAcc::default(),
-                    energy_mj: None,
-                    pod: PodSeen::None,
-                });
+            let acc = self.windows.entry((start, uuid.to_owned(), gi)).or_insert_with(|| WindowAcc {
+                node: r.node.to_owned(),
+                mig_profile: gi.and(r.profile.map(str::to_owned)),
+                samples: 0,
+                util: StatAcc::default(),
+                memory: StatAcc::default(),
+                power: StatAcc::default(),
+                energy_mj: None,
+                pod: PodSeen::None,
+            });
             acc.samples += 1;
             acc.util.add(util);
             acc.memory.add(r.memory);
@@ -442,9 +401,7 @@ impl SampleRollup {
         let window = Duration::seconds(self.window_s);
         let (done, keep) = std::mem::take(&mut self.windows)
             .into_iter()
-            .partition::<BTreeMap<_, _>, _>(|((start, _, _), _)| {
-                start.checked_add(window).is_some_and(|e| e <= cut)
-            });
+            .partition::<BTreeMap<_, _>, _>(|((start, _, _), _)| start.checked_add(window).is_some_and(|e| e <= cut));
         self.windows = keep;
         if self.drained_until.is_none_or(|d| d < cut) {
             self.drained_until = Some(cut);
@@ -492,10 +449,7 @@ pub fn device_content_tag(d: &DeviceFact) -> String {
         d.node, d.gpu_uuid, d.model, d.index, d.memory_mib, d.mig_enabled, d.vgpu_profile
     );
     for m in &d.mig_devices {
-        canon.push_str(&format!(
-            "{}@{}/{:?}/{:?};",
-            m.profile, m.gpu_instance_id, m.compute_instance_id, m.uuid
-        ));
+        canon.push_str(&format!("{}@{}/{:?}/{:?};", m.profile, m.gpu_instance_id, m.compute_instance_id, m.uuid));
     }
     fnv1a_hex(&canon)
 }
@@ -504,10 +458,7 @@ pub fn device_content_tag(d: &DeviceFact) -> String {
 /// once and a changed one (e.g. a new MIG layout) is a new fact.
 pub fn device_fact(device: &DeviceFact, observed_at: OffsetDateTime) -> Fact {
     Fact {
-        event_id: event_id(
-            "device",
-            &[&device.node, &device.gpu_uuid, &device_content_tag(device)],
-        ),
+        event_id: event_id("device", &[&device.node, &device.gpu_uuid, &device_content_tag(device)]),
         observed_at,
         body: FactBody::DeviceObserved(device.clone()),
     }
@@ -515,13 +466,9 @@ pub fn device_fact(device: &DeviceFact, observed_at: OffsetDateTime) -> Fact {
 
 /// A `telemetry` fact; event ID `telemetry/<uuid>/<gpu instance or ->/<window start, RFC 3339>`.
 pub fn telemetry_fact(rollup: &TelemetryRollup, observed_at: OffsetDateTime) -> Fact {
-    let gi = rollup
-        .gpu_instance_id
-        .map_or_else(|| "-".to_owned(), |g| g.to_string());
-    let start = rollup
-        .window_start
-        .format(&Rfc3339)
-        .unwrap_or_else(|_| rollup.window_start.unix_timestamp().to_string());
+    let gi = rollup.gpu_instance_id.map_or_else(|| "-".to_owned(), |g| g.to_string());
+    let start =
+        rollup.window_start.format(&Rfc3339).unwrap_or_else(|_| rollup.window_start.unix_timestamp().to_string());
     Fact {
         event_id: event_id("telemetry", &[&rollup.gpu_uuid, &gi, &start]),
         observed_at,
@@ -530,11 +477,7 @@ pub fn telemetry_fact(rollup: &TelemetryRollup, observed_at: OffsetDateTime) -> 
 }
 
 /// Device facts then telemetry facts, all observed at `observed_at`.
-pub fn facts(
-    devices: &[DeviceFact],
-    rollups: &[TelemetryRollup],
-    observed_at: OffsetDateTime,
-) -> Vec<Fact> {
+pub fn facts(devices: &[DeviceFact], rollups: &[TelemetryRollup], observed_at: OffsetDateTime) -> Vec<Fact> {
     devices
         .iter()
         .map(|d| device_fact(d, observed_at))
@@ -588,20 +531,9 @@ mod tests {
         assert_eq!(a100.model, "NVIDIA A100-SXM4-40GB");
         assert_eq!(a100.node, "nvidia-dcgm-exporter-tl46n");
         assert!(a100.mig_enabled);
-        let layout: Vec<_> = a100
-            .mig_devices
-            .iter()
-            .map(|m| (m.profile.as_str(), m.gpu_instance_id))
-            .collect();
-        assert_eq!(
-            layout,
-            [("2g.10gb", 5), ("1g.5gb", 7), ("1g.5gb", 8), ("1g.5gb", 9)]
-        );
-        assert!(
-            a100.mig_devices
-                .iter()
-                .all(|m| m.uuid.is_none() && m.compute_instance_id.is_none())
-        );
+        let layout: Vec<_> = a100.mig_devices.iter().map(|m| (m.profile.as_str(), m.gpu_instance_id)).collect();
+        assert_eq!(layout, [("2g.10gb", 5), ("1g.5gb", 7), ("1g.5gb", 8), ("1g.5gb", 9)]);
+        assert!(a100.mig_devices.iter().all(|m| m.uuid.is_none() && m.compute_instance_id.is_none()));
         // Only MIG rows: their framebuffer figures are the instances', not the GPU's.
         assert_eq!(a100.memory_mib, None);
     }
@@ -614,13 +546,7 @@ mod tests {
         assert_eq!(a100.model, "");
         assert_eq!(a100.memory_mib, Some(35690 + 4845));
         assert_eq!(a100.mig_devices.len(), 1);
-        assert_eq!(
-            (
-                a100.mig_devices[0].profile.as_str(),
-                a100.mig_devices[0].gpu_instance_id
-            ),
-            ("1g.5gb", 13)
-        );
+        assert_eq!((a100.mig_devices[0].profile.as_str(), a100.mig_devices[0].gpu_instance_id), ("1g.5gb", 13));
     }
 
     #[test]
@@ -634,14 +560,8 @@ mod tests {
         assert!(!v.mig_enabled);
 
         assert_eq!(vgpu_profile("NVIDIA A10-24Q").as_deref(), Some("A10-24Q"));
-        for physical in [
-            "NVIDIA A100-SXM4-40GB",
-            "Tesla T4",
-            "NVIDIA L4",
-            "NVIDIA H100 80GB HBM3",
-            "GRID",
-            "GRID -4C",
-        ] {
+        for physical in ["NVIDIA A100-SXM4-40GB", "Tesla T4", "NVIDIA L4", "NVIDIA H100 80GB HBM3", "GRID", "GRID -4C"]
+        {
             assert_eq!(vgpu_profile(physical), None, "{physical}");
         }
     }
@@ -649,25 +569,12 @@ mod tests {
     #[test]
     fn two_t4s_sorted_by_index() {
         let d = devices(&fixture("fractional_t4_runai_reservation_pod.txt"), "x");
-        let got: Vec<_> = d
-            .iter()
-            .map(|d| (d.index, d.gpu_uuid.as_str(), d.model.as_str(), d.memory_mib))
-            .collect();
+        let got: Vec<_> = d.iter().map(|d| (d.index, d.gpu_uuid.as_str(), d.model.as_str(), d.memory_mib)).collect();
         assert_eq!(
             got,
             [
-                (
-                    Some(0),
-                    "GPU-7a2e92f2-be71-d37e-a744-541600ffc722",
-                    "Tesla T4",
-                    Some(14831 + 128)
-                ),
-                (
-                    Some(1),
-                    "GPU-5f587dd4-6505-0873-c6db-8324dbfe5ba9",
-                    "Tesla T4",
-                    Some(14955 + 5)
-                ),
+                (Some(0), "GPU-7a2e92f2-be71-d37e-a744-541600ffc722", "Tesla T4", Some(14831 + 128)),
+                (Some(1), "GPU-5f587dd4-6505-0873-c6db-8324dbfe5ba9", "Tesla T4", Some(14955 + 5)),
             ]
         );
         assert!(d.iter().all(|d| d.node == "nvidia-dcgm-exporter-s228n"));
@@ -677,10 +584,7 @@ mod tests {
     fn hostname_spellings_and_the_fallback() {
         let text = fixtures::read("dcgm", "plain_l4_kops_aws.txt");
         let lower = text.replace("Hostname=", "hostname=");
-        assert_eq!(
-            devices(&scrape(&lower), "fb")[0].node,
-            "i-030791dc5a37cd257"
-        );
+        assert_eq!(devices(&scrape(&lower), "fb")[0].node, "i-030791dc5a37cd257");
         let none = text.replace("Hostname=\"i-030791dc5a37cd257\"", "Hostname=\"\"");
         assert_eq!(devices(&scrape(&none), "fb")[0].node, "fb");
     }
@@ -699,62 +603,23 @@ mod tests {
     #[test]
     fn min_avg_max_over_three_scrapes_in_an_aligned_window() {
         let mut r = SampleRollup::new("fb");
-        r.observe(
-            &gpu(10.0, 1000.0, 100.0, 1_000_000.0),
-            datetime!(2026-11-01 10:00:05 UTC),
-        );
-        r.observe(
-            &gpu(40.0, 3000.0, 300.0, 1_010_000.0),
-            datetime!(2026-11-01 10:00:20 UTC),
-        );
-        r.observe(
-            &gpu(70.0, 2000.0, 200.0, 1_030_000.0),
-            datetime!(2026-11-01 10:00:59.9 UTC),
-        );
-        assert!(
-            r.drain(datetime!(2026-11-01 10:00:59 UTC)).is_empty(),
-            "window not over yet"
-        );
+        r.observe(&gpu(10.0, 1000.0, 100.0, 1_000_000.0), datetime!(2026-11-01 10:00:05 UTC));
+        r.observe(&gpu(40.0, 3000.0, 300.0, 1_010_000.0), datetime!(2026-11-01 10:00:20 UTC));
+        r.observe(&gpu(70.0, 2000.0, 200.0, 1_030_000.0), datetime!(2026-11-01 10:00:59.9 UTC));
+        assert!(r.drain(datetime!(2026-11-01 10:00:59 UTC)).is_empty(), "window not over yet");
         let out = r.drain(datetime!(2026-11-01 10:01:00 UTC));
         assert_eq!(out.len(), 1);
         let t = &out[0];
-        assert_eq!(
-            (t.node.as_str(), t.gpu_uuid.as_str(), t.gpu_instance_id),
-            ("n1", A, None)
-        );
+        assert_eq!((t.node.as_str(), t.gpu_uuid.as_str(), t.gpu_instance_id), ("n1", A, None));
         assert_eq!(t.window_start, datetime!(2026-11-01 10:00 UTC));
         assert_eq!(t.window_end, datetime!(2026-11-01 10:01 UTC));
         assert_eq!(t.samples, 3);
-        assert_eq!(
-            t.utilization_pct,
-            Some(Stat {
-                min: 10.0,
-                avg: 40.0,
-                max: 70.0
-            })
-        );
-        assert_eq!(
-            t.memory_used_mib,
-            Some(Stat {
-                min: 1000.0,
-                avg: 2000.0,
-                max: 3000.0
-            })
-        );
-        assert_eq!(
-            t.power_w,
-            Some(Stat {
-                min: 100.0,
-                avg: 200.0,
-                max: 300.0
-            })
-        );
+        assert_eq!(t.utilization_pct, Some(Stat { min: 10.0, avg: 40.0, max: 70.0 }));
+        assert_eq!(t.memory_used_mib, Some(Stat { min: 1000.0, avg: 2000.0, max: 3000.0 }));
+        assert_eq!(t.power_w, Some(Stat { min: 100.0, avg: 200.0, max: 300.0 }));
         assert_eq!(t.energy_j, Some(30.0)); // (1_030_000 - 1_000_000) mJ
         assert_eq!(t.pod, None);
-        assert!(
-            r.drain(datetime!(2026-11-01 10:05 UTC)).is_empty(),
-            "drained once"
-        );
+        assert!(r.drain(datetime!(2026-11-01 10:05 UTC)).is_empty(), "drained once");
     }
 
     #[test]
@@ -769,10 +634,7 @@ mod tests {
             r.observe(&gpu(1.0, 1.0, 1.0, e), at);
         }
         let out = r.drain(datetime!(2026-11-01 10:03:30 UTC));
-        let got: Vec<_> = out
-            .iter()
-            .map(|t| (t.window_start, t.samples, t.energy_j))
-            .collect();
+        let got: Vec<_> = out.iter().map(|t| (t.window_start, t.samples, t.energy_j)).collect();
         assert_eq!(
             got,
             [
@@ -782,17 +644,11 @@ mod tests {
             ]
         );
         // A scrape for an already reported window is ignored.
-        r.observe(
-            &gpu(1.0, 1.0, 1.0, 7000.0),
-            datetime!(2026-11-01 10:02:40 UTC),
-        );
+        r.observe(&gpu(1.0, 1.0, 1.0, 7000.0), datetime!(2026-11-01 10:02:40 UTC));
         assert!(r.drain(datetime!(2026-11-01 10:10 UTC)).is_empty());
 
         let five = SampleRollup::new("fb").with_window(300);
-        assert_eq!(
-            five.window_start(datetime!(2026-11-01 10:07:59 UTC)),
-            Some(datetime!(2026-11-01 10:05 UTC))
-        );
+        assert_eq!(five.window_start(datetime!(2026-11-01 10:07:59 UTC)), Some(datetime!(2026-11-01 10:05 UTC)));
     }
 
     #[test]
@@ -814,10 +670,7 @@ mod tests {
         r.observe(&samples, datetime!(2026-11-01 10:00:10 UTC));
         let out = r.drain(datetime!(2026-11-01 10:01 UTC));
         let uuid = "GPU-473571f2-fb37-ef7e-50fe-9885b74a23cd";
-        let keys: Vec<_> = out
-            .iter()
-            .map(|t| (t.gpu_instance_id, t.mig_profile.as_deref()))
-            .collect();
+        let keys: Vec<_> = out.iter().map(|t| (t.gpu_instance_id, t.mig_profile.as_deref())).collect();
         assert_eq!(
             keys,
             [
@@ -828,10 +681,7 @@ mod tests {
                 (Some(9), Some("1g.5gb"))
             ]
         );
-        assert!(
-            out.iter()
-                .all(|t| t.gpu_uuid == uuid && t.samples == 1 && t.pod.is_none())
-        );
+        assert!(out.iter().all(|t| t.gpu_uuid == uuid && t.samples == 1 && t.pod.is_none()));
         let whole = &out[0];
         assert_eq!(whole.power_w.map(|s| s.avg), Some(112.252)); // the first MIG row's copy of the GPU's power
         assert_eq!(whole.utilization_pct, None);
@@ -839,11 +689,7 @@ mod tests {
         let util = gi8.utilization_pct.unwrap();
         assert!((util.avg - 40.8493).abs() < 1e-9, "{util:?}");
         assert_eq!(gi8.memory_used_mib.map(|s| s.max), Some(4384.0));
-        assert!(
-            out[1..]
-                .iter()
-                .all(|t| t.power_w.is_none() && t.energy_j.is_none())
-        );
+        assert!(out[1..].iter().all(|t| t.power_w.is_none() && t.energy_j.is_none()));
     }
 
     #[test]
@@ -856,41 +702,22 @@ mod tests {
         let mut r = SampleRollup::new("fb");
         let t0 = datetime!(2026-11-01 10:00 UTC);
         // The exporter copies the device's value to each sharing pod.
-        r.observe(
-            &scrape(&(row("p1", 30.0) + &row("p2", 30.0) + &row("p3", 30.0))),
-            t0,
-        );
-        r.observe(
-            &scrape(&(row("p1", 60.0) + &row("p2", 60.0))),
-            t0 + Duration::seconds(30),
-        );
+        r.observe(&scrape(&(row("p1", 30.0) + &row("p2", 30.0) + &row("p3", 30.0))), t0);
+        r.observe(&scrape(&(row("p1", 60.0) + &row("p2", 60.0))), t0 + Duration::seconds(30));
         let out = r.drain(t0 + Duration::minutes(1));
         assert_eq!(out.len(), 1);
         assert_eq!(out[0].samples, 2);
-        assert_eq!(
-            out[0].utilization_pct,
-            Some(Stat {
-                min: 30.0,
-                avg: 45.0,
-                max: 60.0
-            })
-        );
+        assert_eq!(out[0].utilization_pct, Some(Stat { min: 30.0, avg: 45.0, max: 60.0 }));
         assert_eq!(out[0].pod, None, "several pods: no single attribution");
     }
 
     #[test]
     fn a_single_labelled_pod_is_kept_and_empty_labels_mean_none() {
         let mut r = SampleRollup::new("fb");
-        r.observe(
-            &fixture("fractional_t4_runai_reservation_pod.txt"),
-            datetime!(2026-11-01 10:00 UTC),
-        );
+        r.observe(&fixture("fractional_t4_runai_reservation_pod.txt"), datetime!(2026-11-01 10:00 UTC));
         let out = r.drain(datetime!(2026-11-01 10:01 UTC));
         assert_eq!(out.len(), 2);
-        let gpu0 = out
-            .iter()
-            .find(|t| t.gpu_uuid == "GPU-7a2e92f2-be71-d37e-a744-541600ffc722")
-            .unwrap();
+        let gpu0 = out.iter().find(|t| t.gpu_uuid == "GPU-7a2e92f2-be71-d37e-a744-541600ffc722").unwrap();
         assert_eq!(
             gpu0.pod,
             Some(PodRef {
@@ -902,27 +729,16 @@ mod tests {
         );
         assert_eq!(gpu0.power_w.map(|s| s.avg), Some(28.722));
         assert_eq!(gpu0.memory_used_mib.map(|s| s.avg), Some(128.0));
-        let gpu1 = out
-            .iter()
-            .find(|t| t.gpu_uuid == "GPU-5f587dd4-6505-0873-c6db-8324dbfe5ba9")
-            .unwrap();
+        let gpu1 = out.iter().find(|t| t.gpu_uuid == "GPU-5f587dd4-6505-0873-c6db-8324dbfe5ba9").unwrap();
         assert_eq!(gpu1.pod, None);
 
         let uid = "0b8e6c3a-4f0e-4c59-9a55-0f1e2d3c4b5a";
-        let s = scrape(&format!(
-            "DCGM_FI_DEV_FB_USED{{UUID=\"{A}\",namespace=\"ns\",pod=\"p\",pod_uid=\"{uid}\"}} 1\n"
-        ));
+        let s =
+            scrape(&format!("DCGM_FI_DEV_FB_USED{{UUID=\"{A}\",namespace=\"ns\",pod=\"p\",pod_uid=\"{uid}\"}} 1\n"));
         let mut r = SampleRollup::new("fb");
         r.observe(&s, datetime!(2026-11-01 10:00 UTC));
-        let pod = r
-            .drain(datetime!(2026-11-01 10:01 UTC))
-            .remove(0)
-            .pod
-            .unwrap();
-        assert_eq!(
-            (pod.uid, pod.container),
-            (Some(Uuid::parse_str(uid).unwrap()), None)
-        );
+        let pod = r.drain(datetime!(2026-11-01 10:01 UTC)).remove(0).pod.unwrap();
+        assert_eq!((pod.uid, pod.container), (Some(Uuid::parse_str(uid).unwrap()), None));
     }
 
     #[test]
@@ -930,20 +746,11 @@ mod tests {
         let at = datetime!(2026-11-01 10:00 UTC);
         let d = one_device("mig_a100_4_active_workloads_runai.txt");
         let f = device_fact(&d, at);
-        assert!(f.event_id.starts_with(
-            "device/nvidia-dcgm-exporter-tl46n/GPU-473571f2-fb37-ef7e-50fe-9885b74a23cd/"
-        ));
-        assert_eq!(
-            f.event_id,
-            device_fact(&d.clone(), at + Duration::hours(1)).event_id
-        );
+        assert!(f.event_id.starts_with("device/nvidia-dcgm-exporter-tl46n/GPU-473571f2-fb37-ef7e-50fe-9885b74a23cd/"));
+        assert_eq!(f.event_id, device_fact(&d.clone(), at + Duration::hours(1)).event_id);
         let mut relaid = d.clone();
         relaid.mig_devices.truncate(1);
-        assert_ne!(
-            f.event_id,
-            device_fact(&relaid, at).event_id,
-            "a new MIG layout is a new fact"
-        );
+        assert_ne!(f.event_id, device_fact(&relaid, at).event_id, "a new MIG layout is a new fact");
         assert_eq!(f.body.kind(), "device_observed");
 
         let mut r = SampleRollup::new("fb");
@@ -951,14 +758,8 @@ mod tests {
         let rollups = r.drain(at + Duration::minutes(1));
         let all = facts(&[d], &rollups, at);
         assert_eq!(all.len(), 6);
-        assert_eq!(
-            all[1].event_id,
-            "telemetry/GPU-473571f2-fb37-ef7e-50fe-9885b74a23cd/-/2026-11-01T10:00:00Z"
-        );
-        assert_eq!(
-            all[2].event_id,
-            "telemetry/GPU-473571f2-fb37-ef7e-50fe-9885b74a23cd/5/2026-11-01T10:00:00Z"
-        );
+        assert_eq!(all[1].event_id, "telemetry/GPU-473571f2-fb37-ef7e-50fe-9885b74a23cd/-/2026-11-01T10:00:00Z");
+        assert_eq!(all[2].event_id, "telemetry/GPU-473571f2-fb37-ef7e-50fe-9885b74a23cd/5/2026-11-01T10:00:00Z");
         let json = serde_json::to_value(&all[2]).unwrap();
         assert_eq!(json["kind"], "telemetry");
         assert_eq!(json["mig_profile"], "2g.10gb");

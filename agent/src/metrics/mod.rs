@@ -84,8 +84,7 @@ pub(crate) mod fixtures {
     /// The text of one fixture file.
     pub fn read(kind: &str, file: &str) -> String {
         let path = dir(kind).join(file);
-        std::fs::read_to_string(&path)
-            .unwrap_or_else(|e| panic!("reading fixture {}: {e}", path.display()))
+        std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("reading fixture {}: {e}", path.display()))
     }
 
     /// Every fixture file of a kind, as (file name, text), sorted by name.
@@ -96,10 +95,7 @@ pub(crate) mod fixtures {
             .collect();
         files.sort();
         assert!(!files.is_empty(), "no fixtures under {kind}");
-        files
-            .into_iter()
-            .map(|f| (f.clone(), read(kind, &f)))
-            .collect()
+        files.into_iter().map(|f| (f.clone(), read(kind, &f))).collect()
     }
 }
 
@@ -114,12 +110,8 @@ mod tests {
         for kind in ["dcgm", "modelserver"] {
             for (file, text) in super::fixtures::all(kind) {
                 assert!(text.starts_with("# SOURCE: "), "{file}");
-                let parsed =
-                    super::prom::parse(&text).unwrap_or_else(|e| panic!("{kind}/{file}: {e}"));
-                let lines = text
-                    .lines()
-                    .filter(|l| !l.trim().is_empty() && !l.trim_start().starts_with('#'))
-                    .count();
+                let parsed = super::prom::parse(&text).unwrap_or_else(|e| panic!("{kind}/{file}: {e}"));
+                let lines = text.lines().filter(|l| !l.trim().is_empty() && !l.trim_start().starts_with('#')).count();
                 assert_eq!(parsed.samples.len(), lines, "{kind}/{file}");
                 assert!(lines > 0, "{kind}/{file}");
                 seen += 1;

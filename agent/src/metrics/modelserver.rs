@@ -111,11 +111,7 @@ fn add(slot: &mut Option<f64>, v: f64) {
 impl Building {
     /// A histogram bucket; `scale` converts `le` to seconds.
     fn bucket(&mut self, s: &Sample, scale: f64) {
-        let Some(le) = s
-            .labels
-            .get("le")
-            .and_then(|le| le.trim().parse::<f64>().ok())
-        else {
+        let Some(le) = s.labels.get("le").and_then(|le| le.trim().parse::<f64>().ok()) else {
             return;
         };
         if le == f64::INFINITY {
@@ -141,10 +137,7 @@ impl Building {
             count: self.ttft_count.or(self.ttft_inf),
         });
         let queue_time = match (self.queue_sum, self.queue_counter) {
-            (Some(sum), _) => Some(DurationTotals {
-                sum,
-                count: self.queue_count,
-            }),
+            (Some(sum), _) => Some(DurationTotals { sum, count: self.queue_count }),
             (None, Some(sum)) => Some(DurationTotals { sum, count: None }),
             (None, None) => None,
         };
@@ -194,8 +187,7 @@ fn triton(series: &str, s: &Sample, b: &mut Building) {
         "nv_inference_queue_duration_us" => add(&mut b.queue_counter, v / 1e6),
         "nv_inference_queue_summary_us_sum" => add(&mut b.queue_sum, v / 1e6),
         "nv_inference_queue_summary_us_count" => add(&mut b.queue_count, v),
-        "nv_inference_first_response_histogram_ms"
-        | "nv_inference_first_response_histogram_ms_bucket" => {
+        "nv_inference_first_response_histogram_ms" | "nv_inference_first_response_histogram_ms_bucket" => {
             b.bucket(s, 1e-3);
         }
         "nv_inference_first_response_histogram_ms_sum" => add(&mut b.ttft_sum, v / 1e3),
@@ -216,17 +208,10 @@ pub fn snapshots(samples: &[Sample]) -> Vec<ModelServerSnapshot> {
         } else if s.name.starts_with("nv_")
             && let Some(model) = s.label("model")
         {
-            triton(
-                &s.name,
-                s,
-                found.entry((Server::Triton, model)).or_default(),
-            );
+            triton(&s.name, s, found.entry((Server::Triton, model)).or_default());
         }
     }
-    found
-        .into_iter()
-        .map(|((server, model), b)| b.finish(server, model.to_owned()))
-        .collect()
+    found.into_iter().map(|((server, model), b)| b.finish(server, model.to_owned())).collect()
 }
 
 #[cfg(test)]
@@ -241,34 +226,19 @@ mod tests {
 
     #[test]
     fn vllm_v1_fixture() {
-        let s = snaps(&fixtures::read(
-            "modelserver",
-            "vllm_v1_qwen2.5-0.5b_kops.txt",
-        ));
+        let s = snaps(&fixtures::read("modelserver", "vllm_v1_qwen2.5-0.5b_kops.txt"));
         assert_eq!(s.len(), 1);
         let s = &s[0];
-        assert_eq!(
-            (s.server, s.model.as_str()),
-            (Server::Vllm, "Qwen/Qwen2.5-0.5B-Instruct")
-        );
+        assert_eq!((s.server, s.model.as_str()), (Server::Vllm, "Qwen/Qwen2.5-0.5B-Instruct"));
         assert_eq!((s.input_tokens, s.output_tokens), (Some(0.0), Some(0.0)));
         assert_eq!((s.requests_ok, s.requests_failed), (Some(0.0), Some(0.0)));
-        assert_eq!(
-            (s.running, s.waiting, s.inferences),
-            (Some(0.0), Some(0.0), None)
-        );
+        assert_eq!((s.running, s.waiting, s.inferences), (Some(0.0), Some(0.0), None));
         let ttft = s.ttft.as_ref().unwrap();
         assert_eq!(ttft.buckets.len(), 22);
         assert_eq!(ttft.buckets[0], (0.001, 0.0));
         assert_eq!(ttft.buckets[21], (2560.0, 0.0));
         assert_eq!((ttft.sum, ttft.count), (Some(0.0), Some(0.0)));
-        assert_eq!(
-            s.queue_time,
-            Some(DurationTotals {
-                sum: 0.0,
-                count: Some(0.0)
-            })
-        );
+        assert_eq!(s.queue_time, Some(DurationTotals { sum: 0.0, count: Some(0.0) }));
     }
 
     #[test]
@@ -293,38 +263,22 @@ mod tests {
         let s = snaps(&text);
         assert_eq!(s.len(), 2);
         let m = &s[0];
-        assert_eq!(
-            (m.input_tokens, m.output_tokens),
-            (Some(150.0), Some(7000.0))
-        );
+        assert_eq!((m.input_tokens, m.output_tokens), (Some(150.0), Some(7000.0)));
         assert_eq!((m.requests_ok, m.requests_failed), (Some(5.0), Some(1.0)));
         assert_eq!((m.running, m.waiting), (Some(5.0), None));
         let ttft = m.ttft.as_ref().unwrap();
         assert_eq!(ttft.buckets, [(0.1, 1.0), (0.5, 3.0)]);
-        assert_eq!(
-            ttft.count,
-            Some(5.0),
-            "from the +Inf bucket when there is no _count"
-        );
+        assert_eq!(ttft.count, Some(5.0), "from the +Inf bucket when there is no _count");
         assert_eq!((s[1].model.as_str(), s[1].waiting), ("other", Some(9.0)));
     }
 
     #[test]
     fn triton_first_response_histogram_without_bucket_suffix() {
-        let s = snaps(&fixtures::read(
-            "modelserver",
-            "triton_docs_first_response_histogram.txt",
-        ));
+        let s = snaps(&fixtures::read("modelserver", "triton_docs_first_response_histogram.txt"));
         assert_eq!(s.len(), 1);
-        assert_eq!(
-            (s[0].server, s[0].model.as_str()),
-            (Server::Triton, "my_model")
-        );
+        assert_eq!((s[0].server, s[0].model.as_str()), (Server::Triton, "my_model"));
         let ttft = s[0].ttft.as_ref().unwrap();
-        assert_eq!(
-            ttft.buckets,
-            [(0.1, 8.0), (0.5, 30.0), (2.0, 36.0), (5.0, 37.0)]
-        );
+        assert_eq!(ttft.buckets, [(0.1, 8.0), (0.5, 30.0), (2.0, 36.0), (5.0, 37.0)]);
         assert_eq!(ttft.count, Some(37.0));
         assert!((ttft.sum.unwrap() - 10.771).abs() < 1e-12);
         let json = serde_json::to_value(&s[0]).unwrap();
@@ -334,10 +288,7 @@ mod tests {
 
     #[test]
     fn triton_queue_summary_and_counters() {
-        let s = snaps(&fixtures::read(
-            "modelserver",
-            "triton_docs_queue_summary.txt",
-        ));
+        let s = snaps(&fixtures::read("modelserver", "triton_docs_queue_summary.txt"));
         assert_eq!(s.len(), 1);
         let q = s[0].queue_time.as_ref().unwrap();
         assert!((q.sum - 0.01111).abs() < 1e-12, "{q:?}");
@@ -356,16 +307,7 @@ mod tests {
             (r.requests_ok, r.requests_failed, r.inferences, r.waiting),
             (Some(15.0), Some(2.0), Some(64.0), Some(3.0))
         );
-        assert_eq!(
-            r.queue_time,
-            Some(DurationTotals {
-                sum: 2.5,
-                count: None
-            })
-        );
-        assert_eq!(
-            (r.input_tokens, r.running, r.ttft.as_ref()),
-            (None, None, None)
-        );
+        assert_eq!(r.queue_time, Some(DurationTotals { sum: 2.5, count: None }));
+        assert_eq!((r.input_tokens, r.running, r.ttft.as_ref()), (None, None, None));
     }
 }

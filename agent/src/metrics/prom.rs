@@ -33,10 +33,7 @@ pub struct Sample {
 impl Sample {
     /// A label's value, `None` when absent or empty (exporters write both for "no value").
     pub fn label(&self, name: &str) -> Option<&str> {
-        self.labels
-            .get(name)
-            .map(String::as_str)
-            .filter(|v| !v.is_empty())
+        self.labels.get(name).map(String::as_str).filter(|v| !v.is_empty())
     }
 }
 
@@ -98,17 +95,11 @@ pub fn parse(text: &str) -> Result<Exposition, ParseError> {
     let mut out = Exposition::default();
     for (i, raw) in text.split('\n').enumerate() {
         let line_no = i + 1;
-        let line = raw
-            .strip_suffix('\r')
-            .unwrap_or(raw)
-            .trim_start_matches([' ', '\t']);
+        let line = raw.strip_suffix('\r').unwrap_or(raw).trim_start_matches([' ', '\t']);
         if line.trim_end_matches([' ', '\t']).is_empty() {
             continue;
         }
-        let err = |reason| ParseError {
-            line: line_no,
-            reason,
-        };
+        let err = |reason| ParseError { line: line_no, reason };
         if let Some(comment) = line.strip_prefix('#') {
             parse_comment(comment, &mut out).map_err(err)?;
         } else {
@@ -140,8 +131,7 @@ fn parse_comment(rest: &str, out: &mut Exposition) -> Result<(), ParseErrorReaso
             if name.is_empty() || word.is_empty() {
                 return Err(ParseErrorReason::IncompleteDescriptor("TYPE"));
             }
-            out.types
-                .insert(name.to_owned(), MetricType::from_word(word));
+            out.types.insert(name.to_owned(), MetricType::from_word(word));
         }
         _ => {}
     }
@@ -200,11 +190,7 @@ impl<'a> Cursor<'a> {
 
     fn found(&self) -> String {
         let rest = self.rest();
-        if rest.is_empty() {
-            "end of line".to_owned()
-        } else {
-            rest.chars().take(24).collect()
-        }
+        if rest.is_empty() { "end of line".to_owned() } else { rest.chars().take(24).collect() }
     }
 
     /// `[a-zA-Z_:][a-zA-Z0-9_:]*` for metrics, without `:` for labels.
@@ -222,10 +208,7 @@ impl<'a> Cursor<'a> {
             self.pos += 1;
         }
         if self.pos == start {
-            return Err(ParseErrorReason::InvalidName {
-                what,
-                found: self.found(),
-            });
+            return Err(ParseErrorReason::InvalidName { what, found: self.found() });
         }
         Ok(self.s.get(start..self.pos).unwrap_or(""))
     }
@@ -235,10 +218,7 @@ impl<'a> Cursor<'a> {
             self.pos += 1;
             Ok(())
         } else {
-            Err(ParseErrorReason::Expected {
-                expected,
-                found: self.found(),
-            })
+            Err(ParseErrorReason::Expected { expected, found: self.found() })
         }
     }
 
@@ -303,10 +283,7 @@ fn parse_sample(line: &str) -> Result<Sample, ParseErrorReason> {
                 Some(b',') => c.pos += 1,
                 Some(b'}') => {}
                 _ => {
-                    return Err(ParseErrorReason::Expected {
-                        expected: "',' or '}'",
-                        found: c.found(),
-                    });
+                    return Err(ParseErrorReason::Expected { expected: "',' or '}'", found: c.found() });
                 }
             }
         }
@@ -314,31 +291,19 @@ fn parse_sample(line: &str) -> Result<Sample, ParseErrorReason> {
     }
     let value_text = c.token();
     if value_text.is_empty() {
-        return Err(ParseErrorReason::Expected {
-            expected: "a sample value",
-            found: c.found(),
-        });
+        return Err(ParseErrorReason::Expected { expected: "a sample value", found: c.found() });
     }
-    let value = parse_value(value_text)
-        .ok_or_else(|| ParseErrorReason::InvalidValue(value_text.to_owned()))?;
+    let value = parse_value(value_text).ok_or_else(|| ParseErrorReason::InvalidValue(value_text.to_owned()))?;
     c.skip_blanks();
     let timestamp_ms = match c.token() {
         "" => None,
-        ts => Some(
-            ts.parse::<i64>()
-                .map_err(|_| ParseErrorReason::InvalidTimestamp(ts.to_owned()))?,
-        ),
+        ts => Some(ts.parse::<i64>().map_err(|_| ParseErrorReason::InvalidTimestamp(ts.to_owned()))?),
     };
     c.skip_blanks();
     if c.peek().is_some() {
         return Err(ParseErrorReason::TrailingText(c.found()));
     }
-    Ok(Sample {
-        name,
-        labels,
-        value,
-        timestamp_ms,
-    })
+    Ok(Sample { name, labels, value, timestamp_ms })
 }
 
 /// A Go `ParseFloat`-like reading: decimal floats plus `NaN`, `Inf`, `+Inf`, `-Inf` in any case.
@@ -437,51 +402,18 @@ mod tests {
         assert_eq!(e.reason, ParseErrorReason::UnterminatedLabelValue);
         assert!(e.to_string().contains("line 4"), "{e}");
 
-        assert_eq!(
-            error("m{a=\"\\t\"} 1").reason,
-            ParseErrorReason::InvalidEscape('t')
-        );
-        assert_eq!(
-            error("a 1\nm{a=\"1\",a=\"2\"} 1").reason,
-            ParseErrorReason::DuplicateLabel("a".into())
-        );
+        assert_eq!(error("m{a=\"\\t\"} 1").reason, ParseErrorReason::InvalidEscape('t'));
+        assert_eq!(error("a 1\nm{a=\"1\",a=\"2\"} 1").reason, ParseErrorReason::DuplicateLabel("a".into()));
         assert_eq!(error("a 1\nm{a=\"1\",a=\"2\"} 1").line, 2);
-        assert_eq!(
-            error("m twelve").reason,
-            ParseErrorReason::InvalidValue("twelve".into())
-        );
-        assert_eq!(
-            error("m 1 12.5").reason,
-            ParseErrorReason::InvalidTimestamp("12.5".into())
-        );
-        assert_eq!(
-            error("m 1 2 3").reason,
-            ParseErrorReason::TrailingText("3".into())
-        );
-        assert!(matches!(
-            error("m{a=\"1\"}").reason,
-            ParseErrorReason::Expected { .. }
-        ));
-        assert!(matches!(
-            error("m{a=\"1\" b=\"2\"} 1").reason,
-            ParseErrorReason::Expected { .. }
-        ));
-        assert!(matches!(
-            error("m{a \"1\"} 1").reason,
-            ParseErrorReason::Expected { .. }
-        ));
-        assert!(matches!(
-            error("m{1a=\"1\"} 1").reason,
-            ParseErrorReason::InvalidName { what: "label", .. }
-        ));
-        assert!(matches!(
-            error("9m 1").reason,
-            ParseErrorReason::InvalidName { what: "metric", .. }
-        ));
-        assert_eq!(
-            error("# TYPE onlyname").reason,
-            ParseErrorReason::IncompleteDescriptor("TYPE")
-        );
+        assert_eq!(error("m twelve").reason, ParseErrorReason::InvalidValue("twelve".into()));
+        assert_eq!(error("m 1 12.5").reason, ParseErrorReason::InvalidTimestamp("12.5".into()));
+        assert_eq!(error("m 1 2 3").reason, ParseErrorReason::TrailingText("3".into()));
+        assert!(matches!(error("m{a=\"1\"}").reason, ParseErrorReason::Expected { .. }));
+        assert!(matches!(error("m{a=\"1\" b=\"2\"} 1").reason, ParseErrorReason::Expected { .. }));
+        assert!(matches!(error("m{a \"1\"} 1").reason, ParseErrorReason::Expected { .. }));
+        assert!(matches!(error("m{1a=\"1\"} 1").reason, ParseErrorReason::InvalidName { what: "label", .. }));
+        assert!(matches!(error("9m 1").reason, ParseErrorReason::InvalidName { what: "metric", .. }));
+        assert_eq!(error("# TYPE onlyname").reason, ParseErrorReason::IncompleteDescriptor("TYPE"));
     }
 
     proptest::proptest! {
