@@ -93,6 +93,10 @@ pub struct Deriver {
     sent: HashSet<String>,
     /// Holders seen during a re-list, by kind (false: pods, true: VMIs).
     relist: BTreeMap<bool, BTreeSet<Uuid>>,
+    /// DRA: allocated NVIDIA devices by (namespace, claim name).
+    claims: BTreeMap<(String, String), Vec<k8s::ClaimDevice>>,
+    /// DRA: the last object of each pod that uses claims.
+    claim_pods: BTreeMap<Uuid, Value>,
 }
 
 impl Deriver {
@@ -149,10 +153,23 @@ impl Deriver {
         if let Some(seen) = self.relist.get_mut(&false) {
             seen.insert(uid);
         }
+        let namespace = pod.metadata.namespace.clone().unwrap_or_default();
+        // Pods using DRA claims are remembered, so a claim allocated after the pod was seen re-derives it.
+        let claim_names = pod.claim_names();
+        if claim_names.is_empty() || deleted {
+            self.claim_pods.remove(&uid);
+        } else {
+            self.claim_pods.insert(uid, v.clone());
+        }
+        let claims = claim_names
+            .iter()
+            .filter_map(|c| self.claims.get(&(namespace.clone(), c.clone())).map(|d| (c.clone(), d.clone())))
+            .collect();
         let ctx = PodContext {
             node: pod.node_name().and_then(|n| self.nodes.get(n)).cloned(),
-            namespace_uid: pod.metadata.namespace.as_deref().and_then(|n| self.namespaces.get(n)).copied(),
+            namespace_uid: self.namespaces.get(&namespace).copied(),
             default_replicas: self.default_replicas,
+            claims,
         };
         let (facts, problems) = k8s::pod_facts(&pod, &ctx, &self.keys, now)?;
         for p in problems {
@@ -272,6 +289,26 @@ impl Deriver {
         Ok(self.fresh(facts))
     }
 
+    /// A DRA ResourceClaim was added, changed or deleted: its allocated devices; pods it is reserved for are
+    /// derived again (a claim is often allocated after its pod is first seen).
+    pub fn on_claim(&mut self, v: &Value, deleted: bool, now: OffsetDateTime) -> Result<Vec<Fact>, k8s::K8sError> {
+        let Some((namespace, name, devices, reserved)) = k8s::claim_devices(v) else {
+            return Ok(vec![]);
+        };
+        if deleted {
+            self.claims.remove(&(namespace, name));
+            return Ok(vec![]);
+        }
+        self.claims.insert((namespace, name), devices);
+        let mut out = Vec::new();
+        for pod_uid in reserved {
+            if let Some(pod) = self.claim_pods.get(&pod_uid).cloned() {
+                out.extend(self.on_pod(&pod, false, now)?);
+            }
+        }
+        Ok(out)
+    }
+
     /// A Kueue ClusterQueue was added or changed: its GPU quotas, when they change.
     pub fn on_cluster_queue(&mut self, v: &Value, now: OffsetDateTime) -> Result<Vec<Fact>, k8s::K8sError> {
         let Some(probe) = k8s::cluster_queue_fact(v, None, now)? else {
@@ -328,16 +365,25 @@ enum Ev {
     Pod(Box<Event<Pod>>),
     Vmi(Box<Event<DynamicObject>>),
     Queue(Box<Event<DynamicObject>>),
+    Claim(Box<Event<DynamicObject>>),
     Error(String),
 }
 
-/// Optional APIs, found by discovery: KubeVirt VMIs and Kueue ClusterQueues.
-async fn discover(client: &Client) -> (Option<ApiResource>, Option<ApiResource>) {
-    let discovery = match Discovery::new(client.clone()).filter(&["kubevirt.io", "kueue.x-k8s.io"]).run().await {
+/// Optional APIs found by discovery.
+struct Optional {
+    vmi: Option<ApiResource>,
+    queue: Option<ApiResource>,
+    claim: Option<ApiResource>,
+}
+
+/// Optional APIs, found by discovery: KubeVirt VMIs, Kueue ClusterQueues, DRA ResourceClaims.
+async fn discover(client: &Client) -> Optional {
+    let groups = ["kubevirt.io", "kueue.x-k8s.io", "resource.k8s.io"];
+    let discovery = match Discovery::new(client.clone()).filter(&groups).run().await {
         Ok(d) => d,
         Err(e) => {
             tracing::warn!(error = %e, "API discovery failed; watching core objects only");
-            return (None, None);
+            return Optional { vmi: None, queue: None, claim: None };
         }
     };
     let find = |group: &str, plural: &str| {
@@ -345,10 +391,18 @@ async fn discover(client: &Client) -> (Option<ApiResource>, Option<ApiResource>)
             .get(group)
             .and_then(|g| g.recommended_resources().into_iter().find(|(ar, _)| ar.plural == plural).map(|(ar, _)| ar))
     };
-    let vmi = find("kubevirt.io", "virtualmachineinstances");
-    let queue = find("kueue.x-k8s.io", "clusterqueues");
-    tracing::info!(kubevirt = vmi.is_some(), kueue = queue.is_some(), "optional APIs discovered");
-    (vmi, queue)
+    let found = Optional {
+        vmi: find("kubevirt.io", "virtualmachineinstances"),
+        queue: find("kueue.x-k8s.io", "clusterqueues"),
+        claim: find("resource.k8s.io", "resourceclaims"),
+    };
+    tracing::info!(
+        kubevirt = found.vmi.is_some(),
+        kueue = found.queue.is_some(),
+        dra = found.claim.is_some(),
+        "optional APIs discovered"
+    );
+    found
 }
 
 /// Watches the cluster until `stop` is set, spooling every new fact.
@@ -373,8 +427,20 @@ pub async fn run(
         Err(e) => Ev::Error(format!("pods: {e}")),
     });
     let mut streams = vec![ns.boxed(), nodes.boxed(), pods.boxed()];
-    let (vmi_api, queue_api) = discover(&client).await;
-    if let Some(ar) = vmi_api {
+    let optional = discover(&client).await;
+    // Pods wait for claims too (when DRA exists), so a pod's devices are known when it is first derived.
+    let mut claims_ready = optional.claim.is_none();
+    if let Some(ar) = &optional.claim {
+        streams.push(
+            watcher::watcher(Api::<DynamicObject>::all_with(client.clone(), ar), watcher::Config::default())
+                .map(|e| match e {
+                    Ok(e) => Ev::Claim(Box::new(e)),
+                    Err(e) => Ev::Error(format!("resourceclaims: {e}")),
+                })
+                .boxed(),
+        );
+    }
+    if let Some(ar) = optional.vmi {
         streams.push(
             watcher::watcher(Api::<DynamicObject>::all_with(client.clone(), &ar), watcher::Config::default())
                 .map(|e| match e {
@@ -384,7 +450,7 @@ pub async fn run(
                 .boxed(),
         );
     }
-    if let Some(ar) = queue_api {
+    if let Some(ar) = optional.queue {
         streams.push(
             watcher::watcher(Api::<DynamicObject>::all_with(client.clone(), &ar), watcher::Config::default())
                 .map(|e| match e {
@@ -436,6 +502,14 @@ pub async fn run(
                 Event::Delete(o) => facts.extend(log_err(deriver.on_vmi(&to_value(&o)?, true, now))),
                 Event::InitDone => facts.extend(deriver.relist_done(true, now)),
             },
+            Ev::Claim(e) => match *e {
+                Event::InitApply(o) | Event::Apply(o) => {
+                    facts.extend(log_err(deriver.on_claim(&to_value(&o)?, false, now)))
+                }
+                Event::Delete(o) => facts.extend(log_err(deriver.on_claim(&to_value(&o)?, true, now))),
+                Event::InitDone => claims_ready = true,
+                Event::Init => {}
+            },
             Ev::Queue(e) => {
                 if let Event::InitApply(o) | Event::Apply(o) = *e {
                     facts.extend(log_err(deriver.on_cluster_queue(&to_value(&o)?, now)));
@@ -446,7 +520,7 @@ pub async fn run(
                 tracing::warn!(error = %e, "watch interrupted; it will re-list");
             }
         }
-        if ns_ready && nodes_ready {
+        if ns_ready && nodes_ready && claims_ready {
             pod_events.append(&mut held);
         }
         for e in pod_events {
@@ -607,6 +681,44 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn a_dra_claim_allocated_after_its_pod_was_seen_yields_the_allocation() {
+        let mut d = Deriver::default();
+        let pod = json!({
+            "metadata": {"name": "dra-0", "namespace": "ml", "uid": UID},
+            "spec": {"nodeName": "n1", "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "one-mig"}],
+                     "containers": [{"name": "main", "resources": {"claims": [{"name": "gpu"}]}}]},
+            "status": {"phase": "Running", "resourceClaimStatuses": [{"name": "gpu", "resourceClaimName": "dra-0-gpu-x1"}],
+                       "containerStatuses": [{"name": "main", "state": {"running": {"startedAt": "2026-10-01T08:00:05Z"}}}]}
+        });
+        let now = datetime!(2026-10-01 09:00 UTC);
+        assert!(d.on_pod(&pod, false, now).unwrap().is_empty(), "no devices known yet");
+        let claim = json!({
+            "metadata": {"name": "dra-0-gpu-x1", "namespace": "ml", "uid": "e0000000-0000-4000-8000-000000000001"},
+            "status": {"allocation": {"devices": {"results": [
+                {"request": "gpu", "driver": "gpu.nvidia.com", "pool": "n1", "device": "gpu-0-mig-1g.10gb-3"},
+                {"request": "nic", "driver": "net.example.com", "pool": "n1", "device": "eth1"}]}},
+                       "reservedFor": [{"resource": "pods", "name": "dra-0", "uid": UID}]}
+        });
+        let facts = d.on_claim(&claim, false, now).unwrap();
+        assert_eq!(facts.len(), 1, "{facts:?}");
+        match &facts[0].body {
+            FactBody::AllocationStarted(s) => {
+                assert_eq!(s.mode, gpuledger_core::sharing::SharingMode::Mig { profile: "1g.10gb".parse().unwrap() });
+                assert_eq!(s.resource, "dra:dra-0-gpu-x1/gpu.nvidia.com/gpu-0-mig-1g.10gb-3");
+                assert_eq!(s.device_ids, vec!["n1/gpu-0-mig-1g.10gb-3".to_string()]);
+                assert_eq!(s.started_at, datetime!(2026-10-01 08:00:05 UTC));
+            }
+            other => panic!("{other:?}"),
+        }
+        // A whole-GPU device is exclusive.
+        let mut whole = claim.clone();
+        whole["status"]["allocation"]["devices"]["results"][0]["device"] = json!("gpu-1");
+        whole["metadata"]["name"] = json!("other");
+        let (_, _, devices, _) = k8s::claim_devices(&whole).unwrap();
+        assert_eq!(devices.len(), 1);
     }
 
     #[test]

@@ -13,7 +13,7 @@ use gpuledger_core::{
         event_id,
     },
 };
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use time::{OffsetDateTime, format_description::well_known::Rfc3339};
 use uuid::Uuid;
@@ -107,6 +107,7 @@ struct PodSpec {
     containers: Vec<Container>,
     node_name: Option<String>,
     node_selector: BTreeMap<String, String>,
+    resource_claims: Vec<PodClaim>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -121,6 +122,21 @@ struct Container {
 struct Resources {
     limits: BTreeMap<String, Value>,
     requests: BTreeMap<String, Value>,
+    /// DRA: the pod-level claims this container uses.
+    claims: Vec<NamedRef>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
+struct NamedRef {
+    name: String,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+struct PodClaim {
+    name: String,
+    resource_claim_name: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -129,6 +145,8 @@ struct PodStatus {
     phase: Option<String>,
     start_time: Option<String>,
     container_statuses: Vec<ContainerStatus>,
+    /// DRA: claims generated from templates, by pod-level claim name.
+    resource_claim_statuses: Vec<PodClaim>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -384,6 +402,94 @@ pub struct PodContext {
     pub namespace_uid: Option<Uuid>,
     /// Declared replicas for time-sliced GPUs when the node does not say.
     pub default_replicas: Option<u32>,
+    /// DRA: allocated devices of the ResourceClaims in the pod's namespace, by claim name.
+    pub claims: BTreeMap<String, Vec<ClaimDevice>>,
+}
+
+/// One device a DRA ResourceClaim was allocated.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClaimDevice {
+    /// The request it satisfies.
+    pub request: String,
+    /// DRA driver, e.g. `gpu.nvidia.com`.
+    pub driver: String,
+    /// Pool (usually the node).
+    pub pool: String,
+    /// Device name within the pool, e.g. `gpu-0` or `gpu-0-mig-1g.10gb-0`.
+    pub device: String,
+}
+
+/// A ResourceClaim's namespace, name, allocated NVIDIA devices, and the pods it is reserved for.
+pub fn claim_devices(v: &Value) -> Option<(String, String, Vec<ClaimDevice>, Vec<Uuid>)> {
+    let namespace = v["metadata"]["namespace"].as_str()?.to_string();
+    let name = v["metadata"]["name"].as_str()?.to_string();
+    let devices = v["status"]["allocation"]["devices"]["results"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|r| {
+            Some(ClaimDevice {
+                request: r["request"].as_str().unwrap_or_default().to_string(),
+                driver: r["driver"].as_str()?.to_string(),
+                pool: r["pool"].as_str().unwrap_or_default().to_string(),
+                device: r["device"].as_str()?.to_string(),
+            })
+        })
+        .filter(|d| d.driver.ends_with("nvidia.com"))
+        .collect();
+    let reserved = v["status"]["reservedFor"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|r| r["resource"].as_str() == Some("pods"))
+        .filter_map(|r| r["uid"].as_str().and_then(|u| Uuid::parse_str(u).ok()))
+        .collect();
+    Some((namespace, name, devices, reserved))
+}
+
+/// A DRA device's sharing mode: a MIG device names its profile (`…-mig-1g.10gb-…`); otherwise a whole GPU.
+fn dra_mode(device: &ClaimDevice) -> SharingMode {
+    device
+        .device
+        .split('-')
+        .find_map(|part| MigProfile::new(part).ok().filter(|_| device.device.contains("mig")))
+        .map_or(SharingMode::Exclusive, |profile| SharingMode::Mig { profile })
+}
+
+impl Pod {
+    /// Names of the ResourceClaims this pod uses (direct, or generated from a template).
+    pub fn claim_names(&self) -> Vec<String> {
+        let generated = self.status.as_ref().map(|s| s.resource_claim_statuses.clone()).unwrap_or_default();
+        self.spec.resource_claims.iter().chain(generated.iter()).filter_map(|c| c.resource_claim_name.clone()).collect()
+    }
+
+    /// GPU requests satisfied by DRA claims.
+    fn dra_requests(&self, claims: &BTreeMap<String, Vec<ClaimDevice>>) -> Vec<GpuRequest> {
+        let generated = self.status.as_ref().map(|s| s.resource_claim_statuses.clone()).unwrap_or_default();
+        let actual = |pod_claim: &str| {
+            generated
+                .iter()
+                .chain(self.spec.resource_claims.iter())
+                .find(|c| c.name == pod_claim && c.resource_claim_name.is_some())
+                .and_then(|c| c.resource_claim_name.clone())
+        };
+        let mut out = Vec::new();
+        for c in &self.spec.containers {
+            for used in &c.resources.claims {
+                let Some(claim) = actual(&used.name) else { continue };
+                for d in claims.get(&claim).into_iter().flatten() {
+                    out.push(GpuRequest {
+                        container: c.name.clone(),
+                        resource: format!("dra:{claim}/{}/{}", d.driver, d.device),
+                        units: 1,
+                        mode: dra_mode(d),
+                        device_ids: vec![format!("{}/{}", d.pool, d.device)],
+                    });
+                }
+            }
+        }
+        out
+    }
 }
 
 /// The facts a pod yields: a start for every GPU request of a started container, an end for every finished one.
@@ -396,7 +502,8 @@ pub fn pod_facts(
 ) -> Result<(Vec<Fact>, Vec<String>), K8sError> {
     let uid = required_uid(&pod.metadata, "Pod")?;
     let sharing = ctx.node.clone().unwrap_or_else(|| pod.implied_sharing());
-    let (requests, problems) = pod.gpu_requests(&sharing, ctx.default_replicas);
+    let (mut requests, problems) = pod.gpu_requests(&sharing, ctx.default_replicas);
+    requests.extend(pod.dra_requests(&ctx.claims));
     let labels = keys.read(&pod.metadata);
     let mut facts = Vec::new();
     for r in requests {

@@ -47,6 +47,7 @@ fn kind_of(resource: &str) -> &'static str {
         "namespaces" => "Namespace",
         "virtualmachineinstances" => "VirtualMachineInstance",
         "clusterqueues" => "ClusterQueue",
+        "resourceclaims" => "ResourceClaim",
         _ => "Unknown",
     }
 }
@@ -55,6 +56,7 @@ fn api_version_of(resource: &str) -> &'static str {
     match resource {
         "virtualmachineinstances" => "kubevirt.io/v1",
         "clusterqueues" => "kueue.x-k8s.io/v1beta1",
+        "resourceclaims" => "resource.k8s.io/v1",
         _ => "v1",
     }
 }
@@ -63,6 +65,7 @@ fn api_version_of(resource: &str) -> &'static str {
 const GROUPS: &[(&str, &str, &str, &str, bool)] = &[
     ("kubevirt.io", "v1", "virtualmachineinstances", "VirtualMachineInstance", true),
     ("kueue.x-k8s.io", "v1beta1", "clusterqueues", "ClusterQueue", false),
+    ("resource.k8s.io", "v1", "resourceclaims", "ResourceClaim", true),
 ];
 
 async fn api_groups() -> axum::Json<Value> {

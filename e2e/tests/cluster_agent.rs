@@ -183,13 +183,32 @@ async fn cluster_agent_end_to_end() {
         "spec": {"cohort": "research", "resourceGroups": [{"coveredResources": ["cpu", "nvidia.com/gpu"], "flavors": [
             {"name": "h100", "resources": [{"name": "cpu", "nominalQuota": "64"}, {"name": "nvidia.com/gpu", "nominalQuota": 8, "borrowingLimit": 4}]}]}]}
     })).unwrap();
+    // A DRA pod: its claim (generated from a template) is allocated one whole H100.
+    kube.apply("pods", json!({
+        "metadata": {"name": "p4-dra", "namespace": "ml", "uid": "a1a1a1a1-0000-4000-8000-000000000004"},
+        "spec": {"nodeName": "h100-a", "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}],
+                 "containers": [{"name": "main", "resources": {"claims": [{"name": "gpu"}]}}]},
+        "status": {"phase": "Running", "resourceClaimStatuses": [{"name": "gpu", "resourceClaimName": "p4-dra-gpu-abcde"}],
+                   "containerStatuses": [{"name": "main", "state": running.clone()}]}
+    })).unwrap();
+    kube.apply("resourceclaims", json!({
+        "metadata": {"name": "p4-dra-gpu-abcde", "namespace": "ml", "uid": "e0000000-0000-4000-8000-000000000004"},
+        "status": {"allocation": {"devices": {"results": [{"request": "gpu", "driver": "gpu.nvidia.com", "pool": "h100-a", "device": "gpu-3"}]}},
+                   "reservedFor": [{"resource": "pods", "name": "p4-dra", "uid": "a1a1a1a1-0000-4000-8000-000000000004"}]}
+    })).unwrap();
     let kubeconfig = kube.kubeconfig(&dir).unwrap();
 
     let mut agent = Agent::start(&dir, &server.base, &token, &kubeconfig, "agent1.log");
-    let rows = wait_for(&pool, "four intervals", &dir, |r| r.len() == 4).await;
-    assert_eq!(rows[3].0, "vdi-1");
+    let rows = wait_for(&pool, "five intervals", &dir, |r| r.len() == 5).await;
+    assert_eq!(rows[3].0, "p4-dra");
     assert_eq!(
         (rows[3].1, rows[3].2, rows[3].3.as_str(), rows[3].6.as_deref()),
+        (Some(1), Some(1), "exact", Some("H100-80GB")),
+        "a DRA claim's whole GPU"
+    );
+    assert_eq!(rows[4].0, "vdi-1");
+    assert_eq!(
+        (rows[4].1, rows[4].2, rows[4].3.as_str(), rows[4].6.as_deref()),
         (Some(1), Some(16), "exact", Some("T4-16GB")),
         "vGPU GRID_T4-1Q is 1/16 of a T4, model inferred from the approved profile"
     );
