@@ -173,7 +173,9 @@ pub fn sample_facts(now: OffsetDateTime) -> Vec<Fact> {
         });
     }
     let h100 = "NVIDIA H100 80GB HBM3";
-    let workloads: [(&str, usize, &str, u32, SharingMode, &str, i64, Option<i64>); 6] = [
+        // (name, namespace index, resource, units, mode, GPU model, start hour, end hour)
+    type Workload<'a> = (&'a str, usize, &'a str, u32, SharingMode, &'a str, i64, Option<i64>);
+    let workloads: [Workload; 6] = [
         ("train-llm-0", 0, "nvidia.com/gpu", 2, SharingMode::Exclusive, h100, 2, Some(50)),
         ("finetune-1", 0, "nvidia.com/mig-1g.10gb", 1, mig("1g.10gb"), h100, 5, Some(29)),
         (
