@@ -262,7 +262,9 @@ async fn cluster(args: ClusterArgs) -> anyhow::Result<()> {
 }
 
 async fn node(args: NodeArgs) -> anyhow::Result<()> {
-    use gpuledger_agent::node::{DcgmSource, GpuSource, NodeCollector, NvmlSource, SimulatedSource, summarize};
+    use gpuledger_agent::node::{
+        DcgmSource, GpuSource, NodeCollector, NvmlSource, ProcCgroups, SimulatedSource, process_facts, summarize,
+    };
     let mut source: Box<dyn GpuSource> = match args.source {
         Source::Nvml => Box::new(NvmlSource::new(args.node_name.clone())?),
         Source::Dcgm => {
@@ -282,15 +284,17 @@ async fn node(args: NodeArgs) -> anyhow::Result<()> {
     tracing::info!(node = %args.node_name, source = ?args.source, "sampling GPUs");
     let shutdown = shutdown_signal();
     tokio::pin!(shutdown);
+    let mut seen_processes = std::collections::HashSet::new();
     loop {
         tokio::select! {
             _ = &mut shutdown => break,
             _ = tick.tick() => {}
         }
         let at = time::OffsetDateTime::now_utc();
-        let (returned, samples) = tokio::task::spawn_blocking(move || {
+        let (returned, samples, processes) = tokio::task::spawn_blocking(move || {
             let samples = source.scrape(at);
-            (source, samples)
+            let processes = source.processes();
+            (source, samples, processes)
         })
         .await?;
         source = returned;
@@ -301,7 +305,8 @@ async fn node(args: NodeArgs) -> anyhow::Result<()> {
                 continue;
             }
         };
-        let facts = collector.observe(&samples, at);
+        let mut facts = collector.observe(&samples, at);
+        facts.extend(process_facts(&args.node_name, &processes, &ProcCgroups, &mut seen_processes, at));
         if !facts.is_empty() {
             tracing::debug!(facts = ?summarize(&facts), "spooling");
             spool.lock().map_err(|_| anyhow::anyhow!("spool lock poisoned"))?.append_facts(&facts)?;

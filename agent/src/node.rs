@@ -9,6 +9,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use gpuledger_core::wire::Fact;
 use time::OffsetDateTime;
+use uuid::Uuid;
 
 use crate::metrics::{
     dcgm::{self, SampleRollup, field},
@@ -34,6 +35,80 @@ pub enum GpuError {
 pub trait GpuSource: Send {
     /// One sample of every device.
     fn scrape(&mut self, at: OffsetDateTime) -> Result<Vec<Sample>, GpuError>;
+
+    /// Processes running on each GPU: (GPU UUID, PID). Sources that cannot see processes return none.
+    fn processes(&mut self) -> Vec<(String, u32)> {
+        Vec::new()
+    }
+}
+
+/// A process's pod and container, from its cgroup path. Both systemd (`kubepods-burstable-pod<uid with _>.slice/
+/// cri-containerd-<id>.scope`) and cgroupfs (`/kubepods/burstable/pod<uid>/<id>`) layouts are understood.
+pub fn pod_from_cgroup(cgroup: &str) -> Option<(Uuid, Option<String>)> {
+    for line in cgroup.lines() {
+        let path = line.rsplit(':').next().unwrap_or(line);
+        let parts: Vec<&str> = path.split('/').filter(|p| !p.is_empty()).collect();
+        for (i, part) in parts.iter().enumerate() {
+            let Some(at) = part.rfind("pod") else { continue };
+            let rest = part[at + 3..].trim_end_matches(".slice");
+            let Ok(uid) = Uuid::parse_str(&rest.replace('_', "-")) else { continue };
+            let container = parts.get(i + 1).map(|c| {
+                let c = c.trim_end_matches(".scope");
+                c.rsplit('-').next().unwrap_or(c).to_string()
+            });
+            return Some((uid, container));
+        }
+    }
+    None
+}
+
+/// Reads a process's cgroup (`/proc/<pid>/cgroup` in production; a fake in tests).
+pub trait CgroupReader: Send {
+    /// The cgroup file's content, if the process exists.
+    fn cgroup(&self, pid: u32) -> Option<String>;
+}
+
+/// Reads `/proc` (the DaemonSet runs with `hostPID: true` so it sees the node's processes).
+pub struct ProcCgroups;
+
+impl CgroupReader for ProcCgroups {
+    fn cgroup(&self, pid: u32) -> Option<String> {
+        std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()
+    }
+}
+
+/// GPU processes mapped to pods: `device_assigned` facts (resource `process`), each sent once per
+/// (device, pod, container).
+pub fn process_facts(
+    node: &str,
+    processes: &[(String, u32)],
+    cgroups: &dyn CgroupReader,
+    seen: &mut std::collections::HashSet<String>,
+    at: OffsetDateTime,
+) -> Vec<Fact> {
+    use gpuledger_core::wire::{DeviceAssignment, FactBody, event_id};
+    let mut out = Vec::new();
+    for (gpu, pid) in processes {
+        let Some((pod_uid, container)) = cgroups.cgroup(*pid).as_deref().and_then(pod_from_cgroup) else { continue };
+        let container = container.unwrap_or_default();
+        let id = event_id("device-process", &[node, gpu, &pod_uid.to_string(), &container]);
+        if !seen.insert(id.clone()) {
+            continue;
+        }
+        out.push(Fact {
+            event_id: id,
+            observed_at: at,
+            body: FactBody::DeviceAssigned(DeviceAssignment {
+                node: node.to_string(),
+                pod_uid,
+                container,
+                resource: "process".into(),
+                device_ids: vec![gpu.clone()],
+                observed_at: at,
+            }),
+        });
+    }
+    out
 }
 
 fn sample(name: &str, labels: &[(&str, String)], value: f64) -> Sample {
@@ -123,6 +198,18 @@ impl NvmlSource {
 }
 
 impl GpuSource for NvmlSource {
+    fn processes(&mut self) -> Vec<(String, u32)> {
+        let mut out = Vec::new();
+        for i in 0..self.nvml.device_count().unwrap_or(0) {
+            let Ok(d) = self.nvml.device_by_index(i) else { continue };
+            let Ok(uuid) = d.uuid() else { continue };
+            for p in d.running_compute_processes().unwrap_or_default() {
+                out.push((uuid.clone(), p.pid));
+            }
+        }
+        out
+    }
+
     fn scrape(&mut self, _at: OffsetDateTime) -> Result<Vec<Sample>, GpuError> {
         let q = |e: nvml_wrapper::error::NvmlError| GpuError::Query(e.to_string());
         let mut out = Vec::new();
@@ -309,6 +396,41 @@ mod tests {
         assert!(idle);
         let tail = collector.flush(start + time::Duration::seconds(185));
         assert_eq!(tail.len(), 8, "the open window is flushed at shutdown");
+    }
+
+    #[test]
+    fn pods_are_found_from_both_cgroup_layouts() {
+        let systemd = "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod6d4c1f62_27a5_4f67_9c39_2f6b4c1d0a11.slice/cri-containerd-3f1e2d.scope\n";
+        let (uid, container) = pod_from_cgroup(systemd).unwrap();
+        assert_eq!(uid.to_string(), "6d4c1f62-27a5-4f67-9c39-2f6b4c1d0a11");
+        assert_eq!(container.as_deref(), Some("3f1e2d"));
+        let cgroupfs = "12:memory:/kubepods/besteffort/pod0b7f2d8e-8d1c-4a8e-9a51-7b1f0e6a2c33/9a8b7c\n11:cpu:/kubepods/besteffort/pod0b7f2d8e-8d1c-4a8e-9a51-7b1f0e6a2c33/9a8b7c";
+        let (uid, container) = pod_from_cgroup(cgroupfs).unwrap();
+        assert_eq!(uid.to_string(), "0b7f2d8e-8d1c-4a8e-9a51-7b1f0e6a2c33");
+        assert_eq!(container.as_deref(), Some("9a8b7c"));
+        assert_eq!(pod_from_cgroup("0::/system.slice/sshd.service"), None, "not a pod");
+    }
+
+    #[test]
+    fn gpu_processes_become_device_assignments_once() {
+        struct Fake;
+        impl CgroupReader for Fake {
+            fn cgroup(&self, pid: u32) -> Option<String> {
+                match pid {
+                    100 => Some("0::/kubepods/burstable/pod6d4c1f62-27a5-4f67-9c39-2f6b4c1d0a11/abc".into()),
+                    _ => Some("0::/user.slice/session-1.scope".into()),
+                }
+            }
+        }
+        let procs = vec![("GPU-1".to_string(), 100), ("GPU-1".to_string(), 200), ("GPU-2".to_string(), 100)];
+        let mut seen = std::collections::HashSet::new();
+        let at = datetime!(2026-10-01 10:00 UTC);
+        let facts = process_facts("n1", &procs, &Fake, &mut seen, at);
+        assert_eq!(facts.len(), 2, "a host process maps to no pod");
+        assert!(
+            matches!(&facts[0].body, FactBody::DeviceAssigned(a) if a.device_ids == ["GPU-1"] && a.container == "abc")
+        );
+        assert!(process_facts("n1", &procs, &Fake, &mut seen, at).is_empty(), "sent once");
     }
 
     #[test]

@@ -173,7 +173,7 @@ pub fn sample_facts(now: OffsetDateTime) -> Vec<Fact> {
         });
     }
     let h100 = "NVIDIA H100 80GB HBM3";
-        // (name, namespace index, resource, units, mode, GPU model, start hour, end hour)
+    // (name, namespace index, resource, units, mode, GPU model, start hour, end hour)
     type Workload<'a> = (&'a str, usize, &'a str, u32, SharingMode, &'a str, i64, Option<i64>);
     let workloads: [Workload; 6] = [
         ("train-llm-0", 0, "nvidia.com/gpu", 2, SharingMode::Exclusive, h100, 2, Some(50)),
