@@ -102,7 +102,18 @@ pub fn decode(headers: &HeaderMap, body: &[u8]) -> Result<Batch, AppError> {
     };
     // Two steps, so errors name the exact field: the envelope first, then each fact by its kind (a flattened,
     // internally tagged enum would lose the path inside a fact).
+    // Fast path: one pass straight into the typed batch. Only a batch that fails is parsed again, field by field,
+    // to name exactly what is wrong.
+    if let Ok(batch) = serde_json::from_slice::<Batch>(&json) {
+        return Ok(batch);
+    }
     let raw: RawBatch = parse_at("", &mut serde_json::Deserializer::from_slice(&json))?;
+    if raw.facts.len() > MAX_FACTS_PER_BATCH {
+        return Err(AppError::invalid(
+            "facts",
+            format!("{} facts; at most {MAX_FACTS_PER_BATCH} per batch", raw.facts.len()),
+        ));
+    }
     let mut facts = Vec::with_capacity(raw.facts.len());
     for (i, mut value) in raw.facts.into_iter().enumerate() {
         let at = format!("facts[{i}]");

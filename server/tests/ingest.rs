@@ -135,7 +135,7 @@ async fn intervals(env: &Env) -> Vec<IntervalRow> {
     let rows = sqlx::query_as(
         "SELECT allocation_id, sharing_mode, fraction_num, fraction_den, ended_at, end_estimated, confidence,
                 inventory_gap, gpu_class
-           FROM allocation_intervals ORDER BY allocation_id",
+           FROM allocation_intervals WHERE cluster_id = (SELECT cluster_id FROM clusters WHERE name = 'gpu-east') ORDER BY allocation_id",
     )
     .fetch_all(tx.conn())
     .await
@@ -242,7 +242,7 @@ async fn the_same_facts_twice_or_reordered_give_the_same_state() {
     }
     assert_eq!(intervals(&second).await, expected);
     let events: i64 =
-        sqlx::query_scalar("SELECT count(*) FROM allocation_events").fetch_one(&second.admin).await.unwrap();
+        sqlx::query_scalar("SELECT count(*) FROM allocation_events WHERE cluster_id = (SELECT cluster_id FROM clusters WHERE name = 'gpu-east')").fetch_one(&second.admin).await.unwrap();
     assert_eq!(events, facts.len() as i64, "each fact stored exactly once");
 }
 
@@ -288,7 +288,7 @@ async fn bad_input_names_the_field_and_changes_nothing() {
     let (status, _) = post(&env, Some(&env.agent_token), vec![b' '; 300 * 1024], false).await;
     assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
     // Nothing was stored by any of these.
-    let events: i64 = sqlx::query_scalar("SELECT count(*) FROM allocation_events").fetch_one(&env.admin).await.unwrap();
+    let events: i64 = sqlx::query_scalar("SELECT count(*) FROM allocation_events WHERE cluster_id = (SELECT cluster_id FROM clusters WHERE name = 'gpu-east')").fetch_one(&env.admin).await.unwrap();
     assert_eq!(events, 0);
 }
 
@@ -319,7 +319,7 @@ async fn credentials_decide_organization_and_cluster() {
     let (status, _) = post(&env, Some(&env.agent_token), serde_json::to_vec(&claimed).unwrap(), false).await;
     assert_eq!(status, StatusCode::OK);
     let cluster: String =
-        sqlx::query_scalar("SELECT c.name FROM allocation_intervals i JOIN clusters c USING (org_id, cluster_id)")
+        sqlx::query_scalar("SELECT c.name FROM allocation_intervals i JOIN clusters c USING (org_id, cluster_id) WHERE c.name <> 'demo-gpu-cluster'")
             .fetch_one(&env.admin)
             .await
             .unwrap();
@@ -350,7 +350,7 @@ async fn unknown_profiles_are_kept_and_flagged() {
     assert_eq!(rows.len(), 1);
     assert_eq!((rows[0].2, rows[0].3), (None, None), "no fraction without an inventory entry");
     assert!(rows[0].7.as_deref().unwrap().contains("no approved inventory entry"));
-    let findings: i64 = sqlx::query_scalar("SELECT count(*) FROM data_quality_findings WHERE kind = 'inventory_gap'")
+    let findings: i64 = sqlx::query_scalar("SELECT count(*) FROM data_quality_findings WHERE kind = 'inventory_gap' AND cluster_id = (SELECT cluster_id FROM clusters WHERE name = 'gpu-east')")
         .fetch_one(&env.admin)
         .await
         .unwrap();
@@ -413,8 +413,9 @@ async fn an_owner_change_closes_the_old_mapping_in_any_order() {
         let mut tx = env.db.begin_org(env.org).await.unwrap();
         let rows = sqlx::query_as(
             "SELECT o.valid_from, o.valid_to, t.name FROM namespace_ownership o JOIN tenants t USING (org_id, tenant_id)
-              ORDER BY o.valid_from",
+              WHERE o.namespace_uid = $1 ORDER BY o.valid_from",
         )
+        .bind(env.ns_uid)
         .fetch_all(tx.conn())
         .await
         .unwrap();
@@ -470,7 +471,7 @@ async fn telemetry_lands_in_monthly_partitions_once() {
     let (_, ack) = send(&env, &batch(facts)).await;
     assert_eq!(ack["stored"], 0, "duplicates are ignored");
     let per_partition: Vec<(String, i64)> =
-        sqlx::query_as("SELECT tableoid::regclass::text, count(*) FROM telemetry_rollups GROUP BY 1 ORDER BY 1")
+        sqlx::query_as("SELECT tableoid::regclass::text, count(*) FROM telemetry_rollups WHERE cluster_id = (SELECT cluster_id FROM clusters WHERE name = 'gpu-east') GROUP BY 1 ORDER BY 1")
             .fetch_all(&env.admin)
             .await
             .unwrap();
