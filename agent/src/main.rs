@@ -92,6 +92,26 @@ struct ClusterArgs {
     /// How often open allocations are confirmed while the watch is healthy, in seconds.
     #[arg(long, env = "GPULEDGER_HEARTBEAT_SECS", default_value_t = 30)]
     heartbeat_secs: u64,
+    /// Label (or annotation) keys naming the tenant, tried in order; comma-separated.
+    #[arg(long, env = "GPULEDGER_LABEL_TENANT", value_delimiter = ',', default_value = "gpuledger.io/tenant")]
+    label_tenant: Vec<String>,
+    /// Keys naming the department.
+    #[arg(long, env = "GPULEDGER_LABEL_DEPARTMENT", value_delimiter = ',', default_value = "gpuledger.io/department")]
+    label_department: Vec<String>,
+    /// Keys naming an autonomous AI agent session.
+    #[arg(
+        long,
+        env = "GPULEDGER_LABEL_AGENT_SESSION",
+        value_delimiter = ',',
+        default_value = "gpuledger.io/agent-session"
+    )]
+    label_agent_session: Vec<String>,
+    /// Keys naming a model-serving endpoint.
+    #[arg(long, env = "GPULEDGER_LABEL_ENDPOINT", value_delimiter = ',', default_value = "gpuledger.io/endpoint")]
+    label_endpoint: Vec<String>,
+    /// Keys naming the model.
+    #[arg(long, env = "GPULEDGER_LABEL_MODEL", value_delimiter = ',', default_value = "gpuledger.io/model")]
+    label_model: Vec<String>,
 }
 
 /// Where `node` reads devices from.
@@ -228,7 +248,14 @@ async fn cluster(args: ClusterArgs) -> anyhow::Result<()> {
     let (spool, sender) = delivery(&args.delivery, "cluster", None)?;
     let state_path = args.delivery.spool_dir.join("state.json");
     let state = cluster::State::load(&state_path).with_context(|| format!("{}", state_path.display()))?;
-    let deriver = cluster::Deriver::new(state, LabelKeys::default(), args.timeslice_replicas);
+    let keys = LabelKeys {
+        tenant: args.label_tenant.clone(),
+        department: args.label_department.clone(),
+        agent_session: args.label_agent_session.clone(),
+        endpoint: args.label_endpoint.clone(),
+        model: args.label_model.clone(),
+    };
+    let deriver = cluster::Deriver::new(state, keys, args.timeslice_replicas);
     let client =
         kube::Client::try_default().await.context("connecting to the Kubernetes API (in-cluster or KUBECONFIG)")?;
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
