@@ -3,6 +3,7 @@
 //! - [`k8s`]: Kubernetes objects (Pod, Node, Namespace, KubeVirt VMI) → allocation facts.
 //! - [`metrics`]: Prometheus text exposition parsing; DCGM Exporter and model-server metrics → facts.
 //! - [`node`]: the `node` mode's GPU sources (NVML, DCGM endpoint, simulated) and per-minute rollups.
+//! - [`podresources`]: kubelet's pod-resources API (which container holds which device).
 //! - [`spool`]: the on-disk spool that keeps facts until the server confirms a durable commit.
 //! - [`cluster`]: the `cluster` mode's watcher and the pure [`cluster::Deriver`].
 //! - [`deliver`]: batches from the spool to the server, acknowledged only after a durable commit.
@@ -15,4 +16,5 @@ pub mod k8s;
 pub mod metrics;
 pub mod node;
 pub mod nvidia;
+pub mod podresources;
 pub mod spool;

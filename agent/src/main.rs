@@ -151,6 +151,9 @@ struct NodeArgs {
     /// Rollup window in seconds.
     #[arg(long, env = "GPULEDGER_WINDOW_SECS", default_value_t = 60)]
     window_secs: u32,
+    /// kubelet's pod-resources socket (which container holds which device); skipped when absent.
+    #[arg(long, env = "GPULEDGER_POD_RESOURCES_SOCKET", default_value = gpuledger_agent::podresources::DEFAULT_SOCKET)]
+    pod_resources_socket: PathBuf,
 }
 
 fn main() -> std::process::ExitCode {
@@ -312,6 +315,10 @@ async fn node(args: NodeArgs) -> anyhow::Result<()> {
     let shutdown = shutdown_signal();
     tokio::pin!(shutdown);
     let mut seen_processes = std::collections::HashSet::new();
+    let mut seen_assignments = std::collections::HashSet::new();
+    if !args.pod_resources_socket.exists() {
+        tracing::info!(socket = %args.pod_resources_socket.display(), "no kubelet pod-resources socket; device assignments come from processes only");
+    }
     loop {
         tokio::select! {
             _ = &mut shutdown => break,
@@ -334,6 +341,17 @@ async fn node(args: NodeArgs) -> anyhow::Result<()> {
         };
         let mut facts = collector.observe(&samples, at);
         facts.extend(process_facts(&args.node_name, &processes, &ProcCgroups, &mut seen_processes, at));
+        if args.pod_resources_socket.exists() {
+            match gpuledger_agent::podresources::list(&args.pod_resources_socket).await {
+                Ok(items) => facts.extend(gpuledger_agent::podresources::assignment_facts(
+                    &args.node_name,
+                    &items,
+                    &mut seen_assignments,
+                    at,
+                )),
+                Err(e) => tracing::warn!(error = %e, "pod-resources not read"),
+            }
+        }
         if !facts.is_empty() {
             tracing::debug!(facts = ?summarize(&facts), "spooling");
             spool.lock().map_err(|_| anyhow::anyhow!("spool lock poisoned"))?.append_facts(&facts)?;

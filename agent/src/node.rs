@@ -100,7 +100,9 @@ pub fn process_facts(
             observed_at: at,
             body: FactBody::DeviceAssigned(DeviceAssignment {
                 node: node.to_string(),
-                pod_uid,
+                pod_uid: Some(pod_uid),
+                pod_namespace: None,
+                pod_name: None,
                 container,
                 resource: "process".into(),
                 device_ids: vec![gpu.clone()],

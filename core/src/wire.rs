@@ -303,8 +303,15 @@ pub struct DeviceFact {
 pub struct DeviceAssignment {
     /// Node.
     pub node: String,
-    /// Pod UID.
-    pub pod_uid: Uuid,
+    /// Pod UID (from a process's cgroup; kubelet's pod-resources API names pods instead).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_uid: Option<Uuid>,
+    /// Pod namespace, when known by name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_namespace: Option<String>,
+    /// Pod name, when known by name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_name: Option<String>,
     /// Container.
     pub container: String,
     /// Resource name.

@@ -276,7 +276,15 @@ fn subject(body: &FactBody) -> String {
         FactBody::NamespaceObserved(n) => n.namespace_uid.to_string(),
         FactBody::NodeObserved(n) => n.name.clone(),
         FactBody::DeviceObserved(d) => d.gpu_uuid.clone(),
-        FactBody::DeviceAssigned(a) => format!("{}/{}", a.pod_uid, a.container),
+        FactBody::DeviceAssigned(a) => match a.pod_uid {
+            Some(uid) => format!("{uid}/{}", a.container),
+            None => format!(
+                "{}/{}/{}",
+                a.pod_namespace.as_deref().unwrap_or("-"),
+                a.pod_name.as_deref().unwrap_or("-"),
+                a.container
+            ),
+        },
         FactBody::Telemetry(t) => t.gpu_uuid.clone(),
         FactBody::Gap(_) => "gap".into(),
         FactBody::QuotaObserved(q) => format!("clusterqueue/{}", q.uid),
