@@ -436,6 +436,37 @@ mod tests {
     }
 
     #[test]
+    fn a_dcgm_exporter_endpoint_is_scraped_over_http() {
+        use std::io::{Read, Write};
+        let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../shared/fixtures/dcgm/mig_a100_4_active_workloads_runai.txt");
+        let text = std::fs::read_to_string(&fixture).unwrap();
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}/metrics", listener.local_addr().unwrap());
+        let server = std::thread::spawn(move || {
+            let (mut stream, _) = listener.accept().unwrap();
+            let mut buf = [0u8; 4096];
+            let _ = stream.read(&mut buf).unwrap();
+            let head = format!(
+                "HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+                text.len()
+            );
+            stream.write_all(head.as_bytes()).unwrap();
+            stream.write_all(text.as_bytes()).unwrap();
+        });
+        let mut source = DcgmSource::new(url).unwrap();
+        let samples = source.scrape(datetime!(2026-10-01 10:00 UTC)).unwrap();
+        server.join().unwrap();
+        let devices = dcgm::devices(&samples, "n1");
+        assert_eq!(devices.len(), 1);
+        assert_eq!(devices[0].mig_devices.len(), 4);
+        // An unreachable endpoint is an error naming it, not a panic.
+        let err =
+            DcgmSource::new("http://127.0.0.1:1/metrics").unwrap().scrape(datetime!(2026-10-01 10:00 UTC)).unwrap_err();
+        assert!(err.to_string().contains("127.0.0.1:1"), "{err}");
+    }
+
+    #[test]
     fn nvml_without_a_driver_says_so() {
         // CI machines have no NVIDIA driver: the error must say what to do. On a GPU machine, the same code reads
         // at least one device.

@@ -108,6 +108,7 @@ impl FakeKube {
             .route("/api/v1/{resource}", get(list_or_watch))
             .route("/api", get(|| async { axum::Json(json!({"kind": "APIVersions", "versions": ["v1"]})) }))
             .route("/apis", get(api_groups))
+            .route("/api/v1/namespaces/{namespace}/{resource}/{name}", axum::routing::patch(apply_patch))
             .route("/apis/{group}/{version}", get(api_resources))
             .route("/apis/{group}/{version}/{resource}", get(group_list_or_watch))
             .with_state(shared.clone());
@@ -180,6 +181,12 @@ impl FakeKube {
         Ok(())
     }
 
+    /// An object stored by a server-side apply (`PATCH`), by `namespace/name`.
+    pub fn stored(&self, resource: &str, namespace: &str, name: &str) -> Option<Value> {
+        let inner = self.shared.inner.lock().ok()?;
+        inner.objects.get(resource)?.get(&format!("{namespace}/{name}")).cloned()
+    }
+
     /// Writes a kubeconfig pointing at this server and returns its path.
     pub fn kubeconfig(&self, dir: &Path) -> Result<PathBuf> {
         let path = dir.join("kubeconfig.yaml");
@@ -242,4 +249,29 @@ async fn list_or_watch(
         "items": items,
     }))
     .into_response()
+}
+
+/// Server-side apply of a namespaced object (what `kubectl apply --server-side` and kube-rs `Patch::Apply` send):
+/// stored as given, keyed by `namespace/name`.
+async fn apply_patch(
+    State(shared): State<Shared>,
+    UrlPath((namespace, resource, name)): UrlPath<(String, String, String)>,
+    Query(query): Query<BTreeMap<String, String>>,
+    headers: axum::http::HeaderMap,
+    body: axum::body::Bytes,
+) -> Response {
+    let content_type = headers.get("content-type").and_then(|v| v.to_str().ok()).unwrap_or("");
+    if !content_type.starts_with("application/apply-patch") || !query.contains_key("fieldManager") {
+        return (StatusCode::UNSUPPORTED_MEDIA_TYPE, "only server-side apply with a fieldManager").into_response();
+    }
+    let Ok(mut object) = serde_json::from_slice::<Value>(&body) else {
+        return (StatusCode::BAD_REQUEST, "body is not JSON").into_response();
+    };
+    let Ok(mut inner) = shared.inner.lock() else {
+        return StatusCode::INTERNAL_SERVER_ERROR.into_response();
+    };
+    inner.rv += 1;
+    object["metadata"]["resourceVersion"] = Value::from(inner.rv.to_string());
+    inner.objects.entry(resource).or_default().insert(format!("{namespace}/{name}"), object.clone());
+    axum::Json(object).into_response()
 }

@@ -115,7 +115,7 @@ async fn wait_for<F: Fn(&[Row]) -> bool>(pool: &sqlx::PgPool, what: &str, dir: &
     }
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_agent_end_to_end() {
     let dir = temp_dir("gl-e2e-agent").unwrap();
     let db = fresh_database().await.unwrap();
@@ -268,6 +268,7 @@ async fn cluster_agent_end_to_end() {
         assert!(started.elapsed() < Duration::from_secs(60), "ownership: {owners:?}");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    assert_hours_split_at_the_owner_change(&pool, t0).await;
 
     // The agent is down while a pod ends: after restart, the end still comes from the pod's timestamps.
     agent.stop();
@@ -309,4 +310,67 @@ async fn cluster_agent_end_to_end() {
     } else {
         eprintln!("kept {}", dir.display());
     }
+}
+
+/// The DRA pod (one whole H100, still running) spans the owner change: the core ledger math over the stored
+/// interval and ownership history gives each tenant exactly its side of the boundary.
+async fn assert_hours_split_at_the_owner_change(pool: &sqlx::PgPool, t0: OffsetDateTime) {
+    use gpuledger_core::{
+        allocation::{Allocation, Attribution, Ownership, allocated_hours},
+        confidence::Confidence,
+        fraction::{Fraction, Quantity},
+        ids::{ClusterId, GpuClass, NamespaceUid, TenantId},
+        interval::{Interval, Validity},
+        sharing::SharingMode,
+    };
+    let owners: Vec<(uuid::Uuid, OffsetDateTime, Option<OffsetDateTime>, String)> = sqlx::query_as(
+        "SELECT o.tenant_id, o.valid_from, o.valid_to, t.name FROM namespace_ownership o
+           JOIN tenants t USING (org_id, tenant_id) WHERE o.namespace_uid = $1::uuid ORDER BY o.valid_from",
+    )
+    .bind(NS_UID)
+    .fetch_all(pool)
+    .await
+    .unwrap();
+    let change = owners[1].1;
+    let (cluster, started_at): (uuid::Uuid, OffsetDateTime) =
+        sqlx::query_as("SELECT cluster_id, started_at FROM allocation_intervals WHERE holder_name = 'p4-dra'")
+            .fetch_one(pool)
+            .await
+            .unwrap();
+    assert_eq!(started_at, t0);
+    let end = change + time::Duration::minutes(30);
+    let ns = NamespaceUid::from_uuid(NS_UID.parse().unwrap());
+    let allocation = Allocation {
+        id: "p4-dra".into(),
+        cluster: ClusterId::from_uuid(cluster),
+        namespace: ns,
+        pod: None,
+        vm: None,
+        gpu: None,
+        gpu_class: GpuClass::new("H100-80GB").unwrap(),
+        mode: SharingMode::Exclusive,
+        fraction: Fraction::ONE,
+        interval: Interval::new(started_at, end).unwrap(),
+        end_estimated: false,
+        confidence: Confidence::Exact,
+    };
+    let ownerships: Vec<Ownership> = owners
+        .iter()
+        .map(|(tenant, from, to, _)| Ownership {
+            namespace: ns,
+            tenant: TenantId::from_uuid(*tenant),
+            valid: Validity::new(*from, *to).unwrap(),
+        })
+        .collect();
+    let usage = allocated_hours(&[allocation], &ownerships, Interval::new(t0, end).unwrap()).unwrap();
+    let of = |i: usize| {
+        usage
+            .iter()
+            .find(|u| u.attribution == Attribution::Tenant { tenant: TenantId::from_uuid(owners[i].0) })
+            .map(|u| u.gpu_time)
+            .unwrap()
+    };
+    let nanos = |d: time::Duration| d.whole_nanoseconds();
+    assert_eq!(of(0), Quantity::held(Fraction::ONE, nanos(change - t0)).unwrap(), "before the change: {}", owners[0].3);
+    assert_eq!(of(1), Quantity::held(Fraction::ONE, nanos(end - change)).unwrap(), "after the change: {}", owners[1].3);
 }

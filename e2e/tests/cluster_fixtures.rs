@@ -25,7 +25,7 @@ fn fixture(name: &str) -> Vec<serde_json::Value> {
 type Row =
     (String, String, Option<String>, Option<i64>, Option<i64>, String, OffsetDateTime, Vec<String>, Option<String>);
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn runai_fixture_pods_on_their_live_node() {
     let dir = temp_dir("gl-e2e-fixtures").unwrap();
     let db = fresh_database().await.unwrap();

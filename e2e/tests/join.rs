@@ -27,7 +27,8 @@ fn join(base: &str, token: &str, output: &std::path::Path) -> std::process::Outp
         .unwrap()
 }
 
-#[tokio::test]
+// Multi-threaded: the stand-in API server runs on this runtime while the test waits on a child process.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_join_token_works_once_and_yields_a_working_credential() {
     let dir = temp_dir("gl-e2e-join").unwrap();
     let db = fresh_database().await.unwrap();
@@ -67,6 +68,21 @@ async fn a_join_token_works_once_and_yields_a_working_credential() {
     assert_eq!(post(&credential), "200");
     assert_eq!(post(&join_token), "401");
 
+    // Stored in a Kubernetes Secret instead (server-side apply), as the onboarding manifest does.
+    let kube = gpuledger_e2e::fake_kube::FakeKube::start().await.unwrap();
+    let second = token(&db.admin_url, "join:east-1");
+    let out = Command::new(binary("gpuledger-agent").unwrap())
+        .args(["join", "--server", &server.base, "--token", &second, "--secret", "gpuledger/agent-credential"])
+        .env("KUBECONFIG", kube.kubeconfig(&dir).unwrap())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let secret = kube.stored("secrets", "gpuledger", "agent-credential").unwrap();
+    let stored = secret["stringData"]["token"].as_str().unwrap();
+    assert!(stored.starts_with("glt_") && stored != credential && stored != second);
+    assert_eq!(secret["stringData"]["cluster"], "east-1");
+    assert_eq!(post(stored), "200");
+
     // An expired join token is refused.
     let expired = token(&db.admin_url, "join:east-1");
     let pool = sqlx::PgPool::connect(&db.admin_url).await.unwrap();
@@ -83,7 +99,7 @@ async fn a_join_token_works_once_and_yields_a_working_credential() {
             .fetch_one(&pool)
             .await
             .unwrap();
-    assert_eq!(audited, 1);
+    assert_eq!(audited, 2);
     drop(server);
     let _ = std::fs::remove_dir_all(&dir);
 }
