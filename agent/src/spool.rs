@@ -158,10 +158,19 @@ impl Spool {
         fs::create_dir_all(&dir).map_err(at(&dir))?;
         let lock_path = dir.join("lock");
         let lock = File::create(&lock_path).map_err(at(&lock_path))?;
-        match lock.try_lock() {
-            Ok(()) => {}
-            Err(TryLockError::WouldBlock) => return Err(SpoolError::Locked(dir)),
-            Err(TryLockError::Error(e)) => return Err(at(&lock_path)(e)),
+        // A lock can outlive its holder by a moment: a process forked while the spool was open holds a copy of
+        // the descriptor until it execs. Retry briefly before declaring the spool in use.
+        let mut attempts = 0;
+        loop {
+            match lock.try_lock() {
+                Ok(()) => break,
+                Err(TryLockError::WouldBlock) if attempts < 40 => {
+                    attempts += 1;
+                    std::thread::sleep(std::time::Duration::from_millis(50));
+                }
+                Err(TryLockError::WouldBlock) => return Err(SpoolError::Locked(dir)),
+                Err(TryLockError::Error(e)) => return Err(at(&lock_path)(e)),
+            }
         }
         let acked = read_ack(&dir)?;
         let mut firsts = Vec::new();

@@ -454,11 +454,16 @@ pub fn device_content_tag(d: &DeviceFact) -> String {
     fnv1a_hex(&canon)
 }
 
-/// A `device_observed` fact; event ID `device/<node>/<uuid>/<content tag>`, so an unchanged device re-sent is stored
-/// once and a changed one (e.g. a new MIG layout) is a new fact.
+/// A `device_observed` fact; event ID `device/<node>/<uuid>/<content tag>/<observed unix time>`. The server
+/// closes a device's history row only when the content differs, so a re-sent unchanged device changes nothing.
 pub fn device_fact(device: &DeviceFact, observed_at: OffsetDateTime) -> Fact {
     Fact {
-        event_id: event_id("device", &[&device.node, &device.gpu_uuid, &device_content_tag(device)]),
+        // The observation time is part of the ID: a layout that changes A → B → A must be stored three times, or
+        // the server would keep B. The node agent only sends a device when its content changed.
+        event_id: event_id(
+            "device",
+            &[&device.node, &device.gpu_uuid, &device_content_tag(device), &observed_at.unix_timestamp().to_string()],
+        ),
         observed_at,
         body: FactBody::DeviceObserved(device.clone()),
     }
@@ -747,7 +752,9 @@ mod tests {
         let d = one_device("mig_a100_4_active_workloads_runai.txt");
         let f = device_fact(&d, at);
         assert!(f.event_id.starts_with("device/nvidia-dcgm-exporter-tl46n/GPU-473571f2-fb37-ef7e-50fe-9885b74a23cd/"));
-        assert_eq!(f.event_id, device_fact(&d.clone(), at + Duration::hours(1)).event_id);
+        assert_eq!(f.event_id, device_fact(&d.clone(), at).event_id, "same observation, same ID");
+        // A → B → A: the return to A is a new fact (observed later), so the server's history ends at A.
+        assert_ne!(f.event_id, device_fact(&d.clone(), at + Duration::hours(1)).event_id);
         let mut relaid = d.clone();
         relaid.mig_devices.truncate(1);
         assert_ne!(f.event_id, device_fact(&relaid, at).event_id, "a new MIG layout is a new fact");
