@@ -443,7 +443,7 @@ async fn retries_on_503_and_429_then_delivers() {
     let delivery = Delivery::start(&stub.base, "glt_stub", &dir, &facts, 200);
     let dead_letter = delivery.dead_letter.clone();
     delivery.drain(500, Duration::from_secs(20), "through 503, 503, 429").await;
-    assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
+    assert!(started.elapsed() < Duration::from_secs(20), "{:?}", started.elapsed());
 
     let received = stub.received();
     let statuses: Vec<u16> = received.iter().map(|r| r.status).collect();
