@@ -430,35 +430,23 @@ pub async fn run(
     let optional = discover(&client).await;
     // Pods wait for claims too (when DRA exists), so a pod's devices are known when it is first derived.
     let mut claims_ready = optional.claim.is_none();
-    if let Some(ar) = &optional.claim {
-        streams.push(
-            watcher::watcher(Api::<DynamicObject>::all_with(client.clone(), ar), watcher::Config::default())
-                .map(|e| match e {
-                    Ok(e) => Ev::Claim(Box::new(e)),
-                    Err(e) => Ev::Error(format!("resourceclaims: {e}")),
-                })
-                .boxed(),
-        );
-    }
-    if let Some(ar) = optional.vmi {
-        streams.push(
-            watcher::watcher(Api::<DynamicObject>::all_with(client.clone(), &ar), watcher::Config::default())
-                .map(|e| match e {
-                    Ok(e) => Ev::Vmi(Box::new(e)),
-                    Err(e) => Ev::Error(format!("virtualmachineinstances: {e}")),
-                })
-                .boxed(),
-        );
-    }
-    if let Some(ar) = optional.queue {
-        streams.push(
-            watcher::watcher(Api::<DynamicObject>::all_with(client.clone(), &ar), watcher::Config::default())
-                .map(|e| match e {
-                    Ok(e) => Ev::Queue(Box::new(e)),
-                    Err(e) => Ev::Error(format!("clusterqueues: {e}")),
-                })
-                .boxed(),
-        );
+    // One watcher per discovered optional API, each event tagged with its kind.
+    let dynamic = |ar: &ApiResource, what: &'static str, tag: fn(Box<Event<DynamicObject>>) -> Ev| {
+        watcher::watcher(Api::<DynamicObject>::all_with(client.clone(), ar), watcher::Config::default())
+            .map(move |e| match e {
+                Ok(e) => tag(Box::new(e)),
+                Err(e) => Ev::Error(format!("{what}: {e}")),
+            })
+            .boxed()
+    };
+    for (ar, what, tag) in [
+        (&optional.claim, "resourceclaims", Ev::Claim as fn(Box<Event<DynamicObject>>) -> Ev),
+        (&optional.vmi, "virtualmachineinstances", Ev::Vmi),
+        (&optional.queue, "clusterqueues", Ev::Queue),
+    ] {
+        if let Some(ar) = ar {
+            streams.push(dynamic(ar, what, tag));
+        }
     }
     let mut events = futures::stream::select_all(streams);
     // Pods are classified against their node and namespace: hold them until both have been listed once.

@@ -142,35 +142,30 @@ impl ServerProcess {
 
     /// Sends `sig` and waits for the exit.
     pub fn stop(&mut self, sig: &str, timeout: Duration) -> Result<ExitStatus> {
-        let mut child = self.child.take().context("already stopped")?;
+        let child = self.child.take().context("already stopped")?;
         signal(child.id(), sig)?;
-        let started = Instant::now();
-        loop {
-            if let Some(status) = child.try_wait()? {
-                return Ok(status);
-            }
-            if started.elapsed() > timeout {
-                let _ = child.kill();
-                bail!("server did not exit within {timeout:?} of SIG{sig}");
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        wait_for_exit(child, timeout, &format!("within {timeout:?} of SIG{sig}"))
     }
 
     /// Waits for the process to exit by itself.
     pub fn wait_exit(&mut self, timeout: Duration) -> Result<ExitStatus> {
-        let mut child = self.child.take().context("already stopped")?;
-        let started = Instant::now();
-        loop {
-            if let Some(status) = child.try_wait()? {
-                return Ok(status);
-            }
-            if started.elapsed() > timeout {
-                let _ = child.kill();
-                bail!("server still running after {timeout:?}");
-            }
-            std::thread::sleep(Duration::from_millis(100));
+        let child = self.child.take().context("already stopped")?;
+        wait_for_exit(child, timeout, &format!("after {timeout:?}"))
+    }
+}
+
+/// Waits for `child` to exit; kills it and fails when `timeout` passes first.
+fn wait_for_exit(mut child: Child, timeout: Duration, what: &str) -> Result<ExitStatus> {
+    let started = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait()? {
+            return Ok(status);
         }
+        if started.elapsed() > timeout {
+            let _ = child.kill();
+            bail!("server did not exit {what}");
+        }
+        std::thread::sleep(Duration::from_millis(100));
     }
 }
 
