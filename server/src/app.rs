@@ -14,7 +14,7 @@ use tower_http::{
     trace::TraceLayer,
 };
 
-use crate::{auth, db::Database, health, ingest, portal::DbPortalData};
+use crate::{auth, db::Database, health, ingest, openapi, portal::DbPortalData};
 
 /// Limits and options of the HTTP layer.
 #[derive(Debug, Clone)]
@@ -80,6 +80,7 @@ pub fn router(state: AppState, http: &HttpOptions) -> Router {
         .merge(health::router())
         .merge(ingest::router())
         .merge(auth::router())
+        .merge(openapi::router())
         .merge(portal)
         // Unknown paths render the portal's own not-found page (status 404).
         .fallback(leptos_axum::render_app_to_stream_with_context(portal_context(&state), move || {

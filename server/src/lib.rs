@@ -9,4 +9,5 @@ pub mod embedded;
 pub mod error;
 pub mod health;
 pub mod ingest;
+pub mod openapi;
 pub mod portal;

@@ -92,3 +92,27 @@ async fn unknown_paths_get_the_portal_not_found_page() {
     assert_eq!(status, StatusCode::NOT_FOUND);
     assert!(body.contains("Page not found"), "{body}");
 }
+
+#[tokio::test]
+async fn the_openapi_document_lists_only_routes_that_answer() {
+    let (_test_db, db) = common::migrated().await;
+    let app = router(db, None);
+    let (status, headers, body) = get(&app, "/api/v1/openapi.json").await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(headers["content-type"].to_str().unwrap().starts_with("application/json"));
+    let doc: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(doc["openapi"], "3.1.0");
+    let paths = doc["paths"].as_object().unwrap();
+    assert!(paths.len() >= 5);
+    for (path, ops) in paths {
+        for method in ops.as_object().unwrap().keys() {
+            let request =
+                Request::builder().method(method.to_uppercase().as_str()).uri(path).body(Body::empty()).unwrap();
+            let status = app.clone().oneshot(request).await.unwrap().status();
+            assert!(
+                status != StatusCode::NOT_FOUND && status != StatusCode::METHOD_NOT_ALLOWED,
+                "{method} {path} is documented but answers {status}"
+            );
+        }
+    }
+}
