@@ -175,42 +175,7 @@ impl Deriver {
         for p in problems {
             tracing::warn!(pod = ?pod.metadata.name, problem = %p, "GPU request not classified");
         }
-        let mut ended = BTreeSet::new();
-        for f in &facts {
-            match &f.body {
-                FactBody::AllocationStarted(s) => {
-                    self.state
-                        .open
-                        .entry(s.allocation_id.clone())
-                        .and_modify(|o| o.last_seen = now)
-                        .or_insert(OpenAllocation { pod_uid: uid, vmi: false, last_seen: now });
-                }
-                FactBody::AllocationEnded(e) => {
-                    ended.insert(e.allocation_id.clone());
-                }
-                _ => {}
-            }
-        }
-        let mut out = facts;
-        if deleted {
-            // Deleted with containers still shown running and no deletion timestamp (a force delete): the end
-            // is not in the object, so it is inferred.
-            let still_open: Vec<String> = self
-                .state
-                .open
-                .iter()
-                .filter(|(id, o)| o.pod_uid == uid && !ended.contains(*id))
-                .map(|(id, _)| id.clone())
-                .collect();
-            for id in still_open {
-                out.push(vanished(&id, now, now));
-                ended.insert(id);
-            }
-        }
-        for id in &ended {
-            self.state.open.remove(id);
-        }
-        Ok(self.fresh(out))
+        Ok(self.track_open(facts, uid, false, deleted, now))
     }
 
     /// The pod (`vmi == false`) or VMI watch is (re)listing: facts about holders missing from the list come at
@@ -253,16 +218,33 @@ impl Deriver {
         }
         let mut facts = k8s::vmi_facts(v, &self.keys, now)?;
         let namespace_uid = v["metadata"]["namespace"].as_str().and_then(|n| self.namespaces.get(n)).copied();
-        let mut ended = BTreeSet::new();
         for f in &mut facts {
-            match &mut f.body {
+            if let FactBody::AllocationStarted(s) = &mut f.body {
+                s.namespace_uid = namespace_uid;
+            }
+        }
+        Ok(self.track_open(facts, uid, true, deleted, now))
+    }
+
+    /// Keeps the open-allocation state in step with a holder's facts: starts open (or re-confirm) an allocation,
+    /// ends close it; a deleted holder whose allocations show no end (a force delete) gets inferred ends.
+    fn track_open(
+        &mut self,
+        mut facts: Vec<Fact>,
+        holder: Uuid,
+        vmi: bool,
+        deleted: bool,
+        now: OffsetDateTime,
+    ) -> Vec<Fact> {
+        let mut ended = BTreeSet::new();
+        for f in &facts {
+            match &f.body {
                 FactBody::AllocationStarted(s) => {
-                    s.namespace_uid = namespace_uid;
                     self.state
                         .open
                         .entry(s.allocation_id.clone())
                         .and_modify(|o| o.last_seen = now)
-                        .or_insert(OpenAllocation { pod_uid: uid, vmi: true, last_seen: now });
+                        .or_insert(OpenAllocation { pod_uid: holder, vmi, last_seen: now });
                 }
                 FactBody::AllocationEnded(e) => {
                     ended.insert(e.allocation_id.clone());
@@ -275,7 +257,7 @@ impl Deriver {
                 .state
                 .open
                 .iter()
-                .filter(|(id, o)| o.vmi && o.pod_uid == uid && !ended.contains(*id))
+                .filter(|(id, o)| o.vmi == vmi && o.pod_uid == holder && !ended.contains(*id))
                 .map(|(id, _)| id.clone())
                 .collect();
             for id in still_open {
@@ -286,7 +268,7 @@ impl Deriver {
         for id in &ended {
             self.state.open.remove(id);
         }
-        Ok(self.fresh(facts))
+        self.fresh(facts)
     }
 
     /// A DRA ResourceClaim was added, changed or deleted: its allocated devices; pods it is reserved for are

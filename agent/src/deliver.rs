@@ -113,7 +113,7 @@ impl Sender {
     /// Sends one batch of the oldest pending facts.
     pub async fn attempt(&mut self, spool: &Mutex<Spool>) -> Result<Attempt, DeliveryError> {
         let raw: Vec<(u64, Vec<u8>)> = {
-            let spool = spool.lock().map_err(|_| DeliveryError::Client("spool lock poisoned".into()))?;
+            let spool = lock(spool)?;
             spool.pending(self.batch_limit + self.skipped.len(), self.cfg.max_batch_bytes)?
         };
         // A record that no longer parses as a fact (written by another version, or damaged in a way the checksum
@@ -136,7 +136,7 @@ impl Sender {
         if pending.is_empty() {
             // Only dead-lettered records left at the head: acknowledge them so the spool moves on.
             if let Some(&last) = self.skipped.iter().next_back() {
-                spool.lock().map_err(|_| DeliveryError::Client("spool lock poisoned".into()))?.ack(last)?;
+                lock(spool)?.ack(last)?;
                 self.skipped.clear();
             }
             return Ok(Attempt::Idle);
@@ -187,7 +187,7 @@ impl Sender {
             };
             // Acknowledge also the dead-lettered records this batch passes.
             let up_to = up_to.max(self.skipped.range(..=up_to).next_back().copied().unwrap_or(0));
-            spool.lock().map_err(|_| DeliveryError::Client("spool lock poisoned".into()))?.ack(up_to)?;
+            lock(spool)?.ack(up_to)?;
             self.skipped.retain(|s| *s > up_to);
             self.batch_limit = self.cfg.max_batch_facts.max(1);
             for f in &ack.flagged {
@@ -321,6 +321,10 @@ impl Sender {
             }
         }
     }
+}
+
+fn lock(spool: &Mutex<Spool>) -> Result<std::sync::MutexGuard<'_, Spool>, DeliveryError> {
+    spool.lock().map_err(|_| DeliveryError::Client("spool lock poisoned".into()))
 }
 
 /// Exponential backoff with full jitter: uniform in [0, min(max, min·2^failures)].

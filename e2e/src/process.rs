@@ -192,3 +192,23 @@ impl Drop for ServerProcess {
         }
     }
 }
+
+/// `gpuledger-server demo` against `database_url` (a superuser URL: it migrates, seeds `demo`, serves as the app
+/// role), ready to answer.
+pub fn start_demo(database_url: &str, log: &Path) -> Result<ServerProcess> {
+    let mut server = ServerProcess::start(&["demo"], &[("DATABASE_URL", Some(database_url))], None, log)?;
+    server.wait_ready(Duration::from_secs(60))?;
+    Ok(server)
+}
+
+/// `gpuledger-server token create --org demo --scope SCOPE` against `database_url`; the printed token.
+pub fn create_token(database_url: &str, scope: &str) -> Result<String> {
+    let out = Command::new(binary("gpuledger-server")?)
+        .args(["token", "create", "--org", "demo", "--scope", scope])
+        .env("DATABASE_URL", database_url)
+        .output()?;
+    if !out.status.success() {
+        bail!("token create failed: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+}

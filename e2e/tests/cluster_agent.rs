@@ -12,7 +12,7 @@ use std::{
 use gpuledger_e2e::{
     fake_kube::FakeKube,
     fresh_database,
-    process::{ServerProcess, binary, signal, temp_dir},
+    process::{binary, create_token, signal, start_demo, temp_dir},
 };
 use serde_json::{Value, json};
 use time::{OffsetDateTime, format_description::well_known::Rfc3339};
@@ -121,17 +121,8 @@ async fn cluster_agent_end_to_end() {
     let db = fresh_database().await.unwrap();
     // The demo seeds organization `demo` (tenants, approved inventory); DATABASE_URL is a superuser URL here,
     // so it migrates and serves as gpuledger_app.
-    let mut server =
-        ServerProcess::start(&["demo"], &[("DATABASE_URL", Some(&db.admin_url))], None, &dir.join("server.log"))
-            .unwrap();
-    server.wait_ready(Duration::from_secs(60)).unwrap();
-    let out = Command::new(binary("gpuledger-server").unwrap())
-        .args(["token", "create", "--org", "demo", "--scope", "agent:e2e"])
-        .env("DATABASE_URL", &db.admin_url)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let token = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let server = start_demo(&db.admin_url, &dir.join("server.log")).unwrap();
+    let token = create_token(&db.admin_url, "agent:e2e").unwrap();
     assert!(token.starts_with("glt_"), "{token}");
     let pool = sqlx::PgPool::connect(&db.admin_url).await.unwrap();
 

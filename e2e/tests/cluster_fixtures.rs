@@ -11,7 +11,7 @@ use std::{
 use gpuledger_e2e::{
     fake_kube::FakeKube,
     fresh_database,
-    process::{ServerProcess, binary, signal, temp_dir},
+    process::{binary, create_token, signal, start_demo, temp_dir},
 };
 use serde_json::json;
 use time::{OffsetDateTime, macros::datetime};
@@ -29,10 +29,7 @@ type Row =
 async fn runai_fixture_pods_on_their_live_node() {
     let dir = temp_dir("gl-e2e-fixtures").unwrap();
     let db = fresh_database().await.unwrap();
-    let mut server =
-        ServerProcess::start(&["demo"], &[("DATABASE_URL", Some(&db.admin_url))], None, &dir.join("server.log"))
-            .unwrap();
-    server.wait_ready(Duration::from_secs(60)).unwrap();
+    let server = start_demo(&db.admin_url, &dir.join("server.log")).unwrap();
     let pool = sqlx::PgPool::connect(&db.admin_url).await.unwrap();
     // The approved inventory gets the fixture node's model: A100-SXM4-40GB, where 1g.5gb is 1/7.
     for statement in [
@@ -43,12 +40,7 @@ async fn runai_fixture_pods_on_their_live_node() {
     ] {
         sqlx::query(statement).execute(&pool).await.unwrap();
     }
-    let out = Command::new(binary("gpuledger-server").unwrap())
-        .args(["token", "create", "--org", "demo", "--scope", "agent:fixtures"])
-        .env("DATABASE_URL", &db.admin_url)
-        .output()
-        .unwrap();
-    let token = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let token = create_token(&db.admin_url, "agent:fixtures").unwrap();
 
     let kube = FakeKube::start().await.unwrap();
     for doc in fixture("node_live_runai_mig_3_instances.yaml") {

@@ -1,22 +1,12 @@
 //! `gpuledger-agent join`: a one-time join token is exchanged for the cluster's credential, once.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::{os::unix::fs::PermissionsExt, process::Command, time::Duration};
+use std::{os::unix::fs::PermissionsExt, process::Command};
 
 use gpuledger_e2e::{
     fresh_database,
-    process::{ServerProcess, binary, temp_dir},
+    process::{binary, create_token, start_demo, temp_dir},
 };
-
-fn token(db_url: &str, scope: &str) -> String {
-    let out = Command::new(binary("gpuledger-server").unwrap())
-        .args(["token", "create", "--org", "demo", "--scope", scope])
-        .env("DATABASE_URL", db_url)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
-}
 
 fn join(base: &str, token: &str, output: &std::path::Path) -> std::process::Output {
     Command::new(binary("gpuledger-agent").unwrap())
@@ -32,11 +22,8 @@ fn join(base: &str, token: &str, output: &std::path::Path) -> std::process::Outp
 async fn a_join_token_works_once_and_yields_a_working_credential() {
     let dir = temp_dir("gl-e2e-join").unwrap();
     let db = fresh_database().await.unwrap();
-    let mut server =
-        ServerProcess::start(&["demo"], &[("DATABASE_URL", Some(&db.admin_url))], None, &dir.join("server.log"))
-            .unwrap();
-    server.wait_ready(Duration::from_secs(60)).unwrap();
-    let join_token = token(&db.admin_url, "join:east-1");
+    let server = start_demo(&db.admin_url, &dir.join("server.log")).unwrap();
+    let join_token = create_token(&db.admin_url, "join:east-1").unwrap();
 
     let credential_path = dir.join("credential");
     let out = join(&server.base, &join_token, &credential_path);
@@ -70,7 +57,7 @@ async fn a_join_token_works_once_and_yields_a_working_credential() {
 
     // Stored in a Kubernetes Secret instead (server-side apply), as the onboarding manifest does.
     let kube = gpuledger_e2e::fake_kube::FakeKube::start().await.unwrap();
-    let second = token(&db.admin_url, "join:east-1");
+    let second = create_token(&db.admin_url, "join:east-1").unwrap();
     let out = Command::new(binary("gpuledger-agent").unwrap())
         .args(["join", "--server", &server.base, "--token", &second, "--secret", "gpuledger/agent-credential"])
         .env("KUBECONFIG", kube.kubeconfig(&dir).unwrap())
@@ -84,7 +71,7 @@ async fn a_join_token_works_once_and_yields_a_working_credential() {
     assert_eq!(post(stored), "200");
 
     // An expired join token is refused.
-    let expired = token(&db.admin_url, "join:east-1");
+    let expired = create_token(&db.admin_url, "join:east-1").unwrap();
     let pool = sqlx::PgPool::connect(&db.admin_url).await.unwrap();
     sqlx::query(
         "UPDATE api_tokens SET expires_at = now() - interval '1 minute' WHERE scope = 'join' AND revoked_at IS NULL",

@@ -8,23 +8,15 @@ use std::{
 
 use gpuledger_e2e::{
     fresh_database,
-    process::{ServerProcess, binary, signal, temp_dir},
+    process::{binary, create_token, signal, start_demo, temp_dir},
 };
 
 #[tokio::test]
 async fn simulated_node_delivers_inventory_and_rollups() {
     let dir = temp_dir("gl-e2e-node").unwrap();
     let db = fresh_database().await.unwrap();
-    let mut server =
-        ServerProcess::start(&["demo"], &[("DATABASE_URL", Some(&db.admin_url))], None, &dir.join("server.log"))
-            .unwrap();
-    server.wait_ready(Duration::from_secs(60)).unwrap();
-    let out = Command::new(binary("gpuledger-server").unwrap())
-        .args(["token", "create", "--org", "demo", "--scope", "agent:e2e-node"])
-        .env("DATABASE_URL", &db.admin_url)
-        .output()
-        .unwrap();
-    let token = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let server = start_demo(&db.admin_url, &dir.join("server.log")).unwrap();
+    let token = create_token(&db.admin_url, "agent:e2e-node").unwrap();
     let log = std::fs::File::create(dir.join("node.log")).unwrap();
     let mut agent = Command::new(binary("gpuledger-agent").unwrap())
         .args(["node", "--source", "simulated", "--simulate-gpus", "8", "--node-name", "gpu-node-7"])

@@ -41,7 +41,9 @@ use gpuledger_core::{
 use gpuledger_server::{
     auth,
     db::{self, AppLogin, Database},
-    demo, ingest,
+    demo,
+    embedded::{find_program, is_root},
+    ingest,
 };
 use sqlx::{Connection, PgConnection};
 use time::{OffsetDateTime, format_description::well_known::Rfc3339, macros::datetime};
@@ -89,8 +91,12 @@ struct Postgres {
 
 impl Postgres {
     fn start() -> Self {
-        let initdb = find_program("initdb");
-        let pg_ctl = find_program("pg_ctl");
+        let find = |name: &str| {
+            find_program(name, None)
+                .unwrap_or_else(|| panic!("{name} not found: install PostgreSQL 15+ server binaries"))
+        };
+        let initdb = find("initdb");
+        let pg_ctl = find("pg_ctl");
         let root = is_root();
         let parent = std::env::var_os("GPULEDGER_BENCH_DIR").map(PathBuf::from).unwrap_or_else(std::env::temp_dir);
         let dir = parent.join(format!("gpuledger-bench-pg-{}", Uuid::new_v4().simple()));
@@ -171,27 +177,6 @@ fn runner(root: bool, program: &Path) -> Command {
     } else {
         Command::new(program)
     }
-}
-
-fn find_program(name: &str) -> PathBuf {
-    let on_path =
-        std::env::var_os("PATH").and_then(|p| std::env::split_paths(&p).map(|d| d.join(name)).find(|p| p.is_file()));
-    if let Some(p) = on_path {
-        return p;
-    }
-    let mut found: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
-        .into_iter()
-        .flatten()
-        .flatten()
-        .map(|e| e.path().join("bin").join(name))
-        .filter(|p| p.is_file())
-        .collect();
-    found.sort();
-    found.pop().unwrap_or_else(|| panic!("{name} not found: install PostgreSQL 15+ server binaries"))
-}
-
-fn is_root() -> bool {
-    Command::new("id").arg("-u").output().map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0").unwrap_or(false)
 }
 
 fn command_output(program: &str, args: &[&str]) -> String {

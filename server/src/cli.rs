@@ -103,9 +103,7 @@ pub struct ServeArgs {
 
 /// The default data directory for the embedded database.
 pub fn default_data_dir() -> PathBuf {
-    let root = std::env::var("USER").map(|u| u == "root").unwrap_or(false)
-        || std::env::var("HOME").map(|h| h == "/root").unwrap_or(false);
-    if root {
+    if embedded::is_root() {
         return PathBuf::from("/var/lib/gpuledger");
     }
     if let Some(xdg) = std::env::var_os("XDG_DATA_HOME").filter(|v| !v.is_empty()) {

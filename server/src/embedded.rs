@@ -141,7 +141,8 @@ impl Programs {
     }
 }
 
-fn find_program(name: &str, bin_dir: Option<&Path>) -> Option<PathBuf> {
+/// Finds a PostgreSQL program: in `bin_dir` when given, else on PATH, else the newest `/usr/lib/postgresql/*/bin`.
+pub fn find_program(name: &str, bin_dir: Option<&Path>) -> Option<PathBuf> {
     if let Some(dir) = bin_dir {
         let p = dir.join(name);
         return p.is_file().then_some(p);
@@ -167,7 +168,8 @@ fn find_program(name: &str, bin_dir: Option<&Path>) -> Option<PathBuf> {
     candidates.pop()
 }
 
-fn is_root() -> bool {
+/// Whether this process runs as root (PostgreSQL then has to run as the `postgres` OS user).
+pub fn is_root() -> bool {
     Command::new("id").arg("-u").output().map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0").unwrap_or(false)
 }
 
