@@ -16,6 +16,14 @@ pub enum DomainError {
         /// What was wrong with it, in words.
         reason: String,
     },
+    /// A value inside a document failed validation; `path` locates it (e.g. `classes[1].borrowed`).
+    #[error("invalid {path}: {reason}")]
+    InvalidAt {
+        /// Where in the document.
+        path: String,
+        /// What was wrong with it, in words.
+        reason: String,
+    },
     /// Exact arithmetic would have exceeded the range of its integers.
     ///
     /// Returned instead of panicking or silently wrapping: a charge must never be
@@ -31,6 +39,20 @@ impl DomainError {
     /// Shorthand for [`DomainError::Invalid`].
     pub fn invalid(field: &'static str, reason: impl Into<String>) -> Self {
         Self::Invalid { field, reason: reason.into() }
+    }
+
+    /// Shorthand for [`DomainError::InvalidAt`].
+    pub fn invalid_at(path: impl Into<String>, reason: impl Into<String>) -> Self {
+        Self::InvalidAt { path: path.into(), reason: reason.into() }
+    }
+
+    /// The field or path the error names, if any.
+    pub fn field(&self) -> Option<&str> {
+        match self {
+            Self::Invalid { field, .. } => Some(field),
+            Self::InvalidAt { path, .. } => Some(path),
+            Self::Overflow { .. } => None,
+        }
     }
 
     /// Shorthand for [`DomainError::Overflow`].

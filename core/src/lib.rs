@@ -13,12 +13,17 @@
 #![deny(missing_docs)]
 
 pub mod allocation;
+pub mod bundle;
 pub mod confidence;
+pub mod decimal;
 pub mod error;
 pub mod fraction;
 pub mod ids;
 pub mod interval;
+pub mod ledger;
+pub mod policy;
 pub mod sharing;
+pub mod utilization;
 pub mod wire;
 
 pub use allocation::{
@@ -34,3 +39,7 @@ pub use ids::{
 };
 pub use interval::{Interval, NANOS_PER_HOUR, NANOS_PER_SECOND, Period, Validity};
 pub use sharing::{GapReason, Inventory, InventoryGap, ProfileFraction, ProfileKind, SharingMode, resolve_fraction};
+pub use utilization::{
+    ActivitySample, AllocationUtilization, HeldAllocation, TenantUtilization, Utilization, UtilizationOptions,
+    UtilizationReport, analyze_utilization,
+};

@@ -80,6 +80,8 @@ pub enum FactBody {
     Gap(GapFact),
     /// A Kueue ClusterQueue's nominal quotas (imported as guaranteed capacity by the ledger).
     QuotaObserved(QuotaFact),
+    /// Productive work a shared model-serving endpoint did for one tenant over a window (splits its cost).
+    ServiceUsage(ServiceUsageFact),
 }
 
 impl FactBody {
@@ -96,6 +98,7 @@ impl FactBody {
             Self::Telemetry(_) => "telemetry",
             Self::Gap(_) => "gap",
             Self::QuotaObserved(_) => "quota_observed",
+            Self::ServiceUsage(_) => "service_usage",
         }
     }
 }
@@ -417,6 +420,29 @@ pub struct QuotaFact {
     /// Since when these quotas hold (creation on first sight, else when the change was seen).
     #[serde(with = "time::serde::rfc3339")]
     pub since: OffsetDateTime,
+}
+
+/// Work a shared endpoint did for one tenant in a window: counter deltas, never rates.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ServiceUsageFact {
+    /// Endpoint name, as in the `endpoint` attribution label of its pods (e.g. `llm-shared`).
+    pub endpoint: String,
+    /// Model served (the server's model name; weights are per model).
+    pub model: String,
+    /// Tenant the requests were made for, by tenant name (from the gateway or the per-tenant served-model name).
+    pub tenant: String,
+    /// Window start (inclusive).
+    #[serde(with = "time::serde::rfc3339")]
+    pub window_start: OffsetDateTime,
+    /// Window end (exclusive).
+    #[serde(with = "time::serde::rfc3339")]
+    pub window_end: OffsetDateTime,
+    /// Requests completed in the window.
+    pub requests: u64,
+    /// Input (prompt) tokens in the window.
+    pub input_tokens: u64,
+    /// Output (generated) tokens in the window.
+    pub output_tokens: u64,
 }
 
 /// Data the agent had to drop.

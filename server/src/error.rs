@@ -80,6 +80,16 @@ impl From<crate::db::DbError> for AppError {
     }
 }
 
+impl From<gpuledger_core::DomainError> for AppError {
+    fn from(e: gpuledger_core::DomainError) -> Self {
+        match &e {
+            gpuledger_core::DomainError::Invalid { field, reason } => Self::invalid(*field, reason.clone()),
+            gpuledger_core::DomainError::InvalidAt { path, reason } => Self::invalid(path.clone(), reason.clone()),
+            gpuledger_core::DomainError::Overflow { .. } => Self::Internal(e.to_string()),
+        }
+    }
+}
+
 /// The problem document.
 #[derive(Debug, Serialize)]
 struct Problem {

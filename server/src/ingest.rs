@@ -1,6 +1,6 @@
 //! Ingest: agents post batches of facts; the server stores them idempotently and maintains the derived state
 //! (allocation intervals with their resolved fractions, namespace ownership history, node and device history,
-//! telemetry rollups, data-quality findings). The answer is sent only after the transaction commits.
+//! telemetry rollups, service usage, data-quality findings). The answer is sent only after the transaction commits.
 //!
 //! Order independence: every fact is stored under its deterministic event ID (`ON CONFLICT DO NOTHING`), and an
 //! allocation's interval is recomputed from *all* stored facts about that allocation, so the same facts in any
@@ -25,8 +25,8 @@ use gpuledger_core::{
     interval::Validity,
     sharing::{Inventory, ProfileFraction, ProfileKind, SharingMode, resolve_fraction},
     wire::{
-        AllocationStart, Batch, BatchAck, Fact, FactBody, FlaggedFact, MAX_FACTS_PER_BATCH, TelemetryRollup,
-        WIRE_VERSION,
+        AllocationStart, Batch, BatchAck, Fact, FactBody, FlaggedFact, MAX_FACTS_PER_BATCH, ServiceUsageFact,
+        TelemetryRollup, WIRE_VERSION,
     },
 };
 use serde_json::json;
@@ -132,6 +132,7 @@ pub fn decode(headers: &HeaderMap, body: &[u8]) -> Result<Batch, AppError> {
             "telemetry" => FactBody::Telemetry(parse_at(&at, value)?),
             "gap" => FactBody::Gap(parse_at(&at, value)?),
             "quota_observed" => FactBody::QuotaObserved(parse_at(&at, value)?),
+            "service_usage" => FactBody::ServiceUsage(parse_at(&at, value)?),
             other => {
                 return Err(AppError::invalid(format!("{at}.kind"), format!("unknown kind {other:?}")));
             }
@@ -241,6 +242,7 @@ pub fn validate(batch: &Batch, now: OffsetDateTime) -> Result<(), AppError> {
                 }
             }
             FactBody::QuotaObserved(q) => future("since", q.since)?,
+            FactBody::ServiceUsage(u) => validate_service_usage(u, &field, &future)?,
             FactBody::NodeObserved(_) | FactBody::DeviceObserved(_) | FactBody::DeviceAssigned(_) => {}
         }
     }
@@ -267,6 +269,33 @@ pub fn validate(batch: &Batch, now: OffsetDateTime) -> Result<(), AppError> {
     Ok(())
 }
 
+/// Longest endpoint, model or tenant name in a `service_usage` fact (the table's CHECKs say the same).
+const MAX_SERVICE_NAME_CHARS: usize = 200;
+
+fn validate_service_usage(
+    u: &ServiceUsageFact,
+    field: &dyn Fn(&str) -> String,
+    future: &dyn Fn(&str, OffsetDateTime) -> Result<(), AppError>,
+) -> Result<(), AppError> {
+    for (name, value) in [("endpoint", &u.endpoint), ("model", &u.model), ("tenant", &u.tenant)] {
+        if value.trim().is_empty() || value.chars().count() > MAX_SERVICE_NAME_CHARS {
+            return Err(AppError::invalid(field(name), format!("must be 1 to {MAX_SERVICE_NAME_CHARS} characters")));
+        }
+    }
+    if u.window_end <= u.window_start {
+        return Err(AppError::invalid(field("window_end"), "must be after window_start"));
+    }
+    future("window_end", u.window_end)?;
+    for (name, value) in
+        [("requests", u.requests), ("input_tokens", u.input_tokens), ("output_tokens", u.output_tokens)]
+    {
+        if i64::try_from(value).is_err() {
+            return Err(AppError::invalid(field(name), format!("{value} is larger than {}", i64::MAX)));
+        }
+    }
+    Ok(())
+}
+
 /// What a fact is about: the key under which derived state is recomputed.
 fn subject(body: &FactBody) -> String {
     match body {
@@ -288,7 +317,13 @@ fn subject(body: &FactBody) -> String {
         FactBody::Telemetry(t) => t.gpu_uuid.clone(),
         FactBody::Gap(_) => "gap".into(),
         FactBody::QuotaObserved(q) => format!("clusterqueue/{}", q.uid),
+        FactBody::ServiceUsage(u) => subject_of_usage(u),
     }
+}
+
+/// `service/<endpoint>/<tenant>/<model>`.
+fn subject_of_usage(u: &ServiceUsageFact) -> String {
+    format!("service/{}/{}/{}", u.endpoint, u.tenant, u.model)
 }
 
 fn occurred_at(fact: &Fact) -> OffsetDateTime {
@@ -300,6 +335,7 @@ fn occurred_at(fact: &Fact) -> OffsetDateTime {
         FactBody::Telemetry(t) => t.window_start,
         FactBody::Gap(g) => g.from,
         FactBody::QuotaObserved(q) => q.since,
+        FactBody::ServiceUsage(u) => u.window_start,
         _ => fact.observed_at,
     }
 }
@@ -355,6 +391,18 @@ pub async fn store(tx: &mut OrgTx, org: OrgId, cluster: ClusterId, facts: &[Fact
             })
             .collect();
         stored += store_telemetry(tx, org, cluster, &rollups).await?;
+    }
+
+    // 2b. Service usage: its own table, idempotent by its key (the events above already count it as stored).
+    let usage: Vec<(&str, &ServiceUsageFact)> = other
+        .iter()
+        .filter_map(|f| match &f.body {
+            FactBody::ServiceUsage(u) => Some((f.event_id.as_str(), u)),
+            _ => None,
+        })
+        .collect();
+    if !usage.is_empty() {
+        store_service_usage(tx, org, cluster, &usage, &mut flagged).await?;
     }
 
     // 3. Derived state, for the subjects that received new facts.
@@ -474,6 +522,108 @@ async fn store_telemetry(
     .execute(tx.conn())
     .await?;
     Ok(done.rows_affected())
+}
+
+/// Stores `service_usage` rows in one statement; a tenant name that is not defined is kept with no tenant ID and
+/// recorded as an `unknown_tenant` finding (once: only rows new to the table are flagged).
+async fn store_service_usage(
+    tx: &mut OrgTx,
+    org: OrgId,
+    cluster: ClusterId,
+    usage: &[(&str, &ServiceUsageFact)],
+    flagged: &mut Vec<FlaggedFact>,
+) -> Result<(), AppError> {
+    let n = usage.len();
+    let mut endpoint = Vec::with_capacity(n);
+    let mut model = Vec::with_capacity(n);
+    let mut tenant = Vec::with_capacity(n);
+    let mut start = Vec::with_capacity(n);
+    let mut end = Vec::with_capacity(n);
+    let mut requests = Vec::with_capacity(n);
+    let mut input = Vec::with_capacity(n);
+    let mut output = Vec::with_capacity(n);
+    // Counts were checked against i64::MAX by `validate`; saturate rather than wrap if a caller skipped it.
+    let count = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+    for (_, u) in usage {
+        endpoint.push(u.endpoint.clone());
+        model.push(u.model.clone());
+        tenant.push(u.tenant.clone());
+        start.push(u.window_start);
+        end.push(u.window_end);
+        requests.push(count(u.requests));
+        input.push(count(u.input_tokens));
+        output.push(count(u.output_tokens));
+    }
+    // Rows new to the table whose tenant is not defined.
+    let unknown: Vec<(String, String, String, OffsetDateTime)> = sqlx::query_as(
+        "WITH inserted AS (
+            INSERT INTO service_usage (org_id, cluster_id, endpoint, model, tenant_name, tenant_id, window_start,
+                window_end, requests, input_tokens, output_tokens)
+            SELECT $1, $2, r.endpoint, r.model, r.tenant_name, t.tenant_id, r.window_start, r.window_end,
+                   r.requests, r.input_tokens, r.output_tokens
+              FROM unnest($3::text[], $4::text[], $5::text[], $6::timestamptz[], $7::timestamptz[], $8::int8[],
+                          $9::int8[], $10::int8[])
+                AS r(endpoint, model, tenant_name, window_start, window_end, requests, input_tokens, output_tokens)
+              LEFT JOIN tenants t ON t.org_id = $1 AND t.name = r.tenant_name
+            ON CONFLICT DO NOTHING
+            RETURNING endpoint, model, tenant_name, window_start, tenant_id)
+         SELECT endpoint, model, tenant_name, window_start FROM inserted WHERE tenant_id IS NULL",
+    )
+    .bind(org.as_uuid())
+    .bind(cluster.as_uuid())
+    .bind(&endpoint)
+    .bind(&model)
+    .bind(&tenant)
+    .bind(&start)
+    .bind(&end)
+    .bind(&requests)
+    .bind(&input)
+    .bind(&output)
+    .fetch_all(tx.conn())
+    .await?;
+    if unknown.is_empty() {
+        return Ok(());
+    }
+    let mut unknown: BTreeSet<(String, String, String, OffsetDateTime)> = unknown.into_iter().collect();
+    let mut ids = Vec::with_capacity(unknown.len());
+    let mut subjects = Vec::with_capacity(unknown.len());
+    let mut froms = Vec::with_capacity(unknown.len());
+    let mut tos = Vec::with_capacity(unknown.len());
+    let mut details = Vec::with_capacity(unknown.len());
+    for (event_id, u) in usage {
+        // The first fact with a key is the one stored; later ones in the batch with that key were conflicts.
+        if !unknown.remove(&(u.endpoint.clone(), u.model.clone(), u.tenant.clone(), u.window_start)) {
+            continue;
+        }
+        let reason = format!(
+            "service usage of endpoint {:?} names tenant {:?}, which is not defined; kept without a tenant",
+            u.endpoint, u.tenant
+        );
+        ids.push(format!("unknown-tenant/{event_id}"));
+        subjects.push(subject_of_usage(u));
+        froms.push(u.window_start);
+        tos.push(u.window_end);
+        details.push(json!({ "reason": reason, "endpoint": u.endpoint, "model": u.model, "tenant": u.tenant }));
+        flagged.push(FlaggedFact { event_id: (*event_id).to_string(), reason });
+    }
+    sqlx::query(
+        "INSERT INTO data_quality_findings
+            (org_id, cluster_id, finding_id, kind, subject, occurred_from, occurred_to, details)
+         SELECT $1, $2, f.finding_id, 'unknown_tenant', f.subject, f.occurred_from, f.occurred_to, f.details
+           FROM unnest($3::text[], $4::text[], $5::timestamptz[], $6::timestamptz[], $7::jsonb[])
+             AS f(finding_id, subject, occurred_from, occurred_to, details)
+         ON CONFLICT DO NOTHING",
+    )
+    .bind(org.as_uuid())
+    .bind(cluster.as_uuid())
+    .bind(&ids)
+    .bind(&subjects)
+    .bind(&froms)
+    .bind(&tos)
+    .bind(&details)
+    .execute(tx.conn())
+    .await?;
+    Ok(())
 }
 
 /// GPU model names differ by source (`NVIDIA-A100-SXM4-40GB` in node labels, `NVIDIA A100-SXM4-40GB` from the

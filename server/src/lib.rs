@@ -2,12 +2,16 @@
 
 pub mod app;
 pub mod auth;
+pub mod close;
 pub mod cli;
 pub mod db;
 pub mod demo;
+pub mod disputes;
 pub mod embedded;
 pub mod error;
 pub mod health;
 pub mod ingest;
+pub mod ledger;
 pub mod openapi;
+pub mod policy;
 pub mod portal;

@@ -43,7 +43,27 @@ pub fn document() -> Value {
                               "items": {"type": "object", "required": ["event_id", "observed_at", "kind"]}}}},
                 "BatchAck": {"type": "object", "required": ["received", "stored"], "properties": {
                     "received": {"type": "integer"}, "stored": {"type": "integer"},
-                    "flagged": {"type": "array", "items": {"type": "object"}}}}
+                    "flagged": {"type": "array", "items": {"type": "object"}}}},
+                "Dispute": {"type": "object", "description": "Amounts are decimal strings, times RFC 3339 UTC.",
+                    "required": ["id", "number", "period", "line_ids", "state", "reason", "opened_by", "opened_at"],
+                    "properties": {
+                    "id": {"type": "string", "format": "uuid"}, "number": {"type": "integer"},
+                    "period": {"type": "string", "pattern": "^[0-9]{4}-[0-9]{2}$"},
+                    "line_ids": {"type": "array", "items": {"type": "string"}},
+                    "state": {"enum": ["open", "accepted", "rejected"]}, "reason": {"type": "string"},
+                    "opened_by": {"type": "string"}, "opened_at": {"type": "string", "format": "date-time"},
+                    "resolved_by": {"type": ["string", "null"]}, "resolved_at": {"type": ["string", "null"], "format": "date-time"},
+                    "resolution": {"type": ["string", "null"]}, "credit_amount": {"type": ["string", "null"]},
+                    "adjustment_id": {"type": ["string", "null"], "format": "uuid"},
+                    "credit_state": {"enum": ["pending_approval", "approved", "applied", "rejected", null]},
+                    "disputed_amount": {"type": ["string", "null"]}, "currency": {"type": ["string", "null"]}}},
+                "DisputeDetail": {"allOf": [{"$ref": "#/components/schemas/Dispute"}, {"type": "object", "properties": {
+                    "lines": {"type": "array", "items": {"type": "object", "description": "The disputed ledger lines"}},
+                    "events": {"type": "array", "items": {"type": "object", "required": ["id", "at", "actor", "action", "body", "details"]}},
+                    "credit": {"type": ["object", "null"], "description": "The credit adjustment (amount negative)"}}}]},
+                "DisputePage": {"type": "object", "required": ["items", "total", "page", "per_page"], "properties": {
+                    "items": {"type": "array", "items": {"$ref": "#/components/schemas/Dispute"}},
+                    "total": {"type": "integer"}, "page": {"type": "integer"}, "per_page": {"type": "integer"}}}
             }
         },
         "paths": {
@@ -61,6 +81,37 @@ pub fn document() -> Value {
                 "summary": "Exchange a one-time join token for the cluster's agent credential",
                 "security": [{"token": []}],
                 "responses": {"200": {"description": "the credential, shown once"}, "401": problem(), "403": problem()}}},
+            "/api/v1/disputes": {
+                "get": {"summary": "Disputes, newest first; filters state (open|accepted|rejected) and period (YYYY-MM); page, per_page (≤ 100). Admin or export token",
+                        "security": [{"token": []}],
+                        "responses": {"200": {"description": "a page", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/DisputePage"}}}},
+                                      "401": problem(), "403": problem(), "422": problem()}},
+                "post": {"summary": "Dispute lines of a closed period: {period, line_ids, reason}. Admin token",
+                         "security": [{"token": []}],
+                         "requestBody": {"required": true, "content": {"application/json": {"schema": {"type": "object",
+                             "required": ["period", "line_ids", "reason"], "properties": {"period": {"type": "string"},
+                             "line_ids": {"type": "array", "items": {"type": "string"}}, "reason": {"type": "string"}}}}}},
+                         "responses": {"201": {"description": "opened", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/DisputeDetail"}}}},
+                                       "401": problem(), "403": problem(), "409": problem(), "422": problem()}}},
+            "/api/v1/disputes/{id}": {"get": {"summary": "A dispute (by UUID or number) with its lines, history and credit",
+                "security": [{"token": []}],
+                "responses": {"200": {"description": "the dispute", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/DisputeDetail"}}}},
+                              "401": problem(), "403": problem(), "404": problem()}}},
+            "/api/v1/disputes/{id}/comments": {"post": {"summary": "Comment on an open dispute: {body}",
+                "security": [{"token": []}],
+                "responses": {"201": {"description": "the dispute"}, "401": problem(), "403": problem(), "404": problem(), "409": problem(), "422": problem()}}},
+            "/api/v1/disputes/{id}/accept": {"post": {"summary": "Accept an open dispute with a credit awaiting finance's approval: {reason, credit_amount}",
+                "security": [{"token": []}],
+                "responses": {"200": {"description": "the dispute"}, "401": problem(), "403": problem(), "404": problem(), "409": problem(), "422": problem()}}},
+            "/api/v1/disputes/{id}/reject": {"post": {"summary": "Reject an open dispute: {reason}",
+                "security": [{"token": []}],
+                "responses": {"200": {"description": "the dispute"}, "401": problem(), "403": problem(), "404": problem(), "409": problem(), "422": problem()}}},
+            "/api/v1/disputes/{id}/credit/approve": {"post": {"summary": "Finance approves the credit; the next period close applies it: {reason?}",
+                "security": [{"token": []}],
+                "responses": {"200": {"description": "the dispute"}, "401": problem(), "403": problem(), "404": problem(), "409": problem()}}},
+            "/api/v1/disputes/{id}/credit/reject": {"post": {"summary": "Finance refuses the credit: {reason}",
+                "security": [{"token": []}],
+                "responses": {"200": {"description": "the dispute"}, "401": problem(), "403": problem(), "404": problem(), "409": problem(), "422": problem()}}},
             "/api/v1/openapi.json": {"get": {"summary": "This document", "responses": {"200": {"description": "OpenAPI 3.1"}}}}
         }
     })

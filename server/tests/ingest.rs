@@ -16,7 +16,7 @@ use gpuledger_core::{
     sharing::SharingMode,
     wire::{
         AgentInfo, AllocationEnd, AllocationStart, AllocationVanished, AttributionLabels, Batch, EndReason, Fact,
-        FactBody, Holder, NamespaceFact, Stat, TelemetryRollup, WIRE_VERSION, event_id,
+        FactBody, Holder, NamespaceFact, ServiceUsageFact, Stat, TelemetryRollup, WIRE_VERSION, event_id,
     },
 };
 use gpuledger_server::{
@@ -479,4 +479,226 @@ async fn telemetry_lands_in_monthly_partitions_once() {
         per_partition,
         vec![("telemetry_rollups_202610".to_string(), 60), ("telemetry_rollups_202611".to_string(), 30)]
     );
+}
+
+fn usage(tenant: &str, model: &str, start: OffsetDateTime, minutes: i64, counts: (u64, u64, u64)) -> Fact {
+    let rfc3339 = start.format(&time::format_description::well_known::Rfc3339).unwrap();
+    Fact {
+        event_id: event_id("service-usage", &["llm-shared", tenant, model, &rfc3339]),
+        observed_at: start + time::Duration::minutes(minutes),
+        body: FactBody::ServiceUsage(ServiceUsageFact {
+            endpoint: "llm-shared".into(),
+            model: model.into(),
+            tenant: tenant.into(),
+            window_start: start,
+            window_end: start + time::Duration::minutes(minutes),
+            requests: counts.0,
+            input_tokens: counts.1,
+            output_tokens: counts.2,
+        }),
+    }
+}
+
+type UsageRow = (String, String, String, Option<String>, OffsetDateTime, OffsetDateTime, i64, i64, i64);
+
+/// gpu-east's service usage rows, with the defined tenant's name when the row has one.
+async fn usage_rows(env: &Env) -> Vec<UsageRow> {
+    sqlx::query_as(
+        "SELECT u.endpoint, u.model, u.tenant_name, t.name, u.window_start, u.window_end, u.requests, u.input_tokens,
+                u.output_tokens
+           FROM service_usage u LEFT JOIN tenants t USING (org_id, tenant_id)
+          WHERE u.cluster_id = (SELECT cluster_id FROM clusters WHERE name = 'gpu-east')
+          ORDER BY u.tenant_name, u.window_start",
+    )
+    .fetch_all(&env.admin)
+    .await
+    .unwrap()
+}
+
+async fn count_where(env: &Env, sql: &str) -> i64 {
+    sqlx::query_scalar(&format!(
+        "SELECT count(*) FROM {sql} AND cluster_id = (SELECT cluster_id FROM clusters WHERE name = 'gpu-east')"
+    ))
+    .fetch_one(&env.admin)
+    .await
+    .unwrap()
+}
+
+#[tokio::test]
+async fn service_usage_is_stored_once() {
+    let env = env().await;
+    let t0 = datetime!(2026-10-05 08:00 UTC);
+    let facts = vec![
+        usage("nlp-research", "llama-3-8b", t0, 5, (12, 4_000, 9_000)),
+        usage("search-ranking", "llama-3-8b", t0, 5, (3, 1_000, 500)),
+        usage("nlp-research", "llama-3-8b", t0 + time::Duration::minutes(5), 5, (7, 2_100, 4_400)),
+    ];
+    let (status, ack) = send(&env, &batch(facts.clone())).await;
+    assert_eq!(status, StatusCode::OK, "{ack}");
+    assert_eq!((ack["received"].as_u64(), ack["stored"].as_u64()), (Some(3), Some(3)), "{ack}");
+    assert_eq!(ack["flagged"].as_array().unwrap().len(), 0, "{ack}");
+    let expected = vec![
+        (
+            "llm-shared".to_string(),
+            "llama-3-8b".to_string(),
+            "nlp-research".to_string(),
+            Some("nlp-research".to_string()),
+            t0,
+            t0 + time::Duration::minutes(5),
+            12,
+            4_000,
+            9_000,
+        ),
+        (
+            "llm-shared".to_string(),
+            "llama-3-8b".to_string(),
+            "nlp-research".to_string(),
+            Some("nlp-research".to_string()),
+            t0 + time::Duration::minutes(5),
+            t0 + time::Duration::minutes(10),
+            7,
+            2_100,
+            4_400,
+        ),
+        (
+            "llm-shared".to_string(),
+            "llama-3-8b".to_string(),
+            "search-ranking".to_string(),
+            Some("search-ranking".to_string()),
+            t0,
+            t0 + time::Duration::minutes(5),
+            3,
+            1_000,
+            500,
+        ),
+    ];
+    assert_eq!(usage_rows(&env).await, expected);
+    // The evidence record has each fact once, under its subject and window start.
+    let events: Vec<(String, OffsetDateTime)> = sqlx::query_as(
+        "SELECT subject, occurred_at FROM allocation_events WHERE kind = 'service_usage'
+            AND cluster_id = (SELECT cluster_id FROM clusters WHERE name = 'gpu-east') ORDER BY subject, occurred_at",
+    )
+    .fetch_all(&env.admin)
+    .await
+    .unwrap();
+    assert_eq!(
+        events,
+        vec![
+            ("service/llm-shared/nlp-research/llama-3-8b".to_string(), t0),
+            ("service/llm-shared/nlp-research/llama-3-8b".to_string(), t0 + time::Duration::minutes(5)),
+            ("service/llm-shared/search-ranking/llama-3-8b".to_string(), t0),
+        ]
+    );
+
+    // The same batch again, and again reversed and uncompressed: nothing new.
+    let (status, ack) = send(&env, &batch(facts.clone())).await;
+    assert_eq!(status, StatusCode::OK, "{ack}");
+    assert_eq!(ack["stored"], 0, "{ack}");
+    let reversed: Vec<Fact> = facts.iter().rev().cloned().collect();
+    let (status, ack) = post(&env, Some(&env.agent_token), serde_json::to_vec(&batch(reversed)).unwrap(), false).await;
+    assert_eq!(status, StatusCode::OK, "{ack}");
+    assert_eq!(ack["stored"], 0, "{ack}");
+    assert_eq!(usage_rows(&env).await, expected);
+    assert_eq!(count_where(&env, "allocation_events WHERE kind = 'service_usage'").await, 3);
+}
+
+#[tokio::test]
+async fn service_usage_for_an_unknown_tenant_is_kept_and_flagged() {
+    let env = env().await;
+    let t0 = datetime!(2026-10-05 08:00 UTC);
+    let fact = usage("nobody", "llama-3-8b", t0, 5, (2, 300, 700));
+    let (status, ack) = send(&env, &batch(vec![fact.clone()])).await;
+    assert_eq!(status, StatusCode::OK, "{ack}");
+    assert_eq!(ack["stored"], 1, "{ack}");
+    let flagged = ack["flagged"].as_array().unwrap();
+    assert_eq!(flagged.len(), 1, "{ack}");
+    assert_eq!(flagged[0]["event_id"].as_str(), Some(fact.event_id.as_str()), "{ack}");
+    assert!(flagged[0]["reason"].as_str().unwrap().contains("\"nobody\""), "{ack}");
+    // Kept, with its figures and no tenant.
+    let rows = usage_rows(&env).await;
+    assert_eq!(rows.len(), 1);
+    assert_eq!(
+        (rows[0].2.as_str(), rows[0].3.as_deref(), rows[0].6, rows[0].7, rows[0].8),
+        ("nobody", None, 2, 300, 700)
+    );
+    let findings: Vec<(String, String, Option<OffsetDateTime>, Option<OffsetDateTime>)> = sqlx::query_as(
+        "SELECT finding_id, subject, occurred_from, occurred_to FROM data_quality_findings WHERE kind = 'unknown_tenant'
+            AND cluster_id = (SELECT cluster_id FROM clusters WHERE name = 'gpu-east')",
+    )
+    .fetch_all(&env.admin)
+    .await
+    .unwrap();
+    assert_eq!(
+        findings,
+        vec![(
+            format!("unknown-tenant/{}", fact.event_id),
+            "service/llm-shared/nobody/llama-3-8b".to_string(),
+            Some(t0),
+            Some(t0 + time::Duration::minutes(5))
+        )]
+    );
+    // Sent again: nothing new stored or flagged.
+    let (status, ack) = send(&env, &batch(vec![fact])).await;
+    assert_eq!(status, StatusCode::OK, "{ack}");
+    assert_eq!((ack["stored"].as_u64(), ack["flagged"].as_array().map(Vec::len)), (Some(0), Some(0)), "{ack}");
+    assert_eq!(count_where(&env, "data_quality_findings WHERE kind = 'unknown_tenant'").await, 1);
+}
+
+#[tokio::test]
+async fn bad_service_usage_names_the_field_and_stores_nothing() {
+    let env = env().await;
+    let t0 = datetime!(2026-10-05 08:00 UTC);
+    let good = usage("nlp-research", "llama-3-8b", t0, 5, (1, 1, 1));
+    // A window that ends where it starts, after a good fact: the whole batch is refused.
+    let mut empty = usage("search-ranking", "llama-3-8b", t0, 5, (1, 1, 1));
+    if let FactBody::ServiceUsage(u) = &mut empty.body {
+        u.window_end = u.window_start;
+    }
+    let (status, problem) = send(&env, &batch(vec![good.clone(), empty])).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{problem}");
+    assert_eq!(problem["field"], "facts[1].window_end", "{problem}");
+    assert!(problem["detail"].as_str().unwrap().contains("window_start"), "{problem}");
+    // A window in the future.
+    let future = usage("nlp-research", "llama-3-8b", OffsetDateTime::now_utc() + time::Duration::days(1), 5, (1, 1, 1));
+    let (status, problem) = send(&env, &batch(vec![future])).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{problem}");
+    assert_eq!(problem["field"], "facts[0].window_end", "{problem}");
+    assert!(problem["detail"].as_str().unwrap().contains("future"), "{problem}");
+    // Empty and over-long names.
+    for (field, value) in [("endpoint", " ".to_string()), ("model", String::new()), ("tenant", "x".repeat(201))] {
+        let mut f = good.clone();
+        if let FactBody::ServiceUsage(u) = &mut f.body {
+            match field {
+                "endpoint" => u.endpoint = value,
+                "model" => u.model = value,
+                _ => u.tenant = value,
+            }
+        }
+        let (status, problem) = send(&env, &batch(vec![f])).await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{field}: {problem}");
+        assert_eq!(problem["field"], format!("facts[0].{field}"), "{problem}");
+    }
+    // Counts too large for the table, and a negative count (refused while decoding).
+    let mut huge = good.clone();
+    if let FactBody::ServiceUsage(u) = &mut huge.body {
+        u.output_tokens = u64::MAX;
+    }
+    let (status, problem) = send(&env, &batch(vec![huge])).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{problem}");
+    assert_eq!(problem["field"], "facts[0].output_tokens", "{problem}");
+    let mut json = serde_json::to_value(batch(vec![good.clone()])).unwrap();
+    json["facts"][0]["requests"] = Value::from(-1);
+    let (status, problem) = post(&env, Some(&env.agent_token), serde_json::to_vec(&json).unwrap(), false).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{problem}");
+    assert_eq!(problem["field"], "facts[0].requests", "{problem}");
+    // A missing window start, found by the field-naming decoder.
+    let mut json = serde_json::to_value(batch(vec![good])).unwrap();
+    json["facts"][0].as_object_mut().unwrap().remove("window_start");
+    let (status, problem) = post(&env, Some(&env.agent_token), serde_json::to_vec(&json).unwrap(), false).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{problem}");
+    assert!(problem["field"].as_str().unwrap().starts_with("facts[0]"), "{problem}");
+    assert!(problem["detail"].as_str().unwrap().contains("window_start"), "{problem}");
+    // Nothing was stored by any of these.
+    assert_eq!(count_where(&env, "allocation_events WHERE true").await, 0);
+    assert!(usage_rows(&env).await.is_empty());
 }

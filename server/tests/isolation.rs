@@ -86,6 +86,10 @@ async fn seed(db: &Database, slug: &str) -> OrgId {
             vec![o, cluster],
         ),
         (
+            "INSERT INTO service_usage (org_id, cluster_id, endpoint, model, tenant_name, tenant_id, window_start, window_end, requests, input_tokens, output_tokens) VALUES ($1, $2, 'llm-shared', 'llama-3-8b', 'nlp', $3, '2026-01-01 10:00Z', '2026-01-01 10:05Z', 2, 100, 300)",
+            vec![o, cluster, tenant],
+        ),
+        (
             "INSERT INTO audit_log (org_id, audit_id, actor, action) VALUES ($1, $2, 'test', 'seed')",
             vec![o, Uuid::new_v4()],
         ),

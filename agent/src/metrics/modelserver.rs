@@ -1,6 +1,8 @@
 //! Model-server scrapes (vLLM, Triton) → per-model [`ModelServerSnapshot`]s: productive work.
 //!
-//! There is no wire type for productive work yet; a snapshot is a plain serde struct that `inspect` prints as JSON.
+//! A snapshot is a plain serde struct that `inspect` prints as JSON. Two snapshots of one vLLM model, earlier and
+//! later, become a `service_usage` fact for an endpoint and tenant with [`service_usage_from_snapshots`] (counter
+//! deltas); [`service_usage_fact`] builds one from figures already known (a demo, a seeder, a gateway's counts).
 //! Values are cumulative as the server reports them (counters since its start; gauges now); rates are the caller's
 //! business. Series are summed over the labels a snapshot does not keep (vLLM `engine`, Triton `version`, failure
 //! `reason`), so a data-parallel vLLM or a multi-version Triton model is one snapshot.
@@ -21,7 +23,9 @@
 
 use std::collections::BTreeMap;
 
+use gpuledger_core::wire::{Fact, FactBody, ServiceUsageFact, event_id};
 use serde::{Deserialize, Serialize};
+use time::{OffsetDateTime, UtcOffset, format_description::well_known::Rfc3339};
 
 use super::prom::Sample;
 
@@ -214,6 +218,127 @@ pub fn snapshots(samples: &[Sample]) -> Vec<ModelServerSnapshot> {
     found.into_iter().map(|((server, model), b)| b.finish(server, model.to_owned())).collect()
 }
 
+/// Why two snapshots give no `service_usage` fact.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum UsageError {
+    /// The snapshots are of different models (or servers).
+    #[error("snapshots of different models: {earlier:?} then {later:?}")]
+    DifferentModels {
+        /// The earlier snapshot's model.
+        earlier: String,
+        /// The later snapshot's model.
+        later: String,
+    },
+    /// The later snapshot lacks a counter the fact needs (Triton has no token counters).
+    #[error("the later snapshot of {model:?} has no {counter} counter")]
+    MissingCounter {
+        /// The model.
+        model: String,
+        /// `input_tokens`, `output_tokens` or `requests`.
+        counter: &'static str,
+    },
+    /// The window is empty or reversed.
+    #[error("window end {end} is not after its start {start}")]
+    EmptyWindow {
+        /// Window start (the earlier scrape).
+        start: OffsetDateTime,
+        /// Window end (the later scrape).
+        end: OffsetDateTime,
+    },
+}
+
+/// A counter value as a whole count (counters are integers; a negative or non-finite value counts nothing).
+fn whole(v: f64) -> u64 {
+    if v.is_finite() && v > 0.0 { v.round() as u64 } else { 0 }
+}
+
+/// A `service_usage` fact for one tenant of a shared endpoint, from two cumulative scrapes of one vLLM model:
+/// `earlier` taken at `window_start`, `later` at `window_end` (also the observation time).
+///
+/// Counts are counter deltas. Requests are the finished ones (`request_success_total` of every finish reason,
+/// aborted and failed included: they used the endpoint too). If any counter went down the server restarted between
+/// the scrapes and every counter started again from zero, so the later values are the deltas. A counter missing
+/// from the earlier scrape counts from zero; one missing from the later scrape is an error.
+pub fn service_usage_from_snapshots(
+    endpoint: &str,
+    tenant: &str,
+    earlier: &ModelServerSnapshot,
+    window_start: OffsetDateTime,
+    later: &ModelServerSnapshot,
+    window_end: OffsetDateTime,
+) -> Result<Fact, UsageError> {
+    if earlier.model != later.model || earlier.server != later.server {
+        return Err(UsageError::DifferentModels { earlier: earlier.model.clone(), later: later.model.clone() });
+    }
+    if window_end <= window_start {
+        return Err(UsageError::EmptyWindow { start: window_start, end: window_end });
+    }
+    let missing = |counter| UsageError::MissingCounter { model: later.model.clone(), counter };
+    let requests = |s: &ModelServerSnapshot| match (s.requests_ok, s.requests_failed) {
+        (None, None) => None,
+        (ok, failed) => Some(ok.unwrap_or(0.0) + failed.unwrap_or(0.0)),
+    };
+    // (earlier, later) per counter; the request counters are compared one by one for the restart test.
+    let input = (earlier.input_tokens, later.input_tokens.ok_or_else(|| missing("input_tokens"))?);
+    let output = (earlier.output_tokens, later.output_tokens.ok_or_else(|| missing("output_tokens"))?);
+    let total = (requests(earlier), requests(later).ok_or_else(|| missing("requests"))?);
+    let restarted = [
+        input,
+        output,
+        (earlier.requests_ok, later.requests_ok.unwrap_or(0.0)),
+        (earlier.requests_failed, later.requests_failed.unwrap_or(0.0)),
+    ]
+    .iter()
+    .any(|(before, after)| before.is_some_and(|b| *after < b));
+    let delta = |(before, after): (Option<f64>, f64)| {
+        if restarted { whole(after) } else { whole(after - before.unwrap_or(0.0)) }
+    };
+    Ok(service_usage_fact(
+        endpoint,
+        &later.model,
+        tenant,
+        window_start,
+        window_end,
+        delta(total),
+        delta(input),
+        delta(output),
+        window_end,
+    ))
+}
+
+/// A `service_usage` fact from known figures; event ID
+/// `service-usage/<endpoint>/<tenant>/<model>/<window start, RFC 3339 UTC>`, so the same window of the same
+/// endpoint, tenant and model is stored once however often it is sent.
+#[allow(clippy::too_many_arguments)]
+pub fn service_usage_fact(
+    endpoint: &str,
+    model: &str,
+    tenant: &str,
+    window_start: OffsetDateTime,
+    window_end: OffsetDateTime,
+    requests: u64,
+    input_tokens: u64,
+    output_tokens: u64,
+    observed_at: OffsetDateTime,
+) -> Fact {
+    let utc = window_start.to_offset(UtcOffset::UTC);
+    let start = utc.format(&Rfc3339).unwrap_or_else(|_| utc.unix_timestamp().to_string());
+    Fact {
+        event_id: event_id("service-usage", &[endpoint, tenant, model, &start]),
+        observed_at,
+        body: FactBody::ServiceUsage(ServiceUsageFact {
+            endpoint: endpoint.to_owned(),
+            model: model.to_owned(),
+            tenant: tenant.to_owned(),
+            window_start,
+            window_end,
+            requests,
+            input_tokens,
+            output_tokens,
+        }),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -309,5 +434,122 @@ mod tests {
         );
         assert_eq!(r.queue_time, Some(DurationTotals { sum: 2.5, count: None }));
         assert_eq!((r.input_tokens, r.running, r.ttft.as_ref()), (None, None, None));
+    }
+
+    const QWEN: &str = "Qwen/Qwen2.5-0.5B-Instruct";
+
+    /// The real vLLM V1 fixture (all counters zero), with some counters advanced as after serving traffic.
+    fn vllm_fixture_after(prompt: f64, generated: f64, stop: f64, abort: f64) -> ModelServerSnapshot {
+        let m = format!("model_name=\"{QWEN}\"");
+        let text = fixtures::read("modelserver", "vllm_v1_qwen2.5-0.5b_kops.txt")
+            .replace(
+                &format!("vllm:prompt_tokens_total{{engine=\"0\",{m}}} 0.0"),
+                &format!("vllm:prompt_tokens_total{{engine=\"0\",{m}}} {prompt:?}"),
+            )
+            .replace(
+                &format!("vllm:generation_tokens_total{{engine=\"0\",{m}}} 0.0"),
+                &format!("vllm:generation_tokens_total{{engine=\"0\",{m}}} {generated:?}"),
+            )
+            .replace(
+                &format!("vllm:request_success_total{{engine=\"0\",finished_reason=\"stop\",{m}}} 0.0"),
+                &format!("vllm:request_success_total{{engine=\"0\",finished_reason=\"stop\",{m}}} {stop:?}"),
+            )
+            .replace(
+                &format!("vllm:request_success_total{{engine=\"0\",finished_reason=\"abort\",{m}}} 0.0"),
+                &format!("vllm:request_success_total{{engine=\"0\",finished_reason=\"abort\",{m}}} {abort:?}"),
+            );
+        let mut s = snaps(&text);
+        assert_eq!(s.len(), 1);
+        s.remove(0)
+    }
+
+    fn usage(f: &Fact) -> &ServiceUsageFact {
+        match &f.body {
+            FactBody::ServiceUsage(u) => u,
+            other => panic!("not service usage: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn service_usage_is_the_counter_delta_between_two_vllm_scrapes() {
+        use time::macros::datetime;
+        let (t0, t1) = (datetime!(2026-11-01 10:00 UTC), datetime!(2026-11-01 10:05 UTC));
+        let earlier = snaps(&fixtures::read("modelserver", "vllm_v1_qwen2.5-0.5b_kops.txt")).remove(0);
+        let mid = vllm_fixture_after(1200.0, 3400.0, 9.0, 1.0);
+        let f = service_usage_from_snapshots("llm-shared", "nlp-research", &earlier, t0, &mid, t1).unwrap();
+        let u = usage(&f);
+        assert_eq!((u.endpoint.as_str(), u.model.as_str(), u.tenant.as_str()), ("llm-shared", QWEN, "nlp-research"));
+        assert_eq!((u.window_start, u.window_end, f.observed_at), (t0, t1, t1));
+        assert_eq!((u.requests, u.input_tokens, u.output_tokens), (10, 1200, 3400), "aborted requests count");
+        assert_eq!(f.event_id, format!("service-usage/llm-shared/nlp-research/{QWEN}/2026-11-01T10:00:00Z"));
+        assert_eq!(f.body.kind(), "service_usage");
+
+        // The next window: only what happened since.
+        let t2 = datetime!(2026-11-01 10:10 UTC);
+        let later = vllm_fixture_after(1500.0, 4000.0, 12.0, 1.0);
+        let g = service_usage_from_snapshots("llm-shared", "nlp-research", &mid, t1, &later, t2).unwrap();
+        assert_eq!((usage(&g).requests, usage(&g).input_tokens, usage(&g).output_tokens), (3, 300, 600));
+        assert_ne!(g.event_id, f.event_id);
+
+        // On the wire it is the `service_usage` kind and comes back equal.
+        let json = serde_json::to_value(&g).unwrap();
+        assert_eq!(json["kind"], "service_usage");
+        assert_eq!(json["window_start"], "2026-11-01T10:05:00Z");
+        assert_eq!(serde_json::from_value::<Fact>(json).unwrap(), g);
+    }
+
+    #[test]
+    fn a_counter_that_went_down_means_a_restart_and_the_later_values_are_the_delta() {
+        use time::macros::datetime;
+        let (t0, t1) = (datetime!(2026-11-01 10:00 UTC), datetime!(2026-11-01 10:05 UTC));
+        let before = vllm_fixture_after(50_000.0, 90_000.0, 400.0, 3.0);
+        // Restarted: tokens went down, though requests already passed their old value.
+        let after = vllm_fixture_after(700.0, 2_000.0, 450.0, 0.0);
+        let f = service_usage_from_snapshots("llm-shared", "t", &before, t0, &after, t1).unwrap();
+        let u = usage(&f);
+        assert_eq!((u.requests, u.input_tokens, u.output_tokens), (450, 700, 2_000));
+    }
+
+    #[test]
+    fn snapshots_that_cannot_make_a_fact_are_refused() {
+        use time::macros::datetime;
+        let (t0, t1) = (datetime!(2026-11-01 10:00 UTC), datetime!(2026-11-01 10:05 UTC));
+        let a = vllm_fixture_after(1.0, 1.0, 1.0, 0.0);
+        let mut other = a.clone();
+        other.model = "other".into();
+        assert!(matches!(
+            service_usage_from_snapshots("e", "t", &a, t0, &other, t1),
+            Err(UsageError::DifferentModels { .. })
+        ));
+        assert!(matches!(service_usage_from_snapshots("e", "t", &a, t1, &a, t1), Err(UsageError::EmptyWindow { .. })));
+        let triton = snaps(&fixtures::read("modelserver", "triton_docs_queue_summary.txt")).remove(0);
+        let err = service_usage_from_snapshots("e", "t", &triton, t0, &triton, t1).unwrap_err();
+        assert!(matches!(err, UsageError::MissingCounter { counter: "input_tokens", .. }), "{err}");
+        // A counter first seen in the later scrape counts from zero.
+        let mut fresh = a.clone();
+        fresh.input_tokens = None;
+        let f = service_usage_from_snapshots("e", "t", &fresh, t0, &a, t1).unwrap();
+        assert_eq!((usage(&f).input_tokens, usage(&f).output_tokens), (1, 0));
+    }
+
+    #[test]
+    fn the_simple_constructor_gives_the_same_deterministic_id_for_the_same_instant() {
+        use time::macros::{datetime, offset};
+        let (t0, t1) = (datetime!(2026-11-01 10:00 UTC), datetime!(2026-11-01 10:05 UTC));
+        let f = service_usage_fact("llm-shared", QWEN, "search", t0, t1, 4, 100, 250, t1);
+        assert_eq!(f.event_id, format!("service-usage/llm-shared/search/{QWEN}/2026-11-01T10:00:00Z"));
+        let u = usage(&f);
+        assert_eq!((u.requests, u.input_tokens, u.output_tokens), (4, 100, 250));
+        // The same instant written with another offset is the same window.
+        let g = service_usage_fact("llm-shared", QWEN, "search", t0.to_offset(offset!(+2)), t1, 4, 100, 250, t1);
+        assert_eq!(g.event_id, f.event_id);
+        // Another tenant, model or window is another fact.
+        assert_ne!(service_usage_fact("llm-shared", QWEN, "nlp", t0, t1, 4, 100, 250, t1).event_id, f.event_id);
+        assert_ne!(service_usage_fact("llm-shared", "m2", "search", t0, t1, 4, 100, 250, t1).event_id, f.event_id);
+        assert_ne!(
+            service_usage_fact("llm-shared", QWEN, "search", t1, t1 + time::Duration::minutes(5), 4, 100, 250, t1)
+                .event_id,
+            f.event_id
+        );
     }
 }

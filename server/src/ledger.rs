@@ -1,0 +1,420 @@
+//! The ledger over HTTP: loads a period's inputs from the evidence store (RLS-scoped), computes the lines with
+//! `gpuledger_core::ledger`, and serves them — from the frozen lines for a closed period, computed on demand for
+//! an open one.
+
+use std::collections::{BTreeMap, HashMap};
+
+use axum::{
+    Json, Router,
+    extract::{Path, Query, State},
+    http::HeaderMap,
+    routing::get,
+};
+use gpuledger_core::{
+    Confidence, Fraction, Period,
+    bundle::sha256_hex,
+    decimal::Decimal,
+    ids::{DepartmentId, TenantId},
+    ledger::{
+        AdjustmentKind, AdjustmentRecord, AllocationRecord, ClassCapacity, DepartmentRef, EnergyRecord, LedgerInput,
+        LedgerLine, QuotaHolder, QuotaRecord, TenantRef, UsageRecord,
+    },
+    policy::CostPolicy,
+};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use time::OffsetDateTime;
+use uuid::Uuid;
+
+use crate::{
+    app::AppState,
+    db::OrgTx,
+    error::AppError,
+    policy::{month_start, parse_period, reader},
+};
+
+/// Routes of this module.
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/api/v1/ledger", get(get_ledger))
+        .route("/api/v1/periods/{period}/evidence", get(evidence))
+}
+
+/// `[start, end)` of a period as timestamps.
+pub fn bounds(period: Period) -> Result<(OffsetDateTime, OffsetDateTime), AppError> {
+    let i = period.interval()?;
+    Ok((i.start(), i.end()))
+}
+
+/// The approved inventory as a canonical JSON document, and its content hash (the inventory version).
+pub async fn inventory(tx: &mut OrgTx) -> Result<(Value, String), AppError> {
+    let doc: Value = sqlx::query_scalar(
+        "SELECT jsonb_build_object(
+            'gpu_classes', (SELECT COALESCE(jsonb_agg(jsonb_build_object('gpu_class', gpu_class, 'description', description)
+                                ORDER BY gpu_class), '[]') FROM gpu_classes),
+            'gpu_models', (SELECT COALESCE(jsonb_agg(jsonb_build_object('model', model, 'gpu_class', gpu_class,
+                                'valid_from', valid_from, 'valid_to', valid_to) ORDER BY model, valid_from), '[]') FROM gpu_models),
+            'mig_profiles', (SELECT COALESCE(jsonb_agg(jsonb_build_object('model', model, 'profile', profile,
+                                'fraction', fraction_num || '/' || fraction_den, 'valid_from', valid_from, 'valid_to', valid_to)
+                                ORDER BY model, profile, valid_from), '[]') FROM mig_profiles),
+            'vgpu_profiles', (SELECT COALESCE(jsonb_agg(jsonb_build_object('model', model, 'profile', profile,
+                                'fraction', fraction_num || '/' || fraction_den, 'valid_from', valid_from, 'valid_to', valid_to)
+                                ORDER BY model, profile, valid_from), '[]') FROM vgpu_profiles),
+            'timeslice_policies', (SELECT COALESCE(jsonb_agg(jsonb_build_object('cluster_id', cluster_id, 'name', name,
+                                'replicas', replicas, 'valid_from', valid_from, 'valid_to', valid_to)
+                                ORDER BY cluster_id, name, valid_from), '[]') FROM timeslice_policies))",
+    )
+    .fetch_one(tx.conn())
+    .await?;
+    // jsonb prints keys in a fixed order, so its text is canonical.
+    let text = doc.to_string();
+    Ok((doc, sha256_hex(text.as_bytes())[..16].to_string()))
+}
+
+type AllocRow = (
+    String,
+    String,
+    i64,
+    i64,
+    Option<String>,
+    OffsetDateTime,
+    Option<OffsetDateTime>,
+    String,
+    Vec<String>,
+    Option<String>,
+    Option<Uuid>,
+    Option<OffsetDateTime>,
+    Option<OffsetDateTime>,
+);
+
+fn confidence(s: &str) -> Confidence {
+    match s {
+        "exact" => Confidence::Exact,
+        "modeled" => Confidence::Modeled,
+        _ => Confidence::Estimated,
+    }
+}
+
+/// Allocation records of a period (split at namespace ownership changes) with devices resolved to physical GPUs.
+pub async fn load_allocations(tx: &mut OrgTx, period: Period) -> Result<Vec<AllocationRecord>, AppError> {
+    let (start, end) = bounds(period)?;
+    let mig_parent: HashMap<String, String> = sqlx::query_as::<_, (String, String)>(
+        "SELECT DISTINCT m->>'uuid', d.gpu_uuid FROM devices d, jsonb_array_elements(d.mig_devices) m
+          WHERE m ? 'uuid'",
+    )
+    .fetch_all(tx.conn())
+    .await?
+    .into_iter()
+    .collect();
+    let rows: Vec<AllocRow> = sqlx::query_as(
+        "SELECT c.name, a.allocation_id, a.fraction_num, a.fraction_den, a.gpu_class, a.started_at, a.ended_at,
+                a.confidence, a.device_ids, a.labels->>'endpoint', o.tenant_id, o.valid_from, o.valid_to
+           FROM allocation_intervals a
+           JOIN clusters c ON c.cluster_id = a.cluster_id
+           LEFT JOIN namespace_ownership o ON o.namespace_uid = a.namespace_uid
+                 AND tstzrange(o.valid_from, o.valid_to) && tstzrange(a.started_at, a.ended_at)
+          WHERE a.fraction_num IS NOT NULL
+            AND a.started_at < $2 AND (a.ended_at IS NULL OR a.ended_at > $1)
+          ORDER BY c.name, a.allocation_id, o.valid_from",
+    )
+    .bind(start)
+    .bind(end)
+    .fetch_all(tx.conn())
+    .await?;
+    let mut out = Vec::with_capacity(rows.len());
+    let mut last_id = String::new();
+    let mut part = 0;
+    for (cluster, alloc, num, den, class, s, e, conf, devices, endpoint, tenant, of, ot) in rows {
+        let id = format!("{cluster}/{alloc}");
+        if id == last_id {
+            part += 1;
+        } else {
+            part = 0;
+            last_id.clone_from(&id);
+        }
+        // The part of the allocation under this owner.
+        let (s2, e2) = match of {
+            Some(of) => (s.max(of), match (e, ot) {
+                (Some(e), Some(ot)) => Some(e.min(ot)),
+                (Some(e), None) => Some(e),
+                (None, ot) => ot,
+            }),
+            None => (s, e),
+        };
+        let devices = devices.into_iter().map(|d| mig_parent.get(&d).cloned().unwrap_or(d)).collect();
+        out.push(AllocationRecord {
+            id: if part == 0 { id } else { format!("{id}#{part}") },
+            tenant: tenant.map(TenantId::from_uuid),
+            gpu_class: class,
+            fraction: Fraction::new(i128::from(num), i128::from(den))?,
+            start: s2,
+            end: e2,
+            confidence: confidence(&conf),
+            devices,
+            endpoint,
+        });
+    }
+    // Ownership rows that start after the allocation leave its earlier part unowned: not charged (shown in notes).
+    Ok(out)
+}
+
+/// Everything the ledger of `period` is computed from, read now. Credits and late-data adjustments are added by
+/// the caller ([`pending_adjustments`]).
+pub async fn load_input(tx: &mut OrgTx, period: Period, policy: CostPolicy) -> Result<LedgerInput, AppError> {
+    let (start, end) = bounds(period)?;
+    let departments = sqlx::query_as::<_, (Uuid, String)>("SELECT department_id, name FROM departments ORDER BY name")
+        .fetch_all(tx.conn())
+        .await?
+        .into_iter()
+        .map(|(id, name)| DepartmentRef { id: DepartmentId::from_uuid(id), name })
+        .collect();
+    let tenants = sqlx::query_as::<_, (Uuid, String, Uuid)>(
+        "SELECT tenant_id, name, department_id FROM tenants WHERE created_at < $1 ORDER BY name",
+    )
+    .bind(end)
+    .fetch_all(tx.conn())
+    .await?
+    .into_iter()
+    .map(|(id, name, d)| TenantRef { id: TenantId::from_uuid(id), name, department: DepartmentId::from_uuid(d) })
+    .collect();
+    let capacity = sqlx::query_as::<_, (String, i64)>(
+        "SELECT m.gpu_class, count(DISTINCT d.gpu_uuid)
+           FROM devices d
+           JOIN gpu_models m ON m.model = d.model
+                AND tstzrange(m.valid_from, m.valid_to) && tstzrange(d.valid_from, d.valid_to)
+          WHERE d.valid_from < $2 AND (d.valid_to IS NULL OR d.valid_to > $1)
+          GROUP BY m.gpu_class ORDER BY m.gpu_class",
+    )
+    .bind(start)
+    .bind(end)
+    .fetch_all(tx.conn())
+    .await?
+    .into_iter()
+    .map(|(gpu_class, n)| ClassCapacity { gpu_class, gpus: u32::try_from(n).unwrap_or(u32::MAX) })
+    .collect();
+    let quotas = sqlx::query_as::<_, (Uuid, Option<Uuid>, Option<Uuid>, String, String, OffsetDateTime, Option<OffsetDateTime>)>(
+        "SELECT quota_id, tenant_id, department_id, gpu_class, gpus::text, valid_from, valid_to FROM quotas
+          WHERE valid_from < $2 AND (valid_to IS NULL OR valid_to > $1) AND gpus > 0
+          ORDER BY quota_id",
+    )
+    .bind(start)
+    .bind(end)
+    .fetch_all(tx.conn())
+    .await?
+    .into_iter()
+    .map(|(id, t, d, gpu_class, gpus, valid_from, valid_to)| {
+        let holder = match (t, d) {
+            (Some(t), _) => QuotaHolder::Tenant(TenantId::from_uuid(t)),
+            (None, Some(d)) => QuotaHolder::Department(DepartmentId::from_uuid(d)),
+            (None, None) => return Err(AppError::Internal(format!("quota {id} has no holder"))),
+        };
+        Ok(QuotaRecord { id: id.to_string(), holder, gpu_class, gpus: Decimal::parse(&gpus)?.normalized(), valid_from, valid_to })
+    })
+    .collect::<Result<Vec<_>, AppError>>()?;
+    let allocations = load_allocations(tx, period).await?;
+    let energy = if policy.energy.is_some() {
+        sqlx::query_as::<_, (String, OffsetDateTime, OffsetDateTime, i64)>(
+            "SELECT gpu_uuid, window_start, window_end, round(energy_j)::bigint FROM telemetry_rollups
+              WHERE gpu_instance_id = -1 AND energy_j IS NOT NULL AND energy_j >= 0
+                AND window_start < $2 AND window_end > $1
+              ORDER BY gpu_uuid, window_start",
+        )
+        .bind(start)
+        .bind(end)
+        .fetch_all(tx.conn())
+        .await?
+        .into_iter()
+        .map(|(gpu_uuid, start, end, j)| EnergyRecord { gpu_uuid, start, end, joules: u64::try_from(j).unwrap_or(0) })
+        .collect()
+    } else {
+        Vec::new()
+    };
+    let service_usage = sqlx::query_as::<_, (String, String, Uuid, i64, i64, i64)>(
+        "SELECT endpoint, model, tenant_id, sum(requests)::bigint, sum(input_tokens)::bigint, sum(output_tokens)::bigint
+           FROM service_usage
+          WHERE tenant_id IS NOT NULL AND window_start >= $1 AND window_start < $2
+          GROUP BY endpoint, model, tenant_id ORDER BY endpoint, model, tenant_id",
+    )
+    .bind(start)
+    .bind(end)
+    .fetch_all(tx.conn())
+    .await?
+    .into_iter()
+    .map(|(endpoint, model, t, r, i, o)| UsageRecord {
+        endpoint,
+        model,
+        tenant: TenantId::from_uuid(t),
+        requests: u64::try_from(r).unwrap_or(0),
+        input_tokens: u64::try_from(i).unwrap_or(0),
+        output_tokens: u64::try_from(o).unwrap_or(0),
+    })
+    .collect();
+    let (_, inventory_version) = inventory(tx).await?;
+    Ok(LedgerInput {
+        period,
+        policy,
+        inventory_version,
+        departments,
+        tenants,
+        capacity,
+        quotas,
+        allocations,
+        energy,
+        service_usage,
+        adjustments: Vec::new(),
+    })
+}
+
+/// Approved credits not yet applied, as adjustments landing in the next closed period.
+pub async fn approved_credits(tx: &mut OrgTx) -> Result<Vec<(Uuid, AdjustmentRecord)>, AppError> {
+    let rows: Vec<(Uuid, Option<Uuid>, Uuid, String, String, String, String, Option<Uuid>)> = sqlx::query_as(
+        "SELECT adjustment_id, tenant_id, department_id, gpu_class, amount::text, corrects, reason, dispute_id
+           FROM adjustments WHERE kind = 'credit' AND state = 'approved' ORDER BY created_at, adjustment_id",
+    )
+    .fetch_all(tx.conn())
+    .await?;
+    rows.into_iter()
+        .map(|(id, t, d, class, amount, corrects, reason, dispute)| {
+            Ok((
+                id,
+                AdjustmentRecord {
+                    id: dispute.map_or_else(|| format!("credit:{id}"), |d| format!("dispute:{d}")),
+                    kind: AdjustmentKind::Credit,
+                    tenant: t.map(TenantId::from_uuid),
+                    department: DepartmentId::from_uuid(d),
+                    gpu_class: class,
+                    amount: Decimal::parse(&amount)?,
+                    corrects,
+                    reason: if reason.is_empty() { "Credit after an accepted dispute".into() } else { reason },
+                },
+            ))
+        })
+        .collect()
+}
+
+/// Reads a closed period's lines.
+pub async fn closed_lines(tx: &mut OrgTx, period: Period) -> Result<Vec<LedgerLine>, AppError> {
+    // The lines as closed are in the stored bundle (the table holds the same lines for SQL readers and audit).
+    let bundle = crate::close::stored_bundle(tx, period).await?;
+    Ok(bundle.map(|b| b.lines).unwrap_or_default())
+}
+
+/// A period's state: `open`, `closing` or `closed`.
+pub async fn period_state(tx: &mut OrgTx, period: Period) -> Result<String, AppError> {
+    let s: Option<String> = sqlx::query_scalar("SELECT state FROM periods WHERE period = $1")
+        .bind(month_start(period))
+        .fetch_optional(tx.conn())
+        .await?;
+    Ok(s.unwrap_or_else(|| "open".into()))
+}
+
+#[derive(Debug, Deserialize)]
+struct LedgerQuery {
+    period: Option<String>,
+    tenant: Option<String>,
+    department: Option<String>,
+    term: Option<String>,
+    page: Option<u32>,
+    per_page: Option<u32>,
+}
+
+async fn get_ledger(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Query(q): Query<LedgerQuery>,
+) -> Result<Json<Value>, AppError> {
+    let p = reader(&state, &headers).await?;
+    let period = parse_period("period", q.period.as_deref().ok_or_else(|| AppError::invalid("period", "is required (YYYY-MM)"))?)?;
+    let per_page = q.per_page.unwrap_or(1000);
+    if per_page == 0 || per_page > 10_000 {
+        return Err(AppError::invalid("per_page", "must be 1..=10000"));
+    }
+    let page = q.page.unwrap_or(1).max(1);
+    let mut tx = state.db.begin_org(p.org).await?;
+    let st = period_state(&mut tx, period).await?;
+    let (lines, hash, notes, policy_version) = if st == "closed" {
+        let b = crate::close::stored_bundle(&mut tx, period)
+            .await?
+            .ok_or_else(|| AppError::Internal("closed period without bundle".into()))?;
+        (b.lines, Some(b.hash), Value::Null, Some(b.policy_version))
+    } else {
+        let preview = crate::close::preview(&mut tx, period).await?;
+        let v = preview.input.policy.version;
+        (preview.ledger.lines, None, serde_json::to_value(&preview.ledger.notes).unwrap_or_default(), Some(v))
+    };
+    tx.commit().await?;
+    let filtered: Vec<&LedgerLine> = lines
+        .iter()
+        .filter(|l| q.tenant.as_deref().is_none_or(|t| l.tenant == t || l.tenant_id.is_some_and(|id| id.to_string() == t)))
+        .filter(|l| q.department.as_deref().is_none_or(|d| l.department == d || l.department_id.to_string() == d))
+        .filter(|l| q.term.as_deref().is_none_or(|t| l.term.as_str() == t))
+        .collect();
+    let mut by_term: BTreeMap<&str, Fraction> = BTreeMap::new();
+    let mut total = Fraction::ZERO;
+    for l in &filtered {
+        let v = by_term.entry(l.term.as_str()).or_insert(Fraction::ZERO);
+        *v = v.checked_add(l.amount.value())?;
+        total = total.checked_add(l.amount.value())?;
+    }
+    let totals: BTreeMap<&str, String> =
+        by_term.into_iter().map(|(k, v)| Ok((k, Decimal::round(v, 2)?.to_string()))).collect::<Result<_, AppError>>()?;
+    let currency = lines.first().map(|l| l.currency.clone());
+    let skip = (page as usize - 1) * per_page as usize;
+    let items: Vec<&&LedgerLine> = filtered.iter().skip(skip).take(per_page as usize).collect();
+    Ok(Json(json!({
+        "period": period.to_string(),
+        "state": st,
+        "policy_version": policy_version,
+        "currency": currency,
+        "hash": hash,
+        "total": Decimal::round(total, 2)?.to_string(),
+        "totals_by_term": totals,
+        "notes": notes,
+        "count": filtered.len(),
+        "page": page,
+        "per_page": per_page,
+        "lines": items,
+    })))
+}
+
+#[derive(Debug, Deserialize)]
+struct EvidenceQuery {
+    tenant: Option<String>,
+    gpu_class: Option<String>,
+    endpoint: Option<String>,
+    page: Option<u32>,
+    per_page: Option<u32>,
+}
+
+/// The allocation records behind a line: from the bundle for a closed period, from the store for an open one.
+async fn evidence(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(period): Path<String>,
+    Query(q): Query<EvidenceQuery>,
+) -> Result<Json<Value>, AppError> {
+    let p = reader(&state, &headers).await?;
+    let period = parse_period("period", &period)?;
+    let per_page = q.per_page.unwrap_or(100).clamp(1, 1000) as usize;
+    let page = q.page.unwrap_or(1).max(1) as usize;
+    let mut tx = state.db.begin_org(p.org).await?;
+    let allocations = match crate::close::stored_bundle(&mut tx, period).await? {
+        Some(b) => b.inputs.allocations,
+        None => load_allocations(&mut tx, period).await?,
+    };
+    tx.commit().await?;
+    let tenant = q.tenant.as_deref().map(|t| Uuid::parse_str(t).map_err(|_| AppError::invalid("tenant", "is not a UUID"))).transpose()?;
+    let rows: Vec<&AllocationRecord> = allocations
+        .iter()
+        .filter(|a| tenant.is_none_or(|t| a.tenant.map(|x| x.as_uuid()) == Some(t)))
+        .filter(|a| q.gpu_class.as_deref().is_none_or(|c| a.gpu_class.as_deref() == Some(c)))
+        .filter(|a| q.endpoint.as_deref().is_none_or(|e| a.endpoint.as_deref() == Some(e)))
+        .collect();
+    Ok(Json(json!({
+        "period": period.to_string(),
+        "total": rows.len(),
+        "page": page,
+        "per_page": per_page,
+        "allocations": rows.iter().skip((page - 1) * per_page).take(per_page).collect::<Vec<_>>(),
+    })))
+}

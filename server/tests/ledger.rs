@@ -1,0 +1,313 @@
+//! The ledger end to end against real PostgreSQL as the app role: policy draft → approved (never edited), quota,
+//! facts through the ingest API, the preview of an open month, close (exactly one of two concurrent closes wins),
+//! immutable lines, the evidence bundle verifying offline (and a changed number caught), a late fact becoming an
+//! adjustment in the next period, and the hash chain.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use axum::{
+    body::{Body, to_bytes},
+    http::{Request, StatusCode},
+};
+use gpuledger_core::{
+    bundle::{Bundle, verify},
+    ids::OrgId,
+    sharing::SharingMode,
+    wire::{
+        AgentInfo, AllocationEnd, AllocationStart, AttributionLabels, Batch, EndReason, Fact, FactBody, Holder,
+        NamespaceFact, WIRE_VERSION, event_id,
+    },
+};
+use gpuledger_server::{
+    app::{self, AppState, HttpOptions},
+    auth::{self, Scope},
+};
+use serde_json::{Value, json};
+use time::{OffsetDateTime, macros::datetime};
+use tower::ServiceExt;
+use uuid::Uuid;
+
+const H100: &str = "NVIDIA H100 80GB HBM3";
+
+struct Env {
+    app: axum::Router,
+    admin_token: String,
+    export_token: String,
+    agent_token: String,
+    admin: sqlx::PgPool,
+    ns_alpha: Uuid,
+    ns_beta: Uuid,
+    _db: gpuledger_e2e::TestDatabase,
+}
+
+async fn env() -> Env {
+    let (test_db, db) = common::migrated().await;
+    let admin = common::admin_pool(&test_db).await;
+    let org = db.cross_org_directory().create_org(OrgId::from_uuid(Uuid::new_v4()), "acme", "Acme").await.unwrap();
+    let o = org.as_uuid();
+    let research = Uuid::new_v4();
+    for sql in [
+        "INSERT INTO departments (org_id, department_id, name) VALUES ($1, $2, 'Research')",
+        "INSERT INTO tenants (org_id, tenant_id, department_id, name) VALUES ($1, gen_random_uuid(), $2, 'alpha')",
+        "INSERT INTO tenants (org_id, tenant_id, department_id, name) VALUES ($1, gen_random_uuid(), $2, 'beta')",
+    ] {
+        sqlx::query(sql).bind(o).bind(research).execute(&admin).await.unwrap();
+    }
+    sqlx::query("UPDATE tenants SET created_at = '2025-01-01' WHERE org_id = $1").bind(o).execute(&admin).await.unwrap();
+    sqlx::query("INSERT INTO gpu_classes (org_id, gpu_class) VALUES ($1, 'H100-80GB')").bind(o).execute(&admin).await.unwrap();
+    sqlx::query(
+        "INSERT INTO gpu_models (org_id, model, valid_from, gpu_class) VALUES ($1, 'NVIDIA H100 80GB HBM3', '2025-01-01', 'H100-80GB')",
+    )
+    .bind(o)
+    .execute(&admin)
+    .await
+    .unwrap();
+    let mut tx = db.begin_org(org).await.unwrap();
+    let (cluster, _) = auth::ensure_cluster(&mut tx, "c1").await.unwrap();
+    let (_, agent_token) = auth::create_token(&mut tx, &Scope::Agent { cluster }, "agent", "test").await.unwrap();
+    let (_, admin_token) = auth::create_token(&mut tx, &Scope::Admin, "admin", "test").await.unwrap();
+    let (_, export_token) = auth::create_token(&mut tx, &Scope::Export, "bi", "test").await.unwrap();
+    tx.commit().await.unwrap();
+    let app = app::router(
+        AppState { db: db.clone(), featured_org: None, leptos: app::leptos_options() },
+        &HttpOptions::default(),
+    );
+    Env {
+        app,
+        admin_token,
+        export_token,
+        agent_token,
+        admin,
+        ns_alpha: Uuid::new_v4(),
+        ns_beta: Uuid::new_v4(),
+        _db: test_db,
+    }
+}
+
+async fn call(env: &Env, method: &str, uri: &str, token: &str, body: Option<Value>) -> (StatusCode, Value, Vec<u8>) {
+    let req = Request::builder()
+        .method(method)
+        .uri(uri)
+        .header("authorization", format!("Bearer {token}"))
+        .header("content-type", "application/json")
+        .body(body.map_or_else(Body::empty, |b| Body::from(serde_json::to_vec(&b).unwrap())))
+        .unwrap();
+    let response = env.app.clone().oneshot(req).await.unwrap();
+    let status = response.status();
+    let bytes = to_bytes(response.into_body(), 64 << 20).await.unwrap().to_vec();
+    (status, serde_json::from_slice(&bytes).unwrap_or(Value::Null), bytes)
+}
+
+fn namespace(uid: Uuid, name: &str, tenant: &str) -> Fact {
+    Fact {
+        event_id: event_id("namespace", &[&uid.to_string(), "1"]),
+        observed_at: datetime!(2026-08-01 00:00 UTC),
+        body: FactBody::NamespaceObserved(NamespaceFact {
+            namespace_uid: uid,
+            name: name.into(),
+            created_at: datetime!(2026-08-01 00:00 UTC),
+            deleted_at: None,
+            labels: AttributionLabels { tenant: Some(tenant.into()), ..Default::default() },
+            labels_since: datetime!(2026-08-01 00:00 UTC),
+        }),
+    }
+}
+
+fn pod(ns: Uuid, units: u32, from: OffsetDateTime, to: OffsetDateTime) -> Vec<Fact> {
+    let pod = Uuid::new_v4();
+    let allocation_id = format!("{pod}/main/nvidia.com/gpu");
+    vec![
+        Fact {
+            event_id: event_id("alloc-start", &[&allocation_id]),
+            observed_at: from,
+            body: FactBody::AllocationStarted(AllocationStart {
+                allocation_id: allocation_id.clone(),
+                holder: Holder::Pod,
+                holder_uid: pod,
+                holder_name: "trainer".into(),
+                namespace: "ns".into(),
+                namespace_uid: Some(ns),
+                container: Some("main".into()),
+                node: Some("node-1".into()),
+                resource: "nvidia.com/gpu".into(),
+                units,
+                mode: SharingMode::Exclusive,
+                gpu_model: Some(H100.into()),
+                device_ids: vec![],
+                started_at: from,
+                labels: AttributionLabels::default(),
+            }),
+        },
+        Fact {
+            event_id: event_id("alloc-end", &[&allocation_id]),
+            observed_at: to,
+            body: FactBody::AllocationEnded(AllocationEnd { allocation_id, ended_at: to, reason: EndReason::Finished }),
+        },
+    ]
+}
+
+async fn ingest(env: &Env, facts: Vec<Fact>) {
+    let b = Batch {
+        wire_version: WIRE_VERSION,
+        agent: AgentInfo { version: "test".into(), mode: "cluster".into(), node: None },
+        cluster: None,
+        facts,
+    };
+    let (status, ack, _) =
+        call(env, "POST", "/api/v1/ingest/batches", &env.agent_token, Some(serde_json::to_value(&b).unwrap())).await;
+    assert_eq!(status, StatusCode::OK, "{ack}");
+}
+
+fn line<'a>(ledger: &'a Value, id: &str) -> &'a Value {
+    ledger["lines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["line_id"] == id)
+        .unwrap_or_else(|| panic!("no line {id} in {ledger:#}"))
+}
+
+#[tokio::test]
+async fn policy_quota_close_bundle_and_late_fact() {
+    let env = env().await;
+    let t = &env.admin_token;
+
+    // -- policy: a draft, refused when invalid (field named), editable, then approved and frozen
+    let mut body = json!({"effective_from": "2026-09", "note": "FY26 rates", "policy": {
+        "currency": "USD",
+        "classes": [{"gpu_class": "H100-80GB", "guaranteed": "2.00", "borrowed": "-3.00"}],
+        "overhead": {"fixed": [{"name": "platform team", "amount": "100.00"}], "key": {"kind": "equal"}}
+    }});
+    let (s, v, _) = call(&env, "POST", "/api/v1/policies", t, Some(body.clone())).await;
+    assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{v}");
+    assert_eq!(v["field"], "policy.classes[0].borrowed", "{v}");
+    body["policy"]["classes"][0]["borrowed"] = json!("3.00");
+    let (s, v, _) = call(&env, "POST", "/api/v1/policies", &env.export_token, Some(body.clone())).await;
+    assert_eq!(s, StatusCode::FORBIDDEN, "an export token cannot write policies: {v}");
+    let (s, v, _) = call(&env, "POST", "/api/v1/policies", t, Some(body.clone())).await;
+    assert_eq!(s, StatusCode::CREATED, "{v}");
+    assert_eq!((v["version"].as_i64(), v["state"].as_str()), (Some(1), Some("draft")));
+    let (s, v, _) = call(&env, "GET", "/api/v1/ledger?period=2026-09", t, None).await;
+    assert_eq!(s, StatusCode::CONFLICT, "no approved policy yet: {v}");
+    let (s, v, _) = call(&env, "POST", "/api/v1/policies/1/approve", t, Some(json!({"reason": "board approved"}))).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(v["state"], "approved");
+    let (s, _, _) = call(&env, "PUT", "/api/v1/policies/1", t, Some(body.clone())).await;
+    assert_eq!(s, StatusCode::CONFLICT, "an approved version is never edited");
+    let edit = sqlx::query("UPDATE cost_policies SET document = '{}' WHERE version = 1").execute(&env.admin).await;
+    assert!(edit.is_err(), "the database refuses editing an approved version too");
+
+    // -- quota: alpha is guaranteed 1 H100 from September
+    let (s, v, _) = call(&env, "POST", "/api/v1/quotas", t, Some(json!({"tenant": "nobody", "gpu_class": "H100-80GB",
+        "gpus": "1", "valid_from": "2026-09-01T00:00:00Z"}))).await;
+    assert_eq!((s, v["field"].as_str()), (StatusCode::UNPROCESSABLE_ENTITY, Some("tenant")), "{v}");
+    let (s, v, _) = call(&env, "POST", "/api/v1/quotas", t, Some(json!({"tenant": "alpha", "gpu_class": "H100-80GB",
+        "gpus": "1", "valid_from": "2026-09-01T00:00:00Z"}))).await;
+    assert_eq!(s, StatusCode::CREATED, "{v}");
+
+    // -- facts: alpha holds 2 GPUs for 10 h (1 above quota), beta 1 GPU for 24 h
+    let mut facts = vec![namespace(env.ns_alpha, "alpha-ns", "alpha"), namespace(env.ns_beta, "beta-ns", "beta")];
+    facts.extend(pod(env.ns_alpha, 2, datetime!(2026-09-10 00:00 UTC), datetime!(2026-09-10 10:00 UTC)));
+    facts.extend(pod(env.ns_beta, 1, datetime!(2026-09-20 00:00 UTC), datetime!(2026-09-21 00:00 UTC)));
+    ingest(&env, facts).await;
+
+    // -- the open month's preview, by hand:
+    //    alpha guaranteed 1 × 720 h × 2.00 = 1,440.00; alpha borrowed (2 − 1) × 10 h × 3.00 = 30.00;
+    //    beta borrowed 1 × 24 h × 3.00 = 72.00; overhead 100.00 in equal shares = 50.00 each → 1,642.00
+    let (s, sept, _) = call(&env, "GET", "/api/v1/ledger?period=2026-09", &env.export_token, None).await;
+    assert_eq!(s, StatusCode::OK, "{sept}");
+    assert_eq!(sept["state"], "open");
+    assert_eq!(sept["total"], "1642.00", "{sept:#}");
+    let guaranteed = sept["lines"].as_array().unwrap().iter().find(|l| l["term"] == "guaranteed").unwrap();
+    assert_eq!(guaranteed["amount"], "1440.00");
+    assert_eq!(guaranteed["explanation"], "1 H100-80GB guaranteed × 720 h × 2.00 USD = 1,440.00 USD");
+    assert_eq!(guaranteed["tenant"], "alpha");
+    assert_eq!(line(&sept, "2026-09/borrowed/alpha/H100-80GB")["amount"], "30.00");
+    assert_eq!(line(&sept, "2026-09/borrowed/alpha/H100-80GB")["quantity"], "10.000000");
+    assert_eq!(line(&sept, "2026-09/borrowed/beta/H100-80GB")["amount"], "72.00");
+    assert_eq!(line(&sept, "2026-09/overhead/alpha")["amount"], "50.00");
+    assert_eq!(sept["totals_by_term"]["borrowed"], "102.00");
+
+    // -- two concurrent closes: exactly one wins, the other is told why
+    let close = || call(&env, "POST", "/api/v1/periods/2026-09/close", t, None);
+    let ((s1, v1, _), (s2, v2, _)) = tokio::join!(close(), close());
+    let mut statuses = [s1, s2];
+    statuses.sort();
+    assert_eq!(statuses, [StatusCode::OK, StatusCode::CONFLICT], "{v1} {v2}");
+    let summary = if s1 == StatusCode::OK { v1 } else { v2 };
+    assert_eq!(summary["lines"], 5);
+    assert_eq!(summary["total"], "1642.00");
+    assert!(summary["previous_hash"].is_null());
+    let (s, v, _) = call(&env, "POST", "/api/v1/periods/2026-09/close", t, None).await;
+    assert_eq!(s, StatusCode::CONFLICT, "closing twice: {v}");
+    assert!(v["detail"].as_str().unwrap().contains("already closed"), "{v}");
+    let (s, v, _) = call(&env, "POST", "/api/v1/periods/2026-12/close", t, None).await;
+    assert_eq!(s, StatusCode::CONFLICT, "a month that has not ended: {v}");
+
+    // -- closed lines are immutable, even for the database owner
+    for sql in [
+        "UPDATE ledger_lines SET amount = 0",
+        "DELETE FROM ledger_lines",
+        "UPDATE periods SET content_hash = 'x' WHERE state = 'closed'",
+    ] {
+        let r = sqlx::query(sql).execute(&env.admin).await;
+        assert!(r.is_err(), "{sql} must be refused");
+    }
+    let n: i64 = sqlx::query_scalar("SELECT count(*) FROM ledger_lines").fetch_one(&env.admin).await.unwrap();
+    assert_eq!(n, 5);
+
+    // -- the bundle verifies offline; a changed number is caught and the line named
+    let (s, _, raw) = call(&env, "GET", "/api/v1/periods/2026-09/bundle", &env.export_token, None).await;
+    assert_eq!(s, StatusCode::OK);
+    let bundle: Bundle = serde_json::from_slice(&raw).unwrap();
+    assert_eq!(bundle.hash, summary["hash"].as_str().unwrap());
+    assert!(verify(&bundle).unwrap().ok(), "{:?}", verify(&bundle).unwrap().differences);
+    let mut tampered = bundle.clone();
+    tampered.inputs.allocations[0].fraction = gpuledger_core::Fraction::from_integer(3).unwrap();
+    let v = verify(&tampered).unwrap();
+    assert!(!v.ok());
+    assert!(v.differences.iter().any(|d| d.contains("2026-09/borrowed/")), "{:?}", v.differences);
+    let (s, _, _) = call(&env, "GET", "/api/v1/periods/2026-10/bundle", t, None).await;
+    assert_eq!(s, StatusCode::NOT_FOUND, "an open month has no bundle");
+
+    // -- a policy may no longer change September
+    let (_, v, _) = call(&env, "POST", "/api/v1/policies", t, Some(body.clone())).await;
+    let version = v["version"].as_i64().unwrap();
+    let (s, v, _) = call(&env, "POST", &format!("/api/v1/policies/{version}/approve"), t, None).await;
+    assert_eq!(s, StatusCode::CONFLICT, "{v}");
+
+    // -- a late fact for September (beta, 1 GPU × 10 h) becomes an adjustment in October: 10 × 3.00 = 30.00
+    ingest(&env, pod(env.ns_beta, 1, datetime!(2026-09-25 00:00 UTC), datetime!(2026-09-25 10:00 UTC))).await;
+    let (s, oct, _) = call(&env, "GET", "/api/v1/ledger?period=2026-10", t, None).await;
+    assert_eq!(s, StatusCode::OK, "{oct}");
+    let adj = oct["lines"].as_array().unwrap().iter().find(|l| l["term"] == "adjustment").expect("an adjustment");
+    assert_eq!(adj["amount"], "30.00", "{adj:#}");
+    assert_eq!(adj["corrects"], "2026-09/borrowed/beta/H100-80GB");
+    assert_eq!(adj["tenant"], "beta");
+    // The closed month itself did not change.
+    let (_, sept_again, _) = call(&env, "GET", "/api/v1/ledger?period=2026-09", t, None).await;
+    assert_eq!(sept_again["total"], "1642.00");
+    assert_eq!(sept_again["state"], "closed");
+
+    // -- closing October applies it once and chains the hash
+    let (s, oct_close, _) = call(&env, "POST", "/api/v1/periods/2026-10/close", t, None).await;
+    assert_eq!(s, StatusCode::OK, "{oct_close}");
+    assert_eq!(oct_close["previous_hash"], summary["hash"]);
+    let (_, _, raw) = call(&env, "GET", "/api/v1/periods/2026-10/bundle", t, None).await;
+    let oct_bundle: Bundle = serde_json::from_slice(&raw).unwrap();
+    assert!(verify(&oct_bundle).unwrap().ok());
+    assert_eq!(oct_bundle.inputs.adjustments.len(), 1);
+    let (s, nov, _) = call(&env, "GET", "/api/v1/ledger?period=2026-11", t, None).await;
+    assert_eq!(s, StatusCode::OK, "{nov}");
+    assert!(
+        nov["lines"].as_array().unwrap().iter().all(|l| l["term"] != "adjustment"),
+        "an applied correction is not repeated: {nov:#}"
+    );
+
+    // -- the period list shows both closed months with their hashes
+    let (_, periods, _) = call(&env, "GET", "/api/v1/periods", t, None).await;
+    let items = periods["items"].as_array().unwrap();
+    let sep = items.iter().find(|p| p["period"] == "2026-09").unwrap();
+    assert_eq!((sep["state"].as_str(), sep["hash"].as_str()), (Some("closed"), summary["hash"].as_str()));
+}
