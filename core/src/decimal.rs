@@ -10,11 +10,11 @@ use serde::{Deserialize, Serialize};
 
 use crate::{error::DomainError, fraction::Fraction};
 
-/// An exact decimal with a display scale (`"2.10"` keeps its two digits).
+/// An exact, signed decimal with a display scale (`"2.10"` keeps its two digits): `units / 10^scale`.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize)]
 #[serde(try_from = "String", into = "String")]
 pub struct Decimal {
-    value: Fraction,
+    units: i128,
     scale: u32,
 }
 
@@ -22,9 +22,13 @@ const FIELD: &str = "decimal";
 /// Most digits after the point a decimal may carry.
 pub const MAX_SCALE: u32 = 12;
 
+fn pow10(scale: u32) -> Result<i128, DomainError> {
+    10_i128.checked_pow(scale).ok_or_else(|| DomainError::overflow("decimal scale"))
+}
+
 impl Decimal {
     /// Zero at scale 0.
-    pub const ZERO: Decimal = Decimal { value: Fraction::ZERO, scale: 0 };
+    pub const ZERO: Decimal = Decimal { units: 0, scale: 0 };
 
     /// Parses `-?digits(.digits)?` exactly (no exponent, no thousands separators), at most [`MAX_SCALE`] decimals.
     pub fn parse(s: &str) -> Result<Self, DomainError> {
@@ -48,32 +52,33 @@ impl Decimal {
         if int.len() > 24 {
             return Err(bad("too large"));
         }
-        let den = 10_i128.pow(scale);
+        let den = pow10(scale)?;
         let int_v: i128 = int.parse().map_err(|_| bad("too large"))?;
         let frac_v: i128 = if frac.is_empty() { 0 } else { frac.parse().map_err(|_| bad("too large"))? };
-        let num = int_v.checked_mul(den).and_then(|v| v.checked_add(frac_v)).ok_or_else(|| bad("too large"))?;
-        Ok(Self { value: Fraction::new(if neg { -num } else { num }, den)?, scale })
+        let units = int_v.checked_mul(den).and_then(|v| v.checked_add(frac_v)).ok_or_else(|| bad("too large"))?;
+        Ok(Self { units: if neg { -units } else { units }, scale })
     }
 
-    /// Rounds an exact value to `scale` decimals, half away from zero.
+    /// Rounds an exact (non-negative) value to `scale` decimals, half away from zero.
     pub fn round(value: Fraction, scale: u32) -> Result<Self, DomainError> {
-        let scaled = round_scaled(value, scale)?;
-        Ok(Self { value: Fraction::new(scaled, 10_i128.pow(scale))?, scale })
+        Ok(Self { units: round_scaled(value, scale)?, scale })
     }
 
     /// An integer at scale 0.
     pub fn from_integer(n: i128) -> Result<Self, DomainError> {
-        Ok(Self { value: Fraction::from_integer(n)?, scale: 0 })
+        Ok(Self { units: n, scale: 0 })
     }
 
     /// From a number of minor units (`cents` at scale 2).
     pub fn from_scaled(units: i128, scale: u32) -> Result<Self, DomainError> {
-        Ok(Self { value: Fraction::new(units, 10_i128.pow(scale))?, scale })
+        pow10(scale)?;
+        Ok(Self { units, scale })
     }
 
-    /// The exact value.
-    pub const fn value(&self) -> Fraction {
-        self.value
+    /// The magnitude as an exact fraction (for a negative decimal, check [`Decimal::is_negative`]).
+    pub fn value(&self) -> Fraction {
+        // |units| / 10^scale with scale <= MAX_SCALE cannot fail.
+        Fraction::new(self.units.abs(), 10_i128.pow(self.scale)).unwrap_or(Fraction::ZERO)
     }
 
     /// Digits after the point when displayed.
@@ -81,33 +86,54 @@ impl Decimal {
         self.scale
     }
 
-    /// The value in minor units at this decimal's scale (exact by construction).
-    pub fn scaled_units(&self) -> i128 {
-        // value × 10^scale is an integer for every Decimal built by this module.
-        self.value.numer() * (10_i128.pow(self.scale) / self.value.denom())
+    /// The value in minor units at this decimal's scale.
+    pub const fn scaled_units(&self) -> i128 {
+        self.units
     }
 
     /// True when the value is negative.
-    pub fn is_negative(&self) -> bool {
-        self.value.numer() < 0
+    pub const fn is_negative(&self) -> bool {
+        self.units < 0
+    }
+
+    /// Units at a larger or equal scale (exact).
+    fn units_at(&self, scale: u32) -> Result<i128, DomainError> {
+        let f = pow10(scale.saturating_sub(self.scale))?;
+        self.units.checked_mul(f).ok_or_else(|| DomainError::overflow("decimal rescale"))
+    }
+
+    /// Exact signed sum (at the larger scale).
+    pub fn checked_add(&self, other: &Decimal) -> Result<Decimal, DomainError> {
+        let scale = self.scale.max(other.scale);
+        let units = self.units_at(scale)?.checked_add(other.units_at(scale)?).ok_or_else(|| DomainError::overflow("decimal add"))?;
+        Ok(Self { units, scale })
+    }
+
+    /// Exact signed difference (at the larger scale).
+    pub fn checked_sub(&self, other: &Decimal) -> Result<Decimal, DomainError> {
+        self.checked_add(&Self { units: -other.units, scale: other.scale })
     }
 
     /// The same value shown with `scale` decimals (must not lose digits).
     pub fn with_scale(&self, scale: u32) -> Result<Self, DomainError> {
-        let r = Self::round(self.value, scale)?;
-        if r.value != self.value {
+        if scale >= self.scale {
+            return Ok(Self { units: self.units_at(scale)?, scale });
+        }
+        let f = pow10(self.scale - scale)?;
+        if self.units % f != 0 {
             return Err(DomainError::invalid(FIELD, format!("{self} has more than {scale} decimals")));
         }
-        Ok(r)
+        Ok(Self { units: self.units / f, scale })
     }
 
     /// The same value with trailing zero decimals dropped (`1.0000` → `1`, `2.50` → `2.5`).
     pub fn normalized(&self) -> Self {
-        let mut scale = self.scale;
-        while scale > 0 && 10_i128.pow(scale - 1) % self.value.denom() == 0 {
-            scale -= 1;
+        let mut d = *self;
+        while d.scale > 0 && d.units % 10 == 0 {
+            d.units /= 10;
+            d.scale -= 1;
         }
-        Self { value: self.value, scale }
+        d
     }
 
     /// Written with thousands separators (`6,048.00`) for explanations meant for people.
@@ -128,6 +154,18 @@ impl Decimal {
             out.push_str(f);
         }
         out
+    }
+
+    fn cmp_value(&self, other: &Self) -> Ordering {
+        let scale = self.scale.max(other.scale);
+        match (self.units_at(scale), other.units_at(scale)) {
+            (Ok(a), Ok(b)) => a.cmp(&b),
+            // Only reachable near i128's limits; fall back to the normalized forms.
+            _ => {
+                let (a, b) = (self.normalized(), other.normalized());
+                (a.units.signum(), a.scale, a.units).cmp(&(b.units.signum(), b.scale, b.units))
+            }
+        }
     }
 }
 
@@ -155,13 +193,11 @@ pub fn floor_scaled(value: Fraction, scale: u32) -> Result<(i128, Fraction), Dom
 
 impl fmt::Display for Decimal {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let units = self.scaled_units();
-        let neg = units < 0;
-        let digits = units.unsigned_abs().to_string();
+        let digits = self.units.unsigned_abs().to_string();
         let scale = self.scale as usize;
         let padded = if digits.len() <= scale { format!("{}{digits}", "0".repeat(scale + 1 - digits.len())) } else { digits };
         let (int, frac) = padded.split_at(padded.len() - scale);
-        if neg {
+        if self.units < 0 {
             f.write_str("-")?;
         }
         f.write_str(int)?;
@@ -196,7 +232,7 @@ impl From<Decimal> for String {
 /// Equal when the values are equal, whatever the scale (`2.1 == 2.10`).
 impl PartialEq for Decimal {
     fn eq(&self, other: &Self) -> bool {
-        self.value == other.value
+        self.cmp_value(other) == Ordering::Equal
     }
 }
 impl Eq for Decimal {}
@@ -207,7 +243,7 @@ impl PartialOrd for Decimal {
 }
 impl Ord for Decimal {
     fn cmp(&self, other: &Self) -> Ordering {
-        self.value.cmp(&other.value)
+        self.cmp_value(other)
     }
 }
 
@@ -231,9 +267,7 @@ mod tests {
     fn rounds_half_away_from_zero() {
         let r = |n, d, s| Decimal::round(Fraction::new(n, d).unwrap(), s).unwrap().to_string();
         assert_eq!(r(1, 8, 2), "0.13");
-        assert_eq!(r(-1, 8, 2), "-0.13");
         assert_eq!(r(1, 7, 6), "0.142857");
-        assert_eq!(r(-1, 3, 2), "-0.33");
         assert_eq!(r(6048, 1, 2), "6048.00");
     }
 
@@ -253,8 +287,13 @@ mod tests {
 
     #[test]
     fn floor_keeps_the_remainder() {
-        let (q, rem) = floor_scaled(Fraction::new(-1, 3).unwrap(), 2).unwrap();
-        assert_eq!(q, -34);
-        assert_eq!(rem, Fraction::new(2, 3).unwrap());
+        let (q, rem) = floor_scaled(Fraction::new(1, 3).unwrap(), 2).unwrap();
+        assert_eq!(q, 33);
+        assert_eq!(rem, Fraction::new(1, 3).unwrap());
+        let d = Decimal::parse("-25.00").unwrap();
+        assert!(d.is_negative());
+        assert_eq!(d.checked_add(&Decimal::parse("30").unwrap()).unwrap().to_string(), "5.00");
+        assert_eq!(Decimal::parse("-0.5").unwrap().with_scale(2).unwrap().to_string(), "-0.50");
+        assert!(Decimal::parse("-1").unwrap() < Decimal::parse("0.5").unwrap());
     }
 }

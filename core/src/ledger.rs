@@ -659,7 +659,7 @@ pub fn compute(input: &LedgerInput) -> Result<Ledger, DomainError> {
             events.push((*s, quota_slot, *g, false));
             events.push((*e, quota_slot, *g, true));
         }
-        events.sort_by(|a, b| a.0.cmp(&b.0));
+        events.sort_by_key(|e| e.0);
         let mut alloc = vec![Fraction::ZERO; tenants_in_pool.len()];
         let mut total = Fraction::ZERO;
         let mut quota = Fraction::ZERO;
@@ -677,11 +677,14 @@ pub fn compute(input: &LedgerInput) -> Result<Ledger, DomainError> {
                     if tenants_in_pool.len() == 1 {
                         borrowed[0] = borrowed[0].checked_add(excess.checked_mul(dt)?)?;
                     } else {
-                        // Each tenant borrows in proportion to what it holds at the moment.
+                        // Each tenant borrows in proportion to what it holds at the moment, rounded to whole
+                        // GPU-nanoseconds: kept exact, the common denominator of the shares grows with every distinct
+                        // pool total and overflows i128 within a month of a shared department quota.
                         let per_unit = excess.checked_mul(dt)?.checked_div(total)?;
                         for (i, a) in alloc.iter().enumerate() {
                             if !a.is_zero() {
-                                borrowed[i] = borrowed[i].checked_add(a.checked_mul(per_unit)?)?;
+                                let part = Fraction::from_integer(round_scaled(a.checked_mul(per_unit)?, 0)?)?;
+                                borrowed[i] = borrowed[i].checked_add(part)?;
                             }
                         }
                     }
@@ -780,8 +783,10 @@ pub fn compute(input: &LedgerInput) -> Result<Ledger, DomainError> {
                     if overlap <= 0 {
                         continue;
                     }
+                    // Rounded to whole millijoules: kept exact, windows of irregular length (scrape jitter) give
+                    // every partial window its own denominator and the sum overflows i128.
                     let part = Fraction::new(i128::from(w.joules) * overlap, we - ws)?;
-                    j = j.checked_add(part)?;
+                    j = j.checked_add(Fraction::new(round_scaled(part, 3)?, 1000)?)?;
                 }
             }
             j.checked_mul(share)
@@ -1048,10 +1053,13 @@ pub fn compute(input: &LedgerInput) -> Result<Ledger, DomainError> {
     Ok(Ledger { lines, notes })
 }
 
-/// Sum of the amounts of some lines.
+/// Sum of the amounts of some lines (signed: credits are negative).
 pub fn total(lines: &[LedgerLine]) -> Result<Decimal, DomainError> {
-    let sum = lines.iter().try_fold(Fraction::ZERO, |a, l| a.checked_add(l.amount.value()))?;
-    Decimal::round(sum, AMOUNT_SCALE)
+    let mut sum = Decimal::from_scaled(0, AMOUNT_SCALE)?;
+    for l in lines {
+        sum = sum.checked_add(&l.amount)?;
+    }
+    sum.with_scale(AMOUNT_SCALE.max(sum.scale()))
 }
 
 /// Adjustments for a closed period whose facts changed after it closed: one per line whose recomputed amount
@@ -1062,31 +1070,28 @@ pub fn late_adjustments(
     already_adjusted: &[AdjustmentRecord],
     recomputed: &[LedgerLine],
 ) -> Result<Vec<AdjustmentRecord>, DomainError> {
-    let mut charged: BTreeMap<&str, (Fraction, &LedgerLine)> = BTreeMap::new();
+    let zero = Decimal::from_scaled(0, AMOUNT_SCALE)?;
+    let mut charged: BTreeMap<&str, Decimal> = BTreeMap::new();
     for l in closed {
-        charged.insert(l.line_id.as_str(), (l.amount.value(), l));
+        charged.insert(l.line_id.as_str(), l.amount);
     }
-    let mut adjusted: BTreeMap<&str, Fraction> = BTreeMap::new();
+    let mut adjusted: BTreeMap<&str, Decimal> = BTreeMap::new();
     for a in already_adjusted.iter().filter(|a| a.kind == AdjustmentKind::LateData) {
-        let v = adjusted.entry(a.corrects.as_str()).or_insert(Fraction::ZERO);
-        *v = v.checked_add(a.amount.value())?;
+        let v = adjusted.entry(a.corrects.as_str()).or_insert(zero);
+        *v = v.checked_add(&a.amount)?;
     }
     let mut out = Vec::new();
     let mut seen = BTreeSet::new();
-    let mut push = |line: &LedgerLine, now: Fraction| -> Result<(), DomainError> {
+    let mut push = |line: &LedgerLine, now: Decimal| -> Result<(), DomainError> {
         let before = charged
             .get(line.line_id.as_str())
-            .map_or(Fraction::ZERO, |c| c.0)
-            .checked_add(adjusted.get(line.line_id.as_str()).copied().unwrap_or(Fraction::ZERO))?;
+            .copied()
+            .unwrap_or(zero)
+            .checked_add(&adjusted.get(line.line_id.as_str()).copied().unwrap_or(zero))?;
         if now == before {
             return Ok(());
         }
-        // Fraction is non-negative: round the magnitude, then sign the cents (a charge can go down).
-        let cents = if now > before {
-            round_scaled(now.checked_sub(before)?, AMOUNT_SCALE)?
-        } else {
-            -round_scaled(before.checked_sub(now)?, AMOUNT_SCALE)?
-        };
+        let cents = now.checked_sub(&before)?.with_scale(AMOUNT_SCALE)?.scaled_units();
         // A second late fact for the same line gets its own ID, so both can land in one period.
         let issued = already_adjusted
             .iter()
@@ -1105,8 +1110,8 @@ pub fn late_adjustments(
                 line.period,
                 line.term.as_str(),
                 if line.tenant.is_empty() { line.department.as_str() } else { line.tenant.as_str() },
-                Decimal::round(before, AMOUNT_SCALE)?,
-                Decimal::round(now, AMOUNT_SCALE)?
+                before.with_scale(AMOUNT_SCALE)?,
+                now.with_scale(AMOUNT_SCALE)?
             ),
         });
         Ok(())
@@ -1117,11 +1122,11 @@ pub fn late_adjustments(
             continue;
         }
         seen.insert(l.line_id.as_str());
-        push(l, l.amount.value())?;
+        push(l, l.amount)?;
     }
     for l in closed {
         if !matches!(l.term, Term::Credit | Term::Adjustment) && !seen.contains(l.line_id.as_str()) {
-            push(l, Fraction::ZERO)?;
+            push(l, zero)?;
         }
     }
     Ok(out)

@@ -321,8 +321,9 @@ pub struct DeviceAssignment {
     pub resource: String,
     /// Device IDs as kubelet reports them (GPU or MIG UUIDs, possibly with a `::N` replica suffix).
     pub device_ids: Vec<String>,
-    /// When the assignment was observed.
-    #[serde(with = "time::serde::rfc3339")]
+    /// When the assignment was observed. Written `assigned_at` on the wire: the enclosing [`Fact`] already has an
+    /// `observed_at` key, and a flattened duplicate would make the fact unreadable (e.g. from the agent's spool).
+    #[serde(rename = "assigned_at", with = "time::serde::rfc3339")]
     pub observed_at: OffsetDateTime,
 }
 
@@ -494,6 +495,28 @@ pub fn event_id(transition: &str, parts: &[&str]) -> String {
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
+
+    #[test]
+    fn a_device_assignment_round_trips_through_json() {
+        let at = time::macros::datetime!(2026-11-01 10:00 UTC);
+        let fact = Fact {
+            event_id: "assign/x".into(),
+            observed_at: at,
+            body: FactBody::DeviceAssigned(DeviceAssignment {
+                node: "n1".into(),
+                pod_uid: None,
+                pod_namespace: Some("ml".into()),
+                pod_name: Some("p".into()),
+                container: "main".into(),
+                resource: "nvidia.com/gpu".into(),
+                device_ids: vec!["GPU-1".into()],
+                observed_at: at,
+            }),
+        };
+        let json = serde_json::to_string(&fact).unwrap();
+        assert_eq!(json.matches("\"observed_at\"").count(), 1, "{json}");
+        assert_eq!(serde_json::from_str::<Fact>(&json).unwrap(), fact);
+    }
     use time::macros::datetime;
 
     #[test]

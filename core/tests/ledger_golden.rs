@@ -248,14 +248,15 @@ fn s02b_a_quota_valid_part_of_the_month_guarantees_only_that_part() {
         valid_to: Some(at(480)),
         ..month_quota("q", QuotaHolder::Tenant(alpha()), H100, "2")
     });
-    // 3 GPUs from hour 300 to 400: [300,360) no quota → 3 × 60 = 180; [360,400) 1 above → 40; total 220 GPU-h × 3.00
-    inp.allocations.push(alloc("c1/a1", alpha(), H100, "3", 300, 400));
+    // 3 GPUs from hour 300 to 500: [300,360) no quota → 3 × 60 = 180; [360,480) 1 above → 120;
+    // [480,500) quota over → 3 × 20 = 60; total 360 GPU-h
+    inp.allocations.push(alloc("c1/a1", alpha(), H100, "3", 300, 500));
     let lines = lines_of(&inp);
     let g = line(&lines, "2026-09/guaranteed/alpha/H100-80GB/q");
     assert_money(g, "240.000000", "GPU-hour", "2.10", "504.00");
     assert_eq!(g.explanation, "2 H100-80GB guaranteed × 120 h × 2.10 USD = 504.00 USD");
-    // 220 × 3.00 = 660.00
-    assert_money(line(&lines, "2026-09/borrowed/alpha/H100-80GB"), "220.000000", "GPU-hour", "3.00", "660.00");
+    // 360 × 3.00 = 1,080.00
+    assert_money(line(&lines, "2026-09/borrowed/alpha/H100-80GB"), "360.000000", "GPU-hour", "3.00", "1080.00");
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -975,7 +976,48 @@ fn s05c_a_busy_department_pool_still_computes() {
         inp.allocations.push(alloc(&format!("c1/b{k}"), beta(), H100, &k.to_string(), k, k + 1));
     }
     let lines = compute(&inp).expect("a month with 100 distinct pool totals must compute");
-    // alpha: Σ k/(1+k) for k = 1..=100 = 100 − Σ 1/(1+k) = 100 − (H(101) − 1) = 95.812… GPU-h
+    // alpha: Σ k/(1+k) for k = 1..=100 = 100 − Σ 1/(1+k) = 101 − H(101) = 95.802721492… GPU-h; × 3.00 = 287.408164 → 287.41
     let a = line(&lines.lines, "2026-09/borrowed/alpha/H100-80GB");
-    assert_eq!(a.quantity.to_string(), "95.812622");
+    assert_money(a, "95.802721", "GPU-hour", "3.00", "287.41");
+    // beta: Σ k²/(1+k) = Σ (k − 1) + Σ 1/(1+k) = 4,950 + 4.197278508 = 4,954.197278508…; × 3.00 = 14,862.591836 → 14,862.59
+    let b = line(&lines.lines, "2026-09/borrowed/beta/H100-80GB");
+    assert_money(b, "4954.197279", "GPU-hour", "3.00", "14862.59");
+    // together: Σ k = 5,050 GPU-h above quota → 15,150.00
+    assert_eq!(total(&lines.lines).unwrap().to_string(), "16662.00"); // + the quota 1 × 720 × 2.10 = 1,512.00
+}
+
+#[test]
+fn s08b_energy_with_irregular_telemetry_windows_still_computes() {
+    // Telemetry windows of about 30 s with millisecond jitter; 40 short allocations of 1/7 of the GPU start and end
+    // on whole seconds, inside windows. Every partial window gives a fraction with its own denominator.
+    let mut inp = input();
+    inp.policy.energy = Some(EnergyPrice { per_kwh: dec("0.20"), pue: None });
+    let base = at(0);
+    let mut t = 0_i64; // ms
+    for i in 0..2_000_i64 {
+        let len = 30_000 + (i * 37) % 1_000;
+        inp.energy.push(EnergyRecord {
+            gpu_uuid: "GPU-1".into(),
+            start: base + Duration::milliseconds(t),
+            end: base + Duration::milliseconds(t + len),
+            joules: 9_000 + u64::try_from(i % 17).unwrap(),
+        });
+        t += len;
+    }
+    for k in 0..40_i64 {
+        let start = base + Duration::seconds(1_000 * k + 7);
+        let end = start + Duration::seconds(600 + 13 * k);
+        inp.allocations.push(AllocationRecord {
+            devices: vec!["GPU-1".into()],
+            start,
+            end: Some(end),
+            ..alloc(&format!("c1/mig{k}"), alpha(), A100, "1/7", 0, 1)
+        });
+    }
+    let ledger = compute(&inp).expect("irregular telemetry windows must not overflow");
+    let e = line(&ledger.lines, "2026-09/energy/alpha/A100-40GB");
+    // about 295 W × 1/7 over Σ (600 + 13k) s = 24,000 + 10,140 = 34,140 s; summed window by window (joules ×
+    // overlap / window length, computed offline with exact rationals) it is 1,440,455.3 J = 0.400126 kWh;
+    // × 0.20 = 0.080025 → 0.08
+    assert_money(e, "0.400126", "kWh", "0.200000", "0.08");
 }

@@ -79,6 +79,7 @@ pub fn router(state: AppState, http: &HttpOptions) -> Router {
     Router::new()
         .merge(health::router())
         .merge(ingest::router())
+        .merge(crate::analytics::router())
         .merge(crate::policy::router())
         .merge(crate::ledger::router())
         .merge(crate::close::router())

@@ -2,6 +2,7 @@
 
 use std::{net::SocketAddr, path::PathBuf, time::Duration};
 
+use anyhow::Context;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::{
@@ -10,6 +11,7 @@ use crate::{
     db::{self, AppLogin, Database},
     demo,
     embedded::{self, EmbeddedPostgres},
+    health,
 };
 
 /// GPU Ledger server: who used the GPU, and what do they owe.
@@ -51,7 +53,7 @@ pub enum Command {
     /// Run the server.
     Serve(ServeArgs),
     /// Run the server with the `demo` organization seeded: the first-run experience.
-    Demo(ServeArgs),
+    Demo(DemoArgs),
     /// Apply database migrations and exit.
     Migrate,
     /// Recompute a closed period's evidence bundle offline (no database) and check every line and the hash;
@@ -110,6 +112,18 @@ pub struct ServeArgs {
     /// Size of the application's database connection pool.
     #[arg(long, env = "GPULEDGER_DB_MAX_CONNECTIONS", default_value_t = 16)]
     pub db_max_connections: u32,
+}
+
+/// Options of `demo`.
+#[derive(Debug, Clone, Args)]
+pub struct DemoArgs {
+    /// Serving options.
+    #[command(flatten)]
+    pub serve: ServeArgs,
+    /// Send the demo history again even when an earlier run loaded it up to this hour (the server stores the
+    /// duplicates once; useful to check idempotency).
+    #[arg(long, env = "GPULEDGER_DEMO_RELOAD")]
+    pub reload: bool,
 }
 
 /// The default data directory for the embedded database.
@@ -231,11 +245,13 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Serve(args) => {
             let data_dir = cli.data_dir.clone().unwrap_or_else(default_data_dir);
-            serve(&cli, args, data_dir, false).await
+            serve(&cli, args, data_dir, None).await
         }
         Command::Demo(args) => {
             let data_dir = cli.data_dir.clone().unwrap_or_else(|| default_data_dir().join("demo"));
-            serve(&cli, args, data_dir, true).await
+            // The demo's clock: everything below takes `now` from here.
+            let now = time::OffsetDateTime::now_utc();
+            serve(&cli, &args.serve, data_dir, Some(DemoRun { now, reload: args.reload })).await
         }
     }
 }
@@ -310,7 +326,14 @@ async fn create_token(db: &Database, args: &TokenCreateArgs) -> anyhow::Result<S
     Ok(token)
 }
 
-async fn serve(cli: &Cli, args: &ServeArgs, data_dir: PathBuf, demo: bool) -> anyhow::Result<()> {
+/// A `demo` start: its clock and options.
+#[derive(Debug, Clone, Copy)]
+struct DemoRun {
+    now: time::OffsetDateTime,
+    reload: bool,
+}
+
+async fn serve(cli: &Cli, args: &ServeArgs, data_dir: PathBuf, demo: Option<DemoRun>) -> anyhow::Result<()> {
     let target = open(cli, data_dir, args.db_max_connections).await?;
     if target.embedded.as_ref().is_some_and(|pg| !pg.is_owner()) {
         let pgdata = target.embedded.as_ref().map(|pg| pg.pgdata().display().to_string()).unwrap_or_default();
@@ -320,22 +343,59 @@ async fn serve(cli: &Cli, args: &ServeArgs, data_dir: PathBuf, demo: bool) -> an
         );
     }
     let result = async {
-        let featured_org = if demo {
-            let org = demo::seed(&target.db).await?;
-            tracing::info!(org = %org, "demo organization `demo` seeded");
-            Some(org)
-        } else {
-            None
-        };
-        let state = AppState { db: target.db.clone(), featured_org, leptos: app::leptos_options() };
         let http = HttpOptions {
             request_timeout: Duration::from_secs(args.request_timeout_secs),
             body_limit: args.body_limit_bytes,
         };
-        app::serve(args.listen, app::router(state, &http)).await?;
-        anyhow::Ok(())
+        let Some(run) = demo else {
+            let state = AppState { db: target.db.clone(), featured_org: None, leptos: app::leptos_options() };
+            app::serve(args.listen, app::router(state, &http)).await?;
+            return anyhow::Ok(());
+        };
+        let org = demo::seed(&target.db).await?;
+        tracing::info!(org = %org, "demo organization `demo` seeded");
+        let state = AppState { db: target.db.clone(), featured_org: Some(org), leptos: app::leptos_options() };
+        serve_demo(args.listen, app::router(state, &http), &target.db, org, run).await
     }
     .await;
     target.shutdown().await?;
     result
+}
+
+/// Serves while the demo history is loaded through this very server's ingest API; `/readyz` answers 503
+/// ("demo data still loading") until it is in and the ledger is finished.
+async fn serve_demo(
+    listen: std::net::SocketAddr,
+    router: axum::Router,
+    db: &Database,
+    org: gpuledger_core::ids::OrgId,
+    run: DemoRun,
+) -> anyhow::Result<()> {
+    let listener = tokio::net::TcpListener::bind(listen).await?;
+    let local = listener.local_addr()?;
+    tracing::info!(address = %local, "listening; portal at http://{local}/ (demo data still loading)");
+    let gate = health::StartupGate::closed("demo data still loading");
+    let server = axum::serve(listener, gate.clone().guard(router)).with_graceful_shutdown(app::shutdown_signal());
+    let mut server = std::pin::pin!(server.into_future());
+    // The demo's agents reach the server on loopback, whatever address it listens on.
+    let ip = match local.ip() {
+        std::net::IpAddr::V4(ip) if ip.is_unspecified() => std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST),
+        std::net::IpAddr::V6(ip) if ip.is_unspecified() => std::net::IpAddr::V6(std::net::Ipv6Addr::LOCALHOST),
+        ip => ip,
+    };
+    let base_url = format!("http://{}", std::net::SocketAddr::new(ip, local.port()));
+    tokio::select! {
+        stopped = &mut server => {
+            // A shutdown signal arrived while loading: stop without finishing.
+            stopped?;
+            return Ok(());
+        }
+        loaded = demo::prepare(db, org, &base_url, run.now, run.reload) => {
+            loaded.context("loading the demo data")?;
+        }
+    }
+    gate.open();
+    tracing::info!("demo data loaded; ready");
+    server.await?;
+    Ok(())
 }

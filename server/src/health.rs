@@ -30,3 +30,71 @@ async fn readyz(State(state): State<AppState>) -> Result<Json<Value>, AppError> 
     }
     Ok(Json(json!({ "status": "ready", "schema_version": r.applied })))
 }
+
+/// A startup step the server must finish before it is ready (the demo loading its history): while closed,
+/// `/readyz` answers 503 with the gate's reason, whatever the database says.
+#[derive(Debug, Clone, Default)]
+pub struct StartupGate(std::sync::Arc<std::sync::RwLock<Option<String>>>);
+
+impl StartupGate {
+    /// A gate closed for `reason` (e.g. "demo data still loading").
+    pub fn closed(reason: impl Into<String>) -> Self {
+        Self(std::sync::Arc::new(std::sync::RwLock::new(Some(reason.into()))))
+    }
+
+    /// Opens the gate: readiness is the database's again.
+    pub fn open(&self) {
+        if let Ok(mut reason) = self.0.write() {
+            *reason = None;
+        }
+    }
+
+    /// Why the server is not ready yet, while the gate is closed.
+    pub fn reason(&self) -> Option<String> {
+        self.0.read().map_or_else(|e| e.into_inner().clone(), |r| r.clone())
+    }
+
+    /// `router` with `/readyz` answering 503 (problem JSON naming the reason) while the gate is closed.
+    pub fn guard(self, router: Router) -> Router {
+        router.layer(axum::middleware::from_fn(move |request: axum::extract::Request, next: axum::middleware::Next| {
+            let reason = if request.uri().path() == "/readyz" { self.reason() } else { None };
+            async move {
+                match reason {
+                    Some(reason) => axum::response::IntoResponse::into_response(AppError::Unavailable(reason)),
+                    None => next.run(request).await,
+                }
+            }
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use axum::{body::Body, http::StatusCode};
+    use tower::ServiceExt;
+
+    #[tokio::test]
+    async fn a_closed_gate_keeps_readyz_unavailable_with_its_reason() {
+        let gate = StartupGate::closed("demo data still loading");
+        let app = gate
+            .clone()
+            .guard(Router::new().route("/readyz", get(|| async { "ready" })).route("/healthz", get(|| async { "ok" })));
+        let get = |path: &'static str| {
+            let app = app.clone();
+            async move {
+                let response = app.oneshot(axum::http::Request::get(path).body(Body::empty()).unwrap()).await.unwrap();
+                let status = response.status();
+                let body = axum::body::to_bytes(response.into_body(), 1 << 16).await.unwrap();
+                (status, String::from_utf8_lossy(&body).into_owned())
+            }
+        };
+        let (status, body) = get("/readyz").await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+        assert!(body.contains("demo data still loading"), "{body}");
+        assert_eq!(get("/healthz").await.0, StatusCode::OK, "liveness is not gated");
+        gate.open();
+        assert_eq!(get("/readyz").await, (StatusCode::OK, "ready".to_string()));
+    }
+}

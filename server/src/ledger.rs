@@ -169,9 +169,8 @@ pub async fn load_input(tx: &mut OrgTx, period: Period, policy: CostPolicy) -> R
         .map(|(id, name)| DepartmentRef { id: DepartmentId::from_uuid(id), name })
         .collect();
     let tenants = sqlx::query_as::<_, (Uuid, String, Uuid)>(
-        "SELECT tenant_id, name, department_id FROM tenants WHERE created_at < $1 ORDER BY name",
+        "SELECT tenant_id, name, department_id FROM tenants ORDER BY name",
     )
-    .bind(end)
     .fetch_all(tx.conn())
     .await?
     .into_iter()
@@ -349,15 +348,15 @@ async fn get_ledger(
         .filter(|l| q.department.as_deref().is_none_or(|d| l.department == d || l.department_id.to_string() == d))
         .filter(|l| q.term.as_deref().is_none_or(|t| l.term.as_str() == t))
         .collect();
-    let mut by_term: BTreeMap<&str, Fraction> = BTreeMap::new();
-    let mut total = Fraction::ZERO;
+    let mut by_term: BTreeMap<&str, Decimal> = BTreeMap::new();
+    let zero = Decimal::from_scaled(0, 2)?;
+    let mut total = zero;
     for l in &filtered {
-        let v = by_term.entry(l.term.as_str()).or_insert(Fraction::ZERO);
-        *v = v.checked_add(l.amount.value())?;
-        total = total.checked_add(l.amount.value())?;
+        let v = by_term.entry(l.term.as_str()).or_insert(zero);
+        *v = v.checked_add(&l.amount)?;
+        total = total.checked_add(&l.amount)?;
     }
-    let totals: BTreeMap<&str, String> =
-        by_term.into_iter().map(|(k, v)| Ok((k, Decimal::round(v, 2)?.to_string()))).collect::<Result<_, AppError>>()?;
+    let totals: BTreeMap<&str, String> = by_term.into_iter().map(|(k, v)| (k, v.to_string())).collect();
     let currency = lines.first().map(|l| l.currency.clone());
     let skip = (page as usize - 1) * per_page as usize;
     let items: Vec<&&LedgerLine> = filtered.iter().skip(skip).take(per_page as usize).collect();
@@ -367,7 +366,7 @@ async fn get_ledger(
         "policy_version": policy_version,
         "currency": currency,
         "hash": hash,
-        "total": Decimal::round(total, 2)?.to_string(),
+        "total": total.to_string(),
         "totals_by_term": totals,
         "notes": notes,
         "count": filtered.len(),

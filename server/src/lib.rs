@@ -1,5 +1,6 @@
 //! GPU Ledger's server: HTTP application, database door, embedded default database, and CLI commands.
 
+pub mod analytics;
 pub mod app;
 pub mod auth;
 pub mod close;

@@ -93,6 +93,35 @@ async fn seed(db: &Database, slug: &str) -> OrgId {
             "INSERT INTO audit_log (org_id, audit_id, actor, action) VALUES ($1, $2, 'test', 'seed')",
             vec![o, Uuid::new_v4()],
         ),
+        // The ledger (migration 4).
+        (
+            "INSERT INTO cost_policies (org_id, version, effective_from, currency, document, created_by) VALUES ($1, 1, '2026-01-01', 'USD', '{}', 'test')",
+            vec![o],
+        ),
+        (
+            "INSERT INTO quotas (org_id, quota_id, tenant_id, gpu_class, gpus, valid_from, created_by) VALUES ($1, $2, $3, 'H100-80GB', 2, '2026-01-01Z', 'test')",
+            vec![o, Uuid::new_v4(), tenant],
+        ),
+        (
+            "INSERT INTO periods (org_id, period, state) VALUES ($1, '2026-01-01', 'open')",
+            vec![o],
+        ),
+        (
+            "INSERT INTO ledger_lines (org_id, period, line_no, line_id, department_id, department, tenant_id, tenant, term, gpu_class, quantity, unit, rate, amount, currency, confidence, policy_version, evidence, explanation, canonical) VALUES ($1, '2026-01-01', 1, '2026-01/borrowed/nlp/H100-80GB', $2, 'Research', $3, 'nlp', 'borrowed', 'H100-80GB', 1, 'GPU-hour', 3, 3, 'USD', 'exact', 1, '', '', '')",
+            vec![o, dept, tenant],
+        ),
+        (
+            "INSERT INTO adjustments (org_id, adjustment_id, kind, state, tenant_id, department_id, amount, currency, corrects, reason, created_by) VALUES ($1, $2, 'credit', 'pending_approval', $3, $4, -1, 'USD', '2026-01/borrowed/nlp/H100-80GB', 'test', 'test')",
+            vec![o, Uuid::new_v4(), tenant, dept],
+        ),
+        (
+            "INSERT INTO disputes (org_id, dispute_id, number, period, line_ids, reason, opened_by) VALUES ($1, $2, 1, '2026-01-01', '{2026-01/borrowed/nlp/H100-80GB}', 'too high', 'test')",
+            vec![o, user],
+        ),
+        (
+            "INSERT INTO dispute_events (org_id, event_id, dispute_id, actor, action) VALUES ($1, $2, $3, 'test', 'opened')",
+            vec![o, Uuid::new_v4(), user],
+        ),
     ];
     for (sql, binds) in statements {
         let mut q = sqlx::query(sql);

@@ -348,7 +348,12 @@ pub struct UsageProfile {
 
 /// Who calls the shared endpoint, and how much.
 pub const ENDPOINT_USERS: [UsageProfile; 5] = [
-    UsageProfile { tenant: "assistant-serving", peak_requests: 9_000, input_per_request: 1_400, output_per_request: 380 },
+    UsageProfile {
+        tenant: "assistant-serving",
+        peak_requests: 9_000,
+        input_per_request: 1_400,
+        output_per_request: 380,
+    },
     UsageProfile { tenant: "search-ranking", peak_requests: 16_000, input_per_request: 420, output_per_request: 60 },
     UsageProfile { tenant: "recommendations", peak_requests: 2_400, input_per_request: 900, output_per_request: 140 },
     UsageProfile { tenant: "nlp-research", peak_requests: 450, input_per_request: 3_800, output_per_request: 900 },
@@ -571,10 +576,8 @@ impl ClusterPlan {
         for &i in &chosen {
             self.slots[i].free_at = end + Duration::seconds(20);
         }
-        let activity = Activity {
-            idle_from: r.activity.idle_from.map(|offset| started + (offset - r.created)),
-            ..r.activity
-        };
+        let activity =
+            Activity { idle_from: r.activity.idle_from.map(|offset| started + (offset - r.created)), ..r.activity };
         self.workloads.push(Workload {
             holder: r.holder,
             name: r.name,
@@ -682,7 +685,11 @@ fn prod_east(rng: &mut StdRng, anchor: OffsetDateTime) -> ClusterPlan {
             // Handed from recommendations to search-ranking in the middle of the second month.
             owners: vec![
                 (ns_created + Duration::days(5), "recommendations", "product"),
-                (add_months(anchor, 1) + Duration::days(14) + Duration::hours(10) + Duration::minutes(30), "search-ranking", "product"),
+                (
+                    add_months(anchor, 1) + Duration::days(14) + Duration::hours(10) + Duration::minutes(30),
+                    "search-ranking",
+                    "product",
+                ),
             ],
             ..namespace(rng, "recsys-experiments", ns_created + Duration::days(5), "recommendations", "product")
         },
@@ -692,18 +699,27 @@ fn prod_east(rng: &mut StdRng, anchor: OffsetDateTime) -> ClusterPlan {
     let q_created = anchor - Duration::days(30);
     let queues = vec![
         queue(rng, "ml-platform", "product", q_created, vec![quota("h100-80gb", "nvidia.com/gpu", 8, None)]),
-        queue(rng, "assistant-serving", "product", q_created, vec![
-            quota("h100-80gb", "nvidia.com/gpu", 2, Some(2)),
-            quota("l4-24gb", "nvidia.com/gpu", 4, Some(4)),
-        ]),
-        queue(rng, "search-ranking", "product", q_created, vec![
-            quota("h100-80gb", "nvidia.com/gpu", 4, Some(4)),
-            quota("l4-24gb", "nvidia.com/gpu", 8, None),
-        ]),
-        queue(rng, "recommendations", "product", q_created, vec![
-            quota("h100-80gb", "nvidia.com/gpu", 2, Some(2)),
-            quota("l4-24gb", "nvidia.com/gpu", 8, Some(4)),
-        ]),
+        queue(
+            rng,
+            "assistant-serving",
+            "product",
+            q_created,
+            vec![quota("h100-80gb", "nvidia.com/gpu", 2, Some(2)), quota("l4-24gb", "nvidia.com/gpu", 4, Some(4))],
+        ),
+        queue(
+            rng,
+            "search-ranking",
+            "product",
+            q_created,
+            vec![quota("h100-80gb", "nvidia.com/gpu", 4, Some(4)), quota("l4-24gb", "nvidia.com/gpu", 8, None)],
+        ),
+        queue(
+            rng,
+            "recommendations",
+            "product",
+            q_created,
+            vec![quota("h100-80gb", "nvidia.com/gpu", 2, Some(2)), quota("l4-24gb", "nvidia.com/gpu", 8, Some(4))],
+        ),
     ];
     let mut c = ClusterPlan { name: "prod-east", nodes, namespaces, queues, slots: vec![], workloads: vec![] };
     c.build_slots(anchor);
@@ -731,7 +747,15 @@ fn research_west(rng: &mut StdRng, anchor: OffsetDateTime) -> ClusterPlan {
     let layouts: [&[(&str, u32, u32)]; 4] = [
         &[("3g.40gb", 3, 1), ("3g.40gb", 3, 2)],
         &[("2g.20gb", 2, 3), ("2g.20gb", 2, 4), ("2g.20gb", 2, 5), ("1g.10gb", 1, 13)],
-        &[("1g.10gb", 1, 7), ("1g.10gb", 1, 8), ("1g.10gb", 1, 9), ("1g.10gb", 1, 10), ("1g.10gb", 1, 11), ("1g.10gb", 1, 12), ("1g.10gb", 1, 13)],
+        &[
+            ("1g.10gb", 1, 7),
+            ("1g.10gb", 1, 8),
+            ("1g.10gb", 1, 9),
+            ("1g.10gb", 1, 10),
+            ("1g.10gb", 1, 11),
+            ("1g.10gb", 1, 12),
+            ("1g.10gb", 1, 13),
+        ],
         &[("3g.40gb", 3, 2), ("2g.20gb", 2, 3), ("1g.10gb", 1, 9), ("1g.10gb", 1, 10)],
     ];
     for (n, node) in nodes.iter_mut().enumerate().skip(2) {
@@ -757,34 +781,56 @@ fn research_west(rng: &mut StdRng, anchor: OffsetDateTime) -> ClusterPlan {
         namespace(rng, "data-pipelines", ns_created, "data-engineering", "platform"),
     ];
     let q_created = anchor - Duration::days(30);
-    let mut nlp = queue(rng, "nlp-research", "research", q_created, vec![
-        quota("h100-80gb", "nvidia.com/gpu", 8, Some(8)),
-        quota("a100-80gb", "nvidia.com/mig-3g.40gb", 4, Some(4)),
-        quota("a100-80gb", "nvidia.com/mig-1g.10gb", 6, None),
-    ]);
+    let mut nlp = queue(
+        rng,
+        "nlp-research",
+        "research",
+        q_created,
+        vec![
+            quota("h100-80gb", "nvidia.com/gpu", 8, Some(8)),
+            quota("a100-80gb", "nvidia.com/mig-3g.40gb", 4, Some(4)),
+            quota("a100-80gb", "nvidia.com/mig-1g.10gb", 6, None),
+        ],
+    );
     // The research board raised NLP's H100 guarantee at the start of the second month.
-    nlp.versions.push((add_months(anchor, 1) + Duration::hours(9), vec![
-        quota("h100-80gb", "nvidia.com/gpu", 12, Some(4)),
-        quota("a100-80gb", "nvidia.com/mig-3g.40gb", 4, Some(4)),
-        quota("a100-80gb", "nvidia.com/mig-1g.10gb", 6, None),
-    ]));
+    nlp.versions.push((
+        add_months(anchor, 1) + Duration::hours(9),
+        vec![
+            quota("h100-80gb", "nvidia.com/gpu", 12, Some(4)),
+            quota("a100-80gb", "nvidia.com/mig-3g.40gb", 4, Some(4)),
+            quota("a100-80gb", "nvidia.com/mig-1g.10gb", 6, None),
+        ],
+    ));
     let queues = vec![
         nlp,
-        queue(rng, "vision-research", "research", q_created, vec![
-            quota("h100-80gb", "nvidia.com/gpu", 6, Some(4)),
-            quota("a100-80gb", "nvidia.com/mig-2g.20gb", 6, Some(4)),
-        ]),
-        queue(rng, "speech-research", "research", q_created, vec![
-            quota("a100-80gb", "nvidia.com/mig-2g.20gb", 4, Some(2)),
-            quota("a100-80gb", "nvidia.com/mig-3g.40gb", 2, Some(2)),
-            quota("a100-80gb", "nvidia.com/mig-1g.10gb", 4, None),
-        ]),
-        queue(rng, "data-engineering", "research", q_created, vec![quota(
-            "a100-80gb",
-            "nvidia.com/mig-1g.10gb",
-            8,
-            None,
-        )]),
+        queue(
+            rng,
+            "vision-research",
+            "research",
+            q_created,
+            vec![
+                quota("h100-80gb", "nvidia.com/gpu", 6, Some(4)),
+                quota("a100-80gb", "nvidia.com/mig-2g.20gb", 6, Some(4)),
+            ],
+        ),
+        queue(
+            rng,
+            "speech-research",
+            "research",
+            q_created,
+            vec![
+                quota("a100-80gb", "nvidia.com/mig-2g.20gb", 4, Some(2)),
+                quota("a100-80gb", "nvidia.com/mig-3g.40gb", 2, Some(2)),
+                quota("a100-80gb", "nvidia.com/mig-1g.10gb", 4, None),
+            ],
+        ),
+        queue(
+            rng,
+            "data-engineering",
+            "research",
+            q_created,
+            vec![quota("a100-80gb", "nvidia.com/mig-1g.10gb", 8, None)],
+        ),
     ];
     let mut c = ClusterPlan { name: "research-west", nodes, namespaces, queues, slots: vec![], workloads: vec![] };
     c.build_slots(anchor);
@@ -876,7 +922,8 @@ impl MonthGen<'_> {
 
     /// A notebook server (Kubeflow-style StatefulSet pod), deleted by its user.
     fn notebook(&mut self, spec: &Spec, created: OffsetDateTime) -> Request {
-        let user = ["ana", "bo", "chen", "dev", "eli", "fatima", "gus", "hana", "ivan", "jo"][self.rng.random_range(0..10)];
+        let user =
+            ["ana", "bo", "chen", "dev", "eli", "fatima", "gus", "hana", "ivan", "jo"][self.rng.random_range(0..10)];
         let set = format!("{}-{user}-{}", spec.prefix, suffix(self.rng, 4));
         let mut duration = self.hours(spec.hours);
         // One in five is left open overnight: the GPU stays reserved, doing nothing.
@@ -932,7 +979,15 @@ impl MonthGen<'_> {
     }
 
     /// Jobs every `every_h` hours through the month (pipelines, CI), starting at `offset_h`.
-    fn periodic(&mut self, spec: &Spec, every_h: i64, offset_h: i64, weekdays_only: bool, queue: &'static str, out: &mut Vec<Request>) {
+    fn periodic(
+        &mut self,
+        spec: &Spec,
+        every_h: i64,
+        offset_h: i64,
+        weekdays_only: bool,
+        queue: &'static str,
+        out: &mut Vec<Request>,
+    ) {
         let mut t = self.start + Duration::hours(offset_h);
         while t < self.end {
             let weekend = matches!(t.weekday(), Weekday::Saturday | Weekday::Sunday);
@@ -952,7 +1007,8 @@ impl MonthGen<'_> {
         let rs_uid = uuid(self.rng);
         for i in 0..d.replicas {
             let created = rollout + Duration::minutes(4 * i64::from(i));
-            let mut labels = self.labels(&[("app.kubernetes.io/name", d.name), ("pod-template-hash", &replica_set[d.name.len() + 1..])]);
+            let mut labels = self
+                .labels(&[("app.kubernetes.io/name", d.name), ("pod-template-hash", &replica_set[d.name.len() + 1..])]);
             for (k, v) in d.labels {
                 labels.insert(k.to_string(), v.to_string());
             }
@@ -1050,7 +1106,11 @@ fn prod_east_month(rng: &mut StdRng, start: OffsetDateTime, end: OffsetDateTime)
             units: 2,
             level: 78.0,
             rollout_minute: 12,
-            labels: &[(label::ENDPOINT, ENDPOINT), (label::MODEL, ENDPOINT_MODEL), ("kueue.x-k8s.io/queue-name", "ml-platform-queue")],
+            labels: &[
+                (label::ENDPOINT, ENDPOINT),
+                (label::MODEL, ENDPOINT_MODEL),
+                ("kueue.x-k8s.io/queue-name", "ml-platform-queue"),
+            ],
             image: VLLM,
         },
         &mut out,
@@ -1083,7 +1143,12 @@ fn prod_east_month(rng: &mut StdRng, start: OffsetDateTime, end: OffsetDateTime)
         pool: Some("h100-"),
     };
     g.jobs(&search_train, 5, "search-ranking", &mut out);
-    g.jobs(&Spec { units: 4, prefix: "ranker-distill", hours: (10.0, 40.0), ..search_train }, 2, "search-ranking", &mut out);
+    g.jobs(
+        &Spec { units: 4, prefix: "ranker-distill", hours: (10.0, 40.0), ..search_train },
+        2,
+        "search-ranking",
+        &mut out,
+    );
     let recsys = Spec { namespace: "recsys", prefix: "two-tower", units: 1, hours: (8.0, 60.0), ..search_train };
     g.jobs(&recsys, 6, "recommendations", &mut out);
     // Time-sliced L4s: batch scoring, embedding refreshes, CI, and notebooks.
@@ -1137,7 +1202,12 @@ fn prod_east_month(rng: &mut StdRng, start: OffsetDateTime, end: OffsetDateTime)
             namespace: "vdi",
             prefix: "desktop",
             count: 9,
-            resources: &["nvidia.com/GRID_T4-4Q", "nvidia.com/GRID_T4-4Q", "nvidia.com/GRID_T4-2Q", "nvidia.com/GRID_T4-8Q"],
+            resources: &[
+                "nvidia.com/GRID_T4-4Q",
+                "nvidia.com/GRID_T4-4Q",
+                "nvidia.com/GRID_T4-2Q",
+                "nvidia.com/GRID_T4-8Q",
+            ],
             days: (7.0, 28.0),
             activity: ActivityKind::Desktop,
             level: (25.0, 55.0),
@@ -1180,15 +1250,31 @@ fn research_west_month(rng: &mut StdRng, start: OffsetDateTime, end: OffsetDateT
     g.jobs(&nlp, 3, "nlp-research", &mut out);
     g.jobs(&Spec { units: 4, prefix: "sft", hours: (12.0, 48.0), ..nlp }, 4, "nlp-research", &mut out);
     g.jobs(
-        &Spec { resource: "nvidia.com/mig-3g.40gb", units: 1, prefix: "lora-ft", hours: (6.0, 40.0), max_wait_h: 24.0, level: (55.0, 85.0), ..nlp },
+        &Spec {
+            resource: "nvidia.com/mig-3g.40gb",
+            units: 1,
+            prefix: "lora-ft",
+            hours: (6.0, 40.0),
+            max_wait_h: 24.0,
+            level: (55.0, 85.0),
+            ..nlp
+        },
         10,
         "nlp-research",
         &mut out,
     );
-    let vision = Spec { namespace: "vision", prefix: "vit-train", units: 4, hours: (24.0, 80.0), level: (80.0, 95.0), ..nlp };
+    let vision =
+        Spec { namespace: "vision", prefix: "vit-train", units: 4, hours: (24.0, 80.0), level: (80.0, 95.0), ..nlp };
     g.jobs(&vision, 4, "vision-research", &mut out);
     g.jobs(
-        &Spec { resource: "nvidia.com/mig-2g.20gb", units: 1, prefix: "detector-ft", hours: (4.0, 30.0), max_wait_h: 24.0, ..vision },
+        &Spec {
+            resource: "nvidia.com/mig-2g.20gb",
+            units: 1,
+            prefix: "detector-ft",
+            hours: (4.0, 30.0),
+            max_wait_h: 24.0,
+            ..vision
+        },
         12,
         "vision-research",
         &mut out,

@@ -1,0 +1,542 @@
+//! Utilization analytics over HTTP: idle reservations and active-equivalent GPU-hours beside allocated hours.
+//!
+//! **Analytics only, never billed** (DESIGN.md, "Four measurements"): nothing here reaches the ledger. The
+//! numbers come from `gpuledger_core::utilization` (see its documentation for the exact definitions); this module
+//! loads the inputs through the organization-scoped door and renders the report.
+//!
+//! `GET /api/v1/analytics/utilization?period=YYYY-MM[&tenant=UUID][&idle_threshold_pct=5][&min_idle_hours=1]
+//! [&page=1&per_page=100]` (admin or export token).
+//!
+//! Inputs:
+//! - allocation intervals overlapping the period, clipped to it (and to now, for the current month), split where
+//!   their namespace changed owner (ownership validity is `[valid_from, valid_to)`); time no ownership covers is a
+//!   piece without a tenant. An idle stretch is judged per piece, so one crossing an owner change counts for each
+//!   owner only if its part is long enough. Intervals without an approved fraction (inventory gaps) cannot be
+//!   measured in GPU-hours and are only counted (`without_fraction`).
+//! - device IDs: `MIG-…` device UUIDs are resolved to their parent GPU through the `devices` table's
+//!   `mig_devices`, and legacy `MIG-GPU-…/gi/ci` names by their parent part; whole-GPU telemetry rows
+//!   (`gpu_instance_id = -1`) then apply to every allocation on that GPU.
+//! - telemetry windows that start at most one day before the period (rollup windows are minutes long).
+
+use std::collections::{BTreeSet, HashMap};
+
+use axum::{
+    Json, Router,
+    extract::{Query, State, rejection::QueryRejection},
+    http::HeaderMap,
+    routing::get,
+};
+use gpuledger_core::{
+    Confidence, Fraction, NANOS_PER_HOUR, Period,
+    ids::{GpuClass, MigInstance, TenantId},
+    interval::Interval,
+    utilization::{
+        ActivitySample, AllocationUtilization, HeldAllocation, TenantUtilization, Utilization, UtilizationOptions,
+        analyze_utilization,
+    },
+};
+use serde_json::{Value, json};
+use time::{Duration, OffsetDateTime, format_description::well_known::Rfc3339};
+use uuid::Uuid;
+
+use crate::{app::AppState, db::OrgTx, error::AppError, policy::reader};
+
+/// Decimal places of the hour figures in the answer.
+const HOURS_SCALE: u32 = 6;
+/// Largest page.
+const MAX_PER_PAGE: u64 = 1000;
+/// Largest accepted `min_idle_hours` (a year).
+const MAX_MIN_IDLE_HOURS: u64 = 366 * 24;
+
+/// `GET /api/v1/analytics/utilization`.
+pub fn router() -> Router<AppState> {
+    Router::new().route("/api/v1/analytics/utilization", get(utilization))
+}
+
+/// The query, validated.
+#[derive(Debug, Clone, PartialEq)]
+struct Params {
+    period: Period,
+    tenant: Option<TenantId>,
+    threshold_pct: f64,
+    min_idle_nanos: i128,
+    page: u64,
+    per_page: u64,
+}
+
+fn parse_params(pairs: &[(String, String)]) -> Result<Params, AppError> {
+    let mut seen = BTreeSet::new();
+    for (key, _) in pairs {
+        if !["period", "tenant", "idle_threshold_pct", "min_idle_hours", "page", "per_page"].contains(&key.as_str()) {
+            return Err(AppError::invalid(key.clone(), "unknown parameter"));
+        }
+        if !seen.insert(key.as_str()) {
+            return Err(AppError::invalid(key.clone(), "given more than once"));
+        }
+    }
+    let get = |name: &str| pairs.iter().find(|(k, _)| k == name).map(|(_, v)| v.trim());
+    let period = get("period").ok_or_else(|| AppError::invalid("period", "required (YYYY-MM)"))?;
+    let period = Period::parse(period).map_err(|e| AppError::invalid("period", e.to_string()))?;
+    let tenant = get("tenant")
+        .map(|t| Uuid::parse_str(t).map(TenantId::from_uuid).map_err(|e| AppError::invalid("tenant", e.to_string())))
+        .transpose()?;
+    let threshold_pct = match get("idle_threshold_pct") {
+        None => f64::from(gpuledger_core::utilization::DEFAULT_IDLE_THRESHOLD_PERMILLE) / 10.0,
+        Some(v) => {
+            let pct: f64 =
+                v.parse().map_err(|_| AppError::invalid("idle_threshold_pct", format!("{v:?} is not a number")))?;
+            if !pct.is_finite() || !(0.0..=100.0).contains(&pct) {
+                return Err(AppError::invalid("idle_threshold_pct", format!("{v} is not a percentage in 0..=100")));
+            }
+            pct
+        }
+    };
+    let min_idle_nanos = match get("min_idle_hours") {
+        None => gpuledger_core::utilization::DEFAULT_MIN_IDLE_NANOS,
+        Some(v) => {
+            let hours: Fraction = v.parse().map_err(|_| {
+                AppError::invalid("min_idle_hours", format!("{v:?} is not a non-negative number of hours"))
+            })?;
+            if hours > Fraction::from(MAX_MIN_IDLE_HOURS) {
+                return Err(AppError::invalid("min_idle_hours", format!("{v} is more than {MAX_MIN_IDLE_HOURS}")));
+            }
+            let nanos = hours.checked_mul_int(NANOS_PER_HOUR)?;
+            nanos.numer() / nanos.denom()
+        }
+    };
+    let count = |name: &str, default: u64, max: u64| -> Result<u64, AppError> {
+        match get(name) {
+            None => Ok(default),
+            Some(v) => match v.parse::<u64>() {
+                Ok(n) if (1..=max).contains(&n) => Ok(n),
+                _ => Err(AppError::invalid(name, format!("{v:?} is not a whole number in 1..={max}"))),
+            },
+        }
+    };
+    Ok(Params {
+        period,
+        tenant,
+        threshold_pct,
+        min_idle_nanos,
+        page: count("page", 1, u64::from(u32::MAX))?,
+        per_page: count("per_page", 100, MAX_PER_PAGE)?,
+    })
+}
+
+fn internal(e: impl std::fmt::Display) -> AppError {
+    AppError::Internal(format!("utilization analytics: {e}"))
+}
+
+fn hours(f: &Fraction) -> Result<String, AppError> {
+    f.to_decimal_string(HOURS_SCALE).map_err(internal)
+}
+
+fn rfc3339(t: OffsetDateTime) -> Result<String, AppError> {
+    t.format(&Rfc3339).map_err(internal)
+}
+
+fn confidence(s: &str) -> Result<Confidence, AppError> {
+    match s {
+        "exact" => Ok(Confidence::Exact),
+        "modeled" => Ok(Confidence::Modeled),
+        "estimated" => Ok(Confidence::Estimated),
+        other => Err(internal(format!("unknown confidence {other:?}"))),
+    }
+}
+
+/// A per-mille value as a percentage with one decimal, e.g. 50 → `"5.0"`.
+fn pct(u: Utilization) -> String {
+    format!("{}.{}", u.permille() / 10, u.permille() % 10)
+}
+
+/// What the analysis needs, read in one organization-scoped transaction.
+struct Loaded {
+    allocations: Vec<HeldAllocation>,
+    samples: Vec<ActivitySample>,
+    /// Core ID (`<cluster>/<allocation>`) → device IDs as stored.
+    devices: HashMap<String, Vec<String>>,
+    tenant_names: HashMap<Uuid, String>,
+    without_fraction: u64,
+}
+
+type AllocRow = (
+    Uuid,
+    String,
+    Option<Uuid>,
+    Option<i64>,
+    Option<i64>,
+    OffsetDateTime,
+    Option<OffsetDateTime>,
+    Vec<String>,
+    Option<String>,
+    String,
+);
+
+/// Splits `[start, end)` at the owners' validity boundaries: each piece with its tenant, `None` where no
+/// ownership row covers the time. `owners` are sorted by `valid_from` and do not overlap.
+fn split_by_owner(
+    start: OffsetDateTime,
+    end: OffsetDateTime,
+    owners: &[(OffsetDateTime, Option<OffsetDateTime>, Uuid)],
+) -> Vec<(OffsetDateTime, OffsetDateTime, Option<TenantId>)> {
+    let mut pieces = Vec::new();
+    let mut cursor = start;
+    for &(from, to, tenant) in owners {
+        let (lo, hi) = (from.max(cursor), to.map_or(end, |t| t.min(end)));
+        if lo >= hi {
+            continue;
+        }
+        if cursor < lo {
+            pieces.push((cursor, lo, None));
+        }
+        pieces.push((lo, hi, Some(TenantId::from_uuid(tenant))));
+        cursor = hi;
+    }
+    if cursor < end {
+        pieces.push((cursor, end, None));
+    }
+    pieces
+}
+
+/// A device ID as the allocation recorded it → the physical GPU its telemetry is keyed by.
+fn parent_gpu(device: &str, mig_parents: &HashMap<String, String>) -> String {
+    if let Some(parent) = mig_parents.get(device) {
+        return parent.clone();
+    }
+    if device.starts_with("MIG-GPU-")
+        && let Ok(mig) = device.parse::<MigInstance>()
+    {
+        return mig.parent.as_str().to_string();
+    }
+    device.to_string()
+}
+
+async fn load(tx: &mut OrgTx, window: Interval, tenant: Option<TenantId>) -> Result<Loaded, AppError> {
+    let (from, to) = (window.start(), window.end());
+    let tenant_uuid = tenant.map(|t| t.as_uuid());
+    let rows: Vec<AllocRow> = sqlx::query_as(
+        "SELECT a.cluster_id, a.allocation_id, a.namespace_uid, a.fraction_num, a.fraction_den, a.started_at,
+                a.ended_at, a.device_ids, a.gpu_class, a.confidence
+           FROM allocation_intervals a
+          WHERE a.started_at < $2 AND (a.ended_at IS NULL OR a.ended_at > $1)
+            AND ($3::uuid IS NULL OR a.namespace_uid IN (
+                  SELECT o.namespace_uid FROM namespace_ownership o
+                   WHERE o.tenant_id = $3 AND o.valid_from < $2 AND (o.valid_to IS NULL OR o.valid_to > $1)))",
+    )
+    .bind(from)
+    .bind(to)
+    .bind(tenant_uuid)
+    .fetch_all(tx.conn())
+    .await?;
+
+    let mut owners: HashMap<Uuid, Vec<(OffsetDateTime, Option<OffsetDateTime>, Uuid)>> = HashMap::new();
+    let ownership: Vec<(Uuid, OffsetDateTime, Option<OffsetDateTime>, Uuid)> = sqlx::query_as(
+        "SELECT namespace_uid, valid_from, valid_to, tenant_id FROM namespace_ownership
+          WHERE valid_from < $2 AND (valid_to IS NULL OR valid_to > $1)
+          ORDER BY namespace_uid, valid_from",
+    )
+    .bind(from)
+    .bind(to)
+    .fetch_all(tx.conn())
+    .await?;
+    for (ns, valid_from, valid_to, tenant) in ownership {
+        owners.entry(ns).or_default().push((valid_from, valid_to, tenant));
+    }
+
+    let mig_ids: Vec<String> = rows
+        .iter()
+        .flat_map(|r| r.7.iter())
+        .filter(|d| d.starts_with("MIG-") && !d.starts_with("MIG-GPU-"))
+        .cloned()
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    let mig_parents: HashMap<String, String> = if mig_ids.is_empty() {
+        HashMap::new()
+    } else {
+        sqlx::query_as::<_, (String, String)>(
+            "SELECT m->>'uuid', min(d.gpu_uuid)
+               FROM devices d
+               CROSS JOIN LATERAL jsonb_array_elements(
+                   CASE WHEN jsonb_typeof(d.mig_devices) = 'array' THEN d.mig_devices ELSE '[]'::jsonb END) AS m
+              WHERE m->>'uuid' = ANY($1)
+              GROUP BY 1",
+        )
+        .bind(&mig_ids)
+        .fetch_all(tx.conn())
+        .await?
+        .into_iter()
+        .collect()
+    };
+
+    let mut allocations = Vec::with_capacity(rows.len());
+    let mut devices = HashMap::with_capacity(rows.len());
+    let mut gpus = BTreeSet::new();
+    let mut without_fraction = 0u64;
+    for (cluster, allocation_id, ns, num, den, started_at, ended_at, device_ids, gpu_class, conf) in rows {
+        let (Some(num), Some(den)) = (num, den) else {
+            without_fraction += 1;
+            continue;
+        };
+        let fraction = Fraction::new(i128::from(num), i128::from(den)).map_err(internal)?;
+        let (start, end) = (started_at.max(from), ended_at.map_or(to, |e| e.min(to)));
+        if start >= end {
+            continue;
+        }
+        let id = format!("{cluster}/{allocation_id}");
+        let parents: Vec<String> = device_ids.iter().map(|d| parent_gpu(d, &mig_parents)).collect();
+        gpus.extend(parents.iter().cloned());
+        let confidence = confidence(&conf)?;
+        let gpu_class = gpu_class.and_then(|c| GpuClass::new(c).ok());
+        let no_owners = Vec::new();
+        let ns_owners = ns.and_then(|ns| owners.get(&ns)).unwrap_or(&no_owners);
+        for (piece_start, piece_end, piece_tenant) in split_by_owner(start, end, ns_owners) {
+            if tenant.is_some() && piece_tenant != tenant {
+                continue;
+            }
+            allocations.push(HeldAllocation {
+                id: id.clone(),
+                tenant: piece_tenant,
+                gpu_class: gpu_class.clone(),
+                fraction,
+                start: piece_start,
+                end: Some(piece_end),
+                devices: parents.clone(),
+                confidence,
+            });
+        }
+        devices.insert(id, device_ids);
+    }
+
+    let gpus: Vec<String> = gpus.into_iter().collect();
+    let telemetry: Vec<(String, OffsetDateTime, OffsetDateTime, f32)> = if gpus.is_empty() {
+        Vec::new()
+    } else {
+        sqlx::query_as(
+            "SELECT gpu_uuid, window_start, window_end, util_avg FROM telemetry_rollups
+              WHERE gpu_instance_id = -1 AND util_avg IS NOT NULL
+                AND window_start >= $1 - interval '1 day' AND window_start < $2 AND window_end > $1
+                AND gpu_uuid = ANY($3)",
+        )
+        .bind(from)
+        .bind(to)
+        .bind(&gpus)
+        .fetch_all(tx.conn())
+        .await?
+    };
+    let mut samples = Vec::with_capacity(telemetry.len());
+    for (gpu_uuid, start, end, util) in telemetry {
+        // A NaN average is no sample; a window the table's CHECK allows is always valid.
+        let Some(utilization) = Utilization::from_pct_f32(util) else { continue };
+        let Ok(window) = Interval::new(start, end) else { continue };
+        samples.push(ActivitySample { gpu_uuid, window, utilization });
+    }
+
+    let tenant_ids: Vec<Uuid> =
+        allocations.iter().filter_map(|a| a.tenant.map(|t| t.as_uuid())).collect::<BTreeSet<_>>().into_iter().collect();
+    let tenant_names: HashMap<Uuid, String> = if tenant_ids.is_empty() {
+        HashMap::new()
+    } else {
+        sqlx::query_as::<_, (Uuid, String)>("SELECT tenant_id, name FROM tenants WHERE tenant_id = ANY($1)")
+            .bind(&tenant_ids)
+            .fetch_all(tx.conn())
+            .await?
+            .into_iter()
+            .collect()
+    };
+    Ok(Loaded { allocations, samples, devices, tenant_names, without_fraction })
+}
+
+fn tenant_json(t: &TenantUtilization, names: &HashMap<Uuid, String>) -> Result<Value, AppError> {
+    Ok(json!({
+        "tenant_id": t.tenant.map(|t| t.to_string()),
+        "tenant_name": t.tenant.and_then(|t| names.get(&t.as_uuid()).cloned()),
+        "allocations": t.allocations,
+        "idle_allocations": t.idle_allocations,
+        "allocated_gpu_hours": hours(&t.allocated_gpu_hours)?,
+        "active_equivalent_gpu_hours": hours(&t.active_equivalent_gpu_hours)?,
+        "observed_gpu_hours": hours(&t.observed_gpu_hours)?,
+        "idle_gpu_hours": hours(&t.idle_gpu_hours)?,
+        "confidence": t.confidence.as_str(),
+    }))
+}
+
+fn allocation_json(
+    row: &AllocationUtilization,
+    devices: &HashMap<String, Vec<String>>,
+    names: &HashMap<Uuid, String>,
+) -> Result<Value, AppError> {
+    let (cluster_id, allocation_id) = row.id.split_once('/').unwrap_or(("", row.id.as_str()));
+    let stretches = row
+        .idle_stretches
+        .iter()
+        .map(|s| Ok(json!({ "from": rfc3339(s.start())?, "to": rfc3339(s.end())? })))
+        .collect::<Result<Vec<Value>, AppError>>()?;
+    Ok(json!({
+        "cluster_id": cluster_id,
+        "allocation_id": allocation_id,
+        "tenant_id": row.tenant.map(|t| t.to_string()),
+        "tenant_name": row.tenant.and_then(|t| names.get(&t.as_uuid()).cloned()),
+        "gpu_class": row.gpu_class.as_ref().map(|c| c.as_str().to_string()),
+        "fraction": row.fraction.to_string(),
+        "devices": devices.get(&row.id).cloned().unwrap_or_default(),
+        "from": rfc3339(row.held.start())?,
+        "to": rfc3339(row.held.end())?,
+        "allocated_gpu_hours": hours(&row.allocated_gpu_hours)?,
+        "active_equivalent_gpu_hours": hours(&row.active_equivalent_gpu_hours)?,
+        "observed_hours": hours(&row.observed_hours)?,
+        "observed_gpu_hours": hours(&row.observed_gpu_hours)?,
+        "idle_gpu_hours": hours(&row.idle_gpu_hours)?,
+        "idle": row.idle,
+        "idle_stretches": stretches,
+        "confidence": row.confidence.as_str(),
+    }))
+}
+
+async fn utilization(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    query: Result<Query<Vec<(String, String)>>, QueryRejection>,
+) -> Result<Json<Value>, AppError> {
+    let principal = reader(&state, &headers).await?;
+    let Query(pairs) = query.map_err(|e| AppError::invalid("query", e.body_text()))?;
+    let params = parse_params(&pairs)?;
+
+    let month = params.period.interval().map_err(|e| AppError::invalid("period", e.to_string()))?;
+    // The current month is analysed up to now; a future month is empty.
+    let now = OffsetDateTime::now_utc();
+    let end = month.end().min(now).max(month.start());
+    let window = Interval::new(month.start(), end).map_err(internal)?;
+    let options = UtilizationOptions::new(window)
+        .with_idle_threshold_pct(params.threshold_pct)
+        .map_err(|e| AppError::invalid("idle_threshold_pct", e.to_string()))?;
+    let options = UtilizationOptions { min_idle_nanos: params.min_idle_nanos, ..options };
+
+    let mut tx = state.db.begin_org(principal.org).await?;
+    if let Some(tenant) = params.tenant {
+        let exists: Option<Uuid> = sqlx::query_scalar("SELECT tenant_id FROM tenants WHERE tenant_id = $1")
+            .bind(tenant.as_uuid())
+            .fetch_optional(tx.conn())
+            .await?;
+        if exists.is_none() {
+            return Err(AppError::invalid("tenant", format!("no tenant {tenant} in this organization")));
+        }
+    }
+    let loaded = load(&mut tx, window, params.tenant).await?;
+    tx.commit().await?;
+
+    // Pure and CPU-bound: off the async workers.
+    let (allocations, samples) = (loaded.allocations, loaded.samples);
+    let report = tokio::task::spawn_blocking(move || analyze_utilization(&allocations, &samples, &options))
+        .await
+        .map_err(internal)?
+        .map_err(internal)?;
+
+    let mut rows: Vec<&AllocationUtilization> = report.allocations.iter().collect();
+    // Most idle first; ties keep the report's order (by allocation, then time).
+    rows.sort_by(|a, b| b.idle_gpu_hours.cmp(&a.idle_gpu_hours));
+    let mut tenants: Vec<&TenantUtilization> = report.tenants.iter().collect();
+    tenants.sort_by(|a, b| b.idle_gpu_hours.cmp(&a.idle_gpu_hours));
+
+    let total = rows.len() as u64;
+    let skip = usize::try_from((params.page - 1).saturating_mul(params.per_page)).unwrap_or(usize::MAX);
+    let take = usize::try_from(params.per_page).unwrap_or(usize::MAX);
+    let page = rows
+        .iter()
+        .skip(skip)
+        .take(take)
+        .map(|r| allocation_json(r, &loaded.devices, &loaded.tenant_names))
+        .collect::<Result<Vec<Value>, AppError>>()?;
+    let tenants =
+        tenants.iter().map(|t| tenant_json(t, &loaded.tenant_names)).collect::<Result<Vec<Value>, AppError>>()?;
+    let min_idle_hours = Fraction::new(options.min_idle_nanos, NANOS_PER_HOUR).map_err(internal)?;
+
+    Ok(Json(json!({
+        "period": params.period.to_string(),
+        "from": rfc3339(window.start())?,
+        "to": rfc3339(window.end())?,
+        "threshold": pct(options.idle_threshold),
+        "min_idle_hours": hours(&min_idle_hours)?,
+        "basis": "analytics only: utilization is never billed",
+        "without_fraction": loaded.without_fraction,
+        "tenants": tenants,
+        "allocations": page,
+        "total": total,
+        "page": params.page,
+        "per_page": params.per_page,
+    })))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use time::macros::datetime;
+
+    fn q(s: &str) -> Vec<(String, String)> {
+        s.split('&')
+            .filter(|p| !p.is_empty())
+            .map(|p| {
+                let (k, v) = p.split_once('=').unwrap_or((p, ""));
+                (k.to_string(), v.to_string())
+            })
+            .collect()
+    }
+
+    fn field(s: &str) -> String {
+        match parse_params(&q(s)).unwrap_err() {
+            AppError::Invalid { field, .. } => field,
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+
+    #[test]
+    fn params_default_and_validate() {
+        let p = parse_params(&q("period=2026-10")).unwrap();
+        assert_eq!((p.threshold_pct, p.min_idle_nanos, p.page, p.per_page), (5.0, NANOS_PER_HOUR, 1, 100));
+        let p =
+            parse_params(&q("period=2026-10&idle_threshold_pct=12.5&min_idle_hours=0.5&page=3&per_page=7")).unwrap();
+        assert_eq!((p.threshold_pct, p.min_idle_nanos, p.page, p.per_page), (12.5, NANOS_PER_HOUR / 2, 3, 7));
+        assert_eq!(field(""), "period");
+        assert_eq!(field("period=2026-13"), "period");
+        assert_eq!(field("period=2026-10&tenant=nope"), "tenant");
+        assert_eq!(field("period=2026-10&idle_threshold_pct=101"), "idle_threshold_pct");
+        assert_eq!(field("period=2026-10&idle_threshold_pct=NaN"), "idle_threshold_pct");
+        assert_eq!(field("period=2026-10&min_idle_hours=-1"), "min_idle_hours");
+        assert_eq!(field("period=2026-10&min_idle_hours=100000"), "min_idle_hours");
+        assert_eq!(field("period=2026-10&page=0"), "page");
+        assert_eq!(field("period=2026-10&per_page=5000"), "per_page");
+        assert_eq!(field("period=2026-10&colour=blue"), "colour");
+        assert_eq!(field("period=2026-10&period=2026-11"), "period");
+    }
+
+    #[test]
+    fn ownership_splits_and_gaps() {
+        let at = |h: i64| datetime!(2026-10-01 00:00 UTC) + Duration::hours(h);
+        let (a, b) = (Uuid::from_u128(1), Uuid::from_u128(2));
+        let owners = [(at(2), Some(at(5)), a), (at(5), None, b)];
+        assert_eq!(
+            split_by_owner(at(0), at(8), &owners),
+            vec![
+                (at(0), at(2), None),
+                (at(2), at(5), Some(TenantId::from_uuid(a))),
+                (at(5), at(8), Some(TenantId::from_uuid(b)))
+            ]
+        );
+        assert_eq!(split_by_owner(at(0), at(1), &owners), vec![(at(0), at(1), None)]);
+        assert_eq!(split_by_owner(at(6), at(7), &owners), vec![(at(6), at(7), Some(TenantId::from_uuid(b)))]);
+    }
+
+    #[test]
+    fn mig_devices_resolve_to_their_parent() {
+        let parents = HashMap::from([("MIG-abc".to_string(), "GPU-1".to_string())]);
+        assert_eq!(parent_gpu("MIG-abc", &parents), "GPU-1");
+        assert_eq!(
+            parent_gpu("MIG-GPU-aaaaaaaa-0000-0000-0000-000000000001/1/0", &parents),
+            "GPU-aaaaaaaa-0000-0000-0000-000000000001"
+        );
+        assert_eq!(parent_gpu("GPU-2", &parents), "GPU-2");
+        assert_eq!(parent_gpu("MIG-unknown", &parents), "MIG-unknown");
+        assert_eq!(pct(Utilization::from_permille(50).unwrap()), "5.0");
+    }
+}

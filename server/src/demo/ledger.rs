@@ -1,0 +1,149 @@
+//! The demo's finance side, done through the same functions the REST API calls: a cost policy approved by
+//! "finance", quotas imported from the Kueue ClusterQueues the agents reported, the last two full months closed
+//! (hash-chained), and one open dispute on last month's ledger. Idempotent.
+
+use gpuledger_core::{Period, ids::OrgId, policy::CostPolicy};
+use serde_json::json;
+use time::OffsetDateTime;
+
+use crate::{
+    close::close_period,
+    db::Database,
+    error::AppError,
+    ledger::period_state,
+    policy::{approve, create_draft, import_kueue_quotas},
+};
+
+/// Who the demo says did it, in audit trails.
+pub const DEMO_ACTOR: &str = "demo-seed";
+
+/// Rates per GPU-hour (guaranteed, borrowed) by class name prefix; plausible list prices for a private cloud.
+fn rates(class: &str) -> (&'static str, &'static str) {
+    let c = class.to_ascii_uppercase();
+    if c.starts_with("H100") || c.starts_with("H200") {
+        ("2.10", "3.15")
+    } else if c.starts_with("A100") {
+        ("1.20", "1.80")
+    } else if c.starts_with("L40") {
+        ("0.90", "1.35")
+    } else if c.starts_with("L4") {
+        ("0.45", "0.70")
+    } else if c.starts_with("T4") {
+        ("0.25", "0.40")
+    } else {
+        ("1.00", "1.50")
+    }
+}
+
+/// The demo's cost policy for the classes in its inventory.
+pub fn demo_policy(classes: &[String]) -> Result<CostPolicy, AppError> {
+    let classes: Vec<_> = classes
+        .iter()
+        .map(|c| {
+            let (g, b) = rates(c);
+            json!({"gpu_class": c, "guaranteed": g, "borrowed": b})
+        })
+        .collect();
+    let policy: CostPolicy = serde_json::from_value(json!({
+        "currency": "USD",
+        "classes": classes,
+        "energy": {"per_kwh": "0.14", "pue": "1.35"},
+        "services": [{"endpoint": "llm-shared"}],
+        "token_weights": [{"model": "*", "input": "1", "output": "4"}],
+        "overhead": {
+            "fixed": [{"name": "platform team", "amount": "18000.00"}, {"name": "storage and network", "amount": "4500.00"}],
+            "unallocated_capacity": true,
+            "key": {"kind": "allocated_gpu_hours"}
+        }
+    }))
+    .map_err(|e| AppError::Internal(format!("demo policy: {e}")))?;
+    policy.validate()?;
+    Ok(policy)
+}
+
+/// Approves the policy (from two months back), imports quotas, closes the last two full months.
+pub async fn approve_import_close(db: &Database, org: OrgId, now: OffsetDateTime) -> Result<Vec<Period>, AppError> {
+    let current = Period::containing(now);
+    let last = current.prev()?;
+    let first = last.prev()?;
+    let mut tx = db.begin_org(org).await?;
+    let approved: bool = sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM cost_policies WHERE state = 'approved')")
+        .fetch_one(tx.conn())
+        .await?;
+    if !approved {
+        let classes: Vec<String> =
+            sqlx::query_scalar("SELECT gpu_class FROM gpu_classes ORDER BY gpu_class").fetch_all(tx.conn()).await?;
+        let policy = demo_policy(&classes)?;
+        let version = create_draft(&mut tx, DEMO_ACTOR, first, &policy, "Demo rates (sample data)").await?;
+        approve(&mut tx, DEMO_ACTOR, version, "approved by finance for the demo").await?;
+    }
+    let imported: bool =
+        sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM quotas WHERE source = 'kueue')").fetch_one(tx.conn()).await?;
+    if !imported {
+        import_kueue_quotas(&mut tx, DEMO_ACTOR, &Default::default()).await?;
+    }
+    tx.commit().await?;
+    let mut closed = Vec::new();
+    for p in [first, last] {
+        let mut tx = db.begin_org(org).await?;
+        let state = period_state(&mut tx, p).await?;
+        tx.commit().await?;
+        if state != "closed" {
+            close_period(db, org, crate::demo::DEMO_SLUG, p, DEMO_ACTOR, now).await?;
+        }
+        closed.push(p);
+    }
+    Ok(closed)
+}
+
+/// Opens the demo's one dispute (a department manager questioning last month's largest borrowed line) through the
+/// real REST handler, unless one exists already.
+pub async fn open_demo_dispute(db: &Database, org: OrgId, last: Period) -> Result<(), AppError> {
+    use axum::{body::Body, http::Request};
+    use tower::ServiceExt;
+
+    let mut tx = db.begin_org(org).await?;
+    let exists: bool = sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM disputes)").fetch_one(tx.conn()).await?;
+    if exists {
+        tx.commit().await?;
+        return Ok(());
+    }
+    let line: Option<String> = sqlx::query_scalar(
+        "SELECT line_id FROM ledger_lines WHERE period = $1 AND term = 'borrowed' ORDER BY amount DESC, line_id LIMIT 1",
+    )
+    .bind(crate::policy::month_start(last))
+    .fetch_optional(tx.conn())
+    .await?;
+    let Some(line) = line else {
+        tx.commit().await?;
+        return Ok(());
+    };
+    let (token_id, token) =
+        crate::auth::create_token(&mut tx, &crate::auth::Scope::Admin, "demo dispute", DEMO_ACTOR).await?;
+    tx.commit().await?;
+    let state = crate::app::AppState { db: db.clone(), featured_org: Some(org), leptos: crate::app::leptos_options() };
+    let app = crate::app::router(state, &crate::app::HttpOptions::default());
+    let body = json!({
+        "period": last.to_string(),
+        "line_ids": [line],
+        "reason": "Our training job was stuck in a crash loop for two days and held its GPUs without running; \
+                   we ask to be charged only for the hours it actually trained."
+    });
+    let request = Request::post("/api/v1/disputes")
+        .header("authorization", format!("Bearer {token}"))
+        .header("content-type", "application/json")
+        .body(Body::from(body.to_string()))
+        .map_err(|e| AppError::Internal(e.to_string()))?;
+    let response = app.oneshot(request).await.map_err(|e| AppError::Internal(e.to_string()))?;
+    let status = response.status();
+    let mut tx = db.begin_org(org).await?;
+    sqlx::query("UPDATE api_tokens SET revoked_at = now() WHERE token_id = $1")
+        .bind(token_id)
+        .execute(tx.conn())
+        .await?;
+    tx.commit().await?;
+    if !status.is_success() {
+        return Err(AppError::Internal(format!("opening the demo dispute answered {status}")));
+    }
+    Ok(())
+}

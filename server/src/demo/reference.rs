@@ -1,0 +1,174 @@
+//! The demo organization's reference data, inserted directly as an administrator would set it up: departments,
+//! tenants, the two clusters, GPU classes and the approved inventory (GPU models, MIG and vGPU profile fractions,
+//! the time-slicing policy). Everything that *happened* comes from the agents, over HTTP (see [`super::load_history`]).
+
+use gpuledger_core::ids::OrgId;
+use uuid::{Uuid, uuid};
+
+use crate::db::{Database, DbError, OrgTx};
+
+/// The demo organization's slug (fixed name, see DESIGN.md).
+pub const DEMO_SLUG: &str = "demo";
+const DEMO_ORG: Uuid = uuid!("0d3e0000-0000-4000-8000-000000000001");
+const RESEARCH: Uuid = uuid!("0d3e0000-0000-4000-8000-0000000000d1");
+const PRODUCT: Uuid = uuid!("0d3e0000-0000-4000-8000-0000000000d2");
+const PLATFORM: Uuid = uuid!("0d3e0000-0000-4000-8000-0000000000d3");
+
+/// The demo's clusters: (ID, name).
+pub const CLUSTERS: [(Uuid, &str); 2] = [
+    (uuid!("0d3e0000-0000-4000-8000-0000000000c2"), "prod-east"),
+    (uuid!("0d3e0000-0000-4000-8000-0000000000c3"), "research-west"),
+];
+
+/// Departments: (ID, name, the slug their namespaces carry in `gpuledger.io/department`).
+const DEPARTMENTS: [(Uuid, &str); 3] =
+    [(RESEARCH, "Research"), (PRODUCT, "Product"), (PLATFORM, "Platform Engineering")];
+
+/// Tenants: (ID, department, name). Namespaces name them in the `gpuledger.io/tenant` label; Kueue ClusterQueues
+/// carry the same names.
+pub const TENANTS: [(Uuid, Uuid, &str); 9] = [
+    (uuid!("0d3e0000-0000-4000-8000-0000000000a1"), RESEARCH, "nlp-research"),
+    (uuid!("0d3e0000-0000-4000-8000-0000000000a2"), RESEARCH, "vision-research"),
+    (uuid!("0d3e0000-0000-4000-8000-0000000000a5"), RESEARCH, "speech-research"),
+    (uuid!("0d3e0000-0000-4000-8000-0000000000a3"), PRODUCT, "search-ranking"),
+    (uuid!("0d3e0000-0000-4000-8000-0000000000a4"), PRODUCT, "assistant-serving"),
+    (uuid!("0d3e0000-0000-4000-8000-0000000000a6"), PRODUCT, "recommendations"),
+    (uuid!("0d3e0000-0000-4000-8000-0000000000a7"), PLATFORM, "ml-platform"),
+    (uuid!("0d3e0000-0000-4000-8000-0000000000a8"), PLATFORM, "analytics-vdi"),
+    (uuid!("0d3e0000-0000-4000-8000-0000000000a9"), PLATFORM, "data-engineering"),
+];
+
+/// (class, description, [(model, memory MiB)]).
+type GpuClass = (&'static str, &'static str, &'static [(&'static str, i32)]);
+
+/// GPU classes (pricing), each with the models that belong to it: (class, description, [(model, memory MiB)]).
+/// Kueue ResourceFlavors are named after the class in lower case (`H100-80GB` → `h100-80gb`).
+const CLASSES: [GpuClass; 5] = [
+    ("H100-80GB", "NVIDIA H100 SXM 80 GB", &[("NVIDIA H100 80GB HBM3", 81_559)]),
+    ("A100-80GB", "NVIDIA A100 SXM4 80 GB", &[("NVIDIA A100-SXM4-80GB", 81_920)]),
+    ("A100-40GB", "NVIDIA A100 PCIe 40 GB", &[("NVIDIA A100-PCIE-40GB", 40_960)]),
+    ("L4-24GB", "NVIDIA L4 24 GB", &[("NVIDIA L4", 23_034)]),
+    ("T4-16GB", "NVIDIA T4 16 GB", &[("Tesla T4", 15_360)]),
+];
+
+/// MIG profiles: (model, profile, fraction numerator, denominator) — compute slices out of 7.
+const MIG_PROFILES: [(&str, &str, i64, i64); 11] = [
+    ("NVIDIA H100 80GB HBM3", "1g.10gb", 1, 7),
+    ("NVIDIA H100 80GB HBM3", "2g.20gb", 2, 7),
+    ("NVIDIA H100 80GB HBM3", "3g.40gb", 3, 7),
+    ("NVIDIA H100 80GB HBM3", "7g.80gb", 1, 1),
+    ("NVIDIA A100-SXM4-80GB", "1g.10gb", 1, 7),
+    ("NVIDIA A100-SXM4-80GB", "2g.20gb", 2, 7),
+    ("NVIDIA A100-SXM4-80GB", "3g.40gb", 3, 7),
+    ("NVIDIA A100-SXM4-80GB", "4g.40gb", 4, 7),
+    ("NVIDIA A100-SXM4-80GB", "7g.80gb", 1, 1),
+    ("NVIDIA A100-PCIE-40GB", "1g.5gb", 1, 7),
+    ("NVIDIA A100-PCIE-40GB", "3g.20gb", 3, 7),
+];
+
+/// vGPU types on the T4 (time-sliced vGPU: a fixed number per board): (profile, numerator, denominator).
+const VGPU_PROFILES: [(&str, i64, i64); 5] =
+    [("GRID_T4-1Q", 1, 16), ("GRID_T4-2Q", 1, 8), ("GRID_T4-4Q", 1, 4), ("GRID_T4-8Q", 1, 2), ("GRID_T4-16Q", 1, 1)];
+
+/// Seeds the demo organization's reference data and returns its id. Idempotent.
+pub async fn seed(db: &Database) -> Result<OrgId, DbError> {
+    let org =
+        db.cross_org_directory().create_org(OrgId::from_uuid(DEMO_ORG), DEMO_SLUG, "Demo Corp (sample data)").await?;
+    let mut tx = db.begin_org(org).await?;
+    insert_all(&mut tx, org.as_uuid()).await?;
+    tx.commit().await?;
+    Ok(org)
+}
+
+async fn insert_all(tx: &mut OrgTx, o: Uuid) -> Result<(), DbError> {
+    for (id, name) in DEPARTMENTS {
+        sqlx::query("INSERT INTO departments (org_id, department_id, name) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING")
+            .bind(o)
+            .bind(id)
+            .bind(name)
+            .execute(tx.conn())
+            .await?;
+    }
+    for (id, department, name) in TENANTS {
+        sqlx::query(
+            "INSERT INTO tenants (org_id, tenant_id, department_id, name) VALUES ($1, $2, $3, $4)
+             ON CONFLICT DO NOTHING",
+        )
+        .bind(o)
+        .bind(id)
+        .bind(department)
+        .bind(name)
+        .execute(tx.conn())
+        .await?;
+    }
+    for (id, name) in CLUSTERS {
+        sqlx::query("INSERT INTO clusters (org_id, cluster_id, name) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING")
+            .bind(o)
+            .bind(id)
+            .bind(name)
+            .execute(tx.conn())
+            .await?;
+    }
+    let since = time::macros::datetime!(2025-01-01 00:00 UTC);
+    for (class, description, models) in CLASSES {
+        sqlx::query(
+            "INSERT INTO gpu_classes (org_id, gpu_class, description) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING",
+        )
+        .bind(o)
+        .bind(class)
+        .bind(description)
+        .execute(tx.conn())
+        .await?;
+        for (model, memory) in models {
+            sqlx::query(
+                "INSERT INTO gpu_models (org_id, model, valid_from, gpu_class, memory_mib) VALUES ($1, $2, $3, $4, $5)
+                 ON CONFLICT DO NOTHING",
+            )
+            .bind(o)
+            .bind(model)
+            .bind(since)
+            .bind(class)
+            .bind(memory)
+            .execute(tx.conn())
+            .await?;
+        }
+    }
+    for (model, profile, num, den) in MIG_PROFILES {
+        sqlx::query(
+            "INSERT INTO mig_profiles (org_id, model, profile, valid_from, fraction_num, fraction_den)
+             VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING",
+        )
+        .bind(o)
+        .bind(model)
+        .bind(profile)
+        .bind(since)
+        .bind(num)
+        .bind(den)
+        .execute(tx.conn())
+        .await?;
+    }
+    for (profile, num, den) in VGPU_PROFILES {
+        sqlx::query(
+            "INSERT INTO vgpu_profiles (org_id, model, profile, valid_from, fraction_num, fraction_den)
+             VALUES ($1, 'Tesla T4', $2, $3, $4, $5) ON CONFLICT DO NOTHING",
+        )
+        .bind(o)
+        .bind(profile)
+        .bind(since)
+        .bind(num)
+        .bind(den)
+        .execute(tx.conn())
+        .await?;
+    }
+    // The L4 pool's device plugin shares each GPU 4 ways (time-slicing, `nvidia.com/gpu`).
+    sqlx::query(
+        "INSERT INTO timeslice_policies (org_id, cluster_id, name, valid_from, replicas)
+         VALUES ($1, $2, 'l4-time-slicing', $3, 4) ON CONFLICT DO NOTHING",
+    )
+    .bind(o)
+    .bind(CLUSTERS[0].0)
+    .bind(since)
+    .execute(tx.conn())
+    .await?;
+    Ok(())
+}

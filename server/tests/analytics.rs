@@ -1,0 +1,411 @@
+//! Utilization analytics over HTTP, against real PostgreSQL as the app role: facts go in through the real ingest
+//! endpoint (allocation starts and ends, namespace owners, a MIG device, telemetry), and the numbers that come out
+//! of `GET /api/v1/analytics/utilization` are checked by hand.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use axum::{
+    body::{Body, to_bytes},
+    http::{Request, StatusCode},
+};
+use gpuledger_core::{
+    ids::{MigProfile, OrgId},
+    sharing::SharingMode,
+    wire::{
+        AgentInfo, AllocationEnd, AllocationStart, AttributionLabels, Batch, DeviceFact, EndReason, Fact, FactBody,
+        Holder, MigDeviceFact, NamespaceFact, Stat, TelemetryRollup, WIRE_VERSION, event_id,
+    },
+};
+use gpuledger_server::{
+    app::{self, AppState, HttpOptions},
+    auth::{self, Scope},
+};
+use serde_json::Value;
+use time::{Duration, OffsetDateTime, macros::datetime};
+use tower::ServiceExt;
+use uuid::Uuid;
+
+const H100: &str = "NVIDIA H100 80GB HBM3";
+const GPU_A: &str = "GPU-aaaaaaaa-0000-0000-0000-000000000001";
+const GPU_B: &str = "GPU-bbbbbbbb-0000-0000-0000-000000000002";
+const GPU_C: &str = "GPU-cccccccc-0000-0000-0000-000000000003";
+const GPU_D: &str = "GPU-dddddddd-0000-0000-0000-000000000004";
+const MIG_B: &str = "MIG-0b0b0b0b-1111-2222-3333-444444444444";
+const ALPHA: Uuid = Uuid::from_u128(0xa1);
+const BETA: Uuid = Uuid::from_u128(0xb2);
+
+struct Env {
+    app: axum::Router,
+    agent: String,
+    admin: String,
+    export: String,
+    _db: gpuledger_e2e::TestDatabase,
+}
+
+/// A fresh organization of its own: two tenants, one cluster, an H100 class and its 3g.40gb MIG profile (3/7).
+async fn env() -> Env {
+    let (test_db, db) = common::migrated().await;
+    let org = db.cross_org_directory().create_org(OrgId::from_uuid(Uuid::new_v4()), "util", "Util").await.unwrap();
+    let mut tx = db.begin_org(org).await.unwrap();
+    let o = org.as_uuid();
+    let dept = Uuid::new_v4();
+    sqlx::query("INSERT INTO departments (org_id, department_id, name) VALUES ($1, $2, 'Research')")
+        .bind(o)
+        .bind(dept)
+        .execute(tx.conn())
+        .await
+        .unwrap();
+    for (id, name) in [(ALPHA, "alpha"), (BETA, "beta")] {
+        sqlx::query("INSERT INTO tenants (org_id, tenant_id, department_id, name) VALUES ($1, $2, $3, $4)")
+            .bind(o)
+            .bind(id)
+            .bind(dept)
+            .bind(name)
+            .execute(tx.conn())
+            .await
+            .unwrap();
+    }
+    sqlx::query("INSERT INTO gpu_classes (org_id, gpu_class) VALUES ($1, 'H100-80GB')")
+        .bind(o)
+        .execute(tx.conn())
+        .await
+        .unwrap();
+    let since = datetime!(2025-01-01 00:00 UTC);
+    sqlx::query("INSERT INTO gpu_models (org_id, model, valid_from, gpu_class) VALUES ($1, $2, $3, 'H100-80GB')")
+        .bind(o)
+        .bind(H100)
+        .bind(since)
+        .execute(tx.conn())
+        .await
+        .unwrap();
+    sqlx::query(
+        "INSERT INTO mig_profiles (org_id, model, profile, valid_from, fraction_num, fraction_den)
+         VALUES ($1, $2, '3g.40gb', $3, 3, 7)",
+    )
+    .bind(o)
+    .bind(H100)
+    .bind(since)
+    .execute(tx.conn())
+    .await
+    .unwrap();
+    let (cluster, _) = auth::ensure_cluster(&mut tx, "gpu-east").await.unwrap();
+    let (_, agent) = auth::create_token(&mut tx, &Scope::Agent { cluster }, "agent", "test").await.unwrap();
+    let (_, admin) = auth::create_token(&mut tx, &Scope::Admin, "admin", "test").await.unwrap();
+    let (_, export) = auth::create_token(&mut tx, &Scope::Export, "powerbi", "test").await.unwrap();
+    tx.commit().await.unwrap();
+    let app = app::router(
+        AppState { db, featured_org: None, leptos: app::leptos_options() },
+        &HttpOptions { body_limit: 4 * 1024 * 1024, ..HttpOptions::default() },
+    );
+    Env { app, agent, admin, export, _db: test_db }
+}
+
+fn namespace(uid: Uuid, tenant: &str, since: OffsetDateTime) -> Fact {
+    Fact {
+        event_id: event_id("namespace", &[&uid.to_string(), tenant]),
+        observed_at: since,
+        body: FactBody::NamespaceObserved(NamespaceFact {
+            namespace_uid: uid,
+            name: "ml-team".into(),
+            created_at: datetime!(2026-09-01 00:00 UTC),
+            deleted_at: None,
+            labels: AttributionLabels { tenant: Some(tenant.into()), ..Default::default() },
+            labels_since: since,
+        }),
+    }
+}
+
+/// An allocation that started and ended, as two facts.
+fn held(
+    pod: &str,
+    ns: Uuid,
+    mode: SharingMode,
+    device: &str,
+    from: OffsetDateTime,
+    to: OffsetDateTime,
+) -> (String, [Fact; 2]) {
+    let resource = match &mode {
+        SharingMode::Mig { profile } => format!("nvidia.com/mig-{profile}"),
+        _ => "nvidia.com/gpu".into(),
+    };
+    let allocation_id = format!("{pod}/main/{resource}");
+    let start = Fact {
+        event_id: event_id("alloc-start", &[&allocation_id]),
+        observed_at: from,
+        body: FactBody::AllocationStarted(AllocationStart {
+            allocation_id: allocation_id.clone(),
+            holder: Holder::Pod,
+            holder_uid: Uuid::new_v4(),
+            holder_name: pod.into(),
+            namespace: "ml-team".into(),
+            namespace_uid: Some(ns),
+            container: Some("main".into()),
+            node: Some("node-1".into()),
+            resource,
+            units: 1,
+            mode,
+            gpu_model: Some(H100.into()),
+            device_ids: vec![device.into()],
+            started_at: from,
+            labels: AttributionLabels::default(),
+        }),
+    };
+    let end = Fact {
+        event_id: event_id("alloc-end", &[&allocation_id]),
+        observed_at: to,
+        body: FactBody::AllocationEnded(AllocationEnd {
+            allocation_id: allocation_id.clone(),
+            ended_at: to,
+            reason: EndReason::Finished,
+        }),
+    };
+    (allocation_id, [start, end])
+}
+
+/// Hourly whole-GPU rollups at `pct` over `[from, to)`.
+fn telemetry(gpu: &str, from: OffsetDateTime, to: OffsetDateTime, pct: f64) -> Vec<Fact> {
+    let mut out = Vec::new();
+    let mut t = from;
+    while t < to {
+        out.push(Fact {
+            event_id: event_id("telemetry", &[gpu, "-", &t.unix_timestamp().to_string()]),
+            observed_at: t + Duration::hours(1),
+            body: FactBody::Telemetry(TelemetryRollup {
+                node: "node-1".into(),
+                gpu_uuid: gpu.into(),
+                gpu_instance_id: None,
+                mig_profile: None,
+                window_start: t,
+                window_end: t + Duration::hours(1),
+                samples: 360,
+                utilization_pct: Some(Stat { min: pct, avg: pct, max: pct }),
+                memory_used_mib: None,
+                power_w: None,
+                energy_j: None,
+                pod: None,
+            }),
+        });
+        t += Duration::hours(1);
+    }
+    out
+}
+
+async fn send(env: &Env, facts: Vec<Fact>) {
+    let batch = Batch {
+        wire_version: WIRE_VERSION,
+        agent: AgentInfo { version: "test".into(), mode: "cluster".into(), node: None },
+        cluster: None,
+        facts,
+    };
+    let req = Request::post("/api/v1/ingest/batches")
+        .header("content-type", "application/json")
+        .header("authorization", format!("Bearer {}", env.agent))
+        .body(Body::from(serde_json::to_vec(&batch).unwrap()))
+        .unwrap();
+    let response = env.app.clone().oneshot(req).await.unwrap();
+    let status = response.status();
+    let body = to_bytes(response.into_body(), 1 << 20).await.unwrap();
+    assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
+    let ack: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(ack["flagged"].as_array().map(Vec::len), Some(0), "{ack}");
+}
+
+async fn get(env: &Env, token: Option<&str>, query: &str) -> (StatusCode, String, Value) {
+    let mut req = Request::get(format!("/api/v1/analytics/utilization?{query}"));
+    if let Some(t) = token {
+        req = req.header("authorization", format!("Bearer {t}"));
+    }
+    let response = env.app.clone().oneshot(req.body(Body::empty()).unwrap()).await.unwrap();
+    let status = response.status();
+    let content_type =
+        response.headers().get("content-type").and_then(|v| v.to_str().ok()).unwrap_or_default().to_string();
+    let body = to_bytes(response.into_body(), 1 << 22).await.unwrap();
+    (status, content_type, serde_json::from_slice(&body).unwrap_or(Value::Null))
+}
+
+fn row<'a>(report: &'a Value, allocation_id: &str, tenant: &str) -> &'a Value {
+    report["allocations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["allocation_id"] == allocation_id && r["tenant_name"] == tenant)
+        .unwrap_or_else(|| panic!("no row {allocation_id} for {tenant} in {report:#}"))
+}
+
+fn numbers(r: &Value) -> [&str; 5] {
+    ["allocated_gpu_hours", "active_equivalent_gpu_hours", "observed_hours", "observed_gpu_hours", "idle_gpu_hours"]
+        .map(|k| r[k].as_str().unwrap_or_else(|| panic!("{k} missing in {r}")))
+}
+
+#[tokio::test]
+async fn idle_reservations_and_active_equivalent_hours_by_hand() {
+    let env = env().await;
+    let ns = Uuid::new_v4();
+    let at =
+        |d: u8, h: u8| datetime!(2026-10-01 00:00 UTC) + Duration::days(i64::from(d) - 1) + Duration::hours(h.into());
+
+    // Owners: alpha from September, beta from 10 October 00:00.
+    let mut facts = vec![namespace(ns, "alpha", datetime!(2026-09-01 00:00 UTC)), namespace(ns, "beta", at(10, 0))];
+    // The H100 with a 3g.40gb MIG device whose UUID the allocation names.
+    facts.push(Fact {
+        event_id: event_id("device", &[GPU_B, "1"]),
+        observed_at: datetime!(2026-09-15 00:00 UTC),
+        body: FactBody::DeviceObserved(DeviceFact {
+            node: "node-1".into(),
+            gpu_uuid: GPU_B.into(),
+            model: H100.into(),
+            index: Some(1),
+            memory_mib: Some(81_559),
+            mig_enabled: true,
+            mig_devices: vec![MigDeviceFact {
+                profile: "3g.40gb".into(),
+                gpu_instance_id: 2,
+                compute_instance_id: Some(0),
+                uuid: Some(MIG_B.into()),
+            }],
+            vgpu_profile: None,
+        }),
+    });
+    // A: an idle notebook, one GPU for 10 h at 2 %.
+    let (a, f) = held("notebook", ns, SharingMode::Exclusive, GPU_A, at(5, 0), at(5, 10));
+    facts.extend(f);
+    facts.extend(telemetry(GPU_A, at(5, 0), at(5, 10), 2.0));
+    // B: a 3/7 MIG slice, 7 h, its GPU busy at 70 %.
+    let mig = SharingMode::Mig { profile: MigProfile::new("3g.40gb").unwrap() };
+    let (b, f) = held("trainer", ns, mig, MIG_B, at(6, 0), at(6, 7));
+    facts.extend(f);
+    facts.extend(telemetry(GPU_B, at(6, 0), at(6, 7), 70.0));
+    // C: crosses into October (30 Sep 22:00 → 1 Oct 02:00), idle throughout: two hours count.
+    let (c, f) = held("overnight", ns, SharingMode::Exclusive, GPU_C, at(1, 0) - Duration::hours(2), at(1, 2));
+    facts.extend(f);
+    facts.extend(telemetry(GPU_C, at(1, 0) - Duration::hours(2), at(1, 2), 0.0));
+    // D: no telemetry, 9 Oct 20:00 → 10 Oct 04:00, split by the owner change: 4 h each.
+    let (d, f) = held("dark", ns, SharingMode::Exclusive, GPU_D, at(9, 20), at(10, 4));
+    facts.extend(f);
+    // E: a quiet start shorter than the minimum (45 min at 1 %), then busy.
+    let (e, f) = held("bursty", ns, SharingMode::Exclusive, GPU_A, at(12, 0), at(12, 2));
+    facts.extend(f);
+    let mut quiet = telemetry(GPU_A, at(12, 0), at(12, 1), 1.0);
+    if let FactBody::Telemetry(t) = &mut quiet[0].body {
+        t.window_end = at(12, 0) + Duration::minutes(45);
+    }
+    facts.extend(quiet);
+    let mut busy = telemetry(GPU_A, at(12, 1), at(12, 2), 90.0);
+    if let FactBody::Telemetry(t) = &mut busy[0].body {
+        t.window_start = at(12, 0) + Duration::minutes(45);
+    }
+    facts.extend(busy);
+    send(&env, facts).await;
+
+    let (status, _, report) = get(&env, Some(&env.admin), "period=2026-10").await;
+    assert_eq!(status, StatusCode::OK, "{report:#}");
+    assert_eq!(report["period"], "2026-10");
+    assert_eq!(report["threshold"], "5.0");
+    assert_eq!(report["min_idle_hours"], "1.000000");
+    assert_eq!(report["total"], 6, "{report:#}");
+    assert_eq!(report["without_fraction"], 0);
+
+    // [allocated, active-equivalent, observed h, observed GPU-h, idle]
+    let ra = row(&report, &a, "alpha");
+    assert_eq!(numbers(ra), ["10.000000", "0.200000", "10.000000", "10.000000", "10.000000"]);
+    assert_eq!(ra["idle"], true);
+    assert_eq!(ra["idle_stretches"][0]["from"], "2026-10-05T00:00:00Z");
+    assert_eq!(ra["idle_stretches"][0]["to"], "2026-10-05T10:00:00Z");
+    assert_eq!(ra["gpu_class"], "H100-80GB");
+    assert_eq!(ra["fraction"], "1");
+
+    let rb = row(&report, &b, "alpha");
+    // 3/7 × 7 h = 3; × 0.7 = 2.1; telemetry found through the MIG device's parent GPU.
+    assert_eq!(numbers(rb), ["3.000000", "2.100000", "7.000000", "3.000000", "0.000000"]);
+    assert_eq!(rb["fraction"], "3/7");
+    assert_eq!(rb["devices"][0], MIG_B);
+    assert_eq!(rb["idle"], false);
+
+    let rc = row(&report, &c, "alpha");
+    assert_eq!(numbers(rc), ["2.000000", "0.000000", "2.000000", "2.000000", "2.000000"]);
+    assert_eq!(rc["from"], "2026-10-01T00:00:00Z");
+
+    let rd_alpha = row(&report, &d, "alpha");
+    let rd_beta = row(&report, &d, "beta");
+    for r in [rd_alpha, rd_beta] {
+        assert_eq!(numbers(r), ["4.000000", "0.000000", "0.000000", "0.000000", "0.000000"]);
+        assert_eq!(r["idle"], false, "no telemetry is not idle");
+    }
+    assert_eq!(rd_alpha["to"], "2026-10-10T00:00:00Z");
+    assert_eq!(rd_beta["from"], "2026-10-10T00:00:00Z");
+
+    let re = row(&report, &e, "beta");
+    // 0.75 h × 0.01 + 1.25 h × 0.9 = 0.0075 + 1.125 = 1.1325
+    assert_eq!(numbers(re), ["2.000000", "1.132500", "2.000000", "2.000000", "0.000000"]);
+    assert_eq!(re["idle"], false);
+
+    // Most idle first.
+    let order: Vec<&str> =
+        report["allocations"].as_array().unwrap().iter().map(|r| r["allocation_id"].as_str().unwrap()).collect();
+    assert_eq!(&order[..2], [a.as_str(), c.as_str()]);
+
+    // Tenants: alpha = A + B + C + D's first half; beta = D's second half + E.
+    let tenants = report["tenants"].as_array().unwrap();
+    let alpha = tenants.iter().find(|t| t["tenant_name"] == "alpha").unwrap();
+    assert_eq!(alpha["tenant_id"], ALPHA.to_string());
+    assert_eq!((alpha["allocations"].as_u64(), alpha["idle_allocations"].as_u64()), (Some(4), Some(2)));
+    assert_eq!(alpha["allocated_gpu_hours"], "19.000000");
+    assert_eq!(alpha["active_equivalent_gpu_hours"], "2.300000");
+    assert_eq!(alpha["observed_gpu_hours"], "15.000000");
+    assert_eq!(alpha["idle_gpu_hours"], "12.000000");
+    let beta = tenants.iter().find(|t| t["tenant_name"] == "beta").unwrap();
+    assert_eq!((beta["allocations"].as_u64(), beta["idle_allocations"].as_u64()), (Some(2), Some(0)));
+    assert_eq!(beta["allocated_gpu_hours"], "6.000000");
+    assert_eq!(beta["active_equivalent_gpu_hours"], "1.132500");
+    assert_eq!(beta["idle_gpu_hours"], "0.000000");
+    assert_eq!(tenants.len(), 2);
+
+    // With a 45-minute minimum, E's quiet start becomes an idle stretch.
+    let (_, _, r) = get(&env, Some(&env.export), "period=2026-10&min_idle_hours=0.75").await;
+    assert_eq!(row(&r, &e, "beta")["idle_gpu_hours"], "0.750000");
+    assert_eq!(r["min_idle_hours"], "0.750000");
+    // A threshold under 2 % leaves the notebook busy.
+    let (_, _, r) = get(&env, Some(&env.export), "period=2026-10&idle_threshold_pct=1.5").await;
+    assert_eq!(row(&r, &a, "alpha")["idle"], false);
+    assert_eq!(r["threshold"], "1.5");
+
+    // One tenant, paged.
+    let (status, _, r) = get(&env, Some(&env.export), &format!("period=2026-10&tenant={BETA}&per_page=1&page=2")).await;
+    assert_eq!(status, StatusCode::OK, "{r:#}");
+    assert_eq!((r["total"].as_u64(), r["page"].as_u64(), r["per_page"].as_u64()), (Some(2), Some(2), Some(1)));
+    assert_eq!(r["allocations"].as_array().unwrap().len(), 1);
+    assert_eq!(r["tenants"].as_array().unwrap().len(), 1);
+    assert_eq!(r["tenants"][0]["tenant_name"], "beta");
+
+    // September sees only C's first two hours.
+    let (_, _, r) = get(&env, Some(&env.admin), "period=2026-09").await;
+    assert_eq!(r["total"], 1);
+    assert_eq!(numbers(row(&r, &c, "alpha")), ["2.000000", "0.000000", "2.000000", "2.000000", "2.000000"]);
+}
+
+#[tokio::test]
+async fn who_may_ask_and_what_is_refused() {
+    let env = env().await;
+    assert_eq!(get(&env, None, "period=2026-10").await.0, StatusCode::UNAUTHORIZED);
+    assert_eq!(get(&env, Some(&env.agent), "period=2026-10").await.0, StatusCode::FORBIDDEN);
+    let (status, _, empty) = get(&env, Some(&env.export), "period=2026-10").await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!((empty["total"].as_u64(), empty["tenants"].as_array().map(Vec::len)), (Some(0), Some(0)));
+    let stranger = format!("period=2026-10&tenant={}", Uuid::new_v4());
+    for (query, field) in [
+        ("", "period"),
+        ("period=2026-13", "period"),
+        ("period=2026-10&tenant=x", "tenant"),
+        (stranger.as_str(), "tenant"),
+        ("period=2026-10&idle_threshold_pct=120", "idle_threshold_pct"),
+        ("period=2026-10&min_idle_hours=soon", "min_idle_hours"),
+        ("period=2026-10&per_page=0", "per_page"),
+        ("period=2026-10&colour=red", "colour"),
+    ] {
+        let (status, content_type, problem) = get(&env, Some(&env.admin), query).await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{query}: {problem}");
+        assert_eq!(content_type, "application/problem+json");
+        assert_eq!(problem["field"], field, "{query}: {problem}");
+    }
+}
