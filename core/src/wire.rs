@@ -482,19 +482,48 @@ pub struct FlaggedFact {
 
 /// Builds a deterministic event ID from the transition and the identifiers it concerns, e.g.
 /// `event_id("alloc-start", &[pod_uid, "main", "nvidia.com/gpu"])` → `alloc-start/<uid>/main/nvidia.com/gpu`.
+///
+/// IDs longer than [`EVENT_ID_MAX`] (e.g. an assignment of eight GPUs, each UUID named) keep their first 200
+/// bytes and end in `~` and the SHA-256 of the whole ID: still deterministic, still unique, and within what the
+/// server stores.
 pub fn event_id(transition: &str, parts: &[&str]) -> String {
     let mut id = String::from(transition);
     for p in parts {
         id.push('/');
         id.push_str(p);
     }
+    if id.len() > EVENT_ID_MAX {
+        let digest = crate::bundle::sha256_hex(id.as_bytes());
+        let mut cut = 200;
+        while !id.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        id.truncate(cut);
+        id.push('~');
+        id.push_str(&digest);
+    }
     id
 }
+
+/// Longest event ID kept as is (the server accepts up to 300 bytes).
+pub const EVENT_ID_MAX: usize = 280;
 
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
+
+    #[test]
+    fn long_event_ids_are_hashed_deterministically() {
+        let gpus: Vec<String> = (0..8).map(|i| format!("GPU-{i:08}-c431-40bb-a36a-eaad3b097bcc")).collect();
+        let joined = gpus.join(",");
+        let a = event_id("device-assigned", &["node", "ns", "pod", "main", "nvidia.com/gpu", &joined]);
+        assert!(a.len() <= 300, "{}", a.len());
+        assert_eq!(a, event_id("device-assigned", &["node", "ns", "pod", "main", "nvidia.com/gpu", &joined]));
+        let other = gpus[..7].join(",");
+        assert_ne!(a, event_id("device-assigned", &["node", "ns", "pod", "main", "nvidia.com/gpu", &other]));
+        assert_eq!(event_id("x", &["y"]), "x/y");
+    }
 
     #[test]
     fn a_device_assignment_round_trips_through_json() {

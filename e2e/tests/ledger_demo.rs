@@ -7,7 +7,7 @@ use std::process::Command;
 
 use gpuledger_e2e::{
     fresh_database,
-    process::{binary, create_token, start_demo, temp_dir},
+    process::{binary, create_token, temp_dir},
 };
 use serde_json::Value;
 
@@ -30,7 +30,15 @@ fn server(args: &[&str]) -> (bool, String) {
 async fn closed_demo_months_verify_offline_and_tampering_is_named() {
     let db = fresh_database().await.unwrap();
     let dir = temp_dir("gl-e2e-ledger").unwrap();
-    let mut demo = start_demo(&db.admin_url, &dir.join("demo.log")).unwrap();
+    // The demo loads three months through the agent code and closes two of them: minutes in a debug build.
+    let mut demo = gpuledger_e2e::process::ServerProcess::start(
+        &["demo"],
+        &[("DATABASE_URL", Some(db.admin_url.as_str()))],
+        None,
+        &dir.join("demo.log"),
+    )
+    .unwrap();
+    demo.wait_ready(std::time::Duration::from_secs(900)).unwrap();
     let token = create_token(&db.admin_url, "export").unwrap();
 
     let now = time::OffsetDateTime::now_utc();

@@ -11,6 +11,10 @@
 //! GL_BENCH_GPUS=1000 cargo bench -p gpuledger-server --bench ledger   # quick run
 //! ```
 //!
+//! `GL_BENCH_ENERGY_WINDOW_HOURS` (default 4) sets the energy windows (one per GPU and window; hourly windows for
+//! 10,000 GPUs would be 7.2 M rows). `GL_BENCH_PHASE=compute GL_BENCH_DUMP_INPUT=FILE` writes the generated input
+//! as JSON and exits (a profiling aid).
+//!
 //! PostgreSQL comes from the shared test harness (`gpuledger_e2e::cluster`): the cluster `DATABASE_URL` names (a
 //! superuser URL), else a throwaway cluster started from the machine's `initdb`/`pg_ctl`. The bench creates its
 //! own database in it (dropped at the end), migrates it with `db::migrate` and bulk-loads the data with COPY as the
@@ -20,6 +24,10 @@
 //! The data is deterministic (seeded `StdRng`). Checks that fail the bench: the input loaded by the server equals
 //! the one built in memory (sha256 of its canonical JSON), both give the same ledger (sha256 of its lines), and
 //! the per-tenant allocated GPU-hours of the ledger input equal the SQL reference to 6 decimals.
+//!
+//! Besides wall time, CPU time is read from `/proc/PID/stat` (the bench's own process; PostgreSQL's backend plus
+//! the parallel workers the postmaster reaped, when PostgreSQL runs on this machine), so that a run on a busy
+//! machine still gives comparable numbers.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::{
@@ -67,7 +75,7 @@ const RUNS: usize = 3;
 /// Jobs start this long before the period (so some cross its start).
 const LEAD_S: i64 = 3 * 86_400;
 /// Mean gap between two jobs on one lane is half of this.
-const GAP_MAX_S: i64 = 10 * 3_600;
+const GAP_MAX_S: i64 = 14 * 3_600;
 const TARGET_S: f64 = 10.0;
 
 const ORG: Uuid = Uuid::from_u128(0x0b3e_0000_0000_4000_8000_0000_0000_0001);
@@ -1012,6 +1020,62 @@ fn reset_peak() -> bool {
     std::fs::write("/proc/self/clear_refs", "5").is_ok()
 }
 
+/// CPU time (user + system, clock-tick resolution) from `/proc/PID/stat`: the process's own, plus, with
+/// `reaped_children`, that of its children that have exited and been waited for. `None` when the process is not
+/// visible (a PostgreSQL on another machine).
+fn cpu_s(pid: &str, reaped_children: bool) -> Option<f64> {
+    static TICKS: std::sync::OnceLock<f64> = std::sync::OnceLock::new();
+    let ticks = *TICKS.get_or_init(|| {
+        Command::new("getconf")
+            .arg("CLK_TCK")
+            .output()
+            .ok()
+            .and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse().ok())
+            .unwrap_or(100.0)
+    });
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command name: state is [0], ppid [1], utime [11], stime [12], cutime [13], cstime [14].
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    let n = |i: usize| fields.get(i).and_then(|f| f.parse::<f64>().ok());
+    let own = n(11)? + n(12)?;
+    Some(if reaped_children { own + n(13)? + n(14)? } else { own } / ticks)
+}
+
+fn self_cpu_s() -> f64 {
+    cpu_s("self", false).unwrap_or(0.0)
+}
+
+/// CPU time PostgreSQL spent for one connection: its backend's, plus that of the parallel workers the postmaster
+/// has reaped (their CPU time is added to the postmaster's children time when they exit).
+struct PgCpu {
+    backend: String,
+    postmaster: Option<String>,
+}
+
+impl PgCpu {
+    async fn of(conn: &mut PgConnection) -> Self {
+        let backend = sqlx::query_scalar::<_, i32>("SELECT pg_backend_pid()")
+            .fetch_one(conn)
+            .await
+            .expect("backend pid")
+            .to_string();
+        let postmaster = std::fs::read_to_string(format!("/proc/{backend}/stat"))
+            .ok()
+            .and_then(|s| s.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().nth(1).map(str::to_string)));
+        Self { backend, postmaster }
+    }
+
+    fn now(&self) -> Option<f64> {
+        Some(cpu_s(&self.backend, false)? + cpu_s(self.postmaster.as_deref()?, true)?)
+    }
+
+    /// Reads after a short pause, so that exited parallel workers have been reaped.
+    async fn after(&self) -> Option<f64> {
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        self.now()
+    }
+}
+
 fn loadavg() -> String {
     std::fs::read_to_string("/proc/loadavg")
         .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
@@ -1054,15 +1118,24 @@ fn phase_compute(spec: Spec) {
     let mut input = world.ledger_input();
     canonicalize(&mut input);
     drop(world);
+    if let Ok(path) = std::env::var("GL_BENCH_DUMP_INPUT") {
+        // A profiling aid: the exact input, as JSON, for running `compute` elsewhere.
+        let file = std::io::BufWriter::new(std::fs::File::create(&path).expect("dump file"));
+        serde_json::to_writer(file, &input).expect("dump");
+        eprintln!("wrote the input to {path}");
+        return;
+    }
     let rss_input = status_kib("VmRSS:");
     let reset = reset_peak();
     let mut times = Vec::new();
+    let mut cpu = Vec::new();
     let mut digest = String::new();
     let mut summary = json!({});
     for run in 0..RUNS {
-        let t0 = Instant::now();
+        let (t0, c0) = (Instant::now(), self_cpu_s());
         let ledger = compute(&input).expect("compute");
         times.push(t0.elapsed().as_secs_f64());
+        cpu.push(self_cpu_s() - c0);
         if run == 0 {
             digest = ledger_digest(&ledger);
             let mut by_term: BTreeMap<&str, usize> = BTreeMap::new();
@@ -1082,6 +1155,7 @@ fn phase_compute(spec: Spec) {
     }
     emit(json!({
         "times": times,
+        "cpu": cpu,
         "rss_start_kib": rss_start,
         "rss_input_kib": rss_input,
         "hwm_kib": status_kib("VmHWM:"),
@@ -1100,24 +1174,33 @@ fn phase_full(_spec: Spec) {
     let period = Period::parse(PERIOD).expect("period");
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
     let out = runtime.block_on(async {
-        let db = Database::connect(&app_url, AppLogin::Direct, 2).await.expect("app pool");
+        // One connection, so that every transaction runs on the same backend, whose CPU time is read.
+        let db = Database::connect(&app_url, AppLogin::Direct, 1).await.expect("app pool");
+        let mut tx = db.begin_org(org).await.expect("begin");
+        let pg = PgCpu::of(tx.conn()).await;
+        tx.commit().await.expect("commit");
         let policy = World::policy();
         let rss_before = status_kib("VmRSS:");
         let reset = reset_peak();
         let (mut load, mut comp, mut total) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut load_cpu, mut comp_cpu, mut pg_cpu) = (Vec::new(), Vec::new(), Vec::new());
         let mut digests = (String::new(), String::new());
         let mut counts = json!({});
         for run in 0..RUNS {
-            let t0 = Instant::now();
+            let (t0, c0, b0) = (Instant::now(), self_cpu_s(), pg.now());
             let mut tx = db.begin_org(org).await.expect("begin");
             let mut input = load_input(&mut tx, period, policy.clone()).await.expect("load_input");
             tx.commit().await.expect("commit");
-            let t1 = Instant::now();
+            let (t1, c1) = (Instant::now(), self_cpu_s());
             let ledger = compute(&input).expect("compute");
-            let t2 = Instant::now();
+            let (t2, c2) = (Instant::now(), self_cpu_s());
+            let b1 = pg.after().await;
             load.push((t1 - t0).as_secs_f64());
             comp.push((t2 - t1).as_secs_f64());
             total.push((t2 - t0).as_secs_f64());
+            load_cpu.push(c1 - c0);
+            comp_cpu.push(c2 - c1);
+            pg_cpu.push(b0.zip(b1).map(|(a, b)| b - a));
             if run == 0 {
                 // Outside the timing; in place, so that no copy of the input adds to the peak.
                 canonicalize(&mut input);
@@ -1135,6 +1218,7 @@ fn phase_full(_spec: Spec) {
         db.close().await;
         json!({
             "load": load, "compute": comp, "total": total,
+            "load_cpu": load_cpu, "compute_cpu": comp_cpu, "pg_cpu": pg_cpu,
             "load_allocations_s": alloc_s, "load_allocations_rows": n,
             "rss_before_kib": rss_before, "hwm_kib": hwm, "peak_reset": reset,
             "input_digest": digests.0, "ledger_digest": digests.1, "counts": counts,
@@ -1450,15 +1534,18 @@ SELECT o.tenant_id::text,
    AND a.started_at < $2 AND (a.ended_at IS NULL OR a.ended_at > $1)
  GROUP BY o.tenant_id";
 
-async fn reference(conn: &mut PgConnection) -> (f64, BTreeMap<String, String>) {
-    let t0 = Instant::now();
+/// One run of the reference: wall seconds, PostgreSQL CPU seconds (backend + parallel workers), the totals.
+async fn reference(conn: &mut PgConnection) -> (f64, Option<f64>, BTreeMap<String, String>) {
+    let pg = PgCpu::of(conn).await;
+    let (t0, c0) = (Instant::now(), pg.now());
     let rows: Vec<(String, String)> = sqlx::query_as(REFERENCE_SQL)
         .bind(PERIOD_START)
         .bind(PERIOD_END)
         .fetch_all(&mut *conn)
         .await
         .expect("reference");
-    (t0.elapsed().as_secs_f64(), rows.into_iter().collect())
+    let wall = t0.elapsed().as_secs_f64();
+    (wall, c0.zip(pg.after().await).map(|(a, b)| b - a), rows.into_iter().collect())
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -1534,30 +1621,38 @@ fn main() {
     let compute_only = run_child("compute", &[]);
     eprintln!("compute-only phase done");
 
-    // (c) the SQL reference, as gpuledger_app in an org transaction (RLS on, like the server), then as the
-    // superuser (RLS bypassed).
-    let (app_times, su_times, sql_hours) = runtime.block_on(async {
+    // (c) the SQL reference: as gpuledger_app in an org transaction (RLS on, like the server); the same without
+    // parallel workers (one core, like `compute`); and as the superuser (RLS bypassed).
+    let (app_runs, serial_runs, su_runs, sql_hours) = runtime.block_on(async {
         let db = Database::connect(&test_db.app_url, AppLogin::Direct, 1).await.expect("app pool");
         let org = gpuledger_core::ids::OrgId::from_uuid(ORG);
-        let mut app_times = Vec::new();
+        let (mut app, mut serial) = (Vec::new(), Vec::new());
         let mut hours = BTreeMap::new();
         for _ in 0..RUNS {
             let mut tx = db.begin_org(org).await.expect("begin");
-            let (t, h) = reference(tx.conn()).await;
+            let (t, c, h) = reference(tx.conn()).await;
             tx.commit().await.expect("commit");
-            app_times.push(t);
+            app.push((t, c));
             hours = h;
+        }
+        for _ in 0..RUNS {
+            let mut tx = db.begin_org(org).await.expect("begin");
+            sqlx::query("SET LOCAL max_parallel_workers_per_gather = 0").execute(tx.conn()).await.expect("serial");
+            let (t, c, h) = reference(tx.conn()).await;
+            tx.commit().await.expect("commit");
+            assert_eq!(h, hours, "the serial plan gives the same totals");
+            serial.push((t, c));
         }
         db.close().await;
         let mut admin = PgConnection::connect(&test_db.admin_url).await.expect("connect");
-        let mut su_times = Vec::new();
+        let mut su = Vec::new();
         for _ in 0..RUNS {
-            let (t, h) = reference(&mut admin).await;
-            assert_eq!(h, hours, "the reference gives the same totals as the superuser");
-            su_times.push(t);
+            let (t, c, h) = reference(&mut admin).await;
+            assert_eq!(h, hours, "the superuser gets the same totals");
+            su.push((t, c));
         }
         admin.close().await.expect("close");
-        (app_times, su_times, hours)
+        (app, serial, su, hours)
     });
     eprintln!("SQL reference done");
 
@@ -1595,8 +1690,23 @@ fn main() {
     let (l_best, l_med) = secs(&floats(&full["load"]));
     let (fc_best, fc_med) = secs(&floats(&full["compute"]));
     let (t_best, t_med) = secs(&floats(&full["total"]));
-    let (s_best, s_med) = secs(&app_times);
-    let (su_best, su_med) = secs(&su_times);
+    let walls = |runs: &[(f64, Option<f64>)]| secs(&runs.iter().map(|r| r.0).collect::<Vec<_>>());
+    let (s_best, s_med) = walls(&app_runs);
+    let (sr_best, sr_med) = walls(&serial_runs);
+    let (su_best, su_med) = walls(&su_runs);
+    // Best CPU seconds of a series (`None` when PostgreSQL's processes are not visible from here).
+    let best_cpu =
+        |v: Vec<Option<f64>>| -> Option<f64> { v.into_iter().collect::<Option<Vec<f64>>>().map(|v| secs(&v).0) };
+    let json_cpu = |v: &Value| v.as_array().map_or(Vec::new(), |a| a.iter().map(Value::as_f64).collect());
+    let c_cpu = best_cpu(json_cpu(&compute_only["cpu"]));
+    let l_cpu = best_cpu(json_cpu(&full["load_cpu"]));
+    let fc_cpu = best_cpu(json_cpu(&full["compute_cpu"]));
+    let pg_cpu = best_cpu(json_cpu(&full["pg_cpu"]));
+    let s_cpu = best_cpu(app_runs.iter().map(|r| r.1).collect());
+    let sr_cpu = best_cpu(serial_runs.iter().map(|r| r.1).collect());
+    let su_cpu = best_cpu(su_runs.iter().map(|r| r.1).collect());
+    let cpu_text = |c: Option<f64>| c.map_or("n/a".to_string(), |c| format!("{c:.2}"));
+    let cpu_ratio = |c: Option<f64>| c.zip(s_cpu).map_or("n/a".to_string(), |(c, s)| format!("{:.2}", c / s));
     let kib = |v: &Value, k: &str| v[k].as_u64().unwrap_or(0);
     let mut classes = Vec::new();
     for (i, c) in CLASSES.iter().enumerate() {
@@ -1613,7 +1723,7 @@ fn main() {
     let parallel = plan
         .iter()
         .find(|l| l.contains("Workers Planned"))
-        .map_or("no parallel workers".to_string(), |l| l.trim().to_string());
+        .map_or("no parallel workers".to_string(), |l| format!("parallel, {}", l.trim().to_lowercase()));
 
     println!();
     println!("## Ledger benchmark: {} GPUs × {PERIOD}", grouped(spec.gpus));
@@ -1662,36 +1772,65 @@ fn main() {
     );
     println!();
     println!(
-        "| measurement | best s | median s | best ÷ SQL reference | peak memory (VmHWM) | < {TARGET_S:.0} s | faster than SQL |"
+        "| measurement | wall best s | wall median s | wall ÷ SQL | CPU s (best) | CPU ÷ SQL CPU | peak memory (VmHWM) | < {TARGET_S:.0} s | faster than SQL |"
     );
-    println!("|---|---:|---:|---:|---|:-:|:-:|");
+    println!("|---|---:|---:|---:|---:|---:|---|:-:|:-:|");
     println!(
-        "| (a) `compute`, input in memory | {c_best:.2} | {c_med:.2} | {:.2} | {} MiB process ({} MiB input + {} MiB for compute) | {} | {} |",
+        "| (a) `compute`, input in memory | {c_best:.2} | {c_med:.2} | {:.2} | {} | {} | {} MiB process ({} MiB input + {} MiB for compute) | {} | {} |",
         c_best / s_best,
+        cpu_text(c_cpu),
+        cpu_ratio(c_cpu),
         mib(kib(&compute_only, "hwm_kib")),
         mib(kib(&compute_only, "rss_input_kib").saturating_sub(kib(&compute_only, "rss_start_kib"))),
         mib(kib(&compute_only, "hwm_kib").saturating_sub(kib(&compute_only, "rss_input_kib"))),
         yes(c_best < TARGET_S),
         yes(c_best < s_best)
     );
+    let l_total_cpu = l_cpu.zip(pg_cpu).map(|(a, b)| a + b);
     println!(
-        "| (b) `load_input` via `begin_org` as gpuledger_app | {l_best:.2} | {l_med:.2} | {:.2} | | | |",
-        l_best / s_best
+        "| (b) `load_input` via `begin_org` as gpuledger_app | {l_best:.2} | {l_med:.2} | {:.2} | {} (bench {} + PostgreSQL {}) | {} | | | |",
+        l_best / s_best,
+        cpu_text(l_total_cpu),
+        cpu_text(l_cpu),
+        cpu_text(pg_cpu),
+        cpu_ratio(l_total_cpu)
     );
-    println!("| (b) then `compute` on the loaded input | {fc_best:.2} | {fc_med:.2} | {:.2} | | | |", fc_best / s_best);
     println!(
-        "| (b) load + compute | {t_best:.2} | {t_med:.2} | {:.2} | {} MiB process | {} | {} |",
+        "| (b) then `compute` on the loaded input | {fc_best:.2} | {fc_med:.2} | {:.2} | {} | {} | | | |",
+        fc_best / s_best,
+        cpu_text(fc_cpu),
+        cpu_ratio(fc_cpu)
+    );
+    let t_cpu = l_total_cpu.zip(fc_cpu).map(|(a, b)| a + b);
+    println!(
+        "| (b) load + compute | {t_best:.2} | {t_med:.2} | {:.2} | {} | {} | {} MiB process | {} | {} |",
         t_best / s_best,
+        cpu_text(t_cpu),
+        cpu_ratio(t_cpu),
         mib(kib(&full, "hwm_kib")),
         yes(t_best < TARGET_S),
         yes(t_best < s_best)
     );
-    println!("| (c) SQL reference, gpuledger_app (RLS) | {s_best:.2} | {s_med:.2} | 1.00 | | | |");
-    println!("| (c) SQL reference, superuser (no RLS) | {su_best:.2} | {su_med:.2} | {:.2} | | | |", su_best / s_best);
+    println!(
+        "| (c) SQL reference, gpuledger_app (RLS), {parallel} | {s_best:.2} | {s_med:.2} | 1.00 | {} | 1.00 | | | |",
+        cpu_text(s_cpu)
+    );
+    println!(
+        "| (c) SQL reference, gpuledger_app, no parallel workers | {sr_best:.2} | {sr_med:.2} | {:.2} | {} | {} | | | |",
+        sr_best / s_best,
+        cpu_text(sr_cpu),
+        cpu_ratio(sr_cpu)
+    );
+    println!(
+        "| (c) SQL reference, superuser (no RLS) | {su_best:.2} | {su_med:.2} | {:.2} | {} | {} | | | |",
+        su_best / s_best,
+        cpu_text(su_cpu),
+        cpu_ratio(su_cpu)
+    );
     println!();
     println!(
         "Load split: `load_allocations` alone {:.2} s ({} records); the rest of `load_input` (energy {} rows, quotas, \
-         usage, inventory) ≈ {:.2} s. Reference plan: {parallel}. Peak reset with /proc/self/clear_refs: {}.",
+         usage, inventory) ≈ {:.2} s. Peak reset with /proc/self/clear_refs: {}.",
         full["load_allocations_s"].as_f64().unwrap_or(0.0),
         grouped(full["load_allocations_rows"].as_u64().unwrap_or(0) as usize),
         grouped(input_records.1),

@@ -36,7 +36,7 @@ use gpuledger_core::{
     },
 };
 use serde_json::{Value, json};
-use time::{Duration, OffsetDateTime, format_description::well_known::Rfc3339};
+use time::{OffsetDateTime, format_description::well_known::Rfc3339};
 use uuid::Uuid;
 
 use crate::{app::AppState, db::OrgTx, error::AppError, policy::reader};
@@ -434,9 +434,9 @@ async fn utilization(
 
     let mut rows: Vec<&AllocationUtilization> = report.allocations.iter().collect();
     // Most idle first; ties keep the report's order (by allocation, then time).
-    rows.sort_by(|a, b| b.idle_gpu_hours.cmp(&a.idle_gpu_hours));
+    rows.sort_by_key(|r| std::cmp::Reverse(r.idle_gpu_hours));
     let mut tenants: Vec<&TenantUtilization> = report.tenants.iter().collect();
-    tenants.sort_by(|a, b| b.idle_gpu_hours.cmp(&a.idle_gpu_hours));
+    tenants.sort_by_key(|t| std::cmp::Reverse(t.idle_gpu_hours));
 
     let total = rows.len() as u64;
     let skip = usize::try_from((params.page - 1).saturating_mul(params.per_page)).unwrap_or(usize::MAX);
@@ -471,7 +471,7 @@ async fn utilization(
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
-    use time::macros::datetime;
+    use time::{Duration, macros::datetime};
 
     fn q(s: &str) -> Vec<(String, String)> {
         s.split('&')

@@ -235,6 +235,7 @@ pub async fn close_period(
     }
 }
 
+#[allow(clippy::type_complexity)] // column vectors for one UNNEST insert
 async fn freeze(
     db: &Database,
     org: gpuledger_core::ids::OrgId,
@@ -451,6 +452,7 @@ async fn bundle_handler(
     Ok(response)
 }
 
+#[allow(clippy::type_complexity)]
 async fn list_periods(State(state): State<AppState>, headers: HeaderMap) -> Result<Json<Value>, AppError> {
     let p = reader(&state, &headers).await?;
     let mut tx = state.db.begin_org(p.org).await?;

@@ -108,9 +108,19 @@ pub async fn load_allocations(tx: &mut OrgTx, period: Period) -> Result<Vec<Allo
     .collect();
     let rows: Vec<AllocRow> = sqlx::query_as(
         "SELECT c.name, a.allocation_id, a.fraction_num, a.fraction_den, a.gpu_class, a.started_at, a.ended_at,
-                a.confidence, a.device_ids, a.labels->>'endpoint', o.tenant_id, o.valid_from, o.valid_to
+                a.confidence, COALESCE(NULLIF(a.device_ids, '{}'), da.ids, '{}'), a.labels->>'endpoint', o.tenant_id,
+                o.valid_from, o.valid_to
            FROM allocation_intervals a
            JOIN clusters c ON c.cluster_id = a.cluster_id
+           -- Devices from kubelet's assignment (a separate fact) when the allocation itself did not name them.
+           LEFT JOIN LATERAL (
+                SELECT ARRAY(SELECT jsonb_array_elements_text(e.payload->'device_ids')) AS ids
+                  FROM allocation_events e
+                 WHERE cardinality(a.device_ids) = 0 AND e.cluster_id = a.cluster_id AND e.kind = 'device_assigned'
+                   AND e.subject IN (a.holder_uid::text || '/' || a.container,
+                                     a.namespace || '/' || a.holder_name || '/' || a.container)
+                   AND e.payload->>'resource' = a.resource
+                 ORDER BY e.occurred_at DESC LIMIT 1) da ON true
            LEFT JOIN namespace_ownership o ON o.namespace_uid = a.namespace_uid
                  AND tstzrange(o.valid_from, o.valid_to) && tstzrange(a.started_at, a.ended_at)
           WHERE a.fraction_num IS NOT NULL
@@ -141,7 +151,14 @@ pub async fn load_allocations(tx: &mut OrgTx, period: Period) -> Result<Vec<Allo
             }),
             None => (s, e),
         };
-        let devices = devices.into_iter().map(|d| mig_parent.get(&d).cloned().unwrap_or(d)).collect();
+        // Time-sliced replicas are named `UUID::N`; MIG devices resolve to their physical GPU.
+        let mut devices: Vec<String> = devices
+            .into_iter()
+            .map(|d| d.split("::").next().unwrap_or_default().to_string())
+            .map(|d| mig_parent.get(&d).cloned().unwrap_or(d))
+            .collect();
+        devices.sort();
+        devices.dedup();
         out.push(AllocationRecord {
             id: if part == 0 { id } else { format!("{id}#{part}") },
             tenant: tenant.map(TenantId::from_uuid),
@@ -160,6 +177,7 @@ pub async fn load_allocations(tx: &mut OrgTx, period: Period) -> Result<Vec<Allo
 
 /// Everything the ledger of `period` is computed from, read now. Credits and late-data adjustments are added by
 /// the caller ([`pending_adjustments`]).
+#[allow(clippy::type_complexity)] // row tuples of plain queries
 pub async fn load_input(tx: &mut OrgTx, period: Period, policy: CostPolicy) -> Result<LedgerInput, AppError> {
     let (start, end) = bounds(period)?;
     let departments = sqlx::query_as::<_, (Uuid, String)>("SELECT department_id, name FROM departments ORDER BY name")
@@ -265,6 +283,7 @@ pub async fn load_input(tx: &mut OrgTx, period: Period, policy: CostPolicy) -> R
 }
 
 /// Approved credits not yet applied, as adjustments landing in the next closed period.
+#[allow(clippy::type_complexity)]
 pub async fn approved_credits(tx: &mut OrgTx) -> Result<Vec<(Uuid, AdjustmentRecord)>, AppError> {
     let rows: Vec<(Uuid, Option<Uuid>, Uuid, String, String, String, String, Option<Uuid>)> = sqlx::query_as(
         "SELECT adjustment_id, tenant_id, department_id, gpu_class, amount::text, corrects, reason, dispute_id

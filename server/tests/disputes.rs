@@ -23,6 +23,9 @@ const BORROWED: &str = "2026-10/borrowed/alpha/H100-80GB";
 const GUARANTEED: &str = "2026-10/guaranteed/alpha/H100-80GB";
 const ENERGY: &str = "2026-10/energy/beta/H100-80GB";
 
+/// kind, state, amount, currency, tenant, department, GPU class, corrects, dispute, approved by.
+type AdjustmentRow = (String, String, String, String, Option<Uuid>, Uuid, String, String, Option<Uuid>, Option<String>);
+
 struct Org {
     id: OrgId,
     admin: String,
@@ -49,7 +52,8 @@ async fn org(db: &gpuledger_server::db::Database, su: &sqlx::PgPool, slug: &str)
     let setup: Vec<(&str, Vec<Uuid>)> = vec![
         ("INSERT INTO departments (org_id, department_id, name) VALUES ($1, $2, 'Research')", vec![o, department]),
         (
-            "INSERT INTO tenants (org_id, tenant_id, department_id, name) VALUES ($1, $2, $4, 'alpha'), ($1, $3, $4, 'beta')",
+            "INSERT INTO tenants (org_id, tenant_id, department_id, name)
+             VALUES ($1, $2, $4, 'alpha'), ($1, $3, $4, 'beta')",
             vec![o, alpha, beta, department],
         ),
         ("INSERT INTO gpu_classes (org_id, gpu_class) VALUES ($1, 'H100-80GB')", vec![o]),
@@ -240,18 +244,7 @@ async fn open_comment_accept_and_approve_a_credit() {
 
     // The adjustment as the ledger close will read it.
     let id = Uuid::parse_str(d["id"].as_str().unwrap()).unwrap();
-    let (kind, state, amount, currency, tenant, department, class, corrects, dispute_id, approved_by): (
-        String,
-        String,
-        String,
-        String,
-        Option<Uuid>,
-        Uuid,
-        String,
-        String,
-        Option<Uuid>,
-        Option<String>,
-    ) = sqlx::query_as(
+    let row: AdjustmentRow = sqlx::query_as(
         "SELECT kind, state, amount::text, currency::text, tenant_id, department_id, gpu_class, corrects, dispute_id,
                 approved_by
            FROM adjustments WHERE org_id = $1",
@@ -260,6 +253,7 @@ async fn open_comment_accept_and_approve_a_credit() {
     .fetch_one(&env.su)
     .await
     .unwrap();
+    let (kind, state, amount, currency, tenant, department, class, corrects, dispute_id, approved_by) = row;
     assert_eq!(
         (kind.as_str(), state.as_str(), amount.as_str(), currency.as_str(), class.as_str(), corrects.as_str()),
         ("credit", "approved", "-160.00", "EUR", "H100-80GB", BORROWED)
@@ -565,4 +559,43 @@ async fn list_filters_and_pages_newest_first() {
         let (status, body) = call(&env, "GET", &format!("/api/v1/disputes?{query}"), Some(admin), None).await;
         assert_invalid(status, &body, field);
     }
+}
+
+#[tokio::test]
+async fn concurrent_openings_and_decisions_serialize() {
+    let env = env().await;
+    let admin = env.a.admin.as_str();
+    let (a, b, c) = tokio::join!(
+        open(&env, admin, &[BORROWED], "one"),
+        open(&env, admin, &[GUARANTEED], "two"),
+        open(&env, admin, &[ENERGY], "three"),
+    );
+    let mut numbers: Vec<i64> = [&a, &b, &c]
+        .iter()
+        .map(|(status, d)| {
+            assert_eq!(*status, StatusCode::CREATED, "{d}");
+            d["number"].as_i64().unwrap()
+        })
+        .collect();
+    numbers.sort_unstable();
+    assert_eq!(numbers, [1, 2, 3], "numbers stay dense and unique");
+
+    let d = &a.1;
+    let accept_path = path(d, "/accept");
+    let reject_path = path(d, "/reject");
+    let (accepted, rejected) = tokio::join!(
+        call(&env, "POST", &accept_path, Some(admin), Some(json!({"reason": "yes", "credit_amount": "10.00"}))),
+        call(&env, "POST", &reject_path, Some(admin), Some(json!({"reason": "no"}))),
+    );
+    let mut statuses = [accepted.0, rejected.0];
+    statuses.sort();
+    assert_eq!(statuses, [StatusCode::OK, StatusCode::CONFLICT], "{} / {}", accepted.1, rejected.1);
+    let (_, after) = call(&env, "GET", &path(d, ""), Some(admin), None).await;
+    assert_eq!(after["events"].as_array().unwrap().len(), 2, "one decision only: {after}");
+    let adjustments: i64 = sqlx::query_scalar("SELECT count(*) FROM adjustments WHERE org_id = $1")
+        .bind(env.a.id.as_uuid())
+        .fetch_one(&env.su)
+        .await
+        .unwrap();
+    assert_eq!(adjustments, i64::from(accepted.0 == StatusCode::OK));
 }

@@ -659,7 +659,10 @@ async fn bad_service_usage_names_the_field_and_stores_nothing() {
     assert_eq!(problem["field"], "facts[1].window_end", "{problem}");
     assert!(problem["detail"].as_str().unwrap().contains("window_start"), "{problem}");
     // A window in the future.
-    let future = usage("nlp-research", "llama-3-8b", OffsetDateTime::now_utc() + time::Duration::days(1), 5, (1, 1, 1));
+    // (observed now, so the window is what is refused)
+    let mut future =
+        usage("nlp-research", "llama-3-8b", OffsetDateTime::now_utc() + time::Duration::days(1), 5, (1, 1, 1));
+    future.observed_at = OffsetDateTime::now_utc();
     let (status, problem) = send(&env, &batch(vec![future])).await;
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{problem}");
     assert_eq!(problem["field"], "facts[0].window_end", "{problem}");

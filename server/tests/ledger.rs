@@ -277,6 +277,20 @@ async fn policy_quota_close_bundle_and_late_fact() {
     let (s, v, _) = call(&env, "POST", &format!("/api/v1/policies/{version}/approve"), t, None).await;
     assert_eq!(s, StatusCode::CONFLICT, "{v}");
 
+    // -- a dispute on alpha's borrowed line, accepted with a 10.00 credit that finance approves → a credit line in
+    //    the next open period pointing at the disputed line
+    let (s, d, _) = call(&env, "POST", "/api/v1/disputes", t, Some(json!({"period": "2026-09",
+        "line_ids": ["2026-09/borrowed/alpha/H100-80GB"], "reason": "the job was stuck for 3 hours"}))).await;
+    assert_eq!(s, StatusCode::CREATED, "{d}");
+    let id = d["id"].as_str().unwrap().to_string();
+    let (s, d, _) = call(&env, "POST", &format!("/api/v1/disputes/{id}/accept"), t,
+        Some(json!({"reason": "3 stuck hours × 3.00 = 9.00, rounded up as goodwill", "credit_amount": "10.00"}))).await;
+    assert_eq!(s, StatusCode::OK, "{d}");
+    let (_, pending, _) = call(&env, "GET", "/api/v1/ledger?period=2026-10", t, None).await;
+    assert!(pending["lines"].as_array().unwrap().iter().all(|l| l["term"] != "credit"), "not before finance approves");
+    let (s, d, _) = call(&env, "POST", &format!("/api/v1/disputes/{id}/credit/approve"), t, Some(json!({}))).await;
+    assert_eq!(s, StatusCode::OK, "{d}");
+
     // -- a late fact for September (beta, 1 GPU × 10 h) becomes an adjustment in October: 10 × 3.00 = 30.00
     ingest(&env, pod(env.ns_beta, 1, datetime!(2026-09-25 00:00 UTC), datetime!(2026-09-25 10:00 UTC))).await;
     let (s, oct, _) = call(&env, "GET", "/api/v1/ledger?period=2026-10", t, None).await;
@@ -285,6 +299,10 @@ async fn policy_quota_close_bundle_and_late_fact() {
     assert_eq!(adj["amount"], "30.00", "{adj:#}");
     assert_eq!(adj["corrects"], "2026-09/borrowed/beta/H100-80GB");
     assert_eq!(adj["tenant"], "beta");
+    let credit = oct["lines"].as_array().unwrap().iter().find(|l| l["term"] == "credit").expect("a credit line");
+    assert_eq!(credit["amount"], "-10.00", "{credit:#}");
+    assert_eq!(credit["corrects"], "2026-09/borrowed/alpha/H100-80GB");
+    assert_eq!(credit["tenant"], "alpha");
     // The closed month itself did not change.
     let (_, sept_again, _) = call(&env, "GET", "/api/v1/ledger?period=2026-09", t, None).await;
     assert_eq!(sept_again["total"], "1642.00");
@@ -297,13 +315,14 @@ async fn policy_quota_close_bundle_and_late_fact() {
     let (_, _, raw) = call(&env, "GET", "/api/v1/periods/2026-10/bundle", t, None).await;
     let oct_bundle: Bundle = serde_json::from_slice(&raw).unwrap();
     assert!(verify(&oct_bundle).unwrap().ok());
-    assert_eq!(oct_bundle.inputs.adjustments.len(), 1);
+    assert_eq!(oct_bundle.inputs.adjustments.len(), 2, "the late-data correction and the credit");
     let (s, nov, _) = call(&env, "GET", "/api/v1/ledger?period=2026-11", t, None).await;
     assert_eq!(s, StatusCode::OK, "{nov}");
     assert!(
         nov["lines"].as_array().unwrap().iter().all(|l| l["term"] != "adjustment"),
         "an applied correction is not repeated: {nov:#}"
     );
+    assert!(nov["lines"].as_array().unwrap().iter().all(|l| l["term"] != "credit"), "a credit lands once");
 
     // -- the period list shows both closed months with their hashes
     let (_, periods, _) = call(&env, "GET", "/api/v1/periods", t, None).await;

@@ -15,8 +15,8 @@ use gpuledger_agent::{
     cluster::Deriver,
     deliver::{Attempt, DeliveryConfig, Sender},
     k8s::LabelKeys,
-    metrics::modelserver::service_usage_fact,
-    node::{GpuSource, NodeCollector},
+    metrics::{dcgm, modelserver::service_usage_fact},
+    node::GpuSource,
     podresources::{ContainerDevices, assignment_facts},
     spool::{Spool, SpoolConfig},
 };
@@ -24,7 +24,7 @@ use gpuledger_core::wire::{AgentInfo, Fact};
 use time::{Duration, OffsetDateTime, Weekday};
 
 use super::{
-    gpus::{PlannedNodeSource, scrape_times},
+    gpus::PlannedNodeSource,
     objects::{self, PodStage, VmiStage},
     plan::{ClusterPlan, ENDPOINT, ENDPOINT_MODEL, ENDPOINT_USERS, Ending, HolderKind, World, unit_noise},
 };
@@ -163,19 +163,19 @@ fn cluster_agent(world: &World, c: &ClusterPlan, cutoff: OffsetDateTime) -> Resu
 fn node_agent(world: &World, c: &ClusterPlan, n: usize, cutoff: OffsetDateTime) -> Vec<Fact> {
     let node = &c.nodes[n];
     let mut out = Vec::new();
-    let mut source = PlannedNodeSource::new(c, n);
-    let mut collector = NodeCollector::new(node.name.clone(), 3600);
-    let mut last = None;
-    for at in scrape_times(world.anchor, cutoff) {
-        match source.scrape(at) {
-            Ok(samples) => out.extend(collector.observe(&samples, at)),
+    // The node agent starts at the anchor: its first scrape reports the devices (through the agent's DCGM
+    // inventory code), then hourly rollups follow until the cutoff.
+    if world.anchor < cutoff {
+        match PlannedNodeSource::new(c, n).scrape(world.anchor) {
+            Ok(samples) => {
+                for mut d in dcgm::devices(&samples, &node.name) {
+                    d.node = node.name.clone();
+                    out.push(dcgm::device_fact(&d, world.anchor));
+                }
+            }
             Err(e) => tracing::warn!(node = %node.name, error = %e, "demo scrape failed"),
         }
-        last = Some(at);
-    }
-    if last.is_some() {
-        // The agent stops at the cutoff: the last window is complete and flushed.
-        out.extend(collector.flush(cutoff));
+        out.extend(PlannedNodeSource::new(c, n).telemetry_facts(world.anchor, cutoff));
     }
     // Kubelet's pod-resources: which container holds which devices, polled right after each pod starts.
     let mut seen = HashSet::new();

@@ -405,3 +405,49 @@ mod tests {
         assert_eq!(devices, 8, "each device reported once: its content never changes");
     }
 }
+
+#[cfg(test)]
+mod timing {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    #[test]
+    #[ignore]
+    fn time_each_agent() {
+        let now = time::macros::datetime!(2026-11-29 12:00 UTC);
+        let t = Instant::now();
+        let world = plan::world(plan::anchor_for(now), now);
+        eprintln!("plan {:?}", t.elapsed());
+        for id in agents::agents(&world) {
+            let t = Instant::now();
+            let f = agents::facts(&world, &id, now).unwrap();
+            let t1 = t.elapsed();
+            let encoded: Vec<Vec<u8>> = f.iter().map(|f| serde_json::to_vec(f).unwrap()).collect();
+            let t2 = t.elapsed();
+            let parsed: Vec<gpuledger_core::wire::Fact> =
+                encoded.iter().map(|b| serde_json::from_slice(b).unwrap()).collect();
+            let t3 = t.elapsed();
+            let batch = serde_json::to_vec(&parsed).unwrap();
+            let t4 = t.elapsed();
+            let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+            std::io::Write::write_all(&mut enc, &batch).unwrap();
+            let gz = enc.finish().unwrap();
+            let t5 = t.elapsed();
+            eprintln!(
+                "{:?} {} facts {} bytes gz {}: gen {:?} ser {:?} parse {:?} ser {:?} gzip {:?}",
+                id,
+                f.len(),
+                batch.len(),
+                gz.len(),
+                t1,
+                t2 - t1,
+                t3 - t2,
+                t4 - t3,
+                t5 - t4
+            );
+            if id.node == Some(0) {
+                break;
+            }
+        }
+    }
+}
