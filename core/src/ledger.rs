@@ -363,6 +363,15 @@ pub struct Ledger {
     pub notes: LedgerNotes,
 }
 
+/// Least common multiple of two positive integers.
+fn lcm(a: i128, b: i128) -> Result<i128, DomainError> {
+    let (mut x, mut y) = (a, b);
+    while y != 0 {
+        (x, y) = (y, x % y);
+    }
+    (a / x).checked_mul(b).ok_or_else(|| DomainError::overflow("lcm"))
+}
+
 fn hours(nanos: Fraction) -> Result<Fraction, DomainError> {
     nanos.checked_div(Fraction::from_integer(NANOS_PER_HOUR)?)
 }
@@ -554,7 +563,8 @@ pub fn compute(input: &LedgerInput) -> Result<Ledger, DomainError> {
         s: i128,
         e: i128,
     }
-    let mut pools: BTreeMap<(QuotaHolder, String), Vec<Seg>> = BTreeMap::new();
+    let mut pool_of: BTreeMap<(QuotaHolder, &str), usize> = BTreeMap::new();
+    let mut pool_segs: Vec<((QuotaHolder, &str), Vec<Seg>)> = Vec::new();
     let mut endpoint_ns: BTreeMap<String, BTreeMap<String, Fraction>> = BTreeMap::new(); // endpoint → class → GPU-ns
     let mut endpoint_conf: BTreeMap<String, Confidence> = BTreeMap::new();
     let mut unattributed: BTreeMap<String, Fraction> = BTreeMap::new();
@@ -574,8 +584,9 @@ pub fn compute(input: &LedgerInput) -> Result<Ledger, DomainError> {
             QuotaHolder::Tenant(_) => None,
         })
         .collect();
-    let mut usage: BTreeMap<(TenantId, String), Usage> = BTreeMap::new();
-    let mut energy_share: Vec<(usize, Fraction)> = Vec::new(); // allocation index → per-device fraction
+    let mut slot_of: HashMap<(TenantId, &str), usize> = HashMap::new();
+    let mut usage_slots: Vec<((TenantId, &str), usize, Usage)> = Vec::new();
+    let mut energy_share: Vec<(usize, Fraction, usize)> = Vec::new(); // allocation → per-device fraction, slot
     for (idx, a) in input.allocations.iter().enumerate() {
         if a.fraction.numer() <= 0 {
             return Err(DomainError::invalid_at(format!("allocations[{idx}].fraction"), "must be positive"));
@@ -588,7 +599,10 @@ pub fn compute(input: &LedgerInput) -> Result<Ledger, DomainError> {
             notes.unpriced_allocations += 1;
             continue;
         };
-        let gpu_ns = Fraction::from_integer(e - s)?.checked_mul(a.fraction)?;
+        let gpu_ns = Fraction::new(
+            (e - s).checked_mul(a.fraction.numer()).ok_or_else(|| DomainError::overflow("allocation"))?,
+            a.fraction.denom(),
+        )?;
         if let Some(ep) = a.endpoint.as_deref().filter(|ep| priced_endpoints.contains(ep)) {
             let per_class = endpoint_ns.entry(ep.to_string()).or_default();
             let v = per_class.entry(class.clone()).or_insert(Fraction::ZERO);
@@ -602,34 +616,50 @@ pub fn compute(input: &LedgerInput) -> Result<Ledger, DomainError> {
             *v = v.checked_add(gpu_ns)?;
             continue;
         };
-        let department = ctx.department_of(tenant)?;
-        if policy.rates(class).is_none() {
-            return Err(DomainError::invalid_at(
-                "policy.classes",
-                format!("no rate for GPU class {class} (allocation {} needs one)", a.id),
-            ));
-        }
-        let holder = if has_tenant_quota.contains(&(tenant, class.as_str())) {
-            QuotaHolder::Tenant(tenant)
-        } else if has_dept_quota.contains(&(department, class.as_str())) {
-            QuotaHolder::Department(department)
-        } else {
-            QuotaHolder::Tenant(tenant)
+        // The pool and the usage of a (tenant, class) are resolved on its first allocation.
+        let slot = match slot_of.get(&(tenant, class.as_str())) {
+            Some(slot) => *slot,
+            None => {
+                let department = ctx.department_of(tenant)?;
+                if policy.rates(class).is_none() {
+                    return Err(DomainError::invalid_at(
+                        "policy.classes",
+                        format!("no rate for GPU class {class} (allocation {} needs one)", a.id),
+                    ));
+                }
+                let holder = if has_tenant_quota.contains(&(tenant, class.as_str())) {
+                    QuotaHolder::Tenant(tenant)
+                } else if has_dept_quota.contains(&(department, class.as_str())) {
+                    QuotaHolder::Department(department)
+                } else {
+                    QuotaHolder::Tenant(tenant)
+                };
+                let pool = *pool_of.entry((holder, class.as_str())).or_insert_with(|| {
+                    pool_segs.push(((holder, class.as_str()), Vec::new()));
+                    pool_segs.len() - 1
+                });
+                usage_slots.push(((tenant, class.as_str()), pool, Usage::default()));
+                slot_of.insert((tenant, class.as_str()), usage_slots.len() - 1);
+                usage_slots.len() - 1
+            }
         };
-        pools.entry((holder, class.clone())).or_default().push(Seg {
-            tenant,
-            fraction: a.fraction,
-            s,
-            e,
-        });
-        let u = usage.entry((tenant, class.clone())).or_default();
+        let (_, pool, u) = &mut usage_slots[slot];
+        pool_segs[*pool].1.push(Seg { tenant, fraction: a.fraction, s, e });
         u.allocated_ns = u.allocated_ns.checked_add(gpu_ns)?;
         u.confidence = Some(u.confidence.map_or(a.confidence, |c| c.combine(a.confidence)));
         u.count += 1;
         if !a.devices.is_empty() {
-            energy_share.push((idx, a.fraction.checked_div(Fraction::from_integer(a.devices.len() as i128)?)?));
+            let per_device = a.fraction.denom().checked_mul(a.devices.len() as i128);
+            energy_share.push((
+                idx,
+                Fraction::new(a.fraction.numer(), per_device.ok_or_else(|| DomainError::overflow("allocation"))?)?,
+                slot,
+            ));
         }
     }
+    let pools: BTreeMap<(QuotaHolder, &str), Vec<Seg>> = pool_segs.into_iter().collect();
+    let slot_keys: Vec<(TenantId, &str)> = usage_slots.iter().map(|(key, _, _)| *key).collect();
+    let mut usage: BTreeMap<(TenantId, &str), Usage> = usage_slots.into_iter().map(|(k, _, u)| (k, u)).collect();
     for (class, ns) in &unattributed {
         notes.unattributed_gpu_hours.push((class.clone(), qty(hours(*ns)?)?));
     }
@@ -643,27 +673,37 @@ pub fn compute(input: &LedgerInput) -> Result<Ledger, DomainError> {
             .filter(|q| q.holder == *holder && q.gpu_class == *class)
             .filter_map(|q| clip(q.valid_from, q.valid_to, &period).map(|(s, e)| (s, e, q.gpus.value())))
             .collect();
-        // events: (time, tenant index or quota, amount, ends) — Fraction is non-negative, so an end subtracts
+        // Amounts as integers in units of 1/scale GPU (scale: the lcm of the pool's denominators), so that the sweep
+        // adds and multiplies integers; what it sums converts back to the same exact fractions.
+        let scale =
+            segs.iter().map(|s| s.fraction.denom()).chain(quotas.iter().map(|q| q.2.denom())).try_fold(1_i128, lcm)?;
+        let units =
+            |f: Fraction| f.numer().checked_mul(scale / f.denom()).ok_or_else(|| DomainError::overflow("sweep"));
+        // events: (time, tenant index or quota, signed amount in units: an end subtracts)
         let mut tenants_in_pool: Vec<TenantId> = segs.iter().map(|s| s.tenant).collect();
         tenants_in_pool.sort();
         tenants_in_pool.dedup();
         let tix: HashMap<TenantId, usize> = tenants_in_pool.iter().enumerate().map(|(i, t)| (*t, i)).collect();
-        let mut events: Vec<(i128, usize, Fraction, bool)> = Vec::with_capacity(segs.len() * 2 + quotas.len() * 2);
+        let mut events: Vec<(i128, usize, i128)> = Vec::with_capacity(segs.len() * 2 + quotas.len() * 2);
         let quota_slot = usize::MAX;
         for s in segs {
-            let i = tix[&s.tenant];
-            events.push((s.s, i, s.fraction, false));
-            events.push((s.e, i, s.fraction, true));
+            let (i, u) = (tix[&s.tenant], units(s.fraction)?);
+            events.push((s.s, i, u));
+            events.push((s.e, i, -u));
         }
         for (s, e, g) in &quotas {
-            events.push((*s, quota_slot, *g, false));
-            events.push((*e, quota_slot, *g, true));
+            let u = units(*g)?;
+            events.push((*s, quota_slot, u));
+            events.push((*e, quota_slot, -u));
         }
-        events.sort_by_key(|e| e.0);
-        let mut alloc = vec![Fraction::ZERO; tenants_in_pool.len()];
-        let mut total = Fraction::ZERO;
-        let mut quota = Fraction::ZERO;
-        let mut borrowed = vec![Fraction::ZERO; tenants_in_pool.len()];
+        // All events at one instant are applied before the next step, so their order does not matter.
+        events.sort_unstable_by_key(|e| e.0);
+        let overflow = || DomainError::overflow("sweep");
+        let mut alloc = vec![0_i128; tenants_in_pool.len()];
+        let mut total = 0_i128;
+        let mut quota = 0_i128;
+        // One tenant: units × ns, exact. Several: whole GPU-nanoseconds (rounded per step, see below).
+        let mut borrowed_acc = vec![0_i128; tenants_in_pool.len()];
         let mut k = 0;
         let mut prev_t: Option<i128> = None;
         while k < events.len() {
@@ -671,56 +711,63 @@ pub fn compute(input: &LedgerInput) -> Result<Ledger, DomainError> {
             if let Some(pt) = prev_t
                 && t > pt
             {
-                let dt = Fraction::from_integer(t - pt)?;
-                let excess = total.sub_or_zero(quota)?;
-                if !excess.is_zero() {
+                let dt = t - pt;
+                let excess = total - quota;
+                if excess > 0 {
+                    let excess_dt = excess.checked_mul(dt).ok_or_else(overflow)?;
                     if tenants_in_pool.len() == 1 {
-                        borrowed[0] = borrowed[0].checked_add(excess.checked_mul(dt)?)?;
+                        borrowed_acc[0] = borrowed_acc[0].checked_add(excess_dt).ok_or_else(overflow)?;
                     } else {
                         // Each tenant borrows in proportion to what it holds at the moment, rounded to whole
-                        // GPU-nanoseconds: kept exact, the common denominator of the shares grows with every distinct
-                        // pool total and overflows i128 within a month of a shared department quota.
-                        let per_unit = excess.checked_mul(dt)?.checked_div(total)?;
+                        // GPU-nanoseconds (half up): kept exact, the common denominator of the shares grows with every
+                        // distinct pool total and overflows i128 within a month of a shared department quota.
+                        // a/scale × (excess/scale × dt) / (total/scale) = a × excess × dt / (total × scale).
+                        let den = total.checked_mul(scale).ok_or_else(overflow)?;
                         for (i, a) in alloc.iter().enumerate() {
-                            if !a.is_zero() {
-                                let part = Fraction::from_integer(round_scaled(a.checked_mul(per_unit)?, 0)?)?;
-                                borrowed[i] = borrowed[i].checked_add(part)?;
+                            if *a != 0 {
+                                let num = a.checked_mul(excess_dt).ok_or_else(overflow)?;
+                                let (q, r) = (num / den, num % den);
+                                let part = if 2 * r >= den { q + 1 } else { q };
+                                borrowed_acc[i] = borrowed_acc[i].checked_add(part).ok_or_else(overflow)?;
                             }
                         }
                     }
                 }
             }
             while k < events.len() && events[k].0 == t {
-                // An end at t always follows its start at an earlier t, so subtracting never goes below zero.
-                let (_, who, delta, ends) = events[k];
-                let apply = |v: Fraction| if ends { v.checked_sub(delta) } else { v.checked_add(delta) };
+                let (_, who, delta) = events[k];
                 if who == quota_slot {
-                    quota = apply(quota)?;
+                    quota += delta;
                 } else {
-                    alloc[who] = apply(alloc[who])?;
-                    total = apply(total)?;
+                    alloc[who] += delta;
+                    total += delta;
                 }
                 k += 1;
             }
             prev_t = Some(t);
         }
+        let borrowed: Vec<Fraction> = if tenants_in_pool.len() == 1 {
+            vec![Fraction::new(borrowed_acc[0], scale)?]
+        } else {
+            borrowed_acc.iter().map(|b| Fraction::from_integer(*b)).collect::<Result<_, _>>()?
+        };
         // Quota time with no allocation at all still counts as charged (reserved) capacity.
         let quota_total = quotas.iter().try_fold(Fraction::ZERO, |acc, (s, e, g)| {
             acc.checked_add(Fraction::from_integer(e - s)?.checked_mul(*g)?)
         })?;
         let borrowed_total = borrowed.iter().try_fold(Fraction::ZERO, |a, b| a.checked_add(*b))?;
         // ∫max(A, Q) = ∫Q + ∫max(0, A − Q): reserved or held, whichever is more.
-        let c = charged_ns.entry(class.clone()).or_insert(Fraction::ZERO);
+        let c = charged_ns.entry((*class).to_string()).or_insert(Fraction::ZERO);
         *c = c.checked_add(quota_total.checked_add(borrowed_total)?)?;
         for (i, t) in tenants_in_pool.iter().enumerate() {
-            if let Some(u) = usage.get_mut(&(*t, class.clone())) {
+            if let Some(u) = usage.get_mut(&(*t, *class)) {
                 u.borrowed_ns = u.borrowed_ns.checked_add(borrowed[i])?;
             }
         }
     }
     // Quotas of holders with no allocation at all are reserved capacity too.
     for q in &input.quotas {
-        let swept = pools.contains_key(&(q.holder, q.gpu_class.clone()));
+        let swept = pools.contains_key(&(q.holder, q.gpu_class.as_str()));
         if !swept && let Some((s, e)) = clip(q.valid_from, q.valid_to, &period) {
             let c = charged_ns.entry(q.gpu_class.clone()).or_insert(Fraction::ZERO);
             *c = c.checked_add(Fraction::from_integer(e - s)?.checked_mul(q.gpus.value())?)?;
@@ -757,25 +804,29 @@ pub fn compute(input: &LedgerInput) -> Result<Ledger, DomainError> {
     // ---- energy: device energy × the allocation's share of the device
     let mut endpoint_energy_kwh: BTreeMap<String, Fraction> = BTreeMap::new();
     if let Some(price) = &policy.energy {
-        let mut by_device: HashMap<&str, Vec<&EnergyRecord>> = HashMap::new();
+        // Per device: (start ns, end ns, joules), by start.
+        let mut by_device: HashMap<&str, Vec<(i128, i128, u64)>> = HashMap::new();
         for r in &input.energy {
             if r.end <= r.start {
                 return Err(DomainError::invalid_at("energy", format!("window of {} ends before it starts", r.gpu_uuid)));
             }
-            by_device.entry(r.gpu_uuid.as_str()).or_default().push(r);
+            by_device.entry(r.gpu_uuid.as_str()).or_default().push((
+                r.start.unix_timestamp_nanos(),
+                r.end.unix_timestamp_nanos(),
+                r.joules,
+            ));
         }
         for v in by_device.values_mut() {
-            v.sort_by_key(|r| r.start);
+            v.sort_by_key(|w| w.0);
         }
-        let mut joules: BTreeMap<(TenantId, String), (Fraction, Confidence)> = BTreeMap::new();
-        let attribute = |a: &AllocationRecord, share: Fraction| -> Result<Fraction, DomainError> {
-            let Some((s, e)) = clip(a.start, a.end, &period) else { return Ok(Fraction::ZERO) };
-            let mut j = Fraction::ZERO;
+        // The allocation's device energy in whole millijoules (before its share).
+        let attribute = |a: &AllocationRecord| -> Result<i128, DomainError> {
+            let Some((s, e)) = clip(a.start, a.end, &period) else { return Ok(0) };
+            let mut mj = 0_i128;
             for d in &a.devices {
                 let Some(windows) = by_device.get(d.as_str()) else { continue };
-                let first = windows.partition_point(|w| w.end.unix_timestamp_nanos() <= s);
-                for w in &windows[first..] {
-                    let (ws, we) = (w.start.unix_timestamp_nanos(), w.end.unix_timestamp_nanos());
+                let first = windows.partition_point(|w| w.1 <= s);
+                for &(ws, we, joules) in &windows[first..] {
                     if ws >= e {
                         break;
                     }
@@ -783,31 +834,55 @@ pub fn compute(input: &LedgerInput) -> Result<Ledger, DomainError> {
                     if overlap <= 0 {
                         continue;
                     }
-                    // Rounded to whole millijoules: kept exact, windows of irregular length (scrape jitter) give
-                    // every partial window its own denominator and the sum overflows i128.
-                    let part = Fraction::new(i128::from(w.joules) * overlap, we - ws)?;
-                    j = j.checked_add(Fraction::new(round_scaled(part, 3)?, 1000)?)?;
+                    // Rounded to whole millijoules (half up): kept exact, windows of irregular length (scrape jitter)
+                    // give every partial window its own denominator and the sum overflows i128.
+                    let overflow = || DomainError::overflow("energy");
+                    let part = if overlap == we - ws {
+                        i128::from(joules).checked_mul(1000).ok_or_else(overflow)?
+                    } else {
+                        let num = i128::from(joules).checked_mul(overlap).and_then(|v| v.checked_mul(1000));
+                        let num = num.ok_or_else(overflow)?;
+                        let (q, r) = (num / (we - ws), num % (we - ws));
+                        if 2 * r >= we - ws { q + 1 } else { q }
+                    };
+                    mj = mj.checked_add(part).ok_or_else(overflow)?;
                 }
             }
-            j.checked_mul(share)
+            Ok(mj)
         };
-        for (idx, share) in &energy_share {
+        // Per (tenant, class): millijoules summed per distinct per-device share, then converted once (exactly
+        // Σ millijoules / 1000 × share over its allocations).
+        let mut per_slot: Vec<(Vec<(Fraction, i128)>, Confidence)> =
+            vec![(Vec::new(), Confidence::Exact); slot_keys.len()];
+        for (idx, share, slot) in &energy_share {
             let a = &input.allocations[*idx];
-            let (Some(tenant), Some(class)) = (a.tenant, a.gpu_class.as_ref()) else { continue };
-            let j = attribute(a, *share)?;
-            if j.is_zero() {
+            let mj = attribute(a)?;
+            if mj == 0 {
                 continue;
             }
-            let entry = joules.entry((tenant, class.clone())).or_insert((Fraction::ZERO, Confidence::Exact));
-            entry.0 = entry.0.checked_add(j)?;
-            entry.1 = entry.1.combine(a.confidence);
+            let (sums, conf) = &mut per_slot[*slot];
+            match sums.iter_mut().find(|(s, _)| s == share) {
+                Some((_, sum)) => *sum = sum.checked_add(mj).ok_or_else(|| DomainError::overflow("energy"))?,
+                None => sums.push((*share, mj)),
+            }
+            *conf = conf.combine(a.confidence);
+        }
+        let mut joules: BTreeMap<(TenantId, &str), (Fraction, Confidence)> = BTreeMap::new();
+        for (key, (sums, conf)) in slot_keys.iter().zip(per_slot) {
+            if sums.is_empty() {
+                continue;
+            }
+            let j = sums.iter().try_fold(Fraction::ZERO, |acc, (share, mj)| {
+                acc.checked_add(Fraction::new(*mj, 1000)?.checked_mul(*share)?)
+            })?;
+            joules.insert(*key, (j, conf));
         }
         for a in &input.allocations {
             if let (Some(ep), Some(_)) = (a.endpoint.as_deref().filter(|e| priced_endpoints.contains(e)), &a.gpu_class)
                 && !a.devices.is_empty()
             {
                 let share = a.fraction.checked_div(Fraction::from_integer(a.devices.len() as i128)?)?;
-                let j = attribute(a, share)?;
+                let j = Fraction::new(attribute(a)?, 1000)?.checked_mul(share)?;
                 let v = endpoint_energy_kwh.entry(ep.to_string()).or_insert(Fraction::ZERO);
                 *v = v.checked_add(j.checked_div(Fraction::from_integer(3_600_000)?)?)?;
             }

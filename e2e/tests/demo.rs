@@ -224,7 +224,7 @@ async fn the_demo_history_comes_from_the_agents_and_a_reload_stores_nothing_new(
     assert!(server.stop("INT", Duration::from_secs(60)).unwrap().success());
 
     // Again over the same database, re-sending everything: the agents' event IDs make every fact a duplicate.
-    let reload = [("DATABASE_URL", Some(db.admin_url.as_str())), ("GPULEDGER_DEMO_RELOAD", Some("1"))];
+    let reload = [("DATABASE_URL", Some(db.admin_url.as_str())), ("GPULEDGER_DEMO_RELOAD", Some("true"))];
     let mut again = ServerProcess::start(&["demo"], &reload, None, &dir.join("run2.log")).unwrap();
     again.wait_ready(Duration::from_secs(900)).unwrap();
     let second = last_load(&pool).await;

@@ -310,6 +310,7 @@ impl EmbeddedPostgres {
         if let Some((uid, gid)) = owner {
             // The postgres OS user must own its directory and be able to reach it.
             fs::set_permissions(data_dir, fs::Permissions::from_mode(0o755)).map_err(io_err(data_dir))?;
+            grant_search_to_others(data_dir);
             std::os::unix::fs::chown(pgdata, Some(uid), Some(gid)).map_err(io_err(pgdata))?;
             std::os::unix::fs::chown(&pwfile, Some(uid), Some(gid)).map_err(io_err(&pwfile))?;
             let mut probe = programs.command(Path::new("test"));
@@ -445,4 +446,25 @@ pub async fn prepare(pg: &EmbeddedPostgres) -> Result<(), crate::db::DbError> {
     sqlx::query(&statement).execute(&mut conn).await?;
     conn.close().await?;
     Ok(())
+}
+
+/// Running as root with the data directory under a private directory of ours (e.g. `mktemp -d`, mode 0700), the
+/// `postgres` OS user could not reach its cluster. Adds search permission for others (`o+x`: enter, not list or
+/// read) to the ancestors *we own* that lack it, and says so; directories of other users are left alone.
+fn grant_search_to_others(data_dir: &Path) {
+    use std::os::unix::fs::MetadataExt;
+    // The data directory was just created by us, so its owner is our user.
+    let me = fs::metadata(data_dir).map(|m| m.uid()).unwrap_or(u32::MAX);
+    for dir in data_dir.ancestors().skip(1) {
+        let Ok(meta) = fs::metadata(dir) else { continue };
+        if meta.uid() != me || meta.mode() & 0o001 != 0 {
+            continue;
+        }
+        let mode = (meta.mode() & 0o7777) | 0o001;
+        match fs::set_permissions(dir, fs::Permissions::from_mode(mode)) {
+            Ok(()) => tracing::info!(dir = %dir.display(), mode = format!("{mode:o}"),
+                "allowed others to enter (o+x) so the postgres OS user can reach the embedded cluster"),
+            Err(e) => tracing::warn!(dir = %dir.display(), error = %e, "could not add o+x for the postgres OS user"),
+        }
+    }
 }

@@ -81,6 +81,53 @@ pub fn document() -> Value {
                 "summary": "Exchange a one-time join token for the cluster's agent credential",
                 "security": [{"token": []}],
                 "responses": {"200": {"description": "the credential, shown once"}, "401": problem(), "403": problem()}}},
+            "/api/v1/policies": {
+                "get": {"summary": "Cost policy versions, newest first (admin or export token)", "security": [{"token": []}],
+                        "responses": {"200": {"description": "{items, total}"}, "401": problem(), "403": problem()}},
+                "post": {"summary": "Create a draft: {effective_from: YYYY-MM, note, policy: {currency, classes[{gpu_class, guaranteed, borrowed}], energy{per_kwh, pue}, services[{endpoint, per_million_weighted_tokens?}], token_weights[{model, input, output}], overhead{fixed[{name, amount}], unallocated_capacity, key{kind: allocated_gpu_hours|equal|fixed_shares, shares?}}}} — decimals as strings. Admin token",
+                         "security": [{"token": []}],
+                         "responses": {"201": {"description": "the draft"}, "401": problem(), "403": problem(), "422": problem()}}},
+            "/api/v1/policies/{version}": {
+                "get": {"summary": "One version", "security": [{"token": []}],
+                        "responses": {"200": {"description": "the policy"}, "401": problem(), "404": problem()}},
+                "put": {"summary": "Edit a draft (an approved version is never edited: 409)", "security": [{"token": []}],
+                        "responses": {"200": {"description": "the draft"}, "409": problem(), "422": problem()}}},
+            "/api/v1/policies/{version}/approve": {"post": {
+                "summary": "Finance approves a draft: it prices every month from effective_from until a later approved version; one approved earlier with the same start is superseded; refused if it would reprice a closed month",
+                "security": [{"token": []}],
+                "responses": {"200": {"description": "approved"}, "409": problem(), "404": problem()}}},
+            "/api/v1/quotas": {
+                "get": {"summary": "Quotas (guaranteed GPUs per class per tenant or department, with validity); ?at=RFC3339", "security": [{"token": []}],
+                        "responses": {"200": {"description": "{items, total}"}, "401": problem()}},
+                "post": {"summary": "Add a quota: {tenant | department, gpu_class, gpus, valid_from, valid_to?}", "security": [{"token": []}],
+                         "responses": {"201": {"description": "created"}, "409": problem(), "422": problem()}}},
+            "/api/v1/quotas/import-kueue": {"post": {
+                "summary": "Import the nominal GPU quotas of the Kueue ClusterQueues the agents reported (ClusterQueue → tenant or department by name, or {mappings}; flavor → GPU class by name)",
+                "security": [{"token": []}],
+                "responses": {"200": {"description": "{imported, skipped}"}, "401": problem(), "403": problem()}}},
+            "/api/v1/ledger": {"get": {
+                "summary": "A month's ledger lines: frozen for a closed month, computed now for an open one; ?period=YYYY-MM (required), tenant, department, term, page, per_page (≤ 10000); with totals by term",
+                "security": [{"token": []}],
+                "responses": {"200": {"description": "{period, state, policy_version, currency, hash, total, totals_by_term, notes, count, lines}"},
+                              "409": problem(), "422": problem()}}},
+            "/api/v1/periods": {"get": {"summary": "Months with their state (open, closing, closed), hash chain and totals",
+                "security": [{"token": []}], "responses": {"200": {"description": "{items, total}"}, "401": problem()}}},
+            "/api/v1/periods/{period}/close": {"post": {
+                "summary": "Close an ended month: exactly one concurrent caller wins (409 for the others); freezes the lines, stores the bundle and the hash chain, applies approved credits and late-data corrections",
+                "security": [{"token": []}],
+                "responses": {"200": {"description": "{period, lines, total, currency, hash, previous_hash, policy_version, inventory_version}"}, "409": problem()}}},
+            "/api/v1/periods/{period}/bundle": {"get": {
+                "summary": "The evidence bundle of a closed month (JSON, docs/bundle.md); verify offline with `gpuledger-server verify`",
+                "security": [{"token": []}],
+                "responses": {"200": {"description": "the bundle"}, "404": problem()}}},
+            "/api/v1/periods/{period}/evidence": {"get": {
+                "summary": "The allocation records behind a line (?tenant=UUID, gpu_class, endpoint, page, per_page)",
+                "security": [{"token": []}],
+                "responses": {"200": {"description": "{allocations, total}"}, "401": problem()}}},
+            "/api/v1/analytics/utilization": {"get": {
+                "summary": "Idle reservations and active-equivalent GPU-hours (analytics, never billed): ?period=YYYY-MM, tenant, idle_threshold_pct (percent, default 5), min_idle_hours (default 1), page, per_page",
+                "security": [{"token": []}],
+                "responses": {"200": {"description": "{tenants, allocations, total}"}, "401": problem(), "422": problem()}}},
             "/api/v1/disputes": {
                 "get": {"summary": "Disputes, newest first; filters state (open|accepted|rejected) and period (YYYY-MM); page, per_page (≤ 100). Admin or export token",
                         "security": [{"token": []}],

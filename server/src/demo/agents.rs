@@ -6,6 +6,7 @@
 
 use std::{
     collections::HashSet,
+    io::Write,
     path::{Path, PathBuf},
     sync::Mutex,
     time::Duration as StdDuration,
@@ -20,7 +21,7 @@ use gpuledger_agent::{
     podresources::{ContainerDevices, assignment_facts},
     spool::{Spool, SpoolConfig},
 };
-use gpuledger_core::wire::{AgentInfo, Fact};
+use gpuledger_core::wire::{AgentInfo, BatchAck, Fact, WIRE_VERSION};
 use time::{Duration, OffsetDateTime, Weekday};
 
 use super::{
@@ -247,8 +248,20 @@ pub struct Delivered {
     pub flagged: u64,
 }
 
-/// Spools `facts` in `dir` and delivers them with the agent's [`Sender`] until the spool is empty.
-pub async fn deliver(dir: &Path, facts: Vec<Fact>, config: DeliveryConfig) -> Result<Delivered, String> {
+/// How an agent's spool is drained.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Drain {
+    /// The agent's own [`Sender`] (it parses each record and re-encodes the batch): the cluster agents.
+    Sender,
+    /// The records as spooled, spliced into the same request the Sender makes (gzip JSON batch, bearer agent token,
+    /// cluster claim) without parsing them again: the node agents' bulk telemetry, which a debug build would
+    /// otherwise spend most of its time re-encoding.
+    Forward,
+}
+
+/// Spools `facts` in `dir` and delivers them until the spool is empty.
+pub async fn deliver(dir: &Path, facts: Vec<Fact>, config: DeliveryConfig, drain: Drain) -> Result<Delivered, String> {
+    let started = std::time::Instant::now();
     let spool = {
         let dir = dir.to_path_buf();
         tokio::task::spawn_blocking(move || -> Result<Spool, String> {
@@ -261,13 +274,28 @@ pub async fn deliver(dir: &Path, facts: Vec<Fact>, config: DeliveryConfig) -> Re
         .await
         .map_err(|e| e.to_string())??
     };
+    let spooled_in = started.elapsed();
     let spool = Mutex::new(spool);
+    let totals = match drain {
+        Drain::Sender => send(&spool, config).await?,
+        Drain::Forward => forward(&spool, &config).await?,
+    };
+    tracing::debug!(
+        spool_s = spooled_in.as_secs_f64(),
+        send_s = (started.elapsed() - spooled_in).as_secs_f64(),
+        "demo agent delivered"
+    );
+    Ok(totals)
+}
+
+/// Drains the spool with the agent's [`Sender`].
+async fn send(spool: &Mutex<Spool>, config: DeliveryConfig) -> Result<Delivered, String> {
     let dead_letter: PathBuf = config.dead_letter.clone();
     let mut sender = Sender::new(config).map_err(|e| e.to_string())?;
     let mut totals = Delivered::default();
     let mut failures = 0u32;
     loop {
-        match sender.attempt(&spool).await.map_err(|e| e.to_string())? {
+        match sender.attempt(spool).await.map_err(|e| e.to_string())? {
             Attempt::Delivered { ack, facts, .. } => {
                 failures = 0;
                 totals.sent += facts as u64;
@@ -290,5 +318,72 @@ pub async fn deliver(dir: &Path, facts: Vec<Fact>, config: DeliveryConfig) -> Re
                 ));
             }
         }
+    }
+}
+
+/// Drains the spool by forwarding its records as they are, acknowledging each batch once the server committed it.
+async fn forward(spool: &Mutex<Spool>, config: &DeliveryConfig) -> Result<Delivered, String> {
+    let client = reqwest::Client::builder()
+        .timeout(StdDuration::from_secs(120))
+        .user_agent(concat!("gpuledger-agent/", env!("CARGO_PKG_VERSION")))
+        .build()
+        .map_err(|e| e.to_string())?;
+    let url = format!("{}/api/v1/ingest/batches", config.server.trim_end_matches('/'));
+    let head = serde_json::to_string(&serde_json::json!({
+        "wire_version": WIRE_VERSION, "agent": config.agent, "cluster": config.cluster,
+    }))
+    .map_err(|e| e.to_string())?;
+    let lock = || spool.lock().map_err(|_| "spool lock poisoned".to_string());
+    let mut totals = Delivered::default();
+    let mut failures = 0u32;
+    loop {
+        let records = lock()?.pending(config.max_batch_facts, config.max_batch_bytes).map_err(|e| e.to_string())?;
+        let Some(up_to) = records.last().map(|(seq, _)| *seq) else { return Ok(totals) };
+        // `{"wire_version":…,"agent":…,"cluster":…,"facts":[record,record,…]}`, gzipped as the Sender does.
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        let write =
+            |gz: &mut flate2::write::GzEncoder<Vec<u8>>, bytes: &[u8]| gz.write_all(bytes).map_err(|e| e.to_string());
+        write(&mut gz, &head.as_bytes()[..head.len() - 1])?;
+        write(&mut gz, b",\"facts\":[")?;
+        for (i, (_, record)) in records.iter().enumerate() {
+            if i > 0 {
+                write(&mut gz, b",")?;
+            }
+            write(&mut gz, record)?;
+        }
+        write(&mut gz, b"]}")?;
+        let body = gz.finish().map_err(|e| e.to_string())?;
+        let response = client
+            .post(&url)
+            .bearer_auth(&config.token)
+            .header("content-type", "application/json")
+            .header("content-encoding", "gzip")
+            .body(body)
+            .send()
+            .await;
+        let (status, text) = match response {
+            Ok(r) => (r.status(), r.text().await.unwrap_or_default()),
+            Err(e) => (reqwest::StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
+        };
+        if status.is_success() {
+            let ack: BatchAck = serde_json::from_str(&text).map_err(|e| format!("unreadable acknowledgement: {e}"))?;
+            lock()?.ack(up_to).map_err(|e| e.to_string())?;
+            failures = 0;
+            totals.sent += records.len() as u64;
+            totals.stored += ack.stored;
+            totals.flagged += ack.flagged.len() as u64;
+            continue;
+        }
+        if status.is_client_error() && status != reqwest::StatusCode::TOO_MANY_REQUESTS {
+            return Err(format!(
+                "the server refused a batch ({status}): {}",
+                text.chars().take(300).collect::<String>()
+            ));
+        }
+        failures += 1;
+        if failures > 8 {
+            return Err(format!("delivery keeps failing ({status}): {}", text.chars().take(300).collect::<String>()));
+        }
+        tokio::time::sleep(StdDuration::from_millis(200 * u64::from(failures))).await;
     }
 }

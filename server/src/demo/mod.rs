@@ -122,6 +122,20 @@ pub async fn load_history(
         }
         tx.commit().await?;
     }
+    // Telemetry lands in monthly partitions that ingest creates on first use; the agents run concurrently, so the
+    // history's months are prepared up front rather than raced for.
+    {
+        let mut tx = db.begin_org(org).await?;
+        let mut month = anchor;
+        while month <= through {
+            sqlx::query("SELECT gpuledger_ensure_telemetry_partition($1)")
+                .bind(month.date())
+                .execute(tx.conn())
+                .await?;
+            month = plan::add_months(month, 1);
+        }
+        tx.commit().await?;
+    }
     let spool_root = std::env::temp_dir().join(format!("gpuledger-demo-{}", Uuid::new_v4().simple()));
     let result = run_agents(&world, &tokens, base_url, &spool_root, through).await;
     let _ = std::fs::remove_dir_all(&spool_root);
@@ -187,16 +201,24 @@ async fn run_agents(
             backoff_min: std::time::Duration::from_millis(50),
             backoff_max: std::time::Duration::from_secs(2),
         };
+        let drain = if id.node.is_some() { agents::Drain::Forward } else { agents::Drain::Sender };
         tasks.spawn(async move {
             let _permit = limit.acquire_owned().await.context("demo: agent limiter closed")?;
+            let started = Instant::now();
             let generated = {
                 let world = Arc::clone(&world);
                 tokio::task::spawn_blocking(move || agents::facts(&world, &id, through)).await?
             };
             let facts = generated.map_err(|e| anyhow::anyhow!("demo agent {name}: {e}"))?;
-            let delivered =
-                agents::deliver(&dir, facts, config).await.map_err(|e| anyhow::anyhow!("demo agent {name}: {e}"))?;
-            tracing::debug!(agent = %name, sent = delivered.sent, stored = delivered.stored, "demo agent done");
+            let generated_in = started.elapsed();
+            let delivered = agents::deliver(&dir, facts, config, drain)
+                .await
+                .map_err(|e| anyhow::anyhow!("demo agent {name}: {e}"))?;
+            tracing::debug!(
+                agent = %name, sent = delivered.sent, stored = delivered.stored,
+                generate_s = generated_in.as_secs_f64(), deliver_s = (started.elapsed() - generated_in).as_secs_f64(),
+                "demo agent done"
+            );
             anyhow::Ok(delivered)
         });
     }

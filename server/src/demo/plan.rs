@@ -537,6 +537,19 @@ impl ClusterPlan {
         self.slots = slots;
     }
 
+    /// Keeps the first `count` free `resource` slots of node `node` for Deployment `deployment`.
+    fn reserve(&mut self, deployment: &'static str, node: &str, resource: &str, count: usize) {
+        let Some(n) = self.nodes.iter().position(|x| x.name == node) else { return };
+        for s in self
+            .slots
+            .iter_mut()
+            .filter(|s| s.node == n && s.resource == resource && s.reserved_for.is_none())
+            .take(count)
+        {
+            s.reserved_for = Some(deployment);
+        }
+    }
+
     /// Places a request: on the node with the fewest (but enough) free matching slots, at its creation time or
     /// as soon as capacity frees up within its allowed wait. Returns false when it had to be dropped.
     fn place(&mut self, r: Request) -> bool {
@@ -723,14 +736,11 @@ fn prod_east(rng: &mut StdRng, anchor: OffsetDateTime) -> ClusterPlan {
     ];
     let mut c = ClusterPlan { name: "prod-east", nodes, namespaces, queues, slots: vec![], workloads: vec![] };
     c.build_slots(anchor);
-    // The shared endpoint owns h100-e-01; the assistant's ranker two GPUs of h100-e-02.
-    for s in &mut c.slots {
-        s.reserved_for = match (s.node, s.gpu) {
-            (0, _) => Some(ENDPOINT),
-            (1, 0 | 1) => Some("assistant-ranker"),
-            _ => None,
-        };
-    }
+    // Long-running services own their devices: the shared endpoint all of h100-e-01, the assistant's ranker two
+    // GPUs of h100-e-02, the recommendation ranker two L4s' worth of time-slices.
+    c.reserve(ENDPOINT, "h100-e-01", "nvidia.com/gpu", 8);
+    c.reserve("assistant-ranker", "h100-e-02", "nvidia.com/gpu", 2);
+    c.reserve("ranker-lite", "l4-e-01", "nvidia.com/gpu", 8);
     c
 }
 
@@ -834,6 +844,9 @@ fn research_west(rng: &mut StdRng, anchor: OffsetDateTime) -> ClusterPlan {
     ];
     let mut c = ClusterPlan { name: "research-west", nodes, namespaces, queues, slots: vec![], workloads: vec![] };
     c.build_slots(anchor);
+    c.reserve("detector-serving", "a100-w-02", "nvidia.com/mig-2g.20gb", 4);
+    c.reserve("embed-serving", "a100-w-02", "nvidia.com/mig-1g.10gb", 6);
+    c.reserve("rag-reranker", "a100-w-01", "nvidia.com/mig-3g.40gb", 2);
     c
 }
 
@@ -1142,7 +1155,7 @@ fn prod_east_month(rng: &mut StdRng, start: OffsetDateTime, end: OffsetDateTime)
         image: PYTORCH,
         pool: Some("h100-"),
     };
-    g.jobs(&search_train, 5, "search-ranking", &mut out);
+    g.jobs(&search_train, 6, "search-ranking", &mut out);
     g.jobs(
         &Spec { units: 4, prefix: "ranker-distill", hours: (10.0, 40.0), ..search_train },
         2,
@@ -1165,17 +1178,31 @@ fn prod_east_month(rng: &mut StdRng, start: OffsetDateTime, end: OffsetDateTime)
         image: PYTORCH,
         pool: Some("l4-"),
     };
-    g.periodic(&l4, 24, 1, false, "recommendations", &mut out);
+    g.deployment(
+        &DeploymentSpec {
+            namespace: "recsys",
+            name: "ranker-lite",
+            replicas: 8,
+            resource: "nvidia.com/gpu",
+            units: 1,
+            level: 55.0,
+            rollout_minute: 5 * 60,
+            labels: &[(label::MODEL, "ranker-lite-v3"), ("kueue.x-k8s.io/queue-name", "recommendations-queue")],
+            image: TRITON,
+        },
+        &mut out,
+    );
+    g.periodic(&Spec { units: 2, hours: (2.0, 4.0), ..l4 }, 24, 1, false, "recommendations", &mut out);
     g.periodic(
-        &Spec { namespace: "search-train", prefix: "embed-refresh", units: 2, hours: (0.5, 1.2), ..l4 },
-        12,
+        &Spec { namespace: "search-train", prefix: "embed-refresh", units: 2, hours: (1.0, 2.0), ..l4 },
+        6,
         5,
         false,
         "search-ranking",
         &mut out,
     );
     g.periodic(
-        &Spec { namespace: "assistant-prod", prefix: "eval-ci", hours: (0.2, 0.6), max_wait_h: 1.0, ..l4 },
+        &Spec { namespace: "assistant-prod", prefix: "eval-ci", hours: (0.4, 1.5), max_wait_h: 1.0, ..l4 },
         3,
         0,
         true,
@@ -1186,14 +1213,14 @@ fn prod_east_month(rng: &mut StdRng, start: OffsetDateTime, end: OffsetDateTime)
         &Spec {
             namespace: "recsys-experiments",
             prefix: "nb",
-            hours: (2.0, 8.0),
+            hours: (3.0, 9.0),
             max_wait_h: 0.5,
             activity: ActivityKind::Notebook,
             memory: 0.35,
             image: NOTEBOOK,
             ..l4
         },
-        3.0,
+        6.0,
         &mut out,
     );
     // KubeVirt: vGPU desktops for analysts, passthrough T4 VMs for a simulation toolchain.
@@ -1201,7 +1228,7 @@ fn prod_east_month(rng: &mut StdRng, start: OffsetDateTime, end: OffsetDateTime)
         &VmSpec {
             namespace: "vdi",
             prefix: "desktop",
-            count: 9,
+            count: 12,
             resources: &[
                 "nvidia.com/GRID_T4-4Q",
                 "nvidia.com/GRID_T4-4Q",
@@ -1219,7 +1246,7 @@ fn prod_east_month(rng: &mut StdRng, start: OffsetDateTime, end: OffsetDateTime)
         &VmSpec {
             namespace: "sim-vms",
             prefix: "cfd-sim",
-            count: 3,
+            count: 4,
             resources: &["nvidia.com/TU104GL_Tesla_T4"],
             days: (6.0, 20.0),
             activity: ActivityKind::Simulation,
@@ -1254,12 +1281,12 @@ fn research_west_month(rng: &mut StdRng, start: OffsetDateTime, end: OffsetDateT
             resource: "nvidia.com/mig-3g.40gb",
             units: 1,
             prefix: "lora-ft",
-            hours: (6.0, 40.0),
+            hours: (10.0, 60.0),
             max_wait_h: 24.0,
             level: (55.0, 85.0),
             ..nlp
         },
-        10,
+        20,
         "nlp-research",
         &mut out,
     );
@@ -1271,11 +1298,11 @@ fn research_west_month(rng: &mut StdRng, start: OffsetDateTime, end: OffsetDateT
             resource: "nvidia.com/mig-2g.20gb",
             units: 1,
             prefix: "detector-ft",
-            hours: (4.0, 30.0),
+            hours: (8.0, 48.0),
             max_wait_h: 24.0,
             ..vision
         },
-        12,
+        25,
         "vision-research",
         &mut out,
     );
@@ -1284,7 +1311,7 @@ fn research_west_month(rng: &mut StdRng, start: OffsetDateTime, end: OffsetDateT
         prefix: "asr-train",
         resource: "nvidia.com/mig-2g.20gb",
         units: 1,
-        hours: (10.0, 50.0),
+        hours: (20.0, 80.0),
         max_wait_h: 24.0,
         activity: ActivityKind::Training,
         level: (70.0, 92.0),
@@ -1292,8 +1319,46 @@ fn research_west_month(rng: &mut StdRng, start: OffsetDateTime, end: OffsetDateT
         image: PYTORCH,
         pool: None,
     };
-    g.jobs(&speech, 6, "speech-research", &mut out);
-    g.jobs(&Spec { resource: "nvidia.com/mig-3g.40gb", prefix: "tts-train", ..speech }, 3, "speech-research", &mut out);
+    g.jobs(&speech, 12, "speech-research", &mut out);
+    g.jobs(&Spec { resource: "nvidia.com/mig-3g.40gb", prefix: "tts-train", ..speech }, 6, "speech-research", &mut out);
+    // Services on MIG slices, replaced at each month's rollout.
+    for d in [
+        DeploymentSpec {
+            namespace: "vision",
+            name: "detector-serving",
+            replicas: 4,
+            resource: "nvidia.com/mig-2g.20gb",
+            units: 1,
+            level: 50.0,
+            rollout_minute: 7 * 60,
+            labels: &[(label::MODEL, "yolo-detector-v11"), ("kueue.x-k8s.io/queue-name", "vision-research-queue")],
+            image: TRITON,
+        },
+        DeploymentSpec {
+            namespace: "data-pipelines",
+            name: "embed-serving",
+            replicas: 6,
+            resource: "nvidia.com/mig-1g.10gb",
+            units: 1,
+            level: 45.0,
+            rollout_minute: 7 * 60 + 30,
+            labels: &[(label::MODEL, "bge-m3"), ("kueue.x-k8s.io/queue-name", "data-engineering-queue")],
+            image: TRITON,
+        },
+        DeploymentSpec {
+            namespace: "nlp",
+            name: "rag-reranker",
+            replicas: 2,
+            resource: "nvidia.com/mig-3g.40gb",
+            units: 1,
+            level: 40.0,
+            rollout_minute: 8 * 60,
+            labels: &[(label::MODEL, "bge-reranker-v2"), ("kueue.x-k8s.io/queue-name", "nlp-research-queue")],
+            image: TRITON,
+        },
+    ] {
+        g.deployment(&d, &mut out);
+    }
     let notebook = Spec {
         namespace: "nlp-notebooks",
         prefix: "nb",
@@ -1307,15 +1372,15 @@ fn research_west_month(rng: &mut StdRng, start: OffsetDateTime, end: OffsetDateT
         image: NOTEBOOK,
         pool: None,
     };
-    g.notebooks(&notebook, 4.0, &mut out);
-    g.notebooks(&Spec { namespace: "speech", ..notebook }, 1.5, &mut out);
+    g.notebooks(&notebook, 5.0, &mut out);
+    g.notebooks(&Spec { namespace: "speech", ..notebook }, 2.0, &mut out);
     g.periodic(
         &Spec {
             namespace: "data-pipelines",
             prefix: "embed-corpus",
             resource: "nvidia.com/mig-1g.10gb",
             units: 1,
-            hours: (0.8, 2.0),
+            hours: (1.0, 2.5),
             max_wait_h: 2.0,
             activity: ActivityKind::Batch,
             level: (80.0, 97.0),
@@ -1323,7 +1388,7 @@ fn research_west_month(rng: &mut StdRng, start: OffsetDateTime, end: OffsetDateT
             image: PYTORCH,
             pool: None,
         },
-        6,
+        4,
         2,
         false,
         "data-engineering",
