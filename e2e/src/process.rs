@@ -195,8 +195,16 @@ impl Drop for ServerProcess {
 
 /// `gpuledger-server demo` against `database_url` (a superuser URL: it migrates, seeds `demo`, serves as the app
 /// role), ready to answer.
+/// Only the organization, tenants, clusters and inventory (`--history false`): the tests using this bring their own
+/// facts; the full demo (three months through the agent code, two closed months) is tested in `demo.rs` and
+/// `ledger_demo.rs`.
 pub fn start_demo(database_url: &str, log: &Path) -> Result<ServerProcess> {
-    let mut server = ServerProcess::start(&["demo"], &[("DATABASE_URL", Some(database_url))], None, log)?;
+    let mut server = ServerProcess::start(
+        &["demo"],
+        &[("DATABASE_URL", Some(database_url)), ("GPULEDGER_DEMO_HISTORY", Some("false"))],
+        None,
+        log,
+    )?;
     server.wait_ready(Duration::from_secs(60))?;
     Ok(server)
 }

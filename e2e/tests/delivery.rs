@@ -215,6 +215,7 @@ impl Server {
         let child = Command::new(binary("gpuledger-server").unwrap())
             .args(["demo", "--listen", &format!("127.0.0.1:{port}")])
             .env("DATABASE_URL", db_url)
+            .env("GPULEDGER_DEMO_HISTORY", "false")
             .env("RUST_LOG", "warn")
             .stdout(Stdio::from(file.try_clone().unwrap()))
             .stderr(Stdio::from(file))

@@ -83,7 +83,18 @@ async fn closed_demo_months_verify_offline_and_tampering_is_named() {
 
         // one changed input (a rate) → the lines priced with it are named
         let mut tampered = bundle.clone();
-        tampered["inputs"]["policy"]["classes"][0]["borrowed"] = Value::String("99.00".into());
+        let borrowed_class = bundle["lines"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|l| l["term"] == "borrowed")
+            .map(|l| l["gpu_class"].as_str().unwrap().to_string())
+            .expect("a borrowed line");
+        for c in tampered["inputs"]["policy"]["classes"].as_array_mut().unwrap() {
+            if c["gpu_class"] == borrowed_class.as_str() {
+                c["borrowed"] = Value::String("99.00".into());
+            }
+        }
         std::fs::write(&bad, serde_json::to_vec(&tampered).unwrap()).unwrap();
         let (ok, out) = server(&["verify", bad.to_str().unwrap()]);
         assert!(!ok && out.contains("/borrowed/"), "{out}");

@@ -75,7 +75,7 @@ const RUNS: usize = 3;
 /// Jobs start this long before the period (so some cross its start).
 const LEAD_S: i64 = 3 * 86_400;
 /// Mean gap between two jobs on one lane is half of this.
-const GAP_MAX_S: i64 = 14 * 3_600;
+const GAP_MAX_S: i64 = 10 * 3_600;
 const TARGET_S: f64 = 10.0;
 
 const ORG: Uuid = Uuid::from_u128(0x0b3e_0000_0000_4000_8000_0000_0000_0001);

@@ -124,6 +124,10 @@ pub struct DemoArgs {
     /// duplicates once; useful to check idempotency).
     #[arg(long, env = "GPULEDGER_DEMO_RELOAD")]
     pub reload: bool,
+    /// Load the demo's three months of history and close its ledger (`--history false`: only the organization,
+    /// its tenants, clusters and inventory — what tests of the agents need, in seconds).
+    #[arg(long, env = "GPULEDGER_DEMO_HISTORY", default_value_t = true, action = clap::ArgAction::Set)]
+    pub history: bool,
 }
 
 /// The default data directory for the embedded database.
@@ -251,7 +255,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             let data_dir = cli.data_dir.clone().unwrap_or_else(|| default_data_dir().join("demo"));
             // The demo's clock: everything below takes `now` from here.
             let now = time::OffsetDateTime::now_utc();
-            serve(&cli, &args.serve, data_dir, Some(DemoRun { now, reload: args.reload })).await
+            serve(&cli, &args.serve, data_dir, Some(DemoRun { now, reload: args.reload, history: args.history })).await
         }
     }
 }
@@ -331,6 +335,7 @@ async fn create_token(db: &Database, args: &TokenCreateArgs) -> anyhow::Result<S
 struct DemoRun {
     now: time::OffsetDateTime,
     reload: bool,
+    history: bool,
 }
 
 async fn serve(cli: &Cli, args: &ServeArgs, data_dir: PathBuf, demo: Option<DemoRun>) -> anyhow::Result<()> {
@@ -384,6 +389,12 @@ async fn serve_demo(
         ip => ip,
     };
     let base_url = format!("http://{}", std::net::SocketAddr::new(ip, local.port()));
+    if !run.history {
+        gate.open();
+        tracing::info!("demo organization ready without history (--history false)");
+        server.await?;
+        return Ok(());
+    }
     tokio::select! {
         stopped = &mut server => {
             // A shutdown signal arrived while loading: stop without finishing.

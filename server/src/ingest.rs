@@ -954,6 +954,20 @@ async fn apply_namespace(
     .bind(n.deleted_at)
     .execute(tx.conn())
     .await?;
+    // Allocations that arrived before their namespace (watchers race; batches reorder) get its UID now, so the
+    // result does not depend on arrival order.
+    sqlx::query(
+        "UPDATE allocation_intervals SET namespace_uid = $2, updated_at = now()
+          WHERE cluster_id = $1 AND namespace = $3 AND namespace_uid IS NULL AND started_at >= $4
+            AND ($5::timestamptz IS NULL OR started_at < $5)",
+    )
+    .bind(cluster.as_uuid())
+    .bind(n.namespace_uid)
+    .bind(&n.name)
+    .bind(n.created_at)
+    .bind(n.deleted_at)
+    .execute(tx.conn())
+    .await?;
     let tenant: Option<Uuid> = match &n.labels.tenant {
         None => None,
         Some(name) => {

@@ -5,7 +5,7 @@
 use serde_json::{Value, json};
 use time::{Duration, OffsetDateTime, format_description::well_known::Rfc3339};
 
-use super::plan::{ClusterPlan, Ending, HolderKind, Namespace, Node, Queue, Sharing, Workload, mix};
+use super::plan::{ClusterPlan, Ending, Namespace, Node, Queue, Sharing, Workload, mix};
 
 /// RFC 3339 in UTC, seconds precision, as the API server writes timestamps.
 pub fn ts(t: OffsetDateTime) -> String {
@@ -15,7 +15,7 @@ pub fn ts(t: OffsetDateTime) -> String {
 
 /// A resourceVersion that grows with time (etcd revisions do).
 fn rv(t: OffsetDateTime, salt: u64) -> String {
-    ((t.unix_timestamp() as u64 - 1_600_000_000) * 8 + (mix(salt) % 8)).to_string()
+    ((t.unix_timestamp().max(1_600_000_000) - 1_600_000_000) as u64 * 8 + (mix(salt) % 8)).to_string()
 }
 
 /// A namespace with the owner labels in force since `since`.
@@ -33,7 +33,6 @@ pub fn namespace(ns: &Namespace, tenant: &str, department: &str, since: OffsetDa
                 super::plan::label::TENANT: tenant,
                 super::plan::label::DEPARTMENT: department,
             },
-            "annotations": { "gpuledger.io/owner-changed-at": ts(since) },
         },
         "spec": { "finalizers": ["kubernetes"] },
         "status": { "phase": "Active" },
@@ -193,8 +192,7 @@ pub fn pod(w: &Workload, c: &ClusterPlan, stage: PodStage) -> Value {
                 "reason": if failed { "Error" } else { "Completed" },
                 "startedAt": started, "finishedAt": ts(w.end), "containerID": container_id(w),
             }}),
-            // Finished Jobs' pods are garbage-collected an hour later.
-            matches!(stage, PodStage::Deleted).then(|| w.end + Duration::hours(1)),
+            None,
         ),
         PodStage::Terminating => ("Running", json!({ "running": { "startedAt": started } }), Some(w.end)),
         PodStage::Deleted => {
@@ -425,9 +423,4 @@ pub fn cluster_queue(q: &Queue, version: usize) -> Value {
                              "lastTransitionTime": ts(q.created) }],
         },
     })
-}
-
-/// Whether a workload is a pod (else a VMI).
-pub fn is_pod(w: &Workload) -> bool {
-    w.holder == HolderKind::Pod
 }
