@@ -106,7 +106,8 @@ pub fn verify(bundle: &Bundle) -> Result<Verification, DomainError> {
     }
     let mut differences = Vec::new();
     if bundle.inputs.period != bundle.period {
-        differences.push(format!("inputs.period {} is not the bundle's period {}", bundle.inputs.period, bundle.period));
+        differences
+            .push(format!("inputs.period {} is not the bundle's period {}", bundle.inputs.period, bundle.period));
     }
     if bundle.inputs.policy.version != bundle.policy_version {
         differences.push(format!(
@@ -131,7 +132,8 @@ pub fn verify(bundle: &Bundle) -> Result<Verification, DomainError> {
                     ("rate", stored.rate.to_string(), line.rate.to_string()),
                 ] {
                     if stored_value_differs(&a, &b) {
-                        differences.push(format!("line {}: {field} is {a} in the bundle, {b} recomputed", line.line_id));
+                        differences
+                            .push(format!("line {}: {field} is {a} in the bundle, {b} recomputed", line.line_id));
                     }
                 }
                 if stored.csv_row() != line.csv_row()
@@ -139,7 +141,8 @@ pub fn verify(bundle: &Bundle) -> Result<Verification, DomainError> {
                     && stored.quantity == line.quantity
                     && stored.rate == line.rate
                 {
-                    differences.push(format!("line {}: differs from the recomputed line (text or identity)", line.line_id));
+                    differences
+                        .push(format!("line {}: differs from the recomputed line (text or identity)", line.line_id));
                 }
             }
         }

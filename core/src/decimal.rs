@@ -105,7 +105,10 @@ impl Decimal {
     /// Exact signed sum (at the larger scale).
     pub fn checked_add(&self, other: &Decimal) -> Result<Decimal, DomainError> {
         let scale = self.scale.max(other.scale);
-        let units = self.units_at(scale)?.checked_add(other.units_at(scale)?).ok_or_else(|| DomainError::overflow("decimal add"))?;
+        let units = self
+            .units_at(scale)?
+            .checked_add(other.units_at(scale)?)
+            .ok_or_else(|| DomainError::overflow("decimal add"))?;
         Ok(Self { units, scale })
     }
 
@@ -195,7 +198,8 @@ impl fmt::Display for Decimal {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let digits = self.units.unsigned_abs().to_string();
         let scale = self.scale as usize;
-        let padded = if digits.len() <= scale { format!("{}{digits}", "0".repeat(scale + 1 - digits.len())) } else { digits };
+        let padded =
+            if digits.len() <= scale { format!("{}{digits}", "0".repeat(scale + 1 - digits.len())) } else { digits };
         let (int, frac) = padded.split_at(padded.len() - scale);
         if self.units < 0 {
             f.write_str("-")?;

@@ -399,11 +399,10 @@ impl Ctx<'_> {
         key: &str,
     ) -> Result<LedgerLine, DomainError> {
         let tenant_name = tenant.and_then(|t| self.tenants.get(&t)).map(|t| t.name.clone()).unwrap_or_default();
-        let department_name = self
-            .departments
-            .get(&department)
-            .map(|d| d.name.clone())
-            .ok_or_else(|| DomainError::invalid_at("departments", format!("department {department} is not listed")))?;
+        let department_name =
+            self.departments.get(&department).map(|d| d.name.clone()).ok_or_else(|| {
+                DomainError::invalid_at("departments", format!("department {department} is not listed"))
+            })?;
         let holder = if tenant.is_some() { tenant_name.clone() } else { format!("department:{department_name}") };
         let mut line_id = format!("{}/{}/{holder}", self.input.period, term.as_str());
         if !key.is_empty() {
@@ -537,7 +536,8 @@ pub fn compute(input: &LedgerInput) -> Result<Ledger, DomainError> {
         let h = hours(ns)?;
         let quantity = hours(gpu_ns)?;
         let amount = money(quantity.checked_mul(rates.guaranteed.value())?)?;
-        let mut line = ctx.base_line(Term::Guaranteed, tenant, department, &q.gpu_class, &format!("{}/{}", q.gpu_class, q.id))?;
+        let mut line =
+            ctx.base_line(Term::Guaranteed, tenant, department, &q.gpu_class, &format!("{}/{}", q.gpu_class, q.id))?;
         line.quantity = qty(quantity)?;
         line.unit = "GPU-hour".into();
         line.rate = rates.guaranteed;
@@ -808,7 +808,10 @@ pub fn compute(input: &LedgerInput) -> Result<Ledger, DomainError> {
         let mut by_device: HashMap<&str, Vec<(i128, i128, u64)>> = HashMap::new();
         for r in &input.energy {
             if r.end <= r.start {
-                return Err(DomainError::invalid_at("energy", format!("window of {} ends before it starts", r.gpu_uuid)));
+                return Err(DomainError::invalid_at(
+                    "energy",
+                    format!("window of {} ends before it starts", r.gpu_uuid),
+                ));
             }
             by_device.entry(r.gpu_uuid.as_str()).or_default().push((
                 r.start.unix_timestamp_nanos(),
@@ -931,7 +934,10 @@ pub fn compute(input: &LedgerInput) -> Result<Ledger, DomainError> {
         let mut cost_text = Vec::new();
         for (class, ns) in endpoint_ns.get(&svc.endpoint).into_iter().flatten() {
             let rates = policy.rates(class).ok_or_else(|| {
-                DomainError::invalid_at("policy.classes", format!("no rate for GPU class {class} (endpoint {})", svc.endpoint))
+                DomainError::invalid_at(
+                    "policy.classes",
+                    format!("no rate for GPU class {class} (endpoint {})", svc.endpoint),
+                )
             })?;
             let h = hours(*ns)?;
             cost = cost.checked_add(h.checked_mul(rates.guaranteed.value())?)?;
@@ -966,7 +972,8 @@ pub fn compute(input: &LedgerInput) -> Result<Ledger, DomainError> {
             line.unit = "million weighted tokens".into();
             line.rate = rate;
             line.amount = amount;
-            line.confidence = Confidence::Modeled.combine(endpoint_conf.get(&svc.endpoint).copied().unwrap_or(Confidence::Exact));
+            line.confidence =
+                Confidence::Modeled.combine(endpoint_conf.get(&svc.endpoint).copied().unwrap_or(Confidence::Exact));
             line.evidence = ctx.evidence(&format!("tenant={tenant}&endpoint={}", svc.endpoint));
             line.explanation = match &svc.per_million_weighted_tokens {
                 Some(r) => format!(
@@ -1098,7 +1105,10 @@ pub fn compute(input: &LedgerInput) -> Result<Ledger, DomainError> {
             AdjustmentKind::Credit => Term::Credit,
             AdjustmentKind::LateData => Term::Adjustment,
         };
-        let amount = adj.amount.with_scale(AMOUNT_SCALE).map_err(|e| DomainError::invalid_at(format!("adjustments[{i}].amount"), e.to_string()))?;
+        let amount = adj
+            .amount
+            .with_scale(AMOUNT_SCALE)
+            .map_err(|e| DomainError::invalid_at(format!("adjustments[{i}].amount"), e.to_string()))?;
         let mut line = ctx.base_line(term, adj.tenant, adj.department, &adj.gpu_class, &adj.id)?;
         line.quantity = Decimal::from_integer(1)?;
         line.unit = "adjustment".into();
@@ -1106,7 +1116,8 @@ pub fn compute(input: &LedgerInput) -> Result<Ledger, DomainError> {
         line.amount = amount;
         line.evidence = adj.corrects.clone();
         line.corrects = Some(adj.corrects.clone());
-        line.explanation = format!("{}: {} {} correcting {}", adj.reason, amount.grouped(), policy.currency, adj.corrects);
+        line.explanation =
+            format!("{}: {} {} correcting {}", adj.reason, amount.grouped(), policy.currency, adj.corrects);
         ctx.lines.push(line);
     }
 
@@ -1173,7 +1184,11 @@ pub fn late_adjustments(
             .filter(|a| a.kind == AdjustmentKind::LateData && a.corrects == line.line_id)
             .count();
         out.push(AdjustmentRecord {
-            id: if issued == 0 { format!("late:{}", line.line_id) } else { format!("late:{}#{}", line.line_id, issued + 1) },
+            id: if issued == 0 {
+                format!("late:{}", line.line_id)
+            } else {
+                format!("late:{}#{}", line.line_id, issued + 1)
+            },
             kind: AdjustmentKind::LateData,
             tenant: line.tenant_id,
             department: line.department_id,

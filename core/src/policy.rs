@@ -221,9 +221,11 @@ impl CostPolicy {
 
     /// (input, output) token weights of a model: its own entry, else `*`, else (1, 1).
     pub fn token_weight(&self, model: &str) -> (Fraction, Fraction) {
-        let entry = self.token_weights.iter().find(|w| w.model == model).or_else(|| {
-            self.token_weights.iter().find(|w| w.model == "*")
-        });
+        let entry = self
+            .token_weights
+            .iter()
+            .find(|w| w.model == model)
+            .or_else(|| self.token_weights.iter().find(|w| w.model == "*"));
         entry.map_or((Fraction::ONE, Fraction::ONE), |w| (w.input.value(), w.output.value()))
     }
 }

@@ -24,7 +24,8 @@ fn demo_starts_serves_stops_cleanly_and_reuses_its_data() {
     let pgdata = data.join("pg").display().to_string();
 
     // First run: creates the cluster, migrates, seeds, serves.
-    let mut server = ServerProcess::start(&["demo"], &[NO_DB_URL, NO_HISTORY], Some(&data), &dir.join("run1.log")).unwrap();
+    let mut server =
+        ServerProcess::start(&["demo"], &[NO_DB_URL, NO_HISTORY], Some(&data), &dir.join("run1.log")).unwrap();
     server.wait_ready(Duration::from_secs(180)).unwrap();
     let (status, body) = http_get(&format!("{}/healthz", server.base)).unwrap();
     assert_eq!((status, body.contains("ok")), (200, true), "{body}");
@@ -42,7 +43,8 @@ fn demo_starts_serves_stops_cleanly_and_reuses_its_data() {
     assert!(server.log_text().contains("embedded PostgreSQL stopped"));
 
     // Second run: same data, no new cluster, same organization; SIGTERM stops it too.
-    let mut again = ServerProcess::start(&["demo"], &[NO_DB_URL, NO_HISTORY], Some(&data), &dir.join("run2.log")).unwrap();
+    let mut again =
+        ServerProcess::start(&["demo"], &[NO_DB_URL, NO_HISTORY], Some(&data), &dir.join("run2.log")).unwrap();
     again.wait_ready(Duration::from_secs(120)).unwrap();
     assert!(!again.log_text().contains("cluster created"), "{}", again.log_text());
     assert_eq!(std::fs::read_to_string(data.join("credentials.json")).unwrap(), credentials);
@@ -58,11 +60,13 @@ fn demo_starts_serves_stops_cleanly_and_reuses_its_data() {
 fn demo_recovers_after_being_killed() {
     let dir = temp_dir("gl-e2e-kill").unwrap();
     let data = dir.join("data");
-    let mut server = ServerProcess::start(&["demo"], &[NO_DB_URL, NO_HISTORY], Some(&data), &dir.join("run1.log")).unwrap();
+    let mut server =
+        ServerProcess::start(&["demo"], &[NO_DB_URL, NO_HISTORY], Some(&data), &dir.join("run1.log")).unwrap();
     server.wait_ready(Duration::from_secs(180)).unwrap();
     // kill -9 leaves PostgreSQL running, orphaned; the next start must take over.
     server.stop("KILL", Duration::from_secs(10)).unwrap();
-    let mut next = ServerProcess::start(&["demo"], &[NO_DB_URL, NO_HISTORY], Some(&data), &dir.join("run2.log")).unwrap();
+    let mut next =
+        ServerProcess::start(&["demo"], &[NO_DB_URL, NO_HISTORY], Some(&data), &dir.join("run2.log")).unwrap();
     next.wait_ready(Duration::from_secs(120)).unwrap();
     assert!(next.log_text().contains("left running"), "{}", next.log_text());
     assert!(next.stop("INT", Duration::from_secs(30)).unwrap().success());

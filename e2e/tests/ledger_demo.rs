@@ -73,8 +73,13 @@ async fn closed_demo_months_verify_offline_and_tampering_is_named() {
         let mut tampered = bundle.clone();
         let first = tampered["lines"][0]["amount"].as_str().unwrap().to_string();
         let id = tampered["lines"][0]["line_id"].as_str().unwrap().to_string();
-        let bumped = gpuledger_core::decimal::Decimal::parse(&first).unwrap().value().checked_add(gpuledger_core::Fraction::ONE).unwrap();
-        tampered["lines"][0]["amount"] = Value::String(gpuledger_core::decimal::Decimal::round(bumped, 2).unwrap().to_string());
+        let bumped = gpuledger_core::decimal::Decimal::parse(&first)
+            .unwrap()
+            .value()
+            .checked_add(gpuledger_core::Fraction::ONE)
+            .unwrap();
+        tampered["lines"][0]["amount"] =
+            Value::String(gpuledger_core::decimal::Decimal::round(bumped, 2).unwrap().to_string());
         let bad = dir.join(format!("{month}-tampered.json"));
         std::fs::write(&bad, serde_json::to_vec(&tampered).unwrap()).unwrap();
         let (ok, out) = server(&["verify", bad.to_str().unwrap()]);

@@ -548,8 +548,8 @@ impl World {
                     ids.push(i as u32);
                 }
                 let scratch = acc * 0.001;
-                for i in owned..owned + unowned_namespaces {
-                    if namespaces[i].cluster == cluster {
+                for (i, ns) in namespaces.iter().enumerate().skip(owned).take(unowned_namespaces) {
+                    if ns.cluster == cluster {
                         acc += scratch;
                         cum.push(acc);
                         ids.push(i as u32);

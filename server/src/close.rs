@@ -142,7 +142,9 @@ async fn late_data(tx: &mut OrgTx, period: Period) -> Result<Vec<(Period, Adjust
 /// Computes an open period's ledger with the approved policy, approved credits and late-data adjustments.
 pub async fn preview(tx: &mut OrgTx, period: Period) -> Result<Preview, AppError> {
     let policy = policy_for(tx, period).await?.ok_or_else(|| {
-        AppError::Conflict(format!("no approved cost policy covers {period}: approve one effective from {period} or earlier"))
+        AppError::Conflict(format!(
+            "no approved cost policy covers {period}: approve one effective from {period} or earlier"
+        ))
     })?;
     let mut input = load_input(tx, period, policy).await?;
     let credits = approved_credits(tx).await?;
@@ -190,12 +192,16 @@ pub async fn close_period(
     let start = month_start(period);
     // Step 1: take the lock (open → closing) in its own committed transaction, so others see it.
     let mut tx = db.begin_org(org).await?;
-    let later: Option<Date> = sqlx::query_scalar("SELECT max(period) FROM periods WHERE state = 'closed' AND period > $1")
-        .bind(start)
-        .fetch_one(tx.conn())
-        .await?;
+    let later: Option<Date> =
+        sqlx::query_scalar("SELECT max(period) FROM periods WHERE state = 'closed' AND period > $1")
+            .bind(start)
+            .fetch_one(tx.conn())
+            .await?;
     if let Some(l) = later {
-        return Err(AppError::Conflict(format!("{} is already closed; {period} can no longer be closed", period_of(l)?)));
+        return Err(AppError::Conflict(format!(
+            "{} is already closed; {period} can no longer be closed",
+            period_of(l)?
+        )));
     }
     let won: Option<String> = sqlx::query_scalar(
         "INSERT INTO periods (org_id, period, state, closing_by, closing_since) VALUES ($1, $2, 'closing', $3, now())
@@ -211,7 +217,10 @@ pub async fn close_period(
     .await?;
     if won.is_none() {
         let (st, by): (String, Option<String>) =
-            sqlx::query_as("SELECT state, closing_by FROM periods WHERE period = $1").bind(start).fetch_one(tx.conn()).await?;
+            sqlx::query_as("SELECT state, closing_by FROM periods WHERE period = $1")
+                .bind(start)
+                .fetch_one(tx.conn())
+                .await?;
         tx.rollback().await?;
         return Err(AppError::Conflict(match st.as_str() {
             "closed" => format!("{period} is already closed"),
@@ -442,7 +451,9 @@ async fn bundle_handler(
     let json = stored_bundle_json(&mut tx, period).await?;
     let slug = org_slug(&mut tx).await?;
     tx.commit().await?;
-    let json = json.ok_or_else(|| AppError::NotFound(format!("{period} is not closed: only a closed period has an evidence bundle")))?;
+    let json = json.ok_or_else(|| {
+        AppError::NotFound(format!("{period} is not closed: only a closed period has an evidence bundle"))
+    })?;
     let mut response = (StatusCode::OK, json).into_response();
     let h = response.headers_mut();
     h.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
@@ -456,7 +467,18 @@ async fn bundle_handler(
 async fn list_periods(State(state): State<AppState>, headers: HeaderMap) -> Result<Json<Value>, AppError> {
     let p = reader(&state, &headers).await?;
     let mut tx = state.db.begin_org(p.org).await?;
-    type Row = (Date, String, Option<OffsetDateTime>, Option<String>, Option<i32>, Option<String>, Option<i32>, Option<String>, Option<String>, Option<String>);
+    type Row = (
+        Date,
+        String,
+        Option<OffsetDateTime>,
+        Option<String>,
+        Option<i32>,
+        Option<String>,
+        Option<i32>,
+        Option<String>,
+        Option<String>,
+        Option<String>,
+    );
     let rows: Vec<Row> = sqlx::query_as(
         "SELECT period, state, closed_at, closed_by, policy_version, content_hash, line_count, total_amount::text,
                 currency::text, previous_hash

@@ -35,9 +35,7 @@ use crate::{
 
 /// Routes of this module.
 pub fn router() -> Router<AppState> {
-    Router::new()
-        .route("/api/v1/ledger", get(get_ledger))
-        .route("/api/v1/periods/{period}/evidence", get(evidence))
+    Router::new().route("/api/v1/ledger", get(get_ledger)).route("/api/v1/periods/{period}/evidence", get(evidence))
 }
 
 /// `[start, end)` of a period as timestamps.
@@ -144,11 +142,14 @@ pub async fn load_allocations(tx: &mut OrgTx, period: Period) -> Result<Vec<Allo
         }
         // The part of the allocation under this owner.
         let (s2, e2) = match of {
-            Some(of) => (s.max(of), match (e, ot) {
-                (Some(e), Some(ot)) => Some(e.min(ot)),
-                (Some(e), None) => Some(e),
-                (None, ot) => ot,
-            }),
+            Some(of) => (
+                s.max(of),
+                match (e, ot) {
+                    (Some(e), Some(ot)) => Some(e.min(ot)),
+                    (Some(e), None) => Some(e),
+                    (None, ot) => ot,
+                },
+            ),
             None => (s, e),
         };
         // Time-sliced replicas are named `UUID::N`; MIG devices resolve to their physical GPU.
@@ -186,14 +187,17 @@ pub async fn load_input(tx: &mut OrgTx, period: Period, policy: CostPolicy) -> R
         .into_iter()
         .map(|(id, name)| DepartmentRef { id: DepartmentId::from_uuid(id), name })
         .collect();
-    let tenants = sqlx::query_as::<_, (Uuid, String, Uuid)>(
-        "SELECT tenant_id, name, department_id FROM tenants ORDER BY name",
-    )
-    .fetch_all(tx.conn())
-    .await?
-    .into_iter()
-    .map(|(id, name, d)| TenantRef { id: TenantId::from_uuid(id), name, department: DepartmentId::from_uuid(d) })
-    .collect();
+    let tenants =
+        sqlx::query_as::<_, (Uuid, String, Uuid)>("SELECT tenant_id, name, department_id FROM tenants ORDER BY name")
+            .fetch_all(tx.conn())
+            .await?
+            .into_iter()
+            .map(|(id, name, d)| TenantRef {
+                id: TenantId::from_uuid(id),
+                name,
+                department: DepartmentId::from_uuid(d),
+            })
+            .collect();
     let capacity = sqlx::query_as::<_, (String, i64)>(
         "SELECT m.gpu_class, count(DISTINCT d.gpu_uuid)
            FROM devices d
@@ -209,7 +213,10 @@ pub async fn load_input(tx: &mut OrgTx, period: Period, policy: CostPolicy) -> R
     .into_iter()
     .map(|(gpu_class, n)| ClassCapacity { gpu_class, gpus: u32::try_from(n).unwrap_or(u32::MAX) })
     .collect();
-    let quotas = sqlx::query_as::<_, (Uuid, Option<Uuid>, Option<Uuid>, String, String, OffsetDateTime, Option<OffsetDateTime>)>(
+    let quotas = sqlx::query_as::<
+        _,
+        (Uuid, Option<Uuid>, Option<Uuid>, String, String, OffsetDateTime, Option<OffsetDateTime>),
+    >(
         "SELECT quota_id, tenant_id, department_id, gpu_class, gpus::text, valid_from, valid_to FROM quotas
           WHERE valid_from < $2 AND (valid_to IS NULL OR valid_to > $1) AND gpus > 0
           ORDER BY quota_id",
@@ -225,7 +232,14 @@ pub async fn load_input(tx: &mut OrgTx, period: Period, policy: CostPolicy) -> R
             (None, Some(d)) => QuotaHolder::Department(DepartmentId::from_uuid(d)),
             (None, None) => return Err(AppError::Internal(format!("quota {id} has no holder"))),
         };
-        Ok(QuotaRecord { id: id.to_string(), holder, gpu_class, gpus: Decimal::parse(&gpus)?.normalized(), valid_from, valid_to })
+        Ok(QuotaRecord {
+            id: id.to_string(),
+            holder,
+            gpu_class,
+            gpus: Decimal::parse(&gpus)?.normalized(),
+            valid_from,
+            valid_to,
+        })
     })
     .collect::<Result<Vec<_>, AppError>>()?;
     let allocations = load_allocations(tx, period).await?;
@@ -342,7 +356,10 @@ async fn get_ledger(
     Query(q): Query<LedgerQuery>,
 ) -> Result<Json<Value>, AppError> {
     let p = reader(&state, &headers).await?;
-    let period = parse_period("period", q.period.as_deref().ok_or_else(|| AppError::invalid("period", "is required (YYYY-MM)"))?)?;
+    let period = parse_period(
+        "period",
+        q.period.as_deref().ok_or_else(|| AppError::invalid("period", "is required (YYYY-MM)"))?,
+    )?;
     let per_page = q.per_page.unwrap_or(1000);
     if per_page == 0 || per_page > 10_000 {
         return Err(AppError::invalid("per_page", "must be 1..=10000"));
@@ -363,7 +380,9 @@ async fn get_ledger(
     tx.commit().await?;
     let filtered: Vec<&LedgerLine> = lines
         .iter()
-        .filter(|l| q.tenant.as_deref().is_none_or(|t| l.tenant == t || l.tenant_id.is_some_and(|id| id.to_string() == t)))
+        .filter(|l| {
+            q.tenant.as_deref().is_none_or(|t| l.tenant == t || l.tenant_id.is_some_and(|id| id.to_string() == t))
+        })
         .filter(|l| q.department.as_deref().is_none_or(|d| l.department == d || l.department_id.to_string() == d))
         .filter(|l| q.term.as_deref().is_none_or(|t| l.term.as_str() == t))
         .collect();
@@ -421,7 +440,11 @@ async fn evidence(
         None => load_allocations(&mut tx, period).await?,
     };
     tx.commit().await?;
-    let tenant = q.tenant.as_deref().map(|t| Uuid::parse_str(t).map_err(|_| AppError::invalid("tenant", "is not a UUID"))).transpose()?;
+    let tenant = q
+        .tenant
+        .as_deref()
+        .map(|t| Uuid::parse_str(t).map_err(|_| AppError::invalid("tenant", "is not a UUID")))
+        .transpose()?;
     let rows: Vec<&AllocationRecord> = allocations
         .iter()
         .filter(|a| tenant.is_none_or(|t| a.tenant.map(|x| x.as_uuid()) == Some(t)))

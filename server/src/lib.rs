@@ -3,8 +3,8 @@
 pub mod analytics;
 pub mod app;
 pub mod auth;
-pub mod close;
 pub mod cli;
+pub mod close;
 pub mod db;
 pub mod demo;
 pub mod disputes;

@@ -224,10 +224,12 @@ pub async fn create_draft(
 ) -> Result<i32, AppError> {
     let org = tx.org().as_uuid();
     // Serialize version numbers per organization.
-    sqlx::query("SELECT pg_advisory_xact_lock(hashtext('cost_policies:' || $1::text))").bind(org).execute(tx.conn()).await?;
-    let version: i32 = sqlx::query_scalar("SELECT COALESCE(max(version), 0) + 1 FROM cost_policies")
-        .fetch_one(tx.conn())
+    sqlx::query("SELECT pg_advisory_xact_lock(hashtext('cost_policies:' || $1::text))")
+        .bind(org)
+        .execute(tx.conn())
         .await?;
+    let version: i32 =
+        sqlx::query_scalar("SELECT COALESCE(max(version), 0) + 1 FROM cost_policies").fetch_one(tx.conn()).await?;
     let doc = serde_json::to_value(policy).map_err(|e| AppError::Internal(e.to_string()))?;
     sqlx::query(
         "INSERT INTO cost_policies (org_id, version, effective_from, currency, document, note, created_by)
@@ -242,8 +244,15 @@ pub async fn create_draft(
     .bind(actor)
     .execute(tx.conn())
     .await?;
-    audit(tx, actor, "policy.create", &format!("policy:{version}"), note, json!({"effective_from": effective_from.to_string()}))
-        .await?;
+    audit(
+        tx,
+        actor,
+        "policy.create",
+        &format!("policy:{version}"),
+        note,
+        json!({"effective_from": effective_from.to_string()}),
+    )
+    .await?;
     Ok(version)
 }
 
@@ -289,14 +298,16 @@ async fn update_policy(
         }
     }
     let doc = serde_json::to_value(&policy).map_err(|e| AppError::Internal(e.to_string()))?;
-    sqlx::query("UPDATE cost_policies SET document = $2, effective_from = $3, currency = $4, note = $5 WHERE version = $1")
-        .bind(version)
-        .bind(doc)
-        .bind(month_start(from))
-        .bind(&policy.currency)
-        .bind(&body.note)
-        .execute(tx.conn())
-        .await?;
+    sqlx::query(
+        "UPDATE cost_policies SET document = $2, effective_from = $3, currency = $4, note = $5 WHERE version = $1",
+    )
+    .bind(version)
+    .bind(doc)
+    .bind(month_start(from))
+    .bind(&policy.currency)
+    .bind(&body.note)
+    .execute(tx.conn())
+    .await?;
     audit(&mut tx, &actor(&p), "policy.update", &format!("policy:{version}"), &body.note, json!({})).await?;
     let row: PolicyRow = sqlx::query_as(&format!("SELECT {POLICY_COLUMNS} FROM cost_policies WHERE version = $1"))
         .bind(version)
@@ -342,11 +353,13 @@ pub async fn approve(tx: &mut OrgTx, actor: &str, version: i32, reason: &str) ->
     .bind(from)
     .execute(tx.conn())
     .await?;
-    sqlx::query("UPDATE cost_policies SET state = 'approved', approved_at = now(), approved_by = $2 WHERE version = $1")
-        .bind(version)
-        .bind(actor)
-        .execute(tx.conn())
-        .await?;
+    sqlx::query(
+        "UPDATE cost_policies SET state = 'approved', approved_at = now(), approved_by = $2 WHERE version = $1",
+    )
+    .bind(version)
+    .bind(actor)
+    .execute(tx.conn())
+    .await?;
     audit(tx, actor, "policy.approve", &format!("policy:{version}"), reason, json!({})).await?;
     Ok(())
 }
@@ -631,7 +644,11 @@ pub async fn import_kueue_quotas(
                 if Decimal::parse(g).ok() == Decimal::parse(&gpus).ok() || q.since <= *from {
                     continue;
                 }
-                sqlx::query("UPDATE quotas SET valid_to = $2 WHERE quota_id = $1").bind(id).bind(q.since).execute(tx.conn()).await?;
+                sqlx::query("UPDATE quotas SET valid_to = $2 WHERE quota_id = $1")
+                    .bind(id)
+                    .bind(q.since)
+                    .execute(tx.conn())
+                    .await?;
             }
             sqlx::query(
                 "INSERT INTO quotas (org_id, quota_id, tenant_id, department_id, gpu_class, gpus, valid_from, source,

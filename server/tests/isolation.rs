@@ -102,10 +102,7 @@ async fn seed(db: &Database, slug: &str) -> OrgId {
             "INSERT INTO quotas (org_id, quota_id, tenant_id, gpu_class, gpus, valid_from, created_by) VALUES ($1, $2, $3, 'H100-80GB', 2, '2026-01-01Z', 'test')",
             vec![o, Uuid::new_v4(), tenant],
         ),
-        (
-            "INSERT INTO periods (org_id, period, state) VALUES ($1, '2026-01-01', 'open')",
-            vec![o],
-        ),
+        ("INSERT INTO periods (org_id, period, state) VALUES ($1, '2026-01-01', 'open')", vec![o]),
         (
             "INSERT INTO ledger_lines (org_id, period, line_no, line_id, department_id, department, tenant_id, tenant, term, gpu_class, quantity, unit, rate, amount, currency, confidence, policy_version, evidence, explanation, canonical) VALUES ($1, '2026-01-01', 1, '2026-01/borrowed/nlp/H100-80GB', $2, 'Research', $3, 'nlp', 'borrowed', 'H100-80GB', 1, 'GPU-hour', 3, 3, 'USD', 'exact', 1, '', '', '')",
             vec![o, dept, tenant],

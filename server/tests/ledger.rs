@@ -54,8 +54,16 @@ async fn env() -> Env {
     ] {
         sqlx::query(sql).bind(o).bind(research).execute(&admin).await.unwrap();
     }
-    sqlx::query("UPDATE tenants SET created_at = '2025-01-01' WHERE org_id = $1").bind(o).execute(&admin).await.unwrap();
-    sqlx::query("INSERT INTO gpu_classes (org_id, gpu_class) VALUES ($1, 'H100-80GB')").bind(o).execute(&admin).await.unwrap();
+    sqlx::query("UPDATE tenants SET created_at = '2025-01-01' WHERE org_id = $1")
+        .bind(o)
+        .execute(&admin)
+        .await
+        .unwrap();
+    sqlx::query("INSERT INTO gpu_classes (org_id, gpu_class) VALUES ($1, 'H100-80GB')")
+        .bind(o)
+        .execute(&admin)
+        .await
+        .unwrap();
     sqlx::query(
         "INSERT INTO gpu_models (org_id, model, valid_from, gpu_class) VALUES ($1, 'NVIDIA H100 80GB HBM3', '2025-01-01', 'H100-80GB')",
     )
@@ -190,7 +198,8 @@ async fn policy_quota_close_bundle_and_late_fact() {
     assert_eq!((v["version"].as_i64(), v["state"].as_str()), (Some(1), Some("draft")));
     let (s, v, _) = call(&env, "GET", "/api/v1/ledger?period=2026-09", t, None).await;
     assert_eq!(s, StatusCode::CONFLICT, "no approved policy yet: {v}");
-    let (s, v, _) = call(&env, "POST", "/api/v1/policies/1/approve", t, Some(json!({"reason": "board approved"}))).await;
+    let (s, v, _) =
+        call(&env, "POST", "/api/v1/policies/1/approve", t, Some(json!({"reason": "board approved"}))).await;
     assert_eq!(s, StatusCode::OK, "{v}");
     assert_eq!(v["state"], "approved");
     let (s, _, _) = call(&env, "PUT", "/api/v1/policies/1", t, Some(body.clone())).await;
@@ -199,11 +208,25 @@ async fn policy_quota_close_bundle_and_late_fact() {
     assert!(edit.is_err(), "the database refuses editing an approved version too");
 
     // -- quota: alpha is guaranteed 1 H100 from September
-    let (s, v, _) = call(&env, "POST", "/api/v1/quotas", t, Some(json!({"tenant": "nobody", "gpu_class": "H100-80GB",
-        "gpus": "1", "valid_from": "2026-09-01T00:00:00Z"}))).await;
+    let (s, v, _) = call(
+        &env,
+        "POST",
+        "/api/v1/quotas",
+        t,
+        Some(json!({"tenant": "nobody", "gpu_class": "H100-80GB",
+        "gpus": "1", "valid_from": "2026-09-01T00:00:00Z"})),
+    )
+    .await;
     assert_eq!((s, v["field"].as_str()), (StatusCode::UNPROCESSABLE_ENTITY, Some("tenant")), "{v}");
-    let (s, v, _) = call(&env, "POST", "/api/v1/quotas", t, Some(json!({"tenant": "alpha", "gpu_class": "H100-80GB",
-        "gpus": "1", "valid_from": "2026-09-01T00:00:00Z"}))).await;
+    let (s, v, _) = call(
+        &env,
+        "POST",
+        "/api/v1/quotas",
+        t,
+        Some(json!({"tenant": "alpha", "gpu_class": "H100-80GB",
+        "gpus": "1", "valid_from": "2026-09-01T00:00:00Z"})),
+    )
+    .await;
     assert_eq!(s, StatusCode::CREATED, "{v}");
 
     // -- facts: alpha holds 2 GPUs for 10 h (1 above quota), beta 1 GPU for 24 h
@@ -279,12 +302,25 @@ async fn policy_quota_close_bundle_and_late_fact() {
 
     // -- a dispute on alpha's borrowed line, accepted with a 10.00 credit that finance approves → a credit line in
     //    the next open period pointing at the disputed line
-    let (s, d, _) = call(&env, "POST", "/api/v1/disputes", t, Some(json!({"period": "2026-09",
-        "line_ids": ["2026-09/borrowed/alpha/H100-80GB"], "reason": "the job was stuck for 3 hours"}))).await;
+    let (s, d, _) = call(
+        &env,
+        "POST",
+        "/api/v1/disputes",
+        t,
+        Some(json!({"period": "2026-09",
+        "line_ids": ["2026-09/borrowed/alpha/H100-80GB"], "reason": "the job was stuck for 3 hours"})),
+    )
+    .await;
     assert_eq!(s, StatusCode::CREATED, "{d}");
     let id = d["id"].as_str().unwrap().to_string();
-    let (s, d, _) = call(&env, "POST", &format!("/api/v1/disputes/{id}/accept"), t,
-        Some(json!({"reason": "3 stuck hours × 3.00 = 9.00, rounded up as goodwill", "credit_amount": "10.00"}))).await;
+    let (s, d, _) = call(
+        &env,
+        "POST",
+        &format!("/api/v1/disputes/{id}/accept"),
+        t,
+        Some(json!({"reason": "3 stuck hours × 3.00 = 9.00, rounded up as goodwill", "credit_amount": "10.00"})),
+    )
+    .await;
     assert_eq!(s, StatusCode::OK, "{d}");
     let (_, pending, _) = call(&env, "GET", "/api/v1/ledger?period=2026-10", t, None).await;
     assert!(pending["lines"].as_array().unwrap().iter().all(|l| l["term"] != "credit"), "not before finance approves");

@@ -1,8 +1,9 @@
 //! Runs the real agent code over the planned world: per cluster, one cluster agent ([`Deriver`]) fed the
-//! Kubernetes objects in time order with their own timestamps, and one node agent per GPU node ([`NodeCollector`]
-//! over a simulated DCGM source, kubelet pod-resources assignments, and — on the node serving the shared vLLM
-//! endpoint — the endpoint's per-tenant usage). Their facts go through each agent's on-disk [`Spool`] and the
-//! agent's [`Sender`] to `POST /api/v1/ingest/batches`, as a deployed agent's would.
+//! Kubernetes objects in time order, each with the time it happened as the agent's clock, and one node agent per
+//! GPU node: device inventory through the agent's DCGM parser from a simulated exporter ([`PlannedNodeSource`]),
+//! hourly rollups as `NodeCollector` makes them, kubelet pod-resources assignments, and — on the node serving the
+//! shared vLLM endpoint — the endpoint's per-tenant usage. Each agent's facts go through its own on-disk [`Spool`]
+//! to `POST /api/v1/ingest/batches`, as a deployed agent's would (see [`Drain`]).
 
 use std::{
     collections::HashSet,
