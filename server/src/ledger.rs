@@ -104,31 +104,36 @@ pub async fn load_allocations(tx: &mut OrgTx, period: Period) -> Result<Vec<Allo
     .await?
     .into_iter()
     .collect();
+    // JIT compiles ~100 functions for these queries and costs more than it saves at this size.
+    sqlx::query("SET LOCAL jit = off").execute(tx.conn()).await?;
     let rows: Vec<AllocRow> = sqlx::query_as(
         "SELECT c.name, a.allocation_id, a.fraction_num, a.fraction_den, a.gpu_class, a.started_at, a.ended_at,
-                a.confidence, COALESCE(NULLIF(a.device_ids, '{}'), da.ids, '{}'), a.labels->>'endpoint', o.tenant_id,
-                o.valid_from, o.valid_to
+                a.confidence,
+                -- Devices from kubelet's assignment (a separate fact) when the allocation itself did not name them;
+                -- a CASE, so the lookup runs only for those rows.
+                CASE WHEN cardinality(a.device_ids) > 0 THEN a.device_ids ELSE COALESCE((
+                    SELECT ARRAY(SELECT jsonb_array_elements_text(e.payload->'device_ids'))
+                      FROM allocation_events e
+                     WHERE e.cluster_id = a.cluster_id AND e.kind = 'device_assigned'
+                       AND e.subject IN (a.holder_uid::text || '/' || a.container,
+                                         a.namespace || '/' || a.holder_name || '/' || a.container)
+                       AND e.payload->>'resource' = a.resource
+                     ORDER BY e.occurred_at DESC LIMIT 1), '{}') END,
+                a.labels->>'endpoint', o.tenant_id, o.valid_from, o.valid_to
            FROM allocation_intervals a
            JOIN clusters c ON c.cluster_id = a.cluster_id
-           -- Devices from kubelet's assignment (a separate fact) when the allocation itself did not name them.
-           LEFT JOIN LATERAL (
-                SELECT ARRAY(SELECT jsonb_array_elements_text(e.payload->'device_ids')) AS ids
-                  FROM allocation_events e
-                 WHERE cardinality(a.device_ids) = 0 AND e.cluster_id = a.cluster_id AND e.kind = 'device_assigned'
-                   AND e.subject IN (a.holder_uid::text || '/' || a.container,
-                                     a.namespace || '/' || a.holder_name || '/' || a.container)
-                   AND e.payload->>'resource' = a.resource
-                 ORDER BY e.occurred_at DESC LIMIT 1) da ON true
            LEFT JOIN namespace_ownership o ON o.namespace_uid = a.namespace_uid
                  AND tstzrange(o.valid_from, o.valid_to) && tstzrange(a.started_at, a.ended_at)
           WHERE a.fraction_num IS NOT NULL
-            AND a.started_at < $2 AND (a.ended_at IS NULL OR a.ended_at > $1)
-          ORDER BY c.name, a.allocation_id, o.valid_from",
+            AND a.started_at < $2 AND (a.ended_at IS NULL OR a.ended_at > $1)",
     )
     .bind(start)
     .bind(end)
     .fetch_all(tx.conn())
     .await?;
+    // Ordered here rather than in SQL: a million-row sort spills to disk in PostgreSQL, not in memory here.
+    let mut rows = rows;
+    rows.sort_unstable_by(|x, y| (&x.0, &x.1, x.11).cmp(&(&y.0, &y.1, y.11)));
     let mut out = Vec::with_capacity(rows.len());
     let mut last_id = String::new();
     let mut part = 0;
@@ -243,12 +248,11 @@ pub async fn load_input(tx: &mut OrgTx, period: Period, policy: CostPolicy) -> R
     })
     .collect::<Result<Vec<_>, AppError>>()?;
     let allocations = load_allocations(tx, period).await?;
-    let energy = if policy.energy.is_some() {
+    let mut energy = if policy.energy.is_some() {
         sqlx::query_as::<_, (String, OffsetDateTime, OffsetDateTime, i64)>(
             "SELECT gpu_uuid, window_start, window_end, round(energy_j)::bigint FROM telemetry_rollups
               WHERE gpu_instance_id = -1 AND energy_j IS NOT NULL AND energy_j >= 0
-                AND window_start < $2 AND window_end > $1
-              ORDER BY gpu_uuid, window_start",
+                AND window_start < $2 AND window_end > $1",
         )
         .bind(start)
         .bind(end)
@@ -256,10 +260,12 @@ pub async fn load_input(tx: &mut OrgTx, period: Period, policy: CostPolicy) -> R
         .await?
         .into_iter()
         .map(|(gpu_uuid, start, end, j)| EnergyRecord { gpu_uuid, start, end, joules: u64::try_from(j).unwrap_or(0) })
-        .collect()
+        .collect::<Vec<_>>()
     } else {
         Vec::new()
     };
+    energy
+        .sort_unstable_by(|a, b| (&a.gpu_uuid, a.start, a.end, a.joules).cmp(&(&b.gpu_uuid, b.start, b.end, b.joules)));
     let service_usage = sqlx::query_as::<_, (String, String, Uuid, i64, i64, i64)>(
         "SELECT endpoint, model, tenant_id, sum(requests)::bigint, sum(input_tokens)::bigint, sum(output_tokens)::bigint
            FROM service_usage
