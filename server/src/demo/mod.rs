@@ -138,9 +138,9 @@ pub async fn load_history(
         }
         tx.commit().await?;
     }
-    let spool_root = std::env::temp_dir().join(format!("gpuledger-demo-{}", Uuid::new_v4().simple()));
-    let result = run_agents(&world, &tokens, base_url, &spool_root, through).await;
-    let _ = std::fs::remove_dir_all(&spool_root);
+    let spool_root = SpoolRoot(std::env::temp_dir().join(format!("gpuledger-demo-{}", Uuid::new_v4().simple())));
+    let result = run_agents(&world, &tokens, base_url, &spool_root.0, through).await;
+    drop(spool_root);
     {
         let mut tx = db.begin_org(org).await?;
         let ids: Vec<Uuid> = tokens.iter().map(|(id, _)| *id).collect();
@@ -170,6 +170,16 @@ pub async fn load_history(
         tx.commit().await?;
     }
     Ok(Loaded::Sent { anchor, through, facts: totals.sent, stored: totals.stored, flagged: totals.flagged })
+}
+
+/// The demo agents' spool directories, removed when loading ends however it ends (also when a shutdown signal
+/// drops the loading future).
+struct SpoolRoot(std::path::PathBuf);
+
+impl Drop for SpoolRoot {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 /// Runs every agent of `world` (a few at a time: each generates its facts on a blocking thread, spools them and
