@@ -771,6 +771,16 @@ async fn recompute_intervals(
         return Ok(()); // ends that arrived before their starts wait for them
     }
     let inventory = InventorySnapshot::load(tx).await?;
+    // A passthrough VM's allocation names a PCI device resource, not a model: its node's GPU product label does.
+    let node_products: BTreeMap<String, String> = sqlx::query_as::<_, (String, String)>(
+        "SELECT DISTINCT ON (name) name, gpu_product FROM nodes
+          WHERE cluster_id = $1 AND gpu_product IS NOT NULL ORDER BY name, valid_from DESC",
+    )
+    .bind(cluster.as_uuid())
+    .fetch_all(tx.conn())
+    .await?
+    .into_iter()
+    .collect();
     let mut rows = IntervalRows::default();
     for (allocation_id, facts) in by_allocation {
         let Some((start_event, start)) = facts.start else {
@@ -793,7 +803,15 @@ async fn recompute_intervals(
         }
         // A VM's vGPU profile names its board (`GRID_T4-1Q`): when the agent could not say the model, take the one
         // model the approved inventory lists that profile for.
-        let model = start.gpu_model.clone().or_else(|| inventory.only_model_for(&start.mode)).unwrap_or_default();
+        let model = start
+            .gpu_model
+            .clone()
+            .or_else(|| inventory.only_model_for(&start.mode))
+            .or_else(|| match start.mode {
+                SharingMode::Passthrough => start.node.as_ref().and_then(|n| node_products.get(n)).cloned(),
+                _ => None,
+            })
+            .unwrap_or_default();
         let gpu_class = (!model.is_empty()).then(|| inventory.class_at(&model, start.started_at)).flatten();
         let (fraction, mut confidence, gap) =
             match resolve_fraction(&start.mode, &normalize_model(&model), start.started_at, &inventory.profiles) {
