@@ -56,6 +56,14 @@ pub struct Principal {
     pub scope: Scope,
 }
 
+impl Principal {
+    /// Who did it, as written in audit trails and dispute histories. Humans (OIDC) come later; this is the one
+    /// place that changes then.
+    pub fn actor(&self) -> String {
+        format!("token:{}", self.token_id)
+    }
+}
+
 fn sha256(secret: &str) -> Vec<u8> {
     Sha256::digest(secret.as_bytes()).to_vec()
 }

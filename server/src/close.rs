@@ -30,7 +30,7 @@ use crate::{
     db::{Database, OrgTx},
     error::AppError,
     ledger::{approved_credits, inventory, load_input},
-    policy::{actor, admin, audit, month_start, parse_period, policy_for, reader},
+    policy::{admin, audit, month_start, parse_period, period_of, policy_for, reader},
 };
 
 /// A `closing` state older than this is considered abandoned.
@@ -82,10 +82,6 @@ pub struct Preview {
     pub credits: Vec<Uuid>,
     /// Late-data adjustments it includes, with the closed period each corrects.
     pub late: Vec<(Period, AdjustmentRecord)>,
-}
-
-fn period_of(d: Date) -> Result<Period, AppError> {
-    Ok(Period::new(d.year(), d.month())?)
 }
 
 /// Late-data adjustments for every closed period before `period` whose facts changed after it closed.
@@ -436,7 +432,7 @@ async fn close_handler(
     let mut tx = state.db.begin_org(p.org).await?;
     let slug = org_slug(&mut tx).await?;
     tx.commit().await?;
-    let summary = close_period(&state.db, p.org, &slug, period, &actor(&p), OffsetDateTime::now_utc()).await?;
+    let summary = close_period(&state.db, p.org, &slug, period, &p.actor(), OffsetDateTime::now_utc()).await?;
     Ok(Json(summary))
 }
 

@@ -48,12 +48,6 @@ pub fn router() -> Router<AppState> {
 
 // ---------------------------------------------------------------- who may do what
 
-/// Who did it, as written in `dispute_events.actor` and `audit_log.actor`. Humans (OIDC) come later; this is the
-/// one place that changes then.
-pub fn actor(principal: &Principal) -> String {
-    format!("token:{}", principal.token_id)
-}
-
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Access {
     Read,
@@ -110,12 +104,7 @@ struct ReasonRequest {
 
 /// Parses a JSON body; an empty body reads as `{}` so that missing fields are named by the checks that follow.
 fn parse_body<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, AppError> {
-    let body: &[u8] = if body.iter().all(u8::is_ascii_whitespace) { b"{}" } else { body };
-    serde_path_to_error::deserialize(&mut serde_json::Deserializer::from_slice(body)).map_err(|e| {
-        let path = e.path().to_string();
-        let field = if path == "." { "body".to_string() } else { path };
-        AppError::invalid(field, e.into_inner().to_string())
-    })
+    crate::policy::json_body(if body.iter().all(u8::is_ascii_whitespace) { b"{}" } else { body })
 }
 
 /// A required free text: trimmed, not empty, at most [`MAX_TEXT`] characters.
@@ -399,7 +388,7 @@ async fn record(
     action: &str,
     body: &str,
     details: Value,
-) -> Result<(), DbError> {
+) -> Result<(), AppError> {
     let org = tx.org().as_uuid();
     sqlx::query(
         "INSERT INTO dispute_events (org_id, event_id, dispute_id, actor, action, body, details)
@@ -418,20 +407,15 @@ async fn record(
     if let (Some(all), Value::Object(extra)) = (audit_details.as_object_mut(), details) {
         all.extend(extra);
     }
-    sqlx::query(
-        "INSERT INTO audit_log (org_id, audit_id, actor, action, target, reason, details)
-         VALUES ($1, $2, $3, $4, $5, $6, $7)",
+    crate::policy::audit(
+        tx,
+        actor,
+        &format!("dispute.{action}"),
+        &format!("dispute:{}", dispute.id),
+        body,
+        audit_details,
     )
-    .bind(org)
-    .bind(Uuid::new_v4())
-    .bind(actor)
-    .bind(format!("dispute.{action}"))
-    .bind(format!("dispute:{}", dispute.id))
-    .bind(body)
-    .bind(audit_details)
-    .execute(tx.conn())
-    .await?;
-    Ok(())
+    .await
 }
 
 /// The columns of a dispute a transition needs, read under a row lock.
@@ -524,7 +508,7 @@ async fn open(State(state): State<AppState>, headers: HeaderMap, body: Bytes) ->
     check_line_ids(&request.line_ids)?;
     let reason = required_text("reason", &request.reason)?;
     let day = first_day(period)?;
-    let who = actor(&principal);
+    let who = principal.actor();
     let mut tx = state.db.begin_org(principal.org).await?;
 
     let period_state: Option<String> =
@@ -736,7 +720,7 @@ async fn comment(
             dispute.number, dispute.state
         )));
     }
-    record(&mut tx, &actor(&principal), &dispute, "commented", &text, json!({})).await?;
+    record(&mut tx, &principal.actor(), &dispute, "commented", &text, json!({})).await?;
     reply(tx, dispute.id, StatusCode::CREATED).await
 }
 
@@ -751,7 +735,7 @@ async fn accept(
     let request: AcceptRequest = parse_body(&body)?;
     let reason = required_text("reason", &request.reason)?;
     let credit = parse_credit(request.credit_amount.as_deref())?;
-    let who = actor(&principal);
+    let who = principal.actor();
     let mut tx = state.db.begin_org(principal.org).await?;
     let dispute = lock(&mut tx, &key).await?;
     require_open(&dispute, "accepted")?;
@@ -836,7 +820,7 @@ async fn reject(
     let principal = caller(&state, &headers, Access::Write).await?;
     let request: ReasonRequest = parse_body(&body)?;
     let reason = required_text("reason", &request.reason)?;
-    let who = actor(&principal);
+    let who = principal.actor();
     let mut tx = state.db.begin_org(principal.org).await?;
     let dispute = lock(&mut tx, &key).await?;
     require_open(&dispute, "rejected")?;
@@ -877,7 +861,7 @@ async fn decide_credit(
         CreditDecision::Approve => "approve",
         CreditDecision::Reject => "reject",
     };
-    let who = actor(&principal);
+    let who = principal.actor();
     let mut tx = state.db.begin_org(principal.org).await?;
     let dispute = lock(&mut tx, key).await?;
     let Some(adjustment) = dispute.adjustment_id else {
@@ -963,7 +947,7 @@ mod tests {
         assert!(matches!(authorize(&principal(Scope::Export), Access::Write), Err(AppError::Forbidden(_))));
         assert!(matches!(authorize(&principal(Scope::Agent { cluster }), Access::Read), Err(AppError::Forbidden(_))));
         assert!(matches!(authorize(&principal(Scope::Join { cluster }), Access::Read), Err(AppError::Forbidden(_))));
-        assert_eq!(actor(&principal(Scope::Admin)), format!("token:{}", Uuid::nil()));
+        assert_eq!(principal(Scope::Admin).actor(), format!("token:{}", Uuid::nil()));
     }
 
     #[test]

@@ -330,13 +330,6 @@ pub async fn approved_credits(tx: &mut OrgTx) -> Result<Vec<(Uuid, AdjustmentRec
         .collect()
 }
 
-/// Reads a closed period's lines.
-pub async fn closed_lines(tx: &mut OrgTx, period: Period) -> Result<Vec<LedgerLine>, AppError> {
-    // The lines as closed are in the stored bundle (the table holds the same lines for SQL readers and audit).
-    let bundle = crate::close::stored_bundle(tx, period).await?;
-    Ok(bundle.map(|b| b.lines).unwrap_or_default())
-}
-
 /// A period's state: `open`, `closing` or `closed`.
 pub async fn period_state(tx: &mut OrgTx, period: Period) -> Result<String, AppError> {
     let s: Option<String> = sqlx::query_scalar("SELECT state FROM periods WHERE period = $1")

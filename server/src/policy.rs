@@ -15,7 +15,7 @@ use gpuledger_core::{
 };
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
-use time::{Date, OffsetDateTime, Time};
+use time::{Date, OffsetDateTime};
 use uuid::Uuid;
 
 use crate::{
@@ -33,11 +33,6 @@ pub fn router() -> Router<AppState> {
         .route("/api/v1/policies/{version}/approve", post(approve_policy))
         .route("/api/v1/quotas", get(list_quotas).post(create_quota))
         .route("/api/v1/quotas/import-kueue", post(import_kueue))
-}
-
-/// Who did it, as written in audit trails.
-pub fn actor(p: &Principal) -> String {
-    format!("token:{}", p.token_id)
 }
 
 /// Requires a token that may change the organization's configuration.
@@ -101,7 +96,8 @@ pub fn month_start(p: Period) -> Date {
     Date::from_calendar_date(p.year(), p.month(), 1).unwrap_or(Date::MIN)
 }
 
-fn period_of(d: Date) -> Result<Period, AppError> {
+/// The month a first-of-month date stands for.
+pub fn period_of(d: Date) -> Result<Period, AppError> {
     Ok(Period::new(d.year(), d.month())?)
 }
 
@@ -265,7 +261,7 @@ async fn create_policy(
     let body: PolicyBody = json_body(&body)?;
     let (from, policy) = parse_policy(&body)?;
     let mut tx = state.db.begin_org(p.org).await?;
-    let version = create_draft(&mut tx, &actor(&p), from, &policy, &body.note).await?;
+    let version = create_draft(&mut tx, &p.actor(), from, &policy, &body.note).await?;
     let row: PolicyRow = sqlx::query_as(&format!("SELECT {POLICY_COLUMNS} FROM cost_policies WHERE version = $1"))
         .bind(version)
         .fetch_one(tx.conn())
@@ -308,7 +304,7 @@ async fn update_policy(
     .bind(&body.note)
     .execute(tx.conn())
     .await?;
-    audit(&mut tx, &actor(&p), "policy.update", &format!("policy:{version}"), &body.note, json!({})).await?;
+    audit(&mut tx, &p.actor(), "policy.update", &format!("policy:{version}"), &body.note, json!({})).await?;
     let row: PolicyRow = sqlx::query_as(&format!("SELECT {POLICY_COLUMNS} FROM cost_policies WHERE version = $1"))
         .bind(version)
         .fetch_one(tx.conn())
@@ -373,7 +369,7 @@ async fn approve_policy(
     let p = admin(&state, &headers).await?;
     let body: ApproveBody = if body.is_empty() { ApproveBody::default() } else { json_body(&body)? };
     let mut tx = state.db.begin_org(p.org).await?;
-    approve(&mut tx, &actor(&p), version, &body.reason).await?;
+    approve(&mut tx, &p.actor(), version, &body.reason).await?;
     let row: PolicyRow = sqlx::query_as(&format!("SELECT {POLICY_COLUMNS} FROM cost_policies WHERE version = $1"))
         .bind(version)
         .fetch_one(tx.conn())
@@ -497,11 +493,10 @@ async fn list_quotas(
 }
 
 async fn lookup_id(tx: &mut OrgTx, table: &str, field: &str, name_or_id: &str) -> Result<Uuid, AppError> {
-    let (id_col, sql) = match table {
-        "tenants" => ("tenant_id", "SELECT tenant_id FROM tenants WHERE name = $1 OR tenant_id::text = $1"),
-        _ => ("department_id", "SELECT department_id FROM departments WHERE name = $1 OR department_id::text = $1"),
+    let sql = match table {
+        "tenants" => "SELECT tenant_id FROM tenants WHERE name = $1 OR tenant_id::text = $1",
+        _ => "SELECT department_id FROM departments WHERE name = $1 OR department_id::text = $1",
     };
-    let _ = id_col;
     let id: Option<Uuid> = sqlx::query_scalar(sql).bind(name_or_id).fetch_optional(tx.conn()).await?;
     id.ok_or_else(|| AppError::invalid(field, format!("{name_or_id:?} is not a known {}", &table[..table.len() - 1])))
 }
@@ -551,7 +546,7 @@ async fn create_quota(
     .bind(gpus.to_string())
     .bind(body.valid_from)
     .bind(body.valid_to)
-    .bind(actor(&p))
+    .bind(p.actor())
     .execute(tx.conn())
     .await;
     if let Err(sqlx::Error::Database(e)) = &result
@@ -562,7 +557,7 @@ async fn create_quota(
         ));
     }
     result?;
-    audit(&mut tx, &actor(&p), "quota.create", &format!("quota:{id}"), "", json!({"gpus": gpus.to_string()})).await?;
+    audit(&mut tx, &p.actor(), "quota.create", &format!("quota:{id}"), "", json!({"gpus": gpus.to_string()})).await?;
     tx.commit().await?;
     Ok((StatusCode::CREATED, Json(json!({ "quota_id": id }))))
 }
@@ -681,12 +676,7 @@ async fn import_kueue(
     let p = admin(&state, &headers).await?;
     let body: ImportBody = if body.is_empty() { ImportBody::default() } else { json_body(&body)? };
     let mut tx = state.db.begin_org(p.org).await?;
-    let out = import_kueue_quotas(&mut tx, &actor(&p), &body.mappings).await?;
+    let out = import_kueue_quotas(&mut tx, &p.actor(), &body.mappings).await?;
     tx.commit().await?;
     Ok(Json(out))
-}
-
-/// Midnight UTC at the start of a date.
-pub fn date_start(d: Date) -> OffsetDateTime {
-    d.with_time(Time::MIDNIGHT).assume_utc()
 }
