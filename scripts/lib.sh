@@ -55,3 +55,41 @@ gl_ensure_nextest() {
     cargo install cargo-nextest --locked >/dev/null || gl_die "cargo install cargo-nextest failed"
   fi
 }
+
+# Headless Chromium and its WebDriver (the login end-to-end tests drive a real browser).
+gl_find_chromium() {
+  local c
+  for c in chromium chromium-browser; do command -v "$c" >/dev/null 2>&1 && { command -v "$c"; return 0; }; done
+  [ -x /usr/bin/chromium ] && { echo /usr/bin/chromium; return 0; }
+  return 1
+}
+gl_find_chromedriver() {
+  command -v chromedriver >/dev/null 2>&1 && { command -v chromedriver; return 0; }
+  local c
+  for c in /usr/bin/chromedriver /usr/lib/chromium/chromedriver; do [ -x "$c" ] && { echo "$c"; return 0; }; done
+  return 1
+}
+gl_ensure_chromium() {
+  if gl_find_chromium >/dev/null && gl_find_chromedriver >/dev/null; then return 0; fi
+  if gl_is_root && command -v apt-get >/dev/null 2>&1; then
+    gl_apt_install chromium chromium-driver
+  else
+    gl_die "missing: chromium and chromedriver (the login end-to-end tests drive a headless browser). Debian/Ubuntu: sudo apt-get install chromium chromium-driver"
+  fi
+  gl_find_chromium >/dev/null || gl_die "chromium installed but no chromium binary found"
+  gl_find_chromedriver >/dev/null || gl_die "chromium-driver installed but no chromedriver found"
+}
+
+# The OpenID provider the login end-to-end tests run (e2e/oidc: Node 20+, oidc-provider from package-lock.json).
+gl_ensure_oidc_provider() {
+  local dir; dir="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/e2e/oidc"
+  command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 \
+    || gl_die "node and npm not found: the login end-to-end tests need Node.js 20 or newer (https://nodejs.org, or Debian/Ubuntu: apt-get install nodejs npm)"
+  local major; major=$(node -p 'process.versions.node.split(".")[0]' 2>/dev/null || echo 0)
+  [ "$major" -ge 20 ] || gl_die "Node.js $(node --version) is too old: the login end-to-end tests need Node.js 20 or newer"
+  if [ ! -d "$dir/node_modules" ] || [ "$dir/package-lock.json" -nt "$dir/node_modules" ]; then
+    gl_say "installing the test OpenID provider (npm ci in e2e/oidc)"
+    (cd "$dir" && npm ci --no-audit --no-fund >/dev/null) || gl_die "npm ci in $dir failed"
+    touch "$dir/node_modules"
+  fi
+}

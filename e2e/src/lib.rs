@@ -15,7 +15,10 @@ use std::{
 
 use anyhow::{Context, Result, bail};
 
+pub mod browser;
 pub mod fake_kube;
+pub mod oidc;
+pub mod oidc_walk;
 pub mod process;
 pub mod stub;
 
