@@ -39,7 +39,7 @@ use serde_json::{Value, json};
 use time::{OffsetDateTime, format_description::well_known::Rfc3339};
 use uuid::Uuid;
 
-use crate::{app::AppState, db::OrgTx, error::AppError, policy::reader};
+use crate::{app::AppState, auth::Visible, db::OrgTx, error::AppError, policy::reader};
 
 /// Decimal places of the hour figures in the answer.
 const HOURS_SCALE: u32 = 6;
@@ -412,8 +412,11 @@ async fn utilization(
         .map_err(|e| AppError::invalid("idle_threshold_pct", e.to_string()))?;
     let options = UtilizationOptions { min_idle_nanos: params.min_idle_nanos, ..options };
 
+    let visible = principal.visible(&state.db).await?;
     let mut tx = state.db.begin_org(principal.org).await?;
-    if let Some(tenant) = params.tenant {
+    if let Some(tenant) = params.tenant
+        && Visible::tenant(&visible, Some(tenant.as_uuid()))
+    {
         let exists: Option<Uuid> = sqlx::query_scalar("SELECT tenant_id FROM tenants WHERE tenant_id = $1")
             .bind(tenant.as_uuid())
             .fetch_optional(tx.conn())
@@ -421,6 +424,8 @@ async fn utilization(
         if exists.is_none() {
             return Err(AppError::invalid("tenant", format!("no tenant {tenant} in this organization")));
         }
+    } else if let Some(tenant) = params.tenant {
+        return Err(AppError::invalid("tenant", format!("no tenant {tenant} in this organization")));
     }
     let loaded = load(&mut tx, window, params.tenant).await?;
     tx.commit().await?;
@@ -432,10 +437,13 @@ async fn utilization(
         .map_err(internal)?
         .map_err(internal)?;
 
-    let mut rows: Vec<&AllocationUtilization> = report.allocations.iter().collect();
+    // A caller limited to departments sees its tenants' rows only.
+    let mut rows: Vec<&AllocationUtilization> =
+        report.allocations.iter().filter(|r| Visible::tenant(&visible, r.tenant.map(|t| t.as_uuid()))).collect();
     // Most idle first; ties keep the report's order (by allocation, then time).
     rows.sort_by_key(|r| std::cmp::Reverse(r.idle_gpu_hours));
-    let mut tenants: Vec<&TenantUtilization> = report.tenants.iter().collect();
+    let mut tenants: Vec<&TenantUtilization> =
+        report.tenants.iter().filter(|t| Visible::tenant(&visible, t.tenant.map(|t| t.as_uuid()))).collect();
     tenants.sort_by_key(|t| std::cmp::Reverse(t.idle_gpu_hours));
 
     let total = rows.len() as u64;

@@ -2,19 +2,33 @@
 
 use std::{net::SocketAddr, sync::Arc, time::Duration};
 
-use axum::{Router, extract::FromRef, http::StatusCode};
+use axum::{
+    Router,
+    body::Body,
+    extract::{ConnectInfo, FromRef, Request},
+    http::{HeaderName, HeaderValue, Method, StatusCode, header},
+    middleware::{self, Next},
+    response::{IntoResponse, Response},
+};
 use gpuledger_core::ids::OrgId;
 use gpuledger_web::{App, PortalDataHandle, ResponseStatus, shell};
 use leptos::prelude::*;
 use leptos_axum::{LeptosRoutes, ResponseOptions, generate_route_list};
 use tower_http::{
     limit::RequestBodyLimitLayer,
+    set_header::SetResponseHeaderLayer,
     request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer},
     timeout::TimeoutLayer,
     trace::TraceLayer,
 };
 
-use crate::{auth, db::Database, health, ingest, openapi, portal::DbPortalData};
+use crate::{
+    auth::{self, AuthState, session},
+    db::Database,
+    error::AppError,
+    health, ingest, openapi,
+    portal::DbPortalData,
+};
 
 /// Limits and options of the HTTP layer.
 #[derive(Debug, Clone)]
@@ -40,6 +54,20 @@ pub struct AppState {
     pub featured_org: Option<OrgId>,
     /// Leptos's options (needed by its router integration).
     pub leptos: LeptosOptions,
+    /// Sign-in settings, rate limits, provider cache.
+    pub auth: Arc<AuthState>,
+}
+
+impl AppState {
+    /// State with default sign-in settings.
+    pub fn new(db: Database, featured_org: Option<OrgId>) -> Self {
+        Self::with_auth(db, featured_org, AuthState::default())
+    }
+
+    /// State with the given sign-in settings.
+    pub fn with_auth(db: Database, featured_org: Option<OrgId>, auth: AuthState) -> Self {
+        Self { db, featured_org, leptos: leptos_options(), auth: Arc::new(auth) }
+    }
 }
 
 impl FromRef<AppState> for LeptosOptions {
@@ -92,6 +120,7 @@ pub fn router(state: AppState, http: &HttpOptions) -> Router {
             shell(fallback_options.clone())
         }))
         .with_state(state)
+        .layer(middleware::from_fn(csrf_guard))
         .layer(RequestBodyLimitLayer::new(http.body_limit))
         .layer(TimeoutLayer::with_status_code(StatusCode::REQUEST_TIMEOUT, http.request_timeout))
         .layer(PropagateRequestIdLayer::x_request_id())
@@ -100,6 +129,101 @@ pub fn router(state: AppState, http: &HttpOptions) -> Router {
             tracing::info_span!("http", method = %request.method(), path = %request.uri().path(), request_id)
         }))
         .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
+        .layer(middleware::from_fn(peer))
+        .layer(security_headers())
+}
+
+/// Headers every answer carries unless a handler set its own: no framing, no sniffing, no referrer leaks
+/// across sites, scripts and styles from this origin only (the portal's stylesheet is inline, hence
+/// `'unsafe-inline'` for styles), and nothing cached by shared caches.
+fn security_headers() -> tower::layer::util::Stack<
+    SetResponseHeaderLayer<HeaderValue>,
+    tower::layer::util::Stack<
+        SetResponseHeaderLayer<HeaderValue>,
+        tower::layer::util::Stack<
+            SetResponseHeaderLayer<HeaderValue>,
+            tower::layer::util::Stack<SetResponseHeaderLayer<HeaderValue>, SetResponseHeaderLayer<HeaderValue>>,
+        >,
+    >,
+> {
+    let set = |name: HeaderName, value: &'static str| {
+        SetResponseHeaderLayer::if_not_present(name, HeaderValue::from_static(value))
+    };
+    tower::layer::util::Stack::new(
+        set(
+            header::CONTENT_SECURITY_POLICY,
+            "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; \
+             object-src 'none'; base-uri 'none'; frame-ancestors 'none'",
+        ),
+        tower::layer::util::Stack::new(
+            set(header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+            tower::layer::util::Stack::new(
+                set(header::REFERRER_POLICY, "same-origin"),
+                tower::layer::util::Stack::new(
+                    set(header::X_FRAME_OPTIONS, "DENY"),
+                    set(header::CACHE_CONTROL, "no-store"),
+                ),
+            ),
+        ),
+    )
+}
+
+/// Records the client's address in [`auth::PEER_HEADER`] (replacing anything the client sent), for audit
+/// records. Without connection info (in-process tests) it is `local`.
+async fn peer(mut request: Request, next: Next) -> Response {
+    let address = request
+        .extensions()
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|c| c.0.ip().to_string())
+        .unwrap_or_else(|| "local".to_string());
+    let headers = request.headers_mut();
+    headers.remove(auth::PEER_HEADER);
+    if let Ok(v) = HeaderValue::from_str(&address) {
+        headers.insert(auth::PEER_HEADER, v);
+    }
+    next.run(request).await
+}
+
+/// Largest form body the CSRF guard reads to find the token.
+const FORM_LIMIT: usize = 1024 * 1024;
+
+/// Cross-site request forgery guard: a state-changing request that relies on the session cookie (no
+/// `Authorization` header) must carry the session's CSRF token, in `X-CSRF-Token` or as the `csrf` field of
+/// a form. Sign-in forms have no session yet and check the Origin instead.
+async fn csrf_guard(request: Request, next: Next) -> Response {
+    let safe = matches!(*request.method(), Method::GET | Method::HEAD | Method::OPTIONS);
+    if safe || request.headers().contains_key(header::AUTHORIZATION) || request.uri().path() == "/auth/demo" {
+        return next.run(request).await;
+    }
+    let Some(cookie) = session::cookie_value(request.headers()) else {
+        return next.run(request).await;
+    };
+    let expected = session::csrf_for(&cookie);
+    let refused = || AppError::Forbidden("the CSRF token is missing or wrong: reload the page and try again".into());
+    if request.headers().get("x-csrf-token").and_then(|v| v.to_str().ok()) == Some(expected.as_str()) {
+        return next.run(request).await;
+    }
+    let is_form = request
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/x-www-form-urlencoded"));
+    if !is_form {
+        return refused().into_response();
+    }
+    let (parts, body) = request.into_parts();
+    let Ok(bytes) = axum::body::to_bytes(body, FORM_LIMIT).await else {
+        return AppError::PayloadTooLarge.into_response();
+    };
+    let presented = form_urlencoded_field(&bytes, "csrf");
+    if presented.as_deref() != Some(expected.as_str()) {
+        return refused().into_response();
+    }
+    next.run(Request::from_parts(parts, Body::from(bytes))).await
+}
+
+fn form_urlencoded_field(body: &[u8], name: &str) -> Option<String> {
+    form_urlencoded::parse(body).find(|(k, _)| k == name).map(|(_, v)| v.into_owned())
 }
 
 /// Resolves when the process receives SIGINT (Ctrl-C) or SIGTERM.
@@ -132,5 +256,7 @@ pub async fn serve(listen: SocketAddr, app: Router) -> std::io::Result<()> {
     let listener = tokio::net::TcpListener::bind(listen).await?;
     let local = listener.local_addr()?;
     tracing::info!(address = %local, "listening; portal at http://{local}/");
-    axum::serve(listener, app).with_graceful_shutdown(shutdown_signal()).await
+    axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>())
+        .with_graceful_shutdown(shutdown_signal())
+        .await
 }

@@ -95,6 +95,13 @@ pub struct TokenCreateArgs {
     /// A label to recognise the token by.
     #[arg(long, default_value = "")]
     pub name: String,
+    /// Limits an export token to a department (by name); repeat for several. Without it an export token
+    /// reads the whole organization.
+    #[arg(long = "department")]
+    pub departments: Vec<String>,
+    /// Days until the token expires (join tokens: at most 24 h whatever this says). Default: no expiry.
+    #[arg(long)]
+    pub expires_in_days: Option<i64>,
 }
 
 /// Options of `serve` and `demo`.
@@ -112,6 +119,42 @@ pub struct ServeArgs {
     /// Size of the application's database connection pool.
     #[arg(long, env = "GPULEDGER_DB_MAX_CONNECTIONS", default_value_t = 16)]
     pub db_max_connections: u32,
+    /// The portal's public base URL, e.g. `https://ledger.example.com` (OIDC redirect URI, cookie security).
+    /// Unset: taken from the request's Host over plain HTTP, which is right only on loopback.
+    #[arg(long, env = "GPULEDGER_PUBLIC_URL")]
+    pub public_url: Option<String>,
+    /// Minutes after which an unused browser session ends.
+    #[arg(long, env = "GPULEDGER_SESSION_IDLE_MINUTES", default_value_t = 30)]
+    pub session_idle_minutes: i64,
+    /// Hours after which a browser session ends, used or not.
+    #[arg(long, env = "GPULEDGER_SESSION_MAX_HOURS", default_value_t = 12)]
+    pub session_max_hours: i64,
+    /// Sign-in and token-creation attempts allowed per client address and minute.
+    #[arg(long, env = "GPULEDGER_LOGIN_RATE_PER_MINUTE", default_value_t = 30)]
+    pub login_rate_per_minute: u32,
+}
+
+impl ServeArgs {
+    /// Sign-in settings from these options.
+    pub fn auth(&self) -> anyhow::Result<crate::auth::AuthState> {
+        if let Some(url) = &self.public_url
+            && !(url.starts_with("https://") || url.starts_with("http://"))
+        {
+            anyhow::bail!("--public-url: expected an http(s) URL, got {url:?}");
+        }
+        if self.session_idle_minutes < 1 || self.session_max_hours < 1 {
+            anyhow::bail!("--session-idle-minutes and --session-max-hours must be at least 1");
+        }
+        Ok(crate::auth::AuthState {
+            sessions: crate::auth::session::SessionSettings {
+                idle: time::Duration::minutes(self.session_idle_minutes),
+                absolute: time::Duration::hours(self.session_max_hours),
+                public_url: self.public_url.clone(),
+            },
+            limits: crate::auth::limits::RateLimits::new(self.login_rate_per_minute.max(1), Duration::from_secs(60)),
+            providers: crate::auth::oidc::Providers::default(),
+        })
+    }
 }
 
 /// Options of `demo`.
@@ -308,23 +351,18 @@ async fn create_token(db: &Database, args: &TokenCreateArgs) -> anyhow::Result<S
         .await?
         .ok_or_else(|| anyhow::anyhow!("--org: no organization with slug {:?}", args.org))?;
     let mut tx = db.begin_org(org).await?;
-    let scope = match args.scope.as_str() {
-        "admin" => auth::Scope::Admin,
-        "export" => auth::Scope::Export,
-        other => {
-            let (kind, cluster_name) = other.split_once(':').unwrap_or((other, ""));
-            let cluster_name = cluster_name.trim();
-            if !matches!(kind, "agent" | "join") || cluster_name.is_empty() {
-                anyhow::bail!("--scope: expected admin, export, agent:CLUSTER or join:CLUSTER, got {other:?}");
-            }
-            let (cluster, created) = auth::ensure_cluster(&mut tx, cluster_name).await?;
-            if created {
-                eprintln!("registered cluster {cluster_name:?} ({cluster})");
-            }
-            if kind == "agent" { auth::Scope::Agent { cluster } } else { auth::Scope::Join { cluster } }
-        }
+    let (scope, registered) = auth::tokens::parse_scope(&mut tx, args.scope.trim(), &args.departments)
+        .await
+        .map_err(|e| anyhow::anyhow!("--{e}"))?;
+    if registered {
+        eprintln!("registered cluster {:?}", args.scope.split_once(':').map(|(_, c)| c.trim()).unwrap_or_default());
+    }
+    let expires_at = match args.expires_in_days {
+        None => None,
+        Some(d) if (1..=3650).contains(&d) => Some(time::OffsetDateTime::now_utc() + time::Duration::days(d)),
+        Some(_) => anyhow::bail!("--expires-in-days: between 1 and 3650"),
     };
-    let (token_id, token) = auth::create_token(&mut tx, &scope, &args.name, "cli").await?;
+    let (token_id, token) = auth::create_token(&mut tx, &scope, &args.name, "cli", expires_at).await?;
     tx.commit().await?;
     eprintln!("created {} token {token_id} for organization {:?}; it is shown once:", args.scope, args.org);
     Ok(token)
@@ -353,13 +391,13 @@ async fn serve(cli: &Cli, args: &ServeArgs, data_dir: PathBuf, demo: Option<Demo
             body_limit: args.body_limit_bytes,
         };
         let Some(run) = demo else {
-            let state = AppState { db: target.db.clone(), featured_org: None, leptos: app::leptos_options() };
+            let state = AppState::with_auth(target.db.clone(), None, args.auth()?);
             app::serve(args.listen, app::router(state, &http)).await?;
             return anyhow::Ok(());
         };
         let org = demo::seed(&target.db).await?;
         tracing::info!(org = %org, "demo organization `demo` seeded");
-        let state = AppState { db: target.db.clone(), featured_org: Some(org), leptos: app::leptos_options() };
+        let state = AppState::with_auth(target.db.clone(), Some(org), args.auth()?);
         serve_demo(args.listen, app::router(state, &http), &target.db, org, run).await
     }
     .await;
@@ -380,7 +418,8 @@ async fn serve_demo(
     let local = listener.local_addr()?;
     tracing::info!(address = %local, "listening; portal at http://{local}/ (demo data still loading)");
     let gate = health::StartupGate::closed("demo data still loading");
-    let server = axum::serve(listener, gate.clone().guard(router)).with_graceful_shutdown(app::shutdown_signal());
+    let service = gate.clone().guard(router).into_make_service_with_connect_info::<SocketAddr>();
+    let server = axum::serve(listener, service).with_graceful_shutdown(app::shutdown_signal());
     let mut server = std::pin::pin!(server.into_future());
     // The demo's agents reach the server on loopback, whatever address it listens on.
     let ip = match local.ip() {

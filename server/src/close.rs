@@ -30,7 +30,7 @@ use crate::{
     db::{Database, OrgTx},
     error::AppError,
     ledger::{approved_credits, inventory, load_input},
-    policy::{admin, audit, month_start, parse_period, period_of, policy_for, reader},
+    policy::{audit, month_start, parse_period, period_of, policy_for, reader},
 };
 
 /// A `closing` state older than this is considered abandoned.
@@ -427,7 +427,7 @@ async fn close_handler(
     headers: HeaderMap,
     Path(period): Path<String>,
 ) -> Result<Json<CloseSummary>, AppError> {
-    let p = admin(&state, &headers).await?;
+    let p = crate::auth::require(&state.db, &headers, crate::auth::Capability::Close).await?;
     let period = parse_period("period", &period)?;
     let mut tx = state.db.begin_org(p.org).await?;
     let slug = org_slug(&mut tx).await?;
@@ -443,7 +443,12 @@ async fn bundle_handler(
 ) -> Result<Response, AppError> {
     let p = reader(&state, &headers).await?;
     let period = parse_period("period", &period)?;
-    let mut tx = state.db.begin_org(p.org).await?;
+    if p.departments.is_some() {
+        return Err(AppError::Forbidden(
+            "the evidence bundle covers the whole organization; a caller limited to departments cannot take it".into(),
+        ));
+    }
+    let mut tx = p.begin(&state.db).await?;
     let json = stored_bundle_json(&mut tx, period).await?;
     let slug = org_slug(&mut tx).await?;
     tx.commit().await?;
@@ -462,7 +467,9 @@ async fn bundle_handler(
 #[allow(clippy::type_complexity)]
 async fn list_periods(State(state): State<AppState>, headers: HeaderMap) -> Result<Json<Value>, AppError> {
     let p = reader(&state, &headers).await?;
-    let mut tx = state.db.begin_org(p.org).await?;
+    // Organization totals are not shown to a caller limited to departments.
+    let scoped = p.departments.is_some();
+    let mut tx = p.begin(&state.db).await?;
     type Row = (
         Date,
         String,
@@ -499,7 +506,8 @@ async fn list_periods(State(state): State<AppState>, headers: HeaderMap) -> Resu
             json!({
                 "period": period.to_string(), "state": r.1,
                 "closed_at": r.2.map(|t| t.format(&time::format_description::well_known::Rfc3339).unwrap_or_default()),
-                "closed_by": r.3, "policy_version": r.4, "hash": r.5, "lines": r.6, "total": r.7, "currency": r.8,
+                "closed_by": r.3, "policy_version": r.4, "hash": r.5,
+                "lines": if scoped { None } else { r.6 }, "total": if scoped { None } else { r.7 }, "currency": r.8,
                 "previous_hash": r.9,
                 "bundle": (r.1 == "closed").then(|| format!("/api/v1/periods/{period}/bundle")),
             }),

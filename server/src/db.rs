@@ -3,7 +3,7 @@
 //! [`Database::cross_org_directory`], loudly named and limited to slug lookups and organization creation.
 //! The pool itself is private to this module.
 
-use gpuledger_core::ids::OrgId;
+use gpuledger_core::ids::{DepartmentId, OrgId};
 use sqlx::{
     Connection, Executor, PgConnection, PgPool, Postgres, Transaction,
     migrate::Migrator,
@@ -157,10 +157,31 @@ impl Database {
     /// Begins a transaction scoped to one organization: every row it reads or writes in a tenant table is
     /// that organization's, enforced by PostgreSQL's row-level security. Dropping it without
     /// [`OrgTx::commit`] rolls it back, and the setting dies with the transaction.
+    ///
+    /// It sees every department of the organization. Requests on behalf of someone scoped to departments
+    /// (a department manager, a department export token) go through [`Database::begin_scoped`] instead.
     pub async fn begin_org(&self, org: OrgId) -> Result<OrgTx, DbError> {
+        self.begin_with(org, "all").await
+    }
+
+    /// Like [`Database::begin_org`], restricted to `departments` as well: PostgreSQL shows and accepts only
+    /// those departments' rows in department-owned tables (`app.dept_scope`). `None` is the whole organization.
+    pub async fn begin_scoped(&self, org: OrgId, departments: Option<&[DepartmentId]>) -> Result<OrgTx, DbError> {
+        match departments {
+            None => self.begin_with(org, "all").await,
+            Some(list) => {
+                let scope = list.iter().map(|d| d.as_uuid().to_string()).collect::<Vec<_>>().join(",");
+                // An empty list sets '' — which PostgreSQL reads as "no department" (fails closed).
+                self.begin_with(org, &scope).await
+            }
+        }
+    }
+
+    async fn begin_with(&self, org: OrgId, dept_scope: &str) -> Result<OrgTx, DbError> {
         let mut tx = self.pool.begin().await?;
-        sqlx::query("SELECT set_config('app.org_id', $1, true)")
+        sqlx::query("SELECT set_config('app.org_id', $1, true), set_config('app.dept_scope', $2, true)")
             .bind(org.as_uuid().to_string())
+            .bind(dept_scope)
             .execute(&mut *tx)
             .await?;
         Ok(OrgTx { tx, org })

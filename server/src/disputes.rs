@@ -21,7 +21,7 @@ use uuid::Uuid;
 
 use crate::{
     app::AppState,
-    auth::{self, Principal, Scope},
+    auth::{self, Capability, Principal},
     db::{DbError, OrgTx},
     error::AppError,
 };
@@ -48,29 +48,8 @@ pub fn router() -> Router<AppState> {
 
 // ---------------------------------------------------------------- who may do what
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Access {
-    Read,
-    Write,
-}
-
-/// Admin tokens may do everything; export tokens may only read; agent and join tokens may not touch disputes.
-fn authorize(principal: &Principal, access: Access) -> Result<(), AppError> {
-    match (&principal.scope, access) {
-        (Scope::Admin, _) | (Scope::Export, Access::Read) => Ok(()),
-        (Scope::Export, Access::Write) => {
-            Err(AppError::Forbidden("export tokens are read-only: disputes change with an admin token".into()))
-        }
-        (Scope::Agent { .. } | Scope::Join { .. }, _) => {
-            Err(AppError::Forbidden("agent and join tokens cannot read or change disputes".into()))
-        }
-    }
-}
-
-async fn caller(state: &AppState, headers: &HeaderMap, access: Access) -> Result<Principal, AppError> {
-    let principal = auth::authenticate(&state.db, headers).await?;
-    authorize(&principal, access)?;
-    Ok(principal)
+async fn caller(state: &AppState, headers: &HeaderMap, cap: Capability) -> Result<Principal, AppError> {
+    auth::require(&state.db, headers, cap).await
 }
 
 // ---------------------------------------------------------------- requests
@@ -502,14 +481,14 @@ async fn reply(mut tx: OrgTx, id: Uuid, status: StatusCode) -> Result<Response, 
 
 /// `POST /api/v1/disputes`: opens a dispute on lines of a closed period.
 async fn open(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> Result<Response, AppError> {
-    let principal = caller(&state, &headers, Access::Write).await?;
+    let principal = caller(&state, &headers, Capability::DisputeParticipate).await?;
     let request: OpenRequest = parse_body(&body)?;
     let period = parse_period("period", &request.period)?;
     check_line_ids(&request.line_ids)?;
     let reason = required_text("reason", &request.reason)?;
     let day = first_day(period)?;
     let who = principal.actor();
-    let mut tx = state.db.begin_org(principal.org).await?;
+    let mut tx = principal.begin(&state.db).await?;
 
     let period_state: Option<String> =
         sqlx::query_scalar("SELECT state FROM periods WHERE period = $1").bind(day).fetch_optional(tx.conn()).await?;
@@ -526,22 +505,32 @@ async fn open(State(state): State<AppState>, headers: HeaderMap, body: Bytes) ->
             )));
         }
     }
-    let found: Vec<(String, String)> = sqlx::query_as(
-        "SELECT line_id, currency::text FROM ledger_lines WHERE period = $1 AND line_id = ANY ($2) ORDER BY line_id",
+    let found: Vec<(String, String, Uuid)> = sqlx::query_as(
+        "SELECT line_id, currency::text, department_id FROM ledger_lines WHERE period = $1 AND line_id = ANY ($2)
+          ORDER BY line_id",
     )
     .bind(day)
     .bind(&request.line_ids)
     .fetch_all(tx.conn())
     .await?;
     for (i, id) in request.line_ids.iter().enumerate() {
-        if !found.iter().any(|(line, _)| line == id) {
+        if !found.iter().any(|(line, _, _)| line == id) {
             return Err(AppError::invalid(
                 format!("line_ids[{i}]"),
                 format!("no line {id:?} in the ledger of period {period}"),
             ));
         }
     }
-    let mut currencies: Vec<&str> = found.iter().map(|(_, c)| c.as_str()).collect();
+    let mut departments: Vec<Uuid> = found.iter().map(|(_, _, d)| *d).collect();
+    departments.sort_unstable();
+    departments.dedup();
+    let [department] = departments[..] else {
+        return Err(AppError::invalid(
+            "line_ids",
+            "the lines belong to different departments; dispute each department's lines separately",
+        ));
+    };
+    let mut currencies: Vec<&str> = found.iter().map(|(_, c, _)| c.as_str()).collect();
     currencies.sort_unstable();
     currencies.dedup();
     if currencies.len() > 1 {
@@ -582,8 +571,8 @@ async fn open(State(state): State<AppState>, headers: HeaderMap, body: Bytes) ->
         sqlx::query_scalar("SELECT coalesce(max(number), 0) + 1 FROM disputes").fetch_one(tx.conn()).await?;
     let id = Uuid::new_v4();
     sqlx::query(
-        "INSERT INTO disputes (org_id, dispute_id, number, period, line_ids, reason, opened_by)
-         VALUES ($1, $2, $3, $4, $5, $6, $7)",
+        "INSERT INTO disputes (org_id, dispute_id, number, period, line_ids, reason, opened_by, department_id)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
     )
     .bind(principal.org.as_uuid())
     .bind(id)
@@ -592,6 +581,7 @@ async fn open(State(state): State<AppState>, headers: HeaderMap, body: Bytes) ->
     .bind(&request.line_ids)
     .bind(&reason)
     .bind(&who)
+    .bind(department)
     .execute(tx.conn())
     .await?;
     let locked = Locked {
@@ -640,7 +630,7 @@ async fn list(
     headers: HeaderMap,
     Query(raw): Query<Vec<(String, String)>>,
 ) -> Result<Json<DisputePage>, AppError> {
-    let principal = caller(&state, &headers, Access::Read).await?;
+    let principal = caller(&state, &headers, Capability::ReadLedger).await?;
     let mut query = ListQuery::default();
     for (key, value) in raw {
         let slot = match key.as_str() {
@@ -668,7 +658,7 @@ async fn list(
     let page = parse_count("page", query.page.as_deref(), 1, 1_000_000)?;
     let per_page = parse_count("per_page", query.per_page.as_deref(), DEFAULT_PER_PAGE, MAX_PER_PAGE)?;
 
-    let mut tx = state.db.begin_org(principal.org).await?;
+    let mut tx = principal.begin(&state.db).await?;
     let filter = "WHERE ($1::text IS NULL OR d.state = $1) AND ($2::date IS NULL OR d.period = $2)";
     let total: i64 = sqlx::query_scalar(&format!("SELECT count(*) FROM disputes d {filter}"))
         .bind(&state_filter)
@@ -694,8 +684,8 @@ async fn show(
     headers: HeaderMap,
     Path(key): Path<String>,
 ) -> Result<Json<DisputeDetail>, AppError> {
-    let principal = caller(&state, &headers, Access::Read).await?;
-    let mut tx = state.db.begin_org(principal.org).await?;
+    let principal = caller(&state, &headers, Capability::ReadLedger).await?;
+    let mut tx = principal.begin(&state.db).await?;
     let id = resolve_id(&mut tx, &key).await?;
     let detail = load(&mut tx, id).await?.ok_or_else(|| AppError::NotFound(format!("no dispute {key:?}")))?;
     tx.commit().await?;
@@ -709,10 +699,10 @@ async fn comment(
     Path(key): Path<String>,
     body: Bytes,
 ) -> Result<Response, AppError> {
-    let principal = caller(&state, &headers, Access::Write).await?;
+    let principal = caller(&state, &headers, Capability::DisputeParticipate).await?;
     let request: CommentRequest = parse_body(&body)?;
     let text = required_text("body", &request.body)?;
-    let mut tx = state.db.begin_org(principal.org).await?;
+    let mut tx = principal.begin(&state.db).await?;
     let dispute = lock(&mut tx, &key).await?;
     if dispute.state != "open" {
         return Err(AppError::Conflict(format!(
@@ -731,12 +721,12 @@ async fn accept(
     Path(key): Path<String>,
     body: Bytes,
 ) -> Result<Response, AppError> {
-    let principal = caller(&state, &headers, Access::Write).await?;
+    let principal = caller(&state, &headers, Capability::DisputeResolve).await?;
     let request: AcceptRequest = parse_body(&body)?;
     let reason = required_text("reason", &request.reason)?;
     let credit = parse_credit(request.credit_amount.as_deref())?;
     let who = principal.actor();
-    let mut tx = state.db.begin_org(principal.org).await?;
+    let mut tx = principal.begin(&state.db).await?;
     let dispute = lock(&mut tx, &key).await?;
     require_open(&dispute, "accepted")?;
 
@@ -817,11 +807,11 @@ async fn reject(
     Path(key): Path<String>,
     body: Bytes,
 ) -> Result<Response, AppError> {
-    let principal = caller(&state, &headers, Access::Write).await?;
+    let principal = caller(&state, &headers, Capability::DisputeResolve).await?;
     let request: ReasonRequest = parse_body(&body)?;
     let reason = required_text("reason", &request.reason)?;
     let who = principal.actor();
-    let mut tx = state.db.begin_org(principal.org).await?;
+    let mut tx = principal.begin(&state.db).await?;
     let dispute = lock(&mut tx, &key).await?;
     require_open(&dispute, "rejected")?;
     sqlx::query(
@@ -851,7 +841,7 @@ async fn decide_credit(
     body: &[u8],
     decision: CreditDecision,
 ) -> Result<Response, AppError> {
-    let principal = caller(state, headers, Access::Write).await?;
+    let principal = caller(state, headers, Capability::CreditApprove).await?;
     let request: ReasonRequest = parse_body(body)?;
     let reason = match decision {
         CreditDecision::Approve => optional_text("reason", &request.reason)?,
@@ -862,7 +852,7 @@ async fn decide_credit(
         CreditDecision::Reject => "reject",
     };
     let who = principal.actor();
-    let mut tx = state.db.begin_org(principal.org).await?;
+    let mut tx = principal.begin(&state.db).await?;
     let dispute = lock(&mut tx, key).await?;
     let Some(adjustment) = dispute.adjustment_id else {
         return Err(AppError::Conflict(format!(
@@ -931,24 +921,7 @@ async fn reject_credit(
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
-    use gpuledger_core::ids::{ClusterId, OrgId};
-
     use super::*;
-
-    fn principal(scope: Scope) -> Principal {
-        Principal { org: OrgId::from_uuid(Uuid::nil()), token_id: Uuid::nil(), scope }
-    }
-
-    #[test]
-    fn admin_does_everything_export_only_reads_agents_nothing() {
-        let cluster = ClusterId::from_uuid(Uuid::nil());
-        assert!(authorize(&principal(Scope::Admin), Access::Write).is_ok());
-        assert!(authorize(&principal(Scope::Export), Access::Read).is_ok());
-        assert!(matches!(authorize(&principal(Scope::Export), Access::Write), Err(AppError::Forbidden(_))));
-        assert!(matches!(authorize(&principal(Scope::Agent { cluster }), Access::Read), Err(AppError::Forbidden(_))));
-        assert!(matches!(authorize(&principal(Scope::Join { cluster }), Access::Read), Err(AppError::Forbidden(_))));
-        assert_eq!(principal(Scope::Admin).actor(), format!("token:{}", Uuid::nil()));
-    }
 
     #[test]
     fn credits_are_positive_cents() {

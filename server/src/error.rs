@@ -32,6 +32,9 @@ pub enum AppError {
     /// The body is larger than allowed.
     #[error("payload too large")]
     PayloadTooLarge,
+    /// Too many attempts from this client; try again after the given number of seconds.
+    #[error("too many requests: try again in {0} s")]
+    TooManyRequests(u64),
     /// A dependency (the database) is not available right now.
     #[error("service unavailable: {0}")]
     Unavailable(String),
@@ -54,6 +57,7 @@ impl AppError {
             Self::NotFound(_) => StatusCode::NOT_FOUND,
             Self::Conflict(_) => StatusCode::CONFLICT,
             Self::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::TooManyRequests(_) => StatusCode::TOO_MANY_REQUESTS,
             Self::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -122,7 +126,18 @@ impl IntoResponse for AppError {
         };
         let body = serde_json::to_vec(&problem).unwrap_or_default();
         let mut response = (status, body).into_response();
-        response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/problem+json"));
+        let headers = response.headers_mut();
+        headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/problem+json"));
+        match &self {
+            // Power BI and other clients ask for credentials when offered Basic.
+            Self::Unauthorized => {
+                headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static(r#"Bearer, Basic realm="GPU Ledger""#));
+            }
+            Self::TooManyRequests(seconds) => {
+                headers.insert(header::RETRY_AFTER, HeaderValue::from(*seconds));
+            }
+            _ => {}
+        }
         response
     }
 }

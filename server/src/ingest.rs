@@ -35,7 +35,7 @@ use uuid::Uuid;
 
 use crate::{
     app::AppState,
-    auth::{self, Scope},
+    auth,
     db::{DbError, OrgTx},
     error::AppError,
 };
@@ -57,7 +57,7 @@ async fn post_batch(
     body: Bytes,
 ) -> Result<Json<BatchAck>, AppError> {
     let principal = auth::authenticate(&state.db, &headers).await?;
-    let Scope::Agent { cluster } = principal.scope else {
+    let Some(cluster) = principal.agent_cluster() else {
         return Err(AppError::Forbidden("only agent tokens may send facts".into()));
     };
     let batch = decode(&headers, &body)?;

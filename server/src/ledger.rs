@@ -28,6 +28,7 @@ use uuid::Uuid;
 
 use crate::{
     app::AppState,
+    auth::Visible,
     db::OrgTx,
     error::AppError,
     policy::{month_start, parse_period, reader},
@@ -364,6 +365,9 @@ async fn get_ledger(
         return Err(AppError::invalid("per_page", "must be 1..=10000"));
     }
     let page = q.page.unwrap_or(1).max(1);
+    let visible = p.visible(&state.db).await?;
+    // The month is computed for the whole organization (overhead is split across every tenant); a caller
+    // limited to departments then sees only the lines PostgreSQL showed it the departments of.
     let mut tx = state.db.begin_org(p.org).await?;
     let st = period_state(&mut tx, period).await?;
     let (lines, hash, notes, policy_version) = if st == "closed" {
@@ -379,6 +383,7 @@ async fn get_ledger(
     tx.commit().await?;
     let filtered: Vec<&LedgerLine> = lines
         .iter()
+        .filter(|l| Visible::department(&visible, l.department_id.as_uuid()))
         .filter(|l| {
             q.tenant.as_deref().is_none_or(|t| l.tenant == t || l.tenant_id.is_some_and(|id| id.to_string() == t))
         })
@@ -433,6 +438,7 @@ async fn evidence(
     let period = parse_period("period", &period)?;
     let per_page = q.per_page.unwrap_or(100).clamp(1, 1000) as usize;
     let page = q.page.unwrap_or(1).max(1) as usize;
+    let visible = p.visible(&state.db).await?;
     let mut tx = state.db.begin_org(p.org).await?;
     let allocations = match crate::close::stored_bundle(&mut tx, period).await? {
         Some(b) => b.inputs.allocations,
@@ -446,6 +452,7 @@ async fn evidence(
         .transpose()?;
     let rows: Vec<&AllocationRecord> = allocations
         .iter()
+        .filter(|a| Visible::tenant(&visible, a.tenant.map(|x| x.as_uuid())))
         .filter(|a| tenant.is_none_or(|t| a.tenant.map(|x| x.as_uuid()) == Some(t)))
         .filter(|a| q.gpu_class.as_deref().is_none_or(|c| a.gpu_class.as_deref() == Some(c)))
         .filter(|a| q.endpoint.as_deref().is_none_or(|e| a.endpoint.as_deref() == Some(e)))

@@ -20,7 +20,7 @@ use uuid::Uuid;
 
 use crate::{
     app::AppState,
-    auth::{Principal, Scope, authenticate},
+    auth::{Capability, Principal, require},
     db::OrgTx,
     error::AppError,
 };
@@ -35,22 +35,14 @@ pub fn router() -> Router<AppState> {
         .route("/api/v1/quotas/import-kueue", post(import_kueue))
 }
 
-/// Requires a token that may change the organization's configuration.
-pub async fn admin(state: &AppState, headers: &HeaderMap) -> Result<Principal, AppError> {
-    let p = authenticate(&state.db, headers).await?;
-    match p.scope {
-        Scope::Admin => Ok(p),
-        _ => Err(AppError::Forbidden("this needs an admin token".into())),
-    }
+/// Requires a caller that may read the ledger (any signed-in user, an admin or export token).
+pub async fn reader(state: &AppState, headers: &HeaderMap) -> Result<Principal, AppError> {
+    require(&state.db, headers, Capability::ReadLedger).await
 }
 
-/// Requires a token that may read the ledger (admin or export).
-pub async fn reader(state: &AppState, headers: &HeaderMap) -> Result<Principal, AppError> {
-    let p = authenticate(&state.db, headers).await?;
-    match p.scope {
-        Scope::Admin | Scope::Export => Ok(p),
-        _ => Err(AppError::Forbidden("this needs an admin or export token".into())),
-    }
+/// Requires a caller that may change cost policies and quotas (admin or finance, or an admin token).
+pub async fn manager(state: &AppState, headers: &HeaderMap) -> Result<Principal, AppError> {
+    require(&state.db, headers, Capability::ManagePolicy).await
 }
 
 /// Writes an audit record in the caller's transaction.
@@ -62,9 +54,35 @@ pub async fn audit(
     reason: &str,
     details: Value,
 ) -> Result<(), AppError> {
+    audit_from(tx, actor, "", action, target, reason, details).await
+}
+
+/// Writes an audit record for a principal: who and from where.
+pub async fn audit_by(
+    tx: &mut OrgTx,
+    p: &Principal,
+    action: &str,
+    target: &str,
+    reason: &str,
+    details: Value,
+) -> Result<(), AppError> {
+    audit_from(tx, &p.actor(), &p.source, action, target, reason, details).await
+}
+
+/// Writes an audit record with its source address.
+pub async fn audit_from(
+    tx: &mut OrgTx,
+    actor: &str,
+    source: &str,
+    action: &str,
+    target: &str,
+    reason: &str,
+    details: Value,
+) -> Result<(), AppError> {
     let org = tx.org().as_uuid();
     sqlx::query(
-        "INSERT INTO audit_log (org_id, audit_id, actor, action, target, reason, details) VALUES ($1, $2, $3, $4, $5, $6, $7)",
+        "INSERT INTO audit_log (org_id, audit_id, actor, action, target, reason, details, source)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
     )
     .bind(org)
     .bind(Uuid::new_v4())
@@ -73,6 +91,7 @@ pub async fn audit(
     .bind(target)
     .bind(reason)
     .bind(details)
+    .bind(source)
     .execute(tx.conn())
     .await?;
     Ok(())
@@ -184,7 +203,7 @@ fn parse_policy(body: &PolicyBody) -> Result<(Period, CostPolicy), AppError> {
 
 async fn list_policies(State(state): State<AppState>, headers: HeaderMap) -> Result<Json<Value>, AppError> {
     let p = reader(&state, &headers).await?;
-    let mut tx = state.db.begin_org(p.org).await?;
+    let mut tx = p.begin(&state.db).await?;
     let rows: Vec<PolicyRow> =
         sqlx::query_as(&format!("SELECT {POLICY_COLUMNS} FROM cost_policies ORDER BY version DESC"))
             .fetch_all(tx.conn())
@@ -200,7 +219,7 @@ async fn get_policy(
     Path(version): Path<i32>,
 ) -> Result<Json<PolicyView>, AppError> {
     let p = reader(&state, &headers).await?;
-    let mut tx = state.db.begin_org(p.org).await?;
+    let mut tx = p.begin(&state.db).await?;
     let row: Option<PolicyRow> =
         sqlx::query_as(&format!("SELECT {POLICY_COLUMNS} FROM cost_policies WHERE version = $1"))
             .bind(version)
@@ -257,10 +276,10 @@ async fn create_policy(
     headers: HeaderMap,
     body: axum::body::Bytes,
 ) -> Result<(StatusCode, Json<PolicyView>), AppError> {
-    let p = admin(&state, &headers).await?;
+    let p = manager(&state, &headers).await?;
     let body: PolicyBody = json_body(&body)?;
     let (from, policy) = parse_policy(&body)?;
-    let mut tx = state.db.begin_org(p.org).await?;
+    let mut tx = p.begin(&state.db).await?;
     let version = create_draft(&mut tx, &p.actor(), from, &policy, &body.note).await?;
     let row: PolicyRow = sqlx::query_as(&format!("SELECT {POLICY_COLUMNS} FROM cost_policies WHERE version = $1"))
         .bind(version)
@@ -276,10 +295,10 @@ async fn update_policy(
     Path(version): Path<i32>,
     body: axum::body::Bytes,
 ) -> Result<Json<PolicyView>, AppError> {
-    let p = admin(&state, &headers).await?;
+    let p = manager(&state, &headers).await?;
     let body: PolicyBody = json_body(&body)?;
     let (from, policy) = parse_policy(&body)?;
-    let mut tx = state.db.begin_org(p.org).await?;
+    let mut tx = p.begin(&state.db).await?;
     let current: Option<String> = sqlx::query_scalar("SELECT state FROM cost_policies WHERE version = $1 FOR UPDATE")
         .bind(version)
         .fetch_optional(tx.conn())
@@ -304,7 +323,7 @@ async fn update_policy(
     .bind(&body.note)
     .execute(tx.conn())
     .await?;
-    audit(&mut tx, &p.actor(), "policy.update", &format!("policy:{version}"), &body.note, json!({})).await?;
+    audit_by(&mut tx, &p, "policy.update", &format!("policy:{version}"), &body.note, json!({})).await?;
     let row: PolicyRow = sqlx::query_as(&format!("SELECT {POLICY_COLUMNS} FROM cost_policies WHERE version = $1"))
         .bind(version)
         .fetch_one(tx.conn())
@@ -366,9 +385,9 @@ async fn approve_policy(
     Path(version): Path<i32>,
     body: axum::body::Bytes,
 ) -> Result<Json<PolicyView>, AppError> {
-    let p = admin(&state, &headers).await?;
+    let p = manager(&state, &headers).await?;
     let body: ApproveBody = if body.is_empty() { ApproveBody::default() } else { json_body(&body)? };
-    let mut tx = state.db.begin_org(p.org).await?;
+    let mut tx = p.begin(&state.db).await?;
     approve(&mut tx, &p.actor(), version, &body.reason).await?;
     let row: PolicyRow = sqlx::query_as(&format!("SELECT {POLICY_COLUMNS} FROM cost_policies WHERE version = $1"))
         .bind(version)
@@ -459,7 +478,7 @@ async fn list_quotas(
         ),
         None => None,
     };
-    let mut tx = state.db.begin_org(p.org).await?;
+    let mut tx = p.begin(&state.db).await?;
     let rows: Vec<QuotaRow> = sqlx::query_as(
         "SELECT q.quota_id, q.tenant_id, t.name, COALESCE(q.department_id, t.department_id), d.name, q.gpu_class,
                 q.gpus::text, q.valid_from, q.valid_to, q.source, q.source_ref
@@ -506,7 +525,7 @@ async fn create_quota(
     headers: HeaderMap,
     body: axum::body::Bytes,
 ) -> Result<(StatusCode, Json<Value>), AppError> {
-    let p = admin(&state, &headers).await?;
+    let p = manager(&state, &headers).await?;
     let body: QuotaBody = json_body(&body)?;
     let gpus = Decimal::parse(&body.gpus).map_err(|e| AppError::invalid("gpus", e.to_string()))?;
     if gpus.is_negative() {
@@ -520,7 +539,7 @@ async fn create_quota(
     {
         return Err(AppError::invalid("valid_to", "must be after valid_from"));
     }
-    let mut tx = state.db.begin_org(p.org).await?;
+    let mut tx = p.begin(&state.db).await?;
     let (tenant, department) = match (&body.tenant, &body.department) {
         (Some(t), None) => (Some(lookup_id(&mut tx, "tenants", "tenant", t).await?), None),
         (None, Some(d)) => (None, Some(lookup_id(&mut tx, "departments", "department", d).await?)),
@@ -557,7 +576,7 @@ async fn create_quota(
         ));
     }
     result?;
-    audit(&mut tx, &p.actor(), "quota.create", &format!("quota:{id}"), "", json!({"gpus": gpus.to_string()})).await?;
+    audit_by(&mut tx, &p, "quota.create", &format!("quota:{id}"), "", json!({"gpus": gpus.to_string()})).await?;
     tx.commit().await?;
     Ok((StatusCode::CREATED, Json(json!({ "quota_id": id }))))
 }
@@ -673,9 +692,9 @@ async fn import_kueue(
     headers: HeaderMap,
     body: axum::body::Bytes,
 ) -> Result<Json<Value>, AppError> {
-    let p = admin(&state, &headers).await?;
+    let p = manager(&state, &headers).await?;
     let body: ImportBody = if body.is_empty() { ImportBody::default() } else { json_body(&body)? };
-    let mut tx = state.db.begin_org(p.org).await?;
+    let mut tx = p.begin(&state.db).await?;
     let out = import_kueue_quotas(&mut tx, &p.actor(), &body.mappings).await?;
     tx.commit().await?;
     Ok(Json(out))

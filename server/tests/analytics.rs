@@ -95,7 +95,7 @@ async fn env() -> Env {
     let (_, export) = auth::create_token(&mut tx, &Scope::Export, "powerbi", "test").await.unwrap();
     tx.commit().await.unwrap();
     let app = app::router(
-        AppState { db, featured_org: None, leptos: app::leptos_options() },
+        AppState::new(db, None),
         &HttpOptions { body_limit: 4 * 1024 * 1024, ..HttpOptions::default() },
     );
     Env { app, agent, admin, export, _db: test_db }

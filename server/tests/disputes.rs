@@ -100,7 +100,7 @@ async fn env() -> Env {
     let su = common::admin_pool(&test_db).await;
     let a = org(&db, &su, "org-a").await;
     let b = org(&db, &su, "org-b").await;
-    let app = app::router(AppState { db, featured_org: None, leptos: app::leptos_options() }, &HttpOptions::default());
+    let app = app::router(AppState::new(db, None), &HttpOptions::default());
     Env { app, su, a, b }
 }
 

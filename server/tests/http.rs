@@ -23,7 +23,7 @@ async fn get(app: &axum::Router, path: &str) -> (StatusCode, axum::http::HeaderM
 }
 
 fn router(db: Database, featured_org: Option<gpuledger_core::ids::OrgId>) -> axum::Router {
-    app::router(AppState { db, featured_org, leptos: app::leptos_options() }, &HttpOptions::default())
+    app::router(AppState::new(db, featured_org), &HttpOptions::default())
 }
 
 #[tokio::test]

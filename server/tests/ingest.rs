@@ -47,7 +47,7 @@ async fn env() -> Env {
     let (_, agent_token) = auth::create_token(&mut tx, &Scope::Agent { cluster }, "agent", "test").await.unwrap();
     tx.commit().await.unwrap();
     let app = app::router(
-        AppState { db: db.clone(), featured_org: Some(org), leptos: app::leptos_options() },
+        AppState::new(db.clone(), Some(org)),
         &HttpOptions { body_limit: 256 * 1024, ..HttpOptions::default() },
     );
     Env { app, db, org, agent_token, admin: common::admin_pool(&test_db).await, ns_uid: Uuid::new_v4() }

@@ -78,7 +78,7 @@ async fn env() -> Env {
     let (_, export_token) = auth::create_token(&mut tx, &Scope::Export, "bi", "test").await.unwrap();
     tx.commit().await.unwrap();
     let app = app::router(
-        AppState { db: db.clone(), featured_org: None, leptos: app::leptos_options() },
+        AppState::new(db.clone(), None),
         &HttpOptions::default(),
     );
     Env {

@@ -119,9 +119,9 @@ pub async fn open_demo_dispute(db: &Database, org: OrgId, last: Period) -> Resul
         return Ok(());
     };
     let (token_id, token) =
-        crate::auth::create_token(&mut tx, &crate::auth::Scope::Admin, "demo dispute", DEMO_ACTOR).await?;
+        crate::auth::create_token(&mut tx, &crate::auth::Scope::Admin, "demo dispute", DEMO_ACTOR, None).await?;
     tx.commit().await?;
-    let state = crate::app::AppState { db: db.clone(), featured_org: Some(org), leptos: crate::app::leptos_options() };
+    let state = crate::app::AppState::new(db.clone(), Some(org));
     let app = crate::app::router(state, &crate::app::HttpOptions::default());
     let body = json!({
         "period": last.to_string(),

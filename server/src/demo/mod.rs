@@ -119,7 +119,7 @@ pub async fn load_history(
         for (id, name) in CLUSTERS {
             let scope = Scope::Agent { cluster: ClusterId::from_uuid(id) };
             let (token_id, token) =
-                auth::create_token(&mut tx, &scope, &format!("demo agents ({name})"), "demo").await?;
+                auth::create_token(&mut tx, &scope, &format!("demo agents ({name})"), "demo", None).await?;
             tokens.push((token_id, token));
         }
         tx.commit().await?;

@@ -81,6 +81,8 @@ pub async fn seed(db: &Database) -> Result<OrgId, DbError> {
 }
 
 async fn insert_all(tx: &mut OrgTx, o: Uuid) -> Result<(), DbError> {
+    // A demo organization offers its local demo accounts until an identity provider is configured.
+    sqlx::query("UPDATE organizations SET demo_login = true").execute(tx.conn()).await?;
     for (id, name) in DEPARTMENTS {
         sqlx::query("INSERT INTO departments (org_id, department_id, name) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING")
             .bind(o)

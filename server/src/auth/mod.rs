@@ -1,0 +1,630 @@
+//! Machine credentials: scoped API tokens, stored as SHA-256 hashes, shown once at creation.
+//!
+//! A token reads `glt_<org id, 32 hex>_<secret, 64 hex>`. The organization part lets the server open the right
+//! organization-scoped transaction before looking the hash up, so verifying a token never looks across
+//! organizations. Human login (OIDC) comes with the identity work.
+
+//! Who is calling, and what they may do.
+//!
+//! Two kinds of credentials reach the API: **API tokens** (machines: agents, Power BI, automation) in an
+//! `Authorization: Bearer …` header — or as the password of HTTP Basic, which is what Power BI sends — and
+//! **browser sessions** (people, after an OIDC or demo login) in an HttpOnly cookie. Both carry the
+//! organization in clear next to the secret, so the server opens the right organization-scoped transaction
+//! before looking the hash up: verifying a credential never looks across organizations.
+//!
+//! A token reads `glt_<org id, 32 hex>_<secret, 64 hex>`; a session cookie `<org id, 32 hex>.<secret, 64 hex>`.
+//! Only SHA-256 hashes of either are stored. See docs/security.md.
+
+pub mod limits;
+pub mod oidc;
+pub mod routes;
+pub mod session;
+pub mod tokens;
+
+use axum::http::{HeaderMap, header};
+use base64::Engine;
+use gpuledger_core::ids::{ClusterId, DepartmentId, OrgId};
+use rand::Rng;
+use sha2::{Digest, Sha256};
+use uuid::Uuid;
+
+use crate::{
+    db::{Database, DbError, OrgTx},
+    error::AppError,
+};
+
+/// Header set by the server itself (any incoming value is removed first) to the client's address, so that
+/// audit records say where an action came from.
+pub const PEER_HEADER: &str = "x-gpuledger-peer";
+
+/// Sign-in configuration and in-memory helpers shared by the handlers.
+#[derive(Debug, Default)]
+pub struct AuthState {
+    /// Session timeouts and the public URL.
+    pub sessions: session::SessionSettings,
+    /// Login and token endpoint rate limits.
+    pub limits: limits::RateLimits,
+    /// OpenID provider metadata cache and HTTP client.
+    pub providers: oidc::Providers,
+}
+
+/// What a token may do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Scope {
+    /// Everything in its organization (automation).
+    Admin,
+    /// Read-only exports (Power BI): the whole organization, or only `departments` when not empty.
+    Export {
+        /// The departments it may read; empty is the whole organization.
+        departments: Vec<DepartmentId>,
+    },
+    /// Write one cluster's facts, nothing else.
+    Agent {
+        /// The cluster the agent speaks for.
+        cluster: ClusterId,
+    },
+    /// Exchange once, before it expires, for an agent credential of one cluster (`gpuledger-agent join`).
+    Join {
+        /// The cluster to join.
+        cluster: ClusterId,
+    },
+}
+
+impl Scope {
+    /// The name stored and shown (`admin`, `export`, `agent`, `join`).
+    pub fn db_name(&self) -> &'static str {
+        match self {
+            Self::Admin => "admin",
+            Self::Export { .. } => "export",
+            Self::Agent { .. } => "agent",
+            Self::Join { .. } => "join",
+        }
+    }
+
+    /// An export token of the whole organization.
+    pub fn export() -> Self {
+        Self::Export { departments: Vec::new() }
+    }
+}
+
+/// A person's role in an organization, from the IdP's groups (or a demo account).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    /// Onboarding, identity settings, tokens, inventory, policies.
+    Admin,
+    /// Policies, close, dispute resolution, credit approval.
+    Finance,
+    /// Their departments' showback; opens and comments on disputes for them.
+    DepartmentManager,
+    /// Reads the whole organization's showback.
+    Viewer,
+}
+
+impl Role {
+    /// Every role, most powerful first (the order landing pages are chosen in).
+    pub const ALL: [Role; 4] = [Role::Admin, Role::Finance, Role::DepartmentManager, Role::Viewer];
+
+    /// The stored name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Admin => "admin",
+            Self::Finance => "finance",
+            Self::DepartmentManager => "department_manager",
+            Self::Viewer => "viewer",
+        }
+    }
+
+    /// Parses a stored name.
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|r| r.as_str() == s)
+    }
+
+    /// Whether the role covers the whole organization (every role but department manager).
+    pub fn org_wide(self) -> bool {
+        self != Self::DepartmentManager
+    }
+
+    /// Where a person with this role lands after signing in.
+    pub fn landing(self) -> &'static str {
+        match self {
+            Self::Admin => "/admin",
+            Self::Finance => "/finance",
+            Self::DepartmentManager => "/departments",
+            Self::Viewer => "/",
+        }
+    }
+
+    fn allows(self, cap: Capability) -> bool {
+        use Capability as C;
+        match self {
+            Self::Admin => !matches!(cap, C::CreditApprove | C::Ingest | C::Join),
+            Self::Finance => matches!(
+                cap,
+                C::ReadLedger
+                    | C::ManagePolicy
+                    | C::Close
+                    | C::DisputeParticipate
+                    | C::DisputeResolve
+                    | C::CreditApprove
+            ),
+            Self::DepartmentManager => matches!(cap, C::ReadLedger | C::DisputeParticipate),
+            Self::Viewer => matches!(cap, C::ReadLedger),
+        }
+    }
+}
+
+/// Something a caller may be allowed to do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Capability {
+    /// Read ledgers, periods, evidence, analytics, disputes, policies (within the caller's departments).
+    ReadLedger,
+    /// Write cost policies and quotas, import Kueue quotas, approve policies.
+    ManagePolicy,
+    /// Close a month.
+    Close,
+    /// Open disputes and comment on them.
+    DisputeParticipate,
+    /// Accept or reject disputes.
+    DisputeResolve,
+    /// Approve or refuse the credit of an accepted dispute.
+    CreditApprove,
+    /// Tokens, identity provider settings, role mappings, the audit log.
+    Administer,
+    /// Send one cluster's facts.
+    Ingest,
+    /// Redeem a join token.
+    Join,
+}
+
+impl Capability {
+    fn needs(self) -> &'static str {
+        match self {
+            Self::ReadLedger => "a signed-in user, an admin token or an export token",
+            Self::ManagePolicy => "the admin or finance role (or an admin token)",
+            Self::Close => "the admin or finance role (or an admin token)",
+            Self::DisputeParticipate => "a signed-in manager, finance or admin user (or an admin token)",
+            Self::DisputeResolve => "the admin or finance role (or an admin token)",
+            Self::CreditApprove => "the finance role (or an admin token)",
+            Self::Administer => "the admin role (or an admin token)",
+            Self::Ingest => "an agent token",
+            Self::Join => "a join token",
+        }
+    }
+}
+
+/// Who acts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Actor {
+    /// A machine, by its token.
+    Token {
+        /// The token's id.
+        token_id: Uuid,
+        /// What it may do.
+        scope: Scope,
+    },
+    /// A person in a browser session.
+    User {
+        /// The user's id.
+        user_id: Uuid,
+        /// The session's id.
+        session_id: Uuid,
+        /// E-mail or subject: what histories show.
+        name: String,
+        /// The roles granted at login.
+        roles: Vec<Role>,
+        /// The session's CSRF token (forms and `X-CSRF-Token`).
+        csrf: String,
+    },
+}
+
+/// An authenticated caller.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Principal {
+    /// Its organization.
+    pub org: OrgId,
+    /// The token or the person.
+    pub actor: Actor,
+    /// `None`: the whole organization; otherwise only these departments (PostgreSQL enforces it).
+    pub departments: Option<Vec<DepartmentId>>,
+    /// Where the request came from (client address), for the audit log.
+    pub source: String,
+}
+
+impl Principal {
+    /// A principal for a token (tests and in-process callers such as the demo).
+    pub fn for_token(org: OrgId, token_id: Uuid, scope: Scope) -> Self {
+        let departments = match &scope {
+            Scope::Export { departments } if !departments.is_empty() => Some(departments.clone()),
+            _ => None,
+        };
+        Self { org, actor: Actor::Token { token_id, scope }, departments, source: String::new() }
+    }
+
+    /// Who did it, as written in audit trails and dispute histories: `token:<id>` or `user:<e-mail>`.
+    pub fn actor(&self) -> String {
+        match &self.actor {
+            Actor::Token { token_id, .. } => format!("token:{token_id}"),
+            Actor::User { name, .. } => format!("user:{name}"),
+        }
+    }
+
+    /// Whether the caller may do `cap`.
+    pub fn may(&self, cap: Capability) -> bool {
+        match &self.actor {
+            Actor::Token { scope, .. } => match scope {
+                Scope::Admin => !matches!(cap, Capability::Ingest | Capability::Join),
+                Scope::Export { .. } => cap == Capability::ReadLedger,
+                Scope::Agent { .. } => cap == Capability::Ingest,
+                Scope::Join { .. } => cap == Capability::Join,
+            },
+            Actor::User { roles, .. } => roles.iter().any(|r| r.allows(cap)),
+        }
+    }
+
+    /// `Ok` when the caller may do `cap`, else 403 naming what is needed.
+    pub fn require(&self, cap: Capability) -> Result<(), AppError> {
+        if self.may(cap) { Ok(()) } else { Err(AppError::Forbidden(format!("this needs {}", cap.needs()))) }
+    }
+
+    /// The cluster an agent token speaks for.
+    pub fn agent_cluster(&self) -> Option<ClusterId> {
+        match &self.actor {
+            Actor::Token { scope: Scope::Agent { cluster }, .. } => Some(*cluster),
+            _ => None,
+        }
+    }
+
+    /// The caller's organization-scoped transaction, restricted to its departments when it has a department
+    /// scope. Every read on behalf of a caller goes through here.
+    pub async fn begin(&self, db: &Database) -> Result<OrgTx, DbError> {
+        db.begin_scoped(self.org, self.departments.as_deref()).await
+    }
+
+    /// The departments and tenants PostgreSQL lets the caller see, when it is limited to departments (`None`:
+    /// the whole organization). Computations that need the whole organization (a month's ledger splits
+    /// overhead across every tenant) run organization-wide and then show the caller only these.
+    pub async fn visible(&self, db: &Database) -> Result<Option<Visible>, DbError> {
+        if self.departments.is_none() {
+            return Ok(None);
+        }
+        let mut tx = self.begin(db).await?;
+        let departments: Vec<Uuid> = sqlx::query_scalar("SELECT department_id FROM departments").fetch_all(tx.conn()).await?;
+        let tenants: Vec<Uuid> = sqlx::query_scalar("SELECT tenant_id FROM tenants").fetch_all(tx.conn()).await?;
+        tx.commit().await?;
+        Ok(Some(Visible { departments: departments.into_iter().collect(), tenants: tenants.into_iter().collect() }))
+    }
+
+    /// Whether a department is visible to the caller.
+    pub fn sees_department(&self, department: DepartmentId) -> bool {
+        self.departments.as_ref().is_none_or(|d| d.contains(&department))
+    }
+
+    /// The session's CSRF token, for a browser session.
+    pub fn csrf(&self) -> Option<&str> {
+        match &self.actor {
+            Actor::User { csrf, .. } => Some(csrf),
+            Actor::Token { .. } => None,
+        }
+    }
+}
+
+/// What a department-scoped caller may see (read under its scope, so PostgreSQL decided it).
+#[derive(Debug, Clone, Default)]
+pub struct Visible {
+    /// Visible departments.
+    pub departments: std::collections::HashSet<Uuid>,
+    /// Visible tenants.
+    pub tenants: std::collections::HashSet<Uuid>,
+}
+
+impl Visible {
+    /// Whether a department is visible (`None` = whole organization).
+    pub fn department(v: &Option<Visible>, id: Uuid) -> bool {
+        v.as_ref().is_none_or(|v| v.departments.contains(&id))
+    }
+
+    /// Whether a tenant is visible (`None` = whole organization; an unattributed `None` tenant is not, to a
+    /// scoped caller).
+    pub fn tenant(v: &Option<Visible>, id: Option<Uuid>) -> bool {
+        v.as_ref().is_none_or(|v| id.is_some_and(|t| v.tenants.contains(&t)))
+    }
+}
+
+pub(crate) fn sha256(secret: &str) -> Vec<u8> {
+    Sha256::digest(secret.as_bytes()).to_vec()
+}
+
+/// 256 random bits as 64 hex digits.
+pub(crate) fn random_secret() -> String {
+    let secret: [u8; 32] = rand::rng().random();
+    hex::encode(secret)
+}
+
+/// Splits a presented token into its organization (the whole token is what is hashed).
+fn parse(token: &str) -> Option<OrgId> {
+    let rest = token.strip_prefix("glt_")?;
+    let (org, secret) = rest.split_once('_')?;
+    if secret.len() != 64 || !secret.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    Uuid::try_parse(org).ok().map(OrgId::from_uuid)
+}
+
+/// The token in an `Authorization` header: `Bearer TOKEN`, or HTTP Basic with the token as the password (any
+/// user name) — how Power BI and other OData clients send credentials.
+fn presented_token(value: &str) -> Option<String> {
+    if let Some(token) = value.strip_prefix("Bearer ") {
+        return Some(token.trim().to_string());
+    }
+    let encoded = value.strip_prefix("Basic ")?;
+    let decoded = base64::engine::general_purpose::STANDARD.decode(encoded.trim()).ok()?;
+    let text = String::from_utf8(decoded).ok()?;
+    let (_, password) = text.split_once(':')?;
+    Some(password.to_string())
+}
+
+/// The client address the server recorded for this request (see [`PEER_HEADER`]).
+pub fn source(headers: &HeaderMap) -> String {
+    headers.get(PEER_HEADER).and_then(|v| v.to_str().ok()).unwrap_or_default().to_string()
+}
+
+/// Authenticates a request: an `Authorization` header (Bearer or Basic token) when present — a bad one is
+/// refused, never passed over for a cookie — else the session cookie.
+pub async fn authenticate(db: &Database, headers: &HeaderMap) -> Result<Principal, AppError> {
+    let source = source(headers);
+    if let Some(value) = headers.get(header::AUTHORIZATION) {
+        let token = value.to_str().ok().and_then(presented_token).ok_or(AppError::Unauthorized)?;
+        let mut principal = token_principal(db, &token).await?;
+        principal.source = source;
+        return Ok(principal);
+    }
+    if let Some(cookie) = session::cookie_value(headers) {
+        let mut principal = session::principal(db, &cookie).await?;
+        principal.source = source;
+        return Ok(principal);
+    }
+    Err(AppError::Unauthorized)
+}
+
+/// Authenticates and checks one capability.
+pub async fn require(db: &Database, headers: &HeaderMap, cap: Capability) -> Result<Principal, AppError> {
+    let principal = authenticate(db, headers).await?;
+    principal.require(cap)?;
+    Ok(principal)
+}
+
+async fn token_principal(db: &Database, token: &str) -> Result<Principal, AppError> {
+    let org = parse(token).ok_or(AppError::Unauthorized)?;
+    let mut tx = db.begin_org(org).await?;
+    // `last_used_at` is kept to the minute: a write (and its WAL flush) on every request would double the commit
+    // cost of each ingest batch, which is already one transaction of its own.
+    let row: Option<(Uuid, String, Option<Uuid>, Vec<Uuid>)> = sqlx::query_as(
+        "WITH t AS (
+            SELECT token_id, scope, cluster_id, department_ids, last_used_at FROM api_tokens
+             WHERE secret_sha256 = $1 AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > now())),
+         touched AS (
+            UPDATE api_tokens SET last_used_at = now()
+             WHERE token_id IN (SELECT token_id FROM t
+                                 WHERE last_used_at IS NULL OR last_used_at < now() - interval '1 minute'))
+         SELECT token_id, scope, cluster_id, department_ids FROM t",
+    )
+    .bind(sha256(token))
+    .fetch_optional(tx.conn())
+    .await?;
+    tx.commit().await?;
+    let (token_id, scope, cluster, departments) = row.ok_or(AppError::Unauthorized)?;
+    let scope = match (scope.as_str(), cluster) {
+        ("admin", _) => Scope::Admin,
+        ("export", _) => Scope::Export { departments: departments.into_iter().map(DepartmentId::from_uuid).collect() },
+        ("agent", Some(c)) => Scope::Agent { cluster: ClusterId::from_uuid(c) },
+        ("join", Some(c)) => Scope::Join { cluster: ClusterId::from_uuid(c) },
+        _ => return Err(AppError::Unauthorized),
+    };
+    Ok(Principal::for_token(org, token_id, scope))
+}
+
+/// How long a join token stays valid.
+pub const JOIN_TOKEN_TTL: time::Duration = time::Duration::hours(24);
+
+/// Creates a token in `tx`'s organization and returns it (the only time it is visible). Audited. Join tokens
+/// expire after [`JOIN_TOKEN_TTL`].
+pub async fn create_token(
+    tx: &mut OrgTx,
+    scope: &Scope,
+    name: &str,
+    created_by: &str,
+    expires_at: Option<time::OffsetDateTime>,
+) -> Result<(Uuid, String), DbError> {
+    let token = format!("glt_{}_{}", tx.org().as_uuid().simple(), random_secret());
+    let token_id = Uuid::new_v4();
+    let cluster = match scope {
+        Scope::Agent { cluster } | Scope::Join { cluster } => Some(cluster.as_uuid()),
+        _ => None,
+    };
+    let departments: Vec<Uuid> = match scope {
+        Scope::Export { departments } => departments.iter().map(|d| d.as_uuid()).collect(),
+        _ => Vec::new(),
+    };
+    let expires_at = match (scope, expires_at) {
+        // Join tokens never outlive JOIN_TOKEN_TTL, whatever was asked.
+        (Scope::Join { .. }, asked) => {
+            let cap = time::OffsetDateTime::now_utc() + JOIN_TOKEN_TTL;
+            Some(asked.map_or(cap, |a| a.min(cap)))
+        }
+        (_, asked) => asked,
+    };
+    let org = tx.org().as_uuid();
+    sqlx::query(
+        "INSERT INTO api_tokens (org_id, token_id, scope, cluster_id, name, secret_sha256, created_by, expires_at,
+                                 department_ids)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+    )
+    .bind(org)
+    .bind(token_id)
+    .bind(scope.db_name())
+    .bind(cluster)
+    .bind(name)
+    .bind(sha256(&token))
+    .bind(created_by)
+    .bind(expires_at)
+    .bind(&departments)
+    .execute(tx.conn())
+    .await?;
+    sqlx::query(
+        "INSERT INTO audit_log (org_id, audit_id, actor, action, target, details)
+         VALUES ($1, $2, $3, 'token.create', $4, jsonb_build_object('scope', $5::text, 'cluster_id', $6::uuid,
+                 'name', $7::text, 'departments', $8::uuid[], 'expires_at', $9::timestamptz))",
+    )
+    .bind(org)
+    .bind(Uuid::new_v4())
+    .bind(created_by)
+    .bind(token_id.to_string())
+    .bind(scope.db_name())
+    .bind(cluster)
+    .bind(name)
+    .bind(&departments)
+    .bind(expires_at)
+    .execute(tx.conn())
+    .await?;
+    Ok((token_id, token))
+}
+
+/// Exchanges a join token (single use: it is revoked in the same transaction) for an agent credential of its
+/// cluster. Returns the new token and the cluster's name.
+pub async fn redeem_join_token(db: &Database, principal: &Principal) -> Result<(String, String), AppError> {
+    let Actor::Token { token_id, scope: Scope::Join { cluster } } = &principal.actor else {
+        return Err(AppError::Forbidden("only a join token can be exchanged".into()));
+    };
+    let (token_id, cluster) = (*token_id, *cluster);
+    let mut tx = db.begin_org(principal.org).await?;
+    // Single use even under concurrency: only one exchange can flip revoked_at.
+    let revoked = sqlx::query("UPDATE api_tokens SET revoked_at = now() WHERE token_id = $1 AND revoked_at IS NULL")
+        .bind(token_id)
+        .execute(tx.conn())
+        .await?;
+    if revoked.rows_affected() != 1 {
+        return Err(AppError::Unauthorized);
+    }
+    let name: String = sqlx::query_scalar("SELECT name FROM clusters WHERE cluster_id = $1")
+        .bind(cluster.as_uuid())
+        .fetch_one(tx.conn())
+        .await?;
+    let (_, token) =
+        create_token(&mut tx, &Scope::Agent { cluster }, &format!("joined {name}"), "join", None).await?;
+    tx.commit().await?;
+    Ok((token, name))
+}
+
+/// `POST /api/v1/agents/join`: a join token in, the cluster credential out.
+pub fn router() -> axum::Router<crate::app::AppState> {
+    axum::Router::new().route("/api/v1/agents/join", axum::routing::post(join)).merge(routes::router())
+}
+
+async fn join(
+    axum::extract::State(state): axum::extract::State<crate::app::AppState>,
+    headers: HeaderMap,
+) -> Result<axum::Json<serde_json::Value>, AppError> {
+    state.auth.limits.check("join", &source(&headers))?;
+    let principal = authenticate(&state.db, &headers).await?;
+    let (token, cluster) = redeem_join_token(&state.db, &principal).await?;
+    Ok(axum::Json(serde_json::json!({ "token": token, "cluster": cluster })))
+}
+
+/// Finds a cluster by name in `tx`'s organization, registering it when new.
+pub async fn ensure_cluster(tx: &mut OrgTx, name: &str) -> Result<(ClusterId, bool), DbError> {
+    let existing: Option<Uuid> = sqlx::query_scalar("SELECT cluster_id FROM clusters WHERE name = $1")
+        .bind(name)
+        .fetch_optional(tx.conn())
+        .await?;
+    if let Some(id) = existing {
+        return Ok((ClusterId::from_uuid(id), false));
+    }
+    let id = Uuid::new_v4();
+    let org = tx.org().as_uuid();
+    sqlx::query("INSERT INTO clusters (org_id, cluster_id, name) VALUES ($1, $2, $3)")
+        .bind(org)
+        .bind(id)
+        .bind(name)
+        .execute(tx.conn())
+        .await?;
+    Ok((ClusterId::from_uuid(id), true))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    fn token(scope: Scope) -> Principal {
+        Principal::for_token(OrgId::from_uuid(Uuid::nil()), Uuid::nil(), scope)
+    }
+
+    fn user(roles: &[Role]) -> Principal {
+        Principal {
+            org: OrgId::from_uuid(Uuid::nil()),
+            actor: Actor::User {
+                user_id: Uuid::nil(),
+                session_id: Uuid::nil(),
+                name: "ada@example.test".into(),
+                roles: roles.to_vec(),
+                csrf: String::new(),
+            },
+            departments: None,
+            source: String::new(),
+        }
+    }
+
+    #[test]
+    fn each_token_scope_and_role_may_do_exactly_its_share() {
+        use Capability as C;
+        let cluster = ClusterId::from_uuid(Uuid::nil());
+        let all = [
+            C::ReadLedger,
+            C::ManagePolicy,
+            C::Close,
+            C::DisputeParticipate,
+            C::DisputeResolve,
+            C::CreditApprove,
+            C::Administer,
+            C::Ingest,
+            C::Join,
+        ];
+        let allowed = |p: &Principal| all.iter().copied().filter(|c| p.may(*c)).collect::<Vec<_>>();
+        assert_eq!(allowed(&token(Scope::Admin)).len(), 7);
+        assert_eq!(allowed(&token(Scope::export())), [C::ReadLedger]);
+        assert_eq!(allowed(&token(Scope::Agent { cluster })), [C::Ingest]);
+        assert_eq!(allowed(&token(Scope::Join { cluster })), [C::Join]);
+        assert_eq!(allowed(&user(&[Role::Viewer])), [C::ReadLedger]);
+        assert_eq!(allowed(&user(&[Role::DepartmentManager])), [C::ReadLedger, C::DisputeParticipate]);
+        assert!(user(&[Role::Finance]).may(C::CreditApprove) && !user(&[Role::Finance]).may(C::Administer));
+        assert!(user(&[Role::Admin]).may(C::Administer) && !user(&[Role::Admin]).may(C::CreditApprove));
+        assert!(matches!(token(Scope::export()).require(C::Close), Err(AppError::Forbidden(m)) if m.contains("finance")));
+        assert_eq!(token(Scope::Admin).actor(), format!("token:{}", Uuid::nil()));
+        assert_eq!(user(&[Role::Viewer]).actor(), "user:ada@example.test");
+        let dept = DepartmentId::from_uuid(Uuid::from_u128(7));
+        let limited = token(Scope::Export { departments: vec![dept] });
+        assert_eq!(limited.departments, Some(vec![dept]));
+        assert!(limited.sees_department(dept) && !limited.sees_department(DepartmentId::from_uuid(Uuid::nil())));
+    }
+
+    #[test]
+    fn tokens_come_as_bearer_or_as_the_basic_password() {
+        assert_eq!(presented_token("Bearer glt_x ").as_deref(), Some("glt_x"));
+        let basic = base64::engine::general_purpose::STANDARD.encode("powerbi:glt_y");
+        assert_eq!(presented_token(&format!("Basic {basic}")).as_deref(), Some("glt_y"));
+        assert_eq!(presented_token("Basic !!!"), None);
+        assert_eq!(presented_token("Digest abc"), None);
+    }
+
+    #[test]
+    fn parse_takes_the_org_and_rejects_malformed_tokens() {
+        let org = Uuid::new_v4();
+        let token = format!("glt_{}_{}", org.simple(), "ab".repeat(32));
+        assert_eq!(parse(&token), Some(OrgId::from_uuid(org)));
+        assert_eq!(parse(&format!("glt_{}_{}", org.simple(), "zz".repeat(32))), None);
+        assert_eq!(parse(&format!("glt_{}_{}", org.simple(), "ab")), None);
+        assert_eq!(parse("Bearer nonsense"), None);
+        assert_eq!(parse(&format!("glt_notauuid_{}", "ab".repeat(32))), None);
+    }
+}

@@ -1,0 +1,394 @@
+//! Sign-in with the organization's OpenID provider: discovery, authorization code with PKCE (S256), state and
+//! nonce bound to the browser by a pending-login cookie, ID-token validation (signature, issuer, audience,
+//! expiry, nonce), groups → roles, and RP-initiated logout when the provider offers it.
+
+use std::{
+    collections::HashMap,
+    sync::Mutex,
+    time::{Duration, Instant},
+};
+
+use base64::Engine;
+use gpuledger_core::ids::DepartmentId;
+use openidconnect::{
+    AuthorizationCode, ClientId, ClientSecret, CsrfToken, IssuerUrl, Nonce, OAuth2TokenResponse,
+    PkceCodeChallenge, PkceCodeVerifier, RedirectUrl, Scope as OidcScope, TokenResponse,
+    core::{CoreAuthenticationFlow, CoreClient, CoreProviderMetadata},
+};
+use serde_json::Value;
+use uuid::Uuid;
+
+use super::{Role, sha256};
+use crate::{
+    db::{DbError, OrgTx},
+    error::AppError,
+};
+
+/// An organization's provider settings (the client secret never leaves the server).
+#[derive(Debug, Clone)]
+pub struct IdpSettings {
+    /// The issuer URL (discovery at `{issuer}/.well-known/openid-configuration`).
+    pub issuer: String,
+    /// The client registered for GPU Ledger.
+    pub client_id: String,
+    /// Its secret.
+    pub client_secret: String,
+    /// The ID-token (or userinfo) claim listing the user's groups.
+    pub groups_claim: String,
+    /// Requested scopes, space-separated.
+    pub scopes: String,
+}
+
+/// Loads the organization's provider settings, if any.
+pub async fn settings(tx: &mut OrgTx) -> Result<Option<IdpSettings>, DbError> {
+    let row: Option<(String, String, String, String, String)> =
+        sqlx::query_as("SELECT issuer, client_id, client_secret, groups_claim, scopes FROM idp_settings")
+            .fetch_optional(tx.conn())
+            .await?;
+    Ok(row.map(|(issuer, client_id, client_secret, groups_claim, scopes)| IdpSettings {
+        issuer,
+        client_id,
+        client_secret,
+        groups_claim,
+        scopes,
+    }))
+}
+
+/// Provider metadata, fetched once per issuer and kept for a few minutes; and the HTTP client that talks to
+/// providers (it never follows redirects: the library's SSRF advice).
+pub struct Providers {
+    http: reqwest::Client,
+    cache: Mutex<HashMap<String, (Instant, CoreProviderMetadata, Option<String>)>>,
+    ttl: Duration,
+}
+
+impl Default for Providers {
+    fn default() -> Self {
+        let http = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .timeout(Duration::from_secs(10))
+            .build()
+            .unwrap_or_default();
+        Self { http, cache: Mutex::new(HashMap::new()), ttl: Duration::from_secs(300) }
+    }
+}
+
+impl std::fmt::Debug for Providers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Providers").finish_non_exhaustive()
+    }
+}
+
+/// Why a sign-in was refused (also what the audit log records).
+#[derive(Debug, thiserror::Error)]
+pub enum LoginError {
+    /// The provider could not be reached or answered nonsense.
+    #[error("the identity provider is not available: {0}")]
+    Provider(String),
+    /// No pending login for this browser, or it was already used or is too old.
+    #[error("no pending sign-in for this browser (expired, already used, or started elsewhere)")]
+    NoPendingLogin,
+    /// `state` differs from the one this browser's login started with.
+    #[error("the state parameter does not match this browser's sign-in")]
+    StateMismatch,
+    /// The provider answered with an error.
+    #[error("the identity provider refused the sign-in: {0}")]
+    Refused(String),
+    /// The code could not be exchanged (wrong, replayed, or PKCE mismatch).
+    #[error("the authorization code was refused: {0}")]
+    CodeRefused(String),
+    /// The ID token failed validation (signature, issuer, audience, expiry or nonce).
+    #[error("the ID token is not valid: {0}")]
+    InvalidIdToken(String),
+    /// Valid sign-in, but the user's groups map to no role here.
+    #[error("signed in as {0}, but none of your groups has a role in this organization")]
+    NoRole(String),
+}
+
+impl Providers {
+    async fn metadata(&self, issuer: &str) -> Result<(CoreProviderMetadata, Option<String>), LoginError> {
+        {
+            let cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some((at, meta, end)) = cache.get(issuer)
+                && at.elapsed() < self.ttl
+            {
+                return Ok((meta.clone(), end.clone()));
+            }
+        }
+        let url = IssuerUrl::new(issuer.to_string()).map_err(|e| LoginError::Provider(e.to_string()))?;
+        let meta = CoreProviderMetadata::discover_async(url, &self.http)
+            .await
+            .map_err(|e| LoginError::Provider(format!("discovery failed: {e}")))?;
+        // The core metadata type has no end_session_endpoint: read it from the document itself.
+        let end_session = self
+            .http
+            .get(format!("{}/.well-known/openid-configuration", issuer.trim_end_matches('/')))
+            .send()
+            .await
+            .ok()
+            .and_then(|r| r.error_for_status().ok());
+        let end_session = match end_session {
+            Some(r) => r.json::<Value>().await.ok().and_then(|v| v["end_session_endpoint"].as_str().map(String::from)),
+            None => None,
+        };
+        let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+        cache.insert(issuer.to_string(), (Instant::now(), meta.clone(), end_session.clone()));
+        Ok((meta, end_session))
+    }
+
+    /// Checks that an issuer answers discovery (used when an admin saves settings).
+    pub async fn check(&self, issuer: &str) -> Result<(), LoginError> {
+        self.cache.lock().unwrap_or_else(|p| p.into_inner()).remove(issuer);
+        self.metadata(issuer).await.map(|_| ())
+    }
+
+    /// The provider's logout URL for an ID token, when it supports RP-initiated logout.
+    pub async fn logout_url(&self, idp: &IdpSettings, id_token: &str, after: &str) -> Option<String> {
+        let (_, end) = self.metadata(&idp.issuer).await.ok()?;
+        let mut url = reqwest::Url::parse(&end?).ok()?;
+        url.query_pairs_mut()
+            .append_pair("id_token_hint", id_token)
+            .append_pair("client_id", &idp.client_id)
+            .append_pair("post_logout_redirect_uri", after);
+        Some(url.to_string())
+    }
+}
+
+fn client(
+    meta: CoreProviderMetadata,
+    idp: &IdpSettings,
+    redirect: &str,
+) -> Result<
+    CoreClient<
+        openidconnect::EndpointSet,
+        openidconnect::EndpointNotSet,
+        openidconnect::EndpointNotSet,
+        openidconnect::EndpointNotSet,
+        openidconnect::EndpointMaybeSet,
+        openidconnect::EndpointMaybeSet,
+    >,
+    LoginError,
+> {
+    let redirect = RedirectUrl::new(redirect.to_string()).map_err(|e| LoginError::Provider(e.to_string()))?;
+    Ok(CoreClient::from_provider_metadata(
+        meta,
+        ClientId::new(idp.client_id.clone()),
+        Some(ClientSecret::new(idp.client_secret.clone())),
+    )
+    .set_redirect_uri(redirect))
+}
+
+/// Starts a sign-in: records state, nonce and PKCE verifier against a new pending-login secret (the cookie
+/// value returned) and returns the provider's authorization URL.
+pub async fn start(
+    providers: &Providers,
+    tx: &mut OrgTx,
+    idp: &IdpSettings,
+    redirect: &str,
+    return_to: &str,
+) -> Result<(String, String), AppError> {
+    let (meta, _) = providers.metadata(&idp.issuer).await.map_err(|e| AppError::Unavailable(e.to_string()))?;
+    let client = client(meta, idp, redirect).map_err(|e| AppError::Unavailable(e.to_string()))?;
+    let (challenge, verifier) = PkceCodeChallenge::new_random_sha256();
+    let mut request = client.authorize_url(CoreAuthenticationFlow::AuthorizationCode, CsrfToken::new_random, Nonce::new_random);
+    for scope in idp.scopes.split_whitespace().filter(|s| *s != "openid") {
+        request = request.add_scope(OidcScope::new(scope.to_string()));
+    }
+    let (url, state, nonce) = request.set_pkce_challenge(challenge).url();
+    let (cookie, hash) = super::session::new_secret(tx.org());
+    let org = tx.org().as_uuid();
+    sqlx::query(
+        "INSERT INTO oidc_logins (org_id, login_id, secret_sha256, state, nonce, pkce_verifier, return_to)
+         VALUES ($1, $2, $3, $4, $5, $6, $7)",
+    )
+    .bind(org)
+    .bind(Uuid::new_v4())
+    .bind(hash)
+    .bind(state.secret())
+    .bind(nonce.secret())
+    .bind(verifier.secret())
+    .bind(return_to)
+    .execute(tx.conn())
+    .await?;
+    Ok((url.to_string(), cookie))
+}
+
+/// A verified sign-in.
+#[derive(Debug, Clone)]
+pub struct Verified {
+    /// The provider's subject.
+    pub subject: String,
+    /// E-mail, when the provider gave one.
+    pub email: Option<String>,
+    /// Display name.
+    pub name: String,
+    /// Groups from the configured claim.
+    pub groups: Vec<String>,
+    /// The raw ID token (for RP-initiated logout).
+    pub id_token: String,
+    /// Where the browser wanted to go.
+    pub return_to: String,
+}
+
+/// Consumes the pending login of `login_cookie` (once, whatever happens next) and returns its
+/// (state, nonce, verifier, return_to).
+pub async fn consume(tx: &mut OrgTx, login_cookie: &str) -> Result<(String, String, String, String), DbError> {
+    let row: Option<(String, String, String, String)> = sqlx::query_as(
+        "UPDATE oidc_logins SET consumed_at = now()
+          WHERE secret_sha256 = $1 AND consumed_at IS NULL AND created_at > now() - interval '10 minutes'
+          RETURNING state, nonce, pkce_verifier, return_to",
+    )
+    .bind(sha256(login_cookie))
+    .fetch_optional(tx.conn())
+    .await?;
+    row.ok_or(DbError::Sqlx(sqlx::Error::RowNotFound))
+}
+
+/// Finishes a sign-in: checks `state`, exchanges the code with the PKCE verifier, validates the ID token with
+/// the nonce, and reads the groups.
+pub async fn finish(
+    providers: &Providers,
+    idp: &IdpSettings,
+    redirect: &str,
+    pending: (String, String, String, String),
+    state: &str,
+    code: &str,
+) -> Result<Verified, LoginError> {
+    let (expected_state, nonce, verifier, return_to) = pending;
+    // Both sides hashed, so the comparison takes the same time wherever they differ.
+    if sha256(&expected_state) != sha256(state) {
+        return Err(LoginError::StateMismatch);
+    }
+    let (meta, _) = providers.metadata(&idp.issuer).await?;
+    let client = client(meta, idp, redirect)?;
+    let response = client
+        .exchange_code(AuthorizationCode::new(code.to_string()))
+        .map_err(|e| LoginError::Provider(e.to_string()))?
+        .set_pkce_verifier(PkceCodeVerifier::new(verifier))
+        .request_async(&providers.http)
+        .await
+        .map_err(|e| LoginError::CodeRefused(describe_token_error(&e)))?;
+    let id_token = response.id_token().ok_or_else(|| LoginError::InvalidIdToken("no ID token returned".into()))?;
+    let verifier = client.id_token_verifier();
+    let claims = id_token.claims(&verifier, &Nonce::new(nonce)).map_err(|e| LoginError::InvalidIdToken(e.to_string()))?;
+    let subject = claims.subject().to_string();
+    let email = claims.email().map(|e| e.to_string());
+    let name = claims
+        .name()
+        .and_then(|n| n.get(None))
+        .map(|n| n.to_string())
+        .or_else(|| email.clone())
+        .unwrap_or_else(|| subject.clone());
+    let raw = id_token.to_string();
+    // The token is verified above; its payload carries the groups claim the core claim types do not model.
+    let mut groups = groups_in(&payload_of(&raw), &idp.groups_claim);
+    if groups.is_none() {
+        groups = userinfo_groups(providers, &client, response.access_token().secret(), &idp.groups_claim).await;
+    }
+    Ok(Verified { subject, email, name, groups: groups.unwrap_or_default(), id_token: raw, return_to })
+}
+
+fn describe_token_error<E: std::error::Error>(e: &E) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
+}
+
+fn payload_of(jwt: &str) -> Value {
+    jwt.split('.')
+        .nth(1)
+        .and_then(|p| base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(p.trim_end_matches('=')).ok())
+        .and_then(|bytes| serde_json::from_slice(&bytes).ok())
+        .unwrap_or(Value::Null)
+}
+
+/// The groups in `claim`: an array of strings, or one string.
+pub fn groups_in(claims: &Value, claim: &str) -> Option<Vec<String>> {
+    match claims.get(claim)? {
+        Value::Array(items) => Some(items.iter().filter_map(|v| v.as_str().map(String::from)).collect()),
+        Value::String(one) => Some(vec![one.clone()]),
+        _ => None,
+    }
+}
+
+async fn userinfo_groups(
+    providers: &Providers,
+    client: &CoreClient<
+        openidconnect::EndpointSet,
+        openidconnect::EndpointNotSet,
+        openidconnect::EndpointNotSet,
+        openidconnect::EndpointNotSet,
+        openidconnect::EndpointMaybeSet,
+        openidconnect::EndpointMaybeSet,
+    >,
+    access_token: &str,
+    claim: &str,
+) -> Option<Vec<String>> {
+    let url = client.user_info_url()?.url().clone();
+    let response = providers.http.get(url).bearer_auth(access_token).send().await.ok()?.error_for_status().ok()?;
+    let body: Value = response.json().await.ok()?;
+    groups_in(&body, claim)
+}
+
+/// The roles (and manager departments) the organization's mappings give these groups.
+pub async fn roles_for(tx: &mut OrgTx, groups: &[String]) -> Result<(Vec<Role>, Vec<DepartmentId>), DbError> {
+    let rows: Vec<(String, Option<Uuid>)> =
+        sqlx::query_as("SELECT role, department_id FROM role_mappings WHERE group_name = ANY($1) ORDER BY role")
+            .bind(groups)
+            .fetch_all(tx.conn())
+            .await?;
+    let mut roles: Vec<Role> = rows.iter().filter_map(|(r, _)| Role::parse(r)).collect();
+    roles.sort();
+    roles.dedup();
+    let mut departments: Vec<DepartmentId> =
+        rows.iter().filter_map(|(_, d)| d.map(DepartmentId::from_uuid)).collect();
+    departments.sort();
+    departments.dedup();
+    Ok((roles, departments))
+}
+
+/// Creates or updates the user of a subject; returns its id.
+pub async fn upsert_user(tx: &mut OrgTx, subject: &str, email: Option<&str>, name: &str) -> Result<Uuid, DbError> {
+    let org = tx.org().as_uuid();
+    let id: Uuid = sqlx::query_scalar(
+        "INSERT INTO users (org_id, user_id, oidc_subject, email, display_name, last_login_at)
+         VALUES ($1, $2, $3, $4, $5, now())
+         ON CONFLICT (org_id, oidc_subject) DO UPDATE
+            SET email = EXCLUDED.email, display_name = EXCLUDED.display_name, last_login_at = now()
+         RETURNING user_id",
+    )
+    .bind(org)
+    .bind(Uuid::new_v4())
+    .bind(subject)
+    .bind(email)
+    .bind(name)
+    .fetch_one(tx.conn())
+    .await?;
+    Ok(id)
+}
+
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    #[test]
+    fn groups_come_from_the_configured_claim_as_a_list_or_a_single_string() {
+        let claims = serde_json::json!({"groups": ["a", "b", 3], "role": "x"});
+        assert_eq!(groups_in(&claims, "groups"), Some(vec!["a".to_string(), "b".to_string()]));
+        assert_eq!(groups_in(&claims, "role"), Some(vec!["x".to_string()]));
+        assert_eq!(groups_in(&claims, "missing"), None);
+        let jwt = format!(
+            "h.{}.s",
+            base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(br#"{"groups":["gl-admins"]}"#)
+        );
+        assert_eq!(groups_in(&payload_of(&jwt), "groups"), Some(vec!["gl-admins".to_string()]));
+        assert_eq!(payload_of("not a jwt"), Value::Null);
+    }
+}

@@ -1,0 +1,534 @@
+//! Sign-in and identity endpoints: OIDC login and callback, demo login, logout, who-am-I, the organization's
+//! provider settings and group → role mappings, and the audit log.
+
+use axum::{
+    Form, Json, Router,
+    body::Bytes,
+    extract::{Query, State},
+    http::{HeaderMap, HeaderValue, StatusCode, header},
+    response::{IntoResponse, Redirect, Response},
+    routing::{get, post},
+};
+use gpuledger_core::ids::{DepartmentId, OrgId};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use time::OffsetDateTime;
+use uuid::Uuid;
+
+use super::{
+    Actor, Capability, Role,
+    oidc::{self, LoginError},
+    require,
+    session::{self, NewSession},
+    source,
+};
+use crate::{
+    app::AppState,
+    db::OrgTx,
+    error::AppError,
+    policy::{audit_from, json_body},
+};
+
+/// Routes of sign-in and identity administration.
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/auth/login", get(login))
+        .route("/auth/callback", get(callback))
+        .route("/auth/demo", post(demo_login))
+        .route("/auth/logout", post(logout))
+        .route("/api/v1/me", get(me))
+        .route("/api/v1/identity/provider", get(get_provider).put(put_provider).delete(delete_provider))
+        .route("/api/v1/identity/role-mappings", get(get_mappings).put(put_mappings))
+        .route("/api/v1/audit", get(audit_log))
+        .merge(super::tokens::router())
+}
+
+/// The organization a sign-in is for: `?org=SLUG`, else the installation's featured one.
+async fn org_for(state: &AppState, slug: Option<&str>) -> Result<Option<OrgId>, AppError> {
+    match slug.map(str::trim).filter(|s| !s.is_empty()) {
+        Some(slug) => Ok(state.db.cross_org_directory().org_id_by_slug(slug).await?),
+        None => Ok(state.featured_org),
+    }
+}
+
+/// A relative path on this site (no open redirects).
+fn local_path(next: Option<&str>) -> Option<String> {
+    let next = next?;
+    (next.starts_with('/') && !next.starts_with("//") && !next.contains('\\')).then(|| next.to_string())
+}
+
+fn to_login(error: &str) -> Response {
+    Redirect::to(&format!("/login?error={error}")).into_response()
+}
+
+fn with_cookies(mut response: Response, cookies: &[HeaderValue]) -> Response {
+    for c in cookies {
+        response.headers_mut().append(header::SET_COOKIE, c.clone());
+    }
+    response
+}
+
+#[derive(Debug, Deserialize)]
+struct LoginQuery {
+    org: Option<String>,
+    next: Option<String>,
+}
+
+/// `GET /auth/login`: to the organization's provider, with state, nonce and PKCE bound to this browser.
+async fn login(State(state): State<AppState>, headers: HeaderMap, Query(q): Query<LoginQuery>) -> Result<Response, AppError> {
+    state.auth.limits.check("login", &source(&headers))?;
+    let Some(org) = org_for(&state, q.org.as_deref()).await? else {
+        return Ok(to_login("unknown_org"));
+    };
+    let mut tx = state.db.begin_org(org).await?;
+    let Some(idp) = oidc::settings(&mut tx).await? else {
+        return Ok(to_login("no_provider"));
+    };
+    let redirect = format!("{}/auth/callback", state.auth.sessions.base_url(&headers));
+    let return_to = local_path(q.next.as_deref()).unwrap_or_default();
+    let (url, cookie) = oidc::start(&state.auth.providers, &mut tx, &idp, &redirect, &return_to).await?;
+    tx.commit().await?;
+    let secure = state.auth.sessions.secure(&headers);
+    let set = session::set_cookie(secure, session::LOGIN_SECURE_COOKIE, session::LOGIN_PLAIN_COOKIE, &cookie, Some(600));
+    Ok(with_cookies(Redirect::to(&url).into_response(), &[set]))
+}
+
+#[derive(Debug, Deserialize)]
+struct CallbackQuery {
+    code: Option<String>,
+    state: Option<String>,
+    error: Option<String>,
+    error_description: Option<String>,
+}
+
+fn failure_code(e: &LoginError) -> &'static str {
+    match e {
+        LoginError::Provider(_) => "provider",
+        LoginError::NoPendingLogin => "no_pending_login",
+        LoginError::StateMismatch => "state",
+        LoginError::Refused(_) => "refused",
+        LoginError::CodeRefused(_) => "code",
+        LoginError::InvalidIdToken(_) => "id_token",
+        LoginError::NoRole(_) => "no_role",
+    }
+}
+
+/// `GET /auth/callback`: the provider sends the browser back here. Every outcome is audited.
+async fn callback(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Query(q): Query<CallbackQuery>,
+) -> Result<Response, AppError> {
+    let from = source(&headers);
+    state.auth.limits.check("login", &from)?;
+    let secure = state.auth.sessions.secure(&headers);
+    let clear_login = session::set_cookie(secure, session::LOGIN_SECURE_COOKIE, session::LOGIN_PLAIN_COOKIE, "", Some(0));
+    let pending_cookie = session::cookie_named(&headers, &[session::LOGIN_SECURE_COOKIE, session::LOGIN_PLAIN_COOKIE]);
+    let Some((org, cookie)) = pending_cookie.as_deref().and_then(|c| session::split(c).map(|(o, _)| (o, c))) else {
+        return Ok(with_cookies(to_login("no_pending_login"), &[clear_login]));
+    };
+    // The pending login is consumed in its own transaction: whatever happens next, it cannot be used again.
+    let mut tx = state.db.begin_org(org).await?;
+    let pending = oidc::consume(&mut tx, cookie).await.ok();
+    let idp = oidc::settings(&mut tx).await?;
+    tx.commit().await?;
+    let outcome = match (pending, idp, &q) {
+        (None, _, _) => Err(LoginError::NoPendingLogin),
+        (_, None, _) => Err(LoginError::Provider("no identity provider is configured".into())),
+        (Some(_), Some(_), CallbackQuery { error: Some(error), error_description, .. }) => {
+            Err(LoginError::Refused(format!("{error} {}", error_description.as_deref().unwrap_or_default()).trim().to_string()))
+        }
+        (Some(pending), Some(idp), CallbackQuery { code: Some(code), state: Some(st), .. }) => {
+            let redirect = format!("{}/auth/callback", state.auth.sessions.base_url(&headers));
+            oidc::finish(&state.auth.providers, &idp, &redirect, pending, st, code).await.map(|v| (v, idp))
+        }
+        _ => Err(LoginError::Refused("the callback has no code or no state".into())),
+    };
+    let mut tx = state.db.begin_org(org).await?;
+    let (verified, _idp) = match outcome {
+        Ok(v) => v,
+        Err(e) => {
+            audit_from(&mut tx, "anonymous", &from, "login.failure", "oidc", &e.to_string(), json!({"code": failure_code(&e)}))
+                .await?;
+            tx.commit().await?;
+            return Ok(with_cookies(to_login(failure_code(&e)), &[clear_login]));
+        }
+    };
+    let who = verified.email.clone().unwrap_or_else(|| verified.subject.clone());
+    let (roles, departments) = oidc::roles_for(&mut tx, &verified.groups).await?;
+    if roles.is_empty() {
+        let e = LoginError::NoRole(who.clone());
+        audit_from(&mut tx, &format!("user:{who}"), &from, "login.denied", "oidc", &e.to_string(), json!({"groups": verified.groups}))
+            .await?;
+        tx.commit().await?;
+        return Ok(with_cookies(to_login("no_role"), &[clear_login]));
+    }
+    let user_id = oidc::upsert_user(&mut tx, &verified.subject, verified.email.as_deref(), &verified.name).await?;
+    let new = NewSession {
+        user_id,
+        roles: roles.clone(),
+        departments,
+        id_token_hint: Some(verified.id_token.clone()),
+        source: from.clone(),
+    };
+    let value = session::create(&mut tx, &state.auth.sessions, &new).await?;
+    let role_names: Vec<&str> = roles.iter().map(|r| r.as_str()).collect();
+    audit_from(&mut tx, &format!("user:{who}"), &from, "login.success", "oidc", "", json!({"roles": role_names})).await?;
+    tx.commit().await?;
+    let landing = local_path(Some(&verified.return_to)).unwrap_or_else(|| roles[0].landing().to_string());
+    let set = session::set_cookie(secure, session::SECURE_COOKIE, session::PLAIN_COOKIE, &value, None);
+    Ok(with_cookies(Redirect::to(&landing).into_response(), &[clear_login, set]))
+}
+
+#[derive(Debug, Deserialize)]
+struct DemoForm {
+    org: Option<String>,
+    role: String,
+}
+
+/// Whether a browser form post comes from this site (login forms have no session yet, hence no CSRF token:
+/// the browser's Origin header is checked instead).
+fn same_origin(state: &AppState, headers: &HeaderMap) -> bool {
+    let base = state.auth.sessions.base_url(headers);
+    match headers.get(header::ORIGIN).and_then(|o| o.to_str().ok()) {
+        Some(origin) => origin == base,
+        None => headers.get("sec-fetch-site").and_then(|v| v.to_str().ok()) == Some("same-origin"),
+    }
+}
+
+/// The demo accounts: one per role.
+pub const DEMO_ACCOUNTS: [(Role, &str); 4] = [
+    (Role::Admin, "Ada (demo admin)"),
+    (Role::Finance, "Finn (demo finance)"),
+    (Role::DepartmentManager, "Dana (demo manager of Research)"),
+    (Role::Viewer, "Val (demo viewer)"),
+];
+
+/// Whether `org` offers the demo login (a demo organization without a configured provider).
+pub async fn demo_login_enabled(tx: &mut OrgTx) -> Result<bool, AppError> {
+    let on: Option<bool> = sqlx::query_scalar(
+        "SELECT o.demo_login AND NOT EXISTS (SELECT 1 FROM idp_settings) FROM organizations o",
+    )
+    .fetch_optional(tx.conn())
+    .await?;
+    Ok(on.unwrap_or(false))
+}
+
+/// `POST /auth/demo`: signs in as one of the demo accounts (only while the organization has no provider).
+async fn demo_login(State(state): State<AppState>, headers: HeaderMap, Form(form): Form<DemoForm>) -> Result<Response, AppError> {
+    let from = source(&headers);
+    state.auth.limits.check("login", &from)?;
+    if !same_origin(&state, &headers) {
+        return Err(AppError::Forbidden("sign-in forms are accepted from this site only (Origin mismatch)".into()));
+    }
+    let role = Role::parse(form.role.trim()).ok_or_else(|| {
+        AppError::invalid("role", "one of admin, finance, department_manager, viewer")
+    })?;
+    let Some(org) = org_for(&state, form.org.as_deref()).await? else {
+        return Err(AppError::invalid("org", "no such organization"));
+    };
+    let mut tx = state.db.begin_org(org).await?;
+    if !demo_login_enabled(&mut tx).await? {
+        return Err(AppError::Forbidden(
+            "the demo login is off for this organization (it has an identity provider, or is not a demo)".into(),
+        ));
+    }
+    let name = DEMO_ACCOUNTS.iter().find(|(r, _)| *r == role).map(|(_, n)| *n).unwrap_or("demo");
+    let email = format!("{}@demo.invalid", role.as_str().replace('_', "-"));
+    let user_id = oidc::upsert_user(&mut tx, &format!("demo:{}", role.as_str()), Some(&email), name).await?;
+    let departments = if role == Role::DepartmentManager {
+        let research: Option<Uuid> = sqlx::query_scalar(
+            "SELECT department_id FROM departments ORDER BY (name = 'Research') DESC, name LIMIT 1",
+        )
+        .fetch_optional(tx.conn())
+        .await?;
+        research.map(DepartmentId::from_uuid).into_iter().collect()
+    } else {
+        Vec::new()
+    };
+    let new = NewSession { user_id, roles: vec![role], departments, id_token_hint: None, source: from.clone() };
+    let value = session::create(&mut tx, &state.auth.sessions, &new).await?;
+    audit_from(&mut tx, &format!("user:{email}"), &from, "login.success", "demo", "", json!({"roles": [role.as_str()]}))
+        .await?;
+    tx.commit().await?;
+    let secure = state.auth.sessions.secure(&headers);
+    let set = session::set_cookie(secure, session::SECURE_COOKIE, session::PLAIN_COOKIE, &value, None);
+    Ok(with_cookies(Redirect::to(role.landing()).into_response(), &[set]))
+}
+
+/// `POST /auth/logout`: ends the server-side session, clears the cookie, and signs out at the provider too
+/// when it supports RP-initiated logout. (The CSRF guard checked the form's token.)
+async fn logout(State(state): State<AppState>, headers: HeaderMap) -> Result<Response, AppError> {
+    let secure = state.auth.sessions.secure(&headers);
+    let clear = session::set_cookie(secure, session::SECURE_COOKIE, session::PLAIN_COOKIE, "", Some(0));
+    let after = format!("{}/login?signed_out=1", state.auth.sessions.base_url(&headers));
+    let Some(cookie) = session::cookie_value(&headers) else {
+        return Ok(with_cookies(Redirect::to("/login?signed_out=1").into_response(), &[clear]));
+    };
+    let principal = session::principal(&state.db, &cookie).await.ok();
+    let ended = session::end(&state.db, &cookie).await?;
+    let mut target = "/login?signed_out=1".to_string();
+    if let (Some(p), Some(hint)) = (principal, ended) {
+        let mut tx = state.db.begin_org(p.org).await?;
+        audit_from(&mut tx, &p.actor(), &source(&headers), "logout", "session", "", json!({})).await?;
+        let idp = oidc::settings(&mut tx).await?;
+        tx.commit().await?;
+        if let (Some(idp), Some(hint)) = (idp, hint)
+            && let Some(url) = state.auth.providers.logout_url(&idp, &hint, &after).await
+        {
+            target = url;
+        }
+    }
+    Ok(with_cookies(Redirect::to(&target).into_response(), &[clear]))
+}
+
+/// `GET /api/v1/me`: who the caller is and what it may do.
+async fn me(State(state): State<AppState>, headers: HeaderMap) -> Result<Json<Value>, AppError> {
+    let p = super::authenticate(&state.db, &headers).await?;
+    let mut tx = p.begin(&state.db).await?;
+    let (slug, name): (String, String) =
+        sqlx::query_as("SELECT slug, name FROM organizations").fetch_one(tx.conn()).await?;
+    let departments: Vec<String> =
+        sqlx::query_scalar("SELECT name FROM departments ORDER BY name").fetch_all(tx.conn()).await?;
+    tx.commit().await?;
+    let (kind, roles, csrf) = match &p.actor {
+        Actor::Token { scope, .. } => ("token", vec![scope.db_name().to_string()], None),
+        Actor::User { roles, csrf, .. } => ("user", roles.iter().map(|r| r.as_str().to_string()).collect(), Some(csrf.clone())),
+    };
+    Ok(Json(json!({
+        "organization": { "slug": slug, "name": name },
+        "actor": p.actor(),
+        "kind": kind,
+        "roles": roles,
+        "departments": if p.departments.is_some() { Some(departments) } else { None },
+        "csrf_token": csrf,
+    })))
+}
+
+// ---------------------------------------------------------------- provider settings
+
+async fn get_provider(State(state): State<AppState>, headers: HeaderMap) -> Result<Json<Value>, AppError> {
+    let p = require(&state.db, &headers, Capability::Administer).await?;
+    let mut tx = p.begin(&state.db).await?;
+    let idp = oidc::settings(&mut tx).await?;
+    let demo = demo_login_enabled(&mut tx).await?;
+    tx.commit().await?;
+    Ok(Json(json!({
+        "provider": idp.map(|i| json!({
+            "issuer": i.issuer, "client_id": i.client_id, "client_secret_set": true,
+            "groups_claim": i.groups_claim, "scopes": i.scopes,
+        })),
+        "demo_login": demo,
+        "redirect_uri": format!("{}/auth/callback", state.auth.sessions.base_url(&headers)),
+    })))
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+struct ProviderRequest {
+    issuer: String,
+    client_id: String,
+    client_secret: Option<String>,
+    groups_claim: Option<String>,
+    scopes: Option<String>,
+}
+
+async fn put_provider(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> Result<Json<Value>, AppError> {
+    let p = require(&state.db, &headers, Capability::Administer).await?;
+    let r: ProviderRequest = json_body(&body)?;
+    let issuer = r.issuer.trim().trim_end_matches('/').to_string();
+    if !(issuer.starts_with("https://") || issuer.starts_with("http://")) {
+        return Err(AppError::invalid("issuer", "an http(s) URL of the OpenID provider"));
+    }
+    if r.client_id.trim().is_empty() {
+        return Err(AppError::invalid("client_id", "is required"));
+    }
+    let groups_claim = r.groups_claim.unwrap_or_else(|| "groups".into());
+    if groups_claim.trim().is_empty() {
+        return Err(AppError::invalid("groups_claim", "names the claim that lists the user's groups"));
+    }
+    let scopes = r.scopes.unwrap_or_else(|| "openid email profile groups".into());
+    if !scopes.split_whitespace().any(|s| s == "openid") {
+        return Err(AppError::invalid("scopes", "must include openid"));
+    }
+    state
+        .auth
+        .providers
+        .check(&issuer)
+        .await
+        .map_err(|e| AppError::invalid("issuer", e.to_string()))?;
+    let mut tx = p.begin(&state.db).await?;
+    let existing = oidc::settings(&mut tx).await?;
+    let secret = match (r.client_secret.filter(|s| !s.is_empty()), existing) {
+        (Some(s), _) => s,
+        (None, Some(e)) => e.client_secret,
+        (None, None) => return Err(AppError::invalid("client_secret", "is required the first time")),
+    };
+    let org = p.org.as_uuid();
+    sqlx::query(
+        "INSERT INTO idp_settings (org_id, issuer, client_id, client_secret, groups_claim, scopes, updated_by)
+         VALUES ($1, $2, $3, $4, $5, $6, $7)
+         ON CONFLICT (org_id) DO UPDATE SET issuer = EXCLUDED.issuer, client_id = EXCLUDED.client_id,
+             client_secret = EXCLUDED.client_secret, groups_claim = EXCLUDED.groups_claim, scopes = EXCLUDED.scopes,
+             updated_at = now(), updated_by = EXCLUDED.updated_by",
+    )
+    .bind(org)
+    .bind(&issuer)
+    .bind(r.client_id.trim())
+    .bind(&secret)
+    .bind(groups_claim.trim())
+    .bind(scopes.trim())
+    .bind(p.actor())
+    .execute(tx.conn())
+    .await?;
+    // The secret is never written to the audit log.
+    crate::policy::audit_by(&mut tx, &p, "identity.provider.update", "idp", "", json!({"issuer": issuer, "client_id": r.client_id.trim()}))
+        .await?;
+    tx.commit().await?;
+    get_provider(State(state), headers).await
+}
+
+async fn delete_provider(State(state): State<AppState>, headers: HeaderMap) -> Result<StatusCode, AppError> {
+    let p = require(&state.db, &headers, Capability::Administer).await?;
+    let mut tx = p.begin(&state.db).await?;
+    let removed = sqlx::query("DELETE FROM idp_settings").execute(tx.conn()).await?.rows_affected();
+    if removed == 0 {
+        return Err(AppError::NotFound("no identity provider is configured".into()));
+    }
+    crate::policy::audit_by(&mut tx, &p, "identity.provider.delete", "idp", "", json!({})).await?;
+    tx.commit().await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+// ---------------------------------------------------------------- role mappings
+
+async fn get_mappings(State(state): State<AppState>, headers: HeaderMap) -> Result<Json<Value>, AppError> {
+    let p = require(&state.db, &headers, Capability::Administer).await?;
+    let mut tx = p.begin(&state.db).await?;
+    let rows: Vec<(String, String, Option<String>)> = sqlx::query_as(
+        "SELECT m.group_name, m.role, d.name FROM role_mappings m
+           LEFT JOIN departments d ON d.org_id = m.org_id AND d.department_id = m.department_id
+          ORDER BY m.group_name, m.role, d.name",
+    )
+    .fetch_all(tx.conn())
+    .await?;
+    tx.commit().await?;
+    let mappings: Vec<Value> =
+        rows.into_iter().map(|(g, r, d)| json!({"group": g, "role": r, "department": d})).collect();
+    Ok(Json(json!({ "mappings": mappings })))
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+struct MappingsRequest {
+    mappings: Vec<MappingItem>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+struct MappingItem {
+    group: String,
+    role: String,
+    department: Option<String>,
+}
+
+async fn put_mappings(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> Result<Json<Value>, AppError> {
+    let p = require(&state.db, &headers, Capability::Administer).await?;
+    let r: MappingsRequest = json_body(&body)?;
+    let mut tx = p.begin(&state.db).await?;
+    let mut rows = Vec::new();
+    for (i, m) in r.mappings.iter().enumerate() {
+        let group = m.group.trim();
+        if group.is_empty() || group.len() > 400 {
+            return Err(AppError::invalid(format!("mappings[{i}].group"), "a group name of 1 to 400 characters"));
+        }
+        let role = Role::parse(m.role.trim()).ok_or_else(|| {
+            AppError::invalid(format!("mappings[{i}].role"), "one of admin, finance, department_manager, viewer")
+        })?;
+        let department = match (role, m.department.as_deref().map(str::trim).filter(|d| !d.is_empty())) {
+            (Role::DepartmentManager, Some(name)) => {
+                let id: Option<Uuid> = sqlx::query_scalar("SELECT department_id FROM departments WHERE name = $1")
+                    .bind(name)
+                    .fetch_optional(tx.conn())
+                    .await?;
+                Some(id.ok_or_else(|| {
+                    AppError::invalid(format!("mappings[{i}].department"), format!("no department named {name:?}"))
+                })?)
+            }
+            (Role::DepartmentManager, None) => {
+                return Err(AppError::invalid(format!("mappings[{i}].department"), "a department manager needs a department"));
+            }
+            (_, Some(_)) => {
+                return Err(AppError::invalid(format!("mappings[{i}].department"), "only department managers have a department"));
+            }
+            (_, None) => None,
+        };
+        rows.push((group.to_string(), role, department));
+    }
+    sqlx::query("DELETE FROM role_mappings").execute(tx.conn()).await?;
+    let org = p.org.as_uuid();
+    for (group, role, department) in &rows {
+        sqlx::query(
+            "INSERT INTO role_mappings (org_id, mapping_id, group_name, role, department_id) VALUES ($1, $2, $3, $4, $5)
+             ON CONFLICT DO NOTHING",
+        )
+        .bind(org)
+        .bind(Uuid::new_v4())
+        .bind(group)
+        .bind(role.as_str())
+        .bind(department)
+        .execute(tx.conn())
+        .await?;
+    }
+    crate::policy::audit_by(&mut tx, &p, "identity.role_mappings.update", "role_mappings", "", json!({"count": rows.len()}))
+        .await?;
+    tx.commit().await?;
+    get_mappings(State(state), headers).await
+}
+
+// ---------------------------------------------------------------- audit log
+
+#[derive(Debug, Deserialize)]
+struct AuditQuery {
+    limit: Option<i64>,
+    before: Option<String>,
+    action: Option<String>,
+}
+
+/// `GET /api/v1/audit`: newest first, `limit` (1..=1000, default 100), `before` (RFC 3339) to page back.
+async fn audit_log(State(state): State<AppState>, headers: HeaderMap, Query(q): Query<AuditQuery>) -> Result<Json<Value>, AppError> {
+    let p = require(&state.db, &headers, Capability::Administer).await?;
+    let limit = q.limit.unwrap_or(100);
+    if !(1..=1000).contains(&limit) {
+        return Err(AppError::invalid("limit", "must be 1..=1000"));
+    }
+    let before = q
+        .before
+        .as_deref()
+        .map(|b| OffsetDateTime::parse(b, &time::format_description::well_known::Rfc3339))
+        .transpose()
+        .map_err(|e| AppError::invalid("before", format!("an RFC 3339 time: {e}")))?;
+    let mut tx = p.begin(&state.db).await?;
+    type Row = (OffsetDateTime, String, String, String, String, Value, String);
+    let rows: Vec<Row> = sqlx::query_as(
+        "SELECT at, actor, action, target, reason, details, source FROM audit_log
+          WHERE ($1::timestamptz IS NULL OR at < $1) AND ($2::text IS NULL OR action = $2)
+          ORDER BY at DESC, audit_id LIMIT $3",
+    )
+    .bind(before)
+    .bind(q.action.as_deref())
+    .bind(limit)
+    .fetch_all(tx.conn())
+    .await?;
+    tx.commit().await?;
+    let rfc = |t: OffsetDateTime| t.format(&time::format_description::well_known::Rfc3339).unwrap_or_default();
+    let next = (rows.len() as i64 == limit).then(|| rows.last().map(|r| rfc(r.0))).flatten();
+    let items: Vec<Value> = rows
+        .into_iter()
+        .map(|(at, actor, action, target, reason, details, source)| {
+            json!({"at": rfc(at), "actor": actor, "action": action, "target": target, "reason": reason,
+                   "details": details, "source": source})
+        })
+        .collect();
+    Ok(Json(json!({ "items": items, "next_before": next })))
+}

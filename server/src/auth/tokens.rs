@@ -1,0 +1,180 @@
+//! Token management for admins: list, create (shown once), revoke (effective at once). The same scope parsing
+//! serves the CLI (`gpuledger-server token create`).
+
+use axum::{
+    Json, Router,
+    body::Bytes,
+    extract::{Path, State},
+    http::{HeaderMap, StatusCode},
+    routing::{get, post},
+};
+use gpuledger_core::ids::DepartmentId;
+use serde::Deserialize;
+use serde_json::{Value, json};
+use time::OffsetDateTime;
+use uuid::Uuid;
+
+use super::{Capability, Scope, create_token, ensure_cluster, require, source};
+use crate::{app::AppState, db::OrgTx, error::AppError, policy::json_body};
+
+/// Routes under `/api/v1/tokens`.
+pub fn router() -> Router<AppState> {
+    Router::new().route("/api/v1/tokens", get(list).post(create)).route("/api/v1/tokens/{id}/revoke", post(revoke))
+}
+
+/// Parses `admin`, `export`, `agent:CLUSTER` or `join:CLUSTER` (registering a new cluster name), with
+/// department names for a department-scoped export token. Errors name the field.
+pub async fn parse_scope(tx: &mut OrgTx, scope: &str, departments: &[String]) -> Result<(Scope, bool), AppError> {
+    if !departments.is_empty() && scope != "export" {
+        return Err(AppError::invalid("departments", "only export tokens can be limited to departments"));
+    }
+    let mut registered = false;
+    let parsed = match scope {
+        "admin" => Scope::Admin,
+        "export" => {
+            let mut ids = Vec::new();
+            for name in departments {
+                let id: Option<Uuid> = sqlx::query_scalar("SELECT department_id FROM departments WHERE name = $1")
+                    .bind(name)
+                    .fetch_optional(tx.conn())
+                    .await?;
+                let id = id.ok_or_else(|| AppError::invalid("departments", format!("no department named {name:?}")))?;
+                ids.push(DepartmentId::from_uuid(id));
+            }
+            Scope::Export { departments: ids }
+        }
+        other => {
+            let (kind, cluster_name) = other.split_once(':').unwrap_or((other, ""));
+            let cluster_name = cluster_name.trim();
+            if !matches!(kind, "agent" | "join") || cluster_name.is_empty() {
+                return Err(AppError::invalid(
+                    "scope",
+                    format!("expected admin, export, agent:CLUSTER or join:CLUSTER, got {other:?}"),
+                ));
+            }
+            let (cluster, created) = ensure_cluster(tx, cluster_name).await?;
+            registered = created;
+            if kind == "agent" { Scope::Agent { cluster } } else { Scope::Join { cluster } }
+        }
+    };
+    Ok((parsed, registered))
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+struct CreateRequest {
+    name: String,
+    scope: String,
+    departments: Vec<String>,
+    expires_in_days: Option<i64>,
+}
+
+async fn create(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> Result<(StatusCode, Json<Value>), AppError> {
+    state.auth.limits.check("tokens", &source(&headers))?;
+    let p = require(&state.db, &headers, Capability::Administer).await?;
+    let request: CreateRequest = json_body(&body)?;
+    let created = create_for(&state, &p, &request.name, &request.scope, &request.departments, request.expires_in_days).await?;
+    Ok((StatusCode::CREATED, Json(created)))
+}
+
+/// Creates a token for an admin (API and portal form); the answer holds the token, the only time it is shown.
+pub async fn create_for(
+    state: &AppState,
+    p: &super::Principal,
+    name: &str,
+    scope: &str,
+    departments: &[String],
+    expires_in_days: Option<i64>,
+) -> Result<Value, AppError> {
+    let name = name.trim();
+    if name.is_empty() || name.len() > 200 {
+        return Err(AppError::invalid("name", "a name of 1 to 200 characters says what the token is for"));
+    }
+    let expires_at = match expires_in_days {
+        None => None,
+        Some(d) if (1..=3650).contains(&d) => Some(OffsetDateTime::now_utc() + time::Duration::days(d)),
+        Some(_) => return Err(AppError::invalid("expires_in_days", "between 1 and 3650 days, or absent for no expiry")),
+    };
+    let mut tx = p.begin(&state.db).await?;
+    let (scope, _) = parse_scope(&mut tx, scope.trim(), departments).await?;
+    let (token_id, token) = create_token(&mut tx, &scope, name, &p.actor(), expires_at).await?;
+    tx.commit().await?;
+    Ok(json!({ "token_id": token_id, "name": name, "scope": scope.db_name(), "token": token, "expires_at": expires_at }))
+}
+
+async fn list(State(state): State<AppState>, headers: HeaderMap) -> Result<Json<Value>, AppError> {
+    let p = require(&state.db, &headers, Capability::Administer).await?;
+    let mut tx = p.begin(&state.db).await?;
+    let tokens = list_tokens(&mut tx).await?;
+    tx.commit().await?;
+    Ok(Json(json!({ "tokens": tokens })))
+}
+
+/// A token as admins see it (never its secret).
+#[derive(Debug, Clone, serde::Serialize, sqlx::FromRow)]
+pub struct TokenInfo {
+    /// Id.
+    pub token_id: Uuid,
+    /// What it is for.
+    pub name: String,
+    /// admin, export, agent, join.
+    pub scope: String,
+    /// The cluster of agent and join tokens.
+    pub cluster: Option<String>,
+    /// Departments of a limited export token.
+    pub departments: Vec<String>,
+    /// Who made it.
+    pub created_by: String,
+    /// When.
+    #[serde(with = "time::serde::rfc3339")]
+    pub created_at: OffsetDateTime,
+    /// Expiry, if any.
+    #[serde(with = "time::serde::rfc3339::option")]
+    pub expires_at: Option<OffsetDateTime>,
+    /// Last use (to the minute).
+    #[serde(with = "time::serde::rfc3339::option")]
+    pub last_used_at: Option<OffsetDateTime>,
+    /// Revocation time, if revoked.
+    #[serde(with = "time::serde::rfc3339::option")]
+    pub revoked_at: Option<OffsetDateTime>,
+}
+
+/// Every token of the organization, newest first.
+pub async fn list_tokens(tx: &mut OrgTx) -> Result<Vec<TokenInfo>, AppError> {
+    Ok(sqlx::query_as(
+        "SELECT t.token_id, t.name, t.scope, c.name AS cluster,
+                ARRAY(SELECT d.name FROM departments d WHERE d.department_id = ANY(t.department_ids) ORDER BY d.name) AS departments,
+                t.created_by, t.created_at, t.expires_at, t.last_used_at, t.revoked_at
+           FROM api_tokens t LEFT JOIN clusters c ON c.org_id = t.org_id AND c.cluster_id = t.cluster_id
+          ORDER BY t.created_at DESC, t.token_id",
+    )
+    .fetch_all(tx.conn())
+    .await?)
+}
+
+async fn revoke(State(state): State<AppState>, headers: HeaderMap, Path(id): Path<String>) -> Result<Json<Value>, AppError> {
+    let p = require(&state.db, &headers, Capability::Administer).await?;
+    revoke_for(&state, &p, &id).await?;
+    Ok(Json(json!({ "token_id": id, "revoked": true })))
+}
+
+/// Revokes a token (idempotent); 404 when the organization has no such token.
+pub async fn revoke_for(state: &AppState, p: &super::Principal, id: &str) -> Result<(), AppError> {
+    let token_id = Uuid::try_parse(id).map_err(|_| AppError::NotFound(format!("token {id}")))?;
+    let mut tx = p.begin(&state.db).await?;
+    let found: Option<Option<OffsetDateTime>> =
+        sqlx::query_scalar("SELECT revoked_at FROM api_tokens WHERE token_id = $1").bind(token_id).fetch_optional(tx.conn()).await?;
+    match found {
+        None => return Err(AppError::NotFound(format!("token {id}"))),
+        Some(Some(_)) => return Ok(()),
+        Some(None) => {}
+    }
+    sqlx::query("UPDATE api_tokens SET revoked_at = now(), revoked_by = $2 WHERE token_id = $1")
+        .bind(token_id)
+        .bind(p.actor())
+        .execute(tx.conn())
+        .await?;
+    crate::policy::audit_by(&mut tx, p, "token.revoke", &token_id.to_string(), "", json!({})).await?;
+    tx.commit().await?;
+    Ok(())
+}
