@@ -16,8 +16,8 @@ use leptos::prelude::*;
 use leptos_axum::{LeptosRoutes, ResponseOptions, generate_route_list};
 use tower_http::{
     limit::RequestBodyLimitLayer,
-    set_header::SetResponseHeaderLayer,
     request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer},
+    set_header::SetResponseHeaderLayer,
     timeout::TimeoutLayer,
     trace::TraceLayer,
 };
@@ -83,9 +83,11 @@ pub fn leptos_options() -> LeptosOptions {
 
 /// What every portal render gets in context: the data source and a way to set the response status.
 fn portal_context(state: &AppState) -> impl Fn() + Clone + Send + Sync + 'static {
-    let portal_data = PortalDataHandle::new(DbPortalData::new(state.db.clone(), state.featured_org));
+    let (db, featured) = (state.db.clone(), state.featured_org);
     move || {
-        provide_context(portal_data.clone());
+        // Per request: the data source reads as the person the request's session cookie names.
+        let headers = use_context::<axum::http::request::Parts>().map(|p| p.headers).unwrap_or_default();
+        provide_context(PortalDataHandle::new(DbPortalData::for_request(db.clone(), featured, headers)));
         provide_context(ResponseStatus(Arc::new(|code| {
             if let (Some(options), Ok(status)) = (use_context::<ResponseOptions>(), StatusCode::from_u16(code)) {
                 options.set_status(status);
@@ -113,6 +115,8 @@ pub fn router(state: AppState, http: &HttpOptions) -> Router {
         .merge(crate::close::router())
         .merge(crate::disputes::router())
         .merge(auth::router())
+        .merge(crate::portal::router())
+        .merge(crate::exports::router())
         .merge(openapi::router())
         .merge(portal)
         // Unknown paths render the portal's own not-found page (status 404).

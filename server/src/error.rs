@@ -131,7 +131,8 @@ impl IntoResponse for AppError {
         match &self {
             // Power BI and other clients ask for credentials when offered Basic.
             Self::Unauthorized => {
-                headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static(r#"Bearer, Basic realm="GPU Ledger""#));
+                headers
+                    .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static(r#"Bearer, Basic realm="GPU Ledger""#));
             }
             Self::TooManyRequests(seconds) => {
                 headers.insert(header::RETRY_AFTER, HeaderValue::from(*seconds));

@@ -10,6 +10,7 @@ pub mod demo;
 pub mod disputes;
 pub mod embedded;
 pub mod error;
+pub mod exports;
 pub mod health;
 pub mod ingest;
 pub mod ledger;

@@ -29,7 +29,11 @@ pub fn document() -> Value {
         "components": {
             "securitySchemes": {
                 "token": {"type": "http", "scheme": "bearer",
-                          "description": "An API token from `gpuledger-server token create` (glt_…)."}
+                          "description": "An API token from `gpuledger-server token create` (glt_…)."},
+                "basic": {"type": "http", "scheme": "basic",
+                          "description": "The same token as the password of HTTP Basic (any user name): what Power BI sends."},
+                "session": {"type": "apiKey", "in": "cookie", "name": "__Host-gl_session",
+                            "description": "A browser session after sign-in (`gl_session` on plain-HTTP loopback). State-changing requests also need the X-CSRF-Token header."}
             },
             "schemas": {
                 "Problem": {"type": "object", "required": ["type", "title", "status", "detail"], "properties": {
@@ -159,6 +163,29 @@ pub fn document() -> Value {
             "/api/v1/disputes/{id}/credit/reject": {"post": {"summary": "Finance refuses the credit: {reason}",
                 "security": [{"token": []}],
                 "responses": {"200": {"description": "the dispute"}, "401": problem(), "403": problem(), "404": problem(), "409": problem(), "422": problem()}}},
+            "/api/v1/me": {"get": {"summary": "Who the caller is: organization, roles, department scope, CSRF token of a session",
+                "responses": {"200": {"description": "The caller"}, "401": problem()}}},
+            "/api/v1/tokens": {
+                "get": {"summary": "API tokens of the organization (never their secrets); admins",
+                        "responses": {"200": {"description": "Tokens"}, "401": problem(), "403": problem()}},
+                "post": {"summary": "Create a token: {name, scope: admin|export|agent:CLUSTER|join:CLUSTER, departments?, expires_in_days?}; the answer shows it once",
+                         "responses": {"201": {"description": "The token"}, "422": problem(), "429": problem()}}},
+            "/api/v1/tokens/{id}/revoke": {"post": {"summary": "Revoke a token, effective at once",
+                "responses": {"200": {"description": "Revoked"}, "404": problem()}}},
+            "/api/v1/identity/provider": {
+                "get": {"summary": "The organization's OpenID provider settings (the secret is never returned) and the redirect URI to register",
+                        "responses": {"200": {"description": "Settings"}}},
+                "put": {"summary": "Set the provider: {issuer, client_id, client_secret, groups_claim?, scopes?}; discovery is checked. Switches demo login off.",
+                        "responses": {"200": {"description": "Settings"}, "422": problem()}},
+                "delete": {"summary": "Remove the provider", "responses": {"204": {"description": "Removed"}, "404": problem()}}},
+            "/api/v1/identity/role-mappings": {
+                "get": {"summary": "Group → role mappings", "responses": {"200": {"description": "Mappings"}}},
+                "put": {"summary": "Replace the mappings: {mappings: [{group, role, department?}]}",
+                        "responses": {"200": {"description": "Mappings"}, "422": problem()}}},
+            "/api/v1/audit": {"get": {"summary": "The audit log, newest first: ?limit=&before=RFC3339&action=",
+                "responses": {"200": {"description": "Audit records"}, "422": problem()}}},
+            "/api/v1/exports/ledger.csv": {"get": {"summary": "The month's ledger lines as CSV: ?period=YYYY-MM (export token, Bearer or Basic)",
+                "responses": {"200": {"description": "text/csv"}, "401": problem(), "422": problem()}}},
             "/api/v1/openapi.json": {"get": {"summary": "This document", "responses": {"200": {"description": "OpenAPI 3.1"}}}}
         }
     })

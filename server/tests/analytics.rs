@@ -90,14 +90,12 @@ async fn env() -> Env {
     .await
     .unwrap();
     let (cluster, _) = auth::ensure_cluster(&mut tx, "gpu-east").await.unwrap();
-    let (_, agent) = auth::create_token(&mut tx, &Scope::Agent { cluster }, "agent", "test").await.unwrap();
-    let (_, admin) = auth::create_token(&mut tx, &Scope::Admin, "admin", "test").await.unwrap();
-    let (_, export) = auth::create_token(&mut tx, &Scope::Export, "powerbi", "test").await.unwrap();
+    let (_, agent) = auth::create_token(&mut tx, &Scope::Agent { cluster }, "agent", "test", None).await.unwrap();
+    let (_, admin) = auth::create_token(&mut tx, &Scope::Admin, "admin", "test", None).await.unwrap();
+    let (_, export) = auth::create_token(&mut tx, &Scope::export(), "powerbi", "test", None).await.unwrap();
     tx.commit().await.unwrap();
-    let app = app::router(
-        AppState::new(db, None),
-        &HttpOptions { body_limit: 4 * 1024 * 1024, ..HttpOptions::default() },
-    );
+    let app =
+        app::router(AppState::new(db, None), &HttpOptions { body_limit: 4 * 1024 * 1024, ..HttpOptions::default() });
     Env { app, agent, admin, export, _db: test_db }
 }
 

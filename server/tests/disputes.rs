@@ -87,10 +87,10 @@ async fn org(db: &gpuledger_server::db::Database, su: &sqlx::PgPool, slug: &str)
         q.execute(su).await.unwrap_or_else(|e| panic!("{sql}: {e}"));
     }
     let mut tx = db.begin_org(id).await.unwrap();
-    let (admin_id, admin) = auth::create_token(&mut tx, &Scope::Admin, "admin", "test").await.unwrap();
-    let (_, export) = auth::create_token(&mut tx, &Scope::Export, "bi", "test").await.unwrap();
+    let (admin_id, admin) = auth::create_token(&mut tx, &Scope::Admin, "admin", "test", None).await.unwrap();
+    let (_, export) = auth::create_token(&mut tx, &Scope::export(), "bi", "test", None).await.unwrap();
     let (cluster, _) = auth::ensure_cluster(&mut tx, "gpu-1").await.unwrap();
-    let (_, agent) = auth::create_token(&mut tx, &Scope::Agent { cluster }, "agent", "test").await.unwrap();
+    let (_, agent) = auth::create_token(&mut tx, &Scope::Agent { cluster }, "agent", "test", None).await.unwrap();
     tx.commit().await.unwrap();
     Org { id, admin, admin_id, export, agent, alpha, department }
 }

@@ -56,7 +56,7 @@ async fn readiness_fails_when_the_schema_is_behind() {
 }
 
 #[tokio::test]
-async fn landing_page_shows_the_demo_organization() {
+async fn the_landing_page_shows_no_organization_data_before_sign_in() {
     let (_test_db, db) = common::migrated().await;
     let org = demo::seed(&db).await.unwrap();
     // Seeding twice changes nothing.
@@ -66,21 +66,22 @@ async fn landing_page_shows_the_demo_organization() {
     assert_eq!(status, StatusCode::OK);
     assert!(headers["content-type"].to_str().unwrap().starts_with("text/html"));
     assert!(body.contains("<title>GPU Ledger — overview</title>"), "{body}");
-    assert!(body.contains("Demo Corp (sample data)"), "{body}");
-    assert!(body.contains(r#"<span class="slug">(demo)</span>"#), "{body}");
-    // 3 departments, 9 tenants in the demo's reference data (its history arrives through the agents, not here).
-    assert!(body.contains(r#"<th scope="row">Departments</th><td class="num">3</td>"#), "{body}");
-    assert!(body.contains(r#"<th scope="row">Tenants</th><td class="num">9</td>"#), "{body}");
-    assert!(body.contains("reachable"));
+    assert!(body.contains(r#"href="/login""#), "{body}");
+    assert!(!body.contains("Tenants"), "no counts before sign-in: {body}");
+    // Every answer carries the security headers.
+    assert!(headers["content-security-policy"].to_str().unwrap().contains("frame-ancestors 'none'"));
+    assert_eq!(headers["x-content-type-options"], "nosniff");
+    assert_eq!(headers["x-frame-options"], "DENY");
+    assert_eq!(headers["referrer-policy"], "same-origin");
 }
 
 #[tokio::test]
-async fn landing_page_without_an_organization_explains_what_to_do() {
+async fn the_login_page_without_an_organization_asks_for_one() {
     let (_test_db, db) = common::migrated().await;
-    let (status, _, body) = get(&router(db, None), "/").await;
+    let (status, _, body) = get(&router(db, None), "/login").await;
     assert_eq!(status, StatusCode::OK);
-    assert!(body.contains("No organization yet"), "{body}");
-    assert!(body.contains("gpuledger-server demo"), "{body}");
+    assert!(body.contains(r#"name="org""#), "{body}");
+    assert!(!body.contains("Demo login"), "{body}");
 }
 
 #[tokio::test]

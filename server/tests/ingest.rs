@@ -44,7 +44,7 @@ async fn env() -> Env {
     let org = demo::seed(&db).await.unwrap();
     let mut tx = db.begin_org(org).await.unwrap();
     let (cluster, _) = auth::ensure_cluster(&mut tx, "gpu-east").await.unwrap();
-    let (_, agent_token) = auth::create_token(&mut tx, &Scope::Agent { cluster }, "agent", "test").await.unwrap();
+    let (_, agent_token) = auth::create_token(&mut tx, &Scope::Agent { cluster }, "agent", "test", None).await.unwrap();
     tx.commit().await.unwrap();
     let app = app::router(
         AppState::new(db.clone(), Some(org)),
@@ -304,10 +304,10 @@ async fn credentials_decide_organization_and_cluster() {
     assert_eq!(post(&env, Some(&forged), body.clone(), false).await.0, StatusCode::UNAUTHORIZED);
     // An export token cannot write facts.
     let mut tx = env.db.begin_org(env.org).await.unwrap();
-    let (_, export) = auth::create_token(&mut tx, &Scope::Export, "bi", "test").await.unwrap();
+    let (_, export) = auth::create_token(&mut tx, &Scope::export(), "bi", "test", None).await.unwrap();
     let (other_cluster, _) = auth::ensure_cluster(&mut tx, "gpu-west").await.unwrap();
     let (_, west_token) =
-        auth::create_token(&mut tx, &Scope::Agent { cluster: other_cluster }, "west", "test").await.unwrap();
+        auth::create_token(&mut tx, &Scope::Agent { cluster: other_cluster }, "west", "test", None).await.unwrap();
     tx.commit().await.unwrap();
     assert_eq!(post(&env, Some(&export), body.clone(), false).await.0, StatusCode::FORBIDDEN);
     // Cluster west's token claiming to write for gpu-east: refused.

@@ -1,6 +1,8 @@
 //! Isolation proven in the database, as the application role: with organization A set, nothing of B's can be
-//! read, changed, deleted or created, in any table; with no organization set nothing is visible; a setting made
-//! in a rolled-back transaction does not leak to the next user of the pooled connection.
+//! read, changed, deleted or created, in any table — not even when asked for by its key; with no organization set
+//! nothing is visible; a setting made in a rolled-back transaction does not leak to the next user of the pooled
+//! connection. Inside an organization, the department scope (`app.dept_scope`) hides and protects the other
+//! departments' rows, and a scope that is unset, empty or malformed shows no department's rows at all.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -112,12 +114,29 @@ async fn seed(db: &Database, slug: &str) -> OrgId {
             vec![o, Uuid::new_v4(), tenant, dept],
         ),
         (
-            "INSERT INTO disputes (org_id, dispute_id, number, period, line_ids, reason, opened_by) VALUES ($1, $2, 1, '2026-01-01', '{2026-01/borrowed/nlp/H100-80GB}', 'too high', 'test')",
-            vec![o, user],
+            "INSERT INTO disputes (org_id, dispute_id, number, period, line_ids, reason, opened_by, department_id) VALUES ($1, $2, 1, '2026-01-01', '{2026-01/borrowed/nlp/H100-80GB}', 'too high', 'test', $3)",
+            vec![o, user, dept],
         ),
         (
             "INSERT INTO dispute_events (org_id, event_id, dispute_id, actor, action) VALUES ($1, $2, $3, 'test', 'opened')",
             vec![o, Uuid::new_v4(), user],
+        ),
+        // Identity (migration 6).
+        (
+            "INSERT INTO idp_settings (org_id, issuer, client_id, client_secret, updated_by) VALUES ($1, 'https://idp.example', 'client', 'secret', 'test')",
+            vec![o],
+        ),
+        (
+            "INSERT INTO role_mappings (org_id, mapping_id, group_name, role, department_id) VALUES ($1, $2, 'managers', 'department_manager', $3)",
+            vec![o, Uuid::new_v4(), dept],
+        ),
+        (
+            "INSERT INTO sessions (org_id, session_id, secret_sha256, user_id, roles, csrf_token, expires_at) VALUES ($1, $2, sha256($2::text::bytea), $3, '{admin}', 'csrf', now() + interval '1 hour')",
+            vec![o, Uuid::new_v4(), user],
+        ),
+        (
+            "INSERT INTO oidc_logins (org_id, login_id, secret_sha256, state, nonce, pkce_verifier) VALUES ($1, $2, sha256($2::text::bytea), 's', 'n', 'v')",
+            vec![o, Uuid::new_v4()],
         ),
     ];
     for (sql, binds) in statements {
@@ -276,7 +295,7 @@ async fn a_rolled_back_setting_does_not_leak_to_the_next_user_of_the_connection(
     let pid_before: i32 = sqlx::query_scalar("SELECT pg_backend_pid()").fetch_one(&app).await.unwrap();
     {
         let mut tx = app.begin().await.unwrap();
-        sqlx::query("SELECT set_config('app.org_id', $1, true)")
+        sqlx::query("SELECT set_config('app.org_id', $1, true), set_config('app.dept_scope', 'all', true)")
             .bind(a.as_uuid().to_string())
             .execute(&mut *tx)
             .await
@@ -287,9 +306,11 @@ async fn a_rolled_back_setting_does_not_leak_to_the_next_user_of_the_connection(
     }
     let pid_after: i32 = sqlx::query_scalar("SELECT pg_backend_pid()").fetch_one(&app).await.unwrap();
     assert_eq!(pid_before, pid_after, "the test must reuse the same session");
-    let setting: Option<String> =
-        sqlx::query_scalar("SELECT current_setting('app.org_id', true)").fetch_one(&app).await.unwrap();
-    assert!(setting.as_deref().unwrap_or("").is_empty(), "setting leaked: {setting:?}");
+    for name in ["app.org_id", "app.dept_scope"] {
+        let setting: Option<String> =
+            sqlx::query_scalar("SELECT current_setting($1, true)").bind(name).fetch_one(&app).await.unwrap();
+        assert!(setting.as_deref().unwrap_or("").is_empty(), "{name} leaked: {setting:?}");
+    }
     let n: i64 = sqlx::query_scalar("SELECT count(*) FROM departments").fetch_one(&app).await.unwrap();
     assert_eq!(n, 0, "rows visible after the transaction ended");
 
@@ -346,4 +367,344 @@ async fn the_directory_resolves_slugs_and_nothing_else() {
     assert_eq!(again, a);
     // A bad slug is refused by the schema.
     assert!(directory.create_org(OrgId::from_uuid(Uuid::new_v4()), "Bad Slug!", "x").await.is_err());
+}
+
+/// The key of a row of `table` without its organization — the primary-key columns other than `org_id` (every
+/// column but `org_id` when the table has no primary key) — as a jsonb expression over the alias `t`.
+async fn key_expr(admin: &sqlx::PgPool, table: &str) -> String {
+    let columns: Vec<String> = sqlx::query_scalar(
+        "SELECT a.attname::text FROM pg_index i
+           JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY (i.indkey)
+          WHERE i.indrelid = $1::regclass AND i.indisprimary AND a.attname <> 'org_id'
+          ORDER BY a.attnum",
+    )
+    .bind(table)
+    .fetch_all(admin)
+    .await
+    .unwrap();
+    if columns.is_empty() {
+        "(to_jsonb(t) - 'org_id')".to_string()
+    } else {
+        let pairs: Vec<String> = columns.iter().map(|c| format!("'{c}', t.{c}")).collect();
+        format!("jsonb_build_object({})", pairs.join(", "))
+    }
+}
+
+/// A transaction of the plain application role with the organization and (when given) the department scope set
+/// by hand, as a handler bypassing the door would.
+async fn app_tx<'c>(
+    app: &'c sqlx::PgPool,
+    org: OrgId,
+    dept_scope: Option<&str>,
+) -> sqlx::Transaction<'c, sqlx::Postgres> {
+    let mut tx = app.begin().await.unwrap();
+    sqlx::query("SELECT set_config('app.org_id', $1, true)")
+        .bind(org.as_uuid().to_string())
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    if let Some(scope) = dept_scope {
+        sqlx::query("SELECT set_config('app.dept_scope', $1, true)").bind(scope).execute(&mut *tx).await.unwrap();
+    }
+    tx
+}
+
+#[tokio::test]
+async fn asking_for_another_organizations_rows_by_key_as_the_app_role_returns_nothing() {
+    let (test_db, db) = common::migrated().await;
+    let admin = common::admin_pool(&test_db).await;
+    let a = seed(&db, "org-a").await;
+    let b = seed(&db, "org-b").await;
+    let app = common::app_pool(&test_db, 1).await;
+    let tables = tenant_tables(&admin).await;
+    for table in &tables {
+        let key = key_expr(&admin, table).await;
+        let keys_of = |org: OrgId| {
+            let sql = format!("SELECT COALESCE(jsonb_agg({key}), '[]') FROM {table} t WHERE t.org_id = $1");
+            let admin = admin.clone();
+            async move {
+                sqlx::query_scalar::<_, serde_json::Value>(&sql).bind(org.as_uuid()).fetch_one(&admin).await.unwrap()
+            }
+        };
+        let (b_keys, a_keys) = (keys_of(b).await, keys_of(a).await);
+        let by_key = format!("SELECT t.org_id FROM {table} t WHERE {key} IN (SELECT jsonb_array_elements($1::jsonb))");
+        // The superuser finds B's rows by these keys: the query itself works.
+        let found: Vec<Uuid> = sqlx::query_scalar(&by_key).bind(&b_keys).fetch_all(&admin).await.unwrap();
+        assert!(found.contains(&b.as_uuid()), "{table}: B's rows not found by key even by the superuser");
+
+        let mut tx = app_tx(&app, a, Some("all")).await;
+        let found: Vec<Uuid> = sqlx::query_scalar(&by_key).bind(&b_keys).fetch_all(&mut *tx).await.unwrap();
+        assert!(
+            found.iter().all(|o| *o == a.as_uuid()),
+            "{table}: with organization A set, asking for B's keys {b_keys} returned B's rows"
+        );
+        let n: i64 = sqlx::query_scalar(&format!(
+            "SELECT count(*) FROM {table} t WHERE t.org_id = $2 AND {key} IN (SELECT jsonb_array_elements($1::jsonb))"
+        ))
+        .bind(&b_keys)
+        .bind(b.as_uuid())
+        .fetch_one(&mut *tx)
+        .await
+        .unwrap();
+        assert_eq!(n, 0, "{table}: B's rows by key and organization are visible to A");
+        // A's own rows are found the same way.
+        let own: Vec<Uuid> = sqlx::query_scalar(&by_key).bind(&a_keys).fetch_all(&mut *tx).await.unwrap();
+        assert_eq!(own.len(), a_keys.as_array().unwrap().len(), "{table}: A does not find its own rows by key");
+        tx.rollback().await.unwrap();
+    }
+}
+
+/// Organization A's Research department (from [`seed`]) and a Platform department with a row in every
+/// department-scoped table: (research, platform, platform tenant, platform dispute).
+async fn seed_platform(db: &Database, admin: &sqlx::PgPool, a: OrgId) -> (Uuid, Uuid, Uuid, Uuid) {
+    let research: Uuid =
+        sqlx::query_scalar("SELECT department_id FROM departments WHERE org_id = $1 AND name = 'Research'")
+            .bind(a.as_uuid())
+            .fetch_one(admin)
+            .await
+            .unwrap();
+    let (platform, tenant, dispute) = (Uuid::new_v4(), Uuid::new_v4(), Uuid::new_v4());
+    let o = a.as_uuid();
+    let statements: Vec<(&str, Vec<Uuid>)> = vec![
+        ("INSERT INTO departments (org_id, department_id, name) VALUES ($1, $2, 'Platform')", vec![o, platform]),
+        (
+            "INSERT INTO tenants (org_id, tenant_id, department_id, name) VALUES ($1, $2, $3, 'infra')",
+            vec![o, tenant, platform],
+        ),
+        (
+            "INSERT INTO quotas (org_id, quota_id, tenant_id, gpu_class, gpus, valid_from, created_by) VALUES ($1, $2, $3, 'H100-80GB', 1, '2026-01-01Z', 'test')",
+            vec![o, Uuid::new_v4(), tenant],
+        ),
+        (
+            "INSERT INTO quotas (org_id, quota_id, department_id, gpu_class, gpus, valid_from, created_by) VALUES ($1, $2, $3, 'H100-80GB', 1, '2026-01-01Z', 'test')",
+            vec![o, Uuid::new_v4(), platform],
+        ),
+        (
+            "INSERT INTO ledger_lines (org_id, period, line_no, line_id, department_id, department, tenant_id, tenant, term, gpu_class, quantity, unit, rate, amount, currency, confidence, policy_version, evidence, explanation, canonical) VALUES ($1, '2026-01-01', 2, '2026-01/borrowed/infra/H100-80GB', $2, 'Platform', $3, 'infra', 'borrowed', 'H100-80GB', 1, 'GPU-hour', 3, 3, 'USD', 'exact', 1, '', '', '')",
+            vec![o, platform, tenant],
+        ),
+        (
+            "INSERT INTO adjustments (org_id, adjustment_id, kind, state, tenant_id, department_id, amount, currency, corrects, reason, created_by) VALUES ($1, $2, 'credit', 'pending_approval', $3, $4, -1, 'USD', '2026-01/borrowed/infra/H100-80GB', 'test', 'test')",
+            vec![o, Uuid::new_v4(), tenant, platform],
+        ),
+        (
+            "INSERT INTO disputes (org_id, dispute_id, number, period, line_ids, reason, opened_by, department_id) VALUES ($1, $2, 2, '2026-01-01', '{2026-01/borrowed/infra/H100-80GB}', 'too high', 'test', $3)",
+            vec![o, dispute, platform],
+        ),
+        (
+            "INSERT INTO dispute_events (org_id, event_id, dispute_id, actor, action) VALUES ($1, $2, $3, 'test', 'opened')",
+            vec![o, Uuid::new_v4(), dispute],
+        ),
+    ];
+    let mut tx = db.begin_org(a).await.unwrap();
+    for (sql, binds) in statements {
+        let mut q = sqlx::query(sql);
+        for b in binds {
+            q = q.bind(b);
+        }
+        q.execute(tx.conn()).await.unwrap_or_else(|e| panic!("{sql}: {e}"));
+    }
+    tx.commit().await.unwrap();
+    (research, platform, tenant, dispute)
+}
+
+/// (table, condition on `$1` picking the Platform department's rows, which id to bind) for every
+/// department-scoped table.
+fn platform_rows(platform: Uuid, tenant: Uuid, dispute: Uuid) -> Vec<(&'static str, &'static str, Uuid)> {
+    vec![
+        ("departments", "department_id = $1", platform),
+        ("tenants", "department_id = $1", platform),
+        ("tenants", "tenant_id = $1", tenant),
+        ("ledger_lines", "department_id = $1", platform),
+        ("adjustments", "department_id = $1", platform),
+        ("disputes", "department_id = $1", platform),
+        ("dispute_events", "dispute_id = $1", dispute),
+        ("quotas", "tenant_id = $1", tenant),
+        ("quotas", "department_id = $1", platform),
+    ]
+}
+
+#[tokio::test]
+async fn a_department_scope_hides_and_protects_the_other_departments_rows() {
+    let (test_db, db) = common::migrated().await;
+    let admin = common::admin_pool(&test_db).await;
+    let a = seed(&db, "org-a").await;
+    let (research, platform, platform_tenant, platform_dispute) = seed_platform(&db, &admin, a).await;
+    let app = common::app_pool(&test_db, 1).await;
+    let research_scope = research.to_string();
+
+    for (table, platform_only, id) in platform_rows(platform, platform_tenant, platform_dispute) {
+        let count = |scope: Option<String>, condition: String| {
+            let app = app.clone();
+            async move {
+                let mut tx = app_tx(&app, a, scope.as_deref()).await;
+                let n: i64 = sqlx::query_scalar(&format!("SELECT count(*) FROM {table} WHERE {condition}"))
+                    .bind(id)
+                    .fetch_one(&mut *tx)
+                    .await
+                    .unwrap();
+                n
+            }
+        };
+        let everything: i64 = sqlx::query_scalar(&format!(
+            "SELECT count(*) FROM {table} WHERE org_id = $1 AND {}",
+            platform_only.replace("$1", "$2")
+        ))
+        .bind(a.as_uuid())
+        .bind(id)
+        .fetch_one(&admin)
+        .await
+        .unwrap();
+        assert!(everything >= 1, "{table} WHERE {platform_only}: the seed wrote no Platform row");
+        let others: i64 = sqlx::query_scalar(&format!(
+            "SELECT count(*) FROM {table} WHERE org_id = $1 AND NOT ({})",
+            platform_only.replace("$1", "$2")
+        ))
+        .bind(a.as_uuid())
+        .bind(id)
+        .fetch_one(&admin)
+        .await
+        .unwrap();
+        assert!(others >= 1, "{table}: the seed wrote no Research row");
+
+        // The whole organization sees the Platform rows; Research's manager sees none of them, and all of the rest.
+        assert_eq!(count(Some("all".into()), platform_only.into()).await, everything, "{table}: scope 'all'");
+        assert_eq!(
+            count(Some(research_scope.clone()), platform_only.into()).await,
+            0,
+            "{table} WHERE {platform_only}: visible under the Research scope"
+        );
+        assert_eq!(
+            count(Some(research_scope.clone()), format!("NOT ({platform_only})")).await,
+            others,
+            "{table}: Research's own rows must stay visible under the Research scope"
+        );
+        // A scope naming both departments sees both.
+        assert_eq!(
+            count(Some(format!("{research},{platform}")), platform_only.into()).await,
+            everything,
+            "{table}: a scope listing Platform"
+        );
+    }
+
+    // Writing a Platform row under the Research scope is refused; the same write for Research is accepted.
+    let o = a.as_uuid();
+    let refused: Vec<(&str, Vec<Uuid>)> = vec![
+        ("INSERT INTO departments (org_id, department_id, name) VALUES ($1, $2, 'Sneaky')", vec![o, Uuid::new_v4()]),
+        (
+            "INSERT INTO tenants (org_id, tenant_id, department_id, name) VALUES ($1, $2, $3, 'sneaky')",
+            vec![o, Uuid::new_v4(), platform],
+        ),
+        (
+            "INSERT INTO quotas (org_id, quota_id, tenant_id, gpu_class, gpus, valid_from, created_by) VALUES ($1, $2, $3, 'H100-80GB', 1, '2030-01-01Z', 'test')",
+            vec![o, Uuid::new_v4(), platform_tenant],
+        ),
+        (
+            "INSERT INTO quotas (org_id, quota_id, department_id, gpu_class, gpus, valid_from, created_by) VALUES ($1, $2, $3, 'H100-80GB', 1, '2030-01-01Z', 'test')",
+            vec![o, Uuid::new_v4(), platform],
+        ),
+        (
+            "INSERT INTO ledger_lines (org_id, period, line_no, line_id, department_id, department, tenant_id, tenant, term, gpu_class, quantity, unit, rate, amount, currency, confidence, policy_version, evidence, explanation, canonical) VALUES ($1, '2026-01-01', 3, '2026-01/guaranteed/infra/H100-80GB', $2, 'Platform', $3, 'infra', 'guaranteed', 'H100-80GB', 1, 'GPU-hour', 3, 3, 'USD', 'exact', 1, '', '', '')",
+            vec![o, platform, platform_tenant],
+        ),
+        (
+            "INSERT INTO adjustments (org_id, adjustment_id, kind, state, tenant_id, department_id, amount, currency, corrects, reason, created_by) VALUES ($1, $2, 'credit', 'pending_approval', $3, $4, -1, 'USD', 'x', 'test', 'test')",
+            vec![o, Uuid::new_v4(), platform_tenant, platform],
+        ),
+        (
+            "INSERT INTO disputes (org_id, dispute_id, number, period, line_ids, reason, opened_by, department_id) VALUES ($1, $2, 3, '2026-01-01', '{x}', 'r', 'test', $3)",
+            vec![o, Uuid::new_v4(), platform],
+        ),
+        (
+            "INSERT INTO dispute_events (org_id, event_id, dispute_id, actor, action) VALUES ($1, $2, $3, 'test', 'commented')",
+            vec![o, Uuid::new_v4(), platform_dispute],
+        ),
+        // Moving one of Research's own rows into Platform.
+        ("UPDATE tenants SET department_id = $2 WHERE org_id = $1", vec![o, platform]),
+        ("UPDATE adjustments SET department_id = $2 WHERE org_id = $1", vec![o, platform]),
+    ];
+    for (sql, binds) in refused {
+        let mut tx = app_tx(&app, a, Some(&research_scope)).await;
+        let mut q = sqlx::query(sql);
+        for b in binds {
+            q = q.bind(b);
+        }
+        let err = q.execute(&mut *tx).await.expect_err(sql);
+        assert_eq!(sqlstate(&err).as_deref(), Some("42501"), "{sql}: {err}");
+    }
+    // Changing or deleting the invisible Platform rows touches nothing.
+    for sql in [
+        "UPDATE tenants SET name = 'renamed' WHERE tenant_id = $1",
+        "DELETE FROM quotas WHERE tenant_id = $1",
+        "UPDATE disputes SET reason = 'changed' WHERE department_id = $1 OR dispute_id = $1",
+    ] {
+        let id = if sql.contains("dispute") { platform_dispute } else { platform_tenant };
+        let mut tx = app_tx(&app, a, Some(&research_scope)).await;
+        let done = sqlx::query(sql).bind(id).execute(&mut *tx).await.unwrap();
+        assert_eq!(done.rows_affected(), 0, "{sql}");
+    }
+    // The control: a Research tenant may be written under the Research scope.
+    let mut tx = app_tx(&app, a, Some(&research_scope)).await;
+    sqlx::query("INSERT INTO tenants (org_id, tenant_id, department_id, name) VALUES ($1, $2, $3, 'fine')")
+        .bind(o)
+        .bind(Uuid::new_v4())
+        .bind(research)
+        .execute(&mut *tx)
+        .await
+        .expect("a Research tenant under the Research scope");
+    tx.rollback().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_department_scope_that_is_unset_empty_or_malformed_shows_no_departments_rows() {
+    let (test_db, db) = common::migrated().await;
+    let admin = common::admin_pool(&test_db).await;
+    let a = seed(&db, "org-a").await;
+    let (research, platform, ..) = seed_platform(&db, &admin, a).await;
+    let app = common::app_pool(&test_db, 1).await;
+    let scoped = ["departments", "tenants", "ledger_lines", "adjustments", "disputes", "dispute_events", "quotas"];
+    let research_text = research.to_string();
+    let scopes: Vec<Option<String>> = vec![
+        None,
+        Some(String::new()),
+        Some("garbage".into()),
+        Some("ALL".into()),
+        Some(" all".into()),
+        Some("all,".into()),
+        Some("*".into()),
+        Some(format!("{research},")),
+        Some(format!(",{research}")),
+        Some(format!("{research};{platform}")),
+        Some(format!("{research}, {platform}")),
+        Some(format!("{research}' OR true --")),
+        Some(research_text.to_uppercase()),
+        Some("-".repeat(36)),
+    ];
+    for scope in &scopes {
+        for table in scoped {
+            let mut tx = app_tx(&app, a, scope.as_deref()).await;
+            match sqlx::query_scalar::<_, i64>(&format!("SELECT count(*) FROM {table}")).fetch_one(&mut *tx).await {
+                Ok(n) => assert_eq!(n, 0, "{table}: rows visible with app.dept_scope = {scope:?}"),
+                // A value shaped like a list of ids but not one (36 dashes) fails the cast: closed as well.
+                Err(e) => assert_eq!(sqlstate(&e).as_deref(), Some("22P02"), "{table}, {scope:?}: {e}"),
+            }
+        }
+        // The organization is still set: tables without departments show A's rows.
+        let mut tx = app_tx(&app, a, scope.as_deref()).await;
+        let clusters: i64 = sqlx::query_scalar("SELECT count(*) FROM clusters").fetch_one(&mut *tx).await.unwrap();
+        assert_eq!(clusters, 1, "clusters under app.dept_scope = {scope:?}");
+        let err = sqlx::query("INSERT INTO departments (org_id, department_id, name) VALUES ($1, $2, 'x')")
+            .bind(a.as_uuid())
+            .bind(Uuid::new_v4())
+            .execute(&mut *tx)
+            .await
+            .expect_err("insert under a malformed scope");
+        assert!(matches!(sqlstate(&err).as_deref(), Some("42501") | Some("22P02")), "{scope:?}: {err}");
+    }
+    // The control: the same queries with a well-formed scope show that department's rows.
+    for (scope, expected) in [("all", 2), (research_text.as_str(), 1)] {
+        let mut tx = app_tx(&app, a, Some(scope)).await;
+        let n: i64 = sqlx::query_scalar("SELECT count(*) FROM departments").fetch_one(&mut *tx).await.unwrap();
+        assert_eq!(n, expected, "departments under {scope}");
+    }
 }

@@ -73,14 +73,11 @@ async fn env() -> Env {
     .unwrap();
     let mut tx = db.begin_org(org).await.unwrap();
     let (cluster, _) = auth::ensure_cluster(&mut tx, "c1").await.unwrap();
-    let (_, agent_token) = auth::create_token(&mut tx, &Scope::Agent { cluster }, "agent", "test").await.unwrap();
-    let (_, admin_token) = auth::create_token(&mut tx, &Scope::Admin, "admin", "test").await.unwrap();
-    let (_, export_token) = auth::create_token(&mut tx, &Scope::Export, "bi", "test").await.unwrap();
+    let (_, agent_token) = auth::create_token(&mut tx, &Scope::Agent { cluster }, "agent", "test", None).await.unwrap();
+    let (_, admin_token) = auth::create_token(&mut tx, &Scope::Admin, "admin", "test", None).await.unwrap();
+    let (_, export_token) = auth::create_token(&mut tx, &Scope::export(), "bi", "test", None).await.unwrap();
     tx.commit().await.unwrap();
-    let app = app::router(
-        AppState::new(db.clone(), None),
-        &HttpOptions::default(),
-    );
+    let app = app::router(AppState::new(db.clone(), None), &HttpOptions::default());
     Env {
         app,
         admin_token,

@@ -47,6 +47,96 @@ pub struct OrgSummary {
     pub allocation_intervals: i64,
 }
 
+/// The signed-in person, as the header and role pages show them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionView {
+    /// E-mail or name.
+    pub name: String,
+    /// Role names (`admin`, `finance`, `department_manager`, `viewer`).
+    pub roles: Vec<String>,
+    /// The organization's display name.
+    pub org_name: String,
+    /// The session's CSRF token, for forms.
+    pub csrf: String,
+    /// The departments a department manager is limited to (`None`: the whole organization).
+    pub departments: Option<Vec<String>>,
+}
+
+impl SessionView {
+    /// Whether the person has `role`.
+    pub fn has(&self, role: &str) -> bool {
+        self.roles.iter().any(|r| r == role)
+    }
+}
+
+/// How one can sign in to an organization.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LoginOptions {
+    /// Organization slug.
+    pub org_slug: String,
+    /// Display name.
+    pub org_name: String,
+    /// The configured OpenID provider's issuer, if any.
+    pub provider: Option<String>,
+    /// Demo accounts (only for a demo organization without a provider): (role, label).
+    pub demo_accounts: Vec<(String, String)>,
+}
+
+/// An API token as the admin page lists it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TokenRow {
+    /// Id.
+    pub id: String,
+    /// Label.
+    pub name: String,
+    /// admin, export, agent, join.
+    pub scope: String,
+    /// Cluster of agent and join tokens.
+    pub cluster: Option<String>,
+    /// Departments of a limited export token.
+    pub departments: Vec<String>,
+    /// Creator.
+    pub created_by: String,
+    /// Creation time (UTC).
+    pub created_at: String,
+    /// Expiry (UTC), if any.
+    pub expires_at: Option<String>,
+    /// Last use (UTC), if any.
+    pub last_used_at: Option<String>,
+    /// Whether it was revoked.
+    pub revoked: bool,
+}
+
+/// A month as the finance page lists it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PeriodRow {
+    /// `YYYY-MM`.
+    pub period: String,
+    /// open, closing, closed.
+    pub state: String,
+    /// Total of a closed month.
+    pub total: Option<String>,
+    /// Its currency.
+    pub currency: Option<String>,
+    /// When it was closed (UTC).
+    pub closed_at: Option<String>,
+}
+
+/// A tenant's charge in the latest closed month, for department managers.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TenantRow {
+    /// Department name.
+    pub department: String,
+    /// Tenant name.
+    pub tenant: String,
+    /// The month (`YYYY-MM`), if one is closed.
+    pub period: Option<String>,
+    /// The amount charged.
+    pub amount: Option<String>,
+    /// Its currency.
+    pub currency: Option<String>,
+}
+
 /// A boxed, sendable future, so the trait stays object-safe.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
@@ -54,6 +144,32 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 pub trait PortalData: Send + Sync + 'static {
     /// The landing page's overview.
     fn overview(&self) -> BoxFuture<'_, Result<Overview, PortalError>>;
+
+    /// The signed-in person, if any.
+    fn session(&self) -> BoxFuture<'_, Option<SessionView>> {
+        Box::pin(async { None })
+    }
+
+    /// How to sign in to `org` (a slug; `None`: the installation's featured organization).
+    fn login_options(&self, org: Option<String>) -> BoxFuture<'_, Result<Option<LoginOptions>, PortalError>> {
+        let _ = org;
+        Box::pin(async { Ok(None) })
+    }
+
+    /// The organization's API tokens (admins).
+    fn tokens(&self) -> BoxFuture<'_, Result<Vec<TokenRow>, PortalError>> {
+        Box::pin(async { Ok(Vec::new()) })
+    }
+
+    /// The organization's months (finance).
+    fn periods(&self) -> BoxFuture<'_, Result<Vec<PeriodRow>, PortalError>> {
+        Box::pin(async { Ok(Vec::new()) })
+    }
+
+    /// The visible tenants' charges in the latest closed month (department managers see their departments).
+    fn tenant_totals(&self) -> BoxFuture<'_, Result<Vec<TenantRow>, PortalError>> {
+        Box::pin(async { Ok(Vec::new()) })
+    }
 }
 
 /// The handle placed in Leptos context (context values must be `Clone`).

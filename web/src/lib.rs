@@ -9,11 +9,16 @@ pub mod pages;
 use leptos::prelude::*;
 use leptos_meta::{MetaTags, Title, provide_meta_context};
 use leptos_router::{
-    StaticSegment,
+    SsrMode, StaticSegment,
     components::{Route, Router, Routes},
 };
 
-pub use data::{OrgSummary, Overview, PortalData, PortalDataHandle, PortalError, ResponseStatus};
+pub mod account;
+
+pub use data::{
+    LoginOptions, OrgSummary, Overview, PeriodRow, PortalData, PortalDataHandle, PortalError, ResponseStatus,
+    SessionView, TenantRow, TokenRow,
+};
 
 /// The portal's stylesheet, inlined so the portal needs no asset pipeline.
 pub const STYLESHEET: &str = include_str!("../style/portal.css");
@@ -49,11 +54,18 @@ pub fn App() -> impl IntoView {
                 <a href="/">"Overview"</a>
                 <a href="/api/v1/openapi.json">"API"</a>
             </nav>
+            <account::UserBar />
         </header>
         <Router>
             <main>
                 <Routes fallback=pages::NotFound>
                     <Route path=StaticSegment("") view=pages::HomePage />
+                    // Role pages answer only once their data is in, so a 403 or a redirect to sign-in can still
+                    // set the status line.
+                    <Route path=StaticSegment("login") view=account::LoginPage ssr=SsrMode::Async />
+                    <Route path=StaticSegment("admin") view=account::AdminPage ssr=SsrMode::Async />
+                    <Route path=StaticSegment("finance") view=account::FinancePage ssr=SsrMode::Async />
+                    <Route path=StaticSegment("departments") view=account::DepartmentsPage ssr=SsrMode::Async />
                 </Routes>
             </main>
         </Router>

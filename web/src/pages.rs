@@ -9,9 +9,13 @@ use crate::data::{OrgSummary, Overview, PortalDataHandle, PortalError};
 #[component]
 pub fn HomePage() -> impl IntoView {
     let data = use_context::<PortalDataHandle>();
+    // Nothing about an organization is shown before sign-in.
     let overview = async move {
         match data {
-            Some(handle) => handle.0.overview().await,
+            Some(handle) => match handle.0.session().await {
+                Some(_) => handle.0.overview().await.map(Some),
+                None => Ok(None),
+            },
             None => Err(PortalError { message: "the portal has no data source configured".into() }),
         }
     };
@@ -27,7 +31,13 @@ pub fn HomePage() -> impl IntoView {
         </section>
         <Await future=overview let:result>
             {match result.clone() {
-                Ok(overview) => view! { <OverviewPanel overview /> }.into_any(),
+                Ok(Some(overview)) => view! { <OverviewPanel overview /> }.into_any(),
+                Ok(None) => view! {
+                    <section class="panel signin">
+                        <h2>"Sign in to see your organization"</h2>
+                        <p><a class="button primary" href="/login">"Sign in"</a></p>
+                    </section>
+                }.into_any(),
                 Err(error) => view! {
                     <section class="panel error" role="alert">
                         <h2>"The overview could not be loaded"</h2>
@@ -121,6 +131,18 @@ mod tests {
         fn overview(&self) -> BoxFuture<'_, Result<Overview, PortalError>> {
             let result = self.0.clone();
             Box::pin(async move { result })
+        }
+
+        fn session(&self) -> BoxFuture<'_, Option<crate::SessionView>> {
+            Box::pin(async {
+                Some(crate::SessionView {
+                    name: "ada@example.test".into(),
+                    roles: vec!["viewer".into()],
+                    org_name: "Acme AI".into(),
+                    csrf: "c".into(),
+                    departments: None,
+                })
+            })
         }
     }
 

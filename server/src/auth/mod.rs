@@ -289,7 +289,8 @@ impl Principal {
             return Ok(None);
         }
         let mut tx = self.begin(db).await?;
-        let departments: Vec<Uuid> = sqlx::query_scalar("SELECT department_id FROM departments").fetch_all(tx.conn()).await?;
+        let departments: Vec<Uuid> =
+            sqlx::query_scalar("SELECT department_id FROM departments").fetch_all(tx.conn()).await?;
         let tenants: Vec<Uuid> = sqlx::query_scalar("SELECT tenant_id FROM tenants").fetch_all(tx.conn()).await?;
         tx.commit().await?;
         Ok(Some(Visible { departments: departments.into_iter().collect(), tenants: tenants.into_iter().collect() }))
@@ -510,8 +511,7 @@ pub async fn redeem_join_token(db: &Database, principal: &Principal) -> Result<(
         .bind(cluster.as_uuid())
         .fetch_one(tx.conn())
         .await?;
-    let (_, token) =
-        create_token(&mut tx, &Scope::Agent { cluster }, &format!("joined {name}"), "join", None).await?;
+    let (_, token) = create_token(&mut tx, &Scope::Agent { cluster }, &format!("joined {name}"), "join", None).await?;
     tx.commit().await?;
     Ok((token, name))
 }
@@ -599,7 +599,9 @@ mod tests {
         assert_eq!(allowed(&user(&[Role::DepartmentManager])), [C::ReadLedger, C::DisputeParticipate]);
         assert!(user(&[Role::Finance]).may(C::CreditApprove) && !user(&[Role::Finance]).may(C::Administer));
         assert!(user(&[Role::Admin]).may(C::Administer) && !user(&[Role::Admin]).may(C::CreditApprove));
-        assert!(matches!(token(Scope::export()).require(C::Close), Err(AppError::Forbidden(m)) if m.contains("finance")));
+        assert!(
+            matches!(token(Scope::export()).require(C::Close), Err(AppError::Forbidden(m)) if m.contains("finance"))
+        );
         assert_eq!(token(Scope::Admin).actor(), format!("token:{}", Uuid::nil()));
         assert_eq!(user(&[Role::Viewer]).actor(), "user:ada@example.test");
         let dept = DepartmentId::from_uuid(Uuid::from_u128(7));

@@ -11,8 +11,8 @@ use std::{
 use base64::Engine;
 use gpuledger_core::ids::DepartmentId;
 use openidconnect::{
-    AuthorizationCode, ClientId, ClientSecret, CsrfToken, IssuerUrl, Nonce, OAuth2TokenResponse,
-    PkceCodeChallenge, PkceCodeVerifier, RedirectUrl, Scope as OidcScope, TokenResponse,
+    AuthorizationCode, ClientId, ClientSecret, CsrfToken, IssuerUrl, Nonce, OAuth2TokenResponse, PkceCodeChallenge,
+    PkceCodeVerifier, RedirectUrl, Scope as OidcScope, TokenResponse,
     core::{CoreAuthenticationFlow, CoreClient, CoreProviderMetadata},
 };
 use serde_json::Value;
@@ -190,7 +190,8 @@ pub async fn start(
     let (meta, _) = providers.metadata(&idp.issuer).await.map_err(|e| AppError::Unavailable(e.to_string()))?;
     let client = client(meta, idp, redirect).map_err(|e| AppError::Unavailable(e.to_string()))?;
     let (challenge, verifier) = PkceCodeChallenge::new_random_sha256();
-    let mut request = client.authorize_url(CoreAuthenticationFlow::AuthorizationCode, CsrfToken::new_random, Nonce::new_random);
+    let mut request =
+        client.authorize_url(CoreAuthenticationFlow::AuthorizationCode, CsrfToken::new_random, Nonce::new_random);
     for scope in idp.scopes.split_whitespace().filter(|s| *s != "openid") {
         request = request.add_scope(OidcScope::new(scope.to_string()));
     }
@@ -270,7 +271,8 @@ pub async fn finish(
         .map_err(|e| LoginError::CodeRefused(describe_token_error(&e)))?;
     let id_token = response.id_token().ok_or_else(|| LoginError::InvalidIdToken("no ID token returned".into()))?;
     let verifier = client.id_token_verifier();
-    let claims = id_token.claims(&verifier, &Nonce::new(nonce)).map_err(|e| LoginError::InvalidIdToken(e.to_string()))?;
+    let claims =
+        id_token.claims(&verifier, &Nonce::new(nonce)).map_err(|e| LoginError::InvalidIdToken(e.to_string()))?;
     let subject = claims.subject().to_string();
     let email = claims.email().map(|e| e.to_string());
     let name = claims
@@ -345,8 +347,7 @@ pub async fn roles_for(tx: &mut OrgTx, groups: &[String]) -> Result<(Vec<Role>, 
     let mut roles: Vec<Role> = rows.iter().filter_map(|(r, _)| Role::parse(r)).collect();
     roles.sort();
     roles.dedup();
-    let mut departments: Vec<DepartmentId> =
-        rows.iter().filter_map(|(_, d)| d.map(DepartmentId::from_uuid)).collect();
+    let mut departments: Vec<DepartmentId> = rows.iter().filter_map(|(_, d)| d.map(DepartmentId::from_uuid)).collect();
     departments.sort();
     departments.dedup();
     Ok((roles, departments))
@@ -372,7 +373,6 @@ pub async fn upsert_user(tx: &mut OrgTx, subject: &str, email: Option<&str>, nam
     Ok(id)
 }
 
-
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -384,10 +384,8 @@ mod tests {
         assert_eq!(groups_in(&claims, "groups"), Some(vec!["a".to_string(), "b".to_string()]));
         assert_eq!(groups_in(&claims, "role"), Some(vec!["x".to_string()]));
         assert_eq!(groups_in(&claims, "missing"), None);
-        let jwt = format!(
-            "h.{}.s",
-            base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(br#"{"groups":["gl-admins"]}"#)
-        );
+        let jwt =
+            format!("h.{}.s", base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(br#"{"groups":["gl-admins"]}"#));
         assert_eq!(groups_in(&payload_of(&jwt), "groups"), Some(vec!["gl-admins".to_string()]));
         assert_eq!(payload_of("not a jwt"), Value::Null);
     }

@@ -75,7 +75,11 @@ struct LoginQuery {
 }
 
 /// `GET /auth/login`: to the organization's provider, with state, nonce and PKCE bound to this browser.
-async fn login(State(state): State<AppState>, headers: HeaderMap, Query(q): Query<LoginQuery>) -> Result<Response, AppError> {
+async fn login(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Query(q): Query<LoginQuery>,
+) -> Result<Response, AppError> {
     state.auth.limits.check("login", &source(&headers))?;
     let Some(org) = org_for(&state, q.org.as_deref()).await? else {
         return Ok(to_login("unknown_org"));
@@ -89,7 +93,8 @@ async fn login(State(state): State<AppState>, headers: HeaderMap, Query(q): Quer
     let (url, cookie) = oidc::start(&state.auth.providers, &mut tx, &idp, &redirect, &return_to).await?;
     tx.commit().await?;
     let secure = state.auth.sessions.secure(&headers);
-    let set = session::set_cookie(secure, session::LOGIN_SECURE_COOKIE, session::LOGIN_PLAIN_COOKIE, &cookie, Some(600));
+    let set =
+        session::set_cookie(secure, session::LOGIN_SECURE_COOKIE, session::LOGIN_PLAIN_COOKIE, &cookie, Some(600));
     Ok(with_cookies(Redirect::to(&url).into_response(), &[set]))
 }
 
@@ -122,7 +127,8 @@ async fn callback(
     let from = source(&headers);
     state.auth.limits.check("login", &from)?;
     let secure = state.auth.sessions.secure(&headers);
-    let clear_login = session::set_cookie(secure, session::LOGIN_SECURE_COOKIE, session::LOGIN_PLAIN_COOKIE, "", Some(0));
+    let clear_login =
+        session::set_cookie(secure, session::LOGIN_SECURE_COOKIE, session::LOGIN_PLAIN_COOKIE, "", Some(0));
     let pending_cookie = session::cookie_named(&headers, &[session::LOGIN_SECURE_COOKIE, session::LOGIN_PLAIN_COOKIE]);
     let Some((org, cookie)) = pending_cookie.as_deref().and_then(|c| session::split(c).map(|(o, _)| (o, c))) else {
         return Ok(with_cookies(to_login("no_pending_login"), &[clear_login]));
@@ -135,9 +141,9 @@ async fn callback(
     let outcome = match (pending, idp, &q) {
         (None, _, _) => Err(LoginError::NoPendingLogin),
         (_, None, _) => Err(LoginError::Provider("no identity provider is configured".into())),
-        (Some(_), Some(_), CallbackQuery { error: Some(error), error_description, .. }) => {
-            Err(LoginError::Refused(format!("{error} {}", error_description.as_deref().unwrap_or_default()).trim().to_string()))
-        }
+        (Some(_), Some(_), CallbackQuery { error: Some(error), error_description, .. }) => Err(LoginError::Refused(
+            format!("{error} {}", error_description.as_deref().unwrap_or_default()).trim().to_string(),
+        )),
         (Some(pending), Some(idp), CallbackQuery { code: Some(code), state: Some(st), .. }) => {
             let redirect = format!("{}/auth/callback", state.auth.sessions.base_url(&headers));
             oidc::finish(&state.auth.providers, &idp, &redirect, pending, st, code).await.map(|v| (v, idp))
@@ -148,8 +154,16 @@ async fn callback(
     let (verified, _idp) = match outcome {
         Ok(v) => v,
         Err(e) => {
-            audit_from(&mut tx, "anonymous", &from, "login.failure", "oidc", &e.to_string(), json!({"code": failure_code(&e)}))
-                .await?;
+            audit_from(
+                &mut tx,
+                "anonymous",
+                &from,
+                "login.failure",
+                "oidc",
+                &e.to_string(),
+                json!({"code": failure_code(&e)}),
+            )
+            .await?;
             tx.commit().await?;
             return Ok(with_cookies(to_login(failure_code(&e)), &[clear_login]));
         }
@@ -158,8 +172,16 @@ async fn callback(
     let (roles, departments) = oidc::roles_for(&mut tx, &verified.groups).await?;
     if roles.is_empty() {
         let e = LoginError::NoRole(who.clone());
-        audit_from(&mut tx, &format!("user:{who}"), &from, "login.denied", "oidc", &e.to_string(), json!({"groups": verified.groups}))
-            .await?;
+        audit_from(
+            &mut tx,
+            &format!("user:{who}"),
+            &from,
+            "login.denied",
+            "oidc",
+            &e.to_string(),
+            json!({"groups": verified.groups}),
+        )
+        .await?;
         tx.commit().await?;
         return Ok(with_cookies(to_login("no_role"), &[clear_login]));
     }
@@ -173,7 +195,8 @@ async fn callback(
     };
     let value = session::create(&mut tx, &state.auth.sessions, &new).await?;
     let role_names: Vec<&str> = roles.iter().map(|r| r.as_str()).collect();
-    audit_from(&mut tx, &format!("user:{who}"), &from, "login.success", "oidc", "", json!({"roles": role_names})).await?;
+    audit_from(&mut tx, &format!("user:{who}"), &from, "login.success", "oidc", "", json!({"roles": role_names}))
+        .await?;
     tx.commit().await?;
     let landing = local_path(Some(&verified.return_to)).unwrap_or_else(|| roles[0].landing().to_string());
     let set = session::set_cookie(secure, session::SECURE_COOKIE, session::PLAIN_COOKIE, &value, None);
@@ -206,24 +229,26 @@ pub const DEMO_ACCOUNTS: [(Role, &str); 4] = [
 
 /// Whether `org` offers the demo login (a demo organization without a configured provider).
 pub async fn demo_login_enabled(tx: &mut OrgTx) -> Result<bool, AppError> {
-    let on: Option<bool> = sqlx::query_scalar(
-        "SELECT o.demo_login AND NOT EXISTS (SELECT 1 FROM idp_settings) FROM organizations o",
-    )
-    .fetch_optional(tx.conn())
-    .await?;
+    let on: Option<bool> =
+        sqlx::query_scalar("SELECT o.demo_login AND NOT EXISTS (SELECT 1 FROM idp_settings) FROM organizations o")
+            .fetch_optional(tx.conn())
+            .await?;
     Ok(on.unwrap_or(false))
 }
 
 /// `POST /auth/demo`: signs in as one of the demo accounts (only while the organization has no provider).
-async fn demo_login(State(state): State<AppState>, headers: HeaderMap, Form(form): Form<DemoForm>) -> Result<Response, AppError> {
+async fn demo_login(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Form(form): Form<DemoForm>,
+) -> Result<Response, AppError> {
     let from = source(&headers);
     state.auth.limits.check("login", &from)?;
     if !same_origin(&state, &headers) {
         return Err(AppError::Forbidden("sign-in forms are accepted from this site only (Origin mismatch)".into()));
     }
-    let role = Role::parse(form.role.trim()).ok_or_else(|| {
-        AppError::invalid("role", "one of admin, finance, department_manager, viewer")
-    })?;
+    let role = Role::parse(form.role.trim())
+        .ok_or_else(|| AppError::invalid("role", "one of admin, finance, department_manager, viewer"))?;
     let Some(org) = org_for(&state, form.org.as_deref()).await? else {
         return Err(AppError::invalid("org", "no such organization"));
     };
@@ -237,19 +262,26 @@ async fn demo_login(State(state): State<AppState>, headers: HeaderMap, Form(form
     let email = format!("{}@demo.invalid", role.as_str().replace('_', "-"));
     let user_id = oidc::upsert_user(&mut tx, &format!("demo:{}", role.as_str()), Some(&email), name).await?;
     let departments = if role == Role::DepartmentManager {
-        let research: Option<Uuid> = sqlx::query_scalar(
-            "SELECT department_id FROM departments ORDER BY (name = 'Research') DESC, name LIMIT 1",
-        )
-        .fetch_optional(tx.conn())
-        .await?;
+        let research: Option<Uuid> =
+            sqlx::query_scalar("SELECT department_id FROM departments ORDER BY (name = 'Research') DESC, name LIMIT 1")
+                .fetch_optional(tx.conn())
+                .await?;
         research.map(DepartmentId::from_uuid).into_iter().collect()
     } else {
         Vec::new()
     };
     let new = NewSession { user_id, roles: vec![role], departments, id_token_hint: None, source: from.clone() };
     let value = session::create(&mut tx, &state.auth.sessions, &new).await?;
-    audit_from(&mut tx, &format!("user:{email}"), &from, "login.success", "demo", "", json!({"roles": [role.as_str()]}))
-        .await?;
+    audit_from(
+        &mut tx,
+        &format!("user:{email}"),
+        &from,
+        "login.success",
+        "demo",
+        "",
+        json!({"roles": [role.as_str()]}),
+    )
+    .await?;
     tx.commit().await?;
     let secure = state.auth.sessions.secure(&headers);
     let set = session::set_cookie(secure, session::SECURE_COOKIE, session::PLAIN_COOKIE, &value, None);
@@ -293,7 +325,9 @@ async fn me(State(state): State<AppState>, headers: HeaderMap) -> Result<Json<Va
     tx.commit().await?;
     let (kind, roles, csrf) = match &p.actor {
         Actor::Token { scope, .. } => ("token", vec![scope.db_name().to_string()], None),
-        Actor::User { roles, csrf, .. } => ("user", roles.iter().map(|r| r.as_str().to_string()).collect(), Some(csrf.clone())),
+        Actor::User { roles, csrf, .. } => {
+            ("user", roles.iter().map(|r| r.as_str().to_string()).collect(), Some(csrf.clone()))
+        }
     };
     Ok(Json(json!({
         "organization": { "slug": slug, "name": name },
@@ -351,12 +385,7 @@ async fn put_provider(State(state): State<AppState>, headers: HeaderMap, body: B
     if !scopes.split_whitespace().any(|s| s == "openid") {
         return Err(AppError::invalid("scopes", "must include openid"));
     }
-    state
-        .auth
-        .providers
-        .check(&issuer)
-        .await
-        .map_err(|e| AppError::invalid("issuer", e.to_string()))?;
+    state.auth.providers.check(&issuer).await.map_err(|e| AppError::invalid("issuer", e.to_string()))?;
     let mut tx = p.begin(&state.db).await?;
     let existing = oidc::settings(&mut tx).await?;
     let secret = match (r.client_secret.filter(|s| !s.is_empty()), existing) {
@@ -382,8 +411,15 @@ async fn put_provider(State(state): State<AppState>, headers: HeaderMap, body: B
     .execute(tx.conn())
     .await?;
     // The secret is never written to the audit log.
-    crate::policy::audit_by(&mut tx, &p, "identity.provider.update", "idp", "", json!({"issuer": issuer, "client_id": r.client_id.trim()}))
-        .await?;
+    crate::policy::audit_by(
+        &mut tx,
+        &p,
+        "identity.provider.update",
+        "idp",
+        "",
+        json!({"issuer": issuer, "client_id": r.client_id.trim()}),
+    )
+    .await?;
     tx.commit().await?;
     get_provider(State(state), headers).await
 }
@@ -456,10 +492,16 @@ async fn put_mappings(State(state): State<AppState>, headers: HeaderMap, body: B
                 })?)
             }
             (Role::DepartmentManager, None) => {
-                return Err(AppError::invalid(format!("mappings[{i}].department"), "a department manager needs a department"));
+                return Err(AppError::invalid(
+                    format!("mappings[{i}].department"),
+                    "a department manager needs a department",
+                ));
             }
             (_, Some(_)) => {
-                return Err(AppError::invalid(format!("mappings[{i}].department"), "only department managers have a department"));
+                return Err(AppError::invalid(
+                    format!("mappings[{i}].department"),
+                    "only department managers have a department",
+                ));
             }
             (_, None) => None,
         };
@@ -480,8 +522,15 @@ async fn put_mappings(State(state): State<AppState>, headers: HeaderMap, body: B
         .execute(tx.conn())
         .await?;
     }
-    crate::policy::audit_by(&mut tx, &p, "identity.role_mappings.update", "role_mappings", "", json!({"count": rows.len()}))
-        .await?;
+    crate::policy::audit_by(
+        &mut tx,
+        &p,
+        "identity.role_mappings.update",
+        "role_mappings",
+        "",
+        json!({"count": rows.len()}),
+    )
+    .await?;
     tx.commit().await?;
     get_mappings(State(state), headers).await
 }
@@ -496,7 +545,11 @@ struct AuditQuery {
 }
 
 /// `GET /api/v1/audit`: newest first, `limit` (1..=1000, default 100), `before` (RFC 3339) to page back.
-async fn audit_log(State(state): State<AppState>, headers: HeaderMap, Query(q): Query<AuditQuery>) -> Result<Json<Value>, AppError> {
+async fn audit_log(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Query(q): Query<AuditQuery>,
+) -> Result<Json<Value>, AppError> {
     let p = require(&state.db, &headers, Capability::Administer).await?;
     let limit = q.limit.unwrap_or(100);
     if !(1..=1000).contains(&limit) {

@@ -198,13 +198,7 @@ pub async fn principal(db: &Database, cookie: &str) -> Result<Principal, AppErro
     };
     Ok(Principal {
         org,
-        actor: Actor::User {
-            user_id,
-            session_id,
-            name: email.unwrap_or(subject),
-            roles,
-            csrf: csrf_for(cookie),
-        },
+        actor: Actor::User { user_id, session_id, name: email.unwrap_or(subject), roles, csrf: csrf_for(cookie) },
         departments,
         source: String::new(),
     })
@@ -248,7 +242,9 @@ mod tests {
     fn cookies_are_secure_except_plain_http_on_loopback() {
         let mut headers = HeaderMap::new();
         let settings = SessionSettings::default();
-        for (host, secure) in [("127.0.0.1:8080", false), ("localhost", false), ("[::1]:80", false), ("ledger.example", true)] {
+        for (host, secure) in
+            [("127.0.0.1:8080", false), ("localhost", false), ("[::1]:80", false), ("ledger.example", true)]
+        {
             headers.insert(header::HOST, HeaderValue::from_static(host));
             assert_eq!(settings.secure(&headers), secure, "{host}");
         }

@@ -69,11 +69,16 @@ struct CreateRequest {
     expires_in_days: Option<i64>,
 }
 
-async fn create(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> Result<(StatusCode, Json<Value>), AppError> {
+async fn create(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<(StatusCode, Json<Value>), AppError> {
     state.auth.limits.check("tokens", &source(&headers))?;
     let p = require(&state.db, &headers, Capability::Administer).await?;
     let request: CreateRequest = json_body(&body)?;
-    let created = create_for(&state, &p, &request.name, &request.scope, &request.departments, request.expires_in_days).await?;
+    let created =
+        create_for(&state, &p, &request.name, &request.scope, &request.departments, request.expires_in_days).await?;
     Ok((StatusCode::CREATED, Json(created)))
 }
 
@@ -93,13 +98,17 @@ pub async fn create_for(
     let expires_at = match expires_in_days {
         None => None,
         Some(d) if (1..=3650).contains(&d) => Some(OffsetDateTime::now_utc() + time::Duration::days(d)),
-        Some(_) => return Err(AppError::invalid("expires_in_days", "between 1 and 3650 days, or absent for no expiry")),
+        Some(_) => {
+            return Err(AppError::invalid("expires_in_days", "between 1 and 3650 days, or absent for no expiry"));
+        }
     };
     let mut tx = p.begin(&state.db).await?;
     let (scope, _) = parse_scope(&mut tx, scope.trim(), departments).await?;
     let (token_id, token) = create_token(&mut tx, &scope, name, &p.actor(), expires_at).await?;
     tx.commit().await?;
-    Ok(json!({ "token_id": token_id, "name": name, "scope": scope.db_name(), "token": token, "expires_at": expires_at }))
+    Ok(
+        json!({ "token_id": token_id, "name": name, "scope": scope.db_name(), "token": token, "expires_at": expires_at }),
+    )
 }
 
 async fn list(State(state): State<AppState>, headers: HeaderMap) -> Result<Json<Value>, AppError> {
@@ -152,7 +161,11 @@ pub async fn list_tokens(tx: &mut OrgTx) -> Result<Vec<TokenInfo>, AppError> {
     .await?)
 }
 
-async fn revoke(State(state): State<AppState>, headers: HeaderMap, Path(id): Path<String>) -> Result<Json<Value>, AppError> {
+async fn revoke(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, AppError> {
     let p = require(&state.db, &headers, Capability::Administer).await?;
     revoke_for(&state, &p, &id).await?;
     Ok(Json(json!({ "token_id": id, "revoked": true })))
@@ -163,7 +176,10 @@ pub async fn revoke_for(state: &AppState, p: &super::Principal, id: &str) -> Res
     let token_id = Uuid::try_parse(id).map_err(|_| AppError::NotFound(format!("token {id}")))?;
     let mut tx = p.begin(&state.db).await?;
     let found: Option<Option<OffsetDateTime>> =
-        sqlx::query_scalar("SELECT revoked_at FROM api_tokens WHERE token_id = $1").bind(token_id).fetch_optional(tx.conn()).await?;
+        sqlx::query_scalar("SELECT revoked_at FROM api_tokens WHERE token_id = $1")
+            .bind(token_id)
+            .fetch_optional(tx.conn())
+            .await?;
     match found {
         None => return Err(AppError::NotFound(format!("token {id}"))),
         Some(Some(_)) => return Ok(()),
