@@ -88,6 +88,12 @@ fn portal_context(state: &AppState) -> impl Fn() + Clone + Send + Sync + 'static
         // Per request: the data source reads as the person the request's session cookie names.
         let headers = use_context::<axum::http::request::Parts>().map(|p| p.headers).unwrap_or_default();
         provide_context(PortalDataHandle::new(DbPortalData::for_request(db.clone(), featured, headers)));
+        // Leptos adds small inline scripts (resource bookkeeping); they run only with this response's nonce.
+        if let (Some(nonce), Some(options)) = (leptos::nonce::use_nonce(), use_context::<ResponseOptions>())
+            && let Ok(value) = HeaderValue::from_str(&csp(Some(nonce.as_inner())))
+        {
+            options.insert_header(header::CONTENT_SECURITY_POLICY, value);
+        }
         provide_context(ResponseStatus(Arc::new(|code| {
             if let (Some(options), Ok(status)) = (use_context::<ResponseOptions>(), StatusCode::from_u16(code)) {
                 options.set_status(status);
@@ -154,10 +160,9 @@ fn security_headers() -> tower::layer::util::Stack<
         SetResponseHeaderLayer::if_not_present(name, HeaderValue::from_static(value))
     };
     tower::layer::util::Stack::new(
-        set(
+        SetResponseHeaderLayer::if_not_present(
             header::CONTENT_SECURITY_POLICY,
-            "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; \
-             object-src 'none'; base-uri 'none'; frame-ancestors 'none'",
+            HeaderValue::from_str(&csp(None)).unwrap_or_else(|_| HeaderValue::from_static("default-src 'none'")),
         ),
         tower::layer::util::Stack::new(
             set(header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
@@ -169,6 +174,18 @@ fn security_headers() -> tower::layer::util::Stack<
                 ),
             ),
         ),
+    )
+}
+
+/// The content security policy; portal pages add their response's script nonce.
+fn csp(nonce: Option<&str>) -> String {
+    let scripts = match nonce {
+        Some(n) => format!("script-src 'self' 'nonce-{n}'"),
+        None => "script-src 'self'".to_string(),
+    };
+    format!(
+        "default-src 'self'; {scripts}; style-src 'self' 'unsafe-inline'; img-src 'self' data:; object-src 'none'; \
+         base-uri 'none'; frame-ancestors 'none'"
     )
 }
 

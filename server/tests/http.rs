@@ -87,9 +87,19 @@ async fn the_login_page_without_an_organization_asks_for_one() {
 #[tokio::test]
 async fn unknown_paths_get_the_portal_not_found_page() {
     let (_test_db, db) = common::migrated().await;
-    let (status, _, body) = get(&router(db, None), "/no/such/page").await;
+    let (status, headers, body) = get(&router(db, None), "/no/such/page").await;
     assert_eq!(status, StatusCode::NOT_FOUND);
     assert!(body.contains("Page not found"), "{body}");
+    assert_scripts_carry_the_csp_nonce(&headers, &body);
+}
+
+/// Every inline script carries the nonce the response's CSP allows (others would be blocked).
+fn assert_scripts_carry_the_csp_nonce(headers: &axum::http::HeaderMap, body: &str) {
+    let csp = headers["content-security-policy"].to_str().unwrap();
+    for script in body.split("<script").skip(1) {
+        let nonce = script.split("nonce=\"").nth(1).and_then(|n| n.split('"').next()).unwrap_or_default();
+        assert!(!nonce.is_empty() && csp.contains(&format!("'nonce-{nonce}'")), "{csp}: {script}");
+    }
 }
 
 #[tokio::test]

@@ -508,19 +508,17 @@ async fn seed_platform(db: &Database, admin: &sqlx::PgPool, a: OrgId) -> (Uuid, 
     (research, platform, tenant, dispute)
 }
 
-/// (table, condition on `$1` picking the Platform department's rows, which id to bind) for every
-/// department-scoped table.
-fn platform_rows(platform: Uuid, tenant: Uuid, dispute: Uuid) -> Vec<(&'static str, &'static str, Uuid)> {
+/// (table, condition picking exactly the Platform department's rows) for every department-scoped table.
+fn platform_rows(platform: Uuid, tenant: Uuid, dispute: Uuid) -> Vec<(&'static str, String)> {
     vec![
-        ("departments", "department_id = $1", platform),
-        ("tenants", "department_id = $1", platform),
-        ("tenants", "tenant_id = $1", tenant),
-        ("ledger_lines", "department_id = $1", platform),
-        ("adjustments", "department_id = $1", platform),
-        ("disputes", "department_id = $1", platform),
-        ("dispute_events", "dispute_id = $1", dispute),
-        ("quotas", "tenant_id = $1", tenant),
-        ("quotas", "department_id = $1", platform),
+        ("departments", format!("department_id = '{platform}'")),
+        ("tenants", format!("department_id = '{platform}'")),
+        ("ledger_lines", format!("department_id = '{platform}'")),
+        ("adjustments", format!("department_id = '{platform}'")),
+        ("disputes", format!("department_id = '{platform}'")),
+        ("dispute_events", format!("dispute_id = '{dispute}'")),
+        // A tenant's quota and a department's.
+        ("quotas", format!("(tenant_id = '{tenant}' OR department_id = '{platform}')")),
     ]
 }
 
@@ -533,56 +531,51 @@ async fn a_department_scope_hides_and_protects_the_other_departments_rows() {
     let app = common::app_pool(&test_db, 1).await;
     let research_scope = research.to_string();
 
-    for (table, platform_only, id) in platform_rows(platform, platform_tenant, platform_dispute) {
+    for (table, platform_only) in platform_rows(platform, platform_tenant, platform_dispute) {
+        let rest = format!("NOT COALESCE({platform_only}, false)");
         let count = |scope: Option<String>, condition: String| {
             let app = app.clone();
             async move {
                 let mut tx = app_tx(&app, a, scope.as_deref()).await;
                 let n: i64 = sqlx::query_scalar(&format!("SELECT count(*) FROM {table} WHERE {condition}"))
-                    .bind(id)
                     .fetch_one(&mut *tx)
                     .await
                     .unwrap();
                 n
             }
         };
-        let everything: i64 = sqlx::query_scalar(&format!(
-            "SELECT count(*) FROM {table} WHERE org_id = $1 AND {}",
-            platform_only.replace("$1", "$2")
-        ))
-        .bind(a.as_uuid())
-        .bind(id)
-        .fetch_one(&admin)
-        .await
-        .unwrap();
-        assert!(everything >= 1, "{table} WHERE {platform_only}: the seed wrote no Platform row");
-        let others: i64 = sqlx::query_scalar(&format!(
-            "SELECT count(*) FROM {table} WHERE org_id = $1 AND NOT ({})",
-            platform_only.replace("$1", "$2")
-        ))
-        .bind(a.as_uuid())
-        .bind(id)
-        .fetch_one(&admin)
-        .await
-        .unwrap();
-        assert!(others >= 1, "{table}: the seed wrote no Research row");
+        let everything = |condition: String| {
+            let admin = admin.clone();
+            async move {
+                let n: i64 =
+                    sqlx::query_scalar(&format!("SELECT count(*) FROM {table} WHERE org_id = $1 AND {condition}"))
+                        .bind(a.as_uuid())
+                        .fetch_one(&admin)
+                        .await
+                        .unwrap();
+                n
+            }
+        };
+        let (platform_count, rest_count) = (everything(platform_only.clone()).await, everything(rest.clone()).await);
+        assert!(platform_count >= 1, "{table} WHERE {platform_only}: the seed wrote no Platform row");
+        assert!(rest_count >= 1, "{table}: the seed wrote no Research row");
 
         // The whole organization sees the Platform rows; Research's manager sees none of them, and all of the rest.
-        assert_eq!(count(Some("all".into()), platform_only.into()).await, everything, "{table}: scope 'all'");
+        assert_eq!(count(Some("all".into()), platform_only.clone()).await, platform_count, "{table}: scope 'all'");
         assert_eq!(
-            count(Some(research_scope.clone()), platform_only.into()).await,
+            count(Some(research_scope.clone()), platform_only.clone()).await,
             0,
             "{table} WHERE {platform_only}: visible under the Research scope"
         );
         assert_eq!(
-            count(Some(research_scope.clone()), format!("NOT ({platform_only})")).await,
-            others,
+            count(Some(research_scope.clone()), rest.clone()).await,
+            rest_count,
             "{table}: Research's own rows must stay visible under the Research scope"
         );
         // A scope naming both departments sees both.
         assert_eq!(
-            count(Some(format!("{research},{platform}")), platform_only.into()).await,
-            everything,
+            count(Some(format!("{research},{platform}")), platform_only.clone()).await,
+            platform_count,
             "{table}: a scope listing Platform"
         );
     }

@@ -97,11 +97,16 @@ async fn demo_accounts_sign_in_land_on_their_role_page_and_sign_out() {
     let home = send(&app, get("/", Some(&viewer))).await;
     assert!(home.body.contains(r#"<th scope="row">Tenants</th><td class="num">9</td>"#), "{}", home.body);
     assert!(home.body.contains("Sign out"), "{}", home.body);
+    // Pages are whole without JavaScript: no streamed fragments swapped in by scripts.
+    for page in [&home.body, &login.body] {
+        assert!(!page.contains("<template"), "{page}");
+    }
 
     // Role pages: the right role gets in, others get 403, anonymous visitors are sent to sign in.
     let page = send(&app, get("/admin", Some(&admin))).await;
     assert_eq!(page.status, StatusCode::OK);
     assert!(page.body.contains("API tokens"), "{}", page.body);
+    assert!(page.body.contains(r#"<form method="post" action="/auth/logout""#), "{}", page.body);
     assert_eq!(send(&app, get("/admin", Some(&viewer))).await.status, StatusCode::FORBIDDEN);
     let anonymous = send(&app, get("/admin", None)).await;
     assert!(anonymous.status.is_redirection(), "{}", anonymous.status);

@@ -59,7 +59,7 @@ pub fn App() -> impl IntoView {
         <Router>
             <main>
                 <Routes fallback=pages::NotFound>
-                    <Route path=StaticSegment("") view=pages::HomePage />
+                    <Route path=StaticSegment("") view=pages::HomePage ssr=SsrMode::Async />
                     // Role pages answer only once their data is in, so a 403 or a redirect to sign-in can still
                     // set the status line.
                     <Route path=StaticSegment("login") view=account::LoginPage ssr=SsrMode::Async />
