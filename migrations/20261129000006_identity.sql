@@ -16,7 +16,7 @@ BEGIN
     IF scope = 'all' THEN
         RETURN true;
     END IF;
-    IF p_department IS NULL OR scope !~ '^[0-9a-f-]{36}(,[0-9a-f-]{36})*$' THEN
+    IF p_department IS NULL OR scope !~ '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}(,[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})*$' THEN
         RETURN false;
     END IF;
     RETURN p_department = ANY (string_to_array(scope, ',')::uuid[]);

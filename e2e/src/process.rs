@@ -46,6 +46,37 @@ pub fn http_get(url: &str) -> Result<(u16, String)> {
     Ok((code.trim().parse().unwrap_or(0), body.to_string()))
 }
 
+/// Signs in to the demo organization as a demo account (`admin`, `finance`, `department_manager`, `viewer`)
+/// with curl, as the login page's form does; the session cookie (`gl_session=…`).
+pub fn demo_session(base: &str, role: &str) -> Result<String> {
+    let out = Command::new("curl")
+        .args(["-s", "-m", "20", "-o", "/dev/null", "-D", "-", "-H"])
+        .arg(format!("Origin: {base}"))
+        .args(["--data", &format!("org=demo&role={role}")])
+        .arg(format!("{base}/auth/demo"))
+        .output()
+        .context("running curl (install curl)")?;
+    let headers = String::from_utf8_lossy(&out.stdout).into_owned();
+    headers
+        .lines()
+        .find_map(|l| l.strip_prefix("set-cookie: ").or_else(|| l.strip_prefix("Set-Cookie: ")))
+        .and_then(|c| c.split(';').next())
+        .filter(|c| c.starts_with("gl_session="))
+        .map(str::to_string)
+        .with_context(|| format!("no session cookie from the demo login:\n{headers}"))
+}
+
+/// `GET url` with a cookie, with curl: (status, body).
+pub fn http_get_with_cookie(url: &str, cookie: &str) -> Result<(u16, String)> {
+    let out = Command::new("curl")
+        .args(["-s", "-m", "20", "-H", "Accept: text/html", "-b", cookie, "-w", "\n%{http_code}", url])
+        .output()
+        .context("running curl (install curl)")?;
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (body, code) = text.rsplit_once('\n').unwrap_or(("", "000"));
+    Ok((code.trim().parse().unwrap_or(0), body.to_string()))
+}
+
 /// Sends a signal by name (`INT`, `TERM`, `KILL`).
 pub fn signal(pid: u32, name: &str) -> Result<()> {
     let status = Command::new("kill").arg(format!("-{name}")).arg(pid.to_string()).status()?;

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use gpuledger_e2e::{
     allow_app_login, fresh_database,
-    process::{ServerProcess, http_get, processes_mentioning, temp_dir},
+    process::{ServerProcess, demo_session, http_get, http_get_with_cookie, processes_mentioning, temp_dir},
 };
 use serde_json::Value;
 use sqlx::PgPool;
@@ -29,7 +29,11 @@ fn demo_starts_serves_stops_cleanly_and_reuses_its_data() {
     server.wait_ready(Duration::from_secs(180)).unwrap();
     let (status, body) = http_get(&format!("{}/healthz", server.base)).unwrap();
     assert_eq!((status, body.contains("ok")), (200, true), "{body}");
-    let (status, home) = http_get(&format!("{}/", server.base)).unwrap();
+    let (status, login) = http_get(&format!("{}/login", server.base)).unwrap();
+    assert_eq!(status, 200);
+    assert!(login.contains("Demo Corp (sample data)") && login.contains("Demo login"), "{login}");
+    let session = demo_session(&server.base, "viewer").unwrap();
+    let (status, home) = http_get_with_cookie(&format!("{}/", server.base), &session).unwrap();
     assert_eq!(status, 200);
     assert!(home.contains("Demo Corp (sample data)"), "{home}");
     assert!(!processes_mentioning(&pgdata).is_empty(), "the embedded PostgreSQL should be running");
@@ -48,7 +52,8 @@ fn demo_starts_serves_stops_cleanly_and_reuses_its_data() {
     again.wait_ready(Duration::from_secs(120)).unwrap();
     assert!(!again.log_text().contains("cluster created"), "{}", again.log_text());
     assert_eq!(std::fs::read_to_string(data.join("credentials.json")).unwrap(), credentials);
-    let (_, home_again) = http_get(&format!("{}/", again.base)).unwrap();
+    let session = demo_session(&again.base, "viewer").unwrap();
+    let (_, home_again) = http_get_with_cookie(&format!("{}/", again.base), &session).unwrap();
     assert!(home_again.contains(r#"<th scope="row">Tenants</th><td class="num">9</td>"#), "{home_again}");
     let status = again.stop("TERM", Duration::from_secs(30)).unwrap();
     assert!(status.success(), "exit status {status}");

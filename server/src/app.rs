@@ -143,19 +143,19 @@ pub fn router(state: AppState, http: &HttpOptions) -> Router {
         .layer(security_headers())
 }
 
+type SetHeader = SetResponseHeaderLayer<HeaderValue>;
+type SecurityHeaders = tower::layer::util::Stack<
+    SetHeader,
+    tower::layer::util::Stack<
+        SetHeader,
+        tower::layer::util::Stack<SetHeader, tower::layer::util::Stack<SetHeader, SetHeader>>,
+    >,
+>;
+
 /// Headers every answer carries unless a handler set its own: no framing, no sniffing, no referrer leaks
 /// across sites, scripts and styles from this origin only (the portal's stylesheet is inline, hence
 /// `'unsafe-inline'` for styles), and nothing cached by shared caches.
-fn security_headers() -> tower::layer::util::Stack<
-    SetResponseHeaderLayer<HeaderValue>,
-    tower::layer::util::Stack<
-        SetResponseHeaderLayer<HeaderValue>,
-        tower::layer::util::Stack<
-            SetResponseHeaderLayer<HeaderValue>,
-            tower::layer::util::Stack<SetResponseHeaderLayer<HeaderValue>, SetResponseHeaderLayer<HeaderValue>>,
-        >,
-    >,
-> {
+fn security_headers() -> SecurityHeaders {
     let set = |name: HeaderName, value: &'static str| {
         SetResponseHeaderLayer::if_not_present(name, HeaderValue::from_static(value))
     };

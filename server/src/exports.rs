@@ -79,8 +79,11 @@ async fn ledger_lines(
     } else {
         crate::close::preview(&mut tx, period).await?.ledger.lines
     };
+    let lines: Vec<LedgerLine> =
+        lines.into_iter().filter(|l| Visible::department(&visible, l.department_id.as_uuid())).collect();
+    crate::policy::audit_by(&mut tx, &p, "export.ledger_csv", &period.to_string(), "", json!({"lines": lines.len()}))
+        .await?;
     tx.commit().await?;
-    let lines = lines.into_iter().filter(|l| Visible::department(&visible, l.department_id.as_uuid())).collect();
     Ok((period.to_string(), lines))
 }
 
@@ -170,6 +173,9 @@ async fn odata_ledger_lines(
     let sql = format!("SELECT ARRAY[{columns}] FROM ledger_lines ORDER BY period, line_no LIMIT $1 OFFSET $2");
     let mut tx = p.begin(&state.db).await?;
     let rows: Vec<(Vec<Option<String>>,)> = sqlx::query_as(&sql).bind(top + 1).bind(skip).fetch_all(tx.conn()).await?;
+    let returned = rows.len().min(top as usize);
+    crate::policy::audit_by(&mut tx, &p, "export.odata", "LedgerLines", "", json!({"skip": skip, "rows": returned}))
+        .await?;
     tx.commit().await?;
     let more = rows.len() as i64 > top;
     let value: Vec<serde_json::Value> = rows

@@ -378,7 +378,13 @@ async fn get_ledger(
     } else {
         let preview = crate::close::preview(&mut tx, period).await?;
         let v = preview.input.policy.version;
-        (preview.ledger.lines, None, serde_json::to_value(&preview.ledger.notes).unwrap_or_default(), Some(v))
+        // The notes count the whole organization's data: not for a caller limited to departments.
+        let notes = if visible.is_some() {
+            Value::Null
+        } else {
+            serde_json::to_value(&preview.ledger.notes).unwrap_or_default()
+        };
+        (preview.ledger.lines, None, notes, Some(v))
     };
     tx.commit().await?;
     let filtered: Vec<&LedgerLine> = lines

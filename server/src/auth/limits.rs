@@ -11,12 +11,15 @@ use std::{
 
 use crate::error::AppError;
 
+/// (endpoint, client) → (window start, attempts in it).
+type Counts = HashMap<(&'static str, String), (Instant, u32)>;
+
 /// Attempts allowed per window, per endpoint and client.
 #[derive(Debug)]
 pub struct RateLimits {
     per_window: u32,
     window: Duration,
-    counts: Mutex<HashMap<(&'static str, String), (Instant, u32)>>,
+    counts: Mutex<Counts>,
 }
 
 impl Default for RateLimits {
@@ -60,7 +63,7 @@ mod tests {
         let limits = RateLimits::new(2, Duration::from_secs(60));
         assert!(limits.check("login", "a").is_ok());
         assert!(limits.check("login", "a").is_ok());
-        assert!(matches!(limits.check("login", "a"), Err(AppError::TooManyRequests(s)) if s >= 1 && s <= 60));
+        assert!(matches!(limits.check("login", "a"), Err(AppError::TooManyRequests(s)) if (1..=60).contains(&s)));
         assert!(limits.check("login", "b").is_ok(), "another client has its own allowance");
         assert!(limits.check("tokens", "a").is_ok(), "another endpoint has its own allowance");
         let short = RateLimits::new(1, Duration::from_millis(1));

@@ -376,7 +376,7 @@ pub async fn authenticate(db: &Database, headers: &HeaderMap) -> Result<Principa
     let source = source(headers);
     if let Some(value) = headers.get(header::AUTHORIZATION) {
         let token = value.to_str().ok().and_then(presented_token).ok_or(AppError::Unauthorized)?;
-        let mut principal = token_principal(db, &token).await?;
+        let mut principal = token_principal(db, &token, &source).await?;
         principal.source = source;
         return Ok(principal);
     }
@@ -395,22 +395,26 @@ pub async fn require(db: &Database, headers: &HeaderMap, cap: Capability) -> Res
     Ok(principal)
 }
 
-async fn token_principal(db: &Database, token: &str) -> Result<Principal, AppError> {
+async fn token_principal(db: &Database, token: &str, source: &str) -> Result<Principal, AppError> {
     let org = parse(token).ok_or(AppError::Unauthorized)?;
     let mut tx = db.begin_org(org).await?;
-    // `last_used_at` is kept to the minute: a write (and its WAL flush) on every request would double the commit
-    // cost of each ingest batch, which is already one transaction of its own.
+    // `last_used_at` is kept to the minute, and so is the `token.use` audit record written with it: a write (and
+    // its WAL flush) on every request would double the commit cost of each ingest batch.
     let row: Option<(Uuid, String, Option<Uuid>, Vec<Uuid>)> = sqlx::query_as(
         "WITH t AS (
-            SELECT token_id, scope, cluster_id, department_ids, last_used_at FROM api_tokens
+            SELECT org_id, token_id, scope, cluster_id, department_ids, last_used_at FROM api_tokens
              WHERE secret_sha256 = $1 AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > now())),
+         due AS (
+            SELECT org_id, token_id FROM t WHERE last_used_at IS NULL OR last_used_at < now() - interval '1 minute'),
          touched AS (
-            UPDATE api_tokens SET last_used_at = now()
-             WHERE token_id IN (SELECT token_id FROM t
-                                 WHERE last_used_at IS NULL OR last_used_at < now() - interval '1 minute'))
+            UPDATE api_tokens SET last_used_at = now() WHERE token_id IN (SELECT token_id FROM due)),
+         audited AS (
+            INSERT INTO audit_log (org_id, audit_id, actor, action, target, source)
+            SELECT org_id, gen_random_uuid(), 'token:' || token_id, 'token.use', token_id::text, $2 FROM due)
          SELECT token_id, scope, cluster_id, department_ids FROM t",
     )
     .bind(sha256(token))
+    .bind(source)
     .fetch_optional(tx.conn())
     .await?;
     tx.commit().await?;

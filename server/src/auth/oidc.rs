@@ -54,11 +54,14 @@ pub async fn settings(tx: &mut OrgTx) -> Result<Option<IdpSettings>, DbError> {
     }))
 }
 
+/// Issuer → (fetched at, metadata, end-session endpoint).
+type MetadataCache = HashMap<String, (Instant, CoreProviderMetadata, Option<String>)>;
+
 /// Provider metadata, fetched once per issuer and kept for a few minutes; and the HTTP client that talks to
 /// providers (it never follows redirects: the library's SSRF advice).
 pub struct Providers {
     http: reqwest::Client,
-    cache: Mutex<HashMap<String, (Instant, CoreProviderMetadata, Option<String>)>>,
+    cache: Mutex<MetadataCache>,
     ttl: Duration,
 }
 
@@ -243,6 +246,14 @@ pub async fn consume(tx: &mut OrgTx, login_cookie: &str) -> Result<(String, Stri
     .fetch_optional(tx.conn())
     .await?;
     row.ok_or(DbError::Sqlx(sqlx::Error::RowNotFound))
+}
+
+/// Whether `login_cookie` names a sign-in this organization started (used up or expired included).
+pub async fn was_issued(tx: &mut OrgTx, login_cookie: &str) -> Result<bool, DbError> {
+    Ok(sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM oidc_logins WHERE secret_sha256 = $1)")
+        .bind(sha256(login_cookie))
+        .fetch_one(tx.conn())
+        .await?)
 }
 
 /// Finishes a sign-in: checks `state`, exchanges the code with the PKCE verifier, validates the ID token with

@@ -136,8 +136,14 @@ async fn callback(
     // The pending login is consumed in its own transaction: whatever happens next, it cannot be used again.
     let mut tx = state.db.begin_org(org).await?;
     let pending = oidc::consume(&mut tx, cookie).await.ok();
+    // Only a cookie this organization issued (used up or not) may write to its audit log: an invented one
+    // naming some organization's id is sent back to the login page without a trace there.
+    let issued = pending.is_some() || oidc::was_issued(&mut tx, cookie).await?;
     let idp = oidc::settings(&mut tx).await?;
     tx.commit().await?;
+    if !issued {
+        return Ok(with_cookies(to_login("no_pending_login"), &[clear_login]));
+    }
     let outcome = match (pending, idp, &q) {
         (None, _, _) => Err(LoginError::NoPendingLogin),
         (_, None, _) => Err(LoginError::Provider("no identity provider is configured".into())),
