@@ -233,6 +233,24 @@ impl Browser {
         Ok(v.as_str().unwrap_or_default().to_string())
     }
 
+    /// Saves a PNG screenshot of the viewport to `path` (creating its directory).
+    pub async fn screenshot(&self, path: &std::path::Path) -> Result<()> {
+        use base64::Engine;
+        let v = self.get("/screenshot").await?;
+        let data = base64::engine::general_purpose::STANDARD
+            .decode(v.as_str().context("screenshot is not a string")?)
+            .context("screenshot is not base64")?;
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        std::fs::write(path, data).with_context(|| format!("writing {}", path.display()))
+    }
+
+    /// Sets the window size (for screenshots of a laptop or a tablet layout).
+    pub async fn set_window(&self, width: u32, height: u32) -> Result<()> {
+        self.post("/window/rect", json!({ "width": width, "height": height })).await.map(|_| ())
+    }
+
     /// Navigates back in history.
     pub async fn back(&self) -> Result<()> {
         self.post("/back", json!({})).await.map(|_| ())

@@ -84,10 +84,13 @@ pub fn leptos_options() -> LeptosOptions {
 /// What every portal render gets in context: the data source and a way to set the response status.
 fn portal_context(state: &AppState) -> impl Fn() + Clone + Send + Sync + 'static {
     let (db, featured) = (state.db.clone(), state.featured_org);
+    let api = api_routes().with_state(state.clone());
     move || {
         // Per request: the data source reads as the person the request's session cookie names.
         let headers = use_context::<axum::http::request::Parts>().map(|p| p.headers).unwrap_or_default();
-        provide_context(PortalDataHandle::new(DbPortalData::for_request(db.clone(), featured, headers)));
+        provide_context(PortalDataHandle::new(
+            DbPortalData::for_request(db.clone(), featured, headers).with_api(api.clone()),
+        ));
         // Leptos adds small inline scripts (resource bookkeeping); they run only with this response's nonce.
         if let (Some(nonce), Some(options)) = (leptos::nonce::use_nonce(), use_context::<ResponseOptions>())
             && let Ok(value) = HeaderValue::from_str(&csp(Some(nonce.as_inner())))
@@ -102,6 +105,20 @@ fn portal_context(state: &AppState) -> impl Fn() + Clone + Send + Sync + 'static
     }
 }
 
+/// The REST API's routes (also what portal pages call in-process, as the signed-in person).
+pub fn api_routes() -> Router<AppState> {
+    Router::new()
+        .merge(ingest::router())
+        .merge(crate::analytics::router())
+        .merge(crate::policy::router())
+        .merge(crate::ledger::router())
+        .merge(crate::close::router())
+        .merge(crate::disputes::router())
+        .merge(auth::router())
+        .merge(crate::exports::router())
+        .merge(openapi::router())
+}
+
 /// The whole application router.
 pub fn router(state: AppState, http: &HttpOptions) -> Router {
     let leptos_options = state.leptos.clone();
@@ -114,16 +131,8 @@ pub fn router(state: AppState, http: &HttpOptions) -> Router {
     let fallback_options = state.leptos.clone();
     Router::new()
         .merge(health::router())
-        .merge(ingest::router())
-        .merge(crate::analytics::router())
-        .merge(crate::policy::router())
-        .merge(crate::ledger::router())
-        .merge(crate::close::router())
-        .merge(crate::disputes::router())
-        .merge(auth::router())
+        .merge(api_routes())
         .merge(crate::portal::router())
-        .merge(crate::exports::router())
-        .merge(openapi::router())
         .merge(portal)
         // Unknown paths render the portal's own not-found page (status 404).
         .fallback(leptos_axum::render_app_to_stream_with_context(portal_context(&state), move || {

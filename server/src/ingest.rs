@@ -76,8 +76,35 @@ async fn post_batch(
         }
     }
     let ack = store(&mut tx, principal.org, cluster, &batch.facts).await?;
+    record_contact(&mut tx, cluster, &batch).await?;
     tx.commit().await?;
     Ok(Json(ack))
+}
+
+/// Remembers the agent's contact: version, batch size and lag (now minus the newest observation).
+async fn record_contact(tx: &mut OrgTx, cluster: ClusterId, batch: &Batch) -> Result<(), AppError> {
+    let mode = if batch.agent.mode == "node" { "node" } else { "cluster" };
+    let node = if mode == "node" { batch.agent.node.clone().unwrap_or_default() } else { String::new() };
+    let newest = batch.facts.iter().map(|f| f.observed_at).max();
+    let lag = newest.map(|t| (OffsetDateTime::now_utc() - t).whole_seconds().max(0));
+    let org = tx.org().as_uuid();
+    sqlx::query(
+        "INSERT INTO agent_contacts (org_id, cluster_id, mode, node, version, last_batch_facts, lag_seconds)
+         VALUES ($1, $2, $3, $4, $5, $6, $7)
+         ON CONFLICT (org_id, cluster_id, mode, node) DO UPDATE
+            SET version = EXCLUDED.version, last_seen_at = now(), last_batch_facts = EXCLUDED.last_batch_facts,
+                lag_seconds = EXCLUDED.lag_seconds",
+    )
+    .bind(org)
+    .bind(cluster.as_uuid())
+    .bind(mode)
+    .bind(node)
+    .bind(batch.agent.version.chars().take(100).collect::<String>())
+    .bind(i32::try_from(batch.facts.len()).unwrap_or(i32::MAX))
+    .bind(lag)
+    .execute(tx.conn())
+    .await?;
+    Ok(())
 }
 
 /// Decompresses (gzip) and parses a batch; errors name the offending field.

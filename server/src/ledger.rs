@@ -429,8 +429,78 @@ struct EvidenceQuery {
     tenant: Option<String>,
     gpu_class: Option<String>,
     endpoint: Option<String>,
+    /// `start` (default), `end`, `fraction`, `id`; `-` in front for descending.
+    sort: Option<String>,
     page: Option<u32>,
     per_page: Option<u32>,
+}
+
+/// What the store says about the workloads behind a page of evidence: pod or VM, namespace, node, devices,
+/// profile — keyed by `cluster/allocation`.
+async fn evidence_details(tx: &mut OrgTx, ids: &[&str]) -> Result<std::collections::HashMap<String, Value>, AppError> {
+    let mut clusters = Vec::new();
+    let mut allocations = Vec::new();
+    for id in ids {
+        if let Some((c, a)) = id.split_once('/')
+            && let Ok(c) = Uuid::parse_str(c)
+        {
+            clusters.push(c);
+            allocations.push(a.to_string());
+        }
+    }
+    type Row = (
+        Uuid,
+        String,
+        String,
+        String,
+        String,
+        Option<String>,
+        Option<String>,
+        Vec<String>,
+        String,
+        Option<String>,
+        Option<String>,
+        String,
+    );
+    let rows: Vec<Row> = sqlx::query_as(
+        "SELECT i.cluster_id, i.allocation_id, i.holder_kind, i.holder_name, i.namespace, i.container, i.node,
+                i.device_ids, i.sharing_mode, i.profile, i.gpu_model, c.name
+           FROM unnest($1::uuid[], $2::text[]) AS k (cluster_id, allocation_id)
+           JOIN allocation_intervals i ON i.cluster_id = k.cluster_id AND i.allocation_id = k.allocation_id
+           JOIN clusters c ON c.org_id = i.org_id AND c.cluster_id = i.cluster_id",
+    )
+    .bind(&clusters)
+    .bind(&allocations)
+    .fetch_all(tx.conn())
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(
+            |(
+                cluster,
+                allocation,
+                kind,
+                name,
+                namespace,
+                container,
+                node,
+                devices,
+                mode,
+                profile,
+                model,
+                cluster_name,
+            )| {
+                (
+                    format!("{cluster}/{allocation}"),
+                    json!({
+                        "cluster": cluster_name, "holder_kind": kind, "holder": name, "namespace": namespace,
+                        "container": container, "node": node, "device_ids": devices, "sharing_mode": mode,
+                        "profile": profile, "gpu_model": model,
+                    }),
+                )
+            },
+        )
+        .collect())
 }
 
 /// The allocation records behind a line: from the bundle for a closed period, from the store for an open one.
@@ -456,18 +526,52 @@ async fn evidence(
         .as_deref()
         .map(|t| Uuid::parse_str(t).map_err(|_| AppError::invalid("tenant", "is not a UUID")))
         .transpose()?;
-    let rows: Vec<&AllocationRecord> = allocations
+    let mut rows: Vec<&AllocationRecord> = allocations
         .iter()
         .filter(|a| Visible::tenant(&visible, a.tenant.map(|x| x.as_uuid())))
         .filter(|a| tenant.is_none_or(|t| a.tenant.map(|x| x.as_uuid()) == Some(t)))
         .filter(|a| q.gpu_class.as_deref().is_none_or(|c| a.gpu_class.as_deref() == Some(c)))
         .filter(|a| q.endpoint.as_deref().is_none_or(|e| a.endpoint.as_deref() == Some(e)))
         .collect();
+    let sort = q.sort.as_deref().unwrap_or("start");
+    let (descending, key) = match sort.strip_prefix('-') {
+        Some(k) => (true, k),
+        None => (false, sort),
+    };
+    match key {
+        "start" => rows.sort_by(|a, b| a.start.cmp(&b.start).then_with(|| a.id.cmp(&b.id))),
+        "end" => rows.sort_by(|a, b| a.end.cmp(&b.end).then_with(|| a.id.cmp(&b.id))),
+        "fraction" => rows.sort_by(|a, b| a.fraction.cmp(&b.fraction).then_with(|| a.id.cmp(&b.id))),
+        "id" => rows.sort_by(|a, b| a.id.cmp(&b.id)),
+        other => {
+            return Err(AppError::invalid(
+                "sort",
+                format!("start, end, fraction or id (with - for descending), not {other:?}"),
+            ));
+        }
+    }
+    if descending {
+        rows.reverse();
+    }
+    let page_rows: Vec<&&AllocationRecord> = rows.iter().skip((page - 1) * per_page).take(per_page).collect();
+    let ids: Vec<&str> = page_rows.iter().map(|a| a.id.as_str()).collect();
+    let mut tx = state.db.begin_org(p.org).await?;
+    let details = evidence_details(&mut tx, &ids).await?;
+    tx.commit().await?;
+    let items: Vec<Value> = page_rows
+        .iter()
+        .map(|a| {
+            let mut v = serde_json::to_value(a).unwrap_or(Value::Null);
+            v["detail"] = details.get(&a.id).cloned().unwrap_or(Value::Null);
+            v
+        })
+        .collect();
     Ok(Json(json!({
         "period": period.to_string(),
         "total": rows.len(),
         "page": page,
         "per_page": per_page,
-        "allocations": rows.iter().skip((page - 1) * per_page).take(per_page).collect::<Vec<_>>(),
+        "sort": sort,
+        "allocations": items,
     })))
 }

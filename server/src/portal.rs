@@ -15,8 +15,8 @@ use axum::{
 };
 use gpuledger_core::ids::OrgId;
 use gpuledger_web::{
-    LoginOptions, OrgSummary, Overview, PeriodRow, PortalData, PortalError, SessionView, TenantRow, TokenRow,
-    data::BoxFuture,
+    ApiAnswer, LoginOptions, OrgSummary, Overview, PeriodRow, PortalData, PortalError, SessionView, TenantRow,
+    TokenRow, data::BoxFuture,
 };
 use serde::Deserialize;
 use time::{OffsetDateTime, format_description::well_known::Rfc3339};
@@ -36,6 +36,7 @@ pub struct DbPortalData {
     featured_org: Option<OrgId>,
     headers: HeaderMap,
     principal: Arc<OnceCell<Option<Principal>>>,
+    api: Option<Router>,
 }
 
 fn utc(t: OffsetDateTime) -> String {
@@ -55,7 +56,18 @@ impl DbPortalData {
 
     /// A data source for one request (its cookie says who is signed in).
     pub fn for_request(db: Database, featured_org: Option<OrgId>, headers: HeaderMap) -> Self {
-        Self { db, featured_org, headers, principal: Arc::new(OnceCell::new()) }
+        Self { db, featured_org, headers, principal: Arc::new(OnceCell::new()), api: None }
+    }
+
+    /// Lets pages call the REST API in-process, as the signed-in person (same authorization, same scoping).
+    pub fn with_api(mut self, api: Router) -> Self {
+        self.api = Some(api);
+        self
+    }
+
+    async fn call_api(&self, method: &str, path: &str, body: Option<String>) -> Result<ApiAnswer, PortalError> {
+        let api = self.api.clone().ok_or_else(|| PortalError { message: "the portal has no API configured".into() })?;
+        call_api(api, &self.headers, method, path, body).await
     }
 
     /// The signed-in person (sessions only: the portal is for people), looked up once per request.
@@ -154,6 +166,51 @@ impl DbPortalData {
             .collect())
     }
 
+    /// Admin views read straight from the store (organization-wide; admins only), as JSON tables.
+    async fn admin_data_for(&self, what: &str) -> Result<serde_json::Value, AppError> {
+        let p = self.principal().await.ok_or(AppError::Unauthorized)?;
+        p.require(Capability::Administer)?;
+        let sql = match what {
+            "clusters" => {
+                "SELECT c.name, c.created_at, c.retired_at, a.mode, a.node, a.version, a.last_seen_at,
+                        a.last_batch_facts, a.lag_seconds
+                   FROM clusters c
+                   LEFT JOIN agent_contacts a ON a.org_id = c.org_id AND a.cluster_id = c.cluster_id
+                  ORDER BY c.name, a.mode, a.node"
+            }
+            "inventory" => {
+                "SELECT 'model' AS kind, m.model AS name, m.gpu_class AS class, NULL::text AS fraction, m.valid_from, m.valid_to
+                   FROM gpu_models m
+                 UNION ALL
+                 SELECT 'mig', p.model || ' ' || p.profile, NULL, p.fraction_num || '/' || p.fraction_den, p.valid_from, p.valid_to
+                   FROM mig_profiles p
+                 UNION ALL
+                 SELECT 'vgpu', v.model || ' ' || v.profile, NULL, v.fraction_num || '/' || v.fraction_den, v.valid_from, v.valid_to
+                   FROM vgpu_profiles v
+                 UNION ALL
+                 SELECT 'time-slicing', c.name || ' ' || t.name, NULL, '1/' || t.replicas, t.valid_from, t.valid_to
+                   FROM timeslice_policies t JOIN clusters c ON c.org_id = t.org_id AND c.cluster_id = t.cluster_id
+                 ORDER BY 1, 2, 5"
+            }
+            "tenancy" => {
+                "SELECT d.name AS department, t.name AS tenant, c.name AS cluster, n.name AS namespace,
+                        o.valid_from, o.valid_to, o.source
+                   FROM namespace_ownership o
+                   JOIN tenants t ON t.org_id = o.org_id AND t.tenant_id = o.tenant_id
+                   JOIN departments d ON d.org_id = t.org_id AND d.department_id = t.department_id
+                   JOIN namespaces n ON n.org_id = o.org_id AND n.namespace_uid = o.namespace_uid
+                   JOIN clusters c ON c.org_id = n.org_id AND c.cluster_id = n.cluster_id
+                  ORDER BY d.name, t.name, n.name, o.valid_from"
+            }
+            other => return Err(AppError::NotFound(format!("no admin view {other:?}"))),
+        };
+        let mut tx = p.begin(&self.db).await?;
+        let rows: Vec<(serde_json::Value,)> =
+            sqlx::query_as(&format!("SELECT to_jsonb(r) FROM ({sql}) r")).fetch_all(tx.conn()).await?;
+        tx.commit().await?;
+        Ok(serde_json::Value::Array(rows.into_iter().map(|(v,)| v).collect()))
+    }
+
     async fn tenant_totals_for(&self) -> Result<Vec<TenantRow>, AppError> {
         let p = self.principal().await.ok_or(AppError::Unauthorized)?;
         p.require(Capability::ReadLedger)?;
@@ -212,13 +269,67 @@ impl DbPortalData {
     }
 }
 
+/// Calls `api` with the browser's own session (cookie) and, for writes, the session's CSRF token.
+pub async fn call_api(
+    api: Router,
+    headers: &HeaderMap,
+    method: &str,
+    path: &str,
+    body: Option<String>,
+) -> Result<ApiAnswer, PortalError> {
+    use tower::ServiceExt;
+    let mut request = axum::http::Request::builder().method(method).uri(path);
+    // The caller's own credential, whichever it is (a session cookie, or a token for automation).
+    for name in [
+        axum::http::header::COOKIE,
+        axum::http::header::AUTHORIZATION,
+        axum::http::HeaderName::from_static(auth::PEER_HEADER),
+    ] {
+        if let Some(v) = headers.get(&name) {
+            request = request.header(name, v.clone());
+        }
+    }
+    if let Some(cookie) = auth::session::cookie_value(headers) {
+        request = request.header("x-csrf-token", auth::session::csrf_for(&cookie));
+    }
+    if body.is_some() {
+        request = request.header(axum::http::header::CONTENT_TYPE, "application/json");
+    }
+    let request = request.body(axum::body::Body::from(body.unwrap_or_default())).map_err(portal_error)?;
+    let response = api.oneshot(request).await.map_err(portal_error)?;
+    let status = response.status().as_u16();
+    let content_type = response
+        .headers()
+        .get(axum::http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_string();
+    let bytes = axum::body::to_bytes(response.into_body(), 64 * 1024 * 1024).await.map_err(portal_error)?;
+    let body = if content_type.contains("json") {
+        serde_json::from_slice(&bytes).unwrap_or(serde_json::Value::Null)
+    } else {
+        serde_json::Value::String(String::from_utf8_lossy(&bytes).into_owned())
+    };
+    Ok(ApiAnswer { status, body })
+}
+
 impl PortalData for DbPortalData {
+    fn api(&self, method: &str, path: String, body: Option<String>) -> BoxFuture<'_, Result<ApiAnswer, PortalError>> {
+        let method = method.to_string();
+        Box::pin(async move { self.call_api(&method, &path, body).await })
+    }
+
     fn session(&self) -> BoxFuture<'_, Option<SessionView>> {
         Box::pin(async move { self.session_view().await.map_err(portal_error).ok().flatten() })
     }
 
     fn login_options(&self, org: Option<String>) -> BoxFuture<'_, Result<Option<LoginOptions>, PortalError>> {
         Box::pin(async move { self.login_options_for(org).await.map_err(portal_error) })
+    }
+
+    fn admin_data(&self, what: &str) -> BoxFuture<'_, Result<serde_json::Value, PortalError>> {
+        let what = what.to_string();
+        Box::pin(async move { self.admin_data_for(&what).await.map_err(portal_error) })
     }
 
     fn tokens(&self) -> BoxFuture<'_, Result<Vec<TokenRow>, PortalError>> {
@@ -255,6 +366,214 @@ pub fn router() -> Router<AppState> {
     Router::new()
         .route("/admin/tokens", post(create_token_form))
         .route("/admin/tokens/{id}/revoke", post(revoke_token_form))
+        .route("/ui/disputes", post(open_dispute_form))
+        .route("/ui/disputes/{id}/{action}", post(dispute_action_form))
+        .route("/ui/periods/{period}/close", post(close_form))
+        .route("/ui/clusters", post(cluster_form))
+        .route("/ui/identity/provider", post(provider_form))
+        .route("/ui/identity/role-mappings", post(mappings_form))
+        .route("/ui/policies/{version}/approve", post(approve_policy_form))
+}
+
+async fn provider_form(State(state): State<AppState>, headers: HeaderMap, body: axum::body::Bytes) -> Response {
+    let f = pairs(&body);
+    let mut request = serde_json::json!({
+        "issuer": field(&f, "issuer"), "client_id": field(&f, "client_id"), "groups_claim": field(&f, "groups_claim"),
+    });
+    let secret = field(&f, "client_secret");
+    if !secret.is_empty() {
+        request["client_secret"] = serde_json::Value::String(secret);
+    }
+    via_api(&state, &headers, "PUT", "/api/v1/identity/provider", request, "/admin/identity", |_| {
+        "/admin/identity".into()
+    })
+    .await
+}
+
+/// `GROUP = ROLE [DEPARTMENT]` per line.
+fn parse_mappings(text: &str) -> Vec<serde_json::Value> {
+    text.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(|l| {
+            let (group, rest) = l.split_once('=').unwrap_or((l, ""));
+            let rest = rest.trim();
+            let (role, department) = rest.split_once(char::is_whitespace).unwrap_or((rest, ""));
+            let department = department.trim();
+            let mut m = serde_json::json!({"group": group.trim(), "role": role.trim()});
+            if !department.is_empty() {
+                m["department"] = serde_json::Value::String(department.to_string());
+            }
+            m
+        })
+        .collect()
+}
+
+async fn mappings_form(State(state): State<AppState>, headers: HeaderMap, body: axum::body::Bytes) -> Response {
+    let f = pairs(&body);
+    let request = serde_json::json!({ "mappings": parse_mappings(&field(&f, "mappings")) });
+    via_api(&state, &headers, "PUT", "/api/v1/identity/role-mappings", request, "/admin/identity", |_| {
+        "/admin/identity".into()
+    })
+    .await
+}
+
+async fn approve_policy_form(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(version): Path<String>,
+) -> Response {
+    via_api(
+        &state,
+        &headers,
+        "POST",
+        &format!("/api/v1/policies/{version}/approve"),
+        serde_json::json!({}),
+        "/admin/policies",
+        |_| "/admin/policies".into(),
+    )
+    .await
+}
+
+/// A form's fields, repeated keys kept (checkbox lists).
+fn pairs(body: &[u8]) -> Vec<(String, String)> {
+    form_urlencoded::parse(body).map(|(k, v)| (k.into_owned(), v.into_owned())).collect()
+}
+
+fn field(pairs: &[(String, String)], name: &str) -> String {
+    pairs.iter().find(|(k, _)| k == name).map(|(_, v)| v.trim().to_string()).unwrap_or_default()
+}
+
+/// Runs a form's action through the REST API as the signed-in person; on success redirects to `next(answer)`,
+/// otherwise shows the API's problem with a way back.
+async fn via_api(
+    state: &AppState,
+    headers: &HeaderMap,
+    method: &str,
+    path: &str,
+    body: serde_json::Value,
+    back: &str,
+    next: impl FnOnce(&serde_json::Value) -> String,
+) -> Response {
+    let api = crate::app::api_routes().with_state(state.clone());
+    match call_api(api, headers, method, path, Some(body.to_string())).await {
+        Ok(answer) if (200..300).contains(&answer.status) => Redirect::to(&next(&answer.body)).into_response(),
+        Ok(answer) if answer.status == 401 => Redirect::to(&format!("/login?next={back}")).into_response(),
+        Ok(answer) => {
+            let detail = answer.body["detail"].as_str().unwrap_or("the request was refused").to_string();
+            let status = StatusCode::from_u16(answer.status).unwrap_or(StatusCode::BAD_REQUEST);
+            (status, Html(gpuledger_web::account::form_error_document(&detail, back))).into_response()
+        }
+        Err(e) => {
+            (StatusCode::INTERNAL_SERVER_ERROR, Html(gpuledger_web::account::form_error_document(&e.message, back)))
+                .into_response()
+        }
+    }
+}
+
+async fn open_dispute_form(State(state): State<AppState>, headers: HeaderMap, body: axum::body::Bytes) -> Response {
+    let f = pairs(&body);
+    let lines: Vec<String> = f.iter().filter(|(k, _)| k == "line").map(|(_, v)| v.clone()).collect();
+    let period = field(&f, "period");
+    let back = headers
+        .get(axum::http::header::REFERER)
+        .and_then(|r| r.to_str().ok())
+        .and_then(|r| r.find("/tenants/").map(|i| r[i..].to_string()))
+        .unwrap_or_else(|| "/departments".into());
+    let request = serde_json::json!({"period": period, "line_ids": lines, "reason": field(&f, "reason")});
+    via_api(&state, &headers, "POST", "/api/v1/disputes", request, &back, |d| {
+        format!("/disputes/{}", d["number"].as_i64().unwrap_or_default())
+    })
+    .await
+}
+
+async fn dispute_action_form(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path((id, action)): Path<(String, String)>,
+    body: axum::body::Bytes,
+) -> Response {
+    let f = pairs(&body);
+    let id = id.trim().to_string();
+    let back = format!("/disputes/{id}");
+    let (path, request) = match action.as_str() {
+        "comment" => ("comments", serde_json::json!({"body": field(&f, "body")})),
+        "accept" => {
+            ("accept", serde_json::json!({"reason": field(&f, "reason"), "credit_amount": field(&f, "credit_amount")}))
+        }
+        "reject" => ("reject", serde_json::json!({"reason": field(&f, "reason")})),
+        "credit-approve" => ("credit/approve", serde_json::json!({"reason": field(&f, "reason")})),
+        "credit-reject" => ("credit/reject", serde_json::json!({"reason": field(&f, "reason")})),
+        _ => {
+            return (StatusCode::NOT_FOUND, Html(gpuledger_web::account::form_error_document("no such action", &back)))
+                .into_response();
+        }
+    };
+    let target = back.clone();
+    via_api(&state, &headers, "POST", &format!("/api/v1/disputes/{id}/{path}"), request, &back, move |_| target).await
+}
+
+async fn close_form(State(state): State<AppState>, headers: HeaderMap, Path(period): Path<String>) -> Response {
+    let back = format!("/close/{period}");
+    let target = back.clone();
+    via_api(
+        &state,
+        &headers,
+        "POST",
+        &format!("/api/v1/periods/{period}/close"),
+        serde_json::json!({}),
+        &back,
+        move |_| target,
+    )
+    .await
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    #[test]
+    fn role_mapping_lines_become_the_api_body() {
+        let m = parse_mappings("gl-admins = admin\n\n# comment\nleads = department_manager Platform Engineering\n");
+        assert_eq!(m.len(), 2);
+        assert_eq!(m[0], serde_json::json!({"group": "gl-admins", "role": "admin"}));
+        assert_eq!(m[1]["department"], "Platform Engineering");
+        let f = pairs(b"line=a&line=b%2Fc&reason=x+y");
+        assert_eq!(f.iter().filter(|(k, _)| k == "line").count(), 2);
+        assert_eq!(field(&f, "reason"), "x y");
+    }
+}
+
+#[derive(Debug, Deserialize)]
+struct ClusterForm {
+    name: String,
+}
+
+/// Registers a cluster (if new) and shows a one-time join token with the exact commands to install the agent.
+async fn cluster_form(State(state): State<AppState>, headers: HeaderMap, Form(form): Form<ClusterForm>) -> Response {
+    let result = async {
+        state.auth.limits.check("tokens", &auth::source(&headers))?;
+        let p = auth::require(&state.db, &headers, Capability::Administer).await?;
+        let name = form.name.trim();
+        if name.is_empty() || name.len() > 200 || name.contains(char::is_whitespace) {
+            return Err(AppError::invalid("name", "a cluster name of 1 to 200 characters, without spaces"));
+        }
+        auth::tokens::create_for(&state, &p, &format!("join {name}"), &format!("join:{name}"), &[], None).await
+    }
+    .await;
+    match result {
+        Ok(created) => {
+            let token = created["token"].as_str().unwrap_or_default().to_string();
+            let server = state.auth.sessions.base_url(&headers);
+            let name = form.name.trim().to_string();
+            Html(gpuledger_web::account::join_token_document(&name, &token, &server)).into_response()
+        }
+        Err(AppError::Unauthorized) => Redirect::to("/login?next=/admin").into_response(),
+        Err(e @ AppError::Invalid { .. }) => form_error(StatusCode::UNPROCESSABLE_ENTITY, &e),
+        Err(e @ AppError::Forbidden(_)) => form_error(StatusCode::FORBIDDEN, &e),
+        Err(e) => e.into_response(),
+    }
 }
 
 #[derive(Debug, Deserialize)]

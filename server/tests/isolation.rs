@@ -95,6 +95,11 @@ async fn seed(db: &Database, slug: &str) -> OrgId {
             "INSERT INTO audit_log (org_id, audit_id, actor, action) VALUES ($1, $2, 'test', 'seed')",
             vec![o, Uuid::new_v4()],
         ),
+        // Agents' last contact (migration 7).
+        (
+            "INSERT INTO agent_contacts (org_id, cluster_id, mode, version) VALUES ($1, $2, 'cluster', '0.1.0')",
+            vec![o, cluster],
+        ),
         // The ledger (migration 4).
         (
             "INSERT INTO cost_policies (org_id, version, effective_from, currency, document, created_by) VALUES ($1, 1, '2026-01-01', 'USD', '{}', 'test')",

@@ -6,7 +6,7 @@ use leptos::prelude::*;
 use leptos_meta::Title;
 use leptos_router::{components::Redirect, hooks::use_query_map};
 
-use crate::data::{LoginOptions, PeriodRow, PortalDataHandle, PortalError, SessionView, TenantRow, TokenRow};
+use crate::data::{LoginOptions, PeriodRow, PortalDataHandle, PortalError, SessionView, TokenRow};
 
 fn handle() -> Option<PortalDataHandle> {
     use_context::<PortalDataHandle>()
@@ -205,37 +205,11 @@ fn failed(e: PortalError) -> AnyView {
     view! { <section class="panel error" role="alert"><p>{e.message}</p></section> }.into_any()
 }
 
-/// `/admin`: the admin's landing page — API tokens: create (shown once), list, revoke.
 #[component]
-pub fn AdminPage() -> impl IntoView {
-    let data = async move {
-        let g = gate("/admin", &["admin"], "The admin page is for admins.").await;
-        let tokens = match (&g, handle()) {
-            (Gate::Allowed(_), Some(h)) => Some(h.0.tokens().await),
-            _ => None,
-        };
-        (g, tokens)
-    };
-    view! {
-        <Title text="Admin — GPU Ledger" />
-        <Await future=data let:data>
-            {match data.clone() {
-                (Gate::SignIn(to), _) => view! { <Redirect path=to /> }.into_any(),
-                (Gate::Forbidden(what), _) => forbidden(what),
-                (Gate::Allowed(s), Some(Ok(tokens))) => view! { <TokensPanel session=s tokens /> }.into_any(),
-                (_, Some(Err(e))) => failed(e),
-                (Gate::Allowed(_), None) => failed(PortalError { message: "no data source".into() }),
-            }}
-        </Await>
-    }
-}
-
-#[component]
-fn TokensPanel(session: SessionView, tokens: Vec<TokenRow>) -> impl IntoView {
+pub(crate) fn TokensPanel(session: SessionView, tokens: Vec<TokenRow>) -> impl IntoView {
     let empty = tokens.is_empty();
     view! {
         <section class="panel">
-            <h1>"Admin"</h1>
             <h2>"API tokens"</h2>
             <p class="muted">
                 "Agents, Power BI and automation use tokens. A token is shown once, when it is made; only its hash is kept."
@@ -352,82 +326,11 @@ fn PeriodsPanel(periods: Vec<PeriodRow>) -> impl IntoView {
                                 };
                                 view! {
                                     <tr>
-                                        <td>{p.period.clone()}</td>
+                                        <td><a href=format!("/close/{}", p.period)>{p.period.clone()}</a></td>
                                         <td>{p.state.clone()}</td>
                                         <td class="num">{total}</td>
                                         <td>{p.closed_at.clone().unwrap_or_default()}</td>
                                         <td>{bundle}</td>
-                                    </tr>
-                                }
-                            }).collect_view()}
-                        </tbody>
-                    </table>
-                }.into_any()
-            }}
-        </section>
-    }
-}
-
-/// `/departments`: a department manager's landing page — their tenants' charges in the latest closed month.
-/// Other roles see every department.
-#[component]
-pub fn DepartmentsPage() -> impl IntoView {
-    let data = async move {
-        let g = gate(
-            "/departments",
-            &["department_manager", "finance", "admin", "viewer"],
-            "This page needs a role in the organization.",
-        )
-        .await;
-        let rows = match (&g, handle()) {
-            (Gate::Allowed(_), Some(h)) => Some(h.0.tenant_totals().await),
-            _ => None,
-        };
-        (g, rows)
-    };
-    view! {
-        <Title text="Departments — GPU Ledger" />
-        <Await future=data let:data>
-            {match data.clone() {
-                (Gate::SignIn(to), _) => view! { <Redirect path=to /> }.into_any(),
-                (Gate::Forbidden(what), _) => forbidden(what),
-                (Gate::Allowed(s), Some(Ok(rows))) => view! { <TenantsPanel session=s rows /> }.into_any(),
-                (_, Some(Err(e))) => failed(e),
-                (Gate::Allowed(_), None) => failed(PortalError { message: "no data source".into() }),
-            }}
-        </Await>
-    }
-}
-
-#[component]
-fn TenantsPanel(session: SessionView, rows: Vec<TenantRow>) -> impl IntoView {
-    let scope = match &session.departments {
-        Some(d) => format!("Your departments: {}", d.join(", ")),
-        None => "All departments".to_string(),
-    };
-    let empty = rows.is_empty();
-    view! {
-        <section class="panel">
-            <h1>"Departments"</h1>
-            <p class="muted" id="department-scope">{scope}</p>
-            {if empty {
-                view! { <p class="empty">"No tenants to show."</p> }.into_any()
-            } else {
-                view! {
-                    <table class="tenants">
-                        <thead><tr><th>"Department"</th><th>"Tenant"</th><th>"Month"</th><th class="num">"Charged"</th></tr></thead>
-                        <tbody>
-                            {rows.into_iter().map(|r| {
-                                let amount = match (&r.amount, &r.currency) {
-                                    (Some(a), Some(c)) => format!("{a} {c}"),
-                                    _ => "—".into(),
-                                };
-                                view! {
-                                    <tr>
-                                        <td>{r.department.clone()}</td>
-                                        <td class="tenant">{r.tenant.clone()}</td>
-                                        <td>{r.period.clone().unwrap_or_else(|| "—".into())}</td>
-                                        <td class="num">{amount}</td>
                                     </tr>
                                 }
                             }).collect_view()}
@@ -451,6 +354,28 @@ pub fn token_created_document(name: &str, scope: &str, token: &str) -> String {
     }
     .to_html();
     document("Token created — GPU Ledger", &body)
+}
+
+/// The page shown once after an admin adds a cluster: its join token and the exact install commands.
+pub fn join_token_document(cluster: &str, token: &str, server: &str) -> String {
+    let command = format!(
+        "gpuledger-agent join --server {server} --token {token} --secret gpuledger/gpuledger-agent-{cluster}\n\
+         # or, outside Kubernetes: gpuledger-agent join --server {server} --token {token} --output /etc/gpuledger/{cluster}.token"
+    );
+    let body = view! {
+        <section class="panel">
+            <h1>{format!("Cluster {cluster}")}</h1>
+            <p>"A one-time join token, valid 24 hours. Copy it now: it is shown only once."</p>
+            <pre class="token" id="join-token">{token.to_string()}</pre>
+            <h2>"Install the agent"</h2>
+            <p>"On a machine with access to the cluster (or as a Kubernetes Job), exchange the token for the cluster's credential:"</p>
+            <pre id="join-command">{command}</pre>
+            <p>"The agent stores the credential it receives and then runs " <code>"gpuledger-agent cluster"</code> " (see docs/agent.md)."</p>
+            <p><a href="/admin">"Back to admin"</a></p>
+        </section>
+    }
+    .to_html();
+    document("Join a cluster — GPU Ledger", &body)
 }
 
 /// The admin token form's error page.

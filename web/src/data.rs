@@ -137,6 +137,28 @@ pub struct TenantRow {
     pub currency: Option<String>,
 }
 
+/// What the REST API answered to a page's in-process call.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ApiAnswer {
+    /// HTTP status.
+    pub status: u16,
+    /// The JSON body (a problem document on errors); a string for non-JSON answers.
+    pub body: serde_json::Value,
+}
+
+impl ApiAnswer {
+    /// The body when the call succeeded, else the problem's detail as a [`PortalError`].
+    pub fn ok(self) -> Result<serde_json::Value, PortalError> {
+        if (200..300).contains(&self.status) {
+            Ok(self.body)
+        } else {
+            let detail =
+                self.body["detail"].as_str().map(String::from).unwrap_or_else(|| format!("HTTP {}", self.status));
+            Err(PortalError { message: detail })
+        }
+    }
+}
+
 /// A boxed, sendable future, so the trait stays object-safe.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
@@ -144,6 +166,13 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 pub trait PortalData: Send + Sync + 'static {
     /// The landing page's overview.
     fn overview(&self) -> BoxFuture<'_, Result<Overview, PortalError>>;
+
+    /// Calls the REST API in-process as the signed-in person: `GET /api/v1/ledger?period=…` and so on. Pages
+    /// are thin clients of the same API as everyone else, with the same authorization and scoping.
+    fn api(&self, method: &str, path: String, body: Option<String>) -> BoxFuture<'_, Result<ApiAnswer, PortalError>> {
+        let _ = (method, path, body);
+        Box::pin(async { Err(PortalError { message: "the portal has no API configured".into() }) })
+    }
 
     /// The signed-in person, if any.
     fn session(&self) -> BoxFuture<'_, Option<SessionView>> {
@@ -154,6 +183,12 @@ pub trait PortalData: Send + Sync + 'static {
     fn login_options(&self, org: Option<String>) -> BoxFuture<'_, Result<Option<LoginOptions>, PortalError>> {
         let _ = org;
         Box::pin(async { Ok(None) })
+    }
+
+    /// An admin view as JSON rows: `clusters` (with their agents' last contact), `inventory`, `tenancy`.
+    fn admin_data(&self, what: &str) -> BoxFuture<'_, Result<serde_json::Value, PortalError>> {
+        let _ = what;
+        Box::pin(async { Ok(serde_json::Value::Array(Vec::new())) })
     }
 
     /// The organization's API tokens (admins).

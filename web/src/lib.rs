@@ -9,15 +9,19 @@ pub mod pages;
 use leptos::prelude::*;
 use leptos_meta::{MetaTags, Title, provide_meta_context};
 use leptos_router::{
-    SsrMode, StaticSegment,
+    ParamSegment, SsrMode, StaticSegment,
     components::{Route, Router, Routes},
 };
 
 pub mod account;
+pub mod admin;
+pub mod showback;
+pub mod ui;
+pub mod workflow;
 
 pub use data::{
-    LoginOptions, OrgSummary, Overview, PeriodRow, PortalData, PortalDataHandle, PortalError, ResponseStatus,
-    SessionView, TenantRow, TokenRow,
+    ApiAnswer, LoginOptions, OrgSummary, Overview, PeriodRow, PortalData, PortalDataHandle, PortalError,
+    ResponseStatus, SessionView, TenantRow, TokenRow,
 };
 
 /// The portal's stylesheet, inlined so the portal needs no asset pipeline.
@@ -52,6 +56,11 @@ pub fn App() -> impl IntoView {
             <a class="brand" href="/">"GPU Ledger"</a>
             <nav>
                 <a href="/">"Overview"</a>
+                <a href="/departments">"Showback"</a>
+                <a href="/disputes">"Disputes"</a>
+                <a href="/finance">"Close"</a>
+                <a href="/exports">"Exports"</a>
+                <a href="/admin">"Admin"</a>
                 <a href="/api/v1/openapi.json">"API"</a>
             </nav>
             <account::UserBar />
@@ -63,12 +72,24 @@ pub fn App() -> impl IntoView {
                     // Role pages answer only once their data is in, so a 403 or a redirect to sign-in can still
                     // set the status line.
                     <Route path=StaticSegment("login") view=account::LoginPage ssr=SsrMode::Async />
-                    <Route path=StaticSegment("admin") view=account::AdminPage ssr=SsrMode::Async />
+                    <Route path=StaticSegment("admin") view=admin::AdminPage ssr=SsrMode::Async />
+                    <Route path=(StaticSegment("admin"), StaticSegment("identity")) view=admin::IdentityPage ssr=SsrMode::Async />
+                    <Route path=(StaticSegment("admin"), StaticSegment("policies")) view=admin::PoliciesPage ssr=SsrMode::Async />
+                    <Route path=(StaticSegment("admin"), StaticSegment("inventory")) view=admin::InventoryPage ssr=SsrMode::Async />
+                    <Route path=(StaticSegment("admin"), StaticSegment("audit")) view=admin::AuditPage ssr=SsrMode::Async />
                     <Route path=StaticSegment("finance") view=account::FinancePage ssr=SsrMode::Async />
-                    <Route path=StaticSegment("departments") view=account::DepartmentsPage ssr=SsrMode::Async />
+                    <Route path=StaticSegment("departments") view=showback::ShowbackPage ssr=SsrMode::Async />
+                    <Route path=(StaticSegment("tenants"), ParamSegment("id")) view=showback::TenantPage ssr=SsrMode::Async />
+                    <Route path=StaticSegment("disputes") view=workflow::DisputesPage ssr=SsrMode::Async />
+                    <Route path=(StaticSegment("disputes"), ParamSegment("id")) view=workflow::DisputePage ssr=SsrMode::Async />
+                    <Route path=(StaticSegment("close"), ParamSegment("period")) view=workflow::ClosePage ssr=SsrMode::Async />
+                    <Route path=StaticSegment("exports") view=workflow::ExportsPage ssr=SsrMode::Async />
                 </Routes>
             </main>
         </Router>
         <footer>"GPU Ledger " {env!("CARGO_PKG_VERSION")} " · who used the GPU, and what do they owe"</footer>
     }
 }
+
+#[cfg(test)]
+mod render_tests;

@@ -1,0 +1,409 @@
+//! Admin: clusters and their agents (join tokens with the install command), API tokens, sign-in settings,
+//! cost policies (diff against the approved one, approve), quotas, inventory, tenancy history, the audit log.
+
+use leptos::prelude::*;
+use leptos_meta::Title;
+use leptos_router::{components::Redirect, hooks::use_query_map};
+use serde_json::Value;
+
+use crate::{
+    account::TokensPanel,
+    data::{PortalDataHandle, PortalError, SessionView, TokenRow},
+    ui::{api_get, error_panel, q, s},
+};
+
+#[derive(Clone, serde::Serialize, serde::Deserialize)]
+enum Access {
+    SignIn(String),
+    Forbidden,
+    Admin(SessionView),
+}
+
+async fn admin(next: &str) -> Access {
+    let session = match use_context::<PortalDataHandle>() {
+        Some(h) => h.0.session().await,
+        None => None,
+    };
+    match session {
+        None => Access::SignIn(format!("/login?next={next}")),
+        Some(s) if s.has("admin") => Access::Admin(s),
+        Some(_) => Access::Forbidden,
+    }
+}
+
+fn forbidden() -> AnyView {
+    if let Some(status) = use_context::<crate::data::ResponseStatus>() {
+        status.set(403);
+    }
+    view! { <section class="panel error" role="alert"><h1>"Not available to your role"</h1><p>"The admin pages are for admins."</p></section> }
+        .into_any()
+}
+
+async fn admin_data(what: &str) -> Result<Vec<Value>, PortalError> {
+    let h = use_context::<PortalDataHandle>()
+        .ok_or_else(|| PortalError { message: "the portal has no data source configured".into() })?;
+    Ok(h.0.admin_data(what).await?.as_array().cloned().unwrap_or_default())
+}
+
+#[component]
+fn AdminNav() -> impl IntoView {
+    view! {
+        <nav class="tabs" aria-label="Admin sections">
+            <a href="/admin">"Clusters & tokens"</a>
+            <a href="/admin/identity">"Sign-in"</a>
+            <a href="/admin/policies">"Cost policies & quotas"</a>
+            <a href="/admin/inventory">"Inventory & tenancy"</a>
+            <a href="/admin/audit">"Audit log"</a>
+        </nav>
+    }
+}
+
+#[derive(Clone, serde::Serialize, serde::Deserialize)]
+struct Home {
+    session: SessionView,
+    clusters: Vec<Value>,
+    tokens: Vec<TokenRow>,
+}
+
+/// `/admin`: clusters with their agents' last contact, adding a cluster (join token + install command), tokens.
+#[component]
+pub fn AdminPage() -> impl IntoView {
+    let data = async move {
+        match admin("/admin").await {
+            Access::Admin(session) => {
+                let h = use_context::<PortalDataHandle>();
+                let tokens = match &h {
+                    Some(h) => h.0.tokens().await,
+                    None => Ok(Vec::new()),
+                };
+                let clusters = admin_data("clusters").await;
+                match (tokens, clusters) {
+                    (Ok(tokens), Ok(clusters)) => Ok(Home { session, clusters, tokens }),
+                    (Err(e), _) | (_, Err(e)) => Err(Err(e)),
+                }
+            }
+            other => Err(Ok(other)),
+        }
+    };
+    view! {
+        <Title text="Admin — GPU Ledger" />
+        <Await future=data let:data>
+            {match data.clone() {
+                Err(Ok(Access::SignIn(to))) => view! { <Redirect path=to /> }.into_any(),
+                Err(Ok(_)) => forbidden(),
+                Err(Err(e)) => error_panel(&e),
+                Ok(home) => view! {
+                    <section class="panel"><h1>"Admin"</h1><AdminNav /></section>
+                    <ClustersPanel csrf=home.session.csrf.clone() rows=home.clusters />
+                    <TokensPanel session=home.session tokens=home.tokens />
+                }.into_any(),
+            }}
+        </Await>
+    }
+}
+
+#[component]
+fn ClustersPanel(csrf: String, rows: Vec<Value>) -> impl IntoView {
+    let empty = rows.is_empty();
+    view! {
+        <section class="panel">
+            <h2>"Clusters and agents"</h2>
+            <form method="post" action="/ui/clusters" class="inline-form" id="add-cluster">
+                <input type="hidden" name="csrf" value=csrf />
+                <label>"New cluster name " <input name="name" required=true pattern="[^\\s]+" placeholder="prod-west" /></label>
+                <button type="submit">"Add cluster and get a join token"</button>
+            </form>
+            {if empty {
+                view! { <p class="empty">"No cluster yet: add one, then run the join command it shows."</p> }.into_any()
+            } else {
+                view! {
+                    <table class="clusters">
+                        <thead><tr><th>"Cluster"</th><th>"Agent"</th><th>"Version"</th><th>"Last contact (UTC)"</th><th class="num">"Facts in last batch"</th><th class="num">"Lag (s)"</th></tr></thead>
+                        <tbody>{rows.iter().map(|r| {
+                            let agent = match (s(r, "mode").as_str(), s(r, "node")) {
+                                ("", _) => "no contact yet".to_string(),
+                                ("node", n) => format!("node {n}"),
+                                (m, _) => m.to_string(),
+                            };
+                            view! {
+                                <tr>
+                                    <td>{s(r, "name")}{(!r["retired_at"].is_null()).then(|| " (retired)")}</td>
+                                    <td>{agent}</td>
+                                    <td>{s(r, "version")}</td>
+                                    <td>{s(r, "last_seen_at")}</td>
+                                    <td class="num">{s(r, "last_batch_facts")}</td>
+                                    <td class="num">{s(r, "lag_seconds")}</td>
+                                </tr>
+                            }
+                        }).collect_view()}</tbody>
+                    </table>
+                }.into_any()
+            }}
+        </section>
+    }
+}
+
+/// `/admin/identity`: the OpenID provider and the group → role mappings.
+#[component]
+pub fn IdentityPage() -> impl IntoView {
+    let data = async move {
+        match admin("/admin/identity").await {
+            Access::Admin(session) => {
+                let provider = api_get("/api/v1/identity/provider".into()).await.map_err(Err)?;
+                let mappings = api_get("/api/v1/identity/role-mappings".into()).await.map_err(Err)?;
+                Ok((session, provider, mappings))
+            }
+            other => Err(Ok(other)),
+        }
+    };
+    view! {
+        <Title text="Sign-in settings — GPU Ledger" />
+        <Await future=data let:data>
+            {match data.clone() {
+                Err(Ok(Access::SignIn(to))) => view! { <Redirect path=to /> }.into_any(),
+                Err(Ok(_)) => forbidden(),
+                Err(Err(e)) => error_panel(&e),
+                Ok((session, provider, mappings)) => {
+                    let p = provider["provider"].clone();
+                    let lines = mappings["mappings"].as_array().cloned().unwrap_or_default().iter().map(|m| {
+                        let d = s(m, "department");
+                        if d.is_empty() { format!("{} = {}", s(m, "group"), s(m, "role")) } else { format!("{} = {} {}", s(m, "group"), s(m, "role"), d) }
+                    }).collect::<Vec<_>>().join("\n");
+                    view! {
+                        <section class="panel"><h1>"Sign-in"</h1><AdminNav /></section>
+                        <section class="panel">
+                            <h2>"OpenID provider"</h2>
+                            <p class="muted">"Register a confidential client with the redirect URI " <code>{s(&provider, "redirect_uri")}</code>
+                               ". Saving switches the demo login off." {provider["demo_login"].as_bool().unwrap_or(false).then(|| " (The demo login is on now.)")}</p>
+                            <form method="post" action="/ui/identity/provider" class="stack" id="provider-form">
+                                <input type="hidden" name="csrf" value=session.csrf.clone() />
+                                <label>"Issuer URL " <input name="issuer" required=true value=s(&p, "issuer") /></label>
+                                <label>"Client ID " <input name="client_id" required=true value=s(&p, "client_id") /></label>
+                                <label>"Client secret " <input name="client_secret" type="password" autocomplete="off"
+                                    placeholder=if p.is_null() { "required" } else { "unchanged when empty" } /></label>
+                                <label>"Groups claim " <input name="groups_claim" value={let g = s(&p, "groups_claim"); if g.is_empty() { "groups".to_string() } else { g }} /></label>
+                                <button type="submit">"Save provider"</button>
+                            </form>
+                        </section>
+                        <section class="panel">
+                            <h2>"Groups → roles"</h2>
+                            <p class="muted">"One mapping per line: " <code>"GROUP = ROLE [DEPARTMENT]"</code> " with ROLE one of admin, finance, department_manager (with its department), viewer."</p>
+                            <form method="post" action="/ui/identity/role-mappings" class="stack" id="mappings-form">
+                                <input type="hidden" name="csrf" value=session.csrf.clone() />
+                                <textarea name="mappings" rows="8">{lines}</textarea>
+                                <button type="submit">"Save mappings"</button>
+                            </form>
+                        </section>
+                    }.into_any()
+                }
+            }}
+        </Await>
+    }
+}
+
+/// Line-by-line comparison of two JSON documents (the draft against the approved policy).
+fn diff(old: &Value, new: &Value) -> Vec<(char, String)> {
+    let a = serde_json::to_string_pretty(old).unwrap_or_default();
+    let b = serde_json::to_string_pretty(new).unwrap_or_default();
+    let (a, b): (Vec<&str>, Vec<&str>) = (a.lines().collect(), b.lines().collect());
+    // Longest common subsequence: small documents, quadratic is fine.
+    let mut l = vec![vec![0usize; b.len() + 1]; a.len() + 1];
+    for i in (0..a.len()).rev() {
+        for j in (0..b.len()).rev() {
+            l[i][j] = if a[i] == b[j] { l[i + 1][j + 1] + 1 } else { l[i + 1][j].max(l[i][j + 1]) };
+        }
+    }
+    let (mut i, mut j, mut out) = (0, 0, Vec::new());
+    while i < a.len() || j < b.len() {
+        if i < a.len() && j < b.len() && a[i] == b[j] {
+            out.push((' ', a[i].to_string()));
+            i += 1;
+            j += 1;
+        } else if j < b.len() && (i == a.len() || l[i][j + 1] >= l[i + 1][j]) {
+            out.push(('+', b[j].to_string()));
+            j += 1;
+        } else {
+            out.push(('-', a[i].to_string()));
+            i += 1;
+        }
+    }
+    out
+}
+
+/// `/admin/policies`: cost policy versions, a draft's differences from the approved one, approval; quotas.
+#[component]
+pub fn PoliciesPage() -> impl IntoView {
+    let data = async move {
+        match admin("/admin/policies").await {
+            Access::Admin(session) => {
+                let policies = api_get("/api/v1/policies".into()).await.map_err(Err)?;
+                let quotas = api_get("/api/v1/quotas".into()).await.map_err(Err)?;
+                Ok((session, policies, quotas))
+            }
+            other => Err(Ok(other)),
+        }
+    };
+    view! {
+        <Title text="Cost policies — GPU Ledger" />
+        <Await future=data let:data>
+            {match data.clone() {
+                Err(Ok(Access::SignIn(to))) => view! { <Redirect path=to /> }.into_any(),
+                Err(Ok(_)) => forbidden(),
+                Err(Err(e)) => error_panel(&e),
+                Ok((session, policies, quotas)) => {
+                    let items = policies["items"].as_array().cloned().unwrap_or_default();
+                    let approved = items.iter().find(|p| p["state"] == "approved").cloned();
+                    let quota_rows = quotas["items"].as_array().cloned().unwrap_or_default();
+                    view! {
+                        <section class="panel"><h1>"Cost policies & quotas"</h1><AdminNav /></section>
+                        <section class="panel">
+                            <h2>"Versions"</h2>
+                            {if items.is_empty() { view! { <p class="empty">"No cost policy yet (POST /api/v1/policies)."</p> }.into_any() } else { view! {
+                                <table><thead><tr><th>"Version"</th><th>"State"</th><th>"From"</th><th>"Note"</th><th>"Approved"</th><th></th></tr></thead>
+                                <tbody>{items.iter().map(|p| {
+                                    let draft = p["state"] == "draft";
+                                    let version = s(p, "version");
+                                    view! {
+                                        <tr>
+                                            <td>{version.clone()}</td><td>{s(p, "state")}</td><td>{s(p, "effective_from")}</td><td>{s(p, "note")}</td>
+                                            <td>{format!("{} {}", s(p, "approved_at"), s(p, "approved_by"))}</td>
+                                            <td>{draft.then(|| view! {
+                                                <form method="post" action=format!("/ui/policies/{version}/approve") class="inline">
+                                                    <input type="hidden" name="csrf" value=session.csrf.clone() />
+                                                    <button type="submit">"Approve"</button>
+                                                </form>
+                                            })}</td>
+                                        </tr>
+                                    }
+                                }).collect_view()}</tbody></table>
+                            }.into_any() }}
+                            {items.iter().filter(|p| p["state"] == "draft").map(|d| {
+                                let base = approved.as_ref().map(|a| a["document"].clone()).unwrap_or(Value::Null);
+                                view! {
+                                    <h3>{format!("Draft v{} against the approved version", s(d, "version"))}</h3>
+                                    <pre class="diff">{diff(&base, &d["document"]).into_iter().map(|(k, line)| {
+                                        let class = match k { '+' => "add", '-' => "del", _ => "same" };
+                                        view! { <span class=class>{format!("{k} {line}\n")}</span> }
+                                    }).collect_view()}</pre>
+                                }
+                            }).collect_view()}
+                        </section>
+                        <section class="panel">
+                            <h2>"Quotas (guaranteed capacity)"</h2>
+                            {if quota_rows.is_empty() { view! { <p class="empty">"No quotas."</p> }.into_any() } else { view! {
+                                <table><thead><tr><th>"Holder"</th><th>"Class"</th><th class="num">"GPUs"</th><th>"From"</th><th>"To"</th><th>"Source"</th></tr></thead>
+                                <tbody>{quota_rows.iter().map(|r| {
+                                    let holder = [s(r, "tenant"), s(r, "department")].into_iter().find(|x| !x.is_empty()).unwrap_or_default();
+                                    view! {
+                                        <tr><td>{holder}</td><td>{s(r, "gpu_class")}</td><td class="num">{s(r, "gpus")}</td>
+                                            <td>{s(r, "valid_from")}</td><td>{s(r, "valid_to")}</td><td>{s(r, "source")}</td></tr>
+                                    }
+                                }).collect_view()}</tbody></table>
+                            }.into_any() }}
+                        </section>
+                    }.into_any()
+                }
+            }}
+        </Await>
+    }
+}
+
+/// `/admin/inventory`: approved GPU models, MIG / vGPU fractions, time-slicing policies (with validity), and the
+/// namespace → tenant mapping with its history.
+#[component]
+pub fn InventoryPage() -> impl IntoView {
+    let data = async move {
+        match admin("/admin/inventory").await {
+            Access::Admin(_) => {
+                let inventory = admin_data("inventory").await.map_err(Err)?;
+                let tenancy = admin_data("tenancy").await.map_err(Err)?;
+                Ok((inventory, tenancy))
+            }
+            other => Err(Ok(other)),
+        }
+    };
+    view! {
+        <Title text="Inventory — GPU Ledger" />
+        <Await future=data let:data>
+            {match data.clone() {
+                Err(Ok(Access::SignIn(to))) => view! { <Redirect path=to /> }.into_any(),
+                Err(Ok(_)) => forbidden(),
+                Err(Err(e)) => error_panel(&e),
+                Ok((inventory, tenancy)) => view! {
+                    <section class="panel"><h1>"Inventory & tenancy"</h1><AdminNav /></section>
+                    <section class="panel">
+                        <h2>"Approved inventory"</h2>
+                        {if inventory.is_empty() { view! { <p class="empty">"Nothing approved yet."</p> }.into_any() } else { view! {
+                            <table><thead><tr><th>"Kind"</th><th>"Name"</th><th>"Class"</th><th>"GPU fraction"</th><th>"Valid from"</th><th>"Valid to"</th></tr></thead>
+                            <tbody>{inventory.iter().map(|r| view! {
+                                <tr><td>{s(r, "kind")}</td><td>{s(r, "name")}</td><td>{s(r, "class")}</td><td>{s(r, "fraction")}</td><td>{s(r, "valid_from")}</td><td>{s(r, "valid_to")}</td></tr>
+                            }).collect_view()}</tbody></table>
+                        }.into_any() }}
+                    </section>
+                    <section class="panel">
+                        <h2>"Namespaces → tenants, with history"</h2>
+                        {if tenancy.is_empty() { view! { <p class="empty">"No namespace is owned yet."</p> }.into_any() } else { view! {
+                            <table><thead><tr><th>"Department"</th><th>"Tenant"</th><th>"Cluster"</th><th>"Namespace"</th><th>"From"</th><th>"To"</th><th>"Source"</th></tr></thead>
+                            <tbody>{tenancy.iter().map(|r| view! {
+                                <tr><td>{s(r, "department")}</td><td>{s(r, "tenant")}</td><td>{s(r, "cluster")}</td><td>{s(r, "namespace")}</td><td>{s(r, "valid_from")}</td><td>{s(r, "valid_to")}</td><td>{s(r, "source")}</td></tr>
+                            }).collect_view()}</tbody></table>
+                        }.into_any() }}
+                    </section>
+                }.into_any(),
+            }}
+        </Await>
+    }
+}
+
+/// `/admin/audit`: the audit log, newest first, filtered by action, paged back by time.
+#[component]
+pub fn AuditPage() -> impl IntoView {
+    let (action, before) = use_query_map().with_untracked(|m| (m.get("action"), m.get("before")));
+    let data = async move {
+        match admin("/admin/audit").await {
+            Access::Admin(_) => {
+                let mut url = "/api/v1/audit?limit=100".to_string();
+                if let Some(a) = action.clone().filter(|a| !a.is_empty()) {
+                    url.push_str(&format!("&action={}", q(&a)));
+                }
+                if let Some(b) = before.filter(|b| !b.is_empty()) {
+                    url.push_str(&format!("&before={}", q(&b)));
+                }
+                let log = api_get(url).await.map_err(Err)?;
+                Ok((action.unwrap_or_default(), log))
+            }
+            other => Err(Ok(other)),
+        }
+    };
+    view! {
+        <Title text="Audit log — GPU Ledger" />
+        <Await future=data let:data>
+            {match data.clone() {
+                Err(Ok(Access::SignIn(to))) => view! { <Redirect path=to /> }.into_any(),
+                Err(Ok(_)) => forbidden(),
+                Err(Err(e)) => error_panel(&e),
+                Ok((action, log)) => {
+                    let items = log["items"].as_array().cloned().unwrap_or_default();
+                    let next = s(&log, "next_before");
+                    view! {
+                        <section class="panel"><h1>"Audit log"</h1><AdminNav />
+                            <form method="get" action="/admin/audit" class="filters">
+                                <label>"Action " <input name="action" value=action.clone() placeholder="login.failure" /></label>
+                                <button type="submit">"Filter"</button>
+                            </form>
+                            {if items.is_empty() { view! { <p class="empty">"No records."</p> }.into_any() } else { view! {
+                                <table class="audit"><thead><tr><th>"When (UTC)"</th><th>"Who"</th><th>"What"</th><th>"On"</th><th>"Why"</th><th>"From"</th></tr></thead>
+                                <tbody>{items.iter().map(|r| view! {
+                                    <tr><td>{s(r, "at")}</td><td>{s(r, "actor")}</td><td>{s(r, "action")}</td><td>{s(r, "target")}</td><td>{s(r, "reason")}</td><td>{s(r, "source")}</td></tr>
+                                }).collect_view()}</tbody></table>
+                            }.into_any() }}
+                            {(!next.is_empty()).then(|| view! {
+                                <a href=format!("/admin/audit?action={}&before={}", q(&action), q(&next)) rel="next">"Older →"</a>
+                            })}
+                        </section>
+                    }.into_any()
+                }
+            }}
+        </Await>
+    }
+}

@@ -1,0 +1,504 @@
+//! Showback (the department manager's home) and the tenant drill-down to the evidence.
+
+use std::collections::BTreeMap;
+
+use leptos::prelude::*;
+use leptos_meta::Title;
+use leptos_router::{
+    components::Redirect,
+    hooks::{use_params_map, use_query_map},
+};
+use serde_json::{Value, json};
+
+use crate::{
+    data::{PortalDataHandle, PortalError, SessionView},
+    ui::{BarChart, Confidence, TrendChart, api_get, error_panel, grouped, months_back, q, s, sum_decimals},
+};
+
+async fn session() -> Option<SessionView> {
+    match use_context::<PortalDataHandle>() {
+        Some(h) => h.0.session().await,
+        None => None,
+    }
+}
+
+/// The month to show: `?period=`, else the latest closed month, else the newest month with data.
+async fn default_period(asked: Option<String>) -> Result<(String, Vec<Value>), PortalError> {
+    let periods = api_get("/api/v1/periods".into()).await?;
+    let items = periods["items"].as_array().cloned().unwrap_or_default();
+    let chosen = asked
+        .filter(|p| !p.is_empty())
+        .or_else(|| items.iter().find(|p| p["state"] == "closed").or_else(|| items.first()).map(|p| s(p, "period")));
+    let now = time::OffsetDateTime::now_utc();
+    let current = format!("{:04}-{:02}", now.year(), u8::from(now.month()));
+    Ok((chosen.unwrap_or(current), items))
+}
+
+#[derive(Clone, serde::Serialize, serde::Deserialize)]
+struct Showback {
+    period: String,
+    periods: Vec<String>,
+    department: Option<String>,
+    departments: Vec<String>,
+    state: String,
+    hash: Option<String>,
+    currency: String,
+    total: String,
+    lines: Vec<Value>,
+    by_term: Vec<(String, String)>,
+    by_tenant: Vec<(String, String, String, String)>,
+    by_class: Vec<(String, String)>,
+    trend: Vec<(String, String)>,
+    utilization: Vec<Value>,
+    not_exact: usize,
+    notice: Option<String>,
+}
+
+async fn load_showback(
+    period: Option<String>,
+    department: Option<String>,
+    s_: &SessionView,
+) -> Result<Showback, PortalError> {
+    let (period, items) = default_period(period).await?;
+    // A month no approved policy prices yet has no charges: say so, rather than fail the page.
+    let (all, notice) = match api_get(format!("/api/v1/ledger?period={}&per_page=10000", q(&period))).await {
+        Ok(v) => (v, None),
+        Err(e) if e.message.contains("no approved cost policy") => {
+            (json!({"lines": [], "total": "0.00"}), Some(e.message))
+        }
+        Err(e) => return Err(e),
+    };
+    let mut departments: Vec<String> =
+        all["lines"].as_array().into_iter().flatten().map(|l| s(l, "department")).collect();
+    if let Some(mine) = &s_.departments {
+        departments.extend(mine.iter().cloned());
+    }
+    departments.sort();
+    departments.dedup();
+    // Managers default to their (first) department; organization-wide roles to everything.
+    let department =
+        department.filter(|d| !d.is_empty()).or_else(|| s_.departments.as_ref().and_then(|d| d.first().cloned()));
+    let filter = department.as_ref().map(|d| format!("&department={}", q(d))).unwrap_or_default();
+    let ledger = if filter.is_empty() || notice.is_some() {
+        all
+    } else {
+        api_get(format!("/api/v1/ledger?period={}&per_page=10000{filter}", q(&period))).await?
+    };
+    let lines = ledger["lines"].as_array().cloned().unwrap_or_default();
+    let currency = s(&ledger, "currency");
+    let by_term: Vec<(String, String)> = ledger["totals_by_term"]
+        .as_object()
+        .map(|o| o.iter().map(|(k, v)| (k.clone(), v.as_str().unwrap_or("0").to_string())).collect())
+        .unwrap_or_default();
+    let mut tenants: BTreeMap<(String, String), (Vec<String>, String)> = BTreeMap::new();
+    let mut classes: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let rank = |c: &str| match c {
+        "estimated" => 2,
+        "modeled" => 1,
+        _ => 0,
+    };
+    for l in &lines {
+        let e = tenants.entry((s(l, "tenant"), s(l, "tenant_id"))).or_insert((Vec::new(), "exact".into()));
+        e.0.push(s(l, "amount"));
+        let c = s(l, "confidence");
+        if rank(&c) > rank(&e.1) {
+            e.1 = c;
+        }
+        if !s(l, "gpu_class").is_empty() {
+            classes.entry(s(l, "gpu_class")).or_default().push(s(l, "amount"));
+        }
+    }
+    let by_tenant = tenants
+        .into_iter()
+        .map(|((name, id), (amounts, conf))| (name, id, sum_decimals(amounts.iter().map(String::as_str)), conf))
+        .collect();
+    let by_class = classes.into_iter().map(|(k, v)| (k, sum_decimals(v.iter().map(String::as_str)))).collect();
+    let mut trend = Vec::new();
+    for month in months_back(&period, 6) {
+        let total = match api_get(format!("/api/v1/ledger?period={month}&per_page=1{filter}")).await {
+            Ok(v) => s(&v, "total"),
+            Err(_) => "0.00".into(),
+        };
+        trend.push((month, if total.is_empty() { "0.00".into() } else { total }));
+    }
+    let utilization = match api_get(format!("/api/v1/analytics/utilization?period={}&per_page=1", q(&period))).await {
+        Ok(u) => u["tenants"].as_array().cloned().unwrap_or_default(),
+        Err(_) => Vec::new(),
+    };
+    let not_exact = lines.iter().filter(|l| l["confidence"] != "exact").count();
+    Ok(Showback {
+        periods: items.iter().map(|p| s(p, "period")).collect(),
+        period,
+        department,
+        departments,
+        state: s(&ledger, "state"),
+        hash: ledger["hash"].as_str().map(String::from),
+        currency,
+        total: s(&ledger, "total"),
+        lines,
+        by_term,
+        by_tenant,
+        by_class,
+        trend,
+        utilization,
+        not_exact,
+        notice,
+    })
+}
+
+/// `/departments`: showback for a month and a department.
+#[component]
+pub fn ShowbackPage() -> impl IntoView {
+    let query = use_query_map();
+    let (period, department) = query.with_untracked(|m| (m.get("period"), m.get("department")));
+    let data = async move {
+        match session().await {
+            None => Err(None),
+            Some(s_) => load_showback(period, department, &s_).await.map_err(Some),
+        }
+    };
+    view! {
+        <Title text="Showback — GPU Ledger" />
+        <Await future=data let:data>
+            {match data.clone() {
+                Err(None) => view! { <Redirect path="/login?next=/departments" /> }.into_any(),
+                Err(Some(e)) => error_panel(&e),
+                Ok(sb) => view! { <ShowbackView sb /> }.into_any(),
+            }}
+        </Await>
+    }
+}
+
+#[component]
+fn ShowbackView(sb: Showback) -> impl IntoView {
+    let cur = sb.currency.clone();
+    let scope = sb.department.clone().unwrap_or_else(|| "All departments".into());
+    let tenant_names: Vec<String> = sb.by_tenant.iter().map(|t| t.0.clone()).collect();
+    let util: Vec<Value> =
+        sb.utilization.iter().filter(|u| tenant_names.contains(&s(u, "tenant_name"))).cloned().collect();
+    let period = sb.period.clone();
+    view! {
+        <section class="panel">
+            <h1>"Showback"</h1>
+            <form method="get" action="/departments" class="filters">
+                <label>"Month "
+                    <select name="period">
+                        {sb.periods.iter().map(|p| view! {
+                            <option value=p.clone() selected=*p == sb.period>{p.clone()}</option>
+                        }).collect_view()}
+                    </select>
+                </label>
+                <label>"Department "
+                    <select name="department">
+                        {sb.departments.iter().map(|d| view! {
+                            <option value=d.clone() selected=Some(d) == sb.department.as_ref()>{d.clone()}</option>
+                        }).collect_view()}
+                    </select>
+                </label>
+                <button type="submit">"Show"</button>
+            </form>
+            <p class="total" id="showback-total">
+                <span class="muted">{scope} " · " {sb.period.clone()} " · " {sb.state.clone()}</span>
+                <strong>{format!("{} {}", grouped(&sb.total), cur)}</strong>
+            </p>
+            {sb.hash.clone().map(|h| view! { <p class="muted">"Closed; close hash " <code>{h}</code></p> })}
+            {sb.notice.clone().map(|n| view! { <p class="notice">{n}</p> })}
+            {(sb.not_exact > 0).then(|| view! {
+                <p class="notice">{format!("{} line(s) are not exact: look for the marks below.", sb.not_exact)}</p>
+            })}
+        </section>
+        {if sb.lines.is_empty() {
+            view! { <section class="panel empty"><p>"No charges for this month and department."</p></section> }.into_any()
+        } else {
+            view! {
+                <section class="panel grid">
+                    <div>
+                        <h2>"By term"</h2>
+                        <BarChart title="Charges by term".into() rows=sb.by_term.clone() unit=cur.clone() />
+                        <table><tbody>{sb.by_term.iter().map(|(t, a)| view! {
+                            <tr><th scope="row">{t.clone()}</th><td class="num">{grouped(a)}</td></tr>
+                        }).collect_view()}</tbody></table>
+                    </div>
+                    <div>
+                        <h2>"By GPU class"</h2>
+                        <BarChart title="Charges by GPU class".into() rows=sb.by_class.clone() unit=cur.clone() />
+                    </div>
+                </section>
+                <section class="panel">
+                    <h2>"By tenant"</h2>
+                    <table class="tenants">
+                        <thead><tr><th>"Tenant"</th><th class="num">"Charged"</th><th>"Confidence"</th></tr></thead>
+                        <tbody>{sb.by_tenant.iter().map(|(name, id, amount, conf)| {
+                            let href = format!("/tenants/{id}?period={}", period);
+                            view! {
+                                <tr>
+                                    <td class="tenant">{if id.is_empty() {
+                                        view! { <span>{name.clone()}</span> }.into_any()
+                                    } else {
+                                        view! { <a href=href>{name.clone()}</a> }.into_any()
+                                    }}</td>
+                                    <td class="num">{format!("{} {}", grouped(amount), cur)}</td>
+                                    <td><Confidence level=conf.clone() /></td>
+                                </tr>
+                            }
+                        }).collect_view()}</tbody>
+                    </table>
+                </section>
+            }.into_any()
+        }}
+        <section class="panel">
+            <h2>"Trend, last 6 months"</h2>
+            <TrendChart title="Monthly charges".into() points=sb.trend.clone() unit=cur.clone() />
+            <table class="trend"><tbody>{sb.trend.iter().map(|(m, t)| view! {
+                <tr><th scope="row">{m.clone()}</th><td class="num">{grouped(t)}</td></tr>
+            }).collect_view()}</tbody></table>
+        </section>
+        <section class="panel">
+            <h2>"Allocated vs. active GPU-hours, idle reservations"</h2>
+            <p class="muted">"Analytics only: utilization is never billed. Idle = held while the GPU did (almost) nothing."</p>
+            {if util.is_empty() {
+                view! { <p class="empty">"No utilization data for these tenants this month."</p> }.into_any()
+            } else {
+                view! {
+                    <table class="utilization">
+                        <thead><tr><th>"Tenant"</th><th class="num">"Allocated GPU-h"</th><th class="num">"Active-equivalent GPU-h"</th><th class="num">"Idle GPU-h"</th><th>"Confidence"</th></tr></thead>
+                        <tbody>{util.iter().map(|u| view! {
+                            <tr>
+                                <td>{s(u, "tenant_name")}</td>
+                                <td class="num">{s(u, "allocated_gpu_hours")}</td>
+                                <td class="num">{s(u, "active_equivalent_gpu_hours")}</td>
+                                <td class="num">{s(u, "idle_gpu_hours")}</td>
+                                <td><Confidence level=s(u, "confidence") /></td>
+                            </tr>
+                        }).collect_view()}</tbody>
+                    </table>
+                }.into_any()
+            }}
+        </section>
+    }
+}
+
+#[derive(Clone, serde::Serialize, serde::Deserialize)]
+struct TenantView {
+    tenant_id: String,
+    tenant: String,
+    period: String,
+    currency: String,
+    total: String,
+    state: String,
+    lines: Vec<Value>,
+    evidence: Value,
+    class: String,
+    sort: String,
+    can_dispute: bool,
+    csrf: String,
+}
+
+/// `/tenants/:id`: a tenant's lines with their explanations, and the allocations behind them.
+#[component]
+pub fn TenantPage() -> impl IntoView {
+    let params = use_params_map();
+    let query = use_query_map();
+    let id = params.with_untracked(|p| p.get("id")).unwrap_or_default();
+    let (period, page, class, sort) =
+        query.with_untracked(|m| (m.get("period"), m.get("page"), m.get("class"), m.get("sort")));
+    let data = async move {
+        let Some(session) = session().await else { return Err(None) };
+        let (period, _) = default_period(period).await.map_err(Some)?;
+        let ledger = api_get(format!("/api/v1/ledger?period={}&tenant={}&per_page=10000", q(&period), q(&id)))
+            .await
+            .map_err(Some)?;
+        let lines = ledger["lines"].as_array().cloned().unwrap_or_default();
+        if lines.is_empty() {
+            // Not visible (another organization's or department's) or no charges this month: one answer, which
+            // names nothing (the page's data is serialized into it).
+            if let Some(status) = use_context::<crate::data::ResponseStatus>() {
+                status.set(404);
+            }
+            return Err(Some(PortalError {
+                message: format!("Nothing to show: no charges you can see for this tenant in {period}."),
+            }));
+        }
+        let page = page.and_then(|p| p.parse::<u32>().ok()).unwrap_or(1).max(1);
+        let class = class.unwrap_or_default();
+        let sort = sort.filter(|s| !s.is_empty()).unwrap_or_else(|| "start".into());
+        let mut evidence_url = format!(
+            "/api/v1/periods/{}/evidence?tenant={}&page={page}&per_page=25&sort={}",
+            q(&period),
+            q(&id),
+            q(&sort)
+        );
+        if !class.is_empty() {
+            evidence_url.push_str(&format!("&gpu_class={}", q(&class)));
+        }
+        let evidence = if lines.is_empty() { Value::Null } else { api_get(evidence_url).await.map_err(Some)? };
+        let can_dispute = session.roles.iter().any(|r| r == "department_manager" || r == "finance" || r == "admin")
+            && s(&ledger, "state") == "closed";
+        Ok(TenantView {
+            tenant: lines.first().map(|l| s(l, "tenant")).unwrap_or_default(),
+            tenant_id: id,
+            period,
+            currency: s(&ledger, "currency"),
+            total: s(&ledger, "total"),
+            state: s(&ledger, "state"),
+            lines,
+            evidence,
+            class,
+            sort,
+            can_dispute,
+            csrf: session.csrf.clone(),
+        })
+    };
+    view! {
+        <Title text="Tenant — GPU Ledger" />
+        <Await future=data let:data>
+            {match data.clone() {
+                Err(None) => view! { <Redirect path="/login" /> }.into_any(),
+                Err(Some(e)) => error_panel(&e),
+                Ok(t) if t.lines.is_empty() => view! {
+                    <section class="panel empty"><h1>"Nothing to show"</h1>
+                    <p>"This tenant has no charges you can see for " {t.period.clone()} ". " <a href="/departments">"Back to showback"</a></p></section>
+                }.into_any(),
+                Ok(t) => view! { <TenantDetail t /> }.into_any(),
+            }}
+        </Await>
+    }
+}
+
+#[component]
+fn TenantDetail(t: TenantView) -> impl IntoView {
+    let base = format!("/tenants/{}?period={}", t.tenant_id, t.period);
+    let total_rows = t.evidence["total"].as_u64().unwrap_or(0);
+    let page = t.evidence["page"].as_u64().unwrap_or(1);
+    let per_page = t.evidence["per_page"].as_u64().unwrap_or(25).max(1);
+    let pages = total_rows.div_ceil(per_page).max(1);
+    let allocations = t.evidence["allocations"].as_array().cloned().unwrap_or_default();
+    let nav = |p: u64| format!("{base}&page={p}&class={}&sort={}", q(&t.class), q(&t.sort));
+    let sort_link = |key: &str| {
+        let next = if t.sort == key { format!("-{key}") } else { key.to_string() };
+        format!("{base}&class={}&sort={}", q(&t.class), q(&next))
+    };
+    let devices = timeline(&allocations);
+    view! {
+        <section class="panel">
+            <p><a href=format!("/departments?period={}", t.period)>"← Showback"</a></p>
+            <h1>{t.tenant.clone()}</h1>
+            <p class="total"><span class="muted">{t.period.clone()} " · " {t.state.clone()}</span>
+               <strong>{format!("{} {}", grouped(&t.total), t.currency)}</strong></p>
+        </section>
+        <section class="panel">
+            <h2>"Ledger lines"</h2>
+            <form method="post" action="/ui/disputes" id="dispute-form">
+                <input type="hidden" name="csrf" value=t.csrf.clone() />
+                <input type="hidden" name="period" value=t.period.clone() />
+                <table class="lines">
+                    <thead><tr>{t.can_dispute.then(|| view! { <th>"Dispute"</th> })}<th>"Term"</th><th>"Class"</th><th class="num">"Amount"</th><th>"Confidence"</th><th>"Explanation"</th></tr></thead>
+                    <tbody>{t.lines.iter().map(|l| {
+                        let id = s(l, "line_id");
+                        view! {
+                            <tr>
+                                {t.can_dispute.then(|| view! {
+                                    <td><input type="checkbox" name="line" value=id.clone() aria-label=format!("dispute {id}") /></td>
+                                })}
+                                <td>{s(l, "term")}</td>
+                                <td>{s(l, "gpu_class")}</td>
+                                <td class="num">{grouped(&s(l, "amount"))}</td>
+                                <td><Confidence level=s(l, "confidence") /></td>
+                                <td class="explanation">{s(l, "explanation")}<br /><small class="muted">{id.clone()}</small></td>
+                            </tr>
+                        }
+                    }).collect_view()}</tbody>
+                </table>
+                {t.can_dispute.then(|| view! {
+                    <label>"Why are these lines wrong? "<textarea name="reason" required=true rows="3"></textarea></label>
+                    <button type="submit">"Open a dispute on the selected lines"</button>
+                })}
+            </form>
+        </section>
+        <section class="panel">
+            <h2>"Evidence: the allocations behind these lines"</h2>
+            <form method="get" action=format!("/tenants/{}", t.tenant_id) class="filters">
+                <input type="hidden" name="period" value=t.period.clone() />
+                <label>"GPU class " <input name="class" value=t.class.clone() /></label>
+                <button type="submit">"Filter"</button>
+            </form>
+            <p class="muted">{format!("{total_rows} allocation(s); page {page} of {pages}")}</p>
+            <table class="evidence">
+                <thead><tr>
+                    <th>"Workload"</th><th>"Namespace"</th><th>"Node"</th><th>"Devices"</th>
+                    <th><a href=sort_link("start")>"Start"</a></th><th><a href=sort_link("end")>"End"</a></th>
+                    <th class="num"><a href=sort_link("fraction")>"GPUs"</a></th><th>"Confidence"</th>
+                </tr></thead>
+                <tbody>{allocations.iter().map(|a| {
+                    let d = &a["detail"];
+                    let devices = d["device_ids"].as_array().map(|v| v.iter().filter_map(|x| x.as_str()).collect::<Vec<_>>().join(", ")).unwrap_or_default();
+                    let profile = s(d, "profile");
+                    view! {
+                        <tr>
+                            <td>{format!("{} {}", s(d, "holder_kind"), s(d, "holder"))}<br /><small class="muted">{s(d, "cluster")}</small></td>
+                            <td>{s(d, "namespace")}</td>
+                            <td>{s(d, "node")}</td>
+                            <td><small>{devices}</small>{(!profile.is_empty()).then(|| view! { <br /><small>{profile.clone()}</small> })}</td>
+                            <td>{s(a, "start")}</td>
+                            <td>{let e = s(a, "end"); if e.is_empty() { "running".to_string() } else { e }}</td>
+                            <td class="num">{s(a, "fraction")}</td>
+                            <td><Confidence level=s(a, "confidence") /></td>
+                        </tr>
+                    }
+                }).collect_view()}</tbody>
+            </table>
+            <nav class="pager" aria-label="Evidence pages">
+                {(page > 1).then(|| view! { <a href=nav(page - 1) rel="prev">"← Previous"</a> })}
+                {(page < pages).then(|| view! { <a href=nav(page + 1) rel="next">"Next →"</a> })}
+            </nav>
+            <h3>"Timeline per device (this page)"</h3>
+            {devices}
+        </section>
+    }
+}
+
+/// A small SVG timeline: one row per device, one bar per allocation on this page.
+fn timeline(allocations: &[Value]) -> AnyView {
+    let parse = |t: &str| time::OffsetDateTime::parse(t, &time::format_description::well_known::Rfc3339).ok();
+    let mut rows: BTreeMap<String, Vec<(time::OffsetDateTime, time::OffsetDateTime, String)>> = BTreeMap::new();
+    let now = time::OffsetDateTime::now_utc();
+    for a in allocations {
+        let Some(start) = parse(&s(a, "start")) else { continue };
+        let end = parse(&s(a, "end")).unwrap_or(now);
+        let label = format!("{} {}", s(&a["detail"], "holder_kind"), s(&a["detail"], "holder"));
+        let devices: Vec<String> = a["devices"]
+            .as_array()
+            .map(|v| v.iter().filter_map(|x| x.as_str().map(String::from)).collect())
+            .unwrap_or_default();
+        for d in if devices.is_empty() { vec!["(no device)".to_string()] } else { devices } {
+            rows.entry(d).or_default().push((start, end, label.clone()));
+        }
+    }
+    if rows.is_empty() {
+        return view! { <p class="empty">"No allocations on this page."</p> }.into_any();
+    }
+    let min = rows.values().flatten().map(|r| r.0).min().unwrap_or(now);
+    let max = rows.values().flatten().map(|r| r.1).max().unwrap_or(now);
+    let span = ((max - min).whole_seconds().max(1)) as f64;
+    let height = rows.len() * 24 + 10;
+    view! {
+        <svg class="chart timeline" role="img" aria-label="Allocations over time per device" viewBox=format!("0 0 800 {height}") width="100%">
+            <title>"Allocations over time per device"</title>
+            {rows.into_iter().enumerate().map(|(i, (device, bars))| {
+                let y = 5 + i * 24;
+                let short: String = device.chars().rev().take(18).collect::<Vec<_>>().into_iter().rev().collect();
+                view! {
+                    <g>
+                        <text x="0" y=y + 15 class="label">{short}</text>
+                        {bars.into_iter().map(|(a, b, label)| {
+                            let x = 200.0 + (a - min).whole_seconds() as f64 / span * 590.0;
+                            let w = ((b - a).whole_seconds() as f64 / span * 590.0).max(2.0);
+                            view! { <rect x=format!("{x:.1}") y=y width=format!("{w:.1}") height="18" class="bar"><title>{format!("{label}: {a} – {b}")}</title></rect> }
+                        }).collect_view()}
+                    </g>
+                }
+            }).collect_view()}
+        </svg>
+    }
+    .into_any()
+}

@@ -1,0 +1,304 @@
+//! Disputes (list, thread, decisions), the month-end close (preview, close, hash, bundle) and the exports page.
+
+use leptos::prelude::*;
+use leptos_meta::Title;
+use leptos_router::{
+    components::Redirect,
+    hooks::{use_params_map, use_query_map},
+};
+use serde_json::Value;
+
+use crate::{
+    data::{PortalDataHandle, PortalError, SessionView},
+    ui::{Confidence, api_get, error_panel, grouped, months_back, q, s},
+};
+
+async fn session() -> Option<SessionView> {
+    match use_context::<PortalDataHandle>() {
+        Some(h) => h.0.session().await,
+        None => None,
+    }
+}
+
+fn age(opened_at: &str) -> String {
+    let Ok(t) = time::OffsetDateTime::parse(opened_at, &time::format_description::well_known::Rfc3339) else {
+        return String::new();
+    };
+    let d = time::OffsetDateTime::now_utc() - t;
+    if d.whole_days() >= 1 { format!("{} d", d.whole_days()) } else { format!("{} h", d.whole_hours().max(0)) }
+}
+
+/// `/disputes`: every dispute the caller may see, by state, with its age.
+#[component]
+pub fn DisputesPage() -> impl IntoView {
+    let state = use_query_map().with_untracked(|m| m.get("state")).unwrap_or_default();
+    let data = async move {
+        if session().await.is_none() {
+            return Err(None);
+        }
+        let filter = if state.is_empty() { String::new() } else { format!("&state={}", q(&state)) };
+        let list = api_get(format!("/api/v1/disputes?per_page=200{filter}")).await.map_err(Some)?;
+        Ok((state, list["items"].as_array().cloned().unwrap_or_default()))
+    };
+    view! {
+        <Title text="Disputes — GPU Ledger" />
+        <Await future=data let:data>
+            {match data.clone() {
+                Err(None) => view! { <Redirect path="/login?next=/disputes" /> }.into_any(),
+                Err(Some(e)) => error_panel(&e),
+                Ok((state, items)) => view! {
+                    <section class="panel">
+                        <h1>"Disputes"</h1>
+                        <nav class="tabs">
+                            {["", "open", "accepted", "rejected"].into_iter().map(|st| {
+                                let label = if st.is_empty() { "all" } else { st };
+                                let href = if st.is_empty() { "/disputes".to_string() } else { format!("/disputes?state={st}") };
+                                view! { <a href=href class:current=state == st>{label}</a> }
+                            }).collect_view()}
+                        </nav>
+                        {if items.is_empty() {
+                            view! { <p class="empty">"No disputes here."</p> }.into_any()
+                        } else {
+                            view! {
+                                <table class="disputes">
+                                    <thead><tr><th>"#"</th><th>"Month"</th><th>"State"</th><th>"Credit"</th><th class="num">"Disputed"</th><th>"Opened by"</th><th>"Age"</th></tr></thead>
+                                    <tbody>{items.iter().map(|d| view! {
+                                        <tr>
+                                            <td><a href=format!("/disputes/{}", s(d, "number"))>{format!("#{}", s(d, "number"))}</a></td>
+                                            <td>{s(d, "period")}</td>
+                                            <td>{s(d, "state")}</td>
+                                            <td>{s(d, "credit_state")}</td>
+                                            <td class="num">{format!("{} {}", grouped(&s(d, "disputed_amount")), s(d, "currency"))}</td>
+                                            <td>{s(d, "opened_by")}</td>
+                                            <td>{age(&s(d, "opened_at"))}</td>
+                                        </tr>
+                                    }).collect_view()}</tbody>
+                                </table>
+                            }.into_any()
+                        }}
+                    </section>
+                }.into_any(),
+            }}
+        </Await>
+    }
+}
+
+/// `/disputes/:id`: the disputed lines, the whole history, and the forms the caller's role allows.
+#[component]
+pub fn DisputePage() -> impl IntoView {
+    let id = use_params_map().with_untracked(|p| p.get("id")).unwrap_or_default();
+    let data = async move {
+        let Some(session) = session().await else { return Err(None) };
+        let d = api_get(format!("/api/v1/disputes/{}", q(&id))).await;
+        match d {
+            Ok(d) => Ok((session, d)),
+            Err(_) => {
+                // Not found or not visible: the same answer, which names nothing.
+                if let Some(status) = use_context::<crate::data::ResponseStatus>() {
+                    status.set(404);
+                }
+                Err(Some(PortalError { message: "No such dispute (or not one you can see).".into() }))
+            }
+        }
+    };
+    view! {
+        <Title text="Dispute — GPU Ledger" />
+        <Await future=data let:data>
+            {match data.clone() {
+                Err(None) => view! { <Redirect path="/login?next=/disputes" /> }.into_any(),
+                Err(Some(e)) => error_panel(&e),
+                Ok((session, d)) => view! { <DisputeDetail session d /> }.into_any(),
+            }}
+        </Await>
+    }
+}
+
+#[component]
+fn DisputeDetail(session: SessionView, d: Value) -> impl IntoView {
+    let number = s(&d, "number");
+    let open = s(&d, "state") == "open";
+    let decides = session.has("finance") || session.has("admin");
+    let approves = session.has("finance");
+    let participates = decides || session.has("department_manager");
+    let credit_pending = d["credit"]["state"] == "pending_approval";
+    let action = |what: &str| format!("/ui/disputes/{number}/{what}");
+    let csrf = session.csrf.clone();
+    let lines = d["lines"].as_array().cloned().unwrap_or_default();
+    let events = d["events"].as_array().cloned().unwrap_or_default();
+    view! {
+        <section class="panel">
+            <p><a href="/disputes">"← Disputes"</a></p>
+            <h1>{format!("Dispute #{number}")}</h1>
+            <dl>
+                <dt>"State"</dt><dd id="dispute-state">{s(&d, "state")}</dd>
+                <dt>"Month"</dt><dd>{s(&d, "period")}</dd>
+                <dt>"Opened"</dt><dd>{format!("{} by {}", s(&d, "opened_at"), s(&d, "opened_by"))}</dd>
+                <dt>"Reason"</dt><dd>{s(&d, "reason")}</dd>
+                <dt>"Disputed"</dt><dd>{format!("{} {}", grouped(&s(&d, "disputed_amount")), s(&d, "currency"))}</dd>
+                {(!d["credit"].is_null()).then(|| view! {
+                    <dt>"Credit"</dt>
+                    <dd id="credit-state">{format!("{} {} — {}", s(&d["credit"], "amount"), s(&d["credit"], "currency"), s(&d["credit"], "state"))}
+                        {let p = s(&d["credit"], "applied_period"); (!p.is_empty()).then(|| format!(" (applied in {p})"))}</dd>
+                })}
+            </dl>
+        </section>
+        <section class="panel">
+            <h2>"Disputed lines"</h2>
+            <table class="lines"><thead><tr><th>"Tenant"</th><th>"Term"</th><th class="num">"Amount"</th><th>"Confidence"</th><th>"Explanation"</th></tr></thead>
+                <tbody>{lines.iter().map(|l| view! {
+                    <tr><td>{s(l, "tenant")}</td><td>{s(l, "term")}</td><td class="num">{grouped(&s(l, "amount"))}</td>
+                        <td><Confidence level=s(l, "confidence") /></td><td>{s(l, "explanation")}</td></tr>
+                }).collect_view()}</tbody>
+            </table>
+        </section>
+        <section class="panel">
+            <h2>"History"</h2>
+            <ol class="thread">{events.iter().map(|e| view! {
+                <li><strong>{s(e, "action")}</strong> " · " {s(e, "actor")} " · " <time>{s(e, "at")}</time>
+                    {let b = s(e, "body"); (!b.is_empty()).then(|| view! { <p>{b.clone()}</p> })}</li>
+            }).collect_view()}</ol>
+            {(open && participates).then(|| view! {
+                <form method="post" action=action("comment") class="stack">
+                    <input type="hidden" name="csrf" value=csrf.clone() />
+                    <label>"Comment "<textarea name="body" required=true rows="2"></textarea></label>
+                    <button type="submit">"Add comment"</button>
+                </form>
+            })}
+        </section>
+        {(open && decides).then(|| view! {
+            <section class="panel">
+                <h2>"Decide"</h2>
+                <form method="post" action=action("accept") class="stack" id="accept-form">
+                    <input type="hidden" name="csrf" value=csrf.clone() />
+                    <label>"Credit amount " <input name="credit_amount" required=true inputmode="decimal" placeholder="120.00" /></label>
+                    <label>"Reason "<textarea name="reason" required=true rows="2"></textarea></label>
+                    <button type="submit">"Accept with this credit"</button>
+                </form>
+                <form method="post" action=action("reject") class="stack">
+                    <input type="hidden" name="csrf" value=csrf.clone() />
+                    <label>"Reason "<textarea name="reason" required=true rows="2"></textarea></label>
+                    <button type="submit">"Reject"</button>
+                </form>
+            </section>
+        })}
+        {(credit_pending && approves).then(|| view! {
+            <section class="panel">
+                <h2>"Credit awaiting finance's approval"</h2>
+                <form method="post" action=action("credit-approve") class="stack" id="approve-form">
+                    <input type="hidden" name="csrf" value=csrf.clone() />
+                    <label>"Note "<input name="reason" /></label>
+                    <button type="submit">"Approve the credit"</button>
+                </form>
+                <form method="post" action=action("credit-reject") class="stack">
+                    <input type="hidden" name="csrf" value=csrf.clone() />
+                    <label>"Reason "<input name="reason" required=true /></label>
+                    <button type="submit">"Refuse the credit"</button>
+                </form>
+            </section>
+        })}
+    }
+}
+
+/// `/close/:period`: finance's preview of a month (totals, change from the month before, data-quality notes),
+/// the close button, and after close the hash and the bundle.
+#[component]
+pub fn ClosePage() -> impl IntoView {
+    let period = use_params_map().with_untracked(|p| p.get("period")).unwrap_or_default();
+    let data = async move {
+        let Some(session) = session().await else { return Err(None) };
+        if !(session.has("finance") || session.has("admin")) {
+            if let Some(status) = use_context::<crate::data::ResponseStatus>() {
+                status.set(403);
+            }
+            return Err(Some(PortalError { message: "The close is for finance and admins.".into() }));
+        }
+        let ledger = api_get(format!("/api/v1/ledger?period={}&per_page=1", q(&period))).await.map_err(Some)?;
+        let previous = months_back(&period, 2).into_iter().next().unwrap_or_default();
+        let before = api_get(format!("/api/v1/ledger?period={}&per_page=1", q(&previous))).await.ok();
+        Ok((session, period, previous, ledger, before))
+    };
+    view! {
+        <Title text="Close — GPU Ledger" />
+        <Await future=data let:data>
+            {match data.clone() {
+                Err(None) => view! { <Redirect path="/login?next=/finance" /> }.into_any(),
+                Err(Some(e)) => error_panel(&e),
+                Ok((session, period, previous, ledger, before)) => {
+                    let closed = s(&ledger, "state") == "closed";
+                    let cur = s(&ledger, "currency");
+                    let total = s(&ledger, "total");
+                    let prev_total = before.as_ref().map(|b| s(b, "total")).unwrap_or_default();
+                    let notes = ledger["notes"].clone();
+                    view! {
+                        <section class="panel">
+                            <p><a href="/finance">"← Months"</a></p>
+                            <h1>{format!("Close {period}")}</h1>
+                            <dl>
+                                <dt>"State"</dt><dd id="period-state">{s(&ledger, "state")}</dd>
+                                <dt>"Total"</dt><dd>{format!("{} {cur}", grouped(&total))}</dd>
+                                <dt>{format!("Total {previous}")}</dt><dd>{format!("{} {cur}", grouped(&prev_total))}</dd>
+                                <dt>"Policy version"</dt><dd>{s(&ledger, "policy_version")}</dd>
+                            </dl>
+                            <h2>"By term"</h2>
+                            <table><tbody>{ledger["totals_by_term"].as_object().cloned().unwrap_or_default().into_iter().map(|(k, v)| view! {
+                                <tr><th scope="row">{k}</th><td class="num">{grouped(v.as_str().unwrap_or_default())}</td></tr>
+                            }).collect_view()}</tbody></table>
+                            {(!notes.is_null()).then(|| view! {
+                                <h2>"Data quality"</h2>
+                                <pre class="notes">{serde_json::to_string_pretty(&notes).unwrap_or_default()}</pre>
+                            })}
+                            {if closed {
+                                view! {
+                                    <p>"Closed. Close hash: " <code id="close-hash">{s(&ledger, "hash")}</code></p>
+                                    <p><a href=format!("/api/v1/periods/{period}/bundle")>"Download the evidence bundle"</a>
+                                       " — verify it offline with " <code>"gpuledger-server verify FILE"</code></p>
+                                }.into_any()
+                            } else {
+                                view! {
+                                    <form method="post" action=format!("/ui/periods/{period}/close") id="close-form">
+                                        <input type="hidden" name="csrf" value=session.csrf.clone() />
+                                        <p class="muted">"Closing freezes the month's lines, computes the close hash and stores the evidence bundle. Later corrections land in the next month."</p>
+                                        <button type="submit">{format!("Close {period}")}</button>
+                                    </form>
+                                }.into_any()
+                            }}
+                        </section>
+                    }.into_any()
+                }
+            }}
+        </Await>
+    }
+}
+
+/// `/exports`: download links and how to connect Power BI.
+#[component]
+pub fn ExportsPage() -> impl IntoView {
+    let data = async move { session().await };
+    view! {
+        <Title text="Exports — GPU Ledger" />
+        <Await future=data let:data>
+            {match data.clone() {
+                None => view! { <Redirect path="/login?next=/exports" /> }.into_any(),
+                Some(_) => {
+                    let now = time::OffsetDateTime::now_utc();
+                    let months = months_back(&format!("{:04}-{:02}", now.year(), u8::from(now.month())), 3);
+                    view! {
+                        <section class="panel">
+                            <h1>"Exports"</h1>
+                            <h2>"CSV"</h2>
+                            <ul>{months.into_iter().rev().map(|m| view! {
+                                <li>{m.clone()} ": " <a href=format!("/api/v1/exports/ledger.csv?period={m}")>"ledger.csv"</a></li>
+                            }).collect_view()}</ul>
+                            <h2>"Power BI"</h2>
+                            <ol>
+                                <li>"Ask an admin for an export token (Admin → API tokens, scope export)."</li>
+                                <li>"In Power BI Desktop: Get data → OData feed → the URL " <code id="odata-url">"/odata/"</code> " on this server (e.g. https://ledger.example.com/odata/)."</li>
+                                <li>"Credentials: Basic — any user name, the token as the password."</li>
+                            </ol>
+                        </section>
+                    }.into_any()
+                }
+            }}
+        </Await>
+    }
+}
