@@ -93,3 +93,19 @@ gl_ensure_oidc_provider() {
     touch "$dir/node_modules"
   fi
 }
+
+# The outside clients the export tests run (python-odata, the FinOps Foundation's focus-validator 1.0.0, which
+# wants multimethod<2), in a virtual environment of their own; exports GL_PYTHON, its interpreter.
+gl_ensure_python_clients() {
+  command -v python3 >/dev/null 2>&1 || gl_apt_install python3 python3-venv
+  local venv="${XDG_CACHE_HOME:-$HOME/.cache}/gpuledger-python-clients"
+  if ! "$venv/bin/python" -c 'import odata, focus_validator' >/dev/null 2>&1; then
+    gl_say "installing python-odata and focus-validator (pip, once, in $venv)"
+    rm -rf "$venv"
+    python3 -m venv "$venv" >/dev/null 2>&1 || { gl_apt_install python3-venv; python3 -m venv "$venv" >/dev/null; } \
+      || gl_die "python3 -m venv $venv failed"
+    "$venv/bin/pip" install -q 'python-odata==0.8.1' 'focus-validator==1.0.0' 'multimethod<2' >/dev/null \
+      || gl_die "pip install python-odata focus-validator failed (needs PyPI)"
+  fi
+  export GL_PYTHON="$venv/bin/python"
+}

