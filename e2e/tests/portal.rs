@@ -108,24 +108,23 @@ async fn manager_disputes_finance_credits_admin_onboards_a_cluster() {
     assert!(page.contains("Ledger lines") && page.contains("Evidence"), "{page}");
     assert!(page.contains("GPU-hours") || page.contains(" h "), "explanations are shown: {page}");
     browser.screenshot(&shots.join("tenant.png")).await.unwrap();
-    let boxes = browser.find_all(r#"#dispute-form input[name="line"]"#).await.unwrap();
-    assert!(!boxes.is_empty(), "closed month: lines can be disputed");
+    let tenant_url = browser.current_url().await.unwrap();
+    let count = browser.find_all(r#"#dispute-form input[name="line"]"#).await.unwrap().len();
+    assert!(count > 0, "closed month: lines can be disputed");
     let mut opened = None;
-    for b in boxes.iter().rev() {
-        browser.click(b).await.unwrap();
-        browser
-            .fill(r#"#dispute-form textarea[name="reason"]"#, "These GPU-hours were a stuck job we reported.")
-            .await
-            .unwrap();
+    for i in (0..count).rev() {
+        browser.goto(&tenant_url).await.unwrap();
+        let boxes = browser.find_all(r#"#dispute-form input[name="line"]"#).await.unwrap();
+        browser.click(&boxes[i]).await.unwrap();
+        browser.fill(r#"#dispute-form textarea[name="reason"]"#, "These GPU-hours were a stuck job we reported.").await.unwrap();
         browser.click_css("#dispute-form button[type=submit]").await.unwrap();
-        let url = browser.wait_for_url(|u| !u.contains("/tenants/"), Duration::from_secs(30)).await.unwrap();
+        let url = browser.wait_for_url(|u| u != tenant_url, Duration::from_secs(30)).await.unwrap_or_default();
         if url.contains("/disputes/") {
             opened = Some(url);
             break;
         }
-        // That line was already disputed (the demo opens one): back, and try another.
-        browser.back().await.unwrap();
-        browser.refresh().await.unwrap();
+        // That line is already disputed (the demo opens one): the form says why; try another line.
+        assert!(browser.page_source().await.unwrap().contains("already disputed"), "{}", browser.page_source().await.unwrap());
     }
     let dispute_url = opened.expect("a dispute was opened");
     assert!(browser.page_source().await.unwrap().contains(r#"<dd id="dispute-state">open</dd>"#));

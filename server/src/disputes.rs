@@ -567,8 +567,15 @@ async fn open(State(state): State<AppState>, headers: HeaderMap, body: Bytes) ->
         };
         return Err(AppError::Conflict(format!("line {line:?} is already disputed in dispute #{number}, {why}")));
     }
-    let number: i32 =
-        sqlx::query_scalar("SELECT coalesce(max(number), 0) + 1 FROM disputes").fetch_one(tx.conn()).await?;
+    // The counter is organization-level: a department-scoped caller does not see other departments' disputes.
+    let number: i32 = sqlx::query_scalar(
+        "INSERT INTO dispute_numbers (org_id, last_number) VALUES ($1, 1)
+         ON CONFLICT (org_id) DO UPDATE SET last_number = dispute_numbers.last_number + 1
+         RETURNING last_number",
+    )
+    .bind(principal.org.as_uuid())
+    .fetch_one(tx.conn())
+    .await?;
     let id = Uuid::new_v4();
     sqlx::query(
         "INSERT INTO disputes (org_id, dispute_id, number, period, line_ids, reason, opened_by, department_id)

@@ -100,6 +100,7 @@ async fn seed(db: &Database, slug: &str) -> OrgId {
             "INSERT INTO agent_contacts (org_id, cluster_id, mode, version) VALUES ($1, $2, 'cluster', '0.1.0')",
             vec![o, cluster],
         ),
+        ("INSERT INTO dispute_numbers (org_id, last_number) VALUES ($1, 0)", vec![o]),
         // The ledger (migration 4).
         (
             "INSERT INTO cost_policies (org_id, version, effective_from, currency, document, created_by) VALUES ($1, 1, '2026-01-01', 'USD', '{}', 'test')",
