@@ -127,7 +127,7 @@ fn ClustersPanel(csrf: String, rows: Vec<Value>) -> impl IntoView {
                             };
                             view! {
                                 <tr>
-                                    <td>{s(r, "name")}{(!r["retired_at"].is_null()).then(|| " (retired)")}</td>
+                                    <td>{s(r, "name")}{(!r["retired_at"].is_null()).then_some(" (retired)")}</td>
                                     <td>{agent}</td>
                                     <td>{s(r, "version")}</td>
                                     <td>{s(r, "last_seen_at")}</td>
@@ -174,7 +174,7 @@ pub fn IdentityPage() -> impl IntoView {
                         <section class="panel">
                             <h2>"OpenID provider"</h2>
                             <p class="muted">"Register a confidential client with the redirect URI " <code>{s(&provider, "redirect_uri")}</code>
-                               ". Saving switches the demo login off." {provider["demo_login"].as_bool().unwrap_or(false).then(|| " (The demo login is on now.)")}</p>
+                               ". Saving switches the demo login off." {provider["demo_login"].as_bool().unwrap_or(false).then_some(" (The demo login is on now.)")}</p>
                             <form method="post" action="/ui/identity/provider" class="stack" id="provider-form">
                                 <input type="hidden" name="csrf" value=session.csrf.clone() />
                                 <label>"Issuer URL " <input name="issuer" required=true value=s(&p, "issuer") /></label>

@@ -127,7 +127,7 @@ pub fn BarChart(title: String, rows: Vec<(String, String)>, unit: String) -> imp
     let height = 28 * rows.len().max(1) + 8;
     let summary = rows.iter().map(|(k, v)| format!("{k}: {v} {unit}")).collect::<Vec<_>>().join("; ");
     view! {
-        <svg class="chart" role="img" aria-label=format!("{title}. {summary}") viewBox=format!("0 0 600 {height}")
+        <svg class="chart" role="img" aria-label=format!("{title}. {summary}") viewBox=format!("0 0 680 {height}")
              width="100%" preserveAspectRatio="xMinYMin meet" focusable="false">
             <title>{title.clone()}</title>
             {rows.into_iter().enumerate().map(|(i, (label, value))| {
