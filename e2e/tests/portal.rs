@@ -100,6 +100,10 @@ async fn manager_disputes_finance_credits_admin_onboards_a_cluster() {
     assert!(page.contains(&last.to_string()) && page.contains("By tenant") && page.contains("Trend"), "{page}");
     assert!(!page.contains("search-ranking"), "a Research manager sees no Product tenant");
     browser.screenshot(&shots.join("showback.png")).await.unwrap();
+    // The same page on a tablet: the layout reflows (tables scroll, charts scale).
+    browser.set_window(820, 1180).await.unwrap();
+    browser.screenshot(&shots.join("showback-tablet.png")).await.unwrap();
+    browser.set_window(1366, 900).await.unwrap();
 
     // Drill into a tenant: its lines with explanations, the evidence, a dispute on one line.
     browser.click_css("table.tenants td.tenant a").await.unwrap();
