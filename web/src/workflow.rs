@@ -286,9 +286,17 @@ pub fn ExportsPage() -> impl IntoView {
                         <section class="panel">
                             <h1>"Exports"</h1>
                             <h2>"CSV"</h2>
-                            <ul>{months.into_iter().rev().map(|m| view! {
-                                <li>{m.clone()} ": " <a href=format!("/api/v1/exports/ledger.csv?period={m}")>"ledger.csv"</a></li>
-                            }).collect_view()}</ul>
+                            <table class="exports"><thead><tr><th>"Month"</th><th>"Files"</th></tr></thead>
+                                <tbody>{months.into_iter().rev().map(|m| view! {
+                                    <tr><td>{m.clone()}</td><td>
+                                        {["ledger", "allocations", "usage", "disputes", "focus"].into_iter().map(|f| view! {
+                                            <a href=format!("/api/v1/exports/{f}.csv?period={m}")>{format!("{f}.csv")}</a>" "
+                                        }).collect_view()}
+                                    </td></tr>
+                                }).collect_view()}</tbody>
+                            </table>
+                            <p class="muted">"UTF-8, RFC 4180, amounts with a decimal point, times in UTC. " <code>"focus.csv"</code>
+                               " is the FinOps FOCUS dataset (" <code>"&version=1.0"</code> " for FOCUS 1.0)."</p>
                             <h2>"Power BI"</h2>
                             <ol>
                                 <li>"Ask an admin for an export token (Admin → API tokens, scope export)."</li>
