@@ -598,10 +598,8 @@ async fn all_pages(env: &Env, uri: &str, headers: &[(&str, String)]) -> (Vec<Val
         out.extend(v["value"].as_array().unwrap().iter().cloned());
         pages += 1;
         assert!(pages < 1000, "paging does not end");
-        next = v["@odata.nextLink"].as_str().map(|l| {
-            let path = l.split_once("/odata/").map(|(_, p)| format!("/odata/{p}")).unwrap();
-            path
-        });
+        next =
+            v["@odata.nextLink"].as_str().map(|l| l.split_once("/odata/").map(|(_, p)| format!("/odata/{p}")).unwrap());
     }
     (out, pages)
 }
@@ -914,7 +912,7 @@ async fn focus_export_versions_categories_and_corrections() {
     }
     assert!(rows.iter().any(|r| r["SubAccountName"] == format!("'{EVIL_TENANT}")), "neutralized in FOCUS too");
 
-    // -- 1.0 on request: its 43 columns (and the validator's four pre-1.0 spellings); closed months have invoices
+    // -- 1.0 on request: its 43 columns (and the validator's five pre-1.0 spellings); closed months have invoices
     let (header, rows) = csv_of(&get(&env, "/api/v1/exports/focus.csv?period=2026-09&version=1.0", &env.export).await);
     for c in [
         "InvoiceIssuerName",
@@ -932,7 +930,7 @@ async fn focus_export_versions_categories_and_corrections() {
     for c in ["BillingAccountType", "InvoiceId", "ServiceSubcategory", "SkuMeter"] {
         assert!(!header.contains(&c.to_string()), "{c} is not in FOCUS 1.0");
     }
-    assert_eq!(header.iter().filter(|c| !c.starts_with("x_")).count(), 43 + 4);
+    assert_eq!(header.iter().filter(|c| !c.starts_with("x_")).count(), 43 + 5);
     assert!(rows.iter().all(|r| r["ChargeCategory"] == "Usage" && r["BillingPeriodEnd"] == "2026-10-01T00:00:00Z"));
     let (_, v12) = csv_of(&get(&env, "/api/v1/exports/focus.csv?period=2026-09", &env.export).await);
     assert!(v12.iter().all(|r| r["InvoiceId"] == "acme-2026-09"));

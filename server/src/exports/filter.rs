@@ -410,10 +410,12 @@ fn literal(w: &str) -> Result<Option<Lit>, FilterError> {
         _ => {}
     }
     let b = w.as_bytes();
-    if w.len() == 36 && b[8] == b'-' && b[13] == b'-' {
-        if let Ok(u) = Uuid::try_parse(w) {
-            return Ok(Some(Lit::Guid(u)));
-        }
+    if w.len() == 36
+        && b[8] == b'-'
+        && b[13] == b'-'
+        && let Ok(u) = Uuid::try_parse(w)
+    {
+        return Ok(Some(Lit::Guid(u)));
     }
     let first = b.first().copied().unwrap_or(b' ');
     if !(first.is_ascii_digit() || first == b'-' || first == b'+' || first == b'.') {

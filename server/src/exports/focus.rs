@@ -11,9 +11,9 @@
 //! line's quantity in its unit (GPU-hours for the capacity terms). Custom columns are `x_`-prefixed: confidence,
 //! GPU class, term, and the ledger's own identifiers.
 //!
-//! focus-validator 1.0.0 checks FOCUS 1.0 under four pre-1.0 column names (`InvoiceIssuer`, `Provider`,
-//! `Publisher`, `ResourceID`); the 1.0 file carries them too, with the same values as the specification's
-//! `InvoiceIssuerName`, `ProviderName`, `PublisherName` and `ResourceId`.
+//! focus-validator 1.0.0 checks FOCUS 1.0 under five pre-1.0 column names (`ChargeType`, `InvoiceIssuer`,
+//! `Provider`, `Publisher`, `ResourceID`); the 1.0 file carries them too, with the same values as the
+//! specification's `ChargeCategory`, `InvoiceIssuerName`, `ProviderName`, `PublisherName` and `ResourceId`.
 
 use std::borrow::Cow;
 
@@ -120,7 +120,7 @@ const V1_0: &[&str] = &[
 ];
 
 /// The names focus-validator 1.0.0 requires for FOCUS 1.0 (pre-1.0 spellings), added to the 1.0 file.
-const V1_0_VALIDATOR_ALIASES: &[&str] = &["InvoiceIssuer", "Provider", "Publisher", "ResourceID"];
+const V1_0_VALIDATOR_ALIASES: &[&str] = &["ChargeType", "InvoiceIssuer", "Provider", "Publisher", "ResourceID"];
 
 /// FOCUS 1.2's 57 columns (specification/columns at tag v1.2).
 const V1_2: &[&str] = &[
@@ -279,7 +279,7 @@ pub fn value<'l>(column: &str, ctx: &'l Context, l: &'l LedgerLine) -> Cell<'l> 
         "BillingPeriodEnd" => Cell::Time(bill_end),
         "ChargePeriodStart" => Cell::Time(charge_start),
         "ChargePeriodEnd" => Cell::Time(charge_end),
-        "ChargeCategory" => Cell::text(category(l.term)),
+        "ChargeCategory" | "ChargeType" => Cell::text(category(l.term)),
         "ChargeClass" => {
             if l.term == Term::Adjustment {
                 Cell::text("Correction")

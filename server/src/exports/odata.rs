@@ -633,10 +633,10 @@ async fn page(state: &AppState, set: &str, headers: &HeaderMap, raw: Option<&str
     }
     out.push(b'}');
     let mut response = json_response(out, ieee754);
-    if let Some(n) = preferred {
-        if let Ok(v) = HeaderValue::from_str(&format!("odata.maxpagesize={n}")) {
-            response.headers_mut().insert("preference-applied", v);
-        }
+    if let Some(n) = preferred
+        && let Ok(v) = HeaderValue::from_str(&format!("odata.maxpagesize={n}"))
+    {
+        response.headers_mut().insert("preference-applied", v);
     }
     Ok(response)
 }
