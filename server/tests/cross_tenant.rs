@@ -103,6 +103,8 @@ enum Who {
     Readers,
     /// Readers that see the whole organization (not the manager, not the Platform export token).
     OrgReaders,
+    /// Readers by API token only (the OData feed never takes the portal's cookie): admin and export tokens.
+    TokenReaders,
     /// Policies, quotas, close, dispute resolution: admin and finance sessions, the admin token.
     AdminOrFinance,
     /// Open and comment on disputes: admin, finance and manager sessions, the admin token.
@@ -138,6 +140,7 @@ impl Who {
             Self::OrgReaders => {
                 matches!(c, AdminToken | ExportToken | AdminSession | FinanceSession | ViewerSession)
             }
+            Self::TokenReaders => matches!(c, AdminToken | ExportToken | ExportPlatform),
             Self::AdminOrFinance => matches!(c, AdminToken | AdminSession | FinanceSession),
             Self::Participants => matches!(c, AdminToken | AdminSession | FinanceSession | ManagerSession),
             Self::CreditApprovers => matches!(c, AdminToken | FinanceSession),
@@ -154,6 +157,8 @@ impl Who {
 enum Denied {
     /// The API: 401 without a credential, 403 with one.
     Api,
+    /// The OData feed: a session cookie is no credential there (401, like none); 403 for other tokens.
+    TokenOnly,
     /// Portal forms: to the login page (303) without a credential, 403 with one.
     Form,
     /// Portal pages (they read sessions only; tokens count as signed out): to the login page without a session,
@@ -165,6 +170,7 @@ impl Denied {
     fn accepts(self, c: Cred, status: u16) -> bool {
         match self {
             Self::Api => status == if c == Cred::Anonymous { 401 } else { 403 },
+            Self::TokenOnly => status == if c == Cred::Anonymous || c.is_session() { 401 } else { 403 },
             Self::Form => status == if c == Cred::Anonymous { 303 } else { 403 },
             Self::Page => {
                 if c.is_session() {
@@ -179,6 +185,7 @@ impl Denied {
     fn describe(self, c: Cred) -> &'static str {
         match (self, c == Cred::Anonymous, c.is_session()) {
             (Self::Api, true, _) => "401",
+            (Self::TokenOnly, true, _) | (Self::TokenOnly, _, true) => "401 (the cookie is not an OData credential)",
             (Self::Form, true, _) => "303 to the login page",
             (Self::Page, _, true) => "403",
             (Self::Page, _, false) => "a redirect to the login page",
@@ -315,7 +322,7 @@ fn org_level(t: &Target) -> Option<&Target> {
 /// The table. Every route the server registers needs at least one case (see `every_route_has_a_case`).
 fn cases() -> Vec<Case> {
     use Cred::*;
-    use Denied::{Api, Form, Page};
+    use Denied::{Api, Form, Page, TokenOnly};
     use Expect::{Clean, Status};
     use Who::*;
     vec![
@@ -784,37 +791,167 @@ fn cases() -> Vec<Case> {
         Case {
             method: "GET",
             route: "/odata/",
-            who: Readers,
-            denied: Api,
+            who: TokenReaders,
+            denied: TokenOnly,
             expect: Clean(200),
             build: |_| get("/odata/"),
             control: control(ExportToken, 200, false),
         },
         Case {
             method: "GET",
+            route: "/odata",
+            who: TokenReaders,
+            denied: TokenOnly,
+            expect: Clean(200),
+            build: |_| get("/odata"),
+            control: control(ExportToken, 200, false),
+        },
+        Case {
+            method: "GET",
             route: "/odata/$metadata",
-            who: Readers,
-            denied: Api,
+            who: TokenReaders,
+            denied: TokenOnly,
             expect: Clean(200),
             build: |_| get("/odata/$metadata"),
             control: control(ExportToken, 200, false),
         },
         Case {
             method: "GET",
-            route: "/odata/LedgerLines",
-            who: Readers,
-            denied: Api,
+            route: "/odata/{set}",
+            who: TokenReaders,
+            denied: TokenOnly,
             expect: Clean(200),
             build: |_| get("/odata/LedgerLines"),
             control: control(ExportToken, 200, true),
         },
         Case {
             method: "GET",
-            route: "/odata/LedgerLines",
+            route: "/odata/{set}",
+            who: TokenReaders,
+            denied: TokenOnly,
+            expect: Clean(200),
+            build: |_| get("/odata/LedgerLines?$top=1&$skip=1"),
+            control: control(ExportToken, 200, true),
+        },
+        // Asking for another organization's or department's objects by ID in a filter finds nothing.
+        Case {
+            method: "GET",
+            route: "/odata/{set}",
+            who: TokenReaders,
+            denied: TokenOnly,
+            expect: Clean(200),
+            build: |t| get(format!("/odata/Tenants?$filter=TenantId%20eq%20{}", t.tenant)),
+            control: control(ExportToken, 200, true),
+        },
+        Case {
+            method: "GET",
+            route: "/odata/{set}",
+            who: TokenReaders,
+            denied: TokenOnly,
+            expect: Clean(200),
+            build: |_| get("/odata/Allocations"),
+            control: control(ExportToken, 200, true),
+        },
+        Case {
+            method: "GET",
+            route: "/odata/{set}",
+            who: TokenReaders,
+            denied: TokenOnly,
+            expect: Clean(200),
+            build: |_| get("/odata/Departments"),
+            control: control(ExportToken, 200, true),
+        },
+        Case {
+            method: "GET",
+            route: "/odata/{set}",
+            who: TokenReaders,
+            denied: TokenOnly,
+            expect: Clean(200),
+            build: |_| get("/odata/Periods"),
+            control: control(ExportToken, 200, false),
+        },
+        Case {
+            method: "GET",
+            route: "/odata/{set}",
+            who: TokenReaders,
+            denied: TokenOnly,
+            expect: Clean(200),
+            build: |_| get("/odata/Usage"),
+            control: control(ExportToken, 200, false),
+        },
+        Case {
+            method: "GET",
+            route: "/odata/{set}",
+            who: TokenReaders,
+            denied: TokenOnly,
+            expect: Clean(200),
+            build: |t| {
+                get(format!("/odata/Disputes?$filter=DisputeId%20eq%20{}%20or%20Number%20ge%200", t.dispute_open))
+            },
+            control: control(ExportToken, 200, true),
+        },
+        Case {
+            method: "GET",
+            route: "/odata/{set}/$count",
+            who: TokenReaders,
+            denied: TokenOnly,
+            expect: Clean(200),
+            build: |t| get(format!("/odata/LedgerLines/$count?$filter=DepartmentId%20eq%20{}", t.departments[0])),
+            control: control(ExportToken, 200, false),
+        },
+        // The other CSV files and FOCUS: the caller's own organization and departments only.
+        Case {
+            method: "GET",
+            route: "/api/v1/exports/allocations.csv",
             who: Readers,
             denied: Api,
             expect: Clean(200),
-            build: |_| get("/odata/LedgerLines?$top=1&$skip=1"),
+            build: |_| get(format!("/api/v1/exports/allocations.csv?period={CLOSED}")),
+            control: control(ExportToken, 200, true),
+        },
+        Case {
+            method: "GET",
+            route: "/api/v1/exports/allocations.csv",
+            who: Readers,
+            denied: Api,
+            expect: Clean(200),
+            build: |t| get(format!("/api/v1/exports/allocations.csv?period={CLOSED}&tenant={}", t.tenant)),
+            control: control(ExportToken, 200, true),
+        },
+        Case {
+            method: "GET",
+            route: "/api/v1/exports/usage.csv",
+            who: Readers,
+            denied: Api,
+            expect: Clean(200),
+            build: |_| get(format!("/api/v1/exports/usage.csv?period={CLOSED}")),
+            control: control(ExportToken, 200, false),
+        },
+        Case {
+            method: "GET",
+            route: "/api/v1/exports/disputes.csv",
+            who: Readers,
+            denied: Api,
+            expect: Clean(200),
+            build: |t| get(format!("/api/v1/exports/disputes.csv?period={CLOSED}&department={}", t.departments[0])),
+            control: control(ExportToken, 200, true),
+        },
+        Case {
+            method: "GET",
+            route: "/api/v1/exports/focus.csv",
+            who: Readers,
+            denied: Api,
+            expect: Clean(200),
+            build: |_| get(format!("/api/v1/exports/focus.csv?period={CLOSED}")),
+            control: control(ExportToken, 200, true),
+        },
+        Case {
+            method: "GET",
+            route: "/api/v1/exports/focus.csv",
+            who: Readers,
+            denied: Api,
+            expect: Clean(200),
+            build: |_| get(format!("/api/v1/exports/focus.csv?period={B_ONLY_CLOSED}&version=1.0")),
             control: control(ExportToken, 200, true),
         },
         // ---- analytics
