@@ -184,8 +184,52 @@ pub fn document() -> Value {
                         "responses": {"200": {"description": "Mappings"}, "422": problem()}}},
             "/api/v1/audit": {"get": {"summary": "The audit log, newest first: ?limit=&before=RFC3339&action=",
                 "responses": {"200": {"description": "Audit records"}, "422": problem()}}},
-            "/api/v1/exports/ledger.csv": {"get": {"summary": "The month's ledger lines as CSV: ?period=YYYY-MM (export token, Bearer or Basic)",
-                "responses": {"200": {"description": "text/csv"}, "401": problem(), "422": problem()}}},
+            "/api/v1/exports/ledger.csv": {"get": {
+                "summary": "The month's ledger lines as CSV (the canonical columns; a closed month streamed from its stored lines, an open month computed now): ?period=YYYY-MM, department=UUID, tenant=UUID",
+                "security": [{"token": []}],
+                "parameters": [
+                    {"name": "period", "in": "query", "required": true, "schema": {"type": "string", "pattern": "^[0-9]{4}-[0-9]{2}$"}},
+                    {"name": "department", "in": "query", "schema": {"type": "string", "format": "uuid"}},
+                    {"name": "tenant", "in": "query", "schema": {"type": "string", "format": "uuid"}}
+                ],
+                "responses": {"200": {"description": "text/csv: RFC 4180, UTF-8, CRLF, UTC ISO 8601 times, exact decimals; text cells that would start a formula are prefixed with '", "content": {"text/csv": {"schema": {"type": "string"}}}}, "401": problem(), "403": problem(), "422": problem()}}},
+            "/api/v1/exports/allocations.csv": {"get": {
+                "summary": "Allocation intervals of the month, split at namespace-owner changes and month ends, with their GPU-hours (streamed): ?period=YYYY-MM, department=UUID, tenant=UUID",
+                "security": [{"token": []}],
+                "parameters": [
+                    {"name": "period", "in": "query", "required": true, "schema": {"type": "string", "pattern": "^[0-9]{4}-[0-9]{2}$"}},
+                    {"name": "department", "in": "query", "schema": {"type": "string", "format": "uuid"}},
+                    {"name": "tenant", "in": "query", "schema": {"type": "string", "format": "uuid"}}
+                ],
+                "responses": {"200": {"description": "text/csv: RFC 4180, UTF-8, CRLF, UTC ISO 8601 times, exact decimals; text cells that would start a formula are prefixed with '", "content": {"text/csv": {"schema": {"type": "string"}}}}, "401": problem(), "403": problem(), "422": problem()}}},
+            "/api/v1/exports/usage.csv": {"get": {
+                "summary": "Shared endpoints' productive work per tenant and window (streamed): ?period=YYYY-MM, department=UUID, tenant=UUID",
+                "security": [{"token": []}],
+                "parameters": [
+                    {"name": "period", "in": "query", "required": true, "schema": {"type": "string", "pattern": "^[0-9]{4}-[0-9]{2}$"}},
+                    {"name": "department", "in": "query", "schema": {"type": "string", "format": "uuid"}},
+                    {"name": "tenant", "in": "query", "schema": {"type": "string", "format": "uuid"}}
+                ],
+                "responses": {"200": {"description": "text/csv: RFC 4180, UTF-8, CRLF, UTC ISO 8601 times, exact decimals; text cells that would start a formula are prefixed with '", "content": {"text/csv": {"schema": {"type": "string"}}}}, "401": problem(), "403": problem(), "422": problem()}}},
+            "/api/v1/exports/disputes.csv": {"get": {
+                "summary": "Disputes of the month's lines and how they ended (streamed): ?period=YYYY-MM, department=UUID, tenant=UUID",
+                "security": [{"token": []}],
+                "parameters": [
+                    {"name": "period", "in": "query", "required": true, "schema": {"type": "string", "pattern": "^[0-9]{4}-[0-9]{2}$"}},
+                    {"name": "department", "in": "query", "schema": {"type": "string", "format": "uuid"}},
+                    {"name": "tenant", "in": "query", "schema": {"type": "string", "format": "uuid"}}
+                ],
+                "responses": {"200": {"description": "text/csv: RFC 4180, UTF-8, CRLF, UTC ISO 8601 times, exact decimals; text cells that would start a formula are prefixed with '", "content": {"text/csv": {"schema": {"type": "string"}}}}, "401": problem(), "403": problem(), "422": problem()}}},
+            "/api/v1/exports/focus.csv": {"get": {
+                "summary": "The month's ledger as a FinOps FOCUS dataset: ?period=YYYY-MM, version=1.2 (default) or 1.0, department=UUID, tenant=UUID",
+                "security": [{"token": []}],
+                "parameters": [
+                    {"name": "period", "in": "query", "required": true, "schema": {"type": "string", "pattern": "^[0-9]{4}-[0-9]{2}$"}},
+                    {"name": "version", "in": "query", "schema": {"type": "string", "enum": ["1.2", "1.0"], "default": "1.2"}},
+                    {"name": "department", "in": "query", "schema": {"type": "string", "format": "uuid"}},
+                    {"name": "tenant", "in": "query", "schema": {"type": "string", "format": "uuid"}}
+                ],
+                "responses": {"200": {"description": "text/csv: RFC 4180, UTF-8, CRLF, UTC ISO 8601 times, exact decimals; text cells that would start a formula are prefixed with '", "content": {"text/csv": {"schema": {"type": "string"}}}}, "401": problem(), "403": problem(), "422": problem()}}},
             "/api/v1/openapi.json": {"get": {"summary": "This document", "responses": {"200": {"description": "OpenAPI 3.1"}}}}
         }
     })
