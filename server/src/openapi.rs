@@ -18,7 +18,7 @@ fn problem() -> Value {
 
 /// The document.
 pub fn document() -> Value {
-    json!({
+    let mut doc = json!({
         "openapi": "3.1.0",
         "info": {
             "title": "GPU Ledger API",
@@ -184,53 +184,58 @@ pub fn document() -> Value {
                         "responses": {"200": {"description": "Mappings"}, "422": problem()}}},
             "/api/v1/audit": {"get": {"summary": "The audit log, newest first: ?limit=&before=RFC3339&action=",
                 "responses": {"200": {"description": "Audit records"}, "422": problem()}}},
-            "/api/v1/exports/ledger.csv": {"get": {
-                "summary": "The month's ledger lines as CSV (the canonical columns; a closed month streamed from its stored lines, an open month computed now): ?period=YYYY-MM, department=UUID, tenant=UUID",
-                "security": [{"token": []}],
-                "parameters": [
-                    {"name": "period", "in": "query", "required": true, "schema": {"type": "string", "pattern": "^[0-9]{4}-[0-9]{2}$"}},
-                    {"name": "department", "in": "query", "schema": {"type": "string", "format": "uuid"}},
-                    {"name": "tenant", "in": "query", "schema": {"type": "string", "format": "uuid"}}
-                ],
-                "responses": {"200": {"description": "text/csv: RFC 4180, UTF-8, CRLF, UTC ISO 8601 times, exact decimals; text cells that would start a formula are prefixed with '", "content": {"text/csv": {"schema": {"type": "string"}}}}, "401": problem(), "403": problem(), "422": problem()}}},
-            "/api/v1/exports/allocations.csv": {"get": {
-                "summary": "Allocation intervals of the month, split at namespace-owner changes and month ends, with their GPU-hours (streamed): ?period=YYYY-MM, department=UUID, tenant=UUID",
-                "security": [{"token": []}],
-                "parameters": [
-                    {"name": "period", "in": "query", "required": true, "schema": {"type": "string", "pattern": "^[0-9]{4}-[0-9]{2}$"}},
-                    {"name": "department", "in": "query", "schema": {"type": "string", "format": "uuid"}},
-                    {"name": "tenant", "in": "query", "schema": {"type": "string", "format": "uuid"}}
-                ],
-                "responses": {"200": {"description": "text/csv: RFC 4180, UTF-8, CRLF, UTC ISO 8601 times, exact decimals; text cells that would start a formula are prefixed with '", "content": {"text/csv": {"schema": {"type": "string"}}}}, "401": problem(), "403": problem(), "422": problem()}}},
-            "/api/v1/exports/usage.csv": {"get": {
-                "summary": "Shared endpoints' productive work per tenant and window (streamed): ?period=YYYY-MM, department=UUID, tenant=UUID",
-                "security": [{"token": []}],
-                "parameters": [
-                    {"name": "period", "in": "query", "required": true, "schema": {"type": "string", "pattern": "^[0-9]{4}-[0-9]{2}$"}},
-                    {"name": "department", "in": "query", "schema": {"type": "string", "format": "uuid"}},
-                    {"name": "tenant", "in": "query", "schema": {"type": "string", "format": "uuid"}}
-                ],
-                "responses": {"200": {"description": "text/csv: RFC 4180, UTF-8, CRLF, UTC ISO 8601 times, exact decimals; text cells that would start a formula are prefixed with '", "content": {"text/csv": {"schema": {"type": "string"}}}}, "401": problem(), "403": problem(), "422": problem()}}},
-            "/api/v1/exports/disputes.csv": {"get": {
-                "summary": "Disputes of the month's lines and how they ended (streamed): ?period=YYYY-MM, department=UUID, tenant=UUID",
-                "security": [{"token": []}],
-                "parameters": [
-                    {"name": "period", "in": "query", "required": true, "schema": {"type": "string", "pattern": "^[0-9]{4}-[0-9]{2}$"}},
-                    {"name": "department", "in": "query", "schema": {"type": "string", "format": "uuid"}},
-                    {"name": "tenant", "in": "query", "schema": {"type": "string", "format": "uuid"}}
-                ],
-                "responses": {"200": {"description": "text/csv: RFC 4180, UTF-8, CRLF, UTC ISO 8601 times, exact decimals; text cells that would start a formula are prefixed with '", "content": {"text/csv": {"schema": {"type": "string"}}}}, "401": problem(), "403": problem(), "422": problem()}}},
-            "/api/v1/exports/focus.csv": {"get": {
-                "summary": "The month's ledger as a FinOps FOCUS dataset: ?period=YYYY-MM, version=1.2 (default) or 1.0, department=UUID, tenant=UUID",
-                "security": [{"token": []}],
-                "parameters": [
-                    {"name": "period", "in": "query", "required": true, "schema": {"type": "string", "pattern": "^[0-9]{4}-[0-9]{2}$"}},
-                    {"name": "version", "in": "query", "schema": {"type": "string", "enum": ["1.2", "1.0"], "default": "1.2"}},
-                    {"name": "department", "in": "query", "schema": {"type": "string", "format": "uuid"}},
-                    {"name": "tenant", "in": "query", "schema": {"type": "string", "format": "uuid"}}
-                ],
-                "responses": {"200": {"description": "text/csv: RFC 4180, UTF-8, CRLF, UTC ISO 8601 times, exact decimals; text cells that would start a formula are prefixed with '", "content": {"text/csv": {"schema": {"type": "string"}}}}, "401": problem(), "403": problem(), "422": problem()}}},
             "/api/v1/openapi.json": {"get": {"summary": "This document", "responses": {"200": {"description": "OpenAPI 3.1"}}}}
         }
+    });
+    if let Some(paths) = doc["paths"].as_object_mut() {
+        paths.extend(export_paths());
+    }
+    doc
+}
+
+/// `/api/v1/exports/*` (one `json!` per entry: the whole document in one would pass the macro recursion limit).
+fn export_paths() -> Vec<(String, Value)> {
+    let csv = || {
+        json!({"description": "text/csv: RFC 4180, UTF-8, CRLF, UTC ISO 8601 times, exact decimals; text cells that \
+                               would start a formula are prefixed with '",
+               "content": {"text/csv": {"schema": {"type": "string"}}}})
+    };
+    let parameters = |focus: bool| {
+        let mut p = vec![
+            json!({"name": "period", "in": "query", "required": true,
+                   "schema": {"type": "string", "pattern": "^[0-9]{4}-[0-9]{2}$"}}),
+            json!({"name": "department", "in": "query", "schema": {"type": "string", "format": "uuid"}}),
+            json!({"name": "tenant", "in": "query", "schema": {"type": "string", "format": "uuid"}}),
+        ];
+        if focus {
+            p.push(json!({"name": "version", "in": "query",
+                          "schema": {"type": "string", "enum": ["1.2", "1.0"], "default": "1.2"}}));
+        }
+        Value::Array(p)
+    };
+    [
+        (
+            "ledger",
+            "The month's ledger lines as CSV, the canonical columns (a closed month streamed from its stored \
+                    lines, an open month computed now)",
+        ),
+        (
+            "allocations",
+            "Allocation intervals of the month, split at namespace-owner changes and month ends, with \
+                         their GPU-hours (streamed)",
+        ),
+        ("usage", "Shared endpoints' productive work per tenant and window (streamed)"),
+        ("disputes", "Disputes of the month's lines and how they ended (streamed)"),
+        ("focus", "The month's ledger as a FinOps FOCUS dataset, version 1.2 (default) or 1.0"),
+    ]
+    .into_iter()
+    .map(|(name, summary)| {
+        let op = json!({"get": {
+            "summary": summary,
+            "security": [{"token": []}],
+            "parameters": parameters(name == "focus"),
+            "responses": {"200": csv(), "401": problem(), "403": problem(), "422": problem()}}});
+        (format!("/api/v1/exports/{name}.csv"), op)
     })
+    .collect()
 }
