@@ -616,6 +616,23 @@ async fn odata_feed_pages_filters_and_refuses() {
     let names: Vec<&str> = doc["value"].as_array().unwrap().iter().map(|s| s["name"].as_str().unwrap()).collect();
     assert_eq!(names, ["LedgerLines", "Allocations", "Tenants", "Departments", "Periods", "Usage", "Disputes"]);
     assert!(doc["@odata.context"].as_str().unwrap().ends_with("/odata/$metadata"), "{doc}");
+    // The Power Query file names only sets the service has, and filters the incremental ones on PeriodStart.
+    let pq = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/powerbi/GpuLedger.pq"),
+    )
+    .unwrap();
+    let referenced: Vec<&str> = pq.split("{[Name = \"").skip(1).map(|r| r.split('"').next().unwrap()).collect();
+    assert_eq!(referenced.len(), 7, "{referenced:?}");
+    for r in &referenced {
+        assert!(names.contains(r), "{r} is not an entity set");
+    }
+    assert_eq!(
+        pq.matches(
+            "each [PeriodStart] >= DateTime.AddZone(RangeStart, 0) and [PeriodStart] < DateTime.AddZone(RangeEnd, 0)"
+        )
+        .count(),
+        3
+    );
     let a = send(&env, "GET", "/odata/$metadata", &h, None).await;
     assert_eq!(a.status, 200);
     assert!(a.header("content-type").starts_with("application/xml"));
