@@ -42,6 +42,52 @@ pub fn router() -> Router<AppState> {
         .route("/api/v1/periods", get(list_periods))
         .route("/api/v1/periods/{period}/close", post(close_handler))
         .route("/api/v1/periods/{period}/bundle", get(bundle_handler))
+        .route("/api/v1/periods/{period}/findings", get(findings_handler))
+}
+
+/// `GET /api/v1/periods/{period}/findings`: what ingest flagged for the month (inventory gaps, agent gaps,
+/// over-commit, unknown tenants) — counts by kind and the first 200, newest first. Organization-level facts: not
+/// for a caller limited to departments.
+async fn findings_handler(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(period): Path<String>,
+) -> Result<Json<Value>, AppError> {
+    let p = reader(&state, &headers).await?;
+    let period = parse_period("period", &period)?;
+    if p.departments.is_some() {
+        return Err(AppError::Forbidden("data-quality findings cover the whole organization".into()));
+    }
+    let from = month_start(period);
+    let to = month_start(period.next()?);
+    let mut tx = p.begin(&state.db).await?;
+    let counts: Vec<(String, i64)> = sqlx::query_as(
+        "SELECT kind, count(*) FROM data_quality_findings
+          WHERE COALESCE(occurred_from, created_at) < ($2::date::timestamp AT TIME ZONE 'UTC')
+            AND COALESCE(occurred_to, occurred_from, created_at) >= ($1::date::timestamp AT TIME ZONE 'UTC')
+          GROUP BY kind ORDER BY kind",
+    )
+    .bind(from)
+    .bind(to)
+    .fetch_all(tx.conn())
+    .await?;
+    let items: Vec<(Value,)> = sqlx::query_as(
+        "SELECT jsonb_build_object('cluster', c.name, 'kind', f.kind, 'subject', f.subject,
+                'from', f.occurred_from, 'to', f.occurred_to, 'details', f.details)
+           FROM data_quality_findings f JOIN clusters c ON c.org_id = f.org_id AND c.cluster_id = f.cluster_id
+          WHERE COALESCE(f.occurred_from, f.created_at) < ($2::date::timestamp AT TIME ZONE 'UTC')
+            AND COALESCE(f.occurred_to, f.occurred_from, f.created_at) >= ($1::date::timestamp AT TIME ZONE 'UTC')
+          ORDER BY COALESCE(f.occurred_from, f.created_at) DESC, f.finding_id LIMIT 200",
+    )
+    .bind(from)
+    .bind(to)
+    .fetch_all(tx.conn())
+    .await?;
+    tx.commit().await?;
+    let by_kind: serde_json::Map<String, Value> = counts.into_iter().map(|(k, n)| (k, json!(n))).collect();
+    Ok(Json(
+        json!({ "period": period.to_string(), "by_kind": by_kind, "items": items.into_iter().map(|(v,)| v).collect::<Vec<_>>() }),
+    ))
 }
 
 fn gz(bytes: &[u8]) -> Result<Vec<u8>, AppError> {

@@ -163,6 +163,8 @@ pub fn document() -> Value {
             "/api/v1/disputes/{id}/credit/reject": {"post": {"summary": "Finance refuses the credit: {reason}",
                 "security": [{"token": []}],
                 "responses": {"200": {"description": "the dispute"}, "401": problem(), "403": problem(), "404": problem(), "409": problem(), "422": problem()}}},
+            "/api/v1/periods/{period}/findings": {"get": {"summary": "Data-quality findings of a month (inventory gaps, agent gaps, over-commit, unknown tenants): counts by kind and the newest 200",
+                "responses": {"200": {"description": "Findings"}, "403": problem()}}},
             "/api/v1/me": {"get": {"summary": "Who the caller is: organization, roles, department scope, CSRF token of a session",
                 "responses": {"200": {"description": "The caller"}, "401": problem()}}},
             "/api/v1/tokens": {

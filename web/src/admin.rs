@@ -369,7 +369,15 @@ pub fn AuditPage() -> impl IntoView {
                 if let Some(b) = before.filter(|b| !b.is_empty()) {
                     url.push_str(&format!("&before={}", q(&b)));
                 }
-                let log = api_get(url).await.map_err(Err)?;
+                let mut log = api_get(url).await.map_err(Err)?;
+                // Only what the page shows travels with it (the page's data is serialized into the HTML).
+                if let Some(items) = log["items"].as_array_mut() {
+                    for item in items.iter_mut() {
+                        if let Some(o) = item.as_object_mut() {
+                            o.remove("details");
+                        }
+                    }
+                }
                 Ok((action.unwrap_or_default(), log))
             }
             other => Err(Ok(other)),

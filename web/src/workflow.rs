@@ -215,7 +215,8 @@ pub fn ClosePage() -> impl IntoView {
         let ledger = api_get(format!("/api/v1/ledger?period={}&per_page=1", q(&period))).await.map_err(Some)?;
         let previous = months_back(&period, 2).into_iter().next().unwrap_or_default();
         let before = api_get(format!("/api/v1/ledger?period={}&per_page=1", q(&previous))).await.ok();
-        Ok((session, period, previous, ledger, before))
+        let findings = api_get(format!("/api/v1/periods/{}/findings", q(&period))).await.unwrap_or(Value::Null);
+        Ok((session, period, previous, ledger, before, findings))
     };
     view! {
         <Title text="Close — GPU Ledger" />
@@ -223,7 +224,9 @@ pub fn ClosePage() -> impl IntoView {
             {match data.clone() {
                 Err(None) => view! { <Redirect path="/login?next=/finance" /> }.into_any(),
                 Err(Some(e)) => error_panel(&e),
-                Ok((session, period, previous, ledger, before)) => {
+                Ok((session, period, previous, ledger, before, findings)) => {
+                    let finding_rows = findings["items"].as_array().cloned().unwrap_or_default();
+                    let finding_counts = findings["by_kind"].as_object().cloned().unwrap_or_default();
                     let closed = s(&ledger, "state") == "closed";
                     let cur = s(&ledger, "currency");
                     let total = s(&ledger, "total");
@@ -243,9 +246,21 @@ pub fn ClosePage() -> impl IntoView {
                             <table><tbody>{ledger["totals_by_term"].as_object().cloned().unwrap_or_default().into_iter().map(|(k, v)| view! {
                                 <tr><th scope="row">{k}</th><td class="num">{grouped(v.as_str().unwrap_or_default())}</td></tr>
                             }).collect_view()}</tbody></table>
+                            <h2>"Data quality"</h2>
+                            {if finding_counts.is_empty() {
+                                view! { <p class="empty" id="no-findings">"No findings for this month: no inventory gaps, agent gaps, over-commit or unknown tenants."</p> }.into_any()
+                            } else {
+                                view! {
+                                    <p>{finding_counts.iter().map(|(k, n)| format!("{k}: {n}")).collect::<Vec<_>>().join(" · ")}</p>
+                                    <table class="findings"><thead><tr><th>"Kind"</th><th>"Cluster"</th><th>"Subject"</th><th>"From"</th><th>"To"</th></tr></thead>
+                                    <tbody>{finding_rows.iter().map(|f| view! {
+                                        <tr><td>{s(f, "kind")}</td><td>{s(f, "cluster")}</td><td>{s(f, "subject")}</td><td>{s(f, "from")}</td><td>{s(f, "to")}</td></tr>
+                                    }).collect_view()}</tbody></table>
+                                }.into_any()
+                            }}
                             {(!notes.is_null()).then(|| view! {
-                                <h2>"Data quality"</h2>
-                                <pre class="notes">{serde_json::to_string_pretty(&notes).unwrap_or_default()}</pre>
+                                <details><summary>"Ledger notes"</summary>
+                                <pre class="notes">{serde_json::to_string_pretty(&notes).unwrap_or_default()}</pre></details>
                             })}
                             {if closed {
                                 view! {
