@@ -571,6 +571,45 @@ async fn csv_exports_match_the_database_and_neutralize_formulas() {
     .await;
     assert_eq!(a.status, 200, "{}", a.text());
 
+    // -- a change of the namespace's owner splits the allocation at that instant
+    let ns: Uuid = sqlx::query_scalar(
+        "SELECT a.namespace_uid FROM allocation_intervals a WHERE a.org_id = $1 AND a.holder_name = 'ops-job'",
+    )
+    .bind(env.org)
+    .fetch_one(&env.su)
+    .await
+    .unwrap();
+    sqlx::query(
+        "UPDATE namespace_ownership SET valid_to = '2026-09-20 12:00Z' WHERE org_id = $1 AND namespace_uid = $2",
+    )
+    .bind(env.org)
+    .bind(ns)
+    .execute(&env.su)
+    .await
+    .unwrap();
+    sqlx::query(
+        "INSERT INTO namespace_ownership (org_id, namespace_uid, valid_from, tenant_id) VALUES ($1, $2, '2026-09-20 12:00Z', $3)",
+    )
+    .bind(env.org)
+    .bind(ns)
+    .bind(env.alpha)
+    .execute(&env.su)
+    .await
+    .unwrap();
+    let (_, sept) = csv_of(&get(&env, "/api/v1/exports/allocations.csv?period=2026-09", &env.export).await);
+    let parts: Vec<(&str, &str, &str, &str)> = sept
+        .iter()
+        .filter(|r| r["holder_name"] == "ops-job")
+        .map(|r| (r["tenant"].as_str(), r["start"].as_str(), r["end"].as_str(), r["gpu_hours"].as_str()))
+        .collect();
+    assert_eq!(
+        parts,
+        [
+            ("'@ops", "2026-09-20T00:00:00Z", "2026-09-20T12:00:00Z", "12.000000"),
+            ("alpha", "2026-09-20T12:00:00Z", "2026-09-21T00:00:00Z", "12.000000")
+        ]
+    );
+
     // -- every export is audited
     let actions: Vec<String> =
         sqlx::query_scalar("SELECT DISTINCT action FROM audit_log WHERE org_id = $1 AND action LIKE 'export.%'")

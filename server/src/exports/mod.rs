@@ -60,6 +60,18 @@ pub fn router() -> Router<AppState> {
         .route("/odata/{set}/$count", get(odata::count))
 }
 
+/// What a month's CSV export of `set` (`LedgerLines`, `Allocations`, `Usage`, `Disputes`) selects, as the
+/// `COPY (SELECT …) TO STDOUT (FORMAT csv, HEADER)` PostgreSQL can write by itself: the same rows and columns
+/// (PostgreSQL's text forms). The export benchmark's reference; run it in an organization transaction.
+pub fn copy_statement(set: &str, period: Period) -> Option<String> {
+    let source = sources::by_set(set)?;
+    let mut select = Select::new(source, false, true);
+    let (start, _) = crate::ledger::bounds(period).ok()?;
+    select.month(start);
+    select.order = vec![source.csv_order.to_string()];
+    Some(format!("COPY ({}) TO STDOUT WITH (FORMAT csv, HEADER)", select.sql_literal(&[])))
+}
+
 /// Bytes gathered before a chunk goes to the client.
 const CHUNK: usize = 64 * 1024;
 /// Chunks buffered between the query and the socket: with [`CHUNK`], the most a download holds in memory.
