@@ -79,7 +79,7 @@ async fn each_role_signs_in_with_the_provider_lands_on_its_page_and_signs_out() 
     for (login, landing, expect) in [
         ("ada", "/admin", "API tokens"),
         ("fin", "/finance", "Months"),
-        ("dee", "/departments", "Your departments: Research"),
+        ("dee", "/departments", "Showback"),
         ("vic", "/", "Departments"),
     ] {
         browser.goto(&format!("{base}/login")).await.unwrap();
