@@ -120,7 +120,10 @@ async fn manager_disputes_finance_credits_admin_onboards_a_cluster() {
         browser.goto(&tenant_url).await.unwrap();
         let boxes = browser.find_all(r#"#dispute-form input[name="line"]"#).await.unwrap();
         browser.click(&boxes[i]).await.unwrap();
-        browser.fill(r#"#dispute-form textarea[name="reason"]"#, "These GPU-hours were a stuck job we reported.").await.unwrap();
+        browser
+            .fill(r#"#dispute-form textarea[name="reason"]"#, "These GPU-hours were a stuck job we reported.")
+            .await
+            .unwrap();
         browser.click_css("#dispute-form button[type=submit]").await.unwrap();
         let url = browser.wait_for_url(|u| u != tenant_url, Duration::from_secs(30)).await.unwrap_or_default();
         if url.contains("/disputes/") {
@@ -128,7 +131,11 @@ async fn manager_disputes_finance_credits_admin_onboards_a_cluster() {
             break;
         }
         // That line is already disputed (the demo opens one): the form says why; try another line.
-        assert!(browser.page_source().await.unwrap().contains("already disputed"), "{}", browser.page_source().await.unwrap());
+        assert!(
+            browser.page_source().await.unwrap().contains("already disputed"),
+            "{}",
+            browser.page_source().await.unwrap()
+        );
     }
     let dispute_url = opened.expect("a dispute was opened");
     assert!(browser.page_source().await.unwrap().contains(r#"<dd id="dispute-state">open</dd>"#));
