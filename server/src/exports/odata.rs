@@ -530,6 +530,15 @@ async fn page(state: &AppState, set: &str, headers: &HeaderMap, raw: Option<&str
             (Continuation::After(values), true) => {
                 let placeholders: Vec<String> = values.into_iter().map(|v| select.args.push(v)).collect();
                 select.conds.push(format!("({}) > ({})", key_exprs.join(", "), placeholders.join(", ")));
+                // Implied by the comparison above, and what an index range can start at.
+                let prefix = source.key_index_prefix;
+                if prefix > 0 && prefix < key_exprs.len() {
+                    select.conds.push(format!(
+                        "({}) >= ({})",
+                        key_exprs[..prefix].join(", "),
+                        placeholders[..prefix].join(", ")
+                    ));
+                }
                 offset = 0;
             }
             (Continuation::Offset(n), false) => offset = n,

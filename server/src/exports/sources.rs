@@ -39,6 +39,9 @@ pub struct Source {
     pub columns: &'static [Column],
     /// Key property names; also the default order (ascending), and what keyset paging continues after.
     pub key: &'static [&'static str],
+    /// How many leading key columns are plain columns of an index in key order (0: all of them). Keyset paging
+    /// adds `(those) >= (…)` so that PostgreSQL starts the index scan at the page instead of filtering up to it.
+    pub key_index_prefix: usize,
     /// Row order of the CSV file.
     pub csv_order: &'static str,
     /// Applied for department-scoped callers (`""`: none needed, RLS does it).
@@ -105,6 +108,7 @@ pub static LEDGER_LINES: Source = Source {
     base_where: "",
     columns: LEDGER_COLUMNS,
     key: &["Period", "LineId"],
+    key_index_prefix: 0,
     csv_order: "l.period, l.line_no",
     scoped_where: "",
     month: Some(MonthSql {
@@ -119,19 +123,22 @@ pub static LEDGER_LINES: Source = Source {
 /// An allocation interval, split at changes of the namespace's owner and at month boundaries, with the GPU-hours
 /// it held in that piece (open allocations count up to now).
 ///
-/// A namespace's owners are read once as arrays in a lateral subquery that depends on the namespace only, so
-/// PostgreSQL memoizes one lookup per namespace instead of probing the ownership index once per allocation; the allocations are read in key order from their primary key, so a page of the OData feed is
+/// A namespace's owners (with their tenant and department, as the caller may see them) are read once as arrays in
+/// a lateral subquery that depends on the namespace only, so PostgreSQL memoizes one lookup per namespace instead
+/// of probing the ownership, tenant and department indexes once per allocation; the allocations are read in key order from their primary key, so a page of the OData feed is
 /// an index range however deep it is (see docs/benchmarks.md, "Exports").
 const ALLOCATIONS_FROM: &str = "allocation_intervals a
     JOIN clusters c ON c.org_id = a.org_id AND c.cluster_id = a.cluster_id
     CROSS JOIN LATERAL (SELECT array_agg(x.valid_from) AS froms, array_agg(x.valid_to) AS tos,
-                               array_agg(x.tenant_id) AS tenants
+                               array_agg(t.tenant_id) AS tenant_ids, array_agg(t.name) AS tenants,
+                               array_agg(d.department_id) AS department_ids, array_agg(d.name) AS departments
                           FROM namespace_ownership x
+                          LEFT JOIN tenants t ON t.org_id = x.org_id AND t.tenant_id = x.tenant_id
+                          LEFT JOIN departments d ON d.org_id = t.org_id AND d.department_id = t.department_id
                          WHERE x.org_id = a.org_id AND x.namespace_uid = a.namespace_uid) own
-    LEFT JOIN LATERAL unnest(own.froms, own.tos, own.tenants) AS o(valid_from, valid_to, tenant_id)
+    LEFT JOIN LATERAL unnest(own.froms, own.tos, own.tenant_ids, own.tenants, own.department_ids, own.departments)
+              AS o(valid_from, valid_to, tenant_id, tenant, department_id, department)
          ON o.valid_from < COALESCE(a.ended_at, 'infinity') AND COALESCE(o.valid_to, 'infinity') > a.started_at
-    LEFT JOIN tenants t ON t.org_id = a.org_id AND t.tenant_id = o.tenant_id
-    LEFT JOIN departments d ON d.org_id = t.org_id AND d.department_id = t.department_id
     CROSS JOIN LATERAL (SELECT GREATEST(a.started_at, o.valid_from) AS s,
                                LEAST(COALESCE(a.ended_at, 'infinity'), COALESCE(o.valid_to, 'infinity'), now()) AS e) w
     CROSS JOIN LATERAL generate_series(date_trunc('month', w.s), date_trunc('month', w.e - interval '1 microsecond'),
@@ -152,10 +159,10 @@ const ALLOCATION_COLUMNS: &[Column] = &[
     )
     .null(),
     Column::new("Fraction", Decimal, "round(a.fraction_num::numeric / a.fraction_den, 6)").null(),
-    Column::new("TenantId", Guid, "t.tenant_id").null(),
-    Column::new("Tenant", Text, "t.name").null(),
-    Column::new("DepartmentId", Guid, "d.department_id").null(),
-    Column::new("Department", Text, "d.name").null(),
+    Column::new("TenantId", Guid, "o.tenant_id").null(),
+    Column::new("Tenant", Text, "o.tenant").null(),
+    Column::new("DepartmentId", Guid, "o.department_id").null(),
+    Column::new("Department", Text, "o.department").null(),
     Column::new("HolderKind", Text, "a.holder_kind"),
     Column::new("HolderUid", Guid, "a.holder_uid"),
     Column::new("HolderName", Text, "a.holder_name"),
@@ -188,15 +195,16 @@ pub static ALLOCATIONS: Source = Source {
     base_where: "p.pe > p.ps",
     columns: ALLOCATION_COLUMNS,
     key: &["ClusterId", "AllocationId", "Start"],
+    key_index_prefix: 2,
     csv_order: "a.cluster_id, a.allocation_id, p.ps",
-    scoped_where: "t.tenant_id IS NOT NULL",
+    scoped_where: "o.tenant_id IS NOT NULL",
     month: Some(MonthSql {
         exact: "m.month",
         from: "(a.ended_at IS NULL OR a.ended_at > {})",
         before: "a.started_at < {}",
     }),
-    department: "d.department_id = {}",
-    tenant: "t.tenant_id = {}",
+    department: "o.department_id = {}",
+    tenant: "o.tenant_id = {}",
 };
 
 const TENANT_COLUMNS: &[Column] = &[
@@ -215,6 +223,7 @@ pub static TENANTS: Source = Source {
     base_where: "",
     columns: TENANT_COLUMNS,
     key: &["TenantId"],
+    key_index_prefix: 0,
     csv_order: "t.name",
     scoped_where: "",
     month: None,
@@ -236,6 +245,7 @@ pub static DEPARTMENTS: Source = Source {
     base_where: "",
     columns: DEPARTMENT_COLUMNS,
     key: &["DepartmentId"],
+    key_index_prefix: 0,
     csv_order: "d.name",
     scoped_where: "",
     month: None,
@@ -274,6 +284,7 @@ pub static PERIODS: Source = Source {
     base_where: "",
     columns: PERIOD_COLUMNS,
     key: &["Period"],
+    key_index_prefix: 0,
     csv_order: "g.period",
     scoped_where: "",
     month: Some(MonthSql {
@@ -318,6 +329,7 @@ pub static USAGE: Source = Source {
     base_where: "",
     columns: USAGE_COLUMNS,
     key: &["ClusterId", "Endpoint", "Model", "TenantName", "WindowStart"],
+    key_index_prefix: 0,
     csv_order: "u.cluster_id, u.endpoint, u.model, u.tenant_name, u.window_start",
     scoped_where: "t.tenant_id IS NOT NULL",
     month: Some(MonthSql {
@@ -374,6 +386,7 @@ pub static DISPUTES: Source = Source {
     base_where: "",
     columns: DISPUTE_COLUMNS,
     key: &["DisputeId"],
+    key_index_prefix: 0,
     csv_order: "x.number",
     scoped_where: "",
     month: Some(MonthSql {
