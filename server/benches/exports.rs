@@ -16,7 +16,8 @@
 //!
 //! Measured, `GL_BENCH_RUNS` times each (default 3; best and median): wall time and rows/s; the server process's
 //! CPU time (`/proc/PID/stat`); its peak resident memory during each measurement (`VmHWM`, reset through
-//! `/proc/PID/clear_refs` before it) against its resident memory before. Checks that fail the bench: the CSV and
+//! `/proc/PID/clear_refs` before it) against its resident memory before. `GL_BENCH_LOAD_ONLY=1` loads the data,
+//! prints the database's URL and stops (the database is kept, for `EXPLAIN`). Checks that fail the bench: the CSV and
 //! the OData feed return exactly the rows COPY returns (count), and the total GPU-hours of the CSV equal
 //! PostgreSQL's sum.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -351,6 +352,11 @@ fn main() {
         .await
         .unwrap();
         eprintln!("loaded {rows} allocation intervals in {:.1} s ({})", t0.elapsed().as_secs_f64(), settings.join(", "));
+        if std::env::var_os("GL_BENCH_LOAD_ONLY").is_some() {
+            // For looking at plans by hand; drop the database when done.
+            println!("loaded, kept: {} (organization {ORG})", test_db.app_url);
+            return;
+        }
 
         // The server, as gpuledger_app, and an export token.
         let exe = env!("CARGO_BIN_EXE_gpuledger-server");

@@ -597,17 +597,50 @@ async fn csv_exports_match_the_database_and_neutralize_formulas() {
     .await
     .unwrap();
     let (_, sept) = csv_of(&get(&env, "/api/v1/exports/allocations.csv?period=2026-09", &env.export).await);
-    let parts: Vec<(&str, &str, &str, &str)> = sept
+    let mut parts: Vec<(&str, &str, &str, &str)> = sept
         .iter()
         .filter(|r| r["holder_name"] == "ops-job")
         .map(|r| (r["tenant"].as_str(), r["start"].as_str(), r["end"].as_str(), r["gpu_hours"].as_str()))
         .collect();
+    parts.sort_by_key(|p| p.1);
     assert_eq!(
         parts,
         [
             ("'@ops", "2026-09-20T00:00:00Z", "2026-09-20T12:00:00Z", "12.000000"),
             ("alpha", "2026-09-20T12:00:00Z", "2026-09-21T00:00:00Z", "12.000000")
         ]
+    );
+
+    // … and the OData feed (planned differently) splits it the same way
+    let a = send(
+        &env,
+        "GET",
+        "/odata/Allocations?$filter=HolderName%20eq%20'ops-job'&$select=Tenant,Start,End,GpuHours",
+        &basic(&env.export),
+        None,
+    )
+    .await;
+    let v = a.json();
+    let odata: Vec<(String, String, String, i64)> = v["value"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["Tenant"].as_str().unwrap().to_string(),
+                r["Start"].as_str().unwrap().to_string(),
+                r["End"].as_str().unwrap().to_string(),
+                micros(&r["GpuHours"].to_string()),
+            )
+        })
+        .collect();
+    assert_eq!(
+        odata,
+        [
+            ("@ops".to_string(), "2026-09-20T00:00:00Z".to_string(), "2026-09-20T12:00:00Z".to_string(), 12_000_000),
+            ("alpha".to_string(), "2026-09-20T12:00:00Z".to_string(), "2026-09-21T00:00:00Z".to_string(), 12_000_000)
+        ],
+        "{v}"
     );
 
     // -- every export is audited

@@ -68,7 +68,9 @@ pub fn copy_statement(set: &str, period: Period) -> Option<String> {
     let mut select = Select::new(source, false, true);
     let (start, _) = crate::ledger::bounds(period).ok()?;
     select.month(start);
-    select.order = vec![source.csv_order.to_string()];
+    if !source.csv_order.is_empty() {
+        select.order = vec![source.csv_order.to_string()];
+    }
     Some(format!("COPY ({}) TO STDOUT WITH (FORMAT csv, HEADER)", select.sql_literal(&[])))
 }
 
@@ -245,7 +247,9 @@ async fn table_body(
     if let Some(t) = f.tenant {
         select.tenant(t);
     }
-    select.order = vec![source.csv_order.to_string()];
+    if !source.csv_order.is_empty() {
+        select.order = vec![source.csv_order.to_string()];
+    }
     audit_export(&state.db, p, &format!("export.{name}_csv"), &f.period.to_string(), f.details()).await?;
     stream_csv(state.db.clone(), p.clone(), select).await
 }
