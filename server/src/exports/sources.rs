@@ -142,14 +142,11 @@ const ALLOCATIONS_FROM: &str = "allocation_intervals a
     LEFT JOIN LATERAL unnest(own.froms, own.tos, own.tenant_ids, own.tenants, own.department_ids, own.departments)
               AS o(valid_from, valid_to, tenant_id, tenant, department_id, department)
          ON o.valid_from < COALESCE(a.ended_at, 'infinity') AND COALESCE(o.valid_to, 'infinity') > a.started_at
-    JOIN (SELECT g AS month FROM generate_series(
-              date_trunc('month', COALESCE((SELECT min(y.started_at) FROM allocation_intervals y), now())),
-              date_trunc('month', now()), interval '1 month') g) m
-         ON m.month < LEAST(COALESCE(a.ended_at, 'infinity'), COALESCE(o.valid_to, 'infinity'), now())
-        AND m.month + interval '1 month' > GREATEST(a.started_at, o.valid_from)
-    CROSS JOIN LATERAL (SELECT GREATEST(a.started_at, o.valid_from, m.month) AS ps,
-                               LEAST(COALESCE(a.ended_at, 'infinity'), COALESCE(o.valid_to, 'infinity'), now(),
-                                     m.month + interval '1 month') AS pe) p";
+    CROSS JOIN LATERAL (SELECT GREATEST(a.started_at, o.valid_from) AS s,
+                               LEAST(COALESCE(a.ended_at, 'infinity'), COALESCE(o.valid_to, 'infinity'), now()) AS e) w
+    CROSS JOIN LATERAL generate_series(date_trunc('month', w.s), date_trunc('month', w.e - interval '1 microsecond'),
+                                       interval '1 month') m(month)
+    CROSS JOIN LATERAL (SELECT GREATEST(w.s, m.month) AS ps, LEAST(w.e, m.month + interval '1 month') AS pe) p";
 
 /// The same rows for a whole file: owners, tenants and departments as plain joins, which PostgreSQL hashes once
 /// (the lateral lookups above pay off for a page in key order, not for a month in one pass).
