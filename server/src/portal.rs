@@ -15,8 +15,8 @@ use axum::{
 };
 use gpuledger_core::ids::OrgId;
 use gpuledger_web::{
-    ApiAnswer, LoginOptions, OrgSummary, Overview, PeriodRow, PortalData, PortalError, SessionView, TenantRow,
-    TokenRow, data::BoxFuture,
+    ApiAnswer, LoginOptions, OrgSummary, Overview, PeriodRow, PortalData, PortalError, SessionView, TokenRow,
+    data::BoxFuture,
 };
 use serde::Deserialize;
 use time::{OffsetDateTime, format_description::well_known::Rfc3339};
@@ -211,38 +211,6 @@ impl DbPortalData {
         Ok(serde_json::Value::Array(rows.into_iter().map(|(v,)| v).collect()))
     }
 
-    async fn tenant_totals_for(&self) -> Result<Vec<TenantRow>, AppError> {
-        let p = self.principal().await.ok_or(AppError::Unauthorized)?;
-        p.require(Capability::ReadLedger)?;
-        // Under the caller's department scope: PostgreSQL shows a manager only their departments' tenants
-        // and ledger lines.
-        let mut tx = p.begin(&self.db).await?;
-        type Row = (String, String, Option<time::Date>, Option<String>, Option<String>);
-        let rows: Vec<Row> = sqlx::query_as(
-            "WITH last AS (SELECT max(period) AS period FROM periods WHERE state = 'closed')
-             SELECT d.name, t.name, last.period, sum(l.amount)::text, max(l.currency)::text
-               FROM tenants t
-               JOIN departments d ON d.org_id = t.org_id AND d.department_id = t.department_id
-               CROSS JOIN last
-               LEFT JOIN ledger_lines l ON l.org_id = t.org_id AND l.tenant_id = t.tenant_id AND l.period = last.period
-              GROUP BY d.name, t.name, last.period
-              ORDER BY d.name, t.name",
-        )
-        .fetch_all(tx.conn())
-        .await?;
-        tx.commit().await?;
-        Ok(rows
-            .into_iter()
-            .map(|(department, tenant, period, amount, currency)| TenantRow {
-                department,
-                tenant,
-                period: period.map(|d| format!("{:04}-{:02}", d.year(), u8::from(d.month()))),
-                amount,
-                currency,
-            })
-            .collect())
-    }
-
     async fn org_summary(&self, org: OrgId) -> Result<Option<OrgSummary>, DbError> {
         let mut tx = self.db.begin_org(org).await?;
         let row: Option<(String, String, i64, i64, i64, i64, i64)> = sqlx::query_as(
@@ -338,10 +306,6 @@ impl PortalData for DbPortalData {
 
     fn periods(&self) -> BoxFuture<'_, Result<Vec<PeriodRow>, PortalError>> {
         Box::pin(async move { self.periods_for().await.map_err(portal_error) })
-    }
-
-    fn tenant_totals(&self) -> BoxFuture<'_, Result<Vec<TenantRow>, PortalError>> {
-        Box::pin(async move { self.tenant_totals_for().await.map_err(portal_error) })
     }
 
     fn overview(&self) -> BoxFuture<'_, Result<Overview, PortalError>> {

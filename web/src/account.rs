@@ -12,13 +12,6 @@ fn handle() -> Option<PortalDataHandle> {
     use_context::<PortalDataHandle>()
 }
 
-async fn current_session() -> Option<SessionView> {
-    match handle() {
-        Some(h) => h.0.session().await,
-        None => None,
-    }
-}
-
 fn role_label(role: &str) -> &'static str {
     match role {
         "admin" => "admin",
@@ -32,7 +25,7 @@ fn role_label(role: &str) -> &'static str {
 /// The header's right side: who is signed in, and the sign-out button (a POST with the CSRF token).
 #[component]
 pub fn UserBar() -> impl IntoView {
-    let session = current_session();
+    let session = crate::ui::session();
     view! {
         <Await future=session let:session>
             {match session.clone() {
@@ -181,28 +174,11 @@ enum Gate {
 }
 
 async fn gate(path: &'static str, roles: &'static [&'static str], what: &'static str) -> Gate {
-    match current_session().await {
+    match crate::ui::session().await {
         None => Gate::SignIn(format!("/login?next={path}")),
         Some(s) if roles.iter().any(|r| s.has(r)) => Gate::Allowed(s),
         Some(_) => Gate::Forbidden(what.to_string()),
     }
-}
-
-fn forbidden(what: String) -> AnyView {
-    if let Some(status) = use_context::<crate::data::ResponseStatus>() {
-        status.set(403);
-    }
-    view! {
-        <section class="panel error" role="alert">
-            <h1>"Not available to your role"</h1>
-            <p>{what}</p>
-        </section>
-    }
-    .into_any()
-}
-
-fn failed(e: PortalError) -> AnyView {
-    view! { <section class="panel error" role="alert"><p>{e.message}</p></section> }.into_any()
 }
 
 #[component]
@@ -292,10 +268,10 @@ pub fn FinancePage() -> impl IntoView {
         <Await future=data let:data>
             {match data.clone() {
                 (Gate::SignIn(to), _) => view! { <Redirect path=to /> }.into_any(),
-                (Gate::Forbidden(what), _) => forbidden(what),
+                (Gate::Forbidden(what), _) => crate::ui::forbidden(&what),
                 (Gate::Allowed(_), Some(Ok(periods))) => view! { <PeriodsPanel periods /> }.into_any(),
-                (_, Some(Err(e))) => failed(e),
-                (Gate::Allowed(_), None) => failed(PortalError { message: "no data source".into() }),
+                (_, Some(Err(e))) => crate::ui::error_panel(&e),
+                (Gate::Allowed(_), None) => crate::ui::error_panel(&PortalError { message: "no data source".into() }),
             }}
         </Await>
     }

@@ -9,7 +9,7 @@ use serde_json::Value;
 use crate::{
     account::TokensPanel,
     data::{PortalDataHandle, PortalError, SessionView, TokenRow},
-    ui::{api_get, error_panel, q, s},
+    ui::{api_get, error_panel, forbidden, q, s},
 };
 
 #[derive(Clone, serde::Serialize, serde::Deserialize)]
@@ -20,23 +20,11 @@ enum Access {
 }
 
 async fn admin(next: &str) -> Access {
-    let session = match use_context::<PortalDataHandle>() {
-        Some(h) => h.0.session().await,
-        None => None,
-    };
-    match session {
+    match crate::ui::session().await {
         None => Access::SignIn(format!("/login?next={next}")),
         Some(s) if s.has("admin") => Access::Admin(s),
         Some(_) => Access::Forbidden,
     }
-}
-
-fn forbidden() -> AnyView {
-    if let Some(status) = use_context::<crate::data::ResponseStatus>() {
-        status.set(403);
-    }
-    view! { <section class="panel error" role="alert"><h1>"Not available to your role"</h1><p>"The admin pages are for admins."</p></section> }
-        .into_any()
 }
 
 async fn admin_data(what: &str) -> Result<Vec<Value>, PortalError> {
@@ -90,7 +78,7 @@ pub fn AdminPage() -> impl IntoView {
         <Await future=data let:data>
             {match data.clone() {
                 Err(Ok(Access::SignIn(to))) => view! { <Redirect path=to /> }.into_any(),
-                Err(Ok(_)) => forbidden(),
+                Err(Ok(_)) => forbidden("The admin pages are for admins."),
                 Err(Err(e)) => error_panel(&e),
                 Ok(home) => view! {
                     <section class="panel"><h1>"Admin"</h1><AdminNav /></section>
@@ -161,7 +149,7 @@ pub fn IdentityPage() -> impl IntoView {
         <Await future=data let:data>
             {match data.clone() {
                 Err(Ok(Access::SignIn(to))) => view! { <Redirect path=to /> }.into_any(),
-                Err(Ok(_)) => forbidden(),
+                Err(Ok(_)) => forbidden("The admin pages are for admins."),
                 Err(Err(e)) => error_panel(&e),
                 Ok((session, provider, mappings)) => {
                     let p = provider["provider"].clone();
@@ -248,7 +236,7 @@ pub fn PoliciesPage() -> impl IntoView {
         <Await future=data let:data>
             {match data.clone() {
                 Err(Ok(Access::SignIn(to))) => view! { <Redirect path=to /> }.into_any(),
-                Err(Ok(_)) => forbidden(),
+                Err(Ok(_)) => forbidden("The admin pages are for admins."),
                 Err(Err(e)) => error_panel(&e),
                 Ok((session, policies, quotas)) => {
                     let items = policies["items"].as_array().cloned().unwrap_or_default();
@@ -327,7 +315,7 @@ pub fn InventoryPage() -> impl IntoView {
         <Await future=data let:data>
             {match data.clone() {
                 Err(Ok(Access::SignIn(to))) => view! { <Redirect path=to /> }.into_any(),
-                Err(Ok(_)) => forbidden(),
+                Err(Ok(_)) => forbidden("The admin pages are for admins."),
                 Err(Err(e)) => error_panel(&e),
                 Ok((inventory, tenancy)) => view! {
                     <section class="panel"><h1>"Inventory & tenancy"</h1><AdminNav /></section>
@@ -388,7 +376,7 @@ pub fn AuditPage() -> impl IntoView {
         <Await future=data let:data>
             {match data.clone() {
                 Err(Ok(Access::SignIn(to))) => view! { <Redirect path=to /> }.into_any(),
-                Err(Ok(_)) => forbidden(),
+                Err(Ok(_)) => forbidden("The admin pages are for admins."),
                 Err(Err(e)) => error_panel(&e),
                 Ok((action, log)) => {
                     let items = log["items"].as_array().cloned().unwrap_or_default();

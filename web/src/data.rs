@@ -122,21 +122,6 @@ pub struct PeriodRow {
     pub closed_at: Option<String>,
 }
 
-/// A tenant's charge in the latest closed month, for department managers.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct TenantRow {
-    /// Department name.
-    pub department: String,
-    /// Tenant name.
-    pub tenant: String,
-    /// The month (`YYYY-MM`), if one is closed.
-    pub period: Option<String>,
-    /// The amount charged.
-    pub amount: Option<String>,
-    /// Its currency.
-    pub currency: Option<String>,
-}
-
 /// What the REST API answered to a page's in-process call.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ApiAnswer {
@@ -198,11 +183,6 @@ pub trait PortalData: Send + Sync + 'static {
 
     /// The organization's months (finance).
     fn periods(&self) -> BoxFuture<'_, Result<Vec<PeriodRow>, PortalError>> {
-        Box::pin(async { Ok(Vec::new()) })
-    }
-
-    /// The visible tenants' charges in the latest closed month (department managers see their departments).
-    fn tenant_totals(&self) -> BoxFuture<'_, Result<Vec<TenantRow>, PortalError>> {
         Box::pin(async { Ok(Vec::new()) })
     }
 }

@@ -21,7 +21,7 @@ pub mod workflow;
 
 pub use data::{
     ApiAnswer, LoginOptions, OrgSummary, Overview, PeriodRow, PortalData, PortalDataHandle, PortalError,
-    ResponseStatus, SessionView, TenantRow, TokenRow,
+    ResponseStatus, SessionView, TokenRow,
 };
 
 /// The portal's stylesheet, inlined so the portal needs no asset pipeline.

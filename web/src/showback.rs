@@ -11,16 +11,12 @@ use leptos_router::{
 use serde_json::{Value, json};
 
 use crate::{
-    data::{PortalDataHandle, PortalError, SessionView},
-    ui::{BarChart, Confidence, TrendChart, api_get, error_panel, grouped, months_back, q, s, sum_decimals},
+    data::{PortalError, SessionView},
+    ui::{
+        BarChart, Confidence, TrendChart, api_get, error_panel, grouped, months_back, q, s, session, set_status,
+        sum_decimals,
+    },
 };
-
-async fn session() -> Option<SessionView> {
-    match use_context::<PortalDataHandle>() {
-        Some(h) => h.0.session().await,
-        None => None,
-    }
-}
 
 /// The month to show: `?period=`, else the latest closed month, else the newest month with data.
 async fn default_period(asked: Option<String>) -> Result<(String, Vec<Value>), PortalError> {
@@ -79,17 +75,25 @@ async fn load_showback(
     let department =
         department.filter(|d| !d.is_empty()).or_else(|| s_.departments.as_ref().and_then(|d| d.first().cloned()));
     let filter = department.as_ref().map(|d| format!("&department={}", q(d))).unwrap_or_default();
-    let ledger = if filter.is_empty() || notice.is_some() {
-        all
-    } else {
-        api_get(format!("/api/v1/ledger?period={}&per_page=10000{filter}", q(&period))).await?
+    // One read of the month: the department is cut here (the API already cut what the caller may not see).
+    let lines: Vec<Value> = all["lines"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|l| department.as_ref().is_none_or(|d| s(l, "department") == *d))
+        .cloned()
+        .collect();
+    let ledger = &all;
+    let currency = s(ledger, "currency");
+    let exact_sum = |amounts: Vec<String>| {
+        if amounts.is_empty() { "0.00".to_string() } else { sum_decimals(amounts.iter().map(String::as_str)) }
     };
-    let lines = ledger["lines"].as_array().cloned().unwrap_or_default();
-    let currency = s(&ledger, "currency");
-    let by_term: Vec<(String, String)> = ledger["totals_by_term"]
-        .as_object()
-        .map(|o| o.iter().map(|(k, v)| (k.clone(), v.as_str().unwrap_or("0").to_string())).collect())
-        .unwrap_or_default();
+    let mut terms: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for l in &lines {
+        terms.entry(s(l, "term")).or_default().push(s(l, "amount"));
+    }
+    let by_term: Vec<(String, String)> = terms.into_iter().map(|(k, v)| (k, exact_sum(v))).collect();
+    let total = exact_sum(lines.iter().map(|l| s(l, "amount")).collect());
     let mut tenants: BTreeMap<(String, String), (Vec<String>, String)> = BTreeMap::new();
     let mut classes: BTreeMap<String, Vec<String>> = BTreeMap::new();
     let rank = |c: &str| match c {
@@ -115,6 +119,10 @@ async fn load_showback(
     let by_class = classes.into_iter().map(|(k, v)| (k, sum_decimals(v.iter().map(String::as_str)))).collect();
     let mut trend = Vec::new();
     for month in months_back(&period, 6) {
+        if month == period {
+            trend.push((month, total.clone()));
+            continue;
+        }
         let total = match api_get(format!("/api/v1/ledger?period={month}&per_page=1{filter}")).await {
             Ok(v) => s(&v, "total"),
             Err(_) => "0.00".into(),
@@ -131,10 +139,10 @@ async fn load_showback(
         period,
         department,
         departments,
-        state: s(&ledger, "state"),
+        state: s(ledger, "state"),
         hash: ledger["hash"].as_str().map(String::from),
         currency,
-        total: s(&ledger, "total"),
+        total,
         lines,
         by_term,
         by_tenant,
@@ -312,9 +320,7 @@ pub fn TenantPage() -> impl IntoView {
         if lines.is_empty() {
             // Not visible (another organization's or department's) or no charges this month: one answer, which
             // names nothing (the page's data is serialized into it).
-            if let Some(status) = use_context::<crate::data::ResponseStatus>() {
-                status.set(404);
-            }
+            set_status(404);
             return Err(Some(PortalError {
                 message: format!("Nothing to show: no charges you can see for this tenant in {period}."),
             }));

@@ -6,6 +6,33 @@ use serde_json::Value;
 
 use crate::data::{PortalDataHandle, PortalError};
 
+/// The signed-in person, if any.
+pub async fn session() -> Option<crate::data::SessionView> {
+    match use_context::<PortalDataHandle>() {
+        Some(h) => h.0.session().await,
+        None => None,
+    }
+}
+
+/// Sets the response's status (403, 404) when the server provided the hook.
+pub fn set_status(code: u16) {
+    if let Some(status) = use_context::<crate::data::ResponseStatus>() {
+        status.set(code);
+    }
+}
+
+/// The panel for a page the person's role does not open (status 403).
+pub fn forbidden(what: &str) -> AnyView {
+    set_status(403);
+    view! {
+        <section class="panel error" role="alert">
+            <h1>"Not available to your role"</h1>
+            <p>{what.to_string()}</p>
+        </section>
+    }
+    .into_any()
+}
+
 /// `GET` on the REST API as the signed-in person.
 pub async fn api_get(path: String) -> Result<Value, PortalError> {
     let handle = use_context::<PortalDataHandle>()

@@ -9,16 +9,9 @@ use leptos_router::{
 use serde_json::Value;
 
 use crate::{
-    data::{PortalDataHandle, PortalError, SessionView},
-    ui::{Confidence, api_get, error_panel, grouped, months_back, q, s},
+    data::{PortalError, SessionView},
+    ui::{Confidence, api_get, error_panel, grouped, months_back, q, s, session, set_status},
 };
-
-async fn session() -> Option<SessionView> {
-    match use_context::<PortalDataHandle>() {
-        Some(h) => h.0.session().await,
-        None => None,
-    }
-}
 
 fn age(opened_at: &str) -> String {
     let Ok(t) = time::OffsetDateTime::parse(opened_at, &time::format_description::well_known::Rfc3339) else {
@@ -94,9 +87,7 @@ pub fn DisputePage() -> impl IntoView {
             Ok(d) => Ok((session, d)),
             Err(_) => {
                 // Not found or not visible: the same answer, which names nothing.
-                if let Some(status) = use_context::<crate::data::ResponseStatus>() {
-                    status.set(404);
-                }
+                set_status(404);
                 Err(Some(PortalError { message: "No such dispute (or not one you can see).".into() }))
             }
         }
@@ -207,9 +198,7 @@ pub fn ClosePage() -> impl IntoView {
     let data = async move {
         let Some(session) = session().await else { return Err(None) };
         if !(session.has("finance") || session.has("admin")) {
-            if let Some(status) = use_context::<crate::data::ResponseStatus>() {
-                status.set(403);
-            }
+            set_status(403);
             return Err(Some(PortalError { message: "The close is for finance and admins.".into() }));
         }
         let ledger = api_get(format!("/api/v1/ledger?period={}&per_page=1", q(&period))).await.map_err(Some)?;
