@@ -112,9 +112,14 @@ impl Sender {
 
     /// Sends one batch of the oldest pending facts.
     pub async fn attempt(&mut self, spool: &Mutex<Spool>) -> Result<Attempt, DeliveryError> {
-        let raw: Vec<(u64, Vec<u8>)> = {
+        let (raw, spool_state) = {
             let spool = lock(spool)?;
-            spool.pending(self.batch_limit + self.skipped.len(), self.cfg.max_batch_bytes)?
+            let state = gpuledger_core::wire::SpoolState {
+                pending_facts: spool.pending_count(),
+                pending_bytes: spool.pending_bytes(),
+                dropped_facts: spool.dropped_total(),
+            };
+            (spool.pending(self.batch_limit + self.skipped.len(), self.cfg.max_batch_bytes)?, state)
         };
         // A record that no longer parses as a fact (written by another version, or damaged in a way the checksum
         // did not catch) is set aside like a refused fact, so it can never block the spool.
@@ -144,7 +149,7 @@ impl Sender {
         let up_to = pending.iter().map(|(s, _)| *s).max().unwrap_or(0);
         let batch = Batch {
             wire_version: WIRE_VERSION,
-            agent: self.cfg.agent.clone(),
+            agent: gpuledger_core::wire::AgentInfo { spool: Some(spool_state), ..self.cfg.agent.clone() },
             cluster: self.cfg.cluster.clone(),
             facts: pending.iter().map(|(_, f)| f.clone()).collect(),
         };

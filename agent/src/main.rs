@@ -236,7 +236,12 @@ fn delivery(
         server: args.server.clone(),
         token,
         cluster: args.cluster_name.clone(),
-        agent: gpuledger_core::wire::AgentInfo { version: env!("CARGO_PKG_VERSION").into(), mode: mode.into(), node },
+        agent: gpuledger_core::wire::AgentInfo {
+            version: env!("CARGO_PKG_VERSION").into(),
+            mode: mode.into(),
+            node,
+            spool: None,
+        },
         max_batch_facts: args.batch_facts,
         max_batch_bytes: 8 * 1024 * 1024,
         dead_letter: args.spool_dir.join("dead-letter.jsonl"),

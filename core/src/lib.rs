@@ -16,6 +16,7 @@ pub mod allocation;
 pub mod bundle;
 pub mod confidence;
 pub mod decimal;
+pub mod efficiency;
 pub mod error;
 pub mod fraction;
 pub mod ids;

@@ -41,6 +41,22 @@ pub struct AgentInfo {
     /// Node name, for node agents.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node: Option<String>,
+    /// The agent's spool when it sent this batch (facts and bytes waiting, this batch included, and facts it ever
+    /// had to drop): the admin page shows each agent's backlog. Absent from older agents.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spool: Option<SpoolState>,
+}
+
+/// An agent's spool, as reported with a batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SpoolState {
+    /// Facts waiting to be delivered, this batch included.
+    pub pending_facts: u64,
+    /// Bytes those facts take in the spool.
+    pub pending_bytes: u64,
+    /// Facts dropped since the spool was created (it was full).
+    #[serde(default)]
+    pub dropped_facts: u64,
 }
 
 /// One fact: its identity, when the agent observed it, and what it says.
@@ -444,6 +460,13 @@ pub struct ServiceUsageFact {
     pub input_tokens: u64,
     /// Output (generated) tokens in the window.
     pub output_tokens: u64,
+    /// Time to first token (or first response) of the window's requests, summed, in milliseconds; with
+    /// `ttft_count` it gives the mean. Absent when the model server does not report it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttft_ms_sum: Option<u64>,
+    /// Requests `ttft_ms_sum` covers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttft_count: Option<u64>,
 }
 
 /// Data the agent had to drop.

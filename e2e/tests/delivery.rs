@@ -157,7 +157,7 @@ impl Delivery {
             server: server.into(),
             token: token.into(),
             cluster: Some("deliv".into()),
-            agent: AgentInfo { version: "e2e".into(), mode: "cluster".into(), node: None },
+            agent: AgentInfo { version: "e2e".into(), mode: "cluster".into(), node: None, spool: None },
             max_batch_facts: batch,
             max_batch_bytes: 4 << 20,
             dead_letter: dead_letter.clone(),

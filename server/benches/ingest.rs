@@ -473,7 +473,7 @@ fn time_decode(label: &'static str, facts: Vec<Fact>) -> Decoded {
     let n = facts.len();
     let batch = Batch {
         wire_version: WIRE_VERSION,
-        agent: AgentInfo { version: "0.1.0".into(), mode: "cluster".into(), node: None },
+        agent: AgentInfo { version: "0.1.0".into(), mode: "cluster".into(), node: None, spool: None },
         cluster: Some("bench".into()),
         facts,
     };

@@ -88,12 +88,16 @@ async fn record_contact(tx: &mut OrgTx, cluster: ClusterId, batch: &Batch) -> Re
     let newest = batch.facts.iter().map(|f| f.observed_at).max();
     let lag = newest.map(|t| (OffsetDateTime::now_utc() - t).whole_seconds().max(0));
     let org = tx.org().as_uuid();
+    let spool = batch.agent.spool;
+    let big = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
     sqlx::query(
-        "INSERT INTO agent_contacts (org_id, cluster_id, mode, node, version, last_batch_facts, lag_seconds)
-         VALUES ($1, $2, $3, $4, $5, $6, $7)
+        "INSERT INTO agent_contacts (org_id, cluster_id, mode, node, version, last_batch_facts, lag_seconds,
+                spool_pending_facts, spool_pending_bytes, spool_dropped_facts)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
          ON CONFLICT (org_id, cluster_id, mode, node) DO UPDATE
             SET version = EXCLUDED.version, last_seen_at = now(), last_batch_facts = EXCLUDED.last_batch_facts,
-                lag_seconds = EXCLUDED.lag_seconds",
+                lag_seconds = EXCLUDED.lag_seconds, spool_pending_facts = EXCLUDED.spool_pending_facts,
+                spool_pending_bytes = EXCLUDED.spool_pending_bytes, spool_dropped_facts = EXCLUDED.spool_dropped_facts",
     )
     .bind(org)
     .bind(cluster.as_uuid())
@@ -102,6 +106,10 @@ async fn record_contact(tx: &mut OrgTx, cluster: ClusterId, batch: &Batch) -> Re
     .bind(batch.agent.version.chars().take(100).collect::<String>())
     .bind(i32::try_from(batch.facts.len()).unwrap_or(i32::MAX))
     .bind(lag)
+    // What is still waiting once this batch is stored; an agent that does not report its spool leaves NULLs.
+    .bind(spool.map(|s| big(s.pending_facts.saturating_sub(batch.facts.len() as u64))))
+    .bind(spool.map(|s| big(s.pending_bytes)))
+    .bind(spool.map(|s| big(s.dropped_facts)))
     .execute(tx.conn())
     .await?;
     Ok(())
@@ -313,9 +321,17 @@ fn validate_service_usage(
         return Err(AppError::invalid(field("window_end"), "must be after window_start"));
     }
     future("window_end", u.window_end)?;
-    for (name, value) in
-        [("requests", u.requests), ("input_tokens", u.input_tokens), ("output_tokens", u.output_tokens)]
-    {
+    match (u.ttft_ms_sum, u.ttft_count) {
+        (Some(_), None) => return Err(AppError::invalid(field("ttft_count"), "required with ttft_ms_sum")),
+        (None, Some(_)) => return Err(AppError::invalid(field("ttft_ms_sum"), "required with ttft_count")),
+        _ => {}
+    }
+    for (name, value) in [
+        ("requests", u.requests),
+        ("input_tokens", u.input_tokens),
+        ("output_tokens", u.output_tokens),
+        ("ttft_ms_sum", u.ttft_ms_sum.unwrap_or(0)),
+    ] {
         if i64::try_from(value).is_err() {
             return Err(AppError::invalid(field(name), format!("{value} is larger than {}", i64::MAX)));
         }
@@ -569,6 +585,8 @@ async fn store_service_usage(
     let mut requests = Vec::with_capacity(n);
     let mut input = Vec::with_capacity(n);
     let mut output = Vec::with_capacity(n);
+    let mut ttft_sum: Vec<Option<i64>> = Vec::with_capacity(n);
+    let mut ttft_count: Vec<Option<i64>> = Vec::with_capacity(n);
     // Counts were checked against i64::MAX by `validate`; saturate rather than wrap if a caller skipped it.
     let count = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
     for (_, u) in usage {
@@ -580,17 +598,22 @@ async fn store_service_usage(
         requests.push(count(u.requests));
         input.push(count(u.input_tokens));
         output.push(count(u.output_tokens));
+        // Both or neither (validated), so the mean is always over the requests the sum covers.
+        let pair = u.ttft_ms_sum.zip(u.ttft_count);
+        ttft_sum.push(pair.map(|(s, _)| count(s)));
+        ttft_count.push(pair.map(|(_, c)| count(c)));
     }
     // Rows new to the table whose tenant is not defined.
     let unknown: Vec<(String, String, String, OffsetDateTime)> = sqlx::query_as(
         "WITH inserted AS (
             INSERT INTO service_usage (org_id, cluster_id, endpoint, model, tenant_name, tenant_id, window_start,
-                window_end, requests, input_tokens, output_tokens)
+                window_end, requests, input_tokens, output_tokens, ttft_ms_sum, ttft_count)
             SELECT $1, $2, r.endpoint, r.model, r.tenant_name, t.tenant_id, r.window_start, r.window_end,
-                   r.requests, r.input_tokens, r.output_tokens
+                   r.requests, r.input_tokens, r.output_tokens, r.ttft_ms_sum, r.ttft_count
               FROM unnest($3::text[], $4::text[], $5::text[], $6::timestamptz[], $7::timestamptz[], $8::int8[],
-                          $9::int8[], $10::int8[])
-                AS r(endpoint, model, tenant_name, window_start, window_end, requests, input_tokens, output_tokens)
+                          $9::int8[], $10::int8[], $11::int8[], $12::int8[])
+                AS r(endpoint, model, tenant_name, window_start, window_end, requests, input_tokens, output_tokens,
+                     ttft_ms_sum, ttft_count)
               LEFT JOIN tenants t ON t.org_id = $1 AND t.name = r.tenant_name
             ON CONFLICT DO NOTHING
             RETURNING endpoint, model, tenant_name, window_start, tenant_id)
@@ -606,6 +629,8 @@ async fn store_service_usage(
     .bind(&requests)
     .bind(&input)
     .bind(&output)
+    .bind(&ttft_sum)
+    .bind(&ttft_count)
     .fetch_all(tx.conn())
     .await?;
     if unknown.is_empty() {

@@ -191,6 +191,17 @@ pub fn document() -> Value {
     });
     if let Some(paths) = doc["paths"].as_object_mut() {
         paths.extend(export_paths());
+        paths.insert(
+            "/api/v1/analytics/inference".into(),
+            json!({"get": {
+                "summary": "Inference efficiency of shared endpoints (analytics, never billed): ?period=YYYY-MM, \
+                            department. Per tenant: requests, tokens, GPU-hours attributed by weighted tokens \
+                            (modeled), tokens per GPU-hour, mean time to first token; per endpoint the totals \
+                            (whole-organization callers only)",
+                "security": [{"token": []}],
+                "responses": {"200": {"description": "{endpoints, tenants, unattributed}"},
+                              "401": problem(), "422": problem()}}}),
+        );
     }
     doc
 }

@@ -173,7 +173,8 @@ impl DbPortalData {
         let sql = match what {
             "clusters" => {
                 "SELECT c.name, c.created_at, c.retired_at, a.mode, a.node, a.version, a.last_seen_at,
-                        a.last_batch_facts, a.lag_seconds
+                        a.last_batch_facts, a.lag_seconds, a.spool_pending_facts, a.spool_pending_bytes,
+                        a.spool_dropped_facts
                    FROM clusters c
                    LEFT JOIN agent_contacts a ON a.org_id = c.org_id AND a.cluster_id = c.cluster_id
                   ORDER BY c.name, a.mode, a.node"

@@ -14,7 +14,7 @@ use gpuledger_core::{
     sharing::SharingMode,
     wire::{
         AgentInfo, AllocationEnd, AllocationStart, AttributionLabels, Batch, DeviceFact, EndReason, Fact, FactBody,
-        Holder, MigDeviceFact, NamespaceFact, Stat, TelemetryRollup, WIRE_VERSION, event_id,
+        Holder, MigDeviceFact, NamespaceFact, ServiceUsageFact, Stat, TelemetryRollup, WIRE_VERSION, event_id,
     },
 };
 use gpuledger_server::{
@@ -190,9 +190,14 @@ fn telemetry(gpu: &str, from: OffsetDateTime, to: OffsetDateTime, pct: f64) -> V
 }
 
 async fn send(env: &Env, facts: Vec<Fact>) {
+    let ack = post_batch(env, facts).await;
+    assert_eq!(ack["flagged"].as_array().map(Vec::len), Some(0), "{ack}");
+}
+
+async fn post_batch(env: &Env, facts: Vec<Fact>) -> Value {
     let batch = Batch {
         wire_version: WIRE_VERSION,
-        agent: AgentInfo { version: "test".into(), mode: "cluster".into(), node: None },
+        agent: AgentInfo { version: "test".into(), mode: "cluster".into(), node: None, spool: None },
         cluster: None,
         facts,
     };
@@ -205,12 +210,15 @@ async fn send(env: &Env, facts: Vec<Fact>) {
     let status = response.status();
     let body = to_bytes(response.into_body(), 1 << 20).await.unwrap();
     assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
-    let ack: Value = serde_json::from_slice(&body).unwrap();
-    assert_eq!(ack["flagged"].as_array().map(Vec::len), Some(0), "{ack}");
+    serde_json::from_slice(&body).unwrap()
 }
 
 async fn get(env: &Env, token: Option<&str>, query: &str) -> (StatusCode, String, Value) {
-    let mut req = Request::get(format!("/api/v1/analytics/utilization?{query}"));
+    get_at(env, token, &format!("/api/v1/analytics/utilization?{query}")).await
+}
+
+async fn get_at(env: &Env, token: Option<&str>, uri: &str) -> (StatusCode, String, Value) {
+    let mut req = Request::get(uri);
     if let Some(t) = token {
         req = req.header("authorization", format!("Bearer {t}"));
     }
@@ -406,4 +414,124 @@ async fn who_may_ask_and_what_is_refused() {
         assert_eq!(content_type, "application/problem+json");
         assert_eq!(problem["field"], field, "{query}: {problem}");
     }
+}
+
+fn usage(tenant: &str, start: OffsetDateTime, counts: (u64, u64, u64), ttft: Option<(u64, u64)>) -> Fact {
+    let end = start + Duration::hours(1);
+    Fact {
+        event_id: event_id("service-usage", &["llm-shared", tenant, "m", &start.unix_timestamp().to_string()]),
+        observed_at: end,
+        body: FactBody::ServiceUsage(ServiceUsageFact {
+            endpoint: "llm-shared".into(),
+            model: "m".into(),
+            tenant: tenant.into(),
+            window_start: start,
+            window_end: end,
+            requests: counts.0,
+            input_tokens: counts.1,
+            output_tokens: counts.2,
+            ttft_ms_sum: ttft.map(|t| t.0),
+            ttft_count: ttft.map(|t| t.1),
+        }),
+    }
+}
+
+/// Inference efficiency by hand: an endpoint's pods hold 1 whole H100 for 10 h and a 3/7 MIG slice for 7 h
+/// (13 GPU-hours); alpha sent 2,000 tokens, beta 6,000 (equal weights without a policy) → 3.25 and 9.75 GPU-hours,
+/// 615 tokens per GPU-hour each; TTFT 2.5 s over 10 requests → 250 ms, 9 s over 30 → 300 ms.
+#[tokio::test]
+async fn inference_efficiency_by_hand() {
+    let env = env().await;
+    let ns = Uuid::new_v4();
+    let t0 = datetime!(2026-09-10 00:00 UTC);
+    let mut facts = vec![namespace(ns, "alpha", datetime!(2026-09-01 00:00 UTC))];
+    let (_, whole) = held("vllm-0", ns, SharingMode::Exclusive, GPU_A, t0, t0 + Duration::hours(10));
+    let (_, mig) = held(
+        "vllm-1",
+        ns,
+        SharingMode::Mig { profile: MigProfile::new("3g.40gb").unwrap() },
+        MIG_B,
+        t0,
+        t0 + Duration::hours(7),
+    );
+    for mut f in whole.into_iter().chain(mig) {
+        if let FactBody::AllocationStarted(s) = &mut f.body {
+            s.labels.endpoint = Some("llm-shared".into());
+        }
+        facts.push(f);
+    }
+    send(&env, facts).await;
+    let at = |h: i64| t0 + Duration::hours(h);
+    send(
+        &env,
+        vec![
+            usage("alpha", at(1), (4, 400, 600), Some((1000, 4))),
+            usage("alpha", at(2), (6, 600, 400), Some((1500, 6))),
+            usage("beta", at(1), (30, 3000, 3000), Some((9000, 30))),
+        ],
+    )
+    .await;
+    // A tenant nobody defined: kept and reported, not attributed. A window without TTFT adds tokens, not latency.
+    let ack = post_batch(&env, vec![usage("ghost", at(3), (5, 50, 50), None)]).await;
+    assert_eq!(ack["flagged"].as_array().map(Vec::len), Some(1), "{ack}");
+
+    let (status, _, r) = get_at(&env, Some(&env.export), "/api/v1/analytics/inference?period=2026-09").await;
+    assert_eq!(status, StatusCode::OK, "{r}");
+    let tenant = |name: &str| {
+        r["tenants"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["tenant_name"] == name)
+            .cloned()
+            .unwrap_or_else(|| panic!("{r:#}"))
+    };
+    let (a, b) = (tenant("alpha"), tenant("beta"));
+    let figures = |t: &Value| {
+        ["share_pct", "gpu_hours", "tokens_per_gpu_hour", "output_tokens_per_gpu_hour", "mean_ttft_ms"]
+            .map(|k| t[k].as_str().unwrap_or("null").to_string())
+    };
+    assert_eq!(figures(&a), ["25.00", "3.250", "615", "308", "250"].map(String::from));
+    assert_eq!(figures(&b), ["75.00", "9.750", "615", "308", "300"].map(String::from));
+    assert_eq!(
+        (a["requests"].as_u64(), a["input_tokens"].as_u64(), a["output_tokens"].as_u64()),
+        (Some(10), Some(1000), Some(1000))
+    );
+    assert_eq!((a["confidence"].as_str(), a["department"].as_str()), (Some("modeled"), Some("Research")));
+    assert!(a["confidence_reason"].as_str().unwrap().contains("equal token weights"), "{a}");
+    assert_eq!(r["tenants"].as_array().unwrap().len(), 2, "the undefined tenant gets no row");
+    let e = &r["endpoints"][0];
+    assert_eq!(
+        (e["endpoint"].as_str(), e["gpu_hours"].as_str(), e["tokens"].as_u64(), e["mean_ttft_ms"].as_str()),
+        (Some("llm-shared"), Some("13.000"), Some(8000), Some("288")),
+        "{e}"
+    );
+    assert_eq!((r["unattributed"]["requests"].as_i64(), r["unattributed"]["tokens"].as_i64()), (Some(5), Some(100)));
+    // The attributed hours add up to the endpoint's.
+    let sum: f64 = ["3.250", "9.750"].iter().map(|h| h.parse::<f64>().unwrap()).sum();
+    assert_eq!(format!("{sum:.3}"), e["gpu_hours"].as_str().unwrap());
+
+    // A month without any: empty lists, not an error.
+    let (status, _, empty) = get_at(&env, Some(&env.admin), "/api/v1/analytics/inference?period=2026-07").await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(
+        (empty["tenants"].as_array().map(Vec::len), empty["endpoints"].as_array().map(Vec::len)),
+        (Some(0), Some(0))
+    );
+
+    // Refusals name the field.
+    for (query, field) in [
+        ("", "period"),
+        ("period=2026-13", "period"),
+        ("period=2026-09&tenant=x", "tenant"),
+        ("period=2026-09&department=nope", "department"),
+    ] {
+        let (status, content_type, problem) =
+            get_at(&env, Some(&env.admin), &format!("/api/v1/analytics/inference?{query}")).await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{query}: {problem}");
+        assert_eq!(content_type, "application/problem+json");
+        assert!(problem.to_string().contains(field), "{query}: {problem}");
+    }
+    let (status, _, _) = get_at(&env, None, "/api/v1/analytics/inference?period=2026-09").await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
 }

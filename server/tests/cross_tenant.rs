@@ -31,7 +31,7 @@ use gpuledger_core::{
     sharing::SharingMode,
     wire::{
         AgentInfo, AllocationEnd, AllocationStart, AttributionLabels, Batch, EndReason, Fact, FactBody, Holder,
-        NamespaceFact, WIRE_VERSION, event_id,
+        NamespaceFact, ServiceUsageFact, WIRE_VERSION, event_id,
     },
 };
 use gpuledger_server::{
@@ -973,6 +973,24 @@ fn cases() -> Vec<Case> {
             build: |t| get(format!("/api/v1/analytics/utilization?period={CLOSED}&tenant={}", t.tenant)),
             control: control(AdminToken, 200, true),
         },
+        Case {
+            method: "GET",
+            route: "/api/v1/analytics/inference",
+            who: Readers,
+            denied: Api,
+            expect: Clean(200),
+            build: |_| get(format!("/api/v1/analytics/inference?period={CLOSED}")),
+            control: control(AdminToken, 200, true),
+        },
+        Case {
+            method: "GET",
+            route: "/api/v1/analytics/inference",
+            who: Readers,
+            denied: Api,
+            expect: Status(422),
+            build: |t| get(format!("/api/v1/analytics/inference?period={CLOSED}&department={}", t.departments[0])),
+            control: control(AdminToken, 200, true),
+        },
         // ---- ingest: A's agent claiming B's cluster is refused and writes nothing
         Case {
             method: "POST",
@@ -1350,7 +1368,7 @@ async fn ok(app: &axum::Router, token: &str, method: &str, uri: &str, body: Opti
 fn batch(cluster: Option<String>, facts: Vec<Fact>) -> Value {
     let b = Batch {
         wire_version: WIRE_VERSION,
-        agent: AgentInfo { version: "test".into(), mode: "cluster".into(), node: None },
+        agent: AgentInfo { version: "test".into(), mode: "cluster".into(), node: None, spool: None },
         cluster,
         facts,
     };
@@ -1496,6 +1514,27 @@ async fn seed_org(app: &axum::Router, db: &Database, su: &sqlx::PgPool, p: &str,
             uids.push(uid);
             facts.extend(f);
         }
+    }
+    // Each tenant's requests to a shared model endpoint in September (analytics: inference efficiency).
+    for (i, tenant) in [n("alpha"), n("plat")].into_iter().enumerate() {
+        let start = datetime!(2026-09-15 10:00 UTC);
+        let end = start + time::Duration::hours(1);
+        facts.push(Fact {
+            event_id: event_id("service-usage", &[&n("llm"), &tenant, "m", "2026-09-15T10:00:00Z"]),
+            observed_at: end,
+            body: FactBody::ServiceUsage(ServiceUsageFact {
+                endpoint: n("llm"),
+                model: "m".into(),
+                tenant,
+                window_start: start,
+                window_end: end,
+                requests: 10 + i as u64,
+                input_tokens: 1000,
+                output_tokens: 2000,
+                ttft_ms_sum: Some(2500),
+                ttft_count: Some(10),
+            }),
+        });
     }
     ok(app, &agent, "POST", "/api/v1/ingest/batches", Some(batch(Some(cluster_name.clone()), facts)), 200).await;
     for period in closes {

@@ -260,7 +260,7 @@ fn pod(ns: Uuid, name: &str, units: u32, from: OffsetDateTime, to: OffsetDateTim
 async fn ingest(env: &Env, facts: Vec<Fact>) {
     let b = Batch {
         wire_version: WIRE_VERSION,
-        agent: AgentInfo { version: "test".into(), mode: "cluster".into(), node: None },
+        agent: AgentInfo { version: "test".into(), mode: "cluster".into(), node: None, spool: None },
         cluster: None,
         facts,
     };

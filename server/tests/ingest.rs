@@ -16,7 +16,7 @@ use gpuledger_core::{
     sharing::SharingMode,
     wire::{
         AgentInfo, AllocationEnd, AllocationStart, AllocationVanished, AttributionLabels, Batch, EndReason, Fact,
-        FactBody, Holder, NamespaceFact, ServiceUsageFact, Stat, TelemetryRollup, WIRE_VERSION, event_id,
+        FactBody, Holder, NamespaceFact, ServiceUsageFact, SpoolState, Stat, TelemetryRollup, WIRE_VERSION, event_id,
     },
 };
 use gpuledger_server::{
@@ -56,7 +56,7 @@ async fn env() -> Env {
 fn batch(facts: Vec<Fact>) -> Batch {
     Batch {
         wire_version: WIRE_VERSION,
-        agent: AgentInfo { version: "test".into(), mode: "cluster".into(), node: None },
+        agent: AgentInfo { version: "test".into(), mode: "cluster".into(), node: None, spool: None },
         cluster: None,
         facts,
     }
@@ -495,6 +495,8 @@ fn usage(tenant: &str, model: &str, start: OffsetDateTime, minutes: i64, counts:
             requests: counts.0,
             input_tokens: counts.1,
             output_tokens: counts.2,
+            ttft_ms_sum: None,
+            ttft_count: None,
         }),
     }
 }
@@ -704,4 +706,56 @@ async fn bad_service_usage_names_the_field_and_stores_nothing() {
     // Nothing was stored by any of these.
     assert_eq!(count_where(&env, "allocation_events WHERE true").await, 0);
     assert!(usage_rows(&env).await.is_empty());
+}
+
+#[tokio::test]
+async fn time_to_first_token_is_stored_as_a_pair_and_half_a_pair_is_refused() {
+    let env = env().await;
+    let t0 = datetime!(2026-10-05 08:00 UTC);
+    let with = |ttft: (Option<u64>, Option<u64>)| {
+        let mut f = usage("nlp-research", "llama-3-8b", t0, 5, (4, 10, 20));
+        if let FactBody::ServiceUsage(u) = &mut f.body {
+            (u.ttft_ms_sum, u.ttft_count) = ttft;
+        }
+        f
+    };
+    for (ttft, field) in [((Some(900), None), "ttft_count"), ((None, Some(3)), "ttft_ms_sum")] {
+        let (status, problem) = send(&env, &batch(vec![with(ttft)])).await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{problem}");
+        assert_eq!(problem["field"], format!("facts[0].{field}"), "{problem}");
+    }
+    assert!(usage_rows(&env).await.is_empty(), "nothing stored by a refused batch");
+    let (status, ack) = send(&env, &batch(vec![with((Some(900), Some(3)))])).await;
+    assert_eq!(status, StatusCode::OK, "{ack}");
+    let stored: (Option<i64>, Option<i64>) =
+        sqlx::query_as("SELECT ttft_ms_sum, ttft_count FROM service_usage").fetch_one(&env.admin).await.unwrap();
+    assert_eq!(stored, (Some(900), Some(3)));
+}
+
+#[tokio::test]
+async fn each_agents_spool_backlog_is_remembered_from_its_batches() {
+    let env = env().await;
+    let contact = async || -> (Option<i64>, Option<i64>, Option<i64>, i32) {
+        sqlx::query_as(
+            "SELECT spool_pending_facts, spool_pending_bytes, spool_dropped_facts, last_batch_facts FROM agent_contacts
+              WHERE cluster_id = (SELECT cluster_id FROM clusters WHERE name = 'gpu-east')",
+        )
+        .fetch_one(&env.admin)
+        .await
+        .unwrap()
+    };
+    let t0 = datetime!(2026-10-05 08:00 UTC);
+    // An agent that reports its spool: 2 facts sent out of 1,002 waiting → 1,000 left.
+    let mut b = batch(vec![
+        usage("nlp-research", "llama-3-8b", t0, 5, (1, 1, 1)),
+        usage("nlp-research", "llama-3-8b", t0 + time::Duration::minutes(5), 5, (1, 1, 1)),
+    ]);
+    b.agent.spool = Some(SpoolState { pending_facts: 1002, pending_bytes: 640_000, dropped_facts: 7 });
+    let (status, ack) = send(&env, &b).await;
+    assert_eq!(status, StatusCode::OK, "{ack}");
+    assert_eq!(contact().await, (Some(1000), Some(640_000), Some(7), 2));
+    // An older agent that does not: the backlog is unknown again, not left stale.
+    let (status, ack) = send(&env, &batch(vec![usage("nlp-research", "llama-3-8b", t0, 5, (1, 1, 1))])).await;
+    assert_eq!(status, StatusCode::OK, "{ack}");
+    assert_eq!(contact().await, (None, None, None, 1));
 }

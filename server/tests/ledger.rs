@@ -155,7 +155,7 @@ fn pod(ns: Uuid, units: u32, from: OffsetDateTime, to: OffsetDateTime) -> Vec<Fa
 async fn ingest(env: &Env, facts: Vec<Fact>) {
     let b = Batch {
         wire_version: WIRE_VERSION,
-        agent: AgentInfo { version: "test".into(), mode: "cluster".into(), node: None },
+        agent: AgentInfo { version: "test".into(), mode: "cluster".into(), node: None, spool: None },
         cluster: None,
         facts,
     };

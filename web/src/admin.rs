@@ -106,7 +106,7 @@ fn ClustersPanel(csrf: String, rows: Vec<Value>) -> impl IntoView {
             } else {
                 view! {
                     <table class="clusters">
-                        <thead><tr><th>"Cluster"</th><th>"Agent"</th><th>"Version"</th><th>"Last contact (UTC)"</th><th class="num">"Facts in last batch"</th><th class="num">"Lag (s)"</th></tr></thead>
+                        <thead><tr><th>"Cluster"</th><th>"Agent"</th><th>"Version"</th><th>"Last contact (UTC)"</th><th class="num">"Facts in last batch"</th><th class="num">"Lag (s)"</th><th class="num" title="Facts waiting in the agent's spool after its last batch">"Spool backlog"</th></tr></thead>
                         <tbody>{rows.iter().map(|r| {
                             let agent = match (s(r, "mode").as_str(), s(r, "node")) {
                                 ("", _) => "no contact yet".to_string(),
@@ -121,6 +121,7 @@ fn ClustersPanel(csrf: String, rows: Vec<Value>) -> impl IntoView {
                                     <td>{s(r, "last_seen_at")}</td>
                                     <td class="num">{s(r, "last_batch_facts")}</td>
                                     <td class="num">{s(r, "lag_seconds")}</td>
+                                    <td class="num">{backlog(r)}</td>
                                 </tr>
                             }
                         }).collect_view()}</tbody>
@@ -129,6 +130,26 @@ fn ClustersPanel(csrf: String, rows: Vec<Value>) -> impl IntoView {
             }}
         </section>
     }
+}
+
+/// An agent's spool backlog: facts waiting (and their size), and facts ever dropped; "not reported" for agents
+/// that do not send it.
+fn backlog(r: &Value) -> String {
+    let Some(facts) = r["spool_pending_facts"].as_i64() else {
+        return if s(r, "mode").is_empty() { String::new() } else { "not reported".into() };
+    };
+    let bytes = r["spool_pending_bytes"].as_i64().unwrap_or(0);
+    let size = if bytes >= 1 << 20 {
+        format!("{:.1} MiB", bytes as f64 / f64::from(1 << 20))
+    } else {
+        format!("{} KiB", (bytes + 1023) / 1024)
+    };
+    // The size is the spool's before the batch was taken from it (the agent cannot know the rest in advance).
+    let mut out = format!("{facts} facts waiting; spool {size}");
+    if let Some(d) = r["spool_dropped_facts"].as_i64().filter(|d| *d > 0) {
+        out.push_str(&format!(", {d} dropped"));
+    }
+    out
 }
 
 /// `/admin/identity`: the OpenID provider and the group → role mappings.

@@ -293,7 +293,7 @@ pub fn service_usage_from_snapshots(
     let delta = |(before, after): (Option<f64>, f64)| {
         if restarted { whole(after) } else { whole(after - before.unwrap_or(0.0)) }
     };
-    Ok(service_usage_fact(
+    let mut fact = service_usage_fact(
         endpoint,
         &later.model,
         tenant,
@@ -303,7 +303,27 @@ pub fn service_usage_from_snapshots(
         delta(input),
         delta(output),
         window_end,
-    ))
+    );
+    // Time to first token: the histogram's sum and count, as deltas like the counters. Reported only when the
+    // later scrape has both and they did not go down on their own (a restart resets them with the rest).
+    let ttft = |s: &ModelServerSnapshot| s.ttft.as_ref().and_then(|h| Some((h.sum?, h.count?)));
+    if let (Some((sum, count)), FactBody::ServiceUsage(u)) = (ttft(later), &mut fact.body) {
+        let (sum0, count0) = if restarted { (0.0, 0.0) } else { ttft(earlier).unwrap_or((0.0, 0.0)) };
+        if sum >= sum0 && count >= count0 {
+            u.ttft_ms_sum = Some(whole((sum - sum0) * 1000.0));
+            u.ttft_count = Some(whole(count - count0));
+        }
+    }
+    Ok(fact)
+}
+
+/// Adds time-to-first-token figures (total milliseconds over `count` requests) to a `service_usage` fact.
+pub fn with_ttft(mut fact: Fact, ttft_ms_sum: u64, count: u64) -> Fact {
+    if let FactBody::ServiceUsage(u) = &mut fact.body {
+        u.ttft_ms_sum = Some(ttft_ms_sum);
+        u.ttft_count = Some(count);
+    }
+    fact
 }
 
 /// A `service_usage` fact from known figures; event ID
@@ -335,6 +355,8 @@ pub fn service_usage_fact(
             requests,
             input_tokens,
             output_tokens,
+            ttft_ms_sum: None,
+            ttft_count: None,
         }),
     }
 }
@@ -496,6 +518,43 @@ mod tests {
         assert_eq!(json["kind"], "service_usage");
         assert_eq!(json["window_start"], "2026-11-01T10:05:00Z");
         assert_eq!(serde_json::from_value::<Fact>(json).unwrap(), g);
+    }
+
+    #[test]
+    fn time_to_first_token_is_the_histogram_delta_in_milliseconds() {
+        use time::macros::datetime;
+        let (t0, t1, t2) =
+            (datetime!(2026-11-01 10:00 UTC), datetime!(2026-11-01 10:05 UTC), datetime!(2026-11-01 10:10 UTC));
+        let earlier = snaps(&fixtures::read("modelserver", "vllm_v1_qwen2.5-0.5b_kops.txt")).remove(0);
+        // The fixture's histogram is all zeros: no request yet, so no mean either way (0 ms over 0 requests).
+        let f = service_usage_from_snapshots("llm-shared", "nlp", &earlier, t0, &earlier, t1).unwrap();
+        assert_eq!((usage(&f).ttft_ms_sum, usage(&f).ttft_count), (Some(0), Some(0)));
+
+        let with = |sum: f64, count: f64, tokens: f64| {
+            let mut s = vllm_fixture_after(tokens, tokens, count, 0.0);
+            s.ttft = Some(Histogram { buckets: vec![(0.1, count / 2.0)], sum: Some(sum), count: Some(count) });
+            s
+        };
+        let (a, b) = (with(1.25, 10.0, 100.0), with(4.75, 24.0, 300.0));
+        let g = service_usage_from_snapshots("llm-shared", "nlp", &a, t1, &b, t2).unwrap();
+        assert_eq!((usage(&g).ttft_ms_sum, usage(&g).ttft_count), (Some(3500), Some(14)), "3.5 s over 14 requests");
+        // Restarted server: the later values are the deltas.
+        let restarted = service_usage_from_snapshots("llm-shared", "nlp", &b, t1, &a, t2).unwrap();
+        assert_eq!((usage(&restarted).ttft_ms_sum, usage(&restarted).ttft_count), (Some(1250), Some(10)));
+        // A server without the histogram: nothing is made up.
+        let mut none = b.clone();
+        none.ttft = None;
+        let h = service_usage_from_snapshots("llm-shared", "nlp", &a, t1, &none, t2).unwrap();
+        assert_eq!((usage(&h).ttft_ms_sum, usage(&h).ttft_count), (None, None));
+        // On the wire the fields are omitted when unknown, and older facts without them still parse.
+        let json = serde_json::to_value(&h).unwrap();
+        assert!(json.get("ttft_ms_sum").is_none(), "{json}");
+        assert_eq!(serde_json::to_value(&g).unwrap()["ttft_ms_sum"], 3500);
+        let k = with_ttft(h.clone(), 900, 3);
+        assert_eq!(
+            (usage(&k).ttft_ms_sum, usage(&k).ttft_count, usage(&k).requests),
+            (Some(900), Some(3), usage(&h).requests)
+        );
     }
 
     #[test]

@@ -17,7 +17,10 @@ use gpuledger_agent::{
     cluster::Deriver,
     deliver::{Attempt, DeliveryConfig, Sender},
     k8s::LabelKeys,
-    metrics::{dcgm, modelserver::service_usage_fact},
+    metrics::{
+        dcgm,
+        modelserver::{service_usage_fact, with_ttft},
+    },
     node::GpuSource,
     podresources::{ContainerDevices, assignment_facts},
     spool::{Spool, SpoolConfig},
@@ -56,11 +59,12 @@ pub fn agents(world: &World) -> Vec<AgentId> {
 /// What the agent says about itself in its batches.
 pub fn agent_info(world: &World, id: &AgentId) -> AgentInfo {
     match id.node {
-        None => AgentInfo { version: AGENT_VERSION.into(), mode: "cluster".into(), node: None },
+        None => AgentInfo { version: AGENT_VERSION.into(), mode: "cluster".into(), node: None, spool: None },
         Some(n) => AgentInfo {
             version: AGENT_VERSION.into(),
             mode: "node".into(),
             node: Some(world.clusters[id.cluster].nodes[n].name.clone()),
+            spool: None,
         },
     }
 }
@@ -221,17 +225,21 @@ fn endpoint_usage(world: &World, cutoff: OffsetDateTime) -> Vec<Fact> {
                 let spread = 0.8 + 0.4 * unit_noise(salt ^ i as u64, hour.unix_timestamp() as u64);
                 (requests as f64 * per as f64 * spread).round() as u64
             };
-            out.push(service_usage_fact(
+            let input = tokens(u.input_per_request, 0x1);
+            let fact = service_usage_fact(
                 ENDPOINT,
                 ENDPOINT_MODEL,
                 u.tenant,
                 hour,
                 end,
                 requests,
-                tokens(u.input_per_request, 0x1),
+                input,
                 tokens(u.output_per_request, 0x2),
                 end + Duration::seconds(15),
-            ));
+            );
+            // Time to first token grows with the prompt and with the endpoint's load (queueing at peak hours).
+            let per_request_ms = 60.0 + 0.08 * u.input_per_request as f64 + 220.0 * load;
+            out.push(with_ttft(fact, (requests as f64 * per_request_ms).round() as u64, requests));
         }
         hour = end;
     }

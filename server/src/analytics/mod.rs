@@ -41,6 +41,8 @@ use uuid::Uuid;
 
 use crate::{app::AppState, auth::Visible, db::OrgTx, error::AppError, policy::reader};
 
+mod inference;
+
 /// Decimal places of the hour figures in the answer.
 const HOURS_SCALE: u32 = 6;
 /// Largest page.
@@ -50,7 +52,9 @@ const MAX_MIN_IDLE_HOURS: u64 = 366 * 24;
 
 /// `GET /api/v1/analytics/utilization`.
 pub fn router() -> Router<AppState> {
-    Router::new().route("/api/v1/analytics/utilization", get(utilization))
+    Router::new()
+        .route("/api/v1/analytics/utilization", get(utilization))
+        .route("/api/v1/analytics/inference", get(inference::inference))
 }
 
 /// The query, validated.

@@ -1,0 +1,238 @@
+//! `GET /api/v1/analytics/inference?period=YYYY-MM[&department=UUID]`: inference efficiency of shared endpoints —
+//! per tenant its requests, tokens, the GPU-hours its work is attributed (the ledger's weighted-token split of the
+//! endpoint's GPU-hours, so `modeled`), tokens per GPU-hour and mean time to first token; per endpoint the totals.
+//! Analytics only (see `gpuledger_core::efficiency`). The current month runs to now.
+//!
+//! A caller limited to departments sees its tenants' rows and no endpoint totals (they include other departments'
+//! work); the split itself is computed over the whole organization, like the ledger's.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use axum::{
+    Json,
+    extract::{Query, State, rejection::QueryRejection},
+    http::HeaderMap,
+};
+use gpuledger_core::{
+    Confidence, Fraction,
+    efficiency::{EndpointTime, EndpointUsage, inference_efficiency},
+    ids::TenantId,
+};
+use serde_json::{Value, json};
+use time::OffsetDateTime;
+use uuid::Uuid;
+
+use super::{confidence, internal, rfc3339};
+use crate::{
+    app::AppState,
+    auth::Visible,
+    error::AppError,
+    policy::{policy_for, reader},
+};
+
+/// Decimal places of GPU-hours in the answer.
+const HOURS_SCALE: u32 = 3;
+
+fn decimal(f: &Fraction, scale: u32) -> Result<String, AppError> {
+    f.to_decimal_string(scale).map_err(internal)
+}
+
+fn opt(f: &Option<Fraction>, scale: u32) -> Result<Value, AppError> {
+    Ok(match f {
+        Some(f) => Value::String(decimal(f, scale)?),
+        None => Value::Null,
+    })
+}
+
+type UsageRow = (String, String, Uuid, i64, i64, i64, i64, i64);
+
+pub(super) async fn inference(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    query: Result<Query<Vec<(String, String)>>, QueryRejection>,
+) -> Result<Json<Value>, AppError> {
+    let principal = reader(&state, &headers).await?;
+    let Query(pairs) = query.map_err(|e| AppError::invalid("query", e.body_text()))?;
+    let mut seen = BTreeSet::new();
+    for (key, _) in &pairs {
+        if !["period", "department"].contains(&key.as_str()) {
+            return Err(AppError::invalid(key.clone(), "unknown parameter"));
+        }
+        if !seen.insert(key.as_str()) {
+            return Err(AppError::invalid(key.clone(), "given more than once"));
+        }
+    }
+    let get = |name: &str| pairs.iter().find(|(k, _)| k == name).map(|(_, v)| v.trim());
+    let period = get("period").ok_or_else(|| AppError::invalid("period", "required (YYYY-MM)"))?;
+    let period = crate::policy::parse_period("period", period)?;
+    let department = get("department")
+        .filter(|d| !d.is_empty())
+        .map(|d| Uuid::parse_str(d).map_err(|e| AppError::invalid("department", e.to_string())))
+        .transpose()?;
+    let month = period.interval().map_err(|e| AppError::invalid("period", e.to_string()))?;
+    let from = month.start();
+    let to = month.end().min(OffsetDateTime::now_utc()).max(from);
+
+    let visible = principal.visible(&state.db).await?;
+    if let Some(d) = department
+        && !Visible::department(&visible, d)
+    {
+        return Err(AppError::invalid("department", format!("no department {d} in this organization")));
+    }
+    let mut tx = state.db.begin_org(principal.org).await?;
+    if let Some(d) = department {
+        let exists: Option<Uuid> = sqlx::query_scalar("SELECT department_id FROM departments WHERE department_id = $1")
+            .bind(d)
+            .fetch_optional(tx.conn())
+            .await?;
+        if exists.is_none() {
+            return Err(AppError::invalid("department", format!("no department {d} in this organization")));
+        }
+    }
+    let allocations: Vec<(String, i64, i64, OffsetDateTime, Option<OffsetDateTime>, String)> = sqlx::query_as(
+        "SELECT labels->>'endpoint', fraction_num, fraction_den, started_at, ended_at, confidence
+           FROM allocation_intervals
+          WHERE labels ? 'endpoint' AND fraction_num IS NOT NULL AND fraction_den IS NOT NULL
+            AND started_at < $2 AND (ended_at IS NULL OR ended_at > $1)",
+    )
+    .bind(from)
+    .bind(to)
+    .fetch_all(tx.conn())
+    .await?;
+    let usage: Vec<UsageRow> = sqlx::query_as(
+        "SELECT endpoint, model, tenant_id, sum(requests)::bigint, sum(input_tokens)::bigint,
+                sum(output_tokens)::bigint, coalesce(sum(ttft_ms_sum), 0)::bigint, coalesce(sum(ttft_count), 0)::bigint
+           FROM service_usage
+          WHERE tenant_id IS NOT NULL AND window_start >= $1 AND window_start < $2
+          GROUP BY endpoint, model, tenant_id ORDER BY endpoint, model, tenant_id",
+    )
+    .bind(from)
+    .bind(month.end())
+    .fetch_all(tx.conn())
+    .await?;
+    let (unattributed_requests, unattributed_tokens): (i64, i64) = sqlx::query_as(
+        "SELECT coalesce(sum(requests), 0)::bigint, coalesce(sum(input_tokens + output_tokens), 0)::bigint
+           FROM service_usage WHERE tenant_id IS NULL AND window_start >= $1 AND window_start < $2",
+    )
+    .bind(from)
+    .bind(month.end())
+    .fetch_one(tx.conn())
+    .await?;
+    let names: HashMap<Uuid, (String, Uuid, String)> = sqlx::query_as::<_, (Uuid, String, Uuid, String)>(
+        "SELECT t.tenant_id, t.name, d.department_id, d.name
+           FROM tenants t JOIN departments d ON d.org_id = t.org_id AND d.department_id = t.department_id",
+    )
+    .fetch_all(tx.conn())
+    .await?
+    .into_iter()
+    .map(|(t, name, d, dname)| (t, (name, d, dname)))
+    .collect();
+    let policy = policy_for(&mut tx, period).await?;
+    tx.commit().await?;
+
+    let mut endpoints: BTreeMap<String, EndpointTime> = BTreeMap::new();
+    for (endpoint, num, den, start, end, conf) in allocations {
+        let (s, e) = (start.max(from), end.map_or(to, |e| e.min(to)));
+        if s >= e {
+            continue;
+        }
+        let nanos = (e - s).whole_nanoseconds();
+        let gpu_nanos = Fraction::new(
+            nanos.checked_mul(i128::from(num)).ok_or_else(|| internal("GPU time overflows"))?,
+            i128::from(den),
+        )
+        .map_err(internal)?;
+        let t = endpoints
+            .entry(endpoint)
+            .or_insert(EndpointTime { gpu_nanos: Fraction::ZERO, confidence: Confidence::Exact });
+        t.gpu_nanos = t.gpu_nanos.checked_add(gpu_nanos).map_err(internal)?;
+        t.confidence = t.confidence.combine(confidence(&conf)?);
+    }
+    let count = |v: i64| u64::try_from(v).unwrap_or(0);
+    let usage: Vec<EndpointUsage> = usage
+        .into_iter()
+        .map(|(endpoint, model, tenant, r, i, o, ts, tc)| EndpointUsage {
+            tenant: TenantId::from_uuid(tenant),
+            endpoint,
+            model,
+            requests: count(r),
+            input_tokens: count(i),
+            output_tokens: count(o),
+            ttft_ms_sum: count(ts),
+            ttft_count: count(tc),
+        })
+        .collect();
+    let report = inference_efficiency(&endpoints, &usage, |model| {
+        policy.as_ref().map_or((Fraction::ONE, Fraction::ONE), |p| p.token_weight(model))
+    })
+    .map_err(internal)?;
+
+    let mut tenants = Vec::new();
+    for t in &report.tenants {
+        let id = t.tenant.as_uuid();
+        let (name, dept_id, dept) = names.get(&id).cloned().unwrap_or_default();
+        if !Visible::tenant(&visible, Some(id)) || department.is_some_and(|d| d != dept_id) {
+            continue;
+        }
+        let reason = match t.confidence {
+            Confidence::Modeled => format!(
+                "modeled: {} split {}'s GPU-hours between its tenants by weighted tokens",
+                if policy.is_some() { "the approved cost policy's token weights" } else { "equal token weights" },
+                t.endpoint
+            ),
+            _ => format!("{}: some of {}'s allocations are not exact", t.confidence.as_str(), t.endpoint),
+        };
+        tenants.push(json!({
+            "tenant_id": id.to_string(),
+            "tenant_name": name,
+            "department_id": dept_id.to_string(),
+            "department": dept,
+            "endpoint": t.endpoint,
+            "models": t.models,
+            "requests": t.requests,
+            "input_tokens": t.input_tokens,
+            "output_tokens": t.output_tokens,
+            "share_pct": decimal(&t.share.checked_mul_int(100).map_err(internal)?, 2)?,
+            "gpu_hours": decimal(&t.gpu_hours, HOURS_SCALE)?,
+            "tokens_per_gpu_hour": opt(&t.tokens_per_gpu_hour, 0)?,
+            "output_tokens_per_gpu_hour": opt(&t.output_tokens_per_gpu_hour, 0)?,
+            "mean_ttft_ms": opt(&t.mean_ttft_ms, 0)?,
+            "confidence": t.confidence.as_str(),
+            "confidence_reason": reason,
+        }));
+    }
+    // Endpoint totals include every tenant's work: only for callers who see the whole organization.
+    let endpoints = if visible.is_some() || department.is_some() {
+        Vec::new()
+    } else {
+        report
+            .endpoints
+            .iter()
+            .map(|e| {
+                Ok(json!({
+                    "endpoint": e.endpoint,
+                    "gpu_hours": decimal(&e.gpu_hours, HOURS_SCALE)?,
+                    "requests": e.requests,
+                    "tokens": e.tokens,
+                    "tokens_per_gpu_hour": opt(&e.tokens_per_gpu_hour, 0)?,
+                    "mean_ttft_ms": opt(&e.mean_ttft_ms, 0)?,
+                    "confidence": e.confidence.as_str(),
+                }))
+            })
+            .collect::<Result<Vec<Value>, AppError>>()?
+    };
+    let whole_org = visible.is_none() && department.is_none();
+    Ok(Json(json!({
+        "period": period.to_string(),
+        "from": rfc3339(from)?,
+        "to": rfc3339(to)?,
+        "basis": "analytics only: GPU-hours attributed by weighted tokens, never billed from here",
+        "endpoints": endpoints,
+        "tenants": tenants,
+        "unattributed": if whole_org {
+            json!({ "requests": unattributed_requests, "tokens": unattributed_tokens })
+        } else {
+            Value::Null
+        },
+    })))
+}
