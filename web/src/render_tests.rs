@@ -179,3 +179,40 @@ async fn showback_adds_up_lines_exactly_and_marks_what_is_not_exact() {
     assert!(html.contains(r#"role="img""#) && html.contains("<title>"), "accessible charts: {html}");
     assert!(html.contains(r#"href="/tenants/t1?period=2026-10""#), "{html}");
 }
+
+#[tokio::test]
+async fn showback_shows_inference_efficiency_with_its_reason_and_an_empty_state() {
+    let inference = json!({"tenants": [
+        {"tenant_name": "nlp", "department": "Research", "endpoint": "llm-shared", "requests": 12345,
+         "input_tokens": 1000000, "output_tokens": 250000, "gpu_hours": "3.250", "tokens_per_gpu_hour": "384615",
+         "mean_ttft_ms": "287", "confidence": "modeled",
+         "confidence_reason": "modeled: the approved cost policy's token weights split llm-shared's GPU-hours"},
+        {"tenant_name": "ops-bot", "department": "Platform", "endpoint": "llm-shared", "requests": 5,
+         "input_tokens": 10, "output_tokens": 10, "gpu_hours": "0.001", "tokens_per_gpu_hour": "20000",
+         "mean_ttft_ms": null, "confidence": "modeled", "confidence_reason": "r"}],
+        "endpoints": [{"endpoint": "llm-shared", "gpu_hours": "3.251", "requests": 12350, "tokens": 1250020,
+                       "tokens_per_gpu_hour": "384503", "mean_ttft_ms": "287", "confidence": "exact"}]});
+    let fake = |department: bool| Fake {
+        roles: Some(vec!["viewer"]),
+        fail: false,
+        answers: vec![
+            ("/api/v1/periods", json!({"items": [{"period": "2026-10", "state": "closed"}]})),
+            (
+                "/api/v1/analytics/inference",
+                if department { inference.clone() } else { json!({"tenants": [], "endpoints": []}) },
+            ),
+        ],
+    };
+    let (html, _) = render("/departments?period=2026-10&department=Research", fake(true)).await;
+    assert!(html.contains("Inference efficiency"), "{html}");
+    assert!(html.contains(">12,345<") && html.contains(">384,615<") && html.contains(">287 ms<"), "{html}");
+    assert!(
+        html.contains("the approved cost policy&#x27;s token weights")
+            || html.contains("the approved cost policy's token weights"),
+        "the row's own reason: {html}"
+    );
+    assert!(!html.contains("ops-bot"), "another department's tenant is cut: {html}");
+    assert!(!html.contains("<caption>Endpoints</caption>"), "no organization totals on a department's view: {html}");
+    let (html, _) = render("/departments?period=2026-10", fake(false)).await;
+    assert!(html.contains("No inference tenants on shared endpoints this month."), "{html}");
+}

@@ -46,6 +46,8 @@ struct Showback {
     by_class: Vec<(String, String)>,
     trend: Vec<(String, String)>,
     utilization: Vec<Value>,
+    inference: Vec<Value>,
+    endpoints: Vec<Value>,
     not_exact: usize,
     notice: Option<String>,
 }
@@ -133,6 +135,20 @@ async fn load_showback(
         Ok(u) => u["tenants"].as_array().cloned().unwrap_or_default(),
         Err(_) => Vec::new(),
     };
+    let (inference, endpoints) = match api_get(format!("/api/v1/analytics/inference?period={}", q(&period))).await {
+        Ok(v) => (
+            v["tenants"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|t| department.as_ref().is_none_or(|d| s(t, "department") == *d))
+                .cloned()
+                .collect(),
+            // Endpoint totals include every department's work: shown on the organization-wide view only.
+            if department.is_none() { v["endpoints"].as_array().cloned().unwrap_or_default() } else { Vec::new() },
+        ),
+        Err(_) => (Vec::new(), Vec::new()),
+    };
     let not_exact = lines.iter().filter(|l| l["confidence"] != "exact").count();
     Ok(Showback {
         periods: items.iter().map(|p| s(p, "period")).collect(),
@@ -149,6 +165,8 @@ async fn load_showback(
         by_class,
         trend,
         utilization,
+        inference,
+        endpoints,
         not_exact,
         notice,
     })
@@ -282,6 +300,66 @@ fn ShowbackView(sb: Showback) -> impl IntoView {
                     </table>
                 }.into_any()
             }}
+        </section>
+        <InferencePanel tenants=sb.inference.clone() endpoints=sb.endpoints.clone() />
+    }
+}
+
+/// Milliseconds, or "—" where the model server did not report time to first token.
+fn ms(v: &Value, key: &str) -> String {
+    match v[key].as_str() {
+        Some(x) => format!("{} ms", grouped(x)),
+        None => "—".into(),
+    }
+}
+
+/// Inference efficiency of shared endpoints: work, attributed GPU-hours, tokens per GPU-hour, time to first token.
+#[component]
+fn InferencePanel(tenants: Vec<Value>, endpoints: Vec<Value>) -> impl IntoView {
+    let count = |v: &Value, k: &str| grouped(&v[k].as_u64().unwrap_or(0).to_string());
+    let or_dash = |v: &Value, k: &str| v[k].as_str().map_or_else(|| "—".to_string(), grouped);
+    view! {
+        <section class="panel" id="inference">
+            <h2>"Inference efficiency (shared endpoints)"</h2>
+            <p class="muted">"Analytics only. An endpoint's GPU-hours are split between its tenants by weighted tokens, as the service charge is; TTFT = mean time to first token."</p>
+            {if tenants.is_empty() {
+                view! { <p class="empty">"No inference tenants on shared endpoints this month."</p> }.into_any()
+            } else {
+                view! {
+                    <table class="inference">
+                        <thead><tr><th>"Tenant"</th><th>"Endpoint"</th><th class="num">"Requests"</th><th class="num">"Tokens in / out"</th><th class="num">"GPU-h"</th><th class="num">"Tokens per GPU-h"</th><th class="num">"Mean TTFT"</th><th>"Confidence"</th></tr></thead>
+                        <tbody>{tenants.iter().map(|t| view! {
+                            <tr>
+                                <td>{s(t, "tenant_name")}</td>
+                                <td>{s(t, "endpoint")}</td>
+                                <td class="num">{count(t, "requests")}</td>
+                                <td class="num">{format!("{} / {}", count(t, "input_tokens"), count(t, "output_tokens"))}</td>
+                                <td class="num">{s(t, "gpu_hours")}</td>
+                                <td class="num">{or_dash(t, "tokens_per_gpu_hour")}</td>
+                                <td class="num">{ms(t, "mean_ttft_ms")}</td>
+                                <td><Confidence level=s(t, "confidence") reason=s(t, "confidence_reason") /></td>
+                            </tr>
+                        }).collect_view()}</tbody>
+                    </table>
+                }.into_any()
+            }}
+            {(!endpoints.is_empty()).then(|| view! {
+                <table class="endpoints">
+                    <caption>"Endpoints"</caption>
+                    <thead><tr><th>"Endpoint"</th><th class="num">"GPU-h"</th><th class="num">"Requests"</th><th class="num">"Tokens"</th><th class="num">"Tokens per GPU-h"</th><th class="num">"Mean TTFT"</th><th>"Confidence"</th></tr></thead>
+                    <tbody>{endpoints.iter().map(|e| view! {
+                        <tr>
+                            <td>{s(e, "endpoint")}</td>
+                            <td class="num">{s(e, "gpu_hours")}</td>
+                            <td class="num">{count(e, "requests")}</td>
+                            <td class="num">{count(e, "tokens")}</td>
+                            <td class="num">{or_dash(e, "tokens_per_gpu_hour")}</td>
+                            <td class="num">{ms(e, "mean_ttft_ms")}</td>
+                            <td><Confidence level=s(e, "confidence") /></td>
+                        </tr>
+                    }).collect_view()}</tbody>
+                </table>
+            })}
         </section>
     }
 }

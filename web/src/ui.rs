@@ -124,8 +124,8 @@ pub fn sum_decimals<'a>(values: impl IntoIterator<Item = &'a str>) -> String {
 
 /// The mark next to a figure that is not exact, with its reason one click away (`<details>`, no script).
 #[component]
-pub fn Confidence(level: String) -> impl IntoView {
-    let reason = match level.as_str() {
+pub fn Confidence(level: String, #[prop(optional)] reason: Option<String>) -> impl IntoView {
+    let general = match level.as_str() {
         "modeled" => {
             "Modeled: derived by a documented rule (e.g. a time-sliced share, an endpoint split by weighted tokens), not measured per workload."
         }
@@ -140,7 +140,7 @@ pub fn Confidence(level: String) -> impl IntoView {
     view! {
         <details class=format!("conf {level}")>
             <summary>{level.clone()}</summary>
-            <p>{reason}</p>
+            <p>{reason.unwrap_or_else(|| general.to_string())}</p>
         </details>
     }
     .into_any()
