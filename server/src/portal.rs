@@ -338,6 +338,77 @@ pub fn router() -> Router<AppState> {
         .route("/ui/identity/provider", post(provider_form))
         .route("/ui/identity/role-mappings", post(mappings_form))
         .route("/ui/policies/{version}/approve", post(approve_policy_form))
+        .route("/ui/policies", post(new_policy_form))
+        .route("/ui/policies/{version}", post(save_policy_form))
+        .route("/ui/quotas", post(quota_form))
+}
+
+/// A refused form: the reason, naming the field, and the way back (the browser keeps what was typed).
+fn form_refused(detail: &str, back: &str) -> Response {
+    (StatusCode::UNPROCESSABLE_ENTITY, Html(gpuledger_web::account::form_error_document(detail, back))).into_response()
+}
+
+/// A draft's fields as the policies API takes them; the document is the policy as JSON text.
+fn policy_request(f: &[(String, String)]) -> Result<serde_json::Value, String> {
+    let document: serde_json::Value = serde_json::from_str(&field(f, "document"))
+        .map_err(|e| format!("document: not valid JSON ({e}); the policy is the JSON object shown in the box"))?;
+    Ok(serde_json::json!({
+        "effective_from": field(f, "effective_from"),
+        "note": field(f, "note"),
+        "policy": document,
+    }))
+}
+
+async fn new_policy_form(State(state): State<AppState>, headers: HeaderMap, body: axum::body::Bytes) -> Response {
+    let request = match policy_request(&pairs(&body)) {
+        Ok(r) => r,
+        Err(detail) => return form_refused(&detail, "/admin/policies"),
+    };
+    via_api(&state, &headers, "POST", "/api/v1/policies", request, "/admin/policies", |p| {
+        format!("/admin/policies#draft-{}", p["version"].as_i64().unwrap_or_default())
+    })
+    .await
+}
+
+async fn save_policy_form(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(version): Path<String>,
+    body: axum::body::Bytes,
+) -> Response {
+    let request = match policy_request(&pairs(&body)) {
+        Ok(r) => r,
+        Err(detail) => return form_refused(&detail, "/admin/policies"),
+    };
+    let version = version.trim().to_string();
+    let next = format!("/admin/policies#draft-{version}");
+    via_api(&state, &headers, "PUT", &format!("/api/v1/policies/{version}"), request, "/admin/policies", |_| next).await
+}
+
+/// A date (`YYYY-MM-DD`, midnight UTC) or a full RFC 3339 time, as the quotas API takes it.
+fn instant(value: &str) -> String {
+    if value.len() == 10 { format!("{value}T00:00:00Z") } else { value.to_string() }
+}
+
+async fn quota_form(State(state): State<AppState>, headers: HeaderMap, body: axum::body::Bytes) -> Response {
+    let f = pairs(&body);
+    let holder = field(&f, "holder");
+    let holder_kind = match field(&f, "holder_kind").as_str() {
+        "department" => "department",
+        _ => "tenant",
+    };
+    let mut request = serde_json::json!({
+        "gpu_class": field(&f, "gpu_class"),
+        "gpus": field(&f, "gpus"),
+        "valid_from": instant(&field(&f, "valid_from")),
+    });
+    request[holder_kind] = serde_json::Value::String(holder);
+    let valid_to = field(&f, "valid_to");
+    if !valid_to.is_empty() {
+        request["valid_to"] = serde_json::Value::String(instant(&valid_to));
+    }
+    via_api(&state, &headers, "POST", "/api/v1/quotas", request, "/admin/policies", |_| "/admin/policies#quotas".into())
+        .await
 }
 
 async fn provider_form(State(state): State<AppState>, headers: HeaderMap, body: axum::body::Bytes) -> Response {

@@ -1226,6 +1226,45 @@ fn cases() -> Vec<Case> {
             build: |t| with_form(format!("/ui/policies/{}/approve", t.policy_version?), ""),
             control: control(AdminToken, 409, false),
         },
+        Case {
+            method: "POST",
+            route: "/ui/policies/{version}",
+            who: AdminOrFinance,
+            denied: Form,
+            expect: Status(404),
+            build: |t| {
+                with_form(
+                    format!("/ui/policies/{}", t.policy_version?),
+                    format!("effective_from=2026-12&document={}", valid_policy()["policy"]),
+                )
+            },
+            // A's own version is approved: not edited in place.
+            control: control(AdminToken, 409, false),
+        },
+        // Writes in the caller's own organization only: there is no B object to name, so bad input is refused.
+        Case {
+            method: "POST",
+            route: "/ui/policies",
+            who: AdminOrFinance,
+            denied: Form,
+            expect: Status(422),
+            build: |_| with_form("/ui/policies", "effective_from=2026-12&document=%7B%7D"),
+            control: None,
+        },
+        Case {
+            method: "POST",
+            route: "/ui/quotas",
+            who: AdminOrFinance,
+            denied: Form,
+            expect: Status(422),
+            build: |t| {
+                with_form(
+                    "/ui/quotas",
+                    format!("holder_kind=tenant&holder={}&gpu_class={CLASS}&gpus=1&valid_from=2026-08-01", t.tenant),
+                )
+            },
+            control: None,
+        },
     ]
 }
 

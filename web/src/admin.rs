@@ -267,7 +267,7 @@ pub fn PoliciesPage() -> impl IntoView {
                         <section class="panel"><h1>"Cost policies & quotas"</h1><AdminNav /></section>
                         <section class="panel">
                             <h2>"Versions"</h2>
-                            {if items.is_empty() { view! { <p class="empty">"No cost policy yet (POST /api/v1/policies)."</p> }.into_any() } else { view! {
+                            {if items.is_empty() { view! { <p class="empty">"No cost policy yet: write the first one under “New draft” below."</p> }.into_any() } else { view! {
                                 <table><thead><tr><th>"Version"</th><th>"State"</th><th>"From"</th><th>"Note"</th><th>"Approved"</th><th></th></tr></thead>
                                 <tbody>{items.iter().map(|p| {
                                     let draft = p["state"] == "draft";
@@ -288,17 +288,44 @@ pub fn PoliciesPage() -> impl IntoView {
                             }.into_any() }}
                             {items.iter().filter(|p| p["state"] == "draft").map(|d| {
                                 let base = approved.as_ref().map(|a| a["document"].clone()).unwrap_or(Value::Null);
+                                let version = s(d, "version");
                                 view! {
-                                    <h3>{format!("Draft v{} against the approved version", s(d, "version"))}</h3>
+                                    <h3 id=format!("draft-{version}")>{format!("Draft v{version} against the approved version")}</h3>
+                                    <details class="edit">
+                                        <summary>{format!("Edit draft v{version}")}</summary>
+                                        <PolicyForm action=format!("/ui/policies/{version}") csrf=session.csrf.clone()
+                                            effective_from=s(d, "effective_from").chars().take(7).collect()
+                                            note=s(d, "note") document=d["document"].clone() button="Save draft" />
+                                    </details>
                                     <pre class="diff">{diff(&base, &d["document"]).into_iter().map(|(k, line)| {
                                         let class = match k { '+' => "add", '-' => "del", _ => "same" };
                                         view! { <span class=class>{format!("{k} {line}\n")}</span> }
                                     }).collect_view()}</pre>
                                 }
                             }).collect_view()}
+                            <details class="edit" open=items.is_empty()>
+                                <summary>"New draft"</summary>
+                                <p class="muted">"Starts from the approved version. A draft prices nothing until it is approved; approving it prices every month from its first month on, except closed ones."</p>
+                                <PolicyForm action="/ui/policies".into() csrf=session.csrf.clone()
+                                    effective_from=next_month() note=String::new()
+                                    document=approved.as_ref().map(|a| a["document"].clone()).unwrap_or_else(policy_template)
+                                    button="Save as draft" />
+                            </details>
                         </section>
-                        <section class="panel">
+                        <section class="panel" id="quotas">
                             <h2>"Quotas (guaranteed capacity)"</h2>
+                            <form method="post" action="/ui/quotas" class="inline-form" id="add-quota">
+                                <input type="hidden" name="csrf" value=session.csrf.clone() />
+                                <label>"Holder "
+                                    <select name="holder_kind"><option value="tenant">"tenant"</option><option value="department">"department"</option></select>
+                                </label>
+                                <label>"Name " <input name="holder" required=true placeholder="nlp-research" /></label>
+                                <label>"GPU class " <input name="gpu_class" required=true placeholder="H100-80GB" /></label>
+                                <label>"GPUs " <input name="gpus" required=true inputmode="decimal" placeholder="2" size="5" /></label>
+                                <label>"From " <input name="valid_from" type="date" required=true /></label>
+                                <label>"Until " <input name="valid_to" type="date" /></label>
+                                <button type="submit">"Add quota"</button>
+                            </form>
                             {if quota_rows.is_empty() { view! { <p class="empty">"No quotas."</p> }.into_any() } else { view! {
                                 <table><thead><tr><th>"Holder"</th><th>"Class"</th><th class="num">"GPUs"</th><th>"From"</th><th>"To"</th><th>"Source"</th></tr></thead>
                                 <tbody>{quota_rows.iter().map(|r| {
@@ -314,6 +341,50 @@ pub fn PoliciesPage() -> impl IntoView {
                 }
             }}
         </Await>
+    }
+}
+
+/// The month after this one, `YYYY-MM` (a new draft's default start).
+fn next_month() -> String {
+    let now = time::OffsetDateTime::now_utc();
+    let (y, m) = if now.month() == time::Month::December {
+        (now.year() + 1, 1)
+    } else {
+        (now.year(), u8::from(now.month()) + 1)
+    };
+    format!("{y:04}-{m:02}")
+}
+
+/// A starting point when no version exists yet (the fields the policy validator asks for).
+fn policy_template() -> Value {
+    serde_json::json!({
+        "currency": "USD",
+        "classes": [{"gpu_class": "H100-80GB", "guaranteed": "2.50", "borrowed": "3.50"}],
+    })
+}
+
+/// A cost-policy draft: first month, note and the policy as JSON.
+#[component]
+fn PolicyForm(
+    action: String,
+    csrf: String,
+    effective_from: String,
+    note: String,
+    document: Value,
+    button: &'static str,
+) -> impl IntoView {
+    let text = serde_json::to_string_pretty(&document).unwrap_or_default();
+    let rows = text.lines().count().clamp(8, 40).to_string();
+    view! {
+        <form method="post" action=action class="policy-form">
+            <input type="hidden" name="csrf" value=csrf />
+            <label>"First month " <input name="effective_from" value=effective_from required=true pattern="[0-9]{4}-[0-9]{2}" placeholder="YYYY-MM" /></label>
+            <label>"Note " <input name="note" value=note size="50" /></label>
+            <label class="block">"Policy (JSON: currency, classes with guaranteed and borrowed rates, energy, services, token weights, overhead)"
+                <textarea name="document" rows=rows spellcheck="false">{text}</textarea>
+            </label>
+            <button type="submit">{button}</button>
+        </form>
     }
 }
 

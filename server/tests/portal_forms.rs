@@ -1,0 +1,137 @@
+//! The admin portal's editing forms through the router, as a signed-in browser (no JavaScript): cost-policy drafts
+//! written, corrected and approved, quotas added — each through the REST API's own validation, with refusals that
+//! name the field and change nothing.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use axum::http::{StatusCode, header};
+use gpuledger_server::{
+    app::{self, AppState, HttpOptions},
+    demo,
+};
+
+use common::{csrf_of, demo_login, form, get, send};
+
+fn enc(s: &str) -> String {
+    form_urlencoded::byte_serialize(s.as_bytes()).collect()
+}
+
+#[tokio::test]
+async fn policy_drafts_and_quotas_are_written_in_the_portal() {
+    let (test_db, db) = common::migrated().await;
+    let org = demo::seed(&db).await.unwrap();
+    let app = app::router(AppState::new(db, Some(org)), &HttpOptions::default());
+    let su = common::admin_pool(&test_db).await;
+    let (admin, _) = demo_login(&app, "admin").await;
+
+    let page = send(&app, get("/admin/policies", Some(&admin))).await;
+    assert_eq!(page.status, StatusCode::OK);
+    assert!(page.body.contains("No cost policy yet"), "{}", page.body);
+    assert!(page.body.contains(r#"action="/ui/policies""#), "a new-draft form: {}", page.body);
+    let csrf = csrf_of(&page.body);
+    let draft = |document: &str, from: &str| {
+        format!("csrf={csrf}&effective_from={from}&note={}&document={}", enc("first rates"), enc(document))
+    };
+    let versions = async || -> Vec<(i32, String, serde_json::Value)> {
+        sqlx::query_as("SELECT version, state, document FROM cost_policies WHERE org_id = $1 ORDER BY version")
+            .bind(org.as_uuid())
+            .fetch_all(&su)
+            .await
+            .unwrap()
+    };
+
+    // Refusals: not JSON, a rate that is not a decimal, a month that is not one. Nothing is stored.
+    let not_json = send(&app, form("/ui/policies", Some(&admin), &draft("{currency: USD", "2026-12"), None)).await;
+    assert_eq!(not_json.status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert!(not_json.body.contains("document: not valid JSON"), "{}", not_json.body);
+    let bad_rate =
+        r#"{"currency": "USD", "classes": [{"gpu_class": "H100-80GB", "guaranteed": "cheap", "borrowed": "3"}]}"#;
+    let refused = send(&app, form("/ui/policies", Some(&admin), &draft(bad_rate, "2026-12"), None)).await;
+    assert_eq!(refused.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", refused.body);
+    assert!(refused.body.contains("policy.classes"), "the field is named: {}", refused.body);
+    assert!(refused.body.contains(r#"href="/admin/policies""#), "a way back: {}", refused.body);
+    let good =
+        r#"{"currency": "USD", "classes": [{"gpu_class": "H100-80GB", "guaranteed": "2.50", "borrowed": "3.50"}]}"#;
+    let bad_month = send(&app, form("/ui/policies", Some(&admin), &draft(good, "December"), None)).await;
+    assert_eq!(bad_month.status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert!(bad_month.body.contains("effective_from"), "{}", bad_month.body);
+    assert!(versions().await.is_empty());
+    // Without the form's CSRF field the write is refused before anything runs.
+    let forged =
+        send(&app, form("/ui/policies", Some(&admin), &draft(good, "2026-12").replacen(&csrf, "x", 1), None)).await;
+    assert_eq!(forged.status, StatusCode::FORBIDDEN);
+
+    // A draft, then corrected, then approved — all from the page.
+    let saved = send(&app, form("/ui/policies", Some(&admin), &draft(good, "2026-12"), None)).await;
+    assert_eq!(saved.status, StatusCode::SEE_OTHER, "{}", saved.body);
+    assert_eq!(saved.headers[header::LOCATION], "/admin/policies#draft-1");
+    let page = send(&app, get("/admin/policies", Some(&admin))).await;
+    assert!(page.body.contains(r#"id="draft-1""#) && page.body.contains(r#"action="/ui/policies/1""#), "{}", page.body);
+    assert!(page.body.contains("2.50"), "the draft's document is in its edit box: {}", page.body);
+    let corrected = good.replace("2.50", "2.75");
+    let saved = send(&app, form("/ui/policies/1", Some(&admin), &draft(&corrected, "2026-12"), None)).await;
+    assert_eq!(saved.status, StatusCode::SEE_OTHER, "{}", saved.body);
+    let stored = versions().await;
+    assert_eq!(stored.len(), 1, "saving a draft changes it, not a new version");
+    assert_eq!(stored[0].2["classes"][0]["guaranteed"], "2.75", "{:?}", stored[0]);
+    let approved = send(&app, form("/ui/policies/1/approve", Some(&admin), &format!("csrf={csrf}"), None)).await;
+    assert_eq!(approved.status, StatusCode::SEE_OTHER, "{}", approved.body);
+    assert_eq!(versions().await[0].1, "approved");
+    // An approved version is not edited in place.
+    let late = send(&app, form("/ui/policies/1", Some(&admin), &draft(good, "2026-12"), None)).await;
+    assert!(late.status.is_client_error(), "{}", late.status);
+    assert_eq!(versions().await[0].2["classes"][0]["guaranteed"], "2.75");
+    // The next draft starts from the approved version, and the page shows its difference.
+    let page = send(&app, get("/admin/policies", Some(&admin))).await;
+    assert!(page.body.contains("2.75"), "{}", page.body);
+    let next =
+        send(&app, form("/ui/policies", Some(&admin), &draft(&corrected.replace("3.50", "4.00"), "2027-01"), None))
+            .await;
+    assert_eq!(next.status, StatusCode::SEE_OTHER, "{}", next.body);
+    let page = send(&app, get("/admin/policies", Some(&admin))).await;
+    assert!(page.body.contains(r#"<span class="add">"#) && page.body.contains("4.00"), "{}", page.body);
+
+    // Quotas: a tenant's guaranteed GPUs from a date; bad input names the field.
+    let tenant: String = sqlx::query_scalar("SELECT name FROM tenants WHERE org_id = $1 ORDER BY name LIMIT 1")
+        .bind(org.as_uuid())
+        .fetch_one(&su)
+        .await
+        .unwrap();
+    let quota = |gpus: &str, holder: &str| {
+        format!(
+            "csrf={csrf}&holder_kind=tenant&holder={holder}&gpu_class=H100-80GB&gpus={gpus}&valid_from=2026-12-01&valid_to="
+        )
+    };
+    let count = async || -> i64 {
+        sqlx::query_scalar("SELECT count(*) FROM quotas WHERE org_id = $1")
+            .bind(org.as_uuid())
+            .fetch_one(&su)
+            .await
+            .unwrap()
+    };
+    let before = count().await;
+    let refused = send(&app, form("/ui/quotas", Some(&admin), &quota("-2", &tenant), None)).await;
+    assert_eq!(refused.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", refused.body);
+    assert!(refused.body.contains("gpus"), "{}", refused.body);
+    let unknown = send(&app, form("/ui/quotas", Some(&admin), &quota("2", "no-such-tenant"), None)).await;
+    assert!(unknown.status.is_client_error(), "{}", unknown.body);
+    assert!(unknown.body.contains("no-such-tenant"), "{}", unknown.body);
+    assert_eq!(count().await, before);
+    let added = send(&app, form("/ui/quotas", Some(&admin), &quota("2", &tenant), None)).await;
+    assert_eq!(added.status, StatusCode::SEE_OTHER, "{}", added.body);
+    assert_eq!(added.headers[header::LOCATION], "/admin/policies#quotas");
+    assert_eq!(count().await, before + 1);
+    let page = send(&app, get("/admin/policies", Some(&admin))).await;
+    assert!(page.body.contains(&format!("<td>{tenant}</td>")), "{}", page.body);
+
+    // A viewer cannot write either.
+    let (viewer, _) = demo_login(&app, "viewer").await;
+    let viewer_page = send(&app, get("/", Some(&viewer))).await;
+    let viewer_csrf = csrf_of(&viewer_page.body);
+    let denied =
+        send(&app, form("/ui/quotas", Some(&viewer), &quota("2", &tenant).replacen(&csrf, &viewer_csrf, 1), None))
+            .await;
+    assert_eq!(denied.status, StatusCode::FORBIDDEN, "{}", denied.body);
+    assert_eq!(count().await, before + 1);
+}
