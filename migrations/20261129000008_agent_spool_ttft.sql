@@ -14,4 +14,7 @@ ALTER TABLE service_usage
     ADD COLUMN ttft_count  bigint CHECK (ttft_count >= 0),
     ADD CONSTRAINT service_usage_ttft_pair CHECK ((ttft_ms_sum IS NULL) = (ttft_count IS NULL));
 
+-- A tenant defined after its usage arrived takes over the rows kept under its name (tenant_id only).
+GRANT UPDATE (tenant_id) ON service_usage TO gpuledger_app;
+
 RESET ROLE;

@@ -111,6 +111,7 @@ pub fn api_routes() -> Router<AppState> {
         .merge(ingest::router())
         .merge(crate::analytics::router())
         .merge(crate::policy::router())
+        .merge(crate::tenancy::router())
         .merge(crate::ledger::router())
         .merge(crate::close::router())
         .merge(crate::disputes::router())

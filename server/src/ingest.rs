@@ -779,6 +779,68 @@ struct IntervalRows {
     labels: Vec<serde_json::Value>,
 }
 
+/// After the inventory changed for `model` from `from`: recomputes, from their stored facts, the allocations it may
+/// concern — on that model and started at or after `from` (class and fraction are taken at the start), and any
+/// still without a fraction or class (an inventory gap the change may close). Returns how many.
+pub(crate) async fn recompute_for_inventory(
+    tx: &mut OrgTx,
+    org: OrgId,
+    model: &str,
+    from: OffsetDateTime,
+) -> Result<u64, AppError> {
+    let candidates: Vec<(Uuid, String, Option<String>, bool)> = sqlx::query_as(
+        "SELECT cluster_id, allocation_id, gpu_model, (fraction_num IS NULL OR gpu_class IS NULL)
+           FROM allocation_intervals
+          WHERE started_at >= $1 OR fraction_num IS NULL OR gpu_class IS NULL",
+    )
+    .bind(from)
+    .fetch_all(tx.conn())
+    .await?;
+    let wanted = normalize_model(model);
+    let mut by_cluster: BTreeMap<Uuid, Vec<String>> = BTreeMap::new();
+    for (cluster, allocation, gpu_model, gap) in candidates {
+        let same_model = gpu_model.as_deref().is_some_and(|m| normalize_model(m) == wanted);
+        // Without a model (vGPU VMs, passthrough) the model is found at recompute time: retry the gaps.
+        if same_model || (gap && gpu_model.is_none()) {
+            by_cluster.entry(cluster).or_default().push(allocation);
+        }
+    }
+    let mut n = 0u64;
+    let mut flagged = Vec::new();
+    for (cluster, ids) in by_cluster {
+        n += ids.len() as u64;
+        for chunk in ids.chunks(5_000) {
+            recompute_intervals(tx, org, ClusterId::from_uuid(cluster), chunk, &mut flagged).await?;
+        }
+    }
+    Ok(n)
+}
+
+/// After tenant `name` was defined: applies again, in their order, the stored namespace facts whose labels name
+/// it, so namespaces labelled before the tenant existed are owned from when their labels said so. Returns how many
+/// namespaces it concerned.
+pub(crate) async fn reapply_namespaces_naming(tx: &mut OrgTx, org: OrgId, name: &str) -> Result<u64, AppError> {
+    let rows: Vec<(Uuid, String, serde_json::Value)> = sqlx::query_as(
+        "SELECT cluster_id, event_id, payload FROM allocation_events
+          WHERE kind = 'namespace_observed' AND payload->'labels'->>'tenant' = $1
+          ORDER BY occurred_at, event_id",
+    )
+    .bind(name)
+    .fetch_all(tx.conn())
+    .await?;
+    let mut namespaces = BTreeSet::new();
+    let mut flagged = Vec::new();
+    for (cluster, event_id, payload) in rows {
+        let fact: Fact = serde_json::from_value(payload)
+            .map_err(|e| AppError::Internal(format!("stored fact {event_id} no longer parses: {e}")))?;
+        if let FactBody::NamespaceObserved(n) = &fact.body {
+            namespaces.insert(n.namespace_uid);
+            apply_namespace(tx, org, ClusterId::from_uuid(cluster), n, &event_id, &mut flagged).await?;
+        }
+    }
+    Ok(namespaces.len() as u64)
+}
+
 /// Recomputes the intervals of `allocation_ids` from every stored fact about them.
 async fn recompute_intervals(
     tx: &mut OrgTx,

@@ -17,3 +17,4 @@ pub mod ledger;
 pub mod openapi;
 pub mod policy;
 pub mod portal;
+pub mod tenancy;

@@ -191,6 +191,7 @@ pub fn document() -> Value {
     });
     if let Some(paths) = doc["paths"].as_object_mut() {
         paths.extend(export_paths());
+        paths.extend(tenancy_paths());
         paths.insert(
             "/api/v1/analytics/inference".into(),
             json!({"get": {
@@ -204,6 +205,56 @@ pub fn document() -> Value {
         );
     }
     doc
+}
+
+/// `/api/v1/departments`, `/api/v1/tenants`, `/api/v1/inventory*` (onboarding).
+fn tenancy_paths() -> Vec<(String, Value)> {
+    let write = |summary: &str| {
+        json!({"summary": summary, "security": [{"token": []}],
+               "responses": {"201": {"description": "created"}, "401": problem(), "403": problem(),
+                             "409": problem(), "422": problem()}})
+    };
+    let read = |summary: &str| {
+        json!({"summary": summary, "security": [{"token": []}],
+               "responses": {"200": {"description": "{items} or the inventory"}, "401": problem()}})
+    };
+    vec![
+        (
+            "/api/v1/departments".into(),
+            json!({
+            "get": read("Departments with their tenant counts"),
+            "post": write("Create a department: {name}. Admins")}),
+        ),
+        (
+            "/api/v1/tenants".into(),
+            json!({
+            "get": read("Tenants with their department and namespaces in force"),
+            "post": write("Create a tenant: {name, department (name or ID)}; namespaces whose labels named it and \
+                           usage kept under its name are taken over. Admins")}),
+        ),
+        (
+            "/api/v1/inventory".into(),
+            json!({
+            "get": read("The approved GPU inventory: classes, models, MIG/vGPU profiles, time-slicing, with validity")}),
+        ),
+        (
+            "/api/v1/inventory/models".into(),
+            json!({
+            "post": write("A GPU model's class from valid_from: {model, gpu_class, memory_mib?, valid_from}; ends the \
+                           entry in force; recomputes the allocations it concerns. Admin or finance")}),
+        ),
+        (
+            "/api/v1/inventory/profiles".into(),
+            json!({
+            "post": write("A MIG or vGPU profile's fraction: {kind: mig|vgpu, model, profile, fraction (3/7), \
+                           valid_from}. Admin or finance")}),
+        ),
+        (
+            "/api/v1/inventory/timeslicing".into(),
+            json!({
+            "post": write("A declared time-slicing policy: {cluster, name, replicas, valid_from}. Admin or finance")}),
+        ),
+    ]
 }
 
 /// `/api/v1/exports/*` (one `json!` per entry: the whole document in one would pass the macro recursion limit).

@@ -511,7 +511,7 @@ async fn list_quotas(
     Ok(Json(json!({ "total": items.len(), "items": items })))
 }
 
-async fn lookup_id(tx: &mut OrgTx, table: &str, field: &str, name_or_id: &str) -> Result<Uuid, AppError> {
+pub(crate) async fn lookup_id(tx: &mut OrgTx, table: &str, field: &str, name_or_id: &str) -> Result<Uuid, AppError> {
     let sql = match table {
         "tenants" => "SELECT tenant_id FROM tenants WHERE name = $1 OR tenant_id::text = $1",
         _ => "SELECT department_id FROM departments WHERE name = $1 OR department_id::text = $1",

@@ -991,6 +991,101 @@ fn cases() -> Vec<Case> {
             build: |t| get(format!("/api/v1/analytics/inference?period={CLOSED}&department={}", t.departments[0])),
             control: control(AdminToken, 200, true),
         },
+        // ---- tenancy and inventory: lists show only the caller's own; writes name things in the caller's org only
+        Case {
+            method: "GET",
+            route: "/api/v1/departments",
+            who: Readers,
+            denied: Api,
+            expect: Clean(200),
+            build: |_| get("/api/v1/departments"),
+            control: control(AdminToken, 200, true),
+        },
+        Case {
+            method: "POST",
+            route: "/api/v1/departments",
+            who: Admins,
+            denied: Api,
+            expect: Status(422),
+            build: |_| with_json("/api/v1/departments", json!({"name": ""})),
+            control: None,
+        },
+        Case {
+            method: "GET",
+            route: "/api/v1/tenants",
+            who: Readers,
+            denied: Api,
+            expect: Clean(200),
+            build: |_| get("/api/v1/tenants"),
+            control: control(AdminToken, 200, true),
+        },
+        Case {
+            method: "POST",
+            route: "/api/v1/tenants",
+            who: Admins,
+            denied: Api,
+            expect: Status(422),
+            // B's department, by ID: not found in A.
+            build: |t| {
+                with_json(
+                    "/api/v1/tenants",
+                    json!({"name": "probe-tenant", "department": t.departments[0].to_string()}),
+                )
+            },
+            control: None,
+        },
+        Case {
+            method: "GET",
+            route: "/api/v1/inventory",
+            who: Readers,
+            denied: Api,
+            expect: Clean(200),
+            build: |_| get("/api/v1/inventory"),
+            control: control(AdminToken, 200, false),
+        },
+        Case {
+            method: "POST",
+            route: "/api/v1/inventory/models",
+            who: AdminOrFinance,
+            denied: Api,
+            expect: Status(422),
+            build: |_| {
+                with_json(
+                    "/api/v1/inventory/models",
+                    json!({"model": "", "gpu_class": "x", "valid_from": "2026-01-01T00:00:00Z"}),
+                )
+            },
+            control: None,
+        },
+        Case {
+            method: "POST",
+            route: "/api/v1/inventory/profiles",
+            who: AdminOrFinance,
+            denied: Api,
+            expect: Status(422),
+            build: |_| {
+                with_json(
+                    "/api/v1/inventory/profiles",
+                    json!({"kind": "mig", "model": "m", "profile": "3g.40gb", "fraction": "0", "valid_from": "2026-01-01T00:00:00Z"}),
+                )
+            },
+            control: None,
+        },
+        Case {
+            method: "POST",
+            route: "/api/v1/inventory/timeslicing",
+            who: AdminOrFinance,
+            denied: Api,
+            expect: Status(422),
+            // B's cluster, by name: not found in A.
+            build: |t| {
+                with_json(
+                    "/api/v1/inventory/timeslicing",
+                    json!({"cluster": t.cluster_name.clone()?, "name": "probe", "replicas": 2, "valid_from": "2026-01-01T00:00:00Z"}),
+                )
+            },
+            control: None,
+        },
         // ---- ingest: A's agent claiming B's cluster is refused and writes nothing
         Case {
             method: "POST",
