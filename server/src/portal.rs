@@ -341,6 +341,62 @@ pub fn router() -> Router<AppState> {
         .route("/ui/policies", post(new_policy_form))
         .route("/ui/policies/{version}", post(save_policy_form))
         .route("/ui/quotas", post(quota_form))
+        .route("/ui/departments", post(department_form))
+        .route("/ui/tenants", post(tenant_form))
+        .route("/ui/inventory/{what}", post(inventory_form))
+}
+
+async fn department_form(State(state): State<AppState>, headers: HeaderMap, body: axum::body::Bytes) -> Response {
+    let f = pairs(&body);
+    let request = serde_json::json!({ "name": field(&f, "name") });
+    via_api(&state, &headers, "POST", "/api/v1/departments", request, "/admin/inventory", |_| {
+        "/admin/inventory#tenancy".into()
+    })
+    .await
+}
+
+async fn tenant_form(State(state): State<AppState>, headers: HeaderMap, body: axum::body::Bytes) -> Response {
+    let f = pairs(&body);
+    let request = serde_json::json!({ "name": field(&f, "name"), "department": field(&f, "department") });
+    via_api(&state, &headers, "POST", "/api/v1/tenants", request, "/admin/inventory", |_| {
+        "/admin/inventory#tenancy".into()
+    })
+    .await
+}
+
+/// The inventory forms: a GPU model's class, a MIG or vGPU profile's fraction, a time-slicing declaration.
+async fn inventory_form(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(what): Path<String>,
+    body: axum::body::Bytes,
+) -> Response {
+    let f = pairs(&body);
+    let from = instant(&field(&f, "valid_from"));
+    let (path, request) = match what.as_str() {
+        "models" => (
+            "/api/v1/inventory/models",
+            serde_json::json!({"model": field(&f, "model"), "gpu_class": field(&f, "gpu_class"), "valid_from": from}),
+        ),
+        "profiles" => (
+            "/api/v1/inventory/profiles",
+            serde_json::json!({"kind": field(&f, "kind"), "model": field(&f, "model"), "profile": field(&f, "profile"),
+                               "fraction": field(&f, "fraction"), "valid_from": from}),
+        ),
+        "timeslicing" => {
+            let replicas = field(&f, "replicas");
+            let Ok(replicas) = replicas.parse::<i32>() else {
+                return form_refused(&format!("replicas: {replicas:?} is not a whole number"), "/admin/inventory");
+            };
+            (
+                "/api/v1/inventory/timeslicing",
+                serde_json::json!({"cluster": field(&f, "cluster"), "name": field(&f, "name"), "replicas": replicas,
+                                   "valid_from": from}),
+            )
+        }
+        _ => return (StatusCode::NOT_FOUND, "no such form").into_response(),
+    };
+    via_api(&state, &headers, "POST", path, request, "/admin/inventory", |_| "/admin/inventory#inventory".into()).await
 }
 
 /// A refused form: the reason, naming the field, and the way back (the browser keeps what was typed).

@@ -1348,6 +1348,38 @@ fn cases() -> Vec<Case> {
         },
         Case {
             method: "POST",
+            route: "/ui/departments",
+            who: Admins,
+            denied: Form,
+            expect: Status(422),
+            build: |_| with_form("/ui/departments", "name="),
+            control: None,
+        },
+        Case {
+            method: "POST",
+            route: "/ui/tenants",
+            who: Admins,
+            denied: Form,
+            expect: Status(422),
+            build: |t| with_form("/ui/tenants", format!("name=probe&department={}", t.departments[0])),
+            control: None,
+        },
+        Case {
+            method: "POST",
+            route: "/ui/inventory/{what}",
+            who: AdminOrFinance,
+            denied: Form,
+            expect: Status(422),
+            build: |t| {
+                with_form(
+                    "/ui/inventory/timeslicing",
+                    format!("cluster={}&name=probe&replicas=2&valid_from=2026-01-01", t.cluster_name.clone()?),
+                )
+            },
+            control: None,
+        },
+        Case {
+            method: "POST",
             route: "/ui/quotas",
             who: AdminOrFinance,
             denied: Form,

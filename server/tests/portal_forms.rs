@@ -135,3 +135,74 @@ async fn policy_drafts_and_quotas_are_written_in_the_portal() {
     assert_eq!(denied.status, StatusCode::FORBIDDEN, "{}", denied.body);
     assert_eq!(count().await, before + 1);
 }
+
+#[tokio::test]
+async fn departments_tenants_and_inventory_are_added_in_the_portal() {
+    let (test_db, db) = common::migrated().await;
+    let org = demo::seed(&db).await.unwrap();
+    let app = app::router(AppState::new(db, Some(org)), &HttpOptions::default());
+    let su = common::admin_pool(&test_db).await;
+    let (admin, _) = demo_login(&app, "admin").await;
+    let page = send(&app, get("/admin/inventory", Some(&admin))).await;
+    assert_eq!(page.status, StatusCode::OK);
+    for form_id in ["add-department", "add-tenant", "add-model", "add-profile", "add-timeslicing"] {
+        assert!(page.body.contains(&format!(r#"id="{form_id}""#)), "{form_id}: {}", page.body);
+    }
+    let csrf = csrf_of(&page.body);
+    let post = async |path: &str, fields: &str| {
+        send(&app, form(path, Some(&admin), &format!("csrf={csrf}&{fields}"), None)).await
+    };
+
+    let added = post("/ui/departments", "name=Robotics").await;
+    assert_eq!(added.status, StatusCode::SEE_OTHER, "{}", added.body);
+    assert_eq!(added.headers[header::LOCATION], "/admin/inventory#tenancy");
+    let again = post("/ui/departments", "name=Robotics").await;
+    assert_eq!(again.status, StatusCode::CONFLICT, "{}", again.body);
+    assert!(again.body.contains("Robotics"), "{}", again.body);
+    let added = post("/ui/tenants", "name=arm-control&department=Robotics").await;
+    assert_eq!(added.status, StatusCode::SEE_OTHER, "{}", added.body);
+    let page = send(&app, get("/admin/inventory", Some(&admin))).await;
+    assert!(page.body.contains("<td>Robotics</td><td>arm-control</td>"), "{}", page.body);
+    assert!(page.body.contains(r#"<option value="Robotics">"#), "the new department is offered: {}", page.body);
+
+    let added =
+        post("/ui/inventory/models", &format!("model={}&gpu_class=B200&valid_from=2026-11-01", enc("NVIDIA B200")))
+            .await;
+    assert_eq!(added.status, StatusCode::SEE_OTHER, "{}", added.body);
+    let refused = post(
+        "/ui/inventory/profiles",
+        "kind=mig&model=NVIDIA%20B200&profile=1g.23gb&fraction=9%2F7&valid_from=2026-11-01",
+    )
+    .await;
+    assert_eq!(refused.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", refused.body);
+    assert!(refused.body.contains("fraction"), "{}", refused.body);
+    let added = post(
+        "/ui/inventory/profiles",
+        "kind=mig&model=NVIDIA%20B200&profile=1g.23gb&fraction=1%2F7&valid_from=2026-11-01",
+    )
+    .await;
+    assert_eq!(added.status, StatusCode::SEE_OTHER, "{}", added.body);
+    let refused =
+        post("/ui/inventory/timeslicing", "cluster=nowhere&name=x4&replicas=four&valid_from=2026-11-01").await;
+    assert_eq!(refused.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", refused.body);
+    assert!(refused.body.contains("replicas"), "{}", refused.body);
+    let stored: (String, i64, i64) = sqlx::query_as(
+        "SELECT m.gpu_class, p.fraction_num, p.fraction_den FROM gpu_models m JOIN mig_profiles p USING (org_id, model)
+          WHERE m.org_id = $1 AND m.model = 'NVIDIA B200'",
+    )
+    .bind(org.as_uuid())
+    .fetch_one(&su)
+    .await
+    .unwrap();
+    assert_eq!(stored, ("B200".to_string(), 1, 7));
+    let page = send(&app, get("/admin/inventory", Some(&admin))).await;
+    assert!(page.body.contains("NVIDIA B200 1g.23gb"), "{}", page.body);
+
+    // Finance may edit the inventory (it prices), not the tenancy.
+    let (finance, _) = demo_login(&app, "finance").await;
+    let finance_page = send(&app, get("/finance", Some(&finance))).await;
+    let fcsrf = csrf_of(&finance_page.body);
+    let denied =
+        send(&app, form("/ui/departments", Some(&finance), &format!("csrf={fcsrf}&name=Finance-made"), None)).await;
+    assert_eq!(denied.status, StatusCode::FORBIDDEN, "{}", denied.body);
+}

@@ -394,10 +394,13 @@ fn PolicyForm(
 pub fn InventoryPage() -> impl IntoView {
     let data = async move {
         match admin("/admin/inventory").await {
-            Access::Admin(_) => {
+            Access::Admin(session) => {
                 let inventory = admin_data("inventory").await.map_err(Err)?;
                 let tenancy = admin_data("tenancy").await.map_err(Err)?;
-                Ok((inventory, tenancy))
+                let tenants = api_get("/api/v1/tenants".into()).await.map_err(Err)?;
+                let departments = api_get("/api/v1/departments".into()).await.map_err(Err)?;
+                let list = |v: &Value| v["items"].as_array().cloned().unwrap_or_default();
+                Ok((session.csrf, inventory, tenancy, list(&tenants), list(&departments)))
             }
             other => Err(Ok(other)),
         }
@@ -409,10 +412,62 @@ pub fn InventoryPage() -> impl IntoView {
                 Err(Ok(Access::SignIn(to))) => view! { <Redirect path=to /> }.into_any(),
                 Err(Ok(_)) => forbidden("The admin pages are for admins."),
                 Err(Err(e)) => error_panel(&e),
-                Ok((inventory, tenancy)) => view! {
+                Ok((csrf, inventory, tenancy, tenants, departments)) => view! {
                     <section class="panel"><h1>"Inventory & tenancy"</h1><AdminNav /></section>
-                    <section class="panel">
+                    <section class="panel" id="tenancy">
+                        <h2>"Departments and tenants"</h2>
+                        <p class="muted">"Namespaces are mapped to tenants by their labels. A tenant added after its namespaces were labelled takes them over from when the labels said so."</p>
+                        <form method="post" action="/ui/departments" class="inline-form" id="add-department">
+                            <input type="hidden" name="csrf" value=csrf.clone() />
+                            <label>"Department " <input name="name" required=true placeholder="Research" /></label>
+                            <button type="submit">"Add department"</button>
+                        </form>
+                        {if departments.is_empty() {
+                            view! { <p class="empty">"No department yet: add one, then its tenants."</p> }.into_any()
+                        } else { view! {
+                            <form method="post" action="/ui/tenants" class="inline-form" id="add-tenant">
+                                <input type="hidden" name="csrf" value=csrf.clone() />
+                                <label>"Tenant " <input name="name" required=true placeholder="nlp-research" /></label>
+                                <label>"in " <select name="department">{departments.iter().map(|d| view! {
+                                    <option value=s(d, "name")>{s(d, "name")}</option>
+                                }).collect_view()}</select></label>
+                                <button type="submit">"Add tenant"</button>
+                            </form>
+                        }.into_any() }}
+                        {(!tenants.is_empty()).then(|| view! {
+                            <table><thead><tr><th>"Department"</th><th>"Tenant"</th><th class="num">"Namespaces now"</th></tr></thead>
+                            <tbody>{tenants.iter().map(|t| view! {
+                                <tr><td>{s(t, "department")}</td><td>{s(t, "name")}</td><td class="num">{s(t, "namespaces")}</td></tr>
+                            }).collect_view()}</tbody></table>
+                        })}
+                    </section>
+                    <section class="panel" id="inventory">
                         <h2>"Approved inventory"</h2>
+                        <p class="muted">"An entry applies from its start date; a later entry for the same model or profile ends the one in force (history is kept). Allocations it concerns are recomputed; closed months get corrections at the next close."</p>
+                        <form method="post" action="/ui/inventory/models" class="inline-form" id="add-model">
+                            <input type="hidden" name="csrf" value=csrf.clone() />
+                            <label>"GPU model " <input name="model" required=true placeholder="NVIDIA H100 80GB HBM3" /></label>
+                            <label>"Class " <input name="gpu_class" required=true placeholder="H100-80GB" /></label>
+                            <label>"From " <input name="valid_from" type="date" required=true /></label>
+                            <button type="submit">"Add model"</button>
+                        </form>
+                        <form method="post" action="/ui/inventory/profiles" class="inline-form" id="add-profile">
+                            <input type="hidden" name="csrf" value=csrf.clone() />
+                            <label>"Kind " <select name="kind"><option value="mig">"MIG"</option><option value="vgpu">"vGPU"</option></select></label>
+                            <label>"GPU model " <input name="model" required=true placeholder="NVIDIA A100-SXM4-40GB" /></label>
+                            <label>"Profile " <input name="profile" required=true placeholder="3g.20gb" /></label>
+                            <label>"Fraction of a GPU " <input name="fraction" required=true placeholder="3/7" size="6" /></label>
+                            <label>"From " <input name="valid_from" type="date" required=true /></label>
+                            <button type="submit">"Add profile"</button>
+                        </form>
+                        <form method="post" action="/ui/inventory/timeslicing" class="inline-form" id="add-timeslicing">
+                            <input type="hidden" name="csrf" value=csrf.clone() />
+                            <label>"Cluster " <input name="cluster" required=true placeholder="prod-west" /></label>
+                            <label>"Time-slicing config " <input name="name" required=true placeholder="l4-x4" /></label>
+                            <label>"Replicas " <input name="replicas" type="number" min="1" max="1024" required=true size="4" /></label>
+                            <label>"From " <input name="valid_from" type="date" required=true /></label>
+                            <button type="submit">"Add time-slicing"</button>
+                        </form>
                         {if inventory.is_empty() { view! { <p class="empty">"Nothing approved yet."</p> }.into_any() } else { view! {
                             <table><thead><tr><th>"Kind"</th><th>"Name"</th><th>"Class"</th><th>"GPU fraction"</th><th>"Valid from"</th><th>"Valid to"</th></tr></thead>
                             <tbody>{inventory.iter().map(|r| view! {
