@@ -100,6 +100,12 @@ async fn manager_disputes_finance_credits_admin_onboards_a_cluster() {
     assert!(page.contains(&last.to_string()) && page.contains("By tenant") && page.contains("Trend"), "{page}");
     assert!(!page.contains("search-ranking"), "a Research manager sees no Product tenant");
     browser.screenshot(&shots.join("showback.png")).await.unwrap();
+    // Inference efficiency: the Research tenant on the shared endpoint, with its tokens per GPU-hour and TTFT.
+    let inference = browser.text(&browser.find("#inference").await.unwrap()).await.unwrap();
+    assert!(inference.contains("nlp-research") && inference.contains("llm-shared"), "{inference}");
+    assert!(inference.contains(" ms") && inference.contains("modeled"), "{inference}");
+    browser.execute("document.getElementById('inference').scrollIntoView()", Vec::new()).await.unwrap();
+    browser.screenshot(&shots.join("inference.png")).await.unwrap();
     // The same page on a tablet: the layout reflows (tables scroll, charts scale).
     browser.set_window(820, 1180).await.unwrap();
     browser.screenshot(&shots.join("showback-tablet.png")).await.unwrap();
@@ -170,7 +176,8 @@ async fn manager_disputes_finance_credits_admin_onboards_a_cluster() {
         "the approved credit lands in {current}: {next}"
     );
     browser.goto(&format!("{base}/close/{last}")).await.unwrap();
-    assert!(browser.page_source().await.unwrap().contains("close-hash"));
+    let page = browser.page_source().await.unwrap();
+    assert!(page.contains("close-hash"), "{page}");
     browser.screenshot(&shots.join("close.png")).await.unwrap();
     sign_out(&browser, &base).await;
 
