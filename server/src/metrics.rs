@@ -78,7 +78,7 @@ async fn metrics(State(state): State<AppState>, headers: HeaderMap) -> Result<Re
 // ---------------------------------------------------------------- what is read
 
 /// One workload holding GPU capacity now, by its bounded labels.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Workload {
     /// Cluster name.
     pub cluster: String,
@@ -186,12 +186,10 @@ async fn org_gauges(tx: &mut OrgTx) -> Result<OrgGauges, AppError> {
     )
     .fetch_all(tx.conn())
     .await?;
-    let periods = sqlx::query_as("SELECT state, count(*) FROM periods GROUP BY 1 ORDER BY 1")
-        .fetch_all(tx.conn())
-        .await?;
-    let disputes = sqlx::query_as("SELECT state, count(*) FROM disputes GROUP BY 1 ORDER BY 1")
-        .fetch_all(tx.conn())
-        .await?;
+    let periods =
+        sqlx::query_as("SELECT state, count(*) FROM periods GROUP BY 1 ORDER BY 1").fetch_all(tx.conn()).await?;
+    let disputes =
+        sqlx::query_as("SELECT state, count(*) FROM disputes GROUP BY 1 ORDER BY 1").fetch_all(tx.conn()).await?;
     let open_sessions = sqlx::query_scalar(
         "SELECT count(*) FROM sessions
           WHERE ended_at IS NULL AND expires_at > now() AND last_seen_at + idle_timeout > now()",
@@ -269,7 +267,8 @@ pub fn claimed_org(headers: &HeaderMap) -> Option<Uuid> {
         let token = if let Some(t) = value.strip_prefix("Bearer ") {
             t.trim().to_string()
         } else {
-            let decoded = base64::engine::general_purpose::STANDARD.decode(value.strip_prefix("Basic ")?.trim()).ok()?;
+            let decoded =
+                base64::engine::general_purpose::STANDARD.decode(value.strip_prefix("Basic ")?.trim()).ok()?;
             String::from_utf8(decoded).ok()?.split_once(':')?.1.to_string()
         };
         let (org, _) = token.strip_prefix("glt_")?.split_once('_')?;
@@ -523,12 +522,14 @@ mod tests {
         for line in out.lines() {
             let ok = line.starts_with("# HELP ")
                 || line.starts_with("# TYPE ")
-                || line.split_once(' ').is_some_and(|(_, v)| v.parse::<f64>().is_ok());
+                || line.rsplit_once(' ').is_some_and(|(_, v)| v.parse::<f64>().is_ok());
             assert!(ok, "not a comment or a sample: {line}");
         }
         assert!(out.contains("gpuledger_http_requests_total{route_class=\"api\",code=\"200\"} 3\n"));
         assert!(out.contains("gpuledger_ingest_facts_received_total 10\n"));
-        assert!(out.contains("gpuledger_agent_last_seen_timestamp_seconds{cluster=\"prod\",mode=\"node\"} 1700000000\n"));
+        assert!(
+            out.contains("gpuledger_agent_last_seen_timestamp_seconds{cluster=\"prod\",mode=\"node\"} 1700000000\n")
+        );
         assert_eq!(out.lines().filter(|l| l.starts_with("gpuledger_workload_identity{")).count(), 2);
         assert!(out.contains("gpuledger_workload_allocated_gpus{cluster=\"prod\""));
     }

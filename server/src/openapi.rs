@@ -75,10 +75,6 @@ pub fn document() -> Value {
                                  "responses": {"200": {"description": "alive"}}}},
             "/readyz": {"get": {"summary": "Readiness: database reachable and schema current",
                                 "responses": {"200": {"description": "ready"}, "503": problem()}}},
-            "/metrics": {"get": {
-                "summary": "Prometheus text exposition 0.0.4: operational metrics and the identity exporter (gpuledger_workload_identity, one line per workload holding GPU capacity now). Admin or export token (Bearer or Basic); one organization per token",
-                "security": [{"token": []}],
-                "responses": {"200": {"description": "text/plain; version=0.0.4"}, "401": problem(), "403": problem()}}},
             "/api/v1/ingest/batches": {"post": {
                 "summary": "Agents' facts (gzip allowed); acknowledged after the commit; idempotent by event ID",
                 "security": [{"token": []}],
@@ -195,6 +191,15 @@ pub fn document() -> Value {
     });
     if let Some(paths) = doc["paths"].as_object_mut() {
         paths.extend(export_paths());
+        paths.insert(
+            "/metrics".into(),
+            json!({"get": {
+                "summary": "Prometheus text exposition 0.0.4: operational metrics and the identity exporter \
+                            (gpuledger_workload_identity, one line per workload holding GPU capacity now). Admin or \
+                            export token (Bearer or Basic); one organization per token",
+                "security": [{"token": []}],
+                "responses": {"200": {"description": "text/plain; version=0.0.4"}, "401": problem(), "403": problem()}}}),
+        );
     }
     doc
 }

@@ -217,7 +217,14 @@ async fn load(app: &axum::Router, agent: &str, p: &str) -> Vec<Value> {
         namespace(free, &format!("{p}-scratch"), None),
     ];
     let second = vec![
-        running(&format!("{p}-trainer-0"), research, &format!("{p}-research"), SharingMode::Exclusive, 2, Some("llama")),
+        running(
+            &format!("{p}-trainer-0"),
+            research,
+            &format!("{p}-research"),
+            SharingMode::Exclusive,
+            2,
+            Some("llama"),
+        ),
         running(&format!("{p}-notebook"), research, &format!("{p}-research"), mig, 1, None),
         running(&format!("{p}-finished"), research, &format!("{p}-research"), SharingMode::Exclusive, 1, None),
         ended(&format!("{p}-finished")),
@@ -272,11 +279,11 @@ fn parse(text: &str) -> Vec<Sample> {
         let mut rest = &line[name_end..];
         if let Some(body) = rest.strip_prefix('{') {
             let mut chars = body.char_indices().peekable();
-            let mut consumed = None;
+            let consumed;
             loop {
                 let start = chars.peek().map(|(i, _)| *i).unwrap();
                 if body[start..].starts_with('}') {
-                    consumed = Some(start + 1);
+                    consumed = start + 1;
                     break;
                 }
                 let eq = body[start..].find("=\"").map(|i| start + i).unwrap_or_else(|| panic!("{line}"));
@@ -304,13 +311,13 @@ fn parse(text: &str) -> Vec<Sample> {
                 match chars.next() {
                     Some((_, ',')) => {}
                     Some((i, '}')) => {
-                        consumed = Some(i + 1);
+                        consumed = i + 1;
                         break;
                     }
                     other => panic!("unexpected {other:?} in {line}"),
                 }
             }
-            rest = &body[consumed.unwrap()..];
+            rest = &body[consumed..];
         }
         let value = rest.strip_prefix(' ').unwrap_or_else(|| panic!("no space before the value: {line}"));
         let value: f64 = match value {
@@ -388,10 +395,11 @@ async fn the_identity_gauge_shows_each_open_workload_of_the_callers_organization
     let expect = |pod: &str, ns: &str, tenant: &str, dept: &str, model: &str, mode: &str| {
         let l = &ids[pod];
         assert_eq!(l.keys().map(String::as_str).collect::<BTreeSet<_>>(), IDENTITY_LABELS.into_iter().collect());
-        let got: Vec<&str> = ["cluster", "namespace", "tenant", "department", "model", "gpu_class", "gpu_model", "sharing_mode"]
-            .iter()
-            .map(|k| l[*k].as_str())
-            .collect();
+        let got: Vec<&str> =
+            ["cluster", "namespace", "tenant", "department", "model", "gpu_class", "gpu_model", "sharing_mode"]
+                .iter()
+                .map(|k| l[*k].as_str())
+                .collect();
         assert_eq!(got, ["a-east", ns, tenant, dept, model, "H100-80GB", H100, mode], "{pod}");
     };
     expect("a-trainer-0", "a-research", "a-nlp", "Research", "llama", "exclusive");
@@ -412,8 +420,10 @@ async fn the_identity_gauge_shows_each_open_workload_of_the_callers_organization
         Some(3.0)
     );
     assert_eq!(value(&a, "gpuledger_open_allocations", &[("cluster", "a-east"), ("sharing_mode", "mig")]), Some(1.0));
-    assert!(value(&a, "gpuledger_agent_last_seen_timestamp_seconds", &[("cluster", "a-east"), ("mode", "cluster")])
-        .is_some_and(|t| t > 1.7e9));
+    assert!(
+        value(&a, "gpuledger_agent_last_seen_timestamp_seconds", &[("cluster", "a-east"), ("mode", "cluster")])
+            .is_some_and(|t| t > 1.7e9)
+    );
     assert_eq!(value(&a, "gpuledger_build_info", &[]), Some(1.0));
     // Ingest counters of this organization, as acknowledged.
     let sum = |key: &str| acks_a.iter().map(|a| a[key].as_u64().unwrap()).sum::<u64>() as f64;
