@@ -32,7 +32,7 @@ use std::{
 
 use axum::{
     Router,
-    body::Body,
+    body::{Body, HttpBody as _},
     extract::{Request, State},
     http::{HeaderMap, HeaderValue, StatusCode, header},
     middleware::Next,
@@ -54,7 +54,7 @@ use crate::{
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
 /// Largest ingest acknowledgement the counting middleware reads (a larger one is passed on uncounted).
-const ACK_LIMIT: usize = 8 * 1024 * 1024;
+const ACK_LIMIT: usize = 16 * 1024 * 1024;
 
 /// `GET /metrics`.
 pub fn router() -> Router<AppState> {
@@ -302,6 +302,11 @@ pub async fn track(request: Request, next: Next) -> Response {
     if class != "ingest" || status != StatusCode::OK {
         return response;
     }
+    // Only a body of known, bounded size is read (a JSON acknowledgement is one buffer); anything else passes
+    // through uncounted rather than being consumed.
+    if response.body().size_hint().upper().is_none_or(|n| n > ACK_LIMIT as u64) {
+        return response;
+    }
     let (parts, body) = response.into_parts();
     match axum::body::to_bytes(body, ACK_LIMIT).await {
         Ok(bytes) => {
@@ -314,7 +319,7 @@ pub async fn track(request: Request, next: Next) -> Response {
             }
             Response::from_parts(parts, Body::from(bytes))
         }
-        // Too large to count, or the body failed: the client gets an error either way.
+        // The body failed while being read: the client would have got an error either way.
         Err(_) => (StatusCode::INTERNAL_SERVER_ERROR, "acknowledgement could not be relayed").into_response(),
     }
 }
