@@ -56,6 +56,26 @@ gl_ensure_nextest() {
   fi
 }
 
+# promtool (Debian/Ubuntu package `prometheus`) for the recording rules' unit tests in deploy/prometheus.
+gl_ensure_promtool() {
+  command -v promtool >/dev/null 2>&1 && return 0
+  if gl_is_root && command -v apt-get >/dev/null 2>&1; then
+    gl_apt_install prometheus
+  else
+    gl_die "missing: promtool (the Prometheus rules' unit tests need it). Debian/Ubuntu: sudo apt-get install prometheus; elsewhere: the prometheus release archive from https://prometheus.io/download/ has it"
+  fi
+  command -v promtool >/dev/null 2>&1 || gl_die "prometheus installed but no promtool found"
+}
+
+# Runs `promtool test rules` on every promtool test file (a YAML file with `rule_files:`) under deploy/.
+gl_promtool_tests() {
+  local files
+  files=$(grep -rl --include='*.yml' --include='*.yaml' '^rule_files:' deploy | sort)
+  [ -n "$files" ] || gl_die "no promtool test files under deploy/"
+  # shellcheck disable=SC2086
+  promtool test rules $files || gl_die "promtool test rules failed"
+}
+
 # Headless Chromium and its WebDriver (the login end-to-end tests drive a real browser).
 gl_find_chromium() {
   local c

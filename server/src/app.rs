@@ -117,6 +117,7 @@ pub fn api_routes() -> Router<AppState> {
         .merge(crate::disputes::router())
         .merge(auth::router())
         .merge(crate::exports::router())
+        .merge(crate::metrics::router())
         .merge(openapi::router())
 }
 
@@ -143,6 +144,7 @@ pub fn router(state: AppState, http: &HttpOptions) -> Router {
         .layer(middleware::from_fn(csrf_guard))
         .layer(RequestBodyLimitLayer::new(http.body_limit))
         .layer(TimeoutLayer::with_status_code(StatusCode::REQUEST_TIMEOUT, http.request_timeout))
+        .layer(middleware::from_fn(crate::metrics::track))
         .layer(PropagateRequestIdLayer::x_request_id())
         .layer(TraceLayer::new_for_http().make_span_with(|request: &axum::http::Request<_>| {
             let request_id = request.headers().get("x-request-id").and_then(|v| v.to_str().ok()).unwrap_or("-");

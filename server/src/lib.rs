@@ -14,6 +14,7 @@ pub mod exports;
 pub mod health;
 pub mod ingest;
 pub mod ledger;
+pub mod metrics;
 pub mod openapi;
 pub mod policy;
 pub mod portal;

@@ -203,6 +203,15 @@ pub fn document() -> Value {
                 "responses": {"200": {"description": "{endpoints, tenants, unattributed}"},
                               "401": problem(), "422": problem()}}}),
         );
+        paths.insert(
+            "/metrics".into(),
+            json!({"get": {
+                "summary": "Prometheus text exposition 0.0.4: operational metrics and the identity exporter \
+                            (gpuledger_workload_identity, one line per workload holding GPU capacity now). Admin or \
+                            export token (Bearer or Basic); one organization per token",
+                "security": [{"token": []}],
+                "responses": {"200": {"description": "text/plain; version=0.0.4"}, "401": problem(), "403": problem()}}}),
+        );
     }
     doc
 }

@@ -354,6 +354,17 @@ fn cases() -> Vec<Case> {
             build: |_| get("/api/v1/openapi.json"),
             control: None,
         },
+        // ---- Prometheus: one organization per credential, a department's workloads only (the identity gauge with
+        // open workloads in both organizations is in metrics.rs)
+        Case {
+            method: "GET",
+            route: "/metrics",
+            who: Readers,
+            denied: Api,
+            expect: Clean(200),
+            build: |_| get("/metrics"),
+            control: control(ExportToken, 200, true),
+        },
         // ---- sign-in
         Case {
             method: "GET",
