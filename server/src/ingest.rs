@@ -486,6 +486,27 @@ pub async fn store(tx: &mut OrgTx, org: OrgId, cluster: ClusterId, facts: &[Fact
         let ids: Vec<String> = allocations.into_iter().collect();
         recompute_intervals(tx, org, cluster, &ids, &mut flagged).await?;
     }
+    // Devices kubelet assigned: onto the intervals they belong to (whichever of the two facts came first).
+    let assigned: Vec<Assigned> = new_events
+        .iter()
+        .filter_map(|(event_id, _, _)| by_id.get(event_id.as_str()))
+        .filter_map(|f| match &f.body {
+            // Ordered by when the fact was observed, as the stored events are (`occurred_at`).
+            FactBody::DeviceAssigned(a) => Some(Assigned {
+                pod_uid: a.pod_uid,
+                namespace: a.pod_namespace.clone().unwrap_or_default(),
+                pod: a.pod_name.clone().unwrap_or_default(),
+                container: a.container.clone(),
+                resource: a.resource.clone(),
+                devices: a.device_ids.clone(),
+                at: f.observed_at,
+            }),
+            _ => None,
+        })
+        .collect();
+    if !assigned.is_empty() {
+        assign_devices(tx, cluster, &assigned).await?;
+    }
     Ok(BatchAck { received: facts.len() as u64, stored, flagged })
 }
 
@@ -779,6 +800,118 @@ struct IntervalRows {
     labels: Vec<serde_json::Value>,
 }
 
+/// One kubelet assignment, as [`assign_devices`] applies it.
+struct Assigned {
+    pod_uid: Option<Uuid>,
+    namespace: String,
+    pod: String,
+    container: String,
+    resource: String,
+    devices: Vec<String>,
+    at: OffsetDateTime,
+}
+
+/// Puts assignments on the intervals they belong to (pods: the cluster agent sees the request, the node agent the
+/// devices): matched by pod UID, else by namespace and pod name, plus container and resource; an assignment
+/// replaces the interval's devices only if they came from an earlier assignment or there were none, so the latest
+/// assignment wins whatever order the facts arrive in.
+async fn assign_devices(tx: &mut OrgTx, cluster: ClusterId, assigned: &[Assigned]) -> Result<(), AppError> {
+    let (by_uid, by_name): (Vec<&Assigned>, Vec<&Assigned>) = assigned.iter().partition(|a| a.pod_uid.is_some());
+    for (rows, match_sql) in
+        [(by_uid, "a.holder_uid = u.pod_uid"), (by_name, "a.namespace = u.namespace AND a.holder_name = u.pod")]
+    {
+        if rows.is_empty() {
+            continue;
+        }
+        let uids: Vec<Option<Uuid>> = rows.iter().map(|r| r.pod_uid).collect();
+        let namespaces: Vec<&str> = rows.iter().map(|r| r.namespace.as_str()).collect();
+        let pods: Vec<&str> = rows.iter().map(|r| r.pod.as_str()).collect();
+        let containers: Vec<&str> = rows.iter().map(|r| r.container.as_str()).collect();
+        let resources: Vec<&str> = rows.iter().map(|r| r.resource.as_str()).collect();
+        let devices: Vec<serde_json::Value> = rows.iter().map(|r| serde_json::Value::from(r.devices.clone())).collect();
+        let ats: Vec<OffsetDateTime> = rows.iter().map(|r| r.at).collect();
+        sqlx::query(&format!(
+            "UPDATE allocation_intervals a
+                SET device_ids = ARRAY(SELECT jsonb_array_elements_text(u.devices)), devices_assigned_at = u.at,
+                    updated_at = now()
+               FROM (SELECT DISTINCT ON (pod_uid, namespace, pod, container, resource) *
+                       FROM unnest($2::uuid[], $3::text[], $4::text[], $5::text[], $6::text[], $7::jsonb[],
+                                   $8::timestamptz[]) AS r(pod_uid, namespace, pod, container, resource, devices, at)
+                      ORDER BY pod_uid, namespace, pod, container, resource, at DESC) u
+              WHERE a.cluster_id = $1 AND {match_sql} AND a.container = u.container AND a.resource = u.resource
+                AND ((a.devices_assigned_at IS NULL AND cardinality(a.device_ids) = 0) OR a.devices_assigned_at < u.at)"
+        ))
+        .bind(cluster.as_uuid())
+        .bind(&uids)
+        .bind(&namespaces)
+        .bind(&pods)
+        .bind(&containers)
+        .bind(&resources)
+        .bind(&devices)
+        .bind(&ats)
+        .execute(tx.conn())
+        .await?;
+    }
+    Ok(())
+}
+
+/// New intervals whose assignment arrived before them: the latest stored assignment of each. Two plain queries
+/// (the intervals, then their subjects' events by the subject index) rather than a join PostgreSQL plans per row.
+async fn assign_stored_devices(tx: &mut OrgTx, cluster: ClusterId, allocation_ids: &[String]) -> Result<(), AppError> {
+    let waiting: Vec<(Uuid, String, String, String, String)> = sqlx::query_as(
+        "SELECT holder_uid, namespace, holder_name, container, resource FROM allocation_intervals
+          WHERE cluster_id = $1 AND allocation_id = ANY($2) AND container IS NOT NULL
+            AND cardinality(device_ids) = 0 AND devices_assigned_at IS NULL",
+    )
+    .bind(cluster.as_uuid())
+    .bind(allocation_ids)
+    .fetch_all(tx.conn())
+    .await?;
+    if waiting.is_empty() {
+        return Ok(());
+    }
+    let mut subjects = Vec::with_capacity(waiting.len() * 2);
+    for (uid, namespace, pod, container, _) in &waiting {
+        subjects.push(format!("{uid}/{container}"));
+        subjects.push(format!("{namespace}/{pod}/{container}"));
+    }
+    let events: Vec<(String, Option<String>, serde_json::Value, OffsetDateTime)> = sqlx::query_as(
+        "SELECT subject, payload->>'resource', payload->'device_ids', occurred_at FROM allocation_events
+          WHERE cluster_id = $1 AND subject = ANY($2) AND kind = 'device_assigned'",
+    )
+    .bind(cluster.as_uuid())
+    .bind(&subjects)
+    .fetch_all(tx.conn())
+    .await?;
+    // (subject, resource) → the latest assignment.
+    let mut latest: HashMap<(String, String), (OffsetDateTime, serde_json::Value)> = HashMap::new();
+    for (subject, resource, devices, at) in events {
+        let slot = latest.entry((subject, resource.unwrap_or_default())).or_insert((at, devices.clone()));
+        if at > slot.0 {
+            *slot = (at, devices);
+        }
+    }
+    let mut assigned = Vec::new();
+    for (uid, namespace, pod, container, resource) in waiting {
+        let found = [format!("{uid}/{container}"), format!("{namespace}/{pod}/{container}")]
+            .into_iter()
+            .filter_map(|s| latest.get(&(s, resource.clone())))
+            .max_by_key(|(at, _)| *at);
+        if let Some((at, devices)) = found {
+            assigned.push(Assigned {
+                pod_uid: Some(uid),
+                namespace: String::new(),
+                pod: String::new(),
+                container,
+                resource,
+                devices: serde_json::from_value(devices.clone()).unwrap_or_default(),
+                at: *at,
+            });
+        }
+    }
+    assign_devices(tx, cluster, &assigned).await
+}
+
 /// After the inventory changed for `model` from `from`: recomputes, from their stored facts, the allocations it may
 /// concern — on that model and started at or after `from` (class and fraction are taken at the start), and any
 /// still without a fraction or class (an inventory gap the change may close). Returns how many.
@@ -1060,6 +1193,7 @@ async fn recompute_intervals(
     .bind(&rows.labels)
     .execute(tx.conn())
     .await?;
+    assign_stored_devices(tx, cluster, &rows.allocation_id).await?;
     Ok(())
 }
 

@@ -110,16 +110,8 @@ pub async fn load_allocations(tx: &mut OrgTx, period: Period) -> Result<Vec<Allo
     let rows: Vec<AllocRow> = sqlx::query_as(
         "SELECT c.name, a.allocation_id, a.fraction_num, a.fraction_den, a.gpu_class, a.started_at, a.ended_at,
                 a.confidence,
-                -- Devices from kubelet's assignment (a separate fact) when the allocation itself did not name them;
-                -- a CASE, so the lookup runs only for those rows.
-                CASE WHEN cardinality(a.device_ids) > 0 THEN a.device_ids ELSE COALESCE((
-                    SELECT ARRAY(SELECT jsonb_array_elements_text(e.payload->'device_ids'))
-                      FROM allocation_events e
-                     WHERE e.cluster_id = a.cluster_id AND e.kind = 'device_assigned'
-                       AND e.subject IN (a.holder_uid::text || '/' || a.container,
-                                         a.namespace || '/' || a.holder_name || '/' || a.container)
-                       AND e.payload->>'resource' = a.resource
-                     ORDER BY e.occurred_at DESC LIMIT 1), '{}') END,
+                -- The allocation's devices, or kubelet's latest assignment kept on the interval by ingest.
+                a.device_ids,
                 a.labels->>'endpoint', o.tenant_id, o.valid_from, o.valid_to
            FROM allocation_intervals a
            JOIN clusters c ON c.cluster_id = a.cluster_id

@@ -15,8 +15,9 @@ use gpuledger_core::{
     ids::OrgId,
     sharing::SharingMode,
     wire::{
-        AgentInfo, AllocationEnd, AllocationStart, AllocationVanished, AttributionLabels, Batch, EndReason, Fact,
-        FactBody, Holder, NamespaceFact, ServiceUsageFact, SpoolState, Stat, TelemetryRollup, WIRE_VERSION, event_id,
+        AgentInfo, AllocationEnd, AllocationStart, AllocationVanished, AttributionLabels, Batch, DeviceAssignment,
+        EndReason, Fact, FactBody, Holder, NamespaceFact, ServiceUsageFact, SpoolState, Stat, TelemetryRollup,
+        WIRE_VERSION, event_id,
     },
 };
 use gpuledger_server::{
@@ -758,4 +759,66 @@ async fn each_agents_spool_backlog_is_remembered_from_its_batches() {
     let (status, ack) = send(&env, &batch(vec![usage("nlp-research", "llama-3-8b", t0, 5, (1, 1, 1))])).await;
     assert_eq!(status, StatusCode::OK, "{ack}");
     assert_eq!(contact().await, (None, None, None, 1));
+}
+
+fn assigned(pod: Option<Uuid>, name: Option<&str>, devices: &[&str], at: OffsetDateTime) -> Fact {
+    let a = DeviceAssignment {
+        node: "node-1".into(),
+        pod_uid: pod,
+        pod_namespace: name.map(|_| "ml-team".to_string()),
+        pod_name: name.map(str::to_string),
+        container: "main".into(),
+        resource: "nvidia.com/gpu".into(),
+        device_ids: devices.iter().map(|d| d.to_string()).collect(),
+        observed_at: at,
+    };
+    let key = pod.map_or_else(|| name.unwrap_or_default().to_string(), |p| p.to_string());
+    Fact {
+        event_id: event_id("assigned", &[&key, &devices.join(","), &at.unix_timestamp().to_string()]),
+        observed_at: at,
+        body: FactBody::DeviceAssigned(a),
+    }
+}
+
+/// Pods' devices come from the node agent's kubelet assignment, a separate fact: whichever arrives first, the
+/// interval ends up with the latest assignment's devices, and keeps them when the allocation is recomputed.
+#[tokio::test]
+async fn kubelet_assignments_land_on_their_intervals_in_any_order() {
+    let env = env().await;
+    let t0 = datetime!(2026-10-05 08:00 UTC);
+    let (early, late) = (Uuid::new_v4(), Uuid::new_v4());
+    let devices = async |pod: Uuid| -> Vec<String> {
+        sqlx::query_scalar("SELECT device_ids FROM allocation_intervals WHERE holder_uid = $1")
+            .bind(pod)
+            .fetch_one(&env.admin)
+            .await
+            .unwrap()
+    };
+    // The assignment first (by pod UID), then the allocation.
+    let (status, ack) = send(&env, &batch(vec![assigned(Some(early), None, &["GPU-aaa"], t0)])).await;
+    assert_eq!(status, StatusCode::OK, "{ack}");
+    let (status, ack) =
+        send(&env, &batch(vec![start(early, env.ns_uid, "nvidia.com/gpu", 1, SharingMode::Exclusive, H100, t0)])).await;
+    assert_eq!(status, StatusCode::OK, "{ack}");
+    assert_eq!(devices(early).await, vec!["GPU-aaa".to_string()]);
+    // The allocation first, then its assignment by pod name (kubelet's pod-resources API names pods).
+    let started = start(late, env.ns_uid, "nvidia.com/gpu", 2, SharingMode::Exclusive, H100, t0);
+    let name = match &started.body {
+        FactBody::AllocationStarted(s) => s.holder_name.clone(),
+        _ => unreachable!(),
+    };
+    let (status, _) = send(&env, &batch(vec![started])).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(devices(late).await.is_empty());
+    let (status, _) = send(&env, &batch(vec![assigned(None, Some(&name), &["GPU-bbb", "GPU-ccc"], t0)])).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(devices(late).await, vec!["GPU-bbb".to_string(), "GPU-ccc".to_string()]);
+    // A later assignment wins; the end of the allocation (a recompute) keeps it.
+    let later = t0 + time::Duration::hours(1);
+    let (status, _) = send(&env, &batch(vec![assigned(None, Some(&name), &["GPU-ddd", "GPU-ccc"], later)])).await;
+    assert_eq!(status, StatusCode::OK);
+    let (status, _) = send(&env, &batch(vec![end(late, "nvidia.com/gpu", later + time::Duration::hours(1))])).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(devices(late).await, vec!["GPU-ddd".to_string(), "GPU-ccc".to_string()]);
+    assert_eq!(devices(early).await, vec!["GPU-aaa".to_string()], "another pod's assignment changes nothing here");
 }

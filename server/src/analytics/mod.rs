@@ -204,6 +204,8 @@ fn split_by_owner(
 
 /// A device ID as the allocation recorded it → the physical GPU its telemetry is keyed by.
 fn parent_gpu(device: &str, mig_parents: &HashMap<String, String>) -> String {
+    // Time-sliced replicas are named `<GPU>::<n>` by the device plugin; telemetry knows the GPU.
+    let device = device.split_once("::").map_or(device, |(gpu, _)| gpu);
     if let Some(parent) = mig_parents.get(device) {
         return parent.clone();
     }
@@ -549,6 +551,7 @@ mod tests {
         );
         assert_eq!(parent_gpu("GPU-2", &parents), "GPU-2");
         assert_eq!(parent_gpu("MIG-unknown", &parents), "MIG-unknown");
+        assert_eq!(parent_gpu("GPU-3::2", &parents), "GPU-3", "a time-sliced replica is its GPU");
         assert_eq!(pct(Utilization::from_permille(50).unwrap()), "5.0");
     }
 }
