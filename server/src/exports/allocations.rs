@@ -79,7 +79,8 @@ const INTERVALS_SQL: &str = "SELECT a.cluster_id, a.allocation_id, a.started_at,
 
 /// Every namespace's owners, with tenant and department as the caller may see them (PostgreSQL's row-level
 /// security applies to each table, as in the SQL plan).
-const OWNERS_SQL: &str = "SELECT x.namespace_uid, x.valid_from, x.valid_to, t.tenant_id, t.name, d.department_id, d.name
+const OWNERS_SQL: &str =
+    "SELECT x.namespace_uid, x.valid_from, x.valid_to, t.tenant_id, t.name, d.department_id, d.name
   FROM namespace_ownership x
   LEFT JOIN tenants t ON t.org_id = x.org_id AND t.tenant_id = x.tenant_id
   LEFT JOIN departments d ON d.org_id = t.org_id AND d.department_id = t.department_id
@@ -519,6 +520,15 @@ pub(crate) async fn odata_page(
     let (from, before) = range_args(cut);
     let mut pieces: Vec<Piece<'_>> = Vec::with_capacity(4);
     let (mut hours, mut fraction, mut devices) = (String::new(), String::new(), String::new());
+    let names: Vec<Vec<u8>> = columns
+        .iter()
+        .map(|(_, c)| {
+            let mut n = Vec::with_capacity(c.name.len() + 3);
+            cells::json_string(&mut n, c.name);
+            n.push(b':');
+            n
+        })
+        .collect();
     let mut shown = 0usize;
     let mut last: Option<Key> = None;
     // Where the next batch of intervals starts: at the continuation's interval (inclusive), then after the last
@@ -565,12 +575,11 @@ pub(crate) async fn odata_page(
                     out.push(b',');
                 }
                 out.push(b'{');
-                for (j, (i, c)) in columns.iter().enumerate() {
+                for (j, ((i, c), name)) in columns.iter().zip(&names).enumerate() {
                     if j > 0 {
                         out.push(b',');
                     }
-                    cells::json_string(out, c.name);
-                    out.push(b':');
+                    out.extend_from_slice(name);
                     cells::json_cell(out, cells.get(*i).unwrap_or(&Cell::Null), c.kind, ieee754);
                 }
                 out.push(b'}');
@@ -659,7 +668,14 @@ mod tests {
         ];
         let mut out = Vec::new();
         // crosses both month edges, two owner changes, a gap without owner (not written: owners overlap)
-        split(&owners, datetime!(2026-08-30 00:00 UTC), Some(datetime!(2026-10-02 00:00 UTC)), now, &september, &mut out);
+        split(
+            &owners,
+            datetime!(2026-08-30 00:00 UTC),
+            Some(datetime!(2026-10-02 00:00 UTC)),
+            now,
+            &september,
+            &mut out,
+        );
         let got: Vec<_> = out.iter().map(|p| (p.owner.map(|o| o.tenant_id), p.start, p.end)).collect();
         assert_eq!(
             got,
@@ -695,7 +711,14 @@ mod tests {
         assert_eq!(out.iter().map(|p| p.month).collect::<Vec<_>>(), [oct, nov]);
         // owners that do not overlap the interval count as none
         out.clear();
-        split(&owners[2..], datetime!(2026-09-02 00:00 UTC), Some(datetime!(2026-09-03 00:00 UTC)), now, &september, &mut out);
+        split(
+            &owners[2..],
+            datetime!(2026-09-02 00:00 UTC),
+            Some(datetime!(2026-09-03 00:00 UTC)),
+            now,
+            &september,
+            &mut out,
+        );
         assert_eq!(out.len(), 1);
         assert!(out[0].owner.is_none());
         // an owner starting after now: its piece is empty
