@@ -315,7 +315,7 @@ fn join_text_array(row: &PgRow, i: usize, out: &mut String) -> Result<(), AppErr
 }
 
 fn text(row: &PgRow, i: usize) -> Result<Cell<'_>, sqlx::Error> {
-    Ok(row.try_get::<Option<&str>, _>(i)?.map_or(Cell::Null, Cell::text))
+    Ok(row.try_get_unchecked::<Option<&str>, _>(i)?.map_or(Cell::Null, Cell::text))
 }
 
 /// One interval as PostgreSQL sent it ([`INTERVALS_SQL`]), and its cells that do not depend on the piece.
@@ -331,10 +331,12 @@ struct Interval<'r> {
 }
 
 impl<'r> Interval<'r> {
-    /// Decodes a row; `fraction` and `devices` hold the text of those cells.
+    /// Decodes a row of [`INTERVALS_SQL`]; `fraction` and `devices` hold the text of those cells. (Without sqlx's
+    /// type check per value: the statement is this module's own and its column types are fixed by the schema;
+    /// values are still decoded and validated.)
     fn decode(row: &'r PgRow, fraction: &'r mut String, devices: &'r mut String) -> Result<Self, AppError> {
-        let num: Option<i64> = row.try_get(4)?;
-        let den: Option<i64> = row.try_get(5)?;
+        let num: Option<i64> = row.try_get_unchecked(4)?;
+        let den: Option<i64> = row.try_get_unchecked(5)?;
         let frac = match (num, den) {
             (Some(n), Some(d)) => Some((n, d)),
             _ => None,
@@ -347,36 +349,36 @@ impl<'r> Interval<'r> {
         devices.clear();
         join_text_array(row, 15, devices)?;
         let devices: &'r String = devices;
-        let started_at: OffsetDateTime = row.try_get(2)?;
-        let ended_at: Option<OffsetDateTime> = row.try_get(3)?;
-        let namespace_uid: Option<Uuid> = row.try_get(10)?;
+        let started_at: OffsetDateTime = row.try_get_unchecked(2)?;
+        let ended_at: Option<OffsetDateTime> = row.try_get_unchecked(3)?;
+        let namespace_uid: Option<Uuid> = row.try_get_unchecked(10)?;
         let tail = [
             if frac.is_some() { Cell::Num(Cow::Borrowed(fraction.as_str())) } else { Cell::Null },
             text(row, 6)?,
-            Cell::Guid(row.try_get(7)?),
+            Cell::Guid(row.try_get_unchecked(7)?),
             text(row, 8)?,
             text(row, 9)?,
             namespace_uid.map_or(Cell::Null, Cell::Guid),
             text(row, 11)?,
             text(row, 12)?,
             text(row, 13)?,
-            Cell::Int(i64::from(row.try_get::<i32, _>(14)?)),
+            Cell::Int(i64::from(row.try_get_unchecked::<i32, _>(14)?)),
             Cell::text(devices.as_str()),
             text(row, 16)?,
             text(row, 17)?,
             text(row, 18)?,
             text(row, 19)?,
-            row.try_get::<Option<i32>, _>(20)?.map_or(Cell::Null, |v| Cell::Int(i64::from(v))),
+            row.try_get_unchecked::<Option<i32>, _>(20)?.map_or(Cell::Null, |v| Cell::Int(i64::from(v))),
             text(row, 21)?,
             Cell::Time(started_at),
             ended_at.map_or(Cell::Null, Cell::Time),
-            Cell::Bool(row.try_get(22)?),
+            Cell::Bool(row.try_get_unchecked(22)?),
             text(row, 23)?,
             text(row, 24)?,
         ];
         Ok(Self {
-            cluster_id: row.try_get(0)?,
-            allocation_id: row.try_get(1)?,
+            cluster_id: row.try_get_unchecked(0)?,
+            allocation_id: row.try_get_unchecked(1)?,
             started_at,
             ended_at,
             fraction: frac,

@@ -583,7 +583,7 @@ async fn page(state: &AppState, set: &str, headers: &HeaderMap, raw: Option<&str
                 .iter()
                 .map(|c| (source.columns.iter().position(|x| std::ptr::eq(x, *c)).unwrap_or(usize::MAX), *c))
                 .collect();
-            values.reserve(want * 64 * columns.len());
+            values.reserve(want * 32 * columns.len());
             let (shown, last) =
                 allocations::odata_page(tx.conn(), &dims, cut, after, want, &columns, ieee754, &mut values).await?;
             let key = last.map(|(c, a, t)| encode_token(&[Cell::Guid(c), Cell::Text(a.into()), Cell::Time(t)]));
