@@ -1,7 +1,8 @@
 //! Export benchmark: a month of allocation intervals (default 1,000,000) out of the real server as CSV
 //! (`/api/v1/exports/allocations.csv`) and through the OData feed (`/odata/Allocations`, following
 //! `@odata.nextLink` to the end), beside PostgreSQL's own `COPY (SELECT …) TO STDOUT` of the same rows (the
-//! export's own query, `gpuledger_server::exports::copy_statement`), in the same run and database.
+//! export's SQL plan, `gpuledger_server::exports::copy_statement`, which the Rust-computed rows are tested
+//! against), in the same run and database.
 //!
 //! ```sh
 //! cargo bench -p gpuledger-server --bench exports                          # 1,000,000 rows

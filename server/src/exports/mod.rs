@@ -2,7 +2,7 @@
 //!
 //! - `GET /api/v1/exports/{ledger,allocations,usage,disputes}.csv?period=YYYY-MM[&department=UUID][&tenant=UUID]`:
 //!   streamed from PostgreSQL in constant memory (one bounded channel of 64 KiB chunks between the query and the
-//!   socket), RFC 4180, UTF-8, CRLF, timestamps in UTC ISO 8601, decimals exact with a `.`, text cells that a
+//!   socket; the allocations are joined and computed in Rust from the raw intervals, see [`allocations`]), RFC 4180, UTF-8, CRLF, timestamps in UTC ISO 8601, decimals exact with a `.`, text cells that a
 //!   spreadsheet would run as a formula prefixed with `'` (see [`cells`]).
 //! - `GET /api/v1/exports/focus.csv?period=YYYY-MM[&version=1.2|1.0]`: the month's ledger as FOCUS ([`focus`]).
 //! - `/odata/`: the OData v4 service ([`odata`]): service document, `$metadata`, seven entity sets with
@@ -63,7 +63,8 @@ pub fn router() -> Router<AppState> {
 
 /// What a month's CSV export of `set` (`LedgerLines`, `Allocations`, `Usage`, `Disputes`) selects, as the
 /// `COPY (SELECT …) TO STDOUT (FORMAT csv, HEADER)` PostgreSQL can write by itself: the same rows and columns
-/// (PostgreSQL's text forms). The export benchmark's reference; run it in an organization transaction.
+/// (PostgreSQL's text forms; for `Allocations`, the SQL plan the Rust-computed file is tested against). The export
+/// benchmark's reference; run it in an organization transaction.
 pub fn copy_statement(set: &str, period: Period) -> Option<String> {
     let source = sources::by_set(set)?;
     let mut select = Select::new(source, false, true);
