@@ -1028,3 +1028,373 @@ async fn focus_export_versions_categories_and_corrections() {
     assert!(!scoped.is_empty() && scoped.iter().all(|r| r["x_Department"] == "Platform"));
     assert_eq!(get(&env, "/api/v1/exports/focus.csv?period=2026-09&version=0.5", &env.export).await.status, 422);
 }
+
+// ---------------------------------------------------------------- the allocations CSV: Rust plan = SQL plan
+
+/// A deterministic pseudo-random number (splitmix64).
+fn mix(mut x: u64) -> u64 {
+    x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
+}
+
+/// The data rows of a CSV file, sorted (the two plans write rows in their own read order).
+fn sorted_rows(csv: &[u8]) -> (String, Vec<String>) {
+    let text = String::from_utf8(csv.to_vec()).unwrap();
+    let mut lines: Vec<String> = text.split("\r\n").map(str::to_string).collect();
+    assert_eq!(lines.pop().as_deref(), Some(""), "the file ends with CRLF");
+    let header = lines.remove(0);
+    lines.sort();
+    (header, lines)
+}
+
+/// The allocations CSV is joined and computed in Rust; the SQL plan it replaced is kept as the reference. On data
+/// made to be awkward — owners changing in the middle of intervals, gaps between owners, namespaces without owner
+/// or without UID, intervals across one or two month edges, open intervals, MIG and time-sliced fractions,
+/// microsecond timestamps, text that needs quoting or neutralizing, NULL array elements, a tenant outside a
+/// department-scoped caller's view, another organization's rows — both write the same rows, byte for byte, for
+/// every month, filter and scope. And the decimals: GPU-hours and fractions equal PostgreSQL's `numeric` results
+/// for thousands of random fractions and durations.
+#[tokio::test]
+async fn allocations_csv_rust_plan_writes_the_sql_plan_rows() {
+    use gpuledger_core::Period;
+    use gpuledger_server::exports::allocations_csv_bytes as allocations_csv;
+
+    let (test_db, db) = common::migrated().await;
+    let su = common::admin_pool(&test_db).await;
+    let dir = db.cross_org_directory();
+    let org = dir.create_org(OrgId::from_uuid(Uuid::new_v4()), "acme", "Acme").await.unwrap();
+    let other = dir.create_org(OrgId::from_uuid(Uuid::new_v4()), "other", "Other").await.unwrap();
+    let (o, o2) = (org.as_uuid(), other.as_uuid());
+    let (research, platform) = (Uuid::new_v4(), Uuid::new_v4());
+    let exec = |sql: &'static str| sqlx::query(sql);
+    exec("INSERT INTO departments (org_id, department_id, name) VALUES ($1, $2, 'Research'), ($1, $3, '=Platform')")
+        .bind(o)
+        .bind(research)
+        .bind(platform)
+        .execute(&su)
+        .await
+        .unwrap();
+    let tenants: Vec<(Uuid, Uuid, &str)> = vec![
+        (Uuid::new_v4(), research, "alpha"),
+        (Uuid::new_v4(), research, "beta, \"the second\""),
+        (Uuid::new_v4(), platform, "@ops"),
+    ];
+    for (id, dept, name) in &tenants {
+        exec("INSERT INTO tenants (org_id, tenant_id, department_id, name) VALUES ($1, $2, $3, $4)")
+            .bind(o)
+            .bind(id)
+            .bind(dept)
+            .bind(name)
+            .execute(&su)
+            .await
+            .unwrap();
+    }
+    let (c1, c2) = (Uuid::new_v4(), Uuid::new_v4());
+    exec("INSERT INTO clusters (org_id, cluster_id, name) VALUES ($1, $2, 'east'), ($1, $3, '-west')")
+        .bind(o)
+        .bind(c1)
+        .bind(c2)
+        .execute(&su)
+        .await
+        .unwrap();
+    let nss: Vec<Uuid> = (0..5).map(|_| Uuid::new_v4()).collect();
+    for (i, ns) in nss.iter().enumerate() {
+        exec("INSERT INTO namespaces (org_id, namespace_uid, cluster_id, name, created_at) VALUES ($1, $2, $3, $4, '2026-01-01')")
+            .bind(o)
+            .bind(ns)
+            .bind(if i % 2 == 0 { c1 } else { c2 })
+            .bind(format!("ns-{i}"))
+            .execute(&su)
+            .await
+            .unwrap();
+    }
+    // ns0: alpha → @ops (09-10 12:00:00.5) → beta (09-20) and open; ns1: beta until 09-15, a gap, alpha from
+    // 09-25; ns2: @ops always; ns3: alpha from 10-15 only; ns4: no owner.
+    let owners: [(usize, &str, Option<&str>, usize); 6] = [
+        (0, "2026-01-01", Some("2026-09-10 12:00:00.5+00"), 0),
+        (0, "2026-09-10 12:00:00.5+00", Some("2026-09-20 00:00+00"), 2),
+        (0, "2026-09-20 00:00+00", None, 1),
+        (1, "2026-01-01", Some("2026-09-15 00:00+00"), 1),
+        (1, "2026-09-25 00:00+00", None, 0),
+        (2, "2026-01-01", None, 2),
+    ];
+    for (ns, from, to, tenant) in owners.iter().chain([(3, "2026-10-15 00:00+00", None, 0)].iter()) {
+        exec(
+            "INSERT INTO namespace_ownership (org_id, namespace_uid, valid_from, valid_to, tenant_id)
+              VALUES ($1, $2, $3::timestamptz, $4::timestamptz, $5)",
+        )
+        .bind(o)
+        .bind(nss[*ns])
+        .bind(*from)
+        .bind(*to)
+        .bind(tenants[*tenant].0)
+        .execute(&su)
+        .await
+        .unwrap();
+    }
+    // Intervals: every namespace (and none) × starts and ends around the owner changes and month edges × open
+    // or closed × fractions.
+    let starts = [
+        "2026-07-20 00:00+00",
+        "2026-08-31 23:59:59.999999+00",
+        "2026-09-01 00:00+00",
+        "2026-09-10 11:00:00.123457+00",
+        "2026-09-14 00:00+00",
+        "2026-09-30 20:00+00",
+        "2026-10-31 23:00+00",
+        "2026-11-02 00:00+00",
+    ];
+    let ends = [
+        None,
+        Some("2026-09-01 00:00+00"),
+        Some("2026-09-10 12:00:00.5+00"),
+        Some("2026-09-16 03:17:00.000001+00"),
+        Some("2026-10-01 04:00+00"),
+        Some("2026-10-20 00:00+00"),
+        Some("2026-11-01 00:00:00.000001+00"),
+    ];
+    // (sharing mode, units, fraction, profile, replicas)
+    type Sharing = (&'static str, i32, Option<(i64, i64)>, Option<&'static str>, Option<i32>);
+    let kinds: [Sharing; 5] = [
+        ("exclusive", 2, Some((2, 1)), None, None),
+        ("mig", 1, Some((1, 7)), Some("1g.10gb"), None),
+        ("mig", 3, Some((9, 7)), Some("3g.40gb"), None),
+        ("time_slice", 1, Some((1, 4)), None, Some(4)),
+        ("mig", 1, None, Some("7g.80gb"), None),
+    ];
+    let mut n = 0usize;
+    let mut insert = Vec::new();
+    for (si, s) in starts.iter().enumerate() {
+        for e in ends.iter() {
+            for ns in 0..=nss.len() {
+                n += 1;
+                let r = mix(n as u64);
+                let (mode, units, fraction, profile, replicas) = kinds[(r % 5) as usize];
+                insert.push((n, si, *s, *e, ns, mode, units, fraction, profile, replicas, r));
+            }
+        }
+    }
+    for (n, _, s, e, ns, mode, units, fraction, profile, replicas, r) in &insert {
+        let name = match r % 4 {
+            0 => format!("=job-{n}"),
+            1 => format!("job {n}, \"quoted\""),
+            _ => format!("job-{n}"),
+        };
+        exec(
+            "INSERT INTO allocation_intervals (org_id, cluster_id, allocation_id, holder_kind, holder_uid, holder_name,
+                 namespace, namespace_uid, container, node, resource, units, device_ids, gpu_model, gpu_class,
+                 sharing_mode, profile, replicas, fraction_num, fraction_den, started_at, ended_at, end_estimated,
+                 confidence, inventory_gap, labels)
+             SELECT $1, $2, $3, 'pod', $4, $5, $6, $7, $8, $9, 'nvidia.com/gpu', $10, $11, 'NVIDIA H100', 'H100', $12,
+                    $13, $14, $15, $16, $17::timestamptz, $18::timestamptz, $19, 'exact', $20, $21
+              WHERE $18::timestamptz IS NULL OR $18::timestamptz >= $17::timestamptz",
+        )
+        .bind(o)
+        .bind(if r % 3 == 0 { c2 } else { c1 })
+        .bind(format!("pod-{n}/main"))
+        .bind(Uuid::from_u128(u128::from(*r)))
+        .bind(name)
+        .bind(format!("ns-{ns}"))
+        .bind(nss.get(*ns).copied())
+        .bind((r % 5 != 0).then_some("main"))
+        .bind((r % 7 != 0).then(|| format!("node-{}", r % 3)))
+        .bind(*units)
+        .bind(match r % 4 {
+            0 => vec![],
+            1 => vec![Some("GPU-1".to_string()), None, Some("GPU-2".into())],
+            2 => vec![Some("-GPU,3".to_string())],
+            _ => vec![Some("GPU-4".to_string()), Some("MIG-4/1".into())],
+        })
+        .bind(*mode)
+        .bind(*profile)
+        .bind(*replicas)
+        .bind(fraction.map(|f| f.0))
+        .bind(fraction.map(|f| f.1))
+        .bind(*s)
+        .bind(*e)
+        .bind(r % 6 == 0)
+        .bind(fraction.is_none().then_some("no inventory entry for 7g.80gb"))
+        .bind(if r % 2 == 0 { json!({"endpoint": "+llm"}) } else { json!({}) })
+        .execute(&su)
+        .await
+        .unwrap();
+    }
+    // another organization's interval in the same months (never in Acme's files)
+    exec("INSERT INTO clusters (org_id, cluster_id, name) VALUES ($1, $2, 'east')")
+        .bind(o2)
+        .bind(c1)
+        .execute(&su)
+        .await
+        .unwrap();
+    exec(
+        "INSERT INTO allocation_intervals (org_id, cluster_id, allocation_id, holder_kind, holder_uid, holder_name,
+             namespace, resource, units, sharing_mode, fraction_num, fraction_den, started_at, confidence)
+         VALUES ($1, $2, 'leak', 'pod', $3, 'other-org', 'x', 'nvidia.com/gpu', 1, 'exclusive', 1, 1, '2026-08-01', 'exact')",
+    )
+    .bind(o2)
+    .bind(c1)
+    .bind(Uuid::new_v4())
+    .execute(&su)
+    .await
+    .unwrap();
+
+    let whole = auth::Principal::for_token(org, Uuid::new_v4(), Scope::export());
+    let scoped = auth::Principal::for_token(
+        org,
+        Uuid::new_v4(),
+        Scope::Export { departments: vec![DepartmentId::from_uuid(research)] },
+    );
+    let mut compared = 0;
+    for month in ["2026-06", "2026-07", "2026-08", "2026-09", "2026-10", "2026-11", "2099-01"] {
+        let period = Period::parse(month).unwrap();
+        let cases: Vec<(&auth::Principal, Option<Uuid>, Option<Uuid>)> = vec![
+            (&whole, None, None),
+            (&whole, Some(platform), None),
+            (&whole, None, Some(tenants[1].0)),
+            (&scoped, None, None),
+            (&scoped, Some(platform), None),
+            (&scoped, None, Some(tenants[0].0)),
+        ];
+        for (p, dept, tenant) in cases {
+            let rust = allocations_csv(&db, p, period, dept, tenant, false).await.unwrap();
+            let sql = allocations_csv(&db, p, period, dept, tenant, true).await.unwrap();
+            let (rh, mut rr) = sorted_rows(&rust);
+            let (sh, mut sr) = sorted_rows(&sql);
+            assert_eq!(rh, sh);
+            assert!(!rr.iter().any(|r| r.contains("other-org")), "another organization's row");
+            if month == "2026-11" {
+                // open intervals end at each transaction's now(): compare all but `end` and `gpu_hours`
+                let cut = |rows: &mut Vec<String>| {
+                    for r in rows.iter_mut() {
+                        let cells = parse_csv(&format!("{r}\r\n")).remove(0);
+                        *r = cells
+                            .iter()
+                            .enumerate()
+                            .filter(|(i, _)| *i != 5 && *i != 6)
+                            .map(|(_, c)| c.as_str())
+                            .collect::<Vec<_>>()
+                            .join("|");
+                    }
+                    rows.sort();
+                };
+                cut(&mut rr);
+                cut(&mut sr);
+            }
+            assert_eq!(rr, sr, "{month}, department {dept:?}, tenant {tenant:?}, scoped {:?}", p.departments);
+            compared += rr.len();
+        }
+    }
+    assert!(compared > 500, "compared {compared} rows");
+    // The owner split really happened: ns0's interval 09-10 11:00:00.123457 – 09-16 03:17:00.000001, closed, in
+    // September: alpha, @ops, and beta pieces.
+    let sept = allocations_csv(&db, &whole, Period::parse("2026-09").unwrap(), None, None, false).await.unwrap();
+    let (_, rows) = records(std::str::from_utf8(&sept).unwrap());
+    let split: BTreeSet<(String, String, String)> = rows
+        .iter()
+        .filter(|r| r["namespace"] == "ns-0" && r["started_at"] == "2026-09-10T11:00:00.123457Z")
+        .filter(|r| r["ended_at"] == "2026-10-01T04:00:00Z")
+        .map(|r| (r["tenant"].clone(), r["start"].clone(), r["end"].clone()))
+        .collect();
+    let want: BTreeSet<(String, String, String)> = [
+        ("alpha", "2026-09-10T11:00:00.123457Z", "2026-09-10T12:00:00.500000Z"),
+        ("'@ops", "2026-09-10T12:00:00.500000Z", "2026-09-20T00:00:00Z"),
+        ("beta, \"the second\"", "2026-09-20T00:00:00Z", "2026-10-01T00:00:00Z"),
+    ]
+    .into_iter()
+    .map(|(t, s, e)| (t.to_string(), s.to_string(), e.to_string()))
+    .collect();
+    assert_eq!(split, want);
+
+    // The OData feed: pages in key order with a month filter (or none) are computed the same way; a filter on
+    // anything else goes through the SQL plan. Both give the same entities, page after page.
+    let mut tx = db.begin_org(org).await.unwrap();
+    let (_, token) = auth::create_token(&mut tx, &Scope::export(), "bi", "test", None).await.unwrap();
+    let (_, research_token) = auth::create_token(
+        &mut tx,
+        &Scope::Export { departments: vec![DepartmentId::from_uuid(research)] },
+        "bi-research",
+        "test",
+        None,
+    )
+    .await
+    .unwrap();
+    tx.commit().await.unwrap();
+    let app = app::router(AppState::new(db.clone(), None), &HttpOptions::default());
+    let feed = |token: String, query: String| {
+        let app = app.clone();
+        async move {
+            let mut next = Some(format!("/odata/Allocations?{query}"));
+            let (mut all, mut pages) = (Vec::new(), 0);
+            while let Some(uri) = next.take() {
+                let req = Request::builder()
+                    .uri(&uri)
+                    .header("authorization", format!("Bearer {token}"))
+                    .header("prefer", "odata.maxpagesize=7")
+                    .body(Body::empty())
+                    .unwrap();
+                let res = app.clone().oneshot(req).await.unwrap();
+                assert_eq!(res.status(), 200, "{uri}");
+                let v: Value = serde_json::from_slice(&to_bytes(res.into_body(), usize::MAX).await.unwrap()).unwrap();
+                all.extend(v["value"].as_array().unwrap().iter().cloned());
+                pages += 1;
+                assert!(pages < 500);
+                next = v["@odata.nextLink"].as_str().map(|l| format!("/odata/{}", l.split_once("/odata/").unwrap().1));
+            }
+            (all, pages)
+        }
+    };
+    for (t, select) in [(&token, ""), (&research_token, ""), (&token, "&$select=Tenant,Start,GpuHours,Devices")] {
+        for (months, other) in [
+            ("$filter=Period%20eq%20'2026-09'", "$filter=Period%20eq%20'2026-09'%20and%20Units%20ge%200"),
+            (
+                "$filter=PeriodStart%20ge%202026-08-01T00:00:00Z%20and%20PeriodStart%20lt%202026-11-01T00:00:00Z",
+                "$filter=PeriodStart%20ge%202026-08-01T00:00:00Z%20and%20PeriodStart%20lt%202026-11-01T00:00:00Z%20and%20Units%20ge%200",
+            ),
+            ("$filter=Period%20le%20'2026-10'", "$filter=Period%20le%20'2026-10'%20and%20Units%20ge%200"),
+        ] {
+            let (rust, pages) = feed(t.clone(), format!("{months}{select}")).await;
+            let (sql, _) = feed(t.clone(), format!("{other}{select}")).await;
+            assert!(pages > 3, "{months}: {pages} pages");
+            assert_eq!(rust, sql, "{months}{select}");
+            assert!(!rust.is_empty());
+        }
+    }
+
+    // GPU-hours and fractions against PostgreSQL's numeric for random fractions and durations
+    let base = datetime!(2026-09-01 00:00 UTC);
+    let (mut nums, mut dens, mut ss, mut es) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for i in 0..4000u64 {
+        let r = mix(1_000_000 + i);
+        let num = 1 + (r % 64) as i64;
+        let den = [1, 2, 3, 4, 7, 8, 14, 21, 49, 1024, 7168][(r >> 8) as usize % 11];
+        let micros: i64 = match i % 4 {
+            0 => (r >> 16) as i64 % 2_678_400_000_000,
+            1 => (r >> 16) as i64 % 10_000_000,
+            2 => 1800 * ((r >> 16) as i64 % 100_000),
+            _ => 1 + (r >> 16) as i64 % 1000,
+        } + 1;
+        nums.push(num);
+        dens.push(den);
+        ss.push(base);
+        es.push(base + time::Duration::microseconds(micros));
+    }
+    let pg: Vec<(String, String)> = sqlx::query_as(
+        "SELECT round(n::numeric * extract(epoch FROM e - s) / (d * 3600), 6)::text, round(n::numeric / d, 6)::text
+           FROM unnest($1::int8[], $2::int8[], $3::timestamptz[], $4::timestamptz[]) WITH ORDINALITY AS u(n, d, s, e, i)
+          ORDER BY i",
+    )
+    .bind(&nums)
+    .bind(&dens)
+    .bind(&ss)
+    .bind(&es)
+    .fetch_all(&su)
+    .await
+    .unwrap();
+    for (i, (hours, fraction)) in pg.iter().enumerate() {
+        let micros = (es[i] - ss[i]).whole_microseconds();
+        let got = gpuledger_server::exports::decimals_for_tests(nums[i], dens[i], micros);
+        assert_eq!(got, (hours.clone(), fraction.clone()), "{}/{} over {micros} µs", nums[i], dens[i]);
+    }
+}

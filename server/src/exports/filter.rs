@@ -501,6 +501,9 @@ pub struct Compiled {
     pub month_from: Option<OffsetDateTime>,
     /// Only months starting before this (a month start).
     pub month_before: Option<OffsetDateTime>,
+    /// The filter says nothing but `[month_from, month_before)`: comparisons of `Period` or of `PeriodStart` with a
+    /// month start, joined by `and` (so the month range alone selects exactly the rows the condition selects).
+    pub months_only: bool,
 }
 
 struct Compiler<'a> {
@@ -703,6 +706,33 @@ fn month_bounds(e: &Expr, from: &mut Option<OffsetDateTime>, before: &mut Option
     }
 }
 
+/// Whether `e` is exactly what [`month_bounds`] makes of it (see [`Compiled::months_only`]).
+fn months_only(e: &Expr) -> bool {
+    match e {
+        Expr::And(a, b) => months_only(a) && months_only(b),
+        Expr::Cmp(op, a, b) => {
+            let (op, prop, lit) = match (a, b) {
+                (Operand::Prop(c), Operand::Lit(l)) => (*op, c, l),
+                (Operand::Lit(l), Operand::Prop(c)) => (op.mirror(), c, l),
+                _ => return false,
+            };
+            match (prop.name, prop.kind, lit) {
+                ("Period", Kind::Month, Lit::Str(s)) => parse_month(s).is_ok() && op != Op::Ne,
+                ("PeriodStart", Kind::DateTime, Lit::DateTime(_) | Lit::Date(_)) => {
+                    let t = match lit {
+                        Lit::DateTime(t) => *t,
+                        Lit::Date(d) => d.midnight().assume_utc(),
+                        _ => return false,
+                    };
+                    month_floor(t) == t && matches!(op, Op::Eq | Op::Ge | Op::Lt | Op::Le)
+                }
+                _ => false,
+            }
+        }
+        _ => false,
+    }
+}
+
 /// Parses and compiles `$filter` for `source`; parameters are appended to `args`.
 pub fn compile(source: &'static Source, scoped: bool, filter: &str, args: &mut Args) -> Result<Compiled, FilterError> {
     let tokens = tokenize(filter)?;
@@ -722,7 +752,7 @@ pub fn compile(source: &'static Source, scoped: bool, filter: &str, args: &mut A
     let sql = Compiler { scoped, args }.expr(&expr)?;
     let (mut month_from, mut month_before) = (None, None);
     month_bounds(&expr, &mut month_from, &mut month_before);
-    Ok(Compiled { sql, month_from, month_before })
+    Ok(Compiled { sql, month_from, month_before, months_only: months_only(&expr) })
 }
 
 #[cfg(test)]
@@ -792,6 +822,19 @@ mod tests {
         assert_eq!((c.month_from, c.month_before), (None, None), "OR does not narrow");
         let c = compile(&ALLOCATIONS, false, "PeriodStart lt 2026-10-15T00:00:00Z", &mut args).unwrap();
         assert_eq!(c.month_before, Some(datetime!(2026-11-01 00:00 UTC)), "a mid-month bound keeps that month");
+        assert!(!c.months_only, "a mid-month bound is not exactly a month range");
+        for (f, only) in [
+            ("Period eq '2026-09'", true),
+            ("Period ge '2026-09' and Period le '2026-10'", true),
+            ("PeriodStart ge 2026-09-01T00:00:00Z and PeriodStart lt 2026-11-01T00:00:00Z", true),
+            ("2026-09-01T00:00:00Z le PeriodStart", true),
+            ("PeriodStart gt 2026-09-01T00:00:00Z", false),
+            ("Period ne '2026-09'", false),
+            ("Period eq '2026-09' or Period eq '2026-10'", false),
+            ("Period eq '2026-09' and Tenant eq 'a'", false),
+        ] {
+            assert_eq!(compile(&ALLOCATIONS, false, f, &mut args).unwrap().months_only, only, "{f}");
+        }
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //!
 //! - `GET /api/v1/exports/{ledger,allocations,usage,disputes}.csv?period=YYYY-MM[&department=UUID][&tenant=UUID]`:
 //!   streamed from PostgreSQL in constant memory (one bounded channel of 64 KiB chunks between the query and the
-//!   socket), RFC 4180, UTF-8, CRLF, timestamps in UTC ISO 8601, decimals exact with a `.`, text cells that a
+//!   socket; the allocations are joined and computed in Rust from the raw intervals, see [`allocations`]), RFC 4180, UTF-8, CRLF, timestamps in UTC ISO 8601, decimals exact with a `.`, text cells that a
 //!   spreadsheet would run as a formula prefixed with `'` (see [`cells`]).
 //! - `GET /api/v1/exports/focus.csv?period=YYYY-MM[&version=1.2|1.0]`: the month's ledger as FOCUS ([`focus`]).
 //! - `/odata/`: the OData v4 service ([`odata`]): service document, `$metadata`, seven entity sets with
@@ -13,6 +13,7 @@
 //! a signed-in session. Department-scoped callers see only their departments (PostgreSQL applies the scope).
 //! Every export is audited.
 
+mod allocations;
 mod cells;
 mod filter;
 mod focus;
@@ -43,7 +44,7 @@ use crate::{
     policy::{audit_by, parse_period, reader},
 };
 use cells::Cell;
-use sources::Select;
+use sources::{Select, Source};
 
 /// Routes of this module.
 pub fn router() -> Router<AppState> {
@@ -62,7 +63,8 @@ pub fn router() -> Router<AppState> {
 
 /// What a month's CSV export of `set` (`LedgerLines`, `Allocations`, `Usage`, `Disputes`) selects, as the
 /// `COPY (SELECT …) TO STDOUT (FORMAT csv, HEADER)` PostgreSQL can write by itself: the same rows and columns
-/// (PostgreSQL's text forms). The export benchmark's reference; run it in an organization transaction.
+/// (PostgreSQL's text forms; for `Allocations`, the SQL plan the Rust-computed file is tested against). The export
+/// benchmark's reference; run it in an organization transaction.
 pub fn copy_statement(set: &str, period: Period) -> Option<String> {
     let source = sources::by_set(set)?;
     let mut select = Select::new(source, false, true);
@@ -72,6 +74,21 @@ pub fn copy_statement(set: &str, period: Period) -> Option<String> {
         select.order = vec![source.csv_order.to_string()];
     }
     Some(format!("COPY ({}) TO STDOUT WITH (FORMAT csv, HEADER)", select.sql_literal(&[])))
+}
+
+/// GPU-hours of `micros` microseconds at `num / den` GPUs, and the fraction, as the allocations CSV writes them
+/// (computed in Rust the way PostgreSQL's `numeric` computes the SQL plan's expressions; tests compare the two).
+#[doc(hidden)]
+pub fn decimals_for_tests(num: i64, den: i64, micros: i128) -> (String, String) {
+    let text = |v: Option<i128>| {
+        let mut s = String::new();
+        match v {
+            Some(v) => allocations::write_micro(&mut s, v),
+            None => s.push_str("overflow"),
+        }
+        s
+    };
+    (text(allocations::gpu_hours_micro(num, den, micros)), text(allocations::fraction_micro(num, den)))
 }
 
 /// Bytes gathered before a chunk goes to the client.
@@ -132,23 +149,67 @@ fn csv_response(body: Body, name: &str, period: Period) -> Response {
     response
 }
 
-/// Streams `select` as CSV: a task runs the query in the caller's transaction and sends 64 KiB chunks through a
+/// What a CSV download runs: a [`Select`] PostgreSQL computes whole, or the allocations joined and computed in
+/// Rust ([`allocations`]).
+enum Plan {
+    Sql(Select),
+    Allocations(allocations::Cut),
+}
+
+impl Plan {
+    fn set(&self) -> &'static str {
+        match self {
+            Self::Sql(s) => s.source.set,
+            Self::Allocations(_) => sources::ALLOCATIONS.set,
+        }
+    }
+
+    /// The month's plan of `source` for the caller and the filters; `sql` forces the all-SQL plan.
+    fn new(source: &'static Source, p: &Principal, f: &CsvFilter, sql: bool) -> Result<Self, AppError> {
+        let (start, _) = crate::ledger::bounds(f.period)?;
+        if !sql && std::ptr::eq(source, &sources::ALLOCATIONS) {
+            return Ok(Self::Allocations(allocations::Cut {
+                from: Some(start),
+                before: Some(sources::next_month(start)),
+                scoped: p.departments.is_some(),
+                department: f.department,
+                tenant: f.tenant,
+            }));
+        }
+        let mut select = Select::new(source, p.departments.is_some(), true);
+        select.month(start);
+        if let Some(d) = f.department {
+            select.department(d);
+        }
+        if let Some(t) = f.tenant {
+            select.tenant(t);
+        }
+        if !source.csv_order.is_empty() {
+            select.order = vec![source.csv_order.to_string()];
+        }
+        Ok(Self::Sql(select))
+    }
+}
+
+type Chunks = mpsc::Sender<Result<Bytes, std::io::Error>>;
+
+/// Streams a plan as CSV: a task runs the query in the caller's transaction and sends 64 KiB chunks through a
 /// bounded channel, so memory stays constant whatever the size. The answer starts only once the query has
 /// produced its first row (or finished), so a failing query is an error status, not a truncated file; a failure
 /// later ends the body with an error (the client sees a broken transfer, never a silently short file).
-async fn stream_csv(db: Database, p: Principal, select: Select) -> Result<Body, AppError> {
+async fn stream_csv(db: Database, p: Principal, plan: Plan) -> Result<Body, AppError> {
     let (chunks, rx) = mpsc::channel::<Result<Bytes, std::io::Error>>(CHANNEL_DEPTH);
     let (started, ready) = oneshot::channel::<Result<(), AppError>>();
     tokio::spawn(async move {
         let mut started = Some(started);
-        let result = produce_csv(&db, &p, &select, &chunks, &mut started).await;
+        let result = produce_csv(&db, &p, &plan, &chunks, &mut started).await;
         if let Err(e) = result {
             match started.take() {
                 Some(s) => {
                     let _ = s.send(Err(e));
                 }
                 None => {
-                    tracing::error!(error = %e, set = select.source.set, "CSV export failed while streaming");
+                    tracing::error!(error = %e, set = plan.set(), "CSV export failed while streaming");
                     let _ = chunks.send(Err(std::io::Error::other("the export failed; see the server log"))).await;
                 }
             }
@@ -162,15 +223,35 @@ async fn stream_csv(db: Database, p: Principal, select: Select) -> Result<Body, 
 async fn produce_csv(
     db: &Database,
     p: &Principal,
-    select: &Select,
-    chunks: &mpsc::Sender<Result<Bytes, std::io::Error>>,
+    plan: &Plan,
+    chunks: &Chunks,
     started: &mut Option<oneshot::Sender<Result<(), AppError>>>,
 ) -> Result<(), AppError> {
     let mut tx = p.begin(db).await?;
     sqlx::query("SET LOCAL TimeZone = 'UTC'").execute(tx.conn()).await?;
     sqlx::query("SET LOCAL jit = off").execute(tx.conn()).await?;
-    let sql = select.sql(&[]);
     let mut buf = Vec::with_capacity(CHUNK + 4096);
+    let select = match plan {
+        Plan::Sql(select) => select,
+        Plan::Allocations(cut) => {
+            let dims = allocations::Dimensions::load(tx.conn()).await?;
+            let columns = sources::ALLOCATIONS.csv_columns();
+            cells::csv_header(&mut buf, columns.iter().map(|c| c.csv_name()));
+            let first = || {
+                if let Some(s) = started.take() {
+                    let _ = s.send(Ok(()));
+                }
+            };
+            let flush = |chunk: Vec<u8>| async move { chunks.send(Ok(Bytes::from(chunk))).await.is_ok() };
+            allocations::write_rows(tx.conn(), &dims, cut, &mut buf, CHUNK, first, flush).await?;
+            tx.commit().await?;
+            if !buf.is_empty() {
+                let _ = chunks.send(Ok(Bytes::from(buf))).await;
+            }
+            return Ok(());
+        }
+    };
+    let sql = select.sql(&[]);
     cells::csv_header(&mut buf, select.columns.iter().map(|c| c.csv_name()));
     let kinds: Vec<cells::Kind> = select.columns.iter().map(|c| c.kind).collect();
     {
@@ -201,6 +282,35 @@ async fn produce_csv(
         let _ = chunks.send(Ok(Bytes::from(buf))).await;
     }
     Ok(())
+}
+
+/// A month's allocations CSV (`allocations.csv` with these filters) in memory, for tests and comparisons:
+/// computed in Rust as the download is (`sql_plan` false), or entirely by PostgreSQL (`sql_plan` true: the plan
+/// the Rust one must agree with, row for row and byte for byte; rows in read order, which may differ).
+pub async fn allocations_csv_bytes(
+    db: &Database,
+    p: &Principal,
+    period: Period,
+    department: Option<Uuid>,
+    tenant: Option<Uuid>,
+    sql_plan: bool,
+) -> Result<Vec<u8>, AppError> {
+    let plan = Plan::new(&sources::ALLOCATIONS, p, &CsvFilter { period, department, tenant }, sql_plan)?;
+    let (chunks, mut rx) = mpsc::channel::<Result<Bytes, std::io::Error>>(CHANNEL_DEPTH);
+    let produce = async move {
+        let mut started = None;
+        produce_csv(db, p, &plan, &chunks, &mut started).await
+    };
+    let collect = async {
+        let mut out = Vec::new();
+        while let Some(chunk) = rx.recv().await {
+            out.extend_from_slice(&chunk.map_err(|e| AppError::Internal(e.to_string()))?);
+        }
+        Ok::<_, AppError>(out)
+    };
+    let (produced, collected) = tokio::join!(produce, collect);
+    produced?;
+    collected
 }
 
 /// Audits an export in its own transaction (before any data leaves).
@@ -238,20 +348,9 @@ async fn table_body(
     source: &'static sources::Source,
     name: &str,
 ) -> Result<Body, AppError> {
-    let mut select = Select::new(source, p.departments.is_some(), true);
-    let (start, _) = crate::ledger::bounds(f.period)?;
-    select.month(start);
-    if let Some(d) = f.department {
-        select.department(d);
-    }
-    if let Some(t) = f.tenant {
-        select.tenant(t);
-    }
-    if !source.csv_order.is_empty() {
-        select.order = vec![source.csv_order.to_string()];
-    }
+    let plan = Plan::new(source, p, f, false)?;
     audit_export(&state.db, p, &format!("export.{name}_csv"), &f.period.to_string(), f.details()).await?;
-    stream_csv(state.db.clone(), p.clone(), select).await
+    stream_csv(state.db.clone(), p.clone(), plan).await
 }
 
 /// `GET /api/v1/exports/allocations.csv?period=YYYY-MM`: allocation intervals of the month, split at owner

@@ -22,9 +22,10 @@ use base64::Engine;
 use serde_json::json;
 
 use super::{
+    allocations,
     cells::{self, Cell, Column, Kind},
     filter::{self, FilterError},
-    sources::{Arg, Args, SETS, Select, Source, by_set},
+    sources::{ALLOCATIONS, Arg, Args, SETS, Select, Source, by_set},
 };
 use crate::{
     app::AppState,
@@ -463,6 +464,8 @@ struct Request {
     select: Select,
     /// `SELECT count(*)` under the filter (before paging), and its parameters.
     count: (String, Args),
+    /// The filter is a month range or nothing: `[from, before)` month starts (`None`: unbounded).
+    months: Option<(Option<time::OffsetDateTime>, Option<time::OffsetDateTime>)>,
 }
 
 async fn prepare(state: &AppState, set: &str, headers: &HeaderMap, raw: Option<&str>) -> Result<Request, ODataError> {
@@ -482,14 +485,16 @@ async fn prepare(state: &AppState, set: &str, headers: &HeaderMap, raw: Option<&
     if let Some(s) = &o.select {
         select.columns = parse_select(source, s)?;
     }
+    let mut months = Some((None, None));
     if let Some(f) = &o.filter {
         let scoped = select.scoped;
         let compiled = filter::compile(source, scoped, f, &mut select.args).map_err(ODataError::filter)?;
         select.conds.push(compiled.sql);
         select.month_range(compiled.month_from, compiled.month_before);
+        months = compiled.months_only.then_some((compiled.month_from, compiled.month_before));
     }
     let count = (select.count_sql(), select.args.clone());
-    Ok(Request { p, o, select, count })
+    Ok(Request { p, o, select, count, months })
 }
 
 /// Runs `sql` in the caller's transaction with UTC as the session time zone.
@@ -511,7 +516,7 @@ pub async fn collection(
 }
 
 async fn page(state: &AppState, set: &str, headers: &HeaderMap, raw: Option<&str>) -> Result<Response, ODataError> {
-    let Request { p, o, mut select, count } = prepare(state, set, headers, raw).await?;
+    let Request { p, o, mut select, count, months } = prepare(state, set, headers, raw).await?;
     let source = select.source;
     let keys = source.key_columns();
     let key_exprs: Vec<String> = keys.iter().map(|c| format!("({})", select.expr(c))).collect();
@@ -525,9 +530,13 @@ async fn page(state: &AppState, set: &str, headers: &HeaderMap, raw: Option<&str
         None => key_exprs.clone(),
     };
     let mut offset = o.skip.unwrap_or(0);
+    let mut after: Option<allocations::Key> = None;
     if let Some(token) = &o.skiptoken {
         match (decode_token(token, &keys)?, keyset) {
             (Continuation::After(values), true) => {
+                if let [Arg::Uuid(c), Arg::Text(a), Arg::Time(t)] = values.as_slice() {
+                    after = Some((*c, a.clone(), *t));
+                }
                 let placeholders: Vec<String> = values.into_iter().map(|v| select.args.push(v)).collect();
                 select.conds.push(format!("({}) > ({})", key_exprs.join(", "), placeholders.join(", ")));
                 // Implied by the comparison above, and what an index range can start at.
@@ -545,6 +554,15 @@ async fn page(state: &AppState, set: &str, headers: &HeaderMap, raw: Option<&str
             _ => return Err(ODataError::bad("$skiptoken", "the $skiptoken does not belong to this $orderby")),
         }
     }
+    // Allocations in key order, filtered by months at most, with no offset: joined and computed in Rust per page
+    // (see `allocations`): PostgreSQL reads the page's intervals from the primary key and nothing else.
+    let rust = match months {
+        Some((from, before)) if keyset && offset == 0 && std::ptr::eq(source, &ALLOCATIONS) => {
+            let scoped = p.departments.is_some();
+            Some(allocations::Cut { from, before, scoped, department: None, tenant: None })
+        }
+        _ => None,
+    };
     let preferred = preferred_page(headers).filter(|n| (1..=MAX_PAGE).contains(n));
     let page_size = preferred.unwrap_or(MAX_PAGE);
     let want = o.top.map_or(page_size, |t| t.min(page_size));
@@ -554,8 +572,61 @@ async fn page(state: &AppState, set: &str, headers: &HeaderMap, raw: Option<&str
         keys.iter().map(|c| format!("CAST(({}) AS {})", select.expr(c), c.kind.select_type())).collect();
     let sql = select.sql(&extra);
 
+    let ieee754 = o.ieee754(headers);
     let mut tx = begin(state, &p).await?;
-    let rows = if want == 0 { Vec::new() } else { select.args.bind(sqlx::query(&sql)).fetch_all(tx.conn()).await? };
+    let mut values: Vec<u8> = Vec::new();
+    let (_, next_key): (usize, Option<String>) = match (&rust, usize::try_from(want)) {
+        (Some(cut), Ok(want)) if want > 0 => {
+            let dims = allocations::Dimensions::load(tx.conn()).await?;
+            let columns: Vec<(usize, &'static Column)> = select
+                .columns
+                .iter()
+                .map(|c| (source.columns.iter().position(|x| std::ptr::eq(x, *c)).unwrap_or(usize::MAX), *c))
+                .collect();
+            values.reserve(want * 32 * columns.len());
+            let (shown, last) =
+                allocations::odata_page(tx.conn(), &dims, cut, after, want, &columns, ieee754, &mut values).await?;
+            let key = last.map(|(c, a, t)| encode_token(&[Cell::Guid(c), Cell::Text(a.into()), Cell::Time(t)]));
+            (shown, key)
+        }
+        _ => {
+            let rows =
+                if want == 0 { Vec::new() } else { select.args.bind(sqlx::query(&sql)).fetch_all(tx.conn()).await? };
+            let shown = rows.len().min(usize::try_from(want).unwrap_or(0));
+            values.reserve(shown * 64 * select.columns.len());
+            for (r, row) in rows.iter().take(shown).enumerate() {
+                if r > 0 {
+                    values.push(b',');
+                }
+                values.push(b'{');
+                for (i, c) in select.columns.iter().enumerate() {
+                    if i > 0 {
+                        values.push(b',');
+                    }
+                    cells::json_string(&mut values, c.name);
+                    values.push(b':');
+                    cells::json_cell(&mut values, &cells::decode(row, i, c.kind)?, c.kind, ieee754);
+                }
+                values.push(b'}');
+            }
+            let next_key = if rows.len() <= shown {
+                None
+            } else if keyset {
+                let Some(last) = rows.get(shown.saturating_sub(1)) else {
+                    return Err(AppError::Internal("no last row".into()).into());
+                };
+                let n = select.columns.len();
+                let mut key_cells = Vec::with_capacity(keys.len());
+                for (j, k) in keys.iter().enumerate() {
+                    key_cells.push(cells::decode(last, n + j, k.kind)?);
+                }
+                Some(encode_token(&key_cells))
+            } else {
+                Some(format!("o{}", offset + want))
+            };
+            (shown, next_key)
+        }
+    };
     let total: Option<i64> = if o.count {
         Some(count.1.bind(sqlx::query(&count.0)).fetch_one(tx.conn()).await.and_then(|r| {
             use sqlx::Row;
@@ -571,10 +642,8 @@ async fn page(state: &AppState, set: &str, headers: &HeaderMap, raw: Option<&str
     }
     tx.commit().await?;
 
-    let ieee754 = o.ieee754(headers);
     let root = service_root(state, headers);
-    let shown = rows.len().min(usize::try_from(want).unwrap_or(0));
-    let mut out: Vec<u8> = Vec::with_capacity(64 + shown * 64 * select.columns.len());
+    let mut out: Vec<u8> = Vec::with_capacity(256 + values.len());
     out.extend_from_slice(b"{\"@odata.context\":");
     let context = match &o.select {
         Some(_) => format!(
@@ -590,37 +659,11 @@ async fn page(state: &AppState, set: &str, headers: &HeaderMap, raw: Option<&str
         out.extend_from_slice(n.to_string().as_bytes());
     }
     out.extend_from_slice(b",\"value\":[");
-    for (r, row) in rows.iter().take(shown).enumerate() {
-        if r > 0 {
-            out.push(b',');
-        }
-        out.push(b'{');
-        for (i, c) in select.columns.iter().enumerate() {
-            if i > 0 {
-                out.push(b',');
-            }
-            cells::json_string(&mut out, c.name);
-            out.push(b':');
-            cells::json_cell(&mut out, &cells::decode(row, i, c.kind)?, c.kind, ieee754);
-        }
-        out.push(b'}');
-    }
+    out.extend_from_slice(&values);
+    drop(values);
     out.push(b']');
     let remaining = o.top.map(|t| t - want);
-    if rows.len() > shown && remaining.is_none_or(|r| r > 0) {
-        let next_token = if keyset {
-            let Some(last) = rows.get(shown.saturating_sub(1)) else {
-                return Err(AppError::Internal("no last row".into()).into());
-            };
-            let n = select.columns.len();
-            let mut key_cells = Vec::with_capacity(keys.len());
-            for (j, k) in keys.iter().enumerate() {
-                key_cells.push(cells::decode(last, n + j, k.kind)?);
-            }
-            encode_token(&key_cells)
-        } else {
-            format!("o{}", offset + want)
-        };
+    if let Some(next_token) = next_key.filter(|_| remaining.is_none_or(|r| r > 0)) {
         let mut params: Vec<String> = Vec::new();
         for (name, value) in [("$filter", &o.filter), ("$select", &o.select), ("$orderby", &o.orderby)] {
             if let Some(v) = value {

@@ -149,7 +149,9 @@ const ALLOCATIONS_FROM: &str = "allocation_intervals a
     CROSS JOIN LATERAL (SELECT GREATEST(w.s, m.month) AS ps, LEAST(w.e, m.month + interval '1 month') AS pe) p";
 
 /// The same rows for a whole file: owners, tenants and departments as plain joins, which PostgreSQL hashes once
-/// (the lateral lookups above pay off for a page in key order, not for a month in one pass).
+/// (the lateral lookups above pay off for a page in key order, not for a month in one pass). The download itself
+/// is computed in Rust from the raw intervals (`super::allocations`); this plan is the reference it is tested
+/// against, and what the benchmark's `COPY` runs.
 const ALLOCATIONS_CSV_FROM: &str = "allocation_intervals a
     JOIN clusters c ON c.org_id = a.org_id AND c.cluster_id = a.cluster_id
     LEFT JOIN (SELECT x.org_id, x.namespace_uid, x.valid_from, x.valid_to, t.tenant_id, t.name AS tenant,
