@@ -20,6 +20,26 @@
 //! `nv_inference_first_response_histogram_ms` histogram (bucket rows may lack the `_bucket` suffix, as in Triton's
 //! docs), queue time from the `nv_inference_queue_summary_us` summary's sum and count, else the
 //! `nv_inference_queue_duration_us` counter (a sum without a count). Triton has no token counters.
+//!
+//! Older vLLM (V0 engine, up to 0.10): the same counters, plus `num_requests_swapped` (requests preempted to CPU:
+//! part of the queue, kept as `swapped`), the deprecated `time_in_queue_requests` histogram (queue time when
+//! `request_queue_time_seconds` is absent) and `e2e_request_latency_seconds` (its `_count`, finished requests, stands
+//! in for the request count when `request_success_total` is absent, as in the oldest releases). The cache gauges
+//! (`gpu_cache_usage_perc`, V1's `kv_cache_usage_perc`) are fractions, not counts, and are ignored.
+//!
+//! NVIDIA NIM for LLMs (`/v1/metrics`, label `model_name`, no prefix): the vLLM names without `vllm:`
+//! (`prompt_tokens_total`, `generation_tokens_total`, `num_requests_running`, `num_requests_waiting`,
+//! `time_to_first_token_seconds`, `e2e_request_latency_seconds`), `request_success_total` (finish reason stop or
+//! length) and `request_failure_total`; `request_finish_total` by `finished_reason` is read only when neither of
+//! those two is there.
+//!
+//! Hugging Face TGI (`tgi_` prefix, no model label: the model is the endpoint's, passed in [`ReadOptions::model`]):
+//! `tgi_request_success` → ok, `tgi_request_failure` (by `err`) → failed, `tgi_request_count` → received,
+//! the `_sum` of the per-request histograms `tgi_request_input_length` and `tgi_request_generated_tokens` → input
+//! and output tokens, `tgi_queue_size` → waiting, `tgi_batch_current_size` → running, and
+//! `tgi_request_queue_duration`'s sum and count → queue time. TGI exports no time-to-first-token metric.
+//!
+//! The metric names, their sources and what is confirmed are listed in `docs/agent.md`.
 
 use std::collections::BTreeMap;
 
@@ -37,6 +57,43 @@ pub enum Server {
     Vllm,
     /// NVIDIA Triton Inference Server.
     Triton,
+    /// Hugging Face Text Generation Inference.
+    Tgi,
+    /// NVIDIA NIM for LLMs.
+    Nim,
+}
+
+impl Server {
+    /// Every server kind, in order.
+    pub const ALL: [Server; 4] = [Server::Vllm, Server::Triton, Server::Tgi, Server::Nim];
+
+    /// The lowercase name used in annotations, flags and JSON.
+    pub fn name(self) -> &'static str {
+        match self {
+            Server::Vllm => "vllm",
+            Server::Triton => "triton",
+            Server::Tgi => "tgi",
+            Server::Nim => "nim",
+        }
+    }
+
+    /// The kind named `name` (case-insensitive).
+    pub fn from_name(name: &str) -> Option<Server> {
+        Server::ALL.into_iter().find(|s| s.name().eq_ignore_ascii_case(name.trim()))
+    }
+}
+
+/// The model name given to TGI snapshots when the endpoint's configuration does not name one.
+pub const UNKNOWN_MODEL: &str = "unknown";
+
+/// How to read a scrape.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ReadOptions {
+    /// Read only this server's metrics (default: every kind found, detected from the metric names).
+    pub server: Option<Server>,
+    /// The model a TGI server serves (TGI's metrics carry no model label); [`UNKNOWN_MODEL`] when `None`.
+    /// Ignored for the other servers, whose metrics name their model.
+    pub model: Option<String>,
 }
 
 /// A latency histogram, in seconds.
@@ -63,9 +120,9 @@ pub struct DurationTotals {
 /// One model's productive-work figures from one scrape.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ModelServerSnapshot {
-    /// vLLM or Triton.
+    /// Which server.
     pub server: Server,
-    /// Model name (`model_name` for vLLM, `model` for Triton).
+    /// Model name (`model_name` for vLLM and NIM, `model` for Triton, the endpoint's configuration for TGI).
     pub model: String,
     /// Prompt tokens processed (counter).
     pub input_tokens: Option<f64>,
@@ -81,10 +138,26 @@ pub struct ModelServerSnapshot {
     pub running: Option<f64>,
     /// Requests waiting now (gauge).
     pub waiting: Option<f64>,
+    /// Requests swapped out to CPU now (vLLM V0 gauge): waiting too.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub swapped: Option<f64>,
+    /// Requests received, finished or not (TGI `tgi_request_count`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requests_received: Option<f64>,
     /// Time to first token (vLLM) or first response (Triton).
     pub ttft: Option<Histogram>,
     /// Time requests spent queued.
     pub queue_time: Option<DurationTotals>,
+}
+
+impl ModelServerSnapshot {
+    /// Queue depth now: requests waiting plus requests swapped out (vLLM V0), `None` when the server says neither.
+    pub fn queue_depth(&self) -> Option<f64> {
+        match (self.waiting, self.swapped) {
+            (None, None) => None,
+            (w, s) => Some(w.unwrap_or(0.0) + s.unwrap_or(0.0)),
+        }
+    }
 }
 
 #[derive(Debug, Default)]
@@ -104,6 +177,16 @@ struct Building {
     queue_count: Option<f64>,
     /// Triton's plain queue counter, used when there is no summary.
     queue_counter: Option<f64>,
+    swapped: Option<f64>,
+    requests_received: Option<f64>,
+    /// NIM `request_finish_total` by reason: requests when there is no success/failure counter.
+    finished_ok: Option<f64>,
+    finished_failed: Option<f64>,
+    /// `e2e_request_latency_seconds_count`: requests when there is no success counter at all.
+    e2e_count: Option<f64>,
+    /// vLLM V0's deprecated `time_in_queue_requests`: queue time when `request_queue_time_seconds` is absent.
+    legacy_queue_sum: Option<f64>,
+    legacy_queue_count: Option<f64>,
 }
 
 fn add(slot: &mut Option<f64>, v: f64) {
@@ -140,45 +223,86 @@ impl Building {
             sum: self.ttft_sum,
             count: self.ttft_count.or(self.ttft_inf),
         });
-        let queue_time = match (self.queue_sum, self.queue_counter) {
-            (Some(sum), _) => Some(DurationTotals { sum, count: self.queue_count }),
-            (None, Some(sum)) => Some(DurationTotals { sum, count: None }),
-            (None, None) => None,
+        let queue_time = match (self.queue_sum, self.legacy_queue_sum, self.queue_counter) {
+            (Some(sum), _, _) => Some(DurationTotals { sum, count: self.queue_count }),
+            (None, Some(sum), _) => Some(DurationTotals { sum, count: self.legacy_queue_count }),
+            (None, None, Some(sum)) => Some(DurationTotals { sum, count: None }),
+            (None, None, None) => None,
+        };
+        // Finished requests: the success/failure counters; else NIM's per-reason finish counter; else the count of
+        // the end-to-end latency histogram (one observation per finished request).
+        let (requests_ok, requests_failed) = match (self.requests_ok, self.requests_failed) {
+            (None, None) => match (self.finished_ok, self.finished_failed) {
+                (None, None) => (self.e2e_count, None),
+                found => found,
+            },
+            found => found,
         };
         ModelServerSnapshot {
             server,
             model,
             input_tokens: self.input_tokens,
             output_tokens: self.output_tokens,
-            requests_ok: self.requests_ok,
-            requests_failed: self.requests_failed,
+            requests_ok,
+            requests_failed,
             inferences: self.inferences,
             running: self.running,
             waiting: self.waiting,
+            swapped: self.swapped,
+            requests_received: self.requests_received,
             ttft,
             queue_time,
         }
     }
 }
 
-fn vllm(series: &str, s: &Sample, b: &mut Building) {
+/// vLLM's series (after `vllm:`) and NIM's, which are the same names without the prefix plus two of its own.
+/// Returns whether the series was one it reads.
+fn vllm_like(series: &str, s: &Sample, b: &mut Building) -> bool {
     let v = s.value;
+    let failed_reason = matches!(s.label("finished_reason"), Some("abort" | "error"));
     match series {
         "prompt_tokens_total" => add(&mut b.input_tokens, v),
         "generation_tokens_total" => add(&mut b.output_tokens, v),
-        "request_success_total" => match s.label("finished_reason") {
-            Some("abort" | "error") => add(&mut b.requests_failed, v),
-            _ => add(&mut b.requests_ok, v),
-        },
+        "request_success_total" if failed_reason => add(&mut b.requests_failed, v),
+        "request_success_total" => add(&mut b.requests_ok, v),
+        // NIM.
+        "request_failure_total" => add(&mut b.requests_failed, v),
+        "request_finish_total" if failed_reason => add(&mut b.finished_failed, v),
+        "request_finish_total" => add(&mut b.finished_ok, v),
         "num_requests_running" => add(&mut b.running, v),
         "num_requests_waiting" => add(&mut b.waiting, v),
+        // vLLM V0.
+        "num_requests_swapped" => add(&mut b.swapped, v),
         "time_to_first_token_seconds_bucket" => b.bucket(s, 1.0),
         "time_to_first_token_seconds_sum" => add(&mut b.ttft_sum, v),
         "time_to_first_token_seconds_count" => add(&mut b.ttft_count, v),
         "request_queue_time_seconds_sum" => add(&mut b.queue_sum, v),
         "request_queue_time_seconds_count" => add(&mut b.queue_count, v),
-        _ => {}
+        "time_in_queue_requests_sum" => add(&mut b.legacy_queue_sum, v),
+        "time_in_queue_requests_count" => add(&mut b.legacy_queue_count, v),
+        "e2e_request_latency_seconds_count" => add(&mut b.e2e_count, v),
+        _ => return false,
     }
+    true
+}
+
+/// TGI's series. Returns whether the series was one it reads.
+fn tgi(series: &str, s: &Sample, b: &mut Building) -> bool {
+    let v = s.value;
+    match series {
+        "tgi_request_success" => add(&mut b.requests_ok, v),
+        "tgi_request_failure" => add(&mut b.requests_failed, v),
+        "tgi_request_count" => add(&mut b.requests_received, v),
+        "tgi_request_input_length_sum" => add(&mut b.input_tokens, v),
+        "tgi_request_generated_tokens_sum" => add(&mut b.output_tokens, v),
+        "tgi_queue_size" => add(&mut b.waiting, v),
+        "tgi_batch_current_size" => add(&mut b.running, v),
+        "tgi_request_queue_duration_sum" => add(&mut b.queue_sum, v),
+        "tgi_request_queue_duration_count" => add(&mut b.queue_count, v),
+        _ => return false,
+    }
+    true
 }
 
 fn triton(series: &str, s: &Sample, b: &mut Building) {
@@ -200,22 +324,56 @@ fn triton(series: &str, s: &Sample, b: &mut Building) {
     }
 }
 
-/// One snapshot per (server, model) found in a scrape, sorted by server then model. Samples of neither server, or
-/// without a model label, are skipped.
+/// One snapshot per (server, model) found in a scrape, sorted by server then model; the server is detected from
+/// the metric names (`vllm:` prefix, `nv_` with a `model` label, `tgi_` prefix, or NIM's unprefixed vLLM names with
+/// a `model_name` label). Samples of no server, or without a model label where one is needed, are skipped.
 pub fn snapshots(samples: &[Sample]) -> Vec<ModelServerSnapshot> {
+    read(samples, &ReadOptions::default())
+}
+
+/// [`snapshots`], with options: only one server's metrics, and TGI's model name.
+pub fn read(samples: &[Sample], options: &ReadOptions) -> Vec<ModelServerSnapshot> {
+    let wanted = |server: Server| options.server.is_none_or(|s| s == server);
+    let tgi_model = options.model.as_deref().filter(|m| !m.trim().is_empty()).unwrap_or(UNKNOWN_MODEL);
     let mut found: BTreeMap<(Server, &str), Building> = BTreeMap::new();
     for s in samples {
         if let Some(series) = s.name.strip_prefix("vllm:") {
-            if let Some(model) = s.label("model_name") {
-                vllm(series, s, found.entry((Server::Vllm, model)).or_default());
+            if let Some(model) = s.label("model_name").filter(|_| wanted(Server::Vllm)) {
+                vllm_like(series, s, found.entry((Server::Vllm, model)).or_default());
             }
-        } else if s.name.starts_with("nv_")
-            && let Some(model) = s.label("model")
-        {
-            triton(&s.name, s, found.entry((Server::Triton, model)).or_default());
+        } else if s.name.starts_with("nv_") {
+            if let Some(model) = s.label("model").filter(|_| wanted(Server::Triton)) {
+                triton(&s.name, s, found.entry((Server::Triton, model)).or_default());
+            }
+        } else if s.name.starts_with("tgi_") {
+            if wanted(Server::Tgi) {
+                feed(&mut found, (Server::Tgi, tgi_model), |b| tgi(&s.name, s, b));
+            }
+        } else if let Some(model) = s.label("model_name").filter(|_| wanted(Server::Nim)) {
+            feed(&mut found, (Server::Nim, model), |b| vllm_like(&s.name, s, b));
         }
     }
     found.into_iter().map(|((server, model), b)| b.finish(server, model.to_owned())).collect()
+}
+
+/// Feeds one sample to a model's figures, creating them only when the sample is one the reader knows (so a metric
+/// that merely shares a prefix or label makes no empty snapshot).
+fn feed<'a>(
+    found: &mut BTreeMap<(Server, &'a str), Building>,
+    key: (Server, &'a str),
+    read: impl FnOnce(&mut Building) -> bool,
+) {
+    match found.get_mut(&key) {
+        Some(b) => {
+            read(b);
+        }
+        None => {
+            let mut b = Building::default();
+            if read(&mut b) {
+                found.insert(key, b);
+            }
+        }
+    }
 }
 
 /// Why two snapshots give no `service_usage` fact.
@@ -252,21 +410,67 @@ fn whole(v: f64) -> u64 {
     if v.is_finite() && v > 0.0 { v.round() as u64 } else { 0 }
 }
 
-/// A `service_usage` fact for one tenant of a shared endpoint, from two cumulative scrapes of one vLLM model:
-/// `earlier` taken at `window_start`, `later` at `window_end` (also the observation time).
+/// Productive-work counts for a window.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Counts {
+    /// Finished requests (failed and aborted included: they used the endpoint too).
+    pub requests: u64,
+    /// Prompt (input) tokens.
+    pub input_tokens: u64,
+    /// Generated (output) tokens.
+    pub output_tokens: u64,
+}
+
+impl Counts {
+    fn plus(self, o: Counts) -> Counts {
+        Counts {
+            requests: self.requests.saturating_add(o.requests),
+            input_tokens: self.input_tokens.saturating_add(o.input_tokens),
+            output_tokens: self.output_tokens.saturating_add(o.output_tokens),
+        }
+    }
+}
+
+/// What one endpoint's model server did in a window: the difference of two cumulative scrapes of one model.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WindowTotals {
+    /// Which server.
+    pub server: Server,
+    /// The model.
+    pub model: String,
+    /// Window start (the earlier scrape).
+    #[serde(with = "time::serde::rfc3339")]
+    pub window_start: OffsetDateTime,
+    /// Window end (the later scrape).
+    #[serde(with = "time::serde::rfc3339")]
+    pub window_end: OffsetDateTime,
+    /// Requests and tokens in the window (counter deltas).
+    pub counts: Counts,
+    /// Time to first token in the window: total milliseconds, when the server reports it.
+    pub ttft_ms_sum: Option<u64>,
+    /// Requests the TTFT sum covers.
+    pub ttft_count: Option<u64>,
+    /// Queue depth at the window's end (waiting + swapped, a gauge).
+    pub queue_depth: Option<f64>,
+    /// Requests running at the window's end (a gauge).
+    pub running: Option<f64>,
+    /// The server restarted between the scrapes (a counter went down): the later values are the deltas.
+    pub restarted: bool,
+}
+
+/// The endpoint totals for a window, from two cumulative scrapes of one model: `earlier` taken at `window_start`,
+/// `later` at `window_end`.
 ///
-/// Counts are counter deltas. Requests are the finished ones (`request_success_total` of every finish reason,
-/// aborted and failed included: they used the endpoint too). If any counter went down the server restarted between
-/// the scrapes and every counter started again from zero, so the later values are the deltas. A counter missing
-/// from the earlier scrape counts from zero; one missing from the later scrape is an error.
-pub fn service_usage_from_snapshots(
-    endpoint: &str,
-    tenant: &str,
+/// Counts are counter deltas. Requests are the finished ones (every finish reason, aborted and failed included).
+/// If any counter went down the server restarted between the scrapes and every counter started again from zero,
+/// so the later values are the deltas. A counter missing from the earlier scrape counts from zero; one missing from
+/// the later scrape is an error (Triton has no token counters).
+pub fn window_totals(
     earlier: &ModelServerSnapshot,
     window_start: OffsetDateTime,
     later: &ModelServerSnapshot,
     window_end: OffsetDateTime,
-) -> Result<Fact, UsageError> {
+) -> Result<WindowTotals, UsageError> {
     if earlier.model != later.model || earlier.server != later.server {
         return Err(UsageError::DifferentModels { earlier: earlier.model.clone(), later: later.model.clone() });
     }
@@ -287,34 +491,148 @@ pub fn service_usage_from_snapshots(
         output,
         (earlier.requests_ok, later.requests_ok.unwrap_or(0.0)),
         (earlier.requests_failed, later.requests_failed.unwrap_or(0.0)),
+        (earlier.requests_received, later.requests_received.unwrap_or(0.0)),
     ]
     .iter()
     .any(|(before, after)| before.is_some_and(|b| *after < b));
     let delta = |(before, after): (Option<f64>, f64)| {
         if restarted { whole(after) } else { whole(after - before.unwrap_or(0.0)) }
     };
-    let mut fact = service_usage_fact(
-        endpoint,
-        &later.model,
-        tenant,
-        window_start,
-        window_end,
-        delta(total),
-        delta(input),
-        delta(output),
-        window_end,
-    );
+    let counts = Counts { requests: delta(total), input_tokens: delta(input), output_tokens: delta(output) };
     // Time to first token: the histogram's sum and count, as deltas like the counters. Reported only when the
     // later scrape has both and they did not go down on their own (a restart resets them with the rest).
     let ttft = |s: &ModelServerSnapshot| s.ttft.as_ref().and_then(|h| Some((h.sum?, h.count?)));
-    if let (Some((sum, count)), FactBody::ServiceUsage(u)) = (ttft(later), &mut fact.body) {
+    let (mut ttft_ms_sum, mut ttft_count) = (None, None);
+    if let Some((sum, count)) = ttft(later) {
         let (sum0, count0) = if restarted { (0.0, 0.0) } else { ttft(earlier).unwrap_or((0.0, 0.0)) };
         if sum >= sum0 && count >= count0 {
-            u.ttft_ms_sum = Some(whole((sum - sum0) * 1000.0));
-            u.ttft_count = Some(whole(count - count0));
+            ttft_ms_sum = Some(whole((sum - sum0) * 1000.0));
+            ttft_count = Some(whole(count - count0));
         }
     }
-    Ok(fact)
+    Ok(WindowTotals {
+        server: later.server,
+        model: later.model.clone(),
+        window_start,
+        window_end,
+        counts,
+        ttft_ms_sum,
+        ttft_count,
+        queue_depth: later.queue_depth(),
+        running: later.running,
+        restarted,
+    })
+}
+
+/// A `service_usage` fact for one tenant of a shared endpoint, from two cumulative scrapes of one model (see
+/// [`window_totals`]); observed at `window_end`, with the window's time to first token when the server reports it.
+pub fn service_usage_from_snapshots(
+    endpoint: &str,
+    tenant: &str,
+    earlier: &ModelServerSnapshot,
+    window_start: OffsetDateTime,
+    later: &ModelServerSnapshot,
+    window_end: OffsetDateTime,
+) -> Result<Fact, UsageError> {
+    let t = window_totals(earlier, window_start, later, window_end)?;
+    let c = t.counts;
+    let fact = service_usage_fact(
+        endpoint,
+        &t.model,
+        tenant,
+        window_start,
+        window_end,
+        c.requests,
+        c.input_tokens,
+        c.output_tokens,
+        window_end,
+    );
+    Ok(match (t.ttft_ms_sum, t.ttft_count) {
+        (Some(sum), Some(count)) => with_ttft(fact, sum, count),
+        _ => fact,
+    })
+}
+
+/// The tenant name of the unattributed remainder of a shared endpoint (see [`reconcile`]); reserved. The server keeps
+/// such facts without a tenant ID, which is what its reports count as unattributed. Usage records that name it are
+/// not attributed: the server counted their requests, so they are in the remainder already.
+pub const UNATTRIBUTED_TENANT: &str = "unattributed";
+
+/// Usage one tenant was attributed for a window (a gateway's per-request records, summed).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TenantUsage {
+    /// Tenant name.
+    pub tenant: String,
+    /// Its requests and tokens.
+    #[serde(flatten)]
+    pub counts: Counts,
+}
+
+/// A shared endpoint's window, reconciled: per-tenant facts and the unattributed remainder.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Reconciliation {
+    /// One `service_usage` fact per tenant (records of one tenant summed), by tenant name, then the remainder's
+    /// fact for [`UNATTRIBUTED_TENANT`] — always, even when it is zero, so a window's reconciliation is on record.
+    pub facts: Vec<Fact>,
+    /// The sum of the tenants' records (the reserved tenant's excluded).
+    pub attributed: Counts,
+    /// What the remainder fact carries: server totals minus attributed, each floored at 0.
+    pub unattributed: Counts,
+    /// The counters (`requests`, `input_tokens`, `output_tokens`) for which the records exceed the server's own
+    /// count: the records or the window are wrong. Empty when they agree.
+    pub over_attributed: Vec<&'static str>,
+}
+
+/// Reconciles an endpoint's server totals for a window with the usage records attributed to tenants for that
+/// window. Every tenant gets its records' sum as a `service_usage` fact; what the server counted beyond the records
+/// becomes a fact for [`UNATTRIBUTED_TENANT`], so it is reported, never dropped. Where the records exceed the
+/// server's count the remainder is 0 for that counter and the counter is listed in
+/// [`Reconciliation::over_attributed`] (the tenants' facts keep their records' figures: they are not scaled down).
+/// Facts are observed at `observed_at`; their event IDs are those of [`service_usage_fact`].
+pub fn reconcile(
+    endpoint: &str,
+    totals: &WindowTotals,
+    records: &[TenantUsage],
+    observed_at: OffsetDateTime,
+) -> Reconciliation {
+    let mut per_tenant: BTreeMap<&str, Counts> = BTreeMap::new();
+    for r in records.iter().filter(|r| r.tenant != UNATTRIBUTED_TENANT) {
+        let c = per_tenant.entry(r.tenant.as_str()).or_default();
+        *c = c.plus(r.counts);
+    }
+    let attributed = per_tenant.values().fold(Counts::default(), |a, c| a.plus(*c));
+    let server = totals.counts;
+    let mut over_attributed = Vec::new();
+    for (name, s, a) in [
+        ("requests", server.requests, attributed.requests),
+        ("input_tokens", server.input_tokens, attributed.input_tokens),
+        ("output_tokens", server.output_tokens, attributed.output_tokens),
+    ] {
+        if a > s {
+            over_attributed.push(name);
+        }
+    }
+    let remainder = Counts {
+        requests: server.requests.saturating_sub(attributed.requests),
+        input_tokens: server.input_tokens.saturating_sub(attributed.input_tokens),
+        output_tokens: server.output_tokens.saturating_sub(attributed.output_tokens),
+    };
+    let fact = |tenant: &str, c: Counts| {
+        service_usage_fact(
+            endpoint,
+            &totals.model,
+            tenant,
+            totals.window_start,
+            totals.window_end,
+            c.requests,
+            c.input_tokens,
+            c.output_tokens,
+            observed_at,
+        )
+    };
+    let mut facts: Vec<Fact> = per_tenant.iter().map(|(t, c)| fact(t, *c)).collect();
+    facts.push(fact(UNATTRIBUTED_TENANT, remainder));
+    Reconciliation { facts, attributed, unattributed: remainder, over_attributed }
 }
 
 /// Adds time-to-first-token figures (total milliseconds over `count` requests) to a `service_usage` fact.
