@@ -30,7 +30,7 @@ pub enum Kind {
     K8s,
     /// DCGM Exporter `/metrics` text.
     Dcgm,
-    /// vLLM / Triton `/metrics` text.
+    /// vLLM / Triton / TGI / NIM `/metrics` text (server detected from the metric names, or `--server`).
     Modelserver,
     /// `nvidia-smi -q -x` XML: device facts per GPU (MIG layout included); processes as records.
     NvidiaSmi,
@@ -81,6 +81,17 @@ pub fn read_documents(text: &str) -> Result<Vec<Value>> {
 /// Inspects `text` as `kind`. `timeslice_replicas`: the declared replicas of time-sliced GPUs when the objects
 /// do not say (as the live agent's `--timeslice-replicas`).
 pub fn inspect(kind: Kind, text: &str, observed_at: OffsetDateTime, timeslice_replicas: Option<u32>) -> Result<Output> {
+    inspect_with(kind, text, observed_at, timeslice_replicas, &modelserver::ReadOptions::default())
+}
+
+/// [`inspect`], with how to read model-server metrics (`--server`, `--model`).
+pub fn inspect_with(
+    kind: Kind,
+    text: &str,
+    observed_at: OffsetDateTime,
+    timeslice_replicas: Option<u32>,
+    modelserver_options: &modelserver::ReadOptions,
+) -> Result<Output> {
     let mut out = Output::default();
     let keys = LabelKeys::default();
     match kind {
@@ -97,14 +108,30 @@ pub fn inspect(kind: Kind, text: &str, observed_at: OffsetDateTime, timeslice_re
         }
         Kind::Modelserver => {
             let exposition = prom::parse(text)?;
-            for s in modelserver::snapshots(&exposition.samples) {
-                out.records.push(serde_json::to_value(s)?);
+            for s in modelserver::read(&exposition.samples, modelserver_options) {
+                if s.server == modelserver::Server::Tgi && s.model == modelserver::UNKNOWN_MODEL {
+                    out.notes.push(format!(
+                        "TGI metrics carry no model name: shown as model {:?}; pass --model NAME",
+                        modelserver::UNKNOWN_MODEL
+                    ));
+                }
+                let mut record = serde_json::to_value(&s)?;
+                if let Some(o) = record.as_object_mut() {
+                    o.insert("kind".into(), "modelserver_snapshot".into());
+                    o.insert("queue_depth".into(), serde_json::to_value(s.queue_depth())?);
+                }
+                out.records.push(record);
             }
             out.notes.push(
-                "model-server snapshots are productive-work measurements; they are shown here, not yet sent".into(),
+                "model-server snapshots are cumulative productive-work measurements; two scrapes make a window's \
+                 service_usage facts; shown here, not sent"
+                    .into(),
             );
             if out.records.is_empty() {
-                out.notes.push("no vLLM or Triton metrics found".into());
+                out.notes.push(match modelserver_options.server {
+                    Some(s) => format!("no {} metrics found", s.name()),
+                    None => "no vLLM, Triton, TGI or NIM metrics found".into(),
+                });
             }
         }
         Kind::NvidiaSmi

@@ -49,6 +49,12 @@ enum Command {
         /// Declared replicas per GPU for time-sliced resources when the objects do not say.
         #[arg(long, env = "GPULEDGER_TIMESLICE_REPLICAS")]
         timeslice_replicas: Option<u32>,
+        /// modelserver: read only this server's metrics (default: detected from the metric names).
+        #[arg(long, value_parser = ["vllm", "triton", "tgi", "nim"])]
+        server: Option<String>,
+        /// modelserver: the model a TGI server serves (TGI's metrics carry no model name).
+        #[arg(long)]
+        model: Option<String>,
     },
 }
 
@@ -183,7 +189,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
             runtime.block_on(join(server, token, output, secret))
         }
-        Command::Inspect { kind, file, at, timeslice_replicas } => {
+        Command::Inspect { kind, file, at, timeslice_replicas, server, model } => {
             let text = if file.as_os_str() == "-" {
                 std::io::read_to_string(std::io::stdin())?
             } else {
@@ -195,8 +201,12 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 }
                 None => OffsetDateTime::now_utc(),
             };
-            let out =
-                inspect::inspect(kind, &text, at, timeslice_replicas).with_context(|| format!("{}", file.display()))?;
+            let options = gpuledger_agent::metrics::modelserver::ReadOptions {
+                server: server.as_deref().and_then(gpuledger_agent::metrics::modelserver::Server::from_name),
+                model,
+            };
+            let out = inspect::inspect_with(kind, &text, at, timeslice_replicas, &options)
+                .with_context(|| format!("{}", file.display()))?;
             inspect::print(&out, &mut std::io::stdout().lock(), &mut std::io::stderr().lock())
         }
     }

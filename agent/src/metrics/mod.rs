@@ -3,11 +3,14 @@
 //! - [`prom`]: a single-pass parser for the text exposition format 0.0.4 → [`prom::Sample`]s.
 //! - [`dcgm`]: DCGM Exporter scrapes → [`DeviceFact`](gpuledger_core::wire::DeviceFact)s and per-window
 //!   [`TelemetryRollup`](gpuledger_core::wire::TelemetryRollup)s (utilization: analytics only, never money).
-//! - [`modelserver`]: vLLM and Triton scrapes → [`modelserver::ModelServerSnapshot`]s (productive work).
+//! - [`modelserver`]: vLLM, Triton, TGI and NIM scrapes → [`modelserver::ModelServerSnapshot`]s (productive work),
+//!   window totals, and their reconciliation with tenants' usage records.
+//! - [`discovery`]: model-server pods (by their annotations) → [`discovery::ScrapeTarget`]s.
 //!
 //! Nothing here reads a clock: scrape and observation times are parameters.
 
 pub mod dcgm;
+pub mod discovery;
 pub mod modelserver;
 pub mod prom;
 

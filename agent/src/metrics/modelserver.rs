@@ -929,4 +929,284 @@ mod tests {
             f.event_id
         );
     }
+
+    /// TGI's `/metrics` as its router exports it (metrics-exporter-prometheus: counters without `_total`, histograms
+    /// with `_bucket`/`_sum`/`_count`, no model label). Names from huggingface/text-generation-inference
+    /// `docs/source/reference/metrics.md`; `tgi_request_failure{err=…}` from its router (`validation`, `overloaded`,
+    /// `dropped`, …). The values are made up.
+    const TGI: &str = "# TYPE tgi_request_count counter\n\
+tgi_request_count 14\n\
+# TYPE tgi_request_success counter\n\
+tgi_request_success 11\n\
+# TYPE tgi_request_failure counter\n\
+tgi_request_failure{err=\"validation\"} 1\n\
+tgi_request_failure{err=\"overloaded\"} 1\n\
+# TYPE tgi_queue_size gauge\n\
+tgi_queue_size 3\n\
+# TYPE tgi_batch_current_size gauge\n\
+tgi_batch_current_size 4\n\
+# TYPE tgi_batch_current_max_tokens gauge\n\
+tgi_batch_current_max_tokens 4096\n\
+# TYPE tgi_request_input_length histogram\n\
+tgi_request_input_length_bucket{le=\"100\"} 5\n\
+tgi_request_input_length_bucket{le=\"+Inf\"} 12\n\
+tgi_request_input_length_sum 2210\n\
+tgi_request_input_length_count 12\n\
+# TYPE tgi_request_generated_tokens histogram\n\
+tgi_request_generated_tokens_bucket{le=\"+Inf\"} 11\n\
+tgi_request_generated_tokens_sum 3300\n\
+tgi_request_generated_tokens_count 11\n\
+# TYPE tgi_request_queue_duration histogram\n\
+tgi_request_queue_duration_bucket{le=\"+Inf\"} 11\n\
+tgi_request_queue_duration_sum 0.55\n\
+tgi_request_queue_duration_count 11\n\
+# TYPE tgi_request_duration histogram\n\
+tgi_request_duration_sum 40.2\n\
+tgi_request_duration_count 11\n";
+
+    #[test]
+    fn tgi_has_no_model_label_so_the_model_is_a_parameter() {
+        let samples = prom::parse(TGI).unwrap().samples;
+        let named = read(&samples, &ReadOptions { server: None, model: Some("bigscience/bloom-560m".into()) });
+        assert_eq!(named.len(), 1);
+        let t = &named[0];
+        assert_eq!((t.server, t.model.as_str()), (Server::Tgi, "bigscience/bloom-560m"));
+        assert_eq!((t.input_tokens, t.output_tokens), (Some(2210.0), Some(3300.0)));
+        assert_eq!((t.requests_ok, t.requests_failed, t.requests_received), (Some(11.0), Some(2.0), Some(14.0)));
+        assert_eq!((t.running, t.waiting, t.queue_depth()), (Some(4.0), Some(3.0), Some(3.0)));
+        assert_eq!(t.queue_time, Some(DurationTotals { sum: 0.55, count: Some(11.0) }));
+        assert_eq!(t.ttft, None, "TGI exports no time to first token");
+        // Without a model name it is still read, under a placeholder.
+        assert_eq!(snapshots(&samples)[0].model, UNKNOWN_MODEL);
+        // JSON: the TGI-only field is there, the vLLM-only one is not.
+        let json = serde_json::to_value(t).unwrap();
+        assert_eq!((json["server"].as_str(), json["requests_received"].as_f64()), (Some("tgi"), Some(14.0)));
+        assert!(json.get("swapped").is_none(), "{json}");
+    }
+
+    /// NIM for LLMs `/v1/metrics`: vLLM's names without the prefix, label `model_name`, plus its own success and
+    /// failure counters. Names and labels as in NVIDIA's "Observability for NVIDIA NIM for LLMs" page and a scrape
+    /// of `meta/llama-3.1-8b-instruct` published in DataDog/integrations-core `nvidia_nim/tests/fixtures/
+    /// nim_metrics.txt`; shortened, values changed.
+    const NIM: &str = "# TYPE python_info gauge\n\
+python_info{implementation=\"CPython\",major=\"3\",minor=\"10\",patchlevel=\"12\",version=\"3.10.12\"} 1.0\n\
+# TYPE num_requests_running gauge\n\
+num_requests_running{model_name=\"meta/llama-3.1-8b-instruct\"} 2.0\n\
+# TYPE num_requests_waiting gauge\n\
+num_requests_waiting{model_name=\"meta/llama-3.1-8b-instruct\"} 1.0\n\
+# TYPE num_request_max gauge\n\
+num_request_max{model_name=\"meta/llama-3.1-8b-instruct\"} 64.0\n\
+# TYPE gpu_cache_usage_perc gauge\n\
+gpu_cache_usage_perc{model_name=\"meta/llama-3.1-8b-instruct\"} 0.0003\n\
+# TYPE prompt_tokens_total counter\n\
+prompt_tokens_total{model_name=\"meta/llama-3.1-8b-instruct\"} 250.0\n\
+# TYPE generation_tokens_total counter\n\
+generation_tokens_total{model_name=\"meta/llama-3.1-8b-instruct\"} 400.0\n\
+# TYPE time_to_first_token_seconds histogram\n\
+time_to_first_token_seconds_bucket{le=\"0.02\",model_name=\"meta/llama-3.1-8b-instruct\"} 2.0\n\
+time_to_first_token_seconds_bucket{le=\"0.75\",model_name=\"meta/llama-3.1-8b-instruct\"} 6.0\n\
+time_to_first_token_seconds_bucket{le=\"+Inf\",model_name=\"meta/llama-3.1-8b-instruct\"} 7.0\n\
+time_to_first_token_seconds_count{model_name=\"meta/llama-3.1-8b-instruct\"} 7.0\n\
+time_to_first_token_seconds_sum{model_name=\"meta/llama-3.1-8b-instruct\"} 0.875\n\
+# TYPE e2e_request_latency_seconds histogram\n\
+e2e_request_latency_seconds_count{model_name=\"meta/llama-3.1-8b-instruct\"} 7.0\n\
+e2e_request_latency_seconds_sum{model_name=\"meta/llama-3.1-8b-instruct\"} 3.5\n\
+# TYPE request_finish_total counter\n\
+request_finish_total{finished_reason=\"length\",model_name=\"meta/llama-3.1-8b-instruct\"} 5.0\n\
+request_finish_total{finished_reason=\"stop\",model_name=\"meta/llama-3.1-8b-instruct\"} 1.0\n\
+request_finish_total{finished_reason=\"abort\",model_name=\"meta/llama-3.1-8b-instruct\"} 1.0\n\
+# TYPE request_success_total counter\n\
+request_success_total{model_name=\"meta/llama-3.1-8b-instruct\"} 6.0\n\
+# TYPE request_failure_total counter\n\
+request_failure_total{model_name=\"meta/llama-3.1-8b-instruct\"} 1.0\n";
+
+    #[test]
+    fn nim_is_read_from_its_unprefixed_names() {
+        let s = snaps(NIM);
+        assert_eq!(s.len(), 1, "python_info makes no snapshot: {s:?}");
+        let n = &s[0];
+        assert_eq!((n.server, n.model.as_str()), (Server::Nim, "meta/llama-3.1-8b-instruct"));
+        assert_eq!((n.input_tokens, n.output_tokens), (Some(250.0), Some(400.0)));
+        assert_eq!((n.requests_ok, n.requests_failed), (Some(6.0), Some(1.0)), "finish counter not added on top");
+        assert_eq!((n.running, n.waiting), (Some(2.0), Some(1.0)));
+        let ttft = n.ttft.as_ref().unwrap();
+        assert_eq!((ttft.sum, ttft.count, ttft.buckets.len()), (Some(0.875), Some(7.0), 2));
+        // Without the success/failure counters, the per-reason finish counter gives the split.
+        let older: String = NIM.lines().filter(|l| !l.contains("request_success") && !l.contains("request_failure"))
+            .map(|l| format!("{l}\n")).collect();
+        let o = &snaps(&older)[0];
+        assert_eq!((o.requests_ok, o.requests_failed), (Some(6.0), Some(1.0)));
+        // --server vllm reads none of it; --server nim reads it.
+        let samples = prom::parse(NIM).unwrap().samples;
+        assert!(read(&samples, &ReadOptions { server: Some(Server::Vllm), model: None }).is_empty());
+        assert_eq!(read(&samples, &ReadOptions { server: Some(Server::Nim), model: None }).len(), 1);
+    }
+
+    /// vLLM V0 (e.g. 0.6.x): names from vLLM's `docs/source/design/v1/metrics.md` "v0 Metrics" list and the
+    /// `vllm/engine/metrics.py` of those releases; `model_name` label, no `engine` label. Values are made up.
+    const VLLM_V0: &str = "# TYPE vllm:num_requests_running gauge\n\
+vllm:num_requests_running{model_name=\"facebook/opt-125m\"} 3.0\n\
+# TYPE vllm:num_requests_swapped gauge\n\
+vllm:num_requests_swapped{model_name=\"facebook/opt-125m\"} 2.0\n\
+# TYPE vllm:num_requests_waiting gauge\n\
+vllm:num_requests_waiting{model_name=\"facebook/opt-125m\"} 5.0\n\
+# TYPE vllm:gpu_cache_usage_perc gauge\n\
+vllm:gpu_cache_usage_perc{model_name=\"facebook/opt-125m\"} 0.42\n\
+# TYPE vllm:avg_prompt_throughput_toks_per_s gauge\n\
+vllm:avg_prompt_throughput_toks_per_s{model_name=\"facebook/opt-125m\"} 123.4\n\
+# TYPE vllm:prompt_tokens_total counter\n\
+vllm:prompt_tokens_total{model_name=\"facebook/opt-125m\"} 9000.0\n\
+# TYPE vllm:generation_tokens_total counter\n\
+vllm:generation_tokens_total{model_name=\"facebook/opt-125m\"} 21000.0\n\
+# TYPE vllm:time_in_queue_requests histogram\n\
+vllm:time_in_queue_requests_sum{model_name=\"facebook/opt-125m\"} 12.5\n\
+vllm:time_in_queue_requests_count{model_name=\"facebook/opt-125m\"} 40.0\n\
+# TYPE vllm:e2e_request_latency_seconds histogram\n\
+vllm:e2e_request_latency_seconds_bucket{le=\"+Inf\",model_name=\"facebook/opt-125m\"} 40.0\n\
+vllm:e2e_request_latency_seconds_count{model_name=\"facebook/opt-125m\"} 40.0\n\
+vllm:e2e_request_latency_seconds_sum{model_name=\"facebook/opt-125m\"} 300.0\n\
+# TYPE vllm:time_to_first_token_seconds histogram\n\
+vllm:time_to_first_token_seconds_sum{model_name=\"facebook/opt-125m\"} 8.0\n\
+vllm:time_to_first_token_seconds_count{model_name=\"facebook/opt-125m\"} 40.0\n";
+
+    #[test]
+    fn older_vllm_names_swapped_legacy_queue_and_e2e_count() {
+        let s = &snaps(VLLM_V0)[0];
+        assert_eq!((s.server, s.model.as_str()), (Server::Vllm, "facebook/opt-125m"));
+        assert_eq!((s.input_tokens, s.output_tokens), (Some(9000.0), Some(21000.0)));
+        assert_eq!((s.running, s.waiting, s.swapped, s.queue_depth()), (Some(3.0), Some(5.0), Some(2.0), Some(7.0)));
+        assert_eq!(s.queue_time, Some(DurationTotals { sum: 12.5, count: Some(40.0) }), "time_in_queue_requests");
+        assert_eq!((s.requests_ok, s.requests_failed), (Some(40.0), None), "no request_success_total: e2e count");
+        // With request_success_total, that wins over the e2e count, and the newer queue histogram over the old one.
+        let newer = format!(
+            "{VLLM_V0}vllm:request_success_total{{finished_reason=\"stop\",model_name=\"facebook/opt-125m\"}} 38.0\n\
+             vllm:request_queue_time_seconds_sum{{model_name=\"facebook/opt-125m\"}} 10.0\n\
+             vllm:request_queue_time_seconds_count{{model_name=\"facebook/opt-125m\"}} 38.0\n"
+        );
+        let n = &snaps(&newer)[0];
+        assert_eq!(n.requests_ok, Some(38.0));
+        assert_eq!(n.queue_time, Some(DurationTotals { sum: 10.0, count: Some(38.0) }));
+    }
+
+    #[test]
+    fn one_scrape_with_several_servers_is_split_by_detected_kind() {
+        let text = format!("{TGI}{NIM}{VLLM_V0}{}", fixtures::read("modelserver", "triton_docs_queue_summary.txt"));
+        let kinds: Vec<Server> = snaps(&text).iter().map(|s| s.server).collect();
+        assert_eq!(kinds, [Server::Vllm, Server::Triton, Server::Tgi, Server::Nim]);
+        assert_eq!(Server::ALL.map(|s| Server::from_name(&s.name().to_uppercase())), Server::ALL.map(Some));
+    }
+
+    #[test]
+    fn tgi_window_totals_from_two_scrapes() {
+        use time::macros::datetime;
+        let (t0, t1) = (datetime!(2026-11-01 10:00 UTC), datetime!(2026-11-01 10:05 UTC));
+        let opts = ReadOptions { server: Some(Server::Tgi), model: Some("m".into()) };
+        let before = read(&prom::parse(TGI).unwrap().samples, &opts).remove(0);
+        let after_text = TGI
+            .replace("tgi_request_success 11", "tgi_request_success 20")
+            .replace("tgi_request_count 14", "tgi_request_count 24")
+            .replace("tgi_request_input_length_sum 2210", "tgi_request_input_length_sum 4210")
+            .replace("tgi_request_generated_tokens_sum 3300", "tgi_request_generated_tokens_sum 6300")
+            .replace("tgi_queue_size 3", "tgi_queue_size 0");
+        let after = read(&prom::parse(&after_text).unwrap().samples, &opts).remove(0);
+        let w = window_totals(&before, t0, &after, t1).unwrap();
+        assert_eq!(w.counts, Counts { requests: 9, input_tokens: 2000, output_tokens: 3000 });
+        assert_eq!((w.ttft_ms_sum, w.queue_depth, w.running, w.restarted), (None, Some(0.0), Some(4.0), false));
+        // The received counter going down is a restart too.
+        let restarted = read(&prom::parse(&after_text.replace("tgi_request_count 24", "tgi_request_count 2")).unwrap().samples, &opts).remove(0);
+        assert!(window_totals(&before, t0, &restarted, t1).unwrap().restarted);
+    }
+
+    fn totals(requests: u64, input_tokens: u64, output_tokens: u64) -> WindowTotals {
+        use time::macros::datetime;
+        WindowTotals {
+            server: Server::Vllm,
+            model: QWEN.into(),
+            window_start: datetime!(2026-11-01 10:00 UTC),
+            window_end: datetime!(2026-11-01 10:05 UTC),
+            counts: Counts { requests, input_tokens, output_tokens },
+            ttft_ms_sum: None,
+            ttft_count: None,
+            queue_depth: None,
+            running: None,
+            restarted: false,
+        }
+    }
+
+    fn rec(tenant: &str, requests: u64, input_tokens: u64, output_tokens: u64) -> TenantUsage {
+        TenantUsage { tenant: tenant.into(), counts: Counts { requests, input_tokens, output_tokens } }
+    }
+
+    #[test]
+    fn reconciliation_reports_the_unattributed_remainder() {
+        let t = totals(100, 10_000, 30_000);
+        let at = t.window_end;
+        let r = reconcile(
+            "llm-shared",
+            &t,
+            &[rec("search", 40, 4_000, 12_000), rec("nlp", 30, 3_000, 9_000), rec("search", 10, 1_000, 3_000)],
+            at,
+        );
+        assert_eq!(r.attributed, Counts { requests: 80, input_tokens: 8_000, output_tokens: 24_000 });
+        assert_eq!(r.unattributed, Counts { requests: 20, input_tokens: 2_000, output_tokens: 6_000 });
+        assert!(r.over_attributed.is_empty());
+        let got: Vec<(&str, u64, u64, u64)> = r
+            .facts
+            .iter()
+            .map(|f| {
+                let u = usage(f);
+                (u.tenant.as_str(), u.requests, u.input_tokens, u.output_tokens)
+            })
+            .collect();
+        assert_eq!(
+            got,
+            [("nlp", 30, 3_000, 9_000), ("search", 50, 5_000, 15_000), (UNATTRIBUTED_TENANT, 20, 2_000, 6_000)]
+        );
+        // Nothing lost: the facts add up to the server's totals.
+        let sum = r.facts.iter().fold((0, 0, 0), |a, f| {
+            let u = usage(f);
+            (a.0 + u.requests, a.1 + u.input_tokens, a.2 + u.output_tokens)
+        });
+        assert_eq!(sum, (100, 10_000, 30_000));
+        for f in &r.facts {
+            let u = usage(f);
+            assert_eq!((u.endpoint.as_str(), u.model.as_str(), u.window_start, f.observed_at), ("llm-shared", QWEN, t.window_start, at));
+        }
+        assert_eq!(r.facts[2].event_id, format!("service-usage/llm-shared/unattributed/{QWEN}/2026-11-01T10:00:00Z"));
+    }
+
+    #[test]
+    fn reconciliation_without_records_or_with_too_many() {
+        let t = totals(10, 500, 700);
+        // No records: everything is unattributed, still reported.
+        let r = reconcile("e", &t, &[], t.window_end);
+        assert_eq!(r.facts.len(), 1);
+        assert_eq!((usage(&r.facts[0]).tenant.as_str(), usage(&r.facts[0]).requests), (UNATTRIBUTED_TENANT, 10));
+        // Records beyond the server's counts: remainder floored at 0 and flagged, tenants keep their figures.
+        let r = reconcile("e", &t, &[rec("a", 8, 600, 100), rec("b", 4, 100, 100)], t.window_end);
+        assert_eq!(r.unattributed, Counts { requests: 0, input_tokens: 0, output_tokens: 500 });
+        assert_eq!(r.over_attributed, ["requests", "input_tokens"]);
+        assert_eq!((usage(&r.facts[0]).requests, usage(&r.facts[1]).requests), (8, 4));
+        // A zero remainder is still on record.
+        let exact = reconcile("e", &t, &[rec("a", 10, 500, 700)], t.window_end);
+        assert_eq!(exact.facts.len(), 2);
+        assert_eq!(exact.unattributed, Counts::default());
+        // Records naming the reserved tenant are not attributed (the server counted them already).
+        let reserved = reconcile("e", &t, &[rec("a", 6, 300, 300), rec(UNATTRIBUTED_TENANT, 4, 200, 400)], t.window_end);
+        assert_eq!(reserved.facts.len(), 2);
+        assert_eq!(reserved.unattributed, Counts { requests: 4, input_tokens: 200, output_tokens: 400 });
+    }
+
+    #[test]
+    fn reconciling_two_real_vllm_scrapes() {
+        use time::macros::datetime;
+        let (t0, t1) = (datetime!(2026-11-01 10:00 UTC), datetime!(2026-11-01 10:05 UTC));
+        let earlier = snaps(&fixtures::read("modelserver", "vllm_v1_qwen2.5-0.5b_kops.txt")).remove(0);
+        let later = vllm_fixture_after(1200.0, 3400.0, 9.0, 1.0);
+        let w = window_totals(&earlier, t0, &later, t1).unwrap();
+        assert_eq!(w.counts, Counts { requests: 10, input_tokens: 1200, output_tokens: 3400 });
+        assert_eq!((w.ttft_ms_sum, w.ttft_count, w.queue_depth), (Some(0), Some(0), Some(0.0)));
+        let r = reconcile("llm-shared", &w, &[rec("search", 7, 1000, 3000)], t1);
+        assert_eq!(r.unattributed, Counts { requests: 3, input_tokens: 200, output_tokens: 400 });
+    }
 }
