@@ -142,6 +142,47 @@ fn every_model_server_fixture_yields_snapshots() {
     assert!(records[0]["model"].as_str().unwrap().contains("Qwen"), "{:?}", records[0]);
 }
 
+/// TGI and NIM text (short inputs in those servers' format: see the sources cited in `metrics/modelserver.rs`):
+/// detected from the names; TGI's model from `--model`.
+#[test]
+fn tgi_and_nim_metrics_are_detected_and_tgi_takes_its_model_from_the_flag() {
+    let dir = std::env::temp_dir().join(format!("gl-inspect-ms-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let tgi = dir.join("tgi.txt");
+    std::fs::write(
+        &tgi,
+        "# TYPE tgi_request_success counter\ntgi_request_success 11\ntgi_queue_size 3\n\
+         tgi_request_input_length_sum 2210\ntgi_request_generated_tokens_sum 3300\n",
+    )
+    .unwrap();
+    let (records, notes) = inspect("modelserver", &tgi, &[]);
+    assert_eq!((records[0]["server"].as_str(), records[0]["model"].as_str()), (Some("tgi"), Some("unknown")));
+    assert!(notes.contains("--model"), "{notes}");
+    let (records, _) = inspect("modelserver", &tgi, &["--server", "tgi", "--model", "bigscience/bloom-560m"]);
+    assert_eq!(records.len(), 1);
+    let r = &records[0];
+    assert_eq!((r["kind"].as_str(), r["model"].as_str()), (Some("modelserver_snapshot"), Some("bigscience/bloom-560m")));
+    assert_eq!((r["input_tokens"].as_f64(), r["output_tokens"].as_f64()), (Some(2210.0), Some(3300.0)));
+    assert_eq!((r["requests_ok"].as_f64(), r["queue_depth"].as_f64()), (Some(11.0), Some(3.0)));
+    // Another server forced: nothing of it found, said so.
+    let (records, notes) = inspect("modelserver", &tgi, &["--server", "nim"]);
+    assert!(records.is_empty() && notes.contains("no nim metrics"), "{notes}");
+
+    let nim = dir.join("nim.txt");
+    std::fs::write(
+        &nim,
+        "prompt_tokens_total{model_name=\"meta/llama-3.1-8b-instruct\"} 109.0\n\
+         generation_tokens_total{model_name=\"meta/llama-3.1-8b-instruct\"} 174.0\n\
+         request_success_total{model_name=\"meta/llama-3.1-8b-instruct\"} 5.0\n\
+         request_failure_total{model_name=\"meta/llama-3.1-8b-instruct\"} 0.0\n",
+    )
+    .unwrap();
+    let (records, _) = inspect("modelserver", &nim, &[]);
+    assert_eq!(records.len(), 1);
+    assert_eq!((records[0]["server"].as_str(), records[0]["output_tokens"].as_f64()), (Some("nim"), Some(174.0)));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn bad_input_is_refused_with_the_reason() {
     let dir = std::env::temp_dir().join(format!("gl-inspect-{}", std::process::id()));
