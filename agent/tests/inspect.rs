@@ -161,7 +161,10 @@ fn tgi_and_nim_metrics_are_detected_and_tgi_takes_its_model_from_the_flag() {
     let (records, _) = inspect("modelserver", &tgi, &["--server", "tgi", "--model", "bigscience/bloom-560m"]);
     assert_eq!(records.len(), 1);
     let r = &records[0];
-    assert_eq!((r["kind"].as_str(), r["model"].as_str()), (Some("modelserver_snapshot"), Some("bigscience/bloom-560m")));
+    assert_eq!(
+        (r["kind"].as_str(), r["model"].as_str()),
+        (Some("modelserver_snapshot"), Some("bigscience/bloom-560m"))
+    );
     assert_eq!((r["input_tokens"].as_f64(), r["output_tokens"].as_f64()), (Some(2210.0), Some(3300.0)));
     assert_eq!((r["requests_ok"].as_f64(), r["queue_depth"].as_f64()), (Some(11.0), Some(3.0)));
     // Another server forced: nothing of it found, said so.

@@ -113,9 +113,12 @@ struct StatusView {
     pod_ip: Option<String>,
 }
 
-fn find<'a>(keys: &[String], labels: &'a BTreeMap<String, String>, annotations: &'a BTreeMap<String, String>) -> Option<&'a str> {
-    keys.iter()
-        .find_map(|k| labels.get(k).or_else(|| annotations.get(k)).map(|v| v.trim()).filter(|v| !v.is_empty()))
+fn find<'a>(
+    keys: &[String],
+    labels: &'a BTreeMap<String, String>,
+    annotations: &'a BTreeMap<String, String>,
+) -> Option<&'a str> {
+    keys.iter().find_map(|k| labels.get(k).or_else(|| annotations.get(k)).map(|v| v.trim()).filter(|v| !v.is_empty()))
 }
 
 /// The scrape target a pod declares, from its annotations (see the module docs). `Ok(None)`: the pod does not ask
@@ -129,13 +132,9 @@ pub fn scrape_target(pod: &Value, keys: &LabelKeys) -> Result<Option<ScrapeTarge
     let Some(kind) = meta.annotations.get(ANNOTATION_SERVER).map(|v| v.trim()).filter(|v| !v.is_empty()) else {
         return Ok(None);
     };
-    let who = format!(
-        "{}/{}",
-        meta.namespace.as_deref().unwrap_or("-"),
-        meta.name.as_deref().unwrap_or("(unnamed)")
-    );
-    let server =
-        Server::from_name(kind).ok_or_else(|| DiscoveryError::UnknownServer { pod: who.clone(), value: kind.into() })?;
+    let who = format!("{}/{}", meta.namespace.as_deref().unwrap_or("-"), meta.name.as_deref().unwrap_or("(unnamed)"));
+    let server = Server::from_name(kind)
+        .ok_or_else(|| DiscoveryError::UnknownServer { pod: who.clone(), value: kind.into() })?;
     let (default_port, default_path) = default_port_and_path(server);
     let port = match meta.annotations.get(ANNOTATION_PORT).map(|v| v.trim()) {
         None | Some("") => default_port,
@@ -270,7 +269,7 @@ mod tests {
         // A manifest with no status at all (the NVIDIA docs' pod).
         let mut manifest =
             read_documents(&fixtures::read("k8s", "pod_nvidia_gpu_1_k8s_device_plugin_readme.yaml")).unwrap().remove(0);
-        manifest["metadata"]["annotations"] = json!({ANNOTATION_SERVER: "vllm", "gpuledger.io/endpoint": "e"});
+        manifest["metadata"]["annotations"] = json!({"gpuledger.io/modelserver": "vllm", "gpuledger.io/endpoint": "e"});
         assert_eq!(target(&manifest), Ok(None));
     }
 

@@ -1032,8 +1032,11 @@ request_failure_total{model_name=\"meta/llama-3.1-8b-instruct\"} 1.0\n";
         let ttft = n.ttft.as_ref().unwrap();
         assert_eq!((ttft.sum, ttft.count, ttft.buckets.len()), (Some(0.875), Some(7.0), 2));
         // Without the success/failure counters, the per-reason finish counter gives the split.
-        let older: String = NIM.lines().filter(|l| !l.contains("request_success") && !l.contains("request_failure"))
-            .map(|l| format!("{l}\n")).collect();
+        let older: String = NIM
+            .lines()
+            .filter(|l| !l.contains("request_success") && !l.contains("request_failure"))
+            .map(|l| format!("{l}\n"))
+            .collect();
         let o = &snaps(&older)[0];
         assert_eq!((o.requests_ok, o.requests_failed), (Some(6.0), Some(1.0)));
         // --server vllm reads none of it; --server nim reads it.
@@ -1113,7 +1116,11 @@ vllm:time_to_first_token_seconds_count{model_name=\"facebook/opt-125m\"} 40.0\n"
         assert_eq!(w.counts, Counts { requests: 9, input_tokens: 2000, output_tokens: 3000 });
         assert_eq!((w.ttft_ms_sum, w.queue_depth, w.running, w.restarted), (None, Some(0.0), Some(4.0), false));
         // The received counter going down is a restart too.
-        let restarted = read(&prom::parse(&after_text.replace("tgi_request_count 24", "tgi_request_count 2")).unwrap().samples, &opts).remove(0);
+        let restarted = read(
+            &prom::parse(&after_text.replace("tgi_request_count 24", "tgi_request_count 2")).unwrap().samples,
+            &opts,
+        )
+        .remove(0);
         assert!(window_totals(&before, t0, &restarted, t1).unwrap().restarted);
     }
 
@@ -1170,7 +1177,10 @@ vllm:time_to_first_token_seconds_count{model_name=\"facebook/opt-125m\"} 40.0\n"
         assert_eq!(sum, (100, 10_000, 30_000));
         for f in &r.facts {
             let u = usage(f);
-            assert_eq!((u.endpoint.as_str(), u.model.as_str(), u.window_start, f.observed_at), ("llm-shared", QWEN, t.window_start, at));
+            assert_eq!(
+                (u.endpoint.as_str(), u.model.as_str(), u.window_start, f.observed_at),
+                ("llm-shared", QWEN, t.window_start, at)
+            );
         }
         assert_eq!(r.facts[2].event_id, format!("service-usage/llm-shared/unattributed/{QWEN}/2026-11-01T10:00:00Z"));
     }
@@ -1192,7 +1202,8 @@ vllm:time_to_first_token_seconds_count{model_name=\"facebook/opt-125m\"} 40.0\n"
         assert_eq!(exact.facts.len(), 2);
         assert_eq!(exact.unattributed, Counts::default());
         // Records naming the reserved tenant are not attributed (the server counted them already).
-        let reserved = reconcile("e", &t, &[rec("a", 6, 300, 300), rec(UNATTRIBUTED_TENANT, 4, 200, 400)], t.window_end);
+        let reserved =
+            reconcile("e", &t, &[rec("a", 6, 300, 300), rec(UNATTRIBUTED_TENANT, 4, 200, 400)], t.window_end);
         assert_eq!(reserved.facts.len(), 2);
         assert_eq!(reserved.unattributed, Counts { requests: 4, input_tokens: 200, output_tokens: 400 });
     }
