@@ -112,6 +112,7 @@ pub fn api_routes() -> Router<AppState> {
         .merge(crate::analytics::router())
         .merge(crate::policy::router())
         .merge(crate::tenancy::router())
+        .merge(crate::usage::router())
         .merge(crate::ledger::router())
         .merge(crate::close::router())
         .merge(crate::disputes::router())

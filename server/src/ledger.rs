@@ -260,9 +260,16 @@ pub async fn load_input(tx: &mut OrgTx, period: Period, policy: CostPolicy) -> R
     energy
         .sort_unstable_by(|a, b| (&a.gpu_uuid, a.start, a.end, a.joules).cmp(&(&b.gpu_uuid, b.start, b.end, b.joules)));
     let service_usage = sqlx::query_as::<_, (String, String, Uuid, i64, i64, i64)>(
+        // An endpoint's gateway usage records, when it has any this month, are its per-tenant attribution;
+        // otherwise the agents' model-server `service_usage` facts are.
         "SELECT endpoint, model, tenant_id, sum(requests)::bigint, sum(input_tokens)::bigint, sum(output_tokens)::bigint
-           FROM service_usage
-          WHERE tenant_id IS NOT NULL AND window_start >= $1 AND window_start < $2
+           FROM (SELECT endpoint, model, tenant_id, requests, input_tokens, output_tokens FROM usage_records
+                  WHERE tenant_id IS NOT NULL AND started_at >= $1 AND started_at < $2
+                 UNION ALL
+                 SELECT endpoint, model, tenant_id, requests, input_tokens, output_tokens FROM service_usage s
+                  WHERE tenant_id IS NOT NULL AND window_start >= $1 AND window_start < $2
+                    AND NOT EXISTS (SELECT 1 FROM usage_records r
+                                     WHERE r.endpoint = s.endpoint AND r.started_at >= $1 AND r.started_at < $2)) u
           GROUP BY endpoint, model, tenant_id ORDER BY endpoint, model, tenant_id",
     )
     .bind(start)

@@ -19,3 +19,4 @@ pub mod openapi;
 pub mod policy;
 pub mod portal;
 pub mod tenancy;
+pub mod usage;

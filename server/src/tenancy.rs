@@ -164,12 +164,16 @@ async fn create_tenant(
     }
     result?;
     let namespaces = crate::ingest::reapply_namespaces_naming(&mut tx, p.org, &name).await?;
-    let usage = sqlx::query("UPDATE service_usage SET tenant_id = $1 WHERE tenant_name = $2 AND tenant_id IS NULL")
-        .bind(id)
-        .bind(&name)
-        .execute(tx.conn())
-        .await?
-        .rows_affected();
+    let mut usage = 0;
+    for table in ["service_usage", "usage_records"] {
+        usage +=
+            sqlx::query(&format!("UPDATE {table} SET tenant_id = $1 WHERE tenant_name = $2 AND tenant_id IS NULL"))
+                .bind(id)
+                .bind(&name)
+                .execute(tx.conn())
+                .await?
+                .rows_affected();
+    }
     audit_by(
         &mut tx,
         &p,

@@ -1097,6 +1097,46 @@ fn cases() -> Vec<Case> {
             },
             control: None,
         },
+        // ---- gateways' usage records: naming B's tenant attributes nothing; aliases are per organization
+        Case {
+            method: "POST",
+            route: "/api/v1/usage/records",
+            who: Agents,
+            denied: Api,
+            expect: Clean(200),
+            build: |t| {
+                with_json(
+                    "/api/v1/usage/records",
+                    json!({"record_id": format!("probe-{}", Uuid::new_v4()), "endpoint": "probe", "model": "m",
+                           "tenant": t.tenant.to_string(), "started_at": "2026-09-15T11:00:00Z",
+                           "input_tokens": 1, "output_tokens": 1}),
+                )
+            },
+            control: None,
+        },
+        Case {
+            method: "GET",
+            route: "/api/v1/endpoints/{endpoint}/aliases",
+            who: Admins,
+            denied: Api,
+            expect: Clean(200),
+            build: |t| get(format!("/api/v1/endpoints/{}-llm/aliases", t.slug.trim_start_matches("org-"))),
+            control: control(AdminToken, 200, true),
+        },
+        Case {
+            method: "PUT",
+            route: "/api/v1/endpoints/{endpoint}/aliases",
+            who: Admins,
+            denied: Api,
+            expect: Status(422),
+            build: |t| {
+                with_json(
+                    format!("/api/v1/endpoints/{}-llm/aliases", t.slug.trim_start_matches("org-")),
+                    json!({"aliases": [{"kind": "team", "alias": "probe", "tenant": t.tenant.to_string()}]}),
+                )
+            },
+            control: None,
+        },
         // ---- ingest: A's agent claiming B's cluster is refused and writes nothing
         Case {
             method: "POST",
@@ -1714,6 +1754,13 @@ async fn seed_org(app: &axum::Router, db: &Database, su: &sqlx::PgPool, p: &str,
         });
     }
     ok(app, &agent, "POST", "/api/v1/ingest/batches", Some(batch(Some(cluster_name.clone()), facts)), 200).await;
+    // A gateway's usage record and the endpoint's alias that attributes it (a team → alpha).
+    let aliases = json!({"aliases": [{"kind": "team", "alias": n("alpha-team"), "tenant": n("alpha")}]});
+    ok(app, &admin, "PUT", &format!("/api/v1/endpoints/{}/aliases", n("llm")), Some(aliases), 200).await;
+    let record = json!({"record_id": n("req-1"), "endpoint": n("llm"), "model": "m", "team": n("alpha-team"),
+                        "started_at": "2026-09-15T11:00:00Z", "input_tokens": 5, "output_tokens": 7});
+    let stored = ok(app, &agent, "POST", "/api/v1/usage/records", Some(record), 200).await;
+    assert_eq!(stored["unknown"].as_array().map(Vec::len), Some(0), "{stored}");
     for period in closes {
         ok(app, &admin, "POST", &format!("/api/v1/periods/{period}/close"), None, 200).await;
     }

@@ -101,6 +101,15 @@ async fn seed(db: &Database, slug: &str) -> OrgId {
             vec![o, cluster],
         ),
         ("INSERT INTO dispute_numbers (org_id, last_number) VALUES ($1, 0)", vec![o]),
+        // Gateways' usage records and endpoint aliases (migration 9).
+        (
+            "INSERT INTO usage_records (org_id, record_id, cluster_id, endpoint, model, tenant_name, tenant_id, started_at, requests, input_tokens, output_tokens, status) VALUES ($1, 'req-1', $2, 'llm-shared', 'llama-3-8b', 'nlp', $3, '2026-01-01 10:00Z', 1, 10, 20, 'ok')",
+            vec![o, cluster, tenant],
+        ),
+        (
+            "INSERT INTO endpoint_aliases (org_id, endpoint, kind, alias, tenant_id) VALUES ($1, 'llm-shared', 'team', 'nlp-team', $2)",
+            vec![o, tenant],
+        ),
         // The ledger (migration 4).
         (
             "INSERT INTO cost_policies (org_id, version, effective_from, currency, document, created_by) VALUES ($1, 1, '2026-01-01', 'USD', '{}', 'test')",

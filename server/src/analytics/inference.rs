@@ -100,10 +100,19 @@ pub(super) async fn inference(
     .fetch_all(tx.conn())
     .await?;
     let usage: Vec<UsageRow> = sqlx::query_as(
+        // The ledger's source: an endpoint's usage records when it has any this month, else its service_usage.
         "SELECT endpoint, model, tenant_id, sum(requests)::bigint, sum(input_tokens)::bigint,
-                sum(output_tokens)::bigint, coalesce(sum(ttft_ms_sum), 0)::bigint, coalesce(sum(ttft_count), 0)::bigint
-           FROM service_usage
-          WHERE tenant_id IS NOT NULL AND window_start >= $1 AND window_start < $2
+                sum(output_tokens)::bigint, coalesce(sum(ttft_sum), 0)::bigint, coalesce(sum(ttft_count), 0)::bigint
+           FROM (SELECT endpoint, model, tenant_id, requests, input_tokens, output_tokens,
+                        ttft_ms * requests AS ttft_sum, CASE WHEN ttft_ms IS NULL THEN 0 ELSE requests END AS ttft_count
+                   FROM usage_records
+                  WHERE tenant_id IS NOT NULL AND started_at >= $1 AND started_at < $2
+                 UNION ALL
+                 SELECT endpoint, model, tenant_id, requests, input_tokens, output_tokens, ttft_ms_sum, ttft_count
+                   FROM service_usage s
+                  WHERE tenant_id IS NOT NULL AND window_start >= $1 AND window_start < $2
+                    AND NOT EXISTS (SELECT 1 FROM usage_records r
+                                     WHERE r.endpoint = s.endpoint AND r.started_at >= $1 AND r.started_at < $2)) u
           GROUP BY endpoint, model, tenant_id ORDER BY endpoint, model, tenant_id",
     )
     .bind(from)

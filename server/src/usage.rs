@@ -1,0 +1,447 @@
+//! Usage records from gateways and model servers (issue 8).
+//!
+//! `POST /api/v1/usage/records` (an agent token: the cluster the gateway runs in), `Content-Type:
+//! application/x-ndjson`, one JSON record per line — a request, or a minute's totals (`window_end` and
+//! `requests`). Idempotent by `record_id`. The tenant is the record's `tenant` if such a tenant exists, else what
+//! the endpoint's aliases map its `gateway_key` or `team` to (`PUT /api/v1/endpoints/{endpoint}/aliases`, admins);
+//! a record that resolves to nobody is kept and reported (`unknown`), never dropped, and is attributed once the
+//! tenant or alias exists. One bad line refuses the whole body (the problem names `line N: field`), so a gateway's
+//! retry after fixing it cannot half-apply.
+//!
+//! The ledger prices an endpoint's service term from these records when it has any in the month (they are the
+//! per-tenant attribution), otherwise from the agents' model-server `service_usage` facts.
+
+use std::collections::BTreeMap;
+
+use axum::{
+    Json, Router,
+    extract::{Path, State},
+    http::{HeaderMap, StatusCode},
+    routing::{post, put},
+};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use time::OffsetDateTime;
+use uuid::Uuid;
+
+use crate::{
+    app::AppState,
+    auth::{self, Capability, require},
+    error::AppError,
+    policy::{audit_by, json_body},
+};
+
+/// Routes of this module.
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/api/v1/usage/records", post(post_records))
+        .route("/api/v1/endpoints/{endpoint}/aliases", put(put_aliases).get(get_aliases))
+}
+
+/// Most records in one body.
+pub const MAX_RECORDS: usize = 10_000;
+const MAX_TEXT: usize = 200;
+
+/// One usage record as a gateway sends it.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UsageRecord {
+    /// The sender's unique ID for this record (a retry sends the same).
+    pub record_id: String,
+    /// Endpoint name (the `endpoint` attribution label of its pods).
+    pub endpoint: String,
+    /// Model.
+    pub model: String,
+    /// Model version, when the gateway knows it.
+    #[serde(default)]
+    pub model_version: Option<String>,
+    /// Tenant name.
+    #[serde(default)]
+    pub tenant: Option<String>,
+    /// The caller's gateway key (an alias of the endpoint maps it to a tenant).
+    #[serde(default)]
+    pub gateway_key: Option<String>,
+    /// The caller's team (an alias of the endpoint maps it to a tenant).
+    #[serde(default)]
+    pub team: Option<String>,
+    /// When the request started (or the aggregated window's start).
+    #[serde(with = "time::serde::rfc3339")]
+    pub started_at: OffsetDateTime,
+    /// End of a pre-aggregated window; absent for one request.
+    #[serde(default, with = "time::serde::rfc3339::option")]
+    pub window_end: Option<OffsetDateTime>,
+    /// Requests the record covers (1 for a single request).
+    #[serde(default = "one")]
+    pub requests: u64,
+    /// Input tokens.
+    pub input_tokens: u64,
+    /// Output tokens.
+    pub output_tokens: u64,
+    /// `ok`, `error` or `cancelled`.
+    #[serde(default = "ok")]
+    pub status: String,
+    /// End-to-end latency, milliseconds.
+    #[serde(default)]
+    pub latency_ms: Option<u64>,
+    /// Time to first token, milliseconds (for a window, the mean over its requests).
+    #[serde(default)]
+    pub ttft_ms: Option<u64>,
+    /// Trace ID (kept for disputes; never a metric label).
+    #[serde(default)]
+    pub trace_id: Option<String>,
+    /// The AI-agent session this request belongs to.
+    #[serde(default)]
+    pub agent_session_id: Option<String>,
+}
+
+fn one() -> u64 {
+    1
+}
+
+fn ok() -> String {
+    "ok".into()
+}
+
+/// Parses and checks an NDJSON body: every error names the line (1-based) and the field.
+pub fn parse_records(body: &[u8], now: OffsetDateTime) -> Result<Vec<UsageRecord>, AppError> {
+    let text = std::str::from_utf8(body).map_err(|e| AppError::invalid("body", format!("not UTF-8: {e}")))?;
+    let mut out = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let n = i + 1;
+        if line.trim().is_empty() {
+            continue;
+        }
+        if out.len() == MAX_RECORDS {
+            return Err(AppError::invalid("body", format!("more than {MAX_RECORDS} records; send them in parts")));
+        }
+        let de = &mut serde_json::Deserializer::from_str(line);
+        let r: UsageRecord = serde_path_to_error::deserialize(de).map_err(|e| {
+            let path = e.path().to_string();
+            let at = if path == "." { format!("line {n}") } else { format!("line {n}: {path}") };
+            AppError::invalid(at, e.inner().to_string())
+        })?;
+        check(&r, now).map_err(|(field, reason)| AppError::invalid(format!("line {n}: {field}"), reason))?;
+        out.push(r);
+    }
+    if out.is_empty() {
+        return Err(AppError::invalid("body", "no records (one JSON object per line)"));
+    }
+    Ok(out)
+}
+
+fn check(r: &UsageRecord, now: OffsetDateTime) -> Result<(), (&'static str, String)> {
+    let text = |field: &'static str, v: &str, required: bool| {
+        if (required && v.trim().is_empty()) || v.chars().count() > MAX_TEXT || v.chars().any(char::is_control) {
+            Err((field, format!("must be {}to {MAX_TEXT} printable characters", if required { "1 " } else { "up " })))
+        } else {
+            Ok(())
+        }
+    };
+    text("record_id", &r.record_id, true)?;
+    text("endpoint", &r.endpoint, true)?;
+    text("model", &r.model, true)?;
+    for (field, v) in [
+        ("model_version", &r.model_version),
+        ("tenant", &r.tenant),
+        ("gateway_key", &r.gateway_key),
+        ("team", &r.team),
+        ("trace_id", &r.trace_id),
+        ("agent_session_id", &r.agent_session_id),
+    ] {
+        if let Some(v) = v {
+            text(field, v, true)?;
+        }
+    }
+    if r.tenant.is_none() && r.gateway_key.is_none() && r.team.is_none() {
+        return Err(("tenant", "one of tenant, gateway_key or team is required".into()));
+    }
+    if !["ok", "error", "cancelled"].contains(&r.status.as_str()) {
+        return Err(("status", format!("{:?} is not ok, error or cancelled", r.status)));
+    }
+    if r.requests == 0 {
+        return Err(("requests", "must be at least 1".into()));
+    }
+    if r.requests > 1 && r.window_end.is_none() {
+        return Err(("window_end", "required when a record covers more than one request".into()));
+    }
+    if let Some(end) = r.window_end
+        && end <= r.started_at
+    {
+        return Err(("window_end", "must be after started_at".into()));
+    }
+    // A little clock skew is tolerated; a record from the future is not.
+    if r.started_at > now + time::Duration::minutes(5) {
+        return Err(("started_at", "is in the future".into()));
+    }
+    for (field, v) in [
+        ("requests", Some(r.requests)),
+        ("input_tokens", Some(r.input_tokens)),
+        ("output_tokens", Some(r.output_tokens)),
+        ("latency_ms", r.latency_ms),
+        ("ttft_ms", r.ttft_ms),
+    ] {
+        if v.is_some_and(|v| i64::try_from(v).is_err()) {
+            return Err((field, format!("is larger than {}", i64::MAX)));
+        }
+    }
+    Ok(())
+}
+
+fn big(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+async fn post_records(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Result<Json<Value>, AppError> {
+    let principal = auth::authenticate(&state.db, &headers).await?;
+    let Some(cluster) = principal.agent_cluster() else {
+        return Err(AppError::Forbidden("usage records are sent with an agent token (the gateway's cluster)".into()));
+    };
+    let records = parse_records(&body, OffsetDateTime::now_utc())?;
+    let mut tx = principal.begin(&state.db).await?;
+    let n = records.len();
+    let mut cols: BTreeMap<&str, Vec<Option<String>>> = BTreeMap::new();
+    let mut ints: BTreeMap<&str, Vec<Option<i64>>> = BTreeMap::new();
+    let mut starts = Vec::with_capacity(n);
+    let mut ends = Vec::with_capacity(n);
+    for r in &records {
+        for (k, v) in [
+            ("record_id", Some(r.record_id.clone())),
+            ("endpoint", Some(r.endpoint.clone())),
+            ("model", Some(r.model.clone())),
+            ("model_version", r.model_version.clone()),
+            ("tenant", r.tenant.clone()),
+            ("gateway_key", r.gateway_key.clone()),
+            ("team", r.team.clone()),
+            ("status", Some(r.status.clone())),
+            ("trace_id", r.trace_id.clone()),
+            ("agent_session_id", r.agent_session_id.clone()),
+        ] {
+            cols.entry(k).or_default().push(v);
+        }
+        for (k, v) in [
+            ("requests", Some(r.requests)),
+            ("input_tokens", Some(r.input_tokens)),
+            ("output_tokens", Some(r.output_tokens)),
+            ("latency_ms", r.latency_ms),
+            ("ttft_ms", r.ttft_ms),
+        ] {
+            ints.entry(k).or_default().push(v.map(big));
+        }
+        starts.push(r.started_at);
+        ends.push(r.window_end);
+    }
+    let col = |k: &str| cols.get(k).cloned().unwrap_or_default();
+    let int = |k: &str| ints.get(k).cloned().unwrap_or_default();
+    // The tenant: by name, else by the endpoint's gateway-key alias, else by its team alias.
+    let inserted: Vec<(String, Option<Uuid>)> = sqlx::query_as(
+        "INSERT INTO usage_records (org_id, record_id, cluster_id, endpoint, model, model_version, tenant_name,
+                gateway_key, team, tenant_id, started_at, window_end, requests, input_tokens, output_tokens, status,
+                latency_ms, ttft_ms, trace_id, agent_session_id)
+         SELECT $1, r.record_id, $2, r.endpoint, r.model, r.model_version, r.tenant, r.gateway_key, r.team,
+                COALESCE(
+                    (SELECT t.tenant_id FROM tenants t WHERE t.name = r.tenant),
+                    (SELECT a.tenant_id FROM endpoint_aliases a
+                      WHERE a.endpoint = r.endpoint AND a.kind = 'gateway_key' AND a.alias = r.gateway_key),
+                    (SELECT a.tenant_id FROM endpoint_aliases a
+                      WHERE a.endpoint = r.endpoint AND a.kind = 'team' AND a.alias = r.team)),
+                r.started_at, r.window_end, r.requests, r.input_tokens, r.output_tokens, r.status, r.latency_ms,
+                r.ttft_ms, r.trace_id, r.agent_session_id
+           FROM unnest($3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[], $9::text[],
+                       $10::timestamptz[], $11::timestamptz[], $12::int8[], $13::int8[], $14::int8[], $15::text[],
+                       $16::int8[], $17::int8[], $18::text[], $19::text[])
+             AS r(record_id, endpoint, model, model_version, tenant, gateway_key, team, started_at, window_end,
+                  requests, input_tokens, output_tokens, status, latency_ms, ttft_ms, trace_id, agent_session_id)
+         ON CONFLICT (org_id, record_id) DO NOTHING
+         RETURNING record_id, tenant_id",
+    )
+    .bind(principal.org.as_uuid())
+    .bind(cluster.as_uuid())
+    .bind(col("record_id"))
+    .bind(col("endpoint"))
+    .bind(col("model"))
+    .bind(col("model_version"))
+    .bind(col("tenant"))
+    .bind(col("gateway_key"))
+    .bind(col("team"))
+    .bind(&starts)
+    .bind(&ends)
+    .bind(int("requests"))
+    .bind(int("input_tokens"))
+    .bind(int("output_tokens"))
+    .bind(col("status"))
+    .bind(int("latency_ms"))
+    .bind(int("ttft_ms"))
+    .bind(col("trace_id"))
+    .bind(col("agent_session_id"))
+    .fetch_all(tx.conn())
+    .await?;
+    tx.commit().await?;
+    let unknown: Vec<Value> = {
+        let new_unknown: std::collections::HashSet<&str> =
+            inserted.iter().filter(|(_, t)| t.is_none()).map(|(id, _)| id.as_str()).collect();
+        records
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| new_unknown.contains(r.record_id.as_str()))
+            .map(|(i, r)| {
+                // The line and record ID only: the sender has the rest (and echoing names helps nobody).
+                json!({"line": i + 1, "record_id": r.record_id,
+                       "reason": "no such tenant, and no alias of this endpoint maps its gateway_key or team"})
+            })
+            .collect()
+    };
+    Ok(Json(json!({
+        "received": n,
+        "stored": inserted.len(),
+        "duplicates": n - inserted.len(),
+        "unknown": unknown,
+    })))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AliasesBody {
+    aliases: Vec<AliasEntry>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AliasEntry {
+    /// `gateway_key` or `team`.
+    kind: String,
+    alias: String,
+    /// Tenant name or ID.
+    tenant: String,
+}
+
+async fn get_aliases(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(endpoint): Path<String>,
+) -> Result<Json<Value>, AppError> {
+    let p = require(&state.db, &headers, Capability::Administer).await?;
+    let mut tx = p.begin(&state.db).await?;
+    let rows: Vec<(String, String, String)> = sqlx::query_as(
+        "SELECT a.kind, a.alias, t.name FROM endpoint_aliases a JOIN tenants t USING (org_id, tenant_id)
+          WHERE a.endpoint = $1 ORDER BY a.kind, a.alias",
+    )
+    .bind(&endpoint)
+    .fetch_all(tx.conn())
+    .await?;
+    tx.commit().await?;
+    let items: Vec<Value> = rows.into_iter().map(|(k, a, t)| json!({"kind": k, "alias": a, "tenant": t})).collect();
+    Ok(Json(json!({ "endpoint": endpoint, "aliases": items })))
+}
+
+/// Replaces an endpoint's aliases; records kept without a tenant that the new aliases resolve are attributed.
+async fn put_aliases(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(endpoint): Path<String>,
+    body: axum::body::Bytes,
+) -> Result<(StatusCode, Json<Value>), AppError> {
+    let p = require(&state.db, &headers, Capability::Administer).await?;
+    let body: AliasesBody = json_body(&body)?;
+    let endpoint = endpoint.trim().to_string();
+    if endpoint.is_empty() || endpoint.chars().count() > MAX_TEXT {
+        return Err(AppError::invalid("endpoint", format!("must be 1 to {MAX_TEXT} characters")));
+    }
+    let mut tx = p.begin(&state.db).await?;
+    sqlx::query("DELETE FROM endpoint_aliases WHERE endpoint = $1").bind(&endpoint).execute(tx.conn()).await?;
+    for (i, a) in body.aliases.iter().enumerate() {
+        if !["gateway_key", "team"].contains(&a.kind.as_str()) {
+            return Err(AppError::invalid(format!("aliases[{i}].kind"), "must be gateway_key or team"));
+        }
+        if a.alias.trim().is_empty() || a.alias.chars().count() > MAX_TEXT {
+            return Err(AppError::invalid(
+                format!("aliases[{i}].alias"),
+                format!("must be 1 to {MAX_TEXT} characters"),
+            ));
+        }
+        let tenant: Option<Uuid> =
+            sqlx::query_scalar("SELECT tenant_id FROM tenants WHERE name = $1 OR tenant_id::text = $1")
+                .bind(a.tenant.trim())
+                .fetch_optional(tx.conn())
+                .await?;
+        let Some(tenant) = tenant else {
+            return Err(AppError::invalid(format!("aliases[{i}].tenant"), format!("no tenant {:?}", a.tenant)));
+        };
+        let result = sqlx::query(
+            "INSERT INTO endpoint_aliases (org_id, endpoint, kind, alias, tenant_id) VALUES ($1, $2, $3, $4, $5)",
+        )
+        .bind(p.org.as_uuid())
+        .bind(&endpoint)
+        .bind(&a.kind)
+        .bind(a.alias.trim())
+        .bind(tenant)
+        .execute(tx.conn())
+        .await;
+        if let Err(sqlx::Error::Database(e)) = &result
+            && e.code().as_deref() == Some("23505")
+        {
+            return Err(AppError::invalid(format!("aliases[{i}].alias"), "given twice"));
+        }
+        result?;
+    }
+    let attributed = sqlx::query(
+        "UPDATE usage_records r SET tenant_id = a.tenant_id
+           FROM endpoint_aliases a
+          WHERE r.tenant_id IS NULL AND r.endpoint = $1 AND a.endpoint = r.endpoint
+            AND ((a.kind = 'gateway_key' AND a.alias = r.gateway_key) OR (a.kind = 'team' AND a.alias = r.team))",
+    )
+    .bind(&endpoint)
+    .execute(tx.conn())
+    .await?
+    .rows_affected();
+    audit_by(
+        &mut tx,
+        &p,
+        "endpoint.aliases",
+        &format!("endpoint:{endpoint}"),
+        "",
+        json!({ "aliases": body.aliases.len(), "attributed": attributed }),
+    )
+    .await?;
+    tx.commit().await?;
+    Ok((StatusCode::OK, Json(json!({ "endpoint": endpoint, "aliases": body.aliases.len(), "attributed": attributed }))))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use time::macros::datetime;
+
+    const NOW: OffsetDateTime = datetime!(2026-11-29 12:00 UTC);
+
+    fn field(body: &str) -> String {
+        match parse_records(body.as_bytes(), NOW).unwrap_err() {
+            AppError::Invalid { field, .. } => field,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn records_parse_with_defaults_and_every_refusal_names_line_and_field() {
+        let ok = r#"{"record_id":"r1","endpoint":"llm","model":"m","tenant":"nlp","started_at":"2026-11-29T10:00:00Z","input_tokens":10,"output_tokens":20}"#;
+        let rs = parse_records(format!("{ok}\n\n").as_bytes(), NOW).unwrap();
+        assert_eq!((rs[0].requests, rs[0].status.as_str(), rs[0].window_end), (1, "ok", None));
+        let line2 = |s: &str| format!("{ok}\n{s}");
+        assert_eq!(field(&line2(&ok.replace(r#""tenant":"nlp","#, ""))), "line 2: tenant");
+        assert_eq!(field(&line2(&ok.replace(r#""input_tokens":10"#, r#""input_tokens":-1"#))), "line 2: input_tokens");
+        assert_eq!(field(&line2(&ok.replace("}", r#","requests":5}"#))), "line 2: window_end");
+        assert_eq!(field(&line2(&ok.replace("}", r#","status":"meh"}"#))), "line 2: status");
+        assert_eq!(field(&line2(&ok.replace("2026-11-29T10", "2026-12-29T10"))), "line 2: started_at");
+        assert_eq!(field(&line2(&ok.replace("}", r#","colour":"red"}"#))), "line 2: colour");
+        assert_eq!(field(&line2("not json")), "line 2");
+        assert_eq!(field(&line2(&ok.replace(r#""record_id":"r1""#, r#""record_id":"""#))), "line 2: record_id");
+        assert_eq!(field(""), "body");
+        let window = ok.replace("}", r#","requests":5,"window_end":"2026-11-29T10:01:00Z","ttft_ms":120}"#);
+        let rs = parse_records(window.as_bytes(), NOW).unwrap();
+        assert_eq!((rs[0].requests, rs[0].ttft_ms), (5, Some(120)));
+    }
+}
