@@ -263,6 +263,27 @@ fn tenancy_paths() -> Vec<(String, Value)> {
             json!({
             "post": write("A declared time-slicing policy: {cluster, name, replicas, valid_from}. Admin or finance")}),
         ),
+        (
+            "/api/v1/usage/records".into(),
+            json!({"post": {
+                "summary": "Gateways' usage records, NDJSON (one request or a minute's totals per line): record_id, \
+                            endpoint, model, model_version?, tenant | gateway_key | team, started_at, window_end?, \
+                            requests?, input_tokens, output_tokens, status?, latency_ms?, ttft_ms?, trace_id?, \
+                            agent_session_id?. Idempotent by record_id; unknown callers kept and reported. Agent token",
+                "security": [{"token": []}],
+                "responses": {"200": {"description": "{received, stored, duplicates, unknown}"},
+                              "401": problem(), "403": problem(), "422": problem()}}}),
+        ),
+        (
+            "/api/v1/endpoints/{endpoint}/aliases".into(),
+            json!({
+                "get": read("An endpoint's gateway-key and team aliases. Admins"),
+                "put": {"summary": "Replace an endpoint's aliases: {aliases: [{kind: gateway_key|team, alias, tenant}]}; \
+                                    records kept without a tenant that they resolve are attributed. Admins",
+                        "security": [{"token": []}],
+                        "responses": {"200": {"description": "{endpoint, aliases, attributed}"}, "401": problem(),
+                                      "403": problem(), "422": problem()}}}),
+        ),
     ]
 }
 
