@@ -264,6 +264,12 @@ fn tenancy_paths() -> Vec<(String, Value)> {
             "post": write("A declared time-slicing policy: {cluster, name, replicas, valid_from}. Admin or finance")}),
         ),
         (
+            "/api/v1/analytics/sessions".into(),
+            json!({"get": read("Showback by AI-agent session within a tenant: ?period=YYYY-MM&tenant=UUID; requests, \
+                                tokens, mean TTFT, GPU-hours of session-labelled pods, and a cost modeled from the \
+                                tenant's ledger lines (analytics)")}),
+        ),
+        (
             "/api/v1/usage/records".into(),
             json!({"post": {
                 "summary": "Gateways' usage records, NDJSON (one request or a minute's totals per line): record_id, \

@@ -1097,6 +1097,15 @@ fn cases() -> Vec<Case> {
             },
             control: None,
         },
+        Case {
+            method: "GET",
+            route: "/api/v1/analytics/sessions",
+            who: Readers,
+            denied: Api,
+            expect: Status(422),
+            build: |t| get(format!("/api/v1/analytics/sessions?period={CLOSED}&tenant={}", t.tenant)),
+            control: control(AdminToken, 200, true),
+        },
         // ---- gateways' usage records: naming B's tenant attributes nothing; aliases are per organization
         Case {
             method: "POST",

@@ -237,3 +237,119 @@ async fn three_tenants_share_an_endpoint_and_their_service_lines_add_up_to_its_c
     assert_eq!((nlp["requests"].as_u64(), nlp["mean_ttft_ms"].as_str()), (Some(4), Some("200")), "{nlp}");
     assert_eq!(eff["endpoints"][0]["gpu_hours"], "10.000", "{eff}");
 }
+
+/// Showback by AI-agent session: sess-a made 600,000 weighted tokens and ran a 1-GPU pod for 2 hours, sess-b
+/// 400,000 tokens; the tenant's service line (1,000,000 tokens at 10.00 per million) and borrowed line (2 GPU-h at
+/// 3.50) are apportioned: sess-a 6.00 + 7.00 = 13.00, sess-b 4.00.
+#[tokio::test]
+async fn agent_sessions_get_their_share_of_the_tenants_lines() {
+    let env = env().await;
+    let ok = async |method: &str, uri: &str, body: Value, want: StatusCode| {
+        let (status, v) = call(&env, &env.admin, method, uri, body.to_string()).await;
+        assert_eq!(status, want, "{method} {uri}: {v}");
+        v
+    };
+    ok("POST", "/api/v1/departments", json!({"name": "Research"}), StatusCode::CREATED).await;
+    let nlp =
+        ok("POST", "/api/v1/tenants", json!({"name": "nlp", "department": "Research"}), StatusCode::CREATED).await;
+    let nlp = nlp["tenant_id"].as_str().unwrap().to_string();
+    ok(
+        "POST",
+        "/api/v1/inventory/models",
+        json!({"model": H100, "gpu_class": "H100-80GB", "valid_from": "2026-01-01T00:00:00Z"}),
+        StatusCode::CREATED,
+    )
+    .await;
+    let policy = json!({"effective_from": "2026-10", "policy": {"currency": "USD",
+        "classes": [{"gpu_class": "H100-80GB", "guaranteed": "2.50", "borrowed": "3.50"}],
+        "services": [{"endpoint": "llm-shared", "per_million_weighted_tokens": "10.00"}]}});
+    ok("POST", "/api/v1/policies", policy, StatusCode::CREATED).await;
+    ok("POST", "/api/v1/policies/1/approve", json!({"reason": "test"}), StatusCode::OK).await;
+
+    let ns = Uuid::new_v4();
+    let t0 = datetime!(2026-10-12 09:00 UTC);
+    let allocation_id = "agent-step-1/main/nvidia.com/gpu".to_string();
+    let facts = vec![
+        Fact {
+            event_id: event_id("namespace", &[&ns.to_string()]),
+            observed_at: t0,
+            body: FactBody::NamespaceObserved(NamespaceFact {
+                namespace_uid: ns,
+                name: "nlp-agents".into(),
+                created_at: datetime!(2026-09-01 00:00 UTC),
+                deleted_at: None,
+                labels: AttributionLabels { tenant: Some("nlp".into()), ..Default::default() },
+                labels_since: datetime!(2026-09-01 00:00 UTC),
+            }),
+        },
+        Fact {
+            event_id: event_id("alloc-start", &[&allocation_id]),
+            observed_at: t0,
+            body: FactBody::AllocationStarted(AllocationStart {
+                allocation_id: allocation_id.clone(),
+                holder: Holder::Pod,
+                holder_uid: Uuid::new_v4(),
+                holder_name: "agent-step-1".into(),
+                namespace: "nlp-agents".into(),
+                namespace_uid: Some(ns),
+                container: Some("main".into()),
+                node: Some("node-1".into()),
+                resource: "nvidia.com/gpu".into(),
+                units: 1,
+                mode: SharingMode::Exclusive,
+                gpu_model: Some(H100.into()),
+                device_ids: vec![],
+                started_at: t0,
+                labels: AttributionLabels { agent_session: Some("sess-a".into()), ..Default::default() },
+            }),
+        },
+        Fact {
+            event_id: event_id("alloc-end", &[&allocation_id]),
+            observed_at: t0 + Duration::hours(2),
+            body: FactBody::AllocationEnded(AllocationEnd {
+                allocation_id,
+                ended_at: t0 + Duration::hours(2),
+                reason: EndReason::Finished,
+            }),
+        },
+    ];
+    let batch = Batch {
+        wire_version: WIRE_VERSION,
+        agent: AgentInfo { version: "test".into(), mode: "cluster".into(), node: None, spool: None },
+        cluster: None,
+        facts,
+    };
+    let (status, ack) =
+        call(&env, &env.agent, "POST", "/api/v1/ingest/batches", serde_json::to_string(&batch).unwrap()).await;
+    assert_eq!(status, StatusCode::OK, "{ack}");
+    let rec = |id: &str, session: &str, input: u64, output: u64| {
+        json!({"record_id": id, "endpoint": "llm-shared", "model": "m", "tenant": "nlp",
+               "started_at": "2026-10-12T10:00:00Z", "input_tokens": input, "output_tokens": output,
+               "ttft_ms": 150, "agent_session_id": session})
+        .to_string()
+    };
+    let body = [
+        rec("a1", "sess-a", 100_000, 200_000),
+        rec("a2", "sess-a", 100_000, 200_000),
+        rec("b1", "sess-b", 200_000, 200_000),
+    ];
+    let (status, v) = call(&env, &env.agent, "POST", "/api/v1/usage/records", body.join("\n")).await;
+    assert_eq!(status, StatusCode::OK, "{v}");
+
+    let r = ok("GET", &format!("/api/v1/analytics/sessions?period=2026-10&tenant={nlp}"), Value::Null, StatusCode::OK)
+        .await;
+    let sessions = r["sessions"].as_array().unwrap();
+    let figures = |s: &Value| {
+        ["session", "gpu_hours", "cost", "mean_ttft_ms"].map(|k| s[k].as_str().unwrap_or("null").to_string())
+    };
+    assert_eq!(figures(&sessions[0]), ["sess-a", "2.000", "13.00", "150"].map(String::from), "{r:#}");
+    assert_eq!(figures(&sessions[1]), ["sess-b", "0.000", "4.00", "150"].map(String::from), "{r:#}");
+    assert_eq!((sessions[0]["requests"].as_u64(), sessions[0]["allocations"].as_u64()), (Some(2), Some(1)));
+    assert_eq!(r["currency"], "USD");
+    // Refusals name the field.
+    for q in ["period=2026-10", "period=2026-10&tenant=nope", &format!("period=2026-10&tenant={}", Uuid::new_v4())] {
+        let (status, p) =
+            call(&env, &env.admin, "GET", &format!("/api/v1/analytics/sessions?{q}"), String::new()).await;
+        assert_eq!((status, p["field"].as_str()), (StatusCode::UNPROCESSABLE_ENTITY, Some("tenant")), "{q}: {p}");
+    }
+}

@@ -42,6 +42,7 @@ use uuid::Uuid;
 use crate::{app::AppState, auth::Visible, db::OrgTx, error::AppError, policy::reader};
 
 mod inference;
+mod sessions;
 
 /// Decimal places of the hour figures in the answer.
 const HOURS_SCALE: u32 = 6;
@@ -55,6 +56,7 @@ pub fn router() -> Router<AppState> {
     Router::new()
         .route("/api/v1/analytics/utilization", get(utilization))
         .route("/api/v1/analytics/inference", get(inference::inference))
+        .route("/api/v1/analytics/sessions", get(sessions::sessions))
 }
 
 /// The query, validated.

@@ -1,0 +1,247 @@
+//! `GET /api/v1/analytics/sessions?period=YYYY-MM&tenant=UUID`: showback by AI-agent session within a tenant, so
+//! short-lived agent workloads stay attributable. A session is named by the `agent_session_id` of gateway usage
+//! records and by the agent-session attribution label of pods (`gpuledger.io/agent-session` by default).
+//!
+//! Per session: requests, tokens and mean TTFT from the records; GPU-hours of the labelled allocations (split
+//! where their namespace changed owner; only the tenant's pieces, clipped to the month and to now); and a cost that
+//! is **modeled** from the tenant's own ledger lines of the month — its service line on each endpoint in
+//! proportion to the session's weighted tokens, and its guaranteed + borrowed lines per GPU class at their average
+//! rate (amount ÷ GPU-hours) for the session's GPU-hours. Energy, overhead and credits are not apportioned.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use axum::{
+    Json,
+    extract::{Query, State, rejection::QueryRejection},
+    http::HeaderMap,
+};
+use gpuledger_core::{Fraction, NANOS_PER_HOUR, ledger::Term};
+use serde_json::{Value, json};
+use time::OffsetDateTime;
+use uuid::Uuid;
+
+use super::{internal, rfc3339, split_by_owner};
+use crate::{app::AppState, auth::Visible, error::AppError, policy::reader};
+
+#[derive(Default)]
+struct Session {
+    requests: u64,
+    input: u64,
+    output: u64,
+    ttft_sum: u64,
+    ttft_count: u64,
+    /// endpoint → weighted tokens (policy weights).
+    weighted: BTreeMap<String, Fraction>,
+    /// GPU class → GPU-nanoseconds.
+    gpu_nanos: BTreeMap<String, Fraction>,
+    allocations: u64,
+}
+
+fn frac(d: &gpuledger_core::decimal::Decimal) -> Result<Fraction, AppError> {
+    d.to_string().parse::<Fraction>().map_err(internal)
+}
+
+fn dec(f: &Fraction, scale: u32) -> Result<String, AppError> {
+    f.to_decimal_string(scale).map_err(internal)
+}
+
+type RecordRow = (String, String, String, i64, i64, i64, Option<i64>);
+type AllocRow = (String, Option<Uuid>, i64, i64, Option<String>, OffsetDateTime, Option<OffsetDateTime>);
+
+pub(super) async fn sessions(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    query: Result<Query<Vec<(String, String)>>, QueryRejection>,
+) -> Result<Json<Value>, AppError> {
+    let principal = reader(&state, &headers).await?;
+    let Query(pairs) = query.map_err(|e| AppError::invalid("query", e.body_text()))?;
+    let mut seen = BTreeSet::new();
+    for (key, _) in &pairs {
+        if !["period", "tenant"].contains(&key.as_str()) {
+            return Err(AppError::invalid(key.clone(), "unknown parameter"));
+        }
+        if !seen.insert(key.as_str()) {
+            return Err(AppError::invalid(key.clone(), "given more than once"));
+        }
+    }
+    let get = |name: &str| pairs.iter().find(|(k, _)| k == name).map(|(_, v)| v.trim());
+    let period = crate::policy::parse_period("period", get("period").unwrap_or_default())?;
+    let tenant = get("tenant")
+        .ok_or_else(|| AppError::invalid("tenant", "required (a tenant ID)"))
+        .and_then(|t| Uuid::parse_str(t).map_err(|e| AppError::invalid("tenant", e.to_string())))?;
+    let month = period.interval().map_err(|e| AppError::invalid("period", e.to_string()))?;
+    let (from, to) = (month.start(), month.end().min(OffsetDateTime::now_utc()).max(month.start()));
+    let visible = principal.visible(&state.db).await?;
+    let not_found = || AppError::invalid("tenant", format!("no tenant {tenant} in this organization"));
+    if !Visible::tenant(&visible, Some(tenant)) {
+        return Err(not_found());
+    }
+    let mut tx = state.db.begin_org(principal.org).await?;
+    let name: Option<String> = sqlx::query_scalar("SELECT name FROM tenants WHERE tenant_id = $1")
+        .bind(tenant)
+        .fetch_optional(tx.conn())
+        .await?;
+    let Some(name) = name else { return Err(not_found()) };
+    let records: Vec<RecordRow> = sqlx::query_as(
+        "SELECT agent_session_id, endpoint, model, requests, input_tokens, output_tokens, ttft_ms
+           FROM usage_records
+          WHERE tenant_id = $1 AND agent_session_id IS NOT NULL AND started_at >= $2 AND started_at < $3",
+    )
+    .bind(tenant)
+    .bind(from)
+    .bind(month.end())
+    .fetch_all(tx.conn())
+    .await?;
+    let allocations: Vec<AllocRow> = sqlx::query_as(
+        "SELECT labels->>'agent_session', namespace_uid, fraction_num, fraction_den, gpu_class, started_at, ended_at
+           FROM allocation_intervals
+          WHERE labels->>'agent_session' IS NOT NULL AND fraction_num IS NOT NULL AND fraction_den IS NOT NULL
+            AND started_at < $2 AND (ended_at IS NULL OR ended_at > $1)",
+    )
+    .bind(from)
+    .bind(to)
+    .fetch_all(tx.conn())
+    .await?;
+    let namespaces: Vec<Uuid> = allocations.iter().filter_map(|a| a.1).collect::<BTreeSet<_>>().into_iter().collect();
+    let ownership: Vec<(Uuid, OffsetDateTime, Option<OffsetDateTime>, Uuid)> = sqlx::query_as(
+        "SELECT namespace_uid, valid_from, valid_to, tenant_id FROM namespace_ownership
+          WHERE namespace_uid = ANY($1) ORDER BY namespace_uid, valid_from",
+    )
+    .bind(&namespaces)
+    .fetch_all(tx.conn())
+    .await?;
+    // The tenant's lines of the month, and the policy's token weights, as the ledger has them.
+    let (lines, policy) = if crate::ledger::period_state(&mut tx, period).await? == "closed" {
+        let b = crate::close::stored_bundle(&mut tx, period)
+            .await?
+            .ok_or_else(|| AppError::Internal("closed period without bundle".into()))?;
+        (b.lines, Some(b.inputs.policy))
+    } else {
+        match crate::close::preview(&mut tx, period).await {
+            Ok(p) => (p.ledger.lines, Some(p.input.policy)),
+            // No approved policy yet: work and hours, no cost.
+            Err(AppError::Conflict(_)) => (Vec::new(), None),
+            Err(e) => return Err(e),
+        }
+    };
+    tx.commit().await?;
+
+    let mut owners: BTreeMap<Uuid, Vec<(OffsetDateTime, Option<OffsetDateTime>, Uuid)>> = BTreeMap::new();
+    for (ns, vf, vt, t) in ownership {
+        owners.entry(ns).or_default().push((vf, vt, t));
+    }
+    let mut by: BTreeMap<String, Session> = BTreeMap::new();
+    for (session, endpoint, model, r, i, o, ttft) in records {
+        let s = by.entry(session).or_default();
+        let count = |v: i64| u64::try_from(v).unwrap_or(0);
+        s.requests += count(r);
+        s.input += count(i);
+        s.output += count(o);
+        if let Some(t) = ttft {
+            s.ttft_sum += count(t).saturating_mul(count(r));
+            s.ttft_count += count(r);
+        }
+        let (wi, wo) = policy.as_ref().map_or((Fraction::ONE, Fraction::ONE), |p| p.token_weight(&model));
+        let w = wi
+            .checked_mul_int(i128::from(i))
+            .and_then(|a| wo.checked_mul_int(i128::from(o)).and_then(|b| a.checked_add(b)))
+            .map_err(internal)?;
+        let e = s.weighted.entry(endpoint).or_insert(Fraction::ZERO);
+        *e = e.checked_add(w).map_err(internal)?;
+    }
+    let none = Vec::new();
+    for (session, ns, num, den, class, start, end) in allocations {
+        let (s0, e0) = (start.max(from), end.map_or(to, |e| e.min(to)));
+        if s0 >= e0 {
+            continue;
+        }
+        let fraction = Fraction::new(i128::from(num), i128::from(den)).map_err(internal)?;
+        let ns_owners = ns.and_then(|n| owners.get(&n)).unwrap_or(&none);
+        let mut counted = false;
+        for (ps, pe, t) in split_by_owner(s0, e0, ns_owners) {
+            if t.map(|t| t.as_uuid()) != Some(tenant) {
+                continue;
+            }
+            let nanos = fraction.checked_mul_int((pe - ps).whole_nanoseconds()).map_err(internal)?;
+            let s = by.entry(session.clone()).or_default();
+            let c = s.gpu_nanos.entry(class.clone().unwrap_or_default()).or_insert(Fraction::ZERO);
+            *c = c.checked_add(nanos).map_err(internal)?;
+            counted = true;
+        }
+        if counted {
+            by.entry(session).or_default().allocations += 1;
+        }
+    }
+
+    // The tenant's average GPU rate per class, and its service amount per weighted token per endpoint.
+    let mut class_amount: BTreeMap<String, (Fraction, Fraction)> = BTreeMap::new();
+    let mut service: BTreeMap<String, (Fraction, Fraction)> = BTreeMap::new();
+    let mut currency = String::new();
+    for l in lines.iter().filter(|l| l.tenant_id.map(|t| t.as_uuid()) == Some(tenant) && l.corrects.is_none()) {
+        currency.clone_from(&l.currency);
+        match l.term {
+            Term::Guaranteed | Term::Borrowed => {
+                let e = class_amount.entry(l.gpu_class.clone()).or_insert((Fraction::ZERO, Fraction::ZERO));
+                e.0 = e.0.checked_add(frac(&l.amount)?).map_err(internal)?;
+                e.1 = e.1.checked_add(frac(&l.quantity)?).map_err(internal)?;
+            }
+            Term::Service => {
+                let endpoint = l.line_id.rsplit('/').next().unwrap_or_default().to_string();
+                let million = Fraction::from_integer(1_000_000).map_err(internal)?;
+                let tokens = frac(&l.quantity)?.checked_mul(million).map_err(internal)?;
+                service.insert(endpoint, (frac(&l.amount)?, tokens));
+            }
+            _ => {}
+        }
+    }
+    let hour = Fraction::from_integer(NANOS_PER_HOUR).map_err(internal)?;
+    let mut rows = Vec::new();
+    for (session, s) in &by {
+        let mut hours = Fraction::ZERO;
+        let mut cost = Fraction::ZERO;
+        for (class, nanos) in &s.gpu_nanos {
+            let h = nanos.checked_div(hour).map_err(internal)?;
+            hours = hours.checked_add(h).map_err(internal)?;
+            if let Some((amount, qty)) = class_amount.get(class).filter(|(_, q)| !q.is_zero()) {
+                let rate = amount.checked_div(*qty).map_err(internal)?;
+                cost = cost.checked_add(h.checked_mul(rate).map_err(internal)?).map_err(internal)?;
+            }
+        }
+        for (endpoint, w) in &s.weighted {
+            if let Some((amount, tokens)) = service.get(endpoint).filter(|(_, t)| !t.is_zero()) {
+                let share = w.checked_div(*tokens).map_err(internal)?;
+                cost = cost.checked_add(amount.checked_mul(share).map_err(internal)?).map_err(internal)?;
+            }
+        }
+        let mean_ttft = (s.ttft_count > 0)
+            .then(|| Fraction::new(i128::from(s.ttft_sum), i128::from(s.ttft_count)))
+            .transpose()
+            .map_err(internal)?;
+        rows.push((
+            cost,
+            json!({
+                "session": session,
+                "requests": s.requests,
+                "input_tokens": s.input,
+                "output_tokens": s.output,
+                "mean_ttft_ms": mean_ttft.map(|m| dec(&m, 0)).transpose()?,
+                "allocations": s.allocations,
+                "gpu_hours": dec(&hours, 3)?,
+                "cost": if lines.is_empty() { Value::Null } else { Value::String(dec(&cost, 2)?) },
+                "confidence": "modeled",
+            }),
+        ));
+    }
+    rows.sort_by(|a, b| b.0.cmp(&a.0));
+    Ok(Json(json!({
+        "period": period.to_string(),
+        "from": rfc3339(from)?,
+        "to": rfc3339(to)?,
+        "tenant_id": tenant,
+        "tenant_name": name,
+        "currency": currency,
+        "basis": "modeled from the tenant's ledger lines: service by weighted tokens, GPU-hours at the tenant's \
+                  average guaranteed+borrowed rate per class; energy, overhead and credits not apportioned",
+        "sessions": rows.into_iter().map(|(_, v)| v).collect::<Vec<_>>(),
+    })))
+}
