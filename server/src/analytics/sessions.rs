@@ -232,7 +232,7 @@ pub(super) async fn sessions(
             }),
         ));
     }
-    rows.sort_by(|a, b| b.0.cmp(&a.0));
+    rows.sort_by_key(|r| std::cmp::Reverse(r.0));
     Ok(Json(json!({
         "period": period.to_string(),
         "from": rfc3339(from)?,
