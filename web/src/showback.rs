@@ -378,6 +378,7 @@ struct TenantView {
     sort: String,
     can_dispute: bool,
     csrf: String,
+    sessions: Vec<Value>,
 }
 
 /// `/tenants/:id`: a tenant's lines with their explanations, and the allocations behind them.
@@ -416,6 +417,11 @@ pub fn TenantPage() -> impl IntoView {
             evidence_url.push_str(&format!("&gpu_class={}", q(&class)));
         }
         let evidence = if lines.is_empty() { Value::Null } else { api_get(evidence_url).await.map_err(Some)? };
+        // Agent sessions are analytics: a failure leaves the table out rather than the page.
+        let sessions = api_get(format!("/api/v1/analytics/sessions?period={}&tenant={}", q(&period), q(&id)))
+            .await
+            .map(|v| v["sessions"].as_array().cloned().unwrap_or_default())
+            .unwrap_or_default();
         let can_dispute = session.roles.iter().any(|r| r == "department_manager" || r == "finance" || r == "admin")
             && s(&ledger, "state") == "closed";
         Ok(TenantView {
@@ -431,6 +437,7 @@ pub fn TenantPage() -> impl IntoView {
             sort,
             can_dispute,
             csrf: session.csrf.clone(),
+            sessions,
         })
     };
     view! {
@@ -537,6 +544,31 @@ fn TenantDetail(t: TenantView) -> impl IntoView {
             </nav>
             <h3>"Timeline per device (this page)"</h3>
             {devices}
+        </section>
+        <section class="panel" id="sessions">
+            <h2>"AI-agent sessions"</h2>
+            <p class="muted">"Work and GPU time per agent session (from gateway records and session-labelled pods); the cost is modeled from this tenant's service and GPU lines of the month."</p>
+            {if t.sessions.is_empty() {
+                view! { <p class="empty">"No agent sessions this month."</p> }.into_any()
+            } else {
+                let count = |v: &Value, k: &str| grouped(&v[k].as_u64().unwrap_or(0).to_string());
+                view! {
+                    <table class="sessions">
+                        <thead><tr><th>"Session"</th><th class="num">"Requests"</th><th class="num">"Tokens in / out"</th><th class="num">"Mean TTFT"</th><th class="num">"GPU-h"</th><th class="num">"Cost"</th><th>"Confidence"</th></tr></thead>
+                        <tbody>{t.sessions.iter().map(|x| view! {
+                            <tr>
+                                <td><code>{s(x, "session")}</code></td>
+                                <td class="num">{count(x, "requests")}</td>
+                                <td class="num">{format!("{} / {}", count(x, "input_tokens"), count(x, "output_tokens"))}</td>
+                                <td class="num">{ms(x, "mean_ttft_ms")}</td>
+                                <td class="num">{s(x, "gpu_hours")}</td>
+                                <td class="num">{x["cost"].as_str().map_or_else(|| "—".to_string(), |c| format!("{} {}", grouped(c), t.currency))}</td>
+                                <td><Confidence level=s(x, "confidence") reason="Modeled: the tenant's service line is shared by weighted tokens and its GPU lines by GPU-hours at their average rate; energy, overhead and credits are not apportioned.".to_string() /></td>
+                            </tr>
+                        }).collect_view()}</tbody>
+                    </table>
+                }.into_any()
+            }}
         </section>
     }
 }
