@@ -113,6 +113,7 @@ pub fn api_routes() -> Router<AppState> {
         .merge(crate::policy::router())
         .merge(crate::tenancy::router())
         .merge(crate::usage::router())
+        .merge(crate::training::router())
         .merge(crate::ledger::router())
         .merge(crate::close::router())
         .merge(crate::disputes::router())

@@ -19,4 +19,5 @@ pub mod openapi;
 pub mod policy;
 pub mod portal;
 pub mod tenancy;
+pub mod training;
 pub mod usage;

@@ -270,6 +270,20 @@ fn tenancy_paths() -> Vec<(String, Value)> {
                                 tenant's ledger lines (analytics)")}),
         ),
         (
+            "/api/v1/training/progress".into(),
+            json!({"post": {
+                "summary": "Training progress, NDJSON: record_id, namespace, workload, reported_at, steps? samples? \
+                            (cumulative). Idempotent by record_id. Agent token",
+                "security": [{"token": []}],
+                "responses": {"200": {"description": "{received, stored, duplicates}"}, "401": problem(),
+                              "403": problem(), "422": problem()}}}),
+        ),
+        (
+            "/api/v1/analytics/training".into(),
+            json!({"get": read("Work per GPU-hour of training workloads: ?period=YYYY-MM; steps and samples done in \
+                                the month over the GPU-hours of the workload's pods (analytics)")}),
+        ),
+        (
             "/api/v1/usage/records".into(),
             json!({"post": {
                 "summary": "Gateways' usage records, NDJSON (one request or a minute's totals per line): record_id, \

@@ -1106,6 +1106,31 @@ fn cases() -> Vec<Case> {
             build: |t| get(format!("/api/v1/analytics/sessions?period={CLOSED}&tenant={}", t.tenant)),
             control: control(AdminToken, 200, true),
         },
+        Case {
+            method: "GET",
+            route: "/api/v1/analytics/training",
+            who: Readers,
+            denied: Api,
+            expect: Clean(200),
+            build: |_| get(format!("/api/v1/analytics/training?period={CLOSED}")),
+            control: control(AdminToken, 200, false),
+        },
+        Case {
+            method: "POST",
+            route: "/api/v1/training/progress",
+            who: Agents,
+            denied: Api,
+            expect: Clean(200),
+            // Reports land in the caller's own cluster whatever namespace they name.
+            build: |t| {
+                with_json(
+                    "/api/v1/training/progress",
+                    json!({"record_id": format!("probe-{}", Uuid::new_v4()), "namespace": format!("{}-ns", t.slug),
+                           "workload": "probe", "reported_at": "2026-09-15T11:00:00Z", "steps": 1}),
+                )
+            },
+            control: None,
+        },
         // ---- gateways' usage records: naming B's tenant attributes nothing; aliases are per organization
         Case {
             method: "POST",

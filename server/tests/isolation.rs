@@ -101,6 +101,11 @@ async fn seed(db: &Database, slug: &str) -> OrgId {
             vec![o, cluster],
         ),
         ("INSERT INTO dispute_numbers (org_id, last_number) VALUES ($1, 0)", vec![o]),
+        // Training progress (migration 10).
+        (
+            "INSERT INTO training_progress (org_id, record_id, cluster_id, namespace, workload, reported_at, steps) VALUES ($1, 'p-1', $2, 'ml', 'llm-pretrain', '2026-01-01 10:00Z', 10)",
+            vec![o, cluster],
+        ),
         // Gateways' usage records and endpoint aliases (migration 9).
         (
             "INSERT INTO usage_records (org_id, record_id, cluster_id, endpoint, model, tenant_name, tenant_id, started_at, requests, input_tokens, output_tokens, status) VALUES ($1, 'req-1', $2, 'llm-shared', 'llama-3-8b', 'nlp', $3, '2026-01-01 10:00Z', 1, 10, 20, 'ok')",

@@ -353,3 +353,114 @@ async fn agent_sessions_get_their_share_of_the_tenants_lines() {
         assert_eq!((status, p["field"].as_str()), (StatusCode::UNPROCESSABLE_ENTITY, Some("tenant")), "{q}: {p}");
     }
 }
+
+/// Training progress: 800 steps in October (900 at the month's last report, 100 at the last report before it) over
+/// 8 GPU-hours of the job's two pods = 100 steps per GPU-hour; samples only in October (1,000 →
+/// 5,000) = 500 per GPU-hour. A pod of another workload in the namespace is not counted.
+#[tokio::test]
+async fn training_progress_is_work_per_gpu_hour() {
+    let env = env().await;
+    let (status, _) =
+        call(&env, &env.admin, "POST", "/api/v1/departments", json!({"name": "Research"}).to_string()).await;
+    assert_eq!(status, StatusCode::CREATED);
+    let (status, _) =
+        call(&env, &env.admin, "POST", "/api/v1/tenants", json!({"name": "nlp", "department": "Research"}).to_string())
+            .await;
+    assert_eq!(status, StatusCode::CREATED);
+    let ns = Uuid::new_v4();
+    let t0 = datetime!(2026-10-05 00:00 UTC);
+    let mut facts = vec![Fact {
+        event_id: event_id("namespace", &[&ns.to_string()]),
+        observed_at: t0,
+        body: FactBody::NamespaceObserved(NamespaceFact {
+            namespace_uid: ns,
+            name: "ml".into(),
+            created_at: datetime!(2026-09-01 00:00 UTC),
+            deleted_at: None,
+            labels: AttributionLabels { tenant: Some("nlp".into()), ..Default::default() },
+            labels_since: datetime!(2026-09-01 00:00 UTC),
+        }),
+    }];
+    for pod in ["llm-pretrain-0", "llm-pretrain-1", "other-0"] {
+        let allocation_id = format!("{pod}/main/nvidia.com/gpu");
+        facts.push(Fact {
+            event_id: event_id("alloc-start", &[&allocation_id]),
+            observed_at: t0,
+            body: FactBody::AllocationStarted(AllocationStart {
+                allocation_id: allocation_id.clone(),
+                holder: Holder::Pod,
+                holder_uid: Uuid::new_v4(),
+                holder_name: pod.into(),
+                namespace: "ml".into(),
+                namespace_uid: Some(ns),
+                container: Some("main".into()),
+                node: Some("node-1".into()),
+                resource: "nvidia.com/gpu".into(),
+                units: 1,
+                mode: SharingMode::Exclusive,
+                gpu_model: Some(H100.into()),
+                device_ids: vec![],
+                started_at: t0,
+                labels: AttributionLabels::default(),
+            }),
+        });
+        facts.push(Fact {
+            event_id: event_id("alloc-end", &[&allocation_id]),
+            observed_at: t0 + Duration::hours(4),
+            body: FactBody::AllocationEnded(AllocationEnd {
+                allocation_id,
+                ended_at: t0 + Duration::hours(4),
+                reason: EndReason::Finished,
+            }),
+        });
+    }
+    let batch = Batch {
+        wire_version: WIRE_VERSION,
+        agent: AgentInfo { version: "test".into(), mode: "cluster".into(), node: None, spool: None },
+        cluster: None,
+        facts,
+    };
+    let (status, ack) =
+        call(&env, &env.agent, "POST", "/api/v1/ingest/batches", serde_json::to_string(&batch).unwrap()).await;
+    assert_eq!(status, StatusCode::OK, "{ack}");
+    let report = |id: &str, at: &str, steps: u64, samples: Option<u64>| {
+        let mut r = json!({"record_id": id, "namespace": "ml", "workload": "llm-pretrain", "reported_at": at,
+                           "steps": steps});
+        if let Some(s) = samples {
+            r["samples"] = json!(s);
+        }
+        r.to_string()
+    };
+    let body = [
+        report("p0", "2026-09-30T12:00:00Z", 100, None),
+        report("p1", "2026-10-10T00:00:00Z", 500, Some(1000)),
+        report("p2", "2026-10-20T00:00:00Z", 900, Some(5000)),
+    ]
+    .join("\n");
+    let post = async |b: String| {
+        let r = Request::post("/api/v1/training/progress")
+            .header("authorization", format!("Bearer {}", env.agent))
+            .header("content-type", "application/x-ndjson")
+            .body(Body::from(b))
+            .unwrap();
+        let response = env.app.clone().oneshot(r).await.unwrap();
+        let status = response.status();
+        let bytes = to_bytes(response.into_body(), 1 << 20).await.unwrap();
+        (status, serde_json::from_slice::<Value>(&bytes).unwrap_or(Value::Null))
+    };
+    let (status, v) = post(body.clone()).await;
+    assert_eq!((status, v["stored"].as_u64()), (StatusCode::OK, Some(3)), "{v}");
+    let (status, v) = post(body).await;
+    assert_eq!((status, v["duplicates"].as_u64()), (StatusCode::OK, Some(3)), "{v}");
+    let (status, v) = call(&env, &env.admin, "GET", "/api/v1/analytics/training?period=2026-10", String::new()).await;
+    assert_eq!(status, StatusCode::OK, "{v}");
+    let w = &v["workloads"][0];
+    assert_eq!((w["workload"].as_str(), w["tenant"].as_str()), (Some("llm-pretrain"), Some("nlp")), "{v}");
+    assert_eq!((w["steps"].as_i64(), w["samples"].as_i64()), (Some(800), Some(4000)), "{v}");
+    assert_eq!(
+        (w["gpu_hours"].as_str(), w["steps_per_gpu_hour"].as_str(), w["samples_per_gpu_hour"].as_str()),
+        (Some("8.000"), Some("100.0"), Some("500.0")),
+        "{v}"
+    );
+    assert_eq!(v["workloads"].as_array().map(Vec::len), Some(1), "{v}");
+}
