@@ -240,3 +240,25 @@ async fn tenant_page_lists_agent_sessions_with_their_modeled_cost() {
     let (html, _) = render("/tenants/t1?period=2026-10", fake(json!({"sessions": []}))).await;
     assert!(html.contains("No agent sessions this month."), "{html}");
 }
+
+#[tokio::test]
+async fn showback_shows_training_work_per_gpu_hour_or_its_empty_state() {
+    let training = json!({"workloads": [
+        {"namespace": "ml", "workload": "llm-pretrain", "tenant": "nlp", "department": "Research", "steps": 12800,
+         "samples": null, "gpu_hours": "8.000", "steps_per_gpu_hour": "1600.0", "samples_per_gpu_hour": null},
+        {"namespace": "ops", "workload": "x", "tenant": "ops", "department": "Platform", "steps": 1,
+         "samples": 1, "gpu_hours": "1.000", "steps_per_gpu_hour": "1.0", "samples_per_gpu_hour": "1.0"}]});
+    let fake = |answer: Value| Fake {
+        roles: Some(vec!["viewer"]),
+        fail: false,
+        answers: vec![
+            ("/api/v1/periods", json!({"items": [{"period": "2026-10", "state": "closed"}]})),
+            ("/api/v1/analytics/training", answer),
+        ],
+    };
+    let (html, _) = render("/departments?period=2026-10&department=Research", fake(training)).await;
+    assert!(html.contains("ml/llm-pretrain") && html.contains(">12,800<") && html.contains(">1,600.0<"), "{html}");
+    assert!(!html.contains("ops/x"), "another department's workload is cut: {html}");
+    let (html, _) = render("/departments?period=2026-10", fake(json!({"workloads": []}))).await;
+    assert!(html.contains("No training progress reported this month."), "{html}");
+}

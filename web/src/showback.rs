@@ -48,6 +48,7 @@ struct Showback {
     utilization: Vec<Value>,
     inference: Vec<Value>,
     endpoints: Vec<Value>,
+    training: Vec<Value>,
     not_exact: usize,
     notice: Option<String>,
 }
@@ -149,6 +150,16 @@ async fn load_showback(
         ),
         Err(_) => (Vec::new(), Vec::new()),
     };
+    let training = match api_get(format!("/api/v1/analytics/training?period={}", q(&period))).await {
+        Ok(v) => v["workloads"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|w| department.as_ref().is_none_or(|d| s(w, "department") == *d))
+            .cloned()
+            .collect(),
+        Err(_) => Vec::new(),
+    };
     let not_exact = lines.iter().filter(|l| l["confidence"] != "exact").count();
     Ok(Showback {
         periods: items.iter().map(|p| s(p, "period")).collect(),
@@ -167,6 +178,7 @@ async fn load_showback(
         utilization,
         inference,
         endpoints,
+        training,
         not_exact,
         notice,
     })
@@ -302,6 +314,35 @@ fn ShowbackView(sb: Showback) -> impl IntoView {
             }}
         </section>
         <InferencePanel tenants=sb.inference.clone() endpoints=sb.endpoints.clone() />
+        <section class="panel" id="training">
+            <h2>"Training progress"</h2>
+            <p class="muted">"Analytics only: the steps and samples jobs reported this month over the GPU-hours of their pods."</p>
+            {if sb.training.is_empty() {
+                view! { <p class="empty">"No training progress reported this month."</p> }.into_any()
+            } else {
+                let or_dash = |v: &Value, k: &str| match &v[k] {
+                    Value::Number(n) => grouped(&n.to_string()),
+                    Value::String(x) => grouped(x),
+                    _ => "—".to_string(),
+                };
+                view! {
+                    <table class="training">
+                        <thead><tr><th>"Tenant"</th><th>"Workload"</th><th class="num">"GPU-h"</th><th class="num">"Steps"</th><th class="num">"Steps per GPU-h"</th><th class="num">"Samples"</th><th class="num">"Samples per GPU-h"</th></tr></thead>
+                        <tbody>{sb.training.iter().map(|w| view! {
+                            <tr>
+                                <td>{s(w, "tenant")}</td>
+                                <td>{format!("{}/{}", s(w, "namespace"), s(w, "workload"))}</td>
+                                <td class="num">{s(w, "gpu_hours")}</td>
+                                <td class="num">{or_dash(w, "steps")}</td>
+                                <td class="num">{or_dash(w, "steps_per_gpu_hour")}</td>
+                                <td class="num">{or_dash(w, "samples")}</td>
+                                <td class="num">{or_dash(w, "samples_per_gpu_hour")}</td>
+                            </tr>
+                        }).collect_view()}</tbody>
+                    </table>
+                }.into_any()
+            }}
+        </section>
     }
 }
 
