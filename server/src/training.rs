@@ -57,50 +57,29 @@ pub struct ProgressReport {
 
 /// Parses an NDJSON body of reports; errors name the line and the field.
 pub fn parse_reports(body: &[u8], now: OffsetDateTime) -> Result<Vec<ProgressReport>, AppError> {
-    let text = std::str::from_utf8(body).map_err(|e| AppError::invalid("body", format!("not UTF-8: {e}")))?;
-    let mut out = Vec::new();
-    for (i, line) in text.lines().enumerate() {
-        let n = i + 1;
-        if line.trim().is_empty() {
-            continue;
+    crate::usage::parse_ndjson(body, MAX_REPORTS, "reports", |r| check(r, now))
+}
+
+fn check(r: &ProgressReport, now: OffsetDateTime) -> Result<(), (&'static str, String)> {
+    for (field, v, max) in
+        [("record_id", &r.record_id, 200), ("namespace", &r.namespace, 253), ("workload", &r.workload, 253)]
+    {
+        if v.trim().is_empty() || v.chars().count() > max || v.chars().any(char::is_control) {
+            return Err((field, format!("must be 1 to {max} printable characters")));
         }
-        if out.len() == MAX_REPORTS {
-            return Err(AppError::invalid("body", format!("more than {MAX_REPORTS} reports; send them in parts")));
-        }
-        let de = &mut serde_json::Deserializer::from_str(line);
-        let r: ProgressReport = serde_path_to_error::deserialize(de).map_err(|e| {
-            let path = e.path().to_string();
-            AppError::invalid(
-                if path == "." { format!("line {n}") } else { format!("line {n}: {path}") },
-                e.inner().to_string(),
-            )
-        })?;
-        let bad = |field: &str, reason: &str| Err(AppError::invalid(format!("line {n}: {field}"), reason.to_string()));
-        for (field, v, max) in
-            [("record_id", &r.record_id, 200), ("namespace", &r.namespace, 253), ("workload", &r.workload, 253)]
-        {
-            if v.trim().is_empty() || v.chars().count() > max || v.chars().any(char::is_control) {
-                return bad(field, &format!("must be 1 to {max} printable characters"));
-            }
-        }
-        if r.steps.is_none() && r.samples.is_none() {
-            return bad("steps", "one of steps or samples is required");
-        }
-        if r.steps.is_some_and(|v| i64::try_from(v).is_err()) {
-            return bad("steps", "too large");
-        }
-        if r.samples.is_some_and(|v| i64::try_from(v).is_err()) {
-            return bad("samples", "too large");
-        }
-        if r.reported_at > now + time::Duration::minutes(5) {
-            return bad("reported_at", "is in the future");
-        }
-        out.push(r);
     }
-    if out.is_empty() {
-        return Err(AppError::invalid("body", "no reports (one JSON object per line)"));
+    if r.steps.is_none() && r.samples.is_none() {
+        return Err(("steps", "one of steps or samples is required".into()));
     }
-    Ok(out)
+    for (field, v) in [("steps", r.steps), ("samples", r.samples)] {
+        if v.is_some_and(|v| i64::try_from(v).is_err()) {
+            return Err((field, "too large".into()));
+        }
+    }
+    if r.reported_at > now + time::Duration::minutes(5) {
+        return Err(("reported_at", "is in the future".into()));
+    }
+    Ok(())
 }
 
 async fn post_progress(
@@ -167,13 +146,10 @@ async fn training(
 ) -> Result<Json<Value>, AppError> {
     let principal = reader(&state, &headers).await?;
     let Query(pairs) = query.map_err(|e| AppError::invalid("query", e.body_text()))?;
-    if let Some((k, _)) = pairs.iter().find(|(k, _)| k != "period") {
-        return Err(AppError::invalid(k.clone(), "unknown parameter"));
-    }
-    let period = pairs.iter().find(|(k, _)| k == "period").map(|(_, v)| v.trim()).unwrap_or_default();
-    let period = crate::policy::parse_period("period", period)?;
-    let month = period.interval().map_err(|e| AppError::invalid("period", e.to_string()))?;
-    let (from, to) = (month.start(), month.end().min(OffsetDateTime::now_utc()).max(month.start()));
+    let params = crate::analytics::checked_params(&pairs, &["period"])?;
+    let period = crate::policy::parse_period("period", params.get("period").copied().unwrap_or_default())?;
+    let (month, to) = crate::analytics::month_so_far(period)?;
+    let from = month.start();
     let visible = principal.visible(&state.db).await?;
     let internal = |e: gpuledger_core::DomainError| AppError::Internal(e.to_string());
     let mut tx = state.db.begin_org(principal.org).await?;

@@ -104,6 +104,17 @@ fn ok() -> String {
 
 /// Parses and checks an NDJSON body: every error names the line (1-based) and the field.
 pub fn parse_records(body: &[u8], now: OffsetDateTime) -> Result<Vec<UsageRecord>, AppError> {
+    parse_ndjson(body, MAX_RECORDS, "records", |r| check(r, now))
+}
+
+/// Parses an NDJSON body (one JSON object per line; blank lines skipped) into at most `max` values, each checked by
+/// `check`. Every refusal names `line N` and the field, so a sender can fix the line and resend the whole body.
+pub(crate) fn parse_ndjson<T: serde::de::DeserializeOwned>(
+    body: &[u8],
+    max: usize,
+    what: &str,
+    check: impl Fn(&T) -> Result<(), (&'static str, String)>,
+) -> Result<Vec<T>, AppError> {
     let text = std::str::from_utf8(body).map_err(|e| AppError::invalid("body", format!("not UTF-8: {e}")))?;
     let mut out = Vec::new();
     for (i, line) in text.lines().enumerate() {
@@ -111,20 +122,20 @@ pub fn parse_records(body: &[u8], now: OffsetDateTime) -> Result<Vec<UsageRecord
         if line.trim().is_empty() {
             continue;
         }
-        if out.len() == MAX_RECORDS {
-            return Err(AppError::invalid("body", format!("more than {MAX_RECORDS} records; send them in parts")));
+        if out.len() == max {
+            return Err(AppError::invalid("body", format!("more than {max} {what}; send them in parts")));
         }
         let de = &mut serde_json::Deserializer::from_str(line);
-        let r: UsageRecord = serde_path_to_error::deserialize(de).map_err(|e| {
+        let value: T = serde_path_to_error::deserialize(de).map_err(|e| {
             let path = e.path().to_string();
             let at = if path == "." { format!("line {n}") } else { format!("line {n}: {path}") };
             AppError::invalid(at, e.inner().to_string())
         })?;
-        check(&r, now).map_err(|(field, reason)| AppError::invalid(format!("line {n}: {field}"), reason))?;
-        out.push(r);
+        check(&value).map_err(|(field, reason)| AppError::invalid(format!("line {n}: {field}"), reason))?;
+        out.push(value);
     }
     if out.is_empty() {
-        return Err(AppError::invalid("body", "no records (one JSON object per line)"));
+        return Err(AppError::invalid("body", format!("no {what} (one JSON object per line)")));
     }
     Ok(out)
 }

@@ -23,7 +23,7 @@ use gpuledger_server::{
     auth::{self, Scope},
 };
 use serde_json::{Value, json};
-use time::{Duration, macros::datetime};
+use time::{Duration, OffsetDateTime, macros::datetime};
 use tower::ServiceExt;
 use uuid::Uuid;
 
@@ -64,6 +64,76 @@ async fn call(env: &Env, token: &str, method: &str, uri: &str, body: String) -> 
     (status, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
 }
 
+fn namespace(ns: Uuid, name: &str, tenant: Option<&str>, since: OffsetDateTime) -> Fact {
+    Fact {
+        event_id: event_id("namespace", &[&ns.to_string()]),
+        observed_at: since,
+        body: FactBody::NamespaceObserved(NamespaceFact {
+            namespace_uid: ns,
+            name: name.into(),
+            created_at: datetime!(2026-09-01 00:00 UTC),
+            deleted_at: None,
+            labels: AttributionLabels { tenant: tenant.map(String::from), ..Default::default() },
+            labels_since: since,
+        }),
+    }
+}
+
+/// A pod `name` holding `units` whole H100s from `from` for `hours`, as its start and end facts.
+fn pod(
+    name: &str,
+    ns: Uuid,
+    ns_name: &str,
+    units: u32,
+    labels: AttributionLabels,
+    from: OffsetDateTime,
+    hours: i64,
+) -> [Fact; 2] {
+    let allocation_id = format!("{name}/main/nvidia.com/gpu");
+    let to = from + Duration::hours(hours);
+    [
+        Fact {
+            event_id: event_id("alloc-start", &[&allocation_id]),
+            observed_at: from,
+            body: FactBody::AllocationStarted(AllocationStart {
+                allocation_id: allocation_id.clone(),
+                holder: Holder::Pod,
+                holder_uid: Uuid::new_v4(),
+                holder_name: name.into(),
+                namespace: ns_name.into(),
+                namespace_uid: Some(ns),
+                container: Some("main".into()),
+                node: Some("node-1".into()),
+                resource: "nvidia.com/gpu".into(),
+                units,
+                mode: SharingMode::Exclusive,
+                gpu_model: Some(H100.into()),
+                device_ids: vec![],
+                started_at: from,
+                labels,
+            }),
+        },
+        Fact {
+            event_id: event_id("alloc-end", &[&allocation_id]),
+            observed_at: to,
+            body: FactBody::AllocationEnded(AllocationEnd { allocation_id, ended_at: to, reason: EndReason::Finished }),
+        },
+    ]
+}
+
+/// Sends facts as the cluster's agent.
+async fn ingest(env: &Env, facts: Vec<Fact>) {
+    let batch = Batch {
+        wire_version: WIRE_VERSION,
+        agent: AgentInfo { version: "test".into(), mode: "cluster".into(), node: None, spool: None },
+        cluster: None,
+        facts,
+    };
+    let (status, ack) =
+        call(env, &env.agent, "POST", "/api/v1/ingest/batches", serde_json::to_string(&batch).unwrap()).await;
+    assert_eq!(status, StatusCode::OK, "{ack}");
+}
+
 fn record(id: &str, who: (&str, &str), input: u64, output: u64) -> String {
     json!({"record_id": id, "endpoint": "llm-shared", "model": "llama-3-8b", who.0: who.1,
            "started_at": "2026-10-10T10:00:00Z", "input_tokens": input, "output_tokens": output,
@@ -99,60 +169,10 @@ async fn three_tenants_share_an_endpoint_and_their_service_lines_add_up_to_its_c
     // The endpoint's pod holds 2 H100s for 5 hours: 10 GPU-hours × 2.50 = 25.00 USD to split.
     let ns = Uuid::new_v4();
     let t0 = datetime!(2026-10-10 08:00 UTC);
-    let allocation_id = "vllm-0/main/nvidia.com/gpu".to_string();
-    let facts = vec![
-        Fact {
-            event_id: event_id("namespace", &[&ns.to_string()]),
-            observed_at: t0,
-            body: FactBody::NamespaceObserved(NamespaceFact {
-                namespace_uid: ns,
-                name: "serving".into(),
-                created_at: datetime!(2026-09-01 00:00 UTC),
-                deleted_at: None,
-                labels: AttributionLabels::default(),
-                labels_since: t0,
-            }),
-        },
-        Fact {
-            event_id: event_id("alloc-start", &[&allocation_id]),
-            observed_at: t0,
-            body: FactBody::AllocationStarted(AllocationStart {
-                allocation_id: allocation_id.clone(),
-                holder: Holder::Pod,
-                holder_uid: Uuid::new_v4(),
-                holder_name: "vllm-0".into(),
-                namespace: "serving".into(),
-                namespace_uid: Some(ns),
-                container: Some("main".into()),
-                node: Some("node-1".into()),
-                resource: "nvidia.com/gpu".into(),
-                units: 2,
-                mode: SharingMode::Exclusive,
-                gpu_model: Some(H100.into()),
-                device_ids: vec![],
-                started_at: t0,
-                labels: AttributionLabels { endpoint: Some("llm-shared".into()), ..Default::default() },
-            }),
-        },
-        Fact {
-            event_id: event_id("alloc-end", &[&allocation_id]),
-            observed_at: t0 + Duration::hours(5),
-            body: FactBody::AllocationEnded(AllocationEnd {
-                allocation_id,
-                ended_at: t0 + Duration::hours(5),
-                reason: EndReason::Finished,
-            }),
-        },
-    ];
-    let batch = Batch {
-        wire_version: WIRE_VERSION,
-        agent: AgentInfo { version: "test".into(), mode: "cluster".into(), node: None, spool: None },
-        cluster: None,
-        facts,
-    };
-    let (status, ack) =
-        call(&env, &env.agent, "POST", "/api/v1/ingest/batches", serde_json::to_string(&batch).unwrap()).await;
-    assert_eq!(status, StatusCode::OK, "{ack}");
+    let mut facts = vec![namespace(ns, "serving", None, t0)];
+    let endpoint = AttributionLabels { endpoint: Some("llm-shared".into()), ..Default::default() };
+    facts.extend(pod("vllm-0", ns, "serving", 2, endpoint, t0, 5));
+    ingest(&env, facts).await;
 
     // Aliases: search calls through a gateway key, vision as a team.
     ok(
@@ -268,60 +288,10 @@ async fn agent_sessions_get_their_share_of_the_tenants_lines() {
 
     let ns = Uuid::new_v4();
     let t0 = datetime!(2026-10-12 09:00 UTC);
-    let allocation_id = "agent-step-1/main/nvidia.com/gpu".to_string();
-    let facts = vec![
-        Fact {
-            event_id: event_id("namespace", &[&ns.to_string()]),
-            observed_at: t0,
-            body: FactBody::NamespaceObserved(NamespaceFact {
-                namespace_uid: ns,
-                name: "nlp-agents".into(),
-                created_at: datetime!(2026-09-01 00:00 UTC),
-                deleted_at: None,
-                labels: AttributionLabels { tenant: Some("nlp".into()), ..Default::default() },
-                labels_since: datetime!(2026-09-01 00:00 UTC),
-            }),
-        },
-        Fact {
-            event_id: event_id("alloc-start", &[&allocation_id]),
-            observed_at: t0,
-            body: FactBody::AllocationStarted(AllocationStart {
-                allocation_id: allocation_id.clone(),
-                holder: Holder::Pod,
-                holder_uid: Uuid::new_v4(),
-                holder_name: "agent-step-1".into(),
-                namespace: "nlp-agents".into(),
-                namespace_uid: Some(ns),
-                container: Some("main".into()),
-                node: Some("node-1".into()),
-                resource: "nvidia.com/gpu".into(),
-                units: 1,
-                mode: SharingMode::Exclusive,
-                gpu_model: Some(H100.into()),
-                device_ids: vec![],
-                started_at: t0,
-                labels: AttributionLabels { agent_session: Some("sess-a".into()), ..Default::default() },
-            }),
-        },
-        Fact {
-            event_id: event_id("alloc-end", &[&allocation_id]),
-            observed_at: t0 + Duration::hours(2),
-            body: FactBody::AllocationEnded(AllocationEnd {
-                allocation_id,
-                ended_at: t0 + Duration::hours(2),
-                reason: EndReason::Finished,
-            }),
-        },
-    ];
-    let batch = Batch {
-        wire_version: WIRE_VERSION,
-        agent: AgentInfo { version: "test".into(), mode: "cluster".into(), node: None, spool: None },
-        cluster: None,
-        facts,
-    };
-    let (status, ack) =
-        call(&env, &env.agent, "POST", "/api/v1/ingest/batches", serde_json::to_string(&batch).unwrap()).await;
-    assert_eq!(status, StatusCode::OK, "{ack}");
+    let mut facts = vec![namespace(ns, "nlp-agents", Some("nlp"), datetime!(2026-09-01 00:00 UTC))];
+    let session = AttributionLabels { agent_session: Some("sess-a".into()), ..Default::default() };
+    facts.extend(pod("agent-step-1", ns, "nlp-agents", 1, session, t0, 2));
+    ingest(&env, facts).await;
     let rec = |id: &str, session: &str, input: u64, output: u64| {
         json!({"record_id": id, "endpoint": "llm-shared", "model": "m", "tenant": "nlp",
                "started_at": "2026-10-12T10:00:00Z", "input_tokens": input, "output_tokens": output,
@@ -369,60 +339,11 @@ async fn training_progress_is_work_per_gpu_hour() {
     assert_eq!(status, StatusCode::CREATED);
     let ns = Uuid::new_v4();
     let t0 = datetime!(2026-10-05 00:00 UTC);
-    let mut facts = vec![Fact {
-        event_id: event_id("namespace", &[&ns.to_string()]),
-        observed_at: t0,
-        body: FactBody::NamespaceObserved(NamespaceFact {
-            namespace_uid: ns,
-            name: "ml".into(),
-            created_at: datetime!(2026-09-01 00:00 UTC),
-            deleted_at: None,
-            labels: AttributionLabels { tenant: Some("nlp".into()), ..Default::default() },
-            labels_since: datetime!(2026-09-01 00:00 UTC),
-        }),
-    }];
-    for pod in ["llm-pretrain-0", "llm-pretrain-1", "other-0"] {
-        let allocation_id = format!("{pod}/main/nvidia.com/gpu");
-        facts.push(Fact {
-            event_id: event_id("alloc-start", &[&allocation_id]),
-            observed_at: t0,
-            body: FactBody::AllocationStarted(AllocationStart {
-                allocation_id: allocation_id.clone(),
-                holder: Holder::Pod,
-                holder_uid: Uuid::new_v4(),
-                holder_name: pod.into(),
-                namespace: "ml".into(),
-                namespace_uid: Some(ns),
-                container: Some("main".into()),
-                node: Some("node-1".into()),
-                resource: "nvidia.com/gpu".into(),
-                units: 1,
-                mode: SharingMode::Exclusive,
-                gpu_model: Some(H100.into()),
-                device_ids: vec![],
-                started_at: t0,
-                labels: AttributionLabels::default(),
-            }),
-        });
-        facts.push(Fact {
-            event_id: event_id("alloc-end", &[&allocation_id]),
-            observed_at: t0 + Duration::hours(4),
-            body: FactBody::AllocationEnded(AllocationEnd {
-                allocation_id,
-                ended_at: t0 + Duration::hours(4),
-                reason: EndReason::Finished,
-            }),
-        });
+    let mut facts = vec![namespace(ns, "ml", Some("nlp"), datetime!(2026-09-01 00:00 UTC))];
+    for name in ["llm-pretrain-0", "llm-pretrain-1", "other-0"] {
+        facts.extend(pod(name, ns, "ml", 1, AttributionLabels::default(), t0, 4));
     }
-    let batch = Batch {
-        wire_version: WIRE_VERSION,
-        agent: AgentInfo { version: "test".into(), mode: "cluster".into(), node: None, spool: None },
-        cluster: None,
-        facts,
-    };
-    let (status, ack) =
-        call(&env, &env.agent, "POST", "/api/v1/ingest/batches", serde_json::to_string(&batch).unwrap()).await;
-    assert_eq!(status, StatusCode::OK, "{ack}");
+    ingest(&env, facts).await;
     let report = |id: &str, at: &str, steps: u64, samples: Option<u64>| {
         let mut r = json!({"record_id": id, "namespace": "ml", "workload": "llm-pretrain", "reported_at": at,
                            "steps": steps});

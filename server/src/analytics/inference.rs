@@ -6,7 +6,7 @@
 //! A caller limited to departments sees its tenants' rows and no endpoint totals (they include other departments'
 //! work); the split itself is computed over the whole organization, like the ledger's.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 
 use axum::{
     Json,
@@ -22,7 +22,7 @@ use serde_json::{Value, json};
 use time::OffsetDateTime;
 use uuid::Uuid;
 
-use super::{confidence, internal, rfc3339};
+use super::{checked_params, confidence, internal, month_so_far, rfc3339};
 use crate::{
     app::AppState,
     auth::Visible,
@@ -53,25 +53,16 @@ pub(super) async fn inference(
 ) -> Result<Json<Value>, AppError> {
     let principal = reader(&state, &headers).await?;
     let Query(pairs) = query.map_err(|e| AppError::invalid("query", e.body_text()))?;
-    let mut seen = BTreeSet::new();
-    for (key, _) in &pairs {
-        if !["period", "department"].contains(&key.as_str()) {
-            return Err(AppError::invalid(key.clone(), "unknown parameter"));
-        }
-        if !seen.insert(key.as_str()) {
-            return Err(AppError::invalid(key.clone(), "given more than once"));
-        }
-    }
-    let get = |name: &str| pairs.iter().find(|(k, _)| k == name).map(|(_, v)| v.trim());
+    let params = checked_params(&pairs, &["period", "department"])?;
+    let get = |name: &str| params.get(name).copied();
     let period = get("period").ok_or_else(|| AppError::invalid("period", "required (YYYY-MM)"))?;
     let period = crate::policy::parse_period("period", period)?;
     let department = get("department")
         .filter(|d| !d.is_empty())
         .map(|d| Uuid::parse_str(d).map_err(|e| AppError::invalid("department", e.to_string())))
         .transpose()?;
-    let month = period.interval().map_err(|e| AppError::invalid("period", e.to_string()))?;
+    let (month, to) = month_so_far(period)?;
     let from = month.start();
-    let to = month.end().min(OffsetDateTime::now_utc()).max(from);
 
     let visible = principal.visible(&state.db).await?;
     if let Some(d) = department

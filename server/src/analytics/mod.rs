@@ -18,7 +18,7 @@
 //!   (`gpu_instance_id = -1`) then apply to every allocation on that GPU.
 //! - telemetry windows that start at most one day before the period (rollup windows are minutes long).
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use axum::{
     Json, Router,
@@ -70,17 +70,35 @@ struct Params {
     per_page: u64,
 }
 
-fn parse_params(pairs: &[(String, String)]) -> Result<Params, AppError> {
-    let mut seen = BTreeSet::new();
-    for (key, _) in pairs {
-        if !["period", "tenant", "idle_threshold_pct", "min_idle_hours", "page", "per_page"].contains(&key.as_str()) {
+/// A query's parameters, checked: only `allowed` names, each at most once; values trimmed. Every analytics
+/// endpoint (and the training report) refuses the rest the same way.
+pub(crate) fn checked_params<'a>(
+    pairs: &'a [(String, String)],
+    allowed: &[&str],
+) -> Result<BTreeMap<&'a str, &'a str>, AppError> {
+    let mut params = BTreeMap::new();
+    for (key, value) in pairs {
+        if !allowed.contains(&key.as_str()) {
             return Err(AppError::invalid(key.clone(), "unknown parameter"));
         }
-        if !seen.insert(key.as_str()) {
+        if params.insert(key.as_str(), value.trim()).is_some() {
             return Err(AppError::invalid(key.clone(), "given more than once"));
         }
     }
-    let get = |name: &str| pairs.iter().find(|(k, _)| k == name).map(|(_, v)| v.trim());
+    Ok(params)
+}
+
+/// A month as analysed: its bounds, and its end cut to now (the current month runs to now; a future one is empty).
+pub(crate) fn month_so_far(period: Period) -> Result<(Interval, OffsetDateTime), AppError> {
+    let month = period.interval().map_err(|e| AppError::invalid("period", e.to_string()))?;
+    let to = month.end().min(OffsetDateTime::now_utc()).max(month.start());
+    Ok((month, to))
+}
+
+fn parse_params(pairs: &[(String, String)]) -> Result<Params, AppError> {
+    let params =
+        checked_params(pairs, &["period", "tenant", "idle_threshold_pct", "min_idle_hours", "page", "per_page"])?;
+    let get = |name: &str| params.get(name).copied();
     let period = get("period").ok_or_else(|| AppError::invalid("period", "required (YYYY-MM)"))?;
     let period = Period::parse(period).map_err(|e| AppError::invalid("period", e.to_string()))?;
     let tenant = get("tenant")
@@ -410,10 +428,7 @@ async fn utilization(
     let Query(pairs) = query.map_err(|e| AppError::invalid("query", e.body_text()))?;
     let params = parse_params(&pairs)?;
 
-    let month = params.period.interval().map_err(|e| AppError::invalid("period", e.to_string()))?;
-    // The current month is analysed up to now; a future month is empty.
-    let now = OffsetDateTime::now_utc();
-    let end = month.end().min(now).max(month.start());
+    let (month, end) = month_so_far(params.period)?;
     let window = Interval::new(month.start(), end).map_err(internal)?;
     let options = UtilizationOptions::new(window)
         .with_idle_threshold_pct(params.threshold_pct)

@@ -20,7 +20,7 @@ use serde_json::{Value, json};
 use time::OffsetDateTime;
 use uuid::Uuid;
 
-use super::{internal, rfc3339, split_by_owner};
+use super::{checked_params, internal, month_so_far, rfc3339, split_by_owner};
 use crate::{app::AppState, auth::Visible, error::AppError, policy::reader};
 
 #[derive(Default)]
@@ -55,22 +55,14 @@ pub(super) async fn sessions(
 ) -> Result<Json<Value>, AppError> {
     let principal = reader(&state, &headers).await?;
     let Query(pairs) = query.map_err(|e| AppError::invalid("query", e.body_text()))?;
-    let mut seen = BTreeSet::new();
-    for (key, _) in &pairs {
-        if !["period", "tenant"].contains(&key.as_str()) {
-            return Err(AppError::invalid(key.clone(), "unknown parameter"));
-        }
-        if !seen.insert(key.as_str()) {
-            return Err(AppError::invalid(key.clone(), "given more than once"));
-        }
-    }
-    let get = |name: &str| pairs.iter().find(|(k, _)| k == name).map(|(_, v)| v.trim());
+    let params = checked_params(&pairs, &["period", "tenant"])?;
+    let get = |name: &str| params.get(name).copied();
     let period = crate::policy::parse_period("period", get("period").unwrap_or_default())?;
     let tenant = get("tenant")
         .ok_or_else(|| AppError::invalid("tenant", "required (a tenant ID)"))
         .and_then(|t| Uuid::parse_str(t).map_err(|e| AppError::invalid("tenant", e.to_string())))?;
-    let month = period.interval().map_err(|e| AppError::invalid("period", e.to_string()))?;
-    let (from, to) = (month.start(), month.end().min(OffsetDateTime::now_utc()).max(month.start()));
+    let (month, to) = month_so_far(period)?;
+    let from = month.start();
     let visible = principal.visible(&state.db).await?;
     let not_found = || AppError::invalid("tenant", format!("no tenant {tenant} in this organization"));
     if !Visible::tenant(&visible, Some(tenant)) {
