@@ -28,6 +28,7 @@ use uuid::Uuid;
 
 use crate::{
     k8s::{self, LabelKeys, NodeSharing, PodContext},
+    scrape::Scraper,
     spool::Spool,
 };
 
@@ -339,6 +340,19 @@ pub struct WatchOptions {
     pub state_path: PathBuf,
     /// How often open allocations are confirmed while the watch is healthy.
     pub heartbeat: Duration,
+    /// Model-server scraping; `None`: off.
+    pub scrape: Option<ScrapeOptions>,
+}
+
+/// How model servers are scraped (see [`crate::scrape`]).
+#[derive(Debug, Clone)]
+pub struct ScrapeOptions {
+    /// Window length: the time between two scrapes.
+    pub every: Duration,
+    /// Longest wait for one server's metrics.
+    pub timeout: Duration,
+    /// Attribution keys (endpoint and model names).
+    pub keys: LabelKeys,
 }
 
 enum Ev {
@@ -436,8 +450,28 @@ pub async fn run(
     let mut held: Vec<Event<Pod>> = Vec::new();
     let mut healthy = false;
     let mut heartbeat = tokio::time::interval(opts.heartbeat);
+    let mut scraper = opts.scrape.as_ref().map(|o| Scraper::new(o.keys.clone()));
+    let scrape_every = opts.scrape.as_ref().map_or(Duration::from_secs(3600), |o| o.every);
+    let scrape_timeout = opts.scrape.as_ref().map_or(Duration::from_secs(10), |o| o.timeout);
+    let mut scrape_tick = tokio::time::interval(scrape_every);
+    scrape_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let http = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build()?;
     loop {
         let ev = tokio::select! {
+            _ = scrape_tick.tick(), if scraper.is_some() => {
+                if let Some(scraper) = scraper.as_mut() {
+                    let (facts, errors) = scraper.scrape_all(&http, scrape_timeout).await;
+                    for e in &errors {
+                        tracing::warn!(error = %e, "model server not scraped");
+                    }
+                    if !facts.is_empty() {
+                        let mut spool = spool.lock().map_err(|_| anyhow::anyhow!("spool lock poisoned"))?;
+                        spool.append_facts(&facts)?;
+                        tracing::debug!(facts = facts.len(), "model-server totals spooled");
+                    }
+                }
+                continue;
+            }
             ev = events.next() => match ev { Some(ev) => ev, None => break },
             _ = heartbeat.tick() => {
                 if healthy {
@@ -497,9 +531,15 @@ pub async fn run(
             match e {
                 Event::Init => deriver.relist_begin(false),
                 Event::InitApply(o) | Event::Apply(o) => {
-                    facts.extend(log_err(deriver.on_pod(&to_value(&o)?, false, now)))
+                    let v = to_value(&o)?;
+                    discover_target(scraper.as_mut(), &v, false);
+                    facts.extend(log_err(deriver.on_pod(&v, false, now)))
                 }
-                Event::Delete(o) => facts.extend(log_err(deriver.on_pod(&to_value(&o)?, true, now))),
+                Event::Delete(o) => {
+                    let v = to_value(&o)?;
+                    discover_target(scraper.as_mut(), &v, true);
+                    facts.extend(log_err(deriver.on_pod(&v, true, now)))
+                }
                 Event::InitDone => {
                     facts.extend(deriver.relist_done(false, now));
                     healthy = true;
@@ -515,6 +555,15 @@ pub async fn run(
     }
     deriver.state.save(&opts.state_path)?;
     Ok(())
+}
+
+/// A pod event updates the scrape targets (a pod whose annotations cannot be used is logged, not scraped).
+fn discover_target(scraper: Option<&mut Scraper>, pod: &Value, deleted: bool) {
+    if let Some(scraper) = scraper
+        && let Err(e) = scraper.on_pod(pod, deleted)
+    {
+        tracing::warn!(error = %e, "model server not scraped");
+    }
 }
 
 fn to_value<T: Serialize>(o: &T) -> anyhow::Result<Value> {

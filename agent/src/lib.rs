@@ -6,6 +6,7 @@
 //! - [`podresources`]: kubelet's pod-resources API (which container holds which device).
 //! - [`spool`]: the on-disk spool that keeps facts until the server confirms a durable commit.
 //! - [`cluster`]: the `cluster` mode's watcher and the pure [`cluster::Deriver`].
+//! - [`scrape`]: the `cluster` mode's model-server scraping (`endpoint_totals` facts).
 //! - [`deliver`]: batches from the spool to the server, acknowledged only after a durable commit.
 //! - [`inspect`]: `gpuledger-agent inspect`, the same derivations for one file.
 
@@ -17,4 +18,5 @@ pub mod metrics;
 pub mod node;
 pub mod nvidia;
 pub mod podresources;
+pub mod scrape;
 pub mod spool;

@@ -118,6 +118,13 @@ struct ClusterArgs {
     /// Keys naming the model.
     #[arg(long, env = "GPULEDGER_LABEL_MODEL", value_delimiter = ',', default_value = "gpuledger.io/model")]
     label_model: Vec<String>,
+    /// How often pods annotated `gpuledger.io/modelserver` are scraped, in seconds (each window between two
+    /// scrapes becomes one `endpoint_totals` fact per pod and model); 0 turns scraping off.
+    #[arg(long, env = "GPULEDGER_SCRAPE_SECS", default_value_t = 60)]
+    scrape_secs: u64,
+    /// Longest wait for one model server's metrics, in seconds.
+    #[arg(long, env = "GPULEDGER_SCRAPE_TIMEOUT_SECS", default_value_t = 10)]
+    scrape_timeout_secs: u64,
 }
 
 /// Where `node` reads devices from.
@@ -273,6 +280,11 @@ async fn cluster(args: ClusterArgs) -> anyhow::Result<()> {
         endpoint: args.label_endpoint.clone(),
         model: args.label_model.clone(),
     };
+    let scrape = (args.scrape_secs > 0).then(|| cluster::ScrapeOptions {
+        every: std::time::Duration::from_secs(args.scrape_secs),
+        timeout: std::time::Duration::from_secs(args.scrape_timeout_secs.max(1)),
+        keys: keys.clone(),
+    });
     let deriver = cluster::Deriver::new(state, keys, args.timeslice_replicas);
     let client =
         kube::Client::try_default().await.context("connecting to the Kubernetes API (in-cluster or KUBECONFIG)")?;
@@ -286,7 +298,7 @@ async fn cluster(args: ClusterArgs) -> anyhow::Result<()> {
         client,
         deriver,
         spool,
-        cluster::WatchOptions { state_path, heartbeat: std::time::Duration::from_secs(args.heartbeat_secs) },
+        cluster::WatchOptions { state_path, heartbeat: std::time::Duration::from_secs(args.heartbeat_secs), scrape },
         stop_rx,
     ));
     tracing::info!(server = %args.delivery.server, "watching the cluster");

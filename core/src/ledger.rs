@@ -64,6 +64,11 @@ pub struct LedgerInput {
     /// Productive work of shared endpoints per tenant (period totals).
     #[serde(default)]
     pub service_usage: Vec<UsageRecord>,
+    /// What shared endpoints' model servers counted themselves (period totals per endpoint and model, from the
+    /// agent's scrapes). Work beyond the tenants' usage is the endpoint's unattributed remainder: its share of the
+    /// endpoint's cost joins the overhead pool instead of being split among the tenants that were attributed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub endpoint_totals: Vec<EndpointTotal>,
     /// Credits and corrections that land in this period.
     #[serde(default)]
     pub adjustments: Vec<AdjustmentRecord>,
@@ -178,6 +183,21 @@ pub struct UsageRecord {
     pub model: String,
     /// Tenant.
     pub tenant: TenantId,
+    /// Requests.
+    pub requests: u64,
+    /// Input tokens.
+    pub input_tokens: u64,
+    /// Output tokens.
+    pub output_tokens: u64,
+}
+
+/// What a shared endpoint's model servers counted for one model in the period (all tenants, attributed or not).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EndpointTotal {
+    /// Endpoint.
+    pub endpoint: String,
+    /// Model.
+    pub model: String,
     /// Requests.
     pub requests: u64,
     /// Input tokens.
@@ -352,6 +372,32 @@ pub struct LedgerNotes {
     pub unpriced_allocations: usize,
     /// Allocations that were open at the end of the period (counted to the period end).
     pub open_allocations: usize,
+    /// Shared endpoints' work that no tenant's usage accounts for (their model servers counted more).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unattributed_service: Vec<UnattributedService>,
+}
+
+/// A shared endpoint's unattributed remainder in the period: what its model servers counted beyond the usage
+/// attributed to tenants (per counter, floored at zero).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UnattributedService {
+    /// Endpoint.
+    pub endpoint: String,
+    /// Requests nobody was attributed.
+    pub requests: u64,
+    /// Input tokens nobody was attributed.
+    pub input_tokens: u64,
+    /// Output tokens nobody was attributed.
+    pub output_tokens: u64,
+    /// Their weighted tokens, in millions.
+    pub million_weighted_tokens: Decimal,
+    /// The part of the endpoint's cost they stand for, moved to the overhead pool (0 when the endpoint has a price
+    /// per million weighted tokens: then nobody is charged for them).
+    pub amount: Decimal,
+    /// Counters (`requests`, `input_tokens`, `output_tokens`) for which the tenants' usage exceeds what the servers
+    /// counted: the usage or the scrapes are wrong. Empty when they agree.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub over_attributed: Vec<String>,
 }
 
 /// Result of [`compute`].
@@ -918,17 +964,72 @@ pub fn compute(input: &LedgerInput) -> Result<Ledger, DomainError> {
 
     // ---- service: shared endpoints split by weighted tokens
     let million = Fraction::from_integer(1_000_000)?;
+    // The unattributed remainders' shares of their endpoints' cost: (endpoint, amount), for the overhead pool.
+    let mut service_remainders: Vec<(String, Decimal)> = Vec::new();
     for svc in &policy.services {
+        let weight = |model: &str, input_tokens: u64, output_tokens: u64| -> Result<Fraction, DomainError> {
+            let (wi, wo) = policy.token_weight(model);
+            wi.checked_mul_int(i128::from(input_tokens))?.checked_add(wo.checked_mul_int(i128::from(output_tokens))?)
+        };
         let mut weighted: BTreeMap<TenantId, Fraction> = BTreeMap::new();
+        // Per model: what the tenants were attributed (requests, input, output), for the remainder.
+        let mut attributed: BTreeMap<&str, [u64; 3]> = BTreeMap::new();
         for u in input.service_usage.iter().filter(|u| u.endpoint == svc.endpoint) {
-            let (wi, wo) = policy.token_weight(&u.model);
-            let w = wi
-                .checked_mul_int(i128::from(u.input_tokens))?
-                .checked_add(wo.checked_mul_int(i128::from(u.output_tokens))?)?;
+            let w = weight(&u.model, u.input_tokens, u.output_tokens)?;
             let v = weighted.entry(u.tenant).or_insert(Fraction::ZERO);
             *v = v.checked_add(w)?;
+            let a = attributed.entry(u.model.as_str()).or_default();
+            for (slot, n) in a.iter_mut().zip([u.requests, u.input_tokens, u.output_tokens]) {
+                *slot = slot.saturating_add(n);
+            }
         }
         let total_w = weighted.values().try_fold(Fraction::ZERO, |a, w| a.checked_add(*w))?;
+        // The servers' own totals, per model; what they counted beyond the attributed usage is the remainder.
+        let mut counted: BTreeMap<&str, [u64; 3]> = BTreeMap::new();
+        for t in input.endpoint_totals.iter().filter(|t| t.endpoint == svc.endpoint) {
+            let c = counted.entry(t.model.as_str()).or_default();
+            for (slot, n) in c.iter_mut().zip([t.requests, t.input_tokens, t.output_tokens]) {
+                *slot = slot.saturating_add(n);
+            }
+        }
+        let mut remainder: Option<(UnattributedService, Fraction)> = None;
+        if !counted.is_empty() {
+            let mut r = UnattributedService {
+                endpoint: svc.endpoint.clone(),
+                requests: 0,
+                input_tokens: 0,
+                output_tokens: 0,
+                million_weighted_tokens: Decimal::from_scaled(0, QUANTITY_SCALE)?,
+                amount: Decimal::from_scaled(0, AMOUNT_SCALE)?,
+                over_attributed: Vec::new(),
+            };
+            let mut rw = Fraction::ZERO;
+            let mut over = [false; 3];
+            // Models the servers counted, and models only the usage names (counted as zero by the servers).
+            let models: BTreeSet<&str> = counted.keys().chain(attributed.keys()).copied().collect();
+            for model in models {
+                let c = counted.get(model).copied().unwrap_or_default();
+                let a = attributed.get(model).copied().unwrap_or_default();
+                let left: Vec<u64> = c.iter().zip(&a).map(|(c, a)| c.saturating_sub(*a)).collect();
+                for (o, (c, a)) in over.iter_mut().zip(c.iter().zip(&a)) {
+                    *o |= a > c;
+                }
+                r.requests = r.requests.saturating_add(left[0]);
+                r.input_tokens = r.input_tokens.saturating_add(left[1]);
+                r.output_tokens = r.output_tokens.saturating_add(left[2]);
+                rw = rw.checked_add(weight(model, left[1], left[2])?)?;
+            }
+            r.over_attributed = ["requests", "input_tokens", "output_tokens"]
+                .iter()
+                .zip(over)
+                .filter(|(_, o)| *o)
+                .map(|(n, _)| (*n).to_string())
+                .collect();
+            r.million_weighted_tokens = qty(rw.checked_div(million)?)?;
+            remainder = Some((r, rw));
+        }
+        let remainder_w = remainder.as_ref().map_or(Fraction::ZERO, |(_, w)| *w);
+        let split_w = total_w.checked_add(remainder_w)?;
         // The endpoint's own cost: its GPU-hours at the guaranteed rate of their class, plus their energy.
         let mut cost = Fraction::ZERO;
         let mut cost_text = Vec::new();
@@ -948,13 +1049,16 @@ pub fn compute(input: &LedgerInput) -> Result<Ledger, DomainError> {
             cost = cost.checked_add(kwh.checked_mul(price.per_kwh.value())?.checked_mul(pue)?)?;
             cost_text.push(format!("{} kWh", qty(*kwh)?.grouped()));
         }
-        if total_w.is_zero() {
+        if split_w.is_zero() {
+            if let Some((r, _)) = remainder {
+                notes.unattributed_service.push(r);
+            }
             continue;
         }
         let tenants: Vec<TenantId> = weighted.keys().copied().collect();
-        let weights: Vec<Fraction> = tenants.iter().map(|t| weighted[t]).collect();
-        let total_m = total_w.checked_div(million)?;
-        let (amounts, rate) = match &svc.per_million_weighted_tokens {
+        let mut weights: Vec<Fraction> = tenants.iter().map(|t| weighted[t]).collect();
+        let total_m = split_w.checked_div(million)?;
+        let (mut amounts, rate) = match &svc.per_million_weighted_tokens {
             Some(r) => {
                 let amounts = weights
                     .iter()
@@ -962,8 +1066,26 @@ pub fn compute(input: &LedgerInput) -> Result<Ledger, DomainError> {
                     .collect::<Result<Vec<_>, _>>()?;
                 (amounts, *r)
             }
-            None => (distribute(cost, &weights)?, Decimal::round(cost.checked_div(total_m)?, DERIVED_RATE_SCALE)?),
+            None => {
+                // The remainder takes its share like a tenant would, so the tenants' lines and the remainder add
+                // up to the endpoint's cost exactly; its amount goes to the overhead pool.
+                weights.push(remainder_w);
+                let mut amounts = distribute(cost, &weights)?;
+                weights.pop();
+                let rest = amounts.pop().ok_or_else(|| DomainError::invalid_at("service", "no remainder share"))?;
+                if let Some((r, _)) = remainder.as_mut() {
+                    r.amount = rest;
+                    if !rest.value().is_zero() {
+                        service_remainders.push((svc.endpoint.clone(), rest));
+                    }
+                }
+                (amounts, Decimal::round(cost.checked_div(total_m)?, DERIVED_RATE_SCALE)?)
+            }
         };
+        if let Some((r, _)) = remainder {
+            notes.unattributed_service.push(r);
+        }
+        amounts.truncate(tenants.len());
         for ((tenant, w), amount) in tenants.iter().zip(&weights).zip(amounts) {
             let department = ctx.department_of(*tenant)?;
             let mut line = ctx.base_line(Term::Service, Some(*tenant), department, "", &svc.endpoint)?;
@@ -989,7 +1111,7 @@ pub fn compute(input: &LedgerInput) -> Result<Ledger, DomainError> {
                     line.quantity.grouped(),
                     qty(total_m)?.grouped(),
                     svc.endpoint,
-                    Decimal::round(w.checked_mul_int(100)?.checked_div(total_w)?, 2)?,
+                    Decimal::round(w.checked_mul_int(100)?.checked_div(split_w)?, 2)?,
                     money(cost)?.grouped(),
                     policy.currency,
                     cost_text.join(" + "),
@@ -1007,6 +1129,10 @@ pub fn compute(input: &LedgerInput) -> Result<Ledger, DomainError> {
     for f in &policy.overhead.fixed {
         pool = pool.checked_add(f.amount.value())?;
         pool_text.push(format!("{} {}", f.name, f.amount.grouped()));
+    }
+    for (endpoint, amount) in &service_remainders {
+        pool = pool.checked_add(amount.value())?;
+        pool_text.push(format!("unattributed work on {endpoint} {}", amount.grouped()));
     }
     if policy.overhead.unallocated_capacity {
         // One entry per class, in class order, whatever the order (or repetition) of the input's entries.

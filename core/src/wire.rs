@@ -98,6 +98,9 @@ pub enum FactBody {
     QuotaObserved(QuotaFact),
     /// Productive work a shared model-serving endpoint did for one tenant over a window (splits its cost).
     ServiceUsage(ServiceUsageFact),
+    /// What one model-server pod of a shared endpoint counted over a window, all tenants together (scraped): the
+    /// server reconciles it with the tenants' usage and reports the unattributed remainder.
+    EndpointTotals(EndpointTotalsFact),
 }
 
 impl FactBody {
@@ -115,6 +118,7 @@ impl FactBody {
             Self::Gap(_) => "gap",
             Self::QuotaObserved(_) => "quota_observed",
             Self::ServiceUsage(_) => "service_usage",
+            Self::EndpointTotals(_) => "endpoint_totals",
         }
     }
 }
@@ -467,6 +471,43 @@ pub struct ServiceUsageFact {
     /// Requests `ttft_ms_sum` covers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ttft_count: Option<u64>,
+}
+
+/// A model-server pod's own counts for a window (counter deltas between two scrapes), whoever the requests were for.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EndpointTotalsFact {
+    /// Endpoint name, as in `service_usage` facts and usage records.
+    pub endpoint: String,
+    /// Model served.
+    pub model: String,
+    /// Server kind: `vllm`, `triton`, `tgi` or `nim`.
+    pub server: String,
+    /// The pod scraped, `namespace/name` (an endpoint's replicas are counted one by one, then summed).
+    pub pod: String,
+    /// Window start (the earlier scrape).
+    #[serde(with = "time::serde::rfc3339")]
+    pub window_start: OffsetDateTime,
+    /// Window end (the later scrape).
+    #[serde(with = "time::serde::rfc3339")]
+    pub window_end: OffsetDateTime,
+    /// Requests finished in the window.
+    pub requests: u64,
+    /// Input (prompt) tokens in the window.
+    pub input_tokens: u64,
+    /// Output (generated) tokens in the window.
+    pub output_tokens: u64,
+    /// Time to first token of the window's requests, summed, in milliseconds (with `ttft_count`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttft_ms_sum: Option<u64>,
+    /// Requests `ttft_ms_sum` covers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttft_count: Option<u64>,
+    /// Requests waiting at the window's end (a gauge).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue_depth: Option<f64>,
+    /// The server restarted between the scrapes (its counters started again from zero).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub restarted: bool,
 }
 
 /// Data the agent had to drop.

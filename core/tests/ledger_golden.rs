@@ -13,8 +13,9 @@ use gpuledger_core::{
     decimal::Decimal,
     ids::{DepartmentId, TenantId},
     ledger::{
-        AdjustmentKind, AdjustmentRecord, AllocationRecord, ClassCapacity, DepartmentRef, EnergyRecord, LedgerInput,
-        LedgerLine, QuotaHolder, QuotaRecord, TenantRef, Term, UsageRecord, compute, late_adjustments, total,
+        AdjustmentKind, AdjustmentRecord, AllocationRecord, ClassCapacity, DepartmentRef, EndpointTotal, EnergyRecord,
+        LedgerInput, LedgerLine, QuotaHolder, QuotaRecord, TenantRef, Term, UsageRecord, compute, late_adjustments,
+        total,
     },
     policy::{CostPolicy, EnergyPrice, FixedCost, FixedShare, OverheadKey, ServicePricing, TokenWeight},
 };
@@ -117,6 +118,7 @@ fn input_for(period: Period, tenants: &[TenantId]) -> LedgerInput {
         allocations: Vec::new(),
         energy: Vec::new(),
         service_usage: Vec::new(),
+        endpoint_totals: Vec::new(),
         adjustments: Vec::new(),
     }
 }
@@ -547,6 +549,100 @@ fn s07b_a_shared_endpoint_at_a_price_per_million_weighted_tokens() {
         "2.00",
     );
     assert!(tenant_lines(&lines, "platform").is_empty());
+}
+
+#[test]
+fn s07c_work_the_servers_counted_beyond_the_tenants_usage_goes_to_the_overhead_pool() {
+    let mut inp = endpoint_input(None);
+    // The model server counted 3,000 requests, 4 M input and 1 M output tokens; the tenants account for
+    // 2,000 requests, 3 M input and 0.75 M output: 1,000 requests, 1 M input and 0.25 M output are nobody's.
+    inp.endpoint_totals.push(EndpointTotal {
+        endpoint: "llm-shared".into(),
+        model: "llama-3-70b".into(),
+        requests: 3_000,
+        input_tokens: 4_000_000,
+        output_tokens: 1_000_000,
+    });
+    let ledger = compute(&inp).unwrap();
+    // weighted: alpha 2 M, gamma 4 M, remainder 1 M + 4 × 0.25 M = 2 M; total 8 M; cost 1,512.00
+    // alpha 1,512.00 × 2/8 = 378.00; gamma × 4/8 = 756.00; remainder × 2/8 = 378.00 → overhead pool
+    let a = line(&ledger.lines, "2026-09/service/alpha/llm-shared");
+    assert_money(a, "2.000000", "million weighted tokens", "189.000000", "378.00");
+    assert_eq!(
+        a.explanation,
+        "2.000000 of 8.000000 million weighted tokens on llm-shared (share 25.00%) of its cost 1,512.00 USD \
+         (720.000000 H100-80GB GPU-h × 2.10) = 378.00 USD"
+    );
+    assert_money(
+        line(&ledger.lines, "2026-09/service/gamma/llm-shared"),
+        "4.000000",
+        "million weighted tokens",
+        "189.000000",
+        "756.00",
+    );
+    let r = &ledger.notes.unattributed_service;
+    assert_eq!(r.len(), 1);
+    assert_eq!(
+        (r[0].endpoint.as_str(), r[0].requests, r[0].input_tokens, r[0].output_tokens),
+        ("llm-shared", 1_000, 1_000_000, 250_000)
+    );
+    assert_eq!(
+        (r[0].million_weighted_tokens.to_string(), r[0].amount.to_string()),
+        ("2.000000".into(), "378.00".into())
+    );
+    assert!(r[0].over_attributed.is_empty());
+    // The remainder is not lost: the overhead lines carry it, and everything still adds up to the endpoint's cost.
+    let overhead: Vec<&LedgerLine> = ledger.lines.iter().filter(|l| l.term == Term::Overhead).collect();
+    assert!(!overhead.is_empty());
+    assert!(overhead.iter().all(|l| l.explanation.contains("unattributed work on llm-shared 378.00")), "{overhead:?}");
+    assert_eq!(total(&ledger.lines).unwrap().to_string(), "1512.00");
+}
+
+#[test]
+fn s07d_usage_beyond_what_the_servers_counted_is_flagged_and_nothing_is_moved() {
+    let mut inp = endpoint_input(None);
+    // The servers counted fewer output tokens and requests than the tenants' usage says.
+    inp.endpoint_totals.push(EndpointTotal {
+        endpoint: "llm-shared".into(),
+        model: "llama-3-70b".into(),
+        requests: 1_500,
+        input_tokens: 3_000_000,
+        output_tokens: 700_000,
+    });
+    let ledger = compute(&inp).unwrap();
+    let r = &ledger.notes.unattributed_service[0];
+    assert_eq!((r.requests, r.input_tokens, r.output_tokens), (0, 0, 0));
+    assert_eq!(r.over_attributed, ["requests", "output_tokens"]);
+    assert_eq!(r.amount.to_string(), "0.00");
+    // The split is the one without totals.
+    assert_money(
+        line(&ledger.lines, "2026-09/service/alpha/llm-shared"),
+        "2.000000",
+        "million weighted tokens",
+        "252.000000",
+        "504.00",
+    );
+    assert!(ledger.lines.iter().all(|l| l.term != Term::Overhead));
+    // An endpoint with a price per million: the remainder is reported, charged to nobody.
+    let mut priced = endpoint_input(Some("0.50"));
+    priced.endpoint_totals.push(EndpointTotal {
+        endpoint: "llm-shared".into(),
+        model: "llama-3-70b".into(),
+        requests: 3_000,
+        input_tokens: 4_000_000,
+        output_tokens: 1_000_000,
+    });
+    let ledger = compute(&priced).unwrap();
+    assert_money(
+        line(&ledger.lines, "2026-09/service/alpha/llm-shared"),
+        "2.000000",
+        "million weighted tokens",
+        "0.50",
+        "1.00",
+    );
+    let r = &ledger.notes.unattributed_service[0];
+    assert_eq!((r.million_weighted_tokens.to_string(), r.amount.to_string()), ("2.000000".into(), "0.00".into()));
+    assert!(ledger.lines.iter().all(|l| l.term != Term::Overhead));
 }
 
 // ---------------------------------------------------------------------------------------------------------------

@@ -247,6 +247,7 @@ fn build(case: &Case) -> LedgerInput {
         allocations: case.allocs.iter().enumerate().map(|(i, a)| alloc_record(i, a)).collect(),
         energy: Vec::new(),
         service_usage: Vec::new(),
+        endpoint_totals: Vec::new(),
         adjustments: Vec::new(),
     }
 }

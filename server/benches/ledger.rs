@@ -927,6 +927,7 @@ impl World {
             allocations,
             energy,
             service_usage,
+            endpoint_totals: Vec::new(),
             adjustments: Vec::new(),
         }
     }

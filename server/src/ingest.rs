@@ -25,8 +25,8 @@ use gpuledger_core::{
     interval::Validity,
     sharing::{Inventory, ProfileFraction, ProfileKind, SharingMode, resolve_fraction},
     wire::{
-        AllocationStart, Batch, BatchAck, Fact, FactBody, FlaggedFact, MAX_FACTS_PER_BATCH, ServiceUsageFact,
-        TelemetryRollup, WIRE_VERSION,
+        AllocationStart, Batch, BatchAck, EndpointTotalsFact, Fact, FactBody, FlaggedFact, MAX_FACTS_PER_BATCH,
+        ServiceUsageFact, TelemetryRollup, WIRE_VERSION,
     },
 };
 use serde_json::json;
@@ -168,6 +168,7 @@ pub fn decode(headers: &HeaderMap, body: &[u8]) -> Result<Batch, AppError> {
             "gap" => FactBody::Gap(parse_at(&at, value)?),
             "quota_observed" => FactBody::QuotaObserved(parse_at(&at, value)?),
             "service_usage" => FactBody::ServiceUsage(parse_at(&at, value)?),
+            "endpoint_totals" => FactBody::EndpointTotals(parse_at(&at, value)?),
             other => {
                 return Err(AppError::invalid(format!("{at}.kind"), format!("unknown kind {other:?}")));
             }
@@ -278,6 +279,7 @@ pub fn validate(batch: &Batch, now: OffsetDateTime) -> Result<(), AppError> {
             }
             FactBody::QuotaObserved(q) => future("since", q.since)?,
             FactBody::ServiceUsage(u) => validate_service_usage(u, &field, &future)?,
+            FactBody::EndpointTotals(t) => validate_endpoint_totals(t, &field, &future)?,
             FactBody::NodeObserved(_) | FactBody::DeviceObserved(_) | FactBody::DeviceAssigned(_) => {}
         }
     }
@@ -339,6 +341,56 @@ fn validate_service_usage(
     Ok(())
 }
 
+/// Server kinds an `endpoint_totals` fact may name (the agent reads these; the table's CHECK says the same).
+const MODEL_SERVERS: [&str; 4] = ["vllm", "triton", "tgi", "nim"];
+
+fn validate_endpoint_totals(
+    t: &EndpointTotalsFact,
+    field: &dyn Fn(&str) -> String,
+    future: &dyn Fn(&str, OffsetDateTime) -> Result<(), AppError>,
+) -> Result<(), AppError> {
+    for (name, value) in [("endpoint", &t.endpoint), ("model", &t.model)] {
+        if value.trim().is_empty() || value.chars().count() > MAX_SERVICE_NAME_CHARS {
+            return Err(AppError::invalid(field(name), format!("must be 1 to {MAX_SERVICE_NAME_CHARS} characters")));
+        }
+    }
+    if !MODEL_SERVERS.contains(&t.server.as_str()) {
+        return Err(AppError::invalid(
+            field("server"),
+            format!("{:?} is not one of {}", t.server, MODEL_SERVERS.join(", ")),
+        ));
+    }
+    if t.pod.split_once('/').is_none_or(|(ns, name)| ns.is_empty() || name.is_empty()) || t.pod.chars().count() > 507 {
+        return Err(AppError::invalid(field("pod"), "must be namespace/name"));
+    }
+    if t.window_end <= t.window_start {
+        return Err(AppError::invalid(field("window_end"), "must be after window_start"));
+    }
+    future("window_end", t.window_end)?;
+    match (t.ttft_ms_sum, t.ttft_count) {
+        (Some(_), None) => return Err(AppError::invalid(field("ttft_count"), "required with ttft_ms_sum")),
+        (None, Some(_)) => return Err(AppError::invalid(field("ttft_ms_sum"), "required with ttft_count")),
+        _ => {}
+    }
+    if let Some(q) = t.queue_depth
+        && !(q.is_finite() && q >= 0.0)
+    {
+        return Err(AppError::invalid(field("queue_depth"), "must be a finite number, 0 or more"));
+    }
+    for (name, value) in [
+        ("requests", t.requests),
+        ("input_tokens", t.input_tokens),
+        ("output_tokens", t.output_tokens),
+        ("ttft_ms_sum", t.ttft_ms_sum.unwrap_or(0)),
+        ("ttft_count", t.ttft_count.unwrap_or(0)),
+    ] {
+        if i64::try_from(value).is_err() {
+            return Err(AppError::invalid(field(name), format!("{value} is larger than {}", i64::MAX)));
+        }
+    }
+    Ok(())
+}
+
 /// What a fact is about: the key under which derived state is recomputed.
 fn subject(body: &FactBody) -> String {
     match body {
@@ -361,6 +413,7 @@ fn subject(body: &FactBody) -> String {
         FactBody::Gap(_) => "gap".into(),
         FactBody::QuotaObserved(q) => format!("clusterqueue/{}", q.uid),
         FactBody::ServiceUsage(u) => subject_of_usage(u),
+        FactBody::EndpointTotals(t) => format!("endpoint/{}/{}/{}", t.endpoint, t.pod, t.model),
     }
 }
 
@@ -379,6 +432,7 @@ fn occurred_at(fact: &Fact) -> OffsetDateTime {
         FactBody::Gap(g) => g.from,
         FactBody::QuotaObserved(q) => q.since,
         FactBody::ServiceUsage(u) => u.window_start,
+        FactBody::EndpointTotals(t) => t.window_start,
         _ => fact.observed_at,
     }
 }
@@ -446,6 +500,18 @@ pub async fn store(tx: &mut OrgTx, org: OrgId, cluster: ClusterId, facts: &[Fact
         .collect();
     if !usage.is_empty() {
         store_service_usage(tx, org, cluster, &usage, &mut flagged).await?;
+    }
+
+    // 2c. Model servers' own totals: their own table, idempotent by its key.
+    let totals: Vec<&EndpointTotalsFact> = other
+        .iter()
+        .filter_map(|f| match &f.body {
+            FactBody::EndpointTotals(t) => Some(t),
+            _ => None,
+        })
+        .collect();
+    if !totals.is_empty() {
+        store_endpoint_totals(tx, org, cluster, &totals).await?;
     }
 
     // 3. Derived state, for the subjects that received new facts.
@@ -586,6 +652,46 @@ async fn store_telemetry(
     .execute(tx.conn())
     .await?;
     Ok(done.rows_affected())
+}
+
+/// Stores `endpoint_totals` rows in one statement (validated: counts fit in i64, TTFT both or neither).
+async fn store_endpoint_totals(
+    tx: &mut OrgTx,
+    org: OrgId,
+    cluster: ClusterId,
+    totals: &[&EndpointTotalsFact],
+) -> Result<(), AppError> {
+    let count = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+    let col = |f: &dyn Fn(&EndpointTotalsFact) -> String| totals.iter().map(|t| f(t)).collect::<Vec<String>>();
+    let num = |f: &dyn Fn(&EndpointTotalsFact) -> u64| totals.iter().map(|t| count(f(t))).collect::<Vec<i64>>();
+    let ttft: Vec<(Option<i64>, Option<i64>)> =
+        totals.iter().map(|t| t.ttft_ms_sum.zip(t.ttft_count).map(|(s, c)| (count(s), count(c))).unzip()).collect();
+    sqlx::query(
+        "INSERT INTO endpoint_totals (org_id, cluster_id, endpoint, model, server, pod, window_start, window_end,
+                requests, input_tokens, output_tokens, ttft_ms_sum, ttft_count, queue_depth, restarted)
+         SELECT $1, $2, r.* FROM unnest($3::text[], $4::text[], $5::text[], $6::text[], $7::timestamptz[],
+                $8::timestamptz[], $9::int8[], $10::int8[], $11::int8[], $12::int8[], $13::int8[], $14::float8[],
+                $15::bool[])
+         ON CONFLICT DO NOTHING",
+    )
+    .bind(org.as_uuid())
+    .bind(cluster.as_uuid())
+    .bind(col(&|t| t.endpoint.clone()))
+    .bind(col(&|t| t.model.clone()))
+    .bind(col(&|t| t.server.clone()))
+    .bind(col(&|t| t.pod.clone()))
+    .bind(totals.iter().map(|t| t.window_start).collect::<Vec<_>>())
+    .bind(totals.iter().map(|t| t.window_end).collect::<Vec<_>>())
+    .bind(num(&|t| t.requests))
+    .bind(num(&|t| t.input_tokens))
+    .bind(num(&|t| t.output_tokens))
+    .bind(ttft.iter().map(|p| p.0).collect::<Vec<_>>())
+    .bind(ttft.iter().map(|p| p.1).collect::<Vec<_>>())
+    .bind(totals.iter().map(|t| t.queue_depth).collect::<Vec<_>>())
+    .bind(totals.iter().map(|t| t.restarted).collect::<Vec<_>>())
+    .execute(tx.conn())
+    .await?;
+    Ok(())
 }
 
 /// Stores `service_usage` rows in one statement; a tenant name that is not defined is kept with no tenant ID and

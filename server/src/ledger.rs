@@ -16,8 +16,8 @@ use gpuledger_core::{
     decimal::Decimal,
     ids::{DepartmentId, TenantId},
     ledger::{
-        AdjustmentKind, AdjustmentRecord, AllocationRecord, ClassCapacity, DepartmentRef, EnergyRecord, LedgerInput,
-        LedgerLine, QuotaHolder, QuotaRecord, TenantRef, UsageRecord,
+        AdjustmentKind, AdjustmentRecord, AllocationRecord, ClassCapacity, DepartmentRef, EndpointTotal, EnergyRecord,
+        LedgerInput, LedgerLine, QuotaHolder, QuotaRecord, TenantRef, UsageRecord,
     },
     policy::CostPolicy,
 };
@@ -286,6 +286,25 @@ pub async fn load_input(tx: &mut OrgTx, period: Period, policy: CostPolicy) -> R
         output_tokens: u64::try_from(o).unwrap_or(0),
     })
     .collect();
+    // What the endpoints' model servers counted themselves, per endpoint and model (all pods, all clusters).
+    let endpoint_totals = sqlx::query_as::<_, (String, String, i64, i64, i64)>(
+        "SELECT endpoint, model, sum(requests)::bigint, sum(input_tokens)::bigint, sum(output_tokens)::bigint
+           FROM endpoint_totals WHERE window_start >= $1 AND window_start < $2
+          GROUP BY endpoint, model ORDER BY endpoint, model",
+    )
+    .bind(start)
+    .bind(end)
+    .fetch_all(tx.conn())
+    .await?
+    .into_iter()
+    .map(|(endpoint, model, r, i, o)| EndpointTotal {
+        endpoint,
+        model,
+        requests: u64::try_from(r).unwrap_or(0),
+        input_tokens: u64::try_from(i).unwrap_or(0),
+        output_tokens: u64::try_from(o).unwrap_or(0),
+    })
+    .collect();
     let (_, inventory_version) = inventory(tx).await?;
     Ok(LedgerInput {
         period,
@@ -298,6 +317,7 @@ pub async fn load_input(tx: &mut OrgTx, period: Period, policy: CostPolicy) -> R
         allocations,
         energy,
         service_usage,
+        endpoint_totals,
         adjustments: Vec::new(),
     })
 }
