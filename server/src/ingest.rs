@@ -672,6 +672,8 @@ async fn store_endpoint_totals(
          SELECT $1, $2, r.* FROM unnest($3::text[], $4::text[], $5::text[], $6::text[], $7::timestamptz[],
                 $8::timestamptz[], $9::int8[], $10::int8[], $11::int8[], $12::int8[], $13::int8[], $14::float8[],
                 $15::bool[])
+                AS r(endpoint, model, server, pod, window_start, window_end, requests, input_tokens, output_tokens,
+                     ttft_ms_sum, ttft_count, queue_depth, restarted)
          ON CONFLICT DO NOTHING",
     )
     .bind(org.as_uuid())
