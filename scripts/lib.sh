@@ -129,3 +129,67 @@ gl_ensure_python_clients() {
   fi
   export GL_PYTHON="$venv/bin/python"
 }
+
+# The deployment linters (issue 9): kubectl (renders the Kustomize overlays), and kubernetes-validate and checkov in
+# a virtual environment of their own (pinned; separate from the export tests' clients). Exports GL_DEPLOY_BIN.
+GL_DEPLOY_TOOLS_PINS=('kubernetes-validate==1.37.0' 'checkov==3.3.30')
+gl_ensure_deploy_tools() {
+  if ! command -v kubectl >/dev/null 2>&1; then
+    if gl_is_root && command -v apt-get >/dev/null 2>&1 && apt-cache show kubectl >/dev/null 2>&1; then
+      gl_apt_install kubectl
+    fi
+    command -v kubectl >/dev/null 2>&1 || gl_die "missing: kubectl (renders deploy/k8s with its built-in Kustomize). Debian/Ubuntu: add the Kubernetes apt repository (https://kubernetes.io/docs/tasks/tools/install-kubectl-linux/) and apt-get install kubectl; elsewhere the release binary from dl.k8s.io"
+  fi
+  command -v python3 >/dev/null 2>&1 || gl_apt_install python3 python3-venv
+  local venv="${XDG_CACHE_HOME:-$HOME/.cache}/gpuledger-deploy-tools"
+  local want; want=$(printf '%s\n' "${GL_DEPLOY_TOOLS_PINS[@]}")
+  if [ "$(cat "$venv/.pins" 2>/dev/null)" != "$want" ] || ! [ -x "$venv/bin/checkov" ] || ! [ -x "$venv/bin/kubernetes-validate" ]; then
+    gl_say "installing ${GL_DEPLOY_TOOLS_PINS[*]} (pip, once, in $venv)"
+    rm -rf "$venv"
+    python3 -m venv "$venv" >/dev/null 2>&1 || { gl_apt_install python3-venv; python3 -m venv "$venv" >/dev/null; } \
+      || gl_die "python3 -m venv $venv failed"
+    "$venv/bin/pip" install -q "${GL_DEPLOY_TOOLS_PINS[@]}" >/dev/null \
+      || gl_die "pip install ${GL_DEPLOY_TOOLS_PINS[*]} failed (needs PyPI)"
+    echo "$want" >"$venv/.pins"
+  fi
+  export GL_DEPLOY_BIN="$venv/bin"
+}
+
+# The deployment checks: renders every Kustomize directory under deploy/k8s with `kubectl kustomize`, validates
+# the output against the Kubernetes schemas (strict: unknown fields fail) of the oldest and newest versions we
+# support, checks that deploy/systemd/server.env.example names every variable server/src/cli.rs reads, and
+# runs checkov on the rendered manifests and deploy/docker/Dockerfile.* with deploy/checkov.yaml.
+# Needs gl_ensure_deploy_tools first.
+GL_K8S_VERSIONS=(1.33.0 1.37.0)
+gl_deploy_checks() {
+  local root; root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+  local out; out=$(mktemp -d -t gl-deploy.XXXXXX)
+  local k dirs rendered=() n=0
+  dirs=$(cd "$root" && find deploy/k8s -name kustomization.yaml -printf '%h\n' | sort)
+  [ -n "$dirs" ] || { rm -rf "$out"; gl_die "no kustomization.yaml under deploy/k8s"; }
+  for k in $dirs; do
+    local f="$out/$(echo "$k" | tr / _).yaml"
+    kubectl kustomize "$root/$k" >"$f" || { rm -rf "$out"; gl_die "kubectl kustomize $k failed"; }
+    rendered+=("$f"); n=$((n + $(grep -c '^kind:' "$f" || true)))
+  done
+  local v
+  for v in "${GL_K8S_VERSIONS[@]}"; do
+    "$GL_DEPLOY_BIN/kubernetes-validate" --strict --quiet -k "$v" "${rendered[@]}" >"$out/kv.log" 2>&1 \
+      || { grep -v '^INFO' "$out/kv.log" >&2 || true; rm -rf "$out"; gl_die "kubernetes-validate (Kubernetes $v) failed"; }
+  done
+  local e missing=""
+  for e in $(grep -o 'env = "[A-Z_]*"' "$root/server/src/cli.rs" | cut -d'"' -f2 | sort -u); do
+    grep -q "^#\{0,1\}$e=" "$root/deploy/systemd/server.env.example" || missing="$missing $e"
+  done
+  [ -z "$missing" ] || { rm -rf "$out"; gl_die "deploy/systemd/server.env.example does not document:$missing"; }
+  local docker=("$root"/deploy/docker/Dockerfile.*)
+  [ -e "${docker[0]}" ] || { rm -rf "$out"; gl_die "no deploy/docker/Dockerfile.*"; }
+  local args=() f
+  for f in "${rendered[@]}" "${docker[@]}"; do args+=(-f "$f"); done
+  if ! "$GL_DEPLOY_BIN/checkov" --config-file "$root/deploy/checkov.yaml" "${args[@]}" >"$out/checkov.log" 2>&1; then
+    grep -v -e 'prismacloud' -e 'urllib3' -e 'guidelines' "$out/checkov.log" >&2 || true
+    rm -rf "$out"; gl_die "checkov found something not accepted in docs/deploy.md (deploy/checkov.yaml)"
+  fi
+  gl_say "deploy: $(echo "$dirs" | wc -l) kustomizations, $n objects valid for Kubernetes ${GL_K8S_VERSIONS[*]}; checkov: $(grep -o 'Passed checks: [0-9]*, Failed checks: [0-9]*, Skipped checks: [0-9]*' "$out/checkov.log" | tr '\n' ' ')"
+  rm -rf "$out"
+}
