@@ -193,3 +193,108 @@ gl_deploy_checks() {
   gl_say "deploy: $(echo "$dirs" | wc -l) kustomizations, $n objects valid for Kubernetes ${GL_K8S_VERSIONS[*]}; checkov: $(grep -o 'Passed checks: [0-9]*, Failed checks: [0-9]*, Skipped checks: [0-9]*' "$out/checkov.log" | tr '\n' ' ')"
   rm -rf "$out"
 }
+
+# ---------------------------------------------------------------- database operations checks (docs/operations.md)
+# Tables Citus would still refuse in deploy/citus/distribute.sql (policies with subqueries; docs/scaling.md
+# "Before Citus"). gl_ops_checks fails when the set found differs, so a fix must remove the entry here too.
+GL_CITUS_KNOWN_BLOCKERS="dispute_events,quotas,usage_records"
+
+# The URL of database NAME on the server of URL (the last path component replaced).
+gl_db_url() { # url name
+  local url=$1 name=$2 query=""
+  case $url in *\?*) query="?${url#*\?}"; url=${url%%\?*} ;; esac
+  printf '%s/%s%s\n' "${url%/*}" "$name" "$query"
+}
+
+# Applies migrations/*.sql in filename order exactly as sqlx 0.8 does: its _sqlx_migrations table, each file sent as
+# one simple-protocol query inside a transaction together with its bookkeeping row (version, description with `_` as
+# spaces, SHA-384 checksum), so `gpuledger-server migrate` would find the database current.
+gl_apply_migrations() { # url
+  local url=$1 f base version desc sum
+  psql "$url" -X -q -v ON_ERROR_STOP=1 -c "CREATE TABLE IF NOT EXISTS _sqlx_migrations (
+      version BIGINT PRIMARY KEY, description TEXT NOT NULL, installed_on TIMESTAMPTZ NOT NULL DEFAULT now(),
+      success BOOLEAN NOT NULL, checksum BYTEA NOT NULL, execution_time BIGINT NOT NULL)" >/dev/null
+  for f in migrations/*.sql; do
+    base=${f##*/}; version=${base%%_*}; desc=${base#*_}; desc=${desc%.sql}; desc=${desc//_/ }
+    sum=$(sha384sum "$f" | cut -d' ' -f1)
+    psql "$url" -X -q -v ON_ERROR_STOP=1 -c BEGIN -c "$(cat "$f")" \
+      -c "INSERT INTO _sqlx_migrations (version, description, success, checksum, execution_time)
+          VALUES ($version, '$desc', TRUE, '\\x$sum', -1)" -c COMMIT >/dev/null \
+      || gl_die "migration $base failed when applied with psql"
+  done
+}
+
+# Database operations checks against the throwaway server of $DATABASE_URL (a superuser URL), before the build:
+# migrations applied twice on one cluster (roles are cluster-wide), deploy/citus/distribute.sql against stand-ins that
+# enforce Citus's rules and covering every tenant table, telemetry-retention.sh (dry run, then --apply), and a
+# backup.sh → restore.sh round trip. Scratch databases are dropped at the end.
+gl_ops_checks() {
+  local started=$SECONDS admin=${DATABASE_URL:?gl_ops_checks needs DATABASE_URL}
+  local name="gl_ops_$$" scratch restored out tmp now parts got
+  scratch=$(gl_db_url "$admin" "$name"); restored=$(gl_db_url "$admin" "${name}_restored")
+  tmp=$(mktemp -d -t gpuledger-ops.XXXXXX)
+  export PGOPTIONS='-c client_min_messages=warning'
+  local q=(psql -X -qAt -v ON_ERROR_STOP=1)
+  "${q[@]}" "$admin" -c "DROP DATABASE IF EXISTS $name" -c "DROP DATABASE IF EXISTS ${name}_restored" \
+    -c "CREATE DATABASE $name" -c "CREATE DATABASE ${name}_restored" >/dev/null
+
+  # 1. Migrations, as the superuser, twice on this cluster: the second database finds the roles already there.
+  gl_apply_migrations "$restored"
+  "${q[@]}" "$admin" -c "DROP DATABASE ${name}_restored" -c "CREATE DATABASE ${name}_restored" >/dev/null
+  gl_apply_migrations "$scratch"
+  got=$("${q[@]}" "$scratch" -c "SELECT count(*) FROM _sqlx_migrations WHERE success")
+  [ "$got" = "$(ls migrations/*.sql | wc -l)" ] || gl_die "ops checks: $got migrations recorded"
+  echo "ops: migrations: $got applied with psql as sqlx would (twice on one cluster: existing roles are fine)"
+
+  # 2. Telemetry retention: two old months (all closed), the current month, the default partition.
+  now=$(date -u +%Y-%m)
+  "${q[@]}" "$scratch" >/dev/null <<SQL
+SELECT gpuledger_create_org('00000000-0000-0000-0000-00000000000a', 'ops-a', 'Ops A');
+INSERT INTO clusters (org_id, cluster_id, name) VALUES ('00000000-0000-0000-0000-00000000000a', '00000000-0000-0000-0000-0000000000c1', 'c1');
+SELECT gpuledger_ensure_telemetry_partition(d) FROM unnest(ARRAY['2000-01-01', '2000-02-01', '$now-01']::date[]) d;
+INSERT INTO telemetry_rollups (org_id, cluster_id, gpu_uuid, window_start, window_end, node, samples, energy_j)
+SELECT '00000000-0000-0000-0000-00000000000a', '00000000-0000-0000-0000-0000000000c1', 'GPU-' || g, m + make_interval(mins => g),
+       m + make_interval(mins => g + 1), 'n1', 6, 42000
+  FROM unnest(ARRAY['2000-01-01', '2000-02-01', '$now-01']::timestamptz[]) m, generate_series(1, 8) g;
+INSERT INTO periods (org_id, period, state, content_hash, bundle_gz, closed_at, closed_by)
+SELECT '00000000-0000-0000-0000-00000000000a', p, 'closed', 'ops-check', '\x00', now(), 'ops' FROM unnest(ARRAY['2000-01-01', '2000-02-01']::date[]) p;
+SQL
+  _gl_ops_parts() { "${q[@]}" "$scratch" -c "SELECT string_agg(inhrelid::regclass::text, ' ' ORDER BY inhrelid::regclass::text) FROM pg_inherits WHERE inhparent = 'telemetry_rollups'::regclass"; }
+  local before; before=$(_gl_ops_parts)
+  deploy/scripts/telemetry-retention.sh --keep-months 13 "$scratch" > "$tmp/dry.txt" || { cat "$tmp/dry.txt"; gl_die "ops checks: telemetry-retention.sh dry run failed"; }
+  [ "$(_gl_ops_parts)" = "$before" ] || gl_die "ops checks: the retention dry run changed the partitions"
+  grep -q 'would be dropped .*: telemetry_rollups_200001 telemetry_rollups_200002;' "$tmp/dry.txt" \
+    || { cat "$tmp/dry.txt"; gl_die "ops checks: the retention dry run did not list exactly the two old months"; }
+  deploy/scripts/telemetry-retention.sh --keep-months 13 --apply "$scratch" > "$tmp/apply.txt" || { cat "$tmp/apply.txt"; gl_die "ops checks: telemetry-retention.sh --apply failed"; }
+  got=$(_gl_ops_parts)
+  [ "$got" = "telemetry_rollups_${now/-/} telemetry_rollups_default" ] \
+    || gl_die "ops checks: after retention the partitions are '$got' (expected the current month and the default)"
+  echo "ops: telemetry retention: dry run kept every partition; --apply dropped exactly 2000-01 and 2000-02, kept $now and the default"
+
+  # 3. Backup → restore into another database; the same tables and rows.
+  out=$(deploy/scripts/backup.sh --out "$tmp/backup" "$scratch" 2>"$tmp/backup.err") || { cat "$tmp/backup.err"; gl_die "ops checks: backup.sh failed"; }
+  deploy/scripts/restore.sh --roles "$(grep 'roles.sql$' <<<"$out")" "$(grep '\.dump$' <<<"$out")" "$restored" 2>"$tmp/restore.err" \
+    || { cat "$tmp/restore.err"; gl_die "ops checks: restore.sh failed"; }
+  local count="SELECT (SELECT count(*) FROM pg_class WHERE relnamespace = 'public'::regnamespace AND relkind IN ('r', 'p'))
+                   || ' tables, ' || (SELECT count(*) FROM telemetry_rollups) || ' telemetry rows, '
+                   || (SELECT count(*) FROM periods WHERE state = 'closed') || ' closed periods, '
+                   || (SELECT count(*) FROM pg_policy) || ' policies'"
+  local a b; a=$("${q[@]}" "$scratch" -c "$count"); b=$("${q[@]}" "$restored" -c "$count")
+  [ "$a" = "$b" ] || gl_die "ops checks: restored database differs: '$b' vs '$a'"
+  echo "ops: backup.sh → restore.sh round trip: $b in both"
+
+  # 4. Citus: distribute.sql against stand-ins enforcing Citus's rules; every tenant table covered.
+  "${q[@]}" "$scratch" -f scripts/ops/citus-stubs.sql >/dev/null
+  PGOPTIONS="$PGOPTIONS -c gpuledger_ci.citus_known_blockers=$GL_CITUS_KNOWN_BLOCKERS" \
+    "${q[@]}" "$scratch" -f deploy/citus/distribute.sql >/dev/null 2>"$tmp/citus.err" \
+    || { cat "$tmp/citus.err"; gl_die "ops checks: deploy/citus/distribute.sql breaks a Citus rule"; }
+  got=$(PGOPTIONS="$PGOPTIONS -c gpuledger_ci.citus_known_blockers=$GL_CITUS_KNOWN_BLOCKERS" \
+    "${q[@]}" "$scratch" -f scripts/ops/assert-distributed.sql 2>"$tmp/citus.err") \
+    || { cat "$tmp/citus.err"; gl_die "ops checks: deploy/citus/distribute.sql does not cover the schema"; }
+  echo "ops: citus: $got"
+
+  "${q[@]}" "$admin" -c "DROP DATABASE $name" -c "DROP DATABASE ${name}_restored" >/dev/null
+  rm -rf "$tmp"
+  unset PGOPTIONS
+  echo "ops: database operations checks passed in $((SECONDS - started)) s"
+}

@@ -1,0 +1,102 @@
+-- Distributes GPU Ledger's schema on Citus: every tenant table by org_id, all colocated, so that one organization's
+-- rows of every table live on the same worker and each organization-scoped transaction can be routed to one shard
+-- group. `organizations` is the one reference table (copied to every node). See docs/scaling.md.
+--
+-- When: once, on the coordinator, after `gpuledger-server migrate` has created the schema (on the coordinator, with the
+-- citus extension created in the database) and before the server takes traffic. Run it as a superuser (or the
+-- tables' owner, gpuledger_owner):
+--     psql "$OWNER_URL" -v ON_ERROR_STOP=1 -f deploy/citus/distribute.sql
+-- Existing rows are copied into the shards by create_distributed_table.
+--
+-- Checked on every test run (scripts/lib.sh gl_ops_checks): against a freshly migrated PostgreSQL with stand-ins that
+-- enforce Citus's rules, and every table with an org_id column or row-level security must appear below. A migration
+-- that adds a tenant table must add it here (after the tables it references).
+--
+-- NOT YET RUNNABLE ON A REAL CITUS, by three known blockers (docs/scaling.md "Before Citus"): the department-scope
+-- policies of dispute_events, quotas and usage_records contain subqueries, which Citus refuses in policies on
+-- distributed tables. gl_ops_checks lists them and fails if the list changes.
+--
+-- Cluster settings this layout needs (coordinator and workers; docs/scaling.md):
+--   citus.propagate_set_commands = 'local'  -- SET LOCAL app.org_id must reach the workers (see docs/scaling.md:
+--                                           -- the server must use SET LOCAL, not set_config, before Citus)
+--   citus.enable_unsafe_triggers = on        -- the append-only / policy / period guard triggers run on the shards
+
+\set ON_ERROR_STOP on
+BEGIN;
+
+-- Shards per distributed table: fixed at distribution time (changing it later means re-sharding). 32 suits up to a
+-- few workers; choose 64–128 when planning for more (docs/scaling.md).
+SET LOCAL citus.shard_count = 32;
+-- The guard triggers (append-only tables, cost policy and period guards) only look at OLD/NEW and raise: they are
+-- safe to run on the shards.
+SET LOCAL citus.enable_unsafe_triggers = on;
+
+-- ---------------------------------------------------------------- reference table
+-- The tenancy root: small, read everywhere, and looked up by slug across organizations (gpuledger_org_id_by_slug),
+-- which a table distributed by org_id could not answer from one shard; its unique slug index does not include
+-- org_id, which a distributed table would not allow. Every tenant table's foreign key to it is distributed →
+-- reference, which Citus allows.
+SELECT create_reference_table('organizations');
+
+-- ---------------------------------------------------------------- distributed by org_id, one colocation group
+-- Referenced tables come before the tables that reference them (Citus checks each foreign key when the referencing
+-- table is distributed). All foreign keys between these tables start with org_id on both sides.
+
+-- migration 2: business, orchestration, inventory, allocation evidence, people, tokens, audit
+SELECT create_distributed_table('departments',          'org_id', colocate_with => 'none');
+SELECT create_distributed_table('tenants',              'org_id', colocate_with => 'departments');
+SELECT create_distributed_table('clusters',             'org_id', colocate_with => 'departments');
+SELECT create_distributed_table('namespaces',           'org_id', colocate_with => 'departments');
+SELECT create_distributed_table('namespace_ownership',  'org_id', colocate_with => 'departments');
+SELECT create_distributed_table('gpu_classes',          'org_id', colocate_with => 'departments');
+SELECT create_distributed_table('gpu_models',           'org_id', colocate_with => 'departments');
+SELECT create_distributed_table('mig_profiles',         'org_id', colocate_with => 'departments');
+SELECT create_distributed_table('vgpu_profiles',        'org_id', colocate_with => 'departments');
+SELECT create_distributed_table('timeslice_policies',   'org_id', colocate_with => 'departments');
+SELECT create_distributed_table('allocation_events',    'org_id', colocate_with => 'departments');
+SELECT create_distributed_table('allocation_intervals', 'org_id', colocate_with => 'departments');
+SELECT create_distributed_table('users',                'org_id', colocate_with => 'departments');
+SELECT create_distributed_table('user_roles',           'org_id', colocate_with => 'departments');
+SELECT create_distributed_table('api_tokens',           'org_id', colocate_with => 'departments');
+SELECT create_distributed_table('audit_log',            'org_id', colocate_with => 'departments');
+
+-- migration 3: ingest. telemetry_rollups is partitioned by month: distributing the parent distributes every
+-- partition, and partitions created later (gpuledger_ensure_telemetry_partition) are distributed with it.
+SELECT create_distributed_table('devices',               'org_id', colocate_with => 'departments');
+SELECT create_distributed_table('nodes',                 'org_id', colocate_with => 'departments');
+SELECT create_distributed_table('telemetry_rollups',     'org_id', colocate_with => 'departments');
+SELECT create_distributed_table('data_quality_findings', 'org_id', colocate_with => 'departments');
+
+-- migration 4: the ledger
+SELECT create_distributed_table('cost_policies',  'org_id', colocate_with => 'departments');
+SELECT create_distributed_table('quotas',         'org_id', colocate_with => 'departments');
+SELECT create_distributed_table('periods',        'org_id', colocate_with => 'departments');
+SELECT create_distributed_table('ledger_lines',   'org_id', colocate_with => 'departments');
+SELECT create_distributed_table('adjustments',    'org_id', colocate_with => 'departments');
+SELECT create_distributed_table('disputes',       'org_id', colocate_with => 'departments');
+SELECT create_distributed_table('dispute_events', 'org_id', colocate_with => 'departments');
+
+-- migration 5: service usage
+SELECT create_distributed_table('service_usage', 'org_id', colocate_with => 'departments');
+
+-- migration 6: identity
+SELECT create_distributed_table('idp_settings',  'org_id', colocate_with => 'departments');
+SELECT create_distributed_table('role_mappings', 'org_id', colocate_with => 'departments');
+SELECT create_distributed_table('sessions',      'org_id', colocate_with => 'departments');
+SELECT create_distributed_table('oidc_logins',   'org_id', colocate_with => 'departments');
+
+-- migration 7: agents' last contact, dispute numbers
+SELECT create_distributed_table('agent_contacts',  'org_id', colocate_with => 'departments');
+SELECT create_distributed_table('dispute_numbers', 'org_id', colocate_with => 'departments');
+
+-- migration 9: usage records and endpoint aliases
+SELECT create_distributed_table('usage_records',    'org_id', colocate_with => 'departments');
+SELECT create_distributed_table('endpoint_aliases', 'org_id', colocate_with => 'departments');
+
+-- migration 10: training progress
+SELECT create_distributed_table('training_progress', 'org_id', colocate_with => 'departments');
+
+-- migration 11: model servers' own totals
+SELECT create_distributed_table('endpoint_totals', 'org_id', colocate_with => 'departments');
+
+COMMIT;
