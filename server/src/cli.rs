@@ -230,7 +230,15 @@ pub async fn open(cli: &Cli, data_dir: PathBuf, max_connections: u32) -> anyhow:
                         "DATABASE_URL logs in as a superuser: migrating, then running requests as gpuledger_app \
                          (SET ROLE). In production, log in as gpuledger_app and run `migrate` separately."
                     );
-                    db::migrate(url).await?;
+                    match db::migrate(url).await {
+                        // The schema is ahead of this binary (a rollback after an upgrade's migration): serve
+                        // against it; migrations only ever expand what an older release reads.
+                        Err(db::DbError::Migrate(sqlx::migrate::MigrateError::VersionMissing(v))) => {
+                            tracing::warn!(applied = v, expected = ?db::latest_migration(),
+                                "the database has migrations this binary does not know; serving without migrating");
+                        }
+                        r => r?,
+                    }
                     AppLogin::SetRole
                 } else {
                     AppLogin::Direct

@@ -113,9 +113,11 @@ pub struct Readiness {
 }
 
 impl Readiness {
-    /// Reachable, and the schema is exactly what this binary expects.
+    /// Reachable, and the schema has at least this binary's migrations. A newer schema is ready too: upgrades
+    /// migrate before the new replicas roll (expand first, contract a release later, `docs/operations.md`), so
+    /// the old replicas keep serving against the expanded schema and a binary can be rolled back.
     pub fn is_ready(&self) -> bool {
-        self.reachable && self.applied == self.expected && self.expected.is_some()
+        self.reachable && self.expected.is_some() && self.applied >= self.expected
     }
 }
 
@@ -179,11 +181,18 @@ impl Database {
 
     async fn begin_with(&self, org: OrgId, dept_scope: &str) -> Result<OrgTx, DbError> {
         let mut tx = self.pool.begin().await?;
-        sqlx::query("SELECT set_config('app.org_id', $1, true), set_config('app.dept_scope', $2, true)")
-            .bind(org.as_uuid().to_string())
-            .bind(dept_scope)
-            .execute(&mut *tx)
-            .await?;
+        // `SET LOCAL` rather than `set_config(…, true)`: the same transaction-scoped setting, and the form Citus
+        // forwards to its workers (`citus.propagate_set_commands = 'local'`, docs/scaling.md). Both values are
+        // built here from UUIDs ("all", or UUIDs joined by commas), so quoting them cannot be escaped; the check
+        // below keeps it that way.
+        if !dept_scope.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == ',') {
+            return Err(DbError::Url(format!("invalid department scope {dept_scope:?}")));
+        }
+        let set = format!(
+            "SET LOCAL app.org_id = '{}'; SET LOCAL app.dept_scope = '{dept_scope}'",
+            org.as_uuid().hyphenated()
+        );
+        (&mut *tx).execute(set.as_str()).await?;
         Ok(OrgTx { tx, org })
     }
 
@@ -272,5 +281,21 @@ impl CrossOrgDirectory<'_> {
             .fetch_one(self.pool)
             .await?;
         Ok(OrgId::from_uuid(id))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Readiness;
+
+    #[test]
+    fn ready_at_this_binarys_schema_or_a_newer_one_never_an_older_one() {
+        let r = |reachable, applied, expected| Readiness { reachable, applied, expected }.is_ready();
+        assert!(r(true, Some(11), Some(11)));
+        assert!(r(true, Some(12), Some(11)), "the old replicas stay ready after the upgrade's migration");
+        assert!(!r(true, Some(10), Some(11)));
+        assert!(!r(true, None, Some(11)), "nothing applied");
+        assert!(!r(false, Some(11), Some(11)), "unreachable");
+        assert!(!r(true, None, None));
     }
 }

@@ -129,3 +129,23 @@ async fn server_refuses_to_serve_as_a_privileged_login() {
         .expect("SET ROLE path");
     assert!(db.readiness().await.is_ready());
 }
+
+#[tokio::test]
+async fn a_schema_ahead_of_the_binary_is_ready_and_migrating_it_is_refused() {
+    let (test_db, db) = common::migrated().await;
+    let admin = common::admin_pool(&test_db).await;
+    // A newer release's migration, as its Job would have recorded it.
+    sqlx::query(
+        "INSERT INTO _sqlx_migrations (version, description, success, checksum, execution_time)
+         VALUES (99991231000001, 'from the future', true, '\\x00', 1)",
+    )
+    .execute(&admin)
+    .await
+    .unwrap();
+    let r = db.readiness().await;
+    assert_eq!(r.applied, Some(99991231000001));
+    assert!(r.is_ready(), "old replicas keep serving against the expanded schema: {r:?}");
+    // This binary's `migrate` refuses: it does not know that migration.
+    let err = gpuledger_server::db::migrate(&test_db.admin_url).await.expect_err("migrating backwards");
+    assert!(err.to_string().contains("99991231000001"), "{err}");
+}

@@ -16,8 +16,8 @@ use gpuledger_core::{
     sharing::SharingMode,
     wire::{
         AgentInfo, AllocationEnd, AllocationStart, AllocationVanished, AttributionLabels, Batch, DeviceAssignment,
-        EndReason, Fact, FactBody, Holder, NamespaceFact, ServiceUsageFact, SpoolState, Stat, TelemetryRollup,
-        WIRE_VERSION, event_id,
+        EndReason, EndpointTotalsFact, Fact, FactBody, Holder, NamespaceFact, ServiceUsageFact, SpoolState, Stat,
+        TelemetryRollup, WIRE_VERSION, event_id,
     },
 };
 use gpuledger_server::{
@@ -821,4 +821,70 @@ async fn kubelet_assignments_land_on_their_intervals_in_any_order() {
     assert_eq!(status, StatusCode::OK);
     assert_eq!(devices(late).await, vec!["GPU-ddd".to_string(), "GPU-ccc".to_string()]);
     assert_eq!(devices(early).await, vec!["GPU-aaa".to_string()], "another pod's assignment changes nothing here");
+}
+
+fn totals(pod: &str, start: OffsetDateTime, counts: (u64, u64, u64)) -> Fact {
+    Fact {
+        event_id: event_id("endpoint-totals", &["llm-shared", pod, "llama-3-8b", &start.to_string()]),
+        observed_at: start + time::Duration::minutes(1),
+        body: FactBody::EndpointTotals(EndpointTotalsFact {
+            endpoint: "llm-shared".into(),
+            model: "llama-3-8b".into(),
+            server: "vllm".into(),
+            pod: pod.into(),
+            window_start: start,
+            window_end: start + time::Duration::minutes(1),
+            requests: counts.0,
+            input_tokens: counts.1,
+            output_tokens: counts.2,
+            ttft_ms_sum: Some(1_200),
+            ttft_count: Some(counts.0),
+            queue_depth: Some(3.0),
+            restarted: false,
+        }),
+    }
+}
+
+#[tokio::test]
+async fn endpoint_totals_are_stored_once_and_bad_ones_name_the_field() {
+    let env = env().await;
+    let t0 = datetime!(2026-10-05 08:00 UTC);
+    let good = vec![
+        totals("serving/vllm-0", t0, (4, 100, 50)),
+        totals("serving/vllm-1", t0, (6, 200, 70)),
+        totals("serving/vllm-0", t0 + time::Duration::minutes(1), (1, 10, 5)),
+    ];
+    // Each bad value, after good facts: the whole batch is refused, naming the field.
+    let cases: [(&str, fn(&mut EndpointTotalsFact)); 5] = [
+        ("server", |t| t.server = "sglang".into()),
+        ("pod", |t| t.pod = "vllm-0".into()),
+        ("ttft_count", |t| t.ttft_count = None),
+        ("queue_depth", |t| t.queue_depth = Some(-1.0)),
+        ("window_end", |t| t.window_end = t.window_start),
+    ];
+    for (field, spoil) in cases {
+        let mut bad = totals("serving/vllm-2", t0, (1, 1, 1));
+        if let FactBody::EndpointTotals(t) = &mut bad.body {
+            spoil(t);
+        }
+        let mut facts = good.clone();
+        facts.push(bad);
+        let (status, problem) = send(&env, &batch(facts)).await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{field}: {problem}");
+        assert_eq!(problem["field"], format!("facts[3].{field}"), "{problem}");
+    }
+    assert_eq!(count_where(&env, "endpoint_totals WHERE true").await, 0, "refused batches store nothing");
+    // Twice: stored once.
+    for _ in 0..2 {
+        let (status, ack) = send(&env, &batch(good.clone())).await;
+        assert_eq!(status, StatusCode::OK, "{ack}");
+    }
+    let sums: (i64, i64, i64, i64, i64) = sqlx::query_as(
+        "SELECT count(*), sum(requests)::bigint, sum(input_tokens)::bigint, sum(output_tokens)::bigint,
+                sum(ttft_ms_sum)::bigint FROM endpoint_totals",
+    )
+    .fetch_one(&env.admin)
+    .await
+    .unwrap();
+    assert_eq!(sums, (3, 11, 310, 125, 3_600));
 }

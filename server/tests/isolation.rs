@@ -101,6 +101,11 @@ async fn seed(db: &Database, slug: &str) -> OrgId {
             vec![o, cluster],
         ),
         ("INSERT INTO dispute_numbers (org_id, last_number) VALUES ($1, 0)", vec![o]),
+        // Model servers' own totals (migration 11).
+        (
+            "INSERT INTO endpoint_totals (org_id, cluster_id, endpoint, model, server, pod, window_start, window_end, requests, input_tokens, output_tokens) VALUES ($1, $2, 'llm-shared', 'llama-3-8b', 'vllm', 'serving/vllm-0', '2026-01-01 10:00Z', '2026-01-01 10:01Z', 3, 30, 60)",
+            vec![o, cluster],
+        ),
         // Training progress (migration 10).
         (
             "INSERT INTO training_progress (org_id, record_id, cluster_id, namespace, workload, reported_at, steps) VALUES ($1, 'p-1', $2, 'ml', 'llm-pretrain', '2026-01-01 10:00Z', 10)",
