@@ -30,6 +30,7 @@ use crate::{
     k8s::{self, LabelKeys, NodeSharing, PodContext},
     scrape::Scraper,
     spool::Spool,
+    training::ProgressWatch,
 };
 
 /// An allocation the agent saw start and not yet end.
@@ -451,6 +452,7 @@ pub async fn run(
     let mut healthy = false;
     let mut heartbeat = tokio::time::interval(opts.heartbeat);
     let mut scraper = opts.scrape.as_ref().map(|o| Scraper::new(o.keys.clone()));
+    let mut progress = ProgressWatch::default();
     let scrape_every = opts.scrape.as_ref().map_or(Duration::from_secs(3600), |o| o.every);
     let scrape_timeout = opts.scrape.as_ref().map_or(Duration::from_secs(10), |o| o.timeout);
     let mut scrape_tick = tokio::time::interval(scrape_every);
@@ -533,11 +535,13 @@ pub async fn run(
                 Event::InitApply(o) | Event::Apply(o) => {
                     let v = to_value(&o)?;
                     discover_target(scraper.as_mut(), &v, false);
+                    facts.extend(training_progress(&mut progress, &v, false, now));
                     facts.extend(log_err(deriver.on_pod(&v, false, now)))
                 }
                 Event::Delete(o) => {
                     let v = to_value(&o)?;
                     discover_target(scraper.as_mut(), &v, true);
+                    facts.extend(training_progress(&mut progress, &v, true, now));
                     facts.extend(log_err(deriver.on_pod(&v, true, now)))
                 }
                 Event::InitDone => {
@@ -564,6 +568,14 @@ fn discover_target(scraper: Option<&mut Scraper>, pod: &Value, deleted: bool) {
     {
         tracing::warn!(error = %e, "model server not scraped");
     }
+}
+
+/// A pod event's training progress (an annotation that is not a count is logged, not sent).
+fn training_progress(watch: &mut ProgressWatch, pod: &Value, deleted: bool, now: OffsetDateTime) -> Option<Fact> {
+    watch.on_pod(pod, deleted, now).unwrap_or_else(|e| {
+        tracing::warn!(error = %e, "training progress not read");
+        None
+    })
 }
 
 fn to_value<T: Serialize>(o: &T) -> anyhow::Result<Value> {

@@ -7,6 +7,7 @@
 //! - [`spool`]: the on-disk spool that keeps facts until the server confirms a durable commit.
 //! - [`cluster`]: the `cluster` mode's watcher and the pure [`cluster::Deriver`].
 //! - [`scrape`]: the `cluster` mode's model-server scraping (`endpoint_totals` facts).
+//! - [`training`]: training progress from pod annotations (`training_progress` facts).
 //! - [`deliver`]: batches from the spool to the server, acknowledged only after a durable commit.
 //! - [`inspect`]: `gpuledger-agent inspect`, the same derivations for one file.
 
@@ -20,3 +21,4 @@ pub mod nvidia;
 pub mod podresources;
 pub mod scrape;
 pub mod spool;
+pub mod training;

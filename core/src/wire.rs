@@ -101,6 +101,8 @@ pub enum FactBody {
     /// What one model-server pod of a shared endpoint counted over a window, all tenants together (scraped): the
     /// server reconciles it with the tenants' usage and reports the unattributed remainder.
     EndpointTotals(EndpointTotalsFact),
+    /// A training job's cumulative progress, from its pod's annotations (the server shows work per GPU-hour).
+    TrainingProgress(TrainingProgressFact),
 }
 
 impl FactBody {
@@ -119,6 +121,7 @@ impl FactBody {
             Self::QuotaObserved(_) => "quota_observed",
             Self::ServiceUsage(_) => "service_usage",
             Self::EndpointTotals(_) => "endpoint_totals",
+            Self::TrainingProgress(_) => "training_progress",
         }
     }
 }
@@ -508,6 +511,25 @@ pub struct EndpointTotalsFact {
     /// The server restarted between the scrapes (its counters started again from zero).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub restarted: bool,
+}
+
+/// A training job's counters as its pod declares them (annotations `gpuledger.io/training-steps` and
+/// `gpuledger.io/training-samples`), cumulative; at least one is present.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TrainingProgressFact {
+    /// Namespace.
+    pub namespace: String,
+    /// The workload: its Job's name when the pod belongs to one, else the pod's name.
+    pub workload: String,
+    /// When the agent read the counters.
+    #[serde(with = "time::serde::rfc3339")]
+    pub reported_at: OffsetDateTime,
+    /// Optimizer steps so far.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub steps: Option<u64>,
+    /// Samples (or tokens) so far.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub samples: Option<u64>,
 }
 
 /// Data the agent had to drop.

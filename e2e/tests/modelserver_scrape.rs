@@ -2,7 +2,8 @@
 //! Kubernetes API, scrapes real vLLM metric text from a local listener every second and sends `endpoint_totals`
 //! facts to the real server; a gateway attributes part of the endpoint's work to one tenant; the ledger charges that
 //! tenant its share of the endpoint's cost and reports the rest as the unattributed remainder (moved to the overhead
-//! pool), never dropped: the tenant's line and the remainder add up to the endpoint's cost.
+//! pool), never dropped: the tenant's line and the remainder add up to the endpoint's cost. A training job's pod
+//! keeps its progress in annotations: the agent sends it and the training analytics show the work per GPU-hour.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::{
@@ -111,6 +112,18 @@ async fn scraped_totals_beyond_the_gateways_records_are_the_unattributed_remaind
                    "containerStatuses": [{"name": "main", "state": {"running": {"startedAt": started}}}]}
     }))
     .unwrap();
+    // A training job's pod that keeps its progress in annotations (one H100).
+    let trainer = |steps: &str| {
+        json!({
+            "metadata": {"name": "llm-pretrain-x7k2p", "namespace": "serving", "uid": "a1a1a1a1-0000-4000-8000-0000000000c1",
+                         "labels": {"batch.kubernetes.io/job-name": "llm-pretrain"},
+                         "annotations": {"gpuledger.io/training-steps": steps}},
+            "spec": {"nodeName": "h100-a", "containers": [{"name": "main", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
+            "status": {"phase": "Running",
+                       "containerStatuses": [{"name": "main", "state": {"running": {"startedAt": started.clone()}}}]}
+        })
+    };
+    kube.apply("pods", trainer("100")).unwrap();
     let kubeconfig = kube.kubeconfig(&dir).unwrap();
     let log = std::fs::File::create(dir.join("agent.log")).unwrap();
     let _agent = Agent(
@@ -209,5 +222,30 @@ async fn scraped_totals_beyond_the_gateways_records_are_the_unattributed_remaind
     let (tenant, rest) = (cents(line["amount"].as_str().unwrap()), cents(remainder["amount"].as_str().unwrap()));
     assert!(tenant > 0 && rest > 0, "{line} {remainder}");
     assert_eq!(tenant + rest, cents(cost), "the tenant's line and the remainder add up to the endpoint's cost");
+
+    // The training job advances: its pod's annotation goes from 100 to 400 steps; the analytics show 300 steps
+    // over its pod's GPU-hours.
+    kube.apply("pods", trainer("400")).unwrap();
+    let t = Instant::now();
+    let row = loop {
+        let v: Value = http
+            .get(format!("{base}/api/v1/analytics/training?period={period}"))
+            .bearer_auth(&admin)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let row = v["workloads"].as_array().and_then(|w| w.iter().find(|r| r["workload"] == "llm-pretrain").cloned());
+        if let Some(row) = row.filter(|r| r["steps"] == 300) {
+            break row;
+        }
+        assert!(t.elapsed() < Duration::from_secs(60), "training progress never arrived: {v:#}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(row["namespace"], "serving");
+    let hours: f64 = row["gpu_hours"].as_str().unwrap().parse().unwrap();
+    assert!(hours > 0.9, "the job's pod held its GPU for about an hour: {row}");
     let _ = std::fs::remove_dir_all(&dir);
 }

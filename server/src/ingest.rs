@@ -26,7 +26,7 @@ use gpuledger_core::{
     sharing::{Inventory, ProfileFraction, ProfileKind, SharingMode, resolve_fraction},
     wire::{
         AllocationStart, Batch, BatchAck, EndpointTotalsFact, Fact, FactBody, FlaggedFact, MAX_FACTS_PER_BATCH,
-        ServiceUsageFact, TelemetryRollup, WIRE_VERSION,
+        ServiceUsageFact, TelemetryRollup, TrainingProgressFact, WIRE_VERSION,
     },
 };
 use serde_json::json;
@@ -169,6 +169,7 @@ pub fn decode(headers: &HeaderMap, body: &[u8]) -> Result<Batch, AppError> {
             "quota_observed" => FactBody::QuotaObserved(parse_at(&at, value)?),
             "service_usage" => FactBody::ServiceUsage(parse_at(&at, value)?),
             "endpoint_totals" => FactBody::EndpointTotals(parse_at(&at, value)?),
+            "training_progress" => FactBody::TrainingProgress(parse_at(&at, value)?),
             other => {
                 return Err(AppError::invalid(format!("{at}.kind"), format!("unknown kind {other:?}")));
             }
@@ -280,6 +281,8 @@ pub fn validate(batch: &Batch, now: OffsetDateTime) -> Result<(), AppError> {
             FactBody::QuotaObserved(q) => future("since", q.since)?,
             FactBody::ServiceUsage(u) => validate_service_usage(u, &field, &future)?,
             FactBody::EndpointTotals(t) => validate_endpoint_totals(t, &field, &future)?,
+            FactBody::TrainingProgress(t) => crate::training::check_fact(t, &fact.event_id, now)
+                .map_err(|(name, reason)| AppError::invalid(field(name), reason))?,
             FactBody::NodeObserved(_) | FactBody::DeviceObserved(_) | FactBody::DeviceAssigned(_) => {}
         }
     }
@@ -414,6 +417,7 @@ fn subject(body: &FactBody) -> String {
         FactBody::QuotaObserved(q) => format!("clusterqueue/{}", q.uid),
         FactBody::ServiceUsage(u) => subject_of_usage(u),
         FactBody::EndpointTotals(t) => format!("endpoint/{}/{}/{}", t.endpoint, t.pod, t.model),
+        FactBody::TrainingProgress(t) => format!("training/{}/{}", t.namespace, t.workload),
     }
 }
 
@@ -433,6 +437,7 @@ fn occurred_at(fact: &Fact) -> OffsetDateTime {
         FactBody::QuotaObserved(q) => q.since,
         FactBody::ServiceUsage(u) => u.window_start,
         FactBody::EndpointTotals(t) => t.window_start,
+        FactBody::TrainingProgress(t) => t.reported_at,
         _ => fact.observed_at,
     }
 }
@@ -512,6 +517,18 @@ pub async fn store(tx: &mut OrgTx, org: OrgId, cluster: ClusterId, facts: &[Fact
         .collect();
     if !totals.is_empty() {
         store_endpoint_totals(tx, org, cluster, &totals).await?;
+    }
+
+    // 2d. Training progress from pods' annotations: the training API's table, the event ID as record ID.
+    let progress: Vec<(&str, &TrainingProgressFact)> = other
+        .iter()
+        .filter_map(|f| match &f.body {
+            FactBody::TrainingProgress(t) => Some((f.event_id.as_str(), t)),
+            _ => None,
+        })
+        .collect();
+    if !progress.is_empty() {
+        crate::training::store_facts(tx, org, cluster, &progress).await?;
     }
 
     // 3. Derived state, for the subjects that received new facts.

@@ -82,6 +82,70 @@ fn check(r: &ProgressReport, now: OffsetDateTime) -> Result<(), (&'static str, S
     Ok(())
 }
 
+/// Checks a `training_progress` fact like a report of the API (the event ID is its record ID).
+pub fn check_fact(
+    t: &gpuledger_core::wire::TrainingProgressFact,
+    event_id: &str,
+    now: OffsetDateTime,
+) -> Result<(), (&'static str, String)> {
+    check(&report_of(event_id, t), now)
+}
+
+fn report_of(event_id: &str, t: &gpuledger_core::wire::TrainingProgressFact) -> ProgressReport {
+    ProgressReport {
+        record_id: event_id.to_owned(),
+        namespace: t.namespace.clone(),
+        workload: t.workload.clone(),
+        reported_at: t.reported_at,
+        steps: t.steps,
+        samples: t.samples,
+    }
+}
+
+/// Stores the agents' `training_progress` facts (checked by ingest) like reports of the API, idempotent by event ID.
+pub async fn store_facts(
+    tx: &mut crate::db::OrgTx,
+    org: gpuledger_core::ids::OrgId,
+    cluster: gpuledger_core::ids::ClusterId,
+    facts: &[(&str, &gpuledger_core::wire::TrainingProgressFact)],
+) -> Result<u64, AppError> {
+    let reports: Vec<ProgressReport> = facts.iter().map(|(id, t)| report_of(id, t)).collect();
+    store(tx, org, cluster, &reports).await
+}
+
+async fn store(
+    tx: &mut crate::db::OrgTx,
+    org: gpuledger_core::ids::OrgId,
+    cluster: gpuledger_core::ids::ClusterId,
+    reports: &[ProgressReport],
+) -> Result<u64, AppError> {
+    let big = |v: Option<u64>| v.map(|v| i64::try_from(v).unwrap_or(i64::MAX));
+    let ids: Vec<&str> = reports.iter().map(|r| r.record_id.as_str()).collect();
+    let namespaces: Vec<&str> = reports.iter().map(|r| r.namespace.as_str()).collect();
+    let workloads: Vec<&str> = reports.iter().map(|r| r.workload.as_str()).collect();
+    let ats: Vec<OffsetDateTime> = reports.iter().map(|r| r.reported_at).collect();
+    let steps: Vec<Option<i64>> = reports.iter().map(|r| big(r.steps)).collect();
+    let samples: Vec<Option<i64>> = reports.iter().map(|r| big(r.samples)).collect();
+    Ok(sqlx::query(
+        "INSERT INTO training_progress (org_id, record_id, cluster_id, namespace, workload, reported_at, steps, samples)
+         SELECT $1, r.id, $2, r.ns, r.w, r.at, r.steps, r.samples
+           FROM unnest($3::text[], $4::text[], $5::text[], $6::timestamptz[], $7::int8[], $8::int8[])
+             AS r(id, ns, w, at, steps, samples)
+         ON CONFLICT (org_id, record_id) DO NOTHING",
+    )
+    .bind(org.as_uuid())
+    .bind(cluster.as_uuid())
+    .bind(&ids)
+    .bind(&namespaces)
+    .bind(&workloads)
+    .bind(&ats)
+    .bind(&steps)
+    .bind(&samples)
+    .execute(tx.conn())
+    .await?
+    .rows_affected())
+}
+
 async fn post_progress(
     State(state): State<AppState>,
     headers: HeaderMap,
@@ -92,32 +156,8 @@ async fn post_progress(
         return Err(AppError::Forbidden("training progress is sent with an agent token (the job's cluster)".into()));
     };
     let reports = parse_reports(&body, OffsetDateTime::now_utc())?;
-    let big = |v: Option<u64>| v.map(|v| i64::try_from(v).unwrap_or(i64::MAX));
-    let ids: Vec<&str> = reports.iter().map(|r| r.record_id.as_str()).collect();
-    let namespaces: Vec<&str> = reports.iter().map(|r| r.namespace.as_str()).collect();
-    let workloads: Vec<&str> = reports.iter().map(|r| r.workload.as_str()).collect();
-    let ats: Vec<OffsetDateTime> = reports.iter().map(|r| r.reported_at).collect();
-    let steps: Vec<Option<i64>> = reports.iter().map(|r| big(r.steps)).collect();
-    let samples: Vec<Option<i64>> = reports.iter().map(|r| big(r.samples)).collect();
     let mut tx = principal.begin(&state.db).await?;
-    let stored = sqlx::query(
-        "INSERT INTO training_progress (org_id, record_id, cluster_id, namespace, workload, reported_at, steps, samples)
-         SELECT $1, r.id, $2, r.ns, r.w, r.at, r.steps, r.samples
-           FROM unnest($3::text[], $4::text[], $5::text[], $6::timestamptz[], $7::int8[], $8::int8[])
-             AS r(id, ns, w, at, steps, samples)
-         ON CONFLICT (org_id, record_id) DO NOTHING",
-    )
-    .bind(principal.org.as_uuid())
-    .bind(cluster.as_uuid())
-    .bind(&ids)
-    .bind(&namespaces)
-    .bind(&workloads)
-    .bind(&ats)
-    .bind(&steps)
-    .bind(&samples)
-    .execute(tx.conn())
-    .await?
-    .rows_affected();
+    let stored = store(&mut tx, principal.org, cluster, &reports).await?;
     tx.commit().await?;
     Ok(Json(json!({ "received": reports.len(), "stored": stored, "duplicates": reports.len() as u64 - stored })))
 }

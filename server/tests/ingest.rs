@@ -17,7 +17,7 @@ use gpuledger_core::{
     wire::{
         AgentInfo, AllocationEnd, AllocationStart, AllocationVanished, AttributionLabels, Batch, DeviceAssignment,
         EndReason, EndpointTotalsFact, Fact, FactBody, Holder, NamespaceFact, ServiceUsageFact, SpoolState, Stat,
-        TelemetryRollup, WIRE_VERSION, event_id,
+        TelemetryRollup, TrainingProgressFact, WIRE_VERSION, event_id,
     },
 };
 use gpuledger_server::{
@@ -887,4 +887,35 @@ async fn endpoint_totals_are_stored_once_and_bad_ones_name_the_field() {
     .await
     .unwrap();
     assert_eq!(sums, (3, 11, 310, 125, 3_600));
+}
+
+#[tokio::test]
+async fn training_progress_facts_land_in_the_training_table_once() {
+    let env = env().await;
+    let at = datetime!(2026-10-05 08:00 UTC);
+    let fact = |id: &str, steps: Option<u64>, samples: Option<u64>| Fact {
+        event_id: id.into(),
+        observed_at: at,
+        body: FactBody::TrainingProgress(TrainingProgressFact {
+            namespace: "ml".into(),
+            workload: "llm-pretrain".into(),
+            reported_at: at,
+            steps,
+            samples,
+        }),
+    };
+    let (status, problem) = send(&env, &batch(vec![fact("t-1", Some(5), None), fact("t-2", None, None)])).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{problem}");
+    assert_eq!(problem["field"], "facts[1].steps", "{problem}");
+    assert_eq!(count_where(&env, "training_progress WHERE true").await, 0);
+    for _ in 0..2 {
+        let (status, ack) = send(&env, &batch(vec![fact("t-1", Some(5), None), fact("t-2", Some(9), Some(90))])).await;
+        assert_eq!(status, StatusCode::OK, "{ack}");
+    }
+    let rows: Vec<(String, Option<i64>, Option<i64>)> =
+        sqlx::query_as("SELECT record_id, steps, samples FROM training_progress ORDER BY record_id")
+            .fetch_all(&env.admin)
+            .await
+            .unwrap();
+    assert_eq!(rows, vec![("t-1".into(), Some(5), None), ("t-2".into(), Some(9), Some(90))]);
 }
