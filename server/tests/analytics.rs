@@ -13,8 +13,9 @@ use gpuledger_core::{
     ids::{MigProfile, OrgId},
     sharing::SharingMode,
     wire::{
-        AgentInfo, AllocationEnd, AllocationStart, AttributionLabels, Batch, DeviceFact, EndReason, Fact, FactBody,
-        Holder, MigDeviceFact, NamespaceFact, ServiceUsageFact, Stat, TelemetryRollup, WIRE_VERSION, event_id,
+        AgentInfo, AllocationEnd, AllocationStart, AttributionLabels, Batch, DeviceFact, EndReason, EndpointTotalsFact,
+        Fact, FactBody, Holder, MigDeviceFact, NamespaceFact, ServiceUsageFact, Stat, TelemetryRollup, WIRE_VERSION,
+        event_id,
     },
 };
 use gpuledger_server::{
@@ -510,6 +511,46 @@ async fn inference_efficiency_by_hand() {
     // The attributed hours add up to the endpoint's.
     let sum: f64 = ["3.250", "9.750"].iter().map(|h| h.parse::<f64>().unwrap()).sum();
     assert_eq!(format!("{sum:.3}"), e["gpu_hours"].as_str().unwrap());
+
+    // The model server counted more than the tenants' usage (50 requests, 4,000 input and 5,000 output tokens):
+    // the remainder (10 requests, 0 + 1,000 tokens) takes 1,000 of 9,000 weighted tokens' share of the hours.
+    let counted = Fact {
+        event_id: "endpoint-totals/llm-shared/serving/vllm-0/m".into(),
+        observed_at: at(4),
+        body: FactBody::EndpointTotals(EndpointTotalsFact {
+            endpoint: "llm-shared".into(),
+            model: "m".into(),
+            server: "vllm".into(),
+            pod: "serving/vllm-0".into(),
+            window_start: at(0),
+            window_end: at(4),
+            requests: 50,
+            input_tokens: 4_000,
+            output_tokens: 5_000,
+            ttft_ms_sum: None,
+            ttft_count: None,
+            queue_depth: None,
+            restarted: false,
+        }),
+    };
+    send(&env, vec![counted]).await;
+    let (_, _, r) = get_at(&env, Some(&env.admin), "/api/v1/analytics/inference?period=2026-09").await;
+    let hours = |name: &str| {
+        r["tenants"].as_array().unwrap().iter().find(|t| t["tenant_name"] == name).unwrap()["gpu_hours"].clone()
+    };
+    // 13 × 2/9 = 2.889, 13 × 6/9 = 8.667, remainder 13 × 1/9 = 1.444
+    assert_eq!((hours("alpha"), hours("beta")), (Value::from("2.889"), Value::from("8.667")), "{r:#}");
+    assert_eq!(r["tenants"].as_array().unwrap().len(), 2, "the remainder is no tenant's row");
+    assert_eq!(
+        (
+            r["unattributed"]["requests"].as_u64(),
+            r["unattributed"]["tokens"].as_u64(),
+            r["unattributed"]["gpu_hours"].as_str()
+        ),
+        (Some(5 + 10), Some(100 + 1_000), Some("1.444")),
+        "{r:#}"
+    );
+    assert_eq!(r["endpoints"][0]["tokens"].as_u64(), Some(9_000), "the endpoint's totals are what it counted");
 
     // A month without any: empty lists, not an error.
     let (status, _, empty) = get_at(&env, Some(&env.admin), "/api/v1/analytics/inference?period=2026-07").await;

@@ -213,8 +213,25 @@ async fn showback_shows_inference_efficiency_with_its_reason_and_an_empty_state(
     );
     assert!(!html.contains("ops-bot"), "another department's tenant is cut: {html}");
     assert!(!html.contains("<caption>Endpoints</caption>"), "no organization totals on a department's view: {html}");
+    assert!(!html.contains("Unattributed:"), "no organization figures on a department's view: {html}");
     let (html, _) = render("/departments?period=2026-10", fake(false)).await;
     assert!(html.contains("No inference tenants on shared endpoints this month."), "{html}");
+    // The organization-wide view names the unattributed remainder.
+    let org = Fake {
+        roles: Some(vec!["viewer"]),
+        fail: false,
+        answers: vec![
+            ("/api/v1/periods", json!({"items": [{"period": "2026-10", "state": "closed"}]})),
+            ("/api/v1/analytics/inference", {
+                let mut v = inference.clone();
+                v["unattributed"] = json!({"requests": 1200, "tokens": 34567, "gpu_hours": "0.412"});
+                v
+            }),
+        ],
+    };
+    let (html, _) = render("/departments?period=2026-10", org).await;
+    assert!(html.contains("<caption>Endpoints</caption>"), "{html}");
+    assert!(html.contains("Unattributed: 1,200 requests, 34,567 tokens, 0.412 GPU-h"), "{html}");
 }
 
 #[tokio::test]

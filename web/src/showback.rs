@@ -48,6 +48,8 @@ struct Showback {
     utilization: Vec<Value>,
     inference: Vec<Value>,
     endpoints: Vec<Value>,
+    /// Work no tenant's usage accounts for (organization-wide views only; `null` otherwise).
+    unattributed: Value,
     training: Vec<Value>,
     not_exact: usize,
     notice: Option<String>,
@@ -136,20 +138,22 @@ async fn load_showback(
         Ok(u) => u["tenants"].as_array().cloned().unwrap_or_default(),
         Err(_) => Vec::new(),
     };
-    let (inference, endpoints) = match api_get(format!("/api/v1/analytics/inference?period={}", q(&period))).await {
-        Ok(v) => (
-            v["tenants"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter(|t| department.as_ref().is_none_or(|d| s(t, "department") == *d))
-                .cloned()
-                .collect(),
-            // Endpoint totals include every department's work: shown on the organization-wide view only.
-            if department.is_none() { v["endpoints"].as_array().cloned().unwrap_or_default() } else { Vec::new() },
-        ),
-        Err(_) => (Vec::new(), Vec::new()),
-    };
+    let (inference, endpoints, unattributed) =
+        match api_get(format!("/api/v1/analytics/inference?period={}", q(&period))).await {
+            Ok(v) => (
+                v["tenants"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter(|t| department.as_ref().is_none_or(|d| s(t, "department") == *d))
+                    .cloned()
+                    .collect(),
+                // Endpoint totals include every department's work: shown on the organization-wide view only.
+                if department.is_none() { v["endpoints"].as_array().cloned().unwrap_or_default() } else { Vec::new() },
+                if department.is_none() { v["unattributed"].clone() } else { Value::Null },
+            ),
+            Err(_) => (Vec::new(), Vec::new(), Value::Null),
+        };
     let training = match api_get(format!("/api/v1/analytics/training?period={}", q(&period))).await {
         Ok(v) => v["workloads"]
             .as_array()
@@ -178,6 +182,7 @@ async fn load_showback(
         utilization,
         inference,
         endpoints,
+        unattributed,
         training,
         not_exact,
         notice,
@@ -313,7 +318,7 @@ fn ShowbackView(sb: Showback) -> impl IntoView {
                 }.into_any()
             }}
         </section>
-        <InferencePanel tenants=sb.inference.clone() endpoints=sb.endpoints.clone() />
+        <InferencePanel tenants=sb.inference.clone() endpoints=sb.endpoints.clone() unattributed=sb.unattributed.clone() />
         <section class="panel" id="training">
             <h2>"Training progress"</h2>
             <p class="muted">"Analytics only: the steps and samples jobs reported this month over the GPU-hours of their pods."</p>
@@ -356,8 +361,10 @@ fn ms(v: &Value, key: &str) -> String {
 
 /// Inference efficiency of shared endpoints: work, attributed GPU-hours, tokens per GPU-hour, time to first token.
 #[component]
-fn InferencePanel(tenants: Vec<Value>, endpoints: Vec<Value>) -> impl IntoView {
+fn InferencePanel(tenants: Vec<Value>, endpoints: Vec<Value>, unattributed: Value) -> impl IntoView {
     let count = |v: &Value, k: &str| grouped(&v[k].as_u64().unwrap_or(0).to_string());
+    let has_unattributed =
+        unattributed["requests"].as_u64().unwrap_or(0) > 0 || unattributed["tokens"].as_u64().unwrap_or(0) > 0;
     let or_dash = |v: &Value, k: &str| v[k].as_str().map_or_else(|| "—".to_string(), grouped);
     view! {
         <section class="panel" id="inference">
@@ -400,6 +407,16 @@ fn InferencePanel(tenants: Vec<Value>, endpoints: Vec<Value>) -> impl IntoView {
                         </tr>
                     }).collect_view()}</tbody>
                 </table>
+            })}
+            {has_unattributed.then(|| view! {
+                <p class="unattributed">
+                    {format!(
+                        "Unattributed: {} requests, {} tokens, {} GPU-h — work the endpoints counted that no tenant's usage accounts for; its share of the endpoints' cost is in the overhead pool.",
+                        count(&unattributed, "requests"),
+                        count(&unattributed, "tokens"),
+                        unattributed["gpu_hours"].as_str().unwrap_or("0"),
+                    )}
+                </p>
             })}
         </section>
     }

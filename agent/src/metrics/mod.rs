@@ -4,7 +4,7 @@
 //! - [`dcgm`]: DCGM Exporter scrapes → [`DeviceFact`](gpuledger_core::wire::DeviceFact)s and per-window
 //!   [`TelemetryRollup`](gpuledger_core::wire::TelemetryRollup)s (utilization: analytics only, never money).
 //! - [`modelserver`]: vLLM, Triton, TGI and NIM scrapes → [`modelserver::ModelServerSnapshot`]s (productive work),
-//!   window totals, and their reconciliation with tenants' usage records.
+//!   window totals (the `endpoint_totals` facts of [`crate::scrape`]; the server reconciles them with tenants' usage).
 //! - [`discovery`]: model-server pods (by their annotations) → [`discovery::ScrapeTarget`]s.
 //!
 //! Nothing here reads a clock: scrape and observation times are parameters.

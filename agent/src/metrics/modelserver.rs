@@ -421,16 +421,6 @@ pub struct Counts {
     pub output_tokens: u64,
 }
 
-impl Counts {
-    fn plus(self, o: Counts) -> Counts {
-        Counts {
-            requests: self.requests.saturating_add(o.requests),
-            input_tokens: self.input_tokens.saturating_add(o.input_tokens),
-            output_tokens: self.output_tokens.saturating_add(o.output_tokens),
-        }
-    }
-}
-
 /// What one endpoint's model server did in a window: the difference of two cumulative scrapes of one model.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct WindowTotals {
@@ -551,88 +541,6 @@ pub fn service_usage_from_snapshots(
         (Some(sum), Some(count)) => with_ttft(fact, sum, count),
         _ => fact,
     })
-}
-
-/// The tenant name of the unattributed remainder of a shared endpoint (see [`reconcile`]); reserved. The server keeps
-/// such facts without a tenant ID, which is what its reports count as unattributed. Usage records that name it are
-/// not attributed: the server counted their requests, so they are in the remainder already.
-pub const UNATTRIBUTED_TENANT: &str = "unattributed";
-
-/// Usage one tenant was attributed for a window (a gateway's per-request records, summed).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct TenantUsage {
-    /// Tenant name.
-    pub tenant: String,
-    /// Its requests and tokens.
-    #[serde(flatten)]
-    pub counts: Counts,
-}
-
-/// A shared endpoint's window, reconciled: per-tenant facts and the unattributed remainder.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Reconciliation {
-    /// One `service_usage` fact per tenant (records of one tenant summed), by tenant name, then the remainder's
-    /// fact for [`UNATTRIBUTED_TENANT`] — always, even when it is zero, so a window's reconciliation is on record.
-    pub facts: Vec<Fact>,
-    /// The sum of the tenants' records (the reserved tenant's excluded).
-    pub attributed: Counts,
-    /// What the remainder fact carries: server totals minus attributed, each floored at 0.
-    pub unattributed: Counts,
-    /// The counters (`requests`, `input_tokens`, `output_tokens`) for which the records exceed the server's own
-    /// count: the records or the window are wrong. Empty when they agree.
-    pub over_attributed: Vec<&'static str>,
-}
-
-/// Reconciles an endpoint's server totals for a window with the usage records attributed to tenants for that
-/// window. Every tenant gets its records' sum as a `service_usage` fact; what the server counted beyond the records
-/// becomes a fact for [`UNATTRIBUTED_TENANT`], so it is reported, never dropped. Where the records exceed the
-/// server's count the remainder is 0 for that counter and the counter is listed in
-/// [`Reconciliation::over_attributed`] (the tenants' facts keep their records' figures: they are not scaled down).
-/// Facts are observed at `observed_at`; their event IDs are those of [`service_usage_fact`].
-pub fn reconcile(
-    endpoint: &str,
-    totals: &WindowTotals,
-    records: &[TenantUsage],
-    observed_at: OffsetDateTime,
-) -> Reconciliation {
-    let mut per_tenant: BTreeMap<&str, Counts> = BTreeMap::new();
-    for r in records.iter().filter(|r| r.tenant != UNATTRIBUTED_TENANT) {
-        let c = per_tenant.entry(r.tenant.as_str()).or_default();
-        *c = c.plus(r.counts);
-    }
-    let attributed = per_tenant.values().fold(Counts::default(), |a, c| a.plus(*c));
-    let server = totals.counts;
-    let mut over_attributed = Vec::new();
-    for (name, s, a) in [
-        ("requests", server.requests, attributed.requests),
-        ("input_tokens", server.input_tokens, attributed.input_tokens),
-        ("output_tokens", server.output_tokens, attributed.output_tokens),
-    ] {
-        if a > s {
-            over_attributed.push(name);
-        }
-    }
-    let remainder = Counts {
-        requests: server.requests.saturating_sub(attributed.requests),
-        input_tokens: server.input_tokens.saturating_sub(attributed.input_tokens),
-        output_tokens: server.output_tokens.saturating_sub(attributed.output_tokens),
-    };
-    let fact = |tenant: &str, c: Counts| {
-        service_usage_fact(
-            endpoint,
-            &totals.model,
-            tenant,
-            totals.window_start,
-            totals.window_end,
-            c.requests,
-            c.input_tokens,
-            c.output_tokens,
-            observed_at,
-        )
-    };
-    let mut facts: Vec<Fact> = per_tenant.iter().map(|(t, c)| fact(t, *c)).collect();
-    facts.push(fact(UNATTRIBUTED_TENANT, remainder));
-    Reconciliation { facts, attributed, unattributed: remainder, over_attributed }
 }
 
 /// Adds time-to-first-token figures (total milliseconds over `count` requests) to a `service_usage` fact.
@@ -1124,92 +1032,8 @@ vllm:time_to_first_token_seconds_count{model_name=\"facebook/opt-125m\"} 40.0\n"
         assert!(window_totals(&before, t0, &restarted, t1).unwrap().restarted);
     }
 
-    fn totals(requests: u64, input_tokens: u64, output_tokens: u64) -> WindowTotals {
-        use time::macros::datetime;
-        WindowTotals {
-            server: Server::Vllm,
-            model: QWEN.into(),
-            window_start: datetime!(2026-11-01 10:00 UTC),
-            window_end: datetime!(2026-11-01 10:05 UTC),
-            counts: Counts { requests, input_tokens, output_tokens },
-            ttft_ms_sum: None,
-            ttft_count: None,
-            queue_depth: None,
-            running: None,
-            restarted: false,
-        }
-    }
-
-    fn rec(tenant: &str, requests: u64, input_tokens: u64, output_tokens: u64) -> TenantUsage {
-        TenantUsage { tenant: tenant.into(), counts: Counts { requests, input_tokens, output_tokens } }
-    }
-
     #[test]
-    fn reconciliation_reports_the_unattributed_remainder() {
-        let t = totals(100, 10_000, 30_000);
-        let at = t.window_end;
-        let r = reconcile(
-            "llm-shared",
-            &t,
-            &[rec("search", 40, 4_000, 12_000), rec("nlp", 30, 3_000, 9_000), rec("search", 10, 1_000, 3_000)],
-            at,
-        );
-        assert_eq!(r.attributed, Counts { requests: 80, input_tokens: 8_000, output_tokens: 24_000 });
-        assert_eq!(r.unattributed, Counts { requests: 20, input_tokens: 2_000, output_tokens: 6_000 });
-        assert!(r.over_attributed.is_empty());
-        let got: Vec<(&str, u64, u64, u64)> = r
-            .facts
-            .iter()
-            .map(|f| {
-                let u = usage(f);
-                (u.tenant.as_str(), u.requests, u.input_tokens, u.output_tokens)
-            })
-            .collect();
-        assert_eq!(
-            got,
-            [("nlp", 30, 3_000, 9_000), ("search", 50, 5_000, 15_000), (UNATTRIBUTED_TENANT, 20, 2_000, 6_000)]
-        );
-        // Nothing lost: the facts add up to the server's totals.
-        let sum = r.facts.iter().fold((0, 0, 0), |a, f| {
-            let u = usage(f);
-            (a.0 + u.requests, a.1 + u.input_tokens, a.2 + u.output_tokens)
-        });
-        assert_eq!(sum, (100, 10_000, 30_000));
-        for f in &r.facts {
-            let u = usage(f);
-            assert_eq!(
-                (u.endpoint.as_str(), u.model.as_str(), u.window_start, f.observed_at),
-                ("llm-shared", QWEN, t.window_start, at)
-            );
-        }
-        assert_eq!(r.facts[2].event_id, format!("service-usage/llm-shared/unattributed/{QWEN}/2026-11-01T10:00:00Z"));
-    }
-
-    #[test]
-    fn reconciliation_without_records_or_with_too_many() {
-        let t = totals(10, 500, 700);
-        // No records: everything is unattributed, still reported.
-        let r = reconcile("e", &t, &[], t.window_end);
-        assert_eq!(r.facts.len(), 1);
-        assert_eq!((usage(&r.facts[0]).tenant.as_str(), usage(&r.facts[0]).requests), (UNATTRIBUTED_TENANT, 10));
-        // Records beyond the server's counts: remainder floored at 0 and flagged, tenants keep their figures.
-        let r = reconcile("e", &t, &[rec("a", 8, 600, 100), rec("b", 4, 100, 100)], t.window_end);
-        assert_eq!(r.unattributed, Counts { requests: 0, input_tokens: 0, output_tokens: 500 });
-        assert_eq!(r.over_attributed, ["requests", "input_tokens"]);
-        assert_eq!((usage(&r.facts[0]).requests, usage(&r.facts[1]).requests), (8, 4));
-        // A zero remainder is still on record.
-        let exact = reconcile("e", &t, &[rec("a", 10, 500, 700)], t.window_end);
-        assert_eq!(exact.facts.len(), 2);
-        assert_eq!(exact.unattributed, Counts::default());
-        // Records naming the reserved tenant are not attributed (the server counted them already).
-        let reserved =
-            reconcile("e", &t, &[rec("a", 6, 300, 300), rec(UNATTRIBUTED_TENANT, 4, 200, 400)], t.window_end);
-        assert_eq!(reserved.facts.len(), 2);
-        assert_eq!(reserved.unattributed, Counts { requests: 4, input_tokens: 200, output_tokens: 400 });
-    }
-
-    #[test]
-    fn reconciling_two_real_vllm_scrapes() {
+    fn window_of_two_real_vllm_scrapes() {
         use time::macros::datetime;
         let (t0, t1) = (datetime!(2026-11-01 10:00 UTC), datetime!(2026-11-01 10:05 UTC));
         let earlier = snaps(&fixtures::read("modelserver", "vllm_v1_qwen2.5-0.5b_kops.txt")).remove(0);
@@ -1217,7 +1041,5 @@ vllm:time_to_first_token_seconds_count{model_name=\"facebook/opt-125m\"} 40.0\n"
         let w = window_totals(&earlier, t0, &later, t1).unwrap();
         assert_eq!(w.counts, Counts { requests: 10, input_tokens: 1200, output_tokens: 3400 });
         assert_eq!((w.ttft_ms_sum, w.ttft_count, w.queue_depth), (Some(0), Some(0), Some(0.0)));
-        let r = reconcile("llm-shared", &w, &[rec("search", 7, 1000, 3000)], t1);
-        assert_eq!(r.unattributed, Counts { requests: 3, input_tokens: 200, output_tokens: 400 });
     }
 }

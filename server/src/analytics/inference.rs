@@ -118,6 +118,15 @@ pub(super) async fn inference(
     .bind(month.end())
     .fetch_one(tx.conn())
     .await?;
+    // What the endpoints' model servers counted themselves (the agents' scrapes), for the unattributed remainder.
+    let counted: Vec<(String, String, i64, i64, i64)> = sqlx::query_as(
+        "SELECT endpoint, model, sum(requests)::bigint, sum(input_tokens)::bigint, sum(output_tokens)::bigint
+           FROM endpoint_totals WHERE window_start >= $1 AND window_start < $2 GROUP BY endpoint, model",
+    )
+    .bind(from)
+    .bind(month.end())
+    .fetch_all(tx.conn())
+    .await?;
     let names: HashMap<Uuid, (String, Uuid, String)> = sqlx::query_as::<_, (Uuid, String, Uuid, String)>(
         "SELECT t.tenant_id, t.name, d.department_id, d.name
            FROM tenants t JOIN departments d ON d.org_id = t.org_id AND d.department_id = t.department_id",
@@ -162,14 +171,52 @@ pub(super) async fn inference(
             ttft_count: count(tc),
         })
         .collect();
+    // The remainder (what the servers counted beyond the tenants' usage, per endpoint and model, floored at 0)
+    // takes its share of the endpoint's GPU-hours like the ledger's service term: under no tenant (the nil ID),
+    // reported with the unattributed figures.
+    let mut usage = usage;
+    let mut attributed: BTreeMap<(&str, &str), [u64; 3]> = BTreeMap::new();
+    for u in &usage {
+        let a = attributed.entry((u.endpoint.as_str(), u.model.as_str())).or_default();
+        for (slot, n) in a.iter_mut().zip([u.requests, u.input_tokens, u.output_tokens]) {
+            *slot = slot.saturating_add(n);
+        }
+    }
+    let remainders: Vec<EndpointUsage> = counted
+        .into_iter()
+        .filter_map(|(endpoint, model, r, i, o)| {
+            let a = attributed.get(&(endpoint.as_str(), model.as_str())).copied().unwrap_or_default();
+            let left = |n: i64, a: u64| count(n).saturating_sub(a);
+            let (r, i, o) = (left(r, a[0]), left(i, a[1]), left(o, a[2]));
+            (r > 0 || i > 0 || o > 0).then(|| EndpointUsage {
+                tenant: TenantId::from_uuid(Uuid::nil()),
+                endpoint,
+                model,
+                requests: r,
+                input_tokens: i,
+                output_tokens: o,
+                ttft_ms_sum: 0,
+                ttft_count: 0,
+            })
+        })
+        .collect();
+    let (remainder_requests, remainder_tokens) = remainders.iter().fold((0u64, 0u64), |a, u| {
+        (a.0.saturating_add(u.requests), a.1.saturating_add(u.input_tokens).saturating_add(u.output_tokens))
+    });
+    usage.extend(remainders);
     let report = inference_efficiency(&endpoints, &usage, |model| {
         policy.as_ref().map_or((Fraction::ONE, Fraction::ONE), |p| p.token_weight(model))
     })
     .map_err(internal)?;
 
     let mut tenants = Vec::new();
+    let mut remainder_hours = Fraction::ZERO;
     for t in &report.tenants {
         let id = t.tenant.as_uuid();
+        if id.is_nil() {
+            remainder_hours = remainder_hours.checked_add(t.gpu_hours).map_err(internal)?;
+            continue;
+        }
         let (name, dept_id, dept) = names.get(&id).cloned().unwrap_or_default();
         if !Visible::tenant(&visible, Some(id)) || department.is_some_and(|d| d != dept_id) {
             continue;
@@ -230,7 +277,11 @@ pub(super) async fn inference(
         "endpoints": endpoints,
         "tenants": tenants,
         "unattributed": if whole_org {
-            json!({ "requests": unattributed_requests, "tokens": unattributed_tokens })
+            json!({
+                "requests": count(unattributed_requests).saturating_add(remainder_requests),
+                "tokens": count(unattributed_tokens).saturating_add(remainder_tokens),
+                "gpu_hours": decimal(&remainder_hours, HOURS_SCALE)?,
+            })
         } else {
             Value::Null
         },
