@@ -25,7 +25,7 @@ use gpuledger_agent::{
     podresources::{ContainerDevices, assignment_facts},
     spool::{Spool, SpoolConfig},
 };
-use gpuledger_core::wire::{AgentInfo, BatchAck, Fact, WIRE_VERSION};
+use gpuledger_core::wire::{AgentInfo, BatchAck, EndpointTotalsFact, Fact, FactBody, WIRE_VERSION, event_id};
 use time::{Duration, OffsetDateTime, Weekday};
 
 use super::{
@@ -201,14 +201,21 @@ fn node_agent(world: &World, c: &ClusterPlan, n: usize, cutoff: OffsetDateTime) 
     }
     let serves_endpoint = c.workloads.iter().any(|w| w.node == n && w.labels.values().any(|v| v == ENDPOINT));
     if serves_endpoint {
-        out.extend(endpoint_usage(world, cutoff));
+        let pod = c
+            .workloads
+            .iter()
+            .find(|w| w.node == n && w.labels.values().any(|v| v == ENDPOINT))
+            .map_or_else(|| "serving/vllm".to_string(), |w| format!("{}/{}", w.namespace, w.name));
+        out.extend(endpoint_usage(world, cutoff, &pod));
     }
     out.sort_by_key(|f| f.observed_at);
     out
 }
 
-/// The shared endpoint's hourly productive work per calling tenant, from its first full hour to the cutoff.
-fn endpoint_usage(world: &World, cutoff: OffsetDateTime) -> Vec<Fact> {
+/// The shared endpoint's hourly productive work per calling tenant, from its first full hour to the cutoff, and
+/// what its model server counted itself (the scraped `endpoint_totals`): a few percent more than the tenants'
+/// usage — health checks and internal traffic no gateway attributes — which the ledger reports as unattributed.
+fn endpoint_usage(world: &World, cutoff: OffsetDateTime, pod: &str) -> Vec<Fact> {
     let mut out = Vec::new();
     let first = world.endpoint_since + Duration::hours(1);
     let mut hour = first.replace_time(time::Time::from_hms(first.hour(), 0, 0).unwrap_or(time::Time::MIDNIGHT));
@@ -217,6 +224,7 @@ fn endpoint_usage(world: &World, cutoff: OffsetDateTime) -> Vec<Fact> {
         let h = f64::from(hour.hour());
         let day = 0.5 - 0.5 * (std::f64::consts::TAU * (h - 2.0) / 24.0).cos();
         let weekend = matches!(hour.weekday(), Weekday::Saturday | Weekday::Sunday);
+        let mut counted = [0u64; 3];
         for (i, u) in ENDPOINT_USERS.iter().enumerate() {
             let noise = unit_noise(i as u64 + 77, hour.unix_timestamp() as u64);
             let load = (0.12 + 0.88 * day) * if weekend { 0.45 } else { 1.0 } * (0.85 + 0.3 * noise);
@@ -226,6 +234,10 @@ fn endpoint_usage(world: &World, cutoff: OffsetDateTime) -> Vec<Fact> {
                 (requests as f64 * per as f64 * spread).round() as u64
             };
             let input = tokens(u.input_per_request, 0x1);
+            let output = tokens(u.output_per_request, 0x2);
+            for (slot, n) in counted.iter_mut().zip([requests, input, output]) {
+                *slot += n;
+            }
             let fact = service_usage_fact(
                 ENDPOINT,
                 ENDPOINT_MODEL,
@@ -234,13 +246,35 @@ fn endpoint_usage(world: &World, cutoff: OffsetDateTime) -> Vec<Fact> {
                 end,
                 requests,
                 input,
-                tokens(u.output_per_request, 0x2),
+                output,
                 end + Duration::seconds(15),
             );
             // Time to first token grows with the prompt and with the endpoint's load (queueing at peak hours).
             let per_request_ms = 60.0 + 0.08 * u.input_per_request as f64 + 220.0 * load;
             out.push(with_ttft(fact, (requests as f64 * per_request_ms).round() as u64, requests));
         }
+        let extra = 0.04 + 0.03 * unit_noise(0x5eed, hour.unix_timestamp() as u64);
+        let more = |n: u64| n + (n as f64 * extra).round() as u64;
+        let start = hour.format(&time::format_description::well_known::Rfc3339).unwrap_or_default();
+        out.push(Fact {
+            event_id: event_id("endpoint-totals", &[ENDPOINT, pod, ENDPOINT_MODEL, &start]),
+            observed_at: end + Duration::seconds(20),
+            body: FactBody::EndpointTotals(EndpointTotalsFact {
+                endpoint: ENDPOINT.into(),
+                model: ENDPOINT_MODEL.into(),
+                server: "vllm".into(),
+                pod: pod.into(),
+                window_start: hour,
+                window_end: end,
+                requests: more(counted[0]),
+                input_tokens: more(counted[1]),
+                output_tokens: more(counted[2]),
+                ttft_ms_sum: None,
+                ttft_count: None,
+                queue_depth: None,
+                restarted: false,
+            }),
+        });
         hour = end;
     }
     out
