@@ -855,7 +855,8 @@ async fn endpoint_totals_are_stored_once_and_bad_ones_name_the_field() {
         totals("serving/vllm-0", t0 + time::Duration::minutes(1), (1, 10, 5)),
     ];
     // Each bad value, after good facts: the whole batch is refused, naming the field.
-    let cases: [(&str, fn(&mut EndpointTotalsFact)); 5] = [
+    type Spoil = fn(&mut EndpointTotalsFact);
+    let cases: [(&str, Spoil); 5] = [
         ("server", |t| t.server = "sglang".into()),
         ("pod", |t| t.pod = "vllm-0".into()),
         ("ttft_count", |t| t.ttft_count = None),
