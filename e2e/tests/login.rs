@@ -232,3 +232,80 @@ async fn forged_replayed_and_expired_sign_ins_are_refused() {
     assert!(!log.contains(CLIENT_SECRET) && !log.contains("glt_"), "no secret or token in the server log");
     drop(s.provider);
 }
+
+/// The client secret as a mounted file (`--oidc-secrets-dir`, one file per organization slug, as a Kubernetes
+/// Secret volume gives it): the provider is configured without a secret, the database never holds it, and the
+/// code exchange with the real provider uses it — with a wrong file the same sign-in is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_secret_mounted_as_a_file_signs_in_and_is_never_stored() {
+    let dir = temp_dir("gl-e2e-login-mounted").unwrap();
+    let secrets = dir.join("oidc-secrets");
+    std::fs::create_dir_all(&secrets).unwrap();
+    std::fs::write(secrets.join("demo"), format!("{CLIENT_SECRET}\n")).unwrap();
+    let db = fresh_database().await.unwrap();
+    let mut server = ServerProcess::start(
+        &["demo"],
+        &[
+            ("DATABASE_URL", Some(db.admin_url.as_str())),
+            ("GPULEDGER_DEMO_HISTORY", Some("false")),
+            ("GPULEDGER_OIDC_SECRETS_DIR", Some(secrets.to_str().unwrap())),
+        ],
+        None,
+        &dir.join("server.log"),
+    )
+    .unwrap();
+    server.wait_ready(Duration::from_secs(60)).unwrap();
+    let provider = OidcProvider::start(
+        CLIENT_ID,
+        CLIENT_SECRET,
+        &[format!("{}/auth/callback", server.base)],
+        &[format!("{}/login?signed_out=1", server.base)],
+    )
+    .unwrap();
+    let admin = create_token(&db.admin_url, "admin").unwrap();
+    let http = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
+    let r = http
+        .put(format!("{}/api/v1/identity/provider", server.base))
+        .bearer_auth(&admin)
+        .json(&json!({"issuer": provider.issuer(), "client_id": CLIENT_ID}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK, "no secret needed when one is mounted: {}", r.text().await.unwrap());
+    let r = http
+        .put(format!("{}/api/v1/identity/role-mappings", server.base))
+        .bearer_auth(&admin)
+        .json(&json!({"mappings": [{"group": "gl-admins", "role": "admin"}]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    let shown: Value = http
+        .get(format!("{}/api/v1/identity/provider", server.base))
+        .bearer_auth(&admin)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(shown["provider"]["client_secret_source"], "file", "{shown}");
+    let pool = sqlx::PgPool::connect(&db.admin_url).await.unwrap();
+    let stored: String = sqlx::query_scalar("SELECT client_secret FROM idp_settings").fetch_one(&pool).await.unwrap();
+    assert!(!stored.contains(CLIENT_SECRET), "the mounted secret is not copied into the database: {stored}");
+
+    let s = Setup { server, provider, admin_url: db.admin_url.clone(), http };
+    let (authorize, pending) = start_login(&s).await;
+    let back = HttpWalker::new().unwrap().login(&authorize, "ada").await.unwrap();
+    let (to, set) = callback(&s, &back, &pending).await;
+    assert_eq!(to, "/admin", "{}", s.server.log_text());
+    assert!(session_of(&set).is_some());
+
+    // A wrong secret in the file: the provider refuses the code exchange, so no session.
+    std::fs::write(secrets.join("demo"), "not-the-secret").unwrap();
+    let (authorize, pending) = start_login(&s).await;
+    let back = HttpWalker::new().unwrap().login(&authorize, "ada").await.unwrap();
+    let (to, set) = callback(&s, &back, &pending).await;
+    assert!(to.starts_with("/login?error="), "{to}");
+    assert!(session_of(&set).is_none());
+}

@@ -132,6 +132,10 @@ pub struct ServeArgs {
     /// Sign-in and token-creation attempts allowed per client address and minute.
     #[arg(long, env = "GPULEDGER_LOGIN_RATE_PER_MINUTE", default_value_t = 30)]
     pub login_rate_per_minute: u32,
+    /// Directory of OpenID Connect client secrets, one file per organization named by its slug (e.g. a mounted
+    /// Kubernetes Secret). An organization's file takes precedence over the secret stored with its provider.
+    #[arg(long, env = "GPULEDGER_OIDC_SECRETS_DIR")]
+    pub oidc_secrets_dir: Option<PathBuf>,
 }
 
 impl ServeArgs {
@@ -152,7 +156,7 @@ impl ServeArgs {
                 public_url: self.public_url.clone(),
             },
             limits: crate::auth::limits::RateLimits::new(self.login_rate_per_minute.max(1), Duration::from_secs(60)),
-            providers: crate::auth::oidc::Providers::default(),
+            providers: crate::auth::oidc::Providers::with_secrets_dir(self.oidc_secrets_dir.clone()),
         })
     }
 }

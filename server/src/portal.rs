@@ -108,7 +108,7 @@ impl DbPortalData {
         let mut tx = self.db.begin_org(org).await?;
         let (slug, name): (String, String) =
             sqlx::query_as("SELECT slug, name FROM organizations").fetch_one(tx.conn()).await?;
-        let provider = auth::oidc::settings(&mut tx).await?.map(|s| s.issuer);
+        let provider = auth::oidc::settings(&mut tx, None).await?.map(|s| s.issuer);
         let demo = auth::routes::demo_login_enabled(&mut tx).await?;
         tx.commit().await?;
         let demo_accounts = if demo {

@@ -4,6 +4,7 @@
 
 use std::{
     collections::HashMap,
+    path::Path,
     sync::Mutex,
     time::{Duration, Instant},
 };
@@ -31,27 +32,48 @@ pub struct IdpSettings {
     pub issuer: String,
     /// The client registered for GPU Ledger.
     pub client_id: String,
-    /// Its secret.
+    /// Its secret: the organization's file in the mounted secrets directory when there is one, else the stored one.
     pub client_secret: String,
+    /// Where the secret came from: `file` (the mounted secrets directory) or `database`.
+    pub client_secret_source: &'static str,
     /// The ID-token (or userinfo) claim listing the user's groups.
     pub groups_claim: String,
     /// Requested scopes, space-separated.
     pub scopes: String,
 }
 
-/// Loads the organization's provider settings, if any.
-pub async fn settings(tx: &mut OrgTx) -> Result<Option<IdpSettings>, DbError> {
-    let row: Option<(String, String, String, String, String)> =
-        sqlx::query_as("SELECT issuer, client_id, client_secret, groups_claim, scopes FROM idp_settings")
-            .fetch_optional(tx.conn())
-            .await?;
-    Ok(row.map(|(issuer, client_id, client_secret, groups_claim, scopes)| IdpSettings {
-        issuer,
-        client_id,
-        client_secret,
-        groups_claim,
-        scopes,
+/// Loads the organization's provider settings, if any. With `secrets_dir` (`--oidc-secrets-dir`, e.g. a mounted
+/// Kubernetes Secret), a file named after the organization's slug holds its client secret and takes precedence over
+/// the stored one, so the secret need not be in the database. The file is named by the organization the
+/// transaction is scoped to: an organization's admins can never make the server send another's secret.
+pub async fn settings(tx: &mut OrgTx, secrets_dir: Option<&Path>) -> Result<Option<IdpSettings>, DbError> {
+    let row: Option<(String, String, String, String, String, String)> = sqlx::query_as(
+        "SELECT i.issuer, i.client_id, i.client_secret, i.groups_claim, i.scopes, o.slug
+           FROM idp_settings i JOIN organizations o ON o.org_id = i.org_id",
+    )
+    .fetch_optional(tx.conn())
+    .await?;
+    Ok(row.map(|(issuer, client_id, stored, groups_claim, scopes, slug)| {
+        let (client_secret, client_secret_source) = match mounted_secret(secrets_dir, &slug) {
+            Some(secret) => (secret, "file"),
+            None => (stored, "database"),
+        };
+        IdpSettings { issuer, client_id, client_secret, client_secret_source, groups_claim, scopes }
     }))
+}
+
+/// The organization's client secret from the mounted secrets directory: `<dir>/<slug>`, trimmed; `None` when there
+/// is no directory, no such file, or it is empty. A file that exists but cannot be read is logged.
+pub fn mounted_secret(secrets_dir: Option<&Path>, slug: &str) -> Option<String> {
+    let path = secrets_dir?.join(slug);
+    match std::fs::read_to_string(&path) {
+        Ok(text) => Some(text.trim().to_string()).filter(|s| !s.is_empty()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => {
+            tracing::warn!(path = %path.display(), error = %e, "OIDC client secret file unreadable; using the stored one");
+            None
+        }
+    }
 }
 
 /// Issuer → (fetched at, metadata, end-session endpoint).
@@ -63,6 +85,8 @@ pub struct Providers {
     http: reqwest::Client,
     cache: Mutex<MetadataCache>,
     ttl: Duration,
+    /// `--oidc-secrets-dir`: organizations' client secrets as files named by slug.
+    pub secrets_dir: Option<std::path::PathBuf>,
 }
 
 impl Default for Providers {
@@ -72,7 +96,14 @@ impl Default for Providers {
             .timeout(Duration::from_secs(10))
             .build()
             .unwrap_or_default();
-        Self { http, cache: Mutex::new(HashMap::new()), ttl: Duration::from_secs(300) }
+        Self { http, cache: Mutex::new(HashMap::new()), ttl: Duration::from_secs(300), secrets_dir: None }
+    }
+}
+
+impl Providers {
+    /// Providers whose client secrets may come from files in `secrets_dir` (see [`settings`]).
+    pub fn with_secrets_dir(secrets_dir: Option<std::path::PathBuf>) -> Self {
+        Self { secrets_dir, ..Self::default() }
     }
 }
 

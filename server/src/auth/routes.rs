@@ -85,7 +85,7 @@ async fn login(
         return Ok(to_login("unknown_org"));
     };
     let mut tx = state.db.begin_org(org).await?;
-    let Some(idp) = oidc::settings(&mut tx).await? else {
+    let Some(idp) = oidc::settings(&mut tx, state.auth.providers.secrets_dir.as_deref()).await? else {
         return Ok(to_login("no_provider"));
     };
     let redirect = format!("{}/auth/callback", state.auth.sessions.base_url(&headers));
@@ -139,7 +139,7 @@ async fn callback(
     // Only a cookie this organization issued (used up or not) may write to its audit log: an invented one
     // naming some organization's id is sent back to the login page without a trace there.
     let issued = pending.is_some() || oidc::was_issued(&mut tx, cookie).await?;
-    let idp = oidc::settings(&mut tx).await?;
+    let idp = oidc::settings(&mut tx, state.auth.providers.secrets_dir.as_deref()).await?;
     tx.commit().await?;
     if !issued {
         return Ok(with_cookies(to_login("no_pending_login"), &[clear_login]));
@@ -309,7 +309,7 @@ async fn logout(State(state): State<AppState>, headers: HeaderMap) -> Result<Res
     if let (Some(p), Some(hint)) = (principal, ended) {
         let mut tx = state.db.begin_org(p.org).await?;
         audit_from(&mut tx, &p.actor(), &source(&headers), "logout", "session", "", json!({})).await?;
-        let idp = oidc::settings(&mut tx).await?;
+        let idp = oidc::settings(&mut tx, state.auth.providers.secrets_dir.as_deref()).await?;
         tx.commit().await?;
         if let (Some(idp), Some(hint)) = (idp, hint)
             && let Some(url) = state.auth.providers.logout_url(&idp, &hint, &after).await
@@ -350,18 +350,22 @@ async fn me(State(state): State<AppState>, headers: HeaderMap) -> Result<Json<Va
 async fn get_provider(State(state): State<AppState>, headers: HeaderMap) -> Result<Json<Value>, AppError> {
     let p = require(&state.db, &headers, Capability::Administer).await?;
     let mut tx = p.begin(&state.db).await?;
-    let idp = oidc::settings(&mut tx).await?;
+    let idp = oidc::settings(&mut tx, state.auth.providers.secrets_dir.as_deref()).await?;
     let demo = demo_login_enabled(&mut tx).await?;
     tx.commit().await?;
     Ok(Json(json!({
         "provider": idp.map(|i| json!({
             "issuer": i.issuer, "client_id": i.client_id, "client_secret_set": true,
+            "client_secret_source": i.client_secret_source,
             "groups_claim": i.groups_claim, "scopes": i.scopes,
         })),
         "demo_login": demo,
         "redirect_uri": format!("{}/auth/callback", state.auth.sessions.base_url(&headers)),
     })))
 }
+
+/// What is stored as the client secret of a provider whose secret lives in the mounted directory only.
+const MOUNTED_SECRET_MARKER: &str = "(mounted: --oidc-secrets-dir)";
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -393,11 +397,22 @@ async fn put_provider(State(state): State<AppState>, headers: HeaderMap, body: B
     }
     state.auth.providers.check(&issuer).await.map_err(|e| AppError::invalid("issuer", e.to_string()))?;
     let mut tx = p.begin(&state.db).await?;
-    let existing = oidc::settings(&mut tx).await?;
-    let secret = match (r.client_secret.filter(|s| !s.is_empty()), existing) {
+    // The stored secret only: a secret read from the mounted directory is never copied into the database.
+    let stored: Option<String> =
+        sqlx::query_scalar("SELECT client_secret FROM idp_settings").fetch_optional(tx.conn()).await?;
+    let slug: String = sqlx::query_scalar("SELECT slug FROM organizations").fetch_one(tx.conn()).await?;
+    let mounted = oidc::mounted_secret(state.auth.providers.secrets_dir.as_deref(), &slug).is_some();
+    let secret = match (r.client_secret.filter(|s| !s.is_empty()), stored) {
         (Some(s), _) => s,
-        (None, Some(e)) => e.client_secret,
-        (None, None) => return Err(AppError::invalid("client_secret", "is required the first time")),
+        (None, Some(s)) => s,
+        // Nothing stored, but the mounted directory has this organization's secret: store a marker, not it.
+        (None, None) if mounted => MOUNTED_SECRET_MARKER.to_string(),
+        (None, None) => {
+            return Err(AppError::invalid(
+                "client_secret",
+                format!("is required the first time (or mount it as `{slug}` in the server's --oidc-secrets-dir)"),
+            ));
+        }
     };
     let org = p.org.as_uuid();
     sqlx::query(
