@@ -254,11 +254,12 @@ async fn post_records(
                 latency_ms, ttft_ms, trace_id, agent_session_id)
          SELECT $1, r.record_id, $2, r.endpoint, r.model, r.model_version, r.tenant, r.gateway_key, r.team,
                 COALESCE(
-                    (SELECT t.tenant_id FROM tenants t WHERE t.name = r.tenant),
+                    (SELECT t.tenant_id FROM tenants t WHERE t.org_id = $1 AND t.name = r.tenant),
                     (SELECT a.tenant_id FROM endpoint_aliases a
-                      WHERE a.endpoint = r.endpoint AND a.kind = 'gateway_key' AND a.alias = r.gateway_key),
+                      WHERE a.org_id = $1 AND a.endpoint = r.endpoint AND a.kind = 'gateway_key'
+                        AND a.alias = r.gateway_key),
                     (SELECT a.tenant_id FROM endpoint_aliases a
-                      WHERE a.endpoint = r.endpoint AND a.kind = 'team' AND a.alias = r.team)),
+                      WHERE a.org_id = $1 AND a.endpoint = r.endpoint AND a.kind = 'team' AND a.alias = r.team)),
                 r.started_at, r.window_end, r.requests, r.input_tokens, r.output_tokens, r.status, r.latency_ms,
                 r.ttft_ms, r.trace_id, r.agent_session_id
            FROM unnest($3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[], $9::text[],
