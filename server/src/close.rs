@@ -61,26 +61,31 @@ async fn findings_handler(
     let from = month_start(period);
     let to = month_start(period.next()?);
     let mut tx = p.begin(&state.db).await?;
+    let org = tx.org().as_uuid();
     let counts: Vec<(String, i64)> = sqlx::query_as(
         "SELECT kind, count(*) FROM data_quality_findings
-          WHERE COALESCE(occurred_from, created_at) < ($2::date::timestamp AT TIME ZONE 'UTC')
+          WHERE org_id = $3
+            AND COALESCE(occurred_from, created_at) < ($2::date::timestamp AT TIME ZONE 'UTC')
             AND COALESCE(occurred_to, occurred_from, created_at) >= ($1::date::timestamp AT TIME ZONE 'UTC')
           GROUP BY kind ORDER BY kind",
     )
     .bind(from)
     .bind(to)
+    .bind(org)
     .fetch_all(tx.conn())
     .await?;
     let items: Vec<(Value,)> = sqlx::query_as(
         "SELECT jsonb_build_object('cluster', c.name, 'kind', f.kind, 'subject', f.subject,
                 'from', f.occurred_from, 'to', f.occurred_to, 'details', f.details)
            FROM data_quality_findings f JOIN clusters c ON c.org_id = f.org_id AND c.cluster_id = f.cluster_id
-          WHERE COALESCE(f.occurred_from, f.created_at) < ($2::date::timestamp AT TIME ZONE 'UTC')
+          WHERE f.org_id = $3
+            AND COALESCE(f.occurred_from, f.created_at) < ($2::date::timestamp AT TIME ZONE 'UTC')
             AND COALESCE(f.occurred_to, f.occurred_from, f.created_at) >= ($1::date::timestamp AT TIME ZONE 'UTC')
           ORDER BY COALESCE(f.occurred_from, f.created_at) DESC, f.finding_id LIMIT 200",
     )
     .bind(from)
     .bind(to)
+    .bind(org)
     .fetch_all(tx.conn())
     .await?;
     tx.commit().await?;
@@ -104,9 +109,11 @@ fn gunzip(bytes: &[u8]) -> Result<Vec<u8>, AppError> {
 
 /// The stored bundle of a closed period, as JSON bytes.
 pub async fn stored_bundle_json(tx: &mut OrgTx, period: Period) -> Result<Option<Vec<u8>>, AppError> {
+    let org = tx.org().as_uuid();
     let gz: Option<Vec<u8>> =
-        sqlx::query_scalar("SELECT bundle_gz FROM periods WHERE period = $1 AND state = 'closed'")
+        sqlx::query_scalar("SELECT bundle_gz FROM periods WHERE period = $1 AND state = 'closed' AND org_id = $2")
             .bind(month_start(period))
+            .bind(org)
             .fetch_optional(tx.conn())
             .await?;
     gz.map(|g| gunzip(&g)).transpose()
@@ -132,16 +139,18 @@ pub struct Preview {
 
 /// Late-data adjustments for every closed period before `period` whose facts changed after it closed.
 async fn late_data(tx: &mut OrgTx, period: Period) -> Result<Vec<(Period, AdjustmentRecord)>, AppError> {
+    let org = tx.org().as_uuid();
     let closed: Vec<(Date, OffsetDateTime)> = sqlx::query_as(
         "SELECT p.period, p.closed_at FROM periods p
-          WHERE p.state = 'closed' AND p.period < $1
+          WHERE p.org_id = $2 AND p.state = 'closed' AND p.period < $1
             AND EXISTS (SELECT 1 FROM allocation_intervals a
-                         WHERE a.updated_at > p.closed_at
+                         WHERE a.org_id = $2 AND a.updated_at > p.closed_at
                            AND a.started_at < p.period + interval '1 month'
                            AND (a.ended_at IS NULL OR a.ended_at > p.period))
           ORDER BY p.period",
     )
     .bind(month_start(period))
+    .bind(org)
     .fetch_all(tx.conn())
     .await?;
     let mut out = Vec::new();
@@ -155,9 +164,10 @@ async fn late_data(tx: &mut OrgTx, period: Period) -> Result<Vec<(Period, Adjust
         let prefix = format!("{q}/");
         let already: Vec<AdjustmentRecord> = sqlx::query_as::<_, (String, String, Uuid, Option<Uuid>, String)>(
             "SELECT corrects, amount::text, department_id, tenant_id, gpu_class FROM adjustments
-              WHERE kind = 'late_data' AND starts_with(corrects, $1)",
+              WHERE kind = 'late_data' AND starts_with(corrects, $1) AND org_id = $2",
         )
         .bind(&prefix)
+        .bind(org)
         .fetch_all(tx.conn())
         .await?
         .into_iter()
@@ -235,8 +245,9 @@ pub async fn close_period(
     // Step 1: take the lock (open → closing) in its own committed transaction, so others see it.
     let mut tx = db.begin_org(org).await?;
     let later: Option<Date> =
-        sqlx::query_scalar("SELECT max(period) FROM periods WHERE state = 'closed' AND period > $1")
+        sqlx::query_scalar("SELECT max(period) FROM periods WHERE state = 'closed' AND period > $1 AND org_id = $2")
             .bind(start)
+            .bind(org.as_uuid())
             .fetch_one(tx.conn())
             .await?;
     if let Some(l) = later {
@@ -259,8 +270,9 @@ pub async fn close_period(
     .await?;
     if won.is_none() {
         let (st, by): (String, Option<String>) =
-            sqlx::query_as("SELECT state, closing_by FROM periods WHERE period = $1")
+            sqlx::query_as("SELECT state, closing_by FROM periods WHERE period = $1 AND org_id = $2")
                 .bind(start)
+                .bind(org.as_uuid())
                 .fetch_one(tx.conn())
                 .await?;
         tx.rollback().await?;
@@ -275,10 +287,14 @@ pub async fn close_period(
         Ok(s) => Ok(s),
         Err(e) => {
             if let Ok(mut tx) = db.begin_org(org).await {
-                let _ = sqlx::query("UPDATE periods SET state = 'open', closing_by = NULL, closing_since = NULL WHERE period = $1 AND state = 'closing'")
-                    .bind(start)
-                    .execute(tx.conn())
-                    .await;
+                let _ = sqlx::query(
+                    "UPDATE periods SET state = 'open', closing_by = NULL, closing_since = NULL
+                      WHERE period = $1 AND state = 'closing' AND org_id = $2",
+                )
+                .bind(start)
+                .bind(org.as_uuid())
+                .execute(tx.conn())
+                .await;
                 let _ = tx.commit().await;
             }
             Err(e)
@@ -299,9 +315,11 @@ async fn freeze(
     let mut tx = db.begin_org(org).await?;
     let preview = preview(&mut tx, period).await?;
     let previous_hash: Option<String> = sqlx::query_scalar(
-        "SELECT content_hash FROM periods WHERE state = 'closed' AND period < $1 ORDER BY period DESC LIMIT 1",
+        "SELECT content_hash FROM periods WHERE state = 'closed' AND period < $1 AND org_id = $2
+          ORDER BY period DESC LIMIT 1",
     )
     .bind(start)
+    .bind(org.as_uuid())
     .fetch_optional(tx.conn())
     .await?;
     let lines = &preview.ledger.lines;
@@ -391,9 +409,12 @@ async fn freeze(
     .await?;
     // Credits land here; late-data corrections are recorded as applied adjustments pointing at what they correct.
     if !preview.credits.is_empty() {
-        sqlx::query("UPDATE adjustments SET state = 'applied', applied_period = $2 WHERE adjustment_id = ANY($1)")
-            .bind(&preview.credits)
-            .bind(start)
+        sqlx::query(
+            "UPDATE adjustments SET state = 'applied', applied_period = $2 WHERE adjustment_id = ANY($1) AND org_id = $3",
+        )
+        .bind(&preview.credits)
+        .bind(start)
+        .bind(org.as_uuid())
             .execute(tx.conn())
             .await?;
     }
@@ -421,7 +442,7 @@ async fn freeze(
         "UPDATE periods SET state = 'closed', closed_at = $2, closed_by = $3, policy_version = $4, inventory_version = $5,
                 previous_hash = $6, content_hash = $7, line_count = $8, total_amount = $9::numeric, currency = $10,
                 bundle_gz = $11
-          WHERE period = $1 AND state = 'closing'",
+          WHERE period = $1 AND state = 'closing' AND org_id = $12",
     )
     .bind(start)
     .bind(now)
@@ -434,6 +455,7 @@ async fn freeze(
     .bind(total_amount.to_string())
     .bind(&currency)
     .bind(gz(&json)?)
+    .bind(org.as_uuid())
     .execute(tx.conn())
     .await?;
     audit(
@@ -516,6 +538,7 @@ async fn list_periods(State(state): State<AppState>, headers: HeaderMap) -> Resu
     // Organization totals are not shown to a caller limited to departments.
     let scoped = p.departments.is_some();
     let mut tx = p.begin(&state.db).await?;
+    let org = tx.org().as_uuid();
     type Row = (
         Date,
         String,
@@ -531,14 +554,16 @@ async fn list_periods(State(state): State<AppState>, headers: HeaderMap) -> Resu
     let rows: Vec<Row> = sqlx::query_as(
         "SELECT period, state, closed_at, closed_by, policy_version, content_hash, line_count, total_amount::text,
                 currency::text, previous_hash
-           FROM periods ORDER BY period DESC",
+           FROM periods WHERE org_id = $1 ORDER BY period DESC",
     )
+    .bind(org)
     .fetch_all(tx.conn())
     .await?;
     let first: Option<Date> = sqlx::query_scalar(
-        "SELECT LEAST((SELECT min(effective_from) FROM cost_policies WHERE state <> 'draft'),
-                      (SELECT date_trunc('month', min(started_at))::date FROM allocation_intervals))",
+        "SELECT LEAST((SELECT min(effective_from) FROM cost_policies WHERE state <> 'draft' AND org_id = $1),
+                      (SELECT date_trunc('month', min(started_at))::date FROM allocation_intervals WHERE org_id = $1))",
     )
+    .bind(org)
     .fetch_one(tx.conn())
     .await?;
     tx.commit().await?;

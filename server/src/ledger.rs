@@ -47,22 +47,24 @@ pub fn bounds(period: Period) -> Result<(OffsetDateTime, OffsetDateTime), AppErr
 
 /// The approved inventory as a canonical JSON document, and its content hash (the inventory version).
 pub async fn inventory(tx: &mut OrgTx) -> Result<(Value, String), AppError> {
+    let org = tx.org().as_uuid();
     let doc: Value = sqlx::query_scalar(
         "SELECT jsonb_build_object(
             'gpu_classes', (SELECT COALESCE(jsonb_agg(jsonb_build_object('gpu_class', gpu_class, 'description', description)
-                                ORDER BY gpu_class), '[]') FROM gpu_classes),
+                                ORDER BY gpu_class), '[]') FROM gpu_classes WHERE org_id = $1),
             'gpu_models', (SELECT COALESCE(jsonb_agg(jsonb_build_object('model', model, 'gpu_class', gpu_class,
-                                'valid_from', valid_from, 'valid_to', valid_to) ORDER BY model, valid_from), '[]') FROM gpu_models),
+                                'valid_from', valid_from, 'valid_to', valid_to) ORDER BY model, valid_from), '[]') FROM gpu_models WHERE org_id = $1),
             'mig_profiles', (SELECT COALESCE(jsonb_agg(jsonb_build_object('model', model, 'profile', profile,
                                 'fraction', fraction_num || '/' || fraction_den, 'valid_from', valid_from, 'valid_to', valid_to)
-                                ORDER BY model, profile, valid_from), '[]') FROM mig_profiles),
+                                ORDER BY model, profile, valid_from), '[]') FROM mig_profiles WHERE org_id = $1),
             'vgpu_profiles', (SELECT COALESCE(jsonb_agg(jsonb_build_object('model', model, 'profile', profile,
                                 'fraction', fraction_num || '/' || fraction_den, 'valid_from', valid_from, 'valid_to', valid_to)
-                                ORDER BY model, profile, valid_from), '[]') FROM vgpu_profiles),
+                                ORDER BY model, profile, valid_from), '[]') FROM vgpu_profiles WHERE org_id = $1),
             'timeslice_policies', (SELECT COALESCE(jsonb_agg(jsonb_build_object('cluster_id', cluster_id, 'name', name,
                                 'replicas', replicas, 'valid_from', valid_from, 'valid_to', valid_to)
-                                ORDER BY cluster_id, name, valid_from), '[]') FROM timeslice_policies))",
+                                ORDER BY cluster_id, name, valid_from), '[]') FROM timeslice_policies WHERE org_id = $1))",
     )
+    .bind(org)
     .fetch_one(tx.conn())
     .await?;
     // jsonb prints keys in a fixed order, so its text is canonical.
@@ -97,10 +99,12 @@ fn confidence(s: &str) -> Confidence {
 /// Allocation records of a period (split at namespace ownership changes) with devices resolved to physical GPUs.
 pub async fn load_allocations(tx: &mut OrgTx, period: Period) -> Result<Vec<AllocationRecord>, AppError> {
     let (start, end) = bounds(period)?;
+    let org = tx.org().as_uuid();
     let mig_parent: HashMap<String, String> = sqlx::query_as::<_, (String, String)>(
         "SELECT DISTINCT m->>'uuid', d.gpu_uuid FROM devices d, jsonb_array_elements(d.mig_devices) m
-          WHERE m ? 'uuid'",
+          WHERE d.org_id = $1 AND m ? 'uuid'",
     )
+    .bind(org)
     .fetch_all(tx.conn())
     .await?
     .into_iter()
@@ -114,14 +118,15 @@ pub async fn load_allocations(tx: &mut OrgTx, period: Period) -> Result<Vec<Allo
                 a.device_ids,
                 a.labels->>'endpoint', o.tenant_id, o.valid_from, o.valid_to
            FROM allocation_intervals a
-           JOIN clusters c ON c.cluster_id = a.cluster_id
-           LEFT JOIN namespace_ownership o ON o.namespace_uid = a.namespace_uid
+           JOIN clusters c ON c.org_id = a.org_id AND c.cluster_id = a.cluster_id
+           LEFT JOIN namespace_ownership o ON o.org_id = a.org_id AND o.namespace_uid = a.namespace_uid
                  AND tstzrange(o.valid_from, o.valid_to) && tstzrange(a.started_at, a.ended_at)
-          WHERE a.fraction_num IS NOT NULL
+          WHERE a.org_id = $3 AND a.fraction_num IS NOT NULL
             AND a.started_at < $2 AND (a.ended_at IS NULL OR a.ended_at > $1)",
     )
     .bind(start)
     .bind(end)
+    .bind(org)
     .fetch_all(tx.conn())
     .await?;
     // Ordered here rather than in SQL: a million-row sort spills to disk in PostgreSQL, not in memory here.
@@ -179,33 +184,36 @@ pub async fn load_allocations(tx: &mut OrgTx, period: Period) -> Result<Vec<Allo
 #[allow(clippy::type_complexity)] // row tuples of plain queries
 pub async fn load_input(tx: &mut OrgTx, period: Period, policy: CostPolicy) -> Result<LedgerInput, AppError> {
     let (start, end) = bounds(period)?;
-    let departments = sqlx::query_as::<_, (Uuid, String)>("SELECT department_id, name FROM departments ORDER BY name")
-        .fetch_all(tx.conn())
-        .await?
-        .into_iter()
-        .map(|(id, name)| DepartmentRef { id: DepartmentId::from_uuid(id), name })
-        .collect();
-    let tenants =
-        sqlx::query_as::<_, (Uuid, String, Uuid)>("SELECT tenant_id, name, department_id FROM tenants ORDER BY name")
-            .fetch_all(tx.conn())
-            .await?
-            .into_iter()
-            .map(|(id, name, d)| TenantRef {
-                id: TenantId::from_uuid(id),
-                name,
-                department: DepartmentId::from_uuid(d),
-            })
-            .collect();
+    let org = tx.org().as_uuid();
+    let departments = sqlx::query_as::<_, (Uuid, String)>(
+        "SELECT department_id, name FROM departments WHERE org_id = $1 ORDER BY name",
+    )
+    .bind(org)
+    .fetch_all(tx.conn())
+    .await?
+    .into_iter()
+    .map(|(id, name)| DepartmentRef { id: DepartmentId::from_uuid(id), name })
+    .collect();
+    let tenants = sqlx::query_as::<_, (Uuid, String, Uuid)>(
+        "SELECT tenant_id, name, department_id FROM tenants WHERE org_id = $1 ORDER BY name",
+    )
+    .bind(org)
+    .fetch_all(tx.conn())
+    .await?
+    .into_iter()
+    .map(|(id, name, d)| TenantRef { id: TenantId::from_uuid(id), name, department: DepartmentId::from_uuid(d) })
+    .collect();
     let capacity = sqlx::query_as::<_, (String, i64)>(
         "SELECT m.gpu_class, count(DISTINCT d.gpu_uuid)
            FROM devices d
-           JOIN gpu_models m ON m.model = d.model
+           JOIN gpu_models m ON m.org_id = d.org_id AND m.model = d.model
                 AND tstzrange(m.valid_from, m.valid_to) && tstzrange(d.valid_from, d.valid_to)
-          WHERE d.valid_from < $2 AND (d.valid_to IS NULL OR d.valid_to > $1)
+          WHERE d.org_id = $3 AND d.valid_from < $2 AND (d.valid_to IS NULL OR d.valid_to > $1)
           GROUP BY m.gpu_class ORDER BY m.gpu_class",
     )
     .bind(start)
     .bind(end)
+    .bind(org)
     .fetch_all(tx.conn())
     .await?
     .into_iter()
@@ -216,11 +224,12 @@ pub async fn load_input(tx: &mut OrgTx, period: Period, policy: CostPolicy) -> R
         (Uuid, Option<Uuid>, Option<Uuid>, String, String, OffsetDateTime, Option<OffsetDateTime>),
     >(
         "SELECT quota_id, tenant_id, department_id, gpu_class, gpus::text, valid_from, valid_to FROM quotas
-          WHERE valid_from < $2 AND (valid_to IS NULL OR valid_to > $1) AND gpus > 0
+          WHERE org_id = $3 AND valid_from < $2 AND (valid_to IS NULL OR valid_to > $1) AND gpus > 0
           ORDER BY quota_id",
     )
     .bind(start)
     .bind(end)
+    .bind(org)
     .fetch_all(tx.conn())
     .await?
     .into_iter()
@@ -244,11 +253,12 @@ pub async fn load_input(tx: &mut OrgTx, period: Period, policy: CostPolicy) -> R
     let mut energy = if policy.energy.is_some() {
         sqlx::query_as::<_, (String, OffsetDateTime, OffsetDateTime, i64)>(
             "SELECT gpu_uuid, window_start, window_end, round(energy_j)::bigint FROM telemetry_rollups
-              WHERE gpu_instance_id = -1 AND energy_j IS NOT NULL AND energy_j >= 0
+              WHERE org_id = $3 AND gpu_instance_id = -1 AND energy_j IS NOT NULL AND energy_j >= 0
                 AND window_start < $2 AND window_end > $1",
         )
         .bind(start)
         .bind(end)
+        .bind(org)
         .fetch_all(tx.conn())
         .await?
         .into_iter()
@@ -264,16 +274,18 @@ pub async fn load_input(tx: &mut OrgTx, period: Period, policy: CostPolicy) -> R
         // otherwise the agents' model-server `service_usage` facts are.
         "SELECT endpoint, model, tenant_id, sum(requests)::bigint, sum(input_tokens)::bigint, sum(output_tokens)::bigint
            FROM (SELECT endpoint, model, tenant_id, requests, input_tokens, output_tokens FROM usage_records
-                  WHERE tenant_id IS NOT NULL AND started_at >= $1 AND started_at < $2
+                  WHERE org_id = $3 AND tenant_id IS NOT NULL AND started_at >= $1 AND started_at < $2
                  UNION ALL
                  SELECT endpoint, model, tenant_id, requests, input_tokens, output_tokens FROM service_usage s
-                  WHERE tenant_id IS NOT NULL AND window_start >= $1 AND window_start < $2
+                  WHERE s.org_id = $3 AND tenant_id IS NOT NULL AND window_start >= $1 AND window_start < $2
                     AND NOT EXISTS (SELECT 1 FROM usage_records r
-                                     WHERE r.endpoint = s.endpoint AND r.started_at >= $1 AND r.started_at < $2)) u
+                                     WHERE r.org_id = $3 AND r.endpoint = s.endpoint
+                                       AND r.started_at >= $1 AND r.started_at < $2)) u
           GROUP BY endpoint, model, tenant_id ORDER BY endpoint, model, tenant_id",
     )
     .bind(start)
     .bind(end)
+    .bind(org)
     .fetch_all(tx.conn())
     .await?
     .into_iter()
@@ -289,11 +301,12 @@ pub async fn load_input(tx: &mut OrgTx, period: Period, policy: CostPolicy) -> R
     // What the endpoints' model servers counted themselves, per endpoint and model (all pods, all clusters).
     let endpoint_totals = sqlx::query_as::<_, (String, String, i64, i64, i64)>(
         "SELECT endpoint, model, sum(requests)::bigint, sum(input_tokens)::bigint, sum(output_tokens)::bigint
-           FROM endpoint_totals WHERE window_start >= $1 AND window_start < $2
+           FROM endpoint_totals WHERE org_id = $3 AND window_start >= $1 AND window_start < $2
           GROUP BY endpoint, model ORDER BY endpoint, model",
     )
     .bind(start)
     .bind(end)
+    .bind(org)
     .fetch_all(tx.conn())
     .await?
     .into_iter()
@@ -325,10 +338,13 @@ pub async fn load_input(tx: &mut OrgTx, period: Period, policy: CostPolicy) -> R
 /// Approved credits not yet applied, as adjustments landing in the next closed period.
 #[allow(clippy::type_complexity)]
 pub async fn approved_credits(tx: &mut OrgTx) -> Result<Vec<(Uuid, AdjustmentRecord)>, AppError> {
+    let org = tx.org().as_uuid();
     let rows: Vec<(Uuid, Option<Uuid>, Uuid, String, String, String, String, Option<Uuid>)> = sqlx::query_as(
         "SELECT adjustment_id, tenant_id, department_id, gpu_class, amount::text, corrects, reason, dispute_id
-           FROM adjustments WHERE kind = 'credit' AND state = 'approved' ORDER BY created_at, adjustment_id",
+           FROM adjustments WHERE org_id = $1 AND kind = 'credit' AND state = 'approved'
+          ORDER BY created_at, adjustment_id",
     )
+    .bind(org)
     .fetch_all(tx.conn())
     .await?;
     rows.into_iter()
@@ -352,8 +368,10 @@ pub async fn approved_credits(tx: &mut OrgTx) -> Result<Vec<(Uuid, AdjustmentRec
 
 /// A period's state: `open`, `closing` or `closed`.
 pub async fn period_state(tx: &mut OrgTx, period: Period) -> Result<String, AppError> {
-    let s: Option<String> = sqlx::query_scalar("SELECT state FROM periods WHERE period = $1")
+    let org = tx.org().as_uuid();
+    let s: Option<String> = sqlx::query_scalar("SELECT state FROM periods WHERE period = $1 AND org_id = $2")
         .bind(month_start(period))
+        .bind(org)
         .fetch_optional(tx.conn())
         .await?;
     Ok(s.unwrap_or_else(|| "open".into()))
@@ -457,6 +475,7 @@ struct EvidenceQuery {
 /// What the store says about the workloads behind a page of evidence: pod or VM, namespace, node, devices,
 /// profile — keyed by `cluster/allocation`.
 async fn evidence_details(tx: &mut OrgTx, ids: &[&str]) -> Result<std::collections::HashMap<String, Value>, AppError> {
+    let org = tx.org().as_uuid();
     let mut clusters = Vec::new();
     let mut allocations = Vec::new();
     for id in ids {
@@ -486,10 +505,12 @@ async fn evidence_details(tx: &mut OrgTx, ids: &[&str]) -> Result<std::collectio
                 i.device_ids, i.sharing_mode, i.profile, i.gpu_model, c.name
            FROM unnest($1::uuid[], $2::text[]) AS k (cluster_id, allocation_id)
            JOIN allocation_intervals i ON i.cluster_id = k.cluster_id AND i.allocation_id = k.allocation_id
-           JOIN clusters c ON c.org_id = i.org_id AND c.cluster_id = i.cluster_id",
+           JOIN clusters c ON c.org_id = i.org_id AND c.cluster_id = i.cluster_id
+          WHERE i.org_id = $3",
     )
     .bind(&clusters)
     .bind(&allocations)
+    .bind(org)
     .fetch_all(tx.conn())
     .await?;
     Ok(rows

@@ -204,8 +204,10 @@ fn parse_policy(body: &PolicyBody) -> Result<(Period, CostPolicy), AppError> {
 async fn list_policies(State(state): State<AppState>, headers: HeaderMap) -> Result<Json<Value>, AppError> {
     let p = reader(&state, &headers).await?;
     let mut tx = p.begin(&state.db).await?;
+    let org = tx.org().as_uuid();
     let rows: Vec<PolicyRow> =
-        sqlx::query_as(&format!("SELECT {POLICY_COLUMNS} FROM cost_policies ORDER BY version DESC"))
+        sqlx::query_as(&format!("SELECT {POLICY_COLUMNS} FROM cost_policies WHERE org_id = $1 ORDER BY version DESC"))
+            .bind(org)
             .fetch_all(tx.conn())
             .await?;
     tx.commit().await?;
@@ -220,9 +222,11 @@ async fn get_policy(
 ) -> Result<Json<PolicyView>, AppError> {
     let p = reader(&state, &headers).await?;
     let mut tx = p.begin(&state.db).await?;
+    let org = tx.org().as_uuid();
     let row: Option<PolicyRow> =
-        sqlx::query_as(&format!("SELECT {POLICY_COLUMNS} FROM cost_policies WHERE version = $1"))
+        sqlx::query_as(&format!("SELECT {POLICY_COLUMNS} FROM cost_policies WHERE version = $1 AND org_id = $2"))
             .bind(version)
+            .bind(org)
             .fetch_optional(tx.conn())
             .await?;
     tx.commit().await?;
@@ -243,8 +247,10 @@ pub async fn create_draft(
         .bind(org)
         .execute(tx.conn())
         .await?;
-    let version: i32 =
-        sqlx::query_scalar("SELECT COALESCE(max(version), 0) + 1 FROM cost_policies").fetch_one(tx.conn()).await?;
+    let version: i32 = sqlx::query_scalar("SELECT COALESCE(max(version), 0) + 1 FROM cost_policies WHERE org_id = $1")
+        .bind(org)
+        .fetch_one(tx.conn())
+        .await?;
     let doc = serde_json::to_value(policy).map_err(|e| AppError::Internal(e.to_string()))?;
     sqlx::query(
         "INSERT INTO cost_policies (org_id, version, effective_from, currency, document, note, created_by)
@@ -280,11 +286,14 @@ async fn create_policy(
     let body: PolicyBody = json_body(&body)?;
     let (from, policy) = parse_policy(&body)?;
     let mut tx = p.begin(&state.db).await?;
+    let org = tx.org().as_uuid();
     let version = create_draft(&mut tx, &p.actor(), from, &policy, &body.note).await?;
-    let row: PolicyRow = sqlx::query_as(&format!("SELECT {POLICY_COLUMNS} FROM cost_policies WHERE version = $1"))
-        .bind(version)
-        .fetch_one(tx.conn())
-        .await?;
+    let row: PolicyRow =
+        sqlx::query_as(&format!("SELECT {POLICY_COLUMNS} FROM cost_policies WHERE version = $1 AND org_id = $2"))
+            .bind(version)
+            .bind(org)
+            .fetch_one(tx.conn())
+            .await?;
     tx.commit().await?;
     Ok((StatusCode::CREATED, Json(policy_view(row)?)))
 }
@@ -299,10 +308,13 @@ async fn update_policy(
     let body: PolicyBody = json_body(&body)?;
     let (from, policy) = parse_policy(&body)?;
     let mut tx = p.begin(&state.db).await?;
-    let current: Option<String> = sqlx::query_scalar("SELECT state FROM cost_policies WHERE version = $1 FOR UPDATE")
-        .bind(version)
-        .fetch_optional(tx.conn())
-        .await?;
+    let org = tx.org().as_uuid();
+    let current: Option<String> =
+        sqlx::query_scalar("SELECT state FROM cost_policies WHERE version = $1 AND org_id = $2 FOR UPDATE")
+            .bind(version)
+            .bind(org)
+            .fetch_optional(tx.conn())
+            .await?;
     match current.as_deref() {
         None => return Err(AppError::NotFound(format!("cost policy version {version}"))),
         Some("draft") => {}
@@ -314,20 +326,24 @@ async fn update_policy(
     }
     let doc = serde_json::to_value(&policy).map_err(|e| AppError::Internal(e.to_string()))?;
     sqlx::query(
-        "UPDATE cost_policies SET document = $2, effective_from = $3, currency = $4, note = $5 WHERE version = $1",
+        "UPDATE cost_policies SET document = $2, effective_from = $3, currency = $4, note = $5
+          WHERE version = $1 AND org_id = $6",
     )
     .bind(version)
     .bind(doc)
     .bind(month_start(from))
     .bind(&policy.currency)
     .bind(&body.note)
+    .bind(org)
     .execute(tx.conn())
     .await?;
     audit_by(&mut tx, &p, "policy.update", &format!("policy:{version}"), &body.note, json!({})).await?;
-    let row: PolicyRow = sqlx::query_as(&format!("SELECT {POLICY_COLUMNS} FROM cost_policies WHERE version = $1"))
-        .bind(version)
-        .fetch_one(tx.conn())
-        .await?;
+    let row: PolicyRow =
+        sqlx::query_as(&format!("SELECT {POLICY_COLUMNS} FROM cost_policies WHERE version = $1 AND org_id = $2"))
+            .bind(version)
+            .bind(org)
+            .fetch_one(tx.conn())
+            .await?;
     tx.commit().await?;
     Ok(Json(policy_view(row)?))
 }
@@ -341,9 +357,11 @@ struct ApproveBody {
 /// Approves a draft: it prices every period from its `effective_from` until a later approved version starts.
 /// An approved version with the same start is superseded. Refused when a period it would price is closed.
 pub async fn approve(tx: &mut OrgTx, actor: &str, version: i32, reason: &str) -> Result<(), AppError> {
+    let org = tx.org().as_uuid();
     let row: Option<(String, Date)> =
-        sqlx::query_as("SELECT state, effective_from FROM cost_policies WHERE version = $1 FOR UPDATE")
+        sqlx::query_as("SELECT state, effective_from FROM cost_policies WHERE version = $1 AND org_id = $2 FOR UPDATE")
             .bind(version)
+            .bind(org)
             .fetch_optional(tx.conn())
             .await?;
     let (st, from) = row.ok_or_else(|| AppError::NotFound(format!("cost policy version {version}")))?;
@@ -351,8 +369,9 @@ pub async fn approve(tx: &mut OrgTx, actor: &str, version: i32, reason: &str) ->
         return Err(AppError::Conflict(format!("cost policy version {version} is {st}, not a draft")));
     }
     let closed: Option<Date> =
-        sqlx::query_scalar("SELECT max(period) FROM periods WHERE state <> 'open' AND period >= $1")
+        sqlx::query_scalar("SELECT max(period) FROM periods WHERE state <> 'open' AND period >= $1 AND org_id = $2")
             .bind(from)
+            .bind(org)
             .fetch_one(tx.conn())
             .await?;
     if let Some(c) = closed {
@@ -363,16 +382,20 @@ pub async fn approve(tx: &mut OrgTx, actor: &str, version: i32, reason: &str) ->
         )));
     }
     sqlx::query(
-        "UPDATE cost_policies SET state = 'superseded', superseded_at = now() WHERE state = 'approved' AND effective_from = $1",
+        "UPDATE cost_policies SET state = 'superseded', superseded_at = now()
+          WHERE state = 'approved' AND effective_from = $1 AND org_id = $2",
     )
     .bind(from)
+    .bind(org)
     .execute(tx.conn())
     .await?;
     sqlx::query(
-        "UPDATE cost_policies SET state = 'approved', approved_at = now(), approved_by = $2 WHERE version = $1",
+        "UPDATE cost_policies SET state = 'approved', approved_at = now(), approved_by = $2
+          WHERE version = $1 AND org_id = $3",
     )
     .bind(version)
     .bind(actor)
+    .bind(org)
     .execute(tx.conn())
     .await?;
     audit(tx, actor, "policy.approve", &format!("policy:{version}"), reason, json!({})).await?;
@@ -388,22 +411,27 @@ async fn approve_policy(
     let p = manager(&state, &headers).await?;
     let body: ApproveBody = if body.is_empty() { ApproveBody::default() } else { json_body(&body)? };
     let mut tx = p.begin(&state.db).await?;
+    let org = tx.org().as_uuid();
     approve(&mut tx, &p.actor(), version, &body.reason).await?;
-    let row: PolicyRow = sqlx::query_as(&format!("SELECT {POLICY_COLUMNS} FROM cost_policies WHERE version = $1"))
-        .bind(version)
-        .fetch_one(tx.conn())
-        .await?;
+    let row: PolicyRow =
+        sqlx::query_as(&format!("SELECT {POLICY_COLUMNS} FROM cost_policies WHERE version = $1 AND org_id = $2"))
+            .bind(version)
+            .bind(org)
+            .fetch_one(tx.conn())
+            .await?;
     tx.commit().await?;
     Ok(Json(policy_view(row)?))
 }
 
 /// The approved policy that prices `period`, with its version filled in.
 pub async fn policy_for(tx: &mut OrgTx, period: Period) -> Result<Option<CostPolicy>, AppError> {
+    let org = tx.org().as_uuid();
     let row: Option<(i32, Value)> = sqlx::query_as(
-        "SELECT version, document FROM cost_policies WHERE state = 'approved' AND effective_from <= $1
+        "SELECT version, document FROM cost_policies WHERE state = 'approved' AND effective_from <= $1 AND org_id = $2
          ORDER BY effective_from DESC LIMIT 1",
     )
     .bind(month_start(period))
+    .bind(org)
     .fetch_optional(tx.conn())
     .await?;
     let Some((version, doc)) = row else { return Ok(None) };
@@ -479,16 +507,18 @@ async fn list_quotas(
         None => None,
     };
     let mut tx = p.begin(&state.db).await?;
+    let org = tx.org().as_uuid();
     let rows: Vec<QuotaRow> = sqlx::query_as(
         "SELECT q.quota_id, q.tenant_id, t.name, COALESCE(q.department_id, t.department_id), d.name, q.gpu_class,
                 q.gpus::text, q.valid_from, q.valid_to, q.source, q.source_ref
            FROM quotas q
-           LEFT JOIN tenants t ON t.tenant_id = q.tenant_id
-           LEFT JOIN departments d ON d.department_id = COALESCE(q.department_id, t.department_id)
-          WHERE $1::timestamptz IS NULL OR tstzrange(q.valid_from, q.valid_to) @> $1::timestamptz
+           LEFT JOIN tenants t ON t.org_id = q.org_id AND t.tenant_id = q.tenant_id
+           LEFT JOIN departments d ON d.org_id = q.org_id AND d.department_id = COALESCE(q.department_id, t.department_id)
+          WHERE q.org_id = $2 AND ($1::timestamptz IS NULL OR tstzrange(q.valid_from, q.valid_to) @> $1::timestamptz)
           ORDER BY d.name, t.name NULLS FIRST, q.gpu_class, q.valid_from",
     )
     .bind(at)
+    .bind(org)
     .fetch_all(tx.conn())
     .await?;
     tx.commit().await?;
@@ -513,10 +543,11 @@ async fn list_quotas(
 
 pub(crate) async fn lookup_id(tx: &mut OrgTx, table: &str, field: &str, name_or_id: &str) -> Result<Uuid, AppError> {
     let sql = match table {
-        "tenants" => "SELECT tenant_id FROM tenants WHERE name = $1 OR tenant_id::text = $1",
-        _ => "SELECT department_id FROM departments WHERE name = $1 OR department_id::text = $1",
+        "tenants" => "SELECT tenant_id FROM tenants WHERE (name = $1 OR tenant_id::text = $1) AND org_id = $2",
+        _ => "SELECT department_id FROM departments WHERE (name = $1 OR department_id::text = $1) AND org_id = $2",
     };
-    let id: Option<Uuid> = sqlx::query_scalar(sql).bind(name_or_id).fetch_optional(tx.conn()).await?;
+    let org = tx.org().as_uuid();
+    let id: Option<Uuid> = sqlx::query_scalar(sql).bind(name_or_id).bind(org).fetch_optional(tx.conn()).await?;
     id.ok_or_else(|| AppError::invalid(field, format!("{name_or_id:?} is not a known {}", &table[..table.len() - 1])))
 }
 
@@ -545,10 +576,12 @@ async fn create_quota(
         (None, Some(d)) => (None, Some(lookup_id(&mut tx, "departments", "department", d).await?)),
         _ => return Err(AppError::invalid("tenant", "give exactly one of tenant or department")),
     };
-    let known: bool = sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM gpu_classes WHERE gpu_class = $1)")
-        .bind(&body.gpu_class)
-        .fetch_one(tx.conn())
-        .await?;
+    let known: bool =
+        sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM gpu_classes WHERE gpu_class = $1 AND org_id = $2)")
+            .bind(&body.gpu_class)
+            .bind(p.org.as_uuid())
+            .fetch_one(tx.conn())
+            .await?;
     if !known {
         return Err(AppError::invalid("gpu_class", format!("{:?} is not in the approved inventory", body.gpu_class)));
     }
@@ -600,11 +633,16 @@ pub async fn import_kueue_quotas(
 ) -> Result<Value, AppError> {
     let org = tx.org().as_uuid();
     let facts: Vec<(Uuid, Value)> = sqlx::query_as(
-        "SELECT cluster_id, payload FROM allocation_events WHERE kind = 'quota_observed' ORDER BY occurred_at, event_id",
+        "SELECT cluster_id, payload FROM allocation_events WHERE kind = 'quota_observed' AND org_id = $1
+          ORDER BY occurred_at, event_id",
     )
+    .bind(org)
     .fetch_all(tx.conn())
     .await?;
-    let classes: Vec<String> = sqlx::query_scalar("SELECT gpu_class FROM gpu_classes").fetch_all(tx.conn()).await?;
+    let classes: Vec<String> = sqlx::query_scalar("SELECT gpu_class FROM gpu_classes WHERE org_id = $1")
+        .bind(org)
+        .fetch_all(tx.conn())
+        .await?;
     let mut imported = 0;
     let mut skipped = Vec::new();
     for (cluster, payload) in facts {
@@ -617,13 +655,15 @@ pub async fn import_kueue_quotas(
             }
         };
         let holder_name = mappings.get(&q.cluster_queue).cloned().unwrap_or_else(|| q.cluster_queue.clone());
-        let tenant: Option<Uuid> = sqlx::query_scalar("SELECT tenant_id FROM tenants WHERE name = $1")
+        let tenant: Option<Uuid> = sqlx::query_scalar("SELECT tenant_id FROM tenants WHERE name = $1 AND org_id = $2")
             .bind(&holder_name)
+            .bind(org)
             .fetch_optional(tx.conn())
             .await?;
         let department: Option<Uuid> = if tenant.is_none() {
-            sqlx::query_scalar("SELECT department_id FROM departments WHERE name = $1")
+            sqlx::query_scalar("SELECT department_id FROM departments WHERE name = $1 AND org_id = $2")
                 .bind(&holder_name)
+                .bind(org)
                 .fetch_optional(tx.conn())
                 .await?
         } else {
@@ -647,10 +687,12 @@ pub async fn import_kueue_quotas(
         for (class, nominal) in per_class {
             let current: Option<(Uuid, String, OffsetDateTime)> = sqlx::query_as(
                 "SELECT quota_id, gpus::text, valid_from FROM quotas
-                  WHERE COALESCE(tenant_id, department_id) = $1 AND gpu_class = $2 AND valid_to IS NULL",
+                  WHERE COALESCE(tenant_id, department_id) = $1 AND gpu_class = $2 AND valid_to IS NULL
+                    AND org_id = $3",
             )
             .bind(tenant.or(department))
             .bind(&class)
+            .bind(org)
             .fetch_optional(tx.conn())
             .await?;
             let gpus = nominal.to_string();
@@ -658,9 +700,10 @@ pub async fn import_kueue_quotas(
                 if Decimal::parse(g).ok() == Decimal::parse(&gpus).ok() || q.since <= *from {
                     continue;
                 }
-                sqlx::query("UPDATE quotas SET valid_to = $2 WHERE quota_id = $1")
+                sqlx::query("UPDATE quotas SET valid_to = $2 WHERE quota_id = $1 AND org_id = $3")
                     .bind(id)
                     .bind(q.since)
+                    .bind(org)
                     .execute(tx.conn())
                     .await?;
             }

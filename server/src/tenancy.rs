@@ -60,9 +60,11 @@ fn unique_violation(e: &sqlx::Error, code: &str) -> bool {
     matches!(e, sqlx::Error::Database(d) if d.code().as_deref() == Some(code))
 }
 
+/// Rows of `sql` as JSON objects; `$1` in `sql` is the transaction's organization (each statement filters on it).
 async fn rows(tx: &mut OrgTx, sql: &str) -> Result<Vec<Value>, AppError> {
+    let org = tx.org().as_uuid();
     let rows: Vec<(Value,)> =
-        sqlx::query_as(&format!("SELECT to_jsonb(r) FROM ({sql}) r")).fetch_all(tx.conn()).await?;
+        sqlx::query_as(&format!("SELECT to_jsonb(r) FROM ({sql}) r")).bind(org).fetch_all(tx.conn()).await?;
     Ok(rows.into_iter().map(|(v,)| v).collect())
 }
 
@@ -73,9 +75,9 @@ async fn list_departments(State(state): State<AppState>, headers: HeaderMap) -> 
     let mut tx = p.begin(&state.db).await?;
     let items = rows(
         &mut tx,
-        "SELECT d.department_id, d.name, (SELECT count(*) FROM tenants t WHERE t.department_id = d.department_id)
-                AS tenants
-           FROM departments d ORDER BY d.name",
+        "SELECT d.department_id, d.name,
+                (SELECT count(*) FROM tenants t WHERE t.org_id = $1 AND t.department_id = d.department_id) AS tenants
+           FROM departments d WHERE d.org_id = $1 ORDER BY d.name",
     )
     .await?;
     tx.commit().await?;
@@ -121,9 +123,10 @@ async fn list_tenants(State(state): State<AppState>, headers: HeaderMap) -> Resu
     let items = rows(
         &mut tx,
         "SELECT t.tenant_id, t.name, d.department_id, d.name AS department,
-                (SELECT count(*) FROM namespace_ownership o WHERE o.tenant_id = t.tenant_id AND o.valid_to IS NULL)
-                AS namespaces
+                (SELECT count(*) FROM namespace_ownership o
+                  WHERE o.org_id = $1 AND o.tenant_id = t.tenant_id AND o.valid_to IS NULL) AS namespaces
            FROM tenants t JOIN departments d ON d.org_id = t.org_id AND d.department_id = t.department_id
+          WHERE t.org_id = $1
           ORDER BY d.name, t.name",
     )
     .await?;
@@ -165,14 +168,17 @@ async fn create_tenant(
     result?;
     let namespaces = crate::ingest::reapply_namespaces_naming(&mut tx, p.org, &name).await?;
     let mut usage = 0;
+    let org = tx.org().as_uuid();
     for table in ["service_usage", "usage_records"] {
-        usage +=
-            sqlx::query(&format!("UPDATE {table} SET tenant_id = $1 WHERE tenant_name = $2 AND tenant_id IS NULL"))
-                .bind(id)
-                .bind(&name)
-                .execute(tx.conn())
-                .await?
-                .rows_affected();
+        usage += sqlx::query(&format!(
+            "UPDATE {table} SET tenant_id = $1 WHERE tenant_name = $2 AND tenant_id IS NULL AND org_id = $3"
+        ))
+        .bind(id)
+        .bind(&name)
+        .bind(org)
+        .execute(tx.conn())
+        .await?
+        .rows_affected();
     }
     audit_by(
         &mut tx,
@@ -198,18 +204,21 @@ async fn create_tenant(
 async fn get_inventory(State(state): State<AppState>, headers: HeaderMap) -> Result<Json<Value>, AppError> {
     let p = reader(&state, &headers).await?;
     let mut tx = p.begin(&state.db).await?;
-    let classes = rows(&mut tx, "SELECT gpu_class, description FROM gpu_classes ORDER BY gpu_class").await?;
+    let classes =
+        rows(&mut tx, "SELECT gpu_class, description FROM gpu_classes WHERE org_id = $1 ORDER BY gpu_class").await?;
     let models = rows(
         &mut tx,
-        "SELECT model, gpu_class, memory_mib, valid_from, valid_to FROM gpu_models ORDER BY model, valid_from",
+        "SELECT model, gpu_class, memory_mib, valid_from, valid_to FROM gpu_models WHERE org_id = $1
+          ORDER BY model, valid_from",
     )
     .await?;
     let profiles = rows(
         &mut tx,
         "SELECT 'mig' AS kind, model, profile, fraction_num || '/' || fraction_den AS fraction, valid_from, valid_to
-           FROM mig_profiles
+           FROM mig_profiles WHERE org_id = $1
          UNION ALL
          SELECT 'vgpu', model, profile, fraction_num || '/' || fraction_den, valid_from, valid_to FROM vgpu_profiles
+          WHERE org_id = $1
          ORDER BY 1, 2, 3, 5",
     )
     .await?;
@@ -217,6 +226,7 @@ async fn get_inventory(State(state): State<AppState>, headers: HeaderMap) -> Res
         &mut tx,
         "SELECT c.name AS cluster, t.name, t.replicas, t.valid_from, t.valid_to
            FROM timeslice_policies t JOIN clusters c ON c.org_id = t.org_id AND c.cluster_id = t.cluster_id
+          WHERE t.org_id = $1
           ORDER BY 1, 2, 4",
     )
     .await?;
@@ -238,14 +248,18 @@ async fn close_open_entry(
         .map(|(i, (column, _))| format!("{column}::text = ${}", i + 2))
         .collect::<Vec<_>>()
         .join(" AND ");
+    // The organization is the parameter after the keys.
+    let org = tx.org().as_uuid();
+    let org_param = keys.len() + 2;
     let conflict = format!(
-        "SELECT EXISTS (SELECT 1 FROM {table} WHERE {cond}
+        "SELECT EXISTS (SELECT 1 FROM {table} WHERE {cond} AND org_id = ${org_param}
             AND (valid_from >= $1 OR (valid_to IS NOT NULL AND valid_to > $1)))"
     );
     let mut q = sqlx::query_scalar::<_, bool>(&conflict).bind(from);
     for (_, v) in keys {
         q = q.bind(v);
     }
+    q = q.bind(org);
     if q.fetch_one(tx.conn()).await? {
         return Err(AppError::Conflict(
             "an entry for this key starts at or after valid_from (or a closed one covers it): history is \
@@ -253,11 +267,13 @@ async fn close_open_entry(
                 .into(),
         ));
     }
-    let update = format!("UPDATE {table} SET valid_to = $1 WHERE {cond} AND valid_to IS NULL");
+    let update =
+        format!("UPDATE {table} SET valid_to = $1 WHERE {cond} AND org_id = ${org_param} AND valid_to IS NULL");
     let mut q = sqlx::query(&update).bind(from);
     for (_, v) in keys {
         q = q.bind(v);
     }
+    q = q.bind(org);
     q.execute(tx.conn()).await?;
     Ok(())
 }
@@ -419,8 +435,10 @@ async fn add_timeslicing(
         return Err(AppError::invalid("replicas", "must be 1 to 1024"));
     }
     let mut tx = p.begin(&state.db).await?;
-    let cluster: Option<Uuid> = sqlx::query_scalar("SELECT cluster_id FROM clusters WHERE name = $1")
+    let org = tx.org().as_uuid();
+    let cluster: Option<Uuid> = sqlx::query_scalar("SELECT cluster_id FROM clusters WHERE name = $1 AND org_id = $2")
         .bind(body.cluster.trim())
+        .bind(org)
         .fetch_optional(tx.conn())
         .await?;
     let Some(cluster) = cluster else {

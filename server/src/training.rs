@@ -193,17 +193,19 @@ async fn training(
     let visible = principal.visible(&state.db).await?;
     let internal = |e: gpuledger_core::DomainError| AppError::Internal(e.to_string());
     let mut tx = state.db.begin_org(principal.org).await?;
+    let org = tx.org().as_uuid();
     // The month's readings, and the last one before the month, of every workload reporting in the month.
     let readings: Vec<Reading> = sqlx::query_as(
         "SELECT cluster_id, namespace, workload, reported_at, steps, samples FROM training_progress p
-          WHERE reported_at < $2 AND (reported_at >= $1 OR reported_at = (
+          WHERE p.org_id = $3 AND reported_at < $2 AND (reported_at >= $1 OR reported_at = (
                 SELECT max(q.reported_at) FROM training_progress q
-                 WHERE q.cluster_id = p.cluster_id AND q.namespace = p.namespace AND q.workload = p.workload
-                   AND q.reported_at < $1))
+                 WHERE q.org_id = $3 AND q.cluster_id = p.cluster_id AND q.namespace = p.namespace
+                   AND q.workload = p.workload AND q.reported_at < $1))
           ORDER BY cluster_id, namespace, workload, reported_at",
     )
     .bind(from)
     .bind(month.end())
+    .bind(org)
     .fetch_all(tx.conn())
     .await?;
     let mut by: BTreeMap<(Uuid, String, String), Vec<Reading>> = BTreeMap::new();
@@ -227,13 +229,14 @@ async fn training(
             "SELECT fraction_num, fraction_den, started_at, ended_at FROM allocation_intervals
               WHERE cluster_id = $1 AND namespace = $2 AND fraction_num IS NOT NULL AND fraction_den IS NOT NULL
                 AND (holder_name = $3 OR starts_with(holder_name, $3 || '-'))
-                AND started_at < $5 AND (ended_at IS NULL OR ended_at > $4)",
+                AND started_at < $5 AND (ended_at IS NULL OR ended_at > $4) AND org_id = $6",
         )
         .bind(cluster)
         .bind(&namespace)
         .bind(&workload)
         .bind(from)
         .bind(to)
+        .bind(org)
         .fetch_all(tx.conn())
         .await?;
         let mut nanos = Fraction::ZERO;
@@ -254,11 +257,12 @@ async fn training(
                 AND o.valid_from <= $3 AND (o.valid_to IS NULL OR o.valid_to > $3)
                JOIN tenants t ON t.org_id = o.org_id AND t.tenant_id = o.tenant_id
                JOIN departments d ON d.org_id = t.org_id AND d.department_id = t.department_id
-              WHERE n.cluster_id = $1 AND n.name = $2 ORDER BY n.created_at DESC LIMIT 1",
+              WHERE n.org_id = $4 AND n.cluster_id = $1 AND n.name = $2 ORDER BY n.created_at DESC LIMIT 1",
         )
         .bind(cluster)
         .bind(&namespace)
         .bind(last_at)
+        .bind(org)
         .fetch_optional(tx.conn())
         .await?;
         if !Visible::tenant(&visible, owner.as_ref().map(|o| o.0)) {

@@ -254,11 +254,12 @@ async fn post_records(
                 latency_ms, ttft_ms, trace_id, agent_session_id)
          SELECT $1, r.record_id, $2, r.endpoint, r.model, r.model_version, r.tenant, r.gateway_key, r.team,
                 COALESCE(
-                    (SELECT t.tenant_id FROM tenants t WHERE t.name = r.tenant),
+                    (SELECT t.tenant_id FROM tenants t WHERE t.org_id = $1 AND t.name = r.tenant),
                     (SELECT a.tenant_id FROM endpoint_aliases a
-                      WHERE a.endpoint = r.endpoint AND a.kind = 'gateway_key' AND a.alias = r.gateway_key),
+                      WHERE a.org_id = $1 AND a.endpoint = r.endpoint AND a.kind = 'gateway_key'
+                        AND a.alias = r.gateway_key),
                     (SELECT a.tenant_id FROM endpoint_aliases a
-                      WHERE a.endpoint = r.endpoint AND a.kind = 'team' AND a.alias = r.team)),
+                      WHERE a.org_id = $1 AND a.endpoint = r.endpoint AND a.kind = 'team' AND a.alias = r.team)),
                 r.started_at, r.window_end, r.requests, r.input_tokens, r.output_tokens, r.status, r.latency_ms,
                 r.ttft_ms, r.trace_id, r.agent_session_id
            FROM unnest($3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[], $9::text[],
@@ -336,11 +337,13 @@ async fn get_aliases(
 ) -> Result<Json<Value>, AppError> {
     let p = require(&state.db, &headers, Capability::Administer).await?;
     let mut tx = p.begin(&state.db).await?;
+    let org = tx.org().as_uuid();
     let rows: Vec<(String, String, String)> = sqlx::query_as(
         "SELECT a.kind, a.alias, t.name FROM endpoint_aliases a JOIN tenants t USING (org_id, tenant_id)
-          WHERE a.endpoint = $1 ORDER BY a.kind, a.alias",
+          WHERE a.endpoint = $1 AND a.org_id = $2 ORDER BY a.kind, a.alias",
     )
     .bind(&endpoint)
+    .bind(org)
     .fetch_all(tx.conn())
     .await?;
     tx.commit().await?;
@@ -362,7 +365,12 @@ async fn put_aliases(
         return Err(AppError::invalid("endpoint", format!("must be 1 to {MAX_TEXT} characters")));
     }
     let mut tx = p.begin(&state.db).await?;
-    sqlx::query("DELETE FROM endpoint_aliases WHERE endpoint = $1").bind(&endpoint).execute(tx.conn()).await?;
+    let org = tx.org().as_uuid();
+    sqlx::query("DELETE FROM endpoint_aliases WHERE endpoint = $1 AND org_id = $2")
+        .bind(&endpoint)
+        .bind(org)
+        .execute(tx.conn())
+        .await?;
     for (i, a) in body.aliases.iter().enumerate() {
         if !["gateway_key", "team"].contains(&a.kind.as_str()) {
             return Err(AppError::invalid(format!("aliases[{i}].kind"), "must be gateway_key or team"));
@@ -373,11 +381,13 @@ async fn put_aliases(
                 format!("must be 1 to {MAX_TEXT} characters"),
             ));
         }
-        let tenant: Option<Uuid> =
-            sqlx::query_scalar("SELECT tenant_id FROM tenants WHERE name = $1 OR tenant_id::text = $1")
-                .bind(a.tenant.trim())
-                .fetch_optional(tx.conn())
-                .await?;
+        let tenant: Option<Uuid> = sqlx::query_scalar(
+            "SELECT tenant_id FROM tenants WHERE (name = $1 OR tenant_id::text = $1) AND org_id = $2",
+        )
+        .bind(a.tenant.trim())
+        .bind(org)
+        .fetch_optional(tx.conn())
+        .await?;
         let Some(tenant) = tenant else {
             return Err(AppError::invalid(format!("aliases[{i}].tenant"), format!("no tenant {:?}", a.tenant)));
         };
@@ -401,10 +411,12 @@ async fn put_aliases(
     let attributed = sqlx::query(
         "UPDATE usage_records r SET tenant_id = a.tenant_id
            FROM endpoint_aliases a
-          WHERE r.tenant_id IS NULL AND r.endpoint = $1 AND a.endpoint = r.endpoint
+          WHERE r.tenant_id IS NULL AND r.endpoint = $1 AND r.org_id = $2 AND a.org_id = r.org_id
+            AND a.endpoint = r.endpoint
             AND ((a.kind = 'gateway_key' AND a.alias = r.gateway_key) OR (a.kind = 'team' AND a.alias = r.team))",
     )
     .bind(&endpoint)
+    .bind(org)
     .execute(tx.conn())
     .await?
     .rows_affected();
