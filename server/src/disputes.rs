@@ -301,6 +301,7 @@ pub struct DisputePage {
     pub per_page: i64,
 }
 
+/// Binds the organization as `$1`; a caller appends `AND …` conditions (from `$2`) and the rest of the statement.
 const SUMMARY_SELECT: &str = "
     SELECT d.dispute_id AS id, d.number, to_char(d.period, 'YYYY-MM') AS period, d.line_ids, d.state, d.reason,
            d.opened_by, d.opened_at, d.resolved_by, d.resolved_at, d.resolution,
@@ -311,12 +312,17 @@ const SUMMARY_SELECT: &str = "
      CROSS JOIN LATERAL (
            SELECT sum(l.amount)::text AS amount, min(l.currency)::text AS currency
              FROM ledger_lines l
-            WHERE l.org_id = d.org_id AND l.period = d.period AND l.line_id = ANY (d.line_ids)) s";
+            WHERE l.org_id = d.org_id AND l.org_id = $1 AND l.period = d.period AND l.line_id = ANY (d.line_ids)) s
+     WHERE d.org_id = $1";
 
 /// Reads one dispute with its lines, events and credit (`None`: not visible in this organization).
 pub async fn load(tx: &mut OrgTx, id: Uuid) -> Result<Option<DisputeDetail>, DbError> {
-    let dispute: Option<DisputeSummary> =
-        sqlx::query_as(&format!("{SUMMARY_SELECT} WHERE d.dispute_id = $1")).bind(id).fetch_optional(tx.conn()).await?;
+    let org = tx.org().as_uuid();
+    let dispute: Option<DisputeSummary> = sqlx::query_as(&format!("{SUMMARY_SELECT} AND d.dispute_id = $2"))
+        .bind(org)
+        .bind(id)
+        .fetch_optional(tx.conn())
+        .await?;
     let Some(dispute) = dispute else {
         return Ok(None);
     };
@@ -327,17 +333,19 @@ pub async fn load(tx: &mut OrgTx, id: Uuid) -> Result<Option<DisputeDetail>, DbE
            FROM disputes d
           CROSS JOIN LATERAL unnest(d.line_ids) WITH ORDINALITY AS u (line_id, ord)
            JOIN ledger_lines l ON l.org_id = d.org_id AND l.period = d.period AND l.line_id = u.line_id
-          WHERE d.dispute_id = $1
+          WHERE d.dispute_id = $1 AND d.org_id = $2
           ORDER BY u.ord",
     )
     .bind(id)
+    .bind(org)
     .fetch_all(tx.conn())
     .await?;
     let events: Vec<DisputeEvent> = sqlx::query_as(
         "SELECT event_id AS id, at, actor, action, body, details FROM dispute_events
-          WHERE dispute_id = $1 ORDER BY at, event_id",
+          WHERE dispute_id = $1 AND org_id = $2 ORDER BY at, event_id",
     )
     .bind(id)
+    .bind(org)
     .fetch_all(tx.conn())
     .await?;
     let credit: Option<Credit> = match dispute.adjustment_id {
@@ -347,9 +355,10 @@ pub async fn load(tx: &mut OrgTx, id: Uuid) -> Result<Option<DisputeDetail>, DbE
                 "SELECT adjustment_id AS id, state, amount::text AS amount, currency::text AS currency, tenant_id,
                         department_id, gpu_class, corrects, reason, created_at, created_by, approved_at, approved_by,
                         to_char(applied_period, 'YYYY-MM') AS applied_period
-                   FROM adjustments WHERE adjustment_id = $1",
+                   FROM adjustments WHERE adjustment_id = $1 AND org_id = $2",
             )
             .bind(adjustment)
+            .bind(org)
             .fetch_optional(tx.conn())
             .await?
         }
@@ -411,20 +420,23 @@ struct Locked {
 /// Finds a dispute by its ID or its number (`/disputes/7`) and locks it for the rest of the transaction.
 async fn lock(tx: &mut OrgTx, key: &str) -> Result<Locked, AppError> {
     let not_found = || AppError::NotFound(format!("no dispute {key:?}"));
+    let org = tx.org().as_uuid();
     let row: Option<Locked> = if let Ok(id) = Uuid::try_parse(key) {
         sqlx::query_as(
             "SELECT dispute_id AS id, number, period, line_ids, state, adjustment_id FROM disputes
-              WHERE dispute_id = $1 FOR UPDATE",
+              WHERE dispute_id = $1 AND org_id = $2 FOR UPDATE",
         )
         .bind(id)
+        .bind(org)
         .fetch_optional(tx.conn())
         .await?
     } else if let Some(number) = parse_number(key) {
         sqlx::query_as(
             "SELECT dispute_id AS id, number, period, line_ids, state, adjustment_id FROM disputes
-              WHERE number = $1 FOR UPDATE",
+              WHERE number = $1 AND org_id = $2 FOR UPDATE",
         )
         .bind(number)
+        .bind(org)
         .fetch_optional(tx.conn())
         .await?
     } else {
@@ -442,11 +454,13 @@ fn parse_number(key: &str) -> Option<i32> {
 }
 
 async fn resolve_id(tx: &mut OrgTx, key: &str) -> Result<Uuid, AppError> {
+    let org = tx.org().as_uuid();
     let id: Option<Uuid> = if let Ok(id) = Uuid::try_parse(key) {
         Some(id)
     } else if let Some(number) = parse_number(key) {
-        sqlx::query_scalar("SELECT dispute_id FROM disputes WHERE number = $1")
+        sqlx::query_scalar("SELECT dispute_id FROM disputes WHERE number = $1 AND org_id = $2")
             .bind(number)
+            .bind(org)
             .fetch_optional(tx.conn())
             .await?
     } else {
@@ -489,9 +503,14 @@ async fn open(State(state): State<AppState>, headers: HeaderMap, body: Bytes) ->
     let day = first_day(period)?;
     let who = principal.actor();
     let mut tx = principal.begin(&state.db).await?;
+    let org = tx.org().as_uuid();
 
     let period_state: Option<String> =
-        sqlx::query_scalar("SELECT state FROM periods WHERE period = $1").bind(day).fetch_optional(tx.conn()).await?;
+        sqlx::query_scalar("SELECT state FROM periods WHERE period = $1 AND org_id = $2")
+            .bind(day)
+            .bind(org)
+            .fetch_optional(tx.conn())
+            .await?;
     match period_state.as_deref() {
         Some("closed") => {}
         Some(other) => {
@@ -506,11 +525,13 @@ async fn open(State(state): State<AppState>, headers: HeaderMap, body: Bytes) ->
         }
     }
     let found: Vec<(String, String, Uuid)> = sqlx::query_as(
-        "SELECT line_id, currency::text, department_id FROM ledger_lines WHERE period = $1 AND line_id = ANY ($2)
+        "SELECT line_id, currency::text, department_id FROM ledger_lines
+          WHERE period = $1 AND line_id = ANY ($2) AND org_id = $3
           ORDER BY line_id",
     )
     .bind(day)
     .bind(&request.line_ids)
+    .bind(org)
     .fetch_all(tx.conn())
     .await?;
     for (i, id) in request.line_ids.iter().enumerate() {
@@ -550,13 +571,14 @@ async fn open(State(state): State<AppState>, headers: HeaderMap, body: Bytes) ->
            FROM disputes d
            LEFT JOIN adjustments a ON a.org_id = d.org_id AND a.adjustment_id = d.adjustment_id
           CROSS JOIN LATERAL unnest(d.line_ids) AS u (line_id)
-          WHERE d.period = $1 AND u.line_id = ANY ($2)
+          WHERE d.org_id = $3 AND d.period = $1 AND u.line_id = ANY ($2)
             AND (d.state = 'open' OR (d.state = 'accepted' AND a.state IS DISTINCT FROM 'rejected'))
           ORDER BY d.number
           LIMIT 1",
     )
     .bind(day)
     .bind(&request.line_ids)
+    .bind(org)
     .fetch_optional(tx.conn())
     .await?;
     if let Some((number, dispute_state, credit_state, line)) = busy {
@@ -666,15 +688,18 @@ async fn list(
     let per_page = parse_count("per_page", query.per_page.as_deref(), DEFAULT_PER_PAGE, MAX_PER_PAGE)?;
 
     let mut tx = principal.begin(&state.db).await?;
-    let filter = "WHERE ($1::text IS NULL OR d.state = $1) AND ($2::date IS NULL OR d.period = $2)";
-    let total: i64 = sqlx::query_scalar(&format!("SELECT count(*) FROM disputes d {filter}"))
+    let org = tx.org().as_uuid();
+    let filter = "AND ($2::text IS NULL OR d.state = $2) AND ($3::date IS NULL OR d.period = $3)";
+    let total: i64 = sqlx::query_scalar(&format!("SELECT count(*) FROM disputes d WHERE d.org_id = $1 {filter}"))
+        .bind(org)
         .bind(&state_filter)
         .bind(period_filter)
         .fetch_one(tx.conn())
         .await?;
     let items: Vec<DisputeSummary> = sqlx::query_as(&format!(
-        "{SUMMARY_SELECT} {filter} ORDER BY d.opened_at DESC, d.number DESC LIMIT $3 OFFSET $4"
+        "{SUMMARY_SELECT} {filter} ORDER BY d.opened_at DESC, d.number DESC LIMIT $4 OFFSET $5"
     ))
+    .bind(org)
     .bind(&state_filter)
     .bind(period_filter)
     .bind(per_page)
@@ -736,20 +761,24 @@ async fn accept(
     let mut tx = principal.begin(&state.db).await?;
     let dispute = lock(&mut tx, &key).await?;
     require_open(&dispute, "accepted")?;
+    let org = tx.org().as_uuid();
 
-    let total: Option<String> =
-        sqlx::query_scalar("SELECT sum(amount)::text FROM ledger_lines WHERE period = $1 AND line_id = ANY ($2)")
-            .bind(dispute.period)
-            .bind(&dispute.line_ids)
-            .fetch_one(tx.conn())
-            .await?;
+    let total: Option<String> = sqlx::query_scalar(
+        "SELECT sum(amount)::text FROM ledger_lines WHERE period = $1 AND line_id = ANY ($2) AND org_id = $3",
+    )
+    .bind(dispute.period)
+    .bind(&dispute.line_ids)
+    .bind(org)
+    .fetch_one(tx.conn())
+    .await?;
     let first = dispute.line_ids.first().ok_or_else(|| AppError::Internal("a dispute without lines".into()))?;
     let line: Option<(Option<Uuid>, Uuid, String, String)> = sqlx::query_as(
         "SELECT tenant_id, department_id, gpu_class, currency::text FROM ledger_lines
-          WHERE period = $1 AND line_id = $2",
+          WHERE period = $1 AND line_id = $2 AND org_id = $3",
     )
     .bind(dispute.period)
     .bind(first)
+    .bind(org)
     .fetch_optional(tx.conn())
     .await?;
     let (Some(total), Some((tenant, department, gpu_class, currency))) = (total, line) else {
@@ -786,13 +815,14 @@ async fn accept(
     sqlx::query(
         "UPDATE disputes SET state = 'accepted', resolved_by = $2, resolved_at = now(), resolution = $3,
                 credit_amount = $4::numeric, adjustment_id = $5
-          WHERE dispute_id = $1",
+          WHERE dispute_id = $1 AND org_id = $6",
     )
     .bind(dispute.id)
     .bind(&who)
     .bind(&reason)
     .bind(&credit_text)
     .bind(adjustment)
+    .bind(org)
     .execute(tx.conn())
     .await?;
     record(
@@ -821,13 +851,15 @@ async fn reject(
     let mut tx = principal.begin(&state.db).await?;
     let dispute = lock(&mut tx, &key).await?;
     require_open(&dispute, "rejected")?;
+    let org = tx.org().as_uuid();
     sqlx::query(
         "UPDATE disputes SET state = 'rejected', resolved_by = $2, resolved_at = now(), resolution = $3
-          WHERE dispute_id = $1",
+          WHERE dispute_id = $1 AND org_id = $4",
     )
     .bind(dispute.id)
     .bind(&who)
     .bind(&reason)
+    .bind(org)
     .execute(tx.conn())
     .await?;
     record(&mut tx, &who, &dispute, "rejected", &reason, json!({})).await?;
@@ -867,11 +899,14 @@ async fn decide_credit(
             dispute.number, dispute.state
         )));
     };
-    let credit: Option<(String, String)> =
-        sqlx::query_as("SELECT state, amount::text FROM adjustments WHERE adjustment_id = $1 FOR UPDATE")
-            .bind(adjustment)
-            .fetch_optional(tx.conn())
-            .await?;
+    let org = tx.org().as_uuid();
+    let credit: Option<(String, String)> = sqlx::query_as(
+        "SELECT state, amount::text FROM adjustments WHERE adjustment_id = $1 AND org_id = $2 FOR UPDATE",
+    )
+    .bind(adjustment)
+    .bind(org)
+    .fetch_optional(tx.conn())
+    .await?;
     let Some((credit_state, amount)) = credit else {
         return Err(AppError::Internal(format!("the credit of dispute #{} is missing", dispute.number)));
     };
@@ -885,17 +920,19 @@ async fn decide_credit(
         CreditDecision::Approve => {
             sqlx::query(
                 "UPDATE adjustments SET state = 'approved', approved_by = $2, approved_at = now()
-                  WHERE adjustment_id = $1",
+                  WHERE adjustment_id = $1 AND org_id = $3",
             )
             .bind(adjustment)
             .bind(&who)
+            .bind(org)
             .execute(tx.conn())
             .await?;
             "credit_approved"
         }
         CreditDecision::Reject => {
-            sqlx::query("UPDATE adjustments SET state = 'rejected' WHERE adjustment_id = $1")
+            sqlx::query("UPDATE adjustments SET state = 'rejected' WHERE adjustment_id = $1 AND org_id = $2")
                 .bind(adjustment)
+                .bind(org)
                 .execute(tx.conn())
                 .await?;
             "credit_rejected"

@@ -64,10 +64,12 @@ async fn post_batch(
     validate(&batch, OffsetDateTime::now_utc())?;
     let mut tx = state.db.begin_org(principal.org).await?;
     if let Some(claimed) = &batch.cluster {
-        let name: Option<String> = sqlx::query_scalar("SELECT name FROM clusters WHERE cluster_id = $1")
-            .bind(cluster.as_uuid())
-            .fetch_optional(tx.conn())
-            .await?;
+        let name: Option<String> =
+            sqlx::query_scalar("SELECT name FROM clusters WHERE cluster_id = $1 AND org_id = $2")
+                .bind(cluster.as_uuid())
+                .bind(principal.org.as_uuid())
+                .fetch_optional(tx.conn())
+                .await?;
         if name.as_deref() != Some(claimed.as_str()) {
             return Err(AppError::Forbidden(format!(
                 "this credential belongs to cluster {:?}, not {claimed:?}",
@@ -840,11 +842,15 @@ struct InventorySnapshot {
 impl InventorySnapshot {
     async fn load(tx: &mut OrgTx) -> Result<Self, AppError> {
         type Row = (String, String, String, i64, i64, OffsetDateTime, Option<OffsetDateTime>);
+        let org = tx.org().as_uuid();
         let rows: Vec<Row> = sqlx::query_as(
             "SELECT 'mig', model, profile, fraction_num, fraction_den, valid_from, valid_to FROM mig_profiles
+              WHERE org_id = $1
              UNION ALL
-             SELECT 'vgpu', model, profile, fraction_num, fraction_den, valid_from, valid_to FROM vgpu_profiles",
+             SELECT 'vgpu', model, profile, fraction_num, fraction_den, valid_from, valid_to FROM vgpu_profiles
+              WHERE org_id = $1",
         )
+        .bind(org)
         .fetch_all(tx.conn())
         .await?;
         let mut profiles = Inventory::new();
@@ -862,7 +868,8 @@ impl InventorySnapshot {
             profiles.insert(entry).map_err(|e| AppError::Internal(format!("inventory is inconsistent: {e}")))?;
         }
         let model_rows: Vec<(String, OffsetDateTime, Option<OffsetDateTime>, String)> =
-            sqlx::query_as("SELECT model, valid_from, valid_to, gpu_class FROM gpu_models")
+            sqlx::query_as("SELECT model, valid_from, valid_to, gpu_class FROM gpu_models WHERE org_id = $1")
+                .bind(org)
                 .fetch_all(tx.conn())
                 .await?;
         let mut classes: HashMap<String, Vec<_>> = HashMap::new();
@@ -955,6 +962,7 @@ async fn assign_devices(tx: &mut OrgTx, cluster: ClusterId, assigned: &[Assigned
         let resources: Vec<&str> = rows.iter().map(|r| r.resource.as_str()).collect();
         let devices: Vec<serde_json::Value> = rows.iter().map(|r| serde_json::Value::from(r.devices.clone())).collect();
         let ats: Vec<OffsetDateTime> = rows.iter().map(|r| r.at).collect();
+        let org = tx.org().as_uuid();
         sqlx::query(&format!(
             "UPDATE allocation_intervals a
                 SET device_ids = ARRAY(SELECT jsonb_array_elements_text(u.devices)), devices_assigned_at = u.at,
@@ -963,7 +971,8 @@ async fn assign_devices(tx: &mut OrgTx, cluster: ClusterId, assigned: &[Assigned
                        FROM unnest($2::uuid[], $3::text[], $4::text[], $5::text[], $6::text[], $7::jsonb[],
                                    $8::timestamptz[]) AS r(pod_uid, namespace, pod, container, resource, devices, at)
                       ORDER BY pod_uid, namespace, pod, container, resource, at DESC) u
-              WHERE a.cluster_id = $1 AND {match_sql} AND a.container = u.container AND a.resource = u.resource
+              WHERE a.org_id = $9 AND a.cluster_id = $1 AND {match_sql} AND a.container = u.container
+                AND a.resource = u.resource
                 AND ((a.devices_assigned_at IS NULL AND cardinality(a.device_ids) = 0) OR a.devices_assigned_at < u.at)"
         ))
         .bind(cluster.as_uuid())
@@ -974,6 +983,7 @@ async fn assign_devices(tx: &mut OrgTx, cluster: ClusterId, assigned: &[Assigned
         .bind(&resources)
         .bind(&devices)
         .bind(&ats)
+        .bind(org)
         .execute(tx.conn())
         .await?;
     }
@@ -983,13 +993,15 @@ async fn assign_devices(tx: &mut OrgTx, cluster: ClusterId, assigned: &[Assigned
 /// New intervals whose assignment arrived before them: the latest stored assignment of each. Two plain queries
 /// (the intervals, then their subjects' events by the subject index) rather than a join PostgreSQL plans per row.
 async fn assign_stored_devices(tx: &mut OrgTx, cluster: ClusterId, allocation_ids: &[String]) -> Result<(), AppError> {
+    let org = tx.org().as_uuid();
     let waiting: Vec<(Uuid, String, String, String, String)> = sqlx::query_as(
         "SELECT holder_uid, namespace, holder_name, container, resource FROM allocation_intervals
           WHERE cluster_id = $1 AND allocation_id = ANY($2) AND container IS NOT NULL
-            AND cardinality(device_ids) = 0 AND devices_assigned_at IS NULL",
+            AND cardinality(device_ids) = 0 AND devices_assigned_at IS NULL AND org_id = $3",
     )
     .bind(cluster.as_uuid())
     .bind(allocation_ids)
+    .bind(org)
     .fetch_all(tx.conn())
     .await?;
     if waiting.is_empty() {
@@ -1002,10 +1014,11 @@ async fn assign_stored_devices(tx: &mut OrgTx, cluster: ClusterId, allocation_id
     }
     let events: Vec<(String, Option<String>, serde_json::Value, OffsetDateTime)> = sqlx::query_as(
         "SELECT subject, payload->>'resource', payload->'device_ids', occurred_at FROM allocation_events
-          WHERE cluster_id = $1 AND subject = ANY($2) AND kind = 'device_assigned'",
+          WHERE cluster_id = $1 AND subject = ANY($2) AND kind = 'device_assigned' AND org_id = $3",
     )
     .bind(cluster.as_uuid())
     .bind(&subjects)
+    .bind(org)
     .fetch_all(tx.conn())
     .await?;
     // (subject, resource) → the latest assignment.
@@ -1049,9 +1062,10 @@ pub(crate) async fn recompute_for_inventory(
     let candidates: Vec<(Uuid, String, Option<String>, bool)> = sqlx::query_as(
         "SELECT cluster_id, allocation_id, gpu_model, (fraction_num IS NULL OR gpu_class IS NULL)
            FROM allocation_intervals
-          WHERE started_at >= $1 OR fraction_num IS NULL OR gpu_class IS NULL",
+          WHERE org_id = $2 AND (started_at >= $1 OR fraction_num IS NULL OR gpu_class IS NULL)",
     )
     .bind(from)
+    .bind(org.as_uuid())
     .fetch_all(tx.conn())
     .await?;
     let wanted = normalize_model(model);
@@ -1080,10 +1094,11 @@ pub(crate) async fn recompute_for_inventory(
 pub(crate) async fn reapply_namespaces_naming(tx: &mut OrgTx, org: OrgId, name: &str) -> Result<u64, AppError> {
     let rows: Vec<(Uuid, String, serde_json::Value)> = sqlx::query_as(
         "SELECT cluster_id, event_id, payload FROM allocation_events
-          WHERE kind = 'namespace_observed' AND payload->'labels'->>'tenant' = $1
+          WHERE org_id = $2 AND kind = 'namespace_observed' AND payload->'labels'->>'tenant' = $1
           ORDER BY occurred_at, event_id",
     )
     .bind(name)
+    .bind(org.as_uuid())
     .fetch_all(tx.conn())
     .await?;
     let mut namespaces = BTreeSet::new();
@@ -1146,9 +1161,10 @@ async fn recompute_intervals(
     // A passthrough VM's allocation names a PCI device resource, not a model: its node's GPU product label does.
     let node_products: BTreeMap<String, String> = sqlx::query_as::<_, (String, String)>(
         "SELECT DISTINCT ON (name) name, gpu_product FROM nodes
-          WHERE cluster_id = $1 AND gpu_product IS NOT NULL ORDER BY name, valid_from DESC",
+          WHERE cluster_id = $1 AND gpu_product IS NOT NULL AND org_id = $2 ORDER BY name, valid_from DESC",
     )
     .bind(cluster.as_uuid())
+    .bind(org.as_uuid())
     .fetch_all(tx.conn())
     .await?
     .into_iter()
@@ -1216,11 +1232,12 @@ async fn recompute_intervals(
             None => {
                 sqlx::query_scalar(
                     "SELECT namespace_uid FROM namespaces WHERE cluster_id = $1 AND name = $2 AND created_at <= $3
-                   AND (deleted_at IS NULL OR deleted_at >= $3) ORDER BY created_at DESC LIMIT 1",
+                   AND (deleted_at IS NULL OR deleted_at >= $3) AND org_id = $4 ORDER BY created_at DESC LIMIT 1",
                 )
                 .bind(cluster.as_uuid())
                 .bind(&start.namespace)
                 .bind(start.started_at)
+                .bind(org.as_uuid())
                 .fetch_optional(tx.conn())
                 .await?
             }
@@ -1350,20 +1367,22 @@ async fn apply_namespace(
     sqlx::query(
         "UPDATE allocation_intervals SET namespace_uid = $2, updated_at = now()
           WHERE cluster_id = $1 AND namespace = $3 AND namespace_uid IS NULL AND started_at >= $4
-            AND ($5::timestamptz IS NULL OR started_at < $5)",
+            AND ($5::timestamptz IS NULL OR started_at < $5) AND org_id = $6",
     )
     .bind(cluster.as_uuid())
     .bind(n.namespace_uid)
     .bind(&n.name)
     .bind(n.created_at)
     .bind(n.deleted_at)
+    .bind(org.as_uuid())
     .execute(tx.conn())
     .await?;
     let tenant: Option<Uuid> = match &n.labels.tenant {
         None => None,
         Some(name) => {
-            let id: Option<Uuid> = sqlx::query_scalar("SELECT tenant_id FROM tenants WHERE name = $1")
+            let id: Option<Uuid> = sqlx::query_scalar("SELECT tenant_id FROM tenants WHERE name = $1 AND org_id = $2")
                 .bind(name)
+                .bind(org.as_uuid())
                 .fetch_optional(tx.conn())
                 .await?;
             if id.is_none() {
@@ -1389,17 +1408,19 @@ async fn apply_namespace(
     // The row in force at `since`, and the first row after it.
     let current: Option<(OffsetDateTime, Option<OffsetDateTime>, Uuid)> = sqlx::query_as(
         "SELECT valid_from, valid_to, tenant_id FROM namespace_ownership
-          WHERE namespace_uid = $1 AND valid_from <= $2 AND (valid_to IS NULL OR valid_to > $2)",
+          WHERE namespace_uid = $1 AND valid_from <= $2 AND (valid_to IS NULL OR valid_to > $2) AND org_id = $3",
     )
     .bind(n.namespace_uid)
     .bind(since)
+    .bind(org.as_uuid())
     .fetch_optional(tx.conn())
     .await?;
     let next_from: Option<OffsetDateTime> = sqlx::query_scalar(
-        "SELECT min(valid_from) FROM namespace_ownership WHERE namespace_uid = $1 AND valid_from > $2",
+        "SELECT min(valid_from) FROM namespace_ownership WHERE namespace_uid = $1 AND valid_from > $2 AND org_id = $3",
     )
     .bind(n.namespace_uid)
     .bind(since)
+    .bind(org.as_uuid())
     .fetch_one(tx.conn())
     .await?;
     let until = match &current {
@@ -1408,12 +1429,16 @@ async fn apply_namespace(
                 return Ok(()); // nothing changes
             }
             // Close the row in force at `since` (closed, never overwritten).
-            sqlx::query("UPDATE namespace_ownership SET valid_to = $3 WHERE namespace_uid = $1 AND valid_from = $2")
-                .bind(n.namespace_uid)
-                .bind(current.as_ref().map(|c| c.0))
-                .bind(since)
-                .execute(tx.conn())
-                .await?;
+            sqlx::query(
+                "UPDATE namespace_ownership SET valid_to = $3
+                  WHERE namespace_uid = $1 AND valid_from = $2 AND org_id = $4",
+            )
+            .bind(n.namespace_uid)
+            .bind(current.as_ref().map(|c| c.0))
+            .bind(since)
+            .bind(org.as_uuid())
+            .execute(tx.conn())
+            .await?;
             *to
         }
         None => next_from,
@@ -1435,12 +1460,14 @@ async fn apply_namespace(
     } else if let (Some(tenant), Some((from, _, _))) = (tenant, &current) {
         // Same start instant, new owner: the closed row would be empty; replace its owner in place.
         sqlx::query(
-            "UPDATE namespace_ownership SET tenant_id = $3, valid_to = $4 WHERE namespace_uid = $1 AND valid_from = $2",
+            "UPDATE namespace_ownership SET tenant_id = $3, valid_to = $4
+              WHERE namespace_uid = $1 AND valid_from = $2 AND org_id = $5",
         )
         .bind(n.namespace_uid)
         .bind(from)
         .bind(tenant)
         .bind(until)
+        .bind(org.as_uuid())
         .execute(tx.conn())
         .await?;
     }
@@ -1459,7 +1486,7 @@ async fn apply_node(
         "SELECT node_uid = $2 AND gpu_product IS NOT DISTINCT FROM $3 AND gpu_count IS NOT DISTINCT FROM $4
                 AND mig_strategy IS NOT DISTINCT FROM $5 AND sharing_strategy IS NOT DISTINCT FROM $6
                 AND replicas IS NOT DISTINCT FROM $7 AND allocatable = $8
-           FROM nodes WHERE cluster_id = $9 AND name = $1 AND valid_to IS NULL",
+           FROM nodes WHERE cluster_id = $9 AND name = $1 AND valid_to IS NULL AND org_id = $10",
     )
     .bind(&n.name)
     .bind(n.node_uid)
@@ -1470,17 +1497,20 @@ async fn apply_node(
     .bind(n.replicas.map(|v| v as i32))
     .bind(&allocatable)
     .bind(cluster.as_uuid())
+    .bind(org.as_uuid())
     .fetch_optional(tx.conn())
     .await?;
     if same == Some(true) {
         return Ok(());
     }
     sqlx::query(
-        "UPDATE nodes SET valid_to = $3 WHERE cluster_id = $1 AND name = $2 AND valid_to IS NULL AND valid_from < $3",
+        "UPDATE nodes SET valid_to = $3
+          WHERE cluster_id = $1 AND name = $2 AND valid_to IS NULL AND valid_from < $3 AND org_id = $4",
     )
     .bind(cluster.as_uuid())
     .bind(&n.name)
     .bind(at)
+    .bind(org.as_uuid())
     .execute(tx.conn())
     .await?;
     sqlx::query(
@@ -1515,7 +1545,7 @@ async fn apply_device(
     let same: Option<bool> = sqlx::query_scalar(
         "SELECT node = $2 AND model = $3 AND memory_mib IS NOT DISTINCT FROM $4 AND mig_enabled = $5
                 AND mig_devices = $6 AND vgpu_profile IS NOT DISTINCT FROM $7
-           FROM devices WHERE cluster_id = $8 AND gpu_uuid = $1 AND valid_to IS NULL",
+           FROM devices WHERE cluster_id = $8 AND gpu_uuid = $1 AND valid_to IS NULL AND org_id = $9",
     )
     .bind(&d.gpu_uuid)
     .bind(&d.node)
@@ -1525,17 +1555,20 @@ async fn apply_device(
     .bind(&mig)
     .bind(&d.vgpu_profile)
     .bind(cluster.as_uuid())
+    .bind(org.as_uuid())
     .fetch_optional(tx.conn())
     .await?;
     if same == Some(true) {
         return Ok(());
     }
     sqlx::query(
-        "UPDATE devices SET valid_to = $3 WHERE cluster_id = $1 AND gpu_uuid = $2 AND valid_to IS NULL AND valid_from < $3",
+        "UPDATE devices SET valid_to = $3
+          WHERE cluster_id = $1 AND gpu_uuid = $2 AND valid_to IS NULL AND valid_from < $3 AND org_id = $4",
     )
     .bind(cluster.as_uuid())
     .bind(&d.gpu_uuid)
     .bind(at)
+    .bind(org.as_uuid())
     .execute(tx.conn())
     .await?;
     sqlx::query(

@@ -107,6 +107,7 @@ type WorkloadRow = (String, String, String, String, String, String, String, Stri
 /// Open allocations grouped by their bounded labels. A department-scoped caller sees only workloads of tenants it
 /// may see (PostgreSQL hides the others' tenant rows; unattributed workloads are left out for it).
 async fn workloads(tx: &mut OrgTx, org_wide: bool) -> Result<Vec<Workload>, AppError> {
+    let org = tx.org().as_uuid();
     let rows: Vec<WorkloadRow> = sqlx::query_as(
         "SELECT c.name, a.namespace, a.holder_name, COALESCE(t.name, ''), COALESCE(d.name, ''),
                 COALESCE(a.labels->>'model', ''), COALESCE(a.gpu_class, ''), COALESCE(a.gpu_model, ''),
@@ -119,11 +120,12 @@ async fn workloads(tx: &mut OrgTx, org_wide: bool) -> Result<Vec<Workload>, AppE
                  AND o.valid_from <= now() AND (o.valid_to IS NULL OR o.valid_to > now())
            LEFT JOIN tenants t ON t.org_id = o.org_id AND t.tenant_id = o.tenant_id
            LEFT JOIN departments d ON d.org_id = t.org_id AND d.department_id = t.department_id
-          WHERE a.ended_at IS NULL AND ($1 OR t.tenant_id IS NOT NULL)
+          WHERE a.org_id = $2 AND a.ended_at IS NULL AND ($1 OR t.tenant_id IS NOT NULL)
           GROUP BY 1, 2, 3, 4, 5, 6, 7, 8, 9
           ORDER BY 1, 2, 3, 4, 5, 6, 7, 8, 9",
     )
     .bind(org_wide)
+    .bind(org)
     .fetch_all(tx.conn())
     .await?;
     Ok(rows
@@ -165,35 +167,46 @@ pub struct OrgGauges {
 }
 
 async fn org_gauges(tx: &mut OrgTx) -> Result<OrgGauges, AppError> {
+    let org = tx.org().as_uuid();
     let open_allocations = sqlx::query_as(
         "SELECT c.name, a.sharing_mode, count(*) FROM allocation_intervals a
            JOIN clusters c ON c.org_id = a.org_id AND c.cluster_id = a.cluster_id
-          WHERE a.ended_at IS NULL GROUP BY 1, 2 ORDER BY 1, 2",
+          WHERE a.org_id = $1 AND a.ended_at IS NULL GROUP BY 1, 2 ORDER BY 1, 2",
     )
+    .bind(org)
     .fetch_all(tx.conn())
     .await?;
     let contacts: Vec<(String, String, f64, Option<i64>)> = sqlx::query_as(
         "SELECT c.name, g.mode, extract(epoch FROM max(g.last_seen_at))::float8, max(g.lag_seconds)
            FROM agent_contacts g JOIN clusters c ON c.org_id = g.org_id AND c.cluster_id = g.cluster_id
+          WHERE g.org_id = $1
           GROUP BY 1, 2 ORDER BY 1, 2",
     )
+    .bind(org)
     .fetch_all(tx.conn())
     .await?;
     let findings = sqlx::query_as(
         "SELECT c.name, f.kind, count(*) FROM data_quality_findings f
            JOIN clusters c ON c.org_id = f.org_id AND c.cluster_id = f.cluster_id
+          WHERE f.org_id = $1
           GROUP BY 1, 2 ORDER BY 1, 2",
     )
+    .bind(org)
     .fetch_all(tx.conn())
     .await?;
-    let periods =
-        sqlx::query_as("SELECT state, count(*) FROM periods GROUP BY 1 ORDER BY 1").fetch_all(tx.conn()).await?;
-    let disputes =
-        sqlx::query_as("SELECT state, count(*) FROM disputes GROUP BY 1 ORDER BY 1").fetch_all(tx.conn()).await?;
+    let periods = sqlx::query_as("SELECT state, count(*) FROM periods WHERE org_id = $1 GROUP BY 1 ORDER BY 1")
+        .bind(org)
+        .fetch_all(tx.conn())
+        .await?;
+    let disputes = sqlx::query_as("SELECT state, count(*) FROM disputes WHERE org_id = $1 GROUP BY 1 ORDER BY 1")
+        .bind(org)
+        .fetch_all(tx.conn())
+        .await?;
     let open_sessions = sqlx::query_scalar(
         "SELECT count(*) FROM sessions
-          WHERE ended_at IS NULL AND expires_at > now() AND last_seen_at + idle_timeout > now()",
+          WHERE org_id = $1 AND ended_at IS NULL AND expires_at > now() AND last_seen_at + idle_timeout > now()",
     )
+    .bind(org)
     .fetch_one(tx.conn())
     .await?;
     Ok(OrgGauges {

@@ -69,21 +69,22 @@ pub(crate) const COLUMNS: [&str; 33] = [
     "InventoryGap",
 ];
 
-/// The raw columns of the intervals overlapping `[$1, $2)` (month start, next month start).
+/// The raw columns of the organization `$3`'s intervals overlapping `[$1, $2)` (month start, next month start).
 const INTERVALS_SQL: &str = "SELECT a.cluster_id, a.allocation_id, a.started_at, a.ended_at, a.fraction_num,
        a.fraction_den, a.holder_kind, a.holder_uid, a.holder_name, a.namespace, a.namespace_uid, a.container, a.node,
        a.resource, a.units, a.device_ids, a.gpu_model, a.gpu_class, a.sharing_mode, a.profile, a.replicas,
        a.labels->>'endpoint', a.end_estimated, a.confidence, a.inventory_gap
   FROM allocation_intervals a
- WHERE a.started_at < $2::timestamptz AND (a.ended_at IS NULL OR a.ended_at > $1::timestamptz)";
+ WHERE a.org_id = $3 AND a.started_at < $2::timestamptz AND (a.ended_at IS NULL OR a.ended_at > $1::timestamptz)";
 
 /// Every namespace's owners, with tenant and department as the caller may see them (PostgreSQL's row-level
-/// security applies to each table, as in the SQL plan).
+/// security applies to each table, as in the SQL plan); `$1` is the organization.
 const OWNERS_SQL: &str =
     "SELECT x.namespace_uid, x.valid_from, x.valid_to, t.tenant_id, t.name, d.department_id, d.name
   FROM namespace_ownership x
   LEFT JOIN tenants t ON t.org_id = x.org_id AND t.tenant_id = x.tenant_id
   LEFT JOIN departments d ON d.org_id = t.org_id AND d.department_id = t.department_id
+ WHERE x.org_id = $1
  ORDER BY x.namespace_uid, x.valid_from";
 
 /// One owner of a namespace over `[from, to)`.
@@ -106,19 +107,28 @@ pub(crate) struct Dimensions {
     pub owners: HashMap<Uuid, Vec<Owner>>,
     /// The transaction's `now()`: where open intervals end.
     pub now: Option<OffsetDateTime>,
+    /// The transaction's organization (`app.org_id`, as row-level security reads it), bound as the statements'
+    /// explicit `org_id` so that they can be routed to one shard (docs/scaling.md).
+    pub org: Option<Uuid>,
 }
 
 impl Dimensions {
     /// Reads them in the caller's transaction.
     pub async fn load(conn: &mut PgConnection) -> Result<Self, sqlx::Error> {
-        let now: OffsetDateTime = sqlx::query_scalar("SELECT now()").fetch_one(&mut *conn).await?;
+        let (now, org): (OffsetDateTime, Option<Uuid>) =
+            sqlx::query_as("SELECT now(), NULLIF(current_setting('app.org_id', true), '')::uuid")
+                .fetch_one(&mut *conn)
+                .await?;
         let mut clusters = HashMap::new();
-        let rows = sqlx::query("SELECT cluster_id, name FROM clusters").fetch_all(&mut *conn).await?;
+        let rows = sqlx::query("SELECT cluster_id, name FROM clusters WHERE org_id = $1")
+            .bind(org)
+            .fetch_all(&mut *conn)
+            .await?;
         for r in rows {
             clusters.insert(r.try_get::<Uuid, _>(0)?, r.try_get::<String, _>(1)?);
         }
         let mut owners: HashMap<Uuid, Vec<Owner>> = HashMap::new();
-        let mut rows = sqlx::query(OWNERS_SQL).fetch(&mut *conn);
+        let mut rows = sqlx::query(OWNERS_SQL).bind(org).fetch(&mut *conn);
         while let Some(r) = rows.try_next().await? {
             owners.entry(r.try_get(0)?).or_default().push(Owner {
                 from: r.try_get(1)?,
@@ -129,7 +139,7 @@ impl Dimensions {
                 department: r.try_get(6)?,
             });
         }
-        Ok(Self { clusters, owners, now: Some(now) })
+        Ok(Self { clusters, owners, now: Some(now), org })
     }
 }
 
@@ -448,7 +458,8 @@ impl<'r> Interval<'r> {
     }
 }
 
-/// The month range of `cut` as `INTERVALS_SQL`'s conditions: `[from, before)` (or unbounded), and `$1`, `$2`.
+/// The month range of `cut` as `INTERVALS_SQL`'s conditions: `[from, before)` (or unbounded), and `$1`, `$2`
+/// (`$3` is the organization, `dims.org`).
 fn range_args(cut: &Cut) -> (OffsetDateTime, OffsetDateTime) {
     (
         cut.from.unwrap_or(OffsetDateTime::UNIX_EPOCH - time::Duration::days(365 * 1000)),
@@ -474,7 +485,7 @@ where
     let mut pieces: Vec<Piece<'_>> = Vec::with_capacity(4);
     let (mut hours, mut fraction, mut devices) = (String::new(), String::new(), String::new());
     let (from, before) = range_args(cut);
-    let mut rows = sqlx::query(INTERVALS_SQL).bind(from).bind(before).fetch(conn);
+    let mut rows = sqlx::query(INTERVALS_SQL).bind(from).bind(before).bind(dims.org).fetch(conn);
     let mut started = false;
     loop {
         let row = rows.try_next().await?;
@@ -539,17 +550,17 @@ pub(crate) async fn odata_page(
     let batch = i64::try_from(want + 1).unwrap_or(i64::MAX);
     loop {
         let (sql, bound) = match &position {
-            None => (format!("{INTERVALS_SQL} ORDER BY a.cluster_id, a.allocation_id LIMIT $3"), None),
+            None => (format!("{INTERVALS_SQL} ORDER BY a.cluster_id, a.allocation_id LIMIT $4"), None),
             Some((c, a, inclusive)) => (
                 format!(
-                    "{INTERVALS_SQL} AND (a.cluster_id, a.allocation_id) {} ($4::uuid, $5::text)
-                     ORDER BY a.cluster_id, a.allocation_id LIMIT $3",
+                    "{INTERVALS_SQL} AND (a.cluster_id, a.allocation_id) {} ($5::uuid, $6::text)
+                     ORDER BY a.cluster_id, a.allocation_id LIMIT $4",
                     if *inclusive { ">=" } else { ">" }
                 ),
                 Some((*c, a.clone())),
             ),
         };
-        let mut q = sqlx::query(&sql).bind(from).bind(before).bind(batch);
+        let mut q = sqlx::query(&sql).bind(from).bind(before).bind(dims.org).bind(batch);
         if let Some((c, a)) = &bound {
             q = q.bind(*c).bind(a.as_str());
         }

@@ -5,12 +5,22 @@
 //! Every query runs in the caller's organization-scoped transaction (PostgreSQL's row-level security decides what
 //! is visible); department-scoped callers additionally get `scoped_where` (raw facts such as allocations are
 //! organization-level, so they are cut to the tenants PostgreSQL shows the caller).
+//!
+//! Every table is also compared with the organization explicitly (`{org}` in the SQL below, see [`ORG`]), so
+//! that on Citus the statement is routed to the organization's shard (docs/scaling.md).
 
 use sqlx::{Postgres, postgres::PgArguments, query::Query};
 use time::{Date, OffsetDateTime};
 use uuid::Uuid;
 
 use super::cells::{Column, Kind};
+
+/// Where the SQL of a source compares `org_id` with the organization: [`Select::organization`]'s parameter, or,
+/// until one is bound, the setting row-level security compares with ([`CURRENT_ORG`]; the same rows, not routed).
+pub const ORG: &str = "{org}";
+
+/// The organization of the transaction, as the row-level security policies read it.
+const CURRENT_ORG: &str = "NULLIF(current_setting('app.org_id', true), '')::uuid";
 
 /// How rows are cut to months cheaply, so that a month's export (or an OData filter on `Period`/`PeriodStart`)
 /// reads only that month's rows. Each template's `{}` is replaced with a `timestamptz` parameter.
@@ -35,7 +45,7 @@ pub struct Source {
     pub from: &'static str,
     /// `FROM …` of the CSV file when it differs (the same rows, planned for one pass over a month).
     pub csv_from: &'static str,
-    /// Always applied (`""`: none).
+    /// Always applied (`""`: none); names the driving table's `org_id` (`{org}`).
     pub base_where: &'static str,
     /// Columns, in CSV order.
     pub columns: &'static [Column],
@@ -108,7 +118,7 @@ pub static LEDGER_LINES: Source = Source {
     entity: "LedgerLine",
     from: "ledger_lines l",
     csv_from: "",
-    base_where: "",
+    base_where: "l.org_id = {org}",
     columns: LEDGER_COLUMNS,
     key: &["Period", "LineId"],
     key_index_prefix: 0,
@@ -138,7 +148,7 @@ const ALLOCATIONS_FROM: &str = "allocation_intervals a
                           FROM namespace_ownership x
                           LEFT JOIN tenants t ON t.org_id = x.org_id AND t.tenant_id = x.tenant_id
                           LEFT JOIN departments d ON d.org_id = t.org_id AND d.department_id = t.department_id
-                         WHERE x.org_id = a.org_id AND x.namespace_uid = a.namespace_uid) own
+                         WHERE x.org_id = a.org_id AND x.org_id = {org} AND x.namespace_uid = a.namespace_uid) own
     LEFT JOIN LATERAL unnest(own.froms, own.tos, own.tenant_ids, own.tenants, own.department_ids, own.departments)
               AS o(valid_from, valid_to, tenant_id, tenant, department_id, department)
          ON o.valid_from < COALESCE(a.ended_at, 'infinity') AND COALESCE(o.valid_to, 'infinity') > a.started_at
@@ -158,11 +168,13 @@ const ALLOCATIONS_CSV_FROM: &str = "allocation_intervals a
                       d.department_id, d.name AS department
                  FROM namespace_ownership x
                  LEFT JOIN tenants t ON t.org_id = x.org_id AND t.tenant_id = x.tenant_id
-                 LEFT JOIN departments d ON d.org_id = t.org_id AND d.department_id = t.department_id) o
+                 LEFT JOIN departments d ON d.org_id = t.org_id AND d.department_id = t.department_id
+                WHERE x.org_id = {org}) o
          ON o.org_id = a.org_id AND o.namespace_uid = a.namespace_uid
         AND o.valid_from < COALESCE(a.ended_at, 'infinity') AND COALESCE(o.valid_to, 'infinity') > a.started_at
     JOIN (SELECT g AS month FROM generate_series(
-              date_trunc('month', COALESCE((SELECT min(y.started_at) FROM allocation_intervals y), now())),
+              date_trunc('month', COALESCE((SELECT min(y.started_at) FROM allocation_intervals y
+                                             WHERE y.org_id = {org}), now())),
               date_trunc('month', now()), interval '1 month') g) m
          ON m.month < LEAST(COALESCE(a.ended_at, 'infinity'), COALESCE(o.valid_to, 'infinity'), now())
         AND m.month + interval '1 month' > GREATEST(a.started_at, o.valid_from)
@@ -218,7 +230,7 @@ pub static ALLOCATIONS: Source = Source {
     entity: "Allocation",
     from: ALLOCATIONS_FROM,
     csv_from: ALLOCATIONS_CSV_FROM,
-    base_where: "p.pe > p.ps",
+    base_where: "a.org_id = {org} AND p.pe > p.ps",
     columns: ALLOCATION_COLUMNS,
     key: &["ClusterId", "AllocationId", "Start"],
     key_index_prefix: 2,
@@ -249,7 +261,7 @@ pub static TENANTS: Source = Source {
     entity: "Tenant",
     from: "tenants t JOIN departments d ON d.org_id = t.org_id AND d.department_id = t.department_id",
     csv_from: "",
-    base_where: "",
+    base_where: "t.org_id = {org}",
     columns: TENANT_COLUMNS,
     key: &["TenantId"],
     key_index_prefix: 0,
@@ -272,7 +284,7 @@ pub static DEPARTMENTS: Source = Source {
     entity: "Department",
     from: "departments d",
     csv_from: "",
-    base_where: "",
+    base_where: "d.org_id = {org}",
     columns: DEPARTMENT_COLUMNS,
     key: &["DepartmentId"],
     key_index_prefix: 0,
@@ -285,10 +297,11 @@ pub static DEPARTMENTS: Source = Source {
 
 /// Every month from the first with facts or a close to the current one, with its state.
 const PERIODS_FROM: &str = "(SELECT g::date AS period FROM generate_series(
-        date_trunc('month', LEAST(COALESCE((SELECT min(period) FROM periods), now()),
-                                  COALESCE((SELECT min(started_at) FROM allocation_intervals), now()))),
+        date_trunc('month', LEAST(COALESCE((SELECT min(period) FROM periods WHERE org_id = {org}), now()),
+                                  COALESCE((SELECT min(started_at) FROM allocation_intervals WHERE org_id = {org}),
+                                           now()))),
         date_trunc('month', now()), interval '1 month') g) g
-    LEFT JOIN periods p ON p.period = g.period";
+    LEFT JOIN periods p ON p.org_id = {org} AND p.period = g.period";
 
 const PERIOD_COLUMNS: &[Column] = &[
     Column::new("Period", Month, "g.period"),
@@ -300,8 +313,17 @@ const PERIOD_COLUMNS: &[Column] = &[
     Column::new("PolicyVersion", Int32, "p.policy_version").null(),
     Column::new("ContentHash", Text, "p.content_hash").null().scoped("NULL::text"),
     Column::new("PreviousHash", Text, "p.previous_hash").null().scoped("NULL::text"),
-    Column::new("LineCount", Int64, "(SELECT count(*) FROM ledger_lines l WHERE l.period = g.period)"),
-    Column::new("Amount", Decimal, "(SELECT sum(l.amount) FROM ledger_lines l WHERE l.period = g.period)").null(),
+    Column::new(
+        "LineCount",
+        Int64,
+        "(SELECT count(*) FROM ledger_lines l WHERE l.org_id = {org} AND l.period = g.period)",
+    ),
+    Column::new(
+        "Amount",
+        Decimal,
+        "(SELECT sum(l.amount) FROM ledger_lines l WHERE l.org_id = {org} AND l.period = g.period)",
+    )
+    .null(),
     Column::new("Currency", Text, "p.currency::text").null(),
 ];
 
@@ -358,7 +380,7 @@ pub static USAGE: Source = Source {
     entity: "UsageRecord",
     from: USAGE_FROM,
     csv_from: "",
-    base_where: "",
+    base_where: "u.org_id = {org}",
     columns: USAGE_COLUMNS,
     key: &["ClusterId", "Endpoint", "Model", "TenantName", "WindowStart"],
     key_index_prefix: 0,
@@ -390,7 +412,8 @@ const DISPUTE_COLUMNS: &[Column] = &[
     Column::new(
         "CreditState",
         Text,
-        "(SELECT j.state FROM adjustments j WHERE j.org_id = x.org_id AND j.adjustment_id = x.adjustment_id)",
+        "(SELECT j.state FROM adjustments j
+           WHERE j.org_id = x.org_id AND j.org_id = {org} AND j.adjustment_id = x.adjustment_id)",
     )
     .null(),
     Column::new("DepartmentId", Guid, "x.department_id").null(),
@@ -399,12 +422,14 @@ const DISPUTE_COLUMNS: &[Column] = &[
         "Comments",
         Int64,
         "(SELECT count(*) FROM dispute_events e
-           WHERE e.org_id = x.org_id AND e.dispute_id = x.dispute_id AND e.action = 'commented')",
+           WHERE e.org_id = x.org_id AND e.org_id = {org} AND e.dispute_id = x.dispute_id
+             AND e.action = 'commented')",
     ),
     Column::new(
         "LastActivityAt",
         DateTime,
-        "(SELECT max(e.at) FROM dispute_events e WHERE e.org_id = x.org_id AND e.dispute_id = x.dispute_id)",
+        "(SELECT max(e.at) FROM dispute_events e
+           WHERE e.org_id = x.org_id AND e.org_id = {org} AND e.dispute_id = x.dispute_id)",
     )
     .null(),
     Column::new("PeriodStart", DateTime, "(x.period::timestamp AT TIME ZONE 'UTC')").odata_only(),
@@ -416,7 +441,7 @@ pub static DISPUTES: Source = Source {
     entity: "Dispute",
     from: "disputes x LEFT JOIN departments dep ON dep.org_id = x.org_id AND dep.department_id = x.department_id",
     csv_from: "",
-    base_where: "",
+    base_where: "x.org_id = {org}",
     columns: DISPUTE_COLUMNS,
     key: &["DisputeId"],
     key_index_prefix: 0,
@@ -428,7 +453,8 @@ pub static DISPUTES: Source = Source {
         before: "x.period < ({})::date",
     }),
     department: "x.department_id = {}",
-    tenant: "EXISTS (SELECT 1 FROM ledger_lines l WHERE l.org_id = x.org_id AND l.period = x.period
+    tenant: "EXISTS (SELECT 1 FROM ledger_lines l WHERE l.org_id = x.org_id AND l.org_id = {org}
+                        AND l.period = x.period
                         AND l.line_id = ANY (x.line_ids) AND l.tenant_id = {})",
 };
 
@@ -534,6 +560,9 @@ pub struct Select {
     pub scoped: bool,
     /// `FROM …`.
     pub from: &'static str,
+    /// The placeholder of the organization's parameter ([`Self::organization`]), written where the SQL says
+    /// [`ORG`].
+    pub org: Option<String>,
 }
 
 impl Select {
@@ -558,7 +587,20 @@ impl Select {
             offset: None,
             scoped,
             from,
+            org: None,
         }
+    }
+
+    /// Compares every table with `org` (the caller's organization) as a parameter, so that the statement can be
+    /// routed to one shard. Without it the SQL compares with the transaction's setting (the same rows).
+    #[allow(dead_code, reason = "the callers (exports/mod.rs, odata.rs) bind it next (issue 9)")]
+    pub fn organization(&mut self, org: Uuid) {
+        self.org = Some(self.args.push(Arg::Uuid(org)));
+    }
+
+    /// `sql` with [`ORG`] written out.
+    fn with_org(&self, sql: &str) -> String {
+        sql.replace(ORG, self.org.as_deref().unwrap_or(CURRENT_ORG))
     }
 
     /// The SQL expression of a column as this caller sees it.
@@ -633,7 +675,7 @@ impl Select {
         if let Some(o) = self.offset.filter(|o| *o > 0) {
             sql.push_str(&format!(" OFFSET {o}"));
         }
-        sql
+        self.with_org(&sql)
     }
 
     /// [`Self::sql`] with every parameter written as a literal (for `COPY`, which takes no parameters). The
@@ -658,7 +700,7 @@ impl Select {
 
     /// `SELECT count(*) …` under the same conditions.
     pub fn count_sql(&self) -> String {
-        format!("SELECT count(*) FROM {}{}", self.from, self.where_clause())
+        self.with_org(&format!("SELECT count(*) FROM {}{}", self.from, self.where_clause()))
     }
 }
 
@@ -701,6 +743,24 @@ mod tests {
         assert!(!sql.contains('$'), "{sql}");
         assert!(sql.contains("m.month = '2026-09-01T00:00:00Z'::timestamptz"), "{sql}");
         assert!(sql.contains("x = 'it''s'::text"), "{sql}");
+    }
+
+    #[test]
+    fn every_table_is_compared_with_the_organization() {
+        for source in SETS {
+            for csv in [false, true] {
+                let mut s = Select::new(source, false, csv);
+                let plain = s.sql(&[]);
+                assert!(!plain.contains(ORG) && plain.contains(CURRENT_ORG), "{plain}");
+                s.month(time::macros::datetime!(2026-09-01 00:00 UTC));
+                s.organization(Uuid::nil());
+                let param = format!("org_id = ${}::uuid", s.args.0.len());
+                let sql = s.sql(&[]);
+                assert!(!sql.contains(ORG) && !sql.contains(CURRENT_ORG) && sql.contains(&param), "{sql}");
+                assert!(s.count_sql().contains(&param), "{}", s.count_sql());
+                assert!(!s.sql_literal(&[]).contains('$'), "{sql}");
+            }
+        }
     }
 
     #[test]
