@@ -369,13 +369,15 @@ async fn load(tx: &mut OrgTx, window: Interval, tenant: Option<TenantId>) -> Res
     let tenant_names: HashMap<Uuid, String> = if tenant_ids.is_empty() {
         HashMap::new()
     } else {
-        sqlx::query_as::<_, (Uuid, String)>("SELECT tenant_id, name FROM tenants WHERE org_id = $2 AND tenant_id = ANY($1)")
-            .bind(&tenant_ids)
-            .bind(org)
-            .fetch_all(tx.conn())
-            .await?
-            .into_iter()
-            .collect()
+        sqlx::query_as::<_, (Uuid, String)>(
+            "SELECT tenant_id, name FROM tenants WHERE org_id = $2 AND tenant_id = ANY($1)",
+        )
+        .bind(&tenant_ids)
+        .bind(org)
+        .fetch_all(tx.conn())
+        .await?
+        .into_iter()
+        .collect()
     };
     Ok(Loaded { allocations, samples, devices, tenant_names, without_fraction })
 }
@@ -447,11 +449,12 @@ async fn utilization(
     if let Some(tenant) = params.tenant
         && Visible::tenant(&visible, Some(tenant.as_uuid()))
     {
-        let exists: Option<Uuid> = sqlx::query_scalar("SELECT tenant_id FROM tenants WHERE org_id = $2 AND tenant_id = $1")
-            .bind(tenant.as_uuid())
-            .bind(principal.org.as_uuid())
-            .fetch_optional(tx.conn())
-            .await?;
+        let exists: Option<Uuid> =
+            sqlx::query_scalar("SELECT tenant_id FROM tenants WHERE org_id = $2 AND tenant_id = $1")
+                .bind(tenant.as_uuid())
+                .bind(principal.org.as_uuid())
+                .fetch_optional(tx.conn())
+                .await?;
         if exists.is_none() {
             return Err(AppError::invalid("tenant", format!("no tenant {tenant} in this organization")));
         }
