@@ -151,7 +151,7 @@ pub async fn load_history(
         .bind(&ids)
         .bind(org.as_uuid())
         .execute(tx.conn())
-            .await?;
+        .await?;
         tx.commit().await?;
     }
     let totals = result?;
