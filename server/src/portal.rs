@@ -86,9 +86,13 @@ impl DbPortalData {
         let Some(p) = self.principal().await else { return Ok(None) };
         let Actor::User { name, roles, csrf, .. } = &p.actor else { return Ok(None) };
         let mut tx = p.begin(&self.db).await?;
+        let org = tx.org().as_uuid();
         let org_name: String = sqlx::query_scalar("SELECT name FROM organizations").fetch_one(tx.conn()).await?;
         let departments: Vec<String> =
-            sqlx::query_scalar("SELECT name FROM departments ORDER BY name").fetch_all(tx.conn()).await?;
+            sqlx::query_scalar("SELECT name FROM departments WHERE org_id = $1 ORDER BY name")
+                .bind(org)
+                .fetch_all(tx.conn())
+                .await?;
         tx.commit().await?;
         Ok(Some(SessionView {
             name: name.clone(),
@@ -146,10 +150,13 @@ impl DbPortalData {
         let p = self.principal().await.ok_or(AppError::Unauthorized)?;
         p.require(Capability::ReadLedger)?;
         let mut tx = p.begin(&self.db).await?;
+        let org = tx.org().as_uuid();
         type Row = (time::Date, String, Option<String>, Option<String>, Option<OffsetDateTime>);
         let rows: Vec<Row> = sqlx::query_as(
-            "SELECT period, state, total_amount::text, currency::text, closed_at FROM periods ORDER BY period DESC",
+            "SELECT period, state, total_amount::text, currency::text, closed_at FROM periods
+              WHERE org_id = $1 ORDER BY period DESC",
         )
+        .bind(org)
         .fetch_all(tx.conn())
         .await?;
         tx.commit().await?;
@@ -177,20 +184,22 @@ impl DbPortalData {
                         a.spool_dropped_facts
                    FROM clusters c
                    LEFT JOIN agent_contacts a ON a.org_id = c.org_id AND a.cluster_id = c.cluster_id
+                  WHERE c.org_id = $1
                   ORDER BY c.name, a.mode, a.node"
             }
             "inventory" => {
                 "SELECT 'model' AS kind, m.model AS name, m.gpu_class AS class, NULL::text AS fraction, m.valid_from, m.valid_to
-                   FROM gpu_models m
+                   FROM gpu_models m WHERE m.org_id = $1
                  UNION ALL
                  SELECT 'mig', p.model || ' ' || p.profile, NULL, p.fraction_num || '/' || p.fraction_den, p.valid_from, p.valid_to
-                   FROM mig_profiles p
+                   FROM mig_profiles p WHERE p.org_id = $1
                  UNION ALL
                  SELECT 'vgpu', v.model || ' ' || v.profile, NULL, v.fraction_num || '/' || v.fraction_den, v.valid_from, v.valid_to
-                   FROM vgpu_profiles v
+                   FROM vgpu_profiles v WHERE v.org_id = $1
                  UNION ALL
                  SELECT 'time-slicing', c.name || ' ' || t.name, NULL, '1/' || t.replicas, t.valid_from, t.valid_to
                    FROM timeslice_policies t JOIN clusters c ON c.org_id = t.org_id AND c.cluster_id = t.cluster_id
+                  WHERE t.org_id = $1
                  ORDER BY 1, 2, 5"
             }
             "tenancy" => {
@@ -201,28 +210,32 @@ impl DbPortalData {
                    JOIN departments d ON d.org_id = t.org_id AND d.department_id = t.department_id
                    JOIN namespaces n ON n.org_id = o.org_id AND n.namespace_uid = o.namespace_uid
                    JOIN clusters c ON c.org_id = n.org_id AND c.cluster_id = n.cluster_id
+                  WHERE o.org_id = $1
                   ORDER BY d.name, t.name, n.name, o.valid_from"
             }
             other => return Err(AppError::NotFound(format!("no admin view {other:?}"))),
         };
         let mut tx = p.begin(&self.db).await?;
+        let org = tx.org().as_uuid();
         let rows: Vec<(serde_json::Value,)> =
-            sqlx::query_as(&format!("SELECT to_jsonb(r) FROM ({sql}) r")).fetch_all(tx.conn()).await?;
+            sqlx::query_as(&format!("SELECT to_jsonb(r) FROM ({sql}) r")).bind(org).fetch_all(tx.conn()).await?;
         tx.commit().await?;
         Ok(serde_json::Value::Array(rows.into_iter().map(|(v,)| v).collect()))
     }
 
     async fn org_summary(&self, org: OrgId) -> Result<Option<OrgSummary>, DbError> {
         let mut tx = self.db.begin_org(org).await?;
+        let org = tx.org().as_uuid();
         let row: Option<(String, String, i64, i64, i64, i64, i64)> = sqlx::query_as(
             "SELECT o.slug, o.name,
-                    (SELECT count(*) FROM departments),
-                    (SELECT count(*) FROM tenants),
-                    (SELECT count(*) FROM clusters),
-                    (SELECT count(DISTINCT model) FROM gpu_models),
-                    (SELECT count(*) FROM allocation_intervals)
-               FROM organizations o",
+                    (SELECT count(*) FROM departments WHERE org_id = $1),
+                    (SELECT count(*) FROM tenants WHERE org_id = $1),
+                    (SELECT count(*) FROM clusters WHERE org_id = $1),
+                    (SELECT count(DISTINCT model) FROM gpu_models WHERE org_id = $1),
+                    (SELECT count(*) FROM allocation_intervals WHERE org_id = $1)
+               FROM organizations o WHERE o.org_id = $1",
         )
+        .bind(org)
         .fetch_optional(tx.conn())
         .await?;
         tx.commit().await?;

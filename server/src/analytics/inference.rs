@@ -71,11 +71,14 @@ pub(super) async fn inference(
         return Err(AppError::invalid("department", format!("no department {d} in this organization")));
     }
     let mut tx = state.db.begin_org(principal.org).await?;
+    let org = tx.org().as_uuid();
     if let Some(d) = department {
-        let exists: Option<Uuid> = sqlx::query_scalar("SELECT department_id FROM departments WHERE department_id = $1")
-            .bind(d)
-            .fetch_optional(tx.conn())
-            .await?;
+        let exists: Option<Uuid> =
+            sqlx::query_scalar("SELECT department_id FROM departments WHERE org_id = $2 AND department_id = $1")
+                .bind(d)
+                .bind(org)
+                .fetch_optional(tx.conn())
+                .await?;
         if exists.is_none() {
             return Err(AppError::invalid("department", format!("no department {d} in this organization")));
         }
@@ -83,11 +86,12 @@ pub(super) async fn inference(
     let allocations: Vec<(String, i64, i64, OffsetDateTime, Option<OffsetDateTime>, String)> = sqlx::query_as(
         "SELECT labels->>'endpoint', fraction_num, fraction_den, started_at, ended_at, confidence
            FROM allocation_intervals
-          WHERE labels ? 'endpoint' AND fraction_num IS NOT NULL AND fraction_den IS NOT NULL
+          WHERE org_id = $3 AND labels ? 'endpoint' AND fraction_num IS NOT NULL AND fraction_den IS NOT NULL
             AND started_at < $2 AND (ended_at IS NULL OR ended_at > $1)",
     )
     .bind(from)
     .bind(to)
+    .bind(org)
     .fetch_all(tx.conn())
     .await?;
     let usage: Vec<UsageRow> = sqlx::query_as(
@@ -97,40 +101,47 @@ pub(super) async fn inference(
            FROM (SELECT endpoint, model, tenant_id, requests, input_tokens, output_tokens,
                         ttft_ms * requests AS ttft_sum, CASE WHEN ttft_ms IS NULL THEN 0 ELSE requests END AS ttft_count
                    FROM usage_records
-                  WHERE tenant_id IS NOT NULL AND started_at >= $1 AND started_at < $2
+                  WHERE org_id = $3 AND tenant_id IS NOT NULL AND started_at >= $1 AND started_at < $2
                  UNION ALL
                  SELECT endpoint, model, tenant_id, requests, input_tokens, output_tokens, ttft_ms_sum, ttft_count
                    FROM service_usage s
-                  WHERE tenant_id IS NOT NULL AND window_start >= $1 AND window_start < $2
+                  WHERE s.org_id = $3 AND tenant_id IS NOT NULL AND window_start >= $1 AND window_start < $2
                     AND NOT EXISTS (SELECT 1 FROM usage_records r
-                                     WHERE r.endpoint = s.endpoint AND r.started_at >= $1 AND r.started_at < $2)) u
+                                     WHERE r.org_id = $3 AND r.endpoint = s.endpoint
+                                       AND r.started_at >= $1 AND r.started_at < $2)) u
           GROUP BY endpoint, model, tenant_id ORDER BY endpoint, model, tenant_id",
     )
     .bind(from)
     .bind(month.end())
+    .bind(org)
     .fetch_all(tx.conn())
     .await?;
     let (unattributed_requests, unattributed_tokens): (i64, i64) = sqlx::query_as(
         "SELECT coalesce(sum(requests), 0)::bigint, coalesce(sum(input_tokens + output_tokens), 0)::bigint
-           FROM service_usage WHERE tenant_id IS NULL AND window_start >= $1 AND window_start < $2",
+           FROM service_usage WHERE org_id = $3 AND tenant_id IS NULL AND window_start >= $1 AND window_start < $2",
     )
     .bind(from)
     .bind(month.end())
+    .bind(org)
     .fetch_one(tx.conn())
     .await?;
     // What the endpoints' model servers counted themselves (the agents' scrapes), for the unattributed remainder.
     let counted: Vec<(String, String, i64, i64, i64)> = sqlx::query_as(
         "SELECT endpoint, model, sum(requests)::bigint, sum(input_tokens)::bigint, sum(output_tokens)::bigint
-           FROM endpoint_totals WHERE window_start >= $1 AND window_start < $2 GROUP BY endpoint, model",
+           FROM endpoint_totals WHERE org_id = $3 AND window_start >= $1 AND window_start < $2
+          GROUP BY endpoint, model",
     )
     .bind(from)
     .bind(month.end())
+    .bind(org)
     .fetch_all(tx.conn())
     .await?;
     let names: HashMap<Uuid, (String, Uuid, String)> = sqlx::query_as::<_, (Uuid, String, Uuid, String)>(
         "SELECT t.tenant_id, t.name, d.department_id, d.name
-           FROM tenants t JOIN departments d ON d.org_id = t.org_id AND d.department_id = t.department_id",
+           FROM tenants t JOIN departments d ON d.org_id = t.org_id AND d.department_id = t.department_id
+          WHERE t.org_id = $1",
     )
+    .bind(org)
     .fetch_all(tx.conn())
     .await?
     .into_iter()

@@ -240,29 +240,33 @@ fn parent_gpu(device: &str, mig_parents: &HashMap<String, String>) -> String {
 async fn load(tx: &mut OrgTx, window: Interval, tenant: Option<TenantId>) -> Result<Loaded, AppError> {
     let (from, to) = (window.start(), window.end());
     let tenant_uuid = tenant.map(|t| t.as_uuid());
+    let org = tx.org().as_uuid();
     let rows: Vec<AllocRow> = sqlx::query_as(
         "SELECT a.cluster_id, a.allocation_id, a.namespace_uid, a.fraction_num, a.fraction_den, a.started_at,
                 a.ended_at, a.device_ids, a.gpu_class, a.confidence
            FROM allocation_intervals a
-          WHERE a.started_at < $2 AND (a.ended_at IS NULL OR a.ended_at > $1)
+          WHERE a.org_id = $4 AND a.started_at < $2 AND (a.ended_at IS NULL OR a.ended_at > $1)
             AND ($3::uuid IS NULL OR a.namespace_uid IN (
                   SELECT o.namespace_uid FROM namespace_ownership o
-                   WHERE o.tenant_id = $3 AND o.valid_from < $2 AND (o.valid_to IS NULL OR o.valid_to > $1)))",
+                   WHERE o.org_id = $4 AND o.tenant_id = $3 AND o.valid_from < $2
+                     AND (o.valid_to IS NULL OR o.valid_to > $1)))",
     )
     .bind(from)
     .bind(to)
     .bind(tenant_uuid)
+    .bind(org)
     .fetch_all(tx.conn())
     .await?;
 
     let mut owners: HashMap<Uuid, Vec<(OffsetDateTime, Option<OffsetDateTime>, Uuid)>> = HashMap::new();
     let ownership: Vec<(Uuid, OffsetDateTime, Option<OffsetDateTime>, Uuid)> = sqlx::query_as(
         "SELECT namespace_uid, valid_from, valid_to, tenant_id FROM namespace_ownership
-          WHERE valid_from < $2 AND (valid_to IS NULL OR valid_to > $1)
+          WHERE org_id = $3 AND valid_from < $2 AND (valid_to IS NULL OR valid_to > $1)
           ORDER BY namespace_uid, valid_from",
     )
     .bind(from)
     .bind(to)
+    .bind(org)
     .fetch_all(tx.conn())
     .await?;
     for (ns, valid_from, valid_to, tenant) in ownership {
@@ -285,10 +289,11 @@ async fn load(tx: &mut OrgTx, window: Interval, tenant: Option<TenantId>) -> Res
                FROM devices d
                CROSS JOIN LATERAL jsonb_array_elements(
                    CASE WHEN jsonb_typeof(d.mig_devices) = 'array' THEN d.mig_devices ELSE '[]'::jsonb END) AS m
-              WHERE m->>'uuid' = ANY($1)
+              WHERE d.org_id = $2 AND m->>'uuid' = ANY($1)
               GROUP BY 1",
         )
         .bind(&mig_ids)
+        .bind(org)
         .fetch_all(tx.conn())
         .await?
         .into_iter()
@@ -340,13 +345,14 @@ async fn load(tx: &mut OrgTx, window: Interval, tenant: Option<TenantId>) -> Res
     } else {
         sqlx::query_as(
             "SELECT gpu_uuid, window_start, window_end, util_avg FROM telemetry_rollups
-              WHERE gpu_instance_id = -1 AND util_avg IS NOT NULL
+              WHERE org_id = $4 AND gpu_instance_id = -1 AND util_avg IS NOT NULL
                 AND window_start >= $1 - interval '1 day' AND window_start < $2 AND window_end > $1
                 AND gpu_uuid = ANY($3)",
         )
         .bind(from)
         .bind(to)
         .bind(&gpus)
+        .bind(org)
         .fetch_all(tx.conn())
         .await?
     };
@@ -363,12 +369,15 @@ async fn load(tx: &mut OrgTx, window: Interval, tenant: Option<TenantId>) -> Res
     let tenant_names: HashMap<Uuid, String> = if tenant_ids.is_empty() {
         HashMap::new()
     } else {
-        sqlx::query_as::<_, (Uuid, String)>("SELECT tenant_id, name FROM tenants WHERE tenant_id = ANY($1)")
-            .bind(&tenant_ids)
-            .fetch_all(tx.conn())
-            .await?
-            .into_iter()
-            .collect()
+        sqlx::query_as::<_, (Uuid, String)>(
+            "SELECT tenant_id, name FROM tenants WHERE org_id = $2 AND tenant_id = ANY($1)",
+        )
+        .bind(&tenant_ids)
+        .bind(org)
+        .fetch_all(tx.conn())
+        .await?
+        .into_iter()
+        .collect()
     };
     Ok(Loaded { allocations, samples, devices, tenant_names, without_fraction })
 }
@@ -440,10 +449,12 @@ async fn utilization(
     if let Some(tenant) = params.tenant
         && Visible::tenant(&visible, Some(tenant.as_uuid()))
     {
-        let exists: Option<Uuid> = sqlx::query_scalar("SELECT tenant_id FROM tenants WHERE tenant_id = $1")
-            .bind(tenant.as_uuid())
-            .fetch_optional(tx.conn())
-            .await?;
+        let exists: Option<Uuid> =
+            sqlx::query_scalar("SELECT tenant_id FROM tenants WHERE org_id = $2 AND tenant_id = $1")
+                .bind(tenant.as_uuid())
+                .bind(principal.org.as_uuid())
+                .fetch_optional(tx.conn())
+                .await?;
         if exists.is_none() {
             return Err(AppError::invalid("tenant", format!("no tenant {tenant} in this organization")));
         }

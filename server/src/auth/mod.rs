@@ -289,9 +289,15 @@ impl Principal {
             return Ok(None);
         }
         let mut tx = self.begin(db).await?;
-        let departments: Vec<Uuid> =
-            sqlx::query_scalar("SELECT department_id FROM departments").fetch_all(tx.conn()).await?;
-        let tenants: Vec<Uuid> = sqlx::query_scalar("SELECT tenant_id FROM tenants").fetch_all(tx.conn()).await?;
+        let org = tx.org().as_uuid();
+        let departments: Vec<Uuid> = sqlx::query_scalar("SELECT department_id FROM departments WHERE org_id = $1")
+            .bind(org)
+            .fetch_all(tx.conn())
+            .await?;
+        let tenants: Vec<Uuid> = sqlx::query_scalar("SELECT tenant_id FROM tenants WHERE org_id = $1")
+            .bind(org)
+            .fetch_all(tx.conn())
+            .await?;
         tx.commit().await?;
         Ok(Some(Visible { departments: departments.into_iter().collect(), tenants: tenants.into_iter().collect() }))
     }
@@ -403,11 +409,12 @@ async fn token_principal(db: &Database, token: &str, source: &str) -> Result<Pri
     let row: Option<(Uuid, String, Option<Uuid>, Vec<Uuid>)> = sqlx::query_as(
         "WITH t AS (
             SELECT org_id, token_id, scope, cluster_id, department_ids, last_used_at FROM api_tokens
-             WHERE secret_sha256 = $1 AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > now())),
+             WHERE org_id = $3 AND secret_sha256 = $1 AND revoked_at IS NULL
+               AND (expires_at IS NULL OR expires_at > now())),
          due AS (
             SELECT org_id, token_id FROM t WHERE last_used_at IS NULL OR last_used_at < now() - interval '1 minute'),
          touched AS (
-            UPDATE api_tokens SET last_used_at = now() WHERE token_id IN (SELECT token_id FROM due)),
+            UPDATE api_tokens SET last_used_at = now() WHERE org_id = $3 AND token_id IN (SELECT token_id FROM due)),
          audited AS (
             INSERT INTO audit_log (org_id, audit_id, actor, action, target, source)
             SELECT org_id, gen_random_uuid(), 'token:' || token_id, 'token.use', token_id::text, $2 FROM due)
@@ -415,6 +422,7 @@ async fn token_principal(db: &Database, token: &str, source: &str) -> Result<Pri
     )
     .bind(sha256(token))
     .bind(source)
+    .bind(org.as_uuid())
     .fetch_optional(tx.conn())
     .await?;
     tx.commit().await?;
@@ -503,16 +511,21 @@ pub async fn redeem_join_token(db: &Database, principal: &Principal) -> Result<(
     };
     let (token_id, cluster) = (*token_id, *cluster);
     let mut tx = db.begin_org(principal.org).await?;
+    let org = tx.org().as_uuid();
     // Single use even under concurrency: only one exchange can flip revoked_at.
-    let revoked = sqlx::query("UPDATE api_tokens SET revoked_at = now() WHERE token_id = $1 AND revoked_at IS NULL")
-        .bind(token_id)
-        .execute(tx.conn())
-        .await?;
+    let revoked = sqlx::query(
+        "UPDATE api_tokens SET revoked_at = now() WHERE org_id = $2 AND token_id = $1 AND revoked_at IS NULL",
+    )
+    .bind(token_id)
+    .bind(org)
+    .execute(tx.conn())
+    .await?;
     if revoked.rows_affected() != 1 {
         return Err(AppError::Unauthorized);
     }
-    let name: String = sqlx::query_scalar("SELECT name FROM clusters WHERE cluster_id = $1")
+    let name: String = sqlx::query_scalar("SELECT name FROM clusters WHERE org_id = $2 AND cluster_id = $1")
         .bind(cluster.as_uuid())
+        .bind(org)
         .fetch_one(tx.conn())
         .await?;
     let (_, token) = create_token(&mut tx, &Scope::Agent { cluster }, &format!("joined {name}"), "join", None).await?;
@@ -537,15 +550,16 @@ async fn join(
 
 /// Finds a cluster by name in `tx`'s organization, registering it when new.
 pub async fn ensure_cluster(tx: &mut OrgTx, name: &str) -> Result<(ClusterId, bool), DbError> {
-    let existing: Option<Uuid> = sqlx::query_scalar("SELECT cluster_id FROM clusters WHERE name = $1")
+    let org = tx.org().as_uuid();
+    let existing: Option<Uuid> = sqlx::query_scalar("SELECT cluster_id FROM clusters WHERE org_id = $2 AND name = $1")
         .bind(name)
+        .bind(org)
         .fetch_optional(tx.conn())
         .await?;
     if let Some(id) = existing {
         return Ok((ClusterId::from_uuid(id), false));
     }
     let id = Uuid::new_v4();
-    let org = tx.org().as_uuid();
     sqlx::query("INSERT INTO clusters (org_id, cluster_id, name) VALUES ($1, $2, $3)")
         .bind(org)
         .bind(id)

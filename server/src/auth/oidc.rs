@@ -47,10 +47,13 @@ pub struct IdpSettings {
 /// the stored one, so the secret need not be in the database. The file is named by the organization the
 /// transaction is scoped to: an organization's admins can never make the server send another's secret.
 pub async fn settings(tx: &mut OrgTx, secrets_dir: Option<&Path>) -> Result<Option<IdpSettings>, DbError> {
+    let org = tx.org().as_uuid();
     let row: Option<(String, String, String, String, String, String)> = sqlx::query_as(
         "SELECT i.issuer, i.client_id, i.client_secret, i.groups_claim, i.scopes, o.slug
-           FROM idp_settings i JOIN organizations o ON o.org_id = i.org_id",
+           FROM idp_settings i JOIN organizations o ON o.org_id = i.org_id
+          WHERE i.org_id = $1",
     )
+    .bind(org)
     .fetch_optional(tx.conn())
     .await?;
     Ok(row.map(|(issuer, client_id, stored, groups_claim, scopes, slug)| {
@@ -268,12 +271,15 @@ pub struct Verified {
 /// Consumes the pending login of `login_cookie` (once, whatever happens next) and returns its
 /// (state, nonce, verifier, return_to).
 pub async fn consume(tx: &mut OrgTx, login_cookie: &str) -> Result<(String, String, String, String), DbError> {
+    let org = tx.org().as_uuid();
     let row: Option<(String, String, String, String)> = sqlx::query_as(
         "UPDATE oidc_logins SET consumed_at = now()
-          WHERE secret_sha256 = $1 AND consumed_at IS NULL AND created_at > now() - interval '10 minutes'
+          WHERE org_id = $2 AND secret_sha256 = $1 AND consumed_at IS NULL
+            AND created_at > now() - interval '10 minutes'
           RETURNING state, nonce, pkce_verifier, return_to",
     )
     .bind(sha256(login_cookie))
+    .bind(org)
     .fetch_optional(tx.conn())
     .await?;
     row.ok_or(DbError::Sqlx(sqlx::Error::RowNotFound))
@@ -281,8 +287,10 @@ pub async fn consume(tx: &mut OrgTx, login_cookie: &str) -> Result<(String, Stri
 
 /// Whether `login_cookie` names a sign-in this organization started (used up or expired included).
 pub async fn was_issued(tx: &mut OrgTx, login_cookie: &str) -> Result<bool, DbError> {
-    Ok(sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM oidc_logins WHERE secret_sha256 = $1)")
+    let org = tx.org().as_uuid();
+    Ok(sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM oidc_logins WHERE org_id = $2 AND secret_sha256 = $1)")
         .bind(sha256(login_cookie))
+        .bind(org)
         .fetch_one(tx.conn())
         .await?)
 }
@@ -381,11 +389,14 @@ async fn userinfo_groups(
 
 /// The roles (and manager departments) the organization's mappings give these groups.
 pub async fn roles_for(tx: &mut OrgTx, groups: &[String]) -> Result<(Vec<Role>, Vec<DepartmentId>), DbError> {
-    let rows: Vec<(String, Option<Uuid>)> =
-        sqlx::query_as("SELECT role, department_id FROM role_mappings WHERE group_name = ANY($1) ORDER BY role")
-            .bind(groups)
-            .fetch_all(tx.conn())
-            .await?;
+    let org = tx.org().as_uuid();
+    let rows: Vec<(String, Option<Uuid>)> = sqlx::query_as(
+        "SELECT role, department_id FROM role_mappings WHERE org_id = $2 AND group_name = ANY($1) ORDER BY role",
+    )
+    .bind(groups)
+    .bind(org)
+    .fetch_all(tx.conn())
+    .await?;
     let mut roles: Vec<Role> = rows.iter().filter_map(|(r, _)| Role::parse(r)).collect();
     roles.sort();
     roles.dedup();

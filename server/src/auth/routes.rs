@@ -235,10 +235,14 @@ pub const DEMO_ACCOUNTS: [(Role, &str); 4] = [
 
 /// Whether `org` offers the demo login (a demo organization without a configured provider).
 pub async fn demo_login_enabled(tx: &mut OrgTx) -> Result<bool, AppError> {
-    let on: Option<bool> =
-        sqlx::query_scalar("SELECT o.demo_login AND NOT EXISTS (SELECT 1 FROM idp_settings) FROM organizations o")
-            .fetch_optional(tx.conn())
-            .await?;
+    let org = tx.org().as_uuid();
+    let on: Option<bool> = sqlx::query_scalar(
+        "SELECT o.demo_login AND NOT EXISTS (SELECT 1 FROM idp_settings i WHERE i.org_id = $1)
+           FROM organizations o WHERE o.org_id = $1",
+    )
+    .bind(org)
+    .fetch_optional(tx.conn())
+    .await?;
     Ok(on.unwrap_or(false))
 }
 
@@ -268,10 +272,13 @@ async fn demo_login(
     let email = format!("{}@demo.invalid", role.as_str().replace('_', "-"));
     let user_id = oidc::upsert_user(&mut tx, &format!("demo:{}", role.as_str()), Some(&email), name).await?;
     let departments = if role == Role::DepartmentManager {
-        let research: Option<Uuid> =
-            sqlx::query_scalar("SELECT department_id FROM departments ORDER BY (name = 'Research') DESC, name LIMIT 1")
-                .fetch_optional(tx.conn())
-                .await?;
+        let org = tx.org().as_uuid();
+        let research: Option<Uuid> = sqlx::query_scalar(
+            "SELECT department_id FROM departments WHERE org_id = $1 ORDER BY (name = 'Research') DESC, name LIMIT 1",
+        )
+        .bind(org)
+        .fetch_optional(tx.conn())
+        .await?;
         research.map(DepartmentId::from_uuid).into_iter().collect()
     } else {
         Vec::new()
@@ -324,10 +331,13 @@ async fn logout(State(state): State<AppState>, headers: HeaderMap) -> Result<Res
 async fn me(State(state): State<AppState>, headers: HeaderMap) -> Result<Json<Value>, AppError> {
     let p = super::authenticate(&state.db, &headers).await?;
     let mut tx = p.begin(&state.db).await?;
+    let org = tx.org().as_uuid();
     let (slug, name): (String, String) =
         sqlx::query_as("SELECT slug, name FROM organizations").fetch_one(tx.conn()).await?;
-    let departments: Vec<String> =
-        sqlx::query_scalar("SELECT name FROM departments ORDER BY name").fetch_all(tx.conn()).await?;
+    let departments: Vec<String> = sqlx::query_scalar("SELECT name FROM departments WHERE org_id = $1 ORDER BY name")
+        .bind(org)
+        .fetch_all(tx.conn())
+        .await?;
     tx.commit().await?;
     let (kind, roles, csrf) = match &p.actor {
         Actor::Token { scope, .. } => ("token", vec![scope.db_name().to_string()], None),
@@ -397,9 +407,12 @@ async fn put_provider(State(state): State<AppState>, headers: HeaderMap, body: B
     }
     state.auth.providers.check(&issuer).await.map_err(|e| AppError::invalid("issuer", e.to_string()))?;
     let mut tx = p.begin(&state.db).await?;
+    let org = tx.org().as_uuid();
     // The stored secret only: a secret read from the mounted directory is never copied into the database.
-    let stored: Option<String> =
-        sqlx::query_scalar("SELECT client_secret FROM idp_settings").fetch_optional(tx.conn()).await?;
+    let stored: Option<String> = sqlx::query_scalar("SELECT client_secret FROM idp_settings WHERE org_id = $1")
+        .bind(org)
+        .fetch_optional(tx.conn())
+        .await?;
     let slug: String = sqlx::query_scalar("SELECT slug FROM organizations").fetch_one(tx.conn()).await?;
     let mounted = oidc::mounted_secret(state.auth.providers.secrets_dir.as_deref(), &slug).is_some();
     let secret = match (r.client_secret.filter(|s| !s.is_empty()), stored) {
@@ -414,7 +427,6 @@ async fn put_provider(State(state): State<AppState>, headers: HeaderMap, body: B
             ));
         }
     };
-    let org = p.org.as_uuid();
     sqlx::query(
         "INSERT INTO idp_settings (org_id, issuer, client_id, client_secret, groups_claim, scopes, updated_by)
          VALUES ($1, $2, $3, $4, $5, $6, $7)
@@ -448,7 +460,9 @@ async fn put_provider(State(state): State<AppState>, headers: HeaderMap, body: B
 async fn delete_provider(State(state): State<AppState>, headers: HeaderMap) -> Result<StatusCode, AppError> {
     let p = require(&state.db, &headers, Capability::Administer).await?;
     let mut tx = p.begin(&state.db).await?;
-    let removed = sqlx::query("DELETE FROM idp_settings").execute(tx.conn()).await?.rows_affected();
+    let org = tx.org().as_uuid();
+    let removed =
+        sqlx::query("DELETE FROM idp_settings WHERE org_id = $1").bind(org).execute(tx.conn()).await?.rows_affected();
     if removed == 0 {
         return Err(AppError::NotFound("no identity provider is configured".into()));
     }
@@ -462,11 +476,14 @@ async fn delete_provider(State(state): State<AppState>, headers: HeaderMap) -> R
 async fn get_mappings(State(state): State<AppState>, headers: HeaderMap) -> Result<Json<Value>, AppError> {
     let p = require(&state.db, &headers, Capability::Administer).await?;
     let mut tx = p.begin(&state.db).await?;
+    let org = tx.org().as_uuid();
     let rows: Vec<(String, String, Option<String>)> = sqlx::query_as(
         "SELECT m.group_name, m.role, d.name FROM role_mappings m
            LEFT JOIN departments d ON d.org_id = m.org_id AND d.department_id = m.department_id
+          WHERE m.org_id = $1
           ORDER BY m.group_name, m.role, d.name",
     )
+    .bind(org)
     .fetch_all(tx.conn())
     .await?;
     tx.commit().await?;
@@ -493,6 +510,7 @@ async fn put_mappings(State(state): State<AppState>, headers: HeaderMap, body: B
     let p = require(&state.db, &headers, Capability::Administer).await?;
     let r: MappingsRequest = json_body(&body)?;
     let mut tx = p.begin(&state.db).await?;
+    let org = tx.org().as_uuid();
     let mut rows = Vec::new();
     for (i, m) in r.mappings.iter().enumerate() {
         let group = m.group.trim();
@@ -504,10 +522,12 @@ async fn put_mappings(State(state): State<AppState>, headers: HeaderMap, body: B
         })?;
         let department = match (role, m.department.as_deref().map(str::trim).filter(|d| !d.is_empty())) {
             (Role::DepartmentManager, Some(name)) => {
-                let id: Option<Uuid> = sqlx::query_scalar("SELECT department_id FROM departments WHERE name = $1")
-                    .bind(name)
-                    .fetch_optional(tx.conn())
-                    .await?;
+                let id: Option<Uuid> =
+                    sqlx::query_scalar("SELECT department_id FROM departments WHERE org_id = $2 AND name = $1")
+                        .bind(name)
+                        .bind(org)
+                        .fetch_optional(tx.conn())
+                        .await?;
                 Some(id.ok_or_else(|| {
                     AppError::invalid(format!("mappings[{i}].department"), format!("no department named {name:?}"))
                 })?)
@@ -528,8 +548,7 @@ async fn put_mappings(State(state): State<AppState>, headers: HeaderMap, body: B
         };
         rows.push((group.to_string(), role, department));
     }
-    sqlx::query("DELETE FROM role_mappings").execute(tx.conn()).await?;
-    let org = p.org.as_uuid();
+    sqlx::query("DELETE FROM role_mappings WHERE org_id = $1").bind(org).execute(tx.conn()).await?;
     for (group, role, department) in &rows {
         sqlx::query(
             "INSERT INTO role_mappings (org_id, mapping_id, group_name, role, department_id) VALUES ($1, $2, $3, $4, $5)
@@ -583,15 +602,17 @@ async fn audit_log(
         .transpose()
         .map_err(|e| AppError::invalid("before", format!("an RFC 3339 time: {e}")))?;
     let mut tx = p.begin(&state.db).await?;
+    let org = tx.org().as_uuid();
     type Row = (OffsetDateTime, String, String, String, String, Value, String);
     let rows: Vec<Row> = sqlx::query_as(
         "SELECT at, actor, action, target, reason, details, source FROM audit_log
-          WHERE ($1::timestamptz IS NULL OR at < $1) AND ($2::text IS NULL OR action = $2)
+          WHERE org_id = $4 AND ($1::timestamptz IS NULL OR at < $1) AND ($2::text IS NULL OR action = $2)
           ORDER BY at DESC, audit_id LIMIT $3",
     )
     .bind(before)
     .bind(q.action.as_deref())
     .bind(limit)
+    .bind(org)
     .fetch_all(tx.conn())
     .await?;
     tx.commit().await?;

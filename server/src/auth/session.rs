@@ -175,14 +175,16 @@ pub async fn principal(db: &Database, cookie: &str) -> Result<Principal, AppErro
         "WITH s AS (
             SELECT s.session_id, s.user_id, s.roles, s.department_ids, s.last_seen_at, u.email, u.oidc_subject
               FROM sessions s JOIN users u ON u.org_id = s.org_id AND u.user_id = s.user_id
-             WHERE s.secret_sha256 = $1 AND s.ended_at IS NULL AND s.expires_at > now()
+             WHERE s.org_id = $2 AND s.secret_sha256 = $1 AND s.ended_at IS NULL AND s.expires_at > now()
                AND s.last_seen_at > now() - s.idle_timeout),
          touched AS (
             UPDATE sessions SET last_seen_at = now()
-             WHERE session_id IN (SELECT session_id FROM s WHERE last_seen_at < now() - interval '1 minute'))
+             WHERE org_id = $2
+               AND session_id IN (SELECT session_id FROM s WHERE last_seen_at < now() - interval '1 minute'))
          SELECT session_id, user_id, roles, department_ids, email, oidc_subject FROM s",
     )
     .bind(sha256(cookie))
+    .bind(org.as_uuid())
     .fetch_optional(tx.conn())
     .await?;
     tx.commit().await?;
@@ -209,9 +211,12 @@ pub async fn end(db: &Database, cookie: &str) -> Result<Option<Option<String>>, 
     let Some((org, _)) = split(cookie) else { return Ok(None) };
     let mut tx = db.begin_org(org).await?;
     let ended: Option<Option<String>> = sqlx::query_scalar(
-        "UPDATE sessions SET ended_at = now() WHERE secret_sha256 = $1 AND ended_at IS NULL RETURNING id_token_hint",
+        "UPDATE sessions SET ended_at = now()
+          WHERE org_id = $2 AND secret_sha256 = $1 AND ended_at IS NULL
+          RETURNING id_token_hint",
     )
     .bind(sha256(cookie))
+    .bind(org.as_uuid())
     .fetch_optional(tx.conn())
     .await?;
     tx.commit().await?;

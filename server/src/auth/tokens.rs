@@ -32,12 +32,15 @@ pub async fn parse_scope(tx: &mut OrgTx, scope: &str, departments: &[String]) ->
     let parsed = match scope {
         "admin" => Scope::Admin,
         "export" => {
+            let org = tx.org().as_uuid();
             let mut ids = Vec::new();
             for name in departments {
-                let id: Option<Uuid> = sqlx::query_scalar("SELECT department_id FROM departments WHERE name = $1")
-                    .bind(name)
-                    .fetch_optional(tx.conn())
-                    .await?;
+                let id: Option<Uuid> =
+                    sqlx::query_scalar("SELECT department_id FROM departments WHERE org_id = $2 AND name = $1")
+                        .bind(name)
+                        .bind(org)
+                        .fetch_optional(tx.conn())
+                        .await?;
                 let id = id.ok_or_else(|| AppError::invalid("departments", format!("no department named {name:?}")))?;
                 ids.push(DepartmentId::from_uuid(id));
             }
@@ -150,13 +153,17 @@ pub struct TokenInfo {
 
 /// Every token of the organization, newest first.
 pub async fn list_tokens(tx: &mut OrgTx) -> Result<Vec<TokenInfo>, AppError> {
+    let org = tx.org().as_uuid();
     Ok(sqlx::query_as(
         "SELECT t.token_id, t.name, t.scope, c.name AS cluster,
-                ARRAY(SELECT d.name FROM departments d WHERE d.department_id = ANY(t.department_ids) ORDER BY d.name) AS departments,
+                ARRAY(SELECT d.name FROM departments d
+                       WHERE d.org_id = $1 AND d.department_id = ANY(t.department_ids) ORDER BY d.name) AS departments,
                 t.created_by, t.created_at, t.expires_at, t.last_used_at, t.revoked_at
            FROM api_tokens t LEFT JOIN clusters c ON c.org_id = t.org_id AND c.cluster_id = t.cluster_id
+          WHERE t.org_id = $1
           ORDER BY t.created_at DESC, t.token_id",
     )
+    .bind(org)
     .fetch_all(tx.conn())
     .await?)
 }
@@ -175,9 +182,11 @@ async fn revoke(
 pub async fn revoke_for(state: &AppState, p: &super::Principal, id: &str) -> Result<(), AppError> {
     let token_id = Uuid::try_parse(id).map_err(|_| AppError::NotFound(format!("token {id}")))?;
     let mut tx = p.begin(&state.db).await?;
+    let org = tx.org().as_uuid();
     let found: Option<Option<OffsetDateTime>> =
-        sqlx::query_scalar("SELECT revoked_at FROM api_tokens WHERE token_id = $1")
+        sqlx::query_scalar("SELECT revoked_at FROM api_tokens WHERE org_id = $2 AND token_id = $1")
             .bind(token_id)
+            .bind(org)
             .fetch_optional(tx.conn())
             .await?;
     match found {
@@ -185,9 +194,10 @@ pub async fn revoke_for(state: &AppState, p: &super::Principal, id: &str) -> Res
         Some(Some(_)) => return Ok(()),
         Some(None) => {}
     }
-    sqlx::query("UPDATE api_tokens SET revoked_at = now(), revoked_by = $2 WHERE token_id = $1")
+    sqlx::query("UPDATE api_tokens SET revoked_at = now(), revoked_by = $2 WHERE org_id = $3 AND token_id = $1")
         .bind(token_id)
         .bind(p.actor())
+        .bind(org)
         .execute(tx.conn())
         .await?;
     crate::policy::audit_by(&mut tx, p, "token.revoke", &token_id.to_string(), "", json!({})).await?;

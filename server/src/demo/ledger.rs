@@ -67,18 +67,27 @@ pub async fn approve_import_close(db: &Database, org: OrgId, now: OffsetDateTime
     let last = current.prev()?;
     let first = last.prev()?;
     let mut tx = db.begin_org(org).await?;
-    let approved: bool = sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM cost_policies WHERE state = 'approved')")
-        .fetch_one(tx.conn())
-        .await?;
+    let org_id = tx.org().as_uuid();
+    let approved: bool =
+        sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM cost_policies WHERE org_id = $1 AND state = 'approved')")
+            .bind(org_id)
+            .fetch_one(tx.conn())
+            .await?;
     if !approved {
         let classes: Vec<String> =
-            sqlx::query_scalar("SELECT gpu_class FROM gpu_classes ORDER BY gpu_class").fetch_all(tx.conn()).await?;
+            sqlx::query_scalar("SELECT gpu_class FROM gpu_classes WHERE org_id = $1 ORDER BY gpu_class")
+                .bind(org_id)
+                .fetch_all(tx.conn())
+                .await?;
         let policy = demo_policy(&classes)?;
         let version = create_draft(&mut tx, DEMO_ACTOR, first, &policy, "Demo rates (sample data)").await?;
         approve(&mut tx, DEMO_ACTOR, version, "approved by finance for the demo").await?;
     }
     let imported: bool =
-        sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM quotas WHERE source = 'kueue')").fetch_one(tx.conn()).await?;
+        sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM quotas WHERE org_id = $1 AND source = 'kueue')")
+            .bind(org_id)
+            .fetch_one(tx.conn())
+            .await?;
     if !imported {
         import_kueue_quotas(&mut tx, DEMO_ACTOR, &Default::default()).await?;
     }
@@ -103,15 +112,21 @@ pub async fn open_demo_dispute(db: &Database, org: OrgId, last: Period) -> Resul
     use tower::ServiceExt;
 
     let mut tx = db.begin_org(org).await?;
-    let exists: bool = sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM disputes)").fetch_one(tx.conn()).await?;
+    let org_id = tx.org().as_uuid();
+    let exists: bool = sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM disputes WHERE org_id = $1)")
+        .bind(org_id)
+        .fetch_one(tx.conn())
+        .await?;
     if exists {
         tx.commit().await?;
         return Ok(());
     }
     let line: Option<String> = sqlx::query_scalar(
-        "SELECT line_id FROM ledger_lines WHERE period = $1 AND term = 'borrowed' ORDER BY amount DESC, line_id LIMIT 1",
+        "SELECT line_id FROM ledger_lines WHERE org_id = $2 AND period = $1 AND term = 'borrowed'
+          ORDER BY amount DESC, line_id LIMIT 1",
     )
     .bind(crate::policy::month_start(last))
+    .bind(org_id)
     .fetch_optional(tx.conn())
     .await?;
     let Some(line) = line else {
@@ -137,8 +152,9 @@ pub async fn open_demo_dispute(db: &Database, org: OrgId, last: Period) -> Resul
     let response = app.oneshot(request).await.map_err(|e| AppError::Internal(e.to_string()))?;
     let status = response.status();
     let mut tx = db.begin_org(org).await?;
-    sqlx::query("UPDATE api_tokens SET revoked_at = now() WHERE token_id = $1")
+    sqlx::query("UPDATE api_tokens SET revoked_at = now() WHERE org_id = $2 AND token_id = $1")
         .bind(token_id)
+        .bind(org.as_uuid())
         .execute(tx.conn())
         .await?;
     tx.commit().await?;

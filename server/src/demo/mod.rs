@@ -89,10 +89,11 @@ pub async fn load_history(
             .fetch_one(tx.conn())
             .await?;
         let marker: Option<serde_json::Value> = sqlx::query_scalar(
-            "SELECT details FROM audit_log WHERE action = 'demo.history_loaded' AND target = $1
+            "SELECT details FROM audit_log WHERE org_id = $2 AND action = 'demo.history_loaded' AND target = $1
               ORDER BY at DESC LIMIT 1",
         )
         .bind(HISTORY_VERSION)
+        .bind(org.as_uuid())
         .fetch_optional(tx.conn())
         .await?;
         tx.commit().await?;
@@ -144,10 +145,13 @@ pub async fn load_history(
     {
         let mut tx = db.begin_org(org).await?;
         let ids: Vec<Uuid> = tokens.iter().map(|(id, _)| *id).collect();
-        sqlx::query("UPDATE api_tokens SET revoked_at = now() WHERE token_id = ANY($1) AND revoked_at IS NULL")
-            .bind(&ids)
-            .execute(tx.conn())
-            .await?;
+        sqlx::query(
+            "UPDATE api_tokens SET revoked_at = now() WHERE org_id = $2 AND token_id = ANY($1) AND revoked_at IS NULL",
+        )
+        .bind(&ids)
+        .bind(org.as_uuid())
+        .execute(tx.conn())
+        .await?;
         tx.commit().await?;
     }
     let totals = result?;
