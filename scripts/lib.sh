@@ -293,6 +293,11 @@ SQL
     || { cat "$tmp/citus.err"; gl_die "ops checks: deploy/citus/distribute.sql does not cover the schema"; }
   echo "ops: citus: $got"
 
+  # 5. Queries carry org_id: the three export FROM fragments whose driving table is filtered in their base_where are
+  # all that may rely on RLS alone (docs/scaling.md).
+  got=$(python3 scripts/sql-routing-audit --quiet --max 3) || { echo "$got"; gl_die "ops checks: SQL on tenant tables without an explicit org_id (scripts/sql-routing-audit)"; }
+  echo "ops: routing: $got" | head -1
+
   "${q[@]}" "$admin" -c "DROP DATABASE $name" -c "DROP DATABASE ${name}_restored" >/dev/null
   rm -rf "$tmp"
   unset PGOPTIONS

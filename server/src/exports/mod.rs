@@ -177,6 +177,7 @@ impl Plan {
             }));
         }
         let mut select = Select::new(source, p.departments.is_some(), true);
+        select.organization(p.org.as_uuid());
         select.month(start);
         if let Some(d) = f.department {
             select.department(d);

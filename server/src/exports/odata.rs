@@ -482,6 +482,7 @@ async fn prepare(state: &AppState, set: &str, headers: &HeaderMap, raw: Option<&
         )
     })?;
     let mut select = Select::new(source, p.departments.is_some(), false);
+    select.organization(p.org.as_uuid());
     if let Some(s) = &o.select {
         select.columns = parse_select(source, s)?;
     }

@@ -593,7 +593,6 @@ impl Select {
 
     /// Compares every table with `org` (the caller's organization) as a parameter, so that the statement can be
     /// routed to one shard. Without it the SQL compares with the transaction's setting (the same rows).
-    #[allow(dead_code, reason = "the callers (exports/mod.rs, odata.rs) bind it next (issue 9)")]
     pub fn organization(&mut self, org: Uuid) {
         self.org = Some(self.args.push(Arg::Uuid(org)));
     }
