@@ -197,7 +197,7 @@ gl_deploy_checks() {
 # ---------------------------------------------------------------- database operations checks (docs/operations.md)
 # Tables Citus would still refuse in deploy/citus/distribute.sql (policies with subqueries; docs/scaling.md
 # "Before Citus"). gl_ops_checks fails when the set found differs, so a fix must remove the entry here too.
-GL_CITUS_KNOWN_BLOCKERS="dispute_events,quotas,usage_records"
+GL_CITUS_KNOWN_BLOCKERS=""
 
 # The URL of database NAME on the server of URL (the last path component replaced).
 gl_db_url() { # url name

@@ -12,13 +12,12 @@
 -- enforce Citus's rules, and every table with an org_id column or row-level security must appear below. A migration
 -- that adds a tenant table must add it here (after the tables it references).
 --
--- NOT YET RUNNABLE ON A REAL CITUS, by three known blockers (docs/scaling.md "Before Citus"): the department-scope
--- policies of dispute_events, quotas and usage_records contain subqueries, which Citus refuses in policies on
--- distributed tables. gl_ops_checks lists them and fails if the list changes.
+-- No table has a row-level security policy with a subquery (Citus refuses those): the department scope of dispute
+-- events, quotas and usage records reads a column written with the row (migration 12). gl_ops_checks keeps it so.
 --
 -- Cluster settings this layout needs (coordinator and workers; docs/scaling.md):
---   citus.propagate_set_commands = 'local'  -- SET LOCAL app.org_id must reach the workers (see docs/scaling.md:
---                                           -- the server must use SET LOCAL, not set_config, before Citus)
+--   citus.propagate_set_commands = 'local'  -- SET LOCAL app.org_id (the server's Database::begin_with) must reach
+--                                           -- the workers
 --   citus.enable_unsafe_triggers = on        -- the append-only / policy / period guard triggers run on the shards
 
 \set ON_ERROR_STOP on

@@ -378,9 +378,16 @@ async fn record(
     details: Value,
 ) -> Result<(), AppError> {
     let org = tx.org().as_uuid();
+    // The event carries its dispute's department: what department managers see it under.
+    let department: Option<Uuid> =
+        sqlx::query_scalar("SELECT department_id FROM disputes WHERE org_id = $1 AND dispute_id = $2")
+            .bind(org)
+            .bind(dispute.id)
+            .fetch_one(tx.conn())
+            .await?;
     sqlx::query(
-        "INSERT INTO dispute_events (org_id, event_id, dispute_id, actor, action, body, details)
-         VALUES ($1, $2, $3, $4, $5, $6, $7)",
+        "INSERT INTO dispute_events (org_id, event_id, dispute_id, actor, action, body, details, department_id)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
     )
     .bind(org)
     .bind(Uuid::new_v4())
@@ -389,6 +396,7 @@ async fn record(
     .bind(action)
     .bind(body)
     .bind(&details)
+    .bind(department)
     .execute(tx.conn())
     .await?;
     let mut audit_details = json!({ "number": dispute.number, "event": action });

@@ -586,9 +586,11 @@ async fn create_quota(
         return Err(AppError::invalid("gpu_class", format!("{:?} is not in the approved inventory", body.gpu_class)));
     }
     let id = Uuid::new_v4();
+    let scope = holder_department(&mut tx, tenant, department).await?;
     let result = sqlx::query(
-        "INSERT INTO quotas (org_id, quota_id, tenant_id, department_id, gpu_class, gpus, valid_from, valid_to, created_by)
-         VALUES ($1, $2, $3, $4, $5, $6::numeric, $7, $8, $9)",
+        "INSERT INTO quotas (org_id, quota_id, tenant_id, department_id, gpu_class, gpus, valid_from, valid_to, created_by,
+                             scope_department_id)
+         VALUES ($1, $2, $3, $4, $5, $6::numeric, $7, $8, $9, $10)",
     )
     .bind(p.org.as_uuid())
     .bind(id)
@@ -599,6 +601,7 @@ async fn create_quota(
     .bind(body.valid_from)
     .bind(body.valid_to)
     .bind(p.actor())
+    .bind(scope)
     .execute(tx.conn())
     .await;
     if let Err(sqlx::Error::Database(e)) = &result
@@ -707,10 +710,11 @@ pub async fn import_kueue_quotas(
                     .execute(tx.conn())
                     .await?;
             }
+            let scope = holder_department(tx, tenant, department).await?;
             sqlx::query(
                 "INSERT INTO quotas (org_id, quota_id, tenant_id, department_id, gpu_class, gpus, valid_from, source,
-                                     source_ref, created_by)
-                 VALUES ($1, $2, $3, $4, $5, $6::numeric, $7, 'kueue', $8, $9)",
+                                     source_ref, created_by, scope_department_id)
+                 VALUES ($1, $2, $3, $4, $5, $6::numeric, $7, 'kueue', $8, $9, $10)",
             )
             .bind(org)
             .bind(Uuid::new_v4())
@@ -721,6 +725,7 @@ pub async fn import_kueue_quotas(
             .bind(q.since)
             .bind(&source_ref)
             .bind(actor)
+            .bind(scope)
             .execute(tx.conn())
             .await?;
             imported += 1;
@@ -728,6 +733,24 @@ pub async fn import_kueue_quotas(
     }
     audit(tx, actor, "quota.import_kueue", "quotas", "", json!({"imported": imported, "skipped": skipped})).await?;
     Ok(json!({ "imported": imported, "skipped": skipped }))
+}
+
+/// The department a quota is seen under: its holder department, or its holder tenant's department.
+async fn holder_department(
+    tx: &mut OrgTx,
+    tenant: Option<Uuid>,
+    department: Option<Uuid>,
+) -> Result<Option<Uuid>, AppError> {
+    if department.is_some() {
+        return Ok(department);
+    }
+    let Some(tenant) = tenant else { return Ok(None) };
+    let org = tx.org().as_uuid();
+    Ok(sqlx::query_scalar("SELECT department_id FROM tenants WHERE org_id = $1 AND tenant_id = $2")
+        .bind(org)
+        .bind(tenant)
+        .fetch_optional(tx.conn())
+        .await?)
 }
 
 async fn import_kueue(

@@ -167,19 +167,28 @@ async fn create_tenant(
     }
     result?;
     let namespaces = crate::ingest::reapply_namespaces_naming(&mut tx, p.org, &name).await?;
-    let mut usage = 0;
     let org = tx.org().as_uuid();
-    for table in ["service_usage", "usage_records"] {
-        usage += sqlx::query(&format!(
-            "UPDATE {table} SET tenant_id = $1 WHERE tenant_name = $2 AND tenant_id IS NULL AND org_id = $3"
-        ))
-        .bind(id)
-        .bind(&name)
-        .bind(org)
-        .execute(tx.conn())
-        .await?
-        .rows_affected();
-    }
+    let mut usage = sqlx::query(
+        "UPDATE service_usage SET tenant_id = $1 WHERE tenant_name = $2 AND tenant_id IS NULL AND org_id = $3",
+    )
+    .bind(id)
+    .bind(&name)
+    .bind(org)
+    .execute(tx.conn())
+    .await?
+    .rows_affected();
+    // Usage records also carry the tenant's department (what department managers see them under).
+    usage += sqlx::query(
+        "UPDATE usage_records SET tenant_id = $1, department_id = $4
+          WHERE tenant_name = $2 AND tenant_id IS NULL AND org_id = $3",
+    )
+    .bind(id)
+    .bind(&name)
+    .bind(org)
+    .bind(department)
+    .execute(tx.conn())
+    .await?
+    .rows_affected();
     audit_by(
         &mut tx,
         &p,

@@ -250,23 +250,28 @@ async fn post_records(
     // The tenant: by name, else by the endpoint's gateway-key alias, else by its team alias.
     let inserted: Vec<(String, Option<Uuid>)> = sqlx::query_as(
         "INSERT INTO usage_records (org_id, record_id, cluster_id, endpoint, model, model_version, tenant_name,
-                gateway_key, team, tenant_id, started_at, window_end, requests, input_tokens, output_tokens, status,
-                latency_ms, ttft_ms, trace_id, agent_session_id)
+                gateway_key, team, tenant_id, department_id, started_at, window_end, requests, input_tokens,
+                output_tokens, status, latency_ms, ttft_ms, trace_id, agent_session_id)
          SELECT $1, r.record_id, $2, r.endpoint, r.model, r.model_version, r.tenant, r.gateway_key, r.team,
-                COALESCE(
-                    (SELECT t.tenant_id FROM tenants t WHERE t.org_id = $1 AND t.name = r.tenant),
-                    (SELECT a.tenant_id FROM endpoint_aliases a
-                      WHERE a.org_id = $1 AND a.endpoint = r.endpoint AND a.kind = 'gateway_key'
-                        AND a.alias = r.gateway_key),
-                    (SELECT a.tenant_id FROM endpoint_aliases a
-                      WHERE a.org_id = $1 AND a.endpoint = r.endpoint AND a.kind = 'team' AND a.alias = r.team)),
-                r.started_at, r.window_end, r.requests, r.input_tokens, r.output_tokens, r.status, r.latency_ms,
-                r.ttft_ms, r.trace_id, r.agent_session_id
-           FROM unnest($3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[], $9::text[],
-                       $10::timestamptz[], $11::timestamptz[], $12::int8[], $13::int8[], $14::int8[], $15::text[],
-                       $16::int8[], $17::int8[], $18::text[], $19::text[])
-             AS r(record_id, endpoint, model, model_version, tenant, gateway_key, team, started_at, window_end,
-                  requests, input_tokens, output_tokens, status, latency_ms, ttft_ms, trace_id, agent_session_id)
+                r.tenant_id, t.department_id, r.started_at, r.window_end, r.requests, r.input_tokens,
+                r.output_tokens, r.status, r.latency_ms, r.ttft_ms, r.trace_id, r.agent_session_id
+           FROM (SELECT r.*,
+                        COALESCE(
+                            (SELECT t.tenant_id FROM tenants t WHERE t.org_id = $1 AND t.name = r.tenant),
+                            (SELECT a.tenant_id FROM endpoint_aliases a
+                              WHERE a.org_id = $1 AND a.endpoint = r.endpoint AND a.kind = 'gateway_key'
+                                AND a.alias = r.gateway_key),
+                            (SELECT a.tenant_id FROM endpoint_aliases a
+                              WHERE a.org_id = $1 AND a.endpoint = r.endpoint AND a.kind = 'team'
+                                AND a.alias = r.team)) AS tenant_id
+                   FROM unnest($3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[], $9::text[],
+                               $10::timestamptz[], $11::timestamptz[], $12::int8[], $13::int8[], $14::int8[],
+                               $15::text[], $16::int8[], $17::int8[], $18::text[], $19::text[])
+                     AS r(record_id, endpoint, model, model_version, tenant, gateway_key, team, started_at,
+                          window_end, requests, input_tokens, output_tokens, status, latency_ms, ttft_ms, trace_id,
+                          agent_session_id)) r
+           -- The tenant's department: what department managers see the record under.
+           LEFT JOIN tenants t ON t.org_id = $1 AND t.tenant_id = r.tenant_id
          ON CONFLICT (org_id, record_id) DO NOTHING
          RETURNING record_id, tenant_id",
     )
@@ -409,8 +414,8 @@ async fn put_aliases(
         result?;
     }
     let attributed = sqlx::query(
-        "UPDATE usage_records r SET tenant_id = a.tenant_id
-           FROM endpoint_aliases a
+        "UPDATE usage_records r SET tenant_id = a.tenant_id, department_id = t.department_id
+           FROM endpoint_aliases a JOIN tenants t ON t.org_id = a.org_id AND t.tenant_id = a.tenant_id
           WHERE r.tenant_id IS NULL AND r.endpoint = $1 AND r.org_id = $2 AND a.org_id = r.org_id
             AND a.endpoint = r.endpoint
             AND ((a.kind = 'gateway_key' AND a.alias = r.gateway_key) OR (a.kind = 'team' AND a.alias = r.team))",

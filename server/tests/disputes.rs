@@ -292,6 +292,17 @@ async fn open_comment_accept_and_approve_a_credit() {
     assert_eq!(audit[0].2, "borrowed hours include a drained node");
     assert_eq!(audit[2].3["credit_amount"], "160.00");
     assert_eq!(audit[2].3["number"], 1);
+    // Every event carries its dispute's department (what department managers see it under; no subquery policy).
+    let (events, with_department): (i64, i64) = sqlx::query_as(
+        "SELECT count(*), count(*) FILTER (WHERE e.department_id IS NOT DISTINCT FROM d.department_id
+                                             AND d.department_id IS NOT NULL)
+           FROM dispute_events e JOIN disputes d USING (org_id, dispute_id) WHERE e.dispute_id = $1",
+    )
+    .bind(id)
+    .fetch_one(&env.su)
+    .await
+    .unwrap();
+    assert_eq!((events, with_department), (4, 4));
 
     // The full record, by ID or by number.
     let (status, by_number) = call(&env, "GET", "/api/v1/disputes/1", Some(admin), None).await;

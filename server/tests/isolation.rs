@@ -113,8 +113,8 @@ async fn seed(db: &Database, slug: &str) -> OrgId {
         ),
         // Gateways' usage records and endpoint aliases (migration 9).
         (
-            "INSERT INTO usage_records (org_id, record_id, cluster_id, endpoint, model, tenant_name, tenant_id, started_at, requests, input_tokens, output_tokens, status) VALUES ($1, 'req-1', $2, 'llm-shared', 'llama-3-8b', 'nlp', $3, '2026-01-01 10:00Z', 1, 10, 20, 'ok')",
-            vec![o, cluster, tenant],
+            "INSERT INTO usage_records (org_id, record_id, cluster_id, endpoint, model, tenant_name, tenant_id, started_at, requests, input_tokens, output_tokens, status, department_id) VALUES ($1, 'req-1', $2, 'llm-shared', 'llama-3-8b', 'nlp', $3, '2026-01-01 10:00Z', 1, 10, 20, 'ok', $4)",
+            vec![o, cluster, tenant, dept],
         ),
         (
             "INSERT INTO endpoint_aliases (org_id, endpoint, kind, alias, tenant_id) VALUES ($1, 'llm-shared', 'team', 'nlp-team', $2)",
@@ -126,8 +126,8 @@ async fn seed(db: &Database, slug: &str) -> OrgId {
             vec![o],
         ),
         (
-            "INSERT INTO quotas (org_id, quota_id, tenant_id, gpu_class, gpus, valid_from, created_by) VALUES ($1, $2, $3, 'H100-80GB', 2, '2026-01-01Z', 'test')",
-            vec![o, Uuid::new_v4(), tenant],
+            "INSERT INTO quotas (org_id, quota_id, tenant_id, gpu_class, gpus, valid_from, created_by, scope_department_id) VALUES ($1, $2, $3, 'H100-80GB', 2, '2026-01-01Z', 'test', $4)",
+            vec![o, Uuid::new_v4(), tenant, dept],
         ),
         ("INSERT INTO periods (org_id, period, state) VALUES ($1, '2026-01-01', 'open')", vec![o]),
         (
@@ -143,8 +143,8 @@ async fn seed(db: &Database, slug: &str) -> OrgId {
             vec![o, user, dept],
         ),
         (
-            "INSERT INTO dispute_events (org_id, event_id, dispute_id, actor, action) VALUES ($1, $2, $3, 'test', 'opened')",
-            vec![o, Uuid::new_v4(), user],
+            "INSERT INTO dispute_events (org_id, event_id, dispute_id, actor, action, department_id) VALUES ($1, $2, $3, 'test', 'opened', $4)",
+            vec![o, Uuid::new_v4(), user, dept],
         ),
         // Identity (migration 6).
         (
@@ -497,11 +497,11 @@ async fn seed_platform(db: &Database, admin: &sqlx::PgPool, a: OrgId) -> (Uuid, 
             vec![o, tenant, platform],
         ),
         (
-            "INSERT INTO quotas (org_id, quota_id, tenant_id, gpu_class, gpus, valid_from, created_by) VALUES ($1, $2, $3, 'H100-80GB', 1, '2026-01-01Z', 'test')",
-            vec![o, Uuid::new_v4(), tenant],
+            "INSERT INTO quotas (org_id, quota_id, tenant_id, gpu_class, gpus, valid_from, created_by, scope_department_id) VALUES ($1, $2, $3, 'H100-80GB', 1, '2026-01-01Z', 'test', $4)",
+            vec![o, Uuid::new_v4(), tenant, platform],
         ),
         (
-            "INSERT INTO quotas (org_id, quota_id, department_id, gpu_class, gpus, valid_from, created_by) VALUES ($1, $2, $3, 'H100-80GB', 1, '2026-01-01Z', 'test')",
+            "INSERT INTO quotas (org_id, quota_id, department_id, gpu_class, gpus, valid_from, created_by, scope_department_id) VALUES ($1, $2, $3, 'H100-80GB', 1, '2026-01-01Z', 'test', $3)",
             vec![o, Uuid::new_v4(), platform],
         ),
         (
@@ -517,8 +517,8 @@ async fn seed_platform(db: &Database, admin: &sqlx::PgPool, a: OrgId) -> (Uuid, 
             vec![o, dispute, platform],
         ),
         (
-            "INSERT INTO dispute_events (org_id, event_id, dispute_id, actor, action) VALUES ($1, $2, $3, 'test', 'opened')",
-            vec![o, Uuid::new_v4(), dispute],
+            "INSERT INTO dispute_events (org_id, event_id, dispute_id, actor, action, department_id) VALUES ($1, $2, $3, 'test', 'opened', $4)",
+            vec![o, Uuid::new_v4(), dispute, platform],
         ),
     ];
     let mut tx = db.begin_org(a).await.unwrap();
@@ -614,11 +614,11 @@ async fn a_department_scope_hides_and_protects_the_other_departments_rows() {
             vec![o, Uuid::new_v4(), platform],
         ),
         (
-            "INSERT INTO quotas (org_id, quota_id, tenant_id, gpu_class, gpus, valid_from, created_by) VALUES ($1, $2, $3, 'H100-80GB', 1, '2030-01-01Z', 'test')",
-            vec![o, Uuid::new_v4(), platform_tenant],
+            "INSERT INTO quotas (org_id, quota_id, tenant_id, gpu_class, gpus, valid_from, created_by, scope_department_id) VALUES ($1, $2, $3, 'H100-80GB', 1, '2030-01-01Z', 'test', $4)",
+            vec![o, Uuid::new_v4(), platform_tenant, platform],
         ),
         (
-            "INSERT INTO quotas (org_id, quota_id, department_id, gpu_class, gpus, valid_from, created_by) VALUES ($1, $2, $3, 'H100-80GB', 1, '2030-01-01Z', 'test')",
+            "INSERT INTO quotas (org_id, quota_id, department_id, gpu_class, gpus, valid_from, created_by, scope_department_id) VALUES ($1, $2, $3, 'H100-80GB', 1, '2030-01-01Z', 'test', $3)",
             vec![o, Uuid::new_v4(), platform],
         ),
         (
@@ -634,8 +634,8 @@ async fn a_department_scope_hides_and_protects_the_other_departments_rows() {
             vec![o, Uuid::new_v4(), platform],
         ),
         (
-            "INSERT INTO dispute_events (org_id, event_id, dispute_id, actor, action) VALUES ($1, $2, $3, 'test', 'commented')",
-            vec![o, Uuid::new_v4(), platform_dispute],
+            "INSERT INTO dispute_events (org_id, event_id, dispute_id, actor, action, department_id) VALUES ($1, $2, $3, 'test', 'commented', $4)",
+            vec![o, Uuid::new_v4(), platform_dispute, platform],
         ),
         // Moving one of Research's own rows into Platform.
         ("UPDATE tenants SET department_id = $2 WHERE org_id = $1", vec![o, platform]),

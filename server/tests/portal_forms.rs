@@ -122,6 +122,16 @@ async fn policy_drafts_and_quotas_are_written_in_the_portal() {
     assert_eq!(added.status, StatusCode::SEE_OTHER, "{}", added.body);
     assert_eq!(added.headers[header::LOCATION], "/admin/policies#quotas");
     assert_eq!(count().await, before + 1);
+    // The tenant's quota is seen under the tenant's department (the department scope reads that column).
+    let scoped: bool = sqlx::query_scalar(
+        "SELECT bool_and(q.scope_department_id = t.department_id)
+           FROM quotas q JOIN tenants t USING (org_id, tenant_id) WHERE q.org_id = $1",
+    )
+    .bind(org.as_uuid())
+    .fetch_one(&su)
+    .await
+    .unwrap();
+    assert!(scoped);
     let page = send(&app, get("/admin/policies", Some(&admin))).await;
     assert!(page.body.contains(&format!("<td>{tenant}</td>")), "{}", page.body);
 

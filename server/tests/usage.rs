@@ -225,6 +225,17 @@ async fn three_tenants_share_an_endpoint_and_their_service_lines_add_up_to_its_c
     )
     .await;
     assert_eq!(v["attributed"], 1, "{v}");
+    // Every attributed record carries its tenant's department — by name, by gateway key, and by the alias that
+    // came later (what department managers see it under); the unattributed none.
+    let (attributed, right_department): (i64, i64) = sqlx::query_as(
+        "SELECT count(*) FILTER (WHERE r.tenant_id IS NOT NULL),
+                count(*) FILTER (WHERE r.tenant_id IS NOT NULL AND r.department_id = t.department_id)
+           FROM usage_records r LEFT JOIN tenants t USING (org_id, tenant_id)",
+    )
+    .fetch_one(&env.su)
+    .await
+    .unwrap();
+    assert_eq!((attributed, right_department), (4, 4));
     let (status, p) = call(
         &env,
         &env.admin,
