@@ -354,6 +354,8 @@ pub struct ScrapeOptions {
     pub timeout: Duration,
     /// Attribution keys (endpoint and model names).
     pub keys: LabelKeys,
+    /// Where the scrape baselines are kept across restarts (`SPOOL_DIR/scrape.json`).
+    pub state_path: PathBuf,
 }
 
 enum Ev {
@@ -451,7 +453,8 @@ pub async fn run(
     let mut held: Vec<Event<Pod>> = Vec::new();
     let mut healthy = false;
     let mut heartbeat = tokio::time::interval(opts.heartbeat);
-    let mut scraper = opts.scrape.as_ref().map(|o| Scraper::new(o.keys.clone()));
+    let mut scraper =
+        opts.scrape.as_ref().map(|o| Scraper::load(o.keys.clone(), &o.state_path, OffsetDateTime::now_utc()));
     let mut progress = ProgressWatch::default();
     let scrape_every = opts.scrape.as_ref().map_or(Duration::from_secs(3600), |o| o.every);
     let scrape_timeout = opts.scrape.as_ref().map_or(Duration::from_secs(10), |o| o.timeout);
@@ -470,6 +473,13 @@ pub async fn run(
                         let mut spool = spool.lock().map_err(|_| anyhow::anyhow!("spool lock poisoned"))?;
                         spool.append_facts(&facts)?;
                         tracing::debug!(facts = facts.len(), "model-server totals spooled");
+                    }
+                    // Saved after the facts are spooled: a crash in between re-sends that window's start with more counts, and
+                    // the server keeps the first (same event ID), so at most its tail is lost, nothing is counted twice.
+                    if let Some(o) = &opts.scrape
+                        && let Err(e) = scraper.save(&o.state_path)
+                    {
+                        tracing::warn!(path = %o.state_path.display(), error = %e, "scrape baselines not saved");
                     }
                 }
                 continue;

@@ -284,6 +284,7 @@ async fn cluster(args: ClusterArgs) -> anyhow::Result<()> {
         every: std::time::Duration::from_secs(args.scrape_secs),
         timeout: std::time::Duration::from_secs(args.scrape_timeout_secs.max(1)),
         keys: keys.clone(),
+        state_path: args.delivery.spool_dir.join("scrape.json"),
     });
     let deriver = cluster::Deriver::new(state, keys, args.timeslice_replicas);
     let client =

@@ -7,9 +7,11 @@
 //! through [`Scraper::observe`], so the window arithmetic is tested without a network.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
 use std::time::Duration;
 
 use gpuledger_core::wire::{EndpointTotalsFact, Fact, FactBody, event_id};
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use time::{OffsetDateTime, UtcOffset, format_description::well_known::Rfc3339};
 
@@ -71,12 +73,67 @@ pub struct Scraper {
     targets: BTreeMap<String, ScrapeTarget>,
     /// (pod, model) → the previous scrape and when it was taken.
     previous: BTreeMap<(String, String), (ModelServerSnapshot, OffsetDateTime)>,
+    /// Pod → (UID, URL) of the process the baselines were taken from.
+    identity: BTreeMap<String, (Option<String>, String)>,
+}
+
+/// The longest gap a saved baseline may cover after an agent restart: beyond it the first scrape starts a new
+/// baseline, so a long outage's work is not dated at its start (possibly in an already closed month).
+pub const MAX_BASELINE_AGE: time::Duration = time::Duration::hours(1);
+
+/// One saved baseline (`SPOOL_DIR/scrape.json`).
+#[derive(Debug, Serialize, Deserialize)]
+struct SavedBaseline {
+    pod: String,
+    uid: Option<String>,
+    url: String,
+    #[serde(with = "time::serde::rfc3339")]
+    taken_at: OffsetDateTime,
+    snapshot: ModelServerSnapshot,
 }
 
 impl Scraper {
     /// A scraper reading endpoint and model names with the agent's attribution keys.
     pub fn new(keys: LabelKeys) -> Self {
         Self { keys, ..Self::default() }
+    }
+
+    /// A scraper that continues from the baselines saved at `path` by [`Scraper::save`] (an agent restart then
+    /// loses no window), keeping those at most [`MAX_BASELINE_AGE`] old at `now`. A missing file is a fresh start;
+    /// an unreadable one is logged and ignored.
+    pub fn load(keys: LabelKeys, path: &Path, now: OffsetDateTime) -> Self {
+        let mut scraper = Self::new(keys);
+        let saved: Vec<SavedBaseline> = match std::fs::read(path) {
+            Ok(bytes) => serde_json::from_slice(&bytes).unwrap_or_else(|e| {
+                tracing::warn!(path = %path.display(), error = %e, "scrape baselines unreadable; starting afresh");
+                Vec::new()
+            }),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+            Err(e) => {
+                tracing::warn!(path = %path.display(), error = %e, "scrape baselines unreadable; starting afresh");
+                Vec::new()
+            }
+        };
+        for b in saved.into_iter().filter(|b| now - b.taken_at <= MAX_BASELINE_AGE && b.taken_at <= now) {
+            scraper.identity.insert(b.pod.clone(), (b.uid, b.url));
+            scraper.previous.insert((b.pod, b.snapshot.model.clone()), (b.snapshot, b.taken_at));
+        }
+        scraper
+    }
+
+    /// Saves the baselines to `path` (written to a temporary file, then renamed: a crash leaves the old file).
+    pub fn save(&self, path: &Path) -> std::io::Result<()> {
+        let saved: Vec<SavedBaseline> = self
+            .previous
+            .iter()
+            .filter_map(|((pod, _), (snapshot, taken_at))| {
+                let (uid, url) = self.identity.get(pod)?.clone();
+                Some(SavedBaseline { pod: pod.clone(), uid, url, taken_at: *taken_at, snapshot: snapshot.clone() })
+            })
+            .collect();
+        let tmp = path.with_extension("json.tmp");
+        std::fs::write(&tmp, serde_json::to_vec(&saved).map_err(std::io::Error::other)?)?;
+        std::fs::rename(&tmp, path)
     }
 
     /// The pods scraped now, by `namespace/name`.
@@ -94,7 +151,7 @@ impl Scraper {
         match target {
             Ok(Some(t)) => {
                 // A new pod UID or URL under the same name is another process: start again.
-                if self.targets.get(&key).is_some_and(|old| old.pod_uid != t.pod_uid || old.url != t.url) {
+                if self.identity.get(&key).is_some_and(|(uid, url)| *uid != t.pod_uid || *url != t.url) {
                     self.forget(&key);
                 }
                 self.targets.insert(key, t);
@@ -113,6 +170,7 @@ impl Scraper {
 
     fn forget(&mut self, key: &str) {
         self.targets.remove(key);
+        self.identity.remove(key);
         self.previous.retain(|(pod, _), _| pod != key);
     }
 
@@ -149,6 +207,7 @@ impl Scraper {
             }
             self.previous.insert(slot, (later, now));
         }
+        self.identity.insert(key.to_owned(), (target.pod_uid.clone(), target.url.clone()));
         // A model no longer served by this pod has no next window.
         self.previous.retain(|(pod, model), _| pod != key || seen.contains(model));
         if facts.is_empty() && !errors.is_empty() {

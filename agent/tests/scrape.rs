@@ -185,3 +185,56 @@ async fn a_pod_that_is_not_running_or_badly_annotated_is_not_scraped() {
     scraper.on_pod(&plain, false).unwrap();
     assert_eq!(scraper.targets().count(), 0);
 }
+
+#[tokio::test]
+async fn baselines_survive_an_agent_restart_but_not_another_pod_or_a_long_outage() {
+    let body = Arc::new(Mutex::new(Some(vllm(100, 10, 1, 0, 0.1, 1, 0))));
+    let port = serve(body.clone()).await;
+    let pod = pod(port);
+    let client = reqwest::Client::new();
+    let timeout = Duration::from_secs(5);
+    let dir = std::env::temp_dir().join(format!("gl-scrape-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let state = dir.join("scrape.json");
+
+    // The baseline, saved; then the agent "restarts" and the server does work meanwhile.
+    let mut first = Scraper::new(LabelKeys::default());
+    first.on_pod(&pod, false).unwrap();
+    let (facts, _) = first.scrape_all(&client, timeout).await;
+    assert!(facts.is_empty());
+    first.save(&state).unwrap();
+    drop(first);
+    *body.lock().unwrap() = Some(vllm(700, 110, 6, 0, 0.6, 6, 0));
+
+    let now = time::OffsetDateTime::now_utc();
+    let mut again = Scraper::load(LabelKeys::default(), &state, now);
+    again.on_pod(&pod, false).unwrap();
+    let (facts, errors) = again.scrape_all(&client, timeout).await;
+    assert!(errors.is_empty(), "{errors:?}");
+    let FactBody::EndpointTotals(t) = &facts[0].body else { panic!("{facts:?}") };
+    assert_eq!((t.requests, t.input_tokens, t.output_tokens), (5, 600, 100), "the work across the restart");
+
+    // Another pod under the same name (new UID): its counters are not diffed against the old process's.
+    again.save(&state).unwrap();
+    let mut other = pod.clone();
+    other["metadata"]["uid"] = json!("00000000-0000-4000-8000-00000000ffff");
+    let mut third = Scraper::load(LabelKeys::default(), &state, now);
+    third.on_pod(&other, false).unwrap();
+    let (facts, _) = third.scrape_all(&client, timeout).await;
+    assert!(facts.is_empty(), "a new baseline: {facts:?}");
+
+    // A baseline older than the limit is not used either.
+    let late = Scraper::load(LabelKeys::default(), &state, now + gpuledger_agent::scrape::MAX_BASELINE_AGE * 2);
+    let mut late = late;
+    late.on_pod(&pod, false).unwrap();
+    let (facts, _) = late.scrape_all(&client, timeout).await;
+    assert!(facts.is_empty(), "{facts:?}");
+
+    // A damaged file is a fresh start, not an error.
+    std::fs::write(&state, "{not json").unwrap();
+    let mut fresh = Scraper::load(LabelKeys::default(), &state, now);
+    fresh.on_pod(&pod, false).unwrap();
+    let (facts, errors) = fresh.scrape_all(&client, timeout).await;
+    assert!(facts.is_empty() && errors.is_empty());
+    let _ = std::fs::remove_dir_all(&dir);
+}
