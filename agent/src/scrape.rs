@@ -103,17 +103,14 @@ impl Scraper {
     /// an unreadable one is logged and ignored.
     pub fn load(keys: LabelKeys, path: &Path, now: OffsetDateTime) -> Self {
         let mut scraper = Self::new(keys);
-        let saved: Vec<SavedBaseline> = match std::fs::read(path) {
-            Ok(bytes) => serde_json::from_slice(&bytes).unwrap_or_else(|e| {
-                tracing::warn!(path = %path.display(), error = %e, "scrape baselines unreadable; starting afresh");
-                Vec::new()
-            }),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
-            Err(e) => {
-                tracing::warn!(path = %path.display(), error = %e, "scrape baselines unreadable; starting afresh");
-                Vec::new()
-            }
+        let read = match std::fs::read(path) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
+            r => r.map_err(|e| e.to_string()).and_then(|b| serde_json::from_slice(&b).map_err(|e| e.to_string())),
         };
+        let saved: Vec<SavedBaseline> = read.unwrap_or_else(|e| {
+            tracing::warn!(path = %path.display(), error = %e, "scrape baselines unreadable; starting afresh");
+            Vec::new()
+        });
         for b in saved.into_iter().filter(|b| now - b.taken_at <= MAX_BASELINE_AGE && b.taken_at <= now) {
             scraper.identity.insert(b.pod.clone(), (b.uid, b.url));
             scraper.previous.insert((b.pod, b.snapshot.model.clone()), (b.snapshot, b.taken_at));

@@ -191,6 +191,13 @@ pub struct UsageRecord {
     pub output_tokens: u64,
 }
 
+impl UsageRecord {
+    /// Its requests, input and output tokens.
+    pub fn work(&self) -> Work {
+        [self.requests, self.input_tokens, self.output_tokens]
+    }
+}
+
 /// What a shared endpoint's model servers counted for one model in the period (all tenants, attributed or not).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct EndpointTotal {
@@ -204,6 +211,13 @@ pub struct EndpointTotal {
     pub input_tokens: u64,
     /// Output tokens.
     pub output_tokens: u64,
+}
+
+impl EndpointTotal {
+    /// Its requests, input and output tokens.
+    pub fn work(&self) -> Work {
+        [self.requests, self.input_tokens, self.output_tokens]
+    }
 }
 
 /// Kind of adjustment.
@@ -398,6 +412,42 @@ pub struct UnattributedService {
     /// counted: the usage or the scrapes are wrong. Empty when they agree.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub over_attributed: Vec<String>,
+}
+
+/// Requests, input tokens and output tokens of one model on one endpoint.
+pub type Work = [u64; 3];
+
+/// What shared endpoints' model servers counted beyond the work attributed to tenants, per (endpoint, model): each
+/// counter `counted − attributed` floored at 0, and which counters the attributed work exceeds. Only endpoints with
+/// counted totals have entries; their models are those counted and those only the attributed work names (counted as
+/// zero). The ledger's service term and the inference analytics both reconcile with this.
+pub fn unattributed_work<'a>(
+    attributed: impl IntoIterator<Item = (&'a str, &'a str, Work)>,
+    counted: impl IntoIterator<Item = (&'a str, &'a str, Work)>,
+) -> BTreeMap<(&'a str, &'a str), (Work, [bool; 3])> {
+    let add = |map: &mut BTreeMap<(&'a str, &'a str), Work>, key, work: Work| {
+        let slot = map.entry(key).or_default();
+        for (s, n) in slot.iter_mut().zip(work) {
+            *s = s.saturating_add(n);
+        }
+    };
+    let mut counts: BTreeMap<(&'a str, &'a str), Work> = BTreeMap::new();
+    for (endpoint, model, work) in counted {
+        add(&mut counts, (endpoint, model), work);
+    }
+    let endpoints: BTreeSet<&str> = counts.keys().map(|(e, _)| *e).collect();
+    let mut attributed_counts: BTreeMap<(&'a str, &'a str), Work> = BTreeMap::new();
+    for (endpoint, model, work) in attributed.into_iter().filter(|(e, _, _)| endpoints.contains(e)) {
+        add(&mut attributed_counts, (endpoint, model), work);
+    }
+    let keys: BTreeSet<(&'a str, &'a str)> = counts.keys().chain(attributed_counts.keys()).copied().collect();
+    keys.into_iter()
+        .map(|key| {
+            let c = counts.get(&key).copied().unwrap_or_default();
+            let a = attributed_counts.get(&key).copied().unwrap_or_default();
+            (key, (std::array::from_fn(|i| c[i].saturating_sub(a[i])), std::array::from_fn(|i| a[i] > c[i])))
+        })
+        .collect()
 }
 
 /// Result of [`compute`].
@@ -966,67 +1016,58 @@ pub fn compute(input: &LedgerInput) -> Result<Ledger, DomainError> {
     let million = Fraction::from_integer(1_000_000)?;
     // The unattributed remainders' shares of their endpoints' cost: (endpoint, amount), for the overhead pool.
     let mut service_remainders: Vec<(String, Decimal)> = Vec::new();
+    let remainders = unattributed_work(
+        input.service_usage.iter().map(|u| (u.endpoint.as_str(), u.model.as_str(), u.work())),
+        input.endpoint_totals.iter().map(|t| (t.endpoint.as_str(), t.model.as_str(), t.work())),
+    );
     for svc in &policy.services {
         let weight = |model: &str, input_tokens: u64, output_tokens: u64| -> Result<Fraction, DomainError> {
             let (wi, wo) = policy.token_weight(model);
             wi.checked_mul_int(i128::from(input_tokens))?.checked_add(wo.checked_mul_int(i128::from(output_tokens))?)
         };
         let mut weighted: BTreeMap<TenantId, Fraction> = BTreeMap::new();
-        // Per model: what the tenants were attributed (requests, input, output), for the remainder.
-        let mut attributed: BTreeMap<&str, [u64; 3]> = BTreeMap::new();
         for u in input.service_usage.iter().filter(|u| u.endpoint == svc.endpoint) {
             let w = weight(&u.model, u.input_tokens, u.output_tokens)?;
             let v = weighted.entry(u.tenant).or_insert(Fraction::ZERO);
             *v = v.checked_add(w)?;
-            let a = attributed.entry(u.model.as_str()).or_default();
-            for (slot, n) in a.iter_mut().zip([u.requests, u.input_tokens, u.output_tokens]) {
-                *slot = slot.saturating_add(n);
-            }
         }
         let total_w = weighted.values().try_fold(Fraction::ZERO, |a, w| a.checked_add(*w))?;
-        // The servers' own totals, per model; what they counted beyond the attributed usage is the remainder.
-        let mut counted: BTreeMap<&str, [u64; 3]> = BTreeMap::new();
-        for t in input.endpoint_totals.iter().filter(|t| t.endpoint == svc.endpoint) {
-            let c = counted.entry(t.model.as_str()).or_default();
-            for (slot, n) in c.iter_mut().zip([t.requests, t.input_tokens, t.output_tokens]) {
-                *slot = slot.saturating_add(n);
+        // The endpoint's remainder over its models: figures, weighted tokens, counters the usage exceeds.
+        let mut remainder: Option<(UnattributedService, Fraction)> = None;
+        let mut over_any = [false; 3];
+        for ((_, model), (left, over)) in remainders.iter().filter(|((e, _), _)| *e == svc.endpoint) {
+            let (r, rw) = match remainder.as_mut() {
+                Some((r, rw)) => (r, rw),
+                None => {
+                    let r = UnattributedService {
+                        endpoint: svc.endpoint.clone(),
+                        requests: 0,
+                        input_tokens: 0,
+                        output_tokens: 0,
+                        million_weighted_tokens: Decimal::from_scaled(0, QUANTITY_SCALE)?,
+                        amount: Decimal::from_scaled(0, AMOUNT_SCALE)?,
+                        over_attributed: Vec::new(),
+                    };
+                    let (r, rw) = remainder.insert((r, Fraction::ZERO));
+                    (r, rw)
+                }
+            };
+            r.requests = r.requests.saturating_add(left[0]);
+            r.input_tokens = r.input_tokens.saturating_add(left[1]);
+            r.output_tokens = r.output_tokens.saturating_add(left[2]);
+            *rw = rw.checked_add(weight(model, left[1], left[2])?)?;
+            for (any, o) in over_any.iter_mut().zip(over) {
+                *any |= *o;
             }
         }
-        let mut remainder: Option<(UnattributedService, Fraction)> = None;
-        if !counted.is_empty() {
-            let mut r = UnattributedService {
-                endpoint: svc.endpoint.clone(),
-                requests: 0,
-                input_tokens: 0,
-                output_tokens: 0,
-                million_weighted_tokens: Decimal::from_scaled(0, QUANTITY_SCALE)?,
-                amount: Decimal::from_scaled(0, AMOUNT_SCALE)?,
-                over_attributed: Vec::new(),
-            };
-            let mut rw = Fraction::ZERO;
-            let mut over = [false; 3];
-            // Models the servers counted, and models only the usage names (counted as zero by the servers).
-            let models: BTreeSet<&str> = counted.keys().chain(attributed.keys()).copied().collect();
-            for model in models {
-                let c = counted.get(model).copied().unwrap_or_default();
-                let a = attributed.get(model).copied().unwrap_or_default();
-                let left: Vec<u64> = c.iter().zip(&a).map(|(c, a)| c.saturating_sub(*a)).collect();
-                for (o, (c, a)) in over.iter_mut().zip(c.iter().zip(&a)) {
-                    *o |= a > c;
-                }
-                r.requests = r.requests.saturating_add(left[0]);
-                r.input_tokens = r.input_tokens.saturating_add(left[1]);
-                r.output_tokens = r.output_tokens.saturating_add(left[2]);
-                rw = rw.checked_add(weight(model, left[1], left[2])?)?;
-            }
+        if let Some((r, rw)) = remainder.as_mut() {
+            r.million_weighted_tokens = qty(rw.checked_div(million)?)?;
             r.over_attributed = ["requests", "input_tokens", "output_tokens"]
                 .iter()
-                .zip(over)
+                .zip(over_any)
                 .filter(|(_, o)| *o)
                 .map(|(n, _)| (*n).to_string())
                 .collect();
-            r.million_weighted_tokens = qty(rw.checked_div(million)?)?;
-            remainder = Some((r, rw));
         }
         let remainder_w = remainder.as_ref().map_or(Fraction::ZERO, |(_, w)| *w);
         let split_w = total_w.checked_add(remainder_w)?;

@@ -319,31 +319,14 @@ fn validate_service_usage(
     field: &dyn Fn(&str) -> String,
     future: &dyn Fn(&str, OffsetDateTime) -> Result<(), AppError>,
 ) -> Result<(), AppError> {
-    for (name, value) in [("endpoint", &u.endpoint), ("model", &u.model), ("tenant", &u.tenant)] {
-        if value.trim().is_empty() || value.chars().count() > MAX_SERVICE_NAME_CHARS {
-            return Err(AppError::invalid(field(name), format!("must be 1 to {MAX_SERVICE_NAME_CHARS} characters")));
-        }
-    }
-    if u.window_end <= u.window_start {
-        return Err(AppError::invalid(field("window_end"), "must be after window_start"));
-    }
-    future("window_end", u.window_end)?;
-    match (u.ttft_ms_sum, u.ttft_count) {
-        (Some(_), None) => return Err(AppError::invalid(field("ttft_count"), "required with ttft_ms_sum")),
-        (None, Some(_)) => return Err(AppError::invalid(field("ttft_ms_sum"), "required with ttft_count")),
-        _ => {}
-    }
-    for (name, value) in [
-        ("requests", u.requests),
-        ("input_tokens", u.input_tokens),
-        ("output_tokens", u.output_tokens),
-        ("ttft_ms_sum", u.ttft_ms_sum.unwrap_or(0)),
-    ] {
-        if i64::try_from(value).is_err() {
-            return Err(AppError::invalid(field(name), format!("{value} is larger than {}", i64::MAX)));
-        }
-    }
-    Ok(())
+    validate_work(
+        field,
+        future,
+        &[("endpoint", &u.endpoint), ("model", &u.model), ("tenant", &u.tenant)],
+        (u.window_start, u.window_end),
+        (u.ttft_ms_sum, u.ttft_count),
+        &[("requests", u.requests), ("input_tokens", u.input_tokens), ("output_tokens", u.output_tokens)],
+    )
 }
 
 /// Server kinds an `endpoint_totals` fact may name (the agent reads these; the table's CHECK says the same).
@@ -354,11 +337,14 @@ fn validate_endpoint_totals(
     field: &dyn Fn(&str) -> String,
     future: &dyn Fn(&str, OffsetDateTime) -> Result<(), AppError>,
 ) -> Result<(), AppError> {
-    for (name, value) in [("endpoint", &t.endpoint), ("model", &t.model)] {
-        if value.trim().is_empty() || value.chars().count() > MAX_SERVICE_NAME_CHARS {
-            return Err(AppError::invalid(field(name), format!("must be 1 to {MAX_SERVICE_NAME_CHARS} characters")));
-        }
-    }
+    validate_work(
+        field,
+        future,
+        &[("endpoint", &t.endpoint), ("model", &t.model)],
+        (t.window_start, t.window_end),
+        (t.ttft_ms_sum, t.ttft_count),
+        &[("requests", t.requests), ("input_tokens", t.input_tokens), ("output_tokens", t.output_tokens)],
+    )?;
     if !MODEL_SERVERS.contains(&t.server.as_str()) {
         return Err(AppError::invalid(
             field("server"),
@@ -368,28 +354,42 @@ fn validate_endpoint_totals(
     if t.pod.split_once('/').is_none_or(|(ns, name)| ns.is_empty() || name.is_empty()) || t.pod.chars().count() > 507 {
         return Err(AppError::invalid(field("pod"), "must be namespace/name"));
     }
-    if t.window_end <= t.window_start {
-        return Err(AppError::invalid(field("window_end"), "must be after window_start"));
-    }
-    future("window_end", t.window_end)?;
-    match (t.ttft_ms_sum, t.ttft_count) {
-        (Some(_), None) => return Err(AppError::invalid(field("ttft_count"), "required with ttft_ms_sum")),
-        (None, Some(_)) => return Err(AppError::invalid(field("ttft_ms_sum"), "required with ttft_count")),
-        _ => {}
-    }
     if let Some(q) = t.queue_depth
         && !(q.is_finite() && q >= 0.0)
     {
         return Err(AppError::invalid(field("queue_depth"), "must be a finite number, 0 or more"));
     }
-    for (name, value) in [
-        ("requests", t.requests),
-        ("input_tokens", t.input_tokens),
-        ("output_tokens", t.output_tokens),
-        ("ttft_ms_sum", t.ttft_ms_sum.unwrap_or(0)),
-        ("ttft_count", t.ttft_count.unwrap_or(0)),
-    ] {
-        if i64::try_from(value).is_err() {
+    Ok(())
+}
+
+/// What productive-work facts (`service_usage`, `endpoint_totals`) have in common: names of 1 to
+/// [`MAX_SERVICE_NAME_CHARS`] characters, a window that ends after it starts and not in the future, time to first
+/// token as a pair (sum and count), and counts that fit the tables' bigint columns.
+fn validate_work(
+    field: &dyn Fn(&str) -> String,
+    future: &dyn Fn(&str, OffsetDateTime) -> Result<(), AppError>,
+    names: &[(&str, &String)],
+    (start, end): (OffsetDateTime, OffsetDateTime),
+    (ttft_ms_sum, ttft_count): (Option<u64>, Option<u64>),
+    counts: &[(&str, u64)],
+) -> Result<(), AppError> {
+    for (name, value) in names {
+        if value.trim().is_empty() || value.chars().count() > MAX_SERVICE_NAME_CHARS {
+            return Err(AppError::invalid(field(name), format!("must be 1 to {MAX_SERVICE_NAME_CHARS} characters")));
+        }
+    }
+    if end <= start {
+        return Err(AppError::invalid(field("window_end"), "must be after window_start"));
+    }
+    future("window_end", end)?;
+    match (ttft_ms_sum, ttft_count) {
+        (Some(_), None) => return Err(AppError::invalid(field("ttft_count"), "required with ttft_ms_sum")),
+        (None, Some(_)) => return Err(AppError::invalid(field("ttft_ms_sum"), "required with ttft_count")),
+        _ => {}
+    }
+    let ttft = [("ttft_ms_sum", ttft_ms_sum.unwrap_or(0)), ("ttft_count", ttft_count.unwrap_or(0))];
+    for (name, value) in counts.iter().chain(&ttft) {
+        if i64::try_from(*value).is_err() {
             return Err(AppError::invalid(field(name), format!("{value} is larger than {}", i64::MAX)));
         }
     }

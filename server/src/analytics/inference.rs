@@ -17,6 +17,7 @@ use gpuledger_core::{
     Confidence, Fraction,
     efficiency::{EndpointTime, EndpointUsage, inference_efficiency},
     ids::TenantId,
+    ledger::unattributed_work,
 };
 use serde_json::{Value, json};
 use time::OffsetDateTime;
@@ -185,35 +186,29 @@ pub(super) async fn inference(
     // The remainder (what the servers counted beyond the tenants' usage, per endpoint and model, floored at 0)
     // takes its share of the endpoint's GPU-hours like the ledger's service term: under no tenant (the nil ID),
     // reported with the unattributed figures.
-    let mut usage = usage;
-    let mut attributed: BTreeMap<(&str, &str), [u64; 3]> = BTreeMap::new();
-    for u in &usage {
-        let a = attributed.entry((u.endpoint.as_str(), u.model.as_str())).or_default();
-        for (slot, n) in a.iter_mut().zip([u.requests, u.input_tokens, u.output_tokens]) {
-            *slot = slot.saturating_add(n);
-        }
-    }
-    let remainders: Vec<EndpointUsage> = counted
-        .into_iter()
-        .filter_map(|(endpoint, model, r, i, o)| {
-            let a = attributed.get(&(endpoint.as_str(), model.as_str())).copied().unwrap_or_default();
-            let left = |n: i64, a: u64| count(n).saturating_sub(a);
-            let (r, i, o) = (left(r, a[0]), left(i, a[1]), left(o, a[2]));
-            (r > 0 || i > 0 || o > 0).then(|| EndpointUsage {
-                tenant: TenantId::from_uuid(Uuid::nil()),
-                endpoint,
-                model,
-                requests: r,
-                input_tokens: i,
-                output_tokens: o,
-                ttft_ms_sum: 0,
-                ttft_count: 0,
-            })
-        })
-        .collect();
+    let counted: Vec<(String, String, [u64; 3])> =
+        counted.into_iter().map(|(e, m, r, i, o)| (e, m, [count(r), count(i), count(o)])).collect();
+    let remainders: Vec<EndpointUsage> = unattributed_work(
+        usage.iter().map(|u| (u.endpoint.as_str(), u.model.as_str(), [u.requests, u.input_tokens, u.output_tokens])),
+        counted.iter().map(|(e, m, w)| (e.as_str(), m.as_str(), *w)),
+    )
+    .into_iter()
+    .filter(|(_, (left, _))| left.iter().any(|n| *n > 0))
+    .map(|((endpoint, model), (left, _))| EndpointUsage {
+        tenant: TenantId::from_uuid(Uuid::nil()),
+        endpoint: endpoint.to_owned(),
+        model: model.to_owned(),
+        requests: left[0],
+        input_tokens: left[1],
+        output_tokens: left[2],
+        ttft_ms_sum: 0,
+        ttft_count: 0,
+    })
+    .collect();
     let (remainder_requests, remainder_tokens) = remainders.iter().fold((0u64, 0u64), |a, u| {
         (a.0.saturating_add(u.requests), a.1.saturating_add(u.input_tokens).saturating_add(u.output_tokens))
     });
+    let mut usage = usage;
     usage.extend(remainders);
     let report = inference_efficiency(&endpoints, &usage, |model| {
         policy.as_ref().map_or((Fraction::ONE, Fraction::ONE), |p| p.token_weight(model))

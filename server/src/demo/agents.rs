@@ -19,13 +19,14 @@ use gpuledger_agent::{
     k8s::LabelKeys,
     metrics::{
         dcgm,
-        modelserver::{service_usage_fact, with_ttft},
+        modelserver::{Counts, Server, WindowTotals, service_usage_fact, with_ttft},
     },
     node::GpuSource,
     podresources::{ContainerDevices, assignment_facts},
+    scrape::totals_fact,
     spool::{Spool, SpoolConfig},
 };
-use gpuledger_core::wire::{AgentInfo, BatchAck, EndpointTotalsFact, Fact, FactBody, WIRE_VERSION, event_id};
+use gpuledger_core::wire::{AgentInfo, BatchAck, Fact, WIRE_VERSION};
 use time::{Duration, OffsetDateTime, Weekday};
 
 use super::{
@@ -255,26 +256,23 @@ fn endpoint_usage(world: &World, cutoff: OffsetDateTime, pod: &str) -> Vec<Fact>
         }
         let extra = 0.04 + 0.03 * unit_noise(0x5eed, hour.unix_timestamp() as u64);
         let more = |n: u64| n + (n as f64 * extra).round() as u64;
-        let start = hour.format(&time::format_description::well_known::Rfc3339).unwrap_or_default();
-        out.push(Fact {
-            event_id: event_id("endpoint-totals", &[ENDPOINT, pod, ENDPOINT_MODEL, &start]),
-            observed_at: end + Duration::seconds(20),
-            body: FactBody::EndpointTotals(EndpointTotalsFact {
-                endpoint: ENDPOINT.into(),
-                model: ENDPOINT_MODEL.into(),
-                server: "vllm".into(),
-                pod: pod.into(),
-                window_start: hour,
-                window_end: end,
+        let totals = WindowTotals {
+            server: Server::Vllm,
+            model: ENDPOINT_MODEL.into(),
+            window_start: hour,
+            window_end: end,
+            counts: Counts {
                 requests: more(counted[0]),
                 input_tokens: more(counted[1]),
                 output_tokens: more(counted[2]),
-                ttft_ms_sum: None,
-                ttft_count: None,
-                queue_depth: None,
-                restarted: false,
-            }),
-        });
+            },
+            ttft_ms_sum: None,
+            ttft_count: None,
+            queue_depth: None,
+            running: None,
+            restarted: false,
+        };
+        out.push(totals_fact(ENDPOINT, pod, &totals, end + Duration::seconds(20)));
         hour = end;
     }
     out
