@@ -285,8 +285,22 @@ impl GpuSource for DcgmSource {
             .get(&self.url)
             .send()
             .and_then(|r| r.error_for_status())
-            .and_then(|r| r.text())
-            .map_err(|e| GpuError::Query(format!("{}: {e}", self.url)))?;
+            .map_err(|e| GpuError::Query(format!("{}: {e}", self.url)))
+            .and_then(|r| {
+                use std::io::Read;
+                let mut text = String::new();
+                r.take(prom::MAX_BODY_BYTES as u64 + 1)
+                    .read_to_string(&mut text)
+                    .map_err(|e| GpuError::Query(format!("{}: {e}", self.url)))?;
+                if text.len() > prom::MAX_BODY_BYTES {
+                    return Err(GpuError::Query(format!(
+                        "{}: the metrics are larger than {} bytes",
+                        self.url,
+                        prom::MAX_BODY_BYTES
+                    )));
+                }
+                Ok(text)
+            })?;
         Ok(prom::parse(&text).map_err(|e| GpuError::Query(format!("{}: {e}", self.url)))?.samples)
     }
 }

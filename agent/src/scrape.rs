@@ -229,7 +229,7 @@ impl Scraper {
                     if !status.is_success() {
                         return Err(format!("HTTP {status}"));
                     }
-                    resp.text().await.map_err(|e| e.to_string())
+                    read_bounded(resp, prom::MAX_BODY_BYTES).await
                 }
                 .await;
                 (key, url, body, OffsetDateTime::now_utc())
@@ -274,4 +274,17 @@ pub fn totals_fact(endpoint: &str, pod: &str, w: &modelserver::WindowTotals, obs
             restarted: w.restarted,
         }),
     }
+}
+
+/// A response body as text, refused once it passes `max` bytes (a model server's metrics are a few hundred KiB;
+/// a broken or hostile one must not make the agent hold gigabytes).
+pub async fn read_bounded(mut resp: reqwest::Response, max: usize) -> Result<String, String> {
+    let mut body = Vec::new();
+    while let Some(chunk) = resp.chunk().await.map_err(|e| e.to_string())? {
+        if body.len() + chunk.len() > max {
+            return Err(format!("the metrics are larger than {max} bytes"));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    String::from_utf8(body).map_err(|e| format!("the metrics are not UTF-8: {e}"))
 }

@@ -242,8 +242,13 @@ pub fn start_demo(database_url: &str, log: &Path) -> Result<ServerProcess> {
 
 /// `gpuledger-server token create --org demo --scope SCOPE` against `database_url`; the printed token.
 pub fn create_token(database_url: &str, scope: &str) -> Result<String> {
+    create_token_in(database_url, "demo", scope)
+}
+
+/// `gpuledger-server token create --org ORG --scope SCOPE` against `database_url`; the printed token.
+pub fn create_token_in(database_url: &str, org: &str, scope: &str) -> Result<String> {
     let out = Command::new(binary("gpuledger-server")?)
-        .args(["token", "create", "--org", "demo", "--scope", scope])
+        .args(["token", "create", "--org", org, "--scope", scope])
         .env("DATABASE_URL", database_url)
         .output()?;
     if !out.status.success() {

@@ -483,13 +483,13 @@ fn time_decode(label: &'static str, facts: Vec<Fact>) -> Decoded {
     let body = gz.finish().expect("gzip");
     let mut headers = HeaderMap::new();
     headers.insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
-    let decoded = ingest::decode(&headers, &body).expect("decode");
+    let decoded = ingest::decode(&headers, &body, &ingest::IngestLimits::default()).expect("decode");
     assert_eq!(decoded.facts.len(), n);
-    ingest::validate(&decoded, OffsetDateTime::now_utc()).expect("valid batch");
+    ingest::validate(&decoded, ingest::Window::open(OffsetDateTime::now_utc())).expect("valid batch");
     let t0 = Instant::now();
     let mut iterations = 0u32;
     while t0.elapsed() < Duration::from_secs(3) {
-        let b = ingest::decode(&headers, &body).expect("decode");
+        let b = ingest::decode(&headers, &body, &ingest::IngestLimits::default()).expect("decode");
         std::hint::black_box(b);
         iterations += 1;
     }

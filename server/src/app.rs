@@ -56,6 +56,8 @@ pub struct AppState {
     pub leptos: LeptosOptions,
     /// Sign-in settings, rate limits, provider cache.
     pub auth: Arc<AuthState>,
+    /// Limits on what one request may make the server do.
+    pub limits: Arc<crate::limits::ServerLimits>,
 }
 
 impl AppState {
@@ -66,7 +68,19 @@ impl AppState {
 
     /// State with the given sign-in settings.
     pub fn with_auth(db: Database, featured_org: Option<OrgId>, auth: AuthState) -> Self {
-        Self { db, featured_org, leptos: leptos_options(), auth: Arc::new(auth) }
+        Self {
+            db,
+            featured_org,
+            leptos: leptos_options(),
+            auth: Arc::new(auth),
+            limits: Arc::new(crate::limits::ServerLimits::default()),
+        }
+    }
+
+    /// The same state with these request limits.
+    pub fn with_limits(mut self, limits: crate::limits::ServerLimits) -> Self {
+        self.limits = Arc::new(limits);
+        self
     }
 }
 
@@ -84,7 +98,7 @@ pub fn leptos_options() -> LeptosOptions {
 /// What every portal render gets in context: the data source and a way to set the response status.
 fn portal_context(state: &AppState) -> impl Fn() + Clone + Send + Sync + 'static {
     let (db, featured) = (state.db.clone(), state.featured_org);
-    let api = api_routes().with_state(state.clone());
+    let api = api_routes(state).with_state(state.clone());
     move || {
         // Per request: the data source reads as the person the request's session cookie names.
         let headers = use_context::<axum::http::request::Parts>().map(|p| p.headers).unwrap_or_default();
@@ -105,22 +119,74 @@ fn portal_context(state: &AppState) -> impl Fn() + Clone + Send + Sync + 'static
     }
 }
 
-/// The REST API's routes (also what portal pages call in-process, as the signed-in person).
-pub fn api_routes() -> Router<AppState> {
+/// The REST API's routes (also what portal pages call in-process, as the signed-in person). Reads that compute
+/// or stream a month (ledger, close, analytics, exports, metrics) take a turn of their organization's share of
+/// heavy reads first ([`heavy_read`]).
+pub fn api_routes(state: &AppState) -> Router<AppState> {
+    let heavy = Router::new()
+        .merge(crate::analytics::router())
+        .merge(crate::ledger::router())
+        .merge(crate::close::router())
+        .merge(crate::exports::router())
+        .merge(crate::metrics::router())
+        .route_layer(middleware::from_fn_with_state(state.clone(), heavy_read));
     Router::new()
         .merge(ingest::router())
-        .merge(crate::analytics::router())
         .merge(crate::policy::router())
         .merge(crate::tenancy::router())
         .merge(crate::usage::router())
         .merge(crate::training::router())
-        .merge(crate::ledger::router())
-        .merge(crate::close::router())
         .merge(crate::disputes::router())
         .merge(auth::router())
-        .merge(crate::exports::router())
-        .merge(crate::metrics::router())
         .merge(openapi::router())
+        .merge(heavy)
+}
+
+/// Waits for a turn of the caller's organization among its heavy reads ([`crate::limits::HeavyReads`]) and holds
+/// it until the answer's body is sent (a streamed export holds it to its last byte). The caller is authenticated
+/// here, so only a valid credential can use up an organization's turns; a request without one goes on to its
+/// handler, which refuses it.
+async fn heavy_read(
+    axum::extract::State(state): axum::extract::State<AppState>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let mut headers = request.headers().clone();
+    // Power BI's Web API key (OData) comes as a query parameter or its own header.
+    if !headers.contains_key(header::AUTHORIZATION)
+        && let Some(key) = api_key(&request)
+        && let Ok(value) = HeaderValue::from_str(&format!("Bearer {key}"))
+    {
+        headers.insert(header::AUTHORIZATION, value);
+    }
+    let Ok(principal) = auth::authenticate(&state.db, &headers).await else {
+        return next.run(request).await;
+    };
+    let permit = match state.limits.heavy.acquire(principal.org).await {
+        Ok(p) => p,
+        Err(e) => return e.into_response(),
+    };
+    let (parts, body) = next.run(request).await.into_parts();
+    let stream = futures::StreamExt::map(body.into_data_stream(), move |chunk| {
+        let _held = &permit;
+        chunk
+    });
+    Response::from_parts(parts, Body::from_stream(stream))
+}
+
+/// An API key sent as a query parameter or header (`api_key`, `ApiKeyName`, …), as OData clients do.
+fn api_key(request: &Request) -> Option<String> {
+    let query = request.uri().query().unwrap_or_default();
+    let from_query = form_urlencoded::parse(query.as_bytes())
+        .find(|(k, _)| crate::exports::odata::API_KEY_PARAMS.iter().any(|n| n.eq_ignore_ascii_case(k)))
+        .map(|(_, v)| v.into_owned());
+    from_query
+        .or_else(|| {
+            crate::exports::odata::API_KEY_HEADERS
+                .iter()
+                .find_map(|n| request.headers().get(*n).and_then(|v| v.to_str().ok()).map(str::to_string))
+        })
+        .filter(|k| !k.trim().is_empty() && k.len() < 512)
 }
 
 /// The whole application router.
@@ -135,7 +201,7 @@ pub fn router(state: AppState, http: &HttpOptions) -> Router {
     let fallback_options = state.leptos.clone();
     Router::new()
         .merge(health::router())
-        .merge(api_routes())
+        .merge(api_routes(&state))
         .merge(crate::portal::router())
         .merge(portal)
         // Unknown paths render the portal's own not-found page (status 404).
@@ -144,6 +210,7 @@ pub fn router(state: AppState, http: &HttpOptions) -> Router {
         }))
         .with_state(state)
         .layer(middleware::from_fn(csrf_guard))
+        .layer(middleware::from_fn(form_limits))
         .layer(RequestBodyLimitLayer::new(http.body_limit))
         .layer(TimeoutLayer::with_status_code(StatusCode::REQUEST_TIMEOUT, http.request_timeout))
         .layer(middleware::from_fn(crate::metrics::track))
@@ -248,13 +315,57 @@ async fn csrf_guard(request: Request, next: Next) -> Response {
     }
     let (parts, body) = request.into_parts();
     let Ok(bytes) = axum::body::to_bytes(body, FORM_LIMIT).await else {
-        return AppError::PayloadTooLarge.into_response();
+        return AppError::PayloadTooLarge(format!("a form larger than {FORM_LIMIT} bytes")).into_response();
     };
     let presented = form_urlencoded_field(&bytes, "csrf");
     if presented.as_deref() != Some(expected.as_str()) {
         return refused().into_response();
     }
     next.run(Request::from_parts(parts, Body::from(bytes))).await
+}
+
+/// Most fields in one form, and the longest field value (bytes, decoded): the portal's largest form (a cost
+/// policy draft with a rate per GPU class) has a few dozen fields of a few dozen bytes.
+pub const FORM_MAX_FIELDS: usize = 1_000;
+/// See [`FORM_MAX_FIELDS`].
+pub const FORM_MAX_VALUE_BYTES: usize = 64 * 1024;
+
+/// Bounds every form body (sign-in forms and the portal's `/ui/` forms alike): at most [`FORM_LIMIT`] bytes,
+/// [`FORM_MAX_FIELDS`] fields and [`FORM_MAX_VALUE_BYTES`] per value; a form over a limit is refused with 413 or
+/// 422 naming the field before any handler sees it.
+async fn form_limits(request: Request, next: Next) -> Response {
+    let is_form = request
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/x-www-form-urlencoded"));
+    if !is_form || matches!(*request.method(), Method::GET | Method::HEAD | Method::OPTIONS) {
+        return next.run(request).await;
+    }
+    let (parts, body) = request.into_parts();
+    let Ok(bytes) = axum::body::to_bytes(body, FORM_LIMIT).await else {
+        return AppError::PayloadTooLarge(format!("a form larger than {FORM_LIMIT} bytes")).into_response();
+    };
+    if let Err(e) = check_form(&bytes) {
+        return e.into_response();
+    }
+    next.run(Request::from_parts(parts, Body::from(bytes))).await
+}
+
+/// The form limits of [`form_limits`] on one body.
+pub fn check_form(body: &[u8]) -> Result<(), AppError> {
+    for (i, (k, v)) in form_urlencoded::parse(body).enumerate() {
+        if i >= FORM_MAX_FIELDS {
+            return Err(AppError::invalid("form", format!("more than {FORM_MAX_FIELDS} fields")));
+        }
+        if k.len() > 200 {
+            return Err(AppError::invalid("form", "a field name longer than 200 bytes"));
+        }
+        if v.len() > FORM_MAX_VALUE_BYTES {
+            return Err(AppError::invalid(k.into_owned(), format!("longer than {FORM_MAX_VALUE_BYTES} bytes")));
+        }
+    }
+    Ok(())
 }
 
 fn form_urlencoded_field(body: &[u8], name: &str) -> Option<String> {

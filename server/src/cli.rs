@@ -136,9 +136,57 @@ pub struct ServeArgs {
     /// Kubernetes Secret). An organization's file takes precedence over the secret stored with its provider.
     #[arg(long, env = "GPULEDGER_OIDC_SECRETS_DIR")]
     pub oidc_secrets_dir: Option<PathBuf>,
+    /// Milliseconds a request waits for a free database connection before it is answered 503 with Retry-After.
+    #[arg(long, env = "GPULEDGER_DB_ACQUIRE_TIMEOUT_MS", default_value_t = 3000)]
+    pub db_acquire_timeout_ms: u64,
+    /// PostgreSQL `statement_timeout` of every request's transaction, in seconds.
+    #[arg(long, env = "GPULEDGER_STATEMENT_TIMEOUT_SECS", default_value_t = 30)]
+    pub statement_timeout_secs: u64,
+    /// `statement_timeout` of exports (CSV, FOCUS, OData), which read whole months, in seconds.
+    #[arg(long, env = "GPULEDGER_EXPORT_STATEMENT_TIMEOUT_SECS", default_value_t = 300)]
+    pub export_statement_timeout_secs: u64,
+    /// Heavy reads (ledger previews, exports, OData pages, analytics) one organization may run at once; more
+    /// wait up to 10 s, then get 503 with Retry-After.
+    #[arg(long, env = "GPULEDGER_HEAVY_READS_PER_ORG", default_value_t = crate::limits::DEFAULT_HEAVY_READS_PER_ORG)]
+    pub heavy_reads_per_org: usize,
+    /// Largest agent batch once decompressed, in bytes (larger ones get 413).
+    #[arg(long, env = "GPULEDGER_INGEST_MAX_DECODED_BYTES", default_value_t = crate::ingest::DEFAULT_MAX_DECODED_BYTES)]
+    pub ingest_max_decoded_bytes: u64,
+    /// Days before its cluster's registration that a measured window (telemetry, model-server, training) may
+    /// start; older facts are refused with the reason.
+    #[arg(long, env = "GPULEDGER_INGEST_BACKFILL_DAYS", default_value_t = crate::limits::DEFAULT_BACKFILL_DAYS)]
+    pub ingest_backfill_days: i64,
 }
 
 impl ServeArgs {
+    /// Pool and statement limits from these options.
+    pub fn db_options(&self) -> db::DbOptions {
+        db::DbOptions {
+            max_connections: self.db_max_connections.max(1),
+            acquire_timeout: Duration::from_millis(self.db_acquire_timeout_ms.max(1)),
+            statement_timeout: Duration::from_secs(self.statement_timeout_secs.max(1)),
+            export_statement_timeout: Duration::from_secs(
+                self.export_statement_timeout_secs.max(self.statement_timeout_secs).max(1),
+            ),
+        }
+    }
+
+    /// Request limits from these options.
+    pub fn limits(&self) -> anyhow::Result<crate::limits::ServerLimits> {
+        if !(1..=3650).contains(&self.ingest_backfill_days) {
+            anyhow::bail!("--ingest-backfill-days: between 1 and 3650");
+        }
+        if self.ingest_max_decoded_bytes < 1024 * 1024 {
+            anyhow::bail!("--ingest-max-decoded-bytes: at least 1048576 (the agent sends batches of up to 8 MiB)");
+        }
+        let defaults = crate::limits::ServerLimits::default();
+        Ok(crate::limits::ServerLimits {
+            ingest: crate::ingest::IngestLimits { max_decoded_bytes: self.ingest_max_decoded_bytes, ..defaults.ingest },
+            backfill: time::Duration::days(self.ingest_backfill_days),
+            heavy: crate::limits::HeavyReads::new(self.heavy_reads_per_org, Duration::from_secs(10)),
+        })
+    }
+
     /// Sign-in settings from these options.
     pub fn auth(&self) -> anyhow::Result<crate::auth::AuthState> {
         if let Some(url) = &self.public_url
@@ -220,7 +268,7 @@ async fn start_embedded(cli: &Cli, data_dir: PathBuf) -> anyhow::Result<Embedded
 }
 
 /// Opens the database for serving: migrates when the login may, then opens the app pool.
-pub async fn open(cli: &Cli, data_dir: PathBuf, max_connections: u32) -> anyhow::Result<Target> {
+pub async fn open(cli: &Cli, data_dir: PathBuf, db_options: db::DbOptions) -> anyhow::Result<Target> {
     match &cli.database_url {
         Some(url) => {
             let login = {
@@ -248,7 +296,7 @@ pub async fn open(cli: &Cli, data_dir: PathBuf, max_connections: u32) -> anyhow:
                     AppLogin::Direct
                 }
             };
-            let db = Database::connect(url, login, max_connections).await?;
+            let db = Database::connect_with(url, login, db_options).await?;
             let readiness = db.readiness().await;
             if !readiness.is_ready() {
                 tracing::warn!(applied = ?readiness.applied, expected = ?readiness.expected,
@@ -258,7 +306,7 @@ pub async fn open(cli: &Cli, data_dir: PathBuf, max_connections: u32) -> anyhow:
         }
         None => {
             let pg = start_embedded(cli, data_dir).await?;
-            let db = Database::connect(&pg.app_url(), AppLogin::Direct, max_connections).await;
+            let db = Database::connect_with(&pg.app_url(), AppLogin::Direct, db_options).await;
             match db {
                 Ok(db) => Ok(Target { embedded: Some(pg), db }),
                 Err(e) => {
@@ -295,7 +343,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Token { command: TokenCommand::Create(args) } => {
             let data_dir = cli.data_dir.clone().unwrap_or_else(default_data_dir);
-            let target = open(&cli, data_dir, 2).await?;
+            let target = open(&cli, data_dir, db::DbOptions { max_connections: 2, ..db::DbOptions::default() }).await?;
             let result = create_token(&target.db, args).await;
             target.shutdown().await?;
             let token = result?;
@@ -389,7 +437,7 @@ struct DemoRun {
 }
 
 async fn serve(cli: &Cli, args: &ServeArgs, data_dir: PathBuf, demo: Option<DemoRun>) -> anyhow::Result<()> {
-    let target = open(cli, data_dir, args.db_max_connections).await?;
+    let target = open(cli, data_dir, args.db_options()).await?;
     if target.embedded.as_ref().is_some_and(|pg| !pg.is_owner()) {
         let pgdata = target.embedded.as_ref().map(|pg| pg.pgdata().display().to_string()).unwrap_or_default();
         target.shutdown().await?;
@@ -402,14 +450,16 @@ async fn serve(cli: &Cli, args: &ServeArgs, data_dir: PathBuf, demo: Option<Demo
             request_timeout: Duration::from_secs(args.request_timeout_secs),
             body_limit: args.body_limit_bytes,
         };
+        let limits = args.limits()?;
+        let _maintenance = crate::maintenance::spawn(target.db.clone());
         let Some(run) = demo else {
-            let state = AppState::with_auth(target.db.clone(), None, args.auth()?);
+            let state = AppState::with_auth(target.db.clone(), None, args.auth()?).with_limits(limits);
             app::serve(args.listen, app::router(state, &http)).await?;
             return anyhow::Ok(());
         };
         let org = demo::seed(&target.db).await?;
         tracing::info!(org = %org, "demo organization `demo` seeded");
-        let state = AppState::with_auth(target.db.clone(), Some(org), args.auth()?);
+        let state = AppState::with_auth(target.db.clone(), Some(org), args.auth()?).with_limits(limits);
         serve_demo(args.listen, app::router(state, &http), &target.db, org, run).await
     }
     .await;

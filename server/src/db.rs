@@ -95,10 +95,35 @@ pub enum AppLogin {
     SetRole,
 }
 
+/// Pool and per-transaction limits (flags of `serve` and `demo`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DbOptions {
+    /// Connections in the pool.
+    pub max_connections: u32,
+    /// How long a request waits for a free connection before it is answered 503 (`Retry-After`).
+    pub acquire_timeout: Duration,
+    /// `statement_timeout` of every organization transaction: no statement of a request runs longer.
+    pub statement_timeout: Duration,
+    /// `statement_timeout` of exports, which read whole months ([`OrgTx::allow_long_statements`]).
+    pub export_statement_timeout: Duration,
+}
+
+impl Default for DbOptions {
+    fn default() -> Self {
+        Self {
+            max_connections: 16,
+            acquire_timeout: Duration::from_secs(3),
+            statement_timeout: Duration::from_secs(30),
+            export_statement_timeout: Duration::from_secs(300),
+        }
+    }
+}
+
 /// The application's handle on PostgreSQL.
 #[derive(Clone)]
 pub struct Database {
     pool: PgPool,
+    options: DbOptions,
 }
 
 /// Readiness as `/readyz` reports it.
@@ -125,9 +150,15 @@ impl Database {
     /// Opens the application pool and proves it runs as a role that cannot bypass isolation: not a superuser,
     /// not BYPASSRLS, owning no relation. Refuses to return otherwise.
     pub async fn connect(url: &str, login: AppLogin, max_connections: u32) -> Result<Self, DbError> {
+        Self::connect_with(url, login, DbOptions { max_connections, ..DbOptions::default() }).await
+    }
+
+    /// [`Database::connect`] with explicit pool and statement limits.
+    pub async fn connect_with(url: &str, login: AppLogin, db_options: DbOptions) -> Result<Self, DbError> {
         let options = connect_options(url)?;
-        let mut pool_options =
-            PgPoolOptions::new().max_connections(max_connections).acquire_timeout(Duration::from_secs(5));
+        let mut pool_options = PgPoolOptions::new()
+            .max_connections(db_options.max_connections)
+            .acquire_timeout(db_options.acquire_timeout);
         if login == AppLogin::SetRole {
             pool_options = pool_options.after_connect(|conn, _meta| {
                 Box::pin(async move {
@@ -153,7 +184,12 @@ impl Database {
             pool.close().await;
             return Err(DbError::PrivilegedRole { role: role.name, reason: reason.into() });
         }
-        Ok(Self { pool })
+        Ok(Self { pool, options: db_options })
+    }
+
+    /// The limits this pool applies.
+    pub fn options(&self) -> DbOptions {
+        self.options
     }
 
     /// Begins a transaction scoped to one organization: every row it reads or writes in a tenant table is
@@ -188,18 +224,29 @@ impl Database {
         if !dept_scope.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == ',') {
             return Err(DbError::Url(format!("invalid department scope {dept_scope:?}")));
         }
+        // Every request's statements are bounded in time (a runaway filter or an unlucky plan cannot hold a
+        // connection for long); a transaction left idle is ended by the server too.
         let set = format!(
-            "SET LOCAL app.org_id = '{}'; SET LOCAL app.dept_scope = '{dept_scope}'",
-            org.as_uuid().hyphenated()
+            "SET LOCAL app.org_id = '{}'; SET LOCAL app.dept_scope = '{dept_scope}'; \
+             SET LOCAL statement_timeout = {}; SET LOCAL idle_in_transaction_session_timeout = {}",
+            org.as_uuid().hyphenated(),
+            millis(self.options.statement_timeout),
+            millis(self.options.statement_timeout.max(self.options.export_statement_timeout)),
         );
         (&mut *tx).execute(set.as_str()).await?;
-        Ok(OrgTx { tx, org })
+        Ok(OrgTx { tx, org, long_timeout: self.options.export_statement_timeout })
     }
 
     /// The only door that looks across organizations: resolving a slug and creating an organization, through
     /// SECURITY DEFINER functions that return nothing else.
     pub fn cross_org_directory(&self) -> CrossOrgDirectory<'_> {
         CrossOrgDirectory { pool: &self.pool }
+    }
+
+    /// The server's own upkeep across organizations (telemetry partitions): loudly named, like
+    /// [`Database::cross_org_directory`], and limited to SECURITY DEFINER functions that return counts.
+    pub fn cross_org_maintenance(&self) -> CrossOrgMaintenance<'_> {
+        CrossOrgMaintenance { pool: &self.pool }
     }
 
     /// Whether the database answers and its schema matches this binary.
@@ -231,10 +278,15 @@ impl Database {
     }
 }
 
+fn millis(d: Duration) -> u128 {
+    d.as_millis().max(1)
+}
+
 /// A transaction with `app.org_id` set for its lifetime.
 pub struct OrgTx {
     tx: Transaction<'static, Postgres>,
     org: OrgId,
+    long_timeout: Duration,
 }
 
 impl OrgTx {
@@ -246,6 +298,14 @@ impl OrgTx {
     /// The connection, for queries inside the transaction.
     pub fn conn(&mut self) -> &mut PgConnection {
         &mut self.tx
+    }
+
+    /// Lifts this transaction's `statement_timeout` to the export limit: exports read whole months and stream them,
+    /// but still end.
+    pub async fn allow_long_statements(&mut self) -> Result<(), DbError> {
+        let set = format!("SET LOCAL statement_timeout = {}", millis(self.long_timeout));
+        (&mut *self.tx).execute(set.as_str()).await?;
+        Ok(())
     }
 
     /// Commits; the organization setting ends with the transaction.
@@ -281,6 +341,24 @@ impl CrossOrgDirectory<'_> {
             .fetch_one(self.pool)
             .await?;
         Ok(OrgId::from_uuid(id))
+    }
+}
+
+/// See [`Database::cross_org_maintenance`].
+pub struct CrossOrgMaintenance<'a> {
+    pool: &'a PgPool,
+}
+
+impl CrossOrgMaintenance<'_> {
+    /// Makes the telemetry partitions of the months `from..=through` and of any month waiting in the default
+    /// partition; returns how many it made.
+    pub async fn telemetry_partitions(&self, from: time::Date, through: time::Date) -> Result<i32, DbError> {
+        let made: i32 = sqlx::query_scalar("SELECT gpuledger_maintain_telemetry_partitions($1, $2)")
+            .bind(from)
+            .bind(through)
+            .fetch_one(self.pool)
+            .await?;
+        Ok(made)
     }
 }
 

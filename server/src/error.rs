@@ -29,9 +29,9 @@ pub enum AppError {
     /// The request conflicts with the current state.
     #[error("conflict: {0}")]
     Conflict(String),
-    /// The body is larger than allowed.
-    #[error("payload too large")]
-    PayloadTooLarge,
+    /// The body is larger than allowed; the reason names the limit.
+    #[error("payload too large: {0}")]
+    PayloadTooLarge(String),
     /// Too many attempts from this client; try again after the given number of seconds.
     #[error("too many requests: try again in {0} s")]
     TooManyRequests(u64),
@@ -56,7 +56,7 @@ impl AppError {
             Self::Forbidden(_) => StatusCode::FORBIDDEN,
             Self::NotFound(_) => StatusCode::NOT_FOUND,
             Self::Conflict(_) => StatusCode::CONFLICT,
-            Self::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             Self::TooManyRequests(_) => StatusCode::TOO_MANY_REQUESTS,
             Self::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
@@ -93,6 +93,10 @@ impl From<gpuledger_core::DomainError> for AppError {
         }
     }
 }
+
+/// `Retry-After` of a 503: the pool waits this long for a connection before giving up, so a retry after it
+/// meets a different pool.
+pub const RETRY_UNAVAILABLE_SECS: u64 = 2;
 
 /// The problem document.
 #[derive(Debug, Serialize)]
@@ -136,6 +140,10 @@ impl IntoResponse for AppError {
             }
             Self::TooManyRequests(seconds) => {
                 headers.insert(header::RETRY_AFTER, HeaderValue::from(*seconds));
+            }
+            // Busy (the pool, or this organization's share of heavy reads): clients may try again shortly.
+            Self::Unavailable(_) => {
+                headers.insert(header::RETRY_AFTER, HeaderValue::from(RETRY_UNAVAILABLE_SECS));
             }
             _ => {}
         }

@@ -38,10 +38,8 @@ use crate::{
     auth,
     db::{DbError, OrgTx},
     error::AppError,
+    limits::{JsonGuard, JsonLimits, LimitHit},
 };
-
-/// Largest accepted batch after decompression.
-pub const MAX_DECODED_BYTES: u64 = 64 * 1024 * 1024;
 
 /// How far in the future a timestamp may be (clock skew between agent and server).
 const MAX_FUTURE_SKEW: Duration = Duration::minutes(10);
@@ -60,23 +58,25 @@ async fn post_batch(
     let Some(cluster) = principal.agent_cluster() else {
         return Err(AppError::Forbidden("only agent tokens may send facts".into()));
     };
-    let batch = decode(&headers, &body)?;
-    validate(&batch, OffsetDateTime::now_utc())?;
+    let batch = decode(&headers, &body, &state.limits.ingest)?;
+    drop(body);
     let mut tx = state.db.begin_org(principal.org).await?;
-    if let Some(claimed) = &batch.cluster {
-        let name: Option<String> =
-            sqlx::query_scalar("SELECT name FROM clusters WHERE cluster_id = $1 AND org_id = $2")
-                .bind(cluster.as_uuid())
-                .bind(principal.org.as_uuid())
-                .fetch_optional(tx.conn())
-                .await?;
-        if name.as_deref() != Some(claimed.as_str()) {
-            return Err(AppError::Forbidden(format!(
-                "this credential belongs to cluster {:?}, not {claimed:?}",
-                name.unwrap_or_default()
-            )));
-        }
+    let registered: Option<(String, OffsetDateTime)> =
+        sqlx::query_as("SELECT name, created_at FROM clusters WHERE cluster_id = $1 AND org_id = $2")
+            .bind(cluster.as_uuid())
+            .bind(principal.org.as_uuid())
+            .fetch_optional(tx.conn())
+            .await?;
+    let Some((name, registered_at)) = registered else {
+        return Err(AppError::Forbidden("this credential's cluster is not registered".into()));
+    };
+    if let Some(claimed) = &batch.cluster
+        && name != *claimed
+    {
+        return Err(AppError::Forbidden(format!("this credential belongs to cluster {name:?}, not {claimed:?}")));
     }
+    let window = Window { now: OffsetDateTime::now_utc(), floor: registered_at - state.limits.backfill };
+    validate(&batch, window)?;
     let ack = store(&mut tx, principal.org, cluster, &batch.facts).await?;
     record_contact(&mut tx, cluster, &batch).await?;
     tx.commit().await?;
@@ -117,61 +117,117 @@ async fn record_contact(tx: &mut OrgTx, cluster: ClusterId, batch: &Batch) -> Re
     Ok(())
 }
 
-/// Decompresses (gzip) and parses a batch; errors name the offending field.
-pub fn decode(headers: &HeaderMap, body: &[u8]) -> Result<Batch, AppError> {
+/// What one batch may make the server decode (docs/security.md, "Limits").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IngestLimits {
+    /// Largest batch after decompression (`--ingest-max-decoded-bytes`). The agent sends at most 8 MiB.
+    pub max_decoded_bytes: u64,
+    /// Shape of the JSON: checked while it is inflated, before anything is parsed.
+    pub json: JsonLimits,
+}
+
+impl Default for IngestLimits {
+    fn default() -> Self {
+        Self {
+            max_decoded_bytes: DEFAULT_MAX_DECODED_BYTES,
+            // A fact nests 4 levels deep and has a few dozen values; labels and annotations are the longest
+            // strings (Kubernetes caps a label value at 63 bytes, all annotations together at 256 KiB).
+            json: JsonLimits {
+                max_depth: 16,
+                max_string_bytes: 64 * 1024,
+                max_items: MAX_FACTS_PER_BATCH,
+                max_values: 100 * MAX_FACTS_PER_BATCH,
+            },
+        }
+    }
+}
+
+/// Default of [`IngestLimits::max_decoded_bytes`]: four times the agent's own batch ceiling (8 MiB).
+pub const DEFAULT_MAX_DECODED_BYTES: u64 = 32 * 1024 * 1024;
+
+/// Decompresses (gzip) and parses a batch; errors name the offending field. The JSON's shape is checked while it
+/// is inflated ([`JsonGuard`]), so a small body that expands to millions of values is refused after the first
+/// few kilobytes, and no JSON value is materialised for the refused part.
+pub fn decode(headers: &HeaderMap, body: &[u8], limits: &IngestLimits) -> Result<Batch, AppError> {
     let encoding = headers.get(header::CONTENT_ENCODING).and_then(|v| v.to_str().ok()).unwrap_or("identity");
-    let json: Vec<u8> = match encoding {
+    let mut guard = JsonGuard::new(limits.json);
+    let too_large = || {
+        AppError::PayloadTooLarge(format!(
+            "the batch is larger than {} bytes once decompressed (--ingest-max-decoded-bytes)",
+            limits.max_decoded_bytes
+        ))
+    };
+    let inflated: Vec<u8>;
+    let json: &[u8] = match encoding {
         "gzip" => {
             let mut out = Vec::new();
-            flate2::read::GzDecoder::new(body)
-                .take(MAX_DECODED_BYTES + 1)
-                .read_to_end(&mut out)
-                .map_err(|e| AppError::invalid("body", format!("not valid gzip: {e}")))?;
-            if out.len() as u64 > MAX_DECODED_BYTES {
-                return Err(AppError::PayloadTooLarge);
+            let mut decoder = flate2::read::GzDecoder::new(body);
+            let mut chunk = vec![0u8; 64 * 1024];
+            loop {
+                let n =
+                    decoder.read(&mut chunk).map_err(|e| AppError::invalid("body", format!("not valid gzip: {e}")))?;
+                if n == 0 {
+                    break;
+                }
+                if (out.len() + n) as u64 > limits.max_decoded_bytes {
+                    return Err(too_large());
+                }
+                guard.feed(&chunk[..n]).map_err(limit_error)?;
+                out.extend_from_slice(&chunk[..n]);
             }
-            out
+            inflated = out;
+            &inflated
         }
-        "identity" => body.to_vec(),
+        "identity" => {
+            if body.len() as u64 > limits.max_decoded_bytes {
+                return Err(too_large());
+            }
+            guard.feed(body).map_err(limit_error)?;
+            body
+        }
         other => {
             return Err(AppError::invalid("content-encoding", format!("unsupported encoding {other:?}")));
         }
     };
-    // Two steps, so errors name the exact field: the envelope first, then each fact by its kind (a flattened,
-    // internally tagged enum would lose the path inside a fact).
-    // Fast path: one pass straight into the typed batch. Only a batch that fails is parsed again, field by field,
-    // to name exactly what is wrong.
-    if let Ok(batch) = serde_json::from_slice::<Batch>(&json) {
+    // Fast path: one pass straight into the typed batch. Only a batch that fails is parsed again, fact by fact
+    // from its raw text (never as a tree of values), to name exactly what is wrong: the envelope first, then each
+    // fact by its kind (a flattened, internally tagged enum would lose the path inside a fact).
+    if let Ok(batch) = serde_json::from_slice::<Batch>(json) {
         return Ok(batch);
     }
-    let raw: RawBatch = parse_at("", &mut serde_json::Deserializer::from_slice(&json))?;
-    if raw.facts.len() > MAX_FACTS_PER_BATCH {
-        return Err(AppError::invalid(
-            "facts",
-            format!("{} facts; at most {MAX_FACTS_PER_BATCH} per batch", raw.facts.len()),
-        ));
-    }
+    let raw: RawBatch<'_> = parse_at("", &mut serde_json::Deserializer::from_slice(json))?;
     let mut facts = Vec::with_capacity(raw.facts.len());
-    for (i, mut value) in raw.facts.into_iter().enumerate() {
+    for (i, value) in raw.facts.into_iter().enumerate() {
         let at = format!("facts[{i}]");
-        let obj = value.as_object_mut().ok_or_else(|| AppError::invalid(at.clone(), "must be an object"))?;
-        let event_id: String = take(obj, &at, "event_id")?;
-        let observed_at: TimeField = take(obj, &at, "observed_at")?;
-        let kind: String = take(obj, &at, "kind")?;
+        let text = value.get();
+        if !text.starts_with('{') {
+            return Err(AppError::invalid(at, "must be an object"));
+        }
+        let head: FactHead = parse_at(&at, &mut serde_json::Deserializer::from_str(text))?;
+        let head_field = |name: &str, v: Option<serde_json::Value>| -> Result<serde_json::Value, AppError> {
+            v.ok_or_else(|| AppError::invalid(format!("{at}.{name}"), "missing"))
+        };
+        let event_id: String = serde_json::from_value(head_field("event_id", head.event_id)?)
+            .map_err(|e| AppError::invalid(format!("{at}.event_id"), e.to_string()))?;
+        let observed_at: TimeField = serde_json::from_value(head_field("observed_at", head.observed_at)?)
+            .map_err(|e| AppError::invalid(format!("{at}.observed_at"), e.to_string()))?;
+        let kind: String = serde_json::from_value(head_field("kind", head.kind)?)
+            .map_err(|e| AppError::invalid(format!("{at}.kind"), e.to_string()))?;
+        let de = || serde_json::Deserializer::from_str(text);
         let body = match kind.as_str() {
-            "allocation_started" => FactBody::AllocationStarted(parse_at(&at, value)?),
-            "allocation_ended" => FactBody::AllocationEnded(parse_at(&at, value)?),
-            "allocation_vanished" => FactBody::AllocationVanished(parse_at(&at, value)?),
-            "namespace_observed" => FactBody::NamespaceObserved(parse_at(&at, value)?),
-            "node_observed" => FactBody::NodeObserved(parse_at(&at, value)?),
-            "device_observed" => FactBody::DeviceObserved(parse_at(&at, value)?),
-            "device_assigned" => FactBody::DeviceAssigned(parse_at(&at, value)?),
-            "telemetry" => FactBody::Telemetry(parse_at(&at, value)?),
-            "gap" => FactBody::Gap(parse_at(&at, value)?),
-            "quota_observed" => FactBody::QuotaObserved(parse_at(&at, value)?),
-            "service_usage" => FactBody::ServiceUsage(parse_at(&at, value)?),
-            "endpoint_totals" => FactBody::EndpointTotals(parse_at(&at, value)?),
-            "training_progress" => FactBody::TrainingProgress(parse_at(&at, value)?),
+            "allocation_started" => FactBody::AllocationStarted(parse_at(&at, &mut de())?),
+            "allocation_ended" => FactBody::AllocationEnded(parse_at(&at, &mut de())?),
+            "allocation_vanished" => FactBody::AllocationVanished(parse_at(&at, &mut de())?),
+            "namespace_observed" => FactBody::NamespaceObserved(parse_at(&at, &mut de())?),
+            "node_observed" => FactBody::NodeObserved(parse_at(&at, &mut de())?),
+            "device_observed" => FactBody::DeviceObserved(parse_at(&at, &mut de())?),
+            "device_assigned" => FactBody::DeviceAssigned(parse_at(&at, &mut de())?),
+            "telemetry" => FactBody::Telemetry(parse_at(&at, &mut de())?),
+            "gap" => FactBody::Gap(parse_at(&at, &mut de())?),
+            "quota_observed" => FactBody::QuotaObserved(parse_at(&at, &mut de())?),
+            "service_usage" => FactBody::ServiceUsage(parse_at(&at, &mut de())?),
+            "endpoint_totals" => FactBody::EndpointTotals(parse_at(&at, &mut de())?),
+            "training_progress" => FactBody::TrainingProgress(parse_at(&at, &mut de())?),
             other => {
                 return Err(AppError::invalid(format!("{at}.kind"), format!("unknown kind {other:?}")));
             }
@@ -181,13 +237,35 @@ pub fn decode(headers: &HeaderMap, body: &[u8]) -> Result<Batch, AppError> {
     Ok(Batch { wire_version: raw.wire_version, agent: raw.agent, cluster: raw.cluster, facts })
 }
 
+/// A crossed JSON limit as the answer names it: too many facts is the `facts` field's own refusal.
+fn limit_error(hit: LimitHit) -> AppError {
+    let is_fact_count = hit.at.strip_prefix("facts[").is_some_and(|rest| rest.ends_with(']') && !rest.contains('['))
+        && hit.reason.contains("items in one array");
+    if is_fact_count {
+        return AppError::invalid(
+            "facts",
+            format!("more than {MAX_FACTS_PER_BATCH} facts; at most {MAX_FACTS_PER_BATCH} per batch"),
+        );
+    }
+    AppError::invalid(hit.at, hit.reason)
+}
+
 #[derive(serde::Deserialize)]
-struct RawBatch {
+struct RawBatch<'a> {
     wire_version: u32,
     agent: gpuledger_core::wire::AgentInfo,
     #[serde(default)]
     cluster: Option<String>,
-    facts: Vec<serde_json::Value>,
+    #[serde(borrow)]
+    facts: Vec<&'a serde_json::value::RawValue>,
+}
+
+/// The fields every fact has; the rest of the object is skipped here and read by its kind's type.
+#[derive(serde::Deserialize)]
+struct FactHead {
+    event_id: Option<serde_json::Value>,
+    observed_at: Option<serde_json::Value>,
+    kind: Option<serde_json::Value>,
 }
 
 #[derive(serde::Deserialize)]
@@ -210,17 +288,28 @@ where
     })
 }
 
-fn take<T: serde::de::DeserializeOwned>(
-    obj: &mut serde_json::Map<String, serde_json::Value>,
-    at: &str,
-    key: &str,
-) -> Result<T, AppError> {
-    let value = obj.remove(key).ok_or_else(|| AppError::invalid(format!("{at}.{key}"), "missing"))?;
-    serde_json::from_value(value).map_err(|e| AppError::invalid(format!("{at}.{key}"), e.to_string()))
+/// The times a batch's facts may carry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Window {
+    /// The server's clock: nothing may lie more than [`MAX_FUTURE_SKEW`] after it.
+    pub now: OffsetDateTime,
+    /// The earliest start of a measured window (telemetry, model-server and training figures) and the earliest
+    /// observation: the cluster's registration minus the backfill window. Allocation starts may be older (a pod
+    /// running since before the cluster joined is still charged from when the period began).
+    pub floor: OffsetDateTime,
 }
 
-/// Checks what serde cannot: versions, sizes, time order, times from the future.
-pub fn validate(batch: &Batch, now: OffsetDateTime) -> Result<(), AppError> {
+impl Window {
+    /// Any time up to now is acceptable (tools and tests that build batches by hand).
+    pub fn open(now: OffsetDateTime) -> Self {
+        Self { now, floor: OffsetDateTime::UNIX_EPOCH + Duration::days(365 * 30) }
+    }
+}
+
+/// Checks what serde cannot: versions, sizes, time order, times from the future or from before the cluster's
+/// backfill window.
+pub fn validate(batch: &Batch, window: Window) -> Result<(), AppError> {
+    let Window { now, floor } = window;
     if batch.wire_version != WIRE_VERSION {
         return Err(AppError::invalid(
             "wire_version",
@@ -246,6 +335,19 @@ pub fn validate(batch: &Batch, now: OffsetDateTime) -> Result<(), AppError> {
             return Err(AppError::invalid(field("event_id"), "must be 1 to 300 characters"));
         }
         future("observed_at", fact.observed_at)?;
+        let past = |name: &str, t: OffsetDateTime| -> Result<(), AppError> {
+            if t < floor {
+                return Err(AppError::invalid(
+                    field(name),
+                    format!(
+                        "{t} is before {floor}, the earliest time this cluster may report (its registration minus \
+                         the backfill window, --ingest-backfill-days)"
+                    ),
+                ));
+            }
+            Ok(())
+        };
+        past("observed_at", fact.observed_at)?;
         match &fact.body {
             FactBody::AllocationStarted(s) => {
                 future("started_at", s.started_at)?;
@@ -274,17 +376,28 @@ pub fn validate(batch: &Batch, now: OffsetDateTime) -> Result<(), AppError> {
                     return Err(AppError::invalid(field("window_end"), "must be after window_start"));
                 }
                 future("window_end", t.window_end)?;
+                past("window_start", t.window_start)?;
             }
             FactBody::Gap(g) => {
                 if g.to < g.from {
                     return Err(AppError::invalid(field("to"), "is before from"));
                 }
+                future("to", g.to)?;
             }
             FactBody::QuotaObserved(q) => future("since", q.since)?,
-            FactBody::ServiceUsage(u) => validate_service_usage(u, &field, &future)?,
-            FactBody::EndpointTotals(t) => validate_endpoint_totals(t, &field, &future)?,
-            FactBody::TrainingProgress(t) => crate::training::check_fact(t, &fact.event_id, now)
-                .map_err(|(name, reason)| AppError::invalid(field(name), reason))?,
+            FactBody::ServiceUsage(u) => {
+                validate_service_usage(u, &field, &future)?;
+                past("window_start", u.window_start)?;
+            }
+            FactBody::EndpointTotals(t) => {
+                validate_endpoint_totals(t, &field, &future)?;
+                past("window_start", t.window_start)?;
+            }
+            FactBody::TrainingProgress(t) => {
+                crate::training::check_fact(t, &fact.event_id, now)
+                    .map_err(|(name, reason)| AppError::invalid(field(name), reason))?;
+                past("reported_at", t.reported_at)?;
+            }
             FactBody::NodeObserved(_) | FactBody::DeviceObserved(_) | FactBody::DeviceAssigned(_) => {}
         }
     }
@@ -601,11 +714,8 @@ async fn store_telemetry(
     cluster: ClusterId,
     rollups: &[&TelemetryRollup],
 ) -> Result<u64, DbError> {
-    let months: BTreeSet<time::Date> =
-        rollups.iter().map(|t| t.window_start.date().replace_day(1).unwrap_or(t.window_start.date())).collect();
-    for month in months {
-        sqlx::query("SELECT gpuledger_ensure_telemetry_partition($1)").bind(month).execute(tx.conn()).await?;
-    }
+    // No DDL here: partitions are made ahead by the maintenance task; a window of a month without one waits in
+    // the default partition until the task makes it.
     let n = rollups.len();
     let mut gpu = Vec::with_capacity(n);
     let mut gi = Vec::with_capacity(n);
@@ -1589,4 +1699,150 @@ async fn apply_device(
     .execute(tx.conn())
     .await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use axum::http::HeaderValue;
+    use proptest::prelude::*;
+    use std::io::Write;
+
+    fn gzip(bytes: &[u8]) -> Vec<u8> {
+        let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+        e.write_all(bytes).unwrap();
+        e.finish().unwrap()
+    }
+
+    fn gzip_headers() -> HeaderMap {
+        let mut h = HeaderMap::new();
+        h.insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
+        h
+    }
+
+    fn refusal(r: Result<Batch, AppError>) -> (String, String) {
+        match r {
+            Err(AppError::Invalid { field, reason }) => (field, reason),
+            Err(AppError::PayloadTooLarge(reason)) => ("413".into(), reason),
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+    }
+
+    const ENVELOPE: &str = r#"{"wire_version":1,"agent":{"version":"x","mode":"cluster"},"facts":["#;
+
+    #[test]
+    fn a_gzip_bomb_of_tiny_values_is_refused_while_inflating() {
+        // 30 MB of `0,` in ~30 KB of gzip: refused at the 10,001st fact, long before it is all inflated.
+        let mut json = ENVELOPE.as_bytes().to_vec();
+        json.extend(std::iter::repeat_n(b"0,".as_slice(), 15_000_000).flatten());
+        json.extend_from_slice(b"0]}");
+        let body = gzip(&json);
+        assert!(body.len() < 100_000, "{}", body.len());
+        let (field, reason) = refusal(decode(&gzip_headers(), &body, &IngestLimits::default()));
+        assert_eq!(field, "facts");
+        assert!(reason.contains("at most 10000 per batch"), "{reason}");
+    }
+
+    #[test]
+    fn decoded_size_nesting_and_string_limits_are_named() {
+        let limits = IngestLimits { max_decoded_bytes: 1024 * 1024, ..IngestLimits::default() };
+        let strings = vec![format!("\"{}\"", "x".repeat(300)); 8_000].join(",");
+        let big = format!("{ENVELOPE}{strings}]}}");
+        let (field, reason) = refusal(decode(&gzip_headers(), &gzip(big.as_bytes()), &limits));
+        assert_eq!(field, "413");
+        assert!(reason.contains("larger than 1048576 bytes once decompressed"), "{reason}");
+        let (field, _) = refusal(decode(&HeaderMap::new(), big.as_bytes(), &limits));
+        assert_eq!(field, "413", "the same limit without compression");
+        let deep = format!("{ENVELOPE}{{\"labels\":{}1{}}}]}}", "[".repeat(40), "]".repeat(40));
+        let (field, reason) = refusal(decode(&HeaderMap::new(), deep.as_bytes(), &limits));
+        assert!(field.starts_with("facts[0].labels"), "{field}");
+        assert!(reason.contains("nested deeper than 16"), "{reason}");
+        let long = format!("{ENVELOPE}{{\"event_id\":\"{}\"}}]}}", "e".repeat(70_000));
+        let (field, reason) = refusal(decode(&HeaderMap::new(), long.as_bytes(), &limits));
+        assert_eq!(field, "facts[0].event_id");
+        assert!(reason.contains("longer than 65536"), "{reason}");
+    }
+
+    #[test]
+    fn a_bad_fact_is_named_without_parsing_the_batch_as_a_tree() {
+        let body = format!(
+            "{ENVELOPE}{{\"event_id\":\"a\",\"observed_at\":\"2026-11-01T00:00:00Z\",\"kind\":\"gap\",\"from\":\"2026-11-01T00:00:00Z\",\"to\":\"2026-11-01T00:01:00Z\",\"dropped\":1}},\
+             {{\"event_id\":\"b\",\"observed_at\":\"2026-11-01T00:00:00Z\",\"kind\":\"gap\",\"from\":\"yesterday\"}}]}}"
+        );
+        let (field, _) = refusal(decode(&HeaderMap::new(), body.as_bytes(), &IngestLimits::default()));
+        assert_eq!(field, "facts[1].from");
+        let body =
+            format!("{ENVELOPE}{{\"event_id\":\"a\",\"observed_at\":\"2026-11-01T00:00:00Z\",\"kind\":\"nope\"}}]}}");
+        let (field, reason) = refusal(decode(&HeaderMap::new(), body.as_bytes(), &IngestLimits::default()));
+        assert_eq!((field.as_str(), reason.contains("unknown kind")), ("facts[0].kind", true));
+        let body = format!("{ENVELOPE}{{\"observed_at\":\"2026-11-01T00:00:00Z\",\"kind\":\"gap\"}}]}}");
+        let (field, reason) = refusal(decode(&HeaderMap::new(), body.as_bytes(), &IngestLimits::default()));
+        assert_eq!((field.as_str(), reason.as_str()), ("facts[0].event_id", "missing"));
+        let body = format!("{ENVELOPE}7]}}");
+        let (field, reason) = refusal(decode(&HeaderMap::new(), body.as_bytes(), &IngestLimits::default()));
+        assert_eq!((field.as_str(), reason.as_str()), ("facts[0]", "must be an object"));
+    }
+
+    #[test]
+    fn windows_before_the_backfill_floor_or_in_the_future_are_refused_by_name() {
+        let now = OffsetDateTime::now_utc();
+        let window = Window { now, floor: now - Duration::days(30) };
+        let telemetry = |start: OffsetDateTime| {
+            let json = format!(
+                "{ENVELOPE}{{\"event_id\":\"t\",\"observed_at\":\"{o}\",\"kind\":\"telemetry\",\"node\":\"n\",\"gpu_uuid\":\"GPU-x\",\
+                 \"window_start\":\"{s}\",\"window_end\":\"{e}\",\"samples\":1,\"utilization_pct\":{{\"min\":0,\"avg\":0,\"max\":0}},\
+                 \"memory_used_mib\":{{\"min\":0,\"avg\":0,\"max\":0}},\"power_w\":{{\"min\":1,\"avg\":1,\"max\":1}}}}]}}",
+                o = now.format(&time::format_description::well_known::Rfc3339).unwrap(),
+                s = start.format(&time::format_description::well_known::Rfc3339).unwrap(),
+                e = (start + Duration::minutes(1)).format(&time::format_description::well_known::Rfc3339).unwrap(),
+            );
+            decode(&HeaderMap::new(), json.as_bytes(), &IngestLimits::default()).unwrap()
+        };
+        validate(&telemetry(now - Duration::days(29)), window).unwrap();
+        for start in [
+            time::macros::datetime!(0001-01-01 00:00 UTC),
+            time::macros::datetime!(1970-01-01 00:00 UTC),
+            now - Duration::days(31),
+        ] {
+            match validate(&telemetry(start), window) {
+                Err(AppError::Invalid { field, reason }) => {
+                    assert_eq!(field, "facts[0].window_start");
+                    assert!(reason.contains("--ingest-backfill-days"), "{reason}");
+                }
+                other => panic!("{start}: {other:?}"),
+            }
+        }
+        match validate(&telemetry(now + Duration::hours(1)), window) {
+            Err(AppError::Invalid { field, .. }) => assert_eq!(field, "facts[0].window_end"),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
+        /// Any bytes, plain or gzipped: decoded or refused (400/413/422), never a panic.
+        #[test]
+        fn any_body_is_answered(bytes in proptest::collection::vec(any::<u8>(), 0..1024), zip in any::<bool>()) {
+            let (headers, body) = if zip { (gzip_headers(), gzip(&bytes)) } else { (HeaderMap::new(), bytes) };
+            match decode(&headers, &body, &IngestLimits::default()) {
+                Ok(_) | Err(AppError::Invalid { .. } | AppError::PayloadTooLarge(_)) => {}
+                Err(other) => prop_assert!(false, "{other:?}"),
+            }
+        }
+
+        /// Batches assembled from the wire's own pieces in any order: answered, never a panic; a batch that
+        /// decodes has at most the facts allowed.
+        #[test]
+        fn any_piece_soup_is_answered(parts in proptest::collection::vec(proptest::sample::select(vec![
+            "{", "}", "[", "]", ",", ":", "\"facts\"", "\"wire_version\"", "1", "\"agent\"", "{\"version\":\"x\",\"mode\":\"node\"}",
+            "\"event_id\"", "\"e\"", "\"observed_at\"", "\"2026-11-01T00:00:00Z\"", "\"kind\"", "\"gap\"", "\"telemetry\"",
+            "\"from\"", "\"to\"", "\"dropped\"", "null", "\"\\u0000\"", "\"\\\"\"", "-0.5e99",
+        ]), 0..80)) {
+            let text = parts.concat();
+            if let Ok(b) = decode(&HeaderMap::new(), text.as_bytes(), &IngestLimits::default()) {
+                prop_assert!(b.facts.len() <= MAX_FACTS_PER_BATCH);
+            }
+        }
+    }
 }

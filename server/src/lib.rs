@@ -14,6 +14,8 @@ pub mod exports;
 pub mod health;
 pub mod ingest;
 pub mod ledger;
+pub mod limits;
+pub mod maintenance;
 pub mod metrics;
 pub mod openapi;
 pub mod policy;

@@ -97,11 +97,20 @@ pub async fn audit_from(
     Ok(())
 }
 
-/// Parses a JSON request body; the error names the field (`policy.classes[0].borrowed`) and the reason.
+/// Largest JSON body of the REST API (agents' batches and gateways' usage records have their own limits).
+pub const MAX_API_BODY_BYTES: usize = 1024 * 1024;
+
+/// Parses a JSON request body; the error names the field (`policy.classes[0].borrowed`) and the reason. The
+/// body's shape is checked first against [`crate::limits::JsonLimits::API`].
 pub fn json_body<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, AppError> {
     if bytes.is_empty() {
         return Err(AppError::invalid("body", "a JSON body is required"));
     }
+    if bytes.len() > MAX_API_BODY_BYTES {
+        return Err(AppError::PayloadTooLarge(format!("a JSON body larger than {MAX_API_BODY_BYTES} bytes")));
+    }
+    crate::limits::JsonGuard::check(crate::limits::JsonLimits::API, bytes)
+        .map_err(|hit| AppError::invalid(hit.at, hit.reason))?;
     let de = &mut serde_json::Deserializer::from_slice(bytes);
     serde_path_to_error::deserialize(de).map_err(|e| {
         let path = e.path().to_string();

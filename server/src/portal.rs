@@ -560,7 +560,7 @@ async fn via_api(
     back: &str,
     next: impl FnOnce(&serde_json::Value) -> String,
 ) -> Response {
-    let api = crate::app::api_routes().with_state(state.clone());
+    let api = crate::app::api_routes(state).with_state(state.clone());
     match call_api(api, headers, method, path, Some(body.to_string())).await {
         Ok(answer) if (200..300).contains(&answer.status) => Redirect::to(&next(&answer.body)).into_response(),
         Ok(answer) if answer.status == 401 => Redirect::to(&format!("/login?next={back}")).into_response(),

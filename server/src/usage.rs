@@ -107,6 +107,10 @@ pub fn parse_records(body: &[u8], now: OffsetDateTime) -> Result<Vec<UsageRecord
     parse_ndjson(body, MAX_RECORDS, "records", |r| check(r, now))
 }
 
+/// Shape of one NDJSON record (a usage record or a training report: a flat object of a dozen short fields).
+const RECORD_LIMITS: crate::limits::JsonLimits =
+    crate::limits::JsonLimits { max_depth: 4, max_string_bytes: 4096, max_items: 200, max_values: 1_000 };
+
 /// Parses an NDJSON body (one JSON object per line; blank lines skipped) into at most `max` values, each checked by
 /// `check`. Every refusal names `line N` and the field, so a sender can fix the line and resend the whole body.
 pub(crate) fn parse_ndjson<T: serde::de::DeserializeOwned>(
@@ -125,6 +129,9 @@ pub(crate) fn parse_ndjson<T: serde::de::DeserializeOwned>(
         if out.len() == max {
             return Err(AppError::invalid("body", format!("more than {max} {what}; send them in parts")));
         }
+        // A record is a flat object of short fields: its shape is bounded before it is parsed.
+        crate::limits::JsonGuard::check(RECORD_LIMITS, line.as_bytes())
+            .map_err(|hit| AppError::invalid(format!("line {n}: {}", hit.at), hit.reason))?;
         let de = &mut serde_json::Deserializer::from_str(line);
         let value: T = serde_path_to_error::deserialize(de).map_err(|e| {
             let path = e.path().to_string();

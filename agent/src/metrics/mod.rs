@@ -64,6 +64,9 @@ pub enum ParseErrorReason {
     /// `# HELP` or `# TYPE` without a metric name, or `# TYPE` without a type.
     #[error("incomplete # {0} line")]
     IncompleteDescriptor(&'static str),
+    /// A limit of [`prom`] was crossed (samples per scrape, labels per sample, line length).
+    #[error("{0}")]
+    Limit(String),
 }
 
 #[cfg(test)]

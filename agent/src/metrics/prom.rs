@@ -90,11 +90,30 @@ impl Exposition {
     }
 }
 
-/// Parses a whole scrape.
+/// Largest scrape body the agent reads (a DCGM exporter on an 8-GPU node writes ~200 KiB, vLLM ~100 KiB).
+pub const MAX_BODY_BYTES: usize = 16 * 1024 * 1024;
+/// Most samples in one scrape.
+pub const MAX_SAMPLES: usize = 200_000;
+/// Most labels on one sample (DCGM writes about a dozen).
+pub const MAX_LABELS: usize = 64;
+/// Longest line.
+pub const MAX_LINE_BYTES: usize = 64 * 1024;
+
+/// Parses a whole scrape, within [`MAX_BODY_BYTES`], [`MAX_SAMPLES`], [`MAX_LABELS`] and [`MAX_LINE_BYTES`].
 pub fn parse(text: &str) -> Result<Exposition, ParseError> {
     let mut out = Exposition::default();
+    if text.len() > MAX_BODY_BYTES {
+        return Err(ParseError {
+            line: 1,
+            reason: ParseErrorReason::Limit(format!("the scrape is larger than {MAX_BODY_BYTES} bytes")),
+        });
+    }
     for (i, raw) in text.split('\n').enumerate() {
         let line_no = i + 1;
+        if raw.len() > MAX_LINE_BYTES {
+            let reason = ParseErrorReason::Limit(format!("a line longer than {MAX_LINE_BYTES} bytes"));
+            return Err(ParseError { line: line_no, reason });
+        }
         let line = raw.strip_suffix('\r').unwrap_or(raw).trim_start_matches([' ', '\t']);
         if line.trim_end_matches([' ', '\t']).is_empty() {
             continue;
@@ -103,6 +122,9 @@ pub fn parse(text: &str) -> Result<Exposition, ParseError> {
         if let Some(comment) = line.strip_prefix('#') {
             parse_comment(comment, &mut out).map_err(err)?;
         } else {
+            if out.samples.len() == MAX_SAMPLES {
+                return Err(err(ParseErrorReason::Limit(format!("more than {MAX_SAMPLES} samples"))));
+            }
             out.samples.push(parse_sample(line).map_err(err)?);
         }
     }
@@ -277,6 +299,9 @@ fn parse_sample(line: &str) -> Result<Sample, ParseErrorReason> {
             if labels.contains_key(&label) {
                 return Err(ParseErrorReason::DuplicateLabel(label));
             }
+            if labels.len() == MAX_LABELS {
+                return Err(ParseErrorReason::Limit(format!("more than {MAX_LABELS} labels on one sample")));
+            }
             labels.insert(label, value);
             c.skip_blanks();
             match c.peek() {
@@ -416,7 +441,39 @@ mod tests {
         assert_eq!(error("# TYPE onlyname").reason, ParseErrorReason::IncompleteDescriptor("TYPE"));
     }
 
+    #[test]
+    fn limits_are_named_with_their_line() {
+        let labels = (0..=MAX_LABELS).map(|i| format!("l{i}=\"x\"")).collect::<Vec<_>>().join(",");
+        let e = error(&format!("# HELP m h\nm{{{labels}}} 1"));
+        assert_eq!(e.line, 2);
+        assert!(matches!(e.reason, ParseErrorReason::Limit(ref m) if m.contains("labels")));
+        let e = error(&format!("m{{l=\"{}\"}} 1", "x".repeat(MAX_LINE_BYTES)));
+        assert!(matches!(e.reason, ParseErrorReason::Limit(ref m) if m.contains("line longer")));
+        let many = "m 1\n".repeat(MAX_SAMPLES + 1);
+        let e = error(&many);
+        assert_eq!(e.line, MAX_SAMPLES + 1);
+        assert!(parse(&"m 1\n".repeat(MAX_SAMPLES)).is_ok());
+    }
+
     proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig { cases: 3000, ..Default::default() })]
+        /// Any text at all: parsed or refused with a line number inside the text, never a panic.
+        #[test]
+        fn any_text_is_answered(text in "(\\PC|[\n\r\t\\\"{}=,# ]){0,300}") {
+            if let Err(e) = parse(&text) {
+                proptest::prop_assert!(e.line >= 1 && e.line <= text.split('\n').count());
+            }
+        }
+
+        /// Lines built from the format's own pieces in any order: parsed or refused, never a panic.
+        #[test]
+        fn any_line_soup_is_answered(parts in proptest::collection::vec(proptest::sample::select(vec![
+            "m", "m_total", "{", "}", "l=", "\"v\"", "\"\\\"\"", ",", " ", "1", "-Inf", "NaN", "1e9", "# TYPE m counter",
+            "# HELP m x", "\n", "\r\n", "\t", "9", "\"", "\\", "=",
+        ]), 0..80)) {
+            let _ = parse(&parts.concat());
+        }
+
         /// Any label value survives escaping and parsing unchanged.
         #[test]
         fn escaped_label_values_round_trip(v in "\\PC*", x in proptest::num::f64::NORMAL) {

@@ -433,4 +433,58 @@ mod tests {
         assert_eq!(snake("LineId"), "line_id");
         assert_eq!(snake("Period"), "period");
     }
+
+    /// Reads one RFC 4180 field back (the test's own reader, independent of the writer).
+    fn read_field(bytes: &[u8]) -> Option<String> {
+        if bytes.first() != Some(&b'"') {
+            let s = std::str::from_utf8(bytes).ok()?;
+            return (!s.contains([',', '"', '\r', '\n'])).then(|| s.to_string());
+        }
+        let inner = bytes.get(1..bytes.len().checked_sub(1)?)?;
+        if bytes.last() != Some(&b'"') || bytes.len() < 2 {
+            return None;
+        }
+        let mut out = Vec::new();
+        let mut i = 0;
+        while i < inner.len() {
+            if inner[i] == b'"' {
+                if inner.get(i + 1) != Some(&b'"') {
+                    return None; // a lone quote inside a quoted field
+                }
+                i += 1;
+            }
+            out.push(inner[i]);
+            i += 1;
+        }
+        String::from_utf8(out).ok()
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig { cases: 5000, ..Default::default() })]
+        /// Any text: the cell is one well-formed CSV field that reads back as the text itself, or, when a spreadsheet
+        /// would take it for a formula, as the text behind a `'`; nothing it writes starts a formula.
+        #[test]
+        fn any_text_is_one_safe_csv_field(s in "(\\PC|[\r\n\t\",=+@\\-]|\u{0}){0,64}") {
+            let mut out = Vec::new();
+            csv_cell(&mut out, &Cell::Text(std::borrow::Cow::Borrowed(&s)));
+            let back = read_field(&out);
+            proptest::prop_assert!(back.is_some(), "not one field: {:?}", String::from_utf8_lossy(&out));
+            let back = back.unwrap_or_default();
+            proptest::prop_assert!(!is_formula_like(&back), "a spreadsheet would run {:?}", back);
+            if is_formula_like(&s) {
+                proptest::prop_assert_eq!(back, format!("'{s}"));
+            } else {
+                proptest::prop_assert_eq!(&back, &s);
+            }
+        }
+
+        /// Any text as a JSON string literal reads back unchanged.
+        #[test]
+        fn any_text_is_a_json_string(s in "(\\PC|[\\x00-\\x1f\"\\\\])*") {
+            let mut out = Vec::new();
+            json_string(&mut out, &s);
+            let back: String = serde_json::from_slice(&out).unwrap();
+            proptest::prop_assert_eq!(back, s);
+        }
+    }
 }

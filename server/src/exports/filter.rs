@@ -204,10 +204,12 @@ enum TextFn {
     EndsWith,
 }
 
+/// `and`/`or` chains are flat lists (not a tree as deep as the chain is long), so the only recursion left is the
+/// nesting the parser bounds ([`MAX_DEPTH`]).
 #[derive(Debug, Clone)]
 enum Expr {
-    Or(Box<Expr>, Box<Expr>),
-    And(Box<Expr>, Box<Expr>),
+    Or(Vec<Expr>),
+    And(Vec<Expr>),
     Not(Box<Expr>),
     Cmp(Op, Operand, Operand),
     Call(TextFn, Operand, Operand),
@@ -218,7 +220,21 @@ struct Parser<'a> {
     tokens: Vec<Token>,
     pos: usize,
     source: &'a Source,
+    /// Open parentheses, `not`s and function calls around the current position.
+    depth: usize,
+    /// Conditions seen so far (comparisons, `in` alternatives, text functions).
+    terms: usize,
 }
+
+/// Longest `$filter`, in characters. Power BI's incremental refresh sends about 100; a slicer folded into a long
+/// `or` chain of 200 names stays under 10,000.
+pub const MAX_FILTER_CHARS: usize = 16 * 1024;
+/// Deepest nesting of parentheses, `not` and functions. Power BI nests a handful of levels.
+pub const MAX_DEPTH: usize = 32;
+/// Most conditions in one filter (each alternative of an `in` list counts).
+pub const MAX_TERMS: usize = 500;
+/// Most values in one `in` list.
+pub const MAX_IN_LIST: usize = 500;
 
 const ARITHMETIC: [&str; 6] = ["add", "sub", "mul", "div", "divby", "mod"];
 
@@ -248,39 +264,62 @@ impl Parser<'_> {
         }
     }
 
+    /// Enters one level of nesting; refused past [`MAX_DEPTH`].
+    fn enter(&mut self) -> Result<(), FilterError> {
+        self.depth += 1;
+        if self.depth > MAX_DEPTH {
+            return Err(bad(format!("$filter nests deeper than {MAX_DEPTH} levels (parentheses, not, functions)")));
+        }
+        Ok(())
+    }
+
+    /// Counts one condition; refused past [`MAX_TERMS`].
+    fn term(&mut self) -> Result<(), FilterError> {
+        self.terms += 1;
+        if self.terms > MAX_TERMS {
+            return Err(bad(format!("$filter has more than {MAX_TERMS} conditions")));
+        }
+        Ok(())
+    }
+
     fn or(&mut self) -> Result<Expr, FilterError> {
-        let mut left = self.and()?;
+        let mut parts = vec![self.and()?];
         while self.peek_word() == Some("or") {
             self.pos += 1;
-            let right = self.and()?;
-            left = Expr::Or(Box::new(left), Box::new(right));
+            parts.push(self.and()?);
         }
-        Ok(left)
+        Ok(if parts.len() == 1 { parts.remove(0) } else { Expr::Or(parts) })
     }
 
     fn and(&mut self) -> Result<Expr, FilterError> {
-        let mut left = self.not()?;
+        let mut parts = vec![self.not()?];
         while self.peek_word() == Some("and") {
             self.pos += 1;
-            let right = self.not()?;
-            left = Expr::And(Box::new(left), Box::new(right));
+            parts.push(self.not()?);
         }
-        Ok(left)
+        Ok(if parts.len() == 1 { parts.remove(0) } else { Expr::And(parts) })
     }
 
     fn not(&mut self) -> Result<Expr, FilterError> {
         if self.peek_word() == Some("not") {
             self.pos += 1;
-            return Ok(Expr::Not(Box::new(self.not()?)));
+            self.enter()?;
+            let inner = self.not()?;
+            self.depth -= 1;
+            return Ok(Expr::Not(Box::new(inner)));
         }
         self.comparison()
     }
 
     fn comparison(&mut self) -> Result<Expr, FilterError> {
         let left = self.primary()?;
-        let Some(w) = self.peek_word().map(str::to_string) else { return Ok(left) };
+        let Some(w) = self.peek_word().map(str::to_string) else {
+            self.term()?;
+            return Ok(left);
+        };
         if let Some(op) = Op::parse(&w) {
             self.pos += 1;
+            self.term()?;
             let a = operand_of(left)?;
             let b = operand_of(self.primary()?)?;
             return Ok(Expr::Cmp(op, a, b));
@@ -289,25 +328,30 @@ impl Parser<'_> {
             self.pos += 1;
             let a = operand_of(left)?;
             self.expect(&Token::Open, "`(` after `in`")?;
-            let mut alternatives: Option<Expr> = None;
+            let mut alternatives: Vec<Expr> = Vec::new();
             loop {
+                if alternatives.len() == MAX_IN_LIST {
+                    return Err(bad(format!("the list after `in` has more than {MAX_IN_LIST} values")));
+                }
+                self.term()?;
                 let b = operand_of(self.primary()?)?;
-                let e = Expr::Cmp(Op::Eq, a.clone(), b);
-                alternatives = Some(match alternatives {
-                    None => e,
-                    Some(prev) => Expr::Or(Box::new(prev), Box::new(e)),
-                });
+                alternatives.push(Expr::Cmp(Op::Eq, a.clone(), b));
                 match self.next() {
                     Some(Token::Comma) => {}
                     Some(Token::Close) => break,
                     _ => return Err(bad("expected `,` or `)` in the list after `in`")),
                 }
             }
-            return alternatives.ok_or_else(|| bad("empty list after `in`"));
+            return match alternatives.len() {
+                0 => Err(bad("empty list after `in`")),
+                1 => Ok(alternatives.remove(0)),
+                _ => Ok(Expr::Or(alternatives)),
+            };
         }
         if ARITHMETIC.contains(&w.as_str()) || w == "has" {
             return Err(unsupported(format!("the `{w}` operator is not supported in $filter")));
         }
+        self.term()?;
         Ok(left)
     }
 
@@ -315,8 +359,10 @@ impl Parser<'_> {
         match self.next() {
             None => Err(bad("the expression ends too early")),
             Some(Token::Open) => {
+                self.enter()?;
                 let e = self.or()?;
                 self.expect(&Token::Close, "`)`")?;
+                self.depth -= 1;
                 Ok(e)
             }
             Some(Token::Str(s)) => Ok(Expr::Value(Operand::Lit(Lit::Str(s)))),
@@ -372,14 +418,18 @@ impl Parser<'_> {
             return Err(unsupported(format!("the function `{name}` is not supported in $filter")));
         }
         self.expect(&Token::Open, "`(`")?;
+        self.enter()?;
         let first = operand_of(self.or()?)?;
         if let Some(f) = text_fn {
+            self.term()?;
             self.expect(&Token::Comma, &format!("`,` in {name}()"))?;
             let second = operand_of(self.or()?)?;
             self.expect(&Token::Close, "`)`")?;
+            self.depth -= 1;
             return Ok(Expr::Call(f, first, second));
         }
         self.expect(&Token::Close, "`)`")?;
+        self.depth -= 1;
         Ok(Expr::Value(Operand::Fn(val_fn.unwrap_or(ValFn::Trim), Box::new(first))))
     }
 }
@@ -575,10 +625,15 @@ impl Compiler<'_> {
         Ok(self.args.push(arg))
     }
 
+    fn join(&mut self, parts: &[Expr], with: &str) -> Result<String, FilterError> {
+        let sql = parts.iter().map(|p| self.expr(p)).collect::<Result<Vec<_>, _>>()?;
+        Ok(format!("({})", sql.join(with)))
+    }
+
     fn expr(&mut self, e: &Expr) -> Result<String, FilterError> {
         Ok(match e {
-            Expr::Or(a, b) => format!("({} OR {})", self.expr(a)?, self.expr(b)?),
-            Expr::And(a, b) => format!("({} AND {})", self.expr(a)?, self.expr(b)?),
+            Expr::Or(parts) => self.join(parts, " OR ")?,
+            Expr::And(parts) => self.join(parts, " AND ")?,
             Expr::Not(a) => format!("(NOT {})", self.expr(a)?),
             Expr::Value(Operand::Lit(Lit::Bool(b))) => if *b { "TRUE" } else { "FALSE" }.to_string(),
             Expr::Value(o) => {
@@ -654,9 +709,10 @@ fn parse_month(s: &str) -> Result<Date, FilterError> {
 /// Narrows `[from, before)` (month starts) by the top-level conjuncts on `Period` / `PeriodStart`.
 fn month_bounds(e: &Expr, from: &mut Option<OffsetDateTime>, before: &mut Option<OffsetDateTime>) {
     match e {
-        Expr::And(a, b) => {
-            month_bounds(a, from, before);
-            month_bounds(b, from, before);
+        Expr::And(parts) => {
+            for p in parts {
+                month_bounds(p, from, before);
+            }
         }
         Expr::Cmp(op, a, b) => {
             let (op, prop, lit) = match (a, b) {
@@ -709,7 +765,7 @@ fn month_bounds(e: &Expr, from: &mut Option<OffsetDateTime>, before: &mut Option
 /// Whether `e` is exactly what [`month_bounds`] makes of it (see [`Compiled::months_only`]).
 fn months_only(e: &Expr) -> bool {
     match e {
-        Expr::And(a, b) => months_only(a) && months_only(b),
+        Expr::And(parts) => parts.iter().all(months_only),
         Expr::Cmp(op, a, b) => {
             let (op, prop, lit) = match (a, b) {
                 (Operand::Prop(c), Operand::Lit(l)) => (*op, c, l),
@@ -735,11 +791,14 @@ fn months_only(e: &Expr) -> bool {
 
 /// Parses and compiles `$filter` for `source`; parameters are appended to `args`.
 pub fn compile(source: &'static Source, scoped: bool, filter: &str, args: &mut Args) -> Result<Compiled, FilterError> {
+    if filter.chars().count() > MAX_FILTER_CHARS {
+        return Err(bad(format!("$filter is longer than {MAX_FILTER_CHARS} characters")));
+    }
     let tokens = tokenize(filter)?;
     if tokens.is_empty() {
         return Err(bad("$filter is empty"));
     }
-    let mut parser = Parser { tokens, pos: 0, source };
+    let mut parser = Parser { tokens, pos: 0, source, depth: 0, terms: 0 };
     let expr = parser.or()?;
     if let Some(t) = parser.peek() {
         return Err(match t {
@@ -783,7 +842,7 @@ mod tests {
         let (s, _) = sql("TenantId eq null or Corrects ge 'a' or 5 lt PolicyVersion");
         assert_eq!(
             s,
-            "((((l.tenant_id) IS NULL) OR COALESCE((l.corrects) >= $1::text, false)) OR ((l.policy_version) > $2::numeric))"
+            "(((l.tenant_id) IS NULL) OR COALESCE((l.corrects) >= $1::text, false) OR ((l.policy_version) > $2::numeric))"
         );
         let (s, a) = sql("PeriodStart ge 2026-09-01T00:00:00Z and PeriodStart lt 2026-10-01T02:00:00+02:00");
         assert!(s.contains(">= $1::timestamptz") && s.contains("< $2::timestamptz"), "{s}");
@@ -853,5 +912,133 @@ mod tests {
         assert!(matches!(err("1 eq 1"), FilterError::Bad(_)));
         assert!(matches!(err("Tenant eq 'a' Term"), FilterError::Bad(_)));
         assert!(compile(&LEDGER_LINES, false, "", &mut args).is_err());
+    }
+
+    #[test]
+    fn limits_are_named_and_nothing_overflows() {
+        let err = |f: &str| compile(&LEDGER_LINES, false, f, &mut Args::default()).unwrap_err();
+        for n in [MAX_DEPTH + 1, 300, 3000, 100_000 / 2] {
+            let f = format!("{}PolicyVersion gt 1{}", "(".repeat(n), ")".repeat(n));
+            let e = err(&f);
+            assert!(
+                matches!(&e, FilterError::Bad(m) if m.contains("deeper than 32") || m.contains("longer than")),
+                "depth {n}: {e:?}"
+            );
+        }
+        let ok = format!("{}PolicyVersion gt 1{}", "(".repeat(MAX_DEPTH), ")".repeat(MAX_DEPTH));
+        compile(&LEDGER_LINES, false, &ok, &mut Args::default()).unwrap();
+        let nots = format!("{}PolicyVersion gt 1", "not ".repeat(MAX_DEPTH + 1));
+        assert!(matches!(err(&nots), FilterError::Bad(m) if m.contains("deeper")));
+        let list = |n: usize| (0..n).map(|i| format!("'x{i}'")).collect::<Vec<_>>().join(",");
+        assert!(
+            matches!(err(&format!("LineId in ({})", list(1500))), FilterError::Bad(m) if m.contains("more than 500 values"))
+        );
+        compile(&LEDGER_LINES, false, &format!("LineId in ({})", list(MAX_IN_LIST)), &mut Args::default()).unwrap();
+        let chain = (0..=MAX_TERMS).map(|i| format!("Tenant eq 't{i}'")).collect::<Vec<_>>().join(" or ");
+        assert!(matches!(err(&chain), FilterError::Bad(m) if m.contains("more than 500 conditions")));
+        let long = format!("Tenant eq '{}'", "a".repeat(MAX_FILTER_CHARS));
+        assert!(matches!(err(&long), FilterError::Bad(m) if m.contains("longer than 16384")));
+        // A long flat chain within the limits compiles to one flat SQL list, not a nested one.
+        let chain = (0..MAX_TERMS).map(|i| format!("Tenant eq 't{i}'")).collect::<Vec<_>>().join(" or ");
+        let (s, args) = sql(&chain);
+        assert_eq!(args.len(), MAX_TERMS);
+        assert!(s.starts_with("((l.tenant)") || s.starts_with("(("), "{}", &s[..40]);
+        assert_eq!(s.matches('(').count(), s.matches(')').count());
+    }
+
+    mod fuzz {
+        #![allow(clippy::unwrap_used)]
+        use super::super::*;
+        use crate::exports::sources::LEDGER_LINES;
+        use proptest::prelude::*;
+
+        fn token() -> impl Strategy<Value = String> {
+            prop_oneof![
+                Just("(".to_string()),
+                Just(")".to_string()),
+                Just(",".to_string()),
+                Just(" ".to_string()),
+                Just("'".to_string()),
+                Just("''".to_string()),
+                prop::sample::select(vec![
+                    "and",
+                    "or",
+                    "not",
+                    "in",
+                    "eq",
+                    "ne",
+                    "gt",
+                    "ge",
+                    "lt",
+                    "le",
+                    "add",
+                    "has",
+                    "null",
+                    "true",
+                    "BilledCost",
+                    "PolicyVersion",
+                    "Tenant",
+                    "Period",
+                    "PeriodStart",
+                    "LineId",
+                    "contains",
+                    "tolower",
+                    "year",
+                    "length",
+                    "1",
+                    "-2.5e3",
+                    "2026-09-01",
+                    "2026-09-01T00:00:00Z",
+                    "'2026-09'",
+                    "'x'",
+                    "$it",
+                    "a/b",
+                    "0f8fad5b-d9cb-469f-a165-70867728950e",
+                    "\u{0}",
+                    "é",
+                ])
+                .prop_map(str::to_string),
+            ]
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig { cases: 3000, ..ProptestConfig::default() })]
+            /// Any sequence of OData-ish tokens: compiles or is refused, never panics; what compiles has balanced
+            /// parentheses and one bound parameter per placeholder.
+            #[test]
+            fn any_token_soup_is_answered(tokens in proptest::collection::vec(token(), 0..60)) {
+                let f = tokens.join(" ");
+                let mut args = Args::default();
+                if let Ok(c) = compile(&LEDGER_LINES, false, &f, &mut args) {
+                    prop_assert_eq!(c.sql.matches('(').count(), c.sql.matches(')').count());
+                    for i in 1..=args.0.len() {
+                        let placeholder = format!("${i}");
+                        prop_assert!(c.sql.contains(&placeholder));
+                    }
+                }
+            }
+
+            /// Arbitrary text (any characters) up to twice the length limit: answered, never a panic.
+            #[test]
+            fn any_text_is_answered(f in ".{0,400}") {
+                let _ = compile(&LEDGER_LINES, false, &f, &mut Args::default());
+            }
+
+            /// Nesting of any depth, with any mix of parentheses, `not` and functions: refused past the limit,
+            /// never a stack overflow.
+            #[test]
+            fn any_nesting_is_bounded(depth in 0usize..5000, kind in 0u8..3) {
+                let (open, close) = match kind {
+                    0 => ("(", ")"),
+                    1 => ("not (", ")"),
+                    _ => ("tolower(", ")"),
+                };
+                let inner = if kind == 2 { "Tenant" } else { "PolicyVersion gt 1" };
+                let mut f = open.repeat(depth) + inner + &close.repeat(depth);
+                if kind == 2 { f.push_str(" eq 'a'"); }
+                let r = compile(&LEDGER_LINES, false, &f, &mut Args::default());
+                if depth > MAX_DEPTH { prop_assert!(r.is_err()); }
+            }
+        }
     }
 }

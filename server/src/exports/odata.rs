@@ -39,9 +39,9 @@ pub const MAX_PAGE: i64 = 5000;
 
 /// Query parameter names taken as a Web API key (Power BI's `ApiKeyName` names the parameter; any of these,
 /// compared without case).
-const API_KEY_PARAMS: [&str; 4] = ["api_key", "apikey", "api-key", "apikeyname"];
+pub(crate) const API_KEY_PARAMS: [&str; 4] = ["api_key", "apikey", "api-key", "apikeyname"];
 /// Headers taken as a Web API key.
-const API_KEY_HEADERS: [&str; 2] = ["x-api-key", "api-key"];
+pub(crate) const API_KEY_HEADERS: [&str; 2] = ["x-api-key", "api-key"];
 
 // ---------------------------------------------------------------- errors
 
@@ -131,7 +131,7 @@ impl StatusOf for AppError {
             AppError::Forbidden(_) => StatusCode::FORBIDDEN,
             AppError::NotFound(_) => StatusCode::NOT_FOUND,
             AppError::Conflict(_) => StatusCode::CONFLICT,
-            AppError::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            AppError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             AppError::TooManyRequests(_) => StatusCode::TOO_MANY_REQUESTS,
             AppError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             AppError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
@@ -152,6 +152,15 @@ impl From<crate::db::DbError> for ODataError {
 }
 
 // ---------------------------------------------------------------- options
+
+/// Longest value of a query option other than `$filter` (which has its own limits, [`filter::MAX_FILTER_CHARS`]).
+const MAX_OPTION_CHARS: usize = 4096;
+/// Largest `$top` (pages are at most the server's page size anyway).
+const MAX_TOP: i64 = 1_000_000_000;
+/// Largest `$skip`: beyond any table this service holds for one organization; the statement timeout bounds the rest.
+const MAX_SKIP: i64 = 1_000_000_000;
+/// Most items in `$select` or `$orderby`.
+const MAX_LIST_ITEMS: usize = 64;
 
 /// The query options of a request.
 #[derive(Debug, Default)]
@@ -184,18 +193,24 @@ impl Options {
                 return Err(ODataError::bad("query", format!("{k} is given twice")));
             }
             seen.push(k.clone());
-            let number =
-                |name: &'static str, v: &str| -> Result<i64, ODataError> {
-                    v.trim().parse::<i64>().ok().filter(|n| *n >= 0).ok_or_else(|| {
-                        ODataError::bad(name, format!("{name} must be a non-negative integer, not `{v}`"))
-                    })
-                };
+            let number = |name: &'static str, v: &str, max: i64| -> Result<i64, ODataError> {
+                let n = v.trim().parse::<i64>().ok().filter(|n| *n >= 0).ok_or_else(|| {
+                    ODataError::bad(name, format!("{name} must be a non-negative integer, not `{v}`"))
+                })?;
+                if n > max {
+                    return Err(ODataError::bad(name, format!("{name} may be at most {max}")));
+                }
+                Ok(n)
+            };
+            if k != "$filter" && v.chars().count() > MAX_OPTION_CHARS {
+                return Err(ODataError::bad("query", format!("{k} is longer than {MAX_OPTION_CHARS} characters")));
+            }
             match k.as_str() {
                 "$filter" => o.filter = Some(v),
                 "$select" => o.select = Some(v),
                 "$orderby" => o.orderby = Some(v),
-                "$top" => o.top = Some(number("$top", &v)?),
-                "$skip" => o.skip = Some(number("$skip", &v)?),
+                "$top" => o.top = Some(number("$top", &v, MAX_TOP)?),
+                "$skip" => o.skip = Some(number("$skip", &v, MAX_SKIP)?),
                 "$count" => {
                     o.count = match v.as_str() {
                         "true" => true,
@@ -342,6 +357,9 @@ pub async fn metadata(State(state): State<AppState>, headers: HeaderMap, RawQuer
 // ---------------------------------------------------------------- collections
 
 fn parse_select(source: &'static Source, s: &str) -> Result<Vec<&'static Column>, ODataError> {
+    if s.split(',').count() > MAX_LIST_ITEMS {
+        return Err(ODataError::bad("$select", format!("more than {MAX_LIST_ITEMS} items")));
+    }
     let mut out: Vec<&'static Column> = Vec::new();
     for item in s.split(',').map(str::trim) {
         if item == "*" {
@@ -361,6 +379,9 @@ fn parse_select(source: &'static Source, s: &str) -> Result<Vec<&'static Column>
 }
 
 fn parse_orderby(select: &Select, s: &str) -> Result<Vec<String>, ODataError> {
+    if s.split(',').count() > MAX_LIST_ITEMS {
+        return Err(ODataError::bad("$orderby", format!("more than {MAX_LIST_ITEMS} items")));
+    }
     let mut out = Vec::new();
     for item in s.split(',').map(str::trim) {
         let mut words = item.split_whitespace();
@@ -501,6 +522,7 @@ async fn prepare(state: &AppState, set: &str, headers: &HeaderMap, raw: Option<&
 /// Runs `sql` in the caller's transaction with UTC as the session time zone.
 async fn begin(state: &AppState, p: &Principal) -> Result<crate::db::OrgTx, ODataError> {
     let mut tx = p.begin(&state.db).await?;
+    tx.allow_long_statements().await?;
     sqlx::query("SET LOCAL TimeZone = 'UTC'").execute(tx.conn()).await?;
     sqlx::query("SET LOCAL jit = off").execute(tx.conn()).await?;
     Ok(tx)
