@@ -177,7 +177,7 @@ async fn every_attack_is_refused_by_name_and_the_server_and_the_other_organizati
     }
 
     // 5. Forged tokens naming the victim's organization: 401, and the victim's audit log says so.
-    let forged = format!("glt_{}_{}", victim.simple(), "A".repeat(43));
+    let forged = format!("glt_{}_{}", victim.simple(), "a".repeat(64));
     for _ in 0..5 {
         let (status, _) = answer(http.get(format!("{base}/api/v1/ledger?period=2026-11")).bearer_auth(&forged)).await;
         assert_eq!(status, 401);

@@ -425,6 +425,21 @@ async fn token_principal(db: &Database, token: &str, source: &str) -> Result<Pri
     .bind(org.as_uuid())
     .fetch_optional(tx.conn())
     .await?;
+    if row.is_none() && refusal_due(org, source) {
+        // A token naming this organization that is not one of its live tokens (forged, revoked, expired): the
+        // organization's admins see it. At most one record per client address and minute, and only for an
+        // organization that exists, so forged tokens cannot flood anyone's audit log.
+        sqlx::query(
+            "INSERT INTO audit_log (org_id, audit_id, actor, action, target, source, reason)
+             SELECT $1, gen_random_uuid(), 'anonymous', 'token.refused', '', $2,
+                    'a token naming this organization is not one of its live tokens (forged, revoked or expired)'
+              WHERE EXISTS (SELECT 1 FROM organizations WHERE org_id = $1)",
+        )
+        .bind(org.as_uuid())
+        .bind(source)
+        .execute(tx.conn())
+        .await?;
+    }
     tx.commit().await?;
     let (token_id, scope, cluster, departments) = row.ok_or(AppError::Unauthorized)?;
     let scope = match (scope.as_str(), cluster) {
@@ -435,6 +450,30 @@ async fn token_principal(db: &Database, token: &str, source: &str) -> Result<Pri
         _ => return Err(AppError::Unauthorized),
     };
     Ok(Principal::for_token(org, token_id, scope))
+}
+
+/// Whether a refused token from `source` should be audited in `org` now: once per organization, address and
+/// minute (in memory, per replica; the map is emptied when it grows past 10,000 entries).
+fn refusal_due(org: OrgId, source: &str) -> bool {
+    use std::{
+        collections::HashMap,
+        sync::{Mutex, OnceLock, PoisonError},
+        time::{Duration, Instant},
+    };
+    static LAST: OnceLock<Mutex<HashMap<(OrgId, String), Instant>>> = OnceLock::new();
+    let mut last = LAST.get_or_init(Default::default).lock().unwrap_or_else(PoisonError::into_inner);
+    if last.len() > 10_000 {
+        last.clear();
+    }
+    let now = Instant::now();
+    let key = (org, source.chars().take(100).collect::<String>());
+    match last.get(&key) {
+        Some(at) if now.duration_since(*at) < Duration::from_secs(60) => false,
+        _ => {
+            last.insert(key, now);
+            true
+        }
+    }
 }
 
 /// How long a join token stays valid.
