@@ -136,11 +136,28 @@ pub struct ServeArgs {
     /// Kubernetes Secret). An organization's file takes precedence over the secret stored with its provider.
     #[arg(long, env = "GPULEDGER_OIDC_SECRETS_DIR")]
     pub oidc_secrets_dir: Option<PathBuf>,
+    /// Accept an identity provider issuer over plain `http://` when its host is loopback (a provider on the same
+    /// machine, as in tests). Otherwise issuers must be https.
+    #[arg(long, env = "GPULEDGER_OIDC_ALLOW_HTTP_LOOPBACK")]
+    pub oidc_allow_http_loopback: bool,
+    /// Accept an identity provider whose host resolves to a loopback, private, link-local or unique-local address
+    /// (a provider inside your own network). Otherwise such issuers are refused, so an organization admin cannot
+    /// make the server reach internal services.
+    #[arg(long, env = "GPULEDGER_OIDC_ALLOW_PRIVATE_ISSUER")]
+    pub oidc_allow_private_issuer: bool,
+    /// Reverse proxies (comma-separated IP addresses or CIDR ranges) whose `X-Forwarded-For` names the client
+    /// for rate limits and the audit log. Default: none (the TCP peer is the client).
+    #[arg(long, env = "GPULEDGER_TRUSTED_PROXIES", default_value = "")]
+    pub trusted_proxies: String,
+    /// Let `serve` run with a DATABASE_URL that logs in as a superuser (development only; it migrates and
+    /// serves as gpuledger_app via SET ROLE). Without it `serve` refuses such a URL. Not needed by `demo`.
+    #[arg(long, env = "GPULEDGER_ALLOW_SUPERUSER_DATABASE_URL")]
+    pub allow_superuser_database_url: bool,
 }
 
 impl ServeArgs {
-    /// Sign-in settings from these options.
-    pub fn auth(&self) -> anyhow::Result<crate::auth::AuthState> {
+    /// Sign-in settings from these options; `demo_mode` only for `demo` (it offers the demo sign-in).
+    pub fn auth(&self, demo_mode: bool) -> anyhow::Result<crate::auth::AuthState> {
         if let Some(url) = &self.public_url
             && !(url.starts_with("https://") || url.starts_with("http://"))
         {
@@ -156,7 +173,16 @@ impl ServeArgs {
                 public_url: self.public_url.clone(),
             },
             limits: crate::auth::limits::RateLimits::new(self.login_rate_per_minute.max(1), Duration::from_secs(60)),
-            providers: crate::auth::oidc::Providers::with_secrets_dir(self.oidc_secrets_dir.clone()),
+            providers: crate::auth::oidc::Providers::new(
+                self.oidc_secrets_dir.clone(),
+                crate::auth::oidc::IssuerPolicy {
+                    allow_http_loopback: self.oidc_allow_http_loopback,
+                    allow_private: self.oidc_allow_private_issuer,
+                },
+            ),
+            demo_mode,
+            trusted_proxies: crate::auth::net::Cidr::parse_list(&self.trusted_proxies)
+                .map_err(|e| anyhow::anyhow!("--trusted-proxies: {e}"))?,
         })
     }
 }
@@ -219,8 +245,11 @@ async fn start_embedded(cli: &Cli, data_dir: PathBuf) -> anyhow::Result<Embedded
     Ok(pg)
 }
 
-/// Opens the database for serving: migrates when the login may, then opens the app pool.
-pub async fn open(cli: &Cli, data_dir: PathBuf, max_connections: u32) -> anyhow::Result<Target> {
+/// Opens the database for serving: migrates when the login may, then opens the app pool. A superuser
+/// DATABASE_URL is refused unless `superuser_ok` (`demo`, `token create`, or `serve
+/// --allow-superuser-database-url`); the embedded default database is not a URL the operator gave and is always
+/// fine.
+pub async fn open(cli: &Cli, data_dir: PathBuf, max_connections: u32, superuser_ok: bool) -> anyhow::Result<Target> {
     match &cli.database_url {
         Some(url) => {
             let login = {
@@ -228,6 +257,15 @@ pub async fn open(cli: &Cli, data_dir: PathBuf, max_connections: u32) -> anyhow:
                 let mut conn = sqlx::PgConnection::connect_with(&db::connect_options(url)?).await?;
                 let role = db::role_info(&mut conn).await?;
                 conn.close().await?;
+                if role.superuser && !superuser_ok {
+                    anyhow::bail!(
+                        "DATABASE_URL logs in as the superuser {:?}: `serve` refuses it (a superuser bypasses \
+                         row-level security). Log in as gpuledger_app and run `gpuledger-server migrate` \
+                         separately, or, for development only, pass --allow-superuser-database-url \
+                         (GPULEDGER_ALLOW_SUPERUSER_DATABASE_URL=true)",
+                        role.name
+                    );
+                }
                 if role.superuser {
                     tracing::warn!(
                         role = %role.name,
@@ -295,7 +333,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Token { command: TokenCommand::Create(args) } => {
             let data_dir = cli.data_dir.clone().unwrap_or_else(default_data_dir);
-            let target = open(&cli, data_dir, 2).await?;
+            let target = open(&cli, data_dir, 2, true).await?;
             let result = create_token(&target.db, args).await;
             target.shutdown().await?;
             let token = result?;
@@ -389,7 +427,8 @@ struct DemoRun {
 }
 
 async fn serve(cli: &Cli, args: &ServeArgs, data_dir: PathBuf, demo: Option<DemoRun>) -> anyhow::Result<()> {
-    let target = open(cli, data_dir, args.db_max_connections).await?;
+    let superuser_ok = demo.is_some() || args.allow_superuser_database_url;
+    let target = open(cli, data_dir, args.db_max_connections, superuser_ok).await?;
     if target.embedded.as_ref().is_some_and(|pg| !pg.is_owner()) {
         let pgdata = target.embedded.as_ref().map(|pg| pg.pgdata().display().to_string()).unwrap_or_default();
         target.shutdown().await?;
@@ -403,13 +442,13 @@ async fn serve(cli: &Cli, args: &ServeArgs, data_dir: PathBuf, demo: Option<Demo
             body_limit: args.body_limit_bytes,
         };
         let Some(run) = demo else {
-            let state = AppState::with_auth(target.db.clone(), None, args.auth()?);
+            let state = AppState::with_auth(target.db.clone(), None, args.auth(false)?);
             app::serve(args.listen, app::router(state, &http)).await?;
             return anyhow::Ok(());
         };
         let org = demo::seed(&target.db).await?;
         tracing::info!(org = %org, "demo organization `demo` seeded");
-        let state = AppState::with_auth(target.db.clone(), Some(org), args.auth()?);
+        let state = AppState::with_auth(target.db.clone(), Some(org), args.auth(true)?);
         serve_demo(args.listen, app::router(state, &http), &target.db, org, run).await
     }
     .await;
