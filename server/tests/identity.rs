@@ -106,7 +106,7 @@ async fn an_oidc_sign_in_starts_only_with_a_post_from_this_site() {
     let a = send(&app, form("/auth/login", None, "org=demo", Some("http://localhost"))).await;
     assert_eq!(a.status, StatusCode::SERVICE_UNAVAILABLE, "{}", a.body);
     let detail: Value = serde_json::from_str(&a.body).unwrap();
-    assert_eq!(detail["detail"], "the identity provider is not available right now");
+    assert_eq!(detail["detail"], "service unavailable: the identity provider is not available right now");
 }
 
 async fn put_issuer(app: &axum::Router, token: &str, issuer: &str) -> (StatusCode, Value) {
