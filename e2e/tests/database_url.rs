@@ -61,3 +61,22 @@ async fn serve_reports_not_ready_until_migrated() {
     assert!(server.stop("INT", Duration::from_secs(30)).unwrap().success());
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `serve` refuses a DATABASE_URL that logs in as a superuser (it would bypass row-level security) unless
+/// `--allow-superuser-database-url` says this is development; `demo` needs no flag.
+#[tokio::test]
+async fn serve_refuses_a_superuser_url_unless_explicitly_allowed() {
+    let db = fresh_database().await.unwrap();
+    let dir = temp_dir("gl-e2e-superuser").unwrap();
+    let env = [("DATABASE_URL", Some(db.admin_url.as_str())), ("GPULEDGER_ALLOW_SUPERUSER_DATABASE_URL", None)];
+    let mut refused = ServerProcess::start(&["serve"], &env, None, &dir.join("refused.log")).unwrap();
+    let status = refused.wait_exit(Duration::from_secs(60)).unwrap();
+    assert!(!status.success(), "{}", refused.log_text());
+    assert!(refused.log_text().contains("--allow-superuser-database-url"), "{}", refused.log_text());
+    let mut allowed =
+        ServerProcess::start(&["serve", "--allow-superuser-database-url"], &env, None, &dir.join("allowed.log"))
+            .unwrap();
+    allowed.wait_ready(Duration::from_secs(60)).unwrap();
+    assert!(allowed.stop("TERM", Duration::from_secs(30)).unwrap().success());
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -11,13 +11,16 @@ use gpuledger_e2e::{
     fresh_database,
     oidc::{OidcProvider, confirm_logout, fill_login_form},
     oidc_walk::HttpWalker,
-    process::{ServerProcess, create_token, start_demo, temp_dir},
+    process::{ServerProcess, create_token, temp_dir},
 };
 use reqwest::{StatusCode, header};
 use serde_json::{Value, json};
 
 const CLIENT_ID: &str = "gpuledger";
 const CLIENT_SECRET: &str = "e2e-client-secret-0123456789";
+/// The test provider listens on http://127.0.0.1: the server must be told to accept such an issuer.
+const LOOPBACK: (&str, Option<&str>) = ("GPULEDGER_OIDC_ALLOW_HTTP_LOOPBACK", Some("true"));
+const PRIVATE: (&str, Option<&str>) = ("GPULEDGER_OIDC_ALLOW_PRIVATE_ISSUER", Some("true"));
 
 struct Setup {
     server: ServerProcess,
@@ -30,7 +33,14 @@ struct Setup {
 /// and role mappings made through the admin API.
 async fn setup(dir: &std::path::Path) -> (Setup, gpuledger_e2e::TestDatabase) {
     let db = fresh_database().await.unwrap();
-    let server = start_demo(&db.admin_url, &dir.join("server.log")).unwrap();
+    let mut server = ServerProcess::start(
+        &["demo"],
+        &[("DATABASE_URL", Some(db.admin_url.as_str())), ("GPULEDGER_DEMO_HISTORY", Some("false")), LOOPBACK, PRIVATE],
+        None,
+        &dir.join("server.log"),
+    )
+    .unwrap();
+    server.wait_ready(Duration::from_secs(60)).unwrap();
     let provider = OidcProvider::start(
         CLIENT_ID,
         CLIENT_SECRET,
@@ -122,9 +132,22 @@ async fn each_role_signs_in_with_the_provider_lands_on_its_page_and_signs_out() 
     assert_eq!(count, 8);
 }
 
-/// Starts a sign-in on the server like a browser would; returns the provider URL and the pending-login cookie.
+/// Starts a sign-in on the server like the login page's button does (a POST from this site); returns the provider
+/// URL and the pending-login cookie.
 async fn start_login(s: &Setup) -> (String, String) {
-    let r = s.http.get(format!("{}/auth/login", s.server.base)).send().await.unwrap();
+    // A link (GET) only leads to the login page.
+    let r = s.http.get(format!("{}/auth/login?org=demo", s.server.base)).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::SEE_OTHER);
+    assert_eq!(r.headers()[header::LOCATION], "/login?org=demo");
+    assert!(r.headers().get(header::SET_COOKIE).is_none());
+    let r = s
+        .http
+        .post(format!("{}/auth/login", s.server.base))
+        .header(header::ORIGIN, &s.server.base)
+        .form(&[("org", "demo")])
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), StatusCode::SEE_OTHER);
     let cookie = r.headers()[header::SET_COOKIE].to_str().unwrap().split(';').next().unwrap().to_string();
     assert!(cookie.starts_with("gl_login="), "{cookie}");
@@ -249,6 +272,8 @@ async fn a_client_secret_mounted_as_a_file_signs_in_and_is_never_stored() {
             ("DATABASE_URL", Some(db.admin_url.as_str())),
             ("GPULEDGER_DEMO_HISTORY", Some("false")),
             ("GPULEDGER_OIDC_SECRETS_DIR", Some(secrets.to_str().unwrap())),
+            LOOPBACK,
+            PRIVATE,
         ],
         None,
         &dir.join("server.log"),

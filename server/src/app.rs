@@ -5,7 +5,7 @@ use std::{net::SocketAddr, sync::Arc, time::Duration};
 use axum::{
     Router,
     body::Body,
-    extract::{ConnectInfo, FromRef, Request},
+    extract::{ConnectInfo, FromRef, Request, State},
     http::{HeaderName, HeaderValue, Method, StatusCode, header},
     middleware::{self, Next},
     response::{IntoResponse, Response},
@@ -66,6 +66,11 @@ impl AppState {
         Self::with_auth(db, featured_org, AuthState::default())
     }
 
+    /// State of a `demo` run: `org` featured and the demo sign-in offered (tests use it the same way).
+    pub fn demo(db: Database, org: OrgId) -> Self {
+        Self::with_auth(db, Some(org), AuthState { demo_mode: true, ..AuthState::default() })
+    }
+
     /// State with the given sign-in settings.
     pub fn with_auth(db: Database, featured_org: Option<OrgId>, auth: AuthState) -> Self {
         Self {
@@ -97,13 +102,13 @@ pub fn leptos_options() -> LeptosOptions {
 
 /// What every portal render gets in context: the data source and a way to set the response status.
 fn portal_context(state: &AppState) -> impl Fn() + Clone + Send + Sync + 'static {
-    let (db, featured) = (state.db.clone(), state.featured_org);
+    let (db, featured, demo_mode) = (state.db.clone(), state.featured_org, state.auth.demo_mode);
     let api = api_routes(state).with_state(state.clone());
     move || {
         // Per request: the data source reads as the person the request's session cookie names.
         let headers = use_context::<axum::http::request::Parts>().map(|p| p.headers).unwrap_or_default();
         provide_context(PortalDataHandle::new(
-            DbPortalData::for_request(db.clone(), featured, headers).with_api(api.clone()),
+            DbPortalData::for_request(db.clone(), featured, headers).with_api(api.clone()).with_demo_mode(demo_mode),
         ));
         // Leptos adds small inline scripts (resource bookkeeping); they run only with this response's nonce.
         if let (Some(nonce), Some(options)) = (leptos::nonce::use_nonce(), use_context::<ResponseOptions>())
@@ -199,6 +204,7 @@ pub fn router(state: AppState, http: &HttpOptions) -> Router {
         move || shell(leptos_options.clone()),
     );
     let fallback_options = state.leptos.clone();
+    let auth = state.auth.clone();
     Router::new()
         .merge(health::router())
         .merge(api_routes(&state))
@@ -220,7 +226,7 @@ pub fn router(state: AppState, http: &HttpOptions) -> Router {
             tracing::info_span!("http", method = %request.method(), path = %request.uri().path(), request_id)
         }))
         .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
-        .layer(middleware::from_fn(peer))
+        .layer(middleware::from_fn_with_state(auth, peer))
         .layer(security_headers())
 }
 
@@ -270,20 +276,33 @@ fn csp(nonce: Option<&str>) -> String {
     )
 }
 
-/// Records the client's address in [`auth::PEER_HEADER`] (replacing anything the client sent), for audit
-/// records. Without connection info (in-process tests) it is `local`.
-async fn peer(mut request: Request, next: Next) -> Response {
-    let address = request
-        .extensions()
-        .get::<ConnectInfo<SocketAddr>>()
-        .map(|c| c.0.ip().to_string())
-        .unwrap_or_else(|| "local".to_string());
+/// Per request, before anything else: records the client's address in [`auth::PEER_HEADER`] (replacing anything
+/// the client sent) for rate limits and audit records — the TCP peer, or behind a trusted proxy
+/// (`--trusted-proxies`) the right-most `X-Forwarded-For` hop that is not one; without connection info
+/// (in-process calls) it is `local`. Keeps only the session cookie name this deployment uses, and adds HSTS when
+/// the public URL is https.
+async fn peer(State(auth): State<Arc<AuthState>>, mut request: Request, next: Next) -> Response {
+    let address = match request.extensions().get::<ConnectInfo<SocketAddr>>() {
+        Some(c) => {
+            let forwarded = request.headers().get_all("x-forwarded-for").iter().filter_map(|v| v.to_str().ok());
+            auth::net::client_address(c.0.ip(), forwarded, &auth.trusted_proxies).to_string()
+        }
+        None => "local".to_string(),
+    };
+    let secure = auth.sessions.secure(request.headers());
     let headers = request.headers_mut();
     headers.remove(auth::PEER_HEADER);
     if let Ok(v) = HeaderValue::from_str(&address) {
         headers.insert(auth::PEER_HEADER, v);
     }
-    next.run(request).await
+    session::keep_deployment_cookies(headers, secure);
+    let mut response = next.run(request).await;
+    if auth.sessions.https() {
+        response
+            .headers_mut()
+            .insert(header::STRICT_TRANSPORT_SECURITY, HeaderValue::from_static("max-age=31536000; includeSubDomains"));
+    }
+    response
 }
 
 /// Largest form body the CSRF guard reads to find the token.
@@ -294,7 +313,9 @@ const FORM_LIMIT: usize = 1024 * 1024;
 /// a form. Sign-in forms have no session yet and check the Origin instead.
 async fn csrf_guard(request: Request, next: Next) -> Response {
     let safe = matches!(*request.method(), Method::GET | Method::HEAD | Method::OPTIONS);
-    if safe || request.headers().contains_key(header::AUTHORIZATION) || request.uri().path() == "/auth/demo" {
+    // Sign-in forms check the Origin instead (the visitor may still hold an old session cookie).
+    let sign_in = matches!(request.uri().path(), "/auth/demo" | "/auth/login");
+    if safe || request.headers().contains_key(header::AUTHORIZATION) || sign_in {
         return next.run(request).await;
     }
     let Some(cookie) = session::cookie_value(request.headers()) else {

@@ -156,6 +156,23 @@ pub struct ServeArgs {
     /// start; older facts are refused with the reason.
     #[arg(long, env = "GPULEDGER_INGEST_BACKFILL_DAYS", default_value_t = crate::limits::DEFAULT_BACKFILL_DAYS)]
     pub ingest_backfill_days: i64,
+    /// Accept an identity provider issuer over plain `http://` when its host is loopback (a provider on the same
+    /// machine, as in tests). Otherwise issuers must be https.
+    #[arg(long, env = "GPULEDGER_OIDC_ALLOW_HTTP_LOOPBACK")]
+    pub oidc_allow_http_loopback: bool,
+    /// Accept an identity provider whose host resolves to a loopback, private, link-local or unique-local address
+    /// (a provider inside your own network). Otherwise such issuers are refused, so an organization admin cannot
+    /// make the server reach internal services.
+    #[arg(long, env = "GPULEDGER_OIDC_ALLOW_PRIVATE_ISSUER")]
+    pub oidc_allow_private_issuer: bool,
+    /// Reverse proxies (comma-separated IP addresses or CIDR ranges) whose `X-Forwarded-For` names the client
+    /// for rate limits and the audit log. Default: none (the TCP peer is the client).
+    #[arg(long, env = "GPULEDGER_TRUSTED_PROXIES", default_value = "")]
+    pub trusted_proxies: String,
+    /// Let `serve` run with a DATABASE_URL that logs in as a superuser (development only; it migrates and
+    /// serves as gpuledger_app via SET ROLE). Without it `serve` refuses such a URL. Not needed by `demo`.
+    #[arg(long, env = "GPULEDGER_ALLOW_SUPERUSER_DATABASE_URL")]
+    pub allow_superuser_database_url: bool,
 }
 
 impl ServeArgs {
@@ -187,8 +204,8 @@ impl ServeArgs {
         })
     }
 
-    /// Sign-in settings from these options.
-    pub fn auth(&self) -> anyhow::Result<crate::auth::AuthState> {
+    /// Sign-in settings from these options; `demo_mode` only for `demo` (it offers the demo sign-in).
+    pub fn auth(&self, demo_mode: bool) -> anyhow::Result<crate::auth::AuthState> {
         if let Some(url) = &self.public_url
             && !(url.starts_with("https://") || url.starts_with("http://"))
         {
@@ -204,7 +221,16 @@ impl ServeArgs {
                 public_url: self.public_url.clone(),
             },
             limits: crate::auth::limits::RateLimits::new(self.login_rate_per_minute.max(1), Duration::from_secs(60)),
-            providers: crate::auth::oidc::Providers::with_secrets_dir(self.oidc_secrets_dir.clone()),
+            providers: crate::auth::oidc::Providers::new(
+                self.oidc_secrets_dir.clone(),
+                crate::auth::oidc::IssuerPolicy {
+                    allow_http_loopback: self.oidc_allow_http_loopback,
+                    allow_private: self.oidc_allow_private_issuer,
+                },
+            ),
+            demo_mode,
+            trusted_proxies: crate::auth::net::Cidr::parse_list(&self.trusted_proxies)
+                .map_err(|e| anyhow::anyhow!("--trusted-proxies: {e}"))?,
         })
     }
 }
@@ -267,8 +293,11 @@ async fn start_embedded(cli: &Cli, data_dir: PathBuf) -> anyhow::Result<Embedded
     Ok(pg)
 }
 
-/// Opens the database for serving: migrates when the login may, then opens the app pool.
-pub async fn open(cli: &Cli, data_dir: PathBuf, db_options: db::DbOptions) -> anyhow::Result<Target> {
+/// Opens the database for serving: migrates when the login may, then opens the app pool. A superuser
+/// DATABASE_URL is refused unless `superuser_ok` (`demo`, `token create`, or `serve
+/// --allow-superuser-database-url`); the embedded default database is not a URL the operator gave and is always
+/// fine.
+pub async fn open(cli: &Cli, data_dir: PathBuf, db_options: db::DbOptions, superuser_ok: bool) -> anyhow::Result<Target> {
     match &cli.database_url {
         Some(url) => {
             let login = {
@@ -276,6 +305,15 @@ pub async fn open(cli: &Cli, data_dir: PathBuf, db_options: db::DbOptions) -> an
                 let mut conn = sqlx::PgConnection::connect_with(&db::connect_options(url)?).await?;
                 let role = db::role_info(&mut conn).await?;
                 conn.close().await?;
+                if role.superuser && !superuser_ok {
+                    anyhow::bail!(
+                        "DATABASE_URL logs in as the superuser {:?}: `serve` refuses it (a superuser bypasses \
+                         row-level security). Log in as gpuledger_app and run `gpuledger-server migrate` \
+                         separately, or, for development only, pass --allow-superuser-database-url \
+                         (GPULEDGER_ALLOW_SUPERUSER_DATABASE_URL=true)",
+                        role.name
+                    );
+                }
                 if role.superuser {
                     tracing::warn!(
                         role = %role.name,
@@ -343,7 +381,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Token { command: TokenCommand::Create(args) } => {
             let data_dir = cli.data_dir.clone().unwrap_or_else(default_data_dir);
-            let target = open(&cli, data_dir, db::DbOptions { max_connections: 2, ..db::DbOptions::default() }).await?;
+            let target = open(&cli, data_dir, db::DbOptions { max_connections: 2, ..db::DbOptions::default() }, true).await?;
             let result = create_token(&target.db, args).await;
             target.shutdown().await?;
             let token = result?;
@@ -437,7 +475,8 @@ struct DemoRun {
 }
 
 async fn serve(cli: &Cli, args: &ServeArgs, data_dir: PathBuf, demo: Option<DemoRun>) -> anyhow::Result<()> {
-    let target = open(cli, data_dir, args.db_options()).await?;
+    let superuser_ok = demo.is_some() || args.allow_superuser_database_url;
+    let target = open(cli, data_dir, args.db_options(), superuser_ok).await?;
     if target.embedded.as_ref().is_some_and(|pg| !pg.is_owner()) {
         let pgdata = target.embedded.as_ref().map(|pg| pg.pgdata().display().to_string()).unwrap_or_default();
         target.shutdown().await?;
@@ -453,13 +492,13 @@ async fn serve(cli: &Cli, args: &ServeArgs, data_dir: PathBuf, demo: Option<Demo
         let limits = args.limits()?;
         let _maintenance = crate::maintenance::spawn(target.db.clone());
         let Some(run) = demo else {
-            let state = AppState::with_auth(target.db.clone(), None, args.auth()?).with_limits(limits);
+            let state = AppState::with_auth(target.db.clone(), None, args.auth(false)?).with_limits(limits);
             app::serve(args.listen, app::router(state, &http)).await?;
             return anyhow::Ok(());
         };
         let org = demo::seed(&target.db).await?;
         tracing::info!(org = %org, "demo organization `demo` seeded");
-        let state = AppState::with_auth(target.db.clone(), Some(org), args.auth()?).with_limits(limits);
+        let state = AppState::with_auth(target.db.clone(), Some(org), args.auth(true)?).with_limits(limits);
         serve_demo(args.listen, app::router(state, &http), &target.db, org, run).await
     }
     .await;

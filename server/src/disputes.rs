@@ -908,19 +908,37 @@ async fn decide_credit(
         )));
     };
     let org = tx.org().as_uuid();
-    let credit: Option<(String, String)> = sqlx::query_as(
-        "SELECT state, amount::text FROM adjustments WHERE adjustment_id = $1 AND org_id = $2 FOR UPDATE",
+    let credit: Option<(String, String, String)> = sqlx::query_as(
+        "SELECT state, amount::text, created_by FROM adjustments WHERE adjustment_id = $1 AND org_id = $2 FOR UPDATE",
     )
     .bind(adjustment)
     .bind(org)
     .fetch_optional(tx.conn())
     .await?;
-    let Some((credit_state, amount)) = credit else {
+    let Some((credit_state, amount, accepted_by)) = credit else {
         return Err(AppError::Internal(format!("the credit of dispute #{} is missing", dispute.number)));
     };
     if credit_state != "pending_approval" {
         return Err(AppError::Conflict(format!(
             "the credit of dispute #{} is {credit_state}: only a credit pending approval can be {verb}d",
+            dispute.number
+        )));
+    }
+    // Separation of duties: whoever accepted the dispute (and so set the credit) does not approve its money.
+    // The refusal is audited (nothing else was changed in this transaction).
+    if decision == CreditDecision::Approve && accepted_by == who {
+        crate::policy::audit_by(
+            &mut tx,
+            &principal,
+            "dispute.credit_approval_refused",
+            &format!("dispute:{}", dispute.id),
+            "separation of duties: the credit was set by the same person or token",
+            json!({ "number": dispute.number, "adjustment_id": adjustment, "accepted_by": accepted_by }),
+        )
+        .await?;
+        tx.commit().await?;
+        return Err(AppError::Forbidden(format!(
+            "dispute #{} was accepted by {who}: its credit must be approved by someone else (separation of duties)",
             dispute.number
         )));
     }

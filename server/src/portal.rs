@@ -37,6 +37,7 @@ pub struct DbPortalData {
     headers: HeaderMap,
     principal: Arc<OnceCell<Option<Principal>>>,
     api: Option<Router>,
+    demo_mode: bool,
 }
 
 fn utc(t: OffsetDateTime) -> String {
@@ -56,7 +57,14 @@ impl DbPortalData {
 
     /// A data source for one request (its cookie says who is signed in).
     pub fn for_request(db: Database, featured_org: Option<OrgId>, headers: HeaderMap) -> Self {
-        Self { db, featured_org, headers, principal: Arc::new(OnceCell::new()), api: None }
+        Self { db, featured_org, headers, principal: Arc::new(OnceCell::new()), api: None, demo_mode: false }
+    }
+
+    /// The process runs `demo`: the login page may offer the demo accounts (see
+    /// [`auth::routes::demo_login_enabled`]).
+    pub fn with_demo_mode(mut self, demo_mode: bool) -> Self {
+        self.demo_mode = demo_mode;
+        self
     }
 
     /// Lets pages call the REST API in-process, as the signed-in person (same authorization, same scoping).
@@ -113,7 +121,7 @@ impl DbPortalData {
         let (slug, name): (String, String) =
             sqlx::query_as("SELECT slug, name FROM organizations").fetch_one(tx.conn()).await?;
         let provider = auth::oidc::settings(&mut tx, None).await?.map(|s| s.issuer);
-        let demo = auth::routes::demo_login_enabled(&mut tx).await?;
+        let demo = auth::routes::demo_login_enabled(self.demo_mode, &mut tx).await?;
         tx.commit().await?;
         let demo_accounts = if demo {
             auth::routes::DEMO_ACCOUNTS.iter().map(|(r, label)| (r.as_str().to_string(), label.to_string())).collect()

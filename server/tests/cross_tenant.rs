@@ -109,7 +109,7 @@ enum Who {
     AdminOrFinance,
     /// Open and comment on disputes: admin, finance and manager sessions, the admin token.
     Participants,
-    /// Approve or refuse a credit: the finance session and the admin token.
+    /// Approve or refuse a credit: the finance session only (no token scope approves credits).
     CreditApprovers,
     /// Tokens, identity settings, audit: the admin session and the admin token.
     Admins,
@@ -143,7 +143,7 @@ impl Who {
             Self::TokenReaders => matches!(c, AdminToken | ExportToken | ExportPlatform),
             Self::AdminOrFinance => matches!(c, AdminToken | AdminSession | FinanceSession),
             Self::Participants => matches!(c, AdminToken | AdminSession | FinanceSession | ManagerSession),
-            Self::CreditApprovers => matches!(c, AdminToken | FinanceSession),
+            Self::CreditApprovers => c == FinanceSession,
             Self::Admins => matches!(c, AdminToken | AdminSession),
             Self::Agents => c == AgentToken,
             Self::Joiners => c == JoinToken,
@@ -373,6 +373,22 @@ fn cases() -> Vec<Case> {
             denied: Api,
             expect: Clean(303),
             build: |t| org_level(t).and_then(|_| get("/auth/login?next=/admin")),
+            control: None,
+        },
+        // Starting a sign-in at B's provider is open to anyone (it is how B's people sign in); the provider here
+        // does not resolve, and the answer says nothing of it.
+        Case {
+            method: "POST",
+            route: "/auth/login",
+            who: Anyone,
+            denied: Api,
+            expect: Clean(503),
+            build: |t| {
+                let t = org_level(t)?;
+                let mut r = with_form("/auth/login", format!("org={}&next=/admin", t.slug))?;
+                r.headers.push(("origin", "http://localhost".into()));
+                Some(r)
+            },
             control: None,
         },
         Case {
@@ -766,7 +782,7 @@ fn cases() -> Vec<Case> {
             denied: Api,
             expect: Status(404),
             build: |t| with_json(format!("/api/v1/disputes/{}/credit/approve", t.dispute_accepted), json!({})),
-            control: control(AdminToken, 200, false),
+            control: control(FinanceSession, 200, false),
         },
         Case {
             method: "POST",
@@ -777,7 +793,7 @@ fn cases() -> Vec<Case> {
             build: |t| {
                 with_json(format!("/api/v1/disputes/{}/credit/reject", t.dispute_accepted), json!({"reason": "probe"}))
             },
-            control: control(AdminToken, 409, false),
+            control: control(FinanceSession, 409, false),
         },
         // ---- exports and OData (what Power BI reads, with HTTP Basic)
         Case {
@@ -1883,7 +1899,11 @@ async fn env() -> Env {
     let (test_db, db) = common::migrated().await;
     let su = common::admin_pool(&test_db).await;
     // The suite sends a few hundred requests from one "client": lift the sign-in and token rate limits.
-    let auth_state = AuthState { limits: RateLimits::new(100_000, Duration::from_secs(60)), ..AuthState::default() };
+    let auth_state = AuthState {
+        limits: RateLimits::new(100_000, Duration::from_secs(60)),
+        demo_mode: true,
+        ..AuthState::default()
+    };
     let app = app::router(AppState::with_auth(db.clone(), None, auth_state), &HttpOptions::default());
     let a = seed_org(&app, &db, &su, "a", &[CLOSED]).await;
     let b = seed_org(&app, &db, &su, "b", &[B_ONLY_CLOSED, CLOSED]).await;

@@ -12,7 +12,7 @@ use axum::{
 use gpuledger_core::ids::OrgId;
 use gpuledger_server::{
     app::{self, AppState, HttpOptions},
-    auth::{self, Scope},
+    auth::{self, Role, Scope, oidc, session},
 };
 use serde_json::{Value, json};
 use tower::ServiceExt;
@@ -28,6 +28,10 @@ type AdjustmentRow = (String, String, String, String, Option<Uuid>, Uuid, String
 
 struct Org {
     id: OrgId,
+    /// A finance person's session (`session:<cookie>`; `call` sends it as a browser would).
+    finance: String,
+    /// Another finance person's.
+    finance2: String,
     admin: String,
     admin_id: Uuid,
     export: String,
@@ -91,8 +95,24 @@ async fn org(db: &gpuledger_server::db::Database, su: &sqlx::PgPool, slug: &str)
     let (_, export) = auth::create_token(&mut tx, &Scope::export(), "bi", "test", None).await.unwrap();
     let (cluster, _) = auth::ensure_cluster(&mut tx, "gpu-1").await.unwrap();
     let (_, agent) = auth::create_token(&mut tx, &Scope::Agent { cluster }, "agent", "test", None).await.unwrap();
+    let finance = finance_session(&mut tx, "fin").await;
+    let finance2 = finance_session(&mut tx, "fay").await;
     tx.commit().await.unwrap();
-    Org { id, admin, admin_id, export, agent, alpha, department }
+    Org { id, finance, finance2, admin, admin_id, export, agent, alpha, department }
+}
+
+/// A browser session of `name@example.test` with the finance role.
+async fn finance_session(tx: &mut gpuledger_server::db::OrgTx, name: &str) -> String {
+    let email = format!("{name}@example.test");
+    let user = oidc::upsert_user(tx, &format!("sub-{name}"), Some(&email), name).await.unwrap();
+    let new = session::NewSession {
+        user_id: user,
+        roles: vec![Role::Finance],
+        departments: Vec::new(),
+        id_token_hint: None,
+        source: "test".into(),
+    };
+    format!("session:{}", session::create(tx, &session::SessionSettings::default(), &new).await.unwrap())
 }
 
 async fn env() -> Env {
@@ -105,9 +125,14 @@ async fn env() -> Env {
 }
 
 async fn call(env: &Env, method: &str, path: &str, token: Option<&str>, body: Option<Value>) -> (StatusCode, Value) {
-    let mut req = Request::builder().method(method).uri(path);
-    if let Some(t) = token {
-        req = req.header("authorization", format!("Bearer {t}"));
+    let mut req = Request::builder().method(method).uri(path).header("host", "localhost");
+    match token.map(|t| (t, t.strip_prefix("session:"))) {
+        Some((_, Some(cookie))) => {
+            req =
+                req.header("cookie", format!("gl_session={cookie}")).header("x-csrf-token", session::csrf_for(cookie));
+        }
+        Some((t, None)) => req = req.header("authorization", format!("Bearer {t}")),
+        None => {}
     }
     let body = match body {
         Some(v) => {
@@ -232,14 +257,20 @@ async fn open_comment_accept_and_approve_a_credit() {
     assert_eq!(status, StatusCode::CONFLICT, "{body}");
     assert!(body["detail"].as_str().unwrap().contains("#1"), "{body}");
 
+    // The admin token that accepted does not approve (no token scope approves credits).
+    let (status, body) = call(&env, "POST", &path(&d, "/credit/approve"), Some(admin), None).await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
     // Finance approves (no reason needed); approving twice conflicts.
-    let (status, d4) = call(&env, "POST", &path(&d, "/credit/approve"), Some(admin), None).await;
+    let finance = env.a.finance.as_str();
+    let approver = "user:fin@example.test";
+    let (status, d4) = call(&env, "POST", &path(&d, "/credit/approve"), Some(finance), None).await;
     assert_eq!(status, StatusCode::OK, "{d4}");
     assert_eq!(d4["credit"]["state"], "approved");
-    assert_eq!(d4["credit"]["approved_by"], actor.as_str());
-    let (status, body) = call(&env, "POST", &path(&d, "/credit/approve"), Some(admin), None).await;
+    assert_eq!(d4["credit"]["approved_by"], approver);
+    let (status, body) = call(&env, "POST", &path(&d, "/credit/approve"), Some(finance), None).await;
     assert_eq!(status, StatusCode::CONFLICT, "{body}");
-    let (status, _) = call(&env, "POST", &path(&d, "/credit/reject"), Some(admin), Some(json!({"reason": "x"}))).await;
+    let (status, _) =
+        call(&env, "POST", &path(&d, "/credit/reject"), Some(finance), Some(json!({"reason": "x"}))).await;
     assert_eq!(status, StatusCode::CONFLICT);
 
     // The adjustment as the ledger close will read it.
@@ -259,7 +290,7 @@ async fn open_comment_accept_and_approve_a_credit() {
         ("credit", "approved", "-160.00", "EUR", "H100-80GB", BORROWED)
     );
     assert_eq!((tenant, department, dispute_id), (Some(env.a.alpha), env.a.department, Some(id)));
-    assert_eq!(approved_by.as_deref(), Some(actor.as_str()));
+    assert_eq!(approved_by.as_deref(), Some(approver));
     let (credit_amount, adjustment): (String, Option<Uuid>) =
         sqlx::query_as("SELECT credit_amount::text, adjustment_id FROM disputes WHERE dispute_id = $1")
             .bind(id)
@@ -278,7 +309,7 @@ async fn open_comment_accept_and_approve_a_credit() {
             .unwrap();
     let actions: Vec<&str> = events.iter().map(|(a, _, _)| a.as_str()).collect();
     assert_eq!(actions, ["opened", "commented", "accepted", "credit_approved"]);
-    assert!(events.iter().all(|(_, who, _)| *who == actor));
+    assert!(events[..3].iter().all(|(_, who, _)| *who == actor) && events[3].1 == approver);
     assert_eq!(events[2].2, "node was drained for 40 hours");
     let audit: Vec<(String, String, String, Value)> =
         sqlx::query_as("SELECT action, actor, reason, details FROM audit_log WHERE target = $1 ORDER BY at, audit_id")
@@ -288,7 +319,7 @@ async fn open_comment_accept_and_approve_a_credit() {
             .unwrap();
     let audited: Vec<&str> = audit.iter().map(|(a, _, _, _)| a.as_str()).collect();
     assert_eq!(audited, ["dispute.opened", "dispute.commented", "dispute.accepted", "dispute.credit_approved"]);
-    assert!(audit.iter().all(|(_, who, _, _)| *who == actor));
+    assert!(audit[..3].iter().all(|(_, who, _, _)| *who == actor) && audit[3].1 == approver);
     assert_eq!(audit[0].2, "borrowed hours include a drained node");
     assert_eq!(audit[2].3["credit_amount"], "160.00");
     assert_eq!(audit[2].3["number"], 1);
@@ -312,6 +343,37 @@ async fn open_comment_accept_and_approve_a_credit() {
     assert_eq!(by_number["credit"]["state"], "approved");
 }
 
+/// Separation of duties: the finance person who accepted a dispute (and so set its credit) cannot approve that
+/// credit; the refusal is audited; another finance person can.
+#[tokio::test]
+async fn whoever_accepted_a_dispute_cannot_approve_its_credit() {
+    let env = env().await;
+    let (fin, fay) = (env.a.finance.as_str(), env.a.finance2.as_str());
+    let (_, d) = open(&env, fin, &[BORROWED], "the node was drained").await;
+    let (status, body) =
+        call(&env, "POST", &path(&d, "/accept"), Some(fin), Some(json!({"reason": "yes", "credit_amount": "5.00"})))
+            .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let (status, body) = call(&env, "POST", &path(&d, "/credit/approve"), Some(fin), None).await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
+    assert!(body["detail"].as_str().unwrap().contains("separation of duties"), "{body}");
+    assert_eq!(body["status"], 403, "a problem+json answer: {body}");
+    let (_, after) = call(&env, "GET", &path(&d, ""), Some(fin), None).await;
+    assert_eq!(after["credit"]["state"], "pending_approval", "{after}");
+    let refused: Vec<(String, Value)> =
+        sqlx::query_as("SELECT actor, details FROM audit_log WHERE action = 'dispute.credit_approval_refused'")
+            .fetch_all(&env.su)
+            .await
+            .unwrap();
+    assert_eq!(refused.len(), 1);
+    assert_eq!(refused[0].0, "user:fin@example.test");
+    assert_eq!(refused[0].1["accepted_by"], "user:fin@example.test");
+    // The one who accepted may still refuse the credit; here someone else approves it.
+    let (status, body) = call(&env, "POST", &path(&d, "/credit/approve"), Some(fay), None).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["credit"]["approved_by"], "user:fay@example.test");
+}
+
 #[tokio::test]
 async fn reject_and_credit_rejection() {
     let env = env().await;
@@ -322,7 +384,8 @@ async fn reject_and_credit_rejection() {
     assert_invalid(status, &body, "reason");
     let (status, body) = call(&env, "POST", &path(&d, "/reject"), Some(admin), None).await;
     assert_invalid(status, &body, "reason");
-    let (status, body) = call(&env, "POST", &path(&d, "/credit/approve"), Some(admin), None).await;
+    let finance = env.a.finance.as_str();
+    let (status, body) = call(&env, "POST", &path(&d, "/credit/approve"), Some(finance), None).await;
     assert_eq!(status, StatusCode::CONFLICT, "no credit before acceptance: {body}");
 
     let (status, r) =
@@ -356,10 +419,10 @@ async fn reject_and_credit_rejection() {
     )
     .await;
     assert_eq!(status, StatusCode::OK);
-    let (status, body) = call(&env, "POST", &path(&d2, "/credit/reject"), Some(admin), None).await;
+    let (status, body) = call(&env, "POST", &path(&d2, "/credit/reject"), Some(finance), None).await;
     assert_invalid(status, &body, "reason");
     let (status, c) =
-        call(&env, "POST", &path(&d2, "/credit/reject"), Some(admin), Some(json!({"reason": "budget closed"}))).await;
+        call(&env, "POST", &path(&d2, "/credit/reject"), Some(finance), Some(json!({"reason": "budget closed"}))).await;
     assert_eq!(status, StatusCode::OK, "{c}");
     assert_eq!(c["state"], "accepted");
     assert_eq!(c["credit"]["state"], "rejected");

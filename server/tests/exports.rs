@@ -382,7 +382,14 @@ async fn env() -> Env {
         json!({"reason": "+5 goodwill", "credit_amount": "5.00"}),
     )
     .await;
-    ok_json(&env, "POST", &format!("/api/v1/disputes/{id}/credit/approve"), json!({})).await;
+    // Finance approves the credit (no token scope does): as the finance session, with its CSRF token.
+    let session = vec![
+        ("cookie", format!("gl_session={}", env.cookie)),
+        ("x-csrf-token", session::csrf_for(&env.cookie)),
+        ("host", "localhost".to_string()),
+    ];
+    let a = send(&env, "POST", &format!("/api/v1/disputes/{id}/credit/approve"), &session, Some(json!({}))).await;
+    assert!(a.status.is_success(), "{} {}", a.status, a.text());
     // a late September fact: alpha 1 GPU × 5 h → an adjustment in October
     ingest(&env, pod(ns_alpha, "late", 1, datetime!(2026-09-15 00:00 UTC), datetime!(2026-09-15 05:00 UTC))).await;
 

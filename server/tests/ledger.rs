@@ -21,7 +21,7 @@ use gpuledger_core::{
 };
 use gpuledger_server::{
     app::{self, AppState, HttpOptions},
-    auth::{self, Scope},
+    auth::{self, Role, Scope, oidc, session},
 };
 use serde_json::{Value, json};
 use time::{OffsetDateTime, macros::datetime};
@@ -33,6 +33,8 @@ const H100: &str = "NVIDIA H100 80GB HBM3";
 struct Env {
     app: axum::Router,
     admin_token: String,
+    /// A finance person's session cookie (credits are approved by finance, never by a token).
+    finance_cookie: String,
     export_token: String,
     agent_token: String,
     admin: sqlx::PgPool,
@@ -76,11 +78,21 @@ async fn env() -> Env {
     let (_, agent_token) = auth::create_token(&mut tx, &Scope::Agent { cluster }, "agent", "test", None).await.unwrap();
     let (_, admin_token) = auth::create_token(&mut tx, &Scope::Admin, "admin", "test", None).await.unwrap();
     let (_, export_token) = auth::create_token(&mut tx, &Scope::export(), "bi", "test", None).await.unwrap();
+    let user = oidc::upsert_user(&mut tx, "fin-subject", Some("fin@acme.invalid"), "Fin").await.unwrap();
+    let new = session::NewSession {
+        user_id: user,
+        roles: vec![Role::Finance],
+        departments: Vec::new(),
+        id_token_hint: None,
+        source: "test".into(),
+    };
+    let finance_cookie = session::create(&mut tx, &session::SessionSettings::default(), &new).await.unwrap();
     tx.commit().await.unwrap();
     let app = app::router(AppState::new(db.clone(), None), &HttpOptions::default());
     Env {
         app,
         admin_token,
+        finance_cookie,
         export_token,
         agent_token,
         admin,
@@ -321,8 +333,16 @@ async fn policy_quota_close_bundle_and_late_fact() {
     assert_eq!(s, StatusCode::OK, "{d}");
     let (_, pending, _) = call(&env, "GET", "/api/v1/ledger?period=2026-10", t, None).await;
     assert!(pending["lines"].as_array().unwrap().iter().all(|l| l["term"] != "credit"), "not before finance approves");
-    let (s, d, _) = call(&env, "POST", &format!("/api/v1/disputes/{id}/credit/approve"), t, Some(json!({}))).await;
-    assert_eq!(s, StatusCode::OK, "{d}");
+    // Finance approves (no token scope does): as a finance person's session, with its CSRF token.
+    let req = Request::post(format!("/api/v1/disputes/{id}/credit/approve"))
+        .header("host", "localhost")
+        .header("cookie", format!("gl_session={}", env.finance_cookie))
+        .header("x-csrf-token", session::csrf_for(&env.finance_cookie))
+        .header("content-type", "application/json")
+        .body(Body::from("{}"))
+        .unwrap();
+    let response = env.app.clone().oneshot(req).await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
 
     // -- a late fact for September (beta, 1 GPU × 10 h) becomes an adjustment in October: 10 × 3.00 = 30.00
     ingest(&env, pod(env.ns_beta, 1, datetime!(2026-09-25 00:00 UTC), datetime!(2026-09-25 10:00 UTC))).await;

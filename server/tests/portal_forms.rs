@@ -21,7 +21,7 @@ fn enc(s: &str) -> String {
 async fn policy_drafts_and_quotas_are_written_in_the_portal() {
     let (test_db, db) = common::migrated().await;
     let org = demo::seed(&db).await.unwrap();
-    let app = app::router(AppState::new(db, Some(org)), &HttpOptions::default());
+    let app = app::router(AppState::demo(db, org), &HttpOptions::default());
     let su = common::admin_pool(&test_db).await;
     let (admin, _) = demo_login(&app, "admin").await;
 
@@ -150,7 +150,7 @@ async fn policy_drafts_and_quotas_are_written_in_the_portal() {
 async fn departments_tenants_and_inventory_are_added_in_the_portal() {
     let (test_db, db) = common::migrated().await;
     let org = demo::seed(&db).await.unwrap();
-    let app = app::router(AppState::new(db, Some(org)), &HttpOptions::default());
+    let app = app::router(AppState::demo(db, org), &HttpOptions::default());
     let su = common::admin_pool(&test_db).await;
     let (admin, _) = demo_login(&app, "admin").await;
     let page = send(&app, get("/admin/inventory", Some(&admin))).await;

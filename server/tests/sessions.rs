@@ -19,7 +19,7 @@ use common::{csrf_of, demo_login, form, get, send};
 async fn demo_accounts_sign_in_land_on_their_role_page_and_sign_out() {
     let (test_db, db) = common::migrated().await;
     let org = demo::seed(&db).await.unwrap();
-    let app = app::router(AppState::new(db, Some(org)), &HttpOptions::default());
+    let app = app::router(AppState::demo(db, org), &HttpOptions::default());
 
     let login = send(&app, get("/login", None)).await;
     assert!(login.body.contains("Demo login"), "{}", login.body);
@@ -195,7 +195,7 @@ async fn demo_accounts_sign_in_land_on_their_role_page_and_sign_out() {
 async fn demo_login_is_off_once_an_identity_provider_is_configured() {
     let (test_db, db) = common::migrated().await;
     let org = demo::seed(&db).await.unwrap();
-    let app = app::router(AppState::new(db, Some(org)), &HttpOptions::default());
+    let app = app::router(AppState::demo(db, org), &HttpOptions::default());
     let admin_db = common::admin_pool(&test_db).await;
     sqlx::query(
         "INSERT INTO idp_settings (org_id, issuer, client_id, client_secret, updated_by)
@@ -219,7 +219,7 @@ async fn demo_login_is_off_once_an_identity_provider_is_configured() {
 async fn sign_in_attempts_are_rate_limited() {
     let (_test_db, db) = common::migrated().await;
     let org = demo::seed(&db).await.unwrap();
-    let mut auth = gpuledger_server::auth::AuthState::default();
+    let mut auth = gpuledger_server::auth::AuthState { demo_mode: true, ..Default::default() };
     auth.limits = gpuledger_server::auth::limits::RateLimits::new(3, std::time::Duration::from_secs(60));
     let app = app::router(AppState::with_auth(db, Some(org), auth), &HttpOptions::default());
     for _ in 0..3 {

@@ -73,8 +73,8 @@ fn login_error_text(code: &str) -> &'static str {
 #[component]
 pub fn LoginPage() -> impl IntoView {
     let query = use_query_map();
-    let (org, error, signed_out) =
-        query.with_untracked(|q| (q.get("org"), q.get("error"), q.get("signed_out").is_some()));
+    let (org, error, signed_out, next) =
+        query.with_untracked(|q| (q.get("org"), q.get("error"), q.get("signed_out").is_some(), q.get("next")));
     let options = {
         let org = org.clone();
         async move {
@@ -92,7 +92,7 @@ pub fn LoginPage() -> impl IntoView {
             {error.map(|e| view! { <p class="error" role="alert">{login_error_text(&e)}</p> })}
             <Await future=options let:options>
                 {match options.clone() {
-                    Ok(Some(o)) => view! { <LoginChoices options=o /> }.into_any(),
+                    Ok(Some(o)) => view! { <LoginChoices options=o next=next.clone() /> }.into_any(),
                     Ok(None) => view! { <OrgPicker /> }.into_any(),
                     Err(e) => view! { <p class="error" role="alert">{e.message}</p> }.into_any(),
                 }}
@@ -112,15 +112,21 @@ fn OrgPicker() -> impl IntoView {
     }
 }
 
+/// The sign-in choices. Each one is a form posted to this site (the server checks the Origin): a link alone never
+/// starts a sign-in. `next` travels along; the server accepts it only as a path on this site.
 #[component]
-fn LoginChoices(options: LoginOptions) -> impl IntoView {
+fn LoginChoices(options: LoginOptions, next: Option<String>) -> impl IntoView {
     let slug = options.org_slug.clone();
+    let next_field = move || next.clone().map(|n| view! { <input type="hidden" name="next" value=n /> });
     let provider = options.provider.clone().map(|issuer| {
-        let href = format!("/auth/login?org={}", slug);
         view! {
-            <p>
-                <a class="button primary" id="sign-in-oidc" href=href>"Sign in with your identity provider"</a>
-            </p>
+            <form method="post" action="/auth/login">
+                <input type="hidden" name="org" value=slug.clone() />
+                {next_field()}
+                <button type="submit" class="button primary" id="sign-in-oidc">
+                    "Sign in with your identity provider"
+                </button>
+            </form>
             <p class="muted">"Provider: " {issuer}</p>
         }
     });
@@ -145,6 +151,7 @@ fn LoginChoices(options: LoginOptions) -> impl IntoView {
                                     <form method="post" action="/auth/demo">
                                         <input type="hidden" name="org" value=slug.clone() />
                                         <input type="hidden" name="role" value=role.clone() />
+                                        {next_field()}
                                         <button type="submit" id=id>{format!("Sign in as {label}")}</button>
                                     </form>
                                 </li>

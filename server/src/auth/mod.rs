@@ -16,6 +16,7 @@
 //! Only SHA-256 hashes of either are stored. See docs/security.md.
 
 pub mod limits;
+pub mod net;
 pub mod oidc;
 pub mod routes;
 pub mod session;
@@ -46,6 +47,11 @@ pub struct AuthState {
     pub limits: limits::RateLimits,
     /// OpenID provider metadata cache and HTTP client.
     pub providers: oidc::Providers,
+    /// The process runs `demo`: only then is the demo sign-in offered (and only to an organization the database
+    /// marks as a demo without a provider). `serve` never offers it, whatever the database says.
+    pub demo_mode: bool,
+    /// Proxies whose `X-Forwarded-For` is believed (`--trusted-proxies`); empty: the TCP peer is the client.
+    pub trusted_proxies: Vec<net::Cidr>,
 }
 
 /// What a token may do.
@@ -185,7 +191,7 @@ impl Capability {
             Self::Close => "the admin or finance role (or an admin token)",
             Self::DisputeParticipate => "a signed-in manager, finance or admin user (or an admin token)",
             Self::DisputeResolve => "the admin or finance role (or an admin token)",
-            Self::CreditApprove => "the finance role (or an admin token)",
+            Self::CreditApprove => "the finance role (admins and admin tokens do not approve credits)",
             Self::Administer => "the admin role (or an admin token)",
             Self::Ingest => "an agent token",
             Self::Join => "a join token",
@@ -253,7 +259,9 @@ impl Principal {
     pub fn may(&self, cap: Capability) -> bool {
         match &self.actor {
             Actor::Token { scope, .. } => match scope {
-                Scope::Admin => !matches!(cap, Capability::Ingest | Capability::Join),
+                // Like the admin role, an admin token decides disputes but never approves their credits: no
+                // single credential holds both halves of that separation of duties.
+                Scope::Admin => !matches!(cap, Capability::Ingest | Capability::Join | Capability::CreditApprove),
                 Scope::Export { .. } => cap == Capability::ReadLedger,
                 Scope::Agent { .. } => cap == Capability::Ingest,
                 Scope::Join { .. } => cap == Capability::Join,
@@ -648,7 +656,13 @@ mod tests {
             C::Join,
         ];
         let allowed = |p: &Principal| all.iter().copied().filter(|c| p.may(*c)).collect::<Vec<_>>();
-        assert_eq!(allowed(&token(Scope::Admin)).len(), 7);
+        assert_eq!(allowed(&token(Scope::Admin)).len(), 6);
+        // Separation of duties: no token scope both decides disputes and approves their credits (a finance
+        // person may do both, but never on the same dispute: see disputes::decide_credit).
+        for scope in [Scope::Admin, Scope::export(), Scope::Agent { cluster }, Scope::Join { cluster }] {
+            let p = token(scope);
+            assert!(!(p.may(C::DisputeResolve) && p.may(C::CreditApprove)), "{:?} holds both duties", p.actor);
+        }
         assert_eq!(allowed(&token(Scope::export())), [C::ReadLedger]);
         assert_eq!(allowed(&token(Scope::Agent { cluster })), [C::Ingest]);
         assert_eq!(allowed(&token(Scope::Join { cluster })), [C::Join]);

@@ -4,6 +4,7 @@
 
 use std::{
     collections::HashMap,
+    net::{IpAddr, SocketAddr},
     path::Path,
     sync::Mutex,
     time::{Duration, Instant},
@@ -82,31 +83,132 @@ pub fn mounted_secret(secrets_dir: Option<&Path>, slug: &str) -> Option<String> 
 /// Issuer → (fetched at, metadata, end-session endpoint).
 type MetadataCache = HashMap<String, (Instant, CoreProviderMetadata, Option<String>)>;
 
+/// Which identity providers the server may talk to. By default an issuer is an https URL whose host resolves to
+/// public addresses only: an organization admin cannot make the server probe the internal network (cloud metadata
+/// services, databases, admin ports) through discovery.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct IssuerPolicy {
+    /// `--oidc-allow-http-loopback`: plain `http://` for a loopback host (a provider on the same machine).
+    pub allow_http_loopback: bool,
+    /// `--oidc-allow-private-issuer`: hosts on loopback, private, link-local or unique-local addresses (a provider
+    /// inside the operator's own network).
+    pub allow_private: bool,
+}
+
+impl IssuerPolicy {
+    /// Checks what can be checked without the network: the scheme and an address-literal host. Returns the host.
+    pub fn check_url(&self, issuer: &str) -> Result<(String, u16), String> {
+        let url = reqwest::Url::parse(issuer).map_err(|_| "is not a URL".to_string())?;
+        let host = url.host_str().filter(|h| !h.is_empty()).ok_or("has no host")?.to_string();
+        match url.scheme() {
+            "https" => {}
+            "http" if self.allow_http_loopback && super::net::is_loopback_host(&host) => {}
+            "http" if super::net::is_loopback_host(&host) => {
+                return Err(
+                    "must be https (http for a loopback host needs the server's --oidc-allow-http-loopback)".into()
+                );
+            }
+            _ => return Err("must be an https URL".into()),
+        }
+        if !url.username().is_empty() || url.password().is_some() || url.query().is_some() || url.fragment().is_some() {
+            return Err("may not carry credentials, a query or a fragment".into());
+        }
+        let literal = host.trim_start_matches('[').trim_end_matches(']').parse::<IpAddr>().ok();
+        if let Some(ip) = literal {
+            self.check_address(ip)?;
+        }
+        Ok((host, url.port_or_known_default().unwrap_or(443)))
+    }
+
+    /// Refuses an internal address unless the operator allowed private issuers.
+    pub fn check_address(&self, ip: IpAddr) -> Result<(), String> {
+        if self.allow_private || !super::net::is_internal(ip) {
+            return Ok(());
+        }
+        Err(format!(
+            "resolves to {ip}, a loopback, private or link-local address (allowed only with the server's \
+             --oidc-allow-private-issuer)"
+        ))
+    }
+
+    /// The whole check: [`Self::check_url`], then every address the host resolves to.
+    pub async fn check(&self, issuer: &str) -> Result<(), String> {
+        let (host, port) = self.check_url(issuer)?;
+        if self.allow_private {
+            return Ok(());
+        }
+        let host = host.trim_start_matches('[').trim_end_matches(']').to_string();
+        let addrs = tokio::net::lookup_host((host.as_str(), port)).await.map_err(|e| {
+            tracing::warn!(issuer, error = %e, "the identity provider's host does not resolve");
+            "has a host that does not resolve".to_string()
+        })?;
+        for addr in addrs {
+            self.check_address(addr.ip())?;
+        }
+        Ok(())
+    }
+}
+
+/// The providers' DNS: every name the HTTP client connects to (issuer, token, keys and userinfo endpoints) is
+/// resolved here and refused when it resolves to an internal address the policy does not allow — so a DNS answer
+/// changed after the settings were saved, or a discovery document naming an internal endpoint, reaches nothing
+/// inside.
+struct PolicyResolver(IssuerPolicy);
+
+impl reqwest::dns::Resolve for PolicyResolver {
+    fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
+        let policy = self.0;
+        let host = name.as_str().to_string();
+        Box::pin(async move {
+            let addrs: Vec<SocketAddr> = tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
+            if let Some(bad) = addrs.iter().find(|a| policy.check_address(a.ip()).is_err()) {
+                tracing::warn!(host, address = %bad.ip(), "identity provider host resolves to an internal address; refused");
+                return Err(format!("{host} resolves to an internal address").into());
+            }
+            Ok(Box::new(addrs.into_iter()) as reqwest::dns::Addrs)
+        })
+    }
+}
+
 /// Provider metadata, fetched once per issuer and kept for a few minutes; and the HTTP client that talks to
-/// providers (it never follows redirects: the library's SSRF advice).
+/// providers (it never follows redirects: the library's SSRF advice; and resolves names by the [`IssuerPolicy`]).
 pub struct Providers {
     http: reqwest::Client,
     cache: Mutex<MetadataCache>,
     ttl: Duration,
     /// `--oidc-secrets-dir`: organizations' client secrets as files named by slug.
     pub secrets_dir: Option<std::path::PathBuf>,
+    /// Which issuers may be used.
+    pub policy: IssuerPolicy,
 }
 
 impl Default for Providers {
     fn default() -> Self {
-        let http = reqwest::Client::builder()
-            .redirect(reqwest::redirect::Policy::none())
-            .timeout(Duration::from_secs(10))
-            .build()
-            .unwrap_or_default();
-        Self { http, cache: Mutex::new(HashMap::new()), ttl: Duration::from_secs(300), secrets_dir: None }
+        Self::new(None, IssuerPolicy::default())
     }
 }
 
 impl Providers {
     /// Providers whose client secrets may come from files in `secrets_dir` (see [`settings`]).
     pub fn with_secrets_dir(secrets_dir: Option<std::path::PathBuf>) -> Self {
-        Self { secrets_dir, ..Self::default() }
+        Self::new(secrets_dir, IssuerPolicy::default())
+    }
+
+    /// Providers with a secrets directory and an issuer policy.
+    pub fn new(secrets_dir: Option<std::path::PathBuf>, policy: IssuerPolicy) -> Self {
+        let http = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .timeout(Duration::from_secs(10))
+            .dns_resolver(std::sync::Arc::new(PolicyResolver(policy)))
+            .build()
+            .unwrap_or_default();
+        Self { http, cache: Mutex::new(HashMap::new()), ttl: Duration::from_secs(300), secrets_dir, policy }
+    }
+
+    /// Checks an issuer URL against the policy (scheme, and the addresses its host resolves to); the reason is
+    /// meant for the admin saving the settings.
+    pub async fn check_issuer(&self, issuer: &str) -> Result<(), String> {
+        self.policy.check(issuer).await
     }
 }
 
@@ -115,6 +217,9 @@ impl std::fmt::Debug for Providers {
         f.debug_struct("Providers").finish_non_exhaustive()
     }
 }
+
+/// What callers are told when discovery fails; the details go to the server log only.
+const DISCOVERY_FAILED: &str = "OpenID discovery failed";
 
 /// Why a sign-in was refused (also what the audit log records).
 #[derive(Debug, thiserror::Error)]
@@ -152,10 +257,19 @@ impl Providers {
                 return Ok((meta.clone(), end.clone()));
             }
         }
-        let url = IssuerUrl::new(issuer.to_string()).map_err(|e| LoginError::Provider(e.to_string()))?;
-        let meta = CoreProviderMetadata::discover_async(url, &self.http)
-            .await
-            .map_err(|e| LoginError::Provider(format!("discovery failed: {e}")))?;
+        // Checked again before every discovery: the settings may predate the policy, or the DNS may have changed.
+        if let Err(reason) = self.policy.check(issuer).await {
+            tracing::warn!(issuer, reason, "identity provider issuer refused by the issuer policy");
+            return Err(LoginError::Provider(DISCOVERY_FAILED.into()));
+        }
+        let url = IssuerUrl::new(issuer.to_string()).map_err(|e| {
+            tracing::warn!(issuer, error = %e, "identity provider issuer is not a URL");
+            LoginError::Provider(DISCOVERY_FAILED.into())
+        })?;
+        let meta = CoreProviderMetadata::discover_async(url, &self.http).await.map_err(|e| {
+            tracing::warn!(issuer, error = %describe_token_error(&e), "OpenID discovery failed");
+            LoginError::Provider(DISCOVERY_FAILED.into())
+        })?;
         // The core metadata type has no end_session_endpoint: read it from the document itself.
         let end_session = self
             .http
@@ -224,8 +338,12 @@ pub async fn start(
     redirect: &str,
     return_to: &str,
 ) -> Result<(String, String), AppError> {
-    let (meta, _) = providers.metadata(&idp.issuer).await.map_err(|e| AppError::Unavailable(e.to_string()))?;
-    let client = client(meta, idp, redirect).map_err(|e| AppError::Unavailable(e.to_string()))?;
+    let unavailable = |e: LoginError| {
+        tracing::warn!(issuer = %idp.issuer, error = %e, "cannot start a sign-in at the identity provider");
+        AppError::Unavailable("the identity provider is not available right now".into())
+    };
+    let (meta, _) = providers.metadata(&idp.issuer).await.map_err(unavailable)?;
+    let client = client(meta, idp, redirect).map_err(unavailable)?;
     let (challenge, verifier) = PkceCodeChallenge::new_random_sha256();
     let mut request =
         client.authorize_url(CoreAuthenticationFlow::AuthorizationCode, CsrfToken::new_random, Nonce::new_random);
@@ -441,5 +559,44 @@ mod tests {
             format!("h.{}.s", base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(br#"{"groups":["gl-admins"]}"#));
         assert_eq!(groups_in(&payload_of(&jwt), "groups"), Some(vec!["gl-admins".to_string()]));
         assert_eq!(payload_of("not a jwt"), Value::Null);
+    }
+
+    #[tokio::test]
+    async fn issuers_are_https_and_public_unless_the_operator_allows_otherwise() {
+        let strict = IssuerPolicy::default();
+        for (issuer, says) in [
+            ("http://idp.example.com", "must be an https URL"),
+            ("http://127.0.0.1:8080", "--oidc-allow-http-loopback"),
+            ("http://localhost", "--oidc-allow-http-loopback"),
+            ("ftp://idp.example.com", "must be an https URL"),
+            ("https://user:pw@idp.example.com", "credentials"),
+            ("https://idp.example.com/?x=1", "query"),
+            ("not a url", "not a URL"),
+            ("https://127.0.0.1", "--oidc-allow-private-issuer"),
+            ("https://10.0.0.8/realms/x", "private"),
+            ("https://192.168.1.1", "private"),
+            ("https://169.254.169.254", "link-local"),
+            ("https://[::1]", "loopback"),
+            ("https://[fd12::1]", "private"),
+            ("https://[fe80::1]", "link-local"),
+            ("https://localhost", "--oidc-allow-private-issuer"),
+        ] {
+            let e = strict.check(issuer).await.expect_err(issuer);
+            assert!(e.contains(says), "{issuer}: {e}");
+        }
+        // A public address literal passes (no DNS needed).
+        assert!(strict.check("https://203.0.113.10/realms/acme").await.is_ok());
+        // The operator's flags open exactly their part.
+        let http_loopback = IssuerPolicy { allow_http_loopback: true, allow_private: false };
+        assert!(http_loopback.check("http://127.0.0.1:9").await.unwrap_err().contains("private"));
+        assert!(http_loopback.check("http://idp.example.com").await.is_err(), "http only for loopback");
+        let both = IssuerPolicy { allow_http_loopback: true, allow_private: true };
+        assert!(both.check("http://127.0.0.1:9").await.is_ok() && both.check("http://[::1]:9").await.is_ok());
+        assert!(
+            both.check("http://10.0.0.1").await.is_err(),
+            "http is for loopback only, even when private is allowed"
+        );
+        let private = IssuerPolicy { allow_http_loopback: false, allow_private: true };
+        assert!(private.check("https://10.0.0.1").await.is_ok());
     }
 }

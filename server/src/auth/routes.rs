@@ -32,7 +32,7 @@ use crate::{
 /// Routes of sign-in and identity administration.
 pub fn router() -> Router<AppState> {
     Router::new()
-        .route("/auth/login", get(login))
+        .route("/auth/login", get(login_page).post(login))
         .route("/auth/callback", get(callback))
         .route("/auth/demo", post(demo_login))
         .route("/auth/logout", post(logout))
@@ -51,10 +51,43 @@ async fn org_for(state: &AppState, slug: Option<&str>) -> Result<Option<OrgId>, 
     }
 }
 
-/// A relative path on this site (no open redirects).
-fn local_path(next: Option<&str>) -> Option<String> {
+/// Where a sign-in may send the browser afterwards: a path on this site only, or `None` (then the role's landing
+/// page). Accepted: a single `/` followed by anything but `/` or `\`, with no control character (tab, CR, LF…)
+/// and no backslash anywhere — browsers read `//host`, `/\host` and `/<TAB>/host` as another site — and no
+/// more than 2,000 characters. The same holds after one more percent-decoding, so an encoded form of those
+/// (`/%5chost`, `/%2F/host`) is refused as well.
+pub fn safe_next(next: Option<&str>) -> Option<String> {
     let next = next?;
-    (next.starts_with('/') && !next.starts_with("//") && !next.contains('\\')).then(|| next.to_string())
+    let decoded: String = percent_decode(next);
+    (next.len() <= 2000 && is_site_path(next) && is_site_path(&decoded)).then(|| next.to_string())
+}
+
+fn is_site_path(path: &str) -> bool {
+    let mut chars = path.chars();
+    chars.next() == Some('/')
+        && !matches!(chars.next(), Some('/' | '\\'))
+        && !path.chars().any(|c| c.is_control() || c == '\\')
+}
+
+/// One round of percent-decoding (`+` stays as it is: this is a path, not a form field).
+fn percent_decode(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: u8| (b as char).to_digit(16);
+        if bytes[i] == b'%'
+            && let (Some(h), Some(l)) =
+                (bytes.get(i + 1).copied().and_then(hex), bytes.get(i + 2).copied().and_then(hex))
+        {
+            out.push((h * 16 + l) as u8);
+            i += 3;
+            continue;
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 fn to_login(error: &str) -> Response {
@@ -74,14 +107,39 @@ struct LoginQuery {
     next: Option<String>,
 }
 
-/// `GET /auth/login`: to the organization's provider, with state, nonce and PKCE bound to this browser.
+/// `GET /auth/login`: never goes to the provider (a link must not sign a visitor in to some organization); it
+/// sends the browser to the `/login` page, whose button starts the sign-in with a POST.
+async fn login_page(Query(q): Query<LoginQuery>) -> Response {
+    let mut query = form_urlencoded::Serializer::new(String::new());
+    if let Some(org) = q.org.as_deref().map(str::trim).filter(|o| !o.is_empty()) {
+        query.append_pair("org", org);
+    }
+    if let Some(next) = safe_next(q.next.as_deref()) {
+        query.append_pair("next", &next);
+    }
+    let query = query.finish();
+    let target = if query.is_empty() { "/login".to_string() } else { format!("/login?{query}") };
+    Redirect::to(&target).into_response()
+}
+
+#[derive(Debug, Deserialize)]
+struct LoginForm {
+    org: Option<String>,
+    next: Option<String>,
+}
+
+/// `POST /auth/login` (the `/login` page's button, Origin-checked): to the organization's provider, with state,
+/// nonce and PKCE bound to this browser.
 async fn login(
     State(state): State<AppState>,
     headers: HeaderMap,
-    Query(q): Query<LoginQuery>,
+    Form(form): Form<LoginForm>,
 ) -> Result<Response, AppError> {
     state.auth.limits.check("login", &source(&headers))?;
-    let Some(org) = org_for(&state, q.org.as_deref()).await? else {
+    if !same_origin(&state, &headers) {
+        return Err(AppError::Forbidden("sign-in forms are accepted from this site only (Origin mismatch)".into()));
+    }
+    let Some(org) = org_for(&state, form.org.as_deref()).await? else {
         return Ok(to_login("unknown_org"));
     };
     let mut tx = state.db.begin_org(org).await?;
@@ -89,7 +147,7 @@ async fn login(
         return Ok(to_login("no_provider"));
     };
     let redirect = format!("{}/auth/callback", state.auth.sessions.base_url(&headers));
-    let return_to = local_path(q.next.as_deref()).unwrap_or_default();
+    let return_to = safe_next(form.next.as_deref()).unwrap_or_default();
     let (url, cookie) = oidc::start(&state.auth.providers, &mut tx, &idp, &redirect, &return_to).await?;
     tx.commit().await?;
     let secure = state.auth.sessions.secure(&headers);
@@ -204,7 +262,7 @@ async fn callback(
     audit_from(&mut tx, &format!("user:{who}"), &from, "login.success", "oidc", "", json!({"roles": role_names}))
         .await?;
     tx.commit().await?;
-    let landing = local_path(Some(&verified.return_to)).unwrap_or_else(|| roles[0].landing().to_string());
+    let landing = safe_next(Some(&verified.return_to)).unwrap_or_else(|| roles[0].landing().to_string());
     let set = session::set_cookie(secure, session::SECURE_COOKIE, session::PLAIN_COOKIE, &value, None);
     Ok(with_cookies(Redirect::to(&landing).into_response(), &[clear_login, set]))
 }
@@ -213,6 +271,7 @@ async fn callback(
 struct DemoForm {
     org: Option<String>,
     role: String,
+    next: Option<String>,
 }
 
 /// Whether a browser form post comes from this site (login forms have no session yet, hence no CSRF token:
@@ -233,8 +292,12 @@ pub const DEMO_ACCOUNTS: [(Role, &str); 4] = [
     (Role::Viewer, "Val (demo viewer)"),
 ];
 
-/// Whether `org` offers the demo login (a demo organization without a configured provider).
-pub async fn demo_login_enabled(tx: &mut OrgTx) -> Result<bool, AppError> {
+/// Whether `org` offers the demo login: the process runs `demo` (`demo_mode`, a runtime mode no database row can
+/// switch on), and the organization is a demo one (`organizations.demo_login`) without a configured provider.
+pub async fn demo_login_enabled(demo_mode: bool, tx: &mut OrgTx) -> Result<bool, AppError> {
+    if !demo_mode {
+        return Ok(false);
+    }
     let org = tx.org().as_uuid();
     let on: Option<bool> = sqlx::query_scalar(
         "SELECT o.demo_login AND NOT EXISTS (SELECT 1 FROM idp_settings i WHERE i.org_id = $1)
@@ -254,6 +317,10 @@ async fn demo_login(
 ) -> Result<Response, AppError> {
     let from = source(&headers);
     state.auth.limits.check("login", &from)?;
+    if !state.auth.demo_mode {
+        // Not a refusal that depends on the organization: under `serve` this route does not exist.
+        return Err(AppError::NotFound("the demo sign-in exists only while the server runs `demo`".into()));
+    }
     if !same_origin(&state, &headers) {
         return Err(AppError::Forbidden("sign-in forms are accepted from this site only (Origin mismatch)".into()));
     }
@@ -263,7 +330,7 @@ async fn demo_login(
         return Err(AppError::invalid("org", "no such organization"));
     };
     let mut tx = state.db.begin_org(org).await?;
-    if !demo_login_enabled(&mut tx).await? {
+    if !demo_login_enabled(state.auth.demo_mode, &mut tx).await? {
         return Err(AppError::Forbidden(
             "the demo login is off for this organization (it has an identity provider, or is not a demo)".into(),
         ));
@@ -298,7 +365,8 @@ async fn demo_login(
     tx.commit().await?;
     let secure = state.auth.sessions.secure(&headers);
     let set = session::set_cookie(secure, session::SECURE_COOKIE, session::PLAIN_COOKIE, &value, None);
-    Ok(with_cookies(Redirect::to(role.landing()).into_response(), &[set]))
+    let landing = safe_next(form.next.as_deref()).unwrap_or_else(|| role.landing().to_string());
+    Ok(with_cookies(Redirect::to(&landing).into_response(), &[set]))
 }
 
 /// `POST /auth/logout`: ends the server-side session, clears the cookie, and signs out at the provider too
@@ -361,7 +429,7 @@ async fn get_provider(State(state): State<AppState>, headers: HeaderMap) -> Resu
     let p = require(&state.db, &headers, Capability::Administer).await?;
     let mut tx = p.begin(&state.db).await?;
     let idp = oidc::settings(&mut tx, state.auth.providers.secrets_dir.as_deref()).await?;
-    let demo = demo_login_enabled(&mut tx).await?;
+    let demo = demo_login_enabled(state.auth.demo_mode, &mut tx).await?;
     tx.commit().await?;
     Ok(Json(json!({
         "provider": idp.map(|i| json!({
@@ -391,9 +459,7 @@ async fn put_provider(State(state): State<AppState>, headers: HeaderMap, body: B
     let p = require(&state.db, &headers, Capability::Administer).await?;
     let r: ProviderRequest = json_body(&body)?;
     let issuer = r.issuer.trim().trim_end_matches('/').to_string();
-    if !(issuer.starts_with("https://") || issuer.starts_with("http://")) {
-        return Err(AppError::invalid("issuer", "an http(s) URL of the OpenID provider"));
-    }
+    state.auth.providers.check_issuer(&issuer).await.map_err(|reason| AppError::invalid("issuer", reason))?;
     if r.client_id.trim().is_empty() {
         return Err(AppError::invalid("client_id", "is required"));
     }
@@ -405,7 +471,13 @@ async fn put_provider(State(state): State<AppState>, headers: HeaderMap, body: B
     if !scopes.split_whitespace().any(|s| s == "openid") {
         return Err(AppError::invalid("scopes", "must include openid"));
     }
-    state.auth.providers.check(&issuer).await.map_err(|e| AppError::invalid("issuer", e.to_string()))?;
+    // What went wrong stays in the server log: the answer does not probe the network on the caller's behalf.
+    state
+        .auth
+        .providers
+        .check(&issuer)
+        .await
+        .map_err(|_| AppError::invalid("issuer", "OpenID discovery at this issuer failed (the server log says why)"))?;
     let mut tx = p.begin(&state.db).await?;
     let org = tx.org().as_uuid();
     // The stored secret only: a secret read from the mounted directory is never copied into the database.
@@ -626,4 +698,40 @@ async fn audit_log(
         })
         .collect();
     Ok(Json(json!({ "items": items, "next_before": next })))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    #[test]
+    fn next_is_a_path_on_this_site_or_nothing() {
+        // The forms that browsers read as another site, as they arrive after form decoding.
+        for bad in [
+            "/\t/evil.example",
+            "//evil.example",
+            "/\\evil.example",
+            "https://evil.example/",
+            "/%5cevil.example",
+            "/%5Cevil.example",
+            "/%2F/evil.example",
+            "/%09/evil.example",
+            "\\\\evil.example",
+            "/\r\n/evil.example",
+            "/ok\\then",
+            "javascript:alert(1)",
+            "evil.example",
+            "",
+            "/x\u{7f}",
+        ] {
+            assert_eq!(safe_next(Some(bad)), None, "{bad:?}");
+        }
+        for good in ["/", "/departments?period=2026-10", "/admin/policies#draft-3", "/finance/2026-10?x=a%2Fb", "/é"] {
+            assert_eq!(safe_next(Some(good)).as_deref(), Some(good), "{good:?}");
+        }
+        assert_eq!(safe_next(None), None);
+        assert_eq!(safe_next(Some(&format!("/{}", "a".repeat(2000)))), None, "too long");
+        assert_eq!(percent_decode("/a%2fb%zz%4"), "/a/b%zz%4");
+    }
 }

@@ -55,6 +55,11 @@ impl SessionSettings {
         }
     }
 
+    /// Whether the public URL is https: then browsers are told to use nothing else (HSTS).
+    pub fn https(&self) -> bool {
+        self.public_url.as_deref().is_some_and(|u| u.starts_with("https://"))
+    }
+
     /// Whether cookies must be Secure: always, except plain HTTP on a loopback host.
     pub fn secure(&self, headers: &HeaderMap) -> bool {
         let base = self.base_url(headers);
@@ -79,6 +84,33 @@ pub fn cookie_named(headers: &HeaderMap, names: &[&str]) -> Option<String> {
         let (name, value) = pair.trim().split_once('=')?;
         names.contains(&name).then(|| value.trim().to_string())
     })
+}
+
+/// Drops from the request's `Cookie` headers the session and pending-login cookies of the name this deployment
+/// does not use (`gl_session` when cookies are `__Host-` ones, and the other way round): a cookie planted under
+/// the other name — by a sibling subdomain or over plain HTTP, which `__Host-` rules out — is never read. Run on
+/// every request (`app::peer`) before any handler looks at cookies.
+pub fn keep_deployment_cookies(headers: &mut HeaderMap, secure: bool) {
+    let foreign: [&str; 2] =
+        if secure { [PLAIN_COOKIE, LOGIN_PLAIN_COOKIE] } else { [SECURE_COOKIE, LOGIN_SECURE_COOKIE] };
+    let values: Vec<String> =
+        headers.get_all(header::COOKIE).iter().filter_map(|v| v.to_str().ok()).map(String::from).collect();
+    if values.is_empty() {
+        return;
+    }
+    let kept: Vec<&str> = values
+        .iter()
+        .flat_map(|v| v.split(';'))
+        .map(str::trim)
+        .filter(|pair| !pair.is_empty())
+        .filter(|pair| !foreign.contains(&pair.split_once('=').map_or(*pair, |(name, _)| name).trim()))
+        .collect();
+    headers.remove(header::COOKIE);
+    if let Ok(v) = HeaderValue::from_str(&kept.join("; "))
+        && !kept.is_empty()
+    {
+        headers.insert(header::COOKIE, v);
+    }
 }
 
 /// The session cookie, if the request carries one.
@@ -260,5 +292,29 @@ mod tests {
         assert!(text.starts_with("__Host-gl_session=v; Path=/; HttpOnly; SameSite=Lax; Secure"), "{text}");
         let plain = set_cookie(false, SECURE_COOKIE, PLAIN_COOKIE, "v", Some(0));
         assert_eq!(plain.to_str().unwrap(), "gl_session=v; Path=/; HttpOnly; SameSite=Lax; Max-Age=0");
+        assert!(https.https() && !settings.https());
+    }
+
+    #[test]
+    fn only_the_deployments_cookie_names_are_kept() {
+        let both = || {
+            let mut h = HeaderMap::new();
+            h.append(header::COOKIE, HeaderValue::from_static("gl_session=p; theme=dark"));
+            h.append(header::COOKIE, HeaderValue::from_static("__Host-gl_session=s; gl_login=l; __Host-gl_login=sl"));
+            h
+        };
+        let mut secure = both();
+        keep_deployment_cookies(&mut secure, true);
+        assert_eq!(cookie_value(&secure).as_deref(), Some("s"));
+        assert_eq!(secure[header::COOKIE], "theme=dark; __Host-gl_session=s; __Host-gl_login=sl");
+        let mut plain = both();
+        keep_deployment_cookies(&mut plain, false);
+        assert_eq!(cookie_value(&plain).as_deref(), Some("p"));
+        assert_eq!(plain[header::COOKIE], "gl_session=p; theme=dark; gl_login=l");
+        // A planted plain cookie alone is not read on an https deployment.
+        let mut planted = HeaderMap::new();
+        planted.insert(header::COOKIE, HeaderValue::from_static("gl_session=p"));
+        keep_deployment_cookies(&mut planted, true);
+        assert!(cookie_value(&planted).is_none() && !planted.contains_key(header::COOKIE));
     }
 }

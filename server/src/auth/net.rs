@@ -1,0 +1,203 @@
+//! Network addresses: which ones are private (never reached on an organization's behalf unless the operator says
+//! so), trusted proxies as CIDR ranges, and the client address behind them (`X-Forwarded-For`).
+
+use std::net::{IpAddr, Ipv4Addr};
+
+/// Whether `ip` is loopback, private, link-local, unique-local, unspecified, shared (CGNAT), multicast or
+/// broadcast: an address an outside service has no business pointing the server at.
+pub fn is_internal(ip: IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(v4) => is_internal_v4(v4),
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => is_internal_v4(v4),
+            None => {
+                let first = v6.segments()[0];
+                v6.is_loopback()
+                    || v6.is_unspecified()
+                    || v6.is_multicast()
+                    // fc00::/7 unique local, fe80::/10 link-local, fec0::/10 (deprecated) site-local.
+                    || (first & 0xfe00) == 0xfc00
+                    || (first & 0xffc0) == 0xfe80
+                    || (first & 0xffc0) == 0xfec0
+            }
+        },
+    }
+}
+
+fn is_internal_v4(ip: Ipv4Addr) -> bool {
+    let [a, b, ..] = ip.octets();
+    ip.is_loopback()
+        || ip.is_private()
+        || ip.is_link_local()
+        || ip.is_unspecified()
+        || ip.is_broadcast()
+        || ip.is_multicast()
+        || a == 0
+        // 100.64.0.0/10: carrier-grade NAT, internal to a provider's network.
+        || (a == 100 && (64..128).contains(&b))
+}
+
+/// Whether a URL host (name or address literal, IPv6 with or without brackets) is a loopback one.
+pub fn is_loopback_host(host: &str) -> bool {
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    if host.eq_ignore_ascii_case("localhost") {
+        return true;
+    }
+    host.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())
+}
+
+/// An address range: `10.0.0.0/8`, `2001:db8::/32`, or one address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cidr {
+    network: IpAddr,
+    prefix: u8,
+}
+
+impl Cidr {
+    /// Parses `ADDRESS` or `ADDRESS/PREFIX`.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let text = text.trim();
+        let (addr, prefix) = match text.split_once('/') {
+            Some((a, p)) => (a, Some(p)),
+            None => (text, None),
+        };
+        let network: IpAddr = addr.parse().map_err(|_| format!("{text:?} is not an IP address or CIDR range"))?;
+        let max = if network.is_ipv4() { 32 } else { 128 };
+        let prefix = match prefix {
+            Some(p) => p.parse::<u8>().ok().filter(|p| *p <= max).ok_or_else(|| format!("{text:?}: bad prefix"))?,
+            None => max,
+        };
+        Ok(Self { network, prefix })
+    }
+
+    /// Parses a comma-separated list (empty entries are skipped).
+    pub fn parse_list(text: &str) -> Result<Vec<Self>, String> {
+        text.split(',').filter(|s| !s.trim().is_empty()).map(Self::parse).collect()
+    }
+
+    /// Whether `ip` is in the range (an IPv4-mapped IPv6 address counts as its IPv4 address).
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        let ip = match ip {
+            IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+            v4 => v4,
+        };
+        match (self.network, ip) {
+            (IpAddr::V4(n), IpAddr::V4(a)) => {
+                let mask = u32::MAX.checked_shl(32 - u32::from(self.prefix)).unwrap_or(0);
+                u32::from(n) & mask == u32::from(a) & mask
+            }
+            (IpAddr::V6(n), IpAddr::V6(a)) => {
+                let mask = u128::MAX.checked_shl(128 - u32::from(self.prefix)).unwrap_or(0);
+                u128::from(n) & mask == u128::from(a) & mask
+            }
+            _ => false,
+        }
+    }
+}
+
+/// The client's address: the TCP peer, unless the peer is a trusted proxy — then the right-most
+/// `X-Forwarded-For` entry that is not itself a trusted proxy (entries further left are whatever the client
+/// claimed, so they are never believed). Every `X-Forwarded-For` header counts, in order.
+pub fn client_address<'a>(peer: IpAddr, forwarded_for: impl Iterator<Item = &'a str>, trusted: &[Cidr]) -> IpAddr {
+    let is_trusted = |ip: IpAddr| trusted.iter().any(|c| c.contains(ip));
+    if !is_trusted(peer) {
+        return peer;
+    }
+    let hops: Vec<&str> = forwarded_for.flat_map(|h| h.split(',')).map(str::trim).collect();
+    let mut client = peer;
+    for hop in hops.iter().rev() {
+        // A garbled entry ends the chain: nothing left of it can be trusted to mean anything.
+        let Some(ip) = parse_hop(hop) else { break };
+        client = ip;
+        if !is_trusted(ip) {
+            break;
+        }
+    }
+    client
+}
+
+/// One `X-Forwarded-For` entry: an address, possibly with a port (`1.2.3.4:5678`, `[::1]:80`).
+fn parse_hop(hop: &str) -> Option<IpAddr> {
+    if let Ok(ip) = hop.parse() {
+        return Some(ip);
+    }
+    if let Some(rest) = hop.strip_prefix('[') {
+        return rest.split(']').next()?.parse().ok();
+    }
+    hop.rsplit_once(':').and_then(|(ip, _)| ip.parse::<Ipv4Addr>().ok()).map(IpAddr::V4)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn internal_addresses_are_recognised() {
+        for a in [
+            "127.0.0.1",
+            "10.1.2.3",
+            "172.16.0.1",
+            "192.168.1.1",
+            "169.254.169.254",
+            "0.0.0.0",
+            "100.64.0.1",
+            "::1",
+            "::",
+            "fd00::1",
+            "fe80::1",
+            "::ffff:10.0.0.1",
+            "::ffff:127.0.0.1",
+        ] {
+            assert!(is_internal(ip(a)), "{a}");
+        }
+        for a in ["8.8.8.8", "172.32.0.1", "100.128.0.1", "2606:4700::1111", "::ffff:1.1.1.1"] {
+            assert!(!is_internal(ip(a)), "{a}");
+        }
+        assert!(is_loopback_host("localhost") && is_loopback_host("127.0.0.5") && is_loopback_host("[::1]"));
+        assert!(!is_loopback_host("idp.example") && !is_loopback_host("10.0.0.1"));
+    }
+
+    #[test]
+    fn cidr_ranges_parse_and_match() {
+        let r = Cidr::parse("10.0.0.0/8").unwrap();
+        assert!(r.contains(ip("10.200.1.1")) && !r.contains(ip("11.0.0.1")));
+        assert!(r.contains(ip("::ffff:10.0.0.9")), "an IPv4-mapped peer is its IPv4 address");
+        let one = Cidr::parse("192.0.2.7").unwrap();
+        assert!(one.contains(ip("192.0.2.7")) && !one.contains(ip("192.0.2.8")));
+        let v6 = Cidr::parse("2001:db8::/32").unwrap();
+        assert!(v6.contains(ip("2001:db8:1::5")) && !v6.contains(ip("2001:db9::1")) && !v6.contains(ip("10.0.0.1")));
+        assert!(Cidr::parse("0.0.0.0/0").unwrap().contains(ip("203.0.113.1")));
+        assert!(Cidr::parse("10.0.0.0/33").is_err() && Cidr::parse("example.com").is_err());
+        assert_eq!(Cidr::parse_list(" 10.0.0.1, ,192.168.0.0/16").unwrap().len(), 2);
+        assert_eq!(Cidr::parse_list("").unwrap(), vec![]);
+    }
+
+    #[test]
+    fn forwarded_for_is_believed_only_from_trusted_proxies() {
+        let trusted = Cidr::parse_list("10.0.0.0/8").unwrap();
+        let client = |peer: &str, xff: &[&str]| client_address(ip(peer), xff.iter().copied(), &trusted);
+        // An untrusted peer: its own address, whatever it claims.
+        assert_eq!(client("203.0.113.9", &["198.51.100.1"]), ip("203.0.113.9"));
+        // A trusted proxy: the right-most entry that is not a trusted proxy.
+        assert_eq!(client("10.0.0.2", &["198.51.100.1"]), ip("198.51.100.1"));
+        assert_eq!(client("10.0.0.2", &["6.6.6.6, 198.51.100.1, 10.0.0.3"]), ip("198.51.100.1"));
+        // Several headers are one list, in order.
+        assert_eq!(client("10.0.0.2", &["6.6.6.6", "198.51.100.1"]), ip("198.51.100.1"));
+        // Spoofed entries left of the real client are ignored.
+        assert_eq!(client("10.0.0.2", &["1.1.1.1, 198.51.100.1"]), ip("198.51.100.1"));
+        // Ports and brackets are tolerated; garbage stops the walk at the last good hop.
+        assert_eq!(client("10.0.0.2", &["198.51.100.1:4711"]), ip("198.51.100.1"));
+        assert_eq!(client("10.0.0.2", &["[2001:db8::1]:443"]), ip("2001:db8::1"));
+        assert_eq!(client("10.0.0.2", &["nonsense"]), ip("10.0.0.2"));
+        assert_eq!(client("10.0.0.2", &["1.1.1.1, nonsense, 10.0.0.4"]), ip("10.0.0.4"));
+        // No header: the proxy itself.
+        assert_eq!(client("10.0.0.2", &[]), ip("10.0.0.2"));
+        // Nothing trusted (the default): the peer, always.
+        assert_eq!(client_address(ip("10.0.0.2"), ["198.51.100.1"].into_iter(), &[]), ip("10.0.0.2"));
+    }
+}
