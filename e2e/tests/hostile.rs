@@ -8,8 +8,8 @@
 use std::io::Write;
 
 use gpuledger_e2e::{
-    fresh_database,
-    process::{create_token, create_token_in, start_demo, temp_dir},
+    allow_app_login, fresh_database,
+    process::{ServerProcess, create_token, create_token_in, start_demo, temp_dir},
 };
 use serde_json::{Value, json};
 use time::{OffsetDateTime, format_description::well_known::Rfc3339};
@@ -217,6 +217,63 @@ async fn every_attack_is_refused_by_name_and_the_server_and_the_other_organizati
     let peak = peak_mib(pid);
     assert!(peak <= 512, "peak memory {peak} MiB after every attack");
     eprintln!("server peak memory after every attack: {peak} MiB");
+
+    // 7. After sign-in, `next` never leaves the site (the demo's sign-in; the OIDC one shares the check).
+    let no_redirects = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
+    for next in [
+        "/\tevil.example",
+        "//evil.example",
+        "/\\evil.example",
+        "https://evil.example/",
+        "/%5cevil.example",
+        "/%2F/evil.example",
+    ] {
+        let r = no_redirects
+            .post(format!("{base}/auth/demo"))
+            .header("Origin", &base)
+            .form(&[("org", "demo"), ("role", "viewer"), ("next", next)])
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 303, "{next}");
+        let location = r.headers()["location"].to_str().unwrap().to_string();
+        let path = location.strip_prefix(&base).unwrap_or(&location);
+        assert!(
+            path.starts_with('/')
+                && !path.starts_with("//")
+                && !path.starts_with("/\\")
+                && !path.contains("evil.example"),
+            "next={next:?} sent the browser to {location:?}"
+        );
+    }
+
+    // 8. The same database served by `serve`: no demo sign-in, whatever the database says — and the attempt is a
+    //    denied sign-in the organization's admins see.
+    allow_app_login(&db).await.unwrap();
+    let mut served =
+        ServerProcess::start(&["serve"], &[("DATABASE_URL", Some(&db.app_url))], None, &dir.join("serve.log")).unwrap();
+    served.wait_ready(std::time::Duration::from_secs(60)).unwrap();
+    let r = no_redirects
+        .post(format!("{}/auth/demo", served.base))
+        .header("Origin", &served.base)
+        .form(&[("org", "demo"), ("role", "admin")])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 404, "serve offers the demo sign-in");
+    assert!(r.headers().get("set-cookie").is_none());
+    let login = http.get(format!("{}/login?org=demo", served.base)).send().await.unwrap().text().await.unwrap();
+    assert!(!login.contains(r#"action="/auth/demo""#), "serve's /login shows demo accounts");
+    let denied: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM audit_log WHERE org_id = $1 AND action = 'login.denied' AND target = 'demo'",
+    )
+    .bind(victim)
+    .fetch_one(&su)
+    .await
+    .unwrap();
+    assert_eq!(denied, 1, "the refused demo sign-in is audited");
+    alive(&http, &served.base, "the demo sign-in under serve").await;
+    drop(served);
     drop(server);
     let _ = std::fs::remove_dir_all(&dir);
 }

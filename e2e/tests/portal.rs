@@ -44,9 +44,18 @@ fn plain(amount: &str) -> String {
 async fn manager_disputes_finance_credits_admin_onboards_a_cluster() {
     let db = fresh_database().await.unwrap();
     let dir = temp_dir("gl-e2e-portal").unwrap();
-    let server =
-        ServerProcess::start(&["demo"], &[("DATABASE_URL", Some(db.admin_url.as_str()))], None, &dir.join("demo.log"))
-            .unwrap();
+    let server = ServerProcess::start(
+        &["demo"],
+        &[
+            ("DATABASE_URL", Some(db.admin_url.as_str())),
+            // The test's provider runs on this machine, over plain HTTP.
+            ("GPULEDGER_OIDC_ALLOW_HTTP_LOOPBACK", Some("true")),
+            ("GPULEDGER_OIDC_ALLOW_PRIVATE_ISSUER", Some("true")),
+        ],
+        None,
+        &dir.join("demo.log"),
+    )
+    .unwrap();
     let mut server = server;
     server.wait_ready(Duration::from_secs(900)).unwrap();
     let base = server.base.clone();
@@ -148,15 +157,19 @@ async fn manager_disputes_finance_credits_admin_onboards_a_cluster() {
     browser.screenshot(&shots.join("dispute.png")).await.unwrap();
     sign_out(&browser, &base).await;
 
-    // ---- finance: accept with a credit, approve it; the credit is in the next month
-    sign_in(&browser, &base, "fin", "/finance").await;
-    browser.screenshot(&shots.join("finance.png")).await.unwrap();
+    // ---- the admin accepts with a credit; finance approves it (separation of duties: whoever accepted a credit
+    //      cannot approve it); the credit is in the next month
+    sign_in(&browser, &base, "ada", "/admin").await;
     browser.goto(&dispute_url).await.unwrap();
     browser.fill(r#"#accept-form input[name="credit_amount"]"#, "10.00").await.unwrap();
     browser.fill(r#"#accept-form textarea[name="reason"]"#, "Confirmed with the platform team.").await.unwrap();
     browser.click_css("#accept-form button[type=submit]").await.unwrap();
     browser.wait_for_url(|u| u == dispute_url, Duration::from_secs(30)).await.unwrap();
     assert!(browser.page_source().await.unwrap().contains(r#"<dd id="dispute-state">accepted</dd>"#));
+    sign_out(&browser, &base).await;
+    sign_in(&browser, &base, "fin", "/finance").await;
+    browser.screenshot(&shots.join("finance.png")).await.unwrap();
+    browser.goto(&dispute_url).await.unwrap();
     browser.click_css("#approve-form button[type=submit]").await.unwrap();
     browser.wait_for_url(|u| u == dispute_url, Duration::from_secs(30)).await.unwrap();
     let page = browser.page_source().await.unwrap();

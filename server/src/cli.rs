@@ -297,7 +297,12 @@ async fn start_embedded(cli: &Cli, data_dir: PathBuf) -> anyhow::Result<Embedded
 /// DATABASE_URL is refused unless `superuser_ok` (`demo`, `token create`, or `serve
 /// --allow-superuser-database-url`); the embedded default database is not a URL the operator gave and is always
 /// fine.
-pub async fn open(cli: &Cli, data_dir: PathBuf, db_options: db::DbOptions, superuser_ok: bool) -> anyhow::Result<Target> {
+pub async fn open(
+    cli: &Cli,
+    data_dir: PathBuf,
+    db_options: db::DbOptions,
+    superuser_ok: bool,
+) -> anyhow::Result<Target> {
     match &cli.database_url {
         Some(url) => {
             let login = {
@@ -381,7 +386,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Token { command: TokenCommand::Create(args) } => {
             let data_dir = cli.data_dir.clone().unwrap_or_else(default_data_dir);
-            let target = open(&cli, data_dir, db::DbOptions { max_connections: 2, ..db::DbOptions::default() }, true).await?;
+            let target =
+                open(&cli, data_dir, db::DbOptions { max_connections: 2, ..db::DbOptions::default() }, true).await?;
             let result = create_token(&target.db, args).await;
             target.shutdown().await?;
             let token = result?;

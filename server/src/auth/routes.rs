@@ -318,7 +318,22 @@ async fn demo_login(
     let from = source(&headers);
     state.auth.limits.check("login", &from)?;
     if !state.auth.demo_mode {
-        // Not a refusal that depends on the organization: under `serve` this route does not exist.
+        // Not a refusal that depends on the organization: under `serve` this route does not exist. Someone trying
+        // it against a real organization is a denied sign-in its admins see (the login rate limit bounds how often).
+        if let Ok(Some(org)) = org_for(&state, form.org.as_deref()).await {
+            let mut tx = state.db.begin_org(org).await?;
+            audit_from(
+                &mut tx,
+                "anonymous",
+                &from,
+                "login.denied",
+                "demo",
+                "the demo sign-in exists only while the server runs `demo`",
+                json!({"role": form.role.chars().take(40).collect::<String>()}),
+            )
+            .await?;
+            tx.commit().await?;
+        }
         return Err(AppError::NotFound("the demo sign-in exists only while the server runs `demo`".into()));
     }
     if !same_origin(&state, &headers) {
