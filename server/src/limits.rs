@@ -331,7 +331,7 @@ mod tests {
         assert!(hit.reason.contains("more than 3 items in one array"), "{hit:?}");
         let hit = JsonGuard::check(SMALL, br#"{"a":1,"b":2,"c":3,"d":4}"#).unwrap_err();
         assert!(hit.reason.contains("members in one object"), "{hit:?}");
-        let many = format!("[{}]", vec!["[1,2]"; 3].join(","));
+        let many = format!("[{}]", ["[1,2]"; 3].join(","));
         let limits = JsonLimits { max_values: 6, ..SMALL };
         let hit = JsonGuard::check(limits, many.as_bytes()).unwrap_err();
         assert!(hit.reason.contains("more than 6 values"), "{hit:?}");
