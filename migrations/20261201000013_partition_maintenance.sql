@@ -4,6 +4,9 @@
 --
 -- Creates the partitions of every month in [p_from, p_through] and of every month that has rows in the default
 -- partition; returns how many partitions it made. Run by the app role through its maintenance door.
+
+SET LOCAL ROLE gpuledger_owner;
+
 CREATE FUNCTION gpuledger_maintain_telemetry_partitions(p_from date, p_through date) RETURNS integer
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
 DECLARE
@@ -28,3 +31,5 @@ END
 $$;
 REVOKE ALL ON FUNCTION gpuledger_maintain_telemetry_partitions(date, date) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION gpuledger_maintain_telemetry_partitions(date, date) TO gpuledger_app;
+
+RESET ROLE;
