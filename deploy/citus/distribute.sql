@@ -98,4 +98,9 @@ SELECT create_distributed_table('training_progress', 'org_id', colocate_with => 
 -- migration 11: model servers' own totals
 SELECT create_distributed_table('endpoint_totals', 'org_id', colocate_with => 'departments');
 
+-- migration 14: the read model
+SELECT create_distributed_table('read_months', 'org_id', colocate_with => 'departments');
+SELECT create_distributed_table('read_lines',  'org_id', colocate_with => 'departments');
+SELECT create_distributed_table('read_dirty',  'org_id', colocate_with => 'departments');
+
 COMMIT;

@@ -156,6 +156,10 @@ pub struct ServeArgs {
     /// start; older facts are refused with the reason.
     #[arg(long, env = "GPULEDGER_INGEST_BACKFILL_DAYS", default_value_t = crate::limits::DEFAULT_BACKFILL_DAYS)]
     pub ingest_backfill_days: i64,
+    /// The open month's figures are recomputed within this many seconds of a change (the read model's staleness
+    /// bound); pages built from an older snapshot say so.
+    #[arg(long, env = "GPULEDGER_SNAPSHOT_MAX_AGE_SECS", default_value_t = 60)]
+    pub snapshot_max_age_secs: u64,
     /// Accept an identity provider issuer over plain `http://` when its host is loopback (a provider on the same
     /// machine, as in tests). Otherwise issuers must be https.
     #[arg(long, env = "GPULEDGER_OIDC_ALLOW_HTTP_LOOPBACK")]
@@ -201,6 +205,7 @@ impl ServeArgs {
             ingest: crate::ingest::IngestLimits { max_decoded_bytes: self.ingest_max_decoded_bytes, ..defaults.ingest },
             backfill: time::Duration::days(self.ingest_backfill_days),
             heavy: crate::limits::HeavyReads::new(self.heavy_reads_per_org, Duration::from_secs(10)),
+            snapshot_max_age: time::Duration::seconds(i64::try_from(self.snapshot_max_age_secs).unwrap_or(60)),
         })
     }
 
@@ -496,7 +501,17 @@ async fn serve(cli: &Cli, args: &ServeArgs, data_dir: PathBuf, demo: Option<Demo
             body_limit: args.body_limit_bytes,
         };
         let limits = args.limits()?;
+        if !(5..=3600).contains(&args.snapshot_max_age_secs) {
+            anyhow::bail!("--snapshot-max-age-secs: between 5 and 3600");
+        }
         let _maintenance = crate::maintenance::spawn(target.db.clone());
+        let _read_model = crate::readmodel::worker::spawn(
+            target.db.clone(),
+            crate::readmodel::worker::RefreshOptions {
+                max_age: Duration::from_secs(args.snapshot_max_age_secs),
+                ..Default::default()
+            },
+        );
         let Some(run) = demo else {
             let state = AppState::with_auth(target.db.clone(), None, args.auth(false)?).with_limits(limits);
             app::serve(args.listen, app::router(state, &http)).await?;

@@ -407,6 +407,22 @@ async fn freeze(
     .bind(&cols3.2)
     .execute(tx.conn())
     .await?;
+    // The month's figures for every later read (pages, REST, exports): final, in the close's own transaction.
+    crate::readmodel::store(
+        &mut tx,
+        &crate::readmodel::Figures {
+            period,
+            state: crate::readmodel::FigState::Closed,
+            as_of: now,
+            compute_ms: 0,
+            policy_version,
+            currency: &currency,
+            hash: Some(&hash),
+            lines,
+            notes: serde_json::to_value(&preview.ledger.notes).unwrap_or_default(),
+        },
+    )
+    .await?;
     // Credits land here; late-data corrections are recorded as applied adjustments pointing at what they correct.
     if !preview.credits.is_empty() {
         sqlx::query(

@@ -308,8 +308,23 @@ impl OrgTx {
         Ok(())
     }
 
-    /// Commits; the organization setting ends with the transaction.
-    pub async fn commit(self) -> Result<(), DbError> {
+    /// Commits; the organization setting ends with the transaction. A transaction that wrote anything marks the
+    /// organization's open months as changed (`read_dirty`), so the read model's refresh worker recomputes them:
+    /// no handler has to remember to say so (see [`OrgTx::commit_quiet`] for the writes that change no figures).
+    pub async fn commit(mut self) -> Result<(), DbError> {
+        sqlx::query(
+            "INSERT INTO read_dirty (org_id) SELECT $1 WHERE pg_current_xact_id_if_assigned() IS NOT NULL
+             ON CONFLICT (org_id) DO NOTHING",
+        )
+        .bind(self.org.as_uuid())
+        .execute(&mut *self.tx)
+        .await?;
+        Ok(self.tx.commit().await?)
+    }
+
+    /// Commits without marking the open months as changed: for writes that change no figure (a credential's
+    /// last use, a session's last activity, the read model's own refresh).
+    pub async fn commit_quiet(self) -> Result<(), DbError> {
         Ok(self.tx.commit().await?)
     }
 
@@ -359,6 +374,19 @@ impl CrossOrgMaintenance<'_> {
             .fetch_one(self.pool)
             .await?;
         Ok(made)
+    }
+
+    /// The organizations whose open-month figures the read model's worker should refresh now: changed at least
+    /// `quiet` ago and not refreshed within `min_interval`.
+    pub async fn read_refresh_due(&self, quiet: Duration, min_interval: Duration) -> Result<Vec<OrgId>, DbError> {
+        let ids: Vec<uuid::Uuid> = sqlx::query_scalar(
+            "SELECT gpuledger_read_refresh_due(make_interval(secs => $1), make_interval(secs => $2))",
+        )
+        .bind(quiet.as_secs_f64())
+        .bind(min_interval.as_secs_f64())
+        .fetch_all(self.pool)
+        .await?;
+        Ok(ids.into_iter().map(OrgId::from_uuid).collect())
     }
 }
 

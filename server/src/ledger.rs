@@ -2,7 +2,7 @@
 //! `gpuledger_core::ledger`, and serves them — from the frozen lines for a closed period, computed on demand for
 //! an open one.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 
 use axum::{
     Json, Router,
@@ -17,7 +17,7 @@ use gpuledger_core::{
     ids::{DepartmentId, TenantId},
     ledger::{
         AdjustmentKind, AdjustmentRecord, AllocationRecord, ClassCapacity, DepartmentRef, EndpointTotal, EnergyRecord,
-        LedgerInput, LedgerLine, QuotaHolder, QuotaRecord, TenantRef, UsageRecord,
+        LedgerInput, QuotaHolder, QuotaRecord, TenantRef, UsageRecord,
     },
     policy::CostPolicy,
 };
@@ -402,62 +402,75 @@ async fn get_ledger(
         return Err(AppError::invalid("per_page", "must be 1..=10000"));
     }
     let page = q.page.unwrap_or(1).max(1);
-    let visible = p.visible(&state.db).await?;
-    // The month is computed for the whole organization (overhead is split across every tenant); a caller
-    // limited to departments then sees only the lines PostgreSQL showed it the departments of.
-    let mut tx = state.db.begin_org(p.org).await?;
+    // Read, never recomputed: a closed month's figures were written by its close, an open month's are the refresh
+    // worker's snapshot (computed for the whole organization — overhead is split across every tenant — and cut
+    // here to the departments PostgreSQL shows the caller).
+    let mut tx = p.begin(&state.db).await?;
     let st = period_state(&mut tx, period).await?;
-    let (lines, hash, notes, policy_version) = if st == "closed" {
-        let b = crate::close::stored_bundle(&mut tx, period)
-            .await?
-            .ok_or_else(|| AppError::Internal("closed period without bundle".into()))?;
-        (b.lines, Some(b.hash), Value::Null, Some(b.policy_version))
-    } else {
-        let preview = crate::close::preview(&mut tx, period).await?;
-        let v = preview.input.policy.version;
-        // The notes count the whole organization's data: not for a caller limited to departments.
-        let notes = if visible.is_some() {
-            Value::Null
+    let mut head = crate::readmodel::head(&mut tx, period).await?;
+    if head.is_none() {
+        // No figures of this month yet: an open month before its first snapshot (a new month, a fresh start) is
+        // computed now, once for everyone asking; a month closed before the read model existed is read from its
+        // bundle, once.
+        tx.commit_quiet().await?;
+        if st == "closed" {
+            crate::readmodel::backfill_closed(&state.db, p.org, period).await?;
         } else {
-            serde_json::to_value(&preview.ledger.notes).unwrap_or_default()
-        };
-        (preview.ledger.lines, None, notes, Some(v))
-    };
-    tx.commit().await?;
-    let filtered: Vec<&LedgerLine> = lines
-        .iter()
-        .filter(|l| Visible::department(&visible, l.department_id.as_uuid()))
-        .filter(|l| {
-            q.tenant.as_deref().is_none_or(|t| l.tenant == t || l.tenant_id.is_some_and(|id| id.to_string() == t))
-        })
-        .filter(|l| q.department.as_deref().is_none_or(|d| l.department == d || l.department_id.to_string() == d))
-        .filter(|l| q.term.as_deref().is_none_or(|t| l.term.as_str() == t))
-        .collect();
-    let mut by_term: BTreeMap<&str, Decimal> = BTreeMap::new();
-    let zero = Decimal::from_scaled(0, 2)?;
-    let mut total = zero;
-    for l in &filtered {
-        let v = by_term.entry(l.term.as_str()).or_insert(zero);
-        *v = v.checked_add(&l.amount)?;
-        total = total.checked_add(&l.amount)?;
+            crate::readmodel::worker::refresh_with(
+                &state.db,
+                p.org,
+                crate::readmodel::worker::Wait::Block,
+                Some(period),
+            )
+            .await?;
+        }
+        tx = p.begin(&state.db).await?;
+        head = crate::readmodel::head(&mut tx, period).await?;
     }
-    let totals: BTreeMap<&str, String> = by_term.into_iter().map(|(k, v)| (k, v.to_string())).collect();
-    let currency = lines.first().map(|l| l.currency.clone());
-    let skip = (page as usize - 1) * per_page as usize;
-    let items: Vec<&&LedgerLine> = filtered.iter().skip(skip).take(per_page as usize).collect();
+    let Some(head) = head else {
+        if st == "closed" {
+            return Err(AppError::Internal(format!("closed period {period} has no stored figures")));
+        }
+        // Still nothing: no approved policy covers the month.
+        return Err(AppError::Conflict(format!(
+            "no approved cost policy covers {period}: approve one effective from {period} or earlier"
+        )));
+    };
+    let filter = crate::readmodel::LineFilter {
+        tenant: q.tenant.clone(),
+        department: q.department.clone(),
+        term: q.term.clone(),
+    };
+    let offset = i64::from(page - 1) * i64::from(per_page);
+    let found = crate::readmodel::lines(&mut tx, period, &filter, offset, i64::from(per_page)).await?;
+    tx.commit_quiet().await?;
+    // The notes count the whole organization's data: not for a caller limited to departments.
+    let notes = if p.departments.is_some() || head.state == crate::readmodel::FigState::Closed {
+        Value::Null
+    } else {
+        head.notes.clone()
+    };
+    let max_age = state.limits.snapshot_max_age;
+    let now = time::OffsetDateTime::now_utc();
+    let stale = head.state == crate::readmodel::FigState::Provisional
+        && head.changed_since.is_some()
+        && now - head.as_of > max_age;
     Ok(Json(json!({
         "period": period.to_string(),
         "state": st,
-        "policy_version": policy_version,
-        "currency": currency,
-        "hash": hash,
-        "total": total.to_string(),
-        "totals_by_term": totals,
+        "policy_version": head.policy_version,
+        "currency": if head.line_count > 0 { head.currency.clone() } else { None },
+        "hash": head.hash,
+        "as_of": head.as_of.format(&time::format_description::well_known::Rfc3339).unwrap_or_default(),
+        "provisional": head.state == crate::readmodel::FigState::Provisional,
+        "stale": stale,
+        "total": found.total,
+        "totals_by_term": found.totals_by_term,
         "notes": notes,
-        "count": filtered.len(),
+        "count": found.count,
         "page": page,
         "per_page": per_page,
-        "lines": items,
+        "lines": found.lines,
     })))
 }
 

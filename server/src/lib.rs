@@ -20,6 +20,7 @@ pub mod metrics;
 pub mod openapi;
 pub mod policy;
 pub mod portal;
+pub mod readmodel;
 pub mod tenancy;
 pub mod training;
 pub mod usage;

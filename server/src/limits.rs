@@ -284,6 +284,9 @@ pub struct ServerLimits {
     pub backfill: time::Duration,
     /// Concurrent heavy reads per organization.
     pub heavy: HeavyReads,
+    /// The read model's staleness bound (`--snapshot-max-age-secs`): answers from an older snapshot, with changes
+    /// waiting, say they are stale.
+    pub snapshot_max_age: time::Duration,
 }
 
 /// Default of `--ingest-backfill-days`: a year and a month, so a cluster that joins can still send what it
@@ -299,6 +302,7 @@ impl Default for ServerLimits {
             ingest: crate::ingest::IngestLimits::default(),
             backfill: time::Duration::days(DEFAULT_BACKFILL_DAYS),
             heavy: HeavyReads::new(DEFAULT_HEAVY_READS_PER_ORG, std::time::Duration::from_secs(10)),
+            snapshot_max_age: time::Duration::seconds(60),
         }
     }
 }

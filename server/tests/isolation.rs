@@ -106,6 +106,16 @@ async fn seed(db: &Database, slug: &str) -> OrgId {
             "INSERT INTO endpoint_totals (org_id, cluster_id, endpoint, model, server, pod, window_start, window_end, requests, input_tokens, output_tokens) VALUES ($1, $2, 'llm-shared', 'llama-3-8b', 'vllm', 'serving/vllm-0', '2026-01-01 10:00Z', '2026-01-01 10:01Z', 3, 30, 60)",
             vec![o, cluster],
         ),
+        // The read model (migration 14).
+        (
+            "INSERT INTO read_months (org_id, period, state, as_of) VALUES ($1, '2026-01-01', 'provisional', now())",
+            vec![o],
+        ),
+        (
+            "INSERT INTO read_lines (org_id, period, line_no, department_id, department, tenant_id, tenant, term, amount, line) VALUES ($1, '2026-01-01', 1, $2, 'd', $3, 't', 'borrowed', 1.00, '{}')",
+            vec![o, dept, tenant],
+        ),
+        ("INSERT INTO read_dirty (org_id) VALUES ($1) ON CONFLICT DO NOTHING", vec![o]),
         // Training progress (migration 10).
         (
             "INSERT INTO training_progress (org_id, record_id, cluster_id, namespace, workload, reported_at, steps) VALUES ($1, 'p-1', $2, 'ml', 'llm-pretrain', '2026-01-01 10:00Z', 10)",

@@ -40,6 +40,8 @@ struct Env {
     admin: sqlx::PgPool,
     ns_alpha: Uuid,
     ns_beta: Uuid,
+    db: gpuledger_server::db::Database,
+    org: OrgId,
     _db: gpuledger_e2e::TestDatabase,
 }
 
@@ -98,6 +100,8 @@ async fn env() -> Env {
         admin,
         ns_alpha: Uuid::new_v4(),
         ns_beta: Uuid::new_v4(),
+        db: db.clone(),
+        org,
         _db: test_db,
     }
 }
@@ -346,6 +350,27 @@ async fn policy_quota_close_bundle_and_late_fact() {
 
     // -- a late fact for September (beta, 1 GPU × 10 h) becomes an adjustment in October: 10 × 3.00 = 30.00
     ingest(&env, pod(env.ns_beta, 1, datetime!(2026-09-25 00:00 UTC), datetime!(2026-09-25 10:00 UTC))).await;
+    // October is open: its figures are the read model's snapshot, which says when it was computed; the new fact
+    // and the approved credit reach it at the refresh worker's next round (run here at once).
+    let (_, snapshot, _) = call(&env, "GET", "/api/v1/ledger?period=2026-10", t, None).await;
+    assert_eq!(snapshot["provisional"], true, "{snapshot}");
+    assert!(snapshot["as_of"].as_str().is_some_and(|s| s.ends_with('Z')), "{snapshot}");
+    assert!(snapshot["lines"].as_array().unwrap().iter().all(|l| l["term"] != "adjustment"), "not before the refresh");
+    let marked: i64 = sqlx::query_scalar("SELECT count(*) FROM read_dirty WHERE org_id = $1")
+        .bind(env.org.as_uuid())
+        .fetch_one(&env.admin)
+        .await
+        .unwrap();
+    assert_eq!(marked, 1, "the ingest marked the organization's open months as changed");
+    assert!(
+        gpuledger_server::readmodel::worker::refresh(
+            &env.db,
+            env.org,
+            gpuledger_server::readmodel::worker::Wait::Block
+        )
+        .await
+        .unwrap()
+    );
     let (s, oct, _) = call(&env, "GET", "/api/v1/ledger?period=2026-10", t, None).await;
     assert_eq!(s, StatusCode::OK, "{oct}");
     let adj = oct["lines"].as_array().unwrap().iter().find(|l| l["term"] == "adjustment").expect("an adjustment");
@@ -369,6 +394,10 @@ async fn policy_quota_close_bundle_and_late_fact() {
     let oct_bundle: Bundle = serde_json::from_slice(&raw).unwrap();
     assert!(verify(&oct_bundle).unwrap().ok());
     assert_eq!(oct_bundle.inputs.adjustments.len(), 2, "the late-data correction and the credit");
+    // The close changed what the open months are computed from (applied adjustments): the next refresh shows it.
+    gpuledger_server::readmodel::worker::refresh(&env.db, env.org, gpuledger_server::readmodel::worker::Wait::Block)
+        .await
+        .unwrap();
     let (s, nov, _) = call(&env, "GET", "/api/v1/ledger?period=2026-11", t, None).await;
     assert_eq!(s, StatusCode::OK, "{nov}");
     assert!(

@@ -306,7 +306,7 @@ impl Principal {
             .bind(org)
             .fetch_all(tx.conn())
             .await?;
-        tx.commit().await?;
+        tx.commit_quiet().await?;
         Ok(Some(Visible { departments: departments.into_iter().collect(), tenants: tenants.into_iter().collect() }))
     }
 
@@ -448,7 +448,7 @@ async fn token_principal(db: &Database, token: &str, source: &str) -> Result<Pri
         .execute(tx.conn())
         .await?;
     }
-    tx.commit().await?;
+    tx.commit_quiet().await?;
     let (token_id, scope, cluster, departments) = row.ok_or(AppError::Unauthorized)?;
     let scope = match (scope.as_str(), cluster) {
         ("admin", _) => Scope::Admin,

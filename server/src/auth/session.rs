@@ -219,7 +219,7 @@ pub async fn principal(db: &Database, cookie: &str) -> Result<Principal, AppErro
     .bind(org.as_uuid())
     .fetch_optional(tx.conn())
     .await?;
-    tx.commit().await?;
+    tx.commit_quiet().await?;
     let (session_id, user_id, roles, departments, email, subject) = row.ok_or(AppError::Unauthorized)?;
     let roles: Vec<Role> = roles.iter().filter_map(|r| Role::parse(r)).collect();
     if roles.is_empty() {
@@ -251,7 +251,7 @@ pub async fn end(db: &Database, cookie: &str) -> Result<Option<Option<String>>, 
     .bind(org.as_uuid())
     .fetch_optional(tx.conn())
     .await?;
-    tx.commit().await?;
+    tx.commit_quiet().await?;
     Ok(ended)
 }
 

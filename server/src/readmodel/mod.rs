@@ -1,0 +1,304 @@
+//! The read model (issue 17): the figures pages and API reads show for a month, stored so that a read is an indexed
+//! lookup under row-level security and the department scope, never a computation over raw facts.
+//!
+//! - A **closed** month's figures are written by the close, in its transaction ([`store`] from `close::freeze`),
+//!   and never change.
+//! - The **open** months' figures are a provisional snapshot: the refresh worker ([`worker`]) recomputes them with the
+//!   same `compute` as a close, after a transaction that changed their inputs marked the organization dirty
+//!   ([`crate::db::OrgTx::commit`] does that for any transaction that wrote, through `read_dirty`). Every answer
+//!   built from a snapshot says when it was computed (`as_of`) and whether it is older than the staleness bound.
+//! - A close never reads the snapshot: it computes from the facts, as before.
+
+use std::collections::BTreeMap;
+
+use gpuledger_core::{Period, decimal::Decimal, ledger::LedgerLine};
+use serde_json::Value;
+use time::OffsetDateTime;
+use uuid::Uuid;
+
+use crate::{db::OrgTx, error::AppError, policy::month_start};
+
+pub mod worker;
+
+/// Whether a month's stored figures are final.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FigState {
+    /// Written by the close.
+    Closed,
+    /// The open month's snapshot.
+    Provisional,
+}
+
+impl FigState {
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Closed => "closed",
+            Self::Provisional => "provisional",
+        }
+    }
+}
+
+/// A month's figures to store.
+pub struct Figures<'a> {
+    /// The month.
+    pub period: Period,
+    /// Final or provisional.
+    pub state: FigState,
+    /// When they were computed.
+    pub as_of: OffsetDateTime,
+    /// How long the computation took.
+    pub compute_ms: u64,
+    /// The policy that priced them.
+    pub policy_version: u32,
+    /// The policy's currency.
+    pub currency: &'a str,
+    /// The close hash (closed months).
+    pub hash: Option<&'a str>,
+    /// The lines, in order.
+    pub lines: &'a [LedgerLine],
+    /// The computation's organization-wide notes.
+    pub notes: Value,
+}
+
+/// Replaces a month's stored figures with `f` in `tx` (the whole organization's: `tx` must see every department).
+pub async fn store(tx: &mut OrgTx, f: &Figures<'_>) -> Result<(), AppError> {
+    let org = tx.org().as_uuid();
+    let start = month_start(f.period);
+    sqlx::query("DELETE FROM read_months WHERE org_id = $1 AND period = $2")
+        .bind(org)
+        .bind(start)
+        .execute(tx.conn())
+        .await?;
+    sqlx::query(
+        "INSERT INTO read_months (org_id, period, state, as_of, compute_ms, policy_version, currency, content_hash,
+                                  line_count, notes)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+    )
+    .bind(org)
+    .bind(start)
+    .bind(f.state.as_str())
+    .bind(f.as_of)
+    .bind(i32::try_from(f.compute_ms).unwrap_or(i32::MAX))
+    .bind(i32::try_from(f.policy_version).unwrap_or(i32::MAX))
+    .bind(f.currency)
+    .bind(f.hash)
+    .bind(i32::try_from(f.lines.len()).unwrap_or(i32::MAX))
+    .bind(&f.notes)
+    .execute(tx.conn())
+    .await?;
+    // Set-based, in chunks (a month at 10,000 GPUs has thousands of lines).
+    for (c, chunk) in f.lines.chunks(5_000).enumerate() {
+        let n = chunk.len();
+        let (mut no, mut dept_id, mut dept, mut tenant_id, mut tenant, mut term, mut amount, mut line) = (
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+        );
+        for (i, l) in chunk.iter().enumerate() {
+            no.push(i32::try_from(c * 5_000 + i + 1).map_err(|_| AppError::Internal("too many lines".into()))?);
+            dept_id.push(l.department_id.as_uuid());
+            dept.push(l.department.clone());
+            tenant_id.push(l.tenant_id.map(|t| t.as_uuid()));
+            tenant.push(l.tenant.clone());
+            term.push(l.term.as_str().to_string());
+            amount.push(l.amount.to_string());
+            line.push(serde_json::to_value(l).map_err(|e| AppError::Internal(e.to_string()))?);
+        }
+        sqlx::query(
+            "INSERT INTO read_lines (org_id, period, line_no, department_id, department, tenant_id, tenant, term, amount,
+                                     line)
+             SELECT $1, $2, u.no, u.dept_id, u.dept, u.tenant_id, u.tenant, u.term, u.amount::numeric, u.line
+               FROM UNNEST($3::int[], $4::uuid[], $5::text[], $6::uuid[], $7::text[], $8::text[], $9::text[], $10::jsonb[])
+                    AS u(no, dept_id, dept, tenant_id, tenant, term, amount, line)",
+        )
+        .bind(org)
+        .bind(start)
+        .bind(&no)
+        .bind(&dept_id)
+        .bind(&dept)
+        .bind(&tenant_id)
+        .bind(&tenant)
+        .bind(&term)
+        .bind(&amount)
+        .bind(&line)
+        .execute(tx.conn())
+        .await?;
+    }
+    Ok(())
+}
+
+/// What is stored about a month.
+#[derive(Debug, Clone)]
+pub struct MonthHead {
+    /// Final or provisional.
+    pub state: FigState,
+    /// When the figures were computed.
+    pub as_of: OffsetDateTime,
+    /// The pricing policy.
+    pub policy_version: Option<i32>,
+    /// The currency (of the month's lines).
+    pub currency: Option<String>,
+    /// The close hash.
+    pub hash: Option<String>,
+    /// Lines of the whole organization.
+    pub line_count: i32,
+    /// Organization-wide notes.
+    pub notes: Value,
+    /// Whether something changed since `as_of` (the next refresh will include it).
+    pub changed_since: Option<OffsetDateTime>,
+}
+
+/// The stored figures of `period`, if any.
+pub async fn head(tx: &mut OrgTx, period: Period) -> Result<Option<MonthHead>, AppError> {
+    let org = tx.org().as_uuid();
+    type Row =
+        (String, OffsetDateTime, Option<i32>, Option<String>, Option<String>, i32, Value, Option<OffsetDateTime>);
+    let row: Option<Row> = sqlx::query_as(
+        "SELECT m.state, m.as_of, m.policy_version, m.currency::text, m.content_hash, m.line_count, m.notes,
+                (SELECT d.since FROM read_dirty d WHERE d.org_id = $1 AND m.state = 'provisional')
+           FROM read_months m WHERE m.org_id = $1 AND m.period = $2",
+    )
+    .bind(org)
+    .bind(month_start(period))
+    .fetch_optional(tx.conn())
+    .await?;
+    Ok(row.map(|(state, as_of, policy_version, currency, hash, line_count, notes, changed_since)| MonthHead {
+        state: if state == "closed" { FigState::Closed } else { FigState::Provisional },
+        as_of,
+        policy_version,
+        currency,
+        hash,
+        line_count,
+        notes,
+        changed_since,
+    }))
+}
+
+/// Which lines a read wants.
+#[derive(Debug, Clone, Default)]
+pub struct LineFilter {
+    /// A tenant's name or id.
+    pub tenant: Option<String>,
+    /// A department's name or id.
+    pub department: Option<String>,
+    /// A term.
+    pub term: Option<String>,
+}
+
+/// A page of a month's stored lines as the caller may see them (the department scope applies in PostgreSQL).
+pub struct LinePage {
+    /// The lines of the page, in line order.
+    pub lines: Vec<Value>,
+    /// Lines matching the filter.
+    pub count: i64,
+    /// Their total per term.
+    pub totals_by_term: BTreeMap<String, String>,
+    /// Their total.
+    pub total: String,
+}
+
+/// Reads a page of `period`'s stored lines.
+pub async fn lines(
+    tx: &mut OrgTx,
+    period: Period,
+    filter: &LineFilter,
+    offset: i64,
+    limit: i64,
+) -> Result<LinePage, AppError> {
+    let org = tx.org().as_uuid();
+    let start = month_start(period);
+    const WHERE: &str = "org_id = $1 AND period = $2
+         AND ($3::text IS NULL OR tenant = $3 OR tenant_id::text = $3)
+         AND ($4::text IS NULL OR department = $4 OR department_id::text = $4)
+         AND ($5::text IS NULL OR term = $5)";
+    let sums: Vec<(String, String, i64)> = sqlx::query_as(&format!(
+        "SELECT term, sum(amount)::text, count(*) FROM read_lines WHERE {WHERE} GROUP BY term ORDER BY term"
+    ))
+    .bind(org)
+    .bind(start)
+    .bind(&filter.tenant)
+    .bind(&filter.department)
+    .bind(&filter.term)
+    .fetch_all(tx.conn())
+    .await?;
+    let mut total = Decimal::from_scaled(0, 2)?;
+    let mut count = 0;
+    let mut totals_by_term = BTreeMap::new();
+    for (term, sum, n) in sums {
+        let amount = Decimal::parse(&sum).map_err(|e| AppError::Internal(format!("stored amount {sum}: {e}")))?;
+        total = total.checked_add(&amount)?;
+        count += n;
+        totals_by_term.insert(term, amount.to_string());
+    }
+    let lines: Vec<Value> = if limit > 0 && offset < count {
+        sqlx::query_scalar(&format!("SELECT line FROM read_lines WHERE {WHERE} ORDER BY line_no LIMIT $6 OFFSET $7"))
+            .bind(org)
+            .bind(start)
+            .bind(&filter.tenant)
+            .bind(&filter.department)
+            .bind(&filter.term)
+            .bind(limit)
+            .bind(offset)
+            .fetch_all(tx.conn())
+            .await?
+    } else {
+        Vec::new()
+    };
+    Ok(LinePage { lines, count, totals_by_term, total: total.to_string() })
+}
+
+/// Stores the figures of a month closed before the read model existed, from its evidence bundle (once; later
+/// reads find them).
+pub async fn backfill_closed(
+    db: &crate::db::Database,
+    org: gpuledger_core::ids::OrgId,
+    period: Period,
+) -> Result<(), AppError> {
+    let mut tx = db.begin_org(org).await?;
+    tx.allow_long_statements().await?;
+    if head(&mut tx, period).await?.is_some() {
+        return Ok(());
+    }
+    let Some(bundle) = crate::close::stored_bundle(&mut tx, period).await? else {
+        return Err(AppError::Internal(format!("closed period {period} has no bundle")));
+    };
+    let closed_at: Option<OffsetDateTime> =
+        sqlx::query_scalar("SELECT closed_at FROM periods WHERE org_id = $1 AND period = $2")
+            .bind(org.as_uuid())
+            .bind(month_start(period))
+            .fetch_one(tx.conn())
+            .await?;
+    store(
+        &mut tx,
+        &Figures {
+            period,
+            state: FigState::Closed,
+            as_of: closed_at.unwrap_or_else(OffsetDateTime::now_utc),
+            compute_ms: 0,
+            policy_version: bundle.policy_version,
+            currency: &bundle.inputs.policy.currency,
+            hash: Some(&bundle.hash),
+            lines: &bundle.lines,
+            notes: Value::Null,
+        },
+    )
+    .await?;
+    tx.commit_quiet().await?;
+    Ok(())
+}
+
+/// Marks `tx`'s organization's open months as changed (the refresh worker recomputes them). [`OrgTx::commit`]
+/// does this for every transaction that wrote; this is for callers that must say so explicitly.
+pub async fn mark_changed(tx: &mut OrgTx) -> Result<(), AppError> {
+    let org: Uuid = tx.org().as_uuid();
+    sqlx::query("INSERT INTO read_dirty (org_id) VALUES ($1) ON CONFLICT (org_id) DO NOTHING")
+        .bind(org)
+        .execute(tx.conn())
+        .await?;
+    Ok(())
+}

@@ -1,0 +1,207 @@
+//! The refresh worker: keeps each organization's open months' figures (the provisional snapshot) within a bounded
+//! age of their facts. One refresh per organization at a time across every server replica (a PostgreSQL advisory
+//! lock), so N replicas do the work once.
+
+use std::time::{Duration, Instant};
+
+use gpuledger_core::{Period, ids::OrgId};
+use time::OffsetDateTime;
+
+use super::{FigState, Figures, store};
+use crate::{
+    db::{Database, OrgTx},
+    error::AppError,
+    policy::{month_start, period_of},
+};
+
+/// When the worker refreshes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RefreshOptions {
+    /// The staleness bound (`--snapshot-max-age-secs`): a change reaches the snapshot within it, and an answer
+    /// built from a snapshot older than it while changes wait says so.
+    pub max_age: Duration,
+    /// How often the worker looks for work.
+    pub tick: Duration,
+}
+
+impl Default for RefreshOptions {
+    fn default() -> Self {
+        Self { max_age: Duration::from_secs(60), tick: Duration::from_secs(5) }
+    }
+}
+
+impl RefreshOptions {
+    /// A change waits this long for more changes to come with it (agents send in bursts)…
+    fn quiet(&self) -> Duration {
+        (self.max_age / 12).max(Duration::from_millis(100))
+    }
+
+    /// …and an organization is refreshed at most this often, leaving the rest of the bound for the computation.
+    fn min_interval(&self) -> Duration {
+        self.max_age / 3
+    }
+}
+
+/// Whether a refresh waits for another one of the same organization or gives way to it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wait {
+    /// Skip when another process is refreshing (the worker).
+    GiveWay,
+    /// Wait for it (a read that found no figures at all).
+    Block,
+}
+
+/// The advisory-lock key of an organization's refresh: a constant class, and the organization.
+const LOCK_CLASS: i32 = 0x4752; // "GR"
+
+/// The open months to refresh at `now`: this month, the previous one unless closed, and any month that already
+/// has provisional figures (a reader asked for it).
+async fn open_months(tx: &mut OrgTx, now: OffsetDateTime, extra: Option<Period>) -> Result<Vec<Period>, AppError> {
+    let org = tx.org().as_uuid();
+    let current = Period::containing(now);
+    let mut months = vec![current];
+    months.extend(extra.filter(|p| *p != current));
+    if let Ok(prev) = current.prev() {
+        months.push(prev);
+    }
+    let stored: Vec<time::Date> =
+        sqlx::query_scalar("SELECT period FROM read_months WHERE org_id = $1 AND state = 'provisional'")
+            .bind(org)
+            .fetch_all(tx.conn())
+            .await?;
+    for d in stored {
+        let p = period_of(d)?;
+        if !months.contains(&p) {
+            months.push(p);
+        }
+    }
+    let closed: Vec<time::Date> =
+        sqlx::query_scalar("SELECT period FROM periods WHERE org_id = $1 AND state = 'closed' AND period = ANY($2)")
+            .bind(org)
+            .bind(months.iter().map(|p| month_start(*p)).collect::<Vec<_>>())
+            .fetch_all(tx.conn())
+            .await?;
+    months.retain(|p| !closed.contains(&month_start(*p)));
+    // Months that have not begun yet have no figures.
+    months.retain(|p| month_start(*p) <= now.date());
+    Ok(months)
+}
+
+/// Recomputes `org`'s open months and stores them as its provisional figures. Returns whether it ran (with
+/// [`Wait::GiveWay`], `false` when another process is refreshing this organization right now).
+pub async fn refresh(db: &Database, org: OrgId, wait: Wait) -> Result<bool, AppError> {
+    refresh_with(db, org, wait, None).await
+}
+
+/// [`refresh`], including `extra` (an older open month a reader asked for) when it is open.
+pub async fn refresh_with(db: &Database, org: OrgId, wait: Wait, extra: Option<Period>) -> Result<bool, AppError> {
+    let mut tx = db.begin_org(org).await?;
+    // The computation reads a whole month: the export's statement limit.
+    tx.allow_long_statements().await?;
+    let key = org.as_uuid().as_u128() as i32;
+    let locked: bool = match wait {
+        Wait::GiveWay => {
+            sqlx::query_scalar("SELECT pg_try_advisory_xact_lock($1, $2)")
+                .bind(LOCK_CLASS)
+                .bind(key)
+                .fetch_one(tx.conn())
+                .await?
+        }
+        Wait::Block => {
+            sqlx::query("SELECT pg_advisory_xact_lock($1, $2)").bind(LOCK_CLASS).bind(key).execute(tx.conn()).await?;
+            true
+        }
+    };
+    if !locked {
+        return Ok(false);
+    }
+    // Changes committed from here on mark the organization again: the next round includes them. (Cleared in its
+    // own short transaction, so ingest never waits for this computation.)
+    let mut clear = db.begin_org(org).await?;
+    sqlx::query("DELETE FROM read_dirty WHERE org_id = $1").bind(org.as_uuid()).execute(clear.conn()).await?;
+    clear.commit_quiet().await?;
+    let result = compute_and_store(&mut tx, extra).await;
+    match result {
+        Ok(()) => {
+            tx.commit_quiet().await?;
+            Ok(true)
+        }
+        Err(e) => {
+            drop(tx);
+            // Not lost: the organization stays due.
+            if let Ok(mut again) = db.begin_org(org).await {
+                let _ = super::mark_changed(&mut again).await;
+                let _ = again.commit_quiet().await;
+            }
+            Err(e)
+        }
+    }
+}
+
+async fn compute_and_store(tx: &mut OrgTx, extra: Option<Period>) -> Result<(), AppError> {
+    let now = OffsetDateTime::now_utc();
+    for period in open_months(tx, now, extra).await? {
+        let started = Instant::now();
+        let preview = match crate::close::preview(tx, period).await {
+            Ok(p) => p,
+            // No approved policy covers the month: there is nothing to show but that (the pages say so).
+            Err(AppError::Conflict(_)) => continue,
+            Err(e) => return Err(e),
+        };
+        let notes = serde_json::to_value(&preview.ledger.notes).unwrap_or_default();
+        store(
+            tx,
+            &Figures {
+                period,
+                state: FigState::Provisional,
+                as_of: now,
+                compute_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+                policy_version: preview.input.policy.version,
+                currency: &preview.input.policy.currency,
+                hash: None,
+                lines: &preview.ledger.lines,
+                notes,
+            },
+        )
+        .await?;
+    }
+    Ok(())
+}
+
+/// Runs the worker until the returned handle is dropped: every `tick`, refreshes the organizations that are due.
+pub fn spawn(db: Database, options: RefreshOptions) -> Worker {
+    let task = tokio::spawn(async move {
+        let mut tick = tokio::time::interval(options.tick);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            let due = match db.cross_org_maintenance().read_refresh_due(options.quiet(), options.min_interval()).await {
+                Ok(due) => due,
+                Err(e) => {
+                    tracing::warn!(error = %e, "read model: could not list the organizations to refresh");
+                    continue;
+                }
+            };
+            for org in due {
+                let started = Instant::now();
+                match refresh(&db, org, Wait::GiveWay).await {
+                    Ok(true) => {
+                        tracing::info!(org = %org, ms = started.elapsed().as_millis() as u64, "read model refreshed")
+                    }
+                    Ok(false) => {}
+                    Err(e) => tracing::warn!(org = %org, error = %e, "read model refresh failed; retrying"),
+                }
+            }
+        }
+    });
+    Worker(task)
+}
+
+/// The running worker; stops when dropped.
+pub struct Worker(tokio::task::JoinHandle<()>);
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
