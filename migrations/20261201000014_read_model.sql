@@ -42,6 +42,22 @@ CREATE TABLE read_lines (
 );
 CREATE INDEX read_lines_by_department ON read_lines (org_id, period, department_id);
 
+-- Analytics answers (utilization, inference, training, sessions) as computed for one caller scope and query,
+-- valid for the figures of `as_of`: a closed month's forever, an open month's until the next snapshot. Computed
+-- once per scope, query and snapshot, then read.
+CREATE TABLE read_answers (
+    org_id          uuid        NOT NULL,
+    period          date        NOT NULL,
+    -- The request: path and normalized query.
+    request         text        NOT NULL CHECK (length(request) <= 2000),
+    -- 'all' or the caller's department ids, sorted, comma-separated: the answer was computed under this scope.
+    scope           text        NOT NULL CHECK (length(scope) <= 4000),
+    as_of           timestamptz NOT NULL,
+    body            bytea       NOT NULL,
+    PRIMARY KEY (org_id, period, request, scope),
+    FOREIGN KEY (org_id, period) REFERENCES read_months (org_id, period) ON DELETE CASCADE
+);
+
 -- Organizations whose open month changed since its snapshot: written by the transactions that change what a
 -- month's figures are computed from (ingest, policies, inventory, tenancy, disputes, usage), read and cleared by
 -- the refresh worker.
@@ -51,10 +67,10 @@ CREATE TABLE read_dirty (
     PRIMARY KEY (org_id)
 );
 
-SELECT gpuledger_isolate(t) FROM unnest(ARRAY['read_months', 'read_lines', 'read_dirty']::regclass[]) t;
+SELECT gpuledger_isolate(t) FROM unnest(ARRAY['read_months', 'read_lines', 'read_dirty', 'read_answers']::regclass[]) t;
 SELECT gpuledger_dept_scope('read_lines', 'department_id');
 
-GRANT SELECT, INSERT, UPDATE, DELETE ON read_months, read_lines, read_dirty TO gpuledger_app;
+GRANT SELECT, INSERT, UPDATE, DELETE ON read_months, read_lines, read_dirty, read_answers TO gpuledger_app;
 
 -- The organizations whose open month the refresh worker should compute now: changed at least `p_quiet` ago and not
 -- refreshed for `p_min_interval` (so a busy organization is refreshed at a steady pace, not after every batch).

@@ -102,5 +102,6 @@ SELECT create_distributed_table('endpoint_totals', 'org_id', colocate_with => 'd
 SELECT create_distributed_table('read_months', 'org_id', colocate_with => 'departments');
 SELECT create_distributed_table('read_lines',  'org_id', colocate_with => 'departments');
 SELECT create_distributed_table('read_dirty',  'org_id', colocate_with => 'departments');
+SELECT create_distributed_table('read_answers', 'org_id', colocate_with => 'departments');
 
 COMMIT;

@@ -134,13 +134,13 @@ pub fn api_routes(state: &AppState) -> Router<AppState> {
         .merge(crate::close::router())
         .merge(crate::exports::router())
         .merge(crate::metrics::router())
+        .merge(crate::training::router())
         .route_layer(middleware::from_fn_with_state(state.clone(), heavy_read));
     Router::new()
         .merge(ingest::router())
         .merge(crate::policy::router())
         .merge(crate::tenancy::router())
         .merge(crate::usage::router())
-        .merge(crate::training::router())
         .merge(crate::disputes::router())
         .merge(auth::router())
         .merge(openapi::router())
@@ -171,12 +171,62 @@ async fn heavy_read(
         Ok(p) => p,
         Err(e) => return e.into_response(),
     };
-    let (parts, body) = next.run(request).await.into_parts();
+    // Analytics answers are computed once per caller scope, query and month figures, then read (the read model).
+    // Only for a caller the handlers would answer (they require the ledger-reading capability): a stored answer is
+    // served without running the handler, so the same check comes first.
+    let cacheable = request.method() == Method::GET
+        && request.uri().path().starts_with("/api/v1/analytics/")
+        && principal.may(auth::Capability::ReadLedger);
+    let key = cacheable.then(|| analytics_key(&request)).flatten();
+    let mut store_as = None;
+    if let Some((period, key)) = &key {
+        let scope = crate::readmodel::scope_key(principal.departments.as_deref());
+        match crate::readmodel::answer(&state.db, principal.org, *period, key, &scope).await {
+            Ok(crate::readmodel::Answer::Hit(body)) => {
+                return ([(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))], body).into_response();
+            }
+            Ok(crate::readmodel::Answer::Miss(as_of)) => store_as = Some((as_of, scope)),
+            Ok(crate::readmodel::Answer::NoFigures) => {}
+            Err(e) => tracing::warn!(error = %e, "read model: analytics answer lookup failed"),
+        }
+    }
+    let response = next.run(request).await;
+    if let (Some((as_of, scope)), Some((period, key))) = (store_as, key)
+        && response.status() == StatusCode::OK
+    {
+        let (parts, body) = response.into_parts();
+        let Ok(bytes) = axum::body::to_bytes(body, MAX_STORED_ANSWER).await else {
+            return AppError::Internal("an analytics answer too large to keep".into()).into_response();
+        };
+        if let Err(e) =
+            crate::readmodel::store_answer(&state.db, principal.org, period, &key, &scope, as_of, &bytes).await
+        {
+            tracing::warn!(error = %e, "read model: could not keep an analytics answer");
+        }
+        drop(permit);
+        return Response::from_parts(parts, Body::from(bytes));
+    }
+    let (parts, body) = response.into_parts();
     let stream = futures::StreamExt::map(body.into_data_stream(), move |chunk| {
         let _held = &permit;
         chunk
     });
     Response::from_parts(parts, Body::from_stream(stream))
+}
+
+/// Largest analytics answer the read model keeps (larger ones are computed per request).
+const MAX_STORED_ANSWER: usize = 16 * 1024 * 1024;
+
+/// The month and the normalized request (path, sorted query) of an analytics read.
+fn analytics_key(request: &Request) -> Option<(gpuledger_core::Period, String)> {
+    let query = request.uri().query().unwrap_or_default();
+    let mut pairs: Vec<(String, String)> =
+        form_urlencoded::parse(query.as_bytes()).map(|(k, v)| (k.into_owned(), v.into_owned())).collect();
+    pairs.sort();
+    let period = pairs.iter().find(|(k, _)| k == "period").and_then(|(_, v)| gpuledger_core::Period::parse(v).ok())?;
+    let normalized: String = form_urlencoded::Serializer::new(String::new()).extend_pairs(&pairs).finish();
+    let key = format!("{}?{normalized}", request.uri().path());
+    (key.len() <= 2000).then_some((period, key))
 }
 
 /// An API key sent as a query parameter or header (`api_key`, `ApiKeyName`, …), as OData clients do.

@@ -116,6 +116,10 @@ async fn seed(db: &Database, slug: &str) -> OrgId {
             vec![o, dept, tenant],
         ),
         ("INSERT INTO read_dirty (org_id) VALUES ($1) ON CONFLICT DO NOTHING", vec![o]),
+        (
+            "INSERT INTO read_answers (org_id, period, request, scope, as_of, body) VALUES ($1, '2026-01-01', '/api/v1/analytics/inference?period=2026-01', 'all', now(), '\\x7b7d')",
+            vec![o],
+        ),
         // Training progress (migration 10).
         (
             "INSERT INTO training_progress (org_id, record_id, cluster_id, namespace, workload, reported_at, steps) VALUES ($1, 'p-1', $2, 'ml', 'llm-pretrain', '2026-01-01 10:00Z', 10)",

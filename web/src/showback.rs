@@ -53,6 +53,18 @@ struct Showback {
     training: Vec<Value>,
     not_exact: usize,
     notice: Option<String>,
+    /// When the figures were computed (the read model's `as_of`), as people read it.
+    as_of: Option<String>,
+    /// The open month's snapshot, not final figures.
+    provisional: bool,
+    /// Older than the staleness bound while changes wait.
+    stale: bool,
+}
+
+/// `2026-12-01T14:05:09.123Z` → `2026-12-01 14:05 UTC`.
+fn readable_time(rfc3339: &str) -> Option<String> {
+    let (date, rest) = rfc3339.split_once('T')?;
+    Some(format!("{date} {} UTC", rest.get(..5)?))
 }
 
 async fn load_showback(
@@ -186,6 +198,9 @@ async fn load_showback(
         training,
         not_exact,
         notice,
+        as_of: ledger["as_of"].as_str().and_then(readable_time),
+        provisional: ledger["provisional"].as_bool().unwrap_or(false),
+        stale: ledger["stale"].as_bool().unwrap_or(false),
     })
 }
 
@@ -244,6 +259,15 @@ fn ShowbackView(sb: Showback) -> impl IntoView {
                 <span class="muted">{scope} " · " {sb.period.clone()} " · " {sb.state.clone()}</span>
                 <strong>{format!("{} {}", grouped(&sb.total), cur)}</strong>
             </p>
+            {sb.as_of.clone().map(|t| {
+                let what = if sb.provisional {
+                    "Provisional figures (the month is open) as of "
+                } else {
+                    "Closed figures as of "
+                };
+                let stale = sb.stale.then_some(" — changes since then are being included; this page will show them shortly");
+                view! { <p class="muted as-of" id="as-of">{what}{t}{stale}</p> }
+            })}
             {sb.hash.clone().map(|h| view! { <p class="muted">"Closed; close hash " <code>{h}</code></p> })}
             {sb.notice.clone().map(|n| view! { <p class="notice">{n}</p> })}
             {(sb.not_exact > 0).then(|| view! {

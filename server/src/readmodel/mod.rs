@@ -302,3 +302,83 @@ pub async fn mark_changed(tx: &mut OrgTx) -> Result<(), AppError> {
         .await?;
     Ok(())
 }
+
+/// A stored analytics answer, or what a new one would be stored under.
+pub enum Answer {
+    /// Stored for the current figures: serve it.
+    Hit(Vec<u8>),
+    /// Not stored yet: compute, then [`store_answer`] with this `as_of`.
+    Miss(OffsetDateTime),
+    /// The month has no figures: compute, do not store.
+    NoFigures,
+}
+
+/// The scope key of a caller: `all`, or its departments sorted.
+pub fn scope_key(departments: Option<&[gpuledger_core::ids::DepartmentId]>) -> String {
+    match departments {
+        None => "all".into(),
+        Some(list) => {
+            let mut ids: Vec<String> = list.iter().map(|d| d.as_uuid().to_string()).collect();
+            ids.sort();
+            ids.join(",")
+        }
+    }
+}
+
+/// Looks up the answer to `request` for `scope` valid for `period`'s current figures.
+pub async fn answer(
+    db: &crate::db::Database,
+    org: gpuledger_core::ids::OrgId,
+    period: Period,
+    request: &str,
+    scope: &str,
+) -> Result<Answer, AppError> {
+    let mut tx = db.begin_org(org).await?;
+    let row: Option<(OffsetDateTime, Option<Vec<u8>>)> = sqlx::query_as(
+        "SELECT m.as_of, a.body FROM read_months m
+           LEFT JOIN read_answers a ON a.org_id = m.org_id AND a.period = m.period AND a.request = $3
+                                   AND a.scope = $4 AND a.as_of = m.as_of
+          WHERE m.org_id = $1 AND m.period = $2",
+    )
+    .bind(org.as_uuid())
+    .bind(month_start(period))
+    .bind(request)
+    .bind(scope)
+    .fetch_optional(tx.conn())
+    .await?;
+    tx.commit_quiet().await?;
+    Ok(match row {
+        None => Answer::NoFigures,
+        Some((_, Some(body))) => Answer::Hit(body),
+        Some((as_of, None)) => Answer::Miss(as_of),
+    })
+}
+
+/// Stores the answer to `request` for `scope`, computed after the figures of `as_of`.
+pub async fn store_answer(
+    db: &crate::db::Database,
+    org: gpuledger_core::ids::OrgId,
+    period: Period,
+    request: &str,
+    scope: &str,
+    as_of: OffsetDateTime,
+    body: &[u8],
+) -> Result<(), AppError> {
+    let mut tx = db.begin_org(org).await?;
+    sqlx::query(
+        "INSERT INTO read_answers (org_id, period, request, scope, as_of, body)
+         SELECT $1, $2, $3, $4, $5, $6
+          WHERE EXISTS (SELECT 1 FROM read_months m WHERE m.org_id = $1 AND m.period = $2 AND m.as_of = $5)
+         ON CONFLICT (org_id, period, request, scope) DO UPDATE SET as_of = EXCLUDED.as_of, body = EXCLUDED.body",
+    )
+    .bind(org.as_uuid())
+    .bind(month_start(period))
+    .bind(request)
+    .bind(scope)
+    .bind(as_of)
+    .bind(body)
+    .execute(tx.conn())
+    .await?;
+    tx.commit_quiet().await?;
+    Ok(())
+}
