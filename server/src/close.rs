@@ -191,8 +191,12 @@ async fn late_data(tx: &mut OrgTx, period: Period) -> Result<Vec<(Period, Adjust
     Ok(out)
 }
 
+/// How many ledger computations this process ran ([`preview`]): the read model's tests check that reads do not.
+pub static COMPUTATIONS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 /// Computes an open period's ledger with the approved policy, approved credits and late-data adjustments.
 pub async fn preview(tx: &mut OrgTx, period: Period) -> Result<Preview, AppError> {
+    COMPUTATIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let policy = policy_for(tx, period).await?.ok_or_else(|| {
         AppError::Conflict(format!(
             "no approved cost policy covers {period}: approve one effective from {period} or earlier"

@@ -523,6 +523,10 @@ async fn seed_platform(db: &Database, admin: &sqlx::PgPool, a: OrgId) -> (Uuid, 
             vec![o, platform, tenant],
         ),
         (
+            "INSERT INTO read_lines (org_id, period, line_no, department_id, department, tenant_id, tenant, term, amount, line) VALUES ($1, '2026-01-01', 2, $2, 'Platform', $3, 'infra', 'borrowed', 3, '{}')",
+            vec![o, platform, tenant],
+        ),
+        (
             "INSERT INTO adjustments (org_id, adjustment_id, kind, state, tenant_id, department_id, amount, currency, corrects, reason, created_by) VALUES ($1, $2, 'credit', 'pending_approval', $3, $4, -1, 'USD', '2026-01/borrowed/infra/H100-80GB', 'test', 'test')",
             vec![o, Uuid::new_v4(), tenant, platform],
         ),
@@ -553,6 +557,8 @@ fn platform_rows(platform: Uuid, tenant: Uuid, dispute: Uuid) -> Vec<(&'static s
         ("departments", format!("department_id = '{platform}'")),
         ("tenants", format!("department_id = '{platform}'")),
         ("ledger_lines", format!("department_id = '{platform}'")),
+        // The read model's stored lines (issue 17): the same cut as the ledger's.
+        ("read_lines", format!("department_id = '{platform}'")),
         ("adjustments", format!("department_id = '{platform}'")),
         ("disputes", format!("department_id = '{platform}'")),
         ("dispute_events", format!("dispute_id = '{dispute}'")),

@@ -412,3 +412,59 @@ async fn policy_quota_close_bundle_and_late_fact() {
     let sep = items.iter().find(|p| p["period"] == "2026-09").unwrap();
     assert_eq!((sep["state"].as_str(), sep["hash"].as_str()), (Some("closed"), summary["hash"].as_str()));
 }
+
+#[tokio::test]
+async fn reads_come_from_stored_figures_and_replicas_refresh_once() {
+    use gpuledger_server::readmodel::worker::{Wait, lock_key, refresh};
+    use std::sync::atomic::Ordering;
+    let env = env().await;
+    let t = &env.admin_token;
+    let policy = json!({"effective_from": "2026-09", "note": "rates", "policy": {
+        "currency": "USD", "classes": [{"gpu_class": "H100-80GB", "guaranteed": "2.00", "borrowed": "3.00"}],
+        "overhead": {"fixed": [], "key": {"kind": "equal"}}}});
+    let (s, v, _) = call(&env, "POST", "/api/v1/policies", t, Some(policy)).await;
+    assert_eq!(s, StatusCode::CREATED, "{v}");
+    let (s, v, _) = call(&env, "POST", &format!("/api/v1/policies/{}/approve", v["version"]), t, None).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    ingest(&env, vec![namespace(env.ns_alpha, "alpha-ns", "alpha"), namespace(env.ns_beta, "beta-ns", "beta")]).await;
+    ingest(&env, pod(env.ns_alpha, 2, datetime!(2026-09-10 00:00 UTC), datetime!(2026-09-11 00:00 UTC))).await;
+    let (s, v, _) = call(&env, "POST", "/api/v1/periods/2026-09/close", t, None).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+
+    // (a) A closed month is read, never recomputed — even after a late fact for it arrives.
+    ingest(&env, pod(env.ns_beta, 1, datetime!(2026-09-20 00:00 UTC), datetime!(2026-09-20 05:00 UTC))).await;
+    let before = gpuledger_server::close::COMPUTATIONS.load(Ordering::Relaxed);
+    let (s, sept, _) = call(&env, "GET", "/api/v1/ledger?period=2026-09", &env.export_token, None).await;
+    assert_eq!(s, StatusCode::OK, "{sept}");
+    let (_, trend, _) = call(&env, "GET", "/api/v1/ledger?period=2026-09&per_page=1&term=borrowed", t, None).await;
+    assert_eq!(gpuledger_server::close::COMPUTATIONS.load(Ordering::Relaxed), before, "a closed month was recomputed");
+    assert_eq!(sept["state"], "closed");
+    assert_eq!(sept["provisional"], false);
+    assert_eq!(sept["total"], "144.00", "48 borrowed GPU-hours × 3.00; the late fact is not in it: {sept:#}");
+    assert_eq!(trend["count"], 1);
+    assert_eq!(trend["total"], "144.00");
+    assert_eq!(trend["lines"].as_array().unwrap().len(), 1);
+
+    // (c) Two servers: while one holds the organization's refresh lock, the other gives way; afterwards it runs.
+    let other = gpuledger_server::db::Database::connect(&env._db.app_url, gpuledger_server::db::AppLogin::Direct, 2)
+        .await
+        .unwrap();
+    let mut holder = other.begin_org(env.org).await.unwrap();
+    let (class, key) = lock_key(env.org);
+    sqlx::query("SELECT pg_advisory_xact_lock($1, $2)").bind(class).bind(key).execute(holder.conn()).await.unwrap();
+    assert!(!refresh(&env.db, env.org, Wait::GiveWay).await.unwrap(), "refreshed while another replica was");
+    holder.rollback().await.unwrap();
+    let before = gpuledger_server::close::COMPUTATIONS.load(Ordering::Relaxed);
+    let (a, b) = tokio::join!(refresh(&env.db, env.org, Wait::GiveWay), refresh(&other, env.org, Wait::GiveWay));
+    let ran = [a.unwrap(), b.unwrap()].iter().filter(|r| **r).count();
+    assert!(ran >= 1);
+    // Each refresh computes the open months (this one and the last, September being closed): at most once per
+    // replica that got the lock, never concurrently.
+    let computed = gpuledger_server::close::COMPUTATIONS.load(Ordering::Relaxed) - before;
+    assert!(computed <= 2 * ran as u64, "computed {computed} times for {ran} refreshes");
+    // The open month's figures say when they were computed.
+    let (s, oct, _) = call(&env, "GET", "/api/v1/ledger?period=2026-10", t, None).await;
+    assert_eq!(s, StatusCode::OK, "{oct}");
+    assert_eq!(oct["provisional"], true);
+    assert!(oct["as_of"].as_str().is_some(), "{oct}");
+}

@@ -54,6 +54,11 @@ pub enum Wait {
 /// The advisory-lock key of an organization's refresh: a constant class, and the organization.
 const LOCK_CLASS: i32 = 0x4752; // "GR"
 
+/// The two-part advisory-lock key every replica takes to refresh `org` (`pg_advisory_xact_lock(class, key)`).
+pub fn lock_key(org: OrgId) -> (i32, i32) {
+    (LOCK_CLASS, org.as_uuid().as_u128() as i32)
+}
+
 /// The open months to refresh at `now`: this month, the previous one unless closed, and any month that already
 /// has provisional figures (a reader asked for it).
 async fn open_months(tx: &mut OrgTx, now: OffsetDateTime, extra: Option<Period>) -> Result<Vec<Period>, AppError> {
@@ -98,7 +103,7 @@ pub async fn refresh_with(db: &Database, org: OrgId, wait: Wait, extra: Option<P
     let mut tx = db.begin_org(org).await?;
     // The computation reads a whole month: the export's statement limit.
     tx.allow_long_statements().await?;
-    let key = org.as_uuid().as_u128() as i32;
+    let (_, key) = lock_key(org);
     let locked: bool = match wait {
         Wait::GiveWay => {
             sqlx::query_scalar("SELECT pg_try_advisory_xact_lock($1, $2)")
