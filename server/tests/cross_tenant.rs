@@ -648,6 +648,17 @@ fn cases() -> Vec<Case> {
             build: |_| get(format!("/api/v1/ledger?period={B_ONLY_CLOSED}")),
             control: control(AdminToken, 200, true),
         },
+        // Month totals from the read model: the caller's own organization and departments only.
+        Case {
+            method: "GET",
+            route: "/api/v1/ledger/months",
+            who: Readers,
+            denied: Api,
+            expect: Clean(200),
+            build: |_| get(format!("/api/v1/ledger/months?from={B_ONLY_CLOSED}&to={CLOSED}")),
+            // Totals only: nothing of A's by name to look for.
+            control: None,
+        },
         Case {
             method: "GET",
             route: "/api/v1/periods/{period}/evidence",

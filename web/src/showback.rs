@@ -134,17 +134,23 @@ async fn load_showback(
         .map(|((name, id), (amounts, conf))| (name, id, sum_decimals(amounts.iter().map(String::as_str)), conf))
         .collect();
     let by_class = classes.into_iter().map(|(k, v)| (k, sum_decimals(v.iter().map(String::as_str)))).collect();
+    // The trend: one read of the stored month totals; a month without figures says "no data", never 0.00.
+    let back = months_back(&period, 6);
+    let stored = match (back.first(), back.last()) {
+        (Some(first), Some(last)) => api_get(format!("/api/v1/ledger/months?from={first}&to={last}{filter}"))
+            .await
+            .map(|v| v["months"].as_array().cloned().unwrap_or_default())
+            .unwrap_or_default(),
+        _ => Vec::new(),
+    };
     let mut trend = Vec::new();
-    for month in months_back(&period, 6) {
+    for month in back {
         if month == period {
             trend.push((month, total.clone()));
             continue;
         }
-        let total = match api_get(format!("/api/v1/ledger?period={month}&per_page=1{filter}")).await {
-            Ok(v) => s(&v, "total"),
-            Err(_) => "0.00".into(),
-        };
-        trend.push((month, if total.is_empty() { "0.00".into() } else { total }));
+        let total = stored.iter().find(|m| s(m, "period") == month).map(|m| s(m, "total")).unwrap_or_default();
+        trend.push((month, if total.is_empty() { "no data".into() } else { total }));
     }
     let utilization = match api_get(format!("/api/v1/analytics/utilization?period={}&per_page=1", q(&period))).await {
         Ok(u) => u["tenants"].as_array().cloned().unwrap_or_default(),

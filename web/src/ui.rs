@@ -179,7 +179,9 @@ pub fn TrendChart(title: String, points: Vec<(String, String)>, unit: String) ->
     let max = points.iter().map(|(_, v)| approx(v).abs()).fold(0.0_f64, f64::max).max(f64::MIN_POSITIVE);
     let n = points.len().max(1);
     let step = 560.0 / n as f64;
-    let summary = points.iter().map(|(k, v)| format!("{k}: {v} {unit}")).collect::<Vec<_>>().join("; ");
+    // A month without figures says so ("no data"), with no unit and no bar.
+    let said = |v: &str| if v.parse::<f64>().is_ok() { format!("{v} {unit}") } else { v.to_string() };
+    let summary = points.iter().map(|(k, v)| format!("{k}: {}", said(v))).collect::<Vec<_>>().join("; ");
     view! {
         <svg class="chart trend" role="img" aria-label=format!("{title}. {summary}") viewBox="0 0 600 220"
              width="100%" preserveAspectRatio="xMinYMin meet" focusable="false">
@@ -189,7 +191,7 @@ pub fn TrendChart(title: String, points: Vec<(String, String)>, unit: String) ->
                 let x = 20.0 + i as f64 * step;
                 view! {
                     <g>
-                        <title>{format!("{label}: {value} {unit}")}</title>
+                        <title>{format!("{label}: {}", said(&value))}</title>
                         <rect x=format!("{:.1}", x) y=format!("{:.1}", 180.0 - h) width=format!("{:.1}", step * 0.7)
                               height=format!("{:.1}", h.max(1.0)) class="bar" />
                         <text x=format!("{:.1}", x) y="200" class="label">{label.clone()}</text>
