@@ -37,7 +37,7 @@ use uuid::Uuid;
 
 use crate::{
     app::AppState,
-    auth::{Principal, Visible},
+    auth::Principal,
     db::Database,
     error::AppError,
     ledger::period_state,
@@ -385,8 +385,8 @@ async fn disputes_csv(
 }
 
 /// `GET /api/v1/exports/ledger.csv?period=YYYY-MM`: one row per ledger line, the canonical columns. A closed month
-/// streams from the stored lines; an open month is computed now (its preview) for the whole organization, then cut
-/// to what the caller may see.
+/// streams from the stored lines; an open month comes from the read model's snapshot (computed for the whole
+/// organization, cut to what the caller may see).
 async fn ledger_csv(
     State(state): State<AppState>,
     headers: HeaderMap,
@@ -440,23 +440,15 @@ fn line_cells(l: &LedgerLine) -> [Cell<'_>; 18] {
 /// The month's lines as the caller may see them, filtered, and whether the month is closed: the closed bundle's
 /// lines, or the open month's preview (computed for the whole organization: overhead is shared by every tenant).
 async fn month_lines(state: &AppState, p: &Principal, f: &CsvFilter) -> Result<(Vec<LedgerLine>, bool), AppError> {
-    let visible = p.visible(&state.db).await?;
-    let mut tx = state.db.begin_org(p.org).await?;
-    tx.allow_long_statements().await?;
-    let closed = period_state(&mut tx, f.period).await? == "closed";
-    let lines = if closed {
-        crate::close::stored_bundle(&mut tx, f.period)
-            .await?
-            .ok_or_else(|| AppError::Internal("closed period without bundle".into()))?
-            .lines
-    } else {
-        crate::close::preview(&mut tx, f.period).await?.ledger.lines
+    // From the read model: a closed month's stored lines, or the open month's snapshot (computed for the whole
+    // organization, cut by PostgreSQL to the caller's departments).
+    let Some((head, lines)) = crate::readmodel::visible_lines(&state.db, p, f.period).await? else {
+        return Err(AppError::Conflict(format!(
+            "no approved cost policy covers {}: approve one effective from {} or earlier",
+            f.period, f.period
+        )));
     };
-    tx.commit().await?;
-    let lines = lines
-        .into_iter()
-        .filter(|l| Visible::department(&visible, l.department_id.as_uuid()))
-        .filter(|l| f.keeps(l))
-        .collect();
+    let closed = head.state == crate::readmodel::FigState::Closed;
+    let lines = lines.into_iter().filter(|l| f.keeps(l)).collect();
     Ok((lines, closed))
 }

@@ -292,6 +292,43 @@ pub async fn backfill_closed(
     Ok(())
 }
 
+/// Makes sure `period` has stored figures: a month closed before the read model existed is read from its bundle; an
+/// open month before its first snapshot is computed now (once for everyone asking: the refresh lock).
+pub async fn ensure(db: &crate::db::Database, org: gpuledger_core::ids::OrgId, period: Period) -> Result<(), AppError> {
+    let mut tx = db.begin_org(org).await?;
+    let known = head(&mut tx, period).await?.is_some();
+    let closed = crate::ledger::period_state(&mut tx, period).await? == "closed";
+    tx.commit_quiet().await?;
+    if known {
+        return Ok(());
+    }
+    if closed {
+        backfill_closed(db, org, period).await
+    } else {
+        worker::refresh_with(db, org, worker::Wait::Block, Some(period)).await.map(|_| ())
+    }
+}
+
+/// Every stored line of `period` the caller may see (its department scope applies in PostgreSQL), with the month's
+/// head; `None` when the month has no figures (no approved policy covers it).
+pub async fn visible_lines(
+    db: &crate::db::Database,
+    p: &crate::auth::Principal,
+    period: Period,
+) -> Result<Option<(MonthHead, Vec<LedgerLine>)>, AppError> {
+    ensure(db, p.org, period).await?;
+    let mut tx = p.begin(db).await?;
+    let Some(h) = head(&mut tx, period).await? else { return Ok(None) };
+    let rows: Vec<sqlx::types::Json<LedgerLine>> =
+        sqlx::query_scalar("SELECT line FROM read_lines WHERE org_id = $1 AND period = $2 ORDER BY line_no")
+            .bind(p.org.as_uuid())
+            .bind(month_start(period))
+            .fetch_all(tx.conn())
+            .await?;
+    tx.commit_quiet().await?;
+    Ok(Some((h, rows.into_iter().map(|j| j.0).collect())))
+}
+
 /// Marks `tx`'s organization's open months as changed (the refresh worker recomputes them). [`OrgTx::commit`]
 /// does this for every transaction that wrote; this is for callers that must say so explicitly.
 pub async fn mark_changed(tx: &mut OrgTx) -> Result<(), AppError> {
