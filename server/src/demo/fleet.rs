@@ -1019,6 +1019,57 @@ impl World {
         let c = &CLASSES[self.nodes[(g / 8) as usize].class];
         c.idle_w + (c.busy_w - c.idle_w) * f64::from(util) / 100.0
     }
+
+    /// Whole joules GPU `g` used in window `win`, held to `occupancy`.
+    pub fn energy_j(&self, g: u32, win: u32, occupancy: f32) -> f64 {
+        let power = self.power(g, self.utilization(g, win, occupancy));
+        (power * (self.spec.window_h * 3_600) as f64).round()
+    }
+
+    /// What the endpoint's model servers counted, per hour, model and pod: the tenants' usage split over a few
+    /// pods, 2 % more in all (requests nobody could attribute).
+    pub fn endpoint_totals(&self) -> Vec<EndpointTotalRow> {
+        let mut totals: BTreeMap<(u32, &'static str), (u64, u64, u64)> = BTreeMap::new();
+        for u in &self.usage {
+            let t = totals.entry((u.hour, u.model)).or_default();
+            t.0 += u.requests;
+            t.1 += u.input;
+            t.2 += u.output;
+        }
+        let pods = self.lanes.iter().filter(|l| l.endpoint).count().clamp(1, 4) as u64;
+        let mut out = Vec::with_capacity(totals.len() * pods as usize);
+        for ((hour, model), (r, i, o)) in totals {
+            for pod in 0..pods {
+                let share = |v: u64| v * 102 / 100 / pods + u64::from(pod == 0) * (v * 102 / 100 % pods);
+                out.push(EndpointTotalRow {
+                    hour,
+                    model,
+                    pod: pod as u32,
+                    requests: share(r),
+                    input: share(i),
+                    output: share(o),
+                });
+            }
+        }
+        out
+    }
+}
+
+/// One model server's counters for one hour.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EndpointTotalRow {
+    /// Hour index from the spec's start.
+    pub hour: u32,
+    /// Model.
+    pub model: &'static str,
+    /// Pod number.
+    pub pod: u32,
+    /// Requests.
+    pub requests: u64,
+    /// Input tokens.
+    pub input: u64,
+    /// Output tokens.
+    pub output: u64,
 }
 
 /// What [`load`] stored.
@@ -1567,6 +1618,7 @@ async fn insert_telemetry(
             let occ = occupancy[g as usize * windows as usize + win as usize];
             let util = w.utilization(g, win, occ);
             let power = w.power(g, util);
+            let energy = w.energy_j(g, win, occ);
             cols.0.push(cluster_of[node.cluster]);
             cols.1.push(uuid.clone());
             cols.2.push(at(s));
@@ -1578,7 +1630,7 @@ async fn insert_telemetry(
             vals.3.push((power * 0.8) as f32);
             vals.4.push(power as f32);
             vals.5.push((power * 1.25) as f32);
-            vals.6.push((power * window as f64).round());
+            vals.6.push(energy);
         }
     }
     let n = cols.0.len() as u64;
@@ -1620,7 +1672,6 @@ async fn insert_usage(
 ) -> Result<u64, DbError> {
     let start = unix(w.spec.start);
     let cluster = cluster_of[w.nodes[0].cluster];
-    let mut totals: BTreeMap<(u32, &str), (u64, u64, u64)> = BTreeMap::new();
     for chunk in w.usage.chunks(CHUNK) {
         let mut cols: (Vec<&str>, Vec<String>, Vec<Uuid>, Vec<OffsetDateTime>, Vec<OffsetDateTime>) =
             Default::default();
@@ -1637,10 +1688,6 @@ async fn insert_usage(
             nums.2.push(i64::try_from(u.output).unwrap_or(i64::MAX));
             // Time to first token: 150–450 ms per request.
             nums.3.push(i64::try_from(u.requests * (150 + (u.input / u.requests.max(1)) % 300)).unwrap_or(0));
-            let t = totals.entry((u.hour, u.model)).or_default();
-            t.0 += u.requests;
-            t.1 += u.input;
-            t.2 += u.output;
         }
         sqlx::query(
             "INSERT INTO service_usage (org_id, cluster_id, endpoint, model, tenant_name, tenant_id, window_start,
@@ -1664,24 +1711,17 @@ async fn insert_usage(
         .execute(tx.conn())
         .await?;
     }
-    // The model servers' own counters, split over a few pods, with 2 % more than the tenants were attributed.
-    let pods = w.lanes.iter().filter(|l| l.endpoint).count().clamp(1, 4);
     let mut cols: (Vec<&str>, Vec<String>, Vec<OffsetDateTime>, Vec<OffsetDateTime>) = Default::default();
     let mut nums: (Vec<i64>, Vec<i64>, Vec<i64>) = Default::default();
-    for ((hour, model), (r, i, out)) in &totals {
-        let s = start + i64::from(*hour) * 3_600;
-        for p in 0..pods as u64 {
-            let share = |v: u64| {
-                i64::try_from(v * 102 / 100 / pods as u64 + u64::from(p == 0) * (v % pods as u64)).unwrap_or(0)
-            };
-            cols.0.push(model);
-            cols.1.push(format!("llm-serving/{ENDPOINT}-vllm-{p}"));
-            cols.2.push(at(s));
-            cols.3.push(at(s + 3_600));
-            nums.0.push(share(*r));
-            nums.1.push(share(*i));
-            nums.2.push(share(*out));
-        }
+    for t in w.endpoint_totals() {
+        let s = start + i64::from(t.hour) * 3_600;
+        cols.0.push(t.model);
+        cols.1.push(format!("llm-serving/{ENDPOINT}-vllm-{}", t.pod));
+        cols.2.push(at(s));
+        cols.3.push(at(s + 3_600));
+        nums.0.push(i64::try_from(t.requests).unwrap_or(i64::MAX));
+        nums.1.push(i64::try_from(t.input).unwrap_or(i64::MAX));
+        nums.2.push(i64::try_from(t.output).unwrap_or(i64::MAX));
     }
     for k in (0..cols.0.len()).step_by(CHUNK) {
         let r = k..(k + CHUNK).min(cols.0.len());
