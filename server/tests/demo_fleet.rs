@@ -7,8 +7,14 @@ mod common;
 
 use std::collections::BTreeSet;
 
+use axum::http::StatusCode;
 use gpuledger_core::Period;
-use gpuledger_server::{close, db::Database, demo};
+use gpuledger_server::{
+    app::{self, AppState, HttpOptions},
+    close,
+    db::Database,
+    demo,
+};
 use time::macros::datetime;
 
 /// Row counts of everything the fleet and its close write.
@@ -95,6 +101,18 @@ async fn a_small_fleet_has_every_mode_a_closed_last_month_and_loads_once() {
     assert_eq!(preview.ledger.notes.unpriced_allocations, 0);
     assert!(!preview.input.service_usage.is_empty() && !preview.input.energy.is_empty());
     assert!(preview.input.quotas.len() >= 5);
+
+    // The demo accounts still sign in; the manager lands on Research's page.
+    let portal = app::router(AppState::demo(db.clone(), org), &HttpOptions::default());
+    let (manager, landing) = common::demo_login(&portal, "department_manager").await;
+    assert_eq!(landing, "/departments");
+    let page = common::send(&portal, common::get(&format!("{landing}?period=2026-10"), Some(&manager))).await;
+    assert_eq!(page.status, StatusCode::OK);
+    assert!(page.body.contains("Research") && page.body.contains("nlp-research"), "{}", page.body);
+    for role in ["admin", "finance", "viewer"] {
+        let (cookie, landing) = common::demo_login(&portal, role).await;
+        assert_eq!(common::send(&portal, common::get(&landing, Some(&cookie))).await.status, StatusCode::OK);
+    }
 
     // A second start finds the fleet: nothing new is stored.
     let before = counts(&db, org).await;
