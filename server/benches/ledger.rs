@@ -1,4 +1,4 @@
-//! Ledger benchmark: a month's ledger for a large fleet (default 10,000 GPUs × 2026-09, about 1,000,000
+//! Ledger benchmark: a month's ledger for a large fleet (default 10,000 GPUs × 2026-09, about a million
 //! allocation intervals, 500 tenants), timed three ways in one run:
 //!
 //! 1. `gpuledger_core::ledger::compute` on the input built in memory (no database);
@@ -11,47 +11,49 @@
 //! GL_BENCH_GPUS=1000 cargo bench -p gpuledger-server --bench ledger   # quick run
 //! ```
 //!
-//! `GL_BENCH_ENERGY_WINDOW_HOURS` (default 4) sets the energy windows (one per GPU and window; hourly windows for
-//! 10,000 GPUs would be 7.2 M rows). `GL_BENCH_PHASE=compute GL_BENCH_DUMP_INPUT=FILE` writes the generated input
-//! as JSON and exits (a profiling aid).
+//! The fleet is the one `gpuledger-server demo --gpus N` seeds: `gpuledger_server::demo::fleet` generates it
+//! (seeded, deterministic: the demo's GPU classes in every sharing mode, a shared endpoint with token usage and
+//! model-server totals, quotas, telemetry) and writes it with `fleet::load` (as `gpuledger_app` in one
+//! organization-scoped transaction, chunked `INSERT … SELECT FROM unnest`); none of that is timed.
+//! `GL_BENCH_ENERGY_WINDOW_HOURS` (default 4) sets the telemetry windows (one per GPU and window; hourly windows
+//! for 10,000 GPUs would be 7.2 M rows). `GL_BENCH_PHASE=compute GL_BENCH_DUMP_INPUT=FILE` writes the generated
+//! input as JSON and exits (a profiling aid).
 //!
 //! PostgreSQL comes from the shared test harness (`gpuledger_e2e::cluster`): the cluster `DATABASE_URL` names (a
 //! superuser URL), else a throwaway cluster started from the machine's `initdb`/`pg_ctl`. The bench creates its
-//! own database in it (dropped at the end), migrates it with `db::migrate` and bulk-loads the data with COPY as the
-//! superuser; none of that is timed. Compute-only and server-path runs each happen in a fresh child process (this
-//! binary again, `GL_BENCH_PHASE=compute|full`) so that their peak memory (`VmHWM`) is their own.
+//! own database in it (dropped at the end) and migrates it with `db::migrate`. Compute-only and server-path runs
+//! each happen in a fresh child process (this binary again, `GL_BENCH_PHASE=compute|full`) so that their peak
+//! memory (`VmHWM`) is their own.
 //!
-//! The data is deterministic (seeded `StdRng`). Checks that fail the bench: the input loaded by the server equals
-//! the one built in memory (sha256 of its canonical JSON), both give the same ledger (sha256 of its lines), and
-//! the per-tenant allocated GPU-hours of the ledger input equal the SQL reference to 6 decimals.
+//! Checks that fail the bench: the input loaded by the server equals the one built in memory (sha256 of its
+//! canonical JSON), both give the same ledger (sha256 of its lines), and the per-tenant allocated GPU-hours of the
+//! ledger input equal the SQL reference to 6 decimals.
 //!
 //! Besides wall time, CPU time is read from `/proc/PID/stat` (the bench's own process; PostgreSQL's backend plus
 //! the parallel workers the postmaster reaped, when PostgreSQL runs on this machine), so that a run on a busy
 //! machine still gives comparable numbers.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::{
-    collections::{BTreeMap, HashMap},
-    io::Write,
-    process::Command,
-    time::Instant,
-};
+use std::{collections::BTreeMap, io::Write, process::Command, time::Instant};
 
 use gpuledger_core::{
     Confidence, Fraction, NANOS_PER_HOUR, Period,
     decimal::Decimal,
     ids::{DepartmentId, TenantId},
     ledger::{
-        AllocationRecord, ClassCapacity, DepartmentRef, EnergyRecord, Ledger, LedgerInput, QuotaHolder, QuotaRecord,
-        TenantRef, UsageRecord, compute,
+        AllocationRecord, ClassCapacity, DepartmentRef, EndpointTotal, EnergyRecord, Ledger, LedgerInput, QuotaHolder,
+        QuotaRecord, TenantRef, UsageRecord, compute,
     },
     policy::CostPolicy,
 };
 use gpuledger_server::{
     db::{self, AppLogin, Database},
+    demo::fleet::{
+        self, CLASSES, CLUSTERS as FLEET_CLUSTERS, ENDPOINT, FleetSpec, Holder, Job, World, at, dept_id, gpu_uuid,
+        quota_id, tenant_id,
+    },
     ledger::{load_allocations, load_input},
 };
-use rand::{Rng, SeedableRng, rngs::StdRng, seq::SliceRandom};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use sqlx::{Connection, PgConnection};
@@ -61,766 +63,55 @@ use uuid::Uuid;
 const PERIOD: &str = "2026-09";
 const PERIOD_START: OffsetDateTime = datetime!(2026-09-01 00:00 UTC);
 const PERIOD_END: OffsetDateTime = datetime!(2026-10-01 00:00 UTC);
-/// Inventory, ownership, quotas and tenants are valid from here (before the period).
-const EPOCH: OffsetDateTime = datetime!(2026-01-01 00:00 UTC);
 const SEED: u64 = 0x2026_0900_1ed6_e500;
-const TENANTS: usize = 500;
-const DEPARTMENTS: usize = 20;
-/// Tenants with usage of the shared endpoint.
-const USAGE_TENANTS: usize = 50;
-const ENDPOINT: &str = "llm-shared";
-const CLUSTERS: [&str; 2] = ["prod-east", "prod-west"];
 /// Timed repetitions of each measurement (best and median are reported).
 const RUNS: usize = 3;
-/// Jobs start this long before the period (so some cross its start).
-const LEAD_S: i64 = 3 * 86_400;
-/// Mean gap between two jobs on one lane is half of this.
-const GAP_MAX_S: i64 = 10 * 3_600;
 const TARGET_S: f64 = 10.0;
 
 const ORG: Uuid = Uuid::from_u128(0x0b3e_0000_0000_4000_8000_0000_0000_0001);
-const CLUSTER_BASE: u128 = 0xc105_0000_0000_4000_8000_0000_0000_0000;
-const DEPT_BASE: u128 = 0xde90_0000_0000_4000_8000_0000_0000_0000;
-const TENANT_BASE: u128 = 0x7e4a_0000_0000_4000_8000_0000_0000_0000;
-const NS_BASE: u128 = 0x4a3e_0000_0000_4000_8000_0000_0000_0000;
-const GPU_BASE: u128 = 0x6b00_0000_0000_4000_8000_0000_0000_0000;
-const MIG_BASE: u128 = 0x3160_0000_0000_4000_8000_0000_0000_0000;
-const JOB_BASE: u128 = 0xa110_0000_0000_4000_8000_0000_0000_0000;
-const QUOTA_BASE: u128 = 0x9007_0000_0000_4000_8000_0000_0000_0000;
-
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum Mode {
-    Exclusive,
-    Mig,
-    TimeSlice,
-    Vgpu,
-}
-
-impl Mode {
-    fn as_str(self) -> &'static str {
-        match self {
-            Mode::Exclusive => "exclusive",
-            Mode::Mig => "mig",
-            Mode::TimeSlice => "time_slice",
-            Mode::Vgpu => "vgpu",
-        }
-    }
-}
-
-struct ClassDef {
-    name: &'static str,
-    model: &'static str,
-    memory_mib: u32,
-    /// Share of the nodes.
-    share: f64,
-    /// Share of this class's nodes in each sharing mode (exclusive gets the rest).
-    mig: f64,
-    time_slice: f64,
-    vgpu: f64,
-    guaranteed: &'static str,
-    borrowed: &'static str,
-    idle_w: f64,
-    busy_w: f64,
-}
-
-const CLASSES: [ClassDef; 4] = [
-    ClassDef {
-        name: "H100",
-        model: "NVIDIA H100 80GB HBM3",
-        memory_mib: 81_559,
-        share: 0.40,
-        mig: 0.40,
-        time_slice: 0.0,
-        vgpu: 0.0,
-        guaranteed: "2.10",
-        borrowed: "3.00",
-        idle_w: 70.0,
-        busy_w: 700.0,
-    },
-    ClassDef {
-        name: "H200",
-        model: "NVIDIA H200",
-        memory_mib: 143_771,
-        share: 0.15,
-        mig: 0.0,
-        time_slice: 0.0,
-        vgpu: 0.0,
-        guaranteed: "2.90",
-        borrowed: "4.10",
-        idle_w: 80.0,
-        busy_w: 700.0,
-    },
-    ClassDef {
-        name: "A100",
-        model: "NVIDIA A100-SXM4-80GB",
-        memory_mib: 81_920,
-        share: 0.25,
-        mig: 0.60,
-        time_slice: 0.0,
-        vgpu: 0.0,
-        guaranteed: "1.40",
-        borrowed: "2.00",
-        idle_w: 55.0,
-        busy_w: 400.0,
-    },
-    ClassDef {
-        name: "L40S",
-        model: "NVIDIA L40S",
-        memory_mib: 46_068,
-        share: 0.20,
-        mig: 0.0,
-        time_slice: 0.5,
-        vgpu: 0.5,
-        guaranteed: "0.90",
-        borrowed: "1.30",
-        idle_w: 35.0,
-        busy_w: 350.0,
-    },
-];
-/// MIG layouts (compute slices of each instance, out of 7).
-const MIG_LAYOUTS: [&[u8]; 4] = [&[3, 2, 1, 1], &[4, 3], &[1, 1, 1, 1, 1, 1, 1], &[2, 2, 3]];
-const VGPU_PROFILE: &str = "L40S-24Q";
-const MODELS: [&str; 2] = ["llama-3-70b", "mixtral-8x7b"];
-
-fn mig_profile(slices: u8) -> &'static str {
-    match slices {
-        1 => "1g.10gb",
-        2 => "2g.20gb",
-        3 => "3g.40gb",
-        4 => "4g.40gb",
-        _ => "7g.80gb",
-    }
-}
 
 fn env_usize(name: &str, default: usize) -> usize {
     std::env::var(name).ok().and_then(|v| v.replace('_', "").parse().ok()).unwrap_or(default)
 }
 
-/// Size of the run.
-#[derive(Clone, Copy)]
-struct Spec {
-    gpus: usize,
-    /// Length of the energy windows (hours).
-    energy_window_h: i64,
-}
+/// Size of the run: the demo's fleet generator (`demo::fleet`) over the period.
+type Spec = FleetSpec;
 
-impl Spec {
-    fn from_env() -> Self {
-        let gpus = env_usize("GL_BENCH_GPUS", 10_000).max(8).div_ceil(8) * 8;
-        let energy_window_h = env_usize("GL_BENCH_ENERGY_WINDOW_HOURS", 4).clamp(1, 24) as i64;
-        assert!(24 % energy_window_h == 0, "GL_BENCH_ENERGY_WINDOW_HOURS must divide 24");
-        Self { gpus, energy_window_h }
-    }
-}
-
-// ---------------------------------------------------------------------------------------------------------------
-// The generated world (compact; strings are made when rows or records are written).
-
-struct Node {
-    class: usize,
-    mode: Mode,
-    cluster: usize,
-}
-
-struct MigInstance {
-    gpu: u32,
-    slices: u8,
-    gi: u8,
-}
-
-struct Lane {
-    node: u32,
-    mode: Mode,
-    gpus: Vec<u32>,
-    mig: Option<u32>,
-    num: i64,
-    den: i64,
-    endpoint: bool,
-}
-
-struct Job {
-    lane: u32,
-    ns: u32,
-    start: i64,
-    end: Option<i64>,
-    estimated: bool,
-}
-
-struct Owner {
-    from: i64,
-    to: Option<i64>,
-    tenant: u16,
-}
-
-struct Namespace {
-    cluster: usize,
-    name: String,
-    owners: Vec<Owner>,
-}
-
-struct TenantDef {
-    name: String,
-    dept: usize,
-    primary: usize,
-    weight: f64,
-}
-
-enum Holder {
-    Tenant(u16),
-    Dept(u16),
-}
-
-struct QuotaDef {
-    holder: Holder,
-    class: usize,
-    gpus: String,
-    from: i64,
-    to: Option<i64>,
-}
-
-struct UsageRow {
-    tenant: u16,
-    model: &'static str,
-    hour: u32,
-    requests: u64,
-    input: u64,
-    output: u64,
-}
-
-struct World {
-    spec: Spec,
-    nodes: Vec<Node>,
-    migs: Vec<MigInstance>,
-    lanes: Vec<Lane>,
-    jobs: Vec<Job>,
-    tenants: Vec<TenantDef>,
-    namespaces: Vec<Namespace>,
-    ownership_changes: usize,
-    unowned_namespaces: usize,
-    quotas: Vec<QuotaDef>,
-    usage: Vec<UsageRow>,
+fn spec_from_env() -> Spec {
+    let gpus = env_usize("GL_BENCH_GPUS", 10_000);
+    let window_h = env_usize("GL_BENCH_ENERGY_WINDOW_HOURS", 4).clamp(1, 24) as i64;
+    assert!(24 % window_h == 0, "GL_BENCH_ENERGY_WINDOW_HOURS must divide 24");
+    FleetSpec { window_h, ..FleetSpec::new(gpus, SEED, PERIOD_START, PERIOD_END) }
 }
 
 fn unix(t: OffsetDateTime) -> i64 {
     t.unix_timestamp()
 }
 
-fn at(secs: i64) -> OffsetDateTime {
-    OffsetDateTime::from_unix_timestamp(secs).expect("timestamp")
+/// The bench's view of the generated world: its ledger input built in memory, and the policy.
+trait BenchWorld {
+    fn policy() -> CostPolicy;
+    fn in_period(j: &Job) -> bool;
+    fn ledger_input(&self) -> LedgerInput;
 }
 
-/// A timestamp as PostgreSQL reads it in COPY.
-fn pg_ts(secs: i64) -> String {
-    let t = at(secs);
-    format!("{} {:02}:{:02}:{:02}+00", t.date(), t.hour(), t.minute(), t.second())
-}
-
-fn gpu_uuid(g: u32) -> String {
-    format!("GPU-{}", Uuid::from_u128(GPU_BASE | u128::from(g)))
-}
-
-fn mig_uuid(m: u32) -> String {
-    format!("MIG-{}", Uuid::from_u128(MIG_BASE | u128::from(m)))
-}
-
-fn cluster_id(c: usize) -> Uuid {
-    Uuid::from_u128(CLUSTER_BASE | c as u128)
-}
-
-fn dept_id(d: usize) -> Uuid {
-    Uuid::from_u128(DEPT_BASE | d as u128)
-}
-
-fn tenant_id(t: usize) -> Uuid {
-    Uuid::from_u128(TENANT_BASE | t as u128)
-}
-
-fn ns_id(n: usize) -> Uuid {
-    Uuid::from_u128(NS_BASE | n as u128)
-}
-
-fn quota_id(q: usize) -> Uuid {
-    Uuid::from_u128(QUOTA_BASE | q as u128)
-}
-
-fn node_name(n: u32) -> String {
-    format!("gpu-node-{n:05}")
-}
-
-/// splitmix64, for values derived from an index (energy), independent of the generation order.
-fn mix(mut x: u64) -> u64 {
-    x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    x ^ (x >> 31)
-}
-
-fn unit(x: u64) -> f64 {
-    (mix(x) >> 11) as f64 / (1u64 << 53) as f64
-}
-
-/// Quarter GPUs, at least a quarter, written as a decimal.
-fn quarters(x: f64) -> String {
-    let q = ((x * 4.0).round() as i64).max(1);
-    format!("{}.{:02}", q / 4, (q % 4) * 25)
-}
-
-fn pick_class(rng: &mut StdRng) -> usize {
-    let x: f64 = rng.random();
-    let mut acc = 0.0;
-    for (i, c) in CLASSES.iter().enumerate() {
-        acc += c.share;
-        if x < acc {
-            return i;
-        }
-    }
-    CLASSES.len() - 1
-}
-
-/// A job's length: minutes (40 %), hours (40 %) or days (20 %), log-uniform within each.
-fn duration(rng: &mut StdRng) -> i64 {
-    let r: f64 = rng.random();
-    let (lo, hi) = if r < 0.4 {
-        (300.0_f64, 3_600.0_f64)
-    } else if r < 0.8 {
-        (3_600.0, 43_200.0)
-    } else {
-        (43_200.0, 345_600.0)
-    };
-    (lo * (hi / lo).powf(rng.random::<f64>())) as i64
-}
-
-impl World {
-    fn generate(spec: Spec) -> Self {
-        let mut rng = StdRng::seed_from_u64(SEED);
-        let (p_start, p_end) = (unix(PERIOD_START), unix(PERIOD_END));
-        // Tenants: popularity follows a Zipf-like law over a shuffled rank; each has a primary GPU class.
-        let mut ranks: Vec<usize> = (0..TENANTS).collect();
-        ranks.shuffle(&mut rng);
-        let tenants: Vec<TenantDef> = (0..TENANTS)
-            .map(|t| TenantDef {
-                name: if t == 0 { "platform-serving".to_string() } else { format!("team-{t:03}") },
-                dept: t % DEPARTMENTS,
-                primary: pick_class(&mut rng),
-                weight: 1.0 / ((ranks[t] + 1) as f64).powf(0.8),
-            })
-            .collect();
-
-        // Nodes of 8 GPUs; the first 1 % serve the shared endpoint (H100, one GPU per pod).
-        let n_nodes = spec.gpus / 8;
-        let endpoint_nodes = (n_nodes / 100).max(1);
-        let mut nodes = Vec::with_capacity(n_nodes);
-        let mut migs = Vec::new();
-        let mut lanes = Vec::new();
-        for n in 0..n_nodes {
-            let endpoint = n < endpoint_nodes;
-            let class = if endpoint { 0 } else { pick_class(&mut rng) };
-            let c = &CLASSES[class];
-            let x: f64 = rng.random();
-            let mode = if endpoint {
-                Mode::Exclusive
-            } else if x < c.mig {
-                Mode::Mig
-            } else if x < c.mig + c.time_slice {
-                Mode::TimeSlice
-            } else if x < c.mig + c.time_slice + c.vgpu {
-                Mode::Vgpu
-            } else {
-                Mode::Exclusive
-            };
-            nodes.push(Node { class, mode, cluster: n % CLUSTERS.len() });
-            let first = (n * 8) as u32;
-            let lane = |gpus: Vec<u32>, mig: Option<u32>, num: i64, den: i64| Lane {
-                node: n as u32,
-                mode,
-                gpus,
-                mig,
-                num,
-                den,
-                endpoint,
-            };
-            match mode {
-                Mode::Exclusive => {
-                    // Whole GPUs: the node runs jobs of 1, 2, 4 or 8 GPUs (one size per node).
-                    let k = if endpoint { 1 } else { [1u32, 2, 4, 8][rng.random_range(0..4)] };
-                    for l in 0..8 / k {
-                        lanes.push(lane((first + l * k..first + (l + 1) * k).collect(), None, i64::from(k), 1));
-                    }
-                }
-                Mode::Mig => {
-                    for g in first..first + 8 {
-                        let layout = MIG_LAYOUTS[rng.random_range(0..MIG_LAYOUTS.len())];
-                        for (gi, &slices) in layout.iter().enumerate() {
-                            let m = migs.len() as u32;
-                            migs.push(MigInstance { gpu: g, slices, gi: gi as u8 + 1 });
-                            lanes.push(lane(vec![g], Some(m), i64::from(slices), 7));
-                        }
-                    }
-                }
-                Mode::TimeSlice => {
-                    for g in first..first + 8 {
-                        for _ in 0..4 {
-                            lanes.push(lane(vec![g], None, 1, 4));
-                        }
-                    }
-                }
-                Mode::Vgpu => {
-                    for g in first..first + 8 {
-                        for _ in 0..2 {
-                            lanes.push(lane(vec![g], None, 1, 2));
-                        }
-                    }
-                }
-            }
-        }
-
-        // Namespaces: 1–2 per tenant and cluster, a few nobody owns, one for the shared endpoint.
-        let mut namespaces = Vec::new();
-        let epoch = unix(EPOCH);
-        for (t, td) in tenants.iter().enumerate() {
-            for cluster in 0..CLUSTERS.len() {
-                let n = 1 + usize::from(rng.random_bool(0.4));
-                for k in 0..n {
-                    namespaces.push(Namespace {
-                        cluster,
-                        name: format!("{}-{k}", td.name),
-                        owners: vec![Owner { from: epoch, to: None, tenant: t as u16 }],
-                    });
-                }
-            }
-        }
-        let owned = namespaces.len();
-        let unowned_namespaces = 5 * CLUSTERS.len();
-        for i in 0..unowned_namespaces {
-            namespaces.push(Namespace {
-                cluster: i % CLUSTERS.len(),
-                name: format!("scratch-{i}"),
-                owners: Vec::new(),
-            });
-        }
-        let endpoint_ns = namespaces.len() as u32;
-        namespaces.push(Namespace {
-            cluster: 0,
-            name: "llm-serving".into(),
-            owners: vec![Owner { from: epoch, to: None, tenant: 0 }],
-        });
-        // Twenty namespaces change owner during the month (allocations across the change are split).
-        let ownership_changes = 20;
-        let mut changed = 0;
-        while changed < ownership_changes {
-            let ns = rng.random_range(0..owned);
-            if namespaces[ns].owners.len() > 1 {
-                continue;
-            }
-            let old = namespaces[ns].owners[0].tenant;
-            let new = loop {
-                let t = rng.random_range(1..TENANTS) as u16;
-                if t != old {
-                    break t;
-                }
-            };
-            let when = p_start + rng.random_range(3 * 86_400..27 * 86_400);
-            namespaces[ns].owners[0].to = Some(when);
-            namespaces[ns].owners.push(Owner { from: when, to: None, tenant: new });
-            changed += 1;
-        }
-
-        // Where a job on (class, cluster) runs: tenants mostly use their primary class.
-        let mut tables: Vec<(Vec<f64>, Vec<u32>)> = Vec::new();
-        for class in 0..CLASSES.len() {
-            for cluster in 0..CLUSTERS.len() {
-                let mut per_tenant_ns: HashMap<u16, usize> = HashMap::new();
-                for ns in &namespaces[..owned] {
-                    if ns.cluster == cluster {
-                        *per_tenant_ns.entry(ns.owners[0].tenant).or_default() += 1;
-                    }
-                }
-                let (mut cum, mut ids, mut acc) = (Vec::new(), Vec::new(), 0.0);
-                for (i, ns) in namespaces[..owned].iter().enumerate() {
-                    if ns.cluster != cluster {
-                        continue;
-                    }
-                    let t = ns.owners[0].tenant;
-                    let td = &tenants[t as usize];
-                    let affinity = if td.primary == class { 1.0 } else { 0.06 };
-                    acc += td.weight * affinity / per_tenant_ns[&t] as f64;
-                    cum.push(acc);
-                    ids.push(i as u32);
-                }
-                let scratch = acc * 0.001;
-                for (i, ns) in namespaces.iter().enumerate().skip(owned).take(unowned_namespaces) {
-                    if ns.cluster == cluster {
-                        acc += scratch;
-                        cum.push(acc);
-                        ids.push(i as u32);
-                    }
-                }
-                tables.push((cum, ids));
-            }
-        }
-
-        // Jobs: each lane runs jobs back to back with gaps, from before the period to its end.
-        let mut jobs = Vec::new();
-        for (l, lane) in lanes.iter().enumerate() {
-            let node = &nodes[lane.node as usize];
-            let (cum, ids) = &tables[node.class * CLUSTERS.len() + node.cluster];
-            let mut t = p_start - LEAD_S + rng.random_range(0..43_200);
-            loop {
-                let gap = if lane.endpoint { rng.random_range(0..1_800) } else { rng.random_range(0..=GAP_MAX_S) };
-                let start = t + gap;
-                if start >= p_end {
-                    break;
-                }
-                let dur = if lane.endpoint { rng.random_range(2 * 86_400..10 * 86_400) } else { duration(&mut rng) };
-                let end = start + dur.max(60);
-                // Half of the jobs still running when the month ends are open (no end yet).
-                let open = end > p_end && rng.random_bool(0.5);
-                let ns = if lane.endpoint {
-                    endpoint_ns
-                } else {
-                    let x = rng.random::<f64>() * cum[cum.len() - 1];
-                    ids[cum.partition_point(|c| *c <= x).min(ids.len() - 1)]
-                };
-                let estimated = !open && rng.random_bool(0.01);
-                jobs.push(Job { lane: l as u32, ns, start, end: (!open).then_some(end), estimated });
-                if open {
-                    break;
-                }
-                t = end;
-            }
-        }
-
-        let mut world = World {
-            spec,
-            nodes,
-            migs,
-            lanes,
-            jobs,
-            tenants,
-            namespaces,
-            ownership_changes,
-            unowned_namespaces,
-            quotas: Vec::new(),
-            usage: Vec::new(),
-        };
-
-        // Quotas sized from what each tenant actually holds: most tenants have one on their primary class (some
-        // change during the month), some a second one; tenants of 8 departments without their own quota share a
-        // department quota.
-        let mut held = vec![[0.0_f64; CLASSES.len()]; TENANTS];
-        for j in &world.jobs {
-            let lane = &world.lanes[j.lane as usize];
-            if lane.endpoint {
-                continue;
-            }
-            let class = world.nodes[lane.node as usize].class;
-            for (tenant, s, e) in world.parts(j) {
-                let (s, e) = (s.max(p_start), e.unwrap_or(p_end).min(p_end));
-                if let Some(t) = tenant
-                    && e > s
-                {
-                    held[t as usize][class] += (e - s) as f64 * lane.num as f64 / lane.den as f64;
-                }
-            }
-        }
-        let month_s = (p_end - p_start) as f64;
-        let mut quotas = Vec::new();
-        let mut has_quota = vec![[false; CLASSES.len()]; TENANTS];
-        for t in 0..TENANTS {
-            if !rng.random_bool(0.8) {
-                continue;
-            }
-            let class = world.tenants[t].primary;
-            let avg = held[t][class] / month_s;
-            let gpus = avg * rng.random_range(0.5..1.1);
-            has_quota[t][class] = true;
-            if rng.random_bool(0.1) {
-                let when = p_start + rng.random_range(5 * 86_400..25 * 86_400);
-                quotas.push(QuotaDef {
-                    holder: Holder::Tenant(t as u16),
-                    class,
-                    gpus: quarters(gpus),
-                    from: epoch,
-                    to: Some(when),
-                });
-                let later = gpus * rng.random_range(0.7..1.4);
-                quotas.push(QuotaDef {
-                    holder: Holder::Tenant(t as u16),
-                    class,
-                    gpus: quarters(later),
-                    from: when,
-                    to: None,
-                });
-            } else {
-                quotas.push(QuotaDef {
-                    holder: Holder::Tenant(t as u16),
-                    class,
-                    gpus: quarters(gpus),
-                    from: epoch,
-                    to: None,
-                });
-            }
-            if rng.random_bool(0.15) {
-                let second = (0..CLASSES.len())
-                    .filter(|c| *c != class)
-                    .max_by(|a, b| held[t][*a].total_cmp(&held[t][*b]))
-                    .expect("another class");
-                let gpus = held[t][second] / month_s * rng.random_range(0.5..1.1);
-                has_quota[t][second] = true;
-                quotas.push(QuotaDef {
-                    holder: Holder::Tenant(t as u16),
-                    class: second,
-                    gpus: quarters(gpus),
-                    from: epoch,
-                    to: None,
-                });
-            }
-        }
-        for d in (0..DEPARTMENTS).filter(|d| d % 5 < 2) {
-            let pooled = |c: usize| -> f64 {
-                (0..TENANTS).filter(|t| t % DEPARTMENTS == d && !has_quota[*t][c]).map(|t| held[t][c]).sum::<f64>()
-            };
-            let class = (0..CLASSES.len()).max_by(|a, b| pooled(*a).total_cmp(&pooled(*b))).expect("a class");
-            let avg = pooled(class) / month_s;
-            if avg > 0.0 {
-                quotas.push(QuotaDef {
-                    holder: Holder::Dept(d as u16),
-                    class,
-                    gpus: quarters(avg * 0.8),
-                    from: epoch,
-                    to: None,
-                });
-            }
-        }
-        world.quotas = quotas;
-
-        // Shared-endpoint usage: 50 tenants, hourly windows, one or two models each.
-        let mut users: Vec<u16> = (1..TENANTS as u16).collect();
-        users.shuffle(&mut rng);
-        users.truncate(USAGE_TENANTS);
-        users.sort_unstable();
-        let hours = ((p_end - p_start) / 3_600) as u32;
-        for &t in &users {
-            let x: f64 = rng.random();
-            let models: &[&'static str] = if x < 0.7 {
-                &MODELS[..1]
-            } else if x < 0.9 {
-                &MODELS[1..]
-            } else {
-                &MODELS[..]
-            };
-            let scale = rng.random_range(20..600u64);
-            for hour in 0..hours {
-                for &model in models {
-                    let requests = rng.random_range(1..=scale);
-                    world.usage.push(UsageRow {
-                        tenant: t,
-                        model,
-                        hour,
-                        requests,
-                        input: requests * rng.random_range(300..2_000u64),
-                        output: requests * rng.random_range(50..600u64),
-                    });
-                }
-            }
-        }
-        world
-    }
-
-    fn class_of_lane(&self, lane: &Lane) -> &'static ClassDef {
-        &CLASSES[self.nodes[lane.node as usize].class]
-    }
-
-    /// The job split at ownership changes, exactly as `load_allocations` does: one part per ownership row that
-    /// overlaps it (ordered by `valid_from`), or one part with no tenant.
-    fn parts(&self, j: &Job) -> Vec<(Option<u16>, i64, Option<i64>)> {
-        let owners: Vec<&Owner> = self.namespaces[j.ns as usize]
-            .owners
-            .iter()
-            .filter(|o| o.from < j.end.unwrap_or(i64::MAX) && j.start < o.to.unwrap_or(i64::MAX))
-            .collect();
-        if owners.is_empty() {
-            return vec![(None, j.start, j.end)];
-        }
-        owners
-            .into_iter()
-            .map(|o| {
-                let e = match (j.end, o.to) {
-                    (Some(e), Some(ot)) => Some(e.min(ot)),
-                    (Some(e), None) => Some(e),
-                    (None, ot) => ot,
-                };
-                (Some(o.tenant), j.start.max(o.from), e)
-            })
-            .collect()
+impl BenchWorld for World {
+    fn policy() -> CostPolicy {
+        let classes: Vec<String> = CLASSES.iter().map(|c| c.name.to_string()).collect();
+        gpuledger_server::demo::ledger::demo_policy(&classes).expect("policy")
     }
 
     fn in_period(j: &Job) -> bool {
         j.start < unix(PERIOD_END) && j.end.is_none_or(|e| e > unix(PERIOD_START))
     }
 
-    fn resource(&self, lane: &Lane) -> String {
-        match lane.mode {
-            Mode::Exclusive | Mode::TimeSlice => "nvidia.com/gpu".into(),
-            Mode::Mig => format!("nvidia.com/mig-{}", mig_profile(self.migs[lane.mig.expect("mig") as usize].slices)),
-            Mode::Vgpu => format!("nvidia.com/NVIDIA_{VGPU_PROFILE}"),
-        }
-    }
-
-    fn allocation_id(&self, idx: usize, lane: &Lane) -> String {
-        format!("{}/main/{}", Uuid::from_u128(JOB_BASE | idx as u128), self.resource(lane))
-    }
-
-    fn confidence(lane: &Lane, j: &Job) -> Confidence {
-        if j.estimated {
-            Confidence::Estimated
-        } else if lane.mode == Mode::TimeSlice {
-            Confidence::Modeled
-        } else {
-            Confidence::Exact
-        }
-    }
-
-    fn energy_windows(&self) -> usize {
-        self.spec.gpus * ((unix(PERIOD_END) - unix(PERIOD_START)) / (self.spec.energy_window_h * 3_600)) as usize
-    }
-
-    /// Joules of GPU `g` in window `w` (whole joules).
-    fn joules(&self, g: u32, w: u32) -> u64 {
-        let c = &CLASSES[self.nodes[(g / 8) as usize].class];
-        let power = c.idle_w + (c.busy_w - c.idle_w) * unit((u64::from(g) << 20) ^ u64::from(w) ^ SEED);
-        (power * (self.spec.energy_window_h * 3_600) as f64).round() as u64
-    }
-
-    fn policy() -> CostPolicy {
-        let classes: Vec<Value> = CLASSES
-            .iter()
-            .map(|c| json!({"gpu_class": c.name, "guaranteed": c.guaranteed, "borrowed": c.borrowed}))
-            .collect();
-        serde_json::from_value(json!({
-            "version": 1,
-            "currency": "USD",
-            "classes": classes,
-            "energy": {"per_kwh": "0.12", "pue": "1.3"},
-            "services": [{"endpoint": ENDPOINT}],
-            "token_weights": [
-                {"model": "*", "input": "1", "output": "4"},
-                {"model": "mixtral-8x7b", "input": "0.5", "output": "2"}
-            ],
-            "overhead": {
-                "fixed": [{"name": "platform team", "amount": "180000.00"}, {"name": "storage and network", "amount": "42000.00"}],
-                "unallocated_capacity": true,
-                "key": {"kind": "allocated_gpu_hours"}
-            }
-        }))
-        .expect("policy")
-    }
-
     /// The period's ledger input, built in memory the way `load_input` would read it from the database.
     fn ledger_input(&self) -> LedgerInput {
-        let (p_start, p_end) = (unix(PERIOD_START), unix(PERIOD_END));
-        let departments = (0..DEPARTMENTS)
-            .map(|d| DepartmentRef { id: DepartmentId::from_uuid(dept_id(d)), name: format!("dept-{d:02}") })
+        let departments = self
+            .departments
+            .iter()
+            .enumerate()
+            .map(|(d, name)| DepartmentRef { id: DepartmentId::from_uuid(dept_id(d)), name: name.to_string() })
             .collect();
         let tenants = self
             .tenants
@@ -866,10 +157,15 @@ impl World {
                 continue;
             }
             let lane = &self.lanes[j.lane as usize];
-            let class = self.class_of_lane(lane);
+            let class = self.class_of(lane);
             let node = &self.nodes[lane.node as usize];
-            let id = format!("{}/{}", CLUSTERS[node.cluster], self.allocation_id(idx, lane));
+            let id = format!("{}/{}", FLEET_CLUSTERS[node.cluster], self.allocation_id(idx, lane));
             let devices: Vec<String> = lane.gpus.iter().map(|g| gpu_names[*g as usize].clone()).collect();
+            let confidence = match World::confidence(lane, j) {
+                "exact" => Confidence::Exact,
+                "modeled" => Confidence::Modeled,
+                _ => Confidence::Estimated,
+            };
             for (part, (tenant, s, e)) in self.parts(j).into_iter().enumerate() {
                 allocations.push(AllocationRecord {
                     id: if part == 0 { id.clone() } else { format!("{id}#{part}") },
@@ -878,23 +174,25 @@ impl World {
                     fraction: Fraction::new(i128::from(lane.num), i128::from(lane.den)).expect("fraction"),
                     start: at(s),
                     end: e.map(at),
-                    confidence: Self::confidence(lane, j),
+                    confidence,
                     devices: devices.clone(),
                     endpoint: lane.endpoint.then(|| ENDPOINT.to_string()),
                 });
             }
         }
-        let window = self.spec.energy_window_h * 3_600;
-        let windows = ((p_end - p_start) / window) as u32;
-        let mut energy = Vec::with_capacity(self.energy_windows());
+        let window = self.spec.window_h * 3_600;
+        let windows = self.windows();
+        let occupancy = self.occupancy();
+        let mut energy = Vec::with_capacity(self.spec.gpus * windows as usize);
         for g in 0..self.spec.gpus as u32 {
             for w in 0..windows {
-                let s = p_start + i64::from(w) * window;
+                let s = unix(PERIOD_START) + i64::from(w) * window;
+                let occ = occupancy[g as usize * windows as usize + w as usize];
                 energy.push(EnergyRecord {
                     gpu_uuid: gpu_names[g as usize].clone(),
                     start: at(s),
                     end: at(s + window),
-                    joules: self.joules(g, w),
+                    joules: self.energy_j(g, w, occ) as u64,
                 });
             }
         }
@@ -916,6 +214,23 @@ impl World {
                 output_tokens,
             })
             .collect();
+        let mut totals: BTreeMap<&str, (u64, u64, u64)> = BTreeMap::new();
+        for t in self.endpoint_totals() {
+            let v = totals.entry(t.model).or_default();
+            v.0 += t.requests;
+            v.1 += t.input;
+            v.2 += t.output;
+        }
+        let endpoint_totals = totals
+            .into_iter()
+            .map(|(model, (requests, input_tokens, output_tokens))| EndpointTotal {
+                endpoint: ENDPOINT.into(),
+                model: model.into(),
+                requests,
+                input_tokens,
+                output_tokens,
+            })
+            .collect();
         LedgerInput {
             period: Period::parse(PERIOD).expect("period"),
             policy: Self::policy(),
@@ -927,7 +242,7 @@ impl World {
             allocations,
             energy,
             service_usage,
-            endpoint_totals: Vec::new(),
+            endpoint_totals,
             adjustments: Vec::new(),
         }
     }
@@ -1247,276 +562,20 @@ fn floats(v: &Value) -> Vec<f64> {
 }
 
 // ---------------------------------------------------------------------------------------------------------------
-// Set-up: the world into PostgreSQL through the real schema, as the superuser (COPY; not timed).
+// Set-up: the world into PostgreSQL through the demo's loader (`demo::fleet::load`, as gpuledger_app; not timed).
 
-async fn copy_rows(conn: &mut PgConnection, statement: &str, rows: impl Iterator<Item = String>) -> u64 {
-    let mut copy = conn.copy_in_raw(statement).await.unwrap_or_else(|e| panic!("{statement}: {e}"));
-    let mut buf: Vec<u8> = Vec::with_capacity(1 << 21);
-    for r in rows {
-        buf.extend_from_slice(r.as_bytes());
-        buf.push(b'\n');
-        if buf.len() >= 1 << 20 {
-            copy.send(buf.as_slice()).await.expect("COPY data");
-            buf.clear();
-        }
-    }
-    if !buf.is_empty() {
-        copy.send(buf.as_slice()).await.expect("COPY data");
-    }
-    copy.finish().await.unwrap_or_else(|e| panic!("{statement}: {e}"))
-}
-
-fn opt<T: ToString>(v: Option<T>) -> String {
-    v.map_or_else(|| "\\N".to_string(), |v| v.to_string())
-}
-
-async fn load_world(conn: &mut PgConnection, w: &World) -> u64 {
-    let org = ORG.to_string();
-    let epoch = pg_ts(unix(EPOCH));
+async fn load_world(test_db: &gpuledger_e2e::TestDatabase, w: &World) -> u64 {
+    let mut admin = PgConnection::connect(&test_db.admin_url).await.expect("connect");
     sqlx::query("INSERT INTO organizations (org_id, slug, name) VALUES ($1, 'bench', 'Ledger bench')")
         .bind(ORG)
-        .execute(&mut *conn)
+        .execute(&mut admin)
         .await
         .expect("organization");
-    copy_rows(
-        conn,
-        "COPY clusters (org_id, cluster_id, name) FROM STDIN",
-        CLUSTERS.iter().enumerate().map(|(c, name)| format!("{org}\t{}\t{name}", cluster_id(c))),
-    )
-    .await;
-    copy_rows(
-        conn,
-        "COPY departments (org_id, department_id, name, created_at) FROM STDIN",
-        (0..DEPARTMENTS).map(|d| format!("{org}\t{}\tdept-{d:02}\t{epoch}", dept_id(d))),
-    )
-    .await;
-    copy_rows(
-        conn,
-        "COPY tenants (org_id, tenant_id, department_id, name, created_at) FROM STDIN",
-        w.tenants
-            .iter()
-            .enumerate()
-            .map(|(t, td)| format!("{org}\t{}\t{}\t{}\t{epoch}", tenant_id(t), dept_id(td.dept), td.name)),
-    )
-    .await;
-    // Inventory.
-    copy_rows(
-        conn,
-        "COPY gpu_classes (org_id, gpu_class, description) FROM STDIN",
-        CLASSES.iter().map(|c| format!("{org}\t{}\t{}", c.name, c.model)),
-    )
-    .await;
-    copy_rows(
-        conn,
-        "COPY gpu_models (org_id, model, valid_from, gpu_class, memory_mib) FROM STDIN",
-        CLASSES.iter().map(|c| format!("{org}\t{}\t{epoch}\t{}\t{}", c.model, c.name, c.memory_mib)),
-    )
-    .await;
-    copy_rows(
-        conn,
-        "COPY mig_profiles (org_id, model, profile, valid_from, fraction_num, fraction_den) FROM STDIN",
-        CLASSES.iter().filter(|c| c.mig > 0.0 || c.name == "H100").flat_map(|c| {
-            let epoch = epoch.clone();
-            let org = org.clone();
-            [1u8, 2, 3, 4, 7]
-                .into_iter()
-                .map(move |k| format!("{org}\t{}\t{}\t{epoch}\t{k}\t7", c.model, mig_profile(k)))
-        }),
-    )
-    .await;
-    copy_rows(
-        conn,
-        "COPY vgpu_profiles (org_id, model, profile, valid_from, fraction_num, fraction_den) FROM STDIN",
-        std::iter::once(format!("{org}\tNVIDIA L40S\t{VGPU_PROFILE}\t{epoch}\t1\t2")),
-    )
-    .await;
-    copy_rows(
-        conn,
-        "COPY timeslice_policies (org_id, cluster_id, name, valid_from, replicas) FROM STDIN",
-        (0..CLUSTERS.len()).map(|c| format!("{org}\t{}\tshared-4\t{epoch}\t4", cluster_id(c))),
-    )
-    .await;
-    // Devices, with their MIG instances.
-    let mut mig_of: Vec<Vec<u32>> = vec![Vec::new(); w.spec.gpus];
-    for (m, mi) in w.migs.iter().enumerate() {
-        mig_of[mi.gpu as usize].push(m as u32);
-    }
-    copy_rows(
-        conn,
-        "COPY devices (org_id, cluster_id, gpu_uuid, valid_from, node, model, memory_mib, mig_enabled, mig_devices, vgpu_profile) FROM STDIN",
-        (0..w.spec.gpus as u32).map(|g| {
-            let node = &w.nodes[(g / 8) as usize];
-            let c = &CLASSES[node.class];
-            let migs: Vec<Value> = mig_of[g as usize]
-                .iter()
-                .map(|m| {
-                    let mi = &w.migs[*m as usize];
-                    json!({"uuid": mig_uuid(*m), "profile": mig_profile(mi.slices), "gpu_instance_id": mi.gi})
-                })
-                .collect();
-            format!(
-                "{org}\t{}\t{}\t{epoch}\t{}\t{}\t{}\t{}\t{}\t{}",
-                cluster_id(node.cluster),
-                gpu_uuid(g),
-                node_name(g / 8),
-                c.model,
-                c.memory_mib,
-                node.mode == Mode::Mig,
-                Value::Array(migs),
-                if node.mode == Mode::Vgpu { VGPU_PROFILE } else { "\\N" }
-            )
-        }),
-    )
-    .await;
-    // Namespaces and who owned them.
-    copy_rows(
-        conn,
-        "COPY namespaces (org_id, namespace_uid, cluster_id, name, created_at) FROM STDIN",
-        w.namespaces
-            .iter()
-            .enumerate()
-            .map(|(i, ns)| format!("{org}\t{}\t{}\t{}\t{epoch}", ns_id(i), cluster_id(ns.cluster), ns.name)),
-    )
-    .await;
-    copy_rows(
-        conn,
-        "COPY namespace_ownership (org_id, namespace_uid, valid_from, valid_to, tenant_id, source) FROM STDIN",
-        w.namespaces.iter().enumerate().flat_map(|(i, ns)| {
-            let org = org.clone();
-            ns.owners.iter().map(move |o| {
-                format!(
-                    "{org}\t{}\t{}\t{}\t{}\tlabel",
-                    ns_id(i),
-                    pg_ts(o.from),
-                    opt(o.to.map(pg_ts)),
-                    tenant_id(o.tenant as usize)
-                )
-            })
-        }),
-    )
-    .await;
-    copy_rows(
-        conn,
-        "COPY quotas (org_id, quota_id, tenant_id, department_id, gpu_class, gpus, valid_from, valid_to, created_by) FROM STDIN",
-        w.quotas.iter().enumerate().map(|(i, q)| {
-            let (t, d) = match q.holder {
-                Holder::Tenant(t) => (tenant_id(t as usize).to_string(), "\\N".to_string()),
-                Holder::Dept(d) => ("\\N".to_string(), dept_id(d as usize).to_string()),
-            };
-            format!(
-                "{org}\t{}\t{t}\t{d}\t{}\t{}\t{}\t{}\tbench",
-                quota_id(i),
-                CLASSES[q.class].name,
-                q.gpus,
-                pg_ts(q.from),
-                opt(q.to.map(pg_ts))
-            )
-        }),
-    )
-    .await;
-    // Allocation intervals: every job, including those wholly before the period.
-    let gpu_names: Vec<String> = (0..w.spec.gpus as u32).map(gpu_uuid).collect();
-    let intervals = copy_rows(
-        conn,
-        "COPY allocation_intervals (org_id, cluster_id, allocation_id, holder_kind, holder_uid, holder_name, namespace,
-             namespace_uid, container, node, resource, units, device_ids, gpu_model, gpu_class, sharing_mode, profile,
-             replicas, fraction_num, fraction_den, started_at, ended_at, end_estimated, confidence, labels) FROM STDIN",
-        w.jobs.iter().enumerate().map(|(idx, j)| {
-            let lane = &w.lanes[j.lane as usize];
-            let node = &w.nodes[lane.node as usize];
-            let c = &CLASSES[node.class];
-            let ns = &w.namespaces[j.ns as usize];
-            let devices = match lane.mig {
-                Some(m) => mig_uuid(m),
-                None => lane.gpus.iter().map(|g| gpu_names[*g as usize].as_str()).collect::<Vec<_>>().join(","),
-            };
-            let (kind, container) = if lane.mode == Mode::Vgpu { ("vmi", "\\N") } else { ("pod", "main") };
-            let profile = match lane.mode {
-                Mode::Mig => mig_profile(w.migs[lane.mig.expect("mig") as usize].slices),
-                Mode::Vgpu => VGPU_PROFILE,
-                _ => "\\N",
-            };
-            let labels = if lane.endpoint {
-                format!(r#"{{"endpoint": "{ENDPOINT}", "model": "llama-3-70b"}}"#)
-            } else {
-                "{}".to_string()
-            };
-            format!(
-                "{org}\t{}\t{}\t{kind}\t{}\tjob-{idx}\t{}\t{}\t{container}\t{}\t{}\t{}\t{{{devices}}}\t{}\t{}\t{}\t{profile}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{labels}",
-                cluster_id(node.cluster),
-                w.allocation_id(idx, lane),
-                Uuid::from_u128(JOB_BASE | idx as u128),
-                ns.name,
-                ns_id(j.ns as usize),
-                node_name(lane.node),
-                w.resource(lane),
-                if lane.mode == Mode::Exclusive { lane.num } else { 1 },
-                c.model,
-                c.name,
-                lane.mode.as_str(),
-                if lane.mode == Mode::TimeSlice { "4" } else { "\\N" },
-                lane.num,
-                lane.den,
-                pg_ts(j.start),
-                opt(j.end.map(pg_ts)),
-                j.estimated,
-                World::confidence(lane, j).as_str(),
-            )
-        }),
-    )
-    .await;
-    // Energy: one whole-GPU row per device and window, in the month's partition.
-    sqlx::query("SELECT gpuledger_ensure_telemetry_partition($1::date)")
-        .bind(PERIOD_START.date())
-        .execute(&mut *conn)
-        .await
-        .expect("partition");
-    let window = w.spec.energy_window_h * 3_600;
-    let windows = ((unix(PERIOD_END) - unix(PERIOD_START)) / window) as u32;
-    copy_rows(
-        conn,
-        "COPY telemetry_rollups (org_id, cluster_id, gpu_uuid, gpu_instance_id, window_start, window_end, node, samples,
-             power_avg, energy_j) FROM STDIN",
-        (0..w.spec.gpus as u32).flat_map(|g| {
-            let org = org.clone();
-            let node = &w.nodes[(g / 8) as usize];
-            let (cluster, name, uuid) = (cluster_id(node.cluster), node_name(g / 8), gpu_names[g as usize].clone());
-            (0..windows).map(move |i| {
-                let s = unix(PERIOD_START) + i64::from(i) * window;
-                let j = w.joules(g, i);
-                format!(
-                    "{org}\t{cluster}\t{uuid}\t-1\t{}\t{}\t{name}\t{}\t{}\t{j}",
-                    pg_ts(s),
-                    pg_ts(s + window),
-                    window / 10,
-                    j as f64 / window as f64
-                )
-            })
-        }),
-    )
-    .await;
-    copy_rows(
-        conn,
-        "COPY service_usage (org_id, cluster_id, endpoint, model, tenant_name, tenant_id, window_start, window_end,
-             requests, input_tokens, output_tokens) FROM STDIN",
-        w.usage.iter().map(|u| {
-            let s = unix(PERIOD_START) + i64::from(u.hour) * 3_600;
-            format!(
-                "{org}\t{}\t{ENDPOINT}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}",
-                cluster_id(0),
-                u.model,
-                w.tenants[u.tenant as usize].name,
-                tenant_id(u.tenant as usize),
-                pg_ts(s),
-                pg_ts(s + 3_600),
-                u.requests,
-                u.input,
-                u.output
-            )
-        }),
-    )
-    .await;
-    intervals
+    admin.close().await.expect("close");
+    let db = Database::connect(&test_db.app_url, AppLogin::Direct, 2).await.expect("app pool");
+    let loaded = fleet::load(&db, gpuledger_core::ids::OrgId::from_uuid(ORG), w, "bench").await.expect("load");
+    db.close().await;
+    loaded.allocations
 }
 
 /// The reference: per-tenant allocated GPU-hours of the period, as a user would write it by hand — fraction ×
@@ -1552,7 +611,7 @@ async fn reference(conn: &mut PgConnection) -> (f64, Option<f64>, BTreeMap<Strin
 // ---------------------------------------------------------------------------------------------------------------
 
 fn main() {
-    let spec = Spec::from_env();
+    let spec = spec_from_env();
     match std::env::var("GL_BENCH_PHASE").as_deref() {
         Ok("compute") => return phase_compute(spec),
         Ok("full") => return phase_full(spec),
@@ -1596,9 +655,9 @@ fn main() {
         let test_db = gpuledger_e2e::fresh_database().await.expect("database");
         gpuledger_e2e::with_cluster_lock(async { Ok(db::migrate(&test_db.admin_url).await?) }).await.expect("migrate");
         gpuledger_e2e::allow_app_login(&test_db).await.expect("app login");
-        let mut admin = PgConnection::connect(&test_db.admin_url).await.expect("connect");
-        let rows = load_world(&mut admin, &world).await;
+        let rows = load_world(&test_db, &world).await;
         assert_eq!(rows as usize, world.jobs.len());
+        let mut admin = PgConnection::connect(&test_db.admin_url).await.expect("connect");
         sqlx::query("VACUUM ANALYZE").execute(&mut admin).await.expect("vacuum analyze");
         let mut settings = Vec::new();
         for name in ["server_version", "shared_buffers", "work_mem", "max_parallel_workers_per_gather", "fsync"] {
@@ -1761,14 +820,14 @@ fn main() {
         grouped(world.namespaces.len()),
         world.unowned_namespaces,
         world.ownership_changes,
-        TENANTS,
-        DEPARTMENTS,
+        world.tenants.len(),
+        world.departments.len(),
         input_records.2,
         dept_quotas,
         grouped(input_records.1),
-        spec.energy_window_h,
+        spec.window_h,
         grouped(world.usage.len()),
-        USAGE_TENANTS,
+        world.usage_tenants,
         input_records.3,
     );
     println!();

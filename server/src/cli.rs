@@ -254,6 +254,11 @@ pub struct DemoArgs {
     /// its tenants, clusters and inventory — what tests of the agents need, in seconds).
     #[arg(long, env = "GPULEDGER_DEMO_HISTORY", default_value_t = true, action = clap::ArgAction::Set)]
     pub history: bool,
+    /// Instead of the agents' history, a synthetic fleet of this many GPUs (40 to 100,000, whole nodes of 8) in
+    /// every sharing mode, from the start of last month to now: last month closed, this month open. Loaded once
+    /// per data directory; 10,000 GPUs take minutes (`/readyz` answers 503 until then).
+    #[arg(long, env = "GPULEDGER_DEMO_GPUS", value_parser = clap::value_parser!(u64).range(40..=100_000))]
+    pub gpus: Option<u64>,
 }
 
 /// The default data directory for the embedded database.
@@ -407,7 +412,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             let data_dir = cli.data_dir.clone().unwrap_or_else(|| default_data_dir().join("demo"));
             // The demo's clock: everything below takes `now` from here.
             let now = time::OffsetDateTime::now_utc();
-            serve(&cli, &args.serve, data_dir, Some(DemoRun { now, reload: args.reload, history: args.history })).await
+            let gpus = args.gpus.map(|g| usize::try_from(g).unwrap_or(demo::fleet::MAX_GPUS));
+            serve(&cli, &args.serve, data_dir, Some(DemoRun { now, reload: args.reload, history: args.history, gpus }))
+                .await
         }
     }
 }
@@ -483,6 +490,8 @@ struct DemoRun {
     now: time::OffsetDateTime,
     reload: bool,
     history: bool,
+    /// `--gpus`: a synthetic fleet instead of the agents' history.
+    gpus: Option<usize>,
 }
 
 async fn serve(cli: &Cli, args: &ServeArgs, data_dir: PathBuf, demo: Option<DemoRun>) -> anyhow::Result<()> {
@@ -562,7 +571,12 @@ async fn serve_demo(
             stopped?;
             return Ok(());
         }
-        loaded = demo::prepare(db, org, &base_url, run.now, run.reload) => {
+        loaded = async {
+            match run.gpus {
+                Some(gpus) => demo::prepare_fleet(db, org, gpus, run.now).await,
+                None => demo::prepare(db, org, &base_url, run.now, run.reload).await,
+            }
+        } => {
             loaded.context("loading the demo data")?;
         }
     }

@@ -66,6 +66,19 @@ pub async fn approve_import_close(db: &Database, org: OrgId, now: OffsetDateTime
     let current = Period::containing(now);
     let last = current.prev()?;
     let first = last.prev()?;
+    approve_and_close(db, org, now, &[first, last], true).await
+}
+
+/// Approves the demo policy effective from the first of `periods` (unless one is approved), imports the Kueue
+/// quotas the agents reported when `import_quotas` (once), and closes each of `periods` not closed yet, in order.
+pub async fn approve_and_close(
+    db: &Database,
+    org: OrgId,
+    now: OffsetDateTime,
+    periods: &[Period],
+    import_quotas: bool,
+) -> Result<Vec<Period>, AppError> {
+    let first = *periods.first().ok_or_else(|| AppError::Internal("no period to close".into()))?;
     let mut tx = db.begin_org(org).await?;
     let org_id = tx.org().as_uuid();
     let approved: bool =
@@ -88,12 +101,12 @@ pub async fn approve_import_close(db: &Database, org: OrgId, now: OffsetDateTime
             .bind(org_id)
             .fetch_one(tx.conn())
             .await?;
-    if !imported {
+    if import_quotas && !imported {
         import_kueue_quotas(&mut tx, DEMO_ACTOR, &Default::default()).await?;
     }
     tx.commit().await?;
     let mut closed = Vec::new();
-    for p in [first, last] {
+    for &p in periods {
         let mut tx = db.begin_org(org).await?;
         let state = period_state(&mut tx, p).await?;
         tx.commit().await?;

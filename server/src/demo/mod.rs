@@ -8,12 +8,15 @@
 //!   pod-resources assignments, model-server usage) over simulated objects and GPUs planned from a seeded RNG
 //!   ([`plan`]), spooled on disk per agent and delivered to this server's ingest API over HTTP ([`agents`]).
 //! - [`finish_ledger`]: the finance side, run after the history is in and before the server reports ready.
+//! - [`prepare_fleet`] (`demo --gpus N`), instead of the agents' history: a synthetic fleet of N GPUs
+//!   ([`fleet`]) written directly as ingest would have stored it, its last full month closed.
 //!
 //! Idempotent: the plan is anchored at the organization's creation, and every fact carries the agent's
 //! deterministic event ID, so a second run re-sends duplicates (stored once) — or nothing at all when the history
 //! was already loaded up to the same hour.
 
 pub mod agents;
+pub mod fleet;
 pub mod gpus;
 pub mod ledger;
 pub mod objects;
@@ -99,6 +102,12 @@ pub async fn load_history(
         tx.commit().await?;
         (created, marker)
     };
+    if fleet::loaded_marker(db, org).await?.is_some() {
+        anyhow::bail!(
+            "this data directory holds a synthetic demo fleet (`demo --gpus`): run `demo --gpus` again, or choose \
+             another --data-dir for the agents' demo history"
+        );
+    }
     let anchor = plan::anchor_for(created.min(now));
     let loaded_through = marker
         .as_ref()
@@ -280,6 +289,68 @@ pub async fn prepare(
         ),
     }
     finish_ledger(db, org, now).await?;
+    Ok(())
+}
+
+/// Seeds the demo organization with a synthetic fleet of `gpus` GPUs (see [`fleet`]) from the start of last month
+/// to `now`'s hour, unless an earlier run did, then approves the policy, closes last month through the real close
+/// path and opens the demo dispute. Idempotent: a second run finds the fleet and only checks the ledger is closed.
+pub async fn prepare_fleet(db: &Database, org: OrgId, gpus: usize, now: OffsetDateTime) -> anyhow::Result<()> {
+    let started = Instant::now();
+    let last = gpuledger_core::Period::containing(now).prev()?;
+    match fleet::loaded_marker(db, org).await? {
+        Some(marker) => {
+            let had = marker["gpus"].as_u64().unwrap_or_default();
+            if had != fleet::FleetSpec::new(gpus, 0, now, now).gpus as u64 {
+                tracing::warn!(
+                    requested = gpus,
+                    loaded = had,
+                    "this data directory holds a fleet of another size; \
+                    serving it as it is (choose another --data-dir for a fleet of {gpus} GPUs)"
+                );
+            }
+            tracing::info!(gpus = had, through = %marker["through"], "demo fleet already loaded by an earlier run");
+        }
+        None => {
+            let history: bool = {
+                let mut tx = db.begin_org(org).await?;
+                let h = sqlx::query_scalar(
+                    "SELECT EXISTS (SELECT 1 FROM audit_log WHERE org_id = $1 AND action = 'demo.history_loaded')",
+                )
+                .bind(org.as_uuid())
+                .fetch_one(tx.conn())
+                .await?;
+                tx.commit().await?;
+                h
+            };
+            if history {
+                anyhow::bail!(
+                    "this data directory holds the agents' demo history (`demo` without --gpus); choose another \
+                     --data-dir for a synthetic fleet"
+                );
+            }
+            let (start, _) = crate::ledger::bounds(last)?;
+            let spec = fleet::FleetSpec::new(gpus, fleet::DEMO_SEED, start, cutoff(now));
+            tracing::info!(gpus = spec.gpus, %start, through = %spec.through, "seeding {} GPUs: planning the fleet", fleet::grouped(spec.gpus));
+            let world = tokio::task::spawn_blocking(move || fleet::World::generate(spec)).await?;
+            tracing::info!(
+                nodes = world.nodes.len(),
+                tenants = world.tenants.len(),
+                allocations = world.jobs.len(),
+                seconds = started.elapsed().as_secs_f64(),
+                "fleet planned"
+            );
+            let loaded = fleet::load(db, org, &world, ledger::DEMO_ACTOR).await?;
+            drop(world);
+            // Rows of months without a partition wait in the default one; make them (as the maintenance task would).
+            crate::maintenance::run_once(db, now).await?;
+            tracing::info!(?loaded, seconds = started.elapsed().as_secs_f64(), "demo fleet loaded");
+        }
+    }
+    tracing::info!(period = %last, "closing last month's ledger");
+    ledger::approve_and_close(db, org, now, &[last], false).await?;
+    ledger::open_demo_dispute(db, org, last).await?;
+    tracing::info!(seconds = started.elapsed().as_secs_f64(), "demo fleet ready");
     Ok(())
 }
 

@@ -39,11 +39,11 @@ pub const TENANTS: [(Uuid, Uuid, &str); 9] = [
 ];
 
 /// (class, description, [(model, memory MiB)]).
-type GpuClass = (&'static str, &'static str, &'static [(&'static str, i32)]);
+pub(super) type GpuClass = (&'static str, &'static str, &'static [(&'static str, i32)]);
 
 /// GPU classes (pricing), each with the models that belong to it: (class, description, [(model, memory MiB)]).
 /// Kueue ResourceFlavors are named after the class in lower case (`H100-80GB` → `h100-80gb`).
-const CLASSES: [GpuClass; 5] = [
+pub(super) const CLASSES: [GpuClass; 5] = [
     ("H100-80GB", "NVIDIA H100 SXM 80 GB", &[("NVIDIA H100 80GB HBM3", 81_559)]),
     ("A100-80GB", "NVIDIA A100 SXM4 80 GB", &[("NVIDIA A100-SXM4-80GB", 81_920)]),
     ("A100-40GB", "NVIDIA A100 PCIe 40 GB", &[("NVIDIA A100-PCIE-40GB", 40_960)]),
@@ -52,7 +52,7 @@ const CLASSES: [GpuClass; 5] = [
 ];
 
 /// MIG profiles: (model, profile, fraction numerator, denominator) — compute slices out of 7.
-const MIG_PROFILES: [(&str, &str, i64, i64); 11] = [
+pub(super) const MIG_PROFILES: [(&str, &str, i64, i64); 11] = [
     ("NVIDIA H100 80GB HBM3", "1g.10gb", 1, 7),
     ("NVIDIA H100 80GB HBM3", "2g.20gb", 2, 7),
     ("NVIDIA H100 80GB HBM3", "3g.40gb", 3, 7),
@@ -67,8 +67,11 @@ const MIG_PROFILES: [(&str, &str, i64, i64); 11] = [
 ];
 
 /// vGPU types on the T4 (time-sliced vGPU: a fixed number per board): (profile, numerator, denominator).
-const VGPU_PROFILES: [(&str, i64, i64); 5] =
+pub(super) const VGPU_PROFILES: [(&str, i64, i64); 5] =
     [("GRID_T4-1Q", 1, 16), ("GRID_T4-2Q", 1, 8), ("GRID_T4-4Q", 1, 4), ("GRID_T4-8Q", 1, 2), ("GRID_T4-16Q", 1, 1)];
+
+/// When the approved inventory (classes, models, profiles, time-slicing policy) takes effect.
+pub(super) const CATALOG_SINCE: time::OffsetDateTime = time::macros::datetime!(2025-01-01 00:00 UTC);
 
 /// Seeds the demo organization's reference data and returns its id. Idempotent.
 pub async fn seed(db: &Database) -> Result<OrgId, DbError> {
@@ -111,7 +114,7 @@ async fn insert_all(tx: &mut OrgTx, o: Uuid) -> Result<(), DbError> {
             .execute(tx.conn())
             .await?;
     }
-    let since = time::macros::datetime!(2025-01-01 00:00 UTC);
+    let since = CATALOG_SINCE;
     for (class, description, models) in CLASSES {
         sqlx::query(
             "INSERT INTO gpu_classes (org_id, gpu_class, description) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING",

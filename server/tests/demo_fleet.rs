@@ -1,0 +1,124 @@
+//! `demo --gpus N`: a small synthetic fleet seeded into a throwaway database through the same function the CLI
+//! calls — every sharing mode stored, last month closed with a hash, this month's preview priced for several
+//! departments, and a second run storing nothing new.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::collections::BTreeSet;
+
+use axum::http::StatusCode;
+use gpuledger_core::Period;
+use gpuledger_server::{
+    app::{self, AppState, HttpOptions},
+    close,
+    db::Database,
+    demo,
+};
+use time::macros::datetime;
+
+/// Row counts of everything the fleet and its close write.
+async fn counts(db: &Database, org: gpuledger_core::ids::OrgId) -> Vec<(String, i64)> {
+    let mut tx = db.begin_org(org).await.unwrap();
+    let mut out = Vec::new();
+    for table in [
+        "departments",
+        "tenants",
+        "devices",
+        "nodes",
+        "namespaces",
+        "namespace_ownership",
+        "quotas",
+        "allocation_intervals",
+        "telemetry_rollups",
+        "service_usage",
+        "endpoint_totals",
+        "cost_policies",
+        "periods",
+        "ledger_lines",
+        "disputes",
+    ] {
+        let n: i64 = sqlx::query_scalar(&format!("SELECT count(*) FROM {table}")).fetch_one(tx.conn()).await.unwrap();
+        out.push((table.to_string(), n));
+    }
+    tx.commit().await.unwrap();
+    out
+}
+
+#[tokio::test]
+async fn a_small_fleet_has_every_mode_a_closed_last_month_and_loads_once() {
+    let (_test_db, db) = common::migrated().await;
+    let org = demo::seed(&db).await.unwrap();
+    let now = datetime!(2026-11-20 15:42:10 UTC);
+    demo::prepare_fleet(&db, org, 40, now).await.unwrap();
+
+    let mut tx = db.begin_org(org).await.unwrap();
+    let modes: Vec<String> = sqlx::query_scalar("SELECT DISTINCT sharing_mode FROM allocation_intervals ORDER BY 1")
+        .fetch_all(tx.conn())
+        .await
+        .unwrap();
+    assert_eq!(modes, ["exclusive", "mig", "passthrough", "time_slice", "vgpu"]);
+    let endpoint: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM allocation_intervals WHERE labels->>'endpoint' = 'llm-shared'")
+            .fetch_one(tx.conn())
+            .await
+            .unwrap();
+    assert!(endpoint > 0, "the shared endpoint's pods are there");
+    let unpriced: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM allocation_intervals WHERE fraction_num IS NULL OR gpu_class IS NULL")
+            .fetch_one(tx.conn())
+            .await
+            .unwrap();
+    assert_eq!(unpriced, 0);
+    let open_in_future: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM allocation_intervals WHERE ended_at > $1 OR started_at > $1")
+            .bind(now)
+            .fetch_one(tx.conn())
+            .await
+            .unwrap();
+    assert_eq!(open_in_future, 0, "nothing after now");
+    let (state, hash): (String, Option<String>) =
+        sqlx::query_as("SELECT state, content_hash FROM periods WHERE period = '2026-10-01'")
+            .fetch_one(tx.conn())
+            .await
+            .unwrap();
+    assert_eq!(state, "closed");
+    assert_eq!(hash.map(|h| h.len()), Some(64), "closed with a hash");
+    let bundle = close::stored_bundle(&mut tx, Period::parse("2026-10").unwrap()).await.unwrap().unwrap();
+    assert!(bundle.inputs.allocations.len() > 100);
+    let telemetry: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM telemetry_rollups WHERE window_start >= '2026-11-01'")
+            .fetch_one(tx.conn())
+            .await
+            .unwrap();
+    assert!(telemetry > 0);
+
+    // This month: open, with lines for several departments, Research among them, and nothing unpriced.
+    let preview = close::preview(&mut tx, Period::parse("2026-11").unwrap()).await.unwrap();
+    tx.commit().await.unwrap();
+    let departments: BTreeSet<&str> = preview.ledger.lines.iter().map(|l| l.department.as_str()).collect();
+    assert!(departments.len() >= 3 && departments.contains("Research"), "{departments:?}");
+    assert_eq!(preview.ledger.notes.unpriced_allocations, 0);
+    assert!(!preview.input.service_usage.is_empty() && !preview.input.energy.is_empty());
+    assert!(preview.input.quotas.len() >= 5);
+
+    // The demo accounts still sign in; the manager lands on Research's page.
+    let portal = app::router(AppState::demo(db.clone(), org), &HttpOptions::default());
+    let (manager, landing) = common::demo_login(&portal, "department_manager").await;
+    assert_eq!(landing, "/departments");
+    let page = common::send(&portal, common::get(&format!("{landing}?period=2026-10"), Some(&manager))).await;
+    assert_eq!(page.status, StatusCode::OK);
+    assert!(page.body.contains("Research") && page.body.contains("nlp-research"), "{}", page.body);
+    for role in ["admin", "finance", "viewer"] {
+        let (cookie, landing) = common::demo_login(&portal, role).await;
+        assert_eq!(common::send(&portal, common::get(&landing, Some(&cookie))).await.status, StatusCode::OK);
+    }
+
+    // A second start finds the fleet: nothing new is stored.
+    let before = counts(&db, org).await;
+    demo::prepare_fleet(&db, org, 40, now + time::Duration::hours(3)).await.unwrap();
+    assert_eq!(counts(&db, org).await, before);
+    // The agents' history is not mixed into a fleet.
+    let refused = demo::load_history(&db, org, "http://127.0.0.1:9", now, false).await.unwrap_err();
+    assert!(refused.to_string().contains("synthetic demo fleet"), "{refused}");
+}
