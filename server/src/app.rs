@@ -156,6 +156,10 @@ async fn heavy_read(
     request: Request,
     next: Next,
 ) -> Response {
+    // Reads of stored figures (the read model) are lookups, not heavy work: no turn needed.
+    if request.method() == Method::GET && STORED_READS.contains(&request.uri().path()) {
+        return next.run(request).await;
+    }
     let mut headers = request.headers().clone();
     // Power BI's Web API key (OData) comes as a query parameter or its own header.
     if !headers.contains_key(header::AUTHORIZATION)
@@ -167,13 +171,9 @@ async fn heavy_read(
     let Ok(principal) = auth::authenticate(&state.db, &headers).await else {
         return next.run(request).await;
     };
-    let permit = match state.limits.heavy.acquire(principal.org).await {
-        Ok(p) => p,
-        Err(e) => return e.into_response(),
-    };
     // Analytics answers are computed once per caller scope, query and month figures, then read (the read model).
     // Only for a caller the handlers would answer (they require the ledger-reading capability): a stored answer is
-    // served without running the handler, so the same check comes first.
+    // served without running the handler, so the same check comes first. A stored answer needs no turn.
     let cacheable = request.method() == Method::GET
         && request.uri().path().starts_with("/api/v1/analytics/")
         && principal.may(auth::Capability::ReadLedger);
@@ -190,6 +190,10 @@ async fn heavy_read(
             Err(e) => tracing::warn!(error = %e, "read model: analytics answer lookup failed"),
         }
     }
+    let permit = match state.limits.heavy.acquire(principal.org).await {
+        Ok(p) => p,
+        Err(e) => return e.into_response(),
+    };
     let response = next.run(request).await;
     if let (Some((as_of, scope)), Some((period, key))) = (store_as, key)
         && response.status() == StatusCode::OK
@@ -213,6 +217,9 @@ async fn heavy_read(
     });
     Response::from_parts(parts, Body::from_stream(stream))
 }
+
+/// GET routes behind the heavy-read turns that read stored figures only (the read model): no turn is taken.
+const STORED_READS: [&str; 3] = ["/api/v1/ledger", "/api/v1/ledger/months", "/api/v1/periods"];
 
 /// Largest analytics answer the read model keeps (larger ones are computed per request).
 const MAX_STORED_ANSWER: usize = 16 * 1024 * 1024;

@@ -411,7 +411,10 @@ async fn freeze(
     .bind(&cols3.2)
     .execute(tx.conn())
     .await?;
-    // The month's figures for every later read (pages, REST, exports): final, in the close's own transaction.
+    // The month's figures for every later read (pages, REST, exports): final, in the close's own transaction, taken
+    // in turn with the read model's refreshes of this organization (so a snapshot computed meanwhile cannot race it).
+    let (class, key) = crate::readmodel::worker::lock_key(org);
+    sqlx::query("SELECT pg_advisory_xact_lock($1, $2)").bind(class).bind(key).execute(tx.conn()).await?;
     crate::readmodel::store(
         &mut tx,
         &crate::readmodel::Figures {

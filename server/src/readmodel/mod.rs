@@ -64,15 +64,18 @@ pub struct Figures<'a> {
 pub async fn store(tx: &mut OrgTx, f: &Figures<'_>) -> Result<(), AppError> {
     let org = tx.org().as_uuid();
     let start = month_start(f.period);
-    sqlx::query("DELETE FROM read_months WHERE org_id = $1 AND period = $2")
-        .bind(org)
-        .bind(start)
-        .execute(tx.conn())
-        .await?;
-    sqlx::query(
+    // A provisional snapshot never replaces a closed month's figures (a close that committed while the snapshot
+    // was computed wins); a close replaces whatever was there.
+    let replace = match f.state {
+        FigState::Closed => "DELETE FROM read_months WHERE org_id = $1 AND period = $2",
+        FigState::Provisional => "DELETE FROM read_months WHERE org_id = $1 AND period = $2 AND state = 'provisional'",
+    };
+    sqlx::query(replace).bind(org).bind(start).execute(tx.conn()).await?;
+    let inserted = sqlx::query(
         "INSERT INTO read_months (org_id, period, state, as_of, compute_ms, policy_version, currency, content_hash,
                                   line_count, notes)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+         ON CONFLICT (org_id, period) DO NOTHING",
     )
     .bind(org)
     .bind(start)
@@ -86,6 +89,9 @@ pub async fn store(tx: &mut OrgTx, f: &Figures<'_>) -> Result<(), AppError> {
     .bind(&f.notes)
     .execute(tx.conn())
     .await?;
+    if inserted.rows_affected() == 0 {
+        return Ok(());
+    }
     // Set-based, in chunks (a month at 10,000 GPUs has thousands of lines).
     for (c, chunk) in f.lines.chunks(5_000).enumerate() {
         let n = chunk.len();
