@@ -72,7 +72,8 @@ async fn get_months(
     let rows: Vec<MonthRow> = sqlx::query_as(
         "SELECT g.period::date, m.state, (SELECT sum(l.amount)::text FROM read_lines l
                                          WHERE l.org_id = $1 AND l.period = m.period
-                                           AND ($4::text IS NULL OR l.department = $4 OR l.department_id::text = $4)),
+                                           AND ($4::text IS NULL OR l.department = $4 OR l.department_id::text = $4)
+                                           AND ($5::uuid[] IS NULL OR l.department_id = ANY($5))),
                 m.as_of
            FROM generate_series($2::date, $3::date, interval '1 month') AS g(period)
            LEFT JOIN read_months m ON m.org_id = $1 AND m.period = g.period::date
@@ -82,6 +83,7 @@ async fn get_months(
     .bind(start)
     .bind(end)
     .bind(&q.department)
+    .bind(p.departments.as_ref().map(|d| d.iter().map(|d| d.as_uuid()).collect::<Vec<_>>()))
     .fetch_all(tx.conn())
     .await?;
     tx.commit_quiet().await?;
@@ -496,6 +498,7 @@ async fn get_ledger(
         )));
     };
     let filter = crate::readmodel::LineFilter {
+        scope: p.departments.as_ref().map(|d| d.iter().map(|d| d.as_uuid()).collect()),
         tenant: q.tenant.clone(),
         department: q.department.clone(),
         term: q.term.clone(),
