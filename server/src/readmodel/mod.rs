@@ -258,6 +258,7 @@ pub async fn lines(
             .bind(&filter.term)
             .bind(limit)
             .bind(offset)
+            .bind(&filter.scope)
             .fetch_all(tx.conn())
             .await?
     } else {
