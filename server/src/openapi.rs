@@ -110,10 +110,14 @@ pub fn document() -> Value {
                 "security": [{"token": []}],
                 "responses": {"200": {"description": "{imported, skipped}"}, "401": problem(), "403": problem()}}},
             "/api/v1/ledger": {"get": {
-                "summary": "A month's ledger lines: frozen for a closed month, computed now for an open one; ?period=YYYY-MM (required), tenant, department, term, page, per_page (≤ 10000); with totals by term",
+                "summary": "A month's ledger lines from the stored figures: frozen for a closed month, the open month's snapshot (as_of, provisional, stale) otherwise; ?period=YYYY-MM (required), tenant, department, term, page, per_page (≤ 10000); with totals by term",
                 "security": [{"token": []}],
-                "responses": {"200": {"description": "{period, state, policy_version, currency, hash, total, totals_by_term, notes, count, lines}"},
+                "responses": {"200": {"description": "{period, state, policy_version, currency, hash, as_of, provisional, stale, total, totals_by_term, notes, count, lines}"},
                               "409": problem(), "422": problem()}}},
+            "/api/v1/ledger/months": {"get": {
+                "summary": "Each month's total as the caller may see it, from the stored figures; ?from=YYYY-MM&to=YYYY-MM (at most 36 months), department; a month without figures has total null",
+                "security": [{"token": []}],
+                "responses": {"200": {"description": "{months: [{period, state, total, as_of}]}"}, "422": problem()}}},
             "/api/v1/periods": {"get": {"summary": "Months with their state (open, closing, closed), hash chain and totals",
                 "security": [{"token": []}], "responses": {"200": {"description": "{items, total}"}, "401": problem()}}},
             "/api/v1/periods/{period}/close": {"post": {
