@@ -114,10 +114,6 @@ pub fn document() -> Value {
                 "security": [{"token": []}],
                 "responses": {"200": {"description": "{period, state, policy_version, currency, hash, as_of, provisional, stale, total, totals_by_term, notes, count, lines}"},
                               "409": problem(), "422": problem()}}},
-            "/api/v1/ledger/months": {"get": {
-                "summary": "Each month's total as the caller may see it, from the stored figures; ?from=YYYY-MM&to=YYYY-MM (at most 36 months), department; a month without figures has total null",
-                "security": [{"token": []}],
-                "responses": {"200": {"description": "{months: [{period, state, total, as_of}]}"}, "422": problem()}}},
             "/api/v1/periods": {"get": {"summary": "Months with their state (open, closing, closed), hash chain and totals",
                 "security": [{"token": []}], "responses": {"200": {"description": "{items, total}"}, "401": problem()}}},
             "/api/v1/periods/{period}/close": {"post": {
@@ -196,6 +192,15 @@ pub fn document() -> Value {
     if let Some(paths) = doc["paths"].as_object_mut() {
         paths.extend(export_paths());
         paths.extend(tenancy_paths());
+        paths.insert(
+            "/api/v1/ledger/months".into(),
+            json!({"get": {
+                "summary": "Each month's total as the caller may see it, from the stored figures; \
+                            ?from=YYYY-MM&to=YYYY-MM (at most 36 months), department; a month without figures has \
+                            total null",
+                "security": [{"token": []}],
+                "responses": {"200": {"description": "{months: [{period, state, total, as_of}]}"}, "422": problem()}}}),
+        );
         paths.insert(
             "/api/v1/analytics/inference".into(),
             json!({"get": {
