@@ -221,14 +221,15 @@ pub async fn lines(
 ) -> Result<LinePage, AppError> {
     let org = tx.org().as_uuid();
     let start = month_start(period);
-    const WHERE: &str = "org_id = $1 AND period = $2
+    // (`org_id = $1` is written in each statement, where the routing audit can see it.)
+    const WHERE: &str = "period = $2
          AND ($3::text IS NULL OR tenant = $3 OR tenant_id::text = $3)
          AND ($4::text IS NULL OR department = $4 OR department_id::text = $4)
          AND ($5::text IS NULL OR term = $5)
          AND ($8::uuid[] IS NULL OR department_id = ANY($8))";
     let sums: Vec<(String, String, i64)> = sqlx::query_as(&format!(
         "SELECT term, sum(amount)::text, count(*) FROM read_lines
-          WHERE {WHERE} AND $6::bigint IS NULL AND $7::bigint IS NULL GROUP BY term ORDER BY term"
+          WHERE org_id = $1 AND {WHERE} AND $6::bigint IS NULL AND $7::bigint IS NULL GROUP BY term ORDER BY term"
     ))
     .bind(org)
     .bind(start)
@@ -250,17 +251,19 @@ pub async fn lines(
         totals_by_term.insert(term, amount.to_string());
     }
     let lines: Vec<Value> = if limit > 0 && offset < count {
-        sqlx::query_scalar(&format!("SELECT line FROM read_lines WHERE {WHERE} ORDER BY line_no LIMIT $6 OFFSET $7"))
-            .bind(org)
-            .bind(start)
-            .bind(&filter.tenant)
-            .bind(&filter.department)
-            .bind(&filter.term)
-            .bind(limit)
-            .bind(offset)
-            .bind(&filter.scope)
-            .fetch_all(tx.conn())
-            .await?
+        sqlx::query_scalar(&format!(
+            "SELECT line FROM read_lines WHERE org_id = $1 AND {WHERE} ORDER BY line_no LIMIT $6 OFFSET $7"
+        ))
+        .bind(org)
+        .bind(start)
+        .bind(&filter.tenant)
+        .bind(&filter.department)
+        .bind(&filter.term)
+        .bind(limit)
+        .bind(offset)
+        .bind(&filter.scope)
+        .fetch_all(tx.conn())
+        .await?
     } else {
         Vec::new()
     };
