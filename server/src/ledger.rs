@@ -470,21 +470,9 @@ async fn get_ledger(
     let st = period_state(&mut tx, period).await?;
     let mut head = crate::readmodel::head(&mut tx, period).await?;
     if head.is_none() {
-        // No figures of this month yet: an open month before its first snapshot (a new month, a fresh start) is
-        // computed now, once for everyone asking; a month closed before the read model existed is read from its
-        // bundle, once.
+        // No figures of this month yet (a new month, a fresh start, a month closed before the read model): made once.
         tx.commit_quiet().await?;
-        if st == "closed" {
-            crate::readmodel::backfill_closed(&state.db, p.org, period).await?;
-        } else {
-            crate::readmodel::worker::refresh_with(
-                &state.db,
-                p.org,
-                crate::readmodel::worker::Wait::Block,
-                Some(period),
-            )
-            .await?;
-        }
+        crate::readmodel::ensure(&state.db, p.org, period).await?;
         tx = p.begin(&state.db).await?;
         head = crate::readmodel::head(&mut tx, period).await?;
     }

@@ -226,18 +226,16 @@ pub async fn lines(
          AND ($3::text IS NULL OR tenant = $3 OR tenant_id::text = $3)
          AND ($4::text IS NULL OR department = $4 OR department_id::text = $4)
          AND ($5::text IS NULL OR term = $5)
-         AND ($8::uuid[] IS NULL OR department_id = ANY($8))";
+         AND ($6::uuid[] IS NULL OR department_id = ANY($6))";
     let sums: Vec<(String, String, i64)> = sqlx::query_as(&format!(
         "SELECT term, sum(amount)::text, count(*) FROM read_lines
-          WHERE org_id = $1 AND {WHERE} AND $6::bigint IS NULL AND $7::bigint IS NULL GROUP BY term ORDER BY term"
+          WHERE org_id = $1 AND {WHERE} GROUP BY term ORDER BY term"
     ))
     .bind(org)
     .bind(start)
     .bind(&filter.tenant)
     .bind(&filter.department)
     .bind(&filter.term)
-    .bind(None::<i64>)
-    .bind(None::<i64>)
     .bind(&filter.scope)
     .fetch_all(tx.conn())
     .await?;
@@ -252,16 +250,16 @@ pub async fn lines(
     }
     let lines: Vec<Value> = if limit > 0 && offset < count {
         sqlx::query_scalar(&format!(
-            "SELECT line FROM read_lines WHERE org_id = $1 AND {WHERE} ORDER BY line_no LIMIT $6 OFFSET $7"
+            "SELECT line FROM read_lines WHERE org_id = $1 AND {WHERE} ORDER BY line_no LIMIT $7 OFFSET $8"
         ))
         .bind(org)
         .bind(start)
         .bind(&filter.tenant)
         .bind(&filter.department)
         .bind(&filter.term)
+        .bind(&filter.scope)
         .bind(limit)
         .bind(offset)
-        .bind(&filter.scope)
         .fetch_all(tx.conn())
         .await?
     } else {
