@@ -104,4 +104,8 @@ SELECT create_distributed_table('read_lines',  'org_id', colocate_with => 'depar
 SELECT create_distributed_table('read_dirty',  'org_id', colocate_with => 'departments');
 SELECT create_distributed_table('read_answers', 'org_id', colocate_with => 'departments');
 
+-- migration 15: the read model's summaries
+SELECT create_distributed_table('read_summaries', 'org_id', colocate_with => 'departments');
+SELECT create_distributed_table('read_summary_rows', 'org_id', colocate_with => 'departments');
+
 COMMIT;

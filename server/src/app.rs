@@ -58,6 +58,8 @@ pub struct AppState {
     pub auth: Arc<AuthState>,
     /// Limits on what one request may make the server do.
     pub limits: Arc<crate::limits::ServerLimits>,
+    /// Rendered pages of stored figures ([`crate::pagecache`]).
+    pub pages: Arc<crate::pagecache::PageCache>,
 }
 
 impl AppState {
@@ -79,6 +81,7 @@ impl AppState {
             leptos: leptos_options(),
             auth: Arc::new(auth),
             limits: Arc::new(crate::limits::ServerLimits::default()),
+            pages: Arc::new(crate::pagecache::PageCache::default()),
         }
     }
 
@@ -106,9 +109,15 @@ fn portal_context(state: &AppState) -> impl Fn() + Clone + Send + Sync + 'static
     let api = api_routes(state).with_state(state.clone());
     move || {
         // Per request: the data source reads as the person the request's session cookie names.
-        let headers = use_context::<axum::http::request::Parts>().map(|p| p.headers).unwrap_or_default();
+        let parts = use_context::<axum::http::request::Parts>();
+        // A page rendered for keeping shows markers where the reader's own name and token go (crate::pagecache).
+        let markers = parts.as_ref().and_then(|p| p.extensions.get::<crate::pagecache::RenderMarkers>().cloned());
+        let headers = parts.map(|p| p.headers).unwrap_or_default();
         provide_context(PortalDataHandle::new(
-            DbPortalData::for_request(db.clone(), featured, headers).with_api(api.clone()).with_demo_mode(demo_mode),
+            DbPortalData::for_request(db.clone(), featured, headers)
+                .with_api(api.clone())
+                .with_demo_mode(demo_mode)
+                .with_markers(markers),
         ));
         // Leptos adds small inline scripts (resource bookkeeping); they run only with this response's nonce.
         if let (Some(nonce), Some(options)) = (leptos::nonce::use_nonce(), use_context::<ResponseOptions>())
@@ -219,7 +228,8 @@ async fn heavy_read(
 }
 
 /// GET routes behind the heavy-read turns that read stored figures only (the read model): no turn is taken.
-const STORED_READS: [&str; 3] = ["/api/v1/ledger", "/api/v1/ledger/months", "/api/v1/periods"];
+const STORED_READS: [&str; 4] =
+    ["/api/v1/ledger", "/api/v1/ledger/months", "/api/v1/ledger/summaries", "/api/v1/periods"];
 
 /// Largest analytics answer the read model keeps (larger ones are computed per request).
 const MAX_STORED_ANSWER: usize = 16 * 1024 * 1024;
@@ -271,6 +281,7 @@ pub fn router(state: AppState, http: &HttpOptions) -> Router {
         .fallback(leptos_axum::render_app_to_stream_with_context(portal_context(&state), move || {
             shell(fallback_options.clone())
         }))
+        .layer(middleware::from_fn_with_state(state.clone(), crate::pagecache::pages))
         .with_state(state)
         .layer(middleware::from_fn(csrf_guard))
         .layer(middleware::from_fn(form_limits))
@@ -322,7 +333,7 @@ fn security_headers() -> SecurityHeaders {
 }
 
 /// The content security policy; portal pages add their response's script nonce.
-fn csp(nonce: Option<&str>) -> String {
+pub(crate) fn csp(nonce: Option<&str>) -> String {
     let scripts = match nonce {
         Some(n) => format!("script-src 'self' 'nonce-{n}'"),
         None => "script-src 'self'".to_string(),

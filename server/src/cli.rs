@@ -1,6 +1,10 @@
 //! The command line: `serve`, `demo`, `migrate`. Every flag has an environment fallback (see README).
 
-use std::{net::SocketAddr, path::PathBuf, time::Duration};
+use std::{
+    net::SocketAddr,
+    path::PathBuf,
+    time::{Duration, Instant},
+};
 
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand, ValueEnum};
@@ -580,6 +584,10 @@ async fn serve_demo(
             loaded.context("loading the demo data")?;
         }
     }
+    // Every figure the pages show is stored before anyone is let in (no first reader waits for a computation).
+    let settled = Instant::now();
+    crate::readmodel::worker::settle(db, org).await.context("computing the demo's read model")?;
+    tracing::info!(seconds = settled.elapsed().as_secs_f64(), "demo read model settled");
     gate.open();
     tracing::info!("demo data loaded; ready");
     server.await?;

@@ -388,6 +388,17 @@ impl CrossOrgMaintenance<'_> {
         .await?;
         Ok(ids.into_iter().map(OrgId::from_uuid).collect())
     }
+
+    /// The (organization, month) pairs whose stored summaries do not go with their current figures, newest month
+    /// first, at most `limit`.
+    pub async fn read_summaries_due(&self, limit: i32) -> Result<Vec<(OrgId, time::Date)>, DbError> {
+        let rows: Vec<(uuid::Uuid, time::Date)> =
+            sqlx::query_as("SELECT org_id, period FROM gpuledger_read_summaries_due($1)")
+                .bind(limit)
+                .fetch_all(self.pool)
+                .await?;
+        Ok(rows.into_iter().map(|(o, p)| (OrgId::from_uuid(o), p)).collect())
+    }
 }
 
 #[cfg(test)]

@@ -39,6 +39,7 @@ pub fn router() -> Router<AppState> {
     Router::new()
         .route("/api/v1/ledger", get(get_ledger))
         .route("/api/v1/ledger/months", get(get_months))
+        .route("/api/v1/ledger/summaries", get(get_summaries))
         .route("/api/v1/periods/{period}/evidence", get(evidence))
 }
 
@@ -98,6 +99,33 @@ async fn get_months(
         })
         .collect();
     Ok(Json(json!({ "months": months })))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SummariesQuery {
+    period: Option<String>,
+}
+
+/// `GET /api/v1/ledger/summaries?period=YYYY-MM`: the month's stored utilization, inference and training
+/// summaries as the caller may see them (the department scope cuts the rows; endpoint totals and unattributed work
+/// are for organization-wide readers only), each with the `as_of` of the figures it goes with. A kind not computed
+/// yet is `null`, and `pending` says the worker has newer figures to summarize.
+async fn get_summaries(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    query: Result<Query<SummariesQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<Value>, AppError> {
+    let p = reader(&state, &headers).await?;
+    let Query(q) = query.map_err(|e| AppError::invalid("query", e.body_text()))?;
+    let period = parse_period(
+        "period",
+        q.period.as_deref().ok_or_else(|| AppError::invalid("period", "is required (YYYY-MM)"))?,
+    )?;
+    let mut tx = p.begin(&state.db).await?;
+    let answer = crate::readmodel::summaries::read(&mut tx, period).await?;
+    tx.commit_quiet().await?;
+    Ok(Json(answer))
 }
 
 /// `[start, end)` of a period as timestamps.

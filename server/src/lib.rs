@@ -18,6 +18,7 @@ pub mod limits;
 pub mod maintenance;
 pub mod metrics;
 pub mod openapi;
+pub mod pagecache;
 pub mod policy;
 pub mod portal;
 pub mod readmodel;

@@ -202,6 +202,18 @@ pub fn document() -> Value {
                 "responses": {"200": {"description": "{months: [{period, state, total, as_of}]}"}, "422": problem()}}}),
         );
         paths.insert(
+            "/api/v1/ledger/summaries".into(),
+            json!({"get": {
+                "summary": "The month's stored utilization, inference and training summaries as the caller may see \
+                            them (computed once per month figures, never on a read); ?period=YYYY-MM. A kind not \
+                            computed yet is null; pending says newer figures are being summarized",
+                "security": [{"token": []}],
+                "responses": {"200": {"description": "{period, pending, utilization: {as_of, tenants}, \
+                                                      inference: {as_of, tenants, endpoints, unattributed}, \
+                                                      training: {as_of, workloads}}"},
+                              "401": problem(), "422": problem()}}}),
+        );
+        paths.insert(
             "/api/v1/analytics/inference".into(),
             json!({"get": {
                 "summary": "Inference efficiency of shared endpoints (analytics, never billed): ?period=YYYY-MM, \

@@ -38,6 +38,7 @@ pub struct DbPortalData {
     principal: Arc<OnceCell<Option<Principal>>>,
     api: Option<Router>,
     demo_mode: bool,
+    markers: Option<crate::pagecache::RenderMarkers>,
 }
 
 fn utc(t: OffsetDateTime) -> String {
@@ -57,13 +58,27 @@ impl DbPortalData {
 
     /// A data source for one request (its cookie says who is signed in).
     pub fn for_request(db: Database, featured_org: Option<OrgId>, headers: HeaderMap) -> Self {
-        Self { db, featured_org, headers, principal: Arc::new(OnceCell::new()), api: None, demo_mode: false }
+        Self {
+            db,
+            featured_org,
+            headers,
+            principal: Arc::new(OnceCell::new()),
+            api: None,
+            demo_mode: false,
+            markers: None,
+        }
     }
 
     /// The process runs `demo`: the login page may offer the demo accounts (see
     /// [`auth::routes::demo_login_enabled`]).
     pub fn with_demo_mode(mut self, demo_mode: bool) -> Self {
         self.demo_mode = demo_mode;
+        self
+    }
+
+    /// Renders for keeping ([`crate::pagecache`]): the reader's name and CSRF token show as these markers.
+    pub fn with_markers(mut self, markers: Option<crate::pagecache::RenderMarkers>) -> Self {
+        self.markers = markers;
         self
     }
 
@@ -102,11 +117,15 @@ impl DbPortalData {
                 .fetch_all(tx.conn())
                 .await?;
         tx.commit().await?;
+        let (name, csrf) = match &self.markers {
+            Some(m) => (m.name.clone(), m.csrf.clone()),
+            None => (name.clone(), csrf.clone()),
+        };
         Ok(Some(SessionView {
-            name: name.clone(),
+            name,
             roles: roles.iter().map(|r| r.as_str().to_string()).collect(),
             org_name,
-            csrf: csrf.clone(),
+            csrf,
             departments: p.departments.is_some().then_some(departments),
         }))
     }

@@ -17,13 +17,13 @@ use axum::{
     http::HeaderMap,
     routing::{get, post},
 };
-use gpuledger_core::{Fraction, NANOS_PER_HOUR};
+use gpuledger_core::{Fraction, NANOS_PER_HOUR, Period};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use time::OffsetDateTime;
 use uuid::Uuid;
 
-use crate::{app::AppState, auth, auth::Visible, error::AppError, policy::reader};
+use crate::{app::AppState, auth, auth::Visible, db::OrgTx, error::AppError, policy::reader};
 
 /// Routes of this module.
 pub fn router() -> Router<AppState> {
@@ -188,11 +188,29 @@ async fn training(
     let Query(pairs) = query.map_err(|e| AppError::invalid("query", e.body_text()))?;
     let params = crate::analytics::checked_params(&pairs, &["period"])?;
     let period = crate::policy::parse_period("period", params.get("period").copied().unwrap_or_default())?;
+    let visible = principal.visible(&state.db).await?;
+    let tx = state.db.begin_org(principal.org).await?;
+    let (period, rows) = workloads(tx, period, &visible).await?;
+    Ok(Json(json!({
+        "period": period.to_string(),
+        "basis": TRAINING_BASIS,
+        "workloads": rows.into_iter().map(|(_, row)| row).collect::<Vec<_>>(),
+    })))
+}
+
+/// What the training report says its figures are.
+pub(crate) const TRAINING_BASIS: &str = "analytics only: work reported by the jobs over the GPU-hours of their pods";
+
+/// The month's training workloads `visible` may see (`None`: the whole organization, which the read model stores
+/// as the month's summary), each with its owner's department.
+pub(crate) async fn workloads(
+    mut tx: OrgTx,
+    period: Period,
+    visible: &Option<Visible>,
+) -> Result<(Period, Vec<(Option<Uuid>, Value)>), AppError> {
     let (month, to) = crate::analytics::month_so_far(period)?;
     let from = month.start();
-    let visible = principal.visible(&state.db).await?;
     let internal = |e: gpuledger_core::DomainError| AppError::Internal(e.to_string());
-    let mut tx = state.db.begin_org(principal.org).await?;
     let org = tx.org().as_uuid();
     // The month's readings, and the last one before the month, of every workload reporting in the month.
     let readings: Vec<Reading> = sqlx::query_as(
@@ -251,8 +269,8 @@ async fn training(
         }
         let hours = nanos.checked_div(Fraction::from_integer(NANOS_PER_HOUR).map_err(internal)?).map_err(internal)?;
         let last_at = inside.last().map_or(to, |r| r.3);
-        let owner: Option<(Uuid, String, String)> = sqlx::query_as(
-            "SELECT t.tenant_id, t.name, d.name FROM namespaces n
+        let owner: Option<(Uuid, String, String, Uuid)> = sqlx::query_as(
+            "SELECT t.tenant_id, t.name, d.name, d.department_id FROM namespaces n
                JOIN namespace_ownership o ON o.org_id = n.org_id AND o.namespace_uid = n.namespace_uid
                 AND o.valid_from <= $3 AND (o.valid_to IS NULL OR o.valid_to > $3)
                JOIN tenants t ON t.org_id = o.org_id AND t.tenant_id = o.tenant_id
@@ -265,7 +283,7 @@ async fn training(
         .bind(org)
         .fetch_optional(tx.conn())
         .await?;
-        if !Visible::tenant(&visible, owner.as_ref().map(|o| o.0)) {
+        if !Visible::tenant(visible, owner.as_ref().map(|o| o.0)) {
             continue;
         }
         let per_hour = |work: Option<i64>| -> Result<Value, AppError> {
@@ -279,24 +297,23 @@ async fn training(
                 _ => Value::Null,
             })
         };
-        rows.push(json!({
-            "namespace": namespace,
-            "workload": workload,
-            "tenant": owner.as_ref().map(|o| o.1.clone()),
-            "department": owner.as_ref().map(|o| o.2.clone()),
-            "steps": steps,
-            "samples": samples,
-            "gpu_hours": hours.to_decimal_string(3).map_err(internal)?,
-            "steps_per_gpu_hour": per_hour(steps)?,
-            "samples_per_gpu_hour": per_hour(samples)?,
-        }));
+        rows.push((
+            owner.as_ref().map(|o| o.3),
+            json!({
+                "namespace": namespace,
+                "workload": workload,
+                "tenant": owner.as_ref().map(|o| o.1.clone()),
+                "department": owner.as_ref().map(|o| o.2.clone()),
+                "steps": steps,
+                "samples": samples,
+                "gpu_hours": hours.to_decimal_string(3).map_err(internal)?,
+                "steps_per_gpu_hour": per_hour(steps)?,
+                "samples_per_gpu_hour": per_hour(samples)?,
+            }),
+        ));
     }
     tx.commit().await?;
-    Ok(Json(json!({
-        "period": period.to_string(),
-        "basis": "analytics only: work reported by the jobs over the GPU-hours of their pods",
-        "workloads": rows,
-    })))
+    Ok((period, rows))
 }
 
 #[cfg(test)]

@@ -52,8 +52,11 @@ async fn every_org_table_is_isolated_and_keyed_by_org() {
         }
         if policy == "refresh_worker" {
             // The read model's worker lists which organizations are due through one SECURITY DEFINER function,
-            // whose owner may read these two tables of figures metadata (checked below: SELECT, owner only).
-            assert!(table == "read_dirty" || table == "read_months", "{table}.{policy}: not a read-model table");
+            // whose owner may read these tables of figures metadata (checked below: SELECT, owner only).
+            assert!(
+                ["read_dirty", "read_months", "read_summaries"].contains(&table.as_str()),
+                "{table}.{policy}: not a read-model table"
+            );
             continue;
         }
         if policy == "dept_scope" {
@@ -78,6 +81,7 @@ async fn every_org_table_is_isolated_and_keyed_by_org() {
         vec![
             ("read_dirty".to_string(), "SELECT".to_string(), vec!["gpuledger_owner".to_string()]),
             ("read_months".to_string(), "SELECT".to_string(), vec!["gpuledger_owner".to_string()]),
+            ("read_summaries".to_string(), "SELECT".to_string(), vec!["gpuledger_owner".to_string()]),
         ]
     );
 

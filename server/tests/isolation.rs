@@ -116,6 +116,15 @@ async fn seed(db: &Database, slug: &str) -> OrgId {
             vec![o, dept, tenant],
         ),
         ("INSERT INTO read_dirty (org_id) VALUES ($1) ON CONFLICT DO NOTHING", vec![o]),
+        // The read model's summaries (migration 15).
+        (
+            "INSERT INTO read_summaries (org_id, period, kind, as_of) VALUES ($1, '2026-01-01', 'inference', now())",
+            vec![o],
+        ),
+        (
+            "INSERT INTO read_summary_rows (org_id, period, kind, row_no, section, department_id, body) VALUES ($1, '2026-01-01', 'inference', 1, 'tenants', $2, '{}')",
+            vec![o, dept],
+        ),
         (
             "INSERT INTO read_answers (org_id, period, request, scope, as_of, body) VALUES ($1, '2026-01-01', '/api/v1/analytics/inference?period=2026-01', 'all', now(), '\\x7b7d')",
             vec![o],
@@ -527,6 +536,14 @@ async fn seed_platform(db: &Database, admin: &sqlx::PgPool, a: OrgId) -> (Uuid, 
             vec![o, platform, tenant],
         ),
         (
+            "INSERT INTO read_summaries (org_id, period, kind, as_of) VALUES ($1, '2026-02-01', 'training', now())",
+            vec![o],
+        ),
+        (
+            "INSERT INTO read_summary_rows (org_id, period, kind, row_no, section, department_id, body) VALUES ($1, '2026-02-01', 'training', 1, 'workloads', $2, '{}')",
+            vec![o, platform],
+        ),
+        (
             "INSERT INTO adjustments (org_id, adjustment_id, kind, state, tenant_id, department_id, amount, currency, corrects, reason, created_by) VALUES ($1, $2, 'credit', 'pending_approval', $3, $4, -1, 'USD', '2026-01/borrowed/infra/H100-80GB', 'test', 'test')",
             vec![o, Uuid::new_v4(), tenant, platform],
         ),
@@ -559,6 +576,8 @@ fn platform_rows(platform: Uuid, tenant: Uuid, dispute: Uuid) -> Vec<(&'static s
         ("ledger_lines", format!("department_id = '{platform}'")),
         // The read model's stored lines (issue 17): the same cut as the ledger's.
         ("read_lines", format!("department_id = '{platform}'")),
+        // Its summaries: a department's rows as the lines; the organization's own rows (no department) with them.
+        ("read_summary_rows", format!("department_id = '{platform}'")),
         ("adjustments", format!("department_id = '{platform}'")),
         ("disputes", format!("department_id = '{platform}'")),
         ("dispute_events", format!("dispute_id = '{dispute}'")),

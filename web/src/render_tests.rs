@@ -198,8 +198,9 @@ async fn showback_shows_inference_efficiency_with_its_reason_and_an_empty_state(
         answers: vec![
             ("/api/v1/periods", json!({"items": [{"period": "2026-10", "state": "closed"}]})),
             (
-                "/api/v1/analytics/inference",
-                if department { inference.clone() } else { json!({"tenants": [], "endpoints": []}) },
+                "/api/v1/ledger/summaries",
+                json!({"inference": if department { inference.clone() } else { json!({"tenants": [], "endpoints": []}) },
+                       "pending": false}),
             ),
         ],
     };
@@ -222,10 +223,10 @@ async fn showback_shows_inference_efficiency_with_its_reason_and_an_empty_state(
         fail: false,
         answers: vec![
             ("/api/v1/periods", json!({"items": [{"period": "2026-10", "state": "closed"}]})),
-            ("/api/v1/analytics/inference", {
+            ("/api/v1/ledger/summaries", {
                 let mut v = inference.clone();
                 v["unattributed"] = json!({"requests": 1200, "tokens": 34567, "gpu_hours": "0.412"});
-                v
+                json!({"inference": v, "pending": false})
             }),
         ],
     };
@@ -270,7 +271,7 @@ async fn showback_shows_training_work_per_gpu_hour_or_its_empty_state() {
         fail: false,
         answers: vec![
             ("/api/v1/periods", json!({"items": [{"period": "2026-10", "state": "closed"}]})),
-            ("/api/v1/analytics/training", answer),
+            ("/api/v1/ledger/summaries", json!({"training": answer, "pending": false})),
         ],
     };
     let (html, _) = render("/departments?period=2026-10&department=Research", fake(training)).await;

@@ -59,6 +59,8 @@ struct Showback {
     provisional: bool,
     /// Older than the staleness bound while changes wait.
     stale: bool,
+    /// The utilization, inference and training summaries do not go with these figures yet.
+    summaries_pending: bool,
 }
 
 /// `2026-12-01T14:05:09.123Z` → `2026-12-01 14:05 UTC`.
@@ -152,36 +154,34 @@ async fn load_showback(
         let total = stored.iter().find(|m| s(m, "period") == month).map(|m| s(m, "total")).unwrap_or_default();
         trend.push((month, if total.is_empty() { "no data".into() } else { total }));
     }
-    let utilization = match api_get(format!("/api/v1/analytics/utilization?period={}&per_page=1", q(&period))).await {
-        Ok(u) => u["tenants"].as_array().cloned().unwrap_or_default(),
-        Err(_) => Vec::new(),
-    };
-    let (inference, endpoints, unattributed) =
-        match api_get(format!("/api/v1/analytics/inference?period={}", q(&period))).await {
-            Ok(v) => (
-                v["tenants"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .filter(|t| department.as_ref().is_none_or(|d| s(t, "department") == *d))
-                    .cloned()
-                    .collect(),
-                // Endpoint totals include every department's work: shown on the organization-wide view only.
-                if department.is_none() { v["endpoints"].as_array().cloned().unwrap_or_default() } else { Vec::new() },
-                if department.is_none() { v["unattributed"].clone() } else { Value::Null },
-            ),
-            Err(_) => (Vec::new(), Vec::new(), Value::Null),
-        };
-    let training = match api_get(format!("/api/v1/analytics/training?period={}", q(&period))).await {
-        Ok(v) => v["workloads"]
+    // The month's utilization, inference and training figures: stored summaries (computed once per month figures
+    // by the server's worker, never on this read), cut to what the caller may see.
+    let summaries = api_get(format!("/api/v1/ledger/summaries?period={}", q(&period))).await.unwrap_or(Value::Null);
+    let rows = |kind: &str, section: &str| -> Vec<Value> {
+        summaries[kind][section]
             .as_array()
             .into_iter()
             .flatten()
-            .filter(|w| department.as_ref().is_none_or(|d| s(w, "department") == *d))
+            .filter(|r| department.as_ref().is_none_or(|d| r["department"].is_null() || s(r, "department") == *d))
             .cloned()
-            .collect(),
-        Err(_) => Vec::new(),
+            .collect()
     };
+    let utilization: Vec<Value> = summaries["utilization"]["tenants"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|t| {
+            // Utilization rows name tenants only: keep those of the department's lines.
+            department.is_none() || lines.iter().any(|l| s(l, "tenant_id") == s(t, "tenant_id"))
+        })
+        .cloned()
+        .collect();
+    let inference = rows("inference", "tenants");
+    // Endpoint totals include every department's work: shown on the organization-wide view only.
+    let endpoints = if department.is_none() { rows("inference", "endpoints") } else { Vec::new() };
+    let unattributed = if department.is_none() { summaries["inference"]["unattributed"].clone() } else { Value::Null };
+    let training = rows("training", "workloads");
+    let summaries_pending = summaries["pending"].as_bool().unwrap_or(true);
     let not_exact = lines.iter().filter(|l| l["confidence"] != "exact").count();
     Ok(Showback {
         periods: items.iter().map(|p| s(p, "period")).collect(),
@@ -207,6 +207,7 @@ async fn load_showback(
         as_of: ledger["as_of"].as_str().and_then(readable_time),
         provisional: ledger["provisional"].as_bool().unwrap_or(false),
         stale: ledger["stale"].as_bool().unwrap_or(false),
+        summaries_pending,
     })
 }
 
@@ -273,6 +274,12 @@ fn ShowbackView(sb: Showback) -> impl IntoView {
                 };
                 let stale = sb.stale.then_some(" — changes since then are being included; this page will show them shortly");
                 view! { <p class="muted as-of" id="as-of">{what}{t}{stale}</p> }
+            })}
+            {sb.summaries_pending.then(|| view! {
+                <p class="muted" id="summaries-pending">
+                    "Utilization, inference and training figures for these figures are being computed; \
+                     they appear here within a minute."
+                </p>
             })}
             {sb.hash.clone().map(|h| view! { <p class="muted">"Closed; close hash " <code>{h}</code></p> })}
             {sb.notice.clone().map(|n| view! { <p class="notice">{n}</p> })}

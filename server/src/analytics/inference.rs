@@ -14,7 +14,7 @@ use axum::{
     http::HeaderMap,
 };
 use gpuledger_core::{
-    Confidence, Fraction,
+    Confidence, Fraction, Period,
     efficiency::{EndpointTime, EndpointUsage, inference_efficiency},
     ids::TenantId,
     ledger::unattributed_work,
@@ -27,6 +27,7 @@ use super::{checked_params, confidence, internal, month_so_far, rfc3339};
 use crate::{
     app::AppState,
     auth::Visible,
+    db::OrgTx,
     error::AppError,
     policy::{policy_for, reader},
 };
@@ -62,16 +63,26 @@ pub(super) async fn inference(
         .filter(|d| !d.is_empty())
         .map(|d| Uuid::parse_str(d).map_err(|e| AppError::invalid("department", e.to_string())))
         .transpose()?;
-    let (month, to) = month_so_far(period)?;
-    let from = month.start();
-
     let visible = principal.visible(&state.db).await?;
     if let Some(d) = department
         && !Visible::department(&visible, d)
     {
         return Err(AppError::invalid("department", format!("no department {d} in this organization")));
     }
-    let mut tx = state.db.begin_org(principal.org).await?;
+    let tx = state.db.begin_org(principal.org).await?;
+    Ok(Json(answer(tx, period, department, &visible).await?))
+}
+
+/// The inference answer for `period` as `visible` may see it (`None`: the whole organization, which the read model
+/// stores as the month's summary), cut to `department` when given.
+pub(crate) async fn answer(
+    mut tx: OrgTx,
+    period: Period,
+    department: Option<Uuid>,
+    visible: &Option<Visible>,
+) -> Result<Value, AppError> {
+    let (month, to) = month_so_far(period)?;
+    let from = month.start();
     let org = tx.org().as_uuid();
     if let Some(d) = department {
         let exists: Option<Uuid> =
@@ -224,7 +235,7 @@ pub(super) async fn inference(
             continue;
         }
         let (name, dept_id, dept) = names.get(&id).cloned().unwrap_or_default();
-        if !Visible::tenant(&visible, Some(id)) || department.is_some_and(|d| d != dept_id) {
+        if !Visible::tenant(visible, Some(id)) || department.is_some_and(|d| d != dept_id) {
             continue;
         }
         let reason = match t.confidence {
@@ -275,7 +286,7 @@ pub(super) async fn inference(
             .collect::<Result<Vec<Value>, AppError>>()?
     };
     let whole_org = visible.is_none() && department.is_none();
-    Ok(Json(json!({
+    Ok(json!({
         "period": period.to_string(),
         "from": rfc3339(from)?,
         "to": rfc3339(to)?,
@@ -291,5 +302,5 @@ pub(super) async fn inference(
         } else {
             Value::Null
         },
-    })))
+    }))
 }

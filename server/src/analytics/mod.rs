@@ -509,6 +509,56 @@ async fn utilization(
     })))
 }
 
+/// The month's utilization per tenant over the whole organization, with the default idle threshold: what the read
+/// model stores as the month's utilization summary. Returns the answer-wide fields and, per tenant, its
+/// department (`None`: work no tenant owned) and its row as [`utilization`] answers it.
+pub(crate) async fn utilization_summary(
+    tx: &mut OrgTx,
+    period: Period,
+) -> Result<(Value, Vec<(Option<Uuid>, Value)>), AppError> {
+    let (month, end) = month_so_far(period)?;
+    let window = Interval::new(month.start(), end).map_err(internal)?;
+    let options = UtilizationOptions::new(window);
+    let loaded = load(tx, window, None).await?;
+    let departments: HashMap<Uuid, Uuid> =
+        sqlx::query_as::<_, (Uuid, Uuid)>("SELECT tenant_id, department_id FROM tenants WHERE org_id = $1")
+            .bind(tx.org().as_uuid())
+            .fetch_all(tx.conn())
+            .await?
+            .into_iter()
+            .collect();
+    let (allocations, samples) = (loaded.allocations, loaded.samples);
+    let report = tokio::task::spawn_blocking(move || analyze_utilization(&allocations, &samples, &options))
+        .await
+        .map_err(internal)?
+        .map_err(internal)?;
+    let mut tenants: Vec<&TenantUtilization> = report.tenants.iter().collect();
+    tenants.sort_by_key(|t| std::cmp::Reverse(t.idle_gpu_hours));
+    let rows = tenants
+        .iter()
+        .map(|t| {
+            let department = t.tenant.and_then(|id| departments.get(&id.as_uuid()).copied());
+            Ok((department, tenant_json(t, &loaded.tenant_names)?))
+        })
+        .collect::<Result<Vec<_>, AppError>>()?;
+    let min_idle_hours = Fraction::new(options.min_idle_nanos, NANOS_PER_HOUR).map_err(internal)?;
+    let head = json!({
+        "period": period.to_string(),
+        "from": rfc3339(window.start())?,
+        "to": rfc3339(window.end())?,
+        "threshold": pct(options.idle_threshold),
+        "min_idle_hours": hours(&min_idle_hours)?,
+        "basis": "analytics only: utilization is never billed",
+        "without_fraction": loaded.without_fraction,
+    });
+    Ok((head, rows))
+}
+
+/// The month's inference answer over the whole organization (see [`inference::answer`]).
+pub(crate) async fn inference_summary(tx: OrgTx, period: Period) -> Result<Value, AppError> {
+    inference::answer(tx, period, None, &None).await
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]

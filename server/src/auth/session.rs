@@ -202,6 +202,18 @@ type SessionRow = (Uuid, Uuid, Vec<String>, Vec<Uuid>, Option<String>, String);
 pub async fn principal(db: &Database, cookie: &str) -> Result<Principal, AppError> {
     let (org, _) = split(cookie).ok_or(AppError::Unauthorized)?;
     let mut tx = db.begin_org(org).await?;
+    let principal = principal_in(&mut tx, cookie).await;
+    tx.commit_quiet().await?;
+    principal
+}
+
+/// [`principal`] inside `tx` (an organization-wide transaction of the cookie's organization, see [`split`]), for a
+/// caller that reads more in the same transaction (the page cache reads the read model's generation with it).
+pub async fn principal_in(tx: &mut crate::db::OrgTx, cookie: &str) -> Result<Principal, AppError> {
+    let (org, _) = split(cookie).ok_or(AppError::Unauthorized)?;
+    if org != tx.org() {
+        return Err(AppError::Unauthorized);
+    }
     // last_seen_at is written at most once a minute; the idle timeout is measured from it.
     let row: Option<SessionRow> = sqlx::query_as(
         "WITH s AS (
@@ -219,7 +231,6 @@ pub async fn principal(db: &Database, cookie: &str) -> Result<Principal, AppErro
     .bind(org.as_uuid())
     .fetch_optional(tx.conn())
     .await?;
-    tx.commit_quiet().await?;
     let (session_id, user_id, roles, departments, email, subject) = row.ok_or(AppError::Unauthorized)?;
     let roles: Vec<Role> = roles.iter().filter_map(|r| Role::parse(r)).collect();
     if roles.is_empty() {

@@ -197,9 +197,60 @@ pub fn spawn(db: Database, options: RefreshOptions) -> Worker {
                     Err(e) => tracing::warn!(org = %org, error = %e, "read model refresh failed; retrying"),
                 }
             }
+            summarize_due(&db).await;
         }
     });
     Worker(task)
+}
+
+/// Computes the summaries of the months whose figures changed (a snapshot, a close, a backfill), newest first.
+pub async fn summarize_due(db: &Database) {
+    let due = match db.cross_org_maintenance().read_summaries_due(16).await {
+        Ok(due) => due,
+        Err(e) => {
+            tracing::warn!(error = %e, "read model: could not list the summaries to compute");
+            return;
+        }
+    };
+    for (org, month) in due {
+        let Ok(period) = period_of(month) else { continue };
+        let started = Instant::now();
+        match super::summaries::compute(db, org, period).await {
+            Ok(true) => tracing::info!(
+                org = %org, period = %period, ms = started.elapsed().as_millis() as u64, "read model summaries computed"
+            ),
+            Ok(false) => {}
+            Err(e) => tracing::warn!(org = %org, period = %period, error = %e, "read model summaries failed; retrying"),
+        }
+    }
+}
+
+/// Brings `org`'s read model up to date now: its open months refreshed and the summaries of every month with
+/// figures computed. The demo does this before it says it is ready, so its first readers find everything stored.
+pub async fn settle(db: &Database, org: OrgId) -> Result<(), AppError> {
+    refresh(db, org, Wait::Block).await?;
+    // Bounded: each round computes what is due or waits for the process that is computing it.
+    for _ in 0..600 {
+        let due: Vec<time::Date> = db
+            .cross_org_maintenance()
+            .read_summaries_due(1_000)
+            .await?
+            .into_iter()
+            .filter(|(o, _)| *o == org)
+            .map(|(_, p)| p)
+            .collect();
+        if due.is_empty() {
+            return Ok(());
+        }
+        let mut progressed = false;
+        for month in due {
+            progressed |= super::summaries::compute(db, org, period_of(month)?).await?;
+        }
+        if !progressed {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+    Err(AppError::Internal("the read model's summaries did not settle".into()))
 }
 
 /// The running worker; stops when dropped.

@@ -1,0 +1,403 @@
+//! Rendered pages of stored figures (showback, a tenant's drill-down), kept per reader scope and read-model
+//! generation, so fifty people opening showback at month-end cost one render, not fifty (issue 17).
+//!
+//! - **What a page shows depends only on stored figures** (the read model) and on who reads it. The key is the
+//!   organization, the reader's roles and department scope, and the URL; the entry remembers the read model's
+//!   *generation* (when its figures, summaries, pending changes and periods last changed). Every request still
+//!   authenticates its session and reads the generation — one organization-scoped transaction — so a revoked session
+//!   or a new snapshot is seen at once; only the render is saved.
+//! - **Nothing personal is kept**: the page is rendered with markers in place of the reader's name and CSRF token,
+//!   and each answer puts the reader's own (escaped) values there, with a fresh CSP nonce.
+//! - **One render at a time per key**; while it runs, other readers get the previous page of the same scope (it
+//!   says its own "as of"), and the request that renders gets the new one.
+//! - **Bounded**: at most `max_bytes` of pages (least recently used go first); entries older than the TTL are
+//!   rendered again even when nothing changed (anything outside the generation, such as the clock on a staleness
+//!   note, is at most that old).
+
+use std::{
+    collections::HashMap,
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicU64, AtomicUsize, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use axum::{
+    body::{Body, Bytes},
+    extract::{Request, State},
+    http::{HeaderValue, Method, StatusCode, header},
+    middleware::Next,
+    response::{IntoResponse, Response},
+};
+use gpuledger_core::ids::OrgId;
+use uuid::Uuid;
+
+use crate::{
+    app::AppState,
+    auth::{Actor, session},
+    db::Database,
+};
+
+/// Paths whose pages are built from stored figures only (and so may be kept).
+fn cacheable_path(path: &str) -> bool {
+    path == "/departments" || (path.starts_with("/tenants/") && !path["/tenants/".len()..].contains('/'))
+}
+
+/// The values a kept page carries in place of the reader's own, placed in the request for the render
+/// ([`crate::portal::DbPortalData`] shows them as the reader's name and CSRF token).
+#[derive(Debug, Clone)]
+pub struct RenderMarkers {
+    /// Stands for the reader's name.
+    pub name: String,
+    /// Stands for the reader's CSRF token.
+    pub csrf: String,
+}
+
+/// A piece of a kept page.
+enum Piece {
+    Text(Bytes),
+    Name,
+    Csrf,
+    Nonce,
+}
+
+struct Page {
+    generation: String,
+    rendered_at: Instant,
+    status: StatusCode,
+    content_type: HeaderValue,
+    pieces: Vec<Piece>,
+    bytes: usize,
+}
+
+#[derive(Default)]
+struct Slot {
+    page: Mutex<Option<Arc<Page>>>,
+    /// Held while one request renders this key.
+    rendering: tokio::sync::Mutex<()>,
+    last_used: AtomicU64,
+}
+
+/// The kept pages of this process.
+pub struct PageCache {
+    slots: Mutex<HashMap<String, Arc<Slot>>>,
+    bytes: AtomicUsize,
+    max_bytes: usize,
+    ttl: Duration,
+    markers: RenderMarkers,
+    epoch: Instant,
+    /// Answers served from a kept page, and renders (for tests and the metrics page).
+    pub hits: AtomicU64,
+    /// Renders.
+    pub renders: AtomicU64,
+}
+
+impl Default for PageCache {
+    fn default() -> Self {
+        Self::new(64 * 1024 * 1024, Duration::from_secs(60))
+    }
+}
+
+impl PageCache {
+    /// A cache of at most `max_bytes` of pages, each rendered again after `ttl` at the latest.
+    pub fn new(max_bytes: usize, ttl: Duration) -> Self {
+        // Letters and digits only: HTML and JSON escaping leave them as they are.
+        let marker = |what: &str| format!("glpc{what}{}", Uuid::new_v4().simple());
+        Self {
+            slots: Mutex::new(HashMap::new()),
+            bytes: AtomicUsize::new(0),
+            max_bytes,
+            ttl,
+            markers: RenderMarkers { name: marker("name"), csrf: marker("csrf") },
+            epoch: Instant::now(),
+            hits: AtomicU64::new(0),
+            renders: AtomicU64::new(0),
+        }
+    }
+
+    fn slot(&self, key: &str) -> Arc<Slot> {
+        let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
+        let slot = slots.entry(key.to_string()).or_default().clone();
+        slot.last_used.store(self.epoch.elapsed().as_millis() as u64, Ordering::Relaxed);
+        slot
+    }
+
+    fn keep(&self, slot: &Slot, page: Arc<Page>) {
+        let added = page.bytes;
+        let old = slot.page.lock().unwrap_or_else(|e| e.into_inner()).replace(page);
+        self.bytes.fetch_add(added, Ordering::Relaxed);
+        if let Some(old) = old {
+            self.bytes.fetch_sub(old.bytes, Ordering::Relaxed);
+        }
+        if self.bytes.load(Ordering::Relaxed) > self.max_bytes {
+            self.evict();
+        }
+    }
+
+    /// Drops the least recently used pages until at most 3/4 of the budget is used.
+    fn evict(&self) {
+        let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
+        let mut by_age: Vec<(u64, String)> =
+            slots.iter().map(|(k, s)| (s.last_used.load(Ordering::Relaxed), k.clone())).collect();
+        by_age.sort();
+        for (_, key) in by_age {
+            if self.bytes.load(Ordering::Relaxed) <= self.max_bytes / 4 * 3 {
+                break;
+            }
+            if let Some(slot) = slots.remove(&key)
+                && let Some(page) = slot.page.lock().unwrap_or_else(|e| e.into_inner()).take()
+            {
+                self.bytes.fetch_sub(page.bytes, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Bytes of pages kept now.
+    pub fn bytes(&self) -> usize {
+        self.bytes.load(Ordering::Relaxed)
+    }
+}
+
+/// The read model's generation of `org`, read in the reader's own transaction: it changes whenever a stored
+/// figure, summary, pending change or period does.
+const GENERATION: &str = "SELECT concat_ws('|',
+        (SELECT max(as_of)::text FROM read_months WHERE org_id = $1),
+        (SELECT max(computed_at)::text FROM read_summaries WHERE org_id = $1),
+        (SELECT since::text FROM read_dirty WHERE org_id = $1),
+        (SELECT count(*) || ':' || coalesce(max(closed_at)::text, '') || ':' || count(*) FILTER (WHERE state <> 'closed')
+           FROM periods WHERE org_id = $1))";
+
+/// Who reads, and what the page is made from now.
+struct Reader {
+    key: String,
+    generation: String,
+    name: String,
+    csrf: String,
+}
+
+async fn reader(db: &Database, cookie: &str, uri: &str) -> Option<Reader> {
+    let (org, _): (OrgId, _) = session::split(cookie)?;
+    let mut tx = db.begin_org(org).await.ok()?;
+    let principal = session::principal_in(&mut tx, cookie).await.ok()?;
+    let generation: String = sqlx::query_scalar(GENERATION).bind(org.as_uuid()).fetch_one(tx.conn()).await.ok()?;
+    tx.commit_quiet().await.ok()?;
+    let Actor::User { name, roles, csrf, .. } = principal.actor else { return None };
+    let mut roles: Vec<&str> = roles.iter().map(|r| r.as_str()).collect();
+    roles.sort_unstable();
+    let scope = crate::readmodel::scope_key(principal.departments.as_deref());
+    Some(Reader { key: format!("{org}\n{}\n{scope}\n{uri}", roles.join(",")), generation, name, csrf })
+}
+
+/// The middleware: serves kept pages of stored figures, and keeps what it renders.
+pub async fn pages(State(state): State<AppState>, mut request: Request, next: Next) -> Response {
+    if request.method() != Method::GET || !cacheable_path(request.uri().path()) {
+        return next.run(request).await;
+    }
+    let Some(cookie) = session::cookie_value(request.headers()) else { return next.run(request).await };
+    let uri = request.uri().path_and_query().map(|p| p.as_str().to_string()).unwrap_or_default();
+    // No session (or an ended one): the page itself answers (a redirect to sign-in).
+    let Some(reader) = reader(&state.db, &cookie, &uri).await else { return next.run(request).await };
+    let cache = &state.pages;
+    let slot = cache.slot(&reader.key);
+    let current = slot.page.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let fresh = |p: &Page| p.generation == reader.generation && p.rendered_at.elapsed() < cache.ttl;
+    if let Some(page) = current.as_ref().filter(|p| fresh(p)) {
+        cache.hits.fetch_add(1, Ordering::Relaxed);
+        return answer(page, &reader);
+    }
+    // One render per key at a time; the others read the previous page meanwhile, if there is one.
+    let _rendering = match (slot.rendering.try_lock(), &current) {
+        (Ok(guard), _) => guard,
+        (Err(_), Some(page)) => {
+            cache.hits.fetch_add(1, Ordering::Relaxed);
+            return answer(page, &reader);
+        }
+        (Err(_), None) => {
+            let guard = slot.rendering.lock().await;
+            let now = slot.page.lock().unwrap_or_else(|e| e.into_inner()).clone();
+            if let Some(page) = now.as_ref().filter(|p| fresh(p)) {
+                cache.hits.fetch_add(1, Ordering::Relaxed);
+                return answer(page, &reader);
+            }
+            guard
+        }
+    };
+    cache.renders.fetch_add(1, Ordering::Relaxed);
+    request.extensions_mut().insert(cache.markers.clone());
+    let response = next.run(request).await;
+    if response.status() != StatusCode::OK || response.headers().contains_key(header::SET_COOKIE) {
+        return response;
+    }
+    let (parts, body) = response.into_parts();
+    let Ok(bytes) = axum::body::to_bytes(body, MAX_PAGE).await else {
+        return crate::error::AppError::Internal("a page too large to send".into()).into_response();
+    };
+    let nonce = parts
+        .headers
+        .get(header::CONTENT_SECURITY_POLICY)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|csp| csp.split("'nonce-").nth(1))
+        .and_then(|rest| rest.split('\'').next())
+        .map(str::to_string);
+    let content_type = parts
+        .headers
+        .get(header::CONTENT_TYPE)
+        .cloned()
+        .unwrap_or(HeaderValue::from_static("text/html; charset=utf-8"));
+    let page = Arc::new(Page {
+        generation: reader.generation.clone(),
+        rendered_at: Instant::now(),
+        status: parts.status,
+        content_type,
+        bytes: bytes.len(),
+        pieces: split(&bytes, &cache.markers, nonce.as_deref()),
+    });
+    let answered = answer(&page, &reader);
+    cache.keep(&slot, page);
+    answered
+}
+
+/// Largest page kept (a larger one is not rendered for keeping: it fails the same way it would uncached).
+const MAX_PAGE: usize = 16 * 1024 * 1024;
+
+/// Cuts a rendered page at its markers.
+fn split(body: &[u8], markers: &RenderMarkers, nonce: Option<&str>) -> Vec<Piece> {
+    let mut needles: Vec<(&[u8], fn() -> Piece)> =
+        vec![(markers.name.as_bytes(), || Piece::Name), (markers.csrf.as_bytes(), || Piece::Csrf)];
+    if let Some(n) = nonce.filter(|n| n.len() >= 8) {
+        needles.push((n.as_bytes(), || Piece::Nonce));
+    }
+    let mut pieces = Vec::new();
+    let (mut from, mut i) = (0, 0);
+    while i < body.len() {
+        if let Some((needle, piece)) = needles.iter().find(|(n, _)| body[i..].starts_with(n)) {
+            if from < i {
+                pieces.push(Piece::Text(Bytes::copy_from_slice(&body[from..i])));
+            }
+            pieces.push(piece());
+            i += needle.len();
+            from = i;
+        } else {
+            i += 1;
+        }
+    }
+    if from < body.len() {
+        pieces.push(Piece::Text(Bytes::copy_from_slice(&body[from..])));
+    }
+    pieces
+}
+
+/// `s` safe in HTML text, attribute values and script data alike.
+fn escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#x27;"),
+            '\\' => out.push_str("&#x5c;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// The kept page with the reader's own values and a fresh nonce.
+fn answer(page: &Page, reader: &Reader) -> Response {
+    let nonce = Uuid::new_v4().simple().to_string();
+    let (name, csrf) = (escape(&reader.name), escape(&reader.csrf));
+    let mut body = Vec::with_capacity(page.bytes + 256);
+    for piece in &page.pieces {
+        match piece {
+            Piece::Text(t) => body.extend_from_slice(t),
+            Piece::Name => body.extend_from_slice(name.as_bytes()),
+            Piece::Csrf => body.extend_from_slice(csrf.as_bytes()),
+            Piece::Nonce => body.extend_from_slice(nonce.as_bytes()),
+        }
+    }
+    let mut response = Response::new(Body::from(body));
+    *response.status_mut() = page.status;
+    let headers = response.headers_mut();
+    headers.insert(header::CONTENT_TYPE, page.content_type.clone());
+    if let Ok(csp) = HeaderValue::from_str(&crate::app::csp(Some(&nonce))) {
+        headers.insert(header::CONTENT_SECURITY_POLICY, csp);
+    }
+    // Personal (the reader's name and token are in it): never stored by a shared cache.
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("private, no-cache"));
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    fn text(pieces: &[Piece], name: &str, csrf: &str, nonce: &str) -> String {
+        let mut s = String::new();
+        for p in pieces {
+            match p {
+                Piece::Text(t) => s.push_str(std::str::from_utf8(t).unwrap()),
+                Piece::Name => s.push_str(name),
+                Piece::Csrf => s.push_str(csrf),
+                Piece::Nonce => s.push_str(nonce),
+            }
+        }
+        s
+    }
+
+    #[test]
+    fn markers_are_cut_out_and_put_back() {
+        let cache = PageCache::default();
+        let m = &cache.markers;
+        let body =
+            format!("<p>{}</p><input value=\"{}\"><script nonce=\"abcdefgh12\">x</script>{}", m.name, m.csrf, m.name);
+        let pieces = split(body.as_bytes(), m, Some("abcdefgh12"));
+        assert_eq!(pieces.iter().filter(|p| matches!(p, Piece::Name)).count(), 2);
+        assert_eq!(
+            text(&pieces, "ann", "c0ffee", "NEW"),
+            "<p>ann</p><input value=\"c0ffee\"><script nonce=\"NEW\">x</script>ann"
+        );
+        assert!(!m.name.contains(|c: char| !c.is_ascii_alphanumeric()), "survives HTML and JSON escaping");
+    }
+
+    #[test]
+    fn names_are_escaped_for_every_context() {
+        assert_eq!(escape("<b>\"x\" & 'y' \\"), "&lt;b&gt;&quot;x&quot; &amp; &#x27;y&#x27; &#x5c;");
+    }
+
+    #[test]
+    fn only_pages_of_stored_figures_are_kept() {
+        assert!(cacheable_path("/departments"));
+        assert!(cacheable_path("/tenants/6f1c"));
+        assert!(!cacheable_path("/tenants/6f1c/x"));
+        assert!(!cacheable_path("/admin"));
+        assert!(!cacheable_path("/disputes"));
+    }
+
+    #[test]
+    fn the_budget_evicts_the_least_recently_used() {
+        let cache = PageCache::new(1000, Duration::from_secs(60));
+        let page = |n: usize| {
+            Arc::new(Page {
+                generation: "g".into(),
+                rendered_at: Instant::now(),
+                status: StatusCode::OK,
+                content_type: HeaderValue::from_static("text/html"),
+                pieces: vec![Piece::Text(Bytes::from(vec![b'x'; n]))],
+                bytes: n,
+            })
+        };
+        for k in 0..5 {
+            let slot = cache.slot(&k.to_string());
+            std::thread::sleep(Duration::from_millis(2));
+            cache.keep(&slot, page(300));
+        }
+        assert!(cache.bytes() <= 750, "{}", cache.bytes());
+        let kept: Vec<String> = cache.slots.lock().unwrap().keys().cloned().collect();
+        assert!(kept.contains(&"4".to_string()), "the newest stays: {kept:?}");
+        assert!(!kept.contains(&"0".to_string()), "the oldest goes: {kept:?}");
+    }
+}

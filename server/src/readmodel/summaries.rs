@@ -1,0 +1,208 @@
+//! The read model's summaries: a month's utilization, inference and training figures as the pages show them,
+//! computed over the whole organization once per month figures (a close, a snapshot) by the refresh worker, stored
+//! as rows that carry their department, and read under the department scope. A page never computes them.
+
+use std::time::Instant;
+
+use gpuledger_core::{Period, ids::OrgId};
+use serde_json::{Value, json};
+use time::OffsetDateTime;
+use uuid::Uuid;
+
+use crate::{
+    db::{Database, OrgTx},
+    error::AppError,
+    policy::month_start,
+};
+
+/// The advisory-lock class of a summary computation (one per organization at a time, across replicas).
+const LOCK_CLASS: i32 = 0x4753; // "GS"
+
+/// The kinds of summary, in the order the pages show them.
+pub const KINDS: [&str; 3] = ["utilization", "inference", "training"];
+
+/// One row to store: its section, its department (`None`: organization-wide readers only) and its JSON.
+type Row = (&'static str, Option<Uuid>, Value);
+
+/// Computes and stores `org`'s summaries of `period` for the figures stored now. Returns `false` when another
+/// process is computing this organization's summaries, or the month has no figures.
+pub async fn compute(db: &Database, org: OrgId, period: Period) -> Result<bool, AppError> {
+    let mut tx = db.begin_org(org).await?;
+    // The computations read a whole month of telemetry: the export's statement limit.
+    tx.allow_long_statements().await?;
+    let locked: bool = sqlx::query_scalar("SELECT pg_try_advisory_xact_lock($1, $2)")
+        .bind(LOCK_CLASS)
+        .bind(super::worker::lock_key(org).1)
+        .fetch_one(tx.conn())
+        .await?;
+    if !locked {
+        return Ok(false);
+    }
+    let start = month_start(period);
+    let as_of: Option<OffsetDateTime> =
+        sqlx::query_scalar("SELECT as_of FROM read_months WHERE org_id = $1 AND period = $2")
+            .bind(org.as_uuid())
+            .bind(start)
+            .fetch_optional(tx.conn())
+            .await?;
+    let Some(as_of) = as_of else { return Ok(false) };
+
+    let mut kinds: Vec<(&str, u64, Value, Vec<Row>)> = Vec::new();
+    let started = Instant::now();
+    let (head, tenants) = crate::analytics::utilization_summary(&mut tx, period).await?;
+    kinds.push((
+        "utilization",
+        elapsed_ms(started),
+        head,
+        tenants.into_iter().map(|(d, v)| ("tenants", d, v)).collect(),
+    ));
+
+    let started = Instant::now();
+    let mut answer = crate::analytics::inference_summary(db.begin_org(org).await?, period).await?;
+    let mut rows: Vec<Row> = Vec::new();
+    if let Some(Value::Array(tenants)) = answer.get_mut("tenants").map(Value::take) {
+        for t in tenants {
+            let department = t.get("department_id").and_then(Value::as_str).and_then(|d| Uuid::parse_str(d).ok());
+            rows.push(("tenants", department, t));
+        }
+    }
+    if let Some(Value::Array(endpoints)) = answer.get_mut("endpoints").map(Value::take) {
+        rows.extend(endpoints.into_iter().map(|e| ("endpoints", None, e)));
+    }
+    if let Some(unattributed) = answer.get_mut("unattributed").map(Value::take).filter(|u| !u.is_null()) {
+        rows.push(("unattributed", None, unattributed));
+    }
+    if let Some(head) = answer.as_object_mut() {
+        head.retain(|k, _| !["tenants", "endpoints", "unattributed"].contains(&k.as_str()));
+    }
+    kinds.push(("inference", elapsed_ms(started), answer, rows));
+
+    let started = Instant::now();
+    let (_, workloads) = crate::training::workloads(db.begin_org(org).await?, period, &None).await?;
+    let head = json!({"period": period.to_string(), "basis": crate::training::TRAINING_BASIS});
+    kinds.push((
+        "training",
+        elapsed_ms(started),
+        head,
+        workloads.into_iter().map(|(d, v)| ("workloads", d, v)).collect(),
+    ));
+
+    store(&mut tx, period, as_of, &kinds).await?;
+    tx.commit_quiet().await?;
+    Ok(true)
+}
+
+fn elapsed_ms(started: Instant) -> u64 {
+    u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX)
+}
+
+async fn store(
+    tx: &mut OrgTx,
+    period: Period,
+    as_of: OffsetDateTime,
+    kinds: &[(&str, u64, Value, Vec<Row>)],
+) -> Result<(), AppError> {
+    let (org, start) = (tx.org().as_uuid(), month_start(period));
+    sqlx::query("DELETE FROM read_summaries WHERE org_id = $1 AND period = $2")
+        .bind(org)
+        .bind(start)
+        .execute(tx.conn())
+        .await?;
+    for (kind, ms, head, rows) in kinds {
+        sqlx::query(
+            "INSERT INTO read_summaries (org_id, period, kind, as_of, compute_ms, head) VALUES ($1, $2, $3, $4, $5, $6)",
+        )
+        .bind(org)
+        .bind(start)
+        .bind(*kind)
+        .bind(as_of)
+        .bind(i32::try_from(*ms).unwrap_or(i32::MAX))
+        .bind(head)
+        .execute(tx.conn())
+        .await?;
+        for (c, chunk) in rows.chunks(5_000).enumerate() {
+            let mut no = Vec::with_capacity(chunk.len());
+            let (mut section, mut department, mut body) = (Vec::new(), Vec::new(), Vec::new());
+            for (i, (s, d, b)) in chunk.iter().enumerate() {
+                no.push(i32::try_from(c * 5_000 + i + 1).map_err(|_| AppError::Internal("too many rows".into()))?);
+                section.push(*s);
+                department.push(*d);
+                body.push(b);
+            }
+            sqlx::query(
+                "INSERT INTO read_summary_rows (org_id, period, kind, row_no, section, department_id, body)
+                 SELECT $1, $2, $3, u.no, u.section, u.department, u.body
+                   FROM UNNEST($4::int[], $5::text[], $6::uuid[], $7::jsonb[]) AS u(no, section, department, body)",
+            )
+            .bind(org)
+            .bind(start)
+            .bind(*kind)
+            .bind(&no)
+            .bind(&section)
+            .bind(&department)
+            .bind(&body)
+            .execute(tx.conn())
+            .await?;
+        }
+    }
+    Ok(())
+}
+
+/// The stored summaries of `period` as the caller of `tx` may see them (the department scope cuts the rows), as
+/// one answer: per kind its answer-wide fields, its rows by section, and when it was computed; `null` for a kind
+/// not computed yet (the page says so).
+pub async fn read(tx: &mut OrgTx, period: Period) -> Result<Value, AppError> {
+    let (org, start) = (tx.org().as_uuid(), month_start(period));
+    let heads: Vec<(String, OffsetDateTime, OffsetDateTime, Value)> =
+        sqlx::query_as("SELECT kind, as_of, computed_at, head FROM read_summaries WHERE org_id = $1 AND period = $2")
+            .bind(org)
+            .bind(start)
+            .fetch_all(tx.conn())
+            .await?;
+    let rows: Vec<(String, String, Value)> = sqlx::query_as(
+        "SELECT kind, section, body FROM read_summary_rows WHERE org_id = $1 AND period = $2 ORDER BY kind, row_no",
+    )
+    .bind(org)
+    .bind(start)
+    .fetch_all(tx.conn())
+    .await?;
+    let figures: Option<OffsetDateTime> =
+        sqlx::query_scalar("SELECT as_of FROM read_months WHERE org_id = $1 AND period = $2")
+            .bind(org)
+            .bind(start)
+            .fetch_optional(tx.conn())
+            .await?;
+    let mut answer = serde_json::Map::new();
+    answer.insert("period".into(), json!(period.to_string()));
+    let mut pending = false;
+    for kind in KINDS {
+        let Some((_, as_of, computed_at, head)) = heads.iter().find(|h| h.0 == kind) else {
+            pending = true;
+            answer.insert(kind.into(), Value::Null);
+            continue;
+        };
+        pending |= figures.is_some_and(|f| f != *as_of);
+        let mut v = head.as_object().cloned().unwrap_or_default();
+        let sections: &[&str] = match kind {
+            "utilization" => &["tenants"],
+            "inference" => &["tenants", "endpoints"],
+            _ => &["workloads"],
+        };
+        for section in sections {
+            let list: Vec<Value> =
+                rows.iter().filter(|r| r.0 == kind && r.1 == *section).map(|r| r.2.clone()).collect();
+            v.insert((*section).into(), Value::Array(list));
+        }
+        if kind == "inference" {
+            // The organization's own row: absent for a caller limited to departments (the scope hides it).
+            let unattributed = rows.iter().find(|r| r.0 == kind && r.1 == "unattributed").map(|r| r.2.clone());
+            v.insert("unattributed".into(), unattributed.unwrap_or(Value::Null));
+        }
+        v.insert("as_of".into(), json!(super::rfc3339(*as_of)));
+        v.insert("computed_at".into(), json!(super::rfc3339(*computed_at)));
+        answer.insert(kind.into(), Value::Object(v));
+    }
+    // Summaries that do not go with the month's current figures yet: the worker is on it.
+    answer.insert("pending".into(), json!(pending));
+    Ok(Value::Object(answer))
+}
