@@ -6,7 +6,10 @@ use leptos::prelude::*;
 use leptos_meta::Title;
 use leptos_router::{components::Redirect, hooks::use_query_map};
 
-use crate::data::{LoginOptions, PeriodRow, PortalDataHandle, PortalError, SessionView, TokenRow};
+use crate::{
+    data::{LoginOptions, PeriodRow, PortalDataHandle, PortalError, SessionView, TokenRow},
+    ui::{grouped, when, when_or},
+};
 
 fn handle() -> Option<PortalDataHandle> {
     use_context::<PortalDataHandle>()
@@ -233,9 +236,9 @@ pub(crate) fn TokensPanel(session: SessionView, tokens: Vec<TokenRow>) -> impl I
                                     <tr>
                                         <td>{t.name.clone()}</td>
                                         <td>{scope}</td>
-                                        <td>{t.created_at.clone()} " by " {t.created_by.clone()}</td>
-                                        <td>{t.last_used_at.clone().unwrap_or_else(|| "never".into())}</td>
-                                        <td>{t.expires_at.clone().unwrap_or_else(|| "never".into())}</td>
+                                        <td>{when(&t.created_at)} " by " {t.created_by.clone()}</td>
+                                        <td>{when_or(t.last_used_at.as_deref(), "never")}</td>
+                                        <td>{when_or(t.expires_at.as_deref(), "never")}</td>
                                         <td>
                                             {if t.revoked {
                                                 view! { <span class="bad">"revoked"</span> }.into_any()
@@ -304,7 +307,7 @@ fn PeriodsPanel(periods: Vec<PeriodRow>) -> impl IntoView {
                                     view! { <a href=href>"bundle"</a> }
                                 });
                                 let total = match (&p.total, &p.currency) {
-                                    (Some(t), Some(c)) => format!("{t} {c}"),
+                                    (Some(t), Some(c)) => format!("{} {c}", grouped(t)),
                                     _ => "—".into(),
                                 };
                                 view! {
@@ -312,7 +315,7 @@ fn PeriodsPanel(periods: Vec<PeriodRow>) -> impl IntoView {
                                         <td><a href=format!("/close/{}", p.period)>{p.period.clone()}</a></td>
                                         <td>{p.state.clone()}</td>
                                         <td class="num">{total}</td>
-                                        <td>{p.closed_at.clone().unwrap_or_default()}</td>
+                                        <td>{when_or(p.closed_at.as_deref(), "")}</td>
                                         <td>{bundle}</td>
                                     </tr>
                                 }

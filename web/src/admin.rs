@@ -9,7 +9,7 @@ use serde_json::Value;
 use crate::{
     account::TokensPanel,
     data::{PortalDataHandle, PortalError, SessionView, TokenRow},
-    ui::{api_get, error_panel, forbidden, q, s},
+    ui::{api_get, error_panel, forbidden, q, s, when},
 };
 
 #[derive(Clone, serde::Serialize, serde::Deserialize)]
@@ -118,7 +118,7 @@ fn ClustersPanel(csrf: String, rows: Vec<Value>) -> impl IntoView {
                                     <td>{s(r, "name")}{(!r["retired_at"].is_null()).then_some(" (retired)")}</td>
                                     <td>{agent}</td>
                                     <td>{s(r, "version")}</td>
-                                    <td>{s(r, "last_seen_at")}</td>
+                                    <td>{when(&s(r, "last_seen_at"))}</td>
                                     <td class="num">{s(r, "last_batch_facts")}</td>
                                     <td class="num">{s(r, "lag_seconds")}</td>
                                     <td class="num">{backlog(r)}</td>
@@ -274,8 +274,8 @@ pub fn PoliciesPage() -> impl IntoView {
                                     let version = s(p, "version");
                                     view! {
                                         <tr>
-                                            <td>{version.clone()}</td><td>{s(p, "state")}</td><td>{s(p, "effective_from")}</td><td>{s(p, "note")}</td>
-                                            <td>{format!("{} {}", s(p, "approved_at"), s(p, "approved_by"))}</td>
+                                            <td>{version.clone()}</td><td>{s(p, "state")}</td><td>{when(&s(p, "effective_from"))}</td><td>{s(p, "note")}</td>
+                                            <td>{when(&s(p, "approved_at"))} " " {s(p, "approved_by")}</td>
                                             <td>{draft.then(|| view! {
                                                 <form method="post" action=format!("/ui/policies/{version}/approve") class="inline">
                                                     <input type="hidden" name="csrf" value=session.csrf.clone() />
@@ -332,7 +332,7 @@ pub fn PoliciesPage() -> impl IntoView {
                                     let holder = [s(r, "tenant"), s(r, "department")].into_iter().find(|x| !x.is_empty()).unwrap_or_default();
                                     view! {
                                         <tr><td>{holder}</td><td>{s(r, "gpu_class")}</td><td class="num">{s(r, "gpus")}</td>
-                                            <td>{s(r, "valid_from")}</td><td>{s(r, "valid_to")}</td><td>{s(r, "source")}</td></tr>
+                                            <td>{when(&s(r, "valid_from"))}</td><td>{when(&s(r, "valid_to"))}</td><td>{s(r, "source")}</td></tr>
                                     }
                                 }).collect_view()}</tbody></table>
                             }.into_any() }}
@@ -471,7 +471,7 @@ pub fn InventoryPage() -> impl IntoView {
                         {if inventory.is_empty() { view! { <p class="empty">"Nothing approved yet."</p> }.into_any() } else { view! {
                             <table><thead><tr><th>"Kind"</th><th>"Name"</th><th>"Class"</th><th>"GPU fraction"</th><th>"Valid from"</th><th>"Valid to"</th></tr></thead>
                             <tbody>{inventory.iter().map(|r| view! {
-                                <tr><td>{s(r, "kind")}</td><td>{s(r, "name")}</td><td>{s(r, "class")}</td><td>{s(r, "fraction")}</td><td>{s(r, "valid_from")}</td><td>{s(r, "valid_to")}</td></tr>
+                                <tr><td>{s(r, "kind")}</td><td>{s(r, "name")}</td><td>{s(r, "class")}</td><td>{s(r, "fraction")}</td><td>{when(&s(r, "valid_from"))}</td><td>{when(&s(r, "valid_to"))}</td></tr>
                             }).collect_view()}</tbody></table>
                         }.into_any() }}
                     </section>
@@ -480,7 +480,7 @@ pub fn InventoryPage() -> impl IntoView {
                         {if tenancy.is_empty() { view! { <p class="empty">"No namespace is owned yet."</p> }.into_any() } else { view! {
                             <table><thead><tr><th>"Department"</th><th>"Tenant"</th><th>"Cluster"</th><th>"Namespace"</th><th>"From"</th><th>"To"</th><th>"Source"</th></tr></thead>
                             <tbody>{tenancy.iter().map(|r| view! {
-                                <tr><td>{s(r, "department")}</td><td>{s(r, "tenant")}</td><td>{s(r, "cluster")}</td><td>{s(r, "namespace")}</td><td>{s(r, "valid_from")}</td><td>{s(r, "valid_to")}</td><td>{s(r, "source")}</td></tr>
+                                <tr><td>{s(r, "department")}</td><td>{s(r, "tenant")}</td><td>{s(r, "cluster")}</td><td>{s(r, "namespace")}</td><td>{when(&s(r, "valid_from"))}</td><td>{when(&s(r, "valid_to"))}</td><td>{s(r, "source")}</td></tr>
                             }).collect_view()}</tbody></table>
                         }.into_any() }}
                     </section>
@@ -537,7 +537,7 @@ pub fn AuditPage() -> impl IntoView {
                             {if items.is_empty() { view! { <p class="empty">"No records."</p> }.into_any() } else { view! {
                                 <table class="audit"><thead><tr><th>"When (UTC)"</th><th>"Who"</th><th>"What"</th><th>"On"</th><th>"Why"</th><th>"From"</th></tr></thead>
                                 <tbody>{items.iter().map(|r| view! {
-                                    <tr><td>{s(r, "at")}</td><td>{s(r, "actor")}</td><td>{s(r, "action")}</td><td>{s(r, "target")}</td><td>{s(r, "reason")}</td><td>{s(r, "source")}</td></tr>
+                                    <tr><td>{when(&s(r, "at"))}</td><td>{s(r, "actor")}</td><td>{s(r, "action")}</td><td>{s(r, "target")}</td><td>{s(r, "reason")}</td><td>{s(r, "source")}</td></tr>
                                 }).collect_view()}</tbody></table>
                             }.into_any() }}
                             {(!next.is_empty()).then(|| view! {

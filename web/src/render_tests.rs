@@ -10,7 +10,7 @@ use leptos_router::location::RequestUrl;
 use serde_json::{Value, json};
 
 use crate::{
-    App,
+    App, PeriodRow, TokenRow,
     data::{ApiAnswer, BoxFuture, PortalData, PortalDataHandle, PortalError, ResponseStatus, SessionView},
 };
 
@@ -73,7 +73,7 @@ fn signed_in(roles: Vec<&'static str>) -> Fake {
     Fake { roles: Some(roles), fail: false, answers: Vec::new() }
 }
 
-async fn render(path: &str, data: Fake) -> (String, Option<u16>) {
+async fn render(path: &str, data: impl PortalData) -> (String, Option<u16>) {
     let _ = any_spawner::Executor::init_tokio();
     let status = Arc::new(Mutex::new(None));
     let sink = Arc::clone(&status);
@@ -232,7 +232,10 @@ async fn showback_shows_inference_efficiency_with_its_reason_and_an_empty_state(
     };
     let (html, _) = render("/departments?period=2026-10", org).await;
     assert!(html.contains("<caption>Endpoints</caption>"), "{html}");
-    assert!(html.contains("Unattributed: 1,200 requests, 34,567 tokens, 0.412 GPU-h"), "{html}");
+    assert!(
+        html.contains(r#"Unattributed: 1,200 requests, 34,567 tokens, <span title="0.412 GPU-hours" class="hours">0.4</span> GPU-h"#),
+        "{html}"
+    );
 }
 
 #[tokio::test]
@@ -279,4 +282,233 @@ async fn showback_shows_training_work_per_gpu_hour_or_its_empty_state() {
     assert!(!html.contains("ops/x"), "another department's workload is cut: {html}");
     let (html, _) = render("/departments?period=2026-10", fake(json!({"workloads": []}))).await;
     assert!(html.contains("No training progress reported this month."), "{html}");
+}
+
+/// The `<svg class="chart…">` start tags of a page.
+fn chart_tags(html: &str) -> Vec<&str> {
+    html.match_indices("<svg ")
+        .map(|(i, _)| {
+            let rest = &html[i..];
+            &rest[..rest.find('>').unwrap() + 1]
+        })
+        .filter(|tag| attr(tag, "class").split(' ').any(|c| c == "chart"))
+        .collect()
+}
+
+/// An attribute's value in a start tag.
+fn attr<'a>(tag: &'a str, name: &str) -> &'a str {
+    let key = format!(" {name}=\"");
+    let start = tag.find(&key).unwrap_or_else(|| panic!("no {name} in {tag}")) + key.len();
+    let len = tag[start..].find('"').unwrap();
+    &tag[start..start + len]
+}
+
+/// The `<g>…</g>` of the trend chart whose `<title>` starts with `month`.
+fn trend_group<'a>(html: &'a str, month: &str) -> &'a str {
+    let trend = &html[html.find(chart_tags(html).into_iter().find(|t| t.contains("chart trend")).unwrap()).unwrap()..];
+    let trend = &trend[..trend.find("</svg>").unwrap()];
+    let at = trend.find(&format!("<title>{month}:")).unwrap_or_else(|| panic!("no {month} in {trend}"));
+    let start = trend[..at].rfind("<g>").unwrap();
+    let end = at + trend[at..].find("</g>").unwrap();
+    &trend[start..end]
+}
+
+fn showback_fake(lines: Value, extra: Vec<(&'static str, Value)>) -> Fake {
+    let mut answers = extra;
+    answers.extend([
+        ("/api/v1/periods", json!({"items": [{"period": "2026-10", "state": "closed"}]})),
+        (
+            "/api/v1/ledger/months",
+            json!({"months": [{"period": "2026-08", "total": "1250.00"}, {"period": "2026-09", "total": "0.00"}]}),
+        ),
+        ("/api/v1/ledger", json!({"lines": lines, "total": "1500.50", "currency": "USD", "state": "closed"})),
+    ]);
+    Fake { roles: Some(vec!["viewer"]), fail: false, answers }
+}
+
+#[tokio::test]
+async fn chart_text_is_at_least_12px_at_the_portals_width_and_long_labels_are_cut_with_their_full_text_kept() {
+    let long_class = "NVIDIA-H100-80GB-HBM3-SXM5-partitioned";
+    let lines = json!([
+        {"line_id": "a", "tenant": "nlp", "tenant_id": "t1", "department": "Research and Development", "term": "guaranteed",
+         "gpu_class": long_class, "amount": "1000.25", "confidence": "exact", "explanation": "x"},
+        {"line_id": "b", "tenant": "nlp", "tenant_id": "t1", "department": "Research and Development", "term": "borrowed",
+         "gpu_class": "L4", "amount": "500.25", "confidence": "exact", "explanation": "y"},
+    ]);
+    let (html, _) = render("/departments?period=2026-10", showback_fake(lines, Vec::new())).await;
+    let charts = chart_tags(&html);
+    assert_eq!(charts.len(), 3, "two bar charts and the trend: {html}");
+    // The width a chart gets at the portal's normal width: a 64rem (1024px) main column less its 2rem padding
+    // holds a panel whose content box is 960 - 2 (border) - 40 (padding) = 918px; the showback grid puts two
+    // bar charts side by side in it, (918 - 24 gap) / 2 = 447px each.
+    for tag in charts {
+        let available = if tag.contains("trend") { 918.0 } else { 447.0 };
+        let view_box: Vec<f64> = attr(tag, "viewBox").split(' ').map(|x| x.parse().unwrap()).collect();
+        let width: f64 = attr(tag, "width").parse().unwrap();
+        let font: f64 = attr(tag, "font-size").parse().unwrap();
+        assert_eq!(width, view_box[2], "drawn 1:1, one user unit per CSS pixel: {tag}");
+        assert_eq!(attr(tag, "height").parse::<f64>().unwrap(), view_box[3], "{tag}");
+        let rendered = width.min(available);
+        let px = font * rendered / view_box[2];
+        assert!(px >= 12.0, "chart text renders at {px:.1}px: {tag}");
+    }
+    // The stylesheet neither shrinks the chart text nor stretches the charts.
+    let css = crate::STYLESHEET;
+    let chart_rules: Vec<&str> = css.lines().filter(|l| l.starts_with("svg.chart")).collect();
+    assert!(chart_rules.iter().all(|l| !l.contains("font-size")), "{chart_rules:?}");
+    assert!(chart_rules.iter().any(|l| l.contains("max-width: 100%") && l.contains("height: auto")), "{chart_rules:?}");
+    // A long GPU class is cut with an ellipsis; its bar's title holds the full name.
+    assert!(html.contains(r#"class="label">NVIDIA-H100-80G…</text>"#), "{html}");
+    assert!(html.contains(&format!("<title>{long_class}: 1,000.25 USD</title>")), "{html}");
+    assert!(html.contains(r#"class="label">L4</text>"#), "a short label stays whole: {html}");
+}
+
+#[tokio::test]
+async fn a_trend_month_without_data_is_a_gap_that_says_no_data_not_zero() {
+    let lines = json!([{"line_id": "a", "tenant": "nlp", "tenant_id": "t1", "department": "Research",
+        "term": "guaranteed", "gpu_class": "H100", "amount": "1500.50", "confidence": "exact", "explanation": "x"}]);
+    let (html, _) = render("/departments?period=2026-10", showback_fake(lines, Vec::new())).await;
+    // 2026-05 precedes any data: no bar, the words "no data", never 0.00.
+    let gap = trend_group(&html, "2026-05");
+    assert!(!gap.contains("<rect"), "no bar for a month without data: {gap}");
+    assert!(
+        gap.contains(r#"class="nodata">no data</text>"#) && gap.contains("<title>2026-05: no data</title>"),
+        "{gap}"
+    );
+    assert!(!gap.contains("0.00"), "{gap}");
+    let label = attr(chart_tags(&html).into_iter().find(|t| t.contains("trend")).unwrap(), "aria-label");
+    assert!(label.contains("2026-05: no data;") && !label.contains("2026-05: 0"), "{label}");
+    // A month whose total is 0.00 is a figure: it keeps its (flat) bar and its amount.
+    let zero = trend_group(&html, "2026-09");
+    assert!(zero.contains("<rect") && zero.contains("<title>2026-09: 0.00 USD</title>"), "{zero}");
+    let data = trend_group(&html, "2026-08");
+    assert!(data.contains("<rect") && data.contains("<title>2026-08: 1,250.00 USD</title>"), "{data}");
+    // The table beside it says the same.
+    let table = &html[html.find(r#"<table class="trend">"#).unwrap()..];
+    let table = &table[..table.find("</table>").unwrap()];
+    assert!(table.contains(r#"<th scope="row">2026-05</th><td class="num">no data</td>"#), "{table}");
+    assert!(table.contains(r#"<th scope="row">2026-10</th><td class="num">1,500.50</td>"#), "{table}");
+}
+
+#[tokio::test]
+async fn gpu_hours_read_rounded_with_the_exact_figure_one_hover_away() {
+    let lines = json!([{"line_id": "a", "tenant": "nlp", "tenant_id": "t1", "department": "Research",
+        "term": "guaranteed", "gpu_class": "H100", "amount": "1234.56", "confidence": "exact", "explanation": "x"}]);
+    let extra = vec![
+        (
+            "/api/v1/analytics/utilization",
+            json!({"tenants": [{"tenant_name": "nlp", "allocated_gpu_hours": "12345.678901",
+                "active_equivalent_gpu_hours": "12.345678", "idle_gpu_hours": "0.000004", "confidence": "exact"}]}),
+        ),
+        (
+            "/api/v1/analytics/training",
+            json!({"workloads": [{"namespace": "ml", "workload": "w", "tenant": "nlp", "department": "Research",
+                "steps": 10, "samples": null, "gpu_hours": "99.950000", "steps_per_gpu_hour": "0.1",
+                "samples_per_gpu_hour": null}]}),
+        ),
+    ];
+    let (html, _) = render("/departments?period=2026-10", showback_fake(lines, extra)).await;
+    for (exact, shown) in
+        [("12345.678901", "12,345.7"), ("12.345678", "12.3"), ("0.000004", "&lt; 0.1"), ("99.950000", "100.0")]
+    {
+        let cell = format!(r#"<span title="{exact} GPU-hours" class="hours">{shown}</span>"#);
+        assert!(html.contains(&cell), "{cell} in {html}");
+    }
+    // Money keeps its exact two decimals.
+    assert!(html.contains(">1,234.56 USD<"), "{html}");
+}
+
+/// A data source for the pages that print timestamps (tokens, months, agents).
+struct Times;
+
+const RAW: &str = "2026-12-01T14:05:09.123456Z";
+
+impl PortalData for Times {
+    fn overview(&self) -> BoxFuture<'_, Result<crate::Overview, PortalError>> {
+        Box::pin(async { Err(PortalError { message: "overview down".into() }) })
+    }
+
+    fn session(&self) -> BoxFuture<'_, Option<SessionView>> {
+        Box::pin(async {
+            Some(SessionView {
+                name: "pat@example.test".into(),
+                roles: vec!["admin".into(), "finance".into()],
+                org_name: "Acme".into(),
+                csrf: "tok".into(),
+                departments: None,
+            })
+        })
+    }
+
+    fn admin_data(&self, what: &str) -> BoxFuture<'_, Result<Value, PortalError>> {
+        let rows = if what == "clusters" {
+            json!([{"name": "prod", "mode": "cluster", "version": "1", "last_seen_at": RAW, "last_batch_facts": 3,
+                    "lag_seconds": 1, "retired_at": null}])
+        } else {
+            json!([])
+        };
+        Box::pin(async move { Ok(rows) })
+    }
+
+    fn tokens(&self) -> BoxFuture<'_, Result<Vec<TokenRow>, PortalError>> {
+        Box::pin(async {
+            Ok(vec![TokenRow {
+                id: "k1".into(),
+                name: "bi".into(),
+                scope: "export".into(),
+                cluster: None,
+                departments: Vec::new(),
+                created_by: "pat".into(),
+                created_at: RAW.into(),
+                expires_at: Some("2027-01-02T03:04:05+00:00".into()),
+                last_used_at: None,
+                revoked: false,
+            }])
+        })
+    }
+
+    fn periods(&self) -> BoxFuture<'_, Result<Vec<PeriodRow>, PortalError>> {
+        Box::pin(async {
+            Ok(vec![PeriodRow {
+                period: "2026-11".into(),
+                state: "closed".into(),
+                total: Some("123456.70".into()),
+                currency: Some("USD".into()),
+                closed_at: Some(RAW.into()),
+            }])
+        })
+    }
+
+    fn api(&self, _method: &str, path: String, _body: Option<String>) -> BoxFuture<'_, Result<ApiAnswer, PortalError>> {
+        let body = if path.starts_with("/api/v1/audit") {
+            json!({"items": [{"at": RAW, "actor": "pat", "action": "login.success", "target": "", "reason": "",
+                              "source": "10.0.0.1"}]})
+        } else if path.starts_with("/api/v1/disputes/") {
+            json!({"number": 7, "state": "open", "period": "2026-11", "opened_at": "2026-12-01T15:05:09+01:00",
+                   "opened_by": "pat", "reason": "r", "disputed_amount": "10.00", "currency": "USD", "credit": null,
+                   "lines": [], "events": [{"action": "opened", "actor": "pat", "at": RAW, "body": ""}]})
+        } else {
+            json!({"items": []})
+        };
+        Box::pin(async move { Ok(ApiAnswer { status: 200, body }) })
+    }
+}
+
+#[tokio::test]
+async fn timestamps_read_as_date_hour_minute_utc_with_the_exact_value_kept() {
+    let readable = format!(r#"<time datetime="{RAW}" title="{RAW}">2026-12-01 14:05 UTC</time>"#);
+    for path in ["/admin", "/finance", "/admin/audit", "/disputes/7"] {
+        let (html, _) = render(path, Times).await;
+        assert!(html.contains(&readable), "{path} prints {readable}: {html}");
+    }
+    let (html, _) = render("/admin", Times).await;
+    assert!(html.contains(">2027-01-02 03:04 UTC</time>") && html.contains(">never<"), "token expiry: {html}");
+    let (html, _) = render("/finance", Times).await;
+    assert!(html.contains(">123,456.70 USD<"), "{html}");
+    // Another offset is converted to UTC.
+    let (html, _) = render("/disputes/7", Times).await;
+    assert!(
+        html.contains(r#"<time datetime="2026-12-01T15:05:09+01:00" title="2026-12-01T15:05:09+01:00">2026-12-01 14:05 UTC</time>"#),
+        "{html}"
+    );
 }

@@ -13,8 +13,8 @@ use serde_json::{Value, json};
 use crate::{
     data::{PortalError, SessionView},
     ui::{
-        BarChart, Confidence, TrendChart, api_get, error_panel, grouped, months_back, q, s, session, set_status,
-        sum_decimals,
+        BarChart, CHART_FONT_PX, Confidence, TrendChart, api_get, clipped, error_panel, grouped, hours, months_back, q,
+        readable_time, s, session, set_status, sum_decimals, when,
     },
 };
 
@@ -61,12 +61,6 @@ struct Showback {
     stale: bool,
     /// The utilization, inference and training summaries do not go with these figures yet.
     summaries_pending: bool,
-}
-
-/// `2026-12-01T14:05:09.123Z` → `2026-12-01 14:05 UTC`.
-fn readable_time(rfc3339: &str) -> Option<String> {
-    let (date, rest) = rfc3339.split_once('T')?;
-    Some(format!("{date} {} UTC", rest.get(..5)?))
 }
 
 async fn load_showback(
@@ -273,7 +267,9 @@ fn ShowbackView(sb: Showback) -> impl IntoView {
                     "Closed figures as of "
                 };
                 let stale = sb.stale.then_some(" — changes since then are being included; this page will show them shortly");
-                view! { <p class="muted as-of" id="as-of">{what}{t}{stale}</p> }
+                // `as_of` is already as people read it (`2026-12-01 14:05 UTC`); the element keeps it for machines too.
+                let datetime = t.strip_suffix(" UTC").map(|x| format!("{}Z", x.replacen(' ', "T", 1))).unwrap_or_default();
+                view! { <p class="muted as-of" id="as-of">{what}<time datetime=datetime>{t}</time>{stale}</p> }
             })}
             {sb.summaries_pending.then(|| view! {
                 <p class="muted" id="summaries-pending">
@@ -345,9 +341,9 @@ fn ShowbackView(sb: Showback) -> impl IntoView {
                         <tbody>{util.iter().map(|u| view! {
                             <tr>
                                 <td>{s(u, "tenant_name")}</td>
-                                <td class="num">{s(u, "allocated_gpu_hours")}</td>
-                                <td class="num">{s(u, "active_equivalent_gpu_hours")}</td>
-                                <td class="num">{s(u, "idle_gpu_hours")}</td>
+                                <td class="num">{hours(&s(u, "allocated_gpu_hours"))}</td>
+                                <td class="num">{hours(&s(u, "active_equivalent_gpu_hours"))}</td>
+                                <td class="num">{hours(&s(u, "idle_gpu_hours"))}</td>
                                 <td><Confidence level=s(u, "confidence") /></td>
                             </tr>
                         }).collect_view()}</tbody>
@@ -374,7 +370,7 @@ fn ShowbackView(sb: Showback) -> impl IntoView {
                             <tr>
                                 <td>{s(w, "tenant")}</td>
                                 <td>{format!("{}/{}", s(w, "namespace"), s(w, "workload"))}</td>
-                                <td class="num">{s(w, "gpu_hours")}</td>
+                                <td class="num">{hours(&s(w, "gpu_hours"))}</td>
                                 <td class="num">{or_dash(w, "steps")}</td>
                                 <td class="num">{or_dash(w, "steps_per_gpu_hour")}</td>
                                 <td class="num">{or_dash(w, "samples")}</td>
@@ -419,7 +415,7 @@ fn InferencePanel(tenants: Vec<Value>, endpoints: Vec<Value>, unattributed: Valu
                                 <td>{s(t, "endpoint")}</td>
                                 <td class="num">{count(t, "requests")}</td>
                                 <td class="num">{format!("{} / {}", count(t, "input_tokens"), count(t, "output_tokens"))}</td>
-                                <td class="num">{s(t, "gpu_hours")}</td>
+                                <td class="num">{hours(&s(t, "gpu_hours"))}</td>
                                 <td class="num">{or_dash(t, "tokens_per_gpu_hour")}</td>
                                 <td class="num">{ms(t, "mean_ttft_ms")}</td>
                                 <td><Confidence level=s(t, "confidence") reason=s(t, "confidence_reason") /></td>
@@ -435,7 +431,7 @@ fn InferencePanel(tenants: Vec<Value>, endpoints: Vec<Value>, unattributed: Valu
                     <tbody>{endpoints.iter().map(|e| view! {
                         <tr>
                             <td>{s(e, "endpoint")}</td>
-                            <td class="num">{s(e, "gpu_hours")}</td>
+                            <td class="num">{hours(&s(e, "gpu_hours"))}</td>
                             <td class="num">{count(e, "requests")}</td>
                             <td class="num">{count(e, "tokens")}</td>
                             <td class="num">{or_dash(e, "tokens_per_gpu_hour")}</td>
@@ -448,11 +444,12 @@ fn InferencePanel(tenants: Vec<Value>, endpoints: Vec<Value>, unattributed: Valu
             {has_unattributed.then(|| view! {
                 <p class="unattributed">
                     {format!(
-                        "Unattributed: {} requests, {} tokens, {} GPU-h — work the endpoints counted that no tenant's usage accounts for; its share of the endpoints' cost is in the overhead pool.",
+                        "Unattributed: {} requests, {} tokens, ",
                         count(&unattributed, "requests"),
                         count(&unattributed, "tokens"),
-                        unattributed["gpu_hours"].as_str().unwrap_or("0"),
                     )}
+                    {hours(unattributed["gpu_hours"].as_str().unwrap_or("0"))}
+                    " GPU-h — work the endpoints counted that no tenant's usage accounts for; its share of the endpoints' cost is in the overhead pool."
                 </p>
             })}
         </section>
@@ -625,8 +622,8 @@ fn TenantDetail(t: TenantView) -> impl IntoView {
                             <td>{s(d, "namespace")}</td>
                             <td>{s(d, "node")}</td>
                             <td><small>{devices}</small>{(!profile.is_empty()).then(|| view! { <br /><small>{profile.clone()}</small> })}</td>
-                            <td>{s(a, "start")}</td>
-                            <td>{let e = s(a, "end"); if e.is_empty() { "running".to_string() } else { e }}</td>
+                            <td>{when(&s(a, "start"))}</td>
+                            <td>{let e = s(a, "end"); if e.is_empty() { view! { "running" }.into_any() } else { when(&e) }}</td>
                             <td class="num">{s(a, "fraction")}</td>
                             <td><Confidence level=s(a, "confidence") /></td>
                         </tr>
@@ -656,7 +653,7 @@ fn TenantDetail(t: TenantView) -> impl IntoView {
                                 <td class="num">{count(x, "requests")}</td>
                                 <td class="num">{format!("{} / {}", count(x, "input_tokens"), count(x, "output_tokens"))}</td>
                                 <td class="num">{ms(x, "mean_ttft_ms")}</td>
-                                <td class="num">{s(x, "gpu_hours")}</td>
+                                <td class="num">{hours(&s(x, "gpu_hours"))}</td>
                                 <td class="num">{x["cost"].as_str().map_or_else(|| "—".to_string(), |c| format!("{} {}", grouped(c), t.currency))}</td>
                                 <td><Confidence level=s(x, "confidence") reason="Modeled: the tenant's service line is shared by weighted tokens and its GPU lines by GPU-hours at their average rate; energy, overhead and credits are not apportioned.".to_string() /></td>
                             </tr>
@@ -692,19 +689,33 @@ fn timeline(allocations: &[Value]) -> AnyView {
     let max = rows.values().flatten().map(|r| r.1).max().unwrap_or(now);
     let span = ((max - min).whole_seconds().max(1)) as f64;
     let height = rows.len() * 24 + 10;
+    let readable = |t: time::OffsetDateTime| {
+        t.format(&time::format_description::well_known::Rfc3339)
+            .ok()
+            .and_then(|x| readable_time(&x))
+            .unwrap_or_default()
+    };
     view! {
-        <svg class="chart timeline" role="img" aria-label="Allocations over time per device" viewBox=format!("0 0 800 {height}") width="100%">
+        // Drawn at its own size (one user unit = one CSS pixel); it only shrinks on narrower screens.
+        <svg class="chart timeline" role="img" aria-label="Allocations over time per device"
+             viewBox=format!("0 0 800 {height}") width="800" height=height font-size=CHART_FONT_PX
+             preserveAspectRatio="xMinYMin meet" focusable="false">
             <title>"Allocations over time per device"</title>
             {rows.into_iter().enumerate().map(|(i, (device, bars))| {
                 let y = 5 + i * 24;
-                let short: String = device.chars().rev().take(18).collect::<Vec<_>>().into_iter().rev().collect();
+                // Device IDs differ at their end: a long one keeps its last characters, the full ID in its title.
+                let short = clipped(&device, 22).map(|_| {
+                    let tail: Vec<char> = device.chars().rev().take(21).collect();
+                    format!("…{}", tail.into_iter().rev().collect::<String>())
+                });
                 view! {
                     <g>
-                        <text x="0" y=y + 15 class="label">{short}</text>
+                        <text x="0" y=y + 15 class="label"><title>{device.clone()}</title>{short.unwrap_or_else(|| device.clone())}</text>
                         {bars.into_iter().map(|(a, b, label)| {
                             let x = 200.0 + (a - min).whole_seconds() as f64 / span * 590.0;
                             let w = ((b - a).whole_seconds() as f64 / span * 590.0).max(2.0);
-                            view! { <rect x=format!("{x:.1}") y=y width=format!("{w:.1}") height="18" class="bar"><title>{format!("{label}: {a} – {b}")}</title></rect> }
+                            let title = format!("{label}: {} – {}", readable(a), readable(b));
+                            view! { <rect x=format!("{x:.1}") y=y width=format!("{w:.1}") height="18" class="bar"><title>{title}</title></rect> }
                         }).collect_view()}
                     </g>
                 }

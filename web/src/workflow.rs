@@ -10,7 +10,7 @@ use serde_json::Value;
 
 use crate::{
     data::{PortalError, SessionView},
-    ui::{Confidence, api_get, error_panel, grouped, months_back, q, s, session, set_status},
+    ui::{Confidence, api_get, error_panel, grouped, months_back, q, readable_time, s, session, set_status, when},
 };
 
 fn age(opened_at: &str) -> String {
@@ -63,7 +63,8 @@ pub fn DisputesPage() -> impl IntoView {
                                             <td>{s(d, "credit_state")}</td>
                                             <td class="num">{format!("{} {}", grouped(&s(d, "disputed_amount")), s(d, "currency"))}</td>
                                             <td>{s(d, "opened_by")}</td>
-                                            <td>{age(&s(d, "opened_at"))}</td>
+                                            <td>{let at = s(d, "opened_at"); let title = readable_time(&at).map(|t| format!("opened {t}"));
+                                                view! { <time datetime=at.clone() title=title>{age(&at)}</time> }}</td>
                                         </tr>
                                     }).collect_view()}</tbody>
                                 </table>
@@ -123,12 +124,12 @@ fn DisputeDetail(session: SessionView, d: Value) -> impl IntoView {
             <dl>
                 <dt>"State"</dt><dd id="dispute-state">{s(&d, "state")}</dd>
                 <dt>"Month"</dt><dd>{s(&d, "period")}</dd>
-                <dt>"Opened"</dt><dd>{format!("{} by {}", s(&d, "opened_at"), s(&d, "opened_by"))}</dd>
+                <dt>"Opened"</dt><dd>{when(&s(&d, "opened_at"))} " by " {s(&d, "opened_by")}</dd>
                 <dt>"Reason"</dt><dd>{s(&d, "reason")}</dd>
                 <dt>"Disputed"</dt><dd>{format!("{} {}", grouped(&s(&d, "disputed_amount")), s(&d, "currency"))}</dd>
                 {(!d["credit"].is_null()).then(|| view! {
                     <dt>"Credit"</dt>
-                    <dd id="credit-state">{format!("{} {} — {}", s(&d["credit"], "amount"), s(&d["credit"], "currency"), s(&d["credit"], "state"))}
+                    <dd id="credit-state">{format!("{} {} — {}", grouped(&s(&d["credit"], "amount")), s(&d["credit"], "currency"), s(&d["credit"], "state"))}
                         {let p = s(&d["credit"], "applied_period"); (!p.is_empty()).then(|| format!(" (applied in {p})"))}</dd>
                 })}
             </dl>
@@ -145,7 +146,7 @@ fn DisputeDetail(session: SessionView, d: Value) -> impl IntoView {
         <section class="panel">
             <h2>"History"</h2>
             <ol class="thread">{events.iter().map(|e| view! {
-                <li><strong>{s(e, "action")}</strong> " · " {s(e, "actor")} " · " <time>{s(e, "at")}</time>
+                <li><strong>{s(e, "action")}</strong> " · " {s(e, "actor")} " · " {when(&s(e, "at"))}
                     {let b = s(e, "body"); (!b.is_empty()).then(|| view! { <p>{b.clone()}</p> })}</li>
             }).collect_view()}</ol>
             {(open && participates).then(|| view! {
@@ -243,7 +244,7 @@ pub fn ClosePage() -> impl IntoView {
                                     <p>{finding_counts.iter().map(|(k, n)| format!("{k}: {n}")).collect::<Vec<_>>().join(" · ")}</p>
                                     <table class="findings"><thead><tr><th>"Kind"</th><th>"Cluster"</th><th>"Subject"</th><th>"From"</th><th>"To"</th></tr></thead>
                                     <tbody>{finding_rows.iter().map(|f| view! {
-                                        <tr><td>{s(f, "kind")}</td><td>{s(f, "cluster")}</td><td>{s(f, "subject")}</td><td>{s(f, "from")}</td><td>{s(f, "to")}</td></tr>
+                                        <tr><td>{s(f, "kind")}</td><td>{s(f, "cluster")}</td><td>{s(f, "subject")}</td><td>{when(&s(f, "from"))}</td><td>{when(&s(f, "to"))}</td></tr>
                                     }).collect_view()}</tbody></table>
                                 }.into_any()
                             }}
