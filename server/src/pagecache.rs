@@ -3,9 +3,10 @@
 //!
 //! - **What a page shows depends only on stored figures** (the read model) and on who reads it. The key is the
 //!   organization, the reader's roles and department scope, and the URL; the entry remembers the read model's
-//!   *generation* (when its figures, summaries, pending changes and periods last changed). Every request still
-//!   authenticates its session and reads the generation — one organization-scoped transaction — so a revoked session
-//!   or a new snapshot is seen at once; only the render is saved.
+//!   *generation* (when its figures, summaries, pending changes and periods last changed). A request's session is
+//!   checked against the database at least every [`SESSION_RECHECK`] (sign-out on this replica forgets it at once)
+//!   and its organization's generation at least every [`GENERATION_RECHECK`]: only the render and those two reads
+//!   are saved, so a new snapshot shows within a second and an ended session stops within two.
 //! - **Nothing personal is kept**: the page is rendered with markers in place of the reader's name and CSRF token,
 //!   and each answer puts the reader's own (escaped) values there, with a fresh CSP nonce.
 //! - **One render at a time per key**; while it runs, other readers get the previous page of the same scope (it
@@ -26,7 +27,7 @@ use std::{
 use axum::{
     body::{Body, Bytes},
     extract::{Request, State},
-    http::{HeaderValue, Method, StatusCode, header},
+    http::{HeaderMap, HeaderValue, Method, StatusCode, header},
     middleware::Next,
     response::{IntoResponse, Response},
 };
@@ -39,9 +40,23 @@ use crate::{
     db::Database,
 };
 
-/// Paths whose pages are built from stored figures only (and so may be kept).
-fn cacheable_path(path: &str) -> bool {
-    path == "/departments" || (path.starts_with("/tenants/") && !path["/tenants/".len()..].contains('/'))
+/// What may be kept for a path: a portal page (rendered with markers, sessions only), or an API answer of stored
+/// figures (sessions and tokens).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Page,
+    Api,
+}
+
+/// Paths whose answers are built from stored figures only (and so may be kept).
+fn cacheable_path(path: &str) -> Option<Kind> {
+    if path == "/departments" || (path.starts_with("/tenants/") && !path["/tenants/".len()..].contains('/')) {
+        return Some(Kind::Page);
+    }
+    // The read model's lookups, and the OData feed of closed months' lines (they change only at a close).
+    const API: [&str; 5] =
+        ["/api/v1/ledger", "/api/v1/ledger/months", "/api/v1/ledger/summaries", "/api/v1/periods", "/odata/LedgerLines"];
+    API.contains(&path).then_some(Kind::Api)
 }
 
 /// The values a kept page carries in place of the reader's own, placed in the request for the render
@@ -87,6 +102,10 @@ pub struct PageCache {
     ttl: Duration,
     markers: RenderMarkers,
     epoch: Instant,
+    /// Sessions checked in the last [`SESSION_RECHECK`], by the cookie's SHA-256.
+    sessions: Mutex<HashMap<[u8; 32], (Instant, Arc<Who>)>>,
+    /// Organizations' generations read in the last [`GENERATION_RECHECK`].
+    generations: Mutex<HashMap<OrgId, (Instant, String)>>,
     /// Answers served from a kept page, and renders (for tests and the metrics page).
     pub hits: AtomicU64,
     /// Renders.
@@ -111,6 +130,8 @@ impl PageCache {
             ttl,
             markers: RenderMarkers { name: marker("name"), csrf: marker("csrf") },
             epoch: Instant::now(),
+            sessions: Mutex::new(HashMap::new()),
+            generations: Mutex::new(HashMap::new()),
             hits: AtomicU64::new(0),
             renders: AtomicU64::new(0),
         }
@@ -157,6 +178,103 @@ impl PageCache {
     pub fn bytes(&self) -> usize {
         self.bytes.load(Ordering::Relaxed)
     }
+
+    /// Forgets a session at once (its sign-out on this replica); other replicas forget it within
+    /// [`SESSION_RECHECK`].
+    pub fn forget_session(&self, cookie: &str) {
+        self.sessions.lock().unwrap_or_else(|e| e.into_inner()).remove(&digest(cookie));
+    }
+
+    async fn reader(&self, db: &Database, headers: &HeaderMap, kind: Kind, uri: &str) -> Option<Reader> {
+        // The credential: a session cookie (pages and API), or a token (API only).
+        let cookie = session::cookie_value(headers);
+        let authorization = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
+        let credential = match (kind, &cookie, authorization) {
+            (_, _, Some(a)) if kind == Kind::Api => a.to_string(),
+            (_, Some(c), None) => c.clone(),
+            _ => return None,
+        };
+        let id = digest(&credential);
+        let known = {
+            let sessions = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
+            sessions.get(&id).filter(|(at, _)| at.elapsed() < SESSION_RECHECK).map(|(_, who)| who.clone())
+        };
+        let who = match known {
+            Some(who) => who,
+            None => {
+                let principal = crate::auth::authenticate(db, headers).await.ok()?;
+                let org = principal.org;
+                let scope = crate::readmodel::scope_key(principal.departments.as_deref());
+                let who = match principal.actor {
+                    Actor::User { name, roles, csrf, .. } => {
+                        let mut roles: Vec<&str> = roles.iter().map(|r| r.as_str()).collect();
+                        roles.sort_unstable();
+                        Who { org, scope: format!("{org}\n{}\n{scope}", roles.join(",")), name, csrf }
+                    }
+                    // A token's answers are kept for that token only.
+                    Actor::Token { token_id, .. } => {
+                        Who { org, scope: format!("{org}\ntoken:{token_id}"), name: String::new(), csrf: String::new() }
+                    }
+                };
+                let who = Arc::new(who);
+                let mut sessions = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
+                if sessions.len() >= MAX_SESSIONS {
+                    sessions.retain(|_, (at, _)| at.elapsed() < SESSION_RECHECK);
+                    if sessions.len() >= MAX_SESSIONS {
+                        sessions.clear();
+                    }
+                }
+                sessions.insert(id, (Instant::now(), who.clone()));
+                who
+            }
+        };
+        let org = who.org;
+        let known = {
+            let generations = self.generations.lock().unwrap_or_else(|e| e.into_inner());
+            generations.get(&org).filter(|(at, _)| at.elapsed() < GENERATION_RECHECK).map(|(_, g)| g.clone())
+        };
+        let generation = match known {
+            Some(g) => g,
+            None => {
+                let mut tx = db.begin_org(org).await.ok()?;
+                let g: String = sqlx::query_scalar(GENERATION).bind(org.as_uuid()).fetch_one(tx.conn()).await.ok()?;
+                tx.commit_quiet().await.ok()?;
+                self.remember_generation(org, &g);
+                g
+            }
+        };
+        Some(Reader { key: format!("{}\n{kind:?}\n{uri}", who.scope), generation, who })
+    }
+
+    fn remember_generation(&self, org: OrgId, generation: &str) {
+        let mut generations = self.generations.lock().unwrap_or_else(|e| e.into_inner());
+        if generations.len() >= MAX_SESSIONS {
+            generations.clear();
+        }
+        generations.insert(org, (Instant::now(), generation.to_string()));
+    }
+}
+
+/// How long a checked session is taken as live without asking the database again (a session ended on another
+/// replica stops being served kept pages here within this).
+pub const SESSION_RECHECK: Duration = Duration::from_secs(2);
+/// How long an organization's generation is taken as current (a new snapshot shows within this).
+pub const GENERATION_RECHECK: Duration = Duration::from_secs(1);
+/// Most sessions (and organizations) remembered at once.
+const MAX_SESSIONS: usize = 50_000;
+
+fn digest(cookie: &str) -> [u8; 32] {
+    use sha2::{Digest, Sha256};
+    Sha256::digest(cookie.as_bytes()).into()
+}
+
+/// A reader as far as kept pages care.
+struct Who {
+    org: OrgId,
+    /// Organization, roles and department scope: readers with the same scope see the same page.
+    scope: String,
+    name: String,
+    csrf: String,
 }
 
 /// The read model's generation of `org`, read in the reader's own transaction: it changes whenever a stored
@@ -172,32 +290,20 @@ const GENERATION: &str = "SELECT concat_ws('|',
 struct Reader {
     key: String,
     generation: String,
-    name: String,
-    csrf: String,
-}
-
-async fn reader(db: &Database, cookie: &str, uri: &str) -> Option<Reader> {
-    let (org, _): (OrgId, _) = session::split(cookie)?;
-    let mut tx = db.begin_org(org).await.ok()?;
-    let principal = session::principal_in(&mut tx, cookie).await.ok()?;
-    let generation: String = sqlx::query_scalar(GENERATION).bind(org.as_uuid()).fetch_one(tx.conn()).await.ok()?;
-    tx.commit_quiet().await.ok()?;
-    let Actor::User { name, roles, csrf, .. } = principal.actor else { return None };
-    let mut roles: Vec<&str> = roles.iter().map(|r| r.as_str()).collect();
-    roles.sort_unstable();
-    let scope = crate::readmodel::scope_key(principal.departments.as_deref());
-    Some(Reader { key: format!("{org}\n{}\n{scope}\n{uri}", roles.join(",")), generation, name, csrf })
+    who: Arc<Who>,
 }
 
 /// The middleware: serves kept pages of stored figures, and keeps what it renders.
 pub async fn pages(State(state): State<AppState>, mut request: Request, next: Next) -> Response {
-    if request.method() != Method::GET || !cacheable_path(request.uri().path()) {
-        return next.run(request).await;
-    }
-    let Some(cookie) = session::cookie_value(request.headers()) else { return next.run(request).await };
+    let kind = match cacheable_path(request.uri().path()) {
+        Some(kind) if request.method() == Method::GET => kind,
+        _ => return next.run(request).await,
+    };
     let uri = request.uri().path_and_query().map(|p| p.as_str().to_string()).unwrap_or_default();
-    // No session (or an ended one): the page itself answers (a redirect to sign-in).
-    let Some(reader) = reader(&state.db, &cookie, &uri).await else { return next.run(request).await };
+    // No credential (or one that does not authenticate): the route itself answers (sign-in, 401).
+    let Some(reader) = state.pages.reader(&state.db, request.headers(), kind, &uri).await else {
+        return next.run(request).await;
+    };
     let cache = &state.pages;
     let slot = cache.slot(&reader.key);
     let current = slot.page.lock().unwrap_or_else(|e| e.into_inner()).clone();
@@ -224,7 +330,9 @@ pub async fn pages(State(state): State<AppState>, mut request: Request, next: Ne
         }
     };
     cache.renders.fetch_add(1, Ordering::Relaxed);
-    request.extensions_mut().insert(cache.markers.clone());
+    if kind == Kind::Page {
+        request.extensions_mut().insert(cache.markers.clone());
+    }
     let response = next.run(request).await;
     if response.status() != StatusCode::OK || response.headers().contains_key(header::SET_COOKIE) {
         return response;
@@ -308,7 +416,7 @@ fn escape(s: &str) -> String {
 /// The kept page with the reader's own values and a fresh nonce.
 fn answer(page: &Page, reader: &Reader) -> Response {
     let nonce = Uuid::new_v4().simple().to_string();
-    let (name, csrf) = (escape(&reader.name), escape(&reader.csrf));
+    let (name, csrf) = (escape(&reader.who.name), escape(&reader.who.csrf));
     let mut body = Vec::with_capacity(page.bytes + 256);
     for piece in &page.pieces {
         match piece {
@@ -322,7 +430,9 @@ fn answer(page: &Page, reader: &Reader) -> Response {
     *response.status_mut() = page.status;
     let headers = response.headers_mut();
     headers.insert(header::CONTENT_TYPE, page.content_type.clone());
-    if let Ok(csp) = HeaderValue::from_str(&crate::app::csp(Some(&nonce))) {
+    if page.pieces.iter().any(|p| matches!(p, Piece::Nonce))
+        && let Ok(csp) = HeaderValue::from_str(&crate::app::csp(Some(&nonce)))
+    {
         headers.insert(header::CONTENT_SECURITY_POLICY, csp);
     }
     // Personal (the reader's name and token are in it): never stored by a shared cache.
@@ -370,11 +480,15 @@ mod tests {
 
     #[test]
     fn only_pages_of_stored_figures_are_kept() {
-        assert!(cacheable_path("/departments"));
-        assert!(cacheable_path("/tenants/6f1c"));
-        assert!(!cacheable_path("/tenants/6f1c/x"));
-        assert!(!cacheable_path("/admin"));
-        assert!(!cacheable_path("/disputes"));
+        assert_eq!(cacheable_path("/departments"), Some(Kind::Page));
+        assert_eq!(cacheable_path("/tenants/6f1c"), Some(Kind::Page));
+        assert_eq!(cacheable_path("/api/v1/ledger"), Some(Kind::Api));
+        assert_eq!(cacheable_path("/odata/LedgerLines"), Some(Kind::Api));
+        assert_eq!(cacheable_path("/tenants/6f1c/x"), None);
+        assert_eq!(cacheable_path("/admin"), None);
+        assert_eq!(cacheable_path("/disputes"), None);
+        assert_eq!(cacheable_path("/odata/Allocations"), None, "raw facts change without a new generation");
+        assert_eq!(cacheable_path("/api/v1/periods/2026-11/evidence"), None);
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! account bar with sign-out, and each role's landing page — admin (API tokens), finance (months),
 //! department manager (their tenants' charges).
 
+use crate::ui::Awaited;
 use leptos::prelude::*;
 use leptos_meta::Title;
 use leptos_router::{components::Redirect, hooks::use_query_map};
@@ -30,7 +31,7 @@ fn role_label(role: &str) -> &'static str {
 pub fn UserBar() -> impl IntoView {
     let session = crate::ui::session();
     view! {
-        <Await future=session let:session>
+        <Awaited future=session let:session>
             {match session.clone() {
                 Some(s) => {
                     let roles = s.roles.iter().map(|r| role_label(r)).collect::<Vec<_>>().join(", ");
@@ -47,7 +48,7 @@ pub fn UserBar() -> impl IntoView {
                 }
                 None => view! { <div class="account"><a href="/login">"Sign in"</a></div> }.into_any(),
             }}
-        </Await>
+        </Awaited>
     }
 }
 
@@ -93,13 +94,13 @@ pub fn LoginPage() -> impl IntoView {
             <h1>"Sign in"</h1>
             {signed_out.then(|| view! { <p class="notice" role="status">"You are signed out."</p> })}
             {error.map(|e| view! { <p class="error" role="alert">{login_error_text(&e)}</p> })}
-            <Await future=options let:options>
+            <Awaited future=options let:options>
                 {match options.clone() {
                     Ok(Some(o)) => view! { <LoginChoices options=o next=next.clone() /> }.into_any(),
                     Ok(None) => view! { <OrgPicker /> }.into_any(),
                     Err(e) => view! { <p class="error" role="alert">{e.message}</p> }.into_any(),
                 }}
-            </Await>
+            </Awaited>
         </section>
     }
 }
@@ -275,7 +276,7 @@ pub fn FinancePage() -> impl IntoView {
     };
     view! {
         <Title text="Finance — GPU Ledger" />
-        <Await future=data let:data>
+        <Awaited future=data let:data>
             {match data.clone() {
                 (Gate::SignIn(to), _) => view! { <Redirect path=to /> }.into_any(),
                 (Gate::Forbidden(what), _) => crate::ui::forbidden(&what),
@@ -283,7 +284,7 @@ pub fn FinancePage() -> impl IntoView {
                 (_, Some(Err(e))) => crate::ui::error_panel(&e),
                 (Gate::Allowed(_), None) => crate::ui::error_panel(&PortalError { message: "no data source".into() }),
             }}
-        </Await>
+        </Awaited>
     }
 }
 

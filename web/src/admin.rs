@@ -1,6 +1,7 @@
 //! Admin: clusters and their agents (join tokens with the install command), API tokens, sign-in settings,
 //! cost policies (diff against the approved one, approve), quotas, inventory, tenancy history, the audit log.
 
+use crate::ui::Awaited;
 use leptos::prelude::*;
 use leptos_meta::Title;
 use leptos_router::{components::Redirect, hooks::use_query_map};
@@ -75,7 +76,7 @@ pub fn AdminPage() -> impl IntoView {
     };
     view! {
         <Title text="Admin — GPU Ledger" />
-        <Await future=data let:data>
+        <Awaited future=data let:data>
             {match data.clone() {
                 Err(Ok(Access::SignIn(to))) => view! { <Redirect path=to /> }.into_any(),
                 Err(Ok(_)) => forbidden("The admin pages are for admins."),
@@ -86,7 +87,7 @@ pub fn AdminPage() -> impl IntoView {
                     <TokensPanel session=home.session tokens=home.tokens />
                 }.into_any(),
             }}
-        </Await>
+        </Awaited>
     }
 }
 
@@ -167,7 +168,7 @@ pub fn IdentityPage() -> impl IntoView {
     };
     view! {
         <Title text="Sign-in settings — GPU Ledger" />
-        <Await future=data let:data>
+        <Awaited future=data let:data>
             {match data.clone() {
                 Err(Ok(Access::SignIn(to))) => view! { <Redirect path=to /> }.into_any(),
                 Err(Ok(_)) => forbidden("The admin pages are for admins."),
@@ -206,7 +207,7 @@ pub fn IdentityPage() -> impl IntoView {
                     }.into_any()
                 }
             }}
-        </Await>
+        </Awaited>
     }
 }
 
@@ -254,7 +255,7 @@ pub fn PoliciesPage() -> impl IntoView {
     };
     view! {
         <Title text="Cost policies — GPU Ledger" />
-        <Await future=data let:data>
+        <Awaited future=data let:data>
             {match data.clone() {
                 Err(Ok(Access::SignIn(to))) => view! { <Redirect path=to /> }.into_any(),
                 Err(Ok(_)) => forbidden("The admin pages are for admins."),
@@ -340,7 +341,7 @@ pub fn PoliciesPage() -> impl IntoView {
                     }.into_any()
                 }
             }}
-        </Await>
+        </Awaited>
     }
 }
 
@@ -407,7 +408,7 @@ pub fn InventoryPage() -> impl IntoView {
     };
     view! {
         <Title text="Inventory — GPU Ledger" />
-        <Await future=data let:data>
+        <Awaited future=data let:data>
             {match data.clone() {
                 Err(Ok(Access::SignIn(to))) => view! { <Redirect path=to /> }.into_any(),
                 Err(Ok(_)) => forbidden("The admin pages are for admins."),
@@ -486,7 +487,7 @@ pub fn InventoryPage() -> impl IntoView {
                     </section>
                 }.into_any(),
             }}
-        </Await>
+        </Awaited>
     }
 }
 
@@ -520,7 +521,7 @@ pub fn AuditPage() -> impl IntoView {
     };
     view! {
         <Title text="Audit log — GPU Ledger" />
-        <Await future=data let:data>
+        <Awaited future=data let:data>
             {match data.clone() {
                 Err(Ok(Access::SignIn(to))) => view! { <Redirect path=to /> }.into_any(),
                 Err(Ok(_)) => forbidden("The admin pages are for admins."),
@@ -547,6 +548,6 @@ pub fn AuditPage() -> impl IntoView {
                     }.into_any()
                 }
             }}
-        </Await>
+        </Awaited>
     }
 }

@@ -1,5 +1,6 @@
 //! Pages.
 
+use crate::ui::Awaited;
 use leptos::prelude::*;
 use leptos_meta::Title;
 
@@ -29,7 +30,7 @@ pub fn HomePage() -> impl IntoView {
                 "finance can reproduce, managers can understand and engineers can trace to the objects they came from."
             </p>
         </section>
-        <Await future=overview let:result>
+        <Awaited future=overview let:result>
             {match result.clone() {
                 Ok(Some(overview)) => view! { <OverviewPanel overview /> }.into_any(),
                 Ok(None) => view! {
@@ -45,7 +46,7 @@ pub fn HomePage() -> impl IntoView {
                     </section>
                 }.into_any(),
             }}
-        </Await>
+        </Awaited>
     }
 }
 

@@ -394,19 +394,15 @@ async fn a_trend_month_without_data_is_a_gap_that_says_no_data_not_zero() {
 async fn gpu_hours_read_rounded_with_the_exact_figure_one_hover_away() {
     let lines = json!([{"line_id": "a", "tenant": "nlp", "tenant_id": "t1", "department": "Research",
         "term": "guaranteed", "gpu_class": "H100", "amount": "1234.56", "confidence": "exact", "explanation": "x"}]);
-    let extra = vec![
-        (
-            "/api/v1/analytics/utilization",
-            json!({"tenants": [{"tenant_name": "nlp", "allocated_gpu_hours": "12345.678901",
-                "active_equivalent_gpu_hours": "12.345678", "idle_gpu_hours": "0.000004", "confidence": "exact"}]}),
-        ),
-        (
-            "/api/v1/analytics/training",
-            json!({"workloads": [{"namespace": "ml", "workload": "w", "tenant": "nlp", "department": "Research",
+    let extra = vec![(
+        "/api/v1/ledger/summaries",
+        json!({"pending": false,
+            "utilization": {"tenants": [{"tenant_name": "nlp", "tenant_id": "t1", "allocated_gpu_hours": "12345.678901",
+                "active_equivalent_gpu_hours": "12.345678", "idle_gpu_hours": "0.000004", "confidence": "exact"}]},
+            "training": {"workloads": [{"namespace": "ml", "workload": "w", "tenant": "nlp", "department": "Research",
                 "steps": 10, "samples": null, "gpu_hours": "99.950000", "steps_per_gpu_hour": "0.1",
-                "samples_per_gpu_hour": null}]}),
-        ),
-    ];
+                "samples_per_gpu_hour": null}]}}),
+    )];
     let (html, _) = render("/departments?period=2026-10", showback_fake(lines, extra)).await;
     for (exact, shown) in
         [("12345.678901", "12,345.7"), ("12.345678", "12.3"), ("0.000004", "&lt; 0.1"), ("99.950000", "100.0")]

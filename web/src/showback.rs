@@ -2,6 +2,7 @@
 
 use std::collections::BTreeMap;
 
+use crate::ui::Awaited;
 use leptos::prelude::*;
 use leptos_meta::Title;
 use leptos_router::{
@@ -218,13 +219,13 @@ pub fn ShowbackPage() -> impl IntoView {
     };
     view! {
         <Title text="Showback — GPU Ledger" />
-        <Await future=data let:data>
+        <Awaited future=data let:data>
             {match data.clone() {
                 Err(None) => view! { <Redirect path="/login?next=/departments" /> }.into_any(),
                 Err(Some(e)) => error_panel(&e),
                 Ok(sb) => view! { <ShowbackView sb /> }.into_any(),
             }}
-        </Await>
+        </Awaited>
     }
 }
 
@@ -534,7 +535,7 @@ pub fn TenantPage() -> impl IntoView {
     };
     view! {
         <Title text="Tenant — GPU Ledger" />
-        <Await future=data let:data>
+        <Awaited future=data let:data>
             {match data.clone() {
                 Err(None) => view! { <Redirect path="/login" /> }.into_any(),
                 Err(Some(e)) => error_panel(&e),
@@ -544,7 +545,7 @@ pub fn TenantPage() -> impl IntoView {
                 }.into_any(),
                 Ok(t) => view! { <TenantDetail t /> }.into_any(),
             }}
-        </Await>
+        </Awaited>
     }
 }
 

@@ -6,6 +6,32 @@ use serde_json::Value;
 
 use crate::data::{PortalDataHandle, PortalError};
 
+/// Renders `children` with what `future` resolves to, once it has (the page answers only then: every route renders
+/// with `SsrMode::Async`). Like Leptos's `Await`, but nothing is serialized into the page: the portal has no client
+/// bundle to hydrate, and a month's data serialized beside its own HTML would make each page several times larger.
+#[component]
+pub fn Awaited<T, Fut, Chil, V>(
+    /// What the page waits for.
+    future: Fut,
+    /// The view of the result.
+    children: Chil,
+) -> impl IntoView
+where
+    T: Send + Sync + 'static,
+    Fut: std::future::Future<Output = T> + Send + 'static,
+    Chil: FnOnce(&T) -> V + Send + 'static,
+    V: IntoView + 'static,
+{
+    view! {
+        <Suspense fallback=|| ()>
+            {Suspend::new(async move {
+                let data = future.await;
+                children(&data)
+            })}
+        </Suspense>
+    }
+}
+
 /// The signed-in person, if any.
 pub async fn session() -> Option<crate::data::SessionView> {
     match use_context::<PortalDataHandle>() {

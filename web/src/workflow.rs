@@ -1,5 +1,6 @@
 //! Disputes (list, thread, decisions), the month-end close (preview, close, hash, bundle) and the exports page.
 
+use crate::ui::Awaited;
 use leptos::prelude::*;
 use leptos_meta::Title;
 use leptos_router::{
@@ -35,7 +36,7 @@ pub fn DisputesPage() -> impl IntoView {
     };
     view! {
         <Title text="Disputes — GPU Ledger" />
-        <Await future=data let:data>
+        <Awaited future=data let:data>
             {match data.clone() {
                 Err(None) => view! { <Redirect path="/login?next=/disputes" /> }.into_any(),
                 Err(Some(e)) => error_panel(&e),
@@ -73,7 +74,7 @@ pub fn DisputesPage() -> impl IntoView {
                     </section>
                 }.into_any(),
             }}
-        </Await>
+        </Awaited>
     }
 }
 
@@ -95,13 +96,13 @@ pub fn DisputePage() -> impl IntoView {
     };
     view! {
         <Title text="Dispute — GPU Ledger" />
-        <Await future=data let:data>
+        <Awaited future=data let:data>
             {match data.clone() {
                 Err(None) => view! { <Redirect path="/login?next=/disputes" /> }.into_any(),
                 Err(Some(e)) => error_panel(&e),
                 Ok((session, d)) => view! { <DisputeDetail session d /> }.into_any(),
             }}
-        </Await>
+        </Awaited>
     }
 }
 
@@ -210,7 +211,7 @@ pub fn ClosePage() -> impl IntoView {
     };
     view! {
         <Title text="Close — GPU Ledger" />
-        <Await future=data let:data>
+        <Awaited future=data let:data>
             {match data.clone() {
                 Err(None) => view! { <Redirect path="/login?next=/finance" /> }.into_any(),
                 Err(Some(e)) => error_panel(&e),
@@ -271,7 +272,7 @@ pub fn ClosePage() -> impl IntoView {
                     }.into_any()
                 }
             }}
-        </Await>
+        </Awaited>
     }
 }
 
@@ -281,7 +282,7 @@ pub fn ExportsPage() -> impl IntoView {
     let data = async move { session().await };
     view! {
         <Title text="Exports — GPU Ledger" />
-        <Await future=data let:data>
+        <Awaited future=data let:data>
             {match data.clone() {
                 None => view! { <Redirect path="/login?next=/exports" /> }.into_any(),
                 Some(_) => {
@@ -312,6 +313,6 @@ pub fn ExportsPage() -> impl IntoView {
                     }.into_any()
                 }
             }}
-        </Await>
+        </Awaited>
     }
 }

@@ -1,5 +1,8 @@
 //! Sign-in and identity endpoints: OIDC login and callback, demo login, logout, who-am-I, the organization's
 //! provider settings and group → role mappings, and the audit log.
+//!
+//! Signing in and out writes identity rows only (sessions, users, sign-in attempts, audit records): those
+//! transactions commit quietly, so a sign-in never makes the read model recompute an organization's figures.
 
 use axum::{
     Form, Json, Router,
@@ -149,7 +152,7 @@ async fn login(
     let redirect = format!("{}/auth/callback", state.auth.sessions.base_url(&headers));
     let return_to = safe_next(form.next.as_deref()).unwrap_or_default();
     let (url, cookie) = oidc::start(&state.auth.providers, &mut tx, &idp, &redirect, &return_to).await?;
-    tx.commit().await?;
+    tx.commit_quiet().await?;
     let secure = state.auth.sessions.secure(&headers);
     let set =
         session::set_cookie(secure, session::LOGIN_SECURE_COOKIE, session::LOGIN_PLAIN_COOKIE, &cookie, Some(600));
@@ -198,7 +201,7 @@ async fn callback(
     // naming some organization's id is sent back to the login page without a trace there.
     let issued = pending.is_some() || oidc::was_issued(&mut tx, cookie).await?;
     let idp = oidc::settings(&mut tx, state.auth.providers.secrets_dir.as_deref()).await?;
-    tx.commit().await?;
+    tx.commit_quiet().await?;
     if !issued {
         return Ok(with_cookies(to_login("no_pending_login"), &[clear_login]));
     }
@@ -228,7 +231,7 @@ async fn callback(
                 json!({"code": failure_code(&e)}),
             )
             .await?;
-            tx.commit().await?;
+            tx.commit_quiet().await?;
             return Ok(with_cookies(to_login(failure_code(&e)), &[clear_login]));
         }
     };
@@ -246,7 +249,7 @@ async fn callback(
             json!({"groups": verified.groups}),
         )
         .await?;
-        tx.commit().await?;
+        tx.commit_quiet().await?;
         return Ok(with_cookies(to_login("no_role"), &[clear_login]));
     }
     let user_id = oidc::upsert_user(&mut tx, &verified.subject, verified.email.as_deref(), &verified.name).await?;
@@ -261,7 +264,7 @@ async fn callback(
     let role_names: Vec<&str> = roles.iter().map(|r| r.as_str()).collect();
     audit_from(&mut tx, &format!("user:{who}"), &from, "login.success", "oidc", "", json!({"roles": role_names}))
         .await?;
-    tx.commit().await?;
+    tx.commit_quiet().await?;
     let landing = safe_next(Some(&verified.return_to)).unwrap_or_else(|| roles[0].landing().to_string());
     let set = session::set_cookie(secure, session::SECURE_COOKIE, session::PLAIN_COOKIE, &value, None);
     Ok(with_cookies(Redirect::to(&landing).into_response(), &[clear_login, set]))
@@ -332,7 +335,7 @@ async fn demo_login(
                 json!({"role": form.role.chars().take(40).collect::<String>()}),
             )
             .await?;
-            tx.commit().await?;
+            tx.commit_quiet().await?;
         }
         return Err(AppError::NotFound("the demo sign-in exists only while the server runs `demo`".into()));
     }
@@ -377,7 +380,7 @@ async fn demo_login(
         json!({"roles": [role.as_str()]}),
     )
     .await?;
-    tx.commit().await?;
+    tx.commit_quiet().await?;
     let secure = state.auth.sessions.secure(&headers);
     let set = session::set_cookie(secure, session::SECURE_COOKIE, session::PLAIN_COOKIE, &value, None);
     let landing = safe_next(form.next.as_deref()).unwrap_or_else(|| role.landing().to_string());
@@ -394,13 +397,14 @@ async fn logout(State(state): State<AppState>, headers: HeaderMap) -> Result<Res
         return Ok(with_cookies(Redirect::to("/login?signed_out=1").into_response(), &[clear]));
     };
     let principal = session::principal(&state.db, &cookie).await.ok();
+    state.pages.forget_session(&cookie);
     let ended = session::end(&state.db, &cookie).await?;
     let mut target = "/login?signed_out=1".to_string();
     if let (Some(p), Some(hint)) = (principal, ended) {
         let mut tx = state.db.begin_org(p.org).await?;
         audit_from(&mut tx, &p.actor(), &source(&headers), "logout", "session", "", json!({})).await?;
         let idp = oidc::settings(&mut tx, state.auth.providers.secrets_dir.as_deref()).await?;
-        tx.commit().await?;
+        tx.commit_quiet().await?;
         if let (Some(idp), Some(hint)) = (idp, hint)
             && let Some(url) = state.auth.providers.logout_url(&idp, &hint, &after).await
         {
@@ -421,7 +425,7 @@ async fn me(State(state): State<AppState>, headers: HeaderMap) -> Result<Json<Va
         .bind(org)
         .fetch_all(tx.conn())
         .await?;
-    tx.commit().await?;
+    tx.commit_quiet().await?;
     let (kind, roles, csrf) = match &p.actor {
         Actor::Token { scope, .. } => ("token", vec![scope.db_name().to_string()], None),
         Actor::User { roles, csrf, .. } => {
@@ -445,7 +449,7 @@ async fn get_provider(State(state): State<AppState>, headers: HeaderMap) -> Resu
     let mut tx = p.begin(&state.db).await?;
     let idp = oidc::settings(&mut tx, state.auth.providers.secrets_dir.as_deref()).await?;
     let demo = demo_login_enabled(state.auth.demo_mode, &mut tx).await?;
-    tx.commit().await?;
+    tx.commit_quiet().await?;
     Ok(Json(json!({
         "provider": idp.map(|i| json!({
             "issuer": i.issuer, "client_id": i.client_id, "client_secret_set": true,
