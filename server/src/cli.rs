@@ -483,7 +483,7 @@ async fn create_token(db: &Database, args: &TokenCreateArgs) -> anyhow::Result<S
         Some(_) => anyhow::bail!("--expires-in-days: between 1 and 3650"),
     };
     let (token_id, token) = auth::create_token(&mut tx, &scope, &args.name, "cli", expires_at).await?;
-    tx.commit().await?;
+    tx.commit_quiet().await?; // credentials only: no figure changes
     eprintln!("created {} token {token_id} for organization {:?}; it is shown once:", args.scope, args.org);
     Ok(token)
 }

@@ -282,6 +282,16 @@ fn millis(d: Duration) -> u128 {
     d.as_millis().max(1)
 }
 
+/// Commits of this process so far (any organization): a page kept by [`crate::pagecache`] asks the database for
+/// its organization's generation again after any of them, so this process never serves a page older than its own
+/// last write.
+static COMMITS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// The number of organization-scoped commits this process has made (see [`OrgTx::commit`]).
+pub fn commits() -> u64 {
+    COMMITS.load(std::sync::atomic::Ordering::Acquire)
+}
+
 /// A transaction with `app.org_id` set for its lifetime.
 pub struct OrgTx {
     tx: Transaction<'static, Postgres>,
@@ -319,13 +329,17 @@ impl OrgTx {
         .bind(self.org.as_uuid())
         .execute(&mut *self.tx)
         .await?;
-        Ok(self.tx.commit().await?)
+        self.tx.commit().await?;
+        COMMITS.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        Ok(())
     }
 
     /// Commits without marking the open months as changed: for writes that change no figure (a credential's
     /// last use, a session's last activity, the read model's own refresh).
     pub async fn commit_quiet(self) -> Result<(), DbError> {
-        Ok(self.tx.commit().await?)
+        self.tx.commit().await?;
+        COMMITS.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        Ok(())
     }
 
     /// Rolls back explicitly (dropping does the same).

@@ -468,3 +468,162 @@ async fn reads_come_from_stored_figures_and_replicas_refresh_once() {
     assert_eq!(oct["provisional"], true);
     assert!(oct["as_of"].as_str().is_some(), "{oct}");
 }
+
+/// Issue 17: a month's utilization, inference and training summaries are computed once per month figures by the
+/// worker, read as stored rows (no ledger computation, no analytics on the read), and cut by the department scope.
+/// Pages of stored figures are rendered once per reader scope and generation, each reader seeing their own name and
+/// CSRF token, and rendered again when the figures change.
+#[tokio::test]
+async fn summaries_and_pages_are_stored_once_and_cut_by_department() {
+    use gpuledger_core::ids::DepartmentId;
+    use std::sync::atomic::Ordering;
+    let env = env().await;
+    let t = &env.admin_token;
+    let o = env.org.as_uuid();
+    let ops = Uuid::new_v4();
+    sqlx::query("INSERT INTO departments (org_id, department_id, name) VALUES ($1, $2, 'Ops')")
+        .bind(o)
+        .bind(ops)
+        .execute(&env.admin)
+        .await
+        .unwrap();
+    sqlx::query(
+        "INSERT INTO tenants (org_id, tenant_id, department_id, name, created_at) VALUES ($1, gen_random_uuid(), $2, 'gamma', '2025-01-01')",
+    )
+    .bind(o)
+    .bind(ops)
+    .execute(&env.admin)
+    .await
+    .unwrap();
+    let research: Uuid =
+        sqlx::query_scalar("SELECT department_id FROM departments WHERE org_id = $1 AND name = 'Research'")
+            .bind(o)
+            .fetch_one(&env.admin)
+            .await
+            .unwrap();
+    let policy = json!({"effective_from": "2026-09", "note": "rates", "policy": {
+        "currency": "USD", "classes": [{"gpu_class": "H100-80GB", "guaranteed": "2.00", "borrowed": "3.00"}],
+        "overhead": {"fixed": [], "key": {"kind": "equal"}}}});
+    let (s, v, _) = call(&env, "POST", "/api/v1/policies", t, Some(policy)).await;
+    assert_eq!(s, StatusCode::CREATED, "{v}");
+    let (s, v, _) = call(&env, "POST", &format!("/api/v1/policies/{}/approve", v["version"]), t, None).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    let ns_gamma = Uuid::new_v4();
+    ingest(&env, vec![namespace(env.ns_alpha, "alpha-ns", "alpha"), namespace(ns_gamma, "gamma-ns", "gamma")]).await;
+    ingest(&env, pod(env.ns_alpha, 2, datetime!(2026-09-10 00:00 UTC), datetime!(2026-09-11 00:00 UTC))).await;
+    ingest(&env, pod(ns_gamma, 1, datetime!(2026-09-12 00:00 UTC), datetime!(2026-09-12 10:00 UTC))).await;
+    let (s, v, _) = call(&env, "POST", "/api/v1/periods/2026-09/close", t, None).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+
+    // Before the worker has run: the stored summaries say they are pending, never computed on the read.
+    let (s, v, _) = call(&env, "GET", "/api/v1/ledger/summaries?period=2026-09", t, None).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(v["pending"], true, "{v}");
+    assert!(v["utilization"].is_null(), "{v}");
+    gpuledger_server::readmodel::worker::summarize_due(&env.db).await;
+    let before = gpuledger_server::close::COMPUTATIONS.load(Ordering::Relaxed);
+    let (s, all, _) = call(&env, "GET", "/api/v1/ledger/summaries?period=2026-09", t, None).await;
+    assert_eq!(s, StatusCode::OK, "{all}");
+    assert_eq!(all["pending"], false, "{all}");
+    let tenants = all["utilization"]["tenants"].as_array().unwrap();
+    let names: Vec<&str> = tenants.iter().filter_map(|t| t["tenant_name"].as_str()).collect();
+    assert!(names.contains(&"alpha") && names.contains(&"gamma"), "{all:#}");
+    let alpha = tenants.iter().find(|t| t["tenant_name"] == "alpha").unwrap();
+    assert_eq!(alpha["allocated_gpu_hours"], "48.000000", "2 GPUs × 24 h: {alpha}");
+    assert!(all["inference"]["unattributed"].is_object(), "organization-wide readers see the remainder: {all:#}");
+    assert!(all["utilization"]["as_of"].is_string() && all["training"]["workloads"].is_array(), "{all:#}");
+    assert_eq!(gpuledger_server::close::COMPUTATIONS.load(Ordering::Relaxed), before, "a stored read computed");
+
+    // (d) A reader limited to Ops sees Ops's rows only, and none of the organization's own rows.
+    let mut tx = env.db.begin_org(env.org).await.unwrap();
+    let (_, ops_token) = auth::create_token(
+        &mut tx,
+        &Scope::Export { departments: vec![DepartmentId::from_uuid(ops)] },
+        "ops-bi",
+        "test",
+        None,
+    )
+    .await
+    .unwrap();
+    tx.commit().await.unwrap();
+    let (s, scoped, _) = call(&env, "GET", "/api/v1/ledger/summaries?period=2026-09", &ops_token, None).await;
+    assert_eq!(s, StatusCode::OK, "{scoped}");
+    let names: Vec<&str> =
+        scoped["utilization"]["tenants"].as_array().unwrap().iter().filter_map(|t| t["tenant_name"].as_str()).collect();
+    assert_eq!(names, vec!["gamma"], "{scoped:#}");
+    assert!(scoped["inference"]["unattributed"].is_null(), "{scoped:#}");
+    assert_eq!(scoped["inference"]["endpoints"], json!([]), "{scoped:#}");
+    let rows: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM read_summary_rows WHERE org_id = $1 AND department_id = $2")
+            .bind(o)
+            .bind(research)
+            .fetch_one(&env.admin)
+            .await
+            .unwrap();
+    assert!(rows >= 1, "Research's rows are stored, only hidden from Ops");
+
+    // Pages: two readers of the same scope get one render, each with their own name and token.
+    let state = AppState::new(env.db.clone(), None);
+    let pages = state.pages.clone();
+    let app = app::router(state, &HttpOptions::default());
+    let mut cookies = Vec::new();
+    let mut tx = env.db.begin_org(env.org).await.unwrap();
+    for who in ["ann", "bob"] {
+        let user = oidc::upsert_user(&mut tx, who, Some(&format!("{who}@acme.invalid")), who).await.unwrap();
+        let new = session::NewSession {
+            user_id: user,
+            roles: vec![Role::Finance],
+            departments: Vec::new(),
+            id_token_hint: None,
+            source: "test".into(),
+        };
+        cookies.push(session::create(&mut tx, &session::SessionSettings::default(), &new).await.unwrap());
+    }
+    tx.commit().await.unwrap();
+    let page = |cookie: String| {
+        let app = app.clone();
+        async move {
+            let req = Request::builder()
+                .uri("/departments?period=2026-09")
+                .header("cookie", format!("{}={cookie}", session::PLAIN_COOKIE))
+                .body(Body::empty())
+                .unwrap();
+            let response = app.oneshot(req).await.unwrap();
+            let status = response.status();
+            let csp = response.headers()["content-security-policy"].to_str().unwrap().to_string();
+            let body = String::from_utf8(to_bytes(response.into_body(), 64 << 20).await.unwrap().to_vec()).unwrap();
+            (status, csp, body)
+        }
+    };
+    let (s, csp_a, ann) = page(cookies[0].clone()).await;
+    assert_eq!(s, StatusCode::OK, "{ann}");
+    let renders = pages.renders.load(Ordering::Relaxed);
+    let (s, csp_b, bob) = page(cookies[1].clone()).await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(pages.renders.load(Ordering::Relaxed), renders, "the second reader of the scope got the kept page");
+    assert!(pages.hits.load(Ordering::Relaxed) >= 1);
+    assert!(ann.contains("ann@acme.invalid") && !ann.contains("bob@acme.invalid"), "{ann}");
+    assert!(bob.contains("bob@acme.invalid") && !bob.contains("ann@acme.invalid"), "{bob}");
+    let csrf = |c: &str| session::csrf_for(c);
+    assert!(bob.contains(&csrf(&cookies[1])) && !bob.contains(&csrf(&cookies[0])), "each reader's own token");
+    assert!(!bob.contains("glpc"), "no marker is left in a page");
+    assert_ne!(csp_a, csp_b, "a fresh nonce per answer");
+    let nonce = csp_b.split("'nonce-").nth(1).unwrap().split('\'').next().unwrap();
+    assert!(bob.contains(&format!("nonce=\"{nonce}\"")), "the page's scripts carry the answer's nonce");
+    assert!(bob.contains("Closed figures as of"), "{bob}");
+
+    // New figures (a snapshot of the open month stored by this process): the next read renders again.
+    gpuledger_server::readmodel::worker::refresh(&env.db, env.org, gpuledger_server::readmodel::worker::Wait::Block)
+        .await
+        .unwrap();
+    let renders = pages.renders.load(Ordering::Relaxed);
+    let (s, _, _) = page(cookies[0].clone()).await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(pages.renders.load(Ordering::Relaxed), renders + 1, "a new generation is rendered again");
+
+    // An ended session gets no kept page: the page sends it to sign in.
+    session::end(&env.db, &cookies[1]).await.unwrap();
+    pages.forget_session(&cookies[1]);
+    let (s, _, body) = page(cookies[1].clone()).await;
+    assert!(!body.contains("bob@acme.invalid"), "{s} {body}");
+}

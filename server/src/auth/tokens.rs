@@ -108,7 +108,7 @@ pub async fn create_for(
     let mut tx = p.begin(&state.db).await?;
     let (scope, _) = parse_scope(&mut tx, scope.trim(), departments).await?;
     let (token_id, token) = create_token(&mut tx, &scope, name, &p.actor(), expires_at).await?;
-    tx.commit().await?;
+    tx.commit_quiet().await?; // credentials only: no figure changes
     Ok(
         json!({ "token_id": token_id, "name": name, "scope": scope.db_name(), "token": token, "expires_at": expires_at }),
     )
@@ -201,6 +201,6 @@ pub async fn revoke_for(state: &AppState, p: &super::Principal, id: &str) -> Res
         .execute(tx.conn())
         .await?;
     crate::policy::audit_by(&mut tx, p, "token.revoke", &token_id.to_string(), "", json!({})).await?;
-    tx.commit().await?;
+    tx.commit_quiet().await?; // credentials only: no figure changes
     Ok(())
 }

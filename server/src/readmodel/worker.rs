@@ -120,6 +120,23 @@ pub async fn refresh_with(db: &Database, org: OrgId, wait: Wait, extra: Option<P
     if !locked {
         return Ok(false);
     }
+    if wait == Wait::Block {
+        // Waited for another refresh: nothing to do when it left the figures current (no change since, and the
+        // month asked for has figures).
+        let month = month_start(extra.unwrap_or_else(|| Period::containing(OffsetDateTime::now_utc())));
+        let current: bool = sqlx::query_scalar(
+            "SELECT NOT EXISTS (SELECT 1 FROM read_dirty WHERE org_id = $1)
+                AND EXISTS (SELECT 1 FROM read_months WHERE org_id = $1 AND period = $2)",
+        )
+        .bind(org.as_uuid())
+        .bind(month)
+        .fetch_one(tx.conn())
+        .await?;
+        if current {
+            tx.commit_quiet().await?;
+            return Ok(true);
+        }
+    }
     // Changes committed from here on mark the organization again: the next round includes them. (Cleared in its
     // own short transaction, so ingest never waits for this computation.)
     let mut clear = db.begin_org(org).await?;
