@@ -108,7 +108,7 @@ pub struct PageCache {
     markers: RenderMarkers,
     epoch: Instant,
     /// Sessions checked in the last [`SESSION_RECHECK`], by the cookie's SHA-256.
-    sessions: Mutex<HashMap<[u8; 32], (Instant, Arc<Who>)>>,
+    sessions: Mutex<HashMap<[u8; 32], Checked>>,
     /// Organizations' generations read in the last [`GENERATION_RECHECK`], with this process's commit count then.
     generations: Mutex<HashMap<OrgId, (Instant, u64, String)>>,
     /// Answers served from a kept page, and renders (for tests and the metrics page).
@@ -279,6 +279,9 @@ fn digest(cookie: &str) -> [u8; 32] {
     Sha256::digest(cookie.as_bytes()).into()
 }
 
+/// A credential checked at an instant, and whom it names.
+type Checked = (Instant, Arc<Who>);
+
 /// A reader as far as kept pages care.
 struct Who {
     org: OrgId,
@@ -380,12 +383,20 @@ pub async fn pages(State(state): State<AppState>, mut request: Request, next: Ne
 /// Largest page kept (a larger one is not rendered for keeping: it fails the same way it would uncached).
 const MAX_PAGE: usize = 16 * 1024 * 1024;
 
+/// What a marker stands for.
+#[derive(Clone, Copy)]
+enum Marker {
+    Name,
+    Csrf,
+    Nonce,
+}
+
 /// Cuts a rendered page at its markers.
 fn split(body: &[u8], markers: &RenderMarkers, nonce: Option<&str>) -> Vec<Piece> {
-    let mut needles: Vec<(&[u8], fn() -> Piece)> =
-        vec![(markers.name.as_bytes(), || Piece::Name), (markers.csrf.as_bytes(), || Piece::Csrf)];
+    let mut needles: Vec<(&[u8], Marker)> =
+        vec![(markers.name.as_bytes(), Marker::Name), (markers.csrf.as_bytes(), Marker::Csrf)];
     if let Some(n) = nonce.filter(|n| n.len() >= 8) {
-        needles.push((n.as_bytes(), || Piece::Nonce));
+        needles.push((n.as_bytes(), Marker::Nonce));
     }
     let mut pieces = Vec::new();
     let (mut from, mut i) = (0, 0);
@@ -394,7 +405,11 @@ fn split(body: &[u8], markers: &RenderMarkers, nonce: Option<&str>) -> Vec<Piece
             if from < i {
                 pieces.push(Piece::Text(Bytes::copy_from_slice(&body[from..i])));
             }
-            pieces.push(piece());
+            pieces.push(match piece {
+                Marker::Name => Piece::Name,
+                Marker::Csrf => Piece::Csrf,
+                Marker::Nonce => Piece::Nonce,
+            });
             i += needle.len();
             from = i;
         } else {
