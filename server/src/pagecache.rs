@@ -86,7 +86,8 @@ struct Page {
     generation: String,
     rendered_at: Instant,
     status: StatusCode,
-    content_type: HeaderValue,
+    /// The render's headers, less the ones each answer makes anew (length, date, CSP, caching, request id).
+    headers: HeaderMap,
     pieces: Vec<Piece>,
     bytes: usize,
 }
@@ -362,16 +363,16 @@ pub async fn pages(State(state): State<AppState>, mut request: Request, next: Ne
         .and_then(|csp| csp.split("'nonce-").nth(1))
         .and_then(|rest| rest.split('\'').next())
         .map(str::to_string);
-    let content_type = parts
-        .headers
-        .get(header::CONTENT_TYPE)
-        .cloned()
-        .unwrap_or(HeaderValue::from_static("text/html; charset=utf-8"));
+    let mut headers = parts.headers.clone();
+    for volatile in [header::CONTENT_LENGTH, header::DATE, header::CONTENT_SECURITY_POLICY, header::CACHE_CONTROL] {
+        headers.remove(volatile);
+    }
+    headers.remove("x-request-id");
     let page = Arc::new(Page {
         generation: reader.generation.clone(),
         rendered_at: Instant::now(),
         status: parts.status,
-        content_type,
+        headers,
         bytes: bytes.len(),
         pieces: split(&bytes, &cache.markers, nonce.as_deref()),
     });
@@ -455,7 +456,7 @@ fn answer(page: &Page, reader: &Reader) -> Response {
     let mut response = Response::new(Body::from(body));
     *response.status_mut() = page.status;
     let headers = response.headers_mut();
-    headers.insert(header::CONTENT_TYPE, page.content_type.clone());
+    headers.extend(page.headers.clone());
     if page.pieces.iter().any(|p| matches!(p, Piece::Nonce))
         && let Ok(csp) = HeaderValue::from_str(&crate::app::csp(Some(&nonce)))
     {
@@ -525,7 +526,7 @@ mod tests {
                 generation: "g".into(),
                 rendered_at: Instant::now(),
                 status: StatusCode::OK,
-                content_type: HeaderValue::from_static("text/html"),
+                headers: HeaderMap::new(),
                 pieces: vec![Piece::Text(Bytes::from(vec![b'x'; n]))],
                 bytes: n,
             })

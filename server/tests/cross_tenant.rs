@@ -659,6 +659,16 @@ fn cases() -> Vec<Case> {
             // Totals only: nothing of A's by name to look for.
             control: None,
         },
+        // The month's stored summaries: rows of the caller's own organization and departments only.
+        Case {
+            method: "GET",
+            route: "/api/v1/ledger/summaries",
+            who: Readers,
+            denied: Api,
+            expect: Clean(200),
+            build: |_| get(format!("/api/v1/ledger/summaries?period={CLOSED}")),
+            control: None,
+        },
         Case {
             method: "GET",
             route: "/api/v1/periods/{period}/evidence",
