@@ -342,6 +342,12 @@ impl OrgTx {
         Ok(())
     }
 
+    /// Commits a credential's own bookkeeping (a session's or token's last use): no figure changes and no kept page
+    /// goes stale, so unlike the other commits it is not counted in [`commits`].
+    pub async fn commit_identity(self) -> Result<(), DbError> {
+        Ok(self.tx.commit().await?)
+    }
+
     /// Rolls back explicitly (dropping does the same).
     pub async fn rollback(self) -> Result<(), DbError> {
         Ok(self.tx.rollback().await?)

@@ -6,7 +6,9 @@
 //!   *generation* (when its figures, summaries, pending changes and periods last changed). A request's session is
 //!   checked against the database at least every [`SESSION_RECHECK`] (sign-out on this replica forgets it at once)
 //!   and its organization's generation at least every [`GENERATION_RECHECK`]: only the render and those two reads
-//!   are saved, so a new snapshot shows within a second and an ended session stops within two.
+//!   are saved, so a new snapshot shows within a second and an ended session stops within two. When a check is due,
+//!   one request makes it while the others go on with the previous answer (for at most as long again), so readers
+//!   arriving together do not all ask the database at once; after a commit of this process every request asks.
 //! - **Nothing personal is kept**: the page is rendered with markers in place of the reader's name and CSRF token,
 //!   and each answer puts the reader's own (escaped) values there, with a fresh CSP nonce.
 //! - **One render at a time per key**; while it runs, other readers get the previous page of the same scope (it
@@ -19,7 +21,7 @@ use std::{
     collections::HashMap,
     sync::{
         Arc, Mutex,
-        atomic::{AtomicU64, AtomicUsize, Ordering},
+        atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering},
     },
     time::{Duration, Instant},
 };
@@ -111,7 +113,7 @@ pub struct PageCache {
     /// Sessions checked in the last [`SESSION_RECHECK`], by the cookie's SHA-256.
     sessions: Mutex<HashMap<[u8; 32], Checked>>,
     /// Organizations' generations read in the last [`GENERATION_RECHECK`], with this process's commit count then.
-    generations: Mutex<HashMap<OrgId, (Instant, u64, String)>>,
+    generations: Mutex<HashMap<OrgId, Generation>>,
     /// Answers served from a kept page, and renders (for tests and the metrics page).
     pub hits: AtomicU64,
     /// Renders.
@@ -203,7 +205,13 @@ impl PageCache {
         let id = digest(&credential);
         let known = {
             let sessions = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
-            sessions.get(&id).filter(|(at, _)| at.elapsed() < SESSION_RECHECK).map(|(_, who)| who.clone())
+            sessions.get(&id).and_then(|(at, who, checking)| {
+                let age = at.elapsed();
+                // Due: one request checks it again; the others go on with it meanwhile (at most twice as long),
+                // so fifty readers do not all ask the database at the same instant.
+                (age < SESSION_RECHECK || (age < 2 * SESSION_RECHECK && checking.swap(true, Ordering::AcqRel)))
+                    .then(|| who.clone())
+            })
         };
         let who = match known {
             Some(who) => who,
@@ -225,22 +233,27 @@ impl PageCache {
                 let who = Arc::new(who);
                 let mut sessions = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
                 if sessions.len() >= MAX_SESSIONS {
-                    sessions.retain(|_, (at, _)| at.elapsed() < SESSION_RECHECK);
+                    sessions.retain(|_, (at, _, _)| at.elapsed() < SESSION_RECHECK);
                     if sessions.len() >= MAX_SESSIONS {
                         sessions.clear();
                     }
                 }
-                sessions.insert(id, (Instant::now(), who.clone()));
+                sessions.insert(id, (Instant::now(), who.clone(), Arc::new(AtomicBool::new(false))));
                 who
             }
         };
         let org = who.org;
         let known = {
             let generations = self.generations.lock().unwrap_or_else(|e| e.into_inner());
-            generations
-                .get(&org)
-                .filter(|(at, commits, _)| at.elapsed() < GENERATION_RECHECK && *commits == crate::db::commits())
-                .map(|(_, _, g)| g.clone())
+            generations.get(&org).and_then(|(at, commits, g, checking)| {
+                // After a commit of this process: everyone asks (its own writes show at once). Merely due: one asks.
+                let same = *commits == crate::db::commits();
+                let age = at.elapsed();
+                (same
+                    && (age < GENERATION_RECHECK
+                        || (age < 2 * GENERATION_RECHECK && checking.swap(true, Ordering::AcqRel))))
+                .then(|| g.clone())
+            })
         };
         let generation = match known {
             Some(g) => g,
@@ -262,7 +275,7 @@ impl PageCache {
         if generations.len() >= MAX_SESSIONS {
             generations.clear();
         }
-        generations.insert(org, (Instant::now(), commits, generation.to_string()));
+        generations.insert(org, (Instant::now(), commits, generation.to_string(), Arc::new(AtomicBool::new(false))));
     }
 }
 
@@ -280,8 +293,11 @@ fn digest(cookie: &str) -> [u8; 32] {
     Sha256::digest(cookie.as_bytes()).into()
 }
 
-/// A credential checked at an instant, and whom it names.
-type Checked = (Instant, Arc<Who>);
+/// A credential checked at an instant, whom it names, and whether a request is checking it again now.
+type Checked = (Instant, Arc<Who>, Arc<AtomicBool>);
+/// An organization's generation read at an instant, this process's commit count then, and whether a request is
+/// reading it again now.
+type Generation = (Instant, u64, String, Arc<AtomicBool>);
 
 /// A reader as far as kept pages care.
 struct Who {

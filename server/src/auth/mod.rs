@@ -448,7 +448,7 @@ async fn token_principal(db: &Database, token: &str, source: &str) -> Result<Pri
         .execute(tx.conn())
         .await?;
     }
-    tx.commit_quiet().await?;
+    tx.commit_identity().await?;
     let (token_id, scope, cluster, departments) = row.ok_or(AppError::Unauthorized)?;
     let scope = match (scope.as_str(), cluster) {
         ("admin", _) => Scope::Admin,

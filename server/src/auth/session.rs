@@ -203,7 +203,7 @@ pub async fn principal(db: &Database, cookie: &str) -> Result<Principal, AppErro
     let (org, _) = split(cookie).ok_or(AppError::Unauthorized)?;
     let mut tx = db.begin_org(org).await?;
     let principal = principal_in(&mut tx, cookie).await;
-    tx.commit_quiet().await?;
+    tx.commit_identity().await?;
     principal
 }
 
