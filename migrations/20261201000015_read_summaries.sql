@@ -36,10 +36,23 @@ CREATE TABLE read_summary_rows (
     FOREIGN KEY (org_id, period, kind) REFERENCES read_summaries (org_id, period, kind) ON DELETE CASCADE
 );
 
-SELECT gpuledger_isolate(t) FROM unnest(ARRAY['read_summaries', 'read_summary_rows']::regclass[]) t;
-SELECT gpuledger_dept_scope('read_summary_rows', 'department_id');
+-- A month's total per department, written with its lines (`readmodel::store`): the showback's six-month trend
+-- reads a handful of rows per month instead of summing every line under the department policy.
+CREATE TABLE read_totals (
+    org_id          uuid        NOT NULL,
+    period          date        NOT NULL,
+    department_id   uuid        NOT NULL,
+    department      text        NOT NULL,
+    total           numeric(20, 2) NOT NULL,
+    PRIMARY KEY (org_id, period, department_id),
+    FOREIGN KEY (org_id, period) REFERENCES read_months (org_id, period) ON DELETE CASCADE
+);
 
-GRANT SELECT, INSERT, UPDATE, DELETE ON read_summaries, read_summary_rows TO gpuledger_app;
+SELECT gpuledger_isolate(t) FROM unnest(ARRAY['read_summaries', 'read_summary_rows', 'read_totals']::regclass[]) t;
+SELECT gpuledger_dept_scope('read_summary_rows', 'department_id');
+SELECT gpuledger_dept_scope('read_totals', 'department_id');
+
+GRANT SELECT, INSERT, UPDATE, DELETE ON read_summaries, read_summary_rows, read_totals TO gpuledger_app;
 
 -- The months whose summaries do not go with their current figures: newest first (the open month and the last
 -- closed one are what people read). Like gpuledger_read_refresh_due, it runs as the owner, which may read these
@@ -58,3 +71,10 @@ REVOKE ALL ON FUNCTION gpuledger_read_summaries_due(integer) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION gpuledger_read_summaries_due(integer) TO gpuledger_app;
 
 RESET ROLE;
+
+-- Months stored before this migration get their totals from their lines (the migration runs as a role that sees
+-- every organization's rows).
+INSERT INTO read_totals (org_id, period, department_id, department, total)
+SELECT org_id, period, department_id, min(department), sum(amount) FROM read_lines
+ GROUP BY org_id, period, department_id
+ON CONFLICT DO NOTHING;

@@ -107,5 +107,6 @@ SELECT create_distributed_table('read_answers', 'org_id', colocate_with => 'depa
 -- migration 15: the read model's summaries
 SELECT create_distributed_table('read_summaries', 'org_id', colocate_with => 'departments');
 SELECT create_distributed_table('read_summary_rows', 'org_id', colocate_with => 'departments');
+SELECT create_distributed_table('read_totals', 'org_id', colocate_with => 'departments');
 
 COMMIT;

@@ -51,7 +51,8 @@ struct MonthsQuery {
 }
 
 /// `GET /api/v1/ledger/months?from=YYYY-MM&to=YYYY-MM[&department=]`: each month's total as the caller may see it,
-/// from the stored figures (one query for a whole trend); a month without figures says so (`total: null`).
+/// from the stored per-department totals (one query for a whole trend); a month without figures says so
+/// (`total: null`).
 async fn get_months(
     State(state): State<AppState>,
     headers: HeaderMap,
@@ -71,10 +72,10 @@ async fn get_months(
     let mut tx = p.begin(&state.db).await?;
     type MonthRow = (time::Date, Option<String>, Option<String>, Option<time::OffsetDateTime>);
     let rows: Vec<MonthRow> = sqlx::query_as(
-        "SELECT g.period::date, m.state, (SELECT sum(l.amount)::text FROM read_lines l
-                                         WHERE l.org_id = $1 AND l.period = m.period
-                                           AND ($4::text IS NULL OR l.department = $4 OR l.department_id::text = $4)
-                                           AND ($5::uuid[] IS NULL OR l.department_id = ANY($5))),
+        "SELECT g.period::date, m.state, (SELECT sum(t.total)::text FROM read_totals t
+                                         WHERE t.org_id = $1 AND t.period = m.period
+                                           AND ($4::text IS NULL OR t.department = $4 OR t.department_id::text = $4)
+                                           AND ($5::uuid[] IS NULL OR t.department_id = ANY($5))),
                 m.as_of
            FROM generate_series($2::date, $3::date, interval '1 month') AS g(period)
            LEFT JOIN read_months m ON m.org_id = $1 AND m.period = g.period::date

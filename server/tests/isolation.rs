@@ -116,7 +116,11 @@ async fn seed(db: &Database, slug: &str) -> OrgId {
             vec![o, dept, tenant],
         ),
         ("INSERT INTO read_dirty (org_id) VALUES ($1) ON CONFLICT DO NOTHING", vec![o]),
-        // The read model's summaries (migration 15).
+        // The read model's summaries and month totals (migration 15).
+        (
+            "INSERT INTO read_totals (org_id, period, department_id, department, total) VALUES ($1, '2026-01-01', $2, 'd', 1.00)",
+            vec![o, dept],
+        ),
         (
             "INSERT INTO read_summaries (org_id, period, kind, as_of) VALUES ($1, '2026-01-01', 'inference', now())",
             vec![o],
@@ -536,6 +540,10 @@ async fn seed_platform(db: &Database, admin: &sqlx::PgPool, a: OrgId) -> (Uuid, 
             vec![o, platform, tenant],
         ),
         (
+            "INSERT INTO read_totals (org_id, period, department_id, department, total) VALUES ($1, '2026-01-01', $2, 'Platform', 3)",
+            vec![o, platform],
+        ),
+        (
             "INSERT INTO read_summaries (org_id, period, kind, as_of) VALUES ($1, '2026-02-01', 'training', now())",
             vec![o],
         ),
@@ -578,6 +586,7 @@ fn platform_rows(platform: Uuid, tenant: Uuid, dispute: Uuid) -> Vec<(&'static s
         ("read_lines", format!("department_id = '{platform}'")),
         // Its summaries: a department's rows as the lines; the organization's own rows (no department) with them.
         ("read_summary_rows", format!("department_id = '{platform}'")),
+        ("read_totals", format!("department_id = '{platform}'")),
         ("adjustments", format!("department_id = '{platform}'")),
         ("disputes", format!("department_id = '{platform}'")),
         ("dispute_events", format!("dispute_id = '{dispute}'")),

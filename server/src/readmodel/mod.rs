@@ -141,6 +141,15 @@ pub async fn store(tx: &mut OrgTx, f: &Figures<'_>) -> Result<(), AppError> {
         .execute(tx.conn())
         .await?;
     }
+    sqlx::query(
+        "INSERT INTO read_totals (org_id, period, department_id, department, total)
+         SELECT org_id, period, department_id, min(department), sum(amount) FROM read_lines
+          WHERE org_id = $1 AND period = $2 GROUP BY org_id, period, department_id",
+    )
+    .bind(org)
+    .bind(start)
+    .execute(tx.conn())
+    .await?;
     Ok(())
 }
 
