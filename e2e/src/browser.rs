@@ -400,6 +400,23 @@ impl Browser {
         }
     }
 
+    /// Waits until the page's source contains `needle` (a form that answers on the same URL: the URL alone cannot
+    /// say whether the new page is in yet); returns the source.
+    pub async fn wait_for_source(&self, needle: &str, timeout: Duration) -> Result<String> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let source = self.page_source().await?;
+            if source.contains(needle) {
+                return Ok(source);
+            }
+            if Instant::now() > deadline {
+                let body = self.body_text().await.unwrap_or_default();
+                bail!("timed out after {timeout:?} waiting for {needle:?}; the page says:\n{}", clip(&body, 2000));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
     /// Waits until the current URL starts with `prefix`; returns it.
     pub async fn wait_for_url_prefix(&self, prefix: &str, timeout: Duration) -> Result<String> {
         self.wait_for_url(|u| u.starts_with(prefix), timeout).await.with_context(|| format!("waiting for {prefix}…"))

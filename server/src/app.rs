@@ -277,6 +277,10 @@ pub fn router(state: AppState, http: &HttpOptions) -> Router {
         .merge(api_routes(&state))
         .merge(crate::portal::router())
         .merge(portal)
+        // An API path no operation answers: problem+json, as every API error (not the portal's HTML page).
+        .route("/api", axum::routing::any(api_not_found))
+        .route("/api/", axum::routing::any(api_not_found))
+        .route("/api/{*rest}", axum::routing::any(api_not_found))
         // Unknown paths render the portal's own not-found page (status 404).
         .fallback(leptos_axum::render_app_to_stream_with_context(portal_context(&state), move || {
             shell(fallback_options.clone())
@@ -296,6 +300,11 @@ pub fn router(state: AppState, http: &HttpOptions) -> Router {
         .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
         .layer(middleware::from_fn_with_state(auth, peer))
         .layer(security_headers())
+}
+
+/// 404 in problem+json for an `/api/…` path that no operation answers.
+async fn api_not_found(uri: axum::http::Uri) -> AppError {
+    AppError::NotFound(format!("no API operation at {}; the operations are listed at /api/v1/openapi.json", uri.path()))
 }
 
 type SetHeader = SetResponseHeaderLayer<HeaderValue>;

@@ -326,6 +326,34 @@ fn cases() -> Vec<Case> {
     use Expect::{Clean, Status};
     use Who::*;
     vec![
+        // ---- an API path no operation answers: problem+json 404 for everyone, naming nothing of anyone's
+        Case {
+            method: "ANY",
+            route: "/api",
+            who: Anyone,
+            denied: Api,
+            expect: Clean(404),
+            build: |_| get("/api"),
+            control: None,
+        },
+        Case {
+            method: "ANY",
+            route: "/api/",
+            who: Anyone,
+            denied: Api,
+            expect: Clean(404),
+            build: |_| get("/api/"),
+            control: None,
+        },
+        Case {
+            method: "ANY",
+            route: "/api/{*rest}",
+            who: Anyone,
+            denied: Api,
+            expect: Clean(404),
+            build: |_| get("/api/v1/no-such-operation"),
+            control: None,
+        },
         // ---- health and documents: public, and nothing of any organization in them
         Case {
             method: "GET",

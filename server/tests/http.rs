@@ -93,6 +93,22 @@ async fn unknown_paths_get_the_portal_not_found_page() {
     assert_scripts_carry_the_csp_nonce(&headers, &body);
 }
 
+#[tokio::test]
+async fn unknown_api_paths_answer_problem_json_not_the_portal_page() {
+    let (_test_db, db) = common::migrated().await;
+    let app = router(db, None);
+    for path in ["/api/v1/no-such-thing", "/api/v2/ledger", "/api/", "/api/v1/ledger/extra/segments"] {
+        let (status, headers, body) = get(&app, path).await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "{path}");
+        assert_eq!(headers["content-type"], "application/problem+json", "{path}");
+        let problem: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert!(problem["detail"].as_str().unwrap_or_default().contains("no API operation"), "{path}: {body}");
+    }
+    // Known operations are untouched by it.
+    let (status, _, _) = get(&app, "/api/v1/openapi.json").await;
+    assert_eq!(status, StatusCode::OK);
+}
+
 /// Every inline script carries the nonce the response's CSP allows (others would be blocked).
 fn assert_scripts_carry_the_csp_nonce(headers: &axum::http::HeaderMap, body: &str) {
     let csp = headers["content-security-policy"].to_str().unwrap();
