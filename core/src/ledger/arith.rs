@@ -67,3 +67,54 @@ pub fn distribute(total: Fraction, weights: &[Fraction]) -> Result<Vec<Decimal>,
     }
     parts.into_iter().map(|(c, _)| Decimal::from_scaled(c, AMOUNT_SCALE)).collect()
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use time::macros::datetime;
+
+    use super::*;
+
+    #[test]
+    fn lcm_of_denominators() {
+        assert_eq!(lcm(4, 6).unwrap(), 12);
+        assert_eq!(lcm(7, 1).unwrap(), 7);
+        assert_eq!(lcm(5, 5).unwrap(), 5);
+        assert!(lcm(i128::MAX, i128::MAX - 1).is_err());
+    }
+
+    #[test]
+    fn clip_to_the_period() {
+        let p = Interval::new(datetime!(2026-10-01 00:00 UTC), datetime!(2026-11-01 00:00 UTC)).unwrap();
+        let ns = |t: OffsetDateTime| t.unix_timestamp_nanos();
+        // Started before, still open: counted from the period start to its end.
+        assert_eq!(clip(datetime!(2026-09-20 00:00 UTC), None, &p), Some((ns(p.start()), ns(p.end()))));
+        let (s, e) = (datetime!(2026-10-02 00:00 UTC), datetime!(2026-10-03 00:00 UTC));
+        assert_eq!(clip(s, Some(e), &p), Some((ns(s), ns(e))));
+        // Outside or empty: nothing.
+        assert_eq!(clip(datetime!(2026-09-01 00:00 UTC), Some(p.start()), &p), None);
+        assert_eq!(clip(p.end(), None, &p), None);
+        assert_eq!(clip(s, Some(s), &p), None);
+    }
+
+    #[test]
+    fn hours_money_and_quantities() {
+        assert_eq!(
+            hours(Fraction::from_integer(NANOS_PER_HOUR * 3).unwrap()).unwrap(),
+            Fraction::from_integer(3).unwrap()
+        );
+        assert_eq!(money(Fraction::new(1, 200).unwrap()).unwrap().to_string(), "0.01");
+        assert_eq!(qty(Fraction::new(1, 3).unwrap()).unwrap().to_string(), "0.333333");
+    }
+
+    #[test]
+    fn distribute_adds_up_and_gives_ties_to_the_earlier() {
+        let third = Fraction::ONE;
+        let parts = distribute(Fraction::from_integer(1).unwrap(), &[third, third, third]).unwrap();
+        let cents: Vec<String> = parts.iter().map(ToString::to_string).collect();
+        assert_eq!(cents, ["0.34", "0.33", "0.33"]);
+        let none = distribute(Fraction::from_integer(5).unwrap(), &[Fraction::ZERO, Fraction::ZERO]).unwrap();
+        assert!(none.iter().all(|d| d.value().is_zero()));
+        assert!(distribute(Fraction::ONE, &[]).unwrap().is_empty());
+    }
+}
