@@ -270,6 +270,43 @@ impl Period {
             m => Self::new(self.year, m.previous()),
         }
     }
+
+    /// The month of a calendar date; an error when its year is outside 1..=9999 (see [`Period::new`]).
+    pub fn from_date(d: Date) -> Result<Self, DomainError> {
+        Self::new(d.year(), d.month())
+    }
+
+    /// The first day of the month.
+    pub fn first_day(&self) -> Date {
+        // A Period's year is in 1..=9999 and day 1 exists in every month, so the fallback is never taken; it only
+        // keeps this infallible without a panic path.
+        Date::from_calendar_date(self.year, self.month, 1).unwrap_or(Date::MIN)
+    }
+
+    /// The last day of the month (28th to 31st).
+    pub fn last_day(&self) -> Date {
+        let first = self.first_day();
+        // Month::length gives a day that exists in that month, so the fallback is never taken either.
+        first.replace_day(self.month.length(self.year)).unwrap_or(first)
+    }
+
+    /// The first instant of the month, midnight UTC on [`Period::first_day`]: the start of [`Period::interval`].
+    pub fn start(&self) -> OffsetDateTime {
+        self.first_day().with_time(Time::MIDNIGHT).assume_utc()
+    }
+
+    /// The month `months` after this one (negative: before); an error when that leaves years 1..=9999.
+    pub fn add_months(&self, months: i32) -> Result<Self, DomainError> {
+        // Months counted from January of year 0, so that the year and month fall out of one division.
+        let index = i64::from(self.year) * 12 + i64::from(u8::from(self.month)) - 1 + i64::from(months);
+        let year = i32::try_from(index.div_euclid(12))
+            .map_err(|_| DomainError::invalid("period.year", format!("{months} months from {self} is out of range")))?;
+        let month = u8::try_from(index.rem_euclid(12) + 1)
+            .ok()
+            .and_then(|m| Month::try_from(m).ok())
+            .ok_or_else(|| DomainError::invalid("period.month", format!("{months} months from {self}")))?;
+        Self::new(year, month)
+    }
 }
 
 impl fmt::Display for Period {
@@ -304,7 +341,7 @@ impl From<Period> for String {
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
-    use time::macros::datetime;
+    use time::macros::{date, datetime};
 
     #[test]
     fn interval_basics() {
@@ -371,6 +408,36 @@ mod tests {
         assert_eq!(Period::containing(datetime!(2026-10-31 23:30 -01:00)).to_string(), "2026-11");
         assert_eq!(serde_json::to_string(&p).unwrap(), "\"2026-10\"");
         assert_eq!(serde_json::from_str::<Period>("\"2026-10\"").unwrap(), p);
+    }
+
+    #[test]
+    fn period_days_start_and_month_arithmetic() {
+        let p = Period::parse("2028-02").unwrap();
+        assert_eq!(p.first_day(), date!(2028 - 02 - 01));
+        assert_eq!(p.last_day(), date!(2028 - 02 - 29));
+        assert_eq!(Period::parse("2026-02").unwrap().last_day(), date!(2026 - 02 - 28));
+        assert_eq!(Period::parse("2026-12").unwrap().last_day(), date!(2026 - 12 - 31));
+        assert_eq!(Period::parse("9999-12").unwrap().last_day(), date!(9999 - 12 - 31));
+        assert_eq!(Period::parse("0001-01").unwrap().first_day(), date!(0001 - 01 - 01));
+        assert_eq!(p.start(), datetime!(2028-02-01 00:00 UTC));
+        assert_eq!(p.start(), p.interval().unwrap().start());
+        assert_eq!(Period::from_date(date!(2026 - 10 - 17)).unwrap().to_string(), "2026-10");
+        assert_eq!(Period::from_date(p.last_day()).unwrap(), p);
+        assert!(Period::from_date(date!(-0001 - 06 - 01)).is_err());
+        assert_eq!(Period::containing(p.start()), p);
+        let q = Period::parse("2026-11").unwrap();
+        assert_eq!(q.add_months(0).unwrap(), q);
+        assert_eq!(q.add_months(1).unwrap(), q.next().unwrap());
+        assert_eq!(q.add_months(-1).unwrap(), q.prev().unwrap());
+        assert_eq!(q.add_months(2).unwrap().to_string(), "2027-01");
+        assert_eq!(q.add_months(-11).unwrap().to_string(), "2025-12");
+        assert_eq!(q.add_months(-23).unwrap().to_string(), "2024-12");
+        assert_eq!(q.add_months(26).unwrap().to_string(), "2029-01");
+        assert!(Period::parse("9999-12").unwrap().next().is_err());
+        assert!(Period::parse("9999-12").unwrap().add_months(1).is_err());
+        assert!(Period::parse("0001-01").unwrap().add_months(-1).is_err());
+        assert!(q.add_months(i32::MAX).is_err());
+        assert!(q.add_months(i32::MIN).is_err());
     }
 
     #[test]

@@ -1,0 +1,140 @@
+//! Variable energy charge: device energy × the allocation's share of the device × PUE × price.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use super::{
+    AllocationRecord, DERIVED_RATE_SCALE, Term,
+    allocations::Gathered,
+    arith::{clip, money, qty},
+    context::Ctx,
+};
+use crate::{
+    confidence::Confidence, decimal::Decimal, error::DomainError, fraction::Fraction, ids::TenantId, interval::Interval,
+};
+
+/// Adds the energy lines and returns the kWh attributed to each priced shared endpoint.
+pub(super) fn lines(
+    ctx: &mut Ctx<'_>,
+    period: Interval,
+    gathered: &Gathered<'_>,
+    priced_endpoints: &BTreeSet<&str>,
+) -> Result<BTreeMap<String, Fraction>, DomainError> {
+    let input = ctx.input;
+    let policy = &input.policy;
+    let slot_keys = &gathered.slot_keys;
+    let energy_share = &gathered.energy_share;
+    let mut endpoint_energy_kwh: BTreeMap<String, Fraction> = BTreeMap::new();
+    if let Some(price) = &policy.energy {
+        // Per device: (start ns, end ns, joules), by start.
+        let mut by_device: HashMap<&str, Vec<(i128, i128, u64)>> = HashMap::new();
+        for r in &input.energy {
+            if r.end <= r.start {
+                return Err(DomainError::invalid_at(
+                    "energy",
+                    format!("window of {} ends before it starts", r.gpu_uuid),
+                ));
+            }
+            by_device.entry(r.gpu_uuid.as_str()).or_default().push((
+                r.start.unix_timestamp_nanos(),
+                r.end.unix_timestamp_nanos(),
+                r.joules,
+            ));
+        }
+        for v in by_device.values_mut() {
+            v.sort_by_key(|w| w.0);
+        }
+        // The allocation's device energy in whole millijoules (before its share).
+        let attribute = |a: &AllocationRecord| -> Result<i128, DomainError> {
+            let Some((s, e)) = clip(a.start, a.end, &period) else { return Ok(0) };
+            let mut mj = 0_i128;
+            for d in &a.devices {
+                let Some(windows) = by_device.get(d.as_str()) else { continue };
+                let first = windows.partition_point(|w| w.1 <= s);
+                for &(ws, we, joules) in &windows[first..] {
+                    if ws >= e {
+                        break;
+                    }
+                    let overlap = we.min(e) - ws.max(s);
+                    if overlap <= 0 {
+                        continue;
+                    }
+                    // Rounded to whole millijoules (half up): kept exact, windows of irregular length (scrape jitter)
+                    // give every partial window its own denominator and the sum overflows i128.
+                    let overflow = || DomainError::overflow("energy");
+                    let part = if overlap == we - ws {
+                        i128::from(joules).checked_mul(1000).ok_or_else(overflow)?
+                    } else {
+                        let num = i128::from(joules).checked_mul(overlap).and_then(|v| v.checked_mul(1000));
+                        let num = num.ok_or_else(overflow)?;
+                        let (q, r) = (num / (we - ws), num % (we - ws));
+                        if 2 * r >= we - ws { q + 1 } else { q }
+                    };
+                    mj = mj.checked_add(part).ok_or_else(overflow)?;
+                }
+            }
+            Ok(mj)
+        };
+        // Per (tenant, class): millijoules summed per distinct per-device share, then converted once (exactly
+        // Σ millijoules / 1000 × share over its allocations).
+        let mut per_slot: Vec<(Vec<(Fraction, i128)>, Confidence)> =
+            vec![(Vec::new(), Confidence::Exact); slot_keys.len()];
+        for (idx, share, slot) in energy_share {
+            let a = &input.allocations[*idx];
+            let mj = attribute(a)?;
+            if mj == 0 {
+                continue;
+            }
+            let (sums, conf) = &mut per_slot[*slot];
+            match sums.iter_mut().find(|(s, _)| s == share) {
+                Some((_, sum)) => *sum = sum.checked_add(mj).ok_or_else(|| DomainError::overflow("energy"))?,
+                None => sums.push((*share, mj)),
+            }
+            *conf = conf.combine(a.confidence);
+        }
+        let mut joules: BTreeMap<(TenantId, &str), (Fraction, Confidence)> = BTreeMap::new();
+        for (key, (sums, conf)) in slot_keys.iter().zip(per_slot) {
+            if sums.is_empty() {
+                continue;
+            }
+            let j = sums.iter().try_fold(Fraction::ZERO, |acc, (share, mj)| {
+                acc.checked_add(Fraction::new(*mj, 1000)?.checked_mul(*share)?)
+            })?;
+            joules.insert(*key, (j, conf));
+        }
+        for a in &input.allocations {
+            if let (Some(ep), Some(_)) = (a.endpoint.as_deref().filter(|e| priced_endpoints.contains(e)), &a.gpu_class)
+                && !a.devices.is_empty()
+            {
+                let share = a.fraction.checked_div(Fraction::from_integer(a.devices.len() as i128)?)?;
+                let j = Fraction::new(attribute(a)?, 1000)?.checked_mul(share)?;
+                let v = endpoint_energy_kwh.entry(ep.to_string()).or_insert(Fraction::ZERO);
+                *v = v.checked_add(j.checked_div(Fraction::from_integer(3_600_000)?)?)?;
+            }
+        }
+        let pue = price.pue.map_or(Fraction::ONE, |p| p.value());
+        let unit_price = price.per_kwh.value().checked_mul(pue)?;
+        for ((tenant, class), (j, conf)) in &joules {
+            let kwh = j.checked_div(Fraction::from_integer(3_600_000)?)?;
+            let amount = money(kwh.checked_mul(unit_price)?)?;
+            let department = ctx.department_of(*tenant)?;
+            let mut line = ctx.base_line(Term::Energy, Some(*tenant), department, class, class)?;
+            line.quantity = qty(kwh)?;
+            line.unit = "kWh".into();
+            line.rate = Decimal::round(unit_price, DERIVED_RATE_SCALE)?;
+            line.amount = amount;
+            line.confidence = *conf;
+            line.evidence = ctx.evidence(&format!("tenant={tenant}&gpu_class={class}&term=energy"));
+            let pue_text = price.pue.map(|p| format!(" × PUE {p}")).unwrap_or_default();
+            line.explanation = format!(
+                "{} kWh on {class} GPUs (device energy × the allocation's share){pue_text} × {} {} = {} {}",
+                line.quantity.grouped(),
+                price.per_kwh,
+                policy.currency,
+                amount.grouped(),
+                policy.currency
+            );
+            ctx.lines.push(line);
+        }
+    }
+    Ok(endpoint_energy_kwh)
+}
