@@ -377,6 +377,7 @@ async fn node(args: NodeArgs) -> anyhow::Result<()> {
                     &mut seen_assignments,
                     at,
                 )),
+                // A hung or missing kubelet costs one timeout, not the loop: sampling goes on next tick.
                 Err(e) => tracing::warn!(error = %e, "pod-resources not read"),
             }
         }

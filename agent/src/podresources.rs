@@ -3,6 +3,7 @@
 //! protobuf messages; the few messages needed are encoded and decoded here, so no code generator is needed.
 
 use std::path::Path;
+use std::time::Duration;
 
 use bytes::{Buf, Bytes, BytesMut};
 use gpuledger_core::wire::{DeviceAssignment, Fact, FactBody, event_id};
@@ -10,6 +11,10 @@ use time::OffsetDateTime;
 
 /// The kubelet's default socket.
 pub const DEFAULT_SOCKET: &str = "/var/lib/kubelet/pod-resources/kubelet.sock";
+
+/// How long one step of a call (connecting, or the whole request) may take: a kubelet that accepts and never
+/// answers must not stall the node agent's sampling loop, and a healthy one answers in milliseconds.
+pub const CALL_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Why the pod-resources API could not be read.
 #[derive(Debug, thiserror::Error)]
@@ -21,6 +26,16 @@ pub enum PodResourcesError {
         path: String,
         /// What failed.
         reason: String,
+    },
+    /// The kubelet did not finish a step in time.
+    #[error("kubelet pod-resources socket {path}: no answer to {step} within {after:?}")]
+    Timeout {
+        /// The socket.
+        path: String,
+        /// What was waited for (`connect` or `List`).
+        step: &'static str,
+        /// The limit.
+        after: Duration,
     },
     /// The kubelet answered with a gRPC error.
     #[error("kubelet pod-resources: gRPC status {status}: {message}")]
@@ -190,32 +205,58 @@ pub fn grpc_frame(message: &[u8]) -> Bytes {
     b.freeze()
 }
 
-/// Calls `List` on the kubelet at `socket`.
+/// Calls `List` on the kubelet at `socket`, each step limited to [`CALL_TIMEOUT`].
 pub async fn list(socket: &Path) -> Result<Vec<ContainerDevices>, PodResourcesError> {
-    let transport = |reason: String| PodResourcesError::Transport { path: socket.display().to_string(), reason };
-    let io = tokio::net::UnixStream::connect(socket).await.map_err(|e| transport(e.to_string()))?;
-    let (client, connection) = h2::client::handshake(io).await.map_err(|e| transport(e.to_string()))?;
-    let driver = tokio::spawn(async move {
+    list_within(socket, CALL_TIMEOUT).await
+}
+
+/// Calls `List` on the kubelet at `socket`; connecting and the request each get `limit`.
+pub async fn list_within(socket: &Path, limit: Duration) -> Result<Vec<ContainerDevices>, PodResourcesError> {
+    let timeout = |step| PodResourcesError::Timeout { path: socket.display().to_string(), step, after: limit };
+    let io = tokio::time::timeout(limit, tokio::net::UnixStream::connect(socket))
+        .await
+        .map_err(|_| timeout("connect"))?
+        .map_err(|e| transport_error(socket, e))?;
+    tokio::time::timeout(limit, call(socket, io)).await.map_err(|_| timeout("List"))?
+}
+
+fn transport_error(socket: &Path, e: impl std::fmt::Display) -> PodResourcesError {
+    PodResourcesError::Transport { path: socket.display().to_string(), reason: e.to_string() }
+}
+
+/// Ends the HTTP/2 connection task however the call ends (answer, error or timeout), so none is left behind.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// The HTTP/2 exchange of one `List` call on a connected socket.
+async fn call(socket: &Path, io: tokio::net::UnixStream) -> Result<Vec<ContainerDevices>, PodResourcesError> {
+    let transport = |e: h2::Error| transport_error(socket, e);
+    let (client, connection) = h2::client::handshake(io).await.map_err(transport)?;
+    let _driver = AbortOnDrop(tokio::spawn(async move {
         let _ = connection.await;
-    });
-    let mut client = client.ready().await.map_err(|e| transport(e.to_string()))?;
+    }));
+    let mut client = client.ready().await.map_err(transport)?;
     let request = http::Request::post("http://localhost/v1.PodResourcesLister/List")
         .header("content-type", "application/grpc")
         .header("te", "trailers")
         .body(())
-        .map_err(|e| transport(e.to_string()))?;
-    let (response, mut send) = client.send_request(request, false).map_err(|e| transport(e.to_string()))?;
-    send.send_data(grpc_frame(&[]), true).map_err(|e| transport(e.to_string()))?;
-    let response = response.await.map_err(|e| transport(e.to_string()))?;
+        .map_err(|e| transport_error(socket, e))?;
+    let (response, mut send) = client.send_request(request, false).map_err(transport)?;
+    send.send_data(grpc_frame(&[]), true).map_err(transport)?;
+    let response = response.await.map_err(transport)?;
     let mut body = response.into_body();
     let mut data = BytesMut::new();
     while let Some(chunk) = body.data().await {
-        let chunk = chunk.map_err(|e| transport(e.to_string()))?;
+        let chunk = chunk.map_err(transport)?;
         let _ = body.flow_control().release_capacity(chunk.len());
         data.extend_from_slice(&chunk);
     }
-    let trailers = body.trailers().await.map_err(|e| transport(e.to_string()))?.unwrap_or_default();
-    driver.abort();
+    let trailers = body.trailers().await.map_err(transport)?.unwrap_or_default();
     let status = trailers.get("grpc-status").and_then(|v| v.to_str().ok()).unwrap_or("0");
     if status != "0" {
         let message = trailers.get("grpc-message").and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
@@ -334,6 +375,30 @@ mod tests {
         server.abort();
         let missing = list(&dir.join("nope.sock")).await.unwrap_err();
         assert!(missing.to_string().contains("nope.sock"), "{missing}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A hung kubelet: the socket accepts but never speaks HTTP/2. `list` must give up within its limit so the
+    /// sampling loop goes on.
+    #[tokio::test]
+    async fn a_kubelet_that_never_answers_times_out() {
+        let dir = std::env::temp_dir().join(format!("gl-podres-hung-{}", uuid::Uuid::new_v4().simple()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let socket = dir.join("kubelet.sock");
+        let listener = tokio::net::UnixListener::bind(&socket).unwrap();
+        let server = tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((io, _)) = listener.accept().await {
+                held.push(io); // keep it open, say nothing
+            }
+        });
+        let limit = Duration::from_millis(300);
+        let started = std::time::Instant::now();
+        let err = list_within(&socket, limit).await.unwrap_err();
+        let took = started.elapsed();
+        assert!(matches!(err, PodResourcesError::Timeout { step: "List", .. }), "{err}");
+        assert!(took >= limit && took < limit * 4, "gave up after {took:?}");
+        server.abort();
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
