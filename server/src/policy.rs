@@ -11,6 +11,7 @@ use gpuledger_core::{
     Period,
     decimal::Decimal,
     policy::CostPolicy,
+    time_fmt::rfc3339,
     wire::{Fact, FactBody, QuotaFact},
 };
 use serde::{Deserialize, Serialize};
@@ -118,15 +119,14 @@ pub fn json_body<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, AppE
     })
 }
 
-/// First instant of a month.
+/// The first day of a month (the key of month rows); see [`Period::first_day`].
 pub fn month_start(p: Period) -> Date {
-    // Periods are validated months; day 1 always exists.
-    Date::from_calendar_date(p.year(), p.month(), 1).unwrap_or(Date::MIN)
+    p.first_day()
 }
 
-/// The month a first-of-month date stands for.
+/// The month a first-of-month date stands for; see [`Period::from_date`].
 pub fn period_of(d: Date) -> Result<Period, AppError> {
-    Ok(Period::new(d.year(), d.month())?)
+    Ok(Period::from_date(d)?)
 }
 
 /// Parses a `YYYY-MM` parameter.
@@ -167,10 +167,6 @@ type PolicyRow = (
 
 const POLICY_COLUMNS: &str = "version, state, effective_from, currency::text, note, document, created_at, created_by, \
                               approved_at, approved_by, superseded_at";
-
-fn rfc3339(t: OffsetDateTime) -> String {
-    t.format(&time::format_description::well_known::Rfc3339).unwrap_or_default()
-}
 
 fn policy_view(r: PolicyRow) -> Result<PolicyView, AppError> {
     Ok(PolicyView {

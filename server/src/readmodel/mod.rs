@@ -11,7 +11,7 @@
 
 use std::collections::BTreeMap;
 
-use gpuledger_core::{Period, decimal::Decimal, ledger::LedgerLine};
+use gpuledger_core::{Period, decimal::Decimal, ledger::LedgerLine, time_fmt::rfc3339};
 use serde_json::Value;
 use time::OffsetDateTime;
 use uuid::Uuid;
@@ -20,11 +20,6 @@ use crate::{db::OrgTx, error::AppError, policy::month_start};
 
 pub mod summaries;
 pub mod worker;
-
-/// A time as RFC 3339 (UTC), as answers carry it.
-fn rfc3339(t: OffsetDateTime) -> String {
-    t.format(&time::format_description::well_known::Rfc3339).unwrap_or_default()
-}
 
 /// Whether a month's stored figures are final.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
