@@ -10,6 +10,7 @@
 //! - [`training`]: training progress from pod annotations (`training_progress` facts).
 //! - [`deliver`]: batches from the spool to the server, acknowledged only after a durable commit.
 //! - [`inspect`]: `gpuledger-agent inspect`, the same derivations for one file.
+#![deny(missing_docs)]
 
 pub mod cluster;
 pub mod deliver;

@@ -4,6 +4,7 @@
 //! superuser URL; the project's test script starts one for the whole run), or else a throwaway cluster started
 //! from the system's `initdb`/`pg_ctl` in a temporary directory and stopped when the process exits.
 //! [`fresh_database`] makes an empty database in it for one test.
+#![deny(missing_docs)]
 
 use std::{
     io::Write,

@@ -1,4 +1,5 @@
 //! GPU Ledger's server: HTTP application, database door, embedded default database, and CLI commands.
+#![deny(missing_docs)]
 
 pub mod analytics;
 pub mod app;

@@ -2,6 +2,7 @@
 //!
 //! Pages get their data through [`PortalData`], a small trait the server places in Leptos context, so every
 //! page renders in a test with a fake and no database. Every page works without JavaScript.
+#![deny(missing_docs)]
 
 pub mod data;
 pub mod pages;

@@ -52,7 +52,10 @@ pub fn HomePage() -> impl IntoView {
 
 /// System status and the visible organization's contents.
 #[component]
-pub fn OverviewPanel(overview: Overview) -> impl IntoView {
+pub fn OverviewPanel(
+    /// The system's status and the organization's summary.
+    overview: Overview,
+) -> impl IntoView {
     let schema = overview.schema_version.map(|v| v.to_string()).unwrap_or_else(|| "none applied".into());
     view! {
         <section class="panel status">
@@ -81,7 +84,10 @@ pub fn OverviewPanel(overview: Overview) -> impl IntoView {
 
 /// What one organization holds.
 #[component]
-pub fn OrgPanel(org: OrgSummary) -> impl IntoView {
+pub fn OrgPanel(
+    /// The organization's counts.
+    org: OrgSummary,
+) -> impl IntoView {
     let rows = [
         ("Departments", org.departments),
         ("Tenants", org.tenants),

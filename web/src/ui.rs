@@ -274,7 +274,13 @@ pub fn when_or(raw: Option<&str>, none: &str) -> AnyView {
 
 /// The mark next to a figure that is not exact, with its reason one click away (`<details>`, no script).
 #[component]
-pub fn Confidence(level: String, #[prop(optional)] reason: Option<String>) -> impl IntoView {
+pub fn Confidence(
+    /// `exact`, `modeled` or `estimated`.
+    level: String,
+    /// Why, when the answer says (else the level's general explanation).
+    #[prop(optional)]
+    reason: Option<String>,
+) -> impl IntoView {
     let general = match level.as_str() {
         "modeled" => {
             "Modeled: derived by a documented rule (e.g. a time-sliced share, an endpoint split by weighted tokens), not measured per workload."
@@ -323,7 +329,14 @@ pub fn clipped(label: &str, max: usize) -> Option<String> {
 /// A horizontal bar chart: labelled bars, each with a `<title>` (holding a cut label's full text), described for
 /// screen readers, with the exact figures in the table beside it (the chart is a picture of the table).
 #[component]
-pub fn BarChart(title: String, rows: Vec<(String, String)>, unit: String) -> impl IntoView {
+pub fn BarChart(
+    /// What the chart shows (its accessible name).
+    title: String,
+    /// Label and exact decimal figure per bar.
+    rows: Vec<(String, String)>,
+    /// The figures' unit.
+    unit: String,
+) -> impl IntoView {
     let max = rows.iter().map(|(_, v)| approx(v).abs()).fold(0.0_f64, f64::max).max(f64::MIN_POSITIVE);
     let height = 28 * rows.len().max(1) + 8;
     let said = |v: &str| format!("{} {unit}", grouped(v)).trim_end().to_string();
@@ -366,7 +379,14 @@ pub fn is_decimal(value: &str) -> bool {
 
 /// Vertical bars over time (the trend): one bar per month; a month without figures is a gap that says "no data".
 #[component]
-pub fn TrendChart(title: String, points: Vec<(String, String)>, unit: String) -> impl IntoView {
+pub fn TrendChart(
+    /// What the chart shows (its accessible name).
+    title: String,
+    /// Month and exact decimal figure (or "no data") per bar.
+    points: Vec<(String, String)>,
+    /// The figures' unit.
+    unit: String,
+) -> impl IntoView {
     let max = points
         .iter()
         .filter(|(_, v)| is_decimal(v))
