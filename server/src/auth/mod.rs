@@ -658,7 +658,7 @@ mod tests {
         let allowed = |p: &Principal| all.iter().copied().filter(|c| p.may(*c)).collect::<Vec<_>>();
         assert_eq!(allowed(&token(Scope::Admin)).len(), 6);
         // Separation of duties: no token scope both decides disputes and approves their credits (a finance
-        // person may do both, but never on the same dispute: see disputes::decide_credit).
+        // person may do both, but never on the same dispute: see disputes::credits::decide_credit).
         for scope in [Scope::Admin, Scope::export(), Scope::Agent { cluster }, Scope::Join { cluster }] {
             let p = token(scope);
             assert!(!(p.may(C::DisputeResolve) && p.may(C::CreditApprove)), "{:?} holds both duties", p.actor);

@@ -1,0 +1,130 @@
+//! Finance's decision on an accepted dispute's credit: approve it (never by whoever accepted the dispute) or reject it.
+
+use axum::{
+    body::Bytes,
+    extract::{Path, State},
+    http::{HeaderMap, StatusCode},
+    response::Response,
+};
+use serde_json::json;
+
+use super::{
+    caller,
+    requests::{ReasonRequest, optional_text, parse_body, required_text},
+    store::{lock, record, reply},
+};
+use crate::{app::AppState, auth::Capability, error::AppError};
+
+/// Finance's decision on an accepted dispute's credit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum CreditDecision {
+    Approve,
+    Reject,
+}
+
+async fn decide_credit(
+    state: &AppState,
+    headers: &HeaderMap,
+    key: &str,
+    body: &[u8],
+    decision: CreditDecision,
+) -> Result<Response, AppError> {
+    let principal = caller(state, headers, Capability::CreditApprove).await?;
+    let request: ReasonRequest = parse_body(body)?;
+    let reason = match decision {
+        CreditDecision::Approve => optional_text("reason", &request.reason)?,
+        CreditDecision::Reject => required_text("reason", &request.reason)?,
+    };
+    let verb = match decision {
+        CreditDecision::Approve => "approve",
+        CreditDecision::Reject => "reject",
+    };
+    let who = principal.actor();
+    let mut tx = principal.begin(&state.db).await?;
+    let dispute = lock(&mut tx, key).await?;
+    let Some(adjustment) = dispute.adjustment_id else {
+        return Err(AppError::Conflict(format!(
+            "dispute #{} is {}: it has no credit to {verb} (a credit comes with acceptance)",
+            dispute.number, dispute.state
+        )));
+    };
+    let org = tx.org().as_uuid();
+    let credit: Option<(String, String, String)> = sqlx::query_as(
+        "SELECT state, amount::text, created_by FROM adjustments WHERE adjustment_id = $1 AND org_id = $2 FOR UPDATE",
+    )
+    .bind(adjustment)
+    .bind(org)
+    .fetch_optional(tx.conn())
+    .await?;
+    let Some((credit_state, amount, accepted_by)) = credit else {
+        return Err(AppError::Internal(format!("the credit of dispute #{} is missing", dispute.number)));
+    };
+    if credit_state != "pending_approval" {
+        return Err(AppError::Conflict(format!(
+            "the credit of dispute #{} is {credit_state}: only a credit pending approval can be {verb}d",
+            dispute.number
+        )));
+    }
+    // Separation of duties: whoever accepted the dispute (and so set the credit) does not approve its money.
+    // The refusal is audited (nothing else was changed in this transaction).
+    if decision == CreditDecision::Approve && accepted_by == who {
+        crate::policy::audit_by(
+            &mut tx,
+            &principal,
+            "dispute.credit_approval_refused",
+            &format!("dispute:{}", dispute.id),
+            "separation of duties: the credit was set by the same person or token",
+            json!({ "number": dispute.number, "adjustment_id": adjustment, "accepted_by": accepted_by }),
+        )
+        .await?;
+        tx.commit().await?;
+        return Err(AppError::Forbidden(format!(
+            "dispute #{} was accepted by {who}: its credit must be approved by someone else (separation of duties)",
+            dispute.number
+        )));
+    }
+    let action = match decision {
+        CreditDecision::Approve => {
+            sqlx::query(
+                "UPDATE adjustments SET state = 'approved', approved_by = $2, approved_at = now()
+                  WHERE adjustment_id = $1 AND org_id = $3",
+            )
+            .bind(adjustment)
+            .bind(&who)
+            .bind(org)
+            .execute(tx.conn())
+            .await?;
+            "credit_approved"
+        }
+        CreditDecision::Reject => {
+            sqlx::query("UPDATE adjustments SET state = 'rejected' WHERE adjustment_id = $1 AND org_id = $2")
+                .bind(adjustment)
+                .bind(org)
+                .execute(tx.conn())
+                .await?;
+            "credit_rejected"
+        }
+    };
+    record(&mut tx, &who, &dispute, action, &reason, json!({ "adjustment_id": adjustment, "amount": amount })).await?;
+    reply(tx, dispute.id, StatusCode::OK).await
+}
+
+/// `POST /api/v1/disputes/{id}/credit/approve`: finance approves the credit; the next close applies it.
+pub(super) async fn approve_credit(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(key): Path<String>,
+    body: Bytes,
+) -> Result<Response, AppError> {
+    decide_credit(&state, &headers, &key, &body, CreditDecision::Approve).await
+}
+
+/// `POST /api/v1/disputes/{id}/credit/reject`: finance refuses the credit (the dispute stays accepted).
+pub(super) async fn reject_credit(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(key): Path<String>,
+    body: Bytes,
+) -> Result<Response, AppError> {
+    decide_credit(&state, &headers, &key, &body, CreditDecision::Reject).await
+}

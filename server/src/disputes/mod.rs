@@ -1,0 +1,441 @@
+//! Disputes: a ledger line of a closed period is challenged with a reason, discussed, then accepted (with a credit
+//! that finance approves before it lands in the next closed period) or rejected. Every step is a `dispute_events`
+//! row and an `audit_log` row, written in the same transaction as the change itself.
+//!
+//! States: `open` → `accepted` | `rejected` (final). An accepted dispute carries a credit adjustment:
+//! `pending_approval` → `approved` (later `applied` by the ledger close) | `rejected`.
+//!
+//! This module holds the router and the request handlers; `requests` parses and checks bodies, `views` holds
+//! what the API answers, `store` reads, locks and records disputes, and `credits` is finance's decision on a
+//! credit.
+
+mod credits;
+mod requests;
+mod store;
+mod views;
+
+use axum::{
+    Json, Router,
+    body::Bytes,
+    extract::{Path, Query, State},
+    http::{HeaderMap, StatusCode},
+    response::Response,
+    routing::{get, post},
+};
+use gpuledger_core::decimal::Decimal;
+use serde_json::json;
+use uuid::Uuid;
+
+use crate::{
+    app::AppState,
+    auth::{self, Capability, Principal},
+    error::AppError,
+};
+
+use credits::{approve_credit, reject_credit};
+use requests::{
+    AcceptRequest, CommentRequest, OpenRequest, ReasonRequest, check_line_ids, first_day, parse_body, parse_credit,
+    parse_period, required_text,
+};
+pub use store::load;
+use store::{Locked, SUMMARY_SELECT, lock, record, reply, require_open, resolve_id};
+pub use views::{Credit, DisputeDetail, DisputeEvent, DisputePage, DisputeSummary, DisputedLine};
+
+pub const MAX_TEXT: usize = 4000;
+/// Most lines one dispute may name.
+pub const MAX_LINES: usize = 500;
+/// Largest page of the list.
+pub const MAX_PER_PAGE: i64 = 100;
+const DEFAULT_PER_PAGE: i64 = 20;
+
+/// The disputes API.
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/api/v1/disputes", get(list).post(open))
+        .route("/api/v1/disputes/{id}", get(show))
+        .route("/api/v1/disputes/{id}/comments", post(comment))
+        .route("/api/v1/disputes/{id}/accept", post(accept))
+        .route("/api/v1/disputes/{id}/reject", post(reject))
+        .route("/api/v1/disputes/{id}/credit/approve", post(approve_credit))
+        .route("/api/v1/disputes/{id}/credit/reject", post(reject_credit))
+}
+
+// ---------------------------------------------------------------- who may do what
+
+async fn caller(state: &AppState, headers: &HeaderMap, cap: Capability) -> Result<Principal, AppError> {
+    auth::require(&state.db, headers, cap).await
+}
+// ---------------------------------------------------------------- handlers
+
+/// `POST /api/v1/disputes`: opens a dispute on lines of a closed period.
+async fn open(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> Result<Response, AppError> {
+    let principal = caller(&state, &headers, Capability::DisputeParticipate).await?;
+    let request: OpenRequest = parse_body(&body)?;
+    let period = parse_period("period", &request.period)?;
+    check_line_ids(&request.line_ids)?;
+    let reason = required_text("reason", &request.reason)?;
+    let day = first_day(period)?;
+    let who = principal.actor();
+    let mut tx = principal.begin(&state.db).await?;
+    let org = tx.org().as_uuid();
+
+    let period_state: Option<String> =
+        sqlx::query_scalar("SELECT state FROM periods WHERE period = $1 AND org_id = $2")
+            .bind(day)
+            .bind(org)
+            .fetch_optional(tx.conn())
+            .await?;
+    match period_state.as_deref() {
+        Some("closed") => {}
+        Some(other) => {
+            return Err(AppError::Conflict(format!(
+                "period {period} is {other}, not closed: only lines of a closed period can be disputed"
+            )));
+        }
+        None => {
+            return Err(AppError::Conflict(format!(
+                "period {period} is not closed yet: only lines of a closed period can be disputed"
+            )));
+        }
+    }
+    let found: Vec<(String, String, Uuid)> = sqlx::query_as(
+        "SELECT line_id, currency::text, department_id FROM ledger_lines
+          WHERE period = $1 AND line_id = ANY ($2) AND org_id = $3
+          ORDER BY line_id",
+    )
+    .bind(day)
+    .bind(&request.line_ids)
+    .bind(org)
+    .fetch_all(tx.conn())
+    .await?;
+    for (i, id) in request.line_ids.iter().enumerate() {
+        if !found.iter().any(|(line, _, _)| line == id) {
+            return Err(AppError::invalid(
+                format!("line_ids[{i}]"),
+                format!("no line {id:?} in the ledger of period {period}"),
+            ));
+        }
+    }
+    let mut departments: Vec<Uuid> = found.iter().map(|(_, _, d)| *d).collect();
+    departments.sort_unstable();
+    departments.dedup();
+    let [department] = departments[..] else {
+        return Err(AppError::invalid(
+            "line_ids",
+            "the lines belong to different departments; dispute each department's lines separately",
+        ));
+    };
+    let mut currencies: Vec<&str> = found.iter().map(|(_, c, _)| c.as_str()).collect();
+    currencies.sort_unstable();
+    currencies.dedup();
+    if currencies.len() > 1 {
+        return Err(AppError::invalid(
+            "line_ids",
+            format!("the lines are in different currencies ({}); dispute them separately", currencies.join(", ")),
+        ));
+    }
+
+    // One opening at a time per organization: numbers stay dense and a line cannot be disputed twice at once.
+    sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended('gpuledger.disputes:' || $1::text, 0))")
+        .bind(principal.org.as_uuid())
+        .execute(tx.conn())
+        .await?;
+    let busy: Option<(i32, String, Option<String>, String)> = sqlx::query_as(
+        "SELECT d.number, d.state, a.state, u.line_id
+           FROM disputes d
+           LEFT JOIN adjustments a ON a.org_id = d.org_id AND a.adjustment_id = d.adjustment_id
+          CROSS JOIN LATERAL unnest(d.line_ids) AS u (line_id)
+          WHERE d.org_id = $3 AND d.period = $1 AND u.line_id = ANY ($2)
+            AND (d.state = 'open' OR (d.state = 'accepted' AND a.state IS DISTINCT FROM 'rejected'))
+          ORDER BY d.number
+          LIMIT 1",
+    )
+    .bind(day)
+    .bind(&request.line_ids)
+    .bind(org)
+    .fetch_optional(tx.conn())
+    .await?;
+    if let Some((number, dispute_state, credit_state, line)) = busy {
+        let why = if dispute_state == "open" {
+            "which is still open".to_string()
+        } else {
+            format!("which was accepted with a credit ({})", credit_state.as_deref().unwrap_or("none"))
+        };
+        return Err(AppError::Conflict(format!("line {line:?} is already disputed in dispute #{number}, {why}")));
+    }
+    // The counter is organization-level: a department-scoped caller does not see other departments' disputes.
+    let number: i32 = sqlx::query_scalar(
+        "INSERT INTO dispute_numbers (org_id, last_number) VALUES ($1, 1)
+         ON CONFLICT (org_id) DO UPDATE SET last_number = dispute_numbers.last_number + 1
+         RETURNING last_number",
+    )
+    .bind(principal.org.as_uuid())
+    .fetch_one(tx.conn())
+    .await?;
+    let id = Uuid::new_v4();
+    sqlx::query(
+        "INSERT INTO disputes (org_id, dispute_id, number, period, line_ids, reason, opened_by, department_id)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+    )
+    .bind(principal.org.as_uuid())
+    .bind(id)
+    .bind(number)
+    .bind(day)
+    .bind(&request.line_ids)
+    .bind(&reason)
+    .bind(&who)
+    .bind(department)
+    .execute(tx.conn())
+    .await?;
+    let locked = Locked {
+        id,
+        number,
+        period: day,
+        line_ids: request.line_ids.clone(),
+        state: "open".into(),
+        adjustment_id: None,
+    };
+    record(
+        &mut tx,
+        &who,
+        &locked,
+        "opened",
+        &reason,
+        json!({ "period": period.to_string(), "line_ids": request.line_ids }),
+    )
+    .await?;
+    reply(tx, id, StatusCode::CREATED).await
+}
+
+/// Filters of the list.
+#[derive(Debug, Default)]
+struct ListQuery {
+    state: Option<String>,
+    period: Option<String>,
+    page: Option<String>,
+    per_page: Option<String>,
+}
+
+fn parse_count(field: &str, value: Option<&str>, default: i64, max: i64) -> Result<i64, AppError> {
+    let Some(value) = value else {
+        return Ok(default);
+    };
+    value
+        .parse::<i64>()
+        .ok()
+        .filter(|n| (1..=max).contains(n))
+        .ok_or_else(|| AppError::invalid(field, format!("{value:?} is not a whole number from 1 to {max}")))
+}
+
+/// `GET /api/v1/disputes?state=&period=&page=&per_page=`: newest first.
+async fn list(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Query(raw): Query<Vec<(String, String)>>,
+) -> Result<Json<DisputePage>, AppError> {
+    let principal = caller(&state, &headers, Capability::ReadLedger).await?;
+    let mut query = ListQuery::default();
+    for (key, value) in raw {
+        let slot = match key.as_str() {
+            "state" => &mut query.state,
+            "period" => &mut query.period,
+            "page" => &mut query.page,
+            "per_page" => &mut query.per_page,
+            other => {
+                return Err(AppError::invalid(other, "unknown parameter; use state, period, page or per_page"));
+            }
+        };
+        *slot = Some(value);
+    }
+    let state_filter = match query.state.as_deref() {
+        None | Some("") => None,
+        Some(s @ ("open" | "accepted" | "rejected")) => Some(s.to_string()),
+        Some(other) => {
+            return Err(AppError::invalid("state", format!("{other:?} is not one of open, accepted, rejected")));
+        }
+    };
+    let period_filter = match query.period.as_deref() {
+        None | Some("") => None,
+        Some(p) => Some(first_day(parse_period("period", p)?)?),
+    };
+    let page = parse_count("page", query.page.as_deref(), 1, 1_000_000)?;
+    let per_page = parse_count("per_page", query.per_page.as_deref(), DEFAULT_PER_PAGE, MAX_PER_PAGE)?;
+
+    let mut tx = principal.begin(&state.db).await?;
+    let org = tx.org().as_uuid();
+    let filter = "AND ($2::text IS NULL OR d.state = $2) AND ($3::date IS NULL OR d.period = $3)";
+    let total: i64 = sqlx::query_scalar(&format!("SELECT count(*) FROM disputes d WHERE d.org_id = $1 {filter}"))
+        .bind(org)
+        .bind(&state_filter)
+        .bind(period_filter)
+        .fetch_one(tx.conn())
+        .await?;
+    let items: Vec<DisputeSummary> = sqlx::query_as(&format!(
+        "{SUMMARY_SELECT} {filter} ORDER BY d.opened_at DESC, d.number DESC LIMIT $4 OFFSET $5"
+    ))
+    .bind(org)
+    .bind(&state_filter)
+    .bind(period_filter)
+    .bind(per_page)
+    .bind((page - 1) * per_page)
+    .fetch_all(tx.conn())
+    .await?;
+    tx.commit().await?;
+    Ok(Json(DisputePage { items, total, page, per_page }))
+}
+
+/// `GET /api/v1/disputes/{id}` (the UUID, or the number).
+async fn show(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(key): Path<String>,
+) -> Result<Json<DisputeDetail>, AppError> {
+    let principal = caller(&state, &headers, Capability::ReadLedger).await?;
+    let mut tx = principal.begin(&state.db).await?;
+    let id = resolve_id(&mut tx, &key).await?;
+    let detail = load(&mut tx, id).await?.ok_or_else(|| AppError::NotFound(format!("no dispute {key:?}")))?;
+    tx.commit().await?;
+    Ok(Json(detail))
+}
+
+/// `POST /api/v1/disputes/{id}/comments`: adds to the discussion while the dispute is open.
+async fn comment(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(key): Path<String>,
+    body: Bytes,
+) -> Result<Response, AppError> {
+    let principal = caller(&state, &headers, Capability::DisputeParticipate).await?;
+    let request: CommentRequest = parse_body(&body)?;
+    let text = required_text("body", &request.body)?;
+    let mut tx = principal.begin(&state.db).await?;
+    let dispute = lock(&mut tx, &key).await?;
+    if dispute.state != "open" {
+        return Err(AppError::Conflict(format!(
+            "dispute #{} is {}: comments are taken only while a dispute is open (its history stays readable)",
+            dispute.number, dispute.state
+        )));
+    }
+    record(&mut tx, &principal.actor(), &dispute, "commented", &text, json!({})).await?;
+    reply(tx, dispute.id, StatusCode::CREATED).await
+}
+
+/// `POST /api/v1/disputes/{id}/accept`: accepts with a credit that finance must then approve.
+async fn accept(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(key): Path<String>,
+    body: Bytes,
+) -> Result<Response, AppError> {
+    let principal = caller(&state, &headers, Capability::DisputeResolve).await?;
+    let request: AcceptRequest = parse_body(&body)?;
+    let reason = required_text("reason", &request.reason)?;
+    let credit = parse_credit(request.credit_amount.as_deref())?;
+    let who = principal.actor();
+    let mut tx = principal.begin(&state.db).await?;
+    let dispute = lock(&mut tx, &key).await?;
+    require_open(&dispute, "accepted")?;
+    let org = tx.org().as_uuid();
+
+    let total: Option<String> = sqlx::query_scalar(
+        "SELECT sum(amount)::text FROM ledger_lines WHERE period = $1 AND line_id = ANY ($2) AND org_id = $3",
+    )
+    .bind(dispute.period)
+    .bind(&dispute.line_ids)
+    .bind(org)
+    .fetch_one(tx.conn())
+    .await?;
+    let first = dispute.line_ids.first().ok_or_else(|| AppError::Internal("a dispute without lines".into()))?;
+    let line: Option<(Option<Uuid>, Uuid, String, String)> = sqlx::query_as(
+        "SELECT tenant_id, department_id, gpu_class, currency::text FROM ledger_lines
+          WHERE period = $1 AND line_id = $2 AND org_id = $3",
+    )
+    .bind(dispute.period)
+    .bind(first)
+    .bind(org)
+    .fetch_optional(tx.conn())
+    .await?;
+    let (Some(total), Some((tenant, department, gpu_class, currency))) = (total, line) else {
+        return Err(AppError::Internal(format!("the lines of dispute #{} are missing", dispute.number)));
+    };
+    let total = Decimal::parse(&total).map_err(|e| AppError::Internal(format!("disputed total {total:?}: {e}")))?;
+    if credit > total {
+        return Err(AppError::invalid(
+            "credit_amount",
+            format!("{credit} {currency} is more than the disputed lines' total of {total} {currency}"),
+        ));
+    }
+
+    let adjustment = Uuid::new_v4();
+    let credit_text = credit.to_string();
+    sqlx::query(
+        "INSERT INTO adjustments (org_id, adjustment_id, kind, state, tenant_id, department_id, gpu_class, amount,
+                                  currency, corrects, dispute_id, reason, created_by)
+         VALUES ($1, $2, 'credit', 'pending_approval', $3, $4, $5, -($6::numeric), $7, $8, $9, $10, $11)",
+    )
+    .bind(principal.org.as_uuid())
+    .bind(adjustment)
+    .bind(tenant)
+    .bind(department)
+    .bind(&gpu_class)
+    .bind(&credit_text)
+    .bind(&currency)
+    .bind(first)
+    .bind(dispute.id)
+    .bind(&reason)
+    .bind(&who)
+    .execute(tx.conn())
+    .await?;
+    sqlx::query(
+        "UPDATE disputes SET state = 'accepted', resolved_by = $2, resolved_at = now(), resolution = $3,
+                credit_amount = $4::numeric, adjustment_id = $5
+          WHERE dispute_id = $1 AND org_id = $6",
+    )
+    .bind(dispute.id)
+    .bind(&who)
+    .bind(&reason)
+    .bind(&credit_text)
+    .bind(adjustment)
+    .bind(org)
+    .execute(tx.conn())
+    .await?;
+    record(
+        &mut tx,
+        &who,
+        &dispute,
+        "accepted",
+        &reason,
+        json!({ "credit_amount": credit_text, "currency": currency, "adjustment_id": adjustment }),
+    )
+    .await?;
+    reply(tx, dispute.id, StatusCode::OK).await
+}
+
+/// `POST /api/v1/disputes/{id}/reject`: rejects with a reason.
+async fn reject(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(key): Path<String>,
+    body: Bytes,
+) -> Result<Response, AppError> {
+    let principal = caller(&state, &headers, Capability::DisputeResolve).await?;
+    let request: ReasonRequest = parse_body(&body)?;
+    let reason = required_text("reason", &request.reason)?;
+    let who = principal.actor();
+    let mut tx = principal.begin(&state.db).await?;
+    let dispute = lock(&mut tx, &key).await?;
+    require_open(&dispute, "rejected")?;
+    let org = tx.org().as_uuid();
+    sqlx::query(
+        "UPDATE disputes SET state = 'rejected', resolved_by = $2, resolved_at = now(), resolution = $3
+          WHERE dispute_id = $1 AND org_id = $4",
+    )
+    .bind(dispute.id)
+    .bind(&who)
+    .bind(&reason)
+    .bind(org)
+    .execute(tx.conn())
+    .await?;
+    record(&mut tx, &who, &dispute, "rejected", &reason, json!({})).await?;
+    reply(tx, dispute.id, StatusCode::OK).await
+}

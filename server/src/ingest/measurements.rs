@@ -1,0 +1,245 @@
+//! Storing measurements: telemetry rollups, endpoint totals and service usage reported by agents.
+
+use std::collections::BTreeSet;
+
+use gpuledger_core::{
+    ids::{ClusterId, OrgId},
+    wire::{EndpointTotalsFact, FlaggedFact, ServiceUsageFact, TelemetryRollup},
+};
+use serde_json::json;
+use time::OffsetDateTime;
+use uuid::Uuid;
+
+use super::subject_of_usage;
+use crate::{
+    db::{DbError, OrgTx},
+    error::AppError,
+};
+
+pub(super) async fn store_telemetry(
+    tx: &mut OrgTx,
+    org: OrgId,
+    cluster: ClusterId,
+    rollups: &[&TelemetryRollup],
+) -> Result<u64, DbError> {
+    // No DDL here: partitions are made ahead by the maintenance task; a window of a month without one waits in
+    // the default partition until the task makes it.
+    let n = rollups.len();
+    let mut gpu = Vec::with_capacity(n);
+    let mut gi = Vec::with_capacity(n);
+    let mut start = Vec::with_capacity(n);
+    let mut end = Vec::with_capacity(n);
+    let mut node = Vec::with_capacity(n);
+    let mut profile: Vec<Option<String>> = Vec::with_capacity(n);
+    let mut samples = Vec::with_capacity(n);
+    let mut stats: [Vec<Option<f32>>; 9] = Default::default();
+    let mut energy: Vec<Option<f64>> = Vec::with_capacity(n);
+    let mut pod_ns: Vec<Option<String>> = Vec::with_capacity(n);
+    let mut pod_name: Vec<Option<String>> = Vec::with_capacity(n);
+    let mut pod_uid: Vec<Option<Uuid>> = Vec::with_capacity(n);
+    for t in rollups {
+        gpu.push(t.gpu_uuid.clone());
+        gi.push(t.gpu_instance_id.map_or(-1, |v| v as i32));
+        start.push(t.window_start);
+        end.push(t.window_end);
+        node.push(t.node.clone());
+        profile.push(t.mig_profile.clone());
+        samples.push(t.samples as i32);
+        for (k, stat) in [t.utilization_pct, t.memory_used_mib, t.power_w].iter().enumerate() {
+            stats[k * 3].push(stat.map(|s| s.min as f32));
+            stats[k * 3 + 1].push(stat.map(|s| s.avg as f32));
+            stats[k * 3 + 2].push(stat.map(|s| s.max as f32));
+        }
+        energy.push(t.energy_j);
+        pod_ns.push(t.pod.as_ref().map(|p| p.namespace.clone()));
+        pod_name.push(t.pod.as_ref().map(|p| p.name.clone()));
+        pod_uid.push(t.pod.as_ref().and_then(|p| p.uid));
+    }
+    let done = sqlx::query(
+        "INSERT INTO telemetry_rollups (org_id, cluster_id, gpu_uuid, gpu_instance_id, window_start, window_end, node,
+            mig_profile, samples, util_min, util_avg, util_max, mem_used_min, mem_used_avg, mem_used_max,
+            power_min, power_avg, power_max, energy_j, pod_namespace, pod_name, pod_uid)
+         SELECT $1, $2, * FROM unnest($3::text[], $4::int[], $5::timestamptz[], $6::timestamptz[], $7::text[],
+            $8::text[], $9::int[], $10::real[], $11::real[], $12::real[], $13::real[], $14::real[], $15::real[],
+            $16::real[], $17::real[], $18::real[], $19::float8[], $20::text[], $21::text[], $22::uuid[])
+         ON CONFLICT DO NOTHING",
+    )
+    .bind(org.as_uuid())
+    .bind(cluster.as_uuid())
+    .bind(&gpu)
+    .bind(&gi)
+    .bind(&start)
+    .bind(&end)
+    .bind(&node)
+    .bind(&profile)
+    .bind(&samples)
+    .bind(&stats[0])
+    .bind(&stats[1])
+    .bind(&stats[2])
+    .bind(&stats[3])
+    .bind(&stats[4])
+    .bind(&stats[5])
+    .bind(&stats[6])
+    .bind(&stats[7])
+    .bind(&stats[8])
+    .bind(&energy)
+    .bind(&pod_ns)
+    .bind(&pod_name)
+    .bind(&pod_uid)
+    .execute(tx.conn())
+    .await?;
+    Ok(done.rows_affected())
+}
+
+/// Stores `endpoint_totals` rows in one statement (validated: counts fit in i64, TTFT both or neither).
+pub(super) async fn store_endpoint_totals(
+    tx: &mut OrgTx,
+    org: OrgId,
+    cluster: ClusterId,
+    totals: &[&EndpointTotalsFact],
+) -> Result<(), AppError> {
+    let count = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+    let col = |f: &dyn Fn(&EndpointTotalsFact) -> String| totals.iter().map(|t| f(t)).collect::<Vec<String>>();
+    let num = |f: &dyn Fn(&EndpointTotalsFact) -> u64| totals.iter().map(|t| count(f(t))).collect::<Vec<i64>>();
+    let ttft: Vec<(Option<i64>, Option<i64>)> =
+        totals.iter().map(|t| t.ttft_ms_sum.zip(t.ttft_count).map(|(s, c)| (count(s), count(c))).unzip()).collect();
+    sqlx::query(
+        "INSERT INTO endpoint_totals (org_id, cluster_id, endpoint, model, server, pod, window_start, window_end,
+                requests, input_tokens, output_tokens, ttft_ms_sum, ttft_count, queue_depth, restarted)
+         SELECT $1, $2, r.* FROM unnest($3::text[], $4::text[], $5::text[], $6::text[], $7::timestamptz[],
+                $8::timestamptz[], $9::int8[], $10::int8[], $11::int8[], $12::int8[], $13::int8[], $14::float8[],
+                $15::bool[])
+                AS r(endpoint, model, server, pod, window_start, window_end, requests, input_tokens, output_tokens,
+                     ttft_ms_sum, ttft_count, queue_depth, restarted)
+         ON CONFLICT DO NOTHING",
+    )
+    .bind(org.as_uuid())
+    .bind(cluster.as_uuid())
+    .bind(col(&|t| t.endpoint.clone()))
+    .bind(col(&|t| t.model.clone()))
+    .bind(col(&|t| t.server.clone()))
+    .bind(col(&|t| t.pod.clone()))
+    .bind(totals.iter().map(|t| t.window_start).collect::<Vec<_>>())
+    .bind(totals.iter().map(|t| t.window_end).collect::<Vec<_>>())
+    .bind(num(&|t| t.requests))
+    .bind(num(&|t| t.input_tokens))
+    .bind(num(&|t| t.output_tokens))
+    .bind(ttft.iter().map(|p| p.0).collect::<Vec<_>>())
+    .bind(ttft.iter().map(|p| p.1).collect::<Vec<_>>())
+    .bind(totals.iter().map(|t| t.queue_depth).collect::<Vec<_>>())
+    .bind(totals.iter().map(|t| t.restarted).collect::<Vec<_>>())
+    .execute(tx.conn())
+    .await?;
+    Ok(())
+}
+
+/// Stores `service_usage` rows in one statement; a tenant name that is not defined is kept with no tenant ID and
+/// recorded as an `unknown_tenant` finding (once: only rows new to the table are flagged).
+pub(super) async fn store_service_usage(
+    tx: &mut OrgTx,
+    org: OrgId,
+    cluster: ClusterId,
+    usage: &[(&str, &ServiceUsageFact)],
+    flagged: &mut Vec<FlaggedFact>,
+) -> Result<(), AppError> {
+    let n = usage.len();
+    let mut endpoint = Vec::with_capacity(n);
+    let mut model = Vec::with_capacity(n);
+    let mut tenant = Vec::with_capacity(n);
+    let mut start = Vec::with_capacity(n);
+    let mut end = Vec::with_capacity(n);
+    let mut requests = Vec::with_capacity(n);
+    let mut input = Vec::with_capacity(n);
+    let mut output = Vec::with_capacity(n);
+    let mut ttft_sum: Vec<Option<i64>> = Vec::with_capacity(n);
+    let mut ttft_count: Vec<Option<i64>> = Vec::with_capacity(n);
+    // Counts were checked against i64::MAX by `validate`; saturate rather than wrap if a caller skipped it.
+    let count = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+    for (_, u) in usage {
+        endpoint.push(u.endpoint.clone());
+        model.push(u.model.clone());
+        tenant.push(u.tenant.clone());
+        start.push(u.window_start);
+        end.push(u.window_end);
+        requests.push(count(u.requests));
+        input.push(count(u.input_tokens));
+        output.push(count(u.output_tokens));
+        // Both or neither (validated), so the mean is always over the requests the sum covers.
+        let pair = u.ttft_ms_sum.zip(u.ttft_count);
+        ttft_sum.push(pair.map(|(s, _)| count(s)));
+        ttft_count.push(pair.map(|(_, c)| count(c)));
+    }
+    // Rows new to the table whose tenant is not defined.
+    let unknown: Vec<(String, String, String, OffsetDateTime)> = sqlx::query_as(
+        "WITH inserted AS (
+            INSERT INTO service_usage (org_id, cluster_id, endpoint, model, tenant_name, tenant_id, window_start,
+                window_end, requests, input_tokens, output_tokens, ttft_ms_sum, ttft_count)
+            SELECT $1, $2, r.endpoint, r.model, r.tenant_name, t.tenant_id, r.window_start, r.window_end,
+                   r.requests, r.input_tokens, r.output_tokens, r.ttft_ms_sum, r.ttft_count
+              FROM unnest($3::text[], $4::text[], $5::text[], $6::timestamptz[], $7::timestamptz[], $8::int8[],
+                          $9::int8[], $10::int8[], $11::int8[], $12::int8[])
+                AS r(endpoint, model, tenant_name, window_start, window_end, requests, input_tokens, output_tokens,
+                     ttft_ms_sum, ttft_count)
+              LEFT JOIN tenants t ON t.org_id = $1 AND t.name = r.tenant_name
+            ON CONFLICT DO NOTHING
+            RETURNING endpoint, model, tenant_name, window_start, tenant_id)
+         SELECT endpoint, model, tenant_name, window_start FROM inserted WHERE tenant_id IS NULL",
+    )
+    .bind(org.as_uuid())
+    .bind(cluster.as_uuid())
+    .bind(&endpoint)
+    .bind(&model)
+    .bind(&tenant)
+    .bind(&start)
+    .bind(&end)
+    .bind(&requests)
+    .bind(&input)
+    .bind(&output)
+    .bind(&ttft_sum)
+    .bind(&ttft_count)
+    .fetch_all(tx.conn())
+    .await?;
+    if unknown.is_empty() {
+        return Ok(());
+    }
+    let mut unknown: BTreeSet<(String, String, String, OffsetDateTime)> = unknown.into_iter().collect();
+    let mut ids = Vec::with_capacity(unknown.len());
+    let mut subjects = Vec::with_capacity(unknown.len());
+    let mut froms = Vec::with_capacity(unknown.len());
+    let mut tos = Vec::with_capacity(unknown.len());
+    let mut details = Vec::with_capacity(unknown.len());
+    for (event_id, u) in usage {
+        // The first fact with a key is the one stored; later ones in the batch with that key were conflicts.
+        if !unknown.remove(&(u.endpoint.clone(), u.model.clone(), u.tenant.clone(), u.window_start)) {
+            continue;
+        }
+        let reason = format!(
+            "service usage of endpoint {:?} names tenant {:?}, which is not defined; kept without a tenant",
+            u.endpoint, u.tenant
+        );
+        ids.push(format!("unknown-tenant/{event_id}"));
+        subjects.push(subject_of_usage(u));
+        froms.push(u.window_start);
+        tos.push(u.window_end);
+        details.push(json!({ "reason": reason, "endpoint": u.endpoint, "model": u.model, "tenant": u.tenant }));
+        flagged.push(FlaggedFact { event_id: (*event_id).to_string(), reason });
+    }
+    sqlx::query(
+        "INSERT INTO data_quality_findings
+            (org_id, cluster_id, finding_id, kind, subject, occurred_from, occurred_to, details)
+         SELECT $1, $2, f.finding_id, 'unknown_tenant', f.subject, f.occurred_from, f.occurred_to, f.details
+           FROM unnest($3::text[], $4::text[], $5::timestamptz[], $6::timestamptz[], $7::jsonb[])
+             AS f(finding_id, subject, occurred_from, occurred_to, details)
+         ON CONFLICT DO NOTHING",
+    )
+    .bind(org.as_uuid())
+    .bind(cluster.as_uuid())
+    .bind(&ids)
+    .bind(&subjects)
+    .bind(&froms)
+    .bind(&tos)
+    .bind(&details)
+    .execute(tx.conn())
+    .await?;
+    Ok(())
+}
