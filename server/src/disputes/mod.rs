@@ -41,6 +41,7 @@ pub use store::load;
 use store::{Locked, SUMMARY_SELECT, lock, record, reply, require_open, resolve_id};
 pub use views::{Credit, DisputeDetail, DisputeEvent, DisputePage, DisputeSummary, DisputedLine};
 
+/// Longest reason or comment a dispute takes, in characters.
 pub const MAX_TEXT: usize = 4000;
 /// Most lines one dispute may name.
 pub const MAX_LINES: usize = 500;
