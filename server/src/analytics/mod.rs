@@ -491,22 +491,36 @@ async fn utilization(
         .collect::<Result<Vec<Value>, AppError>>()?;
     let tenants =
         tenants.iter().map(|t| tenant_json(t, &loaded.tenant_names)).collect::<Result<Vec<Value>, AppError>>()?;
-    let min_idle_hours = Fraction::new(options.min_idle_nanos, NANOS_PER_HOUR).map_err(internal)?;
 
-    Ok(Json(json!({
-        "period": params.period.to_string(),
+    let mut answer = answer_head(params.period, window, &options, loaded.without_fraction)?;
+    if let Some(fields) = answer.as_object_mut() {
+        fields.insert("tenants".into(), json!(tenants));
+        fields.insert("allocations".into(), json!(page));
+        fields.insert("total".into(), json!(total));
+        fields.insert("page".into(), json!(params.page));
+        fields.insert("per_page".into(), json!(params.per_page));
+    }
+    Ok(Json(answer))
+}
+
+/// The fields of a utilization answer that describe the analysis rather than any tenant (the API's answer and the
+/// read model's stored summary share them).
+fn answer_head(
+    period: Period,
+    window: Interval,
+    options: &UtilizationOptions,
+    without_fraction: u64,
+) -> Result<Value, AppError> {
+    let min_idle_hours = Fraction::new(options.min_idle_nanos, NANOS_PER_HOUR).map_err(internal)?;
+    Ok(json!({
+        "period": period.to_string(),
         "from": rfc3339(window.start())?,
         "to": rfc3339(window.end())?,
         "threshold": pct(options.idle_threshold),
         "min_idle_hours": hours(&min_idle_hours)?,
         "basis": "analytics only: utilization is never billed",
-        "without_fraction": loaded.without_fraction,
-        "tenants": tenants,
-        "allocations": page,
-        "total": total,
-        "page": params.page,
-        "per_page": params.per_page,
-    })))
+        "without_fraction": without_fraction,
+    }))
 }
 
 /// The month's utilization per tenant over the whole organization, with the default idle threshold: what the read
@@ -541,17 +555,7 @@ pub(crate) async fn utilization_summary(
             Ok((department, tenant_json(t, &loaded.tenant_names)?))
         })
         .collect::<Result<Vec<_>, AppError>>()?;
-    let min_idle_hours = Fraction::new(options.min_idle_nanos, NANOS_PER_HOUR).map_err(internal)?;
-    let head = json!({
-        "period": period.to_string(),
-        "from": rfc3339(window.start())?,
-        "to": rfc3339(window.end())?,
-        "threshold": pct(options.idle_threshold),
-        "min_idle_hours": hours(&min_idle_hours)?,
-        "basis": "analytics only: utilization is never billed",
-        "without_fraction": loaded.without_fraction,
-    });
-    Ok((head, rows))
+    Ok((answer_head(period, window, &options, loaded.without_fraction)?, rows))
 }
 
 /// The month's inference answer over the whole organization (see [`inference::answer`]).
