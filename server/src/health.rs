@@ -1,7 +1,7 @@
 //! Liveness and readiness.
 
 use axum::{Json, Router, extract::State, routing::get};
-use serde_json::{Value, json};
+use gpuledger_api::health::{Alive, Ready};
 
 use crate::{app::AppState, error::AppError};
 
@@ -11,12 +11,12 @@ pub fn router() -> Router<AppState> {
 }
 
 /// Alive: the process answers. Never touches the database, so a database outage does not restart pods.
-async fn healthz() -> Json<Value> {
-    Json(json!({ "status": "ok" }))
+async fn healthz() -> Json<Alive> {
+    Json(Alive { status: "ok".into() })
 }
 
 /// Ready: the database answers and its schema is the one this binary expects.
-async fn readyz(State(state): State<AppState>) -> Result<Json<Value>, AppError> {
+async fn readyz(State(state): State<AppState>) -> Result<Json<Ready>, AppError> {
     let r = state.db.readiness().await;
     if !r.reachable {
         return Err(AppError::Unavailable("database unreachable".into()));
@@ -28,7 +28,7 @@ async fn readyz(State(state): State<AppState>) -> Result<Json<Value>, AppError> 
             r.expected.map_or_else(|| "none".into(), |v| v.to_string()),
         )));
     }
-    Ok(Json(json!({ "status": "ready", "schema_version": r.applied })))
+    Ok(Json(Ready { status: "ready".into(), schema_version: r.applied }))
 }
 
 /// A startup step the server must finish before it is ready (the demo loading its history): while closed,

@@ -13,6 +13,7 @@ pub mod embedded;
 pub mod error;
 pub mod exports;
 pub mod health;
+pub mod http;
 pub mod ingest;
 pub mod ledger;
 pub mod limits;

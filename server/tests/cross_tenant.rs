@@ -2578,3 +2578,27 @@ fn every_route_has_a_case() {
     }
     assert!(missing.is_empty(), "{}", missing.join("\n"));
 }
+
+/// The OpenAPI document is checked against the routes the server registers: every REST operation is documented
+/// with its methods, and nothing is documented that no route serves (`/odata` describes itself in `$metadata`;
+/// `/api/{*rest}` is the problem+json 404 for unknown paths).
+#[test]
+fn the_openapi_document_matches_the_registered_routes() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let documented: BTreeSet<(String, String)> = gpuledger_server::openapi::document()["paths"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .flat_map(|(path, item)| {
+            item.as_object().unwrap().keys().map(move |m| (m.to_uppercase(), path.clone())).collect::<Vec<_>>()
+        })
+        .collect();
+    let api = |p: &str| p.starts_with("/api/v1/") || ["/healthz", "/readyz", "/metrics"].contains(&p);
+    let registered: BTreeSet<(String, String)> =
+        server_routes(root).into_iter().filter(|(_, p, _)| api(p)).map(|(m, p, _)| (m, p)).collect();
+    assert!(registered.len() >= 50, "the route scan found only {registered:?}");
+    let undocumented: Vec<_> = registered.difference(&documented).collect();
+    let unserved: Vec<_> = documented.difference(&registered).collect();
+    assert!(undocumented.is_empty(), "routes missing from server/src/openapi.rs: {undocumented:?}");
+    assert!(unserved.is_empty(), "operations in server/src/openapi.rs that no route serves: {unserved:?}");
+}

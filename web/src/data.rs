@@ -137,10 +137,20 @@ impl ApiAnswer {
         if (200..300).contains(&self.status) {
             Ok(self.body)
         } else {
-            let detail =
-                self.body["detail"].as_str().map(String::from).unwrap_or_else(|| format!("HTTP {}", self.status));
+            let detail = serde_json::from_value::<gpuledger_api::Problem>(self.body)
+                .map(|p| p.detail)
+                .unwrap_or_else(|_| format!("HTTP {}", self.status));
             Err(PortalError { message: detail })
         }
+    }
+
+    /// The body as the contract's answer type `T` when the call succeeded, else the problem's detail. An answer
+    /// that does not match the contract is an error the page shows, never a page of blanks.
+    pub fn json<T: serde::de::DeserializeOwned>(self) -> Result<T, PortalError> {
+        let status = self.status;
+        serde_json::from_value(self.ok()?).map_err(|e| PortalError {
+            message: format!("the server's answer (HTTP {status}) did not match the API contract: {e}"),
+        })
     }
 }
 

@@ -1,0 +1,1 @@
+//! Analytics, never billed: utilization, inference efficiency, agent sessions (`/api/v1/analytics/…`).

@@ -1,0 +1,1 @@
+//! Disputes of closed lines and their credits (`/api/v1/disputes/…`).

@@ -1,0 +1,1 @@
+//! Exports (`/api/v1/exports/…`): CSV and FOCUS answers are text; this module holds their query.

@@ -1,0 +1,1 @@
+//! Agents' batches of facts (`/api/v1/ingest/batches`).

@@ -1,0 +1,1 @@
+//! Departments, tenants, the approved GPU inventory, endpoint aliases (onboarding).

@@ -1,0 +1,1 @@
+//! Gateways' usage records (`/api/v1/usage/records`).
