@@ -23,10 +23,9 @@ pub async fn run_once(db: &Database, now: OffsetDateTime) -> Result<i32, DbError
     db.cross_org_maintenance().telemetry_partitions(from, through).await
 }
 
+/// The first day of the month `n` months from `d`'s (core's month arithmetic; a year out of range keeps `d`).
 fn add_months(d: Date, n: i32) -> Date {
-    let total = d.year() * 12 + i32::from(u8::from(d.month())) - 1 + n;
-    let (y, m) = (total.div_euclid(12), total.rem_euclid(12) + 1);
-    time::Month::try_from(m as u8).ok().and_then(|m| Date::from_calendar_date(y, m, 1).ok()).unwrap_or(d)
+    gpuledger_core::Period::from_date(d).and_then(|p| p.add_months(n)).map_or(d, |p| p.first_day())
 }
 
 /// Runs [`run_once`] now and every [`INTERVAL`] until the returned handle is dropped. A failed round is logged and
