@@ -11,17 +11,18 @@ use std::io::{Read, Write};
 use axum::{
     Json, Router,
     extract::{Path, State},
-    http::{HeaderMap, HeaderValue, StatusCode, header},
+    http::{HeaderValue, StatusCode, header},
     response::{IntoResponse, Response},
     routing::{get, post},
 };
 use flate2::{Compression, read::GzDecoder, write::GzEncoder};
+use gpuledger_api::close::{Finding, Findings, PeriodEntry, PeriodRecord, Periods};
 use gpuledger_core::{
     Period,
     bundle::{BUNDLE_FORMAT, Bundle, close_hash},
     ledger::{AdjustmentRecord, Ledger, LedgerInput, compute, late_adjustments, total},
 };
-use serde_json::{Value, json};
+use serde_json::json;
 use time::{Date, OffsetDateTime};
 use uuid::Uuid;
 
@@ -29,8 +30,9 @@ use crate::{
     app::AppState,
     db::{Database, OrgTx},
     error::AppError,
+    http::{Caller, Close, ReadLedger},
     ledger::{approved_credits, inventory, load_input},
-    policy::{audit, month_start, parse_period, period_of, policy_for, reader},
+    policy::{audit, month_start, parse_period, period_of, policy_for},
 };
 
 /// A `closing` state older than this is considered abandoned.
@@ -50,10 +52,9 @@ pub fn router() -> Router<AppState> {
 /// for a caller limited to departments.
 async fn findings_handler(
     State(state): State<AppState>,
-    headers: HeaderMap,
+    p: Caller<ReadLedger>,
     Path(period): Path<String>,
-) -> Result<Json<Value>, AppError> {
-    let p = reader(&state, &headers).await?;
+) -> Result<Json<Findings>, AppError> {
     let period = parse_period("period", &period)?;
     if p.departments.is_some() {
         return Err(AppError::Forbidden("data-quality findings cover the whole organization".into()));
@@ -74,7 +75,7 @@ async fn findings_handler(
     .bind(org)
     .fetch_all(tx.conn())
     .await?;
-    let items: Vec<(Value,)> = sqlx::query_as(
+    let items: Vec<(sqlx::types::Json<Finding>,)> = sqlx::query_as(
         "SELECT jsonb_build_object('cluster', c.name, 'kind', f.kind, 'subject', f.subject,
                 'from', f.occurred_from, 'to', f.occurred_to, 'details', f.details)
            FROM data_quality_findings f JOIN clusters c ON c.org_id = f.org_id AND c.cluster_id = f.cluster_id
@@ -89,10 +90,11 @@ async fn findings_handler(
     .fetch_all(tx.conn())
     .await?;
     tx.commit().await?;
-    let by_kind: serde_json::Map<String, Value> = counts.into_iter().map(|(k, n)| (k, json!(n))).collect();
-    Ok(Json(
-        json!({ "period": period.to_string(), "by_kind": by_kind, "items": items.into_iter().map(|(v,)| v).collect::<Vec<_>>() }),
-    ))
+    Ok(Json(Findings {
+        period: period.to_string(),
+        by_kind: counts.into_iter().collect(),
+        items: items.into_iter().map(|(v,)| v.0).collect(),
+    }))
 }
 
 fn gz(bytes: &[u8]) -> Result<Vec<u8>, AppError> {
@@ -211,26 +213,8 @@ pub async fn preview(tx: &mut OrgTx, period: Period) -> Result<Preview, AppError
     Ok(Preview { input, ledger, credits: credits.into_iter().map(|(id, _)| id).collect(), late })
 }
 
-/// What a close produced.
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct CloseSummary {
-    /// The month.
-    pub period: String,
-    /// Lines written.
-    pub lines: usize,
-    /// Their total.
-    pub total: String,
-    /// Currency.
-    pub currency: String,
-    /// Close hash.
-    pub hash: String,
-    /// Previous close's hash.
-    pub previous_hash: Option<String>,
-    /// Policy version.
-    pub policy_version: u32,
-    /// Inventory version.
-    pub inventory_version: String,
-}
+/// What a close produced (the contract's answer of the close).
+pub use gpuledger_api::close::CloseSummary;
 
 /// Closes a period. Exactly one of several concurrent callers (on any replica) wins; the others get a conflict.
 pub async fn close_period(
@@ -515,10 +499,9 @@ pub async fn org_slug(tx: &mut OrgTx) -> Result<String, AppError> {
 
 async fn close_handler(
     State(state): State<AppState>,
-    headers: HeaderMap,
+    p: Caller<Close>,
     Path(period): Path<String>,
 ) -> Result<Json<CloseSummary>, AppError> {
-    let p = crate::auth::require(&state.db, &headers, crate::auth::Capability::Close).await?;
     let period = parse_period("period", &period)?;
     let mut tx = state.db.begin_org(p.org).await?;
     let slug = org_slug(&mut tx).await?;
@@ -529,10 +512,9 @@ async fn close_handler(
 
 async fn bundle_handler(
     State(state): State<AppState>,
-    headers: HeaderMap,
+    p: Caller<ReadLedger>,
     Path(period): Path<String>,
 ) -> Result<Response, AppError> {
-    let p = reader(&state, &headers).await?;
     let period = parse_period("period", &period)?;
     if p.departments.is_some() {
         return Err(AppError::Forbidden(
@@ -556,8 +538,7 @@ async fn bundle_handler(
 }
 
 #[allow(clippy::type_complexity)]
-async fn list_periods(State(state): State<AppState>, headers: HeaderMap) -> Result<Json<Value>, AppError> {
-    let p = reader(&state, &headers).await?;
+async fn list_periods(State(state): State<AppState>, p: Caller<ReadLedger>) -> Result<Json<Periods>, AppError> {
     // Organization totals are not shown to a caller limited to departments.
     let scoped = p.departments.is_some();
     let mut tx = p.begin(&state.db).await?;
@@ -590,30 +571,31 @@ async fn list_periods(State(state): State<AppState>, headers: HeaderMap) -> Resu
     .fetch_one(tx.conn())
     .await?;
     tx.commit().await?;
-    let mut items: Vec<Value> = Vec::new();
     let current = Period::containing(OffsetDateTime::now_utc());
-    let mut known: std::collections::BTreeMap<Period, Value> = std::collections::BTreeMap::new();
+    let mut known: std::collections::BTreeMap<Period, PeriodEntry> = std::collections::BTreeMap::new();
     for r in rows {
         let period = period_of(r.0)?;
-        known.insert(
-            period,
-            json!({
-                "period": period.to_string(), "state": r.1,
-                "closed_at": r.2.map(|t| t.format(&time::format_description::well_known::Rfc3339).unwrap_or_default()),
-                "closed_by": r.3, "policy_version": r.4, "hash": r.5,
-                "lines": if scoped { None } else { r.6 }, "total": if scoped { None } else { r.7 }, "currency": r.8,
-                "previous_hash": r.9,
-                "bundle": (r.1 == "closed").then(|| format!("/api/v1/periods/{period}/bundle")),
-            }),
-        );
+        let record = PeriodRecord {
+            closed_at: r.2.map(|t| t.format(&time::format_description::well_known::Rfc3339).unwrap_or_default()),
+            closed_by: r.3,
+            policy_version: r.4,
+            hash: r.5,
+            lines: if scoped { None } else { r.6 },
+            total: if scoped { None } else { r.7 },
+            currency: r.8,
+            previous_hash: r.9,
+            bundle: (r.1 == "closed").then(|| format!("/api/v1/periods/{period}/bundle")),
+        };
+        known.insert(period, PeriodEntry { period: period.to_string(), state: r.1, record: Some(record) });
     }
     if let Some(f) = first {
         let mut m = period_of(f)?;
         while m <= current {
-            known.entry(m).or_insert_with(|| json!({"period": m.to_string(), "state": "open"}));
+            // A month nothing was recorded of: its period and state only.
+            known.entry(m).or_insert_with(|| PeriodEntry { period: m.to_string(), state: "open".into(), record: None });
             m = m.next()?;
         }
     }
-    items.extend(known.into_values().rev());
-    Ok(Json(json!({ "total": items.len(), "items": items })))
+    let items: Vec<PeriodEntry> = known.into_values().rev().collect();
+    Ok(Json(Periods { total: items.len(), items }))
 }

@@ -7,8 +7,11 @@ use std::collections::HashMap;
 use axum::{
     Json, Router,
     extract::{Path, Query, State},
-    http::HeaderMap,
     routing::get,
+};
+use gpuledger_api::{
+    close::{Evidence, EvidenceAllocation, EvidenceDetail},
+    ledger::{Ledger, MonthTotal, Months, Summaries},
 };
 use gpuledger_core::{
     Confidence, Fraction, Period,
@@ -22,7 +25,7 @@ use gpuledger_core::{
     policy::CostPolicy,
 };
 use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::Value;
 use time::OffsetDateTime;
 use uuid::Uuid;
 
@@ -31,7 +34,8 @@ use crate::{
     auth::Visible,
     db::OrgTx,
     error::AppError,
-    policy::{month_start, parse_period, reader},
+    http::{Caller, ReadLedger},
+    policy::{month_start, parse_period},
 };
 
 /// Routes of this module.
@@ -55,10 +59,9 @@ struct MonthsQuery {
 /// (`total: null`).
 async fn get_months(
     State(state): State<AppState>,
-    headers: HeaderMap,
+    p: Caller<ReadLedger>,
     Query(q): Query<MonthsQuery>,
-) -> Result<Json<Value>, AppError> {
-    let p = reader(&state, &headers).await?;
+) -> Result<Json<Months>, AppError> {
     let from =
         parse_period("from", q.from.as_deref().ok_or_else(|| AppError::invalid("from", "is required (YYYY-MM)"))?)?;
     let to = parse_period("to", q.to.as_deref().ok_or_else(|| AppError::invalid("to", "is required (YYYY-MM)"))?)?;
@@ -89,17 +92,17 @@ async fn get_months(
     .fetch_all(tx.conn())
     .await?;
     tx.commit_quiet().await?;
-    let months: Vec<Value> = rows
+    let months = rows
         .into_iter()
-        .map(|(d, st, total, as_of)| {
+        .map(|(d, state, total, as_of)| {
             let period = crate::policy::period_of(d).map(|p| p.to_string()).unwrap_or_default();
             // A month with figures but no line the caller sees totals 0.00; a month without figures has no total.
-            let total = st.as_ref().map(|_| total.unwrap_or_else(|| "0.00".into()));
-            json!({"period": period, "state": st, "total": total,
-                   "as_of": as_of.and_then(|t| t.format(&time::format_description::well_known::Rfc3339).ok())})
+            let total = state.as_ref().map(|_| total.unwrap_or_else(|| "0.00".into()));
+            let as_of = as_of.and_then(|t| t.format(&time::format_description::well_known::Rfc3339).ok());
+            MonthTotal { period, state, total, as_of }
         })
         .collect();
-    Ok(Json(json!({ "months": months })))
+    Ok(Json(Months { months }))
 }
 
 #[derive(Debug, Deserialize)]
@@ -114,10 +117,9 @@ struct SummariesQuery {
 /// yet is `null`, and `pending` says the worker has newer figures to summarize.
 async fn get_summaries(
     State(state): State<AppState>,
-    headers: HeaderMap,
+    p: Caller<ReadLedger>,
     query: Result<Query<SummariesQuery>, axum::extract::rejection::QueryRejection>,
-) -> Result<Json<Value>, AppError> {
-    let p = reader(&state, &headers).await?;
+) -> Result<Json<Summaries>, AppError> {
     let Query(q) = query.map_err(|e| AppError::invalid("query", e.body_text()))?;
     let period = parse_period(
         "period",
@@ -479,10 +481,9 @@ struct LedgerQuery {
 
 async fn get_ledger(
     State(state): State<AppState>,
-    headers: HeaderMap,
+    p: Caller<ReadLedger>,
     Query(q): Query<LedgerQuery>,
-) -> Result<Json<Value>, AppError> {
-    let p = reader(&state, &headers).await?;
+) -> Result<Json<Ledger>, AppError> {
     let period = parse_period(
         "period",
         q.period.as_deref().ok_or_else(|| AppError::invalid("period", "is required (YYYY-MM)"))?,
@@ -525,32 +526,32 @@ async fn get_ledger(
     tx.commit_quiet().await?;
     // The notes count the whole organization's data: not for a caller limited to departments.
     let notes = if p.departments.is_some() || head.state == crate::readmodel::FigState::Closed {
-        Value::Null
+        None
     } else {
-        head.notes.clone()
+        Some(head.notes.clone()).filter(|n| !n.is_null())
     };
     let max_age = state.limits.snapshot_max_age;
     let now = time::OffsetDateTime::now_utc();
     let stale = head.state == crate::readmodel::FigState::Provisional
         && head.changed_since.is_some()
         && now - head.as_of > max_age;
-    Ok(Json(json!({
-        "period": period.to_string(),
-        "state": st,
-        "policy_version": head.policy_version,
-        "currency": if head.line_count > 0 { head.currency.clone() } else { None },
-        "hash": head.hash,
-        "as_of": head.as_of.format(&time::format_description::well_known::Rfc3339).unwrap_or_default(),
-        "provisional": head.state == crate::readmodel::FigState::Provisional,
-        "stale": stale,
-        "total": found.total,
-        "totals_by_term": found.totals_by_term,
-        "notes": notes,
-        "count": found.count,
-        "page": page,
-        "per_page": per_page,
-        "lines": found.lines,
-    })))
+    Ok(Json(Ledger {
+        period: period.to_string(),
+        state: st,
+        policy_version: head.policy_version,
+        currency: if head.line_count > 0 { head.currency.clone() } else { None },
+        hash: head.hash,
+        as_of: head.as_of.format(&time::format_description::well_known::Rfc3339).unwrap_or_default(),
+        provisional: head.state == crate::readmodel::FigState::Provisional,
+        stale,
+        total: found.total,
+        totals_by_term: found.totals_by_term,
+        notes,
+        count: found.count,
+        page,
+        per_page,
+        lines: found.lines,
+    }))
 }
 
 #[derive(Debug, Deserialize)]
@@ -566,7 +567,7 @@ struct EvidenceQuery {
 
 /// What the store says about the workloads behind a page of evidence: pod or VM, namespace, node, devices,
 /// profile — keyed by `cluster/allocation`.
-async fn evidence_details(tx: &mut OrgTx, ids: &[&str]) -> Result<std::collections::HashMap<String, Value>, AppError> {
+async fn evidence_details(tx: &mut OrgTx, ids: &[&str]) -> Result<HashMap<String, EvidenceDetail>, AppError> {
     let org = tx.org().as_uuid();
     let mut clusters = Vec::new();
     let mut allocations = Vec::new();
@@ -624,11 +625,18 @@ async fn evidence_details(tx: &mut OrgTx, ids: &[&str]) -> Result<std::collectio
             )| {
                 (
                     format!("{cluster}/{allocation}"),
-                    json!({
-                        "cluster": cluster_name, "holder_kind": kind, "holder": name, "namespace": namespace,
-                        "container": container, "node": node, "device_ids": devices, "sharing_mode": mode,
-                        "profile": profile, "gpu_model": model,
-                    }),
+                    EvidenceDetail {
+                        cluster: cluster_name,
+                        holder_kind: kind,
+                        holder: name,
+                        namespace,
+                        container,
+                        node,
+                        device_ids: devices,
+                        sharing_mode: mode,
+                        profile,
+                        gpu_model: model,
+                    },
                 )
             },
         )
@@ -638,11 +646,10 @@ async fn evidence_details(tx: &mut OrgTx, ids: &[&str]) -> Result<std::collectio
 /// The allocation records behind a line: from the bundle for a closed period, from the store for an open one.
 async fn evidence(
     State(state): State<AppState>,
-    headers: HeaderMap,
+    p: Caller<ReadLedger>,
     Path(period): Path<String>,
     Query(q): Query<EvidenceQuery>,
-) -> Result<Json<Value>, AppError> {
-    let p = reader(&state, &headers).await?;
+) -> Result<Json<Evidence>, AppError> {
     let period = parse_period("period", &period)?;
     let per_page = q.per_page.unwrap_or(100).clamp(1, 1000) as usize;
     let page = q.page.unwrap_or(1).max(1) as usize;
@@ -690,20 +697,28 @@ async fn evidence(
     let mut tx = state.db.begin_org(p.org).await?;
     let details = evidence_details(&mut tx, &ids).await?;
     tx.commit().await?;
-    let items: Vec<Value> = page_rows
+    let rfc3339 = |t: OffsetDateTime| t.format(&time::format_description::well_known::Rfc3339).unwrap_or_default();
+    let allocations = page_rows
         .iter()
-        .map(|a| {
-            let mut v = serde_json::to_value(a).unwrap_or(Value::Null);
-            v["detail"] = details.get(&a.id).cloned().unwrap_or(Value::Null);
-            v
+        .map(|a| EvidenceAllocation {
+            id: a.id.clone(),
+            tenant: a.tenant.map(|t| t.to_string()),
+            gpu_class: a.gpu_class.clone(),
+            fraction: String::from(a.fraction),
+            start: rfc3339(a.start),
+            end: a.end.map(rfc3339),
+            confidence: a.confidence.as_str().to_string(),
+            devices: a.devices.clone(),
+            endpoint: a.endpoint.clone(),
+            detail: details.get(&a.id).cloned(),
         })
         .collect();
-    Ok(Json(json!({
-        "period": period.to_string(),
-        "total": rows.len(),
-        "page": page,
-        "per_page": per_page,
-        "sort": sort,
-        "allocations": items,
-    })))
+    Ok(Json(Evidence {
+        period: period.to_string(),
+        total: rows.len(),
+        page,
+        per_page,
+        sort: sort.to_string(),
+        allocations,
+    }))
 }

@@ -5,9 +5,11 @@
 
 use axum::{Json, Router, routing::get};
 use gpuledger_api::{
-    Problem,
+    Problem, analytics, close, disputes,
     health::{Alive, Ready},
+    ingest, ledger,
     schemars::{JsonSchema, SchemaGenerator, generate::Contract, generate::SchemaSettings},
+    training, usage,
 };
 use serde_json::{Map, Value, json};
 
@@ -72,7 +74,6 @@ impl Op {
         self
     }
     /// The JSON request body's type.
-    #[allow(dead_code)] // until the request bodies are in the contract (issue 18, in progress)
     fn body<T: JsonSchema>(mut self) -> Self {
         self.body = Some(schema_of::<T>);
         self
@@ -215,41 +216,6 @@ fn documents() -> Map<String, Value> {
             "facts": {"type": "array", "maxItems": gpuledger_core::wire::MAX_FACTS_PER_BATCH,
                       "items": {"type": "object", "required": ["event_id", "observed_at", "kind"]}}}}),
     );
-    m.insert(
-        "BatchAck".into(),
-        json!({"type": "object", "required": ["received", "stored"], "properties": {
-            "received": {"type": "integer"}, "stored": {"type": "integer"},
-            "flagged": {"type": "array", "items": {"type": "object"}}}}),
-    );
-    m.insert(
-        "Dispute".into(),
-        json!({"type": "object", "description": "Amounts are decimal strings, times RFC 3339 UTC.",
-            "required": ["id", "number", "period", "line_ids", "state", "reason", "opened_by", "opened_at"],
-            "properties": {
-            "id": {"type": "string", "format": "uuid"}, "number": {"type": "integer"},
-            "period": {"type": "string", "pattern": "^[0-9]{4}-[0-9]{2}$"},
-            "line_ids": {"type": "array", "items": {"type": "string"}},
-            "state": {"enum": ["open", "accepted", "rejected"]}, "reason": {"type": "string"},
-            "opened_by": {"type": "string"}, "opened_at": {"type": "string", "format": "date-time"},
-            "resolved_by": {"type": ["string", "null"]}, "resolved_at": {"type": ["string", "null"], "format": "date-time"},
-            "resolution": {"type": ["string", "null"]}, "credit_amount": {"type": ["string", "null"]},
-            "adjustment_id": {"type": ["string", "null"], "format": "uuid"},
-            "credit_state": {"enum": ["pending_approval", "approved", "applied", "rejected", null]},
-            "disputed_amount": {"type": ["string", "null"]}, "currency": {"type": ["string", "null"]}}}),
-    );
-    m.insert(
-        "DisputeDetail".into(),
-        json!({"allOf": [{"$ref": "#/components/schemas/Dispute"}, {"type": "object", "properties": {
-            "lines": {"type": "array", "items": {"type": "object", "description": "The disputed ledger lines"}},
-            "events": {"type": "array", "items": {"type": "object", "required": ["id", "at", "actor", "action", "body", "details"]}},
-            "credit": {"type": ["object", "null"], "description": "The credit adjustment (amount negative)"}}}]}),
-    );
-    m.insert(
-        "DisputePage".into(),
-        json!({"type": "object", "required": ["items", "total", "page", "per_page"], "properties": {
-            "items": {"type": "array", "items": {"$ref": "#/components/schemas/Dispute"}},
-            "total": {"type": "integer"}, "page": {"type": "integer"}, "per_page": {"type": "integer"}}}),
-    );
     m
 }
 
@@ -290,7 +256,7 @@ fn ingest_ops() -> Vec<Op> {
             "Agents' facts (gzip allowed); acknowledged after the commit; idempotent by event ID",
         )
         .token()
-        .answers_document(200, "stored", "BatchAck")
+        .answers::<ingest::BatchAck>(200, "stored")
         .errors(&[401, 403, 413, 422]),
         Op::post("/api/v1/agents/join", "Exchange a one-time join token for the cluster's agent credential")
             .token()
@@ -419,11 +385,7 @@ fn ledger_ops() -> Vec<Op> {
              per_page (≤ 10000); with totals by term",
         )
         .token()
-        .untyped(
-            200,
-            "{period, state, policy_version, currency, hash, as_of, provisional, stale, total, totals_by_term, \
-             notes, count, lines}",
-        )
+        .answers::<ledger::Ledger>(200, "A page of the month's lines with its totals")
         .errors(&[401, 409, 422]),
         Op::get(
             "/api/v1/ledger/months",
@@ -431,7 +393,7 @@ fn ledger_ops() -> Vec<Op> {
              most 36 months), department; a month without figures has total null",
         )
         .token()
-        .untyped(200, "{months: [{period, state, total, as_of}]}")
+        .answers::<ledger::Months>(200, "Each month's total")
         .errors(&[401, 422]),
         Op::get(
             "/api/v1/ledger/summaries",
@@ -440,11 +402,11 @@ fn ledger_ops() -> Vec<Op> {
              null; pending says newer figures are being summarized",
         )
         .token()
-        .untyped(200, "{period, pending, utilization, inference, training}")
+        .answers::<ledger::Summaries>(200, "The stored summaries")
         .errors(&[401, 422]),
         Op::get("/api/v1/periods", "Months with their state (open, closing, closed), hash chain and totals")
             .token()
-            .untyped(200, "{items, total}")
+            .answers::<close::Periods>(200, "Months, newest first")
             .errors(&[401]),
         Op::post(
             "/api/v1/periods/{period}/close",
@@ -452,7 +414,7 @@ fn ledger_ops() -> Vec<Op> {
              stores the bundle and the hash chain, applies approved credits and late-data corrections",
         )
         .token()
-        .untyped(200, "{period, lines, total, currency, hash, previous_hash, policy_version, inventory_version}")
+        .answers::<close::CloseSummary>(200, "What the close produced")
         .errors(&[401, 403, 409, 422]),
         Op::get(
             "/api/v1/periods/{period}/bundle",
@@ -460,14 +422,14 @@ fn ledger_ops() -> Vec<Op> {
              verify`",
         )
         .token()
-        .untyped(200, "the bundle")
+        .answers::<close::Bundle>(200, "The bundle (docs/bundle.md)")
         .errors(&[401, 404]),
         Op::get(
             "/api/v1/periods/{period}/evidence",
             "The allocation records behind a line (?tenant=UUID, gpu_class, endpoint, page, per_page)",
         )
         .token()
-        .untyped(200, "{allocations, total}")
+        .answers::<close::Evidence>(200, "A page of allocation records")
         .errors(&[401, 422]),
         Op::get(
             "/api/v1/periods/{period}/findings",
@@ -475,7 +437,7 @@ fn ledger_ops() -> Vec<Op> {
              kind and the newest 200",
         )
         .token()
-        .untyped(200, "Findings")
+        .answers::<close::Findings>(200, "Findings")
         .errors(&[401, 403]),
         Op::get(
             "/api/v1/analytics/utilization",
@@ -483,7 +445,7 @@ fn ledger_ops() -> Vec<Op> {
              idle_threshold_pct (percent, default 5), min_idle_hours (default 1), page, per_page",
         )
         .token()
-        .untyped(200, "{tenants, allocations, total}")
+        .answers::<analytics::Utilization>(200, "Per tenant and a page of allocations")
         .errors(&[401, 422]),
         Op::get(
             "/api/v1/analytics/inference",
@@ -492,7 +454,7 @@ fn ledger_ops() -> Vec<Op> {
              time to first token; per endpoint the totals (whole-organization callers only)",
         )
         .token()
-        .untyped(200, "{endpoints, tenants, unattributed}")
+        .answers::<analytics::Inference>(200, "Per endpoint and tenant")
         .errors(&[401, 422]),
         Op::get(
             "/api/v1/analytics/sessions",
@@ -500,7 +462,7 @@ fn ledger_ops() -> Vec<Op> {
              TTFT, GPU-hours of session-labelled pods, and a cost modeled from the tenant's ledger lines (analytics)",
         )
         .token()
-        .untyped(200, "{sessions}")
+        .answers::<analytics::Sessions>(200, "Per session, costliest first")
         .errors(&[401, 422]),
         Op::get(
             "/api/v1/analytics/training",
@@ -508,7 +470,7 @@ fn ledger_ops() -> Vec<Op> {
              GPU-hours of the workload's pods (analytics)",
         )
         .token()
-        .untyped(200, "{workloads}")
+        .answers::<training::Training>(200, "Per workload")
         .errors(&[401, 422]),
     ]
 }
@@ -522,41 +484,47 @@ fn dispute_ops() -> Vec<Op> {
              (≤ 100). Admin or export token",
         )
         .token()
-        .answers_document(200, "a page", "DisputePage")
+        .answers::<disputes::DisputePage>(200, "a page")
         .errors(&[401, 403, 422]),
         Op::post("/api/v1/disputes", "Dispute lines of a closed period: {period, line_ids, reason}. Admin token")
             .token()
-            .answers_document(201, "opened", "DisputeDetail")
+            .body::<disputes::OpenDispute>()
+            .answers::<disputes::DisputeDetail>(201, "opened")
             .errors(&[401, 403, 409, 422]),
         Op::get("/api/v1/disputes/{id}", "A dispute (by UUID or number) with its lines, history and credit")
             .token()
-            .answers_document(200, "the dispute", "DisputeDetail")
+            .answers::<disputes::DisputeDetail>(200, "the dispute")
             .errors(&[401, 403, 404]),
         Op::post("/api/v1/disputes/{id}/comments", "Comment on an open dispute: {body}")
             .token()
-            .answers_document(201, "the dispute", "DisputeDetail")
+            .body::<disputes::CommentRequest>()
+            .answers::<disputes::DisputeDetail>(201, "the dispute")
             .errors(&[401, 403, 404, 409, 422]),
         Op::post(
             "/api/v1/disputes/{id}/accept",
             "Accept an open dispute with a credit awaiting finance's approval: {reason, credit_amount}",
         )
         .token()
-        .answers_document(200, "the dispute", "DisputeDetail")
+        .body::<disputes::AcceptRequest>()
+        .answers::<disputes::DisputeDetail>(200, "the dispute")
         .errors(&[401, 403, 404, 409, 422]),
         Op::post("/api/v1/disputes/{id}/reject", "Reject an open dispute: {reason}")
             .token()
-            .answers_document(200, "the dispute", "DisputeDetail")
+            .body::<disputes::ReasonRequest>()
+            .answers::<disputes::DisputeDetail>(200, "the dispute")
             .errors(&[401, 403, 404, 409, 422]),
         Op::post(
             "/api/v1/disputes/{id}/credit/approve",
             "Finance approves the credit; the next period close applies it: {reason?}",
         )
         .token()
-        .answers_document(200, "the dispute", "DisputeDetail")
+        .body::<disputes::ReasonRequest>()
+        .answers::<disputes::DisputeDetail>(200, "the dispute")
         .errors(&[401, 403, 404, 409]),
         Op::post("/api/v1/disputes/{id}/credit/reject", "Finance refuses the credit: {reason}")
             .token()
-            .answers_document(200, "the dispute", "DisputeDetail")
+            .body::<disputes::ReasonRequest>()
+            .answers::<disputes::DisputeDetail>(200, "the dispute")
             .errors(&[401, 403, 404, 409, 422]),
     ]
 }
@@ -640,7 +608,7 @@ fn usage_ops() -> Vec<Op> {
              unknown callers kept and reported. Agent token",
         )
         .token()
-        .untyped(200, "{received, stored, duplicates, unknown}")
+        .answers::<usage::UsageAck>(200, "What was kept")
         .errors(&[401, 403, 422]),
         Op::post(
             "/api/v1/training/progress",
@@ -648,7 +616,7 @@ fn usage_ops() -> Vec<Op> {
              Idempotent by record_id. Agent token",
         )
         .token()
-        .untyped(200, "{received, stored, duplicates}")
+        .answers::<training::ProgressAck>(200, "What was kept")
         .errors(&[401, 403, 422]),
     ]
 }

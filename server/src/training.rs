@@ -17,13 +17,20 @@ use axum::{
     http::HeaderMap,
     routing::{get, post},
 };
+use gpuledger_api::training::{ProgressAck, Training, TrainingWorkload};
 use gpuledger_core::{Fraction, NANOS_PER_HOUR, Period};
 use serde::Deserialize;
-use serde_json::{Value, json};
 use time::OffsetDateTime;
 use uuid::Uuid;
 
-use crate::{app::AppState, auth, auth::Visible, db::OrgTx, error::AppError, policy::reader};
+use crate::{
+    app::AppState,
+    auth,
+    auth::Visible,
+    db::OrgTx,
+    error::AppError,
+    http::{Caller, ReadLedger},
+};
 
 /// Routes of this module.
 pub fn router() -> Router<AppState> {
@@ -150,7 +157,7 @@ async fn post_progress(
     State(state): State<AppState>,
     headers: HeaderMap,
     body: axum::body::Bytes,
-) -> Result<Json<Value>, AppError> {
+) -> Result<Json<ProgressAck>, AppError> {
     let principal = auth::authenticate(&state.db, &headers).await?;
     let Some(cluster) = principal.agent_cluster() else {
         return Err(AppError::Forbidden("training progress is sent with an agent token (the job's cluster)".into()));
@@ -159,7 +166,8 @@ async fn post_progress(
     let mut tx = principal.begin(&state.db).await?;
     let stored = store(&mut tx, principal.org, cluster, &reports).await?;
     tx.commit().await?;
-    Ok(Json(json!({ "received": reports.len(), "stored": stored, "duplicates": reports.len() as u64 - stored })))
+    let received = reports.len() as u64;
+    Ok(Json(ProgressAck { received, stored, duplicates: received - stored }))
 }
 
 /// Work done over a series of cumulative readings (in time order), a restart (a drop) counting from zero.
@@ -181,21 +189,20 @@ type Reading = (Uuid, String, String, OffsetDateTime, Option<i64>, Option<i64>);
 
 async fn training(
     State(state): State<AppState>,
-    headers: HeaderMap,
+    principal: Caller<ReadLedger>,
     query: Result<Query<Vec<(String, String)>>, QueryRejection>,
-) -> Result<Json<Value>, AppError> {
-    let principal = reader(&state, &headers).await?;
+) -> Result<Json<Training>, AppError> {
     let Query(pairs) = query.map_err(|e| AppError::invalid("query", e.body_text()))?;
     let params = crate::analytics::checked_params(&pairs, &["period"])?;
     let period = crate::policy::parse_period("period", params.get("period").copied().unwrap_or_default())?;
     let visible = principal.visible(&state.db).await?;
     let tx = state.db.begin_org(principal.org).await?;
     let (period, rows) = workloads(tx, period, &visible).await?;
-    Ok(Json(json!({
-        "period": period.to_string(),
-        "basis": TRAINING_BASIS,
-        "workloads": rows.into_iter().map(|(_, row)| row).collect::<Vec<_>>(),
-    })))
+    Ok(Json(Training {
+        period: period.to_string(),
+        basis: TRAINING_BASIS.into(),
+        workloads: rows.into_iter().map(|(_, row)| row).collect(),
+    }))
 }
 
 /// What the training report says its figures are.
@@ -207,7 +214,7 @@ pub(crate) async fn workloads(
     mut tx: OrgTx,
     period: Period,
     visible: &Option<Visible>,
-) -> Result<(Period, Vec<(Option<Uuid>, Value)>), AppError> {
+) -> Result<(Period, Vec<(Option<Uuid>, TrainingWorkload)>), AppError> {
     let (month, to) = crate::analytics::month_so_far(period)?;
     let from = month.start();
     let internal = |e: gpuledger_core::DomainError| AppError::Internal(e.to_string());
@@ -286,30 +293,30 @@ pub(crate) async fn workloads(
         if !Visible::tenant(visible, owner.as_ref().map(|o| o.0)) {
             continue;
         }
-        let per_hour = |work: Option<i64>| -> Result<Value, AppError> {
+        let per_hour = |work: Option<i64>| -> Result<Option<String>, AppError> {
             Ok(match work {
-                Some(w) if !hours.is_zero() => Value::String(
+                Some(w) if !hours.is_zero() => Some(
                     Fraction::from(u64::try_from(w).unwrap_or(0))
                         .checked_div(hours)
                         .and_then(|r| r.to_decimal_string(1))
                         .map_err(internal)?,
                 ),
-                _ => Value::Null,
+                _ => None,
             })
         };
         rows.push((
             owner.as_ref().map(|o| o.3),
-            json!({
-                "namespace": namespace,
-                "workload": workload,
-                "tenant": owner.as_ref().map(|o| o.1.clone()),
-                "department": owner.as_ref().map(|o| o.2.clone()),
-                "steps": steps,
-                "samples": samples,
-                "gpu_hours": hours.to_decimal_string(3).map_err(internal)?,
-                "steps_per_gpu_hour": per_hour(steps)?,
-                "samples_per_gpu_hour": per_hour(samples)?,
-            }),
+            TrainingWorkload {
+                namespace: namespace.clone(),
+                workload: workload.clone(),
+                tenant: owner.as_ref().map(|o| o.1.clone()),
+                department: owner.as_ref().map(|o| o.2.clone()),
+                steps,
+                samples,
+                gpu_hours: hours.to_decimal_string(3).map_err(internal)?,
+                steps_per_gpu_hour: per_hour(steps)?,
+                samples_per_gpu_hour: per_hour(samples)?,
+            },
         ));
     }
     tx.commit().await?;

@@ -19,16 +19,18 @@ use axum::{
     http::{HeaderMap, StatusCode},
     routing::{post, put},
 };
+use gpuledger_api::usage::{Alias, Aliases, AliasesRequest, AliasesSet, UnknownCaller, UsageAck};
 use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::json;
 use time::OffsetDateTime;
 use uuid::Uuid;
 
 use crate::{
     app::AppState,
-    auth::{self, Capability, require},
+    auth,
     error::AppError,
-    policy::{audit_by, json_body},
+    http::{Administer, Caller, JsonBody},
+    policy::audit_by,
 };
 
 /// Routes of this module.
@@ -213,7 +215,7 @@ async fn post_records(
     State(state): State<AppState>,
     headers: HeaderMap,
     body: axum::body::Bytes,
-) -> Result<Json<Value>, AppError> {
+) -> Result<Json<UsageAck>, AppError> {
     let principal = auth::authenticate(&state.db, &headers).await?;
     let Some(cluster) = principal.agent_cluster() else {
         return Err(AppError::Forbidden("usage records are sent with an agent token (the gateway's cluster)".into()));
@@ -304,7 +306,7 @@ async fn post_records(
     .fetch_all(tx.conn())
     .await?;
     tx.commit().await?;
-    let unknown: Vec<Value> = {
+    let unknown: Vec<UnknownCaller> = {
         let new_unknown: std::collections::HashSet<&str> =
             inserted.iter().filter(|(_, t)| t.is_none()).map(|(id, _)| id.as_str()).collect();
         records
@@ -313,41 +315,22 @@ async fn post_records(
             .filter(|(_, r)| new_unknown.contains(r.record_id.as_str()))
             .map(|(i, r)| {
                 // The line and record ID only: the sender has the rest (and echoing names helps nobody).
-                json!({"line": i + 1, "record_id": r.record_id,
-                       "reason": "no such tenant, and no alias of this endpoint maps its gateway_key or team"})
+                UnknownCaller {
+                    line: i + 1,
+                    record_id: r.record_id.clone(),
+                    reason: "no such tenant, and no alias of this endpoint maps its gateway_key or team".into(),
+                }
             })
             .collect()
     };
-    Ok(Json(json!({
-        "received": n,
-        "stored": inserted.len(),
-        "duplicates": n - inserted.len(),
-        "unknown": unknown,
-    })))
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct AliasesBody {
-    aliases: Vec<AliasEntry>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct AliasEntry {
-    /// `gateway_key` or `team`.
-    kind: String,
-    alias: String,
-    /// Tenant name or ID.
-    tenant: String,
+    Ok(Json(UsageAck { received: n, stored: inserted.len(), duplicates: n - inserted.len(), unknown }))
 }
 
 async fn get_aliases(
     State(state): State<AppState>,
-    headers: HeaderMap,
+    p: Caller<Administer>,
     Path(endpoint): Path<String>,
-) -> Result<Json<Value>, AppError> {
-    let p = require(&state.db, &headers, Capability::Administer).await?;
+) -> Result<Json<Aliases>, AppError> {
     let mut tx = p.begin(&state.db).await?;
     let org = tx.org().as_uuid();
     let rows: Vec<(String, String, String)> = sqlx::query_as(
@@ -359,19 +342,17 @@ async fn get_aliases(
     .fetch_all(tx.conn())
     .await?;
     tx.commit().await?;
-    let items: Vec<Value> = rows.into_iter().map(|(k, a, t)| json!({"kind": k, "alias": a, "tenant": t})).collect();
-    Ok(Json(json!({ "endpoint": endpoint, "aliases": items })))
+    let aliases = rows.into_iter().map(|(kind, alias, tenant)| Alias { kind, alias, tenant }).collect();
+    Ok(Json(Aliases { endpoint, aliases }))
 }
 
 /// Replaces an endpoint's aliases; records kept without a tenant that the new aliases resolve are attributed.
 async fn put_aliases(
     State(state): State<AppState>,
-    headers: HeaderMap,
+    p: Caller<Administer>,
     Path(endpoint): Path<String>,
-    body: axum::body::Bytes,
-) -> Result<(StatusCode, Json<Value>), AppError> {
-    let p = require(&state.db, &headers, Capability::Administer).await?;
-    let body: AliasesBody = json_body(&body)?;
+    JsonBody(body): JsonBody<AliasesRequest>,
+) -> Result<(StatusCode, Json<AliasesSet>), AppError> {
     let endpoint = endpoint.trim().to_string();
     if endpoint.is_empty() || endpoint.chars().count() > MAX_TEXT {
         return Err(AppError::invalid("endpoint", format!("must be 1 to {MAX_TEXT} characters")));
@@ -442,7 +423,7 @@ async fn put_aliases(
     )
     .await?;
     tx.commit().await?;
-    Ok((StatusCode::OK, Json(json!({ "endpoint": endpoint, "aliases": body.aliases.len(), "attributed": attributed }))))
+    Ok((StatusCode::OK, Json(AliasesSet { endpoint, aliases: body.aliases.len(), attributed })))
 }
 
 #[cfg(test)]

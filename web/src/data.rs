@@ -219,3 +219,11 @@ impl ResponseStatus {
         (self.0)(code)
     }
 }
+
+/// `GET path` of the REST API, in process, read as the contract's answer type `T` (a problem's detail, or an
+/// answer that does not match the contract, is the error).
+pub async fn api_json<T: serde::de::DeserializeOwned>(path: String) -> Result<T, PortalError> {
+    let handle = leptos::prelude::use_context::<PortalDataHandle>()
+        .ok_or_else(|| PortalError { message: "the portal has no data source configured".into() })?;
+    handle.0.api("GET", path, None).await?.json::<T>()
+}

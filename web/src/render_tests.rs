@@ -63,9 +63,122 @@ impl PortalData for Fake {
                 .find(|(prefix, _)| path.starts_with(prefix))
                 .map(|(_, v)| v.clone())
                 .unwrap_or(json!({"items": [], "lines": [], "mappings": []}));
-            ApiAnswer { status: 200, body }
+            ApiAnswer { status: 200, body: complete(&path, body) }
         };
         Box::pin(async move { Ok(answer) })
+    }
+}
+
+/// `over`'s fields on top of `base`'s: a fake names what its test is about, the rest is a neutral default.
+fn with(base: Value, over: &Value) -> Value {
+    let mut base = base;
+    if let (Some(b), Some(o)) = (base.as_object_mut(), over.as_object()) {
+        for (k, v) in o {
+            b.insert(k.clone(), v.clone());
+        }
+    }
+    base
+}
+
+/// Each entry of `over[key]` completed by `item`.
+fn each(over: &Value, key: &str, item: fn(&Value) -> Value) -> Value {
+    Value::Array(over[key].as_array().into_iter().flatten().map(item).collect())
+}
+
+/// A fake's answer for the ledger's pages completed to the contract's shape (the pages read it typed).
+fn complete(path: &str, over: Value) -> Value {
+    let period = "2026-10";
+    let window = json!({"period": period, "from": "2026-10-01T00:00:00Z", "to": "2026-11-01T00:00:00Z", "basis": "b",
+                        "as_of": "2026-11-01T00:00:00Z", "computed_at": "2026-11-01T00:00:00Z"});
+    let line = |l: &Value| {
+        with(
+            json!({"line_id": "", "period": period, "department_id": "d1", "department": "", "tenant": "", "term": "",
+                   "gpu_class": "", "quantity": "0", "unit": "GPU-hour", "rate": "0", "amount": "0.00",
+                   "currency": "USD", "confidence": "exact", "policy_version": 1, "evidence": "", "explanation": ""}),
+            l,
+        )
+    };
+    if path.starts_with("/api/v1/ledger/months") {
+        with(json!({"months": []}), &over)
+    } else if path.starts_with("/api/v1/ledger/summaries") {
+        let mut v = with(json!({"period": period, "pending": false}), &over);
+        if over["utilization"].is_object() {
+            let u = &over["utilization"];
+            v["utilization"] = with(
+                with(
+                    window.clone(),
+                    &json!({"threshold": "5", "min_idle_hours": "1",
+                "without_fraction": 0}),
+                ),
+                u,
+            );
+            v["utilization"]["tenants"] = each(u, "tenants", |t| {
+                with(
+                    json!({"allocations": 0, "idle_allocations": 0,
+                "allocated_gpu_hours": "0", "active_equivalent_gpu_hours": "0", "observed_gpu_hours": "0",
+                "idle_gpu_hours": "0", "confidence": "exact"}),
+                    t,
+                )
+            });
+        }
+        if over["inference"].is_object() {
+            let i = &over["inference"];
+            v["inference"] = with(window.clone(), i);
+            v["inference"]["tenants"] = each(i, "tenants", |t| {
+                with(
+                    json!({"tenant_id": "t", "tenant_name": "",
+                "department_id": "d", "department": "", "endpoint": "", "models": [], "requests": 0,
+                "input_tokens": 0, "output_tokens": 0, "share_pct": "0", "gpu_hours": "0", "confidence": "exact",
+                "confidence_reason": ""}),
+                    t,
+                )
+            });
+            v["inference"]["endpoints"] = each(i, "endpoints", |e| {
+                with(
+                    json!({"endpoint": "", "gpu_hours": "0",
+                "requests": 0, "tokens": 0, "confidence": "exact"}),
+                    e,
+                )
+            });
+        }
+        if over["training"].is_object() {
+            let t = &over["training"];
+            v["training"] = with(window.clone(), t);
+            v["training"]["workloads"] =
+                each(t, "workloads", |w| with(json!({"namespace": "", "workload": "", "gpu_hours": "0"}), w));
+        }
+        v
+    } else if path.starts_with("/api/v1/ledger") {
+        let mut v = with(
+            json!({"period": period, "state": "open", "as_of": "2026-11-01T00:00:00Z", "provisional": false,
+            "stale": false, "total": "0.00", "totals_by_term": {}, "count": 0, "page": 1, "per_page": 10000}),
+            &over,
+        );
+        v["lines"] = each(&over, "lines", line);
+        v
+    } else if path.starts_with("/api/v1/periods/") && path.contains("/evidence") {
+        with(
+            json!({"period": period, "total": 0, "page": 1, "per_page": 25, "sort": "start", "allocations": []}),
+            &over,
+        )
+    } else if path.starts_with("/api/v1/periods/") && path.contains("/findings") {
+        with(json!({"period": period, "by_kind": {}, "items": []}), &over)
+    } else if path.starts_with("/api/v1/periods") {
+        with(json!({"total": over["items"].as_array().map_or(0, Vec::len), "items": []}), &over)
+    } else if path.starts_with("/api/v1/disputes?") {
+        with(json!({"items": [], "total": 0, "page": 1, "per_page": 200}), &over)
+    } else if path.starts_with("/api/v1/analytics/sessions") {
+        let mut v = with(with(window, &json!({"tenant_id": "t1", "currency": "USD"})), &over);
+        v["sessions"] = each(&over, "sessions", |x| {
+            with(
+                json!({"session": "", "requests": 0, "input_tokens": 0,
+            "output_tokens": 0, "allocations": 0, "gpu_hours": "0", "confidence": "modeled"}),
+                x,
+            )
+        });
+        v
+    } else {
+        over
     }
 }
 
@@ -480,9 +593,10 @@ impl PortalData for Times {
             json!({"items": [{"at": RAW, "actor": "pat", "action": "login.success", "target": "", "reason": "",
                               "source": "10.0.0.1"}]})
         } else if path.starts_with("/api/v1/disputes/") {
-            json!({"number": 7, "state": "open", "period": "2026-11", "opened_at": "2026-12-01T15:05:09+01:00",
-                   "opened_by": "pat", "reason": "r", "disputed_amount": "10.00", "currency": "USD", "credit": null,
-                   "lines": [], "events": [{"action": "opened", "actor": "pat", "at": RAW, "body": ""}]})
+            json!({"id": "d7", "number": 7, "state": "open", "period": "2026-11", "line_ids": [],
+                   "opened_at": "2026-12-01T15:05:09+01:00", "opened_by": "pat", "reason": "r",
+                   "disputed_amount": "10.00", "currency": "USD", "credit": null, "lines": [],
+                   "events": [{"id": "e1", "action": "opened", "actor": "pat", "at": RAW, "body": "", "details": {}}]})
         } else {
             json!({"items": []})
         };

@@ -3,29 +3,33 @@
 use std::collections::BTreeMap;
 
 use crate::ui::Awaited;
+use gpuledger_api::{
+    analytics::{EndpointInference, SessionRow, Sessions, TenantInference, TenantUtilization, Unattributed},
+    close::{Evidence, EvidenceAllocation, PeriodEntry, Periods},
+    ledger::{Ledger, LedgerLine, Months, Summaries},
+    training::TrainingWorkload,
+};
 use leptos::prelude::*;
 use leptos_meta::Title;
 use leptos_router::{
     components::Redirect,
     hooks::{use_params_map, use_query_map},
 };
-use serde_json::{Value, json};
 
 use crate::{
-    data::{PortalError, SessionView},
+    data::{PortalError, SessionView, api_json},
     ui::{
-        BarChart, CHART_FONT_PX, Confidence, TrendChart, api_get, clipped, error_panel, grouped, hours, months_back, q,
-        readable_time, s, session, set_status, sum_decimals, when,
+        BarChart, CHART_FONT_PX, Confidence, TrendChart, clipped, error_panel, grouped, hours, months_back, q,
+        readable_time, session, set_status, sum_decimals, when,
     },
 };
 
 /// The month to show: `?period=`, else the latest closed month, else the newest month with data.
-async fn default_period(asked: Option<String>) -> Result<(String, Vec<Value>), PortalError> {
-    let periods = api_get("/api/v1/periods".into()).await?;
-    let items = periods["items"].as_array().cloned().unwrap_or_default();
+async fn default_period(asked: Option<String>) -> Result<(String, Vec<PeriodEntry>), PortalError> {
+    let items = api_json::<Periods>("/api/v1/periods".into()).await?.items;
     let chosen = asked
         .filter(|p| !p.is_empty())
-        .or_else(|| items.iter().find(|p| p["state"] == "closed").or_else(|| items.first()).map(|p| s(p, "period")));
+        .or_else(|| items.iter().find(|p| p.state == "closed").or_else(|| items.first()).map(|p| p.period.clone()));
     let now = time::OffsetDateTime::now_utc();
     let current = format!("{:04}-{:02}", now.year(), u8::from(now.month()));
     Ok((chosen.unwrap_or(current), items))
@@ -41,17 +45,17 @@ struct Showback {
     hash: Option<String>,
     currency: String,
     total: String,
-    lines: Vec<Value>,
+    lines: Vec<LedgerLine>,
     by_term: Vec<(String, String)>,
     by_tenant: Vec<(String, String, String, String)>,
     by_class: Vec<(String, String)>,
     trend: Vec<(String, String)>,
-    utilization: Vec<Value>,
-    inference: Vec<Value>,
-    endpoints: Vec<Value>,
-    /// Work no tenant's usage accounts for (organization-wide views only; `null` otherwise).
-    unattributed: Value,
-    training: Vec<Value>,
+    utilization: Vec<TenantUtilization>,
+    inference: Vec<TenantInference>,
+    endpoints: Vec<EndpointInference>,
+    /// Work no tenant's usage accounts for (organization-wide views only).
+    unattributed: Option<Unattributed>,
+    training: Vec<TrainingWorkload>,
     not_exact: usize,
     notice: Option<String>,
     /// When the figures were computed (the read model's `as_of`), as people read it.
@@ -71,15 +75,14 @@ async fn load_showback(
 ) -> Result<Showback, PortalError> {
     let (period, items) = default_period(period).await?;
     // A month no approved policy prices yet has no charges: say so, rather than fail the page.
-    let (all, notice) = match api_get(format!("/api/v1/ledger?period={}&per_page=10000", q(&period))).await {
-        Ok(v) => (v, None),
-        Err(e) if e.message.contains("no approved cost policy") => {
-            (json!({"lines": [], "total": "0.00"}), Some(e.message))
-        }
-        Err(e) => return Err(e),
-    };
-    let mut departments: Vec<String> =
-        all["lines"].as_array().into_iter().flatten().map(|l| s(l, "department")).collect();
+    let (ledger, notice) =
+        match api_json::<Ledger>(format!("/api/v1/ledger?period={}&per_page=10000", q(&period))).await {
+            Ok(v) => (Some(v), None),
+            Err(e) if e.message.contains("no approved cost policy") => (None, Some(e.message)),
+            Err(e) => return Err(e),
+        };
+    let all: &[LedgerLine] = ledger.as_ref().map_or(&[], |l| l.lines.as_slice());
+    let mut departments: Vec<String> = all.iter().map(|l| l.department.clone()).collect();
     if let Some(mine) = &s_.departments {
         departments.extend(mine.iter().cloned());
     }
@@ -90,24 +93,18 @@ async fn load_showback(
         department.filter(|d| !d.is_empty()).or_else(|| s_.departments.as_ref().and_then(|d| d.first().cloned()));
     let filter = department.as_ref().map(|d| format!("&department={}", q(d))).unwrap_or_default();
     // One read of the month: the department is cut here (the API already cut what the caller may not see).
-    let lines: Vec<Value> = all["lines"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|l| department.as_ref().is_none_or(|d| s(l, "department") == *d))
-        .cloned()
-        .collect();
-    let ledger = &all;
-    let currency = s(ledger, "currency");
+    let lines: Vec<LedgerLine> =
+        all.iter().filter(|l| department.as_ref().is_none_or(|d| l.department == *d)).cloned().collect();
+    let currency = ledger.as_ref().and_then(|l| l.currency.clone()).unwrap_or_default();
     let exact_sum = |amounts: Vec<String>| {
         if amounts.is_empty() { "0.00".to_string() } else { sum_decimals(amounts.iter().map(String::as_str)) }
     };
     let mut terms: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for l in &lines {
-        terms.entry(s(l, "term")).or_default().push(s(l, "amount"));
+        terms.entry(l.term.clone()).or_default().push(l.amount.clone());
     }
     let by_term: Vec<(String, String)> = terms.into_iter().map(|(k, v)| (k, exact_sum(v))).collect();
-    let total = exact_sum(lines.iter().map(|l| s(l, "amount")).collect());
+    let total = exact_sum(lines.iter().map(|l| l.amount.clone()).collect());
     let mut tenants: BTreeMap<(String, String), (Vec<String>, String)> = BTreeMap::new();
     let mut classes: BTreeMap<String, Vec<String>> = BTreeMap::new();
     let rank = |c: &str| match c {
@@ -116,14 +113,14 @@ async fn load_showback(
         _ => 0,
     };
     for l in &lines {
-        let e = tenants.entry((s(l, "tenant"), s(l, "tenant_id"))).or_insert((Vec::new(), "exact".into()));
-        e.0.push(s(l, "amount"));
-        let c = s(l, "confidence");
-        if rank(&c) > rank(&e.1) {
-            e.1 = c;
+        let key = (l.tenant.clone(), l.tenant_id.clone().unwrap_or_default());
+        let e = tenants.entry(key).or_insert((Vec::new(), "exact".into()));
+        e.0.push(l.amount.clone());
+        if rank(&l.confidence) > rank(&e.1) {
+            e.1.clone_from(&l.confidence);
         }
-        if !s(l, "gpu_class").is_empty() {
-            classes.entry(s(l, "gpu_class")).or_default().push(s(l, "amount"));
+        if !l.gpu_class.is_empty() {
+            classes.entry(l.gpu_class.clone()).or_default().push(l.amount.clone());
         }
     }
     let by_tenant = tenants
@@ -134,10 +131,12 @@ async fn load_showback(
     // The trend: one read of the stored month totals; a month without figures says "no data", never 0.00.
     let back = months_back(&period, 6);
     let stored = match (back.first(), back.last()) {
-        (Some(first), Some(last)) => api_get(format!("/api/v1/ledger/months?from={first}&to={last}{filter}"))
-            .await
-            .map(|v| v["months"].as_array().cloned().unwrap_or_default())
-            .unwrap_or_default(),
+        (Some(first), Some(last)) => {
+            api_json::<Months>(format!("/api/v1/ledger/months?from={first}&to={last}{filter}"))
+                .await
+                .map(|m| m.months)
+                .unwrap_or_default()
+        }
         _ => Vec::new(),
     };
     let mut trend = Vec::new();
@@ -146,45 +145,50 @@ async fn load_showback(
             trend.push((month, total.clone()));
             continue;
         }
-        let total = stored.iter().find(|m| s(m, "period") == month).map(|m| s(m, "total")).unwrap_or_default();
+        let total = stored.iter().find(|m| m.period == month).and_then(|m| m.total.clone()).unwrap_or_default();
         trend.push((month, if total.is_empty() { "no data".into() } else { total }));
     }
     // The month's utilization, inference and training figures: stored summaries (computed once per month figures
     // by the server's worker, never on this read), cut to what the caller may see.
-    let summaries = api_get(format!("/api/v1/ledger/summaries?period={}", q(&period))).await.unwrap_or(Value::Null);
-    let rows = |kind: &str, section: &str| -> Vec<Value> {
-        summaries[kind][section]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter(|r| department.as_ref().is_none_or(|d| r["department"].is_null() || s(r, "department") == *d))
-            .cloned()
-            .collect()
-    };
-    let utilization: Vec<Value> = summaries["utilization"]["tenants"]
-        .as_array()
-        .into_iter()
-        .flatten()
+    let summaries = api_json::<Summaries>(format!("/api/v1/ledger/summaries?period={}", q(&period))).await.ok();
+    let in_department = |d: Option<&String>| department.as_ref().is_none_or(|want| d.is_none_or(|d| d == want));
+    let utilization: Vec<TenantUtilization> = summaries
+        .as_ref()
+        .and_then(|s| s.utilization.as_ref())
+        .map(|u| u.tenants.as_slice())
+        .unwrap_or_default()
+        .iter()
         .filter(|t| {
             // Utilization rows name tenants only: keep those of the department's lines.
-            department.is_none() || lines.iter().any(|l| s(l, "tenant_id") == s(t, "tenant_id"))
+            department.is_none()
+                || lines.iter().any(|l| l.tenant_id.as_deref().unwrap_or("") == t.tenant_id.as_deref().unwrap_or(""))
         })
         .cloned()
         .collect();
-    let inference = rows("inference", "tenants");
+    let inference = summaries.as_ref().and_then(|s| s.inference.as_ref()).map(|i| &i.inference);
+    let inference_rows: Vec<TenantInference> = inference
+        .map(|i| i.tenants.iter().filter(|t| in_department(Some(&t.department))).cloned().collect())
+        .unwrap_or_default();
     // Endpoint totals include every department's work: shown on the organization-wide view only.
-    let endpoints = if department.is_none() { rows("inference", "endpoints") } else { Vec::new() };
-    let unattributed = if department.is_none() { summaries["inference"]["unattributed"].clone() } else { Value::Null };
-    let training = rows("training", "workloads");
-    let summaries_pending = summaries["pending"].as_bool().unwrap_or(true);
-    let not_exact = lines.iter().filter(|l| l["confidence"] != "exact").count();
+    let endpoints = match (inference, &department) {
+        (Some(i), None) => i.endpoints.clone(),
+        _ => Vec::new(),
+    };
+    let unattributed = if department.is_none() { inference.and_then(|i| i.unattributed.clone()) } else { None };
+    let training: Vec<TrainingWorkload> = summaries
+        .as_ref()
+        .and_then(|s| s.training.as_ref())
+        .map(|t| t.training.workloads.iter().filter(|w| in_department(w.department.as_ref())).cloned().collect())
+        .unwrap_or_default();
+    let summaries_pending = summaries.as_ref().is_none_or(|s| s.pending);
+    let not_exact = lines.iter().filter(|l| l.confidence != "exact").count();
     Ok(Showback {
-        periods: items.iter().map(|p| s(p, "period")).collect(),
+        periods: items.iter().map(|p| p.period.clone()).collect(),
         period,
         department,
         departments,
-        state: s(ledger, "state"),
-        hash: ledger["hash"].as_str().map(String::from),
+        state: ledger.as_ref().map(|l| l.state.clone()).unwrap_or_default(),
+        hash: ledger.as_ref().and_then(|l| l.hash.clone()),
         currency,
         total,
         lines,
@@ -193,15 +197,15 @@ async fn load_showback(
         by_class,
         trend,
         utilization,
-        inference,
+        inference: inference_rows,
         endpoints,
         unattributed,
         training,
         not_exact,
         notice,
-        as_of: ledger["as_of"].as_str().and_then(readable_time),
-        provisional: ledger["provisional"].as_bool().unwrap_or(false),
-        stale: ledger["stale"].as_bool().unwrap_or(false),
+        as_of: ledger.as_ref().and_then(|l| readable_time(&l.as_of)),
+        provisional: ledger.as_ref().is_some_and(|l| l.provisional),
+        stale: ledger.as_ref().is_some_and(|l| l.stale),
         summaries_pending,
     })
 }
@@ -234,8 +238,12 @@ fn ShowbackView(sb: Showback) -> impl IntoView {
     let cur = sb.currency.clone();
     let scope = sb.department.clone().unwrap_or_else(|| "All departments".into());
     let tenant_names: Vec<String> = sb.by_tenant.iter().map(|t| t.0.clone()).collect();
-    let util: Vec<Value> =
-        sb.utilization.iter().filter(|u| tenant_names.contains(&s(u, "tenant_name"))).cloned().collect();
+    let util: Vec<TenantUtilization> = sb
+        .utilization
+        .iter()
+        .filter(|u| tenant_names.contains(&u.tenant_name.clone().unwrap_or_default()))
+        .cloned()
+        .collect();
     let period = sb.period.clone();
     view! {
         <section class="panel">
@@ -341,11 +349,11 @@ fn ShowbackView(sb: Showback) -> impl IntoView {
                         <thead><tr><th>"Tenant"</th><th class="num">"Allocated GPU-h"</th><th class="num">"Active-equivalent GPU-h"</th><th class="num">"Idle GPU-h"</th><th>"Confidence"</th></tr></thead>
                         <tbody>{util.iter().map(|u| view! {
                             <tr>
-                                <td>{s(u, "tenant_name")}</td>
-                                <td class="num">{hours(&s(u, "allocated_gpu_hours"))}</td>
-                                <td class="num">{hours(&s(u, "active_equivalent_gpu_hours"))}</td>
-                                <td class="num">{hours(&s(u, "idle_gpu_hours"))}</td>
-                                <td><Confidence level=s(u, "confidence") /></td>
+                                <td>{u.tenant_name.clone().unwrap_or_default()}</td>
+                                <td class="num">{hours(&u.allocated_gpu_hours)}</td>
+                                <td class="num">{hours(&u.active_equivalent_gpu_hours)}</td>
+                                <td class="num">{hours(&u.idle_gpu_hours)}</td>
+                                <td><Confidence level=u.confidence.clone() /></td>
                             </tr>
                         }).collect_view()}</tbody>
                     </table>
@@ -359,23 +367,20 @@ fn ShowbackView(sb: Showback) -> impl IntoView {
             {if sb.training.is_empty() {
                 view! { <p class="empty">"No training progress reported this month."</p> }.into_any()
             } else {
-                let or_dash = |v: &Value, k: &str| match &v[k] {
-                    Value::Number(n) => grouped(&n.to_string()),
-                    Value::String(x) => grouped(x),
-                    _ => "—".to_string(),
-                };
+                let count_or_dash = |v: Option<i64>| v.map_or_else(|| "—".to_string(), |n| grouped(&n.to_string()));
+                let or_dash = |v: &Option<String>| v.as_deref().map_or_else(|| "—".to_string(), grouped);
                 view! {
                     <table class="training">
                         <thead><tr><th>"Tenant"</th><th>"Workload"</th><th class="num">"GPU-h"</th><th class="num">"Steps"</th><th class="num">"Steps per GPU-h"</th><th class="num">"Samples"</th><th class="num">"Samples per GPU-h"</th></tr></thead>
                         <tbody>{sb.training.iter().map(|w| view! {
                             <tr>
-                                <td>{s(w, "tenant")}</td>
-                                <td>{format!("{}/{}", s(w, "namespace"), s(w, "workload"))}</td>
-                                <td class="num">{hours(&s(w, "gpu_hours"))}</td>
-                                <td class="num">{or_dash(w, "steps")}</td>
-                                <td class="num">{or_dash(w, "steps_per_gpu_hour")}</td>
-                                <td class="num">{or_dash(w, "samples")}</td>
-                                <td class="num">{or_dash(w, "samples_per_gpu_hour")}</td>
+                                <td>{w.tenant.clone().unwrap_or_default()}</td>
+                                <td>{format!("{}/{}", w.namespace, w.workload)}</td>
+                                <td class="num">{hours(&w.gpu_hours)}</td>
+                                <td class="num">{count_or_dash(w.steps)}</td>
+                                <td class="num">{or_dash(&w.steps_per_gpu_hour)}</td>
+                                <td class="num">{count_or_dash(w.samples)}</td>
+                                <td class="num">{or_dash(&w.samples_per_gpu_hour)}</td>
                             </tr>
                         }).collect_view()}</tbody>
                     </table>
@@ -386,8 +391,8 @@ fn ShowbackView(sb: Showback) -> impl IntoView {
 }
 
 /// Milliseconds, or "—" where the model server did not report time to first token.
-fn ms(v: &Value, key: &str) -> String {
-    match v[key].as_str() {
+fn ms(v: &Option<String>) -> String {
+    match v {
         Some(x) => format!("{} ms", grouped(x)),
         None => "—".into(),
     }
@@ -395,11 +400,14 @@ fn ms(v: &Value, key: &str) -> String {
 
 /// Inference efficiency of shared endpoints: work, attributed GPU-hours, tokens per GPU-hour, time to first token.
 #[component]
-fn InferencePanel(tenants: Vec<Value>, endpoints: Vec<Value>, unattributed: Value) -> impl IntoView {
-    let count = |v: &Value, k: &str| grouped(&v[k].as_u64().unwrap_or(0).to_string());
-    let has_unattributed =
-        unattributed["requests"].as_u64().unwrap_or(0) > 0 || unattributed["tokens"].as_u64().unwrap_or(0) > 0;
-    let or_dash = |v: &Value, k: &str| v[k].as_str().map_or_else(|| "—".to_string(), grouped);
+fn InferencePanel(
+    tenants: Vec<TenantInference>,
+    endpoints: Vec<EndpointInference>,
+    unattributed: Option<Unattributed>,
+) -> impl IntoView {
+    let count = |n: u64| grouped(&n.to_string());
+    let unattributed = unattributed.filter(|u| u.requests > 0 || u.tokens > 0);
+    let or_dash = |v: &Option<String>| v.as_deref().map_or_else(|| "—".to_string(), grouped);
     view! {
         <section class="panel" id="inference">
             <h2>"Inference efficiency (shared endpoints)"</h2>
@@ -412,14 +420,14 @@ fn InferencePanel(tenants: Vec<Value>, endpoints: Vec<Value>, unattributed: Valu
                         <thead><tr><th>"Tenant"</th><th>"Endpoint"</th><th class="num">"Requests"</th><th class="num">"Tokens in / out"</th><th class="num">"GPU-h"</th><th class="num">"Tokens per GPU-h"</th><th class="num">"Mean TTFT"</th><th>"Confidence"</th></tr></thead>
                         <tbody>{tenants.iter().map(|t| view! {
                             <tr>
-                                <td>{s(t, "tenant_name")}</td>
-                                <td>{s(t, "endpoint")}</td>
-                                <td class="num">{count(t, "requests")}</td>
-                                <td class="num">{format!("{} / {}", count(t, "input_tokens"), count(t, "output_tokens"))}</td>
-                                <td class="num">{hours(&s(t, "gpu_hours"))}</td>
-                                <td class="num">{or_dash(t, "tokens_per_gpu_hour")}</td>
-                                <td class="num">{ms(t, "mean_ttft_ms")}</td>
-                                <td><Confidence level=s(t, "confidence") reason=s(t, "confidence_reason") /></td>
+                                <td>{t.tenant_name.clone()}</td>
+                                <td>{t.endpoint.clone()}</td>
+                                <td class="num">{count(t.requests)}</td>
+                                <td class="num">{format!("{} / {}", count(t.input_tokens), count(t.output_tokens))}</td>
+                                <td class="num">{hours(&t.gpu_hours)}</td>
+                                <td class="num">{or_dash(&t.tokens_per_gpu_hour)}</td>
+                                <td class="num">{ms(&t.mean_ttft_ms)}</td>
+                                <td><Confidence level=t.confidence.clone() reason=t.confidence_reason.clone() /></td>
                             </tr>
                         }).collect_view()}</tbody>
                     </table>
@@ -431,25 +439,21 @@ fn InferencePanel(tenants: Vec<Value>, endpoints: Vec<Value>, unattributed: Valu
                     <thead><tr><th>"Endpoint"</th><th class="num">"GPU-h"</th><th class="num">"Requests"</th><th class="num">"Tokens"</th><th class="num">"Tokens per GPU-h"</th><th class="num">"Mean TTFT"</th><th>"Confidence"</th></tr></thead>
                     <tbody>{endpoints.iter().map(|e| view! {
                         <tr>
-                            <td>{s(e, "endpoint")}</td>
-                            <td class="num">{hours(&s(e, "gpu_hours"))}</td>
-                            <td class="num">{count(e, "requests")}</td>
-                            <td class="num">{count(e, "tokens")}</td>
-                            <td class="num">{or_dash(e, "tokens_per_gpu_hour")}</td>
-                            <td class="num">{ms(e, "mean_ttft_ms")}</td>
-                            <td><Confidence level=s(e, "confidence") /></td>
+                            <td>{e.endpoint.clone()}</td>
+                            <td class="num">{hours(&e.gpu_hours)}</td>
+                            <td class="num">{count(e.requests)}</td>
+                            <td class="num">{count(e.tokens)}</td>
+                            <td class="num">{or_dash(&e.tokens_per_gpu_hour)}</td>
+                            <td class="num">{ms(&e.mean_ttft_ms)}</td>
+                            <td><Confidence level=e.confidence.clone() /></td>
                         </tr>
                     }).collect_view()}</tbody>
                 </table>
             })}
-            {has_unattributed.then(|| view! {
+            {unattributed.map(|u| view! {
                 <p class="unattributed">
-                    {format!(
-                        "Unattributed: {} requests, {} tokens, ",
-                        count(&unattributed, "requests"),
-                        count(&unattributed, "tokens"),
-                    )}
-                    {hours(unattributed["gpu_hours"].as_str().unwrap_or("0"))}
+                    {format!("Unattributed: {} requests, {} tokens, ", count(u.requests), count(u.tokens))}
+                    {hours(&u.gpu_hours)}
                     " GPU-h — work the endpoints counted that no tenant's usage accounts for; its share of the endpoints' cost is in the overhead pool."
                 </p>
             })}
@@ -465,13 +469,14 @@ struct TenantView {
     currency: String,
     total: String,
     state: String,
-    lines: Vec<Value>,
-    evidence: Value,
+    lines: Vec<LedgerLine>,
+    /// `None` when there are no lines to show evidence of.
+    evidence: Option<Evidence>,
     class: String,
     sort: String,
     can_dispute: bool,
     csrf: String,
-    sessions: Vec<Value>,
+    sessions: Vec<SessionRow>,
 }
 
 /// `/tenants/:id`: a tenant's lines with their explanations, and the allocations behind them.
@@ -485,10 +490,11 @@ pub fn TenantPage() -> impl IntoView {
     let data = async move {
         let Some(session) = session().await else { return Err(None) };
         let (period, _) = default_period(period).await.map_err(Some)?;
-        let ledger = api_get(format!("/api/v1/ledger?period={}&tenant={}&per_page=10000", q(&period), q(&id)))
-            .await
-            .map_err(Some)?;
-        let lines = ledger["lines"].as_array().cloned().unwrap_or_default();
+        let ledger =
+            api_json::<Ledger>(format!("/api/v1/ledger?period={}&tenant={}&per_page=10000", q(&period), q(&id)))
+                .await
+                .map_err(Some)?;
+        let lines = ledger.lines.clone();
         if lines.is_empty() {
             // Not visible (another organization's or department's) or no charges this month: one answer, which
             // names nothing (the page's data is serialized into it).
@@ -509,21 +515,23 @@ pub fn TenantPage() -> impl IntoView {
         if !class.is_empty() {
             evidence_url.push_str(&format!("&gpu_class={}", q(&class)));
         }
-        let evidence = if lines.is_empty() { Value::Null } else { api_get(evidence_url).await.map_err(Some)? };
+        let evidence =
+            if lines.is_empty() { None } else { Some(api_json::<Evidence>(evidence_url).await.map_err(Some)?) };
         // Agent sessions are analytics: a failure leaves the table out rather than the page.
-        let sessions = api_get(format!("/api/v1/analytics/sessions?period={}&tenant={}", q(&period), q(&id)))
-            .await
-            .map(|v| v["sessions"].as_array().cloned().unwrap_or_default())
-            .unwrap_or_default();
+        let sessions =
+            api_json::<Sessions>(format!("/api/v1/analytics/sessions?period={}&tenant={}", q(&period), q(&id)))
+                .await
+                .map(|v| v.sessions)
+                .unwrap_or_default();
         let can_dispute = session.roles.iter().any(|r| r == "department_manager" || r == "finance" || r == "admin")
-            && s(&ledger, "state") == "closed";
+            && ledger.state == "closed";
         Ok(TenantView {
-            tenant: lines.first().map(|l| s(l, "tenant")).unwrap_or_default(),
+            tenant: lines.first().map(|l| l.tenant.clone()).unwrap_or_default(),
             tenant_id: id,
             period,
-            currency: s(&ledger, "currency"),
-            total: s(&ledger, "total"),
-            state: s(&ledger, "state"),
+            currency: ledger.currency.clone().unwrap_or_default(),
+            total: ledger.total.clone(),
+            state: ledger.state.clone(),
             lines,
             evidence,
             class,
@@ -552,12 +560,12 @@ pub fn TenantPage() -> impl IntoView {
 #[component]
 fn TenantDetail(t: TenantView) -> impl IntoView {
     let base = format!("/tenants/{}?period={}", t.tenant_id, t.period);
-    let total_rows = t.evidence["total"].as_u64().unwrap_or(0);
-    let page = t.evidence["page"].as_u64().unwrap_or(1);
-    let per_page = t.evidence["per_page"].as_u64().unwrap_or(25).max(1);
+    let total_rows = t.evidence.as_ref().map_or(0, |e| e.total);
+    let page = t.evidence.as_ref().map_or(1, |e| e.page);
+    let per_page = t.evidence.as_ref().map_or(25, |e| e.per_page).max(1);
     let pages = total_rows.div_ceil(per_page).max(1);
-    let allocations = t.evidence["allocations"].as_array().cloned().unwrap_or_default();
-    let nav = |p: u64| format!("{base}&page={p}&class={}&sort={}", q(&t.class), q(&t.sort));
+    let allocations: Vec<EvidenceAllocation> = t.evidence.as_ref().map(|e| e.allocations.clone()).unwrap_or_default();
+    let nav = |p: usize| format!("{base}&page={p}&class={}&sort={}", q(&t.class), q(&t.sort));
     let sort_link = |key: &str| {
         let next = if t.sort == key { format!("-{key}") } else { key.to_string() };
         format!("{base}&class={}&sort={}", q(&t.class), q(&next))
@@ -578,17 +586,17 @@ fn TenantDetail(t: TenantView) -> impl IntoView {
                 <table class="lines">
                     <thead><tr>{t.can_dispute.then(|| view! { <th>"Dispute"</th> })}<th>"Term"</th><th>"Class"</th><th class="num">"Amount"</th><th>"Confidence"</th><th>"Explanation"</th></tr></thead>
                     <tbody>{t.lines.iter().map(|l| {
-                        let id = s(l, "line_id");
+                        let id = l.line_id.clone();
                         view! {
                             <tr>
                                 {t.can_dispute.then(|| view! {
                                     <td><input type="checkbox" name="line" value=id.clone() aria-label=format!("dispute {id}") /></td>
                                 })}
-                                <td>{s(l, "term")}</td>
-                                <td>{s(l, "gpu_class")}</td>
-                                <td class="num">{grouped(&s(l, "amount"))}</td>
-                                <td><Confidence level=s(l, "confidence") /></td>
-                                <td class="explanation">{s(l, "explanation")}<br /><small class="muted">{id.clone()}</small></td>
+                                <td>{l.term.clone()}</td>
+                                <td>{l.gpu_class.clone()}</td>
+                                <td class="num">{grouped(&l.amount)}</td>
+                                <td><Confidence level=l.confidence.clone() /></td>
+                                <td class="explanation">{l.explanation.clone()}<br /><small class="muted">{id.clone()}</small></td>
                             </tr>
                         }
                     }).collect_view()}</tbody>
@@ -614,19 +622,19 @@ fn TenantDetail(t: TenantView) -> impl IntoView {
                     <th class="num"><a href=sort_link("fraction")>"GPUs"</a></th><th>"Confidence"</th>
                 </tr></thead>
                 <tbody>{allocations.iter().map(|a| {
-                    let d = &a["detail"];
-                    let devices = d["device_ids"].as_array().map(|v| v.iter().filter_map(|x| x.as_str()).collect::<Vec<_>>().join(", ")).unwrap_or_default();
-                    let profile = s(d, "profile");
+                    let d = a.detail.clone().unwrap_or_default();
+                    let devices = d.device_ids.join(", ");
+                    let profile = d.profile.clone().unwrap_or_default();
                     view! {
                         <tr>
-                            <td>{format!("{} {}", s(d, "holder_kind"), s(d, "holder"))}<br /><small class="muted">{s(d, "cluster")}</small></td>
-                            <td>{s(d, "namespace")}</td>
-                            <td>{s(d, "node")}</td>
+                            <td>{format!("{} {}", d.holder_kind, d.holder)}<br /><small class="muted">{d.cluster.clone()}</small></td>
+                            <td>{d.namespace.clone()}</td>
+                            <td>{d.node.clone().unwrap_or_default()}</td>
                             <td><small>{devices}</small>{(!profile.is_empty()).then(|| view! { <br /><small>{profile.clone()}</small> })}</td>
-                            <td>{when(&s(a, "start"))}</td>
-                            <td>{let e = s(a, "end"); if e.is_empty() { view! { "running" }.into_any() } else { when(&e) }}</td>
-                            <td class="num">{s(a, "fraction")}</td>
-                            <td><Confidence level=s(a, "confidence") /></td>
+                            <td>{when(&a.start)}</td>
+                            <td>{match &a.end { None => view! { "running" }.into_any(), Some(e) => when(e) }}</td>
+                            <td class="num">{a.fraction.clone()}</td>
+                            <td><Confidence level=a.confidence.clone() /></td>
                         </tr>
                     }
                 }).collect_view()}</tbody>
@@ -644,19 +652,19 @@ fn TenantDetail(t: TenantView) -> impl IntoView {
             {if t.sessions.is_empty() {
                 view! { <p class="empty">"No agent sessions this month."</p> }.into_any()
             } else {
-                let count = |v: &Value, k: &str| grouped(&v[k].as_u64().unwrap_or(0).to_string());
+                let count = |n: u64| grouped(&n.to_string());
                 view! {
                     <table class="sessions">
                         <thead><tr><th>"Session"</th><th class="num">"Requests"</th><th class="num">"Tokens in / out"</th><th class="num">"Mean TTFT"</th><th class="num">"GPU-h"</th><th class="num">"Cost"</th><th>"Confidence"</th></tr></thead>
                         <tbody>{t.sessions.iter().map(|x| view! {
                             <tr>
-                                <td><code>{s(x, "session")}</code></td>
-                                <td class="num">{count(x, "requests")}</td>
-                                <td class="num">{format!("{} / {}", count(x, "input_tokens"), count(x, "output_tokens"))}</td>
-                                <td class="num">{ms(x, "mean_ttft_ms")}</td>
-                                <td class="num">{hours(&s(x, "gpu_hours"))}</td>
-                                <td class="num">{x["cost"].as_str().map_or_else(|| "—".to_string(), |c| format!("{} {}", grouped(c), t.currency))}</td>
-                                <td><Confidence level=s(x, "confidence") reason="Modeled: the tenant's service line is shared by weighted tokens and its GPU lines by GPU-hours at their average rate; energy, overhead and credits are not apportioned.".to_string() /></td>
+                                <td><code>{x.session.clone()}</code></td>
+                                <td class="num">{count(x.requests)}</td>
+                                <td class="num">{format!("{} / {}", count(x.input_tokens), count(x.output_tokens))}</td>
+                                <td class="num">{ms(&x.mean_ttft_ms)}</td>
+                                <td class="num">{hours(&x.gpu_hours)}</td>
+                                <td class="num">{x.cost.as_deref().map_or_else(|| "—".to_string(), |c| format!("{} {}", grouped(c), t.currency))}</td>
+                                <td><Confidence level=x.confidence.clone() reason="Modeled: the tenant's service line is shared by weighted tokens and its GPU lines by GPU-hours at their average rate; energy, overhead and credits are not apportioned.".to_string() /></td>
                             </tr>
                         }).collect_view()}</tbody>
                     </table>
@@ -667,18 +675,15 @@ fn TenantDetail(t: TenantView) -> impl IntoView {
 }
 
 /// A small SVG timeline: one row per device, one bar per allocation on this page.
-fn timeline(allocations: &[Value]) -> AnyView {
+fn timeline(allocations: &[EvidenceAllocation]) -> AnyView {
     let parse = |t: &str| time::OffsetDateTime::parse(t, &time::format_description::well_known::Rfc3339).ok();
     let mut rows: BTreeMap<String, Vec<(time::OffsetDateTime, time::OffsetDateTime, String)>> = BTreeMap::new();
     let now = time::OffsetDateTime::now_utc();
     for a in allocations {
-        let Some(start) = parse(&s(a, "start")) else { continue };
-        let end = parse(&s(a, "end")).unwrap_or(now);
-        let label = format!("{} {}", s(&a["detail"], "holder_kind"), s(&a["detail"], "holder"));
-        let devices: Vec<String> = a["devices"]
-            .as_array()
-            .map(|v| v.iter().filter_map(|x| x.as_str().map(String::from)).collect())
-            .unwrap_or_default();
+        let Some(start) = parse(&a.start) else { continue };
+        let end = a.end.as_deref().and_then(parse).unwrap_or(now);
+        let label = a.detail.as_ref().map(|d| format!("{} {}", d.holder_kind, d.holder)).unwrap_or_else(|| " ".into());
+        let devices = a.devices.clone();
         for d in if devices.is_empty() { vec!["(no device)".to_string()] } else { devices } {
             rows.entry(d).or_default().push((start, end, label.clone()));
         }

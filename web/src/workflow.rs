@@ -1,17 +1,21 @@
 //! Disputes (list, thread, decisions), the month-end close (preview, close, hash, bundle) and the exports page.
 
 use crate::ui::Awaited;
+use gpuledger_api::{
+    close::Findings,
+    disputes::{DisputeDetail as Dispute, DisputePage},
+    ledger::Ledger,
+};
 use leptos::prelude::*;
 use leptos_meta::Title;
 use leptos_router::{
     components::Redirect,
     hooks::{use_params_map, use_query_map},
 };
-use serde_json::Value;
 
 use crate::{
-    data::{PortalError, SessionView},
-    ui::{Confidence, api_get, error_panel, grouped, months_back, q, readable_time, s, session, set_status, when},
+    data::{PortalError, SessionView, api_json},
+    ui::{Confidence, error_panel, grouped, months_back, q, readable_time, session, set_status, when},
 };
 
 fn age(opened_at: &str) -> String {
@@ -31,8 +35,8 @@ pub fn DisputesPage() -> impl IntoView {
             return Err(None);
         }
         let filter = if state.is_empty() { String::new() } else { format!("&state={}", q(&state)) };
-        let list = api_get(format!("/api/v1/disputes?per_page=200{filter}")).await.map_err(Some)?;
-        Ok((state, list["items"].as_array().cloned().unwrap_or_default()))
+        let list = api_json::<DisputePage>(format!("/api/v1/disputes?per_page=200{filter}")).await.map_err(Some)?;
+        Ok((state, list.items))
     };
     view! {
         <Title text="Disputes — GPU Ledger" />
@@ -58,13 +62,13 @@ pub fn DisputesPage() -> impl IntoView {
                                     <thead><tr><th>"#"</th><th>"Month"</th><th>"State"</th><th>"Credit"</th><th class="num">"Disputed"</th><th>"Opened by"</th><th>"Age"</th></tr></thead>
                                     <tbody>{items.iter().map(|d| view! {
                                         <tr>
-                                            <td><a href=format!("/disputes/{}", s(d, "number"))>{format!("#{}", s(d, "number"))}</a></td>
-                                            <td>{s(d, "period")}</td>
-                                            <td>{s(d, "state")}</td>
-                                            <td>{s(d, "credit_state")}</td>
-                                            <td class="num">{format!("{} {}", grouped(&s(d, "disputed_amount")), s(d, "currency"))}</td>
-                                            <td>{s(d, "opened_by")}</td>
-                                            <td>{let at = s(d, "opened_at"); let title = readable_time(&at).map(|t| format!("opened {t}"));
+                                            <td><a href=format!("/disputes/{}", d.number)>{format!("#{}", d.number)}</a></td>
+                                            <td>{d.period.clone()}</td>
+                                            <td>{d.state.clone()}</td>
+                                            <td>{d.credit_state.clone().unwrap_or_default()}</td>
+                                            <td class="num">{format!("{} {}", grouped(d.disputed_amount.as_deref().unwrap_or_default()), d.currency.clone().unwrap_or_default())}</td>
+                                            <td>{d.opened_by.clone()}</td>
+                                            <td>{let at = d.opened_at.clone(); let title = readable_time(&at).map(|t| format!("opened {t}"));
                                                 view! { <time datetime=at.clone() title=title>{age(&at)}</time> }}</td>
                                         </tr>
                                     }).collect_view()}</tbody>
@@ -84,7 +88,7 @@ pub fn DisputePage() -> impl IntoView {
     let id = use_params_map().with_untracked(|p| p.get("id")).unwrap_or_default();
     let data = async move {
         let Some(session) = session().await else { return Err(None) };
-        let d = api_get(format!("/api/v1/disputes/{}", q(&id))).await;
+        let d = api_json::<Dispute>(format!("/api/v1/disputes/{}", q(&id))).await;
         match d {
             Ok(d) => Ok((session, d)),
             Err(_) => {
@@ -107,31 +111,31 @@ pub fn DisputePage() -> impl IntoView {
 }
 
 #[component]
-fn DisputeDetail(session: SessionView, d: Value) -> impl IntoView {
-    let number = s(&d, "number");
-    let open = s(&d, "state") == "open";
+fn DisputeDetail(session: SessionView, d: Dispute) -> impl IntoView {
+    let number = d.dispute.number.to_string();
+    let open = d.dispute.state == "open";
     let decides = session.has("finance") || session.has("admin");
     let approves = session.has("finance");
     let participates = decides || session.has("department_manager");
-    let credit_pending = d["credit"]["state"] == "pending_approval";
+    let credit_pending = d.credit.as_ref().is_some_and(|c| c.state == "pending_approval");
     let action = |what: &str| format!("/ui/disputes/{number}/{what}");
     let csrf = session.csrf.clone();
-    let lines = d["lines"].as_array().cloned().unwrap_or_default();
-    let events = d["events"].as_array().cloned().unwrap_or_default();
+    let (lines, events, credit) = (d.lines.clone(), d.events.clone(), d.credit.clone());
+    let d = d.dispute;
     view! {
         <section class="panel">
             <p><a href="/disputes">"← Disputes"</a></p>
             <h1>{format!("Dispute #{number}")}</h1>
             <dl>
-                <dt>"State"</dt><dd id="dispute-state">{s(&d, "state")}</dd>
-                <dt>"Month"</dt><dd>{s(&d, "period")}</dd>
-                <dt>"Opened"</dt><dd>{when(&s(&d, "opened_at"))} " by " {s(&d, "opened_by")}</dd>
-                <dt>"Reason"</dt><dd>{s(&d, "reason")}</dd>
-                <dt>"Disputed"</dt><dd>{format!("{} {}", grouped(&s(&d, "disputed_amount")), s(&d, "currency"))}</dd>
-                {(!d["credit"].is_null()).then(|| view! {
+                <dt>"State"</dt><dd id="dispute-state">{d.state.clone()}</dd>
+                <dt>"Month"</dt><dd>{d.period.clone()}</dd>
+                <dt>"Opened"</dt><dd>{when(&d.opened_at)} " by " {d.opened_by.clone()}</dd>
+                <dt>"Reason"</dt><dd>{d.reason.clone()}</dd>
+                <dt>"Disputed"</dt><dd>{format!("{} {}", grouped(d.disputed_amount.as_deref().unwrap_or_default()), d.currency.clone().unwrap_or_default())}</dd>
+                {credit.map(|c| view! {
                     <dt>"Credit"</dt>
-                    <dd id="credit-state">{format!("{} {} — {}", grouped(&s(&d["credit"], "amount")), s(&d["credit"], "currency"), s(&d["credit"], "state"))}
-                        {let p = s(&d["credit"], "applied_period"); (!p.is_empty()).then(|| format!(" (applied in {p})"))}</dd>
+                    <dd id="credit-state">{format!("{} {} — {}", grouped(&c.amount), c.currency, c.state)}
+                        {c.applied_period.clone().filter(|p| !p.is_empty()).map(|p| format!(" (applied in {p})"))}</dd>
                 })}
             </dl>
         </section>
@@ -139,16 +143,16 @@ fn DisputeDetail(session: SessionView, d: Value) -> impl IntoView {
             <h2>"Disputed lines"</h2>
             <table class="lines"><thead><tr><th>"Tenant"</th><th>"Term"</th><th class="num">"Amount"</th><th>"Confidence"</th><th>"Explanation"</th></tr></thead>
                 <tbody>{lines.iter().map(|l| view! {
-                    <tr><td>{s(l, "tenant")}</td><td>{s(l, "term")}</td><td class="num">{grouped(&s(l, "amount"))}</td>
-                        <td><Confidence level=s(l, "confidence") /></td><td>{s(l, "explanation")}</td></tr>
+                    <tr><td>{l.tenant.clone()}</td><td>{l.term.clone()}</td><td class="num">{grouped(&l.amount)}</td>
+                        <td><Confidence level=l.confidence.clone() /></td><td>{l.explanation.clone()}</td></tr>
                 }).collect_view()}</tbody>
             </table>
         </section>
         <section class="panel">
             <h2>"History"</h2>
             <ol class="thread">{events.iter().map(|e| view! {
-                <li><strong>{s(e, "action")}</strong> " · " {s(e, "actor")} " · " {when(&s(e, "at"))}
-                    {let b = s(e, "body"); (!b.is_empty()).then(|| view! { <p>{b.clone()}</p> })}</li>
+                <li><strong>{e.action.clone()}</strong> " · " {e.actor.clone()} " · " {when(&e.at)}
+                    {let b = e.body.clone(); (!b.is_empty()).then(|| view! { <p>{b.clone()}</p> })}</li>
             }).collect_view()}</ol>
             {(open && participates).then(|| view! {
                 <form method="post" action=action("comment") class="stack">
@@ -203,10 +207,11 @@ pub fn ClosePage() -> impl IntoView {
             set_status(403);
             return Err(Some(PortalError { message: "The close is for finance and admins.".into() }));
         }
-        let ledger = api_get(format!("/api/v1/ledger?period={}&per_page=1", q(&period))).await.map_err(Some)?;
+        let ledger =
+            api_json::<Ledger>(format!("/api/v1/ledger?period={}&per_page=1", q(&period))).await.map_err(Some)?;
         let previous = months_back(&period, 2).into_iter().next().unwrap_or_default();
-        let before = api_get(format!("/api/v1/ledger?period={}&per_page=1", q(&previous))).await.ok();
-        let findings = api_get(format!("/api/v1/periods/{}/findings", q(&period))).await.unwrap_or(Value::Null);
+        let before = api_json::<Ledger>(format!("/api/v1/ledger?period={}&per_page=1", q(&previous))).await.ok();
+        let findings = api_json::<Findings>(format!("/api/v1/periods/{}/findings", q(&period))).await.ok();
         Ok((session, period, previous, ledger, before, findings))
     };
     view! {
@@ -216,26 +221,26 @@ pub fn ClosePage() -> impl IntoView {
                 Err(None) => view! { <Redirect path="/login?next=/finance" /> }.into_any(),
                 Err(Some(e)) => error_panel(&e),
                 Ok((session, period, previous, ledger, before, findings)) => {
-                    let finding_rows = findings["items"].as_array().cloned().unwrap_or_default();
-                    let finding_counts = findings["by_kind"].as_object().cloned().unwrap_or_default();
-                    let closed = s(&ledger, "state") == "closed";
-                    let cur = s(&ledger, "currency");
-                    let total = s(&ledger, "total");
-                    let prev_total = before.as_ref().map(|b| s(b, "total")).unwrap_or_default();
-                    let notes = ledger["notes"].clone();
+                    let finding_rows = findings.as_ref().map(|f| f.items.clone()).unwrap_or_default();
+                    let finding_counts = findings.map(|f| f.by_kind).unwrap_or_default();
+                    let closed = ledger.state == "closed";
+                    let cur = ledger.currency.clone().unwrap_or_default();
+                    let total = ledger.total.clone();
+                    let prev_total = before.as_ref().map(|b| b.total.clone()).unwrap_or_default();
+                    let notes = ledger.notes.clone();
                     view! {
                         <section class="panel">
                             <p><a href="/finance">"← Months"</a></p>
                             <h1>{format!("Close {period}")}</h1>
                             <dl>
-                                <dt>"State"</dt><dd id="period-state">{s(&ledger, "state")}</dd>
+                                <dt>"State"</dt><dd id="period-state">{ledger.state.clone()}</dd>
                                 <dt>"Total"</dt><dd>{format!("{} {cur}", grouped(&total))}</dd>
                                 <dt>{format!("Total {previous}")}</dt><dd>{format!("{} {cur}", grouped(&prev_total))}</dd>
-                                <dt>"Policy version"</dt><dd>{s(&ledger, "policy_version")}</dd>
+                                <dt>"Policy version"</dt><dd>{ledger.policy_version.map(|v| v.to_string()).unwrap_or_default()}</dd>
                             </dl>
                             <h2>"By term"</h2>
-                            <table><tbody>{ledger["totals_by_term"].as_object().cloned().unwrap_or_default().into_iter().map(|(k, v)| view! {
-                                <tr><th scope="row">{k}</th><td class="num">{grouped(v.as_str().unwrap_or_default())}</td></tr>
+                            <table><tbody>{ledger.totals_by_term.clone().into_iter().map(|(k, v)| view! {
+                                <tr><th scope="row">{k}</th><td class="num">{grouped(&v)}</td></tr>
                             }).collect_view()}</tbody></table>
                             <h2>"Data quality"</h2>
                             {if finding_counts.is_empty() {
@@ -245,17 +250,17 @@ pub fn ClosePage() -> impl IntoView {
                                     <p>{finding_counts.iter().map(|(k, n)| format!("{k}: {n}")).collect::<Vec<_>>().join(" · ")}</p>
                                     <table class="findings"><thead><tr><th>"Kind"</th><th>"Cluster"</th><th>"Subject"</th><th>"From"</th><th>"To"</th></tr></thead>
                                     <tbody>{finding_rows.iter().map(|f| view! {
-                                        <tr><td>{s(f, "kind")}</td><td>{s(f, "cluster")}</td><td>{s(f, "subject")}</td><td>{when(&s(f, "from"))}</td><td>{when(&s(f, "to"))}</td></tr>
+                                        <tr><td>{f.kind.clone()}</td><td>{f.cluster.clone()}</td><td>{f.subject.clone()}</td><td>{when(f.from.as_deref().unwrap_or_default())}</td><td>{when(f.to.as_deref().unwrap_or_default())}</td></tr>
                                     }).collect_view()}</tbody></table>
                                 }.into_any()
                             }}
-                            {(!notes.is_null()).then(|| view! {
+                            {notes.map(|notes| view! {
                                 <details><summary>"Ledger notes"</summary>
                                 <pre class="notes">{serde_json::to_string_pretty(&notes).unwrap_or_default()}</pre></details>
                             })}
                             {if closed {
                                 view! {
-                                    <p>"Closed. Close hash: " <code id="close-hash">{s(&ledger, "hash")}</code></p>
+                                    <p>"Closed. Close hash: " <code id="close-hash">{ledger.hash.clone().unwrap_or_default()}</code></p>
                                     <p><a href=format!("/api/v1/periods/{period}/bundle")>"Download the evidence bundle"</a>
                                        " — verify it offline with " <code>"gpuledger-server verify FILE"</code></p>
                                 }.into_any()

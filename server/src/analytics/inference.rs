@@ -11,15 +11,14 @@ use std::collections::{BTreeMap, HashMap};
 use axum::{
     Json,
     extract::{Query, State, rejection::QueryRejection},
-    http::HeaderMap,
 };
+use gpuledger_api::analytics::{EndpointInference, Inference, TenantInference, Unattributed};
 use gpuledger_core::{
     Confidence, Fraction, Period,
     efficiency::{EndpointTime, EndpointUsage, inference_efficiency},
     ids::TenantId,
     ledger::unattributed_work,
 };
-use serde_json::{Value, json};
 use time::OffsetDateTime;
 use uuid::Uuid;
 
@@ -29,7 +28,8 @@ use crate::{
     auth::Visible,
     db::OrgTx,
     error::AppError,
-    policy::{policy_for, reader},
+    http::{Caller, ReadLedger},
+    policy::policy_for,
 };
 
 /// Decimal places of GPU-hours in the answer.
@@ -39,21 +39,17 @@ fn decimal(f: &Fraction, scale: u32) -> Result<String, AppError> {
     f.to_decimal_string(scale).map_err(internal)
 }
 
-fn opt(f: &Option<Fraction>, scale: u32) -> Result<Value, AppError> {
-    Ok(match f {
-        Some(f) => Value::String(decimal(f, scale)?),
-        None => Value::Null,
-    })
+fn opt(f: &Option<Fraction>, scale: u32) -> Result<Option<String>, AppError> {
+    f.as_ref().map(|f| decimal(f, scale)).transpose()
 }
 
 type UsageRow = (String, String, Uuid, i64, i64, i64, i64, i64);
 
 pub(super) async fn inference(
     State(state): State<AppState>,
-    headers: HeaderMap,
+    principal: Caller<ReadLedger>,
     query: Result<Query<Vec<(String, String)>>, QueryRejection>,
-) -> Result<Json<Value>, AppError> {
-    let principal = reader(&state, &headers).await?;
+) -> Result<Json<Inference>, AppError> {
     let Query(pairs) = query.map_err(|e| AppError::invalid("query", e.body_text()))?;
     let params = checked_params(&pairs, &["period", "department"])?;
     let get = |name: &str| params.get(name).copied();
@@ -80,7 +76,7 @@ pub(crate) async fn answer(
     period: Period,
     department: Option<Uuid>,
     visible: &Option<Visible>,
-) -> Result<Value, AppError> {
+) -> Result<Inference, AppError> {
     let (month, to) = month_so_far(period)?;
     let from = month.start();
     let org = tx.org().as_uuid();
@@ -246,24 +242,24 @@ pub(crate) async fn answer(
             ),
             _ => format!("{}: some of {}'s allocations are not exact", t.confidence.as_str(), t.endpoint),
         };
-        tenants.push(json!({
-            "tenant_id": id.to_string(),
-            "tenant_name": name,
-            "department_id": dept_id.to_string(),
-            "department": dept,
-            "endpoint": t.endpoint,
-            "models": t.models,
-            "requests": t.requests,
-            "input_tokens": t.input_tokens,
-            "output_tokens": t.output_tokens,
-            "share_pct": decimal(&t.share.checked_mul_int(100).map_err(internal)?, 2)?,
-            "gpu_hours": decimal(&t.gpu_hours, HOURS_SCALE)?,
-            "tokens_per_gpu_hour": opt(&t.tokens_per_gpu_hour, 0)?,
-            "output_tokens_per_gpu_hour": opt(&t.output_tokens_per_gpu_hour, 0)?,
-            "mean_ttft_ms": opt(&t.mean_ttft_ms, 0)?,
-            "confidence": t.confidence.as_str(),
-            "confidence_reason": reason,
-        }));
+        tenants.push(TenantInference {
+            tenant_id: id.to_string(),
+            tenant_name: name,
+            department_id: dept_id.to_string(),
+            department: dept,
+            endpoint: t.endpoint.clone(),
+            models: t.models.clone(),
+            requests: t.requests,
+            input_tokens: t.input_tokens,
+            output_tokens: t.output_tokens,
+            share_pct: decimal(&t.share.checked_mul_int(100).map_err(internal)?, 2)?,
+            gpu_hours: decimal(&t.gpu_hours, HOURS_SCALE)?,
+            tokens_per_gpu_hour: opt(&t.tokens_per_gpu_hour, 0)?,
+            output_tokens_per_gpu_hour: opt(&t.output_tokens_per_gpu_hour, 0)?,
+            mean_ttft_ms: opt(&t.mean_ttft_ms, 0)?,
+            confidence: t.confidence.as_str().into(),
+            confidence_reason: reason,
+        });
     }
     // Endpoint totals include every tenant's work: only for callers who see the whole organization.
     let endpoints = if visible.is_some() || department.is_some() {
@@ -273,34 +269,35 @@ pub(crate) async fn answer(
             .endpoints
             .iter()
             .map(|e| {
-                Ok(json!({
-                    "endpoint": e.endpoint,
-                    "gpu_hours": decimal(&e.gpu_hours, HOURS_SCALE)?,
-                    "requests": e.requests,
-                    "tokens": e.tokens,
-                    "tokens_per_gpu_hour": opt(&e.tokens_per_gpu_hour, 0)?,
-                    "mean_ttft_ms": opt(&e.mean_ttft_ms, 0)?,
-                    "confidence": e.confidence.as_str(),
-                }))
+                Ok(EndpointInference {
+                    endpoint: e.endpoint.clone(),
+                    gpu_hours: decimal(&e.gpu_hours, HOURS_SCALE)?,
+                    requests: e.requests,
+                    tokens: e.tokens,
+                    tokens_per_gpu_hour: opt(&e.tokens_per_gpu_hour, 0)?,
+                    mean_ttft_ms: opt(&e.mean_ttft_ms, 0)?,
+                    confidence: e.confidence.as_str().into(),
+                })
             })
-            .collect::<Result<Vec<Value>, AppError>>()?
+            .collect::<Result<Vec<_>, AppError>>()?
     };
     let whole_org = visible.is_none() && department.is_none();
-    Ok(json!({
-        "period": period.to_string(),
-        "from": rfc3339(from)?,
-        "to": rfc3339(to)?,
-        "basis": "analytics only: GPU-hours attributed by weighted tokens, never billed from here",
-        "endpoints": endpoints,
-        "tenants": tenants,
-        "unattributed": if whole_org {
-            json!({
-                "requests": count(unattributed_requests).saturating_add(remainder_requests),
-                "tokens": count(unattributed_tokens).saturating_add(remainder_tokens),
-                "gpu_hours": decimal(&remainder_hours, HOURS_SCALE)?,
-            })
-        } else {
-            Value::Null
-        },
-    }))
+    let unattributed = if whole_org {
+        Some(Unattributed {
+            requests: count(unattributed_requests).saturating_add(remainder_requests),
+            tokens: count(unattributed_tokens).saturating_add(remainder_tokens),
+            gpu_hours: decimal(&remainder_hours, HOURS_SCALE)?,
+        })
+    } else {
+        None
+    };
+    Ok(Inference {
+        period: period.to_string(),
+        from: rfc3339(from)?,
+        to: rfc3339(to)?,
+        basis: "analytics only: GPU-hours attributed by weighted tokens, never billed from here".into(),
+        endpoints,
+        tenants,
+        unattributed,
+    })
 }

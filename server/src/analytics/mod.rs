@@ -23,9 +23,9 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use axum::{
     Json, Router,
     extract::{Query, State, rejection::QueryRejection},
-    http::HeaderMap,
     routing::get,
 };
+use gpuledger_api::analytics as api;
 use gpuledger_core::{
     Confidence, Fraction, NANOS_PER_HOUR, Period,
     ids::{GpuClass, MigInstance, TenantId},
@@ -35,11 +35,16 @@ use gpuledger_core::{
         analyze_utilization,
     },
 };
-use serde_json::{Value, json};
 use time::{OffsetDateTime, format_description::well_known::Rfc3339};
 use uuid::Uuid;
 
-use crate::{app::AppState, auth::Visible, db::OrgTx, error::AppError, policy::reader};
+use crate::{
+    app::AppState,
+    auth::Visible,
+    db::OrgTx,
+    error::AppError,
+    http::{Caller, ReadLedger},
+};
 
 mod inference;
 mod sessions;
@@ -382,58 +387,57 @@ async fn load(tx: &mut OrgTx, window: Interval, tenant: Option<TenantId>) -> Res
     Ok(Loaded { allocations, samples, devices, tenant_names, without_fraction })
 }
 
-fn tenant_json(t: &TenantUtilization, names: &HashMap<Uuid, String>) -> Result<Value, AppError> {
-    Ok(json!({
-        "tenant_id": t.tenant.map(|t| t.to_string()),
-        "tenant_name": t.tenant.and_then(|t| names.get(&t.as_uuid()).cloned()),
-        "allocations": t.allocations,
-        "idle_allocations": t.idle_allocations,
-        "allocated_gpu_hours": hours(&t.allocated_gpu_hours)?,
-        "active_equivalent_gpu_hours": hours(&t.active_equivalent_gpu_hours)?,
-        "observed_gpu_hours": hours(&t.observed_gpu_hours)?,
-        "idle_gpu_hours": hours(&t.idle_gpu_hours)?,
-        "confidence": t.confidence.as_str(),
-    }))
+fn tenant_json(t: &TenantUtilization, names: &HashMap<Uuid, String>) -> Result<api::TenantUtilization, AppError> {
+    Ok(api::TenantUtilization {
+        tenant_id: t.tenant.map(|t| t.to_string()),
+        tenant_name: t.tenant.and_then(|t| names.get(&t.as_uuid()).cloned()),
+        allocations: t.allocations,
+        idle_allocations: t.idle_allocations,
+        allocated_gpu_hours: hours(&t.allocated_gpu_hours)?,
+        active_equivalent_gpu_hours: hours(&t.active_equivalent_gpu_hours)?,
+        observed_gpu_hours: hours(&t.observed_gpu_hours)?,
+        idle_gpu_hours: hours(&t.idle_gpu_hours)?,
+        confidence: t.confidence.as_str().into(),
+    })
 }
 
 fn allocation_json(
     row: &AllocationUtilization,
     devices: &HashMap<String, Vec<String>>,
     names: &HashMap<Uuid, String>,
-) -> Result<Value, AppError> {
+) -> Result<api::AllocationUtilization, AppError> {
     let (cluster_id, allocation_id) = row.id.split_once('/').unwrap_or(("", row.id.as_str()));
-    let stretches = row
+    let idle_stretches = row
         .idle_stretches
         .iter()
-        .map(|s| Ok(json!({ "from": rfc3339(s.start())?, "to": rfc3339(s.end())? })))
-        .collect::<Result<Vec<Value>, AppError>>()?;
-    Ok(json!({
-        "cluster_id": cluster_id,
-        "allocation_id": allocation_id,
-        "tenant_id": row.tenant.map(|t| t.to_string()),
-        "tenant_name": row.tenant.and_then(|t| names.get(&t.as_uuid()).cloned()),
-        "gpu_class": row.gpu_class.as_ref().map(|c| c.as_str().to_string()),
-        "fraction": row.fraction.to_string(),
-        "devices": devices.get(&row.id).cloned().unwrap_or_default(),
-        "from": rfc3339(row.held.start())?,
-        "to": rfc3339(row.held.end())?,
-        "allocated_gpu_hours": hours(&row.allocated_gpu_hours)?,
-        "active_equivalent_gpu_hours": hours(&row.active_equivalent_gpu_hours)?,
-        "observed_hours": hours(&row.observed_hours)?,
-        "observed_gpu_hours": hours(&row.observed_gpu_hours)?,
-        "idle_gpu_hours": hours(&row.idle_gpu_hours)?,
-        "idle": row.idle,
-        "idle_stretches": stretches,
-        "confidence": row.confidence.as_str(),
-    }))
+        .map(|s| Ok(api::Stretch { from: rfc3339(s.start())?, to: rfc3339(s.end())? }))
+        .collect::<Result<Vec<_>, AppError>>()?;
+    Ok(api::AllocationUtilization {
+        cluster_id: cluster_id.into(),
+        allocation_id: allocation_id.into(),
+        tenant_id: row.tenant.map(|t| t.to_string()),
+        tenant_name: row.tenant.and_then(|t| names.get(&t.as_uuid()).cloned()),
+        gpu_class: row.gpu_class.as_ref().map(|c| c.as_str().to_string()),
+        fraction: row.fraction.to_string(),
+        devices: devices.get(&row.id).cloned().unwrap_or_default(),
+        from: rfc3339(row.held.start())?,
+        to: rfc3339(row.held.end())?,
+        allocated_gpu_hours: hours(&row.allocated_gpu_hours)?,
+        active_equivalent_gpu_hours: hours(&row.active_equivalent_gpu_hours)?,
+        observed_hours: hours(&row.observed_hours)?,
+        observed_gpu_hours: hours(&row.observed_gpu_hours)?,
+        idle_gpu_hours: hours(&row.idle_gpu_hours)?,
+        idle: row.idle,
+        idle_stretches,
+        confidence: row.confidence.as_str().into(),
+    })
 }
 
 async fn utilization(
     State(state): State<AppState>,
-    headers: HeaderMap,
+    principal: Caller<ReadLedger>,
     query: Result<Query<Vec<(String, String)>>, QueryRejection>,
-) -> Result<Json<Value>, AppError> {
-    let principal = reader(&state, &headers).await?;
+) -> Result<Json<api::Utilization>, AppError> {
     let Query(pairs) = query.map_err(|e| AppError::invalid("query", e.body_text()))?;
     let params = parse_params(&pairs)?;
 
@@ -483,24 +487,21 @@ async fn utilization(
     let total = rows.len() as u64;
     let skip = usize::try_from((params.page - 1).saturating_mul(params.per_page)).unwrap_or(usize::MAX);
     let take = usize::try_from(params.per_page).unwrap_or(usize::MAX);
-    let page = rows
+    let allocations = rows
         .iter()
         .skip(skip)
         .take(take)
         .map(|r| allocation_json(r, &loaded.devices, &loaded.tenant_names))
-        .collect::<Result<Vec<Value>, AppError>>()?;
-    let tenants =
-        tenants.iter().map(|t| tenant_json(t, &loaded.tenant_names)).collect::<Result<Vec<Value>, AppError>>()?;
-
-    let mut answer = answer_head(params.period, window, &options, loaded.without_fraction)?;
-    if let Some(fields) = answer.as_object_mut() {
-        fields.insert("tenants".into(), json!(tenants));
-        fields.insert("allocations".into(), json!(page));
-        fields.insert("total".into(), json!(total));
-        fields.insert("page".into(), json!(params.page));
-        fields.insert("per_page".into(), json!(params.per_page));
-    }
-    Ok(Json(answer))
+        .collect::<Result<Vec<_>, AppError>>()?;
+    let tenants = tenants.iter().map(|t| tenant_json(t, &loaded.tenant_names)).collect::<Result<Vec<_>, AppError>>()?;
+    Ok(Json(api::Utilization {
+        head: answer_head(params.period, window, &options, loaded.without_fraction)?,
+        tenants,
+        allocations,
+        total,
+        page: params.page,
+        per_page: params.per_page,
+    }))
 }
 
 /// The fields of a utilization answer that describe the analysis rather than any tenant (the API's answer and the
@@ -510,17 +511,17 @@ fn answer_head(
     window: Interval,
     options: &UtilizationOptions,
     without_fraction: u64,
-) -> Result<Value, AppError> {
+) -> Result<api::UtilizationHead, AppError> {
     let min_idle_hours = Fraction::new(options.min_idle_nanos, NANOS_PER_HOUR).map_err(internal)?;
-    Ok(json!({
-        "period": period.to_string(),
-        "from": rfc3339(window.start())?,
-        "to": rfc3339(window.end())?,
-        "threshold": pct(options.idle_threshold),
-        "min_idle_hours": hours(&min_idle_hours)?,
-        "basis": "analytics only: utilization is never billed",
-        "without_fraction": without_fraction,
-    }))
+    Ok(api::UtilizationHead {
+        period: period.to_string(),
+        from: rfc3339(window.start())?,
+        to: rfc3339(window.end())?,
+        threshold: pct(options.idle_threshold),
+        min_idle_hours: hours(&min_idle_hours)?,
+        basis: "analytics only: utilization is never billed".into(),
+        without_fraction,
+    })
 }
 
 /// The month's utilization per tenant over the whole organization, with the default idle threshold: what the read
@@ -529,7 +530,7 @@ fn answer_head(
 pub(crate) async fn utilization_summary(
     tx: &mut OrgTx,
     period: Period,
-) -> Result<(Value, Vec<(Option<Uuid>, Value)>), AppError> {
+) -> Result<(api::UtilizationHead, Vec<(Option<Uuid>, api::TenantUtilization)>), AppError> {
     let (month, end) = month_so_far(period)?;
     let window = Interval::new(month.start(), end).map_err(internal)?;
     let options = UtilizationOptions::new(window);
@@ -559,7 +560,7 @@ pub(crate) async fn utilization_summary(
 }
 
 /// The month's inference answer over the whole organization (see [`inference::answer`]).
-pub(crate) async fn inference_summary(tx: OrgTx, period: Period) -> Result<Value, AppError> {
+pub(crate) async fn inference_summary(tx: OrgTx, period: Period) -> Result<api::Inference, AppError> {
     inference::answer(tx, period, None, &None).await
 }
 

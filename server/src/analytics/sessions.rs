@@ -13,15 +13,19 @@ use std::collections::{BTreeMap, BTreeSet};
 use axum::{
     Json,
     extract::{Query, State, rejection::QueryRejection},
-    http::HeaderMap,
 };
+use gpuledger_api::analytics::{SessionRow, Sessions};
 use gpuledger_core::{Fraction, NANOS_PER_HOUR, ledger::Term};
-use serde_json::{Value, json};
 use time::OffsetDateTime;
 use uuid::Uuid;
 
 use super::{checked_params, internal, month_so_far, rfc3339, split_by_owner};
-use crate::{app::AppState, auth::Visible, error::AppError, policy::reader};
+use crate::{
+    app::AppState,
+    auth::Visible,
+    error::AppError,
+    http::{Caller, ReadLedger},
+};
 
 #[derive(Default)]
 struct Session {
@@ -50,10 +54,9 @@ type AllocRow = (String, Option<Uuid>, i64, i64, Option<String>, OffsetDateTime,
 
 pub(super) async fn sessions(
     State(state): State<AppState>,
-    headers: HeaderMap,
+    principal: Caller<ReadLedger>,
     query: Result<Query<Vec<(String, String)>>, QueryRejection>,
-) -> Result<Json<Value>, AppError> {
-    let principal = reader(&state, &headers).await?;
+) -> Result<Json<Sessions>, AppError> {
     let Query(pairs) = query.map_err(|e| AppError::invalid("query", e.body_text()))?;
     let params = checked_params(&pairs, &["period", "tenant"])?;
     let get = |name: &str| params.get(name).copied();
@@ -218,29 +221,30 @@ pub(super) async fn sessions(
             .map_err(internal)?;
         rows.push((
             cost,
-            json!({
-                "session": session,
-                "requests": s.requests,
-                "input_tokens": s.input,
-                "output_tokens": s.output,
-                "mean_ttft_ms": mean_ttft.map(|m| dec(&m, 0)).transpose()?,
-                "allocations": s.allocations,
-                "gpu_hours": dec(&hours, 3)?,
-                "cost": if lines.is_empty() { Value::Null } else { Value::String(dec(&cost, 2)?) },
-                "confidence": "modeled",
-            }),
+            SessionRow {
+                session: session.clone(),
+                requests: s.requests,
+                input_tokens: s.input,
+                output_tokens: s.output,
+                mean_ttft_ms: mean_ttft.map(|m| dec(&m, 0)).transpose()?,
+                allocations: s.allocations,
+                gpu_hours: dec(&hours, 3)?,
+                cost: if lines.is_empty() { None } else { Some(dec(&cost, 2)?) },
+                confidence: "modeled".into(),
+            },
         ));
     }
     rows.sort_by_key(|r| std::cmp::Reverse(r.0));
-    Ok(Json(json!({
-        "period": period.to_string(),
-        "from": rfc3339(from)?,
-        "to": rfc3339(to)?,
-        "tenant_id": tenant,
-        "tenant_name": name,
-        "currency": currency,
-        "basis": "modeled from the tenant's ledger lines: service by weighted tokens, GPU-hours at the tenant's \
-                  average guaranteed+borrowed rate per class; energy, overhead and credits not apportioned",
-        "sessions": rows.into_iter().map(|(_, v)| v).collect::<Vec<_>>(),
-    })))
+    Ok(Json(Sessions {
+        period: period.to_string(),
+        from: rfc3339(from)?,
+        to: rfc3339(to)?,
+        tenant_id: tenant.to_string(),
+        tenant_name: name,
+        currency,
+        basis: "modeled from the tenant's ledger lines: service by weighted tokens, GPU-hours at the tenant's \
+                average guaranteed+borrowed rate per class; energy, overhead and credits not apportioned"
+            .into(),
+        sessions: rows.into_iter().map(|(_, v)| v).collect(),
+    }))
 }

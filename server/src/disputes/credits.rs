@@ -3,17 +3,21 @@
 use axum::{
     body::Bytes,
     extract::{Path, State},
-    http::{HeaderMap, StatusCode},
+    http::StatusCode,
     response::Response,
 };
 use serde_json::json;
 
 use super::{
-    caller,
     requests::{ReasonRequest, optional_text, parse_body, required_text},
     store::{lock, record, reply},
 };
-use crate::{app::AppState, auth::Capability, error::AppError};
+use crate::{
+    app::AppState,
+    auth::Principal,
+    error::AppError,
+    http::{Caller, CreditApprove},
+};
 
 /// Finance's decision on an accepted dispute's credit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -24,12 +28,11 @@ enum CreditDecision {
 
 async fn decide_credit(
     state: &AppState,
-    headers: &HeaderMap,
+    principal: &Principal,
     key: &str,
     body: &[u8],
     decision: CreditDecision,
 ) -> Result<Response, AppError> {
-    let principal = caller(state, headers, Capability::CreditApprove).await?;
     let request: ReasonRequest = parse_body(body)?;
     let reason = match decision {
         CreditDecision::Approve => optional_text("reason", &request.reason)?,
@@ -112,19 +115,19 @@ async fn decide_credit(
 /// `POST /api/v1/disputes/{id}/credit/approve`: finance approves the credit; the next close applies it.
 pub(super) async fn approve_credit(
     State(state): State<AppState>,
-    headers: HeaderMap,
+    principal: Caller<CreditApprove>,
     Path(key): Path<String>,
     body: Bytes,
 ) -> Result<Response, AppError> {
-    decide_credit(&state, &headers, &key, &body, CreditDecision::Approve).await
+    decide_credit(&state, &principal, &key, &body, CreditDecision::Approve).await
 }
 
 /// `POST /api/v1/disputes/{id}/credit/reject`: finance refuses the credit (the dispute stays accepted).
 pub(super) async fn reject_credit(
     State(state): State<AppState>,
-    headers: HeaderMap,
+    principal: Caller<CreditApprove>,
     Path(key): Path<String>,
     body: Bytes,
 ) -> Result<Response, AppError> {
-    decide_credit(&state, &headers, &key, &body, CreditDecision::Reject).await
+    decide_credit(&state, &principal, &key, &body, CreditDecision::Reject).await
 }

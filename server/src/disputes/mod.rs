@@ -18,7 +18,7 @@ use axum::{
     Json, Router,
     body::Bytes,
     extract::{Path, Query, State},
-    http::{HeaderMap, StatusCode},
+    http::StatusCode,
     response::Response,
     routing::{get, post},
 };
@@ -28,18 +28,19 @@ use uuid::Uuid;
 
 use crate::{
     app::AppState,
-    auth::{self, Capability, Principal},
     error::AppError,
+    http::{Caller, DisputeParticipate, DisputeResolve, ReadLedger},
 };
 
 use credits::{approve_credit, reject_credit};
+pub use gpuledger_api::disputes::{Credit, DisputeDetail, DisputeEvent, DisputePage, DisputeSummary, DisputedLine};
 use requests::{
     AcceptRequest, CommentRequest, OpenRequest, ReasonRequest, check_line_ids, first_day, parse_body, parse_credit,
     parse_period, required_text,
 };
 pub use store::load;
 use store::{Locked, SUMMARY_SELECT, lock, record, reply, require_open, resolve_id};
-pub use views::{Credit, DisputeDetail, DisputeEvent, DisputePage, DisputeSummary, DisputedLine};
+use views::SummaryRow;
 
 /// Longest reason or comment a dispute takes, in characters.
 pub const MAX_TEXT: usize = 4000;
@@ -61,16 +62,14 @@ pub fn router() -> Router<AppState> {
         .route("/api/v1/disputes/{id}/credit/reject", post(reject_credit))
 }
 
-// ---------------------------------------------------------------- who may do what
-
-async fn caller(state: &AppState, headers: &HeaderMap, cap: Capability) -> Result<Principal, AppError> {
-    auth::require(&state.db, headers, cap).await
-}
 // ---------------------------------------------------------------- handlers
 
 /// `POST /api/v1/disputes`: opens a dispute on lines of a closed period.
-async fn open(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> Result<Response, AppError> {
-    let principal = caller(&state, &headers, Capability::DisputeParticipate).await?;
+async fn open(
+    State(state): State<AppState>,
+    principal: Caller<DisputeParticipate>,
+    body: Bytes,
+) -> Result<Response, AppError> {
     let request: OpenRequest = parse_body(&body)?;
     let period = parse_period("period", &request.period)?;
     check_line_ids(&request.line_ids)?;
@@ -231,10 +230,9 @@ fn parse_count(field: &str, value: Option<&str>, default: i64, max: i64) -> Resu
 /// `GET /api/v1/disputes?state=&period=&page=&per_page=`: newest first.
 async fn list(
     State(state): State<AppState>,
-    headers: HeaderMap,
+    principal: Caller<ReadLedger>,
     Query(raw): Query<Vec<(String, String)>>,
 ) -> Result<Json<DisputePage>, AppError> {
-    let principal = caller(&state, &headers, Capability::ReadLedger).await?;
     let mut query = ListQuery::default();
     for (key, value) in raw {
         let slot = match key.as_str() {
@@ -271,7 +269,7 @@ async fn list(
         .bind(period_filter)
         .fetch_one(tx.conn())
         .await?;
-    let items: Vec<DisputeSummary> = sqlx::query_as(&format!(
+    let rows: Vec<SummaryRow> = sqlx::query_as(&format!(
         "{SUMMARY_SELECT} {filter} ORDER BY d.opened_at DESC, d.number DESC LIMIT $4 OFFSET $5"
     ))
     .bind(org)
@@ -282,16 +280,16 @@ async fn list(
     .fetch_all(tx.conn())
     .await?;
     tx.commit().await?;
+    let items = rows.into_iter().map(DisputeSummary::from).collect();
     Ok(Json(DisputePage { items, total, page, per_page }))
 }
 
 /// `GET /api/v1/disputes/{id}` (the UUID, or the number).
 async fn show(
     State(state): State<AppState>,
-    headers: HeaderMap,
+    principal: Caller<ReadLedger>,
     Path(key): Path<String>,
 ) -> Result<Json<DisputeDetail>, AppError> {
-    let principal = caller(&state, &headers, Capability::ReadLedger).await?;
     let mut tx = principal.begin(&state.db).await?;
     let id = resolve_id(&mut tx, &key).await?;
     let detail = load(&mut tx, id).await?.ok_or_else(|| AppError::NotFound(format!("no dispute {key:?}")))?;
@@ -302,11 +300,10 @@ async fn show(
 /// `POST /api/v1/disputes/{id}/comments`: adds to the discussion while the dispute is open.
 async fn comment(
     State(state): State<AppState>,
-    headers: HeaderMap,
+    principal: Caller<DisputeParticipate>,
     Path(key): Path<String>,
     body: Bytes,
 ) -> Result<Response, AppError> {
-    let principal = caller(&state, &headers, Capability::DisputeParticipate).await?;
     let request: CommentRequest = parse_body(&body)?;
     let text = required_text("body", &request.body)?;
     let mut tx = principal.begin(&state.db).await?;
@@ -324,11 +321,10 @@ async fn comment(
 /// `POST /api/v1/disputes/{id}/accept`: accepts with a credit that finance must then approve.
 async fn accept(
     State(state): State<AppState>,
-    headers: HeaderMap,
+    principal: Caller<DisputeResolve>,
     Path(key): Path<String>,
     body: Bytes,
 ) -> Result<Response, AppError> {
-    let principal = caller(&state, &headers, Capability::DisputeResolve).await?;
     let request: AcceptRequest = parse_body(&body)?;
     let reason = required_text("reason", &request.reason)?;
     let credit = parse_credit(request.credit_amount.as_deref())?;
@@ -415,11 +411,10 @@ async fn accept(
 /// `POST /api/v1/disputes/{id}/reject`: rejects with a reason.
 async fn reject(
     State(state): State<AppState>,
-    headers: HeaderMap,
+    principal: Caller<DisputeResolve>,
     Path(key): Path<String>,
     body: Bytes,
 ) -> Result<Response, AppError> {
-    let principal = caller(&state, &headers, Capability::DisputeResolve).await?;
     let request: ReasonRequest = parse_body(&body)?;
     let reason = required_text("reason", &request.reason)?;
     let who = principal.actor();

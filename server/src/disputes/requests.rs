@@ -1,38 +1,14 @@
 //! Request bodies of the disputes API and the checks on their fields, each failure naming its field.
 
 use gpuledger_core::{Period, decimal::Decimal};
-use serde::Deserialize;
 use time::Date;
 
 use super::{MAX_LINES, MAX_TEXT};
 use crate::error::AppError;
 
-#[derive(Debug, Default, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub(super) struct OpenRequest {
-    pub(super) period: String,
-    pub(super) line_ids: Vec<String>,
-    pub(super) reason: String,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub(super) struct CommentRequest {
-    pub(super) body: String,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub(super) struct AcceptRequest {
-    pub(super) reason: String,
-    pub(super) credit_amount: Option<String>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub(super) struct ReasonRequest {
-    pub(super) reason: String,
-}
+// The bodies are the contract's types (`#[serde(default, deny_unknown_fields)]`: a missing field is named by the
+// checks below, an unknown one refused).
+pub(super) use gpuledger_api::disputes::{AcceptRequest, CommentRequest, OpenDispute as OpenRequest, ReasonRequest};
 
 /// Parses a JSON body; an empty body reads as `{}` so that missing fields are named by the checks that follow.
 pub(super) fn parse_body<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, AppError> {

@@ -10,11 +10,12 @@ use serde_json::{Value, json};
 use time::Date;
 use uuid::Uuid;
 
-use super::views::{Credit, DisputeDetail, DisputeEvent, DisputeSummary, DisputedLine};
+use super::views::{CreditRow, EventRow, LineRow, SummaryRow};
 use crate::{
     db::{DbError, OrgTx},
     error::AppError,
 };
+use gpuledger_api::disputes::DisputeDetail;
 
 /// Binds the organization as `$1`; a caller appends `AND …` conditions (from `$2`) and the rest of the statement.
 pub(super) const SUMMARY_SELECT: &str = "
@@ -33,7 +34,7 @@ pub(super) const SUMMARY_SELECT: &str = "
 /// Reads one dispute with its lines, events and credit (`None`: not visible in this organization).
 pub async fn load(tx: &mut OrgTx, id: Uuid) -> Result<Option<DisputeDetail>, DbError> {
     let org = tx.org().as_uuid();
-    let dispute: Option<DisputeSummary> = sqlx::query_as(&format!("{SUMMARY_SELECT} AND d.dispute_id = $2"))
+    let dispute: Option<SummaryRow> = sqlx::query_as(&format!("{SUMMARY_SELECT} AND d.dispute_id = $2"))
         .bind(org)
         .bind(id)
         .fetch_optional(tx.conn())
@@ -41,7 +42,7 @@ pub async fn load(tx: &mut OrgTx, id: Uuid) -> Result<Option<DisputeDetail>, DbE
     let Some(dispute) = dispute else {
         return Ok(None);
     };
-    let lines: Vec<DisputedLine> = sqlx::query_as(
+    let lines: Vec<LineRow> = sqlx::query_as(
         "SELECT l.line_id, l.line_no, l.department_id, l.department, l.tenant_id, l.tenant, l.term, l.gpu_class,
                 l.quantity::text AS quantity, l.unit, l.rate::text AS rate, l.amount::text AS amount,
                 l.currency::text AS currency, l.confidence, l.explanation
@@ -55,7 +56,7 @@ pub async fn load(tx: &mut OrgTx, id: Uuid) -> Result<Option<DisputeDetail>, DbE
     .bind(org)
     .fetch_all(tx.conn())
     .await?;
-    let events: Vec<DisputeEvent> = sqlx::query_as(
+    let events: Vec<EventRow> = sqlx::query_as(
         "SELECT event_id AS id, at, actor, action, body, details FROM dispute_events
           WHERE dispute_id = $1 AND org_id = $2 ORDER BY at, event_id",
     )
@@ -63,7 +64,7 @@ pub async fn load(tx: &mut OrgTx, id: Uuid) -> Result<Option<DisputeDetail>, DbE
     .bind(org)
     .fetch_all(tx.conn())
     .await?;
-    let credit: Option<Credit> = match dispute.adjustment_id {
+    let credit: Option<CreditRow> = match dispute.adjustment_id {
         None => None,
         Some(adjustment) => {
             sqlx::query_as(
@@ -78,7 +79,12 @@ pub async fn load(tx: &mut OrgTx, id: Uuid) -> Result<Option<DisputeDetail>, DbE
             .await?
         }
     };
-    Ok(Some(DisputeDetail { dispute, lines, events, credit }))
+    Ok(Some(DisputeDetail {
+        dispute: dispute.into(),
+        lines: lines.into_iter().map(Into::into).collect(),
+        events: events.into_iter().map(Into::into).collect(),
+        credit: credit.map(Into::into),
+    }))
 }
 
 // ---------------------------------------------------------------- history

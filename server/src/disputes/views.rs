@@ -1,13 +1,14 @@
-//! What the disputes API answers: a dispute as listed, its lines, events and credit, and a page of the list.
+//! The rows the disputes API reads (a dispute as listed, its lines, events and credit), and how each becomes the
+//! contract's answer type (IDs and times as strings).
 
-use serde::Serialize;
+use gpuledger_api::disputes as api;
 use serde_json::Value;
 use time::OffsetDateTime;
 use uuid::Uuid;
 
 /// A dispute as listed.
-#[derive(Debug, Serialize, sqlx::FromRow)]
-pub struct DisputeSummary {
+#[derive(Debug, sqlx::FromRow)]
+pub struct SummaryRow {
     /// Its ID.
     pub id: Uuid,
     /// Its number in the organization (1, 2, …).
@@ -23,12 +24,10 @@ pub struct DisputeSummary {
     /// Who opened it.
     pub opened_by: String,
     /// When.
-    #[serde(with = "time::serde::rfc3339")]
     pub opened_at: OffsetDateTime,
     /// Who accepted or rejected it.
     pub resolved_by: Option<String>,
     /// When.
-    #[serde(with = "time::serde::rfc3339::option")]
     pub resolved_at: Option<OffsetDateTime>,
     /// Why it was accepted or rejected.
     pub resolution: Option<String>,
@@ -45,8 +44,8 @@ pub struct DisputeSummary {
 }
 
 /// A disputed ledger line.
-#[derive(Debug, Serialize, sqlx::FromRow)]
-pub struct DisputedLine {
+#[derive(Debug, sqlx::FromRow)]
+pub struct LineRow {
     /// `PERIOD/term/holder/detail`.
     pub line_id: String,
     /// Position in the period's ledger.
@@ -80,12 +79,11 @@ pub struct DisputedLine {
 }
 
 /// One step of a dispute's history.
-#[derive(Debug, Serialize, sqlx::FromRow)]
-pub struct DisputeEvent {
+#[derive(Debug, sqlx::FromRow)]
+pub struct EventRow {
     /// Its ID.
     pub id: Uuid,
     /// When.
-    #[serde(with = "time::serde::rfc3339")]
     pub at: OffsetDateTime,
     /// Who.
     pub actor: String,
@@ -98,8 +96,8 @@ pub struct DisputeEvent {
 }
 
 /// The credit adjustment of an accepted dispute.
-#[derive(Debug, Serialize, sqlx::FromRow)]
-pub struct Credit {
+#[derive(Debug, sqlx::FromRow)]
+pub struct CreditRow {
     /// The adjustment's ID.
     pub id: Uuid,
     /// `pending_approval`, `approved`, `applied` or `rejected`.
@@ -119,12 +117,10 @@ pub struct Credit {
     /// Why.
     pub reason: String,
     /// When it was created (the acceptance).
-    #[serde(with = "time::serde::rfc3339")]
     pub created_at: OffsetDateTime,
     /// Who created it.
     pub created_by: String,
     /// When finance approved it.
-    #[serde(with = "time::serde::rfc3339::option")]
     pub approved_at: Option<OffsetDateTime>,
     /// Who approved it.
     pub approved_by: Option<String>,
@@ -132,29 +128,85 @@ pub struct Credit {
     pub applied_period: Option<String>,
 }
 
-/// A dispute with its lines, its whole history and its credit.
-#[derive(Debug, Serialize)]
-pub struct DisputeDetail {
-    /// The dispute.
-    #[serde(flatten)]
-    pub dispute: DisputeSummary,
-    /// Its lines, in the order they were named.
-    pub lines: Vec<DisputedLine>,
-    /// Every step, oldest first.
-    pub events: Vec<DisputeEvent>,
-    /// The credit, once accepted.
-    pub credit: Option<Credit>,
+fn rfc3339(t: OffsetDateTime) -> String {
+    t.format(&time::format_description::well_known::Rfc3339).unwrap_or_default()
 }
 
-/// A page of disputes.
-#[derive(Debug, Serialize)]
-pub struct DisputePage {
-    /// The disputes, newest first.
-    pub items: Vec<DisputeSummary>,
-    /// How many match the filters.
-    pub total: i64,
-    /// This page (from 1).
-    pub page: i64,
-    /// Page size.
-    pub per_page: i64,
+impl From<SummaryRow> for api::DisputeSummary {
+    fn from(r: SummaryRow) -> Self {
+        Self {
+            id: r.id.to_string(),
+            number: r.number,
+            period: r.period,
+            line_ids: r.line_ids,
+            state: r.state,
+            reason: r.reason,
+            opened_by: r.opened_by,
+            opened_at: rfc3339(r.opened_at),
+            resolved_by: r.resolved_by,
+            resolved_at: r.resolved_at.map(rfc3339),
+            resolution: r.resolution,
+            credit_amount: r.credit_amount,
+            adjustment_id: r.adjustment_id.map(|a| a.to_string()),
+            credit_state: r.credit_state,
+            disputed_amount: r.disputed_amount,
+            currency: r.currency,
+        }
+    }
+}
+
+impl From<LineRow> for api::DisputedLine {
+    fn from(r: LineRow) -> Self {
+        Self {
+            line_id: r.line_id,
+            line_no: r.line_no,
+            department_id: r.department_id.to_string(),
+            department: r.department,
+            tenant_id: r.tenant_id.map(|t| t.to_string()),
+            tenant: r.tenant,
+            term: r.term,
+            gpu_class: r.gpu_class,
+            quantity: r.quantity,
+            unit: r.unit,
+            rate: r.rate,
+            amount: r.amount,
+            currency: r.currency,
+            confidence: r.confidence,
+            explanation: r.explanation,
+        }
+    }
+}
+
+impl From<EventRow> for api::DisputeEvent {
+    fn from(r: EventRow) -> Self {
+        Self {
+            id: r.id.to_string(),
+            at: rfc3339(r.at),
+            actor: r.actor,
+            action: r.action,
+            body: r.body,
+            details: r.details,
+        }
+    }
+}
+
+impl From<CreditRow> for api::Credit {
+    fn from(r: CreditRow) -> Self {
+        Self {
+            id: r.id.to_string(),
+            state: r.state,
+            amount: r.amount,
+            currency: r.currency,
+            tenant_id: r.tenant_id.map(|t| t.to_string()),
+            department_id: r.department_id.to_string(),
+            gpu_class: r.gpu_class,
+            corrects: r.corrects,
+            reason: r.reason,
+            created_at: rfc3339(r.created_at),
+            created_by: r.created_by,
+            approved_at: r.approved_at.map(rfc3339),
+            approved_by: r.approved_by,
+            applied_period: r.applied_period,
+        }
+    }
 }

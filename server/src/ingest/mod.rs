@@ -45,7 +45,7 @@ async fn post_batch(
     State(state): State<AppState>,
     headers: HeaderMap,
     body: Bytes,
-) -> Result<Json<BatchAck>, AppError> {
+) -> Result<Json<gpuledger_api::ingest::BatchAck>, AppError> {
     let principal = auth::authenticate(&state.db, &headers).await?;
     let Some(cluster) = principal.agent_cluster() else {
         return Err(AppError::Forbidden("only agent tokens may send facts".into()));
@@ -72,7 +72,13 @@ async fn post_batch(
     let ack = store(&mut tx, principal.org, cluster, &batch.facts).await?;
     record_contact(&mut tx, cluster, &batch).await?;
     tx.commit().await?;
-    Ok(Json(ack))
+    // The agents read core's ack; the contract's mirrors it field for field.
+    let flagged = ack
+        .flagged
+        .into_iter()
+        .map(|f| gpuledger_api::ingest::FlaggedFact { event_id: f.event_id, reason: f.reason })
+        .collect();
+    Ok(Json(gpuledger_api::ingest::BatchAck { received: ack.received, stored: ack.stored, flagged }))
 }
 
 /// Remembers the agent's contact: version, batch size and lag (now minus the newest observation).

@@ -212,7 +212,7 @@ pub struct LineFilter {
 /// A page of a month's stored lines as the caller may see them (the department scope applies in PostgreSQL).
 pub struct LinePage {
     /// The lines of the page, in line order.
-    pub lines: Vec<Value>,
+    pub lines: Vec<gpuledger_api::ledger::LedgerLine>,
     /// Lines matching the filter.
     pub count: i64,
     /// Their total per term.
@@ -258,7 +258,7 @@ pub async fn lines(
         count += n;
         totals_by_term.insert(term, amount.to_string());
     }
-    let lines: Vec<Value> = if limit > 0 && offset < count {
+    let lines: Vec<sqlx::types::Json<gpuledger_api::ledger::LedgerLine>> = if limit > 0 && offset < count {
         sqlx::query_scalar(&format!(
             "SELECT line FROM read_lines WHERE org_id = $1 AND {WHERE} ORDER BY line_no LIMIT $7 OFFSET $8"
         ))
@@ -275,6 +275,7 @@ pub async fn lines(
     } else {
         Vec::new()
     };
+    let lines = lines.into_iter().map(|l| l.0).collect();
     Ok(LinePage { lines, count, totals_by_term, total: total.to_string() })
 }
 

@@ -4,6 +4,7 @@
 
 use std::time::Instant;
 
+use gpuledger_api::ledger::Summaries;
 use gpuledger_core::{Period, ids::OrgId};
 use serde_json::{Value, json};
 use time::OffsetDateTime;
@@ -53,12 +54,12 @@ pub async fn compute(db: &Database, org: OrgId, period: Period) -> Result<bool, 
     kinds.push((
         "utilization",
         elapsed_ms(started),
-        head,
-        tenants.into_iter().map(|(d, v)| ("tenants", d, v)).collect(),
+        to_json(&head)?,
+        tenants.into_iter().map(|(d, v)| Ok(("tenants", d, to_json(&v)?))).collect::<Result<_, AppError>>()?,
     ));
 
     let started = Instant::now();
-    let mut answer = crate::analytics::inference_summary(db.begin_org(org).await?, period).await?;
+    let mut answer = to_json(&crate::analytics::inference_summary(db.begin_org(org).await?, period).await?)?;
     let mut rows: Vec<Row> = Vec::new();
     if let Some(Value::Array(tenants)) = answer.get_mut("tenants").map(Value::take) {
         for t in tenants {
@@ -84,12 +85,22 @@ pub async fn compute(db: &Database, org: OrgId, period: Period) -> Result<bool, 
         "training",
         elapsed_ms(started),
         head,
-        workloads.into_iter().map(|(d, v)| ("workloads", d, v)).collect(),
+        workloads.into_iter().map(|(d, v)| Ok(("workloads", d, to_json(&v)?))).collect::<Result<_, AppError>>()?,
     ));
 
     store(&mut tx, period, as_of, &kinds).await?;
     tx.commit_quiet().await?;
     Ok(true)
+}
+
+/// A typed answer as the JSON the summary tables store.
+fn to_json<T: serde::Serialize>(v: &T) -> Result<Value, AppError> {
+    serde_json::to_value(v).map_err(|e| AppError::Internal(format!("summary to JSON: {e}")))
+}
+
+/// A stored summary (its head, rows and times put together) as its answer type.
+fn parsed<T: serde::de::DeserializeOwned>(kind: &str, v: Value) -> Result<T, AppError> {
+    serde_json::from_value(v).map_err(|e| AppError::Internal(format!("stored {kind} summary: {e}")))
 }
 
 fn elapsed_ms(started: Instant) -> u64 {
@@ -151,7 +162,7 @@ async fn store(
 /// The stored summaries of `period` as the caller of `tx` may see them (the department scope cuts the rows), as
 /// one answer: per kind its answer-wide fields, its rows by section, and when it was computed; `null` for a kind
 /// not computed yet (the page says so).
-pub async fn read(tx: &mut OrgTx, period: Period) -> Result<Value, AppError> {
+pub async fn read(tx: &mut OrgTx, period: Period) -> Result<Summaries, AppError> {
     let (org, start) = (tx.org().as_uuid(), month_start(period));
     let heads: Vec<(String, OffsetDateTime, OffsetDateTime, Value)> =
         sqlx::query_as("SELECT kind, as_of, computed_at, head FROM read_summaries WHERE org_id = $1 AND period = $2")
@@ -172,13 +183,12 @@ pub async fn read(tx: &mut OrgTx, period: Period) -> Result<Value, AppError> {
             .bind(start)
             .fetch_optional(tx.conn())
             .await?;
-    let mut answer = serde_json::Map::new();
-    answer.insert("period".into(), json!(period.to_string()));
+    let mut answer =
+        Summaries { period: period.to_string(), pending: false, utilization: None, inference: None, training: None };
     let mut pending = false;
     for kind in KINDS {
         let Some((_, as_of, computed_at, head)) = heads.iter().find(|h| h.0 == kind) else {
             pending = true;
-            answer.insert(kind.into(), Value::Null);
             continue;
         };
         pending |= figures.is_some_and(|f| f != *as_of);
@@ -200,9 +210,14 @@ pub async fn read(tx: &mut OrgTx, period: Period) -> Result<Value, AppError> {
         }
         v.insert("as_of".into(), json!(super::rfc3339(*as_of)));
         v.insert("computed_at".into(), json!(super::rfc3339(*computed_at)));
-        answer.insert(kind.into(), Value::Object(v));
+        let v = Value::Object(v);
+        match kind {
+            "utilization" => answer.utilization = Some(parsed(kind, v)?),
+            "inference" => answer.inference = Some(parsed(kind, v)?),
+            _ => answer.training = Some(parsed(kind, v)?),
+        }
     }
     // Summaries that do not go with the month's current figures yet: the worker is on it.
-    answer.insert("pending".into(), json!(pending));
-    Ok(Value::Object(answer))
+    answer.pending = pending;
+    Ok(answer)
 }
