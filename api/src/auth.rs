@@ -1,1 +1,220 @@
-//! Who the caller is, API tokens, the identity provider, role mappings, the audit log, agent join (`/api/v1/me`, `/api/v1/tokens`, `/api/v1/identity/…`, `/api/v1/audit`, `/api/v1/agents/join`).
+//! Who the caller is, API tokens, the identity provider, role mappings, the audit log, agent join
+//! (`/api/v1/me`, `/api/v1/tokens`, `/api/v1/identity/…`, `/api/v1/audit`, `/api/v1/agents/join`).
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// `GET /api/v1/me`: who the caller is and what it may do.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct Me {
+    /// The caller's organization.
+    pub organization: Organization,
+    /// The caller as the audit log names it (`user:ada@example.test`, `token:…`).
+    pub actor: String,
+    /// `user` (a browser session) or `token` (an API token).
+    pub kind: String,
+    /// A user's roles (`admin`, `finance`, `department_manager`, `viewer`), or a token's scope.
+    pub roles: Vec<String>,
+    /// The organization's department names when the caller is limited to departments; null: the whole organization.
+    pub departments: Option<Vec<String>>,
+    /// A session's CSRF token (send it as `X-CSRF-Token` on state-changing requests); null for tokens.
+    pub csrf_token: Option<String>,
+}
+
+/// An organization's names.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct Organization {
+    /// URL-safe name.
+    pub slug: String,
+    /// Display name.
+    pub name: String,
+}
+
+/// `GET /api/v1/tokens`: the organization's API tokens, newest first (never their secrets).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct TokenList {
+    /// The tokens.
+    pub tokens: Vec<TokenInfo>,
+}
+
+/// An API token as admins see it (never its secret).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct TokenInfo {
+    /// The token's ID (UUID).
+    pub token_id: String,
+    /// What it is for.
+    pub name: String,
+    /// `admin`, `export`, `agent` or `join`.
+    pub scope: String,
+    /// The cluster of an agent or join token.
+    pub cluster: Option<String>,
+    /// The departments a limited export token may read (empty: all).
+    pub departments: Vec<String>,
+    /// Who created it.
+    pub created_by: String,
+    /// When it was created (RFC 3339).
+    pub created_at: String,
+    /// When it expires (RFC 3339); null: never.
+    pub expires_at: Option<String>,
+    /// Its last use, to the minute (RFC 3339).
+    pub last_used_at: Option<String>,
+    /// When it was revoked (RFC 3339); null while valid.
+    pub revoked_at: Option<String>,
+}
+
+/// `POST /api/v1/tokens`: a new token.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct NewToken {
+    /// What it is for (1 to 200 characters).
+    pub name: String,
+    /// `admin`, `export`, `agent:CLUSTER` or `join:CLUSTER` (a new cluster name is registered).
+    pub scope: String,
+    /// Department names an export token is limited to (only for `export`).
+    pub departments: Vec<String>,
+    /// Days until it expires (1 to 3650); absent: never.
+    pub expires_in_days: Option<i64>,
+}
+
+/// `POST /api/v1/tokens` (201): the token created, the only time its secret is shown.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct CreatedToken {
+    /// The token's ID (UUID).
+    pub token_id: String,
+    /// What it is for.
+    pub name: String,
+    /// `admin`, `export`, `agent` or `join`.
+    pub scope: String,
+    /// The secret (`glt_…`): store it now, it is never shown again.
+    pub token: String,
+    /// When it expires (RFC 3339); null: never.
+    pub expires_at: Option<String>,
+}
+
+/// `POST /api/v1/tokens/{id}/revoke`: revoked (at once; revoking twice is no error).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct Revoked {
+    /// The token's ID as given.
+    pub token_id: String,
+    /// Always true.
+    pub revoked: bool,
+}
+
+/// `GET/PUT /api/v1/identity/provider`: the organization's OpenID provider settings.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct ProviderSettings {
+    /// The configured provider; null: none (demo login or tokens only).
+    pub provider: Option<Provider>,
+    /// Whether the demo login is on (a demo organization without a provider).
+    pub demo_login: bool,
+    /// The redirect URI to register at the provider.
+    pub redirect_uri: String,
+}
+
+/// A configured OpenID provider (its client secret is never returned).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct Provider {
+    /// The issuer URL.
+    pub issuer: String,
+    /// The client registered for GPU Ledger.
+    pub client_id: String,
+    /// Always true: a provider cannot be configured without a secret.
+    pub client_secret_set: bool,
+    /// Where the secret comes from: `file` (the mounted secrets directory) or `database`.
+    pub client_secret_source: String,
+    /// The claim that lists the user's groups.
+    pub groups_claim: String,
+    /// Requested scopes, space-separated.
+    pub scopes: String,
+}
+
+/// `PUT /api/v1/identity/provider`: the provider to use (discovery at the issuer is checked).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct ProviderBody {
+    /// The issuer URL.
+    pub issuer: String,
+    /// The client registered for GPU Ledger.
+    pub client_id: String,
+    /// The client's secret; absent or empty keeps the stored one (required the first time unless mounted).
+    pub client_secret: Option<String>,
+    /// The claim that lists the user's groups (default `groups`).
+    pub groups_claim: Option<String>,
+    /// Requested scopes, space-separated, including `openid` (default `openid email profile groups`).
+    pub scopes: Option<String>,
+}
+
+/// `GET/PUT /api/v1/identity/role-mappings`: which identity-provider group gets which role.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct RoleMappings {
+    /// The mappings, by group, role and department.
+    pub mappings: Vec<RoleMapping>,
+}
+
+/// One group → role mapping.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct RoleMapping {
+    /// The group as the provider's groups claim names it.
+    pub group: String,
+    /// `admin`, `finance`, `department_manager` or `viewer`.
+    pub role: String,
+    /// A department manager's department; null for the other roles.
+    pub department: Option<String>,
+}
+
+/// `PUT /api/v1/identity/role-mappings`: the mappings that replace all of them.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct RoleMappingsBody {
+    /// The new mappings.
+    pub mappings: Vec<RoleMappingBody>,
+}
+
+/// One mapping of [`RoleMappingsBody`].
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct RoleMappingBody {
+    /// The group (1 to 400 characters).
+    pub group: String,
+    /// `admin`, `finance`, `department_manager` or `viewer`.
+    pub role: String,
+    /// The department's name: required for `department_manager`, refused for the others.
+    pub department: Option<String>,
+}
+
+/// `GET /api/v1/audit`: audit records, newest first.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct AuditLog {
+    /// The records.
+    pub items: Vec<AuditRecord>,
+    /// Pass as `before` for the next (older) page; null on the last page.
+    pub next_before: Option<String>,
+}
+
+/// One audit record.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct AuditRecord {
+    /// When (RFC 3339).
+    pub at: String,
+    /// Who.
+    pub actor: String,
+    /// What (`policy.approve`, `login.failure`, …).
+    pub action: String,
+    /// On what (`policy:3`, …).
+    pub target: String,
+    /// The reason given, if any (else empty).
+    pub reason: String,
+    /// The action's details; their shape depends on the action.
+    pub details: serde_json::Value,
+    /// The caller's address, where known (else empty).
+    pub source: String,
+}
+
+/// `POST /api/v1/agents/join`: the cluster's agent credential, shown once.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct Joined {
+    /// The agent token (`glt_…`) for the cluster.
+    pub token: String,
+    /// The cluster's name.
+    pub cluster: String,
+}

@@ -1,1 +1,275 @@
-//! Departments, tenants, the approved GPU inventory, endpoint aliases (onboarding).
+//! Departments, tenants, the approved GPU inventory and endpoint aliases (`/api/v1/departments`,
+//! `/api/v1/tenants`, `/api/v1/inventory/…`, `/api/v1/endpoints/{endpoint}/aliases`).
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// A department, as `GET /api/v1/departments` lists it (by name).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct Department {
+    /// The department's ID (UUID).
+    pub department_id: String,
+    /// Its name.
+    pub name: String,
+    /// How many tenants it has.
+    pub tenants: i64,
+}
+
+/// `POST /api/v1/departments`: a new department (admins).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DepartmentBody {
+    /// Its name (1 to 100 characters, unique in the organization).
+    pub name: String,
+}
+
+/// `POST /api/v1/departments` (201): the department created.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct CreatedDepartment {
+    /// The new department's ID (UUID).
+    pub department_id: String,
+    /// Its name.
+    pub name: String,
+}
+
+/// A tenant, as `GET /api/v1/tenants` lists it (by department, then name).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct Tenant {
+    /// The tenant's ID (UUID).
+    pub tenant_id: String,
+    /// Its name.
+    pub name: String,
+    /// Its department's ID (UUID).
+    pub department_id: String,
+    /// Its department's name.
+    pub department: String,
+    /// Namespaces it owns now.
+    pub namespaces: i64,
+}
+
+/// `POST /api/v1/tenants`: a new tenant (admins).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TenantBody {
+    /// Its name (1 to 100 characters, unique in the organization).
+    pub name: String,
+    /// Its department's name or ID.
+    pub department: String,
+}
+
+/// `POST /api/v1/tenants` (201): the tenant created, with what it took over.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct CreatedTenant {
+    /// The new tenant's ID (UUID).
+    pub tenant_id: String,
+    /// Its name.
+    pub name: String,
+    /// Its department's ID (UUID).
+    pub department_id: String,
+    /// Namespaces whose labels named it, now owned by it.
+    pub namespaces_mapped: u64,
+    /// Usage rows kept under its name, now attributed to it.
+    pub usage_rows_attributed: u64,
+}
+
+/// `GET /api/v1/inventory`: the approved GPU inventory, with each entry's validity.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct Inventory {
+    /// Price classes, by name.
+    pub classes: Vec<GpuClass>,
+    /// GPU models and their class, by model and start.
+    pub models: Vec<GpuModel>,
+    /// MIG and vGPU profiles and their fraction of a GPU.
+    pub profiles: Vec<GpuProfile>,
+    /// Declared time-slicing policies.
+    pub timeslicing: Vec<Timeslicing>,
+}
+
+/// A GPU price class.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct GpuClass {
+    /// Its name (`H100-80GB`).
+    pub gpu_class: String,
+    /// What it stands for (may be empty).
+    pub description: String,
+}
+
+/// A GPU model's class over a validity.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct GpuModel {
+    /// The model as node labels and NVML name it.
+    pub model: String,
+    /// Its price class.
+    pub gpu_class: String,
+    /// Its memory in MiB, when declared.
+    pub memory_mib: Option<i32>,
+    /// Start of the validity (ISO 8601 time).
+    pub valid_from: String,
+    /// End of the validity; null: in force.
+    pub valid_to: Option<String>,
+}
+
+/// A MIG or vGPU profile's fraction of a GPU over a validity.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct GpuProfile {
+    /// `mig` or `vgpu`.
+    pub kind: String,
+    /// The GPU model.
+    pub model: String,
+    /// The profile (`3g.40gb`, `GRID_A100-40C`).
+    pub profile: String,
+    /// Its share of the whole GPU, exact (`3/7`).
+    pub fraction: String,
+    /// Start of the validity (ISO 8601 time).
+    pub valid_from: String,
+    /// End of the validity; null: in force.
+    pub valid_to: Option<String>,
+}
+
+/// A declared time-slicing policy over a validity.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct Timeslicing {
+    /// The cluster.
+    pub cluster: String,
+    /// The device plugin's sharing configuration.
+    pub name: String,
+    /// Replicas per GPU.
+    pub replicas: i32,
+    /// Start of the validity (ISO 8601 time).
+    pub valid_from: String,
+    /// End of the validity; null: in force.
+    pub valid_to: Option<String>,
+}
+
+/// `POST /api/v1/inventory/models`: a GPU model's class from `valid_from` (admin or finance).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ModelBody {
+    /// The GPU model as the node labels and NVML name it (`NVIDIA H100 80GB HBM3`).
+    pub model: String,
+    /// Its price class; created if new (a policy must still price it).
+    pub gpu_class: String,
+    /// Its memory in MiB (positive), if known.
+    #[serde(default)]
+    pub memory_mib: Option<i32>,
+    /// When the entry starts (RFC 3339); it ends the entry in force there.
+    pub valid_from: String,
+}
+
+/// `POST /api/v1/inventory/models` (201): the entry added.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct CreatedModel {
+    /// The GPU model.
+    pub model: String,
+    /// Its price class.
+    pub gpu_class: String,
+    /// Allocations recomputed with the new entry.
+    pub recomputed_allocations: u64,
+}
+
+/// `POST /api/v1/inventory/profiles`: a MIG or vGPU profile's fraction from `valid_from` (admin or finance).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ProfileBody {
+    /// `mig` or `vgpu`.
+    pub kind: String,
+    /// The GPU model.
+    pub model: String,
+    /// MIG (`3g.40gb`) or vGPU (`GRID_A100-40C`) profile.
+    pub profile: String,
+    /// The share of the whole GPU, exact: `3/7`, `1/2`, `0.25` (more than 0, at most 1).
+    pub fraction: String,
+    /// When the entry starts (RFC 3339).
+    pub valid_from: String,
+}
+
+/// `POST /api/v1/inventory/profiles` (201): the entry added.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct CreatedProfile {
+    /// `mig` or `vgpu`.
+    pub kind: String,
+    /// The GPU model.
+    pub model: String,
+    /// The profile.
+    pub profile: String,
+    /// The fraction stored, reduced (`3/7`).
+    pub fraction: String,
+    /// Allocations recomputed with the new entry.
+    pub recomputed_allocations: u64,
+}
+
+/// `POST /api/v1/inventory/timeslicing`: a declared time-slicing policy from `valid_from` (admin or finance).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TimeslicingBody {
+    /// A registered cluster's name.
+    pub cluster: String,
+    /// The sharing configuration's name (the device plugin's config).
+    pub name: String,
+    /// Replicas per GPU (1 to 1024).
+    pub replicas: i32,
+    /// When the entry starts (RFC 3339).
+    pub valid_from: String,
+}
+
+/// `POST /api/v1/inventory/timeslicing` (201): the entry added.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct CreatedTimeslicing {
+    /// The cluster.
+    pub cluster: String,
+    /// The sharing configuration's name.
+    pub name: String,
+    /// Replicas per GPU.
+    pub replicas: i32,
+}
+
+/// `GET /api/v1/endpoints/{endpoint}/aliases`: an endpoint's gateway-key and team aliases.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct EndpointAliases {
+    /// The endpoint.
+    pub endpoint: String,
+    /// Its aliases, by kind and alias.
+    pub aliases: Vec<Alias>,
+}
+
+/// One alias: usage records carrying it are attributed to the tenant.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct Alias {
+    /// `gateway_key` or `team`.
+    pub kind: String,
+    /// The gateway key or team name as the records carry it.
+    pub alias: String,
+    /// The tenant's name.
+    pub tenant: String,
+}
+
+/// `PUT /api/v1/endpoints/{endpoint}/aliases`: the aliases that replace all of the endpoint's.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AliasesBody {
+    /// The new aliases.
+    pub aliases: Vec<AliasBody>,
+}
+
+/// One alias of [`AliasesBody`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AliasBody {
+    /// `gateway_key` or `team`.
+    pub kind: String,
+    /// The gateway key or team name.
+    pub alias: String,
+    /// The tenant's name or ID.
+    pub tenant: String,
+}
+
+/// `PUT /api/v1/endpoints/{endpoint}/aliases`: how many aliases were stored and records attributed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct AliasesReplaced {
+    /// The endpoint.
+    pub endpoint: String,
+    /// Aliases stored.
+    pub aliases: u64,
+    /// Usage records kept without a tenant that the aliases now attribute.
+    pub attributed: u64,
+}

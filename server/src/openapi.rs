@@ -5,10 +5,21 @@
 
 use axum::{Json, Router, routing::get};
 use gpuledger_api::{
-    Problem, analytics, close, disputes,
+    Items, Problem, analytics,
+    auth::{
+        AuditLog, CreatedToken, Me, NewToken, ProviderBody, ProviderSettings, Revoked, RoleMappings, RoleMappingsBody,
+        TokenList,
+    },
+    close, disputes,
     health::{Alive, Ready},
     ingest, ledger,
+    policy::{CreatedQuota, KueueImport, PolicyBody, PolicyList, PolicyVersion, QuotaBody, QuotaList},
     schemars::{JsonSchema, SchemaGenerator, generate::Contract, generate::SchemaSettings},
+    tenancy::{
+        AliasesBody, AliasesReplaced, CreatedDepartment, CreatedModel, CreatedProfile, CreatedTenant,
+        CreatedTimeslicing, Department, DepartmentBody, EndpointAliases, Inventory, ModelBody, ProfileBody, Tenant,
+        TenantBody, TimeslicingBody,
+    },
     training, usage,
 };
 use serde_json::{Map, Value, json};
@@ -270,11 +281,11 @@ fn admin_ops() -> Vec<Op> {
     vec![
         Op::get("/api/v1/me", "Who the caller is: organization, roles, department scope, CSRF token of a session")
             .token()
-            .untyped(200, "The caller")
+            .answers::<Me>(200, "The caller")
             .errors(&[401]),
         Op::get("/api/v1/tokens", "API tokens of the organization (never their secrets); admins")
             .token()
-            .untyped(200, "Tokens")
+            .answers::<TokenList>(200, "Tokens")
             .errors(&[401, 403]),
         Op::post(
             "/api/v1/tokens",
@@ -282,11 +293,12 @@ fn admin_ops() -> Vec<Op> {
              expires_in_days?}; the answer shows it once",
         )
         .token()
-        .untyped(201, "The token")
+        .body::<NewToken>()
+        .answers::<CreatedToken>(201, "The token")
         .errors(&[401, 403, 422, 429]),
         Op::post("/api/v1/tokens/{id}/revoke", "Revoke a token, effective at once")
             .token()
-            .untyped(200, "Revoked")
+            .answers::<Revoked>(200, "Revoked")
             .errors(&[401, 403, 404]),
         Op::get(
             "/api/v1/identity/provider",
@@ -294,7 +306,7 @@ fn admin_ops() -> Vec<Op> {
              register",
         )
         .token()
-        .untyped(200, "Settings")
+        .answers::<ProviderSettings>(200, "Settings")
         .errors(&[401, 403]),
         Op::put(
             "/api/v1/identity/provider",
@@ -302,7 +314,8 @@ fn admin_ops() -> Vec<Op> {
              Switches demo login off.",
         )
         .token()
-        .untyped(200, "Settings")
+        .body::<ProviderBody>()
+        .answers::<ProviderSettings>(200, "Settings")
         .errors(&[401, 403, 422]),
         Op::delete("/api/v1/identity/provider", "Remove the provider")
             .token()
@@ -310,15 +323,16 @@ fn admin_ops() -> Vec<Op> {
             .errors(&[401, 403, 404]),
         Op::get("/api/v1/identity/role-mappings", "Group → role mappings")
             .token()
-            .untyped(200, "Mappings")
+            .answers::<RoleMappings>(200, "Mappings")
             .errors(&[401, 403]),
         Op::put("/api/v1/identity/role-mappings", "Replace the mappings: {mappings: [{group, role, department?}]}")
             .token()
-            .untyped(200, "Mappings")
+            .body::<RoleMappingsBody>()
+            .answers::<RoleMappings>(200, "Mappings")
             .errors(&[401, 403, 422]),
         Op::get("/api/v1/audit", "The audit log, newest first: ?limit=&before=RFC3339&action=")
             .token()
-            .untyped(200, "Audit records")
+            .answers::<AuditLog>(200, "Audit records")
             .errors(&[401, 403, 422]),
     ]
 }
@@ -328,7 +342,7 @@ fn policy_ops() -> Vec<Op> {
     vec![
         Op::get("/api/v1/policies", "Cost policy versions, newest first (admin or export token)")
             .token()
-            .untyped(200, "{items, total}")
+            .answers::<PolicyList>(200, "{items, total}")
             .errors(&[401, 403]),
         Op::post(
             "/api/v1/policies",
@@ -338,12 +352,17 @@ fn policy_ops() -> Vec<Op> {
              key{kind: allocated_gpu_hours|equal|fixed_shares, shares?}}}} — decimals as strings. Admin token",
         )
         .token()
-        .untyped(201, "the draft")
+        .body::<PolicyBody>()
+        .answers::<PolicyVersion>(201, "the draft")
         .errors(&[401, 403, 422]),
-        Op::get("/api/v1/policies/{version}", "One version").token().untyped(200, "the policy").errors(&[401, 404]),
+        Op::get("/api/v1/policies/{version}", "One version")
+            .token()
+            .answers::<PolicyVersion>(200, "the policy")
+            .errors(&[401, 404]),
         Op::put("/api/v1/policies/{version}", "Edit a draft (an approved version is never edited: 409)")
             .token()
-            .untyped(200, "the draft")
+            .body::<PolicyBody>()
+            .answers::<PolicyVersion>(200, "the draft")
             .errors(&[401, 403, 404, 409, 422]),
         Op::post(
             "/api/v1/policies/{version}/approve",
@@ -351,18 +370,19 @@ fn policy_ops() -> Vec<Op> {
              one approved earlier with the same start is superseded; refused if it would reprice a closed month",
         )
         .token()
-        .untyped(200, "approved")
+        .answers::<PolicyVersion>(200, "approved")
         .errors(&[401, 403, 404, 409]),
         Op::get(
             "/api/v1/quotas",
             "Quotas (guaranteed GPUs per class per tenant or department, with validity); ?at=RFC3339",
         )
         .token()
-        .untyped(200, "{items, total}")
+        .answers::<QuotaList>(200, "{items, total}")
         .errors(&[401]),
         Op::post("/api/v1/quotas", "Add a quota: {tenant | department, gpu_class, gpus, valid_from, valid_to?}")
             .token()
-            .untyped(201, "created")
+            .body::<QuotaBody>()
+            .answers::<CreatedQuota>(201, "created")
             .errors(&[401, 403, 409, 422]),
         Op::post(
             "/api/v1/quotas/import-kueue",
@@ -370,7 +390,7 @@ fn policy_ops() -> Vec<Op> {
              department by name, or {mappings}; flavor → GPU class by name)",
         )
         .token()
-        .untyped(200, "{imported, skipped}")
+        .answers::<KueueImport>(200, "{imported, skipped}")
         .errors(&[401, 403]),
     ]
 }
@@ -534,15 +554,16 @@ fn tenancy_ops() -> Vec<Op> {
     vec![
         Op::get("/api/v1/departments", "Departments with their tenant counts")
             .token()
-            .untyped(200, "{items}")
+            .answers::<Items<Department>>(200, "{items}")
             .errors(&[401]),
         Op::post("/api/v1/departments", "Create a department: {name}. Admins")
             .token()
-            .untyped(201, "created")
+            .body::<DepartmentBody>()
+            .answers::<CreatedDepartment>(201, "created")
             .errors(&[401, 403, 409, 422]),
         Op::get("/api/v1/tenants", "Tenants with their department and namespaces in force")
             .token()
-            .untyped(200, "{items}")
+            .answers::<Items<Tenant>>(200, "{items}")
             .errors(&[401]),
         Op::post(
             "/api/v1/tenants",
@@ -550,14 +571,15 @@ fn tenancy_ops() -> Vec<Op> {
              its name are taken over. Admins",
         )
         .token()
-        .untyped(201, "created")
+        .body::<TenantBody>()
+        .answers::<CreatedTenant>(201, "created")
         .errors(&[401, 403, 409, 422]),
         Op::get(
             "/api/v1/inventory",
             "The approved GPU inventory: classes, models, MIG/vGPU profiles, time-slicing, with validity",
         )
         .token()
-        .untyped(200, "the inventory")
+        .answers::<Inventory>(200, "the inventory")
         .errors(&[401]),
         Op::post(
             "/api/v1/inventory/models",
@@ -565,7 +587,8 @@ fn tenancy_ops() -> Vec<Op> {
              force; recomputes the allocations it concerns. Admin or finance",
         )
         .token()
-        .untyped(201, "created")
+        .body::<ModelBody>()
+        .answers::<CreatedModel>(201, "created")
         .errors(&[401, 403, 409, 422]),
         Op::post(
             "/api/v1/inventory/profiles",
@@ -573,18 +596,20 @@ fn tenancy_ops() -> Vec<Op> {
              or finance",
         )
         .token()
-        .untyped(201, "created")
+        .body::<ProfileBody>()
+        .answers::<CreatedProfile>(201, "created")
         .errors(&[401, 403, 409, 422]),
         Op::post(
             "/api/v1/inventory/timeslicing",
             "A declared time-slicing policy: {cluster, name, replicas, valid_from}. Admin or finance",
         )
         .token()
-        .untyped(201, "created")
+        .body::<TimeslicingBody>()
+        .answers::<CreatedTimeslicing>(201, "created")
         .errors(&[401, 403, 409, 422]),
         Op::get("/api/v1/endpoints/{endpoint}/aliases", "An endpoint's gateway-key and team aliases. Admins")
             .token()
-            .untyped(200, "{endpoint, aliases}")
+            .answers::<EndpointAliases>(200, "{endpoint, aliases}")
             .errors(&[401, 403]),
         Op::put(
             "/api/v1/endpoints/{endpoint}/aliases",
@@ -592,7 +617,8 @@ fn tenancy_ops() -> Vec<Op> {
              without a tenant that they resolve are attributed. Admins",
         )
         .token()
-        .untyped(200, "{endpoint, aliases, attributed}")
+        .body::<AliasesBody>()
+        .answers::<AliasesReplaced>(200, "{endpoint, aliases, attributed}")
         .errors(&[401, 403, 422]),
     ]
 }

@@ -7,6 +7,10 @@ use axum::{
     http::{HeaderMap, StatusCode},
     routing::{get, post},
 };
+use gpuledger_api::policy::{
+    ApproveBody, CreatedQuota, ImportKueueBody, KueueImport, PolicyBody, PolicyList, PolicyVersion, Quota, QuotaBody,
+    QuotaList,
+};
 use gpuledger_core::{
     Period,
     decimal::Decimal,
@@ -14,7 +18,7 @@ use gpuledger_core::{
     time_fmt::rfc3339,
     wire::{Fact, FactBody, QuotaFact},
 };
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use serde_json::{Value, json};
 use time::{Date, OffsetDateTime};
 use uuid::Uuid;
@@ -24,6 +28,7 @@ use crate::{
     auth::{Capability, Principal, require},
     db::OrgTx,
     error::AppError,
+    http::{Caller, JsonBody, ManagePolicy, ReadLedger},
 };
 
 /// Routes of this module.
@@ -136,21 +141,6 @@ pub fn parse_period(field: &str, s: &str) -> Result<Period, AppError> {
 
 // ---------------------------------------------------------------- policies
 
-#[derive(Debug, Serialize)]
-struct PolicyView {
-    version: i32,
-    state: String,
-    effective_from: String,
-    currency: String,
-    note: String,
-    document: Value,
-    created_at: String,
-    created_by: String,
-    approved_at: Option<String>,
-    approved_by: Option<String>,
-    superseded_at: Option<String>,
-}
-
 type PolicyRow = (
     i32,
     String,
@@ -168,8 +158,8 @@ type PolicyRow = (
 const POLICY_COLUMNS: &str = "version, state, effective_from, currency::text, note, document, created_at, created_by, \
                               approved_at, approved_by, superseded_at";
 
-fn policy_view(r: PolicyRow) -> Result<PolicyView, AppError> {
-    Ok(PolicyView {
+fn policy_view(r: PolicyRow) -> Result<PolicyVersion, AppError> {
+    Ok(PolicyVersion {
         version: r.0,
         state: r.1,
         effective_from: period_of(r.2)?.to_string(),
@@ -184,16 +174,6 @@ fn policy_view(r: PolicyRow) -> Result<PolicyView, AppError> {
     })
 }
 
-/// Body of create/update: the policy content plus the first month it prices.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct PolicyBody {
-    effective_from: String,
-    #[serde(default)]
-    note: String,
-    policy: Value,
-}
-
 fn parse_policy(body: &PolicyBody) -> Result<(Period, CostPolicy), AppError> {
     let from = parse_period("effective_from", &body.effective_from)?;
     let mut policy: CostPolicy = serde_path_to_error::deserialize(body.policy.clone())
@@ -206,8 +186,7 @@ fn parse_policy(body: &PolicyBody) -> Result<(Period, CostPolicy), AppError> {
     Ok((from, policy))
 }
 
-async fn list_policies(State(state): State<AppState>, headers: HeaderMap) -> Result<Json<Value>, AppError> {
-    let p = reader(&state, &headers).await?;
+async fn list_policies(State(state): State<AppState>, p: Caller<ReadLedger>) -> Result<Json<PolicyList>, AppError> {
     let mut tx = p.begin(&state.db).await?;
     let org = tx.org().as_uuid();
     let rows: Vec<PolicyRow> =
@@ -217,15 +196,14 @@ async fn list_policies(State(state): State<AppState>, headers: HeaderMap) -> Res
             .await?;
     tx.commit().await?;
     let items = rows.into_iter().map(policy_view).collect::<Result<Vec<_>, _>>()?;
-    Ok(Json(json!({ "items": items, "total": items.len() })))
+    Ok(Json(PolicyList { total: items.len(), items }))
 }
 
 async fn get_policy(
     State(state): State<AppState>,
-    headers: HeaderMap,
+    p: Caller<ReadLedger>,
     Path(version): Path<i32>,
-) -> Result<Json<PolicyView>, AppError> {
-    let p = reader(&state, &headers).await?;
+) -> Result<Json<PolicyVersion>, AppError> {
     let mut tx = p.begin(&state.db).await?;
     let org = tx.org().as_uuid();
     let row: Option<PolicyRow> =
@@ -284,11 +262,9 @@ pub async fn create_draft(
 
 async fn create_policy(
     State(state): State<AppState>,
-    headers: HeaderMap,
-    body: axum::body::Bytes,
-) -> Result<(StatusCode, Json<PolicyView>), AppError> {
-    let p = manager(&state, &headers).await?;
-    let body: PolicyBody = json_body(&body)?;
+    p: Caller<ManagePolicy>,
+    JsonBody(body): JsonBody<PolicyBody>,
+) -> Result<(StatusCode, Json<PolicyVersion>), AppError> {
     let (from, policy) = parse_policy(&body)?;
     let mut tx = p.begin(&state.db).await?;
     let org = tx.org().as_uuid();
@@ -305,12 +281,10 @@ async fn create_policy(
 
 async fn update_policy(
     State(state): State<AppState>,
-    headers: HeaderMap,
+    p: Caller<ManagePolicy>,
     Path(version): Path<i32>,
-    body: axum::body::Bytes,
-) -> Result<Json<PolicyView>, AppError> {
-    let p = manager(&state, &headers).await?;
-    let body: PolicyBody = json_body(&body)?;
+    JsonBody(body): JsonBody<PolicyBody>,
+) -> Result<Json<PolicyVersion>, AppError> {
     let (from, policy) = parse_policy(&body)?;
     let mut tx = p.begin(&state.db).await?;
     let org = tx.org().as_uuid();
@@ -351,12 +325,6 @@ async fn update_policy(
             .await?;
     tx.commit().await?;
     Ok(Json(policy_view(row)?))
-}
-
-#[derive(Debug, Default, Deserialize)]
-struct ApproveBody {
-    #[serde(default)]
-    reason: String,
 }
 
 /// Approves a draft: it prices every period from its `effective_from` until a later approved version starts.
@@ -407,13 +375,13 @@ pub async fn approve(tx: &mut OrgTx, actor: &str, version: i32, reason: &str) ->
     Ok(())
 }
 
+/// The body is optional here, so it is read as bytes rather than with [`JsonBody`].
 async fn approve_policy(
     State(state): State<AppState>,
-    headers: HeaderMap,
+    p: Caller<ManagePolicy>,
     Path(version): Path<i32>,
     body: axum::body::Bytes,
-) -> Result<Json<PolicyView>, AppError> {
-    let p = manager(&state, &headers).await?;
+) -> Result<Json<PolicyVersion>, AppError> {
     let body: ApproveBody = if body.is_empty() { ApproveBody::default() } else { json_body(&body)? };
     let mut tx = p.begin(&state.db).await?;
     let org = tx.org().as_uuid();
@@ -448,36 +416,6 @@ pub async fn policy_for(tx: &mut OrgTx, period: Period) -> Result<Option<CostPol
 
 // ---------------------------------------------------------------- quotas
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct QuotaBody {
-    #[serde(default)]
-    tenant: Option<String>,
-    #[serde(default)]
-    department: Option<String>,
-    gpu_class: String,
-    gpus: String,
-    #[serde(with = "time::serde::rfc3339")]
-    valid_from: OffsetDateTime,
-    #[serde(default, with = "time::serde::rfc3339::option")]
-    valid_to: Option<OffsetDateTime>,
-}
-
-#[derive(Debug, Serialize)]
-struct QuotaView {
-    quota_id: Uuid,
-    tenant_id: Option<Uuid>,
-    tenant: Option<String>,
-    department_id: Option<Uuid>,
-    department: Option<String>,
-    gpu_class: String,
-    gpus: String,
-    valid_from: String,
-    valid_to: Option<String>,
-    source: String,
-    source_ref: String,
-}
-
 type QuotaRow = (
     Uuid,
     Option<Uuid>,
@@ -500,10 +438,9 @@ struct QuotaQuery {
 
 async fn list_quotas(
     State(state): State<AppState>,
-    headers: HeaderMap,
+    p: Caller<ReadLedger>,
     Query(q): Query<QuotaQuery>,
-) -> Result<Json<Value>, AppError> {
-    let p = reader(&state, &headers).await?;
+) -> Result<Json<QuotaList>, AppError> {
     let at = match q.at.as_deref() {
         Some(s) => Some(
             OffsetDateTime::parse(s, &time::format_description::well_known::Rfc3339)
@@ -527,13 +464,13 @@ async fn list_quotas(
     .fetch_all(tx.conn())
     .await?;
     tx.commit().await?;
-    let items: Vec<QuotaView> = rows
+    let items: Vec<Quota> = rows
         .into_iter()
-        .map(|r| QuotaView {
-            quota_id: r.0,
-            tenant_id: r.1,
+        .map(|r| Quota {
+            quota_id: r.0.to_string(),
+            tenant_id: r.1.map(|id| id.to_string()),
             tenant: r.2,
-            department_id: r.3,
+            department_id: r.3.map(|id| id.to_string()),
             department: r.4,
             gpu_class: r.5,
             gpus: r.6,
@@ -543,7 +480,13 @@ async fn list_quotas(
             source_ref: r.10,
         })
         .collect();
-    Ok(Json(json!({ "total": items.len(), "items": items })))
+    Ok(Json(QuotaList { total: items.len(), items }))
+}
+
+/// An RFC 3339 `field` of a request body; the error names the field.
+pub(crate) fn instant(field: &str, value: &str) -> Result<OffsetDateTime, AppError> {
+    OffsetDateTime::parse(value, &time::format_description::well_known::Rfc3339)
+        .map_err(|e| AppError::invalid(field, format!("{value:?} is not an RFC 3339 time: {e}")))
 }
 
 pub(crate) async fn lookup_id(tx: &mut OrgTx, table: &str, field: &str, name_or_id: &str) -> Result<Uuid, AppError> {
@@ -558,11 +501,11 @@ pub(crate) async fn lookup_id(tx: &mut OrgTx, table: &str, field: &str, name_or_
 
 async fn create_quota(
     State(state): State<AppState>,
-    headers: HeaderMap,
-    body: axum::body::Bytes,
-) -> Result<(StatusCode, Json<Value>), AppError> {
-    let p = manager(&state, &headers).await?;
-    let body: QuotaBody = json_body(&body)?;
+    p: Caller<ManagePolicy>,
+    JsonBody(body): JsonBody<QuotaBody>,
+) -> Result<(StatusCode, Json<CreatedQuota>), AppError> {
+    let valid_from = instant("valid_from", &body.valid_from)?;
+    let valid_to = body.valid_to.as_deref().map(|t| instant("valid_to", t)).transpose()?;
     let gpus = Decimal::parse(&body.gpus).map_err(|e| AppError::invalid("gpus", e.to_string()))?;
     if gpus.is_negative() {
         return Err(AppError::invalid("gpus", "must not be negative"));
@@ -570,8 +513,8 @@ async fn create_quota(
     if gpus.scale() > 4 {
         return Err(AppError::invalid("gpus", "at most 4 decimals"));
     }
-    if let Some(to) = body.valid_to
-        && to <= body.valid_from
+    if let Some(to) = valid_to
+        && to <= valid_from
     {
         return Err(AppError::invalid("valid_to", "must be after valid_from"));
     }
@@ -603,8 +546,8 @@ async fn create_quota(
     .bind(department)
     .bind(&body.gpu_class)
     .bind(gpus.to_string())
-    .bind(body.valid_from)
-    .bind(body.valid_to)
+    .bind(valid_from)
+    .bind(valid_to)
     .bind(p.actor())
     .bind(scope)
     .execute(tx.conn())
@@ -619,16 +562,7 @@ async fn create_quota(
     result?;
     audit_by(&mut tx, &p, "quota.create", &format!("quota:{id}"), "", json!({"gpus": gpus.to_string()})).await?;
     tx.commit().await?;
-    Ok((StatusCode::CREATED, Json(json!({ "quota_id": id }))))
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ImportBody {
-    /// ClusterQueue name → tenant or department name; by default a ClusterQueue named like a tenant (else a
-    /// department) maps to it.
-    #[serde(default)]
-    mappings: std::collections::BTreeMap<String, String>,
+    Ok((StatusCode::CREATED, Json(CreatedQuota { quota_id: id.to_string() })))
 }
 
 /// Imports the latest nominal GPU quotas of every ClusterQueue the agents reported, as quotas from the time the
@@ -638,7 +572,7 @@ pub async fn import_kueue_quotas(
     tx: &mut OrgTx,
     actor: &str,
     mappings: &std::collections::BTreeMap<String, String>,
-) -> Result<Value, AppError> {
+) -> Result<KueueImport, AppError> {
     let org = tx.org().as_uuid();
     let facts: Vec<(Uuid, Value)> = sqlx::query_as(
         "SELECT cluster_id, payload FROM allocation_events WHERE kind = 'quota_observed' AND org_id = $1
@@ -737,7 +671,7 @@ pub async fn import_kueue_quotas(
         }
     }
     audit(tx, actor, "quota.import_kueue", "quotas", "", json!({"imported": imported, "skipped": skipped})).await?;
-    Ok(json!({ "imported": imported, "skipped": skipped }))
+    Ok(KueueImport { imported, skipped })
 }
 
 /// The department a quota is seen under: its holder department, or its holder tenant's department.
@@ -758,13 +692,13 @@ async fn holder_department(
         .await?)
 }
 
+/// The body is optional here, so it is read as bytes rather than with [`JsonBody`].
 async fn import_kueue(
     State(state): State<AppState>,
-    headers: HeaderMap,
+    p: Caller<ManagePolicy>,
     body: axum::body::Bytes,
-) -> Result<Json<Value>, AppError> {
-    let p = manager(&state, &headers).await?;
-    let body: ImportBody = if body.is_empty() { ImportBody::default() } else { json_body(&body)? };
+) -> Result<Json<KueueImport>, AppError> {
+    let body: ImportKueueBody = if body.is_empty() { ImportKueueBody::default() } else { json_body(&body)? };
     let mut tx = p.begin(&state.db).await?;
     let out = import_kueue_quotas(&mut tx, &p.actor(), &body.mappings).await?;
     tx.commit().await?;

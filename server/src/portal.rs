@@ -16,7 +16,7 @@ use axum::{
 use gpuledger_core::ids::OrgId;
 use gpuledger_web::{
     ApiAnswer, LoginOptions, OrgSummary, Overview, PeriodRow, PortalData, PortalError, SessionView, TokenRow,
-    data::BoxFuture,
+    data::{BoxFuture, ClusterRow, InventoryRow, OwnershipRow},
 };
 use serde::Deserialize;
 use time::{OffsetDateTime, format_description::well_known::Rfc3339};
@@ -200,54 +200,127 @@ impl DbPortalData {
             .collect())
     }
 
-    /// Admin views read straight from the store (organization-wide; admins only), as JSON tables.
-    async fn admin_data_for(&self, what: &str) -> Result<serde_json::Value, AppError> {
+    /// Rows of an admin view read straight from the store (organization-wide; admins only); `$1` in `sql` is
+    /// the organization. Times are selected as PostgreSQL writes them in JSON (`…+00:00`), as the pages show them.
+    async fn admin_rows<R>(&self, sql: &str) -> Result<Vec<R>, AppError>
+    where
+        R: for<'r> sqlx::FromRow<'r, sqlx::postgres::PgRow> + Send + Unpin,
+    {
         let p = self.principal().await.ok_or(AppError::Unauthorized)?;
         p.require(Capability::Administer)?;
-        let sql = match what {
-            "clusters" => {
-                "SELECT c.name, c.created_at, c.retired_at, a.mode, a.node, a.version, a.last_seen_at,
-                        a.last_batch_facts, a.lag_seconds, a.spool_pending_facts, a.spool_pending_bytes,
-                        a.spool_dropped_facts
+        let mut tx = p.begin(&self.db).await?;
+        let org = tx.org().as_uuid();
+        let rows = sqlx::query_as(sql).bind(org).fetch_all(tx.conn()).await?;
+        tx.commit().await?;
+        Ok(rows)
+    }
+
+    async fn admin_clusters_for(&self) -> Result<Vec<ClusterRow>, AppError> {
+        type Row = (
+            String,
+            String,
+            Option<String>,
+            Option<String>,
+            Option<String>,
+            Option<String>,
+            Option<String>,
+            Option<i32>,
+            Option<i64>,
+            Option<i64>,
+            Option<i64>,
+            Option<i64>,
+        );
+        let rows: Vec<Row> = self
+            .admin_rows(
+                "SELECT c.name, to_jsonb(c.created_at) #>> '{}', to_jsonb(c.retired_at) #>> '{}', a.mode, a.node,
+                        a.version, to_jsonb(a.last_seen_at) #>> '{}', a.last_batch_facts, a.lag_seconds,
+                        a.spool_pending_facts, a.spool_pending_bytes, a.spool_dropped_facts
                    FROM clusters c
                    LEFT JOIN agent_contacts a ON a.org_id = c.org_id AND a.cluster_id = c.cluster_id
                   WHERE c.org_id = $1
-                  ORDER BY c.name, a.mode, a.node"
-            }
-            "inventory" => {
-                "SELECT 'model' AS kind, m.model AS name, m.gpu_class AS class, NULL::text AS fraction, m.valid_from, m.valid_to
-                   FROM gpu_models m WHERE m.org_id = $1
-                 UNION ALL
-                 SELECT 'mig', p.model || ' ' || p.profile, NULL, p.fraction_num || '/' || p.fraction_den, p.valid_from, p.valid_to
-                   FROM mig_profiles p WHERE p.org_id = $1
-                 UNION ALL
-                 SELECT 'vgpu', v.model || ' ' || v.profile, NULL, v.fraction_num || '/' || v.fraction_den, v.valid_from, v.valid_to
-                   FROM vgpu_profiles v WHERE v.org_id = $1
-                 UNION ALL
-                 SELECT 'time-slicing', c.name || ' ' || t.name, NULL, '1/' || t.replicas, t.valid_from, t.valid_to
-                   FROM timeslice_policies t JOIN clusters c ON c.org_id = t.org_id AND c.cluster_id = t.cluster_id
-                  WHERE t.org_id = $1
-                 ORDER BY 1, 2, 5"
-            }
-            "tenancy" => {
-                "SELECT d.name AS department, t.name AS tenant, c.name AS cluster, n.name AS namespace,
-                        o.valid_from, o.valid_to, o.source
+                  ORDER BY c.name, a.mode, a.node",
+            )
+            .await?;
+        Ok(rows
+            .into_iter()
+            .map(|r| ClusterRow {
+                name: r.0,
+                created_at: r.1,
+                retired_at: r.2,
+                mode: r.3,
+                node: r.4,
+                version: r.5,
+                last_seen_at: r.6,
+                last_batch_facts: r.7.map(i64::from),
+                lag_seconds: r.8,
+                spool_pending_facts: r.9,
+                spool_pending_bytes: r.10,
+                spool_dropped_facts: r.11,
+            })
+            .collect())
+    }
+
+    async fn admin_inventory_for(&self) -> Result<Vec<InventoryRow>, AppError> {
+        type Row = (String, String, Option<String>, Option<String>, String, Option<String>);
+        // Ordered by the stored start, not by its text.
+        let rows: Vec<Row> = self
+            .admin_rows(
+                "SELECT kind, name, class, fraction, to_jsonb(valid_from) #>> '{}', to_jsonb(valid_to) #>> '{}' FROM (
+                   SELECT 'model' AS kind, m.model AS name, m.gpu_class AS class, NULL::text AS fraction, m.valid_from, m.valid_to
+                     FROM gpu_models m WHERE m.org_id = $1
+                   UNION ALL
+                   SELECT 'mig', p.model || ' ' || p.profile, NULL, p.fraction_num || '/' || p.fraction_den, p.valid_from, p.valid_to
+                     FROM mig_profiles p WHERE p.org_id = $1
+                   UNION ALL
+                   SELECT 'vgpu', v.model || ' ' || v.profile, NULL, v.fraction_num || '/' || v.fraction_den, v.valid_from, v.valid_to
+                     FROM vgpu_profiles v WHERE v.org_id = $1
+                   UNION ALL
+                   SELECT 'time-slicing', c.name || ' ' || t.name, NULL, '1/' || t.replicas, t.valid_from, t.valid_to
+                     FROM timeslice_policies t JOIN clusters c ON c.org_id = t.org_id AND c.cluster_id = t.cluster_id
+                    WHERE t.org_id = $1) r
+                 ORDER BY kind, name, r.valid_from",
+            )
+            .await?;
+        Ok(rows
+            .into_iter()
+            .map(|(kind, name, class, fraction, valid_from, valid_to)| InventoryRow {
+                kind,
+                name,
+                class,
+                fraction,
+                valid_from,
+                valid_to,
+            })
+            .collect())
+    }
+
+    async fn admin_tenancy_for(&self) -> Result<Vec<OwnershipRow>, AppError> {
+        type Row = (String, String, String, String, String, Option<String>, String);
+        let rows: Vec<Row> = self
+            .admin_rows(
+                "SELECT d.name, t.name, c.name, n.name, to_jsonb(o.valid_from) #>> '{}', to_jsonb(o.valid_to) #>> '{}',
+                        o.source
                    FROM namespace_ownership o
                    JOIN tenants t ON t.org_id = o.org_id AND t.tenant_id = o.tenant_id
                    JOIN departments d ON d.org_id = t.org_id AND d.department_id = t.department_id
                    JOIN namespaces n ON n.org_id = o.org_id AND n.namespace_uid = o.namespace_uid
                    JOIN clusters c ON c.org_id = n.org_id AND c.cluster_id = n.cluster_id
                   WHERE o.org_id = $1
-                  ORDER BY d.name, t.name, n.name, o.valid_from"
-            }
-            other => return Err(AppError::NotFound(format!("no admin view {other:?}"))),
-        };
-        let mut tx = p.begin(&self.db).await?;
-        let org = tx.org().as_uuid();
-        let rows: Vec<(serde_json::Value,)> =
-            sqlx::query_as(&format!("SELECT to_jsonb(r) FROM ({sql}) r")).bind(org).fetch_all(tx.conn()).await?;
-        tx.commit().await?;
-        Ok(serde_json::Value::Array(rows.into_iter().map(|(v,)| v).collect()))
+                  ORDER BY d.name, t.name, n.name, o.valid_from",
+            )
+            .await?;
+        Ok(rows
+            .into_iter()
+            .map(|(department, tenant, cluster, namespace, valid_from, valid_to, source)| OwnershipRow {
+                department,
+                tenant,
+                cluster,
+                namespace,
+                valid_from,
+                valid_to,
+                source,
+            })
+            .collect())
     }
 
     async fn org_summary(&self, org: OrgId) -> Result<Option<OrgSummary>, DbError> {
@@ -336,9 +409,16 @@ impl PortalData for DbPortalData {
         Box::pin(async move { self.login_options_for(org).await.map_err(portal_error) })
     }
 
-    fn admin_data(&self, what: &str) -> BoxFuture<'_, Result<serde_json::Value, PortalError>> {
-        let what = what.to_string();
-        Box::pin(async move { self.admin_data_for(&what).await.map_err(portal_error) })
+    fn admin_clusters(&self) -> BoxFuture<'_, Result<Vec<ClusterRow>, PortalError>> {
+        Box::pin(async move { self.admin_clusters_for().await.map_err(portal_error) })
+    }
+
+    fn admin_inventory(&self) -> BoxFuture<'_, Result<Vec<InventoryRow>, PortalError>> {
+        Box::pin(async move { self.admin_inventory_for().await.map_err(portal_error) })
+    }
+
+    fn admin_tenancy(&self) -> BoxFuture<'_, Result<Vec<OwnershipRow>, PortalError>> {
+        Box::pin(async move { self.admin_tenancy_for().await.map_err(portal_error) })
     }
 
     fn tokens(&self) -> BoxFuture<'_, Result<Vec<TokenRow>, PortalError>> {
@@ -696,7 +776,7 @@ async fn cluster_form(State(state): State<AppState>, headers: HeaderMap, Form(fo
     .await;
     match result {
         Ok(created) => {
-            let token = created["token"].as_str().unwrap_or_default().to_string();
+            let token = created.token;
             let server = state.auth.sessions.base_url(&headers);
             let name = form.name.trim().to_string();
             Html(gpuledger_web::account::join_token_document(&name, &token, &server)).into_response()
@@ -745,8 +825,7 @@ async fn create_token_form(State(state): State<AppState>, headers: HeaderMap, Fo
     .await;
     match result {
         Ok(created) => {
-            let field = |k: &str| created[k].as_str().unwrap_or_default().to_string();
-            Html(gpuledger_web::account::token_created_document(&field("name"), &field("scope"), &field("token")))
+            Html(gpuledger_web::account::token_created_document(&created.name, &created.scope, &created.token))
                 .into_response()
         }
         Err(AppError::Unauthorized) => Redirect::to("/login?next=/admin").into_response(),

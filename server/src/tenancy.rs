@@ -14,21 +14,28 @@
 use axum::{
     Json, Router,
     extract::State,
-    http::{HeaderMap, StatusCode},
+    http::StatusCode,
     routing::{get, post},
 };
+use gpuledger_api::{
+    Items,
+    tenancy::{
+        CreatedDepartment, CreatedModel, CreatedProfile, CreatedTenant, CreatedTimeslicing, Department, DepartmentBody,
+        GpuClass, GpuModel, GpuProfile, Inventory, ModelBody, ProfileBody, Tenant, TenantBody, Timeslicing,
+        TimeslicingBody,
+    },
+};
 use gpuledger_core::Fraction;
-use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::json;
 use time::OffsetDateTime;
 use uuid::Uuid;
 
 use crate::{
     app::AppState,
-    auth::{Capability, require},
     db::OrgTx,
     error::AppError,
-    policy::{audit_by, json_body, manager, reader},
+    http::{Administer, Caller, JsonBody, ManagePolicy, ReadLedger},
+    policy::{audit_by, instant},
 };
 
 /// Routes of this module.
@@ -60,20 +67,80 @@ fn unique_violation(e: &sqlx::Error, code: &str) -> bool {
     matches!(e, sqlx::Error::Database(d) if d.code().as_deref() == Some(code))
 }
 
-/// Rows of `sql` as JSON objects; `$1` in `sql` is the transaction's organization (each statement filters on it).
-async fn rows(tx: &mut OrgTx, sql: &str) -> Result<Vec<Value>, AppError> {
+/// Rows of `sql` as `R`; `$1` in `sql` is the transaction's organization (each statement filters on it).
+async fn rows<R>(tx: &mut OrgTx, sql: &str) -> Result<Vec<R>, AppError>
+where
+    R: for<'r> sqlx::FromRow<'r, sqlx::postgres::PgRow> + Send + Unpin,
+{
     let org = tx.org().as_uuid();
-    let rows: Vec<(Value,)> =
-        sqlx::query_as(&format!("SELECT to_jsonb(r) FROM ({sql}) r")).bind(org).fetch_all(tx.conn()).await?;
-    Ok(rows.into_iter().map(|(v,)| v).collect())
+    Ok(sqlx::query_as(sql).bind(org).fetch_all(tx.conn()).await?)
+}
+
+/// A `timestamptz` column as the answers have always written it: PostgreSQL's JSON form
+/// (`2026-10-01T00:00:00+00:00`), so the strings stay exactly what clients compare.
+macro_rules! json_time {
+    ($column:literal) => {
+        concat!("to_jsonb(", $column, ") #>> '{}'")
+    };
+}
+
+/// A row of `GET /api/v1/departments`.
+#[derive(sqlx::FromRow)]
+struct DepartmentRow {
+    department_id: Uuid,
+    name: String,
+    tenants: i64,
+}
+
+/// A row of `GET /api/v1/tenants`.
+#[derive(sqlx::FromRow)]
+struct TenantRow {
+    tenant_id: Uuid,
+    name: String,
+    department_id: Uuid,
+    department: String,
+    namespaces: i64,
+}
+
+/// A row of the inventory's models.
+#[derive(sqlx::FromRow)]
+struct ModelRow {
+    model: String,
+    gpu_class: String,
+    memory_mib: Option<i32>,
+    valid_from: String,
+    valid_to: Option<String>,
+}
+
+/// A row of the inventory's profiles.
+#[derive(sqlx::FromRow)]
+struct ProfileRow {
+    kind: String,
+    model: String,
+    profile: String,
+    fraction: String,
+    valid_from: String,
+    valid_to: Option<String>,
+}
+
+/// A row of the inventory's time-slicing policies.
+#[derive(sqlx::FromRow)]
+struct TimeslicingRow {
+    cluster: String,
+    name: String,
+    replicas: i32,
+    valid_from: String,
+    valid_to: Option<String>,
 }
 
 // ---------------------------------------------------------------- departments and tenants
 
-async fn list_departments(State(state): State<AppState>, headers: HeaderMap) -> Result<Json<Value>, AppError> {
-    let p = reader(&state, &headers).await?;
+async fn list_departments(
+    State(state): State<AppState>,
+    p: Caller<ReadLedger>,
+) -> Result<Json<Items<Department>>, AppError> {
     let mut tx = p.begin(&state.db).await?;
-    let items = rows(
+    let items: Vec<DepartmentRow> = rows(
         &mut tx,
         "SELECT d.department_id, d.name,
                 (SELECT count(*) FROM tenants t WHERE t.org_id = $1 AND t.department_id = d.department_id) AS tenants
@@ -81,22 +148,18 @@ async fn list_departments(State(state): State<AppState>, headers: HeaderMap) -> 
     )
     .await?;
     tx.commit().await?;
-    Ok(Json(json!({ "items": items })))
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct DepartmentBody {
-    name: String,
+    let items = items
+        .into_iter()
+        .map(|r| Department { department_id: r.department_id.to_string(), name: r.name, tenants: r.tenants })
+        .collect();
+    Ok(Json(Items { items }))
 }
 
 async fn create_department(
     State(state): State<AppState>,
-    headers: HeaderMap,
-    body: axum::body::Bytes,
-) -> Result<(StatusCode, Json<Value>), AppError> {
-    let p = require(&state.db, &headers, Capability::Administer).await?;
-    let body: DepartmentBody = json_body(&body)?;
+    p: Caller<Administer>,
+    JsonBody(body): JsonBody<DepartmentBody>,
+) -> Result<(StatusCode, Json<CreatedDepartment>), AppError> {
     let name = name_field("name", &body.name)?;
     let mut tx = p.begin(&state.db).await?;
     let id = Uuid::new_v4();
@@ -114,13 +177,12 @@ async fn create_department(
     result?;
     audit_by(&mut tx, &p, "department.create", &format!("department:{id}"), "", json!({ "name": name })).await?;
     tx.commit().await?;
-    Ok((StatusCode::CREATED, Json(json!({ "department_id": id, "name": name }))))
+    Ok((StatusCode::CREATED, Json(CreatedDepartment { department_id: id.to_string(), name })))
 }
 
-async fn list_tenants(State(state): State<AppState>, headers: HeaderMap) -> Result<Json<Value>, AppError> {
-    let p = reader(&state, &headers).await?;
+async fn list_tenants(State(state): State<AppState>, p: Caller<ReadLedger>) -> Result<Json<Items<Tenant>>, AppError> {
     let mut tx = p.begin(&state.db).await?;
-    let items = rows(
+    let items: Vec<TenantRow> = rows(
         &mut tx,
         "SELECT t.tenant_id, t.name, d.department_id, d.name AS department,
                 (SELECT count(*) FROM namespace_ownership o
@@ -131,24 +193,24 @@ async fn list_tenants(State(state): State<AppState>, headers: HeaderMap) -> Resu
     )
     .await?;
     tx.commit().await?;
-    Ok(Json(json!({ "items": items })))
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct TenantBody {
-    name: String,
-    /// Department name or ID.
-    department: String,
+    let items = items
+        .into_iter()
+        .map(|r| Tenant {
+            tenant_id: r.tenant_id.to_string(),
+            name: r.name,
+            department_id: r.department_id.to_string(),
+            department: r.department,
+            namespaces: r.namespaces,
+        })
+        .collect();
+    Ok(Json(Items { items }))
 }
 
 async fn create_tenant(
     State(state): State<AppState>,
-    headers: HeaderMap,
-    body: axum::body::Bytes,
-) -> Result<(StatusCode, Json<Value>), AppError> {
-    let p = require(&state.db, &headers, Capability::Administer).await?;
-    let body: TenantBody = json_body(&body)?;
+    p: Caller<Administer>,
+    JsonBody(body): JsonBody<TenantBody>,
+) -> Result<(StatusCode, Json<CreatedTenant>), AppError> {
     let name = name_field("name", &body.name)?;
     let mut tx = p.begin(&state.db).await?;
     let department = crate::policy::lookup_id(&mut tx, "departments", "department", body.department.trim()).await?;
@@ -201,46 +263,102 @@ async fn create_tenant(
     tx.commit().await?;
     Ok((
         StatusCode::CREATED,
-        Json(json!({
-            "tenant_id": id, "name": name, "department_id": department,
-            "namespaces_mapped": namespaces, "usage_rows_attributed": usage,
-        })),
+        Json(CreatedTenant {
+            tenant_id: id.to_string(),
+            name,
+            department_id: department.to_string(),
+            namespaces_mapped: namespaces,
+            usage_rows_attributed: usage,
+        }),
     ))
 }
 
 // ---------------------------------------------------------------- inventory
 
-async fn get_inventory(State(state): State<AppState>, headers: HeaderMap) -> Result<Json<Value>, AppError> {
-    let p = reader(&state, &headers).await?;
+async fn get_inventory(State(state): State<AppState>, p: Caller<ReadLedger>) -> Result<Json<Inventory>, AppError> {
     let mut tx = p.begin(&state.db).await?;
-    let classes =
+    let classes: Vec<(String, String)> =
         rows(&mut tx, "SELECT gpu_class, description FROM gpu_classes WHERE org_id = $1 ORDER BY gpu_class").await?;
-    let models = rows(
+    let models: Vec<ModelRow> = rows(
         &mut tx,
-        "SELECT model, gpu_class, memory_mib, valid_from, valid_to FROM gpu_models WHERE org_id = $1
-          ORDER BY model, valid_from",
+        concat!(
+            "SELECT model, gpu_class, memory_mib, ",
+            json_time!("valid_from"),
+            " AS valid_from, ",
+            json_time!("valid_to"),
+            " AS valid_to FROM gpu_models WHERE org_id = $1 ORDER BY model, gpu_models.valid_from"
+        ),
     )
     .await?;
-    let profiles = rows(
+    // Ordered by the stored start, not by its text.
+    let profiles: Vec<ProfileRow> = rows(
         &mut tx,
-        "SELECT 'mig' AS kind, model, profile, fraction_num || '/' || fraction_den AS fraction, valid_from, valid_to
-           FROM mig_profiles WHERE org_id = $1
-         UNION ALL
-         SELECT 'vgpu', model, profile, fraction_num || '/' || fraction_den, valid_from, valid_to FROM vgpu_profiles
-          WHERE org_id = $1
-         ORDER BY 1, 2, 3, 5",
+        concat!(
+            "SELECT kind, model, profile, fraction, valid_from, valid_to FROM (
+               SELECT 'mig' AS kind, model, profile, fraction_num || '/' || fraction_den AS fraction, ",
+            json_time!("valid_from"),
+            " AS valid_from, ",
+            json_time!("valid_to"),
+            " AS valid_to, valid_from AS starts FROM mig_profiles WHERE org_id = $1
+               UNION ALL
+               SELECT 'vgpu', model, profile, fraction_num || '/' || fraction_den, ",
+            json_time!("valid_from"),
+            ", ",
+            json_time!("valid_to"),
+            ", valid_from FROM vgpu_profiles WHERE org_id = $1) p
+             ORDER BY kind, model, profile, starts"
+        ),
     )
     .await?;
-    let timeslicing = rows(
+    let timeslicing: Vec<TimeslicingRow> = rows(
         &mut tx,
-        "SELECT c.name AS cluster, t.name, t.replicas, t.valid_from, t.valid_to
-           FROM timeslice_policies t JOIN clusters c ON c.org_id = t.org_id AND c.cluster_id = t.cluster_id
-          WHERE t.org_id = $1
-          ORDER BY 1, 2, 4",
+        concat!(
+            "SELECT c.name AS cluster, t.name, t.replicas, ",
+            json_time!("t.valid_from"),
+            " AS valid_from, ",
+            json_time!("t.valid_to"),
+            " AS valid_to
+               FROM timeslice_policies t JOIN clusters c ON c.org_id = t.org_id AND c.cluster_id = t.cluster_id
+              WHERE t.org_id = $1
+              ORDER BY c.name, t.name, t.valid_from"
+        ),
     )
     .await?;
     tx.commit().await?;
-    Ok(Json(json!({ "classes": classes, "models": models, "profiles": profiles, "timeslicing": timeslicing })))
+    Ok(Json(Inventory {
+        classes: classes.into_iter().map(|(gpu_class, description)| GpuClass { gpu_class, description }).collect(),
+        models: models
+            .into_iter()
+            .map(|r| GpuModel {
+                model: r.model,
+                gpu_class: r.gpu_class,
+                memory_mib: r.memory_mib,
+                valid_from: r.valid_from,
+                valid_to: r.valid_to,
+            })
+            .collect(),
+        profiles: profiles
+            .into_iter()
+            .map(|r| GpuProfile {
+                kind: r.kind,
+                model: r.model,
+                profile: r.profile,
+                fraction: r.fraction,
+                valid_from: r.valid_from,
+                valid_to: r.valid_to,
+            })
+            .collect(),
+        timeslicing: timeslicing
+            .into_iter()
+            .map(|r| Timeslicing {
+                cluster: r.cluster,
+                name: r.name,
+                replicas: r.replicas,
+                valid_from: r.valid_from,
+                valid_to: r.valid_to,
+            })
+            .collect(),
+    }))
 }
 
 /// Ends the entry in force (`valid_to IS NULL`) of one key where the new one starts. Refused (409) when an entry
@@ -287,26 +405,12 @@ async fn close_open_entry(
     Ok(())
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ModelBody {
-    /// The GPU model as the node labels and NVML name it (`NVIDIA H100 80GB HBM3`).
-    model: String,
-    /// Its price class; created if new (a policy must still price it).
-    gpu_class: String,
-    #[serde(default)]
-    memory_mib: Option<i32>,
-    #[serde(with = "time::serde::rfc3339")]
-    valid_from: OffsetDateTime,
-}
-
 async fn add_model(
     State(state): State<AppState>,
-    headers: HeaderMap,
-    body: axum::body::Bytes,
-) -> Result<(StatusCode, Json<Value>), AppError> {
-    let p = manager(&state, &headers).await?;
-    let body: ModelBody = json_body(&body)?;
+    p: Caller<ManagePolicy>,
+    JsonBody(body): JsonBody<ModelBody>,
+) -> Result<(StatusCode, Json<CreatedModel>), AppError> {
+    let valid_from = instant("valid_from", &body.valid_from)?;
     let model = name_field("model", &body.model)?;
     let class = name_field("gpu_class", &body.gpu_class)?;
     if body.memory_mib.is_some_and(|m| m <= 0) {
@@ -318,52 +422,37 @@ async fn add_model(
         .bind(&class)
         .execute(tx.conn())
         .await?;
-    close_open_entry(&mut tx, "gpu_models", &[("model", model.clone())], body.valid_from).await?;
+    close_open_entry(&mut tx, "gpu_models", &[("model", model.clone())], valid_from).await?;
     sqlx::query(
         "INSERT INTO gpu_models (org_id, model, valid_from, gpu_class, memory_mib) VALUES ($1, $2, $3, $4, $5)",
     )
     .bind(p.org.as_uuid())
     .bind(&model)
-    .bind(body.valid_from)
+    .bind(valid_from)
     .bind(&class)
     .bind(body.memory_mib)
     .execute(tx.conn())
     .await?;
-    let recomputed = crate::ingest::recompute_for_inventory(&mut tx, p.org, &model, body.valid_from).await?;
+    let recomputed = crate::ingest::recompute_for_inventory(&mut tx, p.org, &model, valid_from).await?;
     audit_by(
         &mut tx,
         &p,
         "inventory.model",
         &format!("gpu_model:{model}"),
         "",
-        json!({ "gpu_class": class, "valid_from": body.valid_from.unix_timestamp(), "recomputed": recomputed }),
+        json!({ "gpu_class": class, "valid_from": valid_from.unix_timestamp(), "recomputed": recomputed }),
     )
     .await?;
     tx.commit().await?;
-    Ok((StatusCode::CREATED, Json(json!({ "model": model, "gpu_class": class, "recomputed_allocations": recomputed }))))
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ProfileBody {
-    /// `mig` or `vgpu`.
-    kind: String,
-    model: String,
-    /// MIG (`3g.40gb`) or vGPU (`GRID_A100-40C`) profile.
-    profile: String,
-    /// The share of the whole GPU, exact: `3/7`, `1/2`, `0.25`.
-    fraction: String,
-    #[serde(with = "time::serde::rfc3339")]
-    valid_from: OffsetDateTime,
+    Ok((StatusCode::CREATED, Json(CreatedModel { model, gpu_class: class, recomputed_allocations: recomputed })))
 }
 
 async fn add_profile(
     State(state): State<AppState>,
-    headers: HeaderMap,
-    body: axum::body::Bytes,
-) -> Result<(StatusCode, Json<Value>), AppError> {
-    let p = manager(&state, &headers).await?;
-    let body: ProfileBody = json_body(&body)?;
+    p: Caller<ManagePolicy>,
+    JsonBody(body): JsonBody<ProfileBody>,
+) -> Result<(StatusCode, Json<CreatedProfile>), AppError> {
+    let valid_from = instant("valid_from", &body.valid_from)?;
     let table = match body.kind.as_str() {
         "mig" => "mig_profiles",
         "vgpu" => "vgpu_profiles",
@@ -387,8 +476,7 @@ async fn add_profile(
         return Err(AppError::invalid("fraction", "numerator and denominator are too large"));
     };
     let mut tx = p.begin(&state.db).await?;
-    close_open_entry(&mut tx, table, &[("model", model.clone()), ("profile", profile.clone())], body.valid_from)
-        .await?;
+    close_open_entry(&mut tx, table, &[("model", model.clone()), ("profile", profile.clone())], valid_from).await?;
     sqlx::query(&format!(
         "INSERT INTO {table} (org_id, model, profile, valid_from, fraction_num, fraction_den)
          VALUES ($1, $2, $3, $4, $5, $6)"
@@ -396,49 +484,42 @@ async fn add_profile(
     .bind(p.org.as_uuid())
     .bind(&model)
     .bind(&profile)
-    .bind(body.valid_from)
+    .bind(valid_from)
     .bind(num)
     .bind(den)
     .execute(tx.conn())
     .await?;
-    let recomputed = crate::ingest::recompute_for_inventory(&mut tx, p.org, &model, body.valid_from).await?;
+    let recomputed = crate::ingest::recompute_for_inventory(&mut tx, p.org, &model, valid_from).await?;
     audit_by(
         &mut tx,
         &p,
         "inventory.profile",
         &format!("{}:{model}/{profile}", body.kind),
         "",
-        json!({ "fraction": format!("{num}/{den}"), "valid_from": body.valid_from.unix_timestamp(), "recomputed": recomputed }),
+        json!({ "fraction": format!("{num}/{den}"), "valid_from": valid_from.unix_timestamp(), "recomputed": recomputed }),
     )
     .await?;
     tx.commit().await?;
     Ok((
         StatusCode::CREATED,
-        Json(json!({ "kind": body.kind, "model": model, "profile": profile, "fraction": format!("{num}/{den}"),
-                     "recomputed_allocations": recomputed })),
+        Json(CreatedProfile {
+            kind: body.kind,
+            model,
+            profile,
+            fraction: format!("{num}/{den}"),
+            recomputed_allocations: recomputed,
+        }),
     ))
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct TimeslicingBody {
-    cluster: String,
-    /// The sharing configuration's name (the device plugin's config).
-    name: String,
-    replicas: i32,
-    #[serde(with = "time::serde::rfc3339")]
-    valid_from: OffsetDateTime,
 }
 
 /// Declared time-slicing policies (what a cluster's device plugin was configured with, for reviewers; each
 /// allocation carries the replica count its agent read, which is what prices it).
 async fn add_timeslicing(
     State(state): State<AppState>,
-    headers: HeaderMap,
-    body: axum::body::Bytes,
-) -> Result<(StatusCode, Json<Value>), AppError> {
-    let p = manager(&state, &headers).await?;
-    let body: TimeslicingBody = json_body(&body)?;
+    p: Caller<ManagePolicy>,
+    JsonBody(body): JsonBody<TimeslicingBody>,
+) -> Result<(StatusCode, Json<CreatedTimeslicing>), AppError> {
+    let valid_from = instant("valid_from", &body.valid_from)?;
     let name = name_field("name", &body.name)?;
     if !(1..=1024).contains(&body.replicas) {
         return Err(AppError::invalid("replicas", "must be 1 to 1024"));
@@ -457,7 +538,7 @@ async fn add_timeslicing(
         &mut tx,
         "timeslice_policies",
         &[("cluster_id", cluster.to_string()), ("name", name.clone())],
-        body.valid_from,
+        valid_from,
     )
     .await?;
     sqlx::query(
@@ -466,7 +547,7 @@ async fn add_timeslicing(
     .bind(p.org.as_uuid())
     .bind(cluster)
     .bind(&name)
-    .bind(body.valid_from)
+    .bind(valid_from)
     .bind(body.replicas)
     .execute(tx.conn())
     .await?;
@@ -476,9 +557,12 @@ async fn add_timeslicing(
         "inventory.timeslicing",
         &format!("timeslicing:{}/{name}", body.cluster.trim()),
         "",
-        json!({ "replicas": body.replicas, "valid_from": body.valid_from.unix_timestamp() }),
+        json!({ "replicas": body.replicas, "valid_from": valid_from.unix_timestamp() }),
     )
     .await?;
     tx.commit().await?;
-    Ok((StatusCode::CREATED, Json(json!({ "cluster": body.cluster.trim(), "name": name, "replicas": body.replicas }))))
+    Ok((
+        StatusCode::CREATED,
+        Json(CreatedTimeslicing { cluster: body.cluster.trim().to_string(), name, replicas: body.replicas }),
+    ))
 }

@@ -7,10 +7,17 @@ use leptos_meta::Title;
 use leptos_router::{components::Redirect, hooks::use_query_map};
 use serde_json::Value;
 
+use gpuledger_api::{
+    Items,
+    auth::{AuditLog, ProviderSettings, RoleMappings},
+    policy::{PolicyList, QuotaList},
+    tenancy::{Department, Tenant},
+};
+
 use crate::{
     account::TokensPanel,
-    data::{PortalDataHandle, PortalError, SessionView, TokenRow},
-    ui::{api_get, error_panel, forbidden, q, s, when},
+    data::{ClusterRow, PortalDataHandle, PortalError, SessionView, TokenRow},
+    ui::{error_panel, forbidden, q, when},
 };
 
 #[derive(Clone, serde::Serialize, serde::Deserialize)]
@@ -28,10 +35,24 @@ async fn admin(next: &str) -> Access {
     }
 }
 
-async fn admin_data(what: &str) -> Result<Vec<Value>, PortalError> {
-    let h = use_context::<PortalDataHandle>()
-        .ok_or_else(|| PortalError { message: "the portal has no data source configured".into() })?;
-    Ok(h.0.admin_data(what).await?.as_array().cloned().unwrap_or_default())
+fn handle() -> Result<PortalDataHandle, PortalError> {
+    use_context::<PortalDataHandle>()
+        .ok_or_else(|| PortalError { message: "the portal has no data source configured".into() })
+}
+
+/// `GET path` of the REST API, read as the contract's answer type.
+async fn api<T: serde::de::DeserializeOwned>(path: &str) -> Result<T, PortalError> {
+    handle()?.0.api("GET", path.to_string(), None).await?.json::<T>()
+}
+
+/// A time cell of an optional time (empty when absent).
+fn when_some(raw: &Option<String>) -> AnyView {
+    when(raw.as_deref().unwrap_or_default())
+}
+
+/// An optional number as a cell (empty when absent).
+fn num(n: Option<i64>) -> String {
+    n.map(|n| n.to_string()).unwrap_or_default()
 }
 
 #[component]
@@ -50,7 +71,7 @@ fn AdminNav() -> impl IntoView {
 #[derive(Clone, serde::Serialize, serde::Deserialize)]
 struct Home {
     session: SessionView,
-    clusters: Vec<Value>,
+    clusters: Vec<ClusterRow>,
     tokens: Vec<TokenRow>,
 }
 
@@ -65,7 +86,10 @@ pub fn AdminPage() -> impl IntoView {
                     Some(h) => h.0.tokens().await,
                     None => Ok(Vec::new()),
                 };
-                let clusters = admin_data("clusters").await;
+                let clusters = match handle() {
+                    Ok(h) => h.0.admin_clusters().await,
+                    Err(e) => Err(e),
+                };
                 match (tokens, clusters) {
                     (Ok(tokens), Ok(clusters)) => Ok(Home { session, clusters, tokens }),
                     (Err(e), _) | (_, Err(e)) => Err(Err(e)),
@@ -92,7 +116,7 @@ pub fn AdminPage() -> impl IntoView {
 }
 
 #[component]
-fn ClustersPanel(csrf: String, rows: Vec<Value>) -> impl IntoView {
+fn ClustersPanel(csrf: String, rows: Vec<ClusterRow>) -> impl IntoView {
     let empty = rows.is_empty();
     view! {
         <section class="panel">
@@ -109,19 +133,19 @@ fn ClustersPanel(csrf: String, rows: Vec<Value>) -> impl IntoView {
                     <table class="clusters">
                         <thead><tr><th>"Cluster"</th><th>"Agent"</th><th>"Version"</th><th>"Last contact (UTC)"</th><th class="num">"Facts in last batch"</th><th class="num">"Lag (s)"</th><th class="num" title="Facts waiting in the agent's spool after its last batch">"Spool backlog"</th></tr></thead>
                         <tbody>{rows.iter().map(|r| {
-                            let agent = match (s(r, "mode").as_str(), s(r, "node")) {
+                            let agent = match (r.mode.as_deref().unwrap_or_default(), r.node.as_deref().unwrap_or_default()) {
                                 ("", _) => "no contact yet".to_string(),
                                 ("node", n) => format!("node {n}"),
                                 (m, _) => m.to_string(),
                             };
                             view! {
                                 <tr>
-                                    <td>{s(r, "name")}{(!r["retired_at"].is_null()).then_some(" (retired)")}</td>
+                                    <td>{r.name.clone()}{r.retired_at.is_some().then_some(" (retired)")}</td>
                                     <td>{agent}</td>
-                                    <td>{s(r, "version")}</td>
-                                    <td>{when(&s(r, "last_seen_at"))}</td>
-                                    <td class="num">{s(r, "last_batch_facts")}</td>
-                                    <td class="num">{s(r, "lag_seconds")}</td>
+                                    <td>{r.version.clone().unwrap_or_default()}</td>
+                                    <td>{when_some(&r.last_seen_at)}</td>
+                                    <td class="num">{num(r.last_batch_facts)}</td>
+                                    <td class="num">{num(r.lag_seconds)}</td>
                                     <td class="num">{backlog(r)}</td>
                                 </tr>
                             }
@@ -135,11 +159,11 @@ fn ClustersPanel(csrf: String, rows: Vec<Value>) -> impl IntoView {
 
 /// An agent's spool backlog: facts waiting (and their size), and facts ever dropped; "not reported" for agents
 /// that do not send it.
-fn backlog(r: &Value) -> String {
-    let Some(facts) = r["spool_pending_facts"].as_i64() else {
-        return if s(r, "mode").is_empty() { String::new() } else { "not reported".into() };
+fn backlog(r: &ClusterRow) -> String {
+    let Some(facts) = r.spool_pending_facts else {
+        return if r.mode.as_deref().unwrap_or_default().is_empty() { String::new() } else { "not reported".into() };
     };
-    let bytes = r["spool_pending_bytes"].as_i64().unwrap_or(0);
+    let bytes = r.spool_pending_bytes.unwrap_or(0);
     let size = if bytes >= 1 << 20 {
         format!("{:.1} MiB", bytes as f64 / f64::from(1 << 20))
     } else {
@@ -147,7 +171,7 @@ fn backlog(r: &Value) -> String {
     };
     // The size is the spool's before the batch was taken from it (the agent cannot know the rest in advance).
     let mut out = format!("{facts} facts waiting; spool {size}");
-    if let Some(d) = r["spool_dropped_facts"].as_i64().filter(|d| *d > 0) {
+    if let Some(d) = r.spool_dropped_facts.filter(|d| *d > 0) {
         out.push_str(&format!(", {d} dropped"));
     }
     out
@@ -159,8 +183,8 @@ pub fn IdentityPage() -> impl IntoView {
     let data = async move {
         match admin("/admin/identity").await {
             Access::Admin(session) => {
-                let provider = api_get("/api/v1/identity/provider".into()).await.map_err(Err)?;
-                let mappings = api_get("/api/v1/identity/role-mappings".into()).await.map_err(Err)?;
+                let provider: ProviderSettings = api("/api/v1/identity/provider").await.map_err(Err)?;
+                let mappings: RoleMappings = api("/api/v1/identity/role-mappings").await.map_err(Err)?;
                 Ok((session, provider, mappings))
             }
             other => Err(Ok(other)),
@@ -174,24 +198,25 @@ pub fn IdentityPage() -> impl IntoView {
                 Err(Ok(_)) => forbidden("The admin pages are for admins."),
                 Err(Err(e)) => error_panel(&e),
                 Ok((session, provider, mappings)) => {
-                    let p = provider["provider"].clone();
-                    let lines = mappings["mappings"].as_array().cloned().unwrap_or_default().iter().map(|m| {
-                        let d = s(m, "department");
-                        if d.is_empty() { format!("{} = {}", s(m, "group"), s(m, "role")) } else { format!("{} = {} {}", s(m, "group"), s(m, "role"), d) }
+                    let p = provider.provider.clone();
+                    let lines = mappings.mappings.iter().map(|m| match m.department.as_deref().filter(|d| !d.is_empty()) {
+                        None => format!("{} = {}", m.group, m.role),
+                        Some(d) => format!("{} = {} {}", m.group, m.role, d),
                     }).collect::<Vec<_>>().join("\n");
+                    let field = |f: fn(&gpuledger_api::auth::Provider) -> &String| p.as_ref().map(f).cloned().unwrap_or_default();
                     view! {
                         <section class="panel"><h1>"Sign-in"</h1><AdminNav /></section>
                         <section class="panel">
                             <h2>"OpenID provider"</h2>
-                            <p class="muted">"Register a confidential client with the redirect URI " <code>{s(&provider, "redirect_uri")}</code>
-                               ". Saving switches the demo login off." {provider["demo_login"].as_bool().unwrap_or(false).then_some(" (The demo login is on now.)")}</p>
+                            <p class="muted">"Register a confidential client with the redirect URI " <code>{provider.redirect_uri.clone()}</code>
+                               ". Saving switches the demo login off." {provider.demo_login.then_some(" (The demo login is on now.)")}</p>
                             <form method="post" action="/ui/identity/provider" class="stack" id="provider-form">
                                 <input type="hidden" name="csrf" value=session.csrf.clone() />
-                                <label>"Issuer URL " <input name="issuer" required=true value=s(&p, "issuer") /></label>
-                                <label>"Client ID " <input name="client_id" required=true value=s(&p, "client_id") /></label>
+                                <label>"Issuer URL " <input name="issuer" required=true value=field(|p| &p.issuer) /></label>
+                                <label>"Client ID " <input name="client_id" required=true value=field(|p| &p.client_id) /></label>
                                 <label>"Client secret " <input name="client_secret" type="password" autocomplete="off"
-                                    placeholder=if p.is_null() { "required" } else { "unchanged when empty" } /></label>
-                                <label>"Groups claim " <input name="groups_claim" value={let g = s(&p, "groups_claim"); if g.is_empty() { "groups".to_string() } else { g }} /></label>
+                                    placeholder=if p.is_none() { "required" } else { "unchanged when empty" } /></label>
+                                <label>"Groups claim " <input name="groups_claim" value={let g = field(|p| &p.groups_claim); if g.is_empty() { "groups".to_string() } else { g }} /></label>
                                 <button type="submit">"Save provider"</button>
                             </form>
                         </section>
@@ -246,8 +271,8 @@ pub fn PoliciesPage() -> impl IntoView {
     let data = async move {
         match admin("/admin/policies").await {
             Access::Admin(session) => {
-                let policies = api_get("/api/v1/policies".into()).await.map_err(Err)?;
-                let quotas = api_get("/api/v1/quotas".into()).await.map_err(Err)?;
+                let policies: PolicyList = api("/api/v1/policies").await.map_err(Err)?;
+                let quotas: QuotaList = api("/api/v1/quotas").await.map_err(Err)?;
                 Ok((session, policies, quotas))
             }
             other => Err(Ok(other)),
@@ -261,9 +286,9 @@ pub fn PoliciesPage() -> impl IntoView {
                 Err(Ok(_)) => forbidden("The admin pages are for admins."),
                 Err(Err(e)) => error_panel(&e),
                 Ok((session, policies, quotas)) => {
-                    let items = policies["items"].as_array().cloned().unwrap_or_default();
-                    let approved = items.iter().find(|p| p["state"] == "approved").cloned();
-                    let quota_rows = quotas["items"].as_array().cloned().unwrap_or_default();
+                    let items = policies.items;
+                    let approved = items.iter().find(|p| p.state == "approved").cloned();
+                    let quota_rows = quotas.items;
                     view! {
                         <section class="panel"><h1>"Cost policies & quotas"</h1><AdminNav /></section>
                         <section class="panel">
@@ -271,12 +296,12 @@ pub fn PoliciesPage() -> impl IntoView {
                             {if items.is_empty() { view! { <p class="empty">"No cost policy yet: write the first one under “New draft” below."</p> }.into_any() } else { view! {
                                 <table><thead><tr><th>"Version"</th><th>"State"</th><th>"From"</th><th>"Note"</th><th>"Approved"</th><th></th></tr></thead>
                                 <tbody>{items.iter().map(|p| {
-                                    let draft = p["state"] == "draft";
-                                    let version = s(p, "version");
+                                    let draft = p.state == "draft";
+                                    let version = p.version.to_string();
                                     view! {
                                         <tr>
-                                            <td>{version.clone()}</td><td>{s(p, "state")}</td><td>{when(&s(p, "effective_from"))}</td><td>{s(p, "note")}</td>
-                                            <td>{when(&s(p, "approved_at"))} " " {s(p, "approved_by")}</td>
+                                            <td>{version.clone()}</td><td>{p.state.clone()}</td><td>{when(&p.effective_from)}</td><td>{p.note.clone()}</td>
+                                            <td>{when_some(&p.approved_at)} " " {p.approved_by.clone().unwrap_or_default()}</td>
                                             <td>{draft.then(|| view! {
                                                 <form method="post" action=format!("/ui/policies/{version}/approve") class="inline">
                                                     <input type="hidden" name="csrf" value=session.csrf.clone() />
@@ -287,18 +312,18 @@ pub fn PoliciesPage() -> impl IntoView {
                                     }
                                 }).collect_view()}</tbody></table>
                             }.into_any() }}
-                            {items.iter().filter(|p| p["state"] == "draft").map(|d| {
-                                let base = approved.as_ref().map(|a| a["document"].clone()).unwrap_or(Value::Null);
-                                let version = s(d, "version");
+                            {items.iter().filter(|p| p.state == "draft").map(|d| {
+                                let base = approved.as_ref().map(|a| a.document.clone()).unwrap_or(Value::Null);
+                                let version = d.version.to_string();
                                 view! {
                                     <h3 id=format!("draft-{version}")>{format!("Draft v{version} against the approved version")}</h3>
                                     <details class="edit">
                                         <summary>{format!("Edit draft v{version}")}</summary>
                                         <PolicyForm action=format!("/ui/policies/{version}") csrf=session.csrf.clone()
-                                            effective_from=s(d, "effective_from").chars().take(7).collect()
-                                            note=s(d, "note") document=d["document"].clone() button="Save draft" />
+                                            effective_from=d.effective_from.chars().take(7).collect()
+                                            note=d.note.clone() document=d.document.clone() button="Save draft" />
                                     </details>
-                                    <pre class="diff">{diff(&base, &d["document"]).into_iter().map(|(k, line)| {
+                                    <pre class="diff">{diff(&base, &d.document).into_iter().map(|(k, line)| {
                                         let class = match k { '+' => "add", '-' => "del", _ => "same" };
                                         view! { <span class=class>{format!("{k} {line}\n")}</span> }
                                     }).collect_view()}</pre>
@@ -309,7 +334,7 @@ pub fn PoliciesPage() -> impl IntoView {
                                 <p class="muted">"Starts from the approved version. A draft prices nothing until it is approved; approving it prices every month from its first month on, except closed ones."</p>
                                 <PolicyForm action="/ui/policies".into() csrf=session.csrf.clone()
                                     effective_from=next_month() note=String::new()
-                                    document=approved.as_ref().map(|a| a["document"].clone()).unwrap_or_else(policy_template)
+                                    document=approved.as_ref().map(|a| a.document.clone()).unwrap_or_else(policy_template)
                                     button="Save as draft" />
                             </details>
                         </section>
@@ -330,10 +355,10 @@ pub fn PoliciesPage() -> impl IntoView {
                             {if quota_rows.is_empty() { view! { <p class="empty">"No quotas."</p> }.into_any() } else { view! {
                                 <table><thead><tr><th>"Holder"</th><th>"Class"</th><th class="num">"GPUs"</th><th>"From"</th><th>"To"</th><th>"Source"</th></tr></thead>
                                 <tbody>{quota_rows.iter().map(|r| {
-                                    let holder = [s(r, "tenant"), s(r, "department")].into_iter().find(|x| !x.is_empty()).unwrap_or_default();
+                                    let holder = [&r.tenant, &r.department].into_iter().flatten().find(|x| !x.is_empty()).cloned().unwrap_or_default();
                                     view! {
-                                        <tr><td>{holder}</td><td>{s(r, "gpu_class")}</td><td class="num">{s(r, "gpus")}</td>
-                                            <td>{when(&s(r, "valid_from"))}</td><td>{when(&s(r, "valid_to"))}</td><td>{s(r, "source")}</td></tr>
+                                        <tr><td>{holder}</td><td>{r.gpu_class.clone()}</td><td class="num">{r.gpus.clone()}</td>
+                                            <td>{when(&r.valid_from)}</td><td>{when_some(&r.valid_to)}</td><td>{r.source.clone()}</td></tr>
                                     }
                                 }).collect_view()}</tbody></table>
                             }.into_any() }}
@@ -396,12 +421,12 @@ pub fn InventoryPage() -> impl IntoView {
     let data = async move {
         match admin("/admin/inventory").await {
             Access::Admin(session) => {
-                let inventory = admin_data("inventory").await.map_err(Err)?;
-                let tenancy = admin_data("tenancy").await.map_err(Err)?;
-                let tenants = api_get("/api/v1/tenants".into()).await.map_err(Err)?;
-                let departments = api_get("/api/v1/departments".into()).await.map_err(Err)?;
-                let list = |v: &Value| v["items"].as_array().cloned().unwrap_or_default();
-                Ok((session.csrf, inventory, tenancy, list(&tenants), list(&departments)))
+                let h = handle().map_err(Err)?;
+                let inventory = h.0.admin_inventory().await.map_err(Err)?;
+                let tenancy = h.0.admin_tenancy().await.map_err(Err)?;
+                let tenants: Items<Tenant> = api("/api/v1/tenants").await.map_err(Err)?;
+                let departments: Items<Department> = api("/api/v1/departments").await.map_err(Err)?;
+                Ok((session.csrf, inventory, tenancy, tenants.items, departments.items))
             }
             other => Err(Ok(other)),
         }
@@ -430,7 +455,7 @@ pub fn InventoryPage() -> impl IntoView {
                                 <input type="hidden" name="csrf" value=csrf.clone() />
                                 <label>"Tenant " <input name="name" required=true placeholder="nlp-research" /></label>
                                 <label>"in " <select name="department">{departments.iter().map(|d| view! {
-                                    <option value=s(d, "name")>{s(d, "name")}</option>
+                                    <option value=d.name.clone()>{d.name.clone()}</option>
                                 }).collect_view()}</select></label>
                                 <button type="submit">"Add tenant"</button>
                             </form>
@@ -438,7 +463,7 @@ pub fn InventoryPage() -> impl IntoView {
                         {(!tenants.is_empty()).then(|| view! {
                             <table><thead><tr><th>"Department"</th><th>"Tenant"</th><th class="num">"Namespaces now"</th></tr></thead>
                             <tbody>{tenants.iter().map(|t| view! {
-                                <tr><td>{s(t, "department")}</td><td>{s(t, "name")}</td><td class="num">{s(t, "namespaces")}</td></tr>
+                                <tr><td>{t.department.clone()}</td><td>{t.name.clone()}</td><td class="num">{t.namespaces}</td></tr>
                             }).collect_view()}</tbody></table>
                         })}
                     </section>
@@ -472,7 +497,7 @@ pub fn InventoryPage() -> impl IntoView {
                         {if inventory.is_empty() { view! { <p class="empty">"Nothing approved yet."</p> }.into_any() } else { view! {
                             <table><thead><tr><th>"Kind"</th><th>"Name"</th><th>"Class"</th><th>"GPU fraction"</th><th>"Valid from"</th><th>"Valid to"</th></tr></thead>
                             <tbody>{inventory.iter().map(|r| view! {
-                                <tr><td>{s(r, "kind")}</td><td>{s(r, "name")}</td><td>{s(r, "class")}</td><td>{s(r, "fraction")}</td><td>{when(&s(r, "valid_from"))}</td><td>{when(&s(r, "valid_to"))}</td></tr>
+                                <tr><td>{r.kind.clone()}</td><td>{r.name.clone()}</td><td>{r.class.clone().unwrap_or_default()}</td><td>{r.fraction.clone().unwrap_or_default()}</td><td>{when(&r.valid_from)}</td><td>{when_some(&r.valid_to)}</td></tr>
                             }).collect_view()}</tbody></table>
                         }.into_any() }}
                     </section>
@@ -481,7 +506,7 @@ pub fn InventoryPage() -> impl IntoView {
                         {if tenancy.is_empty() { view! { <p class="empty">"No namespace is owned yet."</p> }.into_any() } else { view! {
                             <table><thead><tr><th>"Department"</th><th>"Tenant"</th><th>"Cluster"</th><th>"Namespace"</th><th>"From"</th><th>"To"</th><th>"Source"</th></tr></thead>
                             <tbody>{tenancy.iter().map(|r| view! {
-                                <tr><td>{s(r, "department")}</td><td>{s(r, "tenant")}</td><td>{s(r, "cluster")}</td><td>{s(r, "namespace")}</td><td>{when(&s(r, "valid_from"))}</td><td>{when(&s(r, "valid_to"))}</td><td>{s(r, "source")}</td></tr>
+                                <tr><td>{r.department.clone()}</td><td>{r.tenant.clone()}</td><td>{r.cluster.clone()}</td><td>{r.namespace.clone()}</td><td>{when(&r.valid_from)}</td><td>{when_some(&r.valid_to)}</td><td>{r.source.clone()}</td></tr>
                             }).collect_view()}</tbody></table>
                         }.into_any() }}
                     </section>
@@ -505,14 +530,10 @@ pub fn AuditPage() -> impl IntoView {
                 if let Some(b) = before.filter(|b| !b.is_empty()) {
                     url.push_str(&format!("&before={}", q(&b)));
                 }
-                let mut log = api_get(url).await.map_err(Err)?;
+                let mut log: AuditLog = api(&url).await.map_err(Err)?;
                 // Only what the page shows travels with it (the page's data is serialized into the HTML).
-                if let Some(items) = log["items"].as_array_mut() {
-                    for item in items.iter_mut() {
-                        if let Some(o) = item.as_object_mut() {
-                            o.remove("details");
-                        }
-                    }
+                for item in &mut log.items {
+                    item.details = Value::Null;
                 }
                 Ok((action.unwrap_or_default(), log))
             }
@@ -527,8 +548,8 @@ pub fn AuditPage() -> impl IntoView {
                 Err(Ok(_)) => forbidden("The admin pages are for admins."),
                 Err(Err(e)) => error_panel(&e),
                 Ok((action, log)) => {
-                    let items = log["items"].as_array().cloned().unwrap_or_default();
-                    let next = s(&log, "next_before");
+                    let items = log.items;
+                    let next = log.next_before.unwrap_or_default();
                     view! {
                         <section class="panel"><h1>"Audit log"</h1><AdminNav />
                             <form method="get" action="/admin/audit" class="filters">
@@ -538,7 +559,7 @@ pub fn AuditPage() -> impl IntoView {
                             {if items.is_empty() { view! { <p class="empty">"No records."</p> }.into_any() } else { view! {
                                 <table class="audit"><thead><tr><th>"When (UTC)"</th><th>"Who"</th><th>"What"</th><th>"On"</th><th>"Why"</th><th>"From"</th></tr></thead>
                                 <tbody>{items.iter().map(|r| view! {
-                                    <tr><td>{when(&s(r, "at"))}</td><td>{s(r, "actor")}</td><td>{s(r, "action")}</td><td>{s(r, "target")}</td><td>{s(r, "reason")}</td><td>{s(r, "source")}</td></tr>
+                                    <tr><td>{when(&r.at)}</td><td>{r.actor.clone()}</td><td>{r.action.clone()}</td><td>{r.target.clone()}</td><td>{r.reason.clone()}</td><td>{r.source.clone()}</td></tr>
                                 }).collect_view()}</tbody></table>
                             }.into_any() }}
                             {(!next.is_empty()).then(|| view! {

@@ -122,6 +122,71 @@ pub struct PeriodRow {
     pub closed_at: Option<String>,
 }
 
+/// A cluster and one of its agents' last contact.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterRow {
+    /// The cluster's name.
+    pub name: String,
+    /// When it was registered (ISO 8601).
+    pub created_at: String,
+    /// When it was retired, if it was.
+    pub retired_at: Option<String>,
+    /// The agent's mode, `cluster` or `node`; `None`: no agent made contact yet.
+    pub mode: Option<String>,
+    /// A node agent's node.
+    pub node: Option<String>,
+    /// The agent's version.
+    pub version: Option<String>,
+    /// Its last contact (ISO 8601).
+    pub last_seen_at: Option<String>,
+    /// Facts in its last batch.
+    pub last_batch_facts: Option<i64>,
+    /// How far behind it reported itself, in seconds.
+    pub lag_seconds: Option<i64>,
+    /// Facts waiting in its spool (agents that report it).
+    pub spool_pending_facts: Option<i64>,
+    /// The spool's size in bytes.
+    pub spool_pending_bytes: Option<i64>,
+    /// Facts it ever dropped.
+    pub spool_dropped_facts: Option<i64>,
+}
+
+/// One entry of the approved inventory.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InventoryRow {
+    /// `model`, `mig`, `vgpu` or `time-slicing`.
+    pub kind: String,
+    /// The model, profile (`MODEL PROFILE`) or time-slicing policy (`CLUSTER NAME`).
+    pub name: String,
+    /// A model's price class.
+    pub class: Option<String>,
+    /// A profile's or time-slicing's fraction of a GPU (`3/7`).
+    pub fraction: Option<String>,
+    /// Start of the validity (ISO 8601).
+    pub valid_from: String,
+    /// End of the validity; `None`: in force.
+    pub valid_to: Option<String>,
+}
+
+/// A namespace's owner over a validity.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OwnershipRow {
+    /// The tenant's department.
+    pub department: String,
+    /// The owner tenant.
+    pub tenant: String,
+    /// The namespace's cluster.
+    pub cluster: String,
+    /// The namespace.
+    pub namespace: String,
+    /// Start of the ownership (ISO 8601).
+    pub valid_from: String,
+    /// End of the ownership; `None`: now.
+    pub valid_to: Option<String>,
+    /// What established it (`label`, …).
+    pub source: String,
+}
+
 /// What the REST API answered to a page's in-process call.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ApiAnswer {
@@ -180,10 +245,19 @@ pub trait PortalData: Send + Sync + 'static {
         Box::pin(async { Ok(None) })
     }
 
-    /// An admin view as JSON rows: `clusters` (with their agents' last contact), `inventory`, `tenancy`.
-    fn admin_data(&self, what: &str) -> BoxFuture<'_, Result<serde_json::Value, PortalError>> {
-        let _ = what;
-        Box::pin(async { Ok(serde_json::Value::Array(Vec::new())) })
+    /// Clusters with their agents' last contact (admins; read from the store, no REST operation answers it).
+    fn admin_clusters(&self) -> BoxFuture<'_, Result<Vec<ClusterRow>, PortalError>> {
+        Box::pin(async { Ok(Vec::new()) })
+    }
+
+    /// The approved inventory as one list (admins).
+    fn admin_inventory(&self) -> BoxFuture<'_, Result<Vec<InventoryRow>, PortalError>> {
+        Box::pin(async { Ok(Vec::new()) })
+    }
+
+    /// Namespace ownership with its history (admins).
+    fn admin_tenancy(&self) -> BoxFuture<'_, Result<Vec<OwnershipRow>, PortalError>> {
+        Box::pin(async { Ok(Vec::new()) })
     }
 
     /// The organization's API tokens (admins).

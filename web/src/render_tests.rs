@@ -9,9 +9,17 @@ use leptos::prelude::*;
 use leptos_router::location::RequestUrl;
 use serde_json::{Value, json};
 
+use gpuledger_api::{
+    auth::ProviderSettings,
+    policy::{PolicyList, QuotaList},
+};
+
 use crate::{
     App, PeriodRow, TokenRow,
-    data::{ApiAnswer, BoxFuture, PortalData, PortalDataHandle, PortalError, ResponseStatus, SessionView},
+    data::{
+        ApiAnswer, BoxFuture, ClusterRow, InventoryRow, OwnershipRow, PortalData, PortalDataHandle, PortalError,
+        ResponseStatus, SessionView,
+    },
 };
 
 /// Answers API calls by path prefix; `fail` makes every call answer 500.
@@ -39,11 +47,19 @@ impl PortalData for Fake {
         })
     }
 
-    fn admin_data(&self, _what: &str) -> BoxFuture<'_, Result<Value, PortalError>> {
+    fn admin_clusters(&self) -> BoxFuture<'_, Result<Vec<ClusterRow>, PortalError>> {
         let fail = self.fail;
-        Box::pin(async move {
-            if fail { Err(PortalError { message: "the database is unavailable".into() }) } else { Ok(json!([])) }
-        })
+        Box::pin(async move { if fail { Err(unavailable()) } else { Ok(Vec::new()) } })
+    }
+
+    fn admin_inventory(&self) -> BoxFuture<'_, Result<Vec<InventoryRow>, PortalError>> {
+        let fail = self.fail;
+        Box::pin(async move { if fail { Err(unavailable()) } else { Ok(Vec::new()) } })
+    }
+
+    fn admin_tenancy(&self) -> BoxFuture<'_, Result<Vec<OwnershipRow>, PortalError>> {
+        let fail = self.fail;
+        Box::pin(async move { if fail { Err(unavailable()) } else { Ok(Vec::new()) } })
     }
 
     fn tokens(&self) -> BoxFuture<'_, Result<Vec<crate::TokenRow>, PortalError>> {
@@ -62,6 +78,7 @@ impl PortalData for Fake {
                 .iter()
                 .find(|(prefix, _)| path.starts_with(prefix))
                 .map(|(_, v)| v.clone())
+                .or_else(|| admin_answer(&path))
                 .unwrap_or(json!({"items": [], "lines": [], "mappings": []}));
             ApiAnswer { status: 200, body: complete(&path, body) }
         };
@@ -180,6 +197,28 @@ fn complete(path: &str, over: Value) -> Value {
     } else {
         over
     }
+}
+
+fn unavailable() -> PortalError {
+    PortalError { message: "the database is unavailable".into() }
+}
+
+/// The admin pages' empty answers, as the contract's types (what a new organization answers).
+fn admin_answer(path: &str) -> Option<Value> {
+    let v = if path.starts_with("/api/v1/identity/provider") {
+        serde_json::to_value(ProviderSettings {
+            provider: None,
+            demo_login: false,
+            redirect_uri: "http://localhost/auth/callback".into(),
+        })
+    } else if path.starts_with("/api/v1/policies") {
+        serde_json::to_value(PolicyList { items: Vec::new(), total: 0 })
+    } else if path.starts_with("/api/v1/quotas") {
+        serde_json::to_value(QuotaList { items: Vec::new(), total: 0 })
+    } else {
+        return None;
+    };
+    Some(v.unwrap())
 }
 
 fn signed_in(roles: Vec<&'static str>) -> Fake {
@@ -549,14 +588,23 @@ impl PortalData for Times {
         })
     }
 
-    fn admin_data(&self, what: &str) -> BoxFuture<'_, Result<Value, PortalError>> {
-        let rows = if what == "clusters" {
-            json!([{"name": "prod", "mode": "cluster", "version": "1", "last_seen_at": RAW, "last_batch_facts": 3,
-                    "lag_seconds": 1, "retired_at": null}])
-        } else {
-            json!([])
-        };
-        Box::pin(async move { Ok(rows) })
+    fn admin_clusters(&self) -> BoxFuture<'_, Result<Vec<ClusterRow>, PortalError>> {
+        Box::pin(async {
+            Ok(vec![ClusterRow {
+                name: "prod".into(),
+                created_at: RAW.into(),
+                retired_at: None,
+                mode: Some("cluster".into()),
+                node: Some(String::new()),
+                version: Some("1".into()),
+                last_seen_at: Some(RAW.into()),
+                last_batch_facts: Some(3),
+                lag_seconds: Some(1),
+                spool_pending_facts: None,
+                spool_pending_bytes: None,
+                spool_dropped_facts: None,
+            }])
+        })
     }
 
     fn tokens(&self) -> BoxFuture<'_, Result<Vec<TokenRow>, PortalError>> {
@@ -591,7 +639,7 @@ impl PortalData for Times {
     fn api(&self, _method: &str, path: String, _body: Option<String>) -> BoxFuture<'_, Result<ApiAnswer, PortalError>> {
         let body = if path.starts_with("/api/v1/audit") {
             json!({"items": [{"at": RAW, "actor": "pat", "action": "login.success", "target": "", "reason": "",
-                              "source": "10.0.0.1"}]})
+                              "details": {}, "source": "10.0.0.1"}], "next_before": null})
         } else if path.starts_with("/api/v1/disputes/") {
             json!({"id": "d7", "number": 7, "state": "open", "period": "2026-11", "line_ids": [],
                    "opened_at": "2026-12-01T15:05:09+01:00", "opened_by": "pat", "reason": "r",

@@ -588,11 +588,11 @@ pub fn router() -> axum::Router<crate::app::AppState> {
 async fn join(
     axum::extract::State(state): axum::extract::State<crate::app::AppState>,
     headers: HeaderMap,
-) -> Result<axum::Json<serde_json::Value>, AppError> {
+) -> Result<axum::Json<gpuledger_api::auth::Joined>, AppError> {
     state.auth.limits.check("join", &source(&headers))?;
     let principal = authenticate(&state.db, &headers).await?;
     let (token, cluster) = redeem_join_token(&state.db, &principal).await?;
-    Ok(axum::Json(serde_json::json!({ "token": token, "cluster": cluster })))
+    Ok(axum::Json(gpuledger_api::auth::Joined { token, cluster }))
 }
 
 /// Finds a cluster by name in `tx`'s organization, registering it when new.

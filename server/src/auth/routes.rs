@@ -6,11 +6,14 @@
 
 use axum::{
     Form, Json, Router,
-    body::Bytes,
     extract::{Query, State},
     http::{HeaderMap, HeaderValue, StatusCode, header},
     response::{IntoResponse, Redirect, Response},
     routing::{get, post},
+};
+use gpuledger_api::auth::{
+    AuditLog, AuditRecord, Me, Organization, Provider, ProviderBody, ProviderSettings, RoleMapping, RoleMappings,
+    RoleMappingsBody,
 };
 use gpuledger_core::ids::{DepartmentId, OrgId};
 use serde::Deserialize;
@@ -29,7 +32,8 @@ use crate::{
     app::AppState,
     db::OrgTx,
     error::AppError,
-    policy::{audit_from, json_body},
+    http::{Administer, Caller, JsonBody},
+    policy::audit_from,
 };
 
 /// Routes of sign-in and identity administration.
@@ -415,7 +419,7 @@ async fn logout(State(state): State<AppState>, headers: HeaderMap) -> Result<Res
 }
 
 /// `GET /api/v1/me`: who the caller is and what it may do.
-async fn me(State(state): State<AppState>, headers: HeaderMap) -> Result<Json<Value>, AppError> {
+async fn me(State(state): State<AppState>, headers: HeaderMap) -> Result<Json<Me>, AppError> {
     let p = super::authenticate(&state.db, &headers).await?;
     let mut tx = p.begin(&state.db).await?;
     let org = tx.org().as_uuid();
@@ -432,51 +436,59 @@ async fn me(State(state): State<AppState>, headers: HeaderMap) -> Result<Json<Va
             ("user", roles.iter().map(|r| r.as_str().to_string()).collect(), Some(csrf.clone()))
         }
     };
-    Ok(Json(json!({
-        "organization": { "slug": slug, "name": name },
-        "actor": p.actor(),
-        "kind": kind,
-        "roles": roles,
-        "departments": if p.departments.is_some() { Some(departments) } else { None },
-        "csrf_token": csrf,
-    })))
+    Ok(Json(Me {
+        organization: Organization { slug, name },
+        actor: p.actor(),
+        kind: kind.to_string(),
+        roles,
+        departments: p.departments.is_some().then_some(departments),
+        csrf_token: csrf,
+    }))
 }
 
 // ---------------------------------------------------------------- provider settings
 
-async fn get_provider(State(state): State<AppState>, headers: HeaderMap) -> Result<Json<Value>, AppError> {
-    let p = require(&state.db, &headers, Capability::Administer).await?;
+async fn get_provider(
+    State(state): State<AppState>,
+    p: Caller<Administer>,
+    headers: HeaderMap,
+) -> Result<Json<ProviderSettings>, AppError> {
+    provider_settings(&state, &p, &headers).await.map(Json)
+}
+
+/// The settings as admins see them; `headers` give the redirect URI's site.
+async fn provider_settings(
+    state: &AppState,
+    p: &super::Principal,
+    headers: &HeaderMap,
+) -> Result<ProviderSettings, AppError> {
     let mut tx = p.begin(&state.db).await?;
     let idp = oidc::settings(&mut tx, state.auth.providers.secrets_dir.as_deref()).await?;
     let demo = demo_login_enabled(state.auth.demo_mode, &mut tx).await?;
     tx.commit_quiet().await?;
-    Ok(Json(json!({
-        "provider": idp.map(|i| json!({
-            "issuer": i.issuer, "client_id": i.client_id, "client_secret_set": true,
-            "client_secret_source": i.client_secret_source,
-            "groups_claim": i.groups_claim, "scopes": i.scopes,
-        })),
-        "demo_login": demo,
-        "redirect_uri": format!("{}/auth/callback", state.auth.sessions.base_url(&headers)),
-    })))
+    Ok(ProviderSettings {
+        provider: idp.map(|i| Provider {
+            issuer: i.issuer,
+            client_id: i.client_id,
+            client_secret_set: true,
+            client_secret_source: i.client_secret_source.to_string(),
+            groups_claim: i.groups_claim,
+            scopes: i.scopes,
+        }),
+        demo_login: demo,
+        redirect_uri: format!("{}/auth/callback", state.auth.sessions.base_url(headers)),
+    })
 }
 
 /// What is stored as the client secret of a provider whose secret lives in the mounted directory only.
 const MOUNTED_SECRET_MARKER: &str = "(mounted: --oidc-secrets-dir)";
 
-#[derive(Debug, Default, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-struct ProviderRequest {
-    issuer: String,
-    client_id: String,
-    client_secret: Option<String>,
-    groups_claim: Option<String>,
-    scopes: Option<String>,
-}
-
-async fn put_provider(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> Result<Json<Value>, AppError> {
-    let p = require(&state.db, &headers, Capability::Administer).await?;
-    let r: ProviderRequest = json_body(&body)?;
+async fn put_provider(
+    State(state): State<AppState>,
+    p: Caller<Administer>,
+    headers: HeaderMap,
+    JsonBody(r): JsonBody<ProviderBody>,
+) -> Result<Json<ProviderSettings>, AppError> {
     let issuer = r.issuer.trim().trim_end_matches('/').to_string();
     state.auth.providers.check_issuer(&issuer).await.map_err(|reason| AppError::invalid("issuer", reason))?;
     if r.client_id.trim().is_empty() {
@@ -545,7 +557,7 @@ async fn put_provider(State(state): State<AppState>, headers: HeaderMap, body: B
     )
     .await?;
     tx.commit().await?;
-    get_provider(State(state), headers).await
+    provider_settings(&state, &p, &headers).await.map(Json)
 }
 
 async fn delete_provider(State(state): State<AppState>, headers: HeaderMap) -> Result<StatusCode, AppError> {
@@ -564,8 +576,12 @@ async fn delete_provider(State(state): State<AppState>, headers: HeaderMap) -> R
 
 // ---------------------------------------------------------------- role mappings
 
-async fn get_mappings(State(state): State<AppState>, headers: HeaderMap) -> Result<Json<Value>, AppError> {
-    let p = require(&state.db, &headers, Capability::Administer).await?;
+async fn get_mappings(State(state): State<AppState>, p: Caller<Administer>) -> Result<Json<RoleMappings>, AppError> {
+    role_mappings(&state, &p).await.map(Json)
+}
+
+/// The mappings, by group, role and department.
+async fn role_mappings(state: &AppState, p: &super::Principal) -> Result<RoleMappings, AppError> {
     let mut tx = p.begin(&state.db).await?;
     let org = tx.org().as_uuid();
     let rows: Vec<(String, String, Option<String>)> = sqlx::query_as(
@@ -578,28 +594,15 @@ async fn get_mappings(State(state): State<AppState>, headers: HeaderMap) -> Resu
     .fetch_all(tx.conn())
     .await?;
     tx.commit().await?;
-    let mappings: Vec<Value> =
-        rows.into_iter().map(|(g, r, d)| json!({"group": g, "role": r, "department": d})).collect();
-    Ok(Json(json!({ "mappings": mappings })))
+    let mappings = rows.into_iter().map(|(group, role, department)| RoleMapping { group, role, department }).collect();
+    Ok(RoleMappings { mappings })
 }
 
-#[derive(Debug, Default, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-struct MappingsRequest {
-    mappings: Vec<MappingItem>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-struct MappingItem {
-    group: String,
-    role: String,
-    department: Option<String>,
-}
-
-async fn put_mappings(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> Result<Json<Value>, AppError> {
-    let p = require(&state.db, &headers, Capability::Administer).await?;
-    let r: MappingsRequest = json_body(&body)?;
+async fn put_mappings(
+    State(state): State<AppState>,
+    p: Caller<Administer>,
+    JsonBody(r): JsonBody<RoleMappingsBody>,
+) -> Result<Json<RoleMappings>, AppError> {
     let mut tx = p.begin(&state.db).await?;
     let org = tx.org().as_uuid();
     let mut rows = Vec::new();
@@ -663,7 +666,7 @@ async fn put_mappings(State(state): State<AppState>, headers: HeaderMap, body: B
     )
     .await?;
     tx.commit().await?;
-    get_mappings(State(state), headers).await
+    role_mappings(&state, &p).await.map(Json)
 }
 
 // ---------------------------------------------------------------- audit log
@@ -678,10 +681,9 @@ struct AuditQuery {
 /// `GET /api/v1/audit`: newest first, `limit` (1..=1000, default 100), `before` (RFC 3339) to page back.
 async fn audit_log(
     State(state): State<AppState>,
-    headers: HeaderMap,
+    p: Caller<Administer>,
     Query(q): Query<AuditQuery>,
-) -> Result<Json<Value>, AppError> {
-    let p = require(&state.db, &headers, Capability::Administer).await?;
+) -> Result<Json<AuditLog>, AppError> {
     let limit = q.limit.unwrap_or(100);
     if !(1..=1000).contains(&limit) {
         return Err(AppError::invalid("limit", "must be 1..=1000"));
@@ -709,14 +711,19 @@ async fn audit_log(
     tx.commit().await?;
     let rfc = |t: OffsetDateTime| t.format(&time::format_description::well_known::Rfc3339).unwrap_or_default();
     let next = (rows.len() as i64 == limit).then(|| rows.last().map(|r| rfc(r.0))).flatten();
-    let items: Vec<Value> = rows
+    let items = rows
         .into_iter()
-        .map(|(at, actor, action, target, reason, details, source)| {
-            json!({"at": rfc(at), "actor": actor, "action": action, "target": target, "reason": reason,
-                   "details": details, "source": source})
+        .map(|(at, actor, action, target, reason, details, source)| AuditRecord {
+            at: rfc(at),
+            actor,
+            action,
+            target,
+            reason,
+            details,
+            source,
         })
         .collect();
-    Ok(Json(json!({ "items": items, "next_before": next })))
+    Ok(Json(AuditLog { items, next_before: next }))
 }
 
 #[cfg(test)]

@@ -8,14 +8,19 @@ use axum::{
     http::{HeaderMap, StatusCode},
     routing::{get, post},
 };
-use gpuledger_core::ids::DepartmentId;
-use serde::Deserialize;
-use serde_json::{Value, json};
+use gpuledger_api::auth::{CreatedToken, NewToken, Revoked, TokenList};
+use gpuledger_core::{ids::DepartmentId, time_fmt::rfc3339};
+use serde_json::json;
 use time::OffsetDateTime;
 use uuid::Uuid;
 
-use super::{Capability, Scope, create_token, ensure_cluster, require, source};
-use crate::{app::AppState, db::OrgTx, error::AppError, policy::json_body};
+use super::{Scope, create_token, ensure_cluster, source};
+use crate::{
+    app::AppState,
+    db::OrgTx,
+    error::AppError,
+    http::{Administer, Caller},
+};
 
 /// Routes under `/api/v1/tokens`.
 pub fn router() -> Router<AppState> {
@@ -63,23 +68,15 @@ pub async fn parse_scope(tx: &mut OrgTx, scope: &str, departments: &[String]) ->
     Ok((parsed, registered))
 }
 
-#[derive(Debug, Default, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-struct CreateRequest {
-    name: String,
-    scope: String,
-    departments: Vec<String>,
-    expires_in_days: Option<i64>,
-}
-
+/// The rate limit comes first (before authentication and the body), so the extractors are called in order here.
 async fn create(
     State(state): State<AppState>,
     headers: HeaderMap,
     body: Bytes,
-) -> Result<(StatusCode, Json<Value>), AppError> {
+) -> Result<(StatusCode, Json<CreatedToken>), AppError> {
     state.auth.limits.check("tokens", &source(&headers))?;
-    let p = require(&state.db, &headers, Capability::Administer).await?;
-    let request: CreateRequest = json_body(&body)?;
+    let p = super::require(&state.db, &headers, super::Capability::Administer).await?;
+    let request: NewToken = crate::policy::json_body(&body)?;
     let created =
         create_for(&state, &p, &request.name, &request.scope, &request.departments, request.expires_in_days).await?;
     Ok((StatusCode::CREATED, Json(created)))
@@ -93,7 +90,7 @@ pub async fn create_for(
     scope: &str,
     departments: &[String],
     expires_in_days: Option<i64>,
-) -> Result<Value, AppError> {
+) -> Result<CreatedToken, AppError> {
     let name = name.trim();
     if name.is_empty() || name.len() > 200 {
         return Err(AppError::invalid("name", "a name of 1 to 200 characters says what the token is for"));
@@ -109,21 +106,24 @@ pub async fn create_for(
     let (scope, _) = parse_scope(&mut tx, scope.trim(), departments).await?;
     let (token_id, token) = create_token(&mut tx, &scope, name, &p.actor(), expires_at).await?;
     tx.commit_quiet().await?; // credentials only: no figure changes
-    Ok(
-        json!({ "token_id": token_id, "name": name, "scope": scope.db_name(), "token": token, "expires_at": expires_at }),
-    )
+    Ok(CreatedToken {
+        token_id: token_id.to_string(),
+        name: name.to_string(),
+        scope: scope.db_name().to_string(),
+        token,
+        expires_at: expires_at.map(rfc3339),
+    })
 }
 
-async fn list(State(state): State<AppState>, headers: HeaderMap) -> Result<Json<Value>, AppError> {
-    let p = require(&state.db, &headers, Capability::Administer).await?;
+async fn list(State(state): State<AppState>, p: Caller<Administer>) -> Result<Json<TokenList>, AppError> {
     let mut tx = p.begin(&state.db).await?;
     let tokens = list_tokens(&mut tx).await?;
     tx.commit().await?;
-    Ok(Json(json!({ "tokens": tokens })))
+    Ok(Json(TokenList { tokens: tokens.into_iter().map(Into::into).collect() }))
 }
 
-/// A token as admins see it (never its secret).
-#[derive(Debug, Clone, serde::Serialize, sqlx::FromRow)]
+/// A token as admins see it (never its secret), as stored.
+#[derive(Debug, Clone, sqlx::FromRow)]
 pub struct TokenInfo {
     /// Id.
     pub token_id: Uuid,
@@ -138,17 +138,30 @@ pub struct TokenInfo {
     /// Who made it.
     pub created_by: String,
     /// When.
-    #[serde(with = "time::serde::rfc3339")]
     pub created_at: OffsetDateTime,
     /// Expiry, if any.
-    #[serde(with = "time::serde::rfc3339::option")]
     pub expires_at: Option<OffsetDateTime>,
     /// Last use (to the minute).
-    #[serde(with = "time::serde::rfc3339::option")]
     pub last_used_at: Option<OffsetDateTime>,
     /// Revocation time, if revoked.
-    #[serde(with = "time::serde::rfc3339::option")]
     pub revoked_at: Option<OffsetDateTime>,
+}
+
+impl From<TokenInfo> for gpuledger_api::auth::TokenInfo {
+    fn from(t: TokenInfo) -> Self {
+        Self {
+            token_id: t.token_id.to_string(),
+            name: t.name,
+            scope: t.scope,
+            cluster: t.cluster,
+            departments: t.departments,
+            created_by: t.created_by,
+            created_at: rfc3339(t.created_at),
+            expires_at: t.expires_at.map(rfc3339),
+            last_used_at: t.last_used_at.map(rfc3339),
+            revoked_at: t.revoked_at.map(rfc3339),
+        }
+    }
 }
 
 /// Every token of the organization, newest first.
@@ -170,12 +183,11 @@ pub async fn list_tokens(tx: &mut OrgTx) -> Result<Vec<TokenInfo>, AppError> {
 
 async fn revoke(
     State(state): State<AppState>,
-    headers: HeaderMap,
+    p: Caller<Administer>,
     Path(id): Path<String>,
-) -> Result<Json<Value>, AppError> {
-    let p = require(&state.db, &headers, Capability::Administer).await?;
+) -> Result<Json<Revoked>, AppError> {
     revoke_for(&state, &p, &id).await?;
-    Ok(Json(json!({ "token_id": id, "revoked": true })))
+    Ok(Json(Revoked { token_id: id, revoked: true }))
 }
 
 /// Revokes a token (idempotent); 404 when the organization has no such token.
