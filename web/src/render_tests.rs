@@ -98,7 +98,7 @@ fn with(base: Value, over: &Value) -> Value {
 }
 
 /// Each entry of `over[key]` completed by `item`.
-fn each(over: &Value, key: &str, item: fn(&Value) -> Value) -> Value {
+fn each(over: &Value, key: &str, item: impl Fn(&Value) -> Value) -> Value {
     Value::Array(over[key].as_array().into_iter().flatten().map(item).collect())
 }
 
