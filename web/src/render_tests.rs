@@ -109,7 +109,7 @@ fn complete(path: &str, over: Value) -> Value {
                         "as_of": "2026-11-01T00:00:00Z", "computed_at": "2026-11-01T00:00:00Z"});
     let line = |l: &Value| {
         with(
-            json!({"line_id": "", "period": period, "department_id": "d1", "department": "", "tenant": "", "term": "",
+            json!({"line_id": "", "period": "2026-10", "department_id": "d1", "department": "", "tenant": "", "term": "",
                    "gpu_class": "", "quantity": "0", "unit": "GPU-hour", "rate": "0", "amount": "0.00",
                    "currency": "USD", "confidence": "exact", "policy_version": 1, "evidence": "", "explanation": ""}),
             l,
@@ -185,7 +185,7 @@ fn complete(path: &str, over: Value) -> Value {
     } else if path.starts_with("/api/v1/disputes?") {
         with(json!({"items": [], "total": 0, "page": 1, "per_page": 200}), &over)
     } else if path.starts_with("/api/v1/analytics/sessions") {
-        let mut v = with(with(window, &json!({"tenant_id": "t1", "currency": "USD"})), &over);
+        let mut v = with(with(window, &json!({"tenant_id": "t1", "tenant_name": "", "currency": "USD"})), &over);
         v["sessions"] = each(&over, "sessions", |x| {
             with(
                 json!({"session": "", "requests": 0, "input_tokens": 0,

@@ -73,7 +73,7 @@ async fn decide_credit(
     if decision == CreditDecision::Approve && accepted_by == who {
         crate::policy::audit_by(
             &mut tx,
-            &principal,
+            principal,
             "dispute.credit_approval_refused",
             &format!("dispute:{}", dispute.id),
             "separation of duties: the credit was set by the same person or token",
