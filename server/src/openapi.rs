@@ -16,9 +16,8 @@ use gpuledger_api::{
     policy::{CreatedQuota, KueueImport, PolicyBody, PolicyList, PolicyVersion, QuotaBody, QuotaList},
     schemars::{JsonSchema, SchemaGenerator, generate::Contract, generate::SchemaSettings},
     tenancy::{
-        AliasesBody, AliasesReplaced, CreatedDepartment, CreatedModel, CreatedProfile, CreatedTenant,
-        CreatedTimeslicing, Department, DepartmentBody, EndpointAliases, Inventory, ModelBody, ProfileBody, Tenant,
-        TenantBody, TimeslicingBody,
+        CreatedDepartment, CreatedModel, CreatedProfile, CreatedTenant, CreatedTimeslicing, Department, DepartmentBody,
+        Inventory, ModelBody, ProfileBody, Tenant, TenantBody, TimeslicingBody,
     },
     training, usage,
 };
@@ -604,7 +603,7 @@ fn tenancy_ops() -> Vec<Op> {
         .errors(&[401, 403, 409, 422]),
         Op::get("/api/v1/endpoints/{endpoint}/aliases", "An endpoint's gateway-key and team aliases. Admins")
             .token()
-            .answers::<EndpointAliases>(200, "{endpoint, aliases}")
+            .answers::<usage::Aliases>(200, "{endpoint, aliases}")
             .errors(&[401, 403]),
         Op::put(
             "/api/v1/endpoints/{endpoint}/aliases",
@@ -612,8 +611,8 @@ fn tenancy_ops() -> Vec<Op> {
              without a tenant that they resolve are attributed. Admins",
         )
         .token()
-        .body::<AliasesBody>()
-        .answers::<AliasesReplaced>(200, "{endpoint, aliases, attributed}")
+        .body::<usage::AliasesRequest>()
+        .answers::<usage::AliasesSet>(200, "{endpoint, aliases, attributed}")
         .errors(&[401, 403, 422]),
     ]
 }
