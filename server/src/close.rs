@@ -32,7 +32,7 @@ use crate::{
     error::AppError,
     http::{Caller, Close, ReadLedger},
     ledger::{approved_credits, inventory, load_input},
-    policy::{audit, month_start, parse_period, period_of, policy_for},
+    policy::{audit, parse_period, policy_for},
 };
 
 /// A `closing` state older than this is considered abandoned.
@@ -59,8 +59,8 @@ async fn findings_handler(
     if p.departments.is_some() {
         return Err(AppError::Forbidden("data-quality findings cover the whole organization".into()));
     }
-    let from = month_start(period);
-    let to = month_start(period.next()?);
+    let from = period.first_day();
+    let to = (period.next()?).first_day();
     let mut tx = p.begin(&state.db).await?;
     let org = tx.org().as_uuid();
     let counts: Vec<(String, i64)> = sqlx::query_as(
@@ -114,7 +114,7 @@ pub async fn stored_bundle_json(tx: &mut OrgTx, period: Period) -> Result<Option
     let org = tx.org().as_uuid();
     let gz: Option<Vec<u8>> =
         sqlx::query_scalar("SELECT bundle_gz FROM periods WHERE period = $1 AND state = 'closed' AND org_id = $2")
-            .bind(month_start(period))
+            .bind(period.first_day())
             .bind(org)
             .fetch_optional(tx.conn())
             .await?;
@@ -151,13 +151,13 @@ async fn late_data(tx: &mut OrgTx, period: Period) -> Result<Vec<(Period, Adjust
                            AND (a.ended_at IS NULL OR a.ended_at > p.period))
           ORDER BY p.period",
     )
-    .bind(month_start(period))
+    .bind(period.first_day())
     .bind(org)
     .fetch_all(tx.conn())
     .await?;
     let mut out = Vec::new();
     for (d, _) in closed {
-        let q = period_of(d)?;
+        let q = Period::from_date(d)?;
         let Some(bundle) = stored_bundle(tx, q).await? else { continue };
         // Recompute the closed month with its own policy and today's facts.
         let mut input = load_input(tx, q, bundle.inputs.policy.clone()).await?;
@@ -229,7 +229,7 @@ pub async fn close_period(
     if end > now {
         return Err(AppError::Conflict(format!("{period} has not ended yet; it can be closed from {end}")));
     }
-    let start = month_start(period);
+    let start = period.first_day();
     // Step 1: take the lock (open → closing) in its own committed transaction, so others see it.
     let mut tx = db.begin_org(org).await?;
     let later: Option<Date> =
@@ -241,7 +241,7 @@ pub async fn close_period(
     if let Some(l) = later {
         return Err(AppError::Conflict(format!(
             "{} is already closed; {period} can no longer be closed",
-            period_of(l)?
+            Period::from_date(l)?
         )));
     }
     let won: Option<String> = sqlx::query_scalar(
@@ -299,7 +299,7 @@ async fn freeze(
     actor: &str,
     now: OffsetDateTime,
 ) -> Result<CloseSummary, AppError> {
-    let start = month_start(period);
+    let start = period.first_day();
     let mut tx = db.begin_org(org).await?;
     let preview = preview(&mut tx, period).await?;
     let previous_hash: Option<String> = sqlx::query_scalar(
@@ -315,7 +315,7 @@ async fn freeze(
     let inventory_version = preview.input.inventory_version.clone();
     let hash = close_hash(period, policy_version, &inventory_version, previous_hash.as_deref(), lines);
     let (inventory_doc, _) = inventory(&mut tx).await?;
-    let closed_at = now.format(&time::format_description::well_known::Rfc3339).unwrap_or_default();
+    let closed_at = gpuledger_core::time_fmt::rfc3339(now);
     let bundle = Bundle {
         format: BUNDLE_FORMAT.to_string(),
         organization: slug.to_string(),
@@ -574,9 +574,9 @@ async fn list_periods(State(state): State<AppState>, p: Caller<ReadLedger>) -> R
     let current = Period::containing(OffsetDateTime::now_utc());
     let mut known: std::collections::BTreeMap<Period, PeriodEntry> = std::collections::BTreeMap::new();
     for r in rows {
-        let period = period_of(r.0)?;
+        let period = Period::from_date(r.0)?;
         let record = PeriodRecord {
-            closed_at: r.2.map(|t| t.format(&time::format_description::well_known::Rfc3339).unwrap_or_default()),
+            closed_at: r.2.map(|t| gpuledger_core::time_fmt::rfc3339(t)),
             closed_by: r.3,
             policy_version: r.4,
             hash: r.5,
@@ -589,7 +589,7 @@ async fn list_periods(State(state): State<AppState>, p: Caller<ReadLedger>) -> R
         known.insert(period, PeriodEntry { period: period.to_string(), state: r.1, record: Some(record) });
     }
     if let Some(f) = first {
-        let mut m = period_of(f)?;
+        let mut m = Period::from_date(f)?;
         while m <= current {
             // A month nothing was recorded of: its period and state only.
             known.entry(m).or_insert_with(|| PeriodEntry { period: m.to_string(), state: "open".into(), record: None });

@@ -35,7 +35,7 @@ use crate::{
     db::OrgTx,
     error::AppError,
     http::{Caller, ReadLedger},
-    policy::{month_start, parse_period},
+    policy::parse_period,
 };
 
 /// Routes of this module.
@@ -65,7 +65,7 @@ async fn get_months(
     let from =
         parse_period("from", q.from.as_deref().ok_or_else(|| AppError::invalid("from", "is required (YYYY-MM)"))?)?;
     let to = parse_period("to", q.to.as_deref().ok_or_else(|| AppError::invalid("to", "is required (YYYY-MM)"))?)?;
-    let (start, end) = (crate::policy::month_start(from), crate::policy::month_start(to));
+    let (start, end) = (from.first_day(), to.first_day());
     if end < start {
         return Err(AppError::invalid("to", "is before from"));
     }
@@ -95,10 +95,10 @@ async fn get_months(
     let months = rows
         .into_iter()
         .map(|(d, state, total, as_of)| {
-            let period = crate::policy::period_of(d).map(|p| p.to_string()).unwrap_or_default();
+            let period = Period::from_date(d).map(|p| p.to_string()).unwrap_or_default();
             // A month with figures but no line the caller sees totals 0.00; a month without figures has no total.
             let total = state.as_ref().map(|_| total.unwrap_or_else(|| "0.00".into()));
-            let as_of = as_of.and_then(|t| t.format(&time::format_description::well_known::Rfc3339).ok());
+            let as_of = as_of.map(gpuledger_core::time_fmt::rfc3339);
             MonthTotal { period, state, total, as_of }
         })
         .collect();
@@ -462,7 +462,7 @@ pub async fn approved_credits(tx: &mut OrgTx) -> Result<Vec<(Uuid, AdjustmentRec
 pub async fn period_state(tx: &mut OrgTx, period: Period) -> Result<String, AppError> {
     let org = tx.org().as_uuid();
     let s: Option<String> = sqlx::query_scalar("SELECT state FROM periods WHERE period = $1 AND org_id = $2")
-        .bind(month_start(period))
+        .bind(period.first_day())
         .bind(org)
         .fetch_optional(tx.conn())
         .await?;
@@ -541,7 +541,7 @@ async fn get_ledger(
         policy_version: head.policy_version,
         currency: if head.line_count > 0 { head.currency.clone() } else { None },
         hash: head.hash,
-        as_of: head.as_of.format(&time::format_description::well_known::Rfc3339).unwrap_or_default(),
+        as_of: gpuledger_core::time_fmt::rfc3339(head.as_of),
         provisional: head.state == crate::readmodel::FigState::Provisional,
         stale,
         total: found.total,
@@ -697,7 +697,7 @@ async fn evidence(
     let mut tx = state.db.begin_org(p.org).await?;
     let details = evidence_details(&mut tx, &ids).await?;
     tx.commit().await?;
-    let rfc3339 = |t: OffsetDateTime| t.format(&time::format_description::well_known::Rfc3339).unwrap_or_default();
+    let rfc3339 = |t: OffsetDateTime| gpuledger_core::time_fmt::rfc3339(t);
     let allocations = page_rows
         .iter()
         .map(|a| EvidenceAllocation {

@@ -124,16 +124,6 @@ pub fn json_body<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, AppE
     })
 }
 
-/// The first day of a month (the key of month rows); see [`Period::first_day`].
-pub fn month_start(p: Period) -> Date {
-    p.first_day()
-}
-
-/// The month a first-of-month date stands for; see [`Period::from_date`].
-pub fn period_of(d: Date) -> Result<Period, AppError> {
-    Ok(Period::from_date(d)?)
-}
-
 /// Parses a `YYYY-MM` parameter.
 pub fn parse_period(field: &str, s: &str) -> Result<Period, AppError> {
     Period::parse(s).map_err(|e| AppError::invalid(field, e.to_string()))
@@ -162,7 +152,7 @@ fn policy_view(r: PolicyRow) -> Result<PolicyVersion, AppError> {
     Ok(PolicyVersion {
         version: r.0,
         state: r.1,
-        effective_from: period_of(r.2)?.to_string(),
+        effective_from: Period::from_date(r.2)?.to_string(),
         currency: r.3,
         note: r.4,
         document: r.5,
@@ -241,7 +231,7 @@ pub async fn create_draft(
     )
     .bind(org)
     .bind(version)
-    .bind(month_start(effective_from))
+    .bind(effective_from.first_day())
     .bind(&policy.currency)
     .bind(doc)
     .bind(note)
@@ -310,7 +300,7 @@ async fn update_policy(
     )
     .bind(version)
     .bind(doc)
-    .bind(month_start(from))
+    .bind(from.first_day())
     .bind(&policy.currency)
     .bind(&body.note)
     .bind(org)
@@ -350,8 +340,8 @@ pub async fn approve(tx: &mut OrgTx, actor: &str, version: i32, reason: &str) ->
     if let Some(c) = closed {
         return Err(AppError::Conflict(format!(
             "period {} is already closed: a policy effective from {} would change it; choose a later effective_from",
-            period_of(c)?,
-            period_of(from)?
+            Period::from_date(c)?,
+            Period::from_date(from)?
         )));
     }
     sqlx::query(
@@ -403,7 +393,7 @@ pub async fn policy_for(tx: &mut OrgTx, period: Period) -> Result<Option<CostPol
         "SELECT version, document FROM cost_policies WHERE state = 'approved' AND effective_from <= $1 AND org_id = $2
          ORDER BY effective_from DESC LIMIT 1",
     )
-    .bind(month_start(period))
+    .bind(period.first_day())
     .bind(org)
     .fetch_optional(tx.conn())
     .await?;

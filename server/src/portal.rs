@@ -19,7 +19,7 @@ use gpuledger_web::{
     data::{BoxFuture, ClusterRow, InventoryRow, OwnershipRow},
 };
 use serde::Deserialize;
-use time::{OffsetDateTime, format_description::well_known::Rfc3339};
+use time::OffsetDateTime;
 use tokio::sync::OnceCell;
 
 use crate::{
@@ -42,7 +42,7 @@ pub struct DbPortalData {
 }
 
 fn utc(t: OffsetDateTime) -> String {
-    t.format(&Rfc3339).unwrap_or_default()
+    gpuledger_core::time_fmt::rfc3339(t)
 }
 
 fn portal_error(e: impl std::fmt::Display) -> PortalError {

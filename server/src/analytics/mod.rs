@@ -35,7 +35,7 @@ use gpuledger_core::{
         analyze_utilization,
     },
 };
-use time::{OffsetDateTime, format_description::well_known::Rfc3339};
+use time::OffsetDateTime;
 use uuid::Uuid;
 
 use crate::{
@@ -161,7 +161,7 @@ fn hours(f: &Fraction) -> Result<String, AppError> {
 }
 
 fn rfc3339(t: OffsetDateTime) -> Result<String, AppError> {
-    t.format(&Rfc3339).map_err(internal)
+    Ok(gpuledger_core::time_fmt::try_rfc3339(t)?)
 }
 
 fn confidence(s: &str) -> Result<Confidence, AppError> {

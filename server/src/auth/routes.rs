@@ -709,7 +709,7 @@ async fn audit_log(
     .fetch_all(tx.conn())
     .await?;
     tx.commit().await?;
-    let rfc = |t: OffsetDateTime| t.format(&time::format_description::well_known::Rfc3339).unwrap_or_default();
+    let rfc = |t: OffsetDateTime| gpuledger_core::time_fmt::rfc3339(t);
     let next = (rows.len() as i64 == limit).then(|| rows.last().map(|r| rfc(r.0))).flatten();
     let items = rows
         .into_iter()

@@ -138,7 +138,7 @@ pub async fn open_demo_dispute(db: &Database, org: OrgId, last: Period) -> Resul
         "SELECT line_id FROM ledger_lines WHERE org_id = $2 AND period = $1 AND term = 'borrowed'
           ORDER BY amount DESC, line_id LIMIT 1",
     )
-    .bind(crate::policy::month_start(last))
+    .bind(last.first_day())
     .bind(org_id)
     .fetch_optional(tx.conn())
     .await?;

@@ -163,7 +163,7 @@ pub async fn load_history(
         tx.commit().await?;
     }
     let totals = result?;
-    let fmt = |t: OffsetDateTime| t.format(&time::format_description::well_known::Rfc3339).unwrap_or_default();
+    let fmt = |t: OffsetDateTime| gpuledger_core::time_fmt::rfc3339(t);
     {
         let mut tx = db.begin_org(org).await?;
         sqlx::query(

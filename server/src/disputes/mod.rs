@@ -35,8 +35,8 @@ use crate::{
 use credits::{approve_credit, reject_credit};
 pub use gpuledger_api::disputes::{Credit, DisputeDetail, DisputeEvent, DisputePage, DisputeSummary, DisputedLine};
 use requests::{
-    AcceptRequest, CommentRequest, OpenRequest, ReasonRequest, check_line_ids, first_day, parse_body, parse_credit,
-    parse_period, required_text,
+    AcceptRequest, CommentRequest, OpenRequest, ReasonRequest, check_line_ids, parse_body, parse_credit, parse_period,
+    required_text,
 };
 pub use store::load;
 use store::{Locked, SUMMARY_SELECT, lock, record, reply, require_open, resolve_id};
@@ -74,7 +74,7 @@ async fn open(
     let period = parse_period("period", &request.period)?;
     check_line_ids(&request.line_ids)?;
     let reason = required_text("reason", &request.reason)?;
-    let day = first_day(period)?;
+    let day = period.first_day();
     let who = principal.actor();
     let mut tx = principal.begin(&state.db).await?;
     let org = tx.org().as_uuid();
@@ -255,7 +255,7 @@ async fn list(
     };
     let period_filter = match query.period.as_deref() {
         None | Some("") => None,
-        Some(p) => Some(first_day(parse_period("period", p)?)?),
+        Some(p) => Some(parse_period("period", p)?.first_day()),
     };
     let page = parse_count("page", query.page.as_deref(), 1, 1_000_000)?;
     let per_page = parse_count("per_page", query.per_page.as_deref(), DEFAULT_PER_PAGE, MAX_PER_PAGE)?;

@@ -1,7 +1,6 @@
 //! Request bodies of the disputes API and the checks on their fields, each failure naming its field.
 
 use gpuledger_core::{Period, decimal::Decimal};
-use time::Date;
 
 use super::{MAX_LINES, MAX_TEXT};
 use crate::error::AppError;
@@ -35,11 +34,6 @@ pub(super) fn optional_text(field: &str, value: &str) -> Result<String, AppError
 
 pub(super) fn parse_period(field: &str, value: &str) -> Result<Period, AppError> {
     Period::parse(value).map_err(|_| AppError::invalid(field, format!("{value:?} is not a month in YYYY-MM form")))
-}
-
-pub(super) fn first_day(period: Period) -> Result<Date, AppError> {
-    Date::from_calendar_date(period.year(), period.month(), 1)
-        .map_err(|e| AppError::Internal(format!("period {period} has no first day: {e}")))
 }
 
 pub(super) fn check_line_ids(line_ids: &[String]) -> Result<(), AppError> {

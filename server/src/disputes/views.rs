@@ -129,7 +129,7 @@ pub struct CreditRow {
 }
 
 fn rfc3339(t: OffsetDateTime) -> String {
-    t.format(&time::format_description::well_known::Rfc3339).unwrap_or_default()
+    gpuledger_core::time_fmt::rfc3339(t)
 }
 
 impl From<SummaryRow> for api::DisputeSummary {

@@ -222,8 +222,7 @@ pub struct Context {
 }
 
 fn month_bounds(p: gpuledger_core::Period) -> (OffsetDateTime, OffsetDateTime) {
-    let start = crate::policy::month_start(p).midnight().assume_utc();
-    (start, super::sources::next_month(start))
+    (p.start(), super::sources::next_month(p.start()))
 }
 
 /// A decimal as FOCUS tools read it: always with a fractional part (pandas reads `2` as an integer column).

@@ -414,7 +414,7 @@ async fn ledger_csv(
 
 /// A ledger line's cells in the order of the ledger CSV's columns.
 fn line_cells(l: &LedgerLine) -> [Cell<'_>; 18] {
-    let month = crate::policy::month_start(l.period);
+    let month = l.period.first_day();
     [
         Cell::text(&l.line_id),
         Cell::Month(month),

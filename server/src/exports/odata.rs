@@ -433,7 +433,7 @@ fn decode_token(token: &str, keys: &[&'static Column]) -> Result<Continuation, O
             Kind::Decimal => Arg::Numeric(s.ok_or_else(invalid)?),
             Kind::Month => {
                 let p = gpuledger_core::Period::parse(&s.ok_or_else(invalid)?).map_err(|_| invalid())?;
-                Arg::Date(crate::policy::month_start(p))
+                Arg::Date(p.first_day())
             }
             Kind::DateTime => Arg::Time(
                 time::OffsetDateTime::parse(&s.ok_or_else(invalid)?, &time::format_description::well_known::Rfc3339)

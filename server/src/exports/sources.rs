@@ -525,18 +525,12 @@ impl Args {
 
 /// First instant of the month containing `t` (UTC).
 pub fn month_floor(t: OffsetDateTime) -> OffsetDateTime {
-    let t = t.to_offset(time::UtcOffset::UTC);
-    t.replace_day(1).unwrap_or(t).replace_time(time::Time::MIDNIGHT)
+    gpuledger_core::Period::containing(t).start()
 }
 
-/// The month after the one starting at `t`.
+/// First instant of the month after the one containing `t` (`t` itself past year 9999).
 pub fn next_month(t: OffsetDateTime) -> OffsetDateTime {
-    let (y, m) = if t.month() == time::Month::December {
-        (t.year() + 1, time::Month::January)
-    } else {
-        (t.year(), t.month().next())
-    };
-    Date::from_calendar_date(y, m, 1).map_or(t, |d| d.midnight().assume_utc())
+    gpuledger_core::Period::containing(t).next().map_or(t, |p| p.start())
 }
 
 /// A query over one source being built: the columns it reads, its conditions and its order.

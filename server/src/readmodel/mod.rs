@@ -16,7 +16,7 @@ use serde_json::Value;
 use time::OffsetDateTime;
 use uuid::Uuid;
 
-use crate::{db::OrgTx, error::AppError, policy::month_start};
+use crate::{db::OrgTx, error::AppError};
 
 pub mod summaries;
 pub mod worker;
@@ -64,7 +64,7 @@ pub struct Figures<'a> {
 /// Replaces a month's stored figures with `f` in `tx` (the whole organization's: `tx` must see every department).
 pub async fn store(tx: &mut OrgTx, f: &Figures<'_>) -> Result<(), AppError> {
     let org = tx.org().as_uuid();
-    let start = month_start(f.period);
+    let start = f.period.first_day();
     // A provisional snapshot never replaces a closed month's figures (a close that committed while the snapshot
     // was computed wins); a close replaces whatever was there.
     let replace = match f.state {
@@ -180,7 +180,7 @@ pub async fn head(tx: &mut OrgTx, period: Period) -> Result<Option<MonthHead>, A
            FROM read_months m WHERE m.org_id = $1 AND m.period = $2",
     )
     .bind(org)
-    .bind(month_start(period))
+    .bind(period.first_day())
     .fetch_optional(tx.conn())
     .await?;
     Ok(row.map(|(state, as_of, policy_version, currency, hash, line_count, notes, changed_since)| MonthHead {
@@ -230,7 +230,7 @@ pub async fn lines(
     limit: i64,
 ) -> Result<LinePage, AppError> {
     let org = tx.org().as_uuid();
-    let start = month_start(period);
+    let start = period.first_day();
     // (`org_id = $1` is written in each statement, where the routing audit can see it.)
     const WHERE: &str = "period = $2
          AND ($3::text IS NULL OR tenant = $3 OR tenant_id::text = $3)
@@ -297,7 +297,7 @@ pub async fn backfill_closed(
     let closed_at: Option<OffsetDateTime> =
         sqlx::query_scalar("SELECT closed_at FROM periods WHERE org_id = $1 AND period = $2")
             .bind(org.as_uuid())
-            .bind(month_start(period))
+            .bind(period.first_day())
             .fetch_one(tx.conn())
             .await?;
     store(
@@ -349,7 +349,7 @@ pub async fn visible_lines(
     let rows: Vec<sqlx::types::Json<LedgerLine>> =
         sqlx::query_scalar("SELECT line FROM read_lines WHERE org_id = $1 AND period = $2 ORDER BY line_no")
             .bind(p.org.as_uuid())
-            .bind(month_start(period))
+            .bind(period.first_day())
             .fetch_all(tx.conn())
             .await?;
     tx.commit_quiet().await?;
@@ -405,7 +405,7 @@ pub async fn answer(
           WHERE m.org_id = $1 AND m.period = $2",
     )
     .bind(org.as_uuid())
-    .bind(month_start(period))
+    .bind(period.first_day())
     .bind(request)
     .bind(scope)
     .fetch_optional(tx.conn())
@@ -436,7 +436,7 @@ pub async fn store_answer(
          ON CONFLICT (org_id, period, request, scope) DO UPDATE SET as_of = EXCLUDED.as_of, body = EXCLUDED.body",
     )
     .bind(org.as_uuid())
-    .bind(month_start(period))
+    .bind(period.first_day())
     .bind(request)
     .bind(scope)
     .bind(as_of)

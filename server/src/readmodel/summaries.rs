@@ -13,7 +13,6 @@ use uuid::Uuid;
 use crate::{
     db::{Database, OrgTx},
     error::AppError,
-    policy::month_start,
 };
 
 /// The advisory-lock class of a summary computation (one per organization at a time, across replicas).
@@ -39,7 +38,7 @@ pub async fn compute(db: &Database, org: OrgId, period: Period) -> Result<bool, 
     if !locked {
         return Ok(false);
     }
-    let start = month_start(period);
+    let start = period.first_day();
     let as_of: Option<OffsetDateTime> =
         sqlx::query_scalar("SELECT as_of FROM read_months WHERE org_id = $1 AND period = $2")
             .bind(org.as_uuid())
@@ -113,7 +112,7 @@ async fn store(
     as_of: OffsetDateTime,
     kinds: &[(&str, u64, Value, Vec<Row>)],
 ) -> Result<(), AppError> {
-    let (org, start) = (tx.org().as_uuid(), month_start(period));
+    let (org, start) = (tx.org().as_uuid(), period.first_day());
     sqlx::query("DELETE FROM read_summaries WHERE org_id = $1 AND period = $2")
         .bind(org)
         .bind(start)
@@ -163,7 +162,7 @@ async fn store(
 /// one answer: per kind its answer-wide fields, its rows by section, and when it was computed; `null` for a kind
 /// not computed yet (the page says so).
 pub async fn read(tx: &mut OrgTx, period: Period) -> Result<Summaries, AppError> {
-    let (org, start) = (tx.org().as_uuid(), month_start(period));
+    let (org, start) = (tx.org().as_uuid(), period.first_day());
     let heads: Vec<(String, OffsetDateTime, OffsetDateTime, Value)> =
         sqlx::query_as("SELECT kind, as_of, computed_at, head FROM read_summaries WHERE org_id = $1 AND period = $2")
             .bind(org)

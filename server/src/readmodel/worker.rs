@@ -11,7 +11,6 @@ use super::{FigState, Figures, store};
 use crate::{
     db::{Database, OrgTx},
     error::AppError,
-    policy::{month_start, period_of},
 };
 
 /// When the worker refreshes.
@@ -75,7 +74,7 @@ async fn open_months(tx: &mut OrgTx, now: OffsetDateTime, extra: Option<Period>)
             .fetch_all(tx.conn())
             .await?;
     for d in stored {
-        let p = period_of(d)?;
+        let p = Period::from_date(d)?;
         if !months.contains(&p) {
             months.push(p);
         }
@@ -83,12 +82,12 @@ async fn open_months(tx: &mut OrgTx, now: OffsetDateTime, extra: Option<Period>)
     let closed: Vec<time::Date> =
         sqlx::query_scalar("SELECT period FROM periods WHERE org_id = $1 AND state = 'closed' AND period = ANY($2)")
             .bind(org)
-            .bind(months.iter().map(|p| month_start(*p)).collect::<Vec<_>>())
+            .bind(months.iter().map(|p| p.first_day()).collect::<Vec<_>>())
             .fetch_all(tx.conn())
             .await?;
-    months.retain(|p| !closed.contains(&month_start(*p)));
+    months.retain(|p| !closed.contains(&p.first_day()));
     // Months that have not begun yet have no figures.
-    months.retain(|p| month_start(*p) <= now.date());
+    months.retain(|p| p.first_day() <= now.date());
     Ok(months)
 }
 
@@ -123,7 +122,7 @@ pub async fn refresh_with(db: &Database, org: OrgId, wait: Wait, extra: Option<P
     if wait == Wait::Block {
         // Waited for another refresh: nothing to do when it left the figures current (no change since, and the
         // month asked for has figures).
-        let month = month_start(extra.unwrap_or_else(|| Period::containing(OffsetDateTime::now_utc())));
+        let month = (extra.unwrap_or_else(|| Period::containing(OffsetDateTime::now_utc()))).first_day();
         let current: bool = sqlx::query_scalar(
             "SELECT NOT EXISTS (SELECT 1 FROM read_dirty WHERE org_id = $1)
                 AND EXISTS (SELECT 1 FROM read_months WHERE org_id = $1 AND period = $2)",
@@ -230,7 +229,7 @@ pub async fn summarize_due(db: &Database) {
         }
     };
     for (org, month) in due {
-        let Ok(period) = period_of(month) else { continue };
+        let Ok(period) = Period::from_date(month) else { continue };
         let started = Instant::now();
         match super::summaries::compute(db, org, period).await {
             Ok(true) => tracing::info!(
@@ -261,7 +260,7 @@ pub async fn settle(db: &Database, org: OrgId) -> Result<(), AppError> {
         }
         let mut progressed = false;
         for month in due {
-            progressed |= super::summaries::compute(db, org, period_of(month)?).await?;
+            progressed |= super::summaries::compute(db, org, Period::from_date(month)?).await?;
         }
         if !progressed {
             tokio::time::sleep(Duration::from_millis(500)).await;

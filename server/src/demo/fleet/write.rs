@@ -304,7 +304,7 @@ pub async fn load(db: &Database, org: OrgId, world: &World, actor: &str) -> Resu
     tracing::info!("{label}: shared endpoint usage…");
     loaded.usage = insert_usage(&mut tx, o, world, &cluster_of, &tenant_of).await?;
 
-    let fmt = |t: OffsetDateTime| t.format(&time::format_description::well_known::Rfc3339).unwrap_or_default();
+    let fmt = |t: OffsetDateTime| gpuledger_core::time_fmt::rfc3339(t);
     sqlx::query(
         "INSERT INTO audit_log (org_id, audit_id, actor, action, target, reason, details)
          VALUES ($1, $2, $3, $4, $5, 'synthetic demo fleet', $6)",
