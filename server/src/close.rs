@@ -576,7 +576,7 @@ async fn list_periods(State(state): State<AppState>, p: Caller<ReadLedger>) -> R
     for r in rows {
         let period = Period::from_date(r.0)?;
         let record = PeriodRecord {
-            closed_at: r.2.map(|t| gpuledger_core::time_fmt::rfc3339(t)),
+            closed_at: r.2.map(gpuledger_core::time_fmt::rfc3339),
             closed_by: r.3,
             policy_version: r.4,
             hash: r.5,
