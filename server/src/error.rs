@@ -49,7 +49,8 @@ impl AppError {
         Self::Invalid { field: field.into(), reason: reason.into() }
     }
 
-    fn status(&self) -> StatusCode {
+    /// The HTTP status this error answers with.
+    pub fn status(&self) -> StatusCode {
         match self {
             Self::Invalid { .. } => StatusCode::UNPROCESSABLE_ENTITY,
             Self::Unauthorized => StatusCode::UNAUTHORIZED,
@@ -64,13 +65,49 @@ impl AppError {
     }
 }
 
+/// The one place database errors become answers: an unavailable pool is 503, and integrity violations are the
+/// client's conflict or mistake, not a server error — a duplicate key (23505) or an overlapping range (23P01) is
+/// 409, a missing referenced row (23503) or a failed check (23514) 422. Handlers that can say it better replace the
+/// wording with [`AppError::on_conflict`] / [`AppError::on_invalid`] without matching SQLSTATE codes themselves.
 impl From<sqlx::Error> for AppError {
     fn from(e: sqlx::Error) -> Self {
         match &e {
             sqlx::Error::PoolTimedOut | sqlx::Error::Io(_) | sqlx::Error::PoolClosed => {
                 Self::Unavailable("database unavailable".into())
             }
+            sqlx::Error::Database(d) => {
+                let constraint = d.constraint().unwrap_or("a constraint").to_string();
+                match d.code().as_deref() {
+                    Some("23505") => Self::Conflict(format!("an entry with the same key exists ({constraint})")),
+                    Some("23P01") => Self::Conflict(format!("it overlaps an existing entry ({constraint})")),
+                    Some("23503") => {
+                        Self::invalid("body", format!("it refers to something that does not exist ({constraint})"))
+                    }
+                    Some("23514") => {
+                        Self::invalid("body", format!("a value is out of its allowed range ({constraint})"))
+                    }
+                    _ => Self::Internal(e.to_string()),
+                }
+            }
             _ => Self::Internal(e.to_string()),
+        }
+    }
+}
+
+impl AppError {
+    /// A conflict (duplicate key, overlap) said in the handler's words; other errors unchanged.
+    pub fn on_conflict(self, detail: impl FnOnce() -> String) -> Self {
+        match self {
+            Self::Conflict(_) => Self::Conflict(detail()),
+            other => other,
+        }
+    }
+
+    /// A conflict reported as an invalid field instead (a value given twice in one request); others unchanged.
+    pub fn on_conflict_invalid(self, field: impl Into<String>, reason: impl Into<String>) -> Self {
+        match self {
+            Self::Conflict(_) => Self::invalid(field, reason),
+            other => other,
         }
     }
 }

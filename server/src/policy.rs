@@ -525,7 +525,7 @@ async fn create_quota(
     }
     let id = Uuid::new_v4();
     let scope = holder_department(&mut tx, tenant, department).await?;
-    let result = sqlx::query(
+    sqlx::query(
         "INSERT INTO quotas (org_id, quota_id, tenant_id, department_id, gpu_class, gpus, valid_from, valid_to, created_by,
                              scope_department_id)
          VALUES ($1, $2, $3, $4, $5, $6::numeric, $7, $8, $9, $10)",
@@ -541,15 +541,11 @@ async fn create_quota(
     .bind(p.actor())
     .bind(scope)
     .execute(tx.conn())
-    .await;
-    if let Err(sqlx::Error::Database(e)) = &result
-        && e.code().as_deref() == Some("23P01")
-    {
-        return Err(AppError::Conflict(
-            "an existing quota for this holder and class overlaps that validity; end it first".into(),
-        ));
-    }
-    result?;
+    .await
+    .map_err(|e| {
+        AppError::from(e)
+            .on_conflict(|| "an existing quota for this holder and class overlaps that validity; end it first".into())
+    })?;
     audit_by(&mut tx, &p, "quota.create", &format!("quota:{id}"), "", json!({"gpus": gpus.to_string()})).await?;
     tx.commit().await?;
     Ok((StatusCode::CREATED, Json(CreatedQuota { quota_id: id.to_string() })))

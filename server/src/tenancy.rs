@@ -63,10 +63,6 @@ fn name_field(field: &str, value: &str) -> Result<String, AppError> {
     Ok(v.to_string())
 }
 
-fn unique_violation(e: &sqlx::Error, code: &str) -> bool {
-    matches!(e, sqlx::Error::Database(d) if d.code().as_deref() == Some(code))
-}
-
 /// Rows of `sql` as `R`; `$1` in `sql` is the transaction's organization (each statement filters on it).
 async fn rows<R>(tx: &mut OrgTx, sql: &str) -> Result<Vec<R>, AppError>
 where
@@ -163,18 +159,13 @@ async fn create_department(
     let name = name_field("name", &body.name)?;
     let mut tx = p.begin(&state.db).await?;
     let id = Uuid::new_v4();
-    let result = sqlx::query("INSERT INTO departments (org_id, department_id, name) VALUES ($1, $2, $3)")
+    sqlx::query("INSERT INTO departments (org_id, department_id, name) VALUES ($1, $2, $3)")
         .bind(p.org.as_uuid())
         .bind(id)
         .bind(&name)
         .execute(tx.conn())
-        .await;
-    if let Err(e) = &result
-        && unique_violation(e, "23505")
-    {
-        return Err(AppError::Conflict(format!("a department named {name:?} exists")));
-    }
-    result?;
+        .await
+        .map_err(|e| AppError::from(e).on_conflict(|| format!("a department named {name:?} exists")))?;
     audit_by(&mut tx, &p, "department.create", &format!("department:{id}"), "", json!({ "name": name })).await?;
     tx.commit().await?;
     Ok((StatusCode::CREATED, Json(CreatedDepartment { department_id: id.to_string(), name })))
@@ -215,19 +206,14 @@ async fn create_tenant(
     let mut tx = p.begin(&state.db).await?;
     let department = crate::policy::lookup_id(&mut tx, "departments", "department", body.department.trim()).await?;
     let id = Uuid::new_v4();
-    let result = sqlx::query("INSERT INTO tenants (org_id, tenant_id, department_id, name) VALUES ($1, $2, $3, $4)")
+    sqlx::query("INSERT INTO tenants (org_id, tenant_id, department_id, name) VALUES ($1, $2, $3, $4)")
         .bind(p.org.as_uuid())
         .bind(id)
         .bind(department)
         .bind(&name)
         .execute(tx.conn())
-        .await;
-    if let Err(e) = &result
-        && unique_violation(e, "23505")
-    {
-        return Err(AppError::Conflict(format!("a tenant named {name:?} exists")));
-    }
-    result?;
+        .await
+        .map_err(|e| AppError::from(e).on_conflict(|| format!("a tenant named {name:?} exists")))?;
     let namespaces = crate::ingest::reapply_namespaces_naming(&mut tx, p.org, &name).await?;
     let org = tx.org().as_uuid();
     let mut usage = sqlx::query(

@@ -384,7 +384,7 @@ async fn put_aliases(
         let Some(tenant) = tenant else {
             return Err(AppError::invalid(format!("aliases[{i}].tenant"), format!("no tenant {:?}", a.tenant)));
         };
-        let result = sqlx::query(
+        sqlx::query(
             "INSERT INTO endpoint_aliases (org_id, endpoint, kind, alias, tenant_id) VALUES ($1, $2, $3, $4, $5)",
         )
         .bind(p.org.as_uuid())
@@ -393,13 +393,8 @@ async fn put_aliases(
         .bind(a.alias.trim())
         .bind(tenant)
         .execute(tx.conn())
-        .await;
-        if let Err(sqlx::Error::Database(e)) = &result
-            && e.code().as_deref() == Some("23505")
-        {
-            return Err(AppError::invalid(format!("aliases[{i}].alias"), "given twice"));
-        }
-        result?;
+        .await
+        .map_err(|e| AppError::from(e).on_conflict_invalid(format!("aliases[{i}].alias"), "given twice"))?;
     }
     let attributed = sqlx::query(
         "UPDATE usage_records r SET tenant_id = a.tenant_id, department_id = t.department_id

@@ -141,3 +141,39 @@ async fn the_openapi_document_lists_only_routes_that_answer() {
         }
     }
 }
+
+/// Integrity violations are mapped once, in `AppError`'s conversion from the database error: a duplicate key or an
+/// overlapping range is a 409 conflict naming the constraint, a missing referenced row or a failed check a 422 —
+/// never a 500 — whichever handler met them.
+#[tokio::test]
+async fn database_integrity_violations_become_client_errors_in_one_place() {
+    use gpuledger_server::error::AppError;
+    let (test_db, _db) = common::migrated().await;
+    let pool = common::admin_pool(&test_db).await;
+    let mut conn = pool.acquire().await.unwrap();
+    for ddl in [
+        "CREATE TEMP TABLE k (id int CONSTRAINT k_pkey PRIMARY KEY)",
+        "CREATE TEMP TABLE r (id int CONSTRAINT r_k_fkey REFERENCES k (id))",
+        "CREATE TEMP TABLE c (v int CONSTRAINT c_positive CHECK (v > 0))",
+        "CREATE TEMP TABLE o (span tstzrange, CONSTRAINT o_no_overlap EXCLUDE USING gist (span WITH &&))",
+        "INSERT INTO k VALUES (1)",
+        "INSERT INTO o VALUES (tstzrange('2026-10-01', '2026-11-01'))",
+    ] {
+        sqlx::query(ddl).execute(&mut *conn).await.unwrap();
+    }
+    async fn error_of(conn: &mut sqlx::PgConnection, sql: &str) -> AppError {
+        AppError::from(sqlx::query(sql).execute(conn).await.unwrap_err())
+    }
+    let dup = error_of(&mut conn, "INSERT INTO k VALUES (1)").await;
+    assert!(matches!(&dup, AppError::Conflict(m) if m.contains("k_pkey")), "{dup:?}");
+    let overlap = error_of(&mut conn, "INSERT INTO o VALUES (tstzrange('2026-10-15', '2026-12-01'))").await;
+    assert!(matches!(&overlap, AppError::Conflict(m) if m.contains("o_no_overlap")), "{overlap:?}");
+    let missing = error_of(&mut conn, "INSERT INTO r VALUES (2)").await;
+    assert_eq!(missing.status(), StatusCode::UNPROCESSABLE_ENTITY, "{missing:?}");
+    let check = error_of(&mut conn, "INSERT INTO c VALUES (-1)").await;
+    assert_eq!(check.status(), StatusCode::UNPROCESSABLE_ENTITY, "{check:?}");
+    // A handler may say it in its own words; only a conflict is reworded.
+    let worded = AppError::Conflict("x".into()).on_conflict(|| "a tenant named \"a\" exists".into());
+    assert!(matches!(&worded, AppError::Conflict(m) if m.contains("tenant")));
+    assert!(matches!(AppError::Forbidden("f".into()).on_conflict(|| "no".into()), AppError::Forbidden(_)));
+}
