@@ -32,7 +32,7 @@ use crate::{
     error::AppError,
     http::{Caller, Close, ReadLedger},
     ledger::{approved_credits, inventory, load_input},
-    policy::{audit, parse_period, policy_for},
+    policy::{parse_period, policy_for},
 };
 
 /// A `closing` state older than this is considered abandoned.
@@ -465,9 +465,7 @@ async fn freeze(
     .bind(org.as_uuid())
     .execute(tx.conn())
     .await?;
-    audit(
-        &mut tx,
-        actor,
+    tx.audit(actor,
         "period.close",
         &format!("period:{period}"),
         "",

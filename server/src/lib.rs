@@ -3,6 +3,7 @@
 
 pub mod analytics;
 pub mod app;
+pub mod audit;
 pub mod auth;
 pub mod cli;
 pub mod close;

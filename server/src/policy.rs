@@ -51,58 +51,6 @@ pub async fn manager(state: &AppState, headers: &HeaderMap) -> Result<Principal,
     require(&state.db, headers, Capability::ManagePolicy).await
 }
 
-/// Writes an audit record in the caller's transaction.
-pub async fn audit(
-    tx: &mut OrgTx,
-    actor: &str,
-    action: &str,
-    target: &str,
-    reason: &str,
-    details: Value,
-) -> Result<(), AppError> {
-    audit_from(tx, actor, "", action, target, reason, details).await
-}
-
-/// Writes an audit record for a principal: who and from where.
-pub async fn audit_by(
-    tx: &mut OrgTx,
-    p: &Principal,
-    action: &str,
-    target: &str,
-    reason: &str,
-    details: Value,
-) -> Result<(), AppError> {
-    audit_from(tx, &p.actor(), &p.source, action, target, reason, details).await
-}
-
-/// Writes an audit record with its source address.
-pub async fn audit_from(
-    tx: &mut OrgTx,
-    actor: &str,
-    source: &str,
-    action: &str,
-    target: &str,
-    reason: &str,
-    details: Value,
-) -> Result<(), AppError> {
-    let org = tx.org().as_uuid();
-    sqlx::query(
-        "INSERT INTO audit_log (org_id, audit_id, actor, action, target, reason, details, source)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
-    )
-    .bind(org)
-    .bind(Uuid::new_v4())
-    .bind(actor)
-    .bind(action)
-    .bind(target)
-    .bind(reason)
-    .bind(details)
-    .bind(source)
-    .execute(tx.conn())
-    .await?;
-    Ok(())
-}
-
 /// Largest JSON body of the REST API (agents' batches and gateways' usage records have their own limits).
 pub const MAX_API_BODY_BYTES: usize = 1024 * 1024;
 
@@ -238,8 +186,7 @@ pub async fn create_draft(
     .bind(actor)
     .execute(tx.conn())
     .await?;
-    audit(
-        tx,
+    tx.audit(
         actor,
         "policy.create",
         &format!("policy:{version}"),
@@ -306,7 +253,7 @@ async fn update_policy(
     .bind(org)
     .execute(tx.conn())
     .await?;
-    audit_by(&mut tx, &p, "policy.update", &format!("policy:{version}"), &body.note, json!({})).await?;
+    tx.audit_by(&p, "policy.update", &format!("policy:{version}"), &body.note, json!({})).await?;
     let row: PolicyRow =
         sqlx::query_as(&format!("SELECT {POLICY_COLUMNS} FROM cost_policies WHERE version = $1 AND org_id = $2"))
             .bind(version)
@@ -361,7 +308,7 @@ pub async fn approve(tx: &mut OrgTx, actor: &str, version: i32, reason: &str) ->
     .bind(org)
     .execute(tx.conn())
     .await?;
-    audit(tx, actor, "policy.approve", &format!("policy:{version}"), reason, json!({})).await?;
+    tx.audit(actor, "policy.approve", &format!("policy:{version}"), reason, json!({})).await?;
     Ok(())
 }
 
@@ -546,7 +493,7 @@ async fn create_quota(
         AppError::from(e)
             .on_conflict(|| "an existing quota for this holder and class overlaps that validity; end it first".into())
     })?;
-    audit_by(&mut tx, &p, "quota.create", &format!("quota:{id}"), "", json!({"gpus": gpus.to_string()})).await?;
+    tx.audit_by(&p, "quota.create", &format!("quota:{id}"), "", json!({"gpus": gpus.to_string()})).await?;
     tx.commit().await?;
     Ok((StatusCode::CREATED, Json(CreatedQuota { quota_id: id.to_string() })))
 }
@@ -656,7 +603,7 @@ pub async fn import_kueue_quotas(
             imported += 1;
         }
     }
-    audit(tx, actor, "quota.import_kueue", "quotas", "", json!({"imported": imported, "skipped": skipped})).await?;
+    tx.audit(actor, "quota.import_kueue", "quotas", "", json!({"imported": imported, "skipped": skipped})).await?;
     Ok(KueueImport { imported, skipped })
 }
 

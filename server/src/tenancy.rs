@@ -35,7 +35,7 @@ use crate::{
     db::OrgTx,
     error::AppError,
     http::{Administer, Caller, JsonBody, ManagePolicy, ReadLedger},
-    policy::{audit_by, instant},
+    policy::instant,
 };
 
 /// Routes of this module.
@@ -166,7 +166,7 @@ async fn create_department(
         .execute(tx.conn())
         .await
         .map_err(|e| AppError::from(e).on_conflict(|| format!("a department named {name:?} exists")))?;
-    audit_by(&mut tx, &p, "department.create", &format!("department:{id}"), "", json!({ "name": name })).await?;
+    tx.audit_by(&p, "department.create", &format!("department:{id}"), "", json!({ "name": name })).await?;
     tx.commit().await?;
     Ok((StatusCode::CREATED, Json(CreatedDepartment { department_id: id.to_string(), name })))
 }
@@ -237,8 +237,7 @@ async fn create_tenant(
     .execute(tx.conn())
     .await?
     .rows_affected();
-    audit_by(
-        &mut tx,
+    tx.audit_by(
         &p,
         "tenant.create",
         &format!("tenant:{id}"),
@@ -420,8 +419,7 @@ async fn add_model(
     .execute(tx.conn())
     .await?;
     let recomputed = crate::ingest::recompute_for_inventory(&mut tx, p.org, &model, valid_from).await?;
-    audit_by(
-        &mut tx,
+    tx.audit_by(
         &p,
         "inventory.model",
         &format!("gpu_model:{model}"),
@@ -476,9 +474,7 @@ async fn add_profile(
     .execute(tx.conn())
     .await?;
     let recomputed = crate::ingest::recompute_for_inventory(&mut tx, p.org, &model, valid_from).await?;
-    audit_by(
-        &mut tx,
-        &p,
+    tx.audit_by(&p,
         "inventory.profile",
         &format!("{}:{model}/{profile}", body.kind),
         "",
@@ -537,8 +533,7 @@ async fn add_timeslicing(
     .bind(body.replicas)
     .execute(tx.conn())
     .await?;
-    audit_by(
-        &mut tx,
+    tx.audit_by(
         &p,
         "inventory.timeslicing",
         &format!("timeslicing:{}/{name}", body.cluster.trim()),

@@ -30,7 +30,6 @@ use crate::{
     auth,
     error::AppError,
     http::{Administer, Caller, JsonBody},
-    policy::audit_by,
 };
 
 /// Routes of this module.
@@ -408,8 +407,7 @@ async fn put_aliases(
     .execute(tx.conn())
     .await?
     .rows_affected();
-    audit_by(
-        &mut tx,
+    tx.audit_by(
         &p,
         "endpoint.aliases",
         &format!("endpoint:{endpoint}"),

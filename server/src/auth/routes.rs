@@ -33,7 +33,6 @@ use crate::{
     db::OrgTx,
     error::AppError,
     http::{Administer, Caller, JsonBody},
-    policy::audit_from,
 };
 
 /// Routes of sign-in and identity administration.
@@ -225,8 +224,7 @@ async fn callback(
     let (verified, _idp) = match outcome {
         Ok(v) => v,
         Err(e) => {
-            audit_from(
-                &mut tx,
+            tx.audit_from(
                 "anonymous",
                 &from,
                 "login.failure",
@@ -243,8 +241,7 @@ async fn callback(
     let (roles, departments) = oidc::roles_for(&mut tx, &verified.groups).await?;
     if roles.is_empty() {
         let e = LoginError::NoRole(who.clone());
-        audit_from(
-            &mut tx,
+        tx.audit_from(
             &format!("user:{who}"),
             &from,
             "login.denied",
@@ -266,8 +263,7 @@ async fn callback(
     };
     let value = session::create(&mut tx, &state.auth.sessions, &new).await?;
     let role_names: Vec<&str> = roles.iter().map(|r| r.as_str()).collect();
-    audit_from(&mut tx, &format!("user:{who}"), &from, "login.success", "oidc", "", json!({"roles": role_names}))
-        .await?;
+    tx.audit_from(&format!("user:{who}"), &from, "login.success", "oidc", "", json!({"roles": role_names})).await?;
     tx.commit_quiet().await?;
     let landing = safe_next(Some(&verified.return_to)).unwrap_or_else(|| roles[0].landing().to_string());
     let set = session::set_cookie(secure, session::SECURE_COOKIE, session::PLAIN_COOKIE, &value, None);
@@ -329,8 +325,7 @@ async fn demo_login(
         // it against a real organization is a denied sign-in its admins see (the login rate limit bounds how often).
         if let Ok(Some(org)) = org_for(&state, form.org.as_deref()).await {
             let mut tx = state.db.begin_org(org).await?;
-            audit_from(
-                &mut tx,
+            tx.audit_from(
                 "anonymous",
                 &from,
                 "login.denied",
@@ -374,16 +369,8 @@ async fn demo_login(
     };
     let new = NewSession { user_id, roles: vec![role], departments, id_token_hint: None, source: from.clone() };
     let value = session::create(&mut tx, &state.auth.sessions, &new).await?;
-    audit_from(
-        &mut tx,
-        &format!("user:{email}"),
-        &from,
-        "login.success",
-        "demo",
-        "",
-        json!({"roles": [role.as_str()]}),
-    )
-    .await?;
+    tx.audit_from(&format!("user:{email}"), &from, "login.success", "demo", "", json!({"roles": [role.as_str()]}))
+        .await?;
     tx.commit_quiet().await?;
     let secure = state.auth.sessions.secure(&headers);
     let set = session::set_cookie(secure, session::SECURE_COOKIE, session::PLAIN_COOKIE, &value, None);
@@ -406,7 +393,7 @@ async fn logout(State(state): State<AppState>, headers: HeaderMap) -> Result<Res
     let mut target = "/login?signed_out=1".to_string();
     if let (Some(p), Some(hint)) = (principal, ended) {
         let mut tx = state.db.begin_org(p.org).await?;
-        audit_from(&mut tx, &p.actor(), &source(&headers), "logout", "session", "", json!({})).await?;
+        tx.audit_from(&p.actor(), &source(&headers), "logout", "session", "", json!({})).await?;
         let idp = oidc::settings(&mut tx, state.auth.providers.secrets_dir.as_deref()).await?;
         tx.commit_quiet().await?;
         if let (Some(idp), Some(hint)) = (idp, hint)
@@ -547,15 +534,8 @@ async fn put_provider(
     .execute(tx.conn())
     .await?;
     // The secret is never written to the audit log.
-    crate::policy::audit_by(
-        &mut tx,
-        &p,
-        "identity.provider.update",
-        "idp",
-        "",
-        json!({"issuer": issuer, "client_id": r.client_id.trim()}),
-    )
-    .await?;
+    tx.audit_by(&p, "identity.provider.update", "idp", "", json!({"issuer": issuer, "client_id": r.client_id.trim()}))
+        .await?;
     tx.commit().await?;
     provider_settings(&state, &p, &headers).await.map(Json)
 }
@@ -569,7 +549,7 @@ async fn delete_provider(State(state): State<AppState>, headers: HeaderMap) -> R
     if removed == 0 {
         return Err(AppError::NotFound("no identity provider is configured".into()));
     }
-    crate::policy::audit_by(&mut tx, &p, "identity.provider.delete", "idp", "", json!({})).await?;
+    tx.audit_by(&p, "identity.provider.delete", "idp", "", json!({})).await?;
     tx.commit().await?;
     Ok(StatusCode::NO_CONTENT)
 }
@@ -656,15 +636,7 @@ async fn put_mappings(
         .execute(tx.conn())
         .await?;
     }
-    crate::policy::audit_by(
-        &mut tx,
-        &p,
-        "identity.role_mappings.update",
-        "role_mappings",
-        "",
-        json!({"count": rows.len()}),
-    )
-    .await?;
+    tx.audit_by(&p, "identity.role_mappings.update", "role_mappings", "", json!({"count": rows.len()})).await?;
     tx.commit().await?;
     role_mappings(&state, &p).await.map(Json)
 }

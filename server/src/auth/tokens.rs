@@ -212,7 +212,7 @@ pub async fn revoke_for(state: &AppState, p: &super::Principal, id: &str) -> Res
         .bind(org)
         .execute(tx.conn())
         .await?;
-    crate::policy::audit_by(&mut tx, p, "token.revoke", &token_id.to_string(), "", json!({})).await?;
+    tx.audit_by(p, "token.revoke", &token_id.to_string(), "", json!({})).await?;
     tx.commit_quiet().await?; // credentials only: no figure changes
     Ok(())
 }

@@ -71,8 +71,7 @@ async fn decide_credit(
     // Separation of duties: whoever accepted the dispute (and so set the credit) does not approve its money.
     // The refusal is audited (nothing else was changed in this transaction).
     if decision == CreditDecision::Approve && accepted_by == who {
-        crate::policy::audit_by(
-            &mut tx,
+        tx.audit_by(
             principal,
             "dispute.credit_approval_refused",
             &format!("dispute:{}", dispute.id),

@@ -124,15 +124,7 @@ pub(super) async fn record(
     if let (Some(all), Value::Object(extra)) = (audit_details.as_object_mut(), details) {
         all.extend(extra);
     }
-    crate::policy::audit(
-        tx,
-        actor,
-        &format!("dispute.{action}"),
-        &format!("dispute:{}", dispute.id),
-        body,
-        audit_details,
-    )
-    .await
+    tx.audit(actor, &format!("dispute.{action}"), &format!("dispute:{}", dispute.id), body, audit_details).await
 }
 
 /// The columns of a dispute a transition needs, read under a row lock.

@@ -41,7 +41,7 @@ use crate::{
     db::Database,
     error::AppError,
     ledger::period_state,
-    policy::{audit_by, parse_period, reader},
+    policy::{parse_period, reader},
 };
 use cells::Cell;
 use sources::{Select, Source};
@@ -325,7 +325,7 @@ async fn audit_export(
     details: serde_json::Value,
 ) -> Result<(), AppError> {
     let mut tx = p.begin(db).await?;
-    audit_by(&mut tx, p, action, target, "", details).await?;
+    tx.audit_by(p, action, target, "", details).await?;
     tx.commit().await?;
     Ok(())
 }

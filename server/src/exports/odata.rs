@@ -31,7 +31,6 @@ use crate::{
     app::AppState,
     auth::{Capability, Principal, require},
     error::AppError,
-    policy::audit_by,
 };
 
 /// Most entities in one answer.
@@ -661,7 +660,7 @@ async fn page(state: &AppState, set: &str, headers: &HeaderMap, raw: Option<&str
     if o.skiptoken.is_none() {
         let details =
             json!({"filter": o.filter, "select": o.select, "orderby": o.orderby, "top": o.top, "skip": o.skip});
-        audit_by(&mut tx, &p, "export.odata", source.set, "", details).await?;
+        tx.audit_by(&p, "export.odata", source.set, "", details).await?;
     }
     tx.commit().await?;
 
@@ -730,7 +729,7 @@ pub async fn count(
             use sqlx::Row;
             r.try_get::<i64, _>(0)
         })?;
-        audit_by(&mut tx, &p, "export.odata", &format!("{}/$count", select.source.set), "", json!({})).await?;
+        tx.audit_by(&p, "export.odata", &format!("{}/$count", select.source.set), "", json!({})).await?;
         tx.commit().await?;
         let mut response = n.to_string().into_response();
         let h = response.headers_mut();
