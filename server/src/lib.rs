@@ -25,6 +25,7 @@ pub mod pagecache;
 pub mod policy;
 pub mod portal;
 pub mod readmodel;
+pub mod state;
 pub mod tenancy;
 pub mod training;
 pub mod usage;
