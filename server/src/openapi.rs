@@ -50,6 +50,20 @@ enum Content {
     Nothing,
 }
 
+impl Content {
+    /// The `content` object of a request body or an answer (`None`: no body).
+    fn render(&self, g: &mut SchemaGenerator) -> Option<Value> {
+        match self {
+            Self::Json(schema) => Some(json!({"application/json": {"schema": schema(g)}})),
+            Self::Component(name) => {
+                Some(json!({"application/json": {"schema": {"$ref": format!("#/components/schemas/{name}")}}}))
+            }
+            Self::Text(media) => Some(json!({ *media: {"schema": {"type": "string"}}})),
+            Self::Nothing => None,
+        }
+    }
+}
+
 /// One operation of the document.
 pub struct Op {
     method: &'static str,
@@ -57,7 +71,7 @@ pub struct Op {
     summary: &'static str,
     security: bool,
     parameters: Vec<Value>,
-    body: Option<SchemaOf>,
+    body: Option<Content>,
     ok: Option<(u16, &'static str, Content)>,
     errors: &'static [u16],
 }
@@ -85,7 +99,12 @@ impl Op {
     }
     /// The JSON request body's type.
     fn body<T: JsonSchema>(mut self) -> Self {
-        self.body = Some(schema_of::<T>);
+        self.body = Some(Content::Json(schema_of::<T>));
+        self
+    }
+    /// The JSON request body, described by the named hand-written component.
+    fn body_document(mut self, component: &'static str) -> Self {
+        self.body = Some(Content::Component(component));
         self
     }
     /// The successful answer: `status` with a `T` as JSON.
@@ -128,22 +147,12 @@ impl Op {
         if !self.parameters.is_empty() {
             op.insert("parameters".into(), Value::Array(self.parameters.clone()));
         }
-        if let Some(body) = self.body {
-            op.insert(
-                "requestBody".into(),
-                json!({"required": true, "content": {"application/json": {"schema": body(g)}}}),
-            );
+        if let Some(content) = self.body.as_ref().and_then(|b| b.render(g)) {
+            op.insert("requestBody".into(), json!({"required": true, "content": content}));
         }
         let mut responses = Map::new();
         if let Some((status, description, content)) = &self.ok {
-            let content = match content {
-                Content::Json(schema) => Some(json!({"application/json": {"schema": schema(g)}})),
-                Content::Component(name) => {
-                    Some(json!({"application/json": {"schema": {"$ref": format!("#/components/schemas/{name}")}}}))
-                }
-                Content::Text(media) => Some(json!({ *media: {"schema": {"type": "string"}}})),
-                Content::Nothing => None,
-            };
+            let content = content.render(g);
             let mut answer = json!({ "description": description });
             if let (Some(content), Some(answer)) = (content, answer.as_object_mut()) {
                 answer.insert("content".into(), content);
@@ -261,6 +270,7 @@ fn ingest_ops() -> Vec<Op> {
             "Agents' facts (gzip allowed); acknowledged after the commit; idempotent by event ID",
         )
         .token()
+        .body_document("Batch")
         .answers::<ingest::BatchAck>(200, "stored")
         .errors(&[401, 403, 413, 422]),
         Op::post("/api/v1/agents/join", "Exchange a one-time join token for the cluster's agent credential")
