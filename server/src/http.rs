@@ -3,7 +3,11 @@
 //!
 //! ```ignore
 //! async fn create(caller: Caller<Administer>, JsonBody(body): JsonBody<TenantBody>) -> Result<…, AppError>
+//! async fn list(caller: Caller<ReadLedger>, Params(q): Params<ListQuery>) -> Result<…, AppError>
 //! ```
+//!
+//! The parsers every feature shares for what arrives over HTTP (bodies, query strings, months, instants) live
+//! here too, so no feature imports another to read its input.
 
 use std::{marker::PhantomData, ops::Deref};
 
@@ -12,6 +16,8 @@ use axum::{
     extract::{FromRequest, FromRequestParts, Request},
     http::request::Parts,
 };
+use gpuledger_core::Period;
+use time::OffsetDateTime;
 
 use crate::{
     app::AppState,
@@ -84,7 +90,7 @@ impl<N: Need> FromRequestParts<AppState> for Caller<N> {
     }
 }
 
-/// A JSON request body parsed strictly: at most [`crate::policy::MAX_API_BODY_BYTES`], its shape within the
+/// A JSON request body parsed strictly: at most [`MAX_API_BODY_BYTES`], its shape within the
 /// API's JSON limits, unknown fields refused where the type says `deny_unknown_fields`, and every error naming
 /// the field (`policy.classes[0].borrowed`) and the reason.
 #[derive(Debug)]
@@ -96,14 +102,142 @@ impl<T: serde::de::DeserializeOwned + Send> FromRequest<AppState> for JsonBody<T
     async fn from_request(request: Request, state: &AppState) -> Result<Self, AppError> {
         let bytes = Bytes::from_request(request, state).await.map_err(|e| {
             if e.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE {
-                AppError::PayloadTooLarge(format!(
-                    "a JSON body larger than {} bytes",
-                    crate::policy::MAX_API_BODY_BYTES
-                ))
+                AppError::PayloadTooLarge(format!("a JSON body larger than {} bytes", MAX_API_BODY_BYTES))
             } else {
                 AppError::invalid("body", e.body_text())
             }
         })?;
-        crate::policy::json_body(&bytes).map(Self)
+        json_body(&bytes).map(Self)
+    }
+}
+
+/// Largest JSON body of the REST API (agents' batches and gateways' usage records have their own limits).
+pub const MAX_API_BODY_BYTES: usize = 1024 * 1024;
+
+/// Parses a JSON request body; the error names the field (`policy.classes[0].borrowed`) and the reason. The
+/// body's shape is checked first against [`crate::limits::JsonLimits::API`].
+pub fn json_body<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, AppError> {
+    if bytes.is_empty() {
+        return Err(AppError::invalid("body", "a JSON body is required"));
+    }
+    if bytes.len() > MAX_API_BODY_BYTES {
+        return Err(AppError::PayloadTooLarge(format!("a JSON body larger than {MAX_API_BODY_BYTES} bytes")));
+    }
+    crate::limits::JsonGuard::check(crate::limits::JsonLimits::API, bytes)
+        .map_err(|hit| AppError::invalid(hit.at, hit.reason))?;
+    let de = &mut serde_json::Deserializer::from_slice(bytes);
+    serde_path_to_error::deserialize(de).map_err(|e| {
+        let path = e.path().to_string();
+        AppError::invalid(if path == "." { "body".to_string() } else { path }, e.inner().to_string())
+    })
+}
+
+/// Longest query string an API operation reads; longer ones are refused before parsing.
+pub const MAX_QUERY_BYTES: usize = 4096;
+/// Most parameters in one query string.
+pub const MAX_QUERY_PARAMS: usize = 32;
+
+/// A query string parsed strictly into `T` (declare it `#[serde(deny_unknown_fields)]`): at most
+/// [`MAX_QUERY_BYTES`] and [`MAX_QUERY_PARAMS`], an unknown or repeated parameter refused, and every error a
+/// 422 problem naming the parameter and the reason.
+#[derive(Debug)]
+pub struct Params<T>(pub T);
+
+impl<T: serde::de::DeserializeOwned + Send, S: Send + Sync> FromRequestParts<S> for Params<T> {
+    type Rejection = AppError;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, AppError> {
+        query_params(parts.uri.query().unwrap_or_default()).map(Self)
+    }
+}
+
+/// Parses a query string as [`Params`] does.
+pub fn query_params<T: serde::de::DeserializeOwned>(query: &str) -> Result<T, AppError> {
+    if query.len() > MAX_QUERY_BYTES {
+        return Err(AppError::invalid("query", format!("longer than {MAX_QUERY_BYTES} bytes")));
+    }
+    let pairs: Vec<_> = form_urlencoded::parse(query.as_bytes()).collect();
+    if pairs.len() > MAX_QUERY_PARAMS {
+        return Err(AppError::invalid("query", format!("more than {MAX_QUERY_PARAMS} parameters")));
+    }
+    for (i, (key, _)) in pairs.iter().enumerate() {
+        if pairs[..i].iter().any(|(k, _)| k == key) {
+            return Err(AppError::invalid(key.to_string(), "given more than once"));
+        }
+    }
+    let de = serde_urlencoded::Deserializer::new(form_urlencoded::parse(query.as_bytes()));
+    serde_path_to_error::deserialize(de).map_err(|e| {
+        let reason = e.inner().to_string();
+        let path = e.path().to_string();
+        // serde reports an unknown parameter at the struct's root; name the parameter itself.
+        let field = match (path.as_str(), reason.strip_prefix("unknown field `")) {
+            (".", Some(rest)) => rest.split('`').next().unwrap_or("query").to_string(),
+            (".", None) => "query".to_string(),
+            _ => path,
+        };
+        let reason = match reason.split_once(", expected ") {
+            Some((_, expected)) if reason.starts_with("unknown field") => {
+                format!("unknown parameter; expected {}", expected.replace('`', ""))
+            }
+            _ => reason,
+        };
+        AppError::invalid(field, reason)
+    })
+}
+
+/// Parses a `YYYY-MM` parameter; the error names `field`.
+pub fn parse_period(field: &str, s: &str) -> Result<Period, AppError> {
+    Period::parse(s).map_err(|e| AppError::invalid(field, e.to_string()))
+}
+
+/// Parses an RFC 3339 instant; the error names `field`.
+pub fn instant(field: &str, value: &str) -> Result<OffsetDateTime, AppError> {
+    OffsetDateTime::parse(value, &time::format_description::well_known::Rfc3339)
+        .map_err(|e| AppError::invalid(field, format!("{value:?} is not an RFC 3339 time: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use serde::Deserialize;
+
+    use super::*;
+
+    #[derive(Debug, Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Q {
+        period: Option<String>,
+        page: Option<u32>,
+    }
+
+    fn field(e: AppError) -> (String, String) {
+        match e {
+            AppError::Invalid { field, reason } => (field, reason),
+            other => panic!("not a 422: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_strict_query_reads_known_parameters() {
+        let q: Q = query_params("period=2026-11&page=2").unwrap();
+        assert_eq!((q.period.as_deref(), q.page), (Some("2026-11"), Some(2)));
+        let q: Q = query_params("").unwrap();
+        assert_eq!((q.period, q.page), (None, None));
+    }
+
+    #[test]
+    fn a_strict_query_names_the_parameter_it_refuses() {
+        let (f, r) = field(query_params::<Q>("period=2026-11&perod=x").unwrap_err());
+        assert_eq!(f, "perod");
+        assert!(r.contains("unknown parameter") && r.contains("period") && r.contains("page"), "{r}");
+        let (f, r) = field(query_params::<Q>("page=two").unwrap_err());
+        assert_eq!(f, "page");
+        assert!(r.contains("invalid"), "{r}");
+        let (f, r) = field(query_params::<Q>("page=1&page=2").unwrap_err());
+        assert_eq!((f.as_str(), r.as_str()), ("page", "given more than once"));
+        let long = format!("period={}", "x".repeat(MAX_QUERY_BYTES));
+        assert_eq!(field(query_params::<Q>(&long).unwrap_err()).0, "query");
+        let many = (0..40).map(|i| format!("p{i}=1")).collect::<Vec<_>>().join("&");
+        assert_eq!(field(query_params::<Q>(&many).unwrap_err()).0, "query");
     }
 }

@@ -26,6 +26,7 @@ pub mod policy;
 pub mod portal;
 pub mod readmodel;
 pub mod state;
+pub mod store;
 pub mod tenancy;
 pub mod training;
 pub mod usage;

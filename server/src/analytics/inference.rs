@@ -8,10 +8,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use axum::{
-    Json,
-    extract::{Query, State, rejection::QueryRejection},
-};
+use axum::{Json, extract::State};
 use gpuledger_api::analytics::{EndpointInference, Inference, TenantInference, Unattributed};
 use gpuledger_core::{
     Confidence, Fraction, Period,
@@ -22,14 +19,15 @@ use gpuledger_core::{
 use time::OffsetDateTime;
 use uuid::Uuid;
 
-use super::{checked_params, confidence, internal, month_so_far, rfc3339};
+use super::{confidence, internal, month_so_far, param, rfc3339};
+use crate::http::Params;
 use crate::{
     app::AppState,
     auth::Visible,
     db::OrgTx,
     error::AppError,
     http::{Caller, ReadLedger},
-    policy::policy_for,
+    store::policy_for,
 };
 
 /// Decimal places of GPU-hours in the answer.
@@ -45,17 +43,22 @@ fn opt(f: &Option<Fraction>, scale: u32) -> Result<Option<String>, AppError> {
 
 type UsageRow = (String, String, Uuid, i64, i64, i64, i64, i64);
 
+/// The inference report's query.
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct InferenceQuery {
+    period: Option<String>,
+    department: Option<String>,
+}
+
 pub(super) async fn inference(
     State(state): State<AppState>,
     principal: Caller<ReadLedger>,
-    query: Result<Query<Vec<(String, String)>>, QueryRejection>,
+    Params(q): Params<InferenceQuery>,
 ) -> Result<Json<Inference>, AppError> {
-    let Query(pairs) = query.map_err(|e| AppError::invalid("query", e.body_text()))?;
-    let params = checked_params(&pairs, &["period", "department"])?;
-    let get = |name: &str| params.get(name).copied();
-    let period = get("period").ok_or_else(|| AppError::invalid("period", "required (YYYY-MM)"))?;
-    let period = crate::policy::parse_period("period", period)?;
-    let department = get("department")
+    let period = param(&q.period).ok_or_else(|| AppError::invalid("period", "required (YYYY-MM)"))?;
+    let period = crate::http::parse_period("period", period)?;
+    let department = param(&q.department)
         .filter(|d| !d.is_empty())
         .map(|d| Uuid::parse_str(d).map_err(|e| AppError::invalid("department", e.to_string())))
         .transpose()?;

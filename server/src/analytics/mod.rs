@@ -18,13 +18,9 @@
 //!   (`gpu_instance_id = -1`) then apply to every allocation on that GPU.
 //! - telemetry windows that start at most one day before the period (rollup windows are minutes long).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap};
 
-use axum::{
-    Json, Router,
-    extract::{Query, State, rejection::QueryRejection},
-    routing::get,
-};
+use axum::{Json, Router, extract::State, routing::get};
 use gpuledger_api::analytics as api;
 use gpuledger_core::{
     Confidence, Fraction, NANOS_PER_HOUR, Period,
@@ -66,7 +62,7 @@ pub fn router() -> Router<AppState> {
 
 /// The query, validated.
 #[derive(Debug, Clone, PartialEq)]
-struct Params {
+struct UtilizationParams {
     period: Period,
     tenant: Option<TenantId>,
     threshold_pct: f64,
@@ -77,20 +73,21 @@ struct Params {
 
 /// A query's parameters, checked: only `allowed` names, each at most once; values trimmed. Every analytics
 /// endpoint (and the training report) refuses the rest the same way.
-pub(crate) fn checked_params<'a>(
-    pairs: &'a [(String, String)],
-    allowed: &[&str],
-) -> Result<BTreeMap<&'a str, &'a str>, AppError> {
-    let mut params = BTreeMap::new();
-    for (key, value) in pairs {
-        if !allowed.contains(&key.as_str()) {
-            return Err(AppError::invalid(key.clone(), "unknown parameter"));
-        }
-        if params.insert(key.as_str(), value.trim()).is_some() {
-            return Err(AppError::invalid(key.clone(), "given more than once"));
-        }
-    }
-    Ok(params)
+/// A query parameter's value, trimmed.
+pub(crate) fn param(value: &Option<String>) -> Option<&str> {
+    value.as_deref().map(str::trim)
+}
+
+/// The utilization report's query.
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct UtilizationQuery {
+    period: Option<String>,
+    tenant: Option<String>,
+    idle_threshold_pct: Option<String>,
+    min_idle_hours: Option<String>,
+    page: Option<String>,
+    per_page: Option<String>,
 }
 
 /// A month as analysed: its bounds, and its end cut to now (the current month runs to now; a future one is empty).
@@ -100,10 +97,15 @@ pub(crate) fn month_so_far(period: Period) -> Result<(Interval, OffsetDateTime),
     Ok((month, to))
 }
 
-fn parse_params(pairs: &[(String, String)]) -> Result<Params, AppError> {
-    let params =
-        checked_params(pairs, &["period", "tenant", "idle_threshold_pct", "min_idle_hours", "page", "per_page"])?;
-    let get = |name: &str| params.get(name).copied();
+fn parse_params(q: &UtilizationQuery) -> Result<UtilizationParams, AppError> {
+    let get = |name: &str| match name {
+        "period" => param(&q.period),
+        "tenant" => param(&q.tenant),
+        "idle_threshold_pct" => param(&q.idle_threshold_pct),
+        "min_idle_hours" => param(&q.min_idle_hours),
+        "page" => param(&q.page),
+        _ => param(&q.per_page),
+    };
     let period = get("period").ok_or_else(|| AppError::invalid("period", "required (YYYY-MM)"))?;
     let period = Period::parse(period).map_err(|e| AppError::invalid("period", e.to_string()))?;
     let tenant = get("tenant")
@@ -142,7 +144,7 @@ fn parse_params(pairs: &[(String, String)]) -> Result<Params, AppError> {
             },
         }
     };
-    Ok(Params {
+    Ok(UtilizationParams {
         period,
         tenant,
         threshold_pct,
@@ -436,10 +438,9 @@ fn allocation_json(
 async fn utilization(
     State(state): State<AppState>,
     principal: Caller<ReadLedger>,
-    query: Result<Query<Vec<(String, String)>>, QueryRejection>,
+    crate::http::Params(query): crate::http::Params<UtilizationQuery>,
 ) -> Result<Json<api::Utilization>, AppError> {
-    let Query(pairs) = query.map_err(|e| AppError::invalid("query", e.body_text()))?;
-    let params = parse_params(&pairs)?;
+    let params = parse_params(&query)?;
 
     let (month, end) = month_so_far(params.period)?;
     let window = Interval::new(month.start(), end).map_err(internal)?;
@@ -570,18 +571,12 @@ mod tests {
     use super::*;
     use time::{Duration, macros::datetime};
 
-    fn q(s: &str) -> Vec<(String, String)> {
-        s.split('&')
-            .filter(|p| !p.is_empty())
-            .map(|p| {
-                let (k, v) = p.split_once('=').unwrap_or((p, ""));
-                (k.to_string(), v.to_string())
-            })
-            .collect()
+    fn q(s: &str) -> UtilizationQuery {
+        crate::http::query_params(s).unwrap()
     }
 
     fn field(s: &str) -> String {
-        match parse_params(&q(s)).unwrap_err() {
+        match crate::http::query_params::<UtilizationQuery>(s).and_then(|q| parse_params(&q)).unwrap_err() {
             AppError::Invalid { field, .. } => field,
             other => panic!("unexpected {other:?}"),
         }

@@ -10,16 +10,14 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use axum::{
-    Json,
-    extract::{Query, State, rejection::QueryRejection},
-};
+use axum::{Json, extract::State};
 use gpuledger_api::analytics::{SessionRow, Sessions};
 use gpuledger_core::{Fraction, NANOS_PER_HOUR, ledger::Term};
 use time::OffsetDateTime;
 use uuid::Uuid;
 
-use super::{checked_params, internal, month_so_far, rfc3339, split_by_owner};
+use super::{internal, month_so_far, param, rfc3339, split_by_owner};
+use crate::http::Params;
 use crate::{
     app::AppState,
     auth::Visible,
@@ -52,16 +50,21 @@ fn dec(f: &Fraction, scale: u32) -> Result<String, AppError> {
 type RecordRow = (String, String, String, i64, i64, i64, Option<i64>);
 type AllocRow = (String, Option<Uuid>, i64, i64, Option<String>, OffsetDateTime, Option<OffsetDateTime>);
 
+/// The sessions report's query.
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct SessionsQuery {
+    period: Option<String>,
+    tenant: Option<String>,
+}
+
 pub(super) async fn sessions(
     State(state): State<AppState>,
     principal: Caller<ReadLedger>,
-    query: Result<Query<Vec<(String, String)>>, QueryRejection>,
+    Params(q): Params<SessionsQuery>,
 ) -> Result<Json<Sessions>, AppError> {
-    let Query(pairs) = query.map_err(|e| AppError::invalid("query", e.body_text()))?;
-    let params = checked_params(&pairs, &["period", "tenant"])?;
-    let get = |name: &str| params.get(name).copied();
-    let period = crate::policy::parse_period("period", get("period").unwrap_or_default())?;
-    let tenant = get("tenant")
+    let period = crate::http::parse_period("period", param(&q.period).unwrap_or_default())?;
+    let tenant = param(&q.tenant)
         .ok_or_else(|| AppError::invalid("tenant", "required (a tenant ID)"))
         .and_then(|t| Uuid::parse_str(t).map_err(|e| AppError::invalid("tenant", e.to_string())))?;
     let (month, to) = month_so_far(period)?;

@@ -28,6 +28,7 @@ use super::{
     session::{self, NewSession},
     source,
 };
+use crate::http::Params;
 use crate::{
     app::AppState,
     db::OrgTx,
@@ -644,6 +645,7 @@ async fn put_mappings(
 // ---------------------------------------------------------------- audit log
 
 #[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 struct AuditQuery {
     limit: Option<i64>,
     before: Option<String>,
@@ -654,7 +656,7 @@ struct AuditQuery {
 async fn audit_log(
     State(state): State<AppState>,
     p: Caller<Administer>,
-    Query(q): Query<AuditQuery>,
+    Params(q): Params<AuditQuery>,
 ) -> Result<Json<AuditLog>, AppError> {
     let limit = q.limit.unwrap_or(100);
     if !(1..=1000).contains(&limit) {

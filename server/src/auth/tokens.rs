@@ -76,7 +76,7 @@ async fn create(
 ) -> Result<(StatusCode, Json<CreatedToken>), AppError> {
     state.auth.limits.check("tokens", &source(&headers))?;
     let p = super::require(&state.db, &headers, super::Capability::Administer).await?;
-    let request: NewToken = crate::policy::json_body(&body)?;
+    let request: NewToken = crate::http::json_body(&body)?;
     let created =
         create_for(&state, &p, &request.name, &request.scope, &request.departments, request.expires_in_days).await?;
     Ok((StatusCode::CREATED, Json(created)))

@@ -17,7 +17,7 @@ mod views;
 use axum::{
     Json, Router,
     body::Bytes,
-    extract::{Path, Query, State},
+    extract::{Path, State},
     http::StatusCode,
     response::Response,
     routing::{get, post},
@@ -32,6 +32,7 @@ use crate::{
     http::{Caller, DisputeParticipate, DisputeResolve, ReadLedger},
 };
 
+use crate::http::Params;
 use credits::{approve_credit, reject_credit};
 pub use gpuledger_api::disputes::{Credit, DisputeDetail, DisputeEvent, DisputePage, DisputeSummary, DisputedLine};
 use requests::{
@@ -208,7 +209,8 @@ async fn open(
 }
 
 /// Filters of the list.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 struct ListQuery {
     state: Option<String>,
     period: Option<String>,
@@ -231,21 +233,8 @@ fn parse_count(field: &str, value: Option<&str>, default: i64, max: i64) -> Resu
 async fn list(
     State(state): State<AppState>,
     principal: Caller<ReadLedger>,
-    Query(raw): Query<Vec<(String, String)>>,
+    Params(query): Params<ListQuery>,
 ) -> Result<Json<DisputePage>, AppError> {
-    let mut query = ListQuery::default();
-    for (key, value) in raw {
-        let slot = match key.as_str() {
-            "state" => &mut query.state,
-            "period" => &mut query.period,
-            "page" => &mut query.page,
-            "per_page" => &mut query.per_page,
-            other => {
-                return Err(AppError::invalid(other, "unknown parameter; use state, period, page or per_page"));
-            }
-        };
-        *slot = Some(value);
-    }
     let state_filter = match query.state.as_deref() {
         None | Some("") => None,
         Some(s @ ("open" | "accepted" | "rejected")) => Some(s.to_string()),

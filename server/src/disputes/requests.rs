@@ -11,7 +11,7 @@ pub(super) use gpuledger_api::disputes::{AcceptRequest, CommentRequest, OpenDisp
 
 /// Parses a JSON body; an empty body reads as `{}` so that missing fields are named by the checks that follow.
 pub(super) fn parse_body<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, AppError> {
-    crate::policy::json_body(if body.iter().all(u8::is_ascii_whitespace) { b"{}" } else { body })
+    crate::http::json_body(if body.iter().all(u8::is_ascii_whitespace) { b"{}" } else { body })
 }
 
 /// A required free text: trimmed, not empty, at most [`MAX_TEXT`] characters.

@@ -17,11 +17,7 @@
 
 use std::borrow::Cow;
 
-use axum::{
-    extract::{Query, State},
-    http::HeaderMap,
-    response::Response,
-};
+use axum::{extract::State, http::HeaderMap, response::Response};
 use gpuledger_core::ledger::{LedgerLine, Term};
 use serde_json::json;
 use time::OffsetDateTime;
@@ -31,7 +27,8 @@ use super::{
     cells::{self, Cell},
     csv_response, month_lines,
 };
-use crate::{app::AppState, error::AppError, policy::reader};
+use crate::http::Params;
+use crate::{app::AppState, error::AppError, exports::reader};
 
 /// A FOCUS version this export writes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -397,10 +394,10 @@ pub fn write(v: Version, ctx: &Context, lines: &[LedgerLine]) -> Vec<u8> {
 }
 
 /// `GET /api/v1/exports/focus.csv?period=YYYY-MM[&version=1.2|1.0][&department=UUID][&tenant=UUID]`.
-pub async fn focus_csv(
+pub(super) async fn focus_csv(
     State(state): State<AppState>,
     headers: HeaderMap,
-    Query(q): Query<CsvQuery>,
+    Params(q): Params<CsvQuery>,
 ) -> Result<Response, AppError> {
     let p = reader(&state, &headers).await?;
     let f = CsvFilter::parse(&q)?;

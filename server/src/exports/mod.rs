@@ -23,7 +23,7 @@ mod sources;
 use axum::{
     Router,
     body::{Body, Bytes},
-    extract::{Query, State},
+    extract::State,
     http::{HeaderMap, HeaderValue, header},
     response::{IntoResponse, Response},
     routing::get,
@@ -35,14 +35,8 @@ use serde_json::json;
 use tokio::sync::{mpsc, oneshot};
 use uuid::Uuid;
 
-use crate::{
-    app::AppState,
-    auth::Principal,
-    db::Database,
-    error::AppError,
-    ledger::period_state,
-    policy::{parse_period, reader},
-};
+use crate::http::Params;
+use crate::{app::AppState, auth::Principal, db::Database, error::AppError, http::parse_period, ledger::period_state};
 use cells::Cell;
 use sources::{Select, Source};
 
@@ -96,8 +90,15 @@ const CHUNK: usize = 64 * 1024;
 /// Chunks buffered between the query and the socket: with [`CHUNK`], the most a download holds in memory.
 const CHANNEL_DEPTH: usize = 4;
 
+/// Requires a caller that may read the ledger; the exports take the principal from the headers themselves
+/// because the OData feed also accepts an API key in the URL.
+pub(crate) async fn reader(state: &AppState, headers: &HeaderMap) -> Result<Principal, AppError> {
+    crate::auth::require(&state.db, headers, crate::auth::Capability::ReadLedger).await
+}
+
 /// Query parameters of the CSV exports.
 #[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub(crate) struct CsvQuery {
     period: Option<String>,
     department: Option<String>,
@@ -361,7 +362,7 @@ async fn table_body(
 async fn allocations_csv(
     State(state): State<AppState>,
     headers: HeaderMap,
-    Query(q): Query<CsvQuery>,
+    Params(q): Params<CsvQuery>,
 ) -> Result<Response, AppError> {
     table_csv(&state, &headers, &q, &sources::ALLOCATIONS, "allocations").await
 }
@@ -370,7 +371,7 @@ async fn allocations_csv(
 async fn usage_csv(
     State(state): State<AppState>,
     headers: HeaderMap,
-    Query(q): Query<CsvQuery>,
+    Params(q): Params<CsvQuery>,
 ) -> Result<Response, AppError> {
     table_csv(&state, &headers, &q, &sources::USAGE, "usage").await
 }
@@ -379,7 +380,7 @@ async fn usage_csv(
 async fn disputes_csv(
     State(state): State<AppState>,
     headers: HeaderMap,
-    Query(q): Query<CsvQuery>,
+    Params(q): Params<CsvQuery>,
 ) -> Result<Response, AppError> {
     table_csv(&state, &headers, &q, &sources::DISPUTES, "disputes").await
 }
@@ -390,7 +391,7 @@ async fn disputes_csv(
 async fn ledger_csv(
     State(state): State<AppState>,
     headers: HeaderMap,
-    Query(q): Query<CsvQuery>,
+    Params(q): Params<CsvQuery>,
 ) -> Result<Response, AppError> {
     let p = reader(&state, &headers).await?;
     let f = CsvFilter::parse(&q)?;

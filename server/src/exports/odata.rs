@@ -296,7 +296,11 @@ fn service_root(state: &AppState, headers: &HeaderMap) -> String {
 }
 
 /// `GET /odata/`: the service document.
-pub async fn service_document(State(state): State<AppState>, headers: HeaderMap, RawQuery(raw): RawQuery) -> Response {
+pub(super) async fn service_document(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    RawQuery(raw): RawQuery,
+) -> Response {
     let result: Result<Response, ODataError> = async {
         let o = Options::parse(raw.as_deref())?;
         principal(&state, &headers, o.api_key.as_deref()).await?;
@@ -339,7 +343,7 @@ pub fn csdl() -> String {
 }
 
 /// `GET /odata/$metadata`: the CSDL describing the entity sets, their keys and typed properties.
-pub async fn metadata(State(state): State<AppState>, headers: HeaderMap, RawQuery(raw): RawQuery) -> Response {
+pub(super) async fn metadata(State(state): State<AppState>, headers: HeaderMap, RawQuery(raw): RawQuery) -> Response {
     let result: Result<Response, ODataError> = async {
         let o = Options::parse(raw.as_deref())?;
         principal(&state, &headers, o.api_key.as_deref()).await?;
@@ -528,7 +532,7 @@ async fn begin(state: &AppState, p: &Principal) -> Result<crate::db::OrgTx, ODat
 }
 
 /// `GET /odata/{set}`: one page of the entity set.
-pub async fn collection(
+pub(super) async fn collection(
     State(state): State<AppState>,
     Path(set): Path<String>,
     headers: HeaderMap,
@@ -716,7 +720,7 @@ async fn page(state: &AppState, set: &str, headers: &HeaderMap, raw: Option<&str
 }
 
 /// `GET /odata/{set}/$count`: how many entities match `$filter`, as plain text.
-pub async fn count(
+pub(super) async fn count(
     State(state): State<AppState>,
     Path(set): Path<String>,
     headers: HeaderMap,

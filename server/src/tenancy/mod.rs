@@ -27,16 +27,17 @@ use gpuledger_api::{
 };
 use gpuledger_core::Fraction;
 use serde_json::json;
-use time::OffsetDateTime;
 use uuid::Uuid;
 
 use crate::{
     app::AppState,
-    db::OrgTx,
     error::AppError,
+    http::instant,
     http::{Administer, Caller, JsonBody, ManagePolicy, ReadLedger},
-    policy::instant,
 };
+
+pub mod store;
+pub(crate) use store::{DepartmentRow, ModelRow, ProfileRow, TenantRow, TimeslicingRow, close_open_entry, rows};
 
 /// Routes of this module.
 pub fn router() -> Router<AppState> {
@@ -63,70 +64,12 @@ fn name_field(field: &str, value: &str) -> Result<String, AppError> {
     Ok(v.to_string())
 }
 
-/// Rows of `sql` as `R`; `$1` in `sql` is the transaction's organization (each statement filters on it).
-async fn rows<R>(tx: &mut OrgTx, sql: &str) -> Result<Vec<R>, AppError>
-where
-    R: for<'r> sqlx::FromRow<'r, sqlx::postgres::PgRow> + Send + Unpin,
-{
-    let org = tx.org().as_uuid();
-    Ok(sqlx::query_as(sql).bind(org).fetch_all(tx.conn()).await?)
-}
-
 /// A `timestamptz` column as the answers have always written it: PostgreSQL's JSON form
 /// (`2026-10-01T00:00:00+00:00`), so the strings stay exactly what clients compare.
 macro_rules! json_time {
     ($column:literal) => {
         concat!("to_jsonb(", $column, ") #>> '{}'")
     };
-}
-
-/// A row of `GET /api/v1/departments`.
-#[derive(sqlx::FromRow)]
-struct DepartmentRow {
-    department_id: Uuid,
-    name: String,
-    tenants: i64,
-}
-
-/// A row of `GET /api/v1/tenants`.
-#[derive(sqlx::FromRow)]
-struct TenantRow {
-    tenant_id: Uuid,
-    name: String,
-    department_id: Uuid,
-    department: String,
-    namespaces: i64,
-}
-
-/// A row of the inventory's models.
-#[derive(sqlx::FromRow)]
-struct ModelRow {
-    model: String,
-    gpu_class: String,
-    memory_mib: Option<i32>,
-    valid_from: String,
-    valid_to: Option<String>,
-}
-
-/// A row of the inventory's profiles.
-#[derive(sqlx::FromRow)]
-struct ProfileRow {
-    kind: String,
-    model: String,
-    profile: String,
-    fraction: String,
-    valid_from: String,
-    valid_to: Option<String>,
-}
-
-/// A row of the inventory's time-slicing policies.
-#[derive(sqlx::FromRow)]
-struct TimeslicingRow {
-    cluster: String,
-    name: String,
-    replicas: i32,
-    valid_from: String,
-    valid_to: Option<String>,
 }
 
 // ---------------------------------------------------------------- departments and tenants
@@ -204,7 +147,7 @@ async fn create_tenant(
 ) -> Result<(StatusCode, Json<CreatedTenant>), AppError> {
     let name = name_field("name", &body.name)?;
     let mut tx = p.begin(&state.db).await?;
-    let department = crate::policy::lookup_id(&mut tx, "departments", "department", body.department.trim()).await?;
+    let department = crate::store::lookup_id(&mut tx, "departments", "department", body.department.trim()).await?;
     let id = Uuid::new_v4();
     sqlx::query("INSERT INTO tenants (org_id, tenant_id, department_id, name) VALUES ($1, $2, $3, $4)")
         .bind(p.org.as_uuid())
@@ -344,50 +287,6 @@ async fn get_inventory(State(state): State<AppState>, p: Caller<ReadLedger>) -> 
             })
             .collect(),
     }))
-}
-
-/// Ends the entry in force (`valid_to IS NULL`) of one key where the new one starts. Refused (409) when an entry
-/// of that key starts at or after `from`, or a closed one covers it: history is appended, never rewritten.
-async fn close_open_entry(
-    tx: &mut OrgTx,
-    table: &str,
-    keys: &[(&str, String)],
-    from: OffsetDateTime,
-) -> Result<(), AppError> {
-    let cond = keys
-        .iter()
-        .enumerate()
-        .map(|(i, (column, _))| format!("{column}::text = ${}", i + 2))
-        .collect::<Vec<_>>()
-        .join(" AND ");
-    // The organization is the parameter after the keys.
-    let org = tx.org().as_uuid();
-    let org_param = keys.len() + 2;
-    let conflict = format!(
-        "SELECT EXISTS (SELECT 1 FROM {table} WHERE {cond} AND org_id = ${org_param}
-            AND (valid_from >= $1 OR (valid_to IS NOT NULL AND valid_to > $1)))"
-    );
-    let mut q = sqlx::query_scalar::<_, bool>(&conflict).bind(from);
-    for (_, v) in keys {
-        q = q.bind(v);
-    }
-    q = q.bind(org);
-    if q.fetch_one(tx.conn()).await? {
-        return Err(AppError::Conflict(
-            "an entry for this key starts at or after valid_from (or a closed one covers it): history is \
-             appended, not rewritten; choose a later valid_from"
-                .into(),
-        ));
-    }
-    let update =
-        format!("UPDATE {table} SET valid_to = $1 WHERE {cond} AND org_id = ${org_param} AND valid_to IS NULL");
-    let mut q = sqlx::query(&update).bind(from);
-    for (_, v) in keys {
-        q = q.bind(v);
-    }
-    q = q.bind(org);
-    q.execute(tx.conn()).await?;
-    Ok(())
 }
 
 async fn add_model(

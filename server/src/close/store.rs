@@ -1,0 +1,308 @@
+//! SQL of this feature: reads and writes inside the caller's organization-scoped transaction.
+
+use super::preview;
+use crate::{
+    db::{Database, OrgTx},
+    error::AppError,
+    ledger::{inventory, load_input},
+};
+use flate2::{Compression, read::GzDecoder, write::GzEncoder};
+pub use gpuledger_api::close::CloseSummary;
+use gpuledger_core::{
+    Period,
+    bundle::{BUNDLE_FORMAT, Bundle, close_hash},
+    ledger::{AdjustmentRecord, compute, late_adjustments, total},
+};
+use serde_json::json;
+use std::io::{Read, Write};
+use time::{Date, OffsetDateTime};
+use uuid::Uuid;
+
+pub(crate) fn gz(bytes: &[u8]) -> Result<Vec<u8>, AppError> {
+    let mut e = GzEncoder::new(Vec::new(), Compression::fast());
+    e.write_all(bytes).map_err(|e| AppError::Internal(e.to_string()))?;
+    e.finish().map_err(|e| AppError::Internal(e.to_string()))
+}
+
+pub(crate) fn gunzip(bytes: &[u8]) -> Result<Vec<u8>, AppError> {
+    let mut out = Vec::new();
+    GzDecoder::new(bytes).read_to_end(&mut out).map_err(|e| AppError::Internal(format!("stored bundle: {e}")))?;
+    Ok(out)
+}
+
+/// The stored bundle of a closed period, as JSON bytes.
+pub async fn stored_bundle_json(tx: &mut OrgTx, period: Period) -> Result<Option<Vec<u8>>, AppError> {
+    let org = tx.org().as_uuid();
+    let gz: Option<Vec<u8>> =
+        sqlx::query_scalar("SELECT bundle_gz FROM periods WHERE period = $1 AND state = 'closed' AND org_id = $2")
+            .bind(period.first_day())
+            .bind(org)
+            .fetch_optional(tx.conn())
+            .await?;
+    gz.map(|g| gunzip(&g)).transpose()
+}
+
+/// The stored bundle of a closed period.
+pub async fn stored_bundle(tx: &mut OrgTx, period: Period) -> Result<Option<Bundle>, AppError> {
+    let Some(json) = stored_bundle_json(tx, period).await? else { return Ok(None) };
+    serde_json::from_slice(&json).map(Some).map_err(|e| AppError::Internal(format!("stored bundle of {period}: {e}")))
+}
+
+/// Late-data adjustments for every closed period before `period` whose facts changed after it closed.
+pub(crate) async fn late_data(tx: &mut OrgTx, period: Period) -> Result<Vec<(Period, AdjustmentRecord)>, AppError> {
+    let org = tx.org().as_uuid();
+    let closed: Vec<(Date, OffsetDateTime)> = sqlx::query_as(
+        "SELECT p.period, p.closed_at FROM periods p
+          WHERE p.org_id = $2 AND p.state = 'closed' AND p.period < $1
+            AND EXISTS (SELECT 1 FROM allocation_intervals a
+                         WHERE a.org_id = $2 AND a.updated_at > p.closed_at
+                           AND a.started_at < p.period + interval '1 month'
+                           AND (a.ended_at IS NULL OR a.ended_at > p.period))
+          ORDER BY p.period",
+    )
+    .bind(period.first_day())
+    .bind(org)
+    .fetch_all(tx.conn())
+    .await?;
+    let mut out = Vec::new();
+    for (d, _) in closed {
+        let q = Period::from_date(d)?;
+        let Some(bundle) = stored_bundle(tx, q).await? else { continue };
+        // Recompute the closed month with its own policy and today's facts.
+        let mut input = load_input(tx, q, bundle.inputs.policy.clone()).await?;
+        input.adjustments.clear();
+        let recomputed = compute(&input)?.lines;
+        let prefix = format!("{q}/");
+        let already: Vec<AdjustmentRecord> = sqlx::query_as::<_, (String, String, Uuid, Option<Uuid>, String)>(
+            "SELECT corrects, amount::text, department_id, tenant_id, gpu_class FROM adjustments
+              WHERE kind = 'late_data' AND starts_with(corrects, $1) AND org_id = $2",
+        )
+        .bind(&prefix)
+        .bind(org)
+        .fetch_all(tx.conn())
+        .await?
+        .into_iter()
+        .map(|(corrects, amount, d, t, gpu_class)| {
+            Ok(AdjustmentRecord {
+                id: String::new(),
+                kind: gpuledger_core::ledger::AdjustmentKind::LateData,
+                tenant: t.map(gpuledger_core::ids::TenantId::from_uuid),
+                department: gpuledger_core::ids::DepartmentId::from_uuid(d),
+                gpu_class,
+                amount: gpuledger_core::decimal::Decimal::parse(&amount)?,
+                corrects,
+                reason: String::new(),
+            })
+        })
+        .collect::<Result<_, AppError>>()?;
+        for adj in late_adjustments(&bundle.lines, &already, &recomputed)? {
+            out.push((q, adj));
+        }
+    }
+    Ok(out)
+}
+
+#[allow(clippy::type_complexity)] // column vectors for one UNNEST insert
+pub(crate) async fn freeze(
+    db: &Database,
+    org: gpuledger_core::ids::OrgId,
+    slug: &str,
+    period: Period,
+    actor: &str,
+    now: OffsetDateTime,
+) -> Result<CloseSummary, AppError> {
+    let start = period.first_day();
+    let mut tx = db.begin_org(org).await?;
+    let preview = preview(&mut tx, period).await?;
+    let previous_hash: Option<String> = sqlx::query_scalar(
+        "SELECT content_hash FROM periods WHERE state = 'closed' AND period < $1 AND org_id = $2
+          ORDER BY period DESC LIMIT 1",
+    )
+    .bind(start)
+    .bind(org.as_uuid())
+    .fetch_optional(tx.conn())
+    .await?;
+    let lines = &preview.ledger.lines;
+    let policy_version = preview.input.policy.version;
+    let inventory_version = preview.input.inventory_version.clone();
+    let hash = close_hash(period, policy_version, &inventory_version, previous_hash.as_deref(), lines);
+    let (inventory_doc, _) = inventory(&mut tx).await?;
+    let closed_at = gpuledger_core::time_fmt::rfc3339(now);
+    let bundle = Bundle {
+        format: BUNDLE_FORMAT.to_string(),
+        organization: slug.to_string(),
+        period,
+        closed_at,
+        closed_by: actor.to_string(),
+        policy_version,
+        inventory_version: inventory_version.clone(),
+        previous_hash: previous_hash.clone(),
+        hash: hash.clone(),
+        lines: lines.clone(),
+        inputs: preview.input.clone(),
+        inventory: inventory_doc,
+    };
+    let json = serde_json::to_vec_pretty(&bundle).map_err(|e| AppError::Internal(e.to_string()))?;
+    let total_amount = total(lines)?;
+    let currency = preview.input.policy.currency.clone();
+
+    // Lines, set-based.
+    let mut cols: (Vec<i32>, Vec<String>, Vec<Uuid>, Vec<String>, Vec<Option<Uuid>>, Vec<String>, Vec<String>) =
+        Default::default();
+    let mut cols2: (Vec<String>, Vec<String>, Vec<String>, Vec<String>, Vec<String>, Vec<String>, Vec<String>) =
+        Default::default();
+    let mut cols3: (Vec<Option<String>>, Vec<String>, Vec<String>) = Default::default();
+    for (i, l) in lines.iter().enumerate() {
+        cols.0.push(i32::try_from(i + 1).map_err(|_| AppError::Internal("too many lines".into()))?);
+        cols.1.push(l.line_id.clone());
+        cols.2.push(l.department_id.as_uuid());
+        cols.3.push(l.department.clone());
+        cols.4.push(l.tenant_id.map(|t| t.as_uuid()));
+        cols.5.push(l.tenant.clone());
+        cols.6.push(l.term.as_str().to_string());
+        cols2.0.push(l.gpu_class.clone());
+        cols2.1.push(l.quantity.to_string());
+        cols2.2.push(l.unit.clone());
+        cols2.3.push(l.rate.to_string());
+        cols2.4.push(l.amount.to_string());
+        cols2.5.push(l.confidence.as_str().to_string());
+        cols2.6.push(l.evidence.clone());
+        cols3.0.push(l.corrects.clone());
+        cols3.1.push(l.explanation.clone());
+        cols3.2.push(l.csv_row());
+    }
+    sqlx::query(
+        "INSERT INTO ledger_lines (org_id, period, line_no, line_id, department_id, department, tenant_id, tenant, term,
+                                   gpu_class, quantity, unit, rate, amount, currency, confidence, policy_version,
+                                   evidence, corrects, explanation, canonical)
+         SELECT $1, $2, u.line_no, u.line_id, u.department_id, u.department, u.tenant_id, u.tenant, u.term, u.gpu_class,
+                u.quantity::numeric, u.unit, u.rate::numeric, u.amount::numeric, $3, u.confidence, $4, u.evidence,
+                u.corrects, u.explanation, u.canonical
+           FROM UNNEST($5::int[], $6::text[], $7::uuid[], $8::text[], $9::uuid[], $10::text[], $11::text[], $12::text[],
+                       $13::text[], $14::text[], $15::text[], $16::text[], $17::text[], $18::text[], $19::text[],
+                       $20::text[], $21::text[])
+                AS u(line_no, line_id, department_id, department, tenant_id, tenant, term, gpu_class, quantity, unit,
+                     rate, amount, confidence, evidence, corrects, explanation, canonical)",
+    )
+    .bind(org.as_uuid())
+    .bind(start)
+    .bind(&currency)
+    .bind(i32::try_from(policy_version).unwrap_or(i32::MAX))
+    .bind(&cols.0)
+    .bind(&cols.1)
+    .bind(&cols.2)
+    .bind(&cols.3)
+    .bind(&cols.4)
+    .bind(&cols.5)
+    .bind(&cols.6)
+    .bind(&cols2.0)
+    .bind(&cols2.1)
+    .bind(&cols2.2)
+    .bind(&cols2.3)
+    .bind(&cols2.4)
+    .bind(&cols2.5)
+    .bind(&cols2.6)
+    .bind(&cols3.0)
+    .bind(&cols3.1)
+    .bind(&cols3.2)
+    .execute(tx.conn())
+    .await?;
+    // The month's figures for every later read (pages, REST, exports): final, in the close's own transaction, taken
+    // in turn with the read model's refreshes of this organization (so a snapshot computed meanwhile cannot race it).
+    let (class, key) = crate::readmodel::worker::lock_key(org);
+    sqlx::query("SELECT pg_advisory_xact_lock($1, $2)").bind(class).bind(key).execute(tx.conn()).await?;
+    crate::readmodel::store(
+        &mut tx,
+        &crate::readmodel::Figures {
+            period,
+            state: crate::readmodel::FigState::Closed,
+            as_of: now,
+            compute_ms: 0,
+            policy_version,
+            currency: &currency,
+            hash: Some(&hash),
+            lines,
+            notes: serde_json::to_value(&preview.ledger.notes).unwrap_or_default(),
+        },
+    )
+    .await?;
+    // Credits land here; late-data corrections are recorded as applied adjustments pointing at what they correct.
+    if !preview.credits.is_empty() {
+        sqlx::query(
+            "UPDATE adjustments SET state = 'applied', applied_period = $2 WHERE adjustment_id = ANY($1) AND org_id = $3",
+        )
+        .bind(&preview.credits)
+        .bind(start)
+        .bind(org.as_uuid())
+            .execute(tx.conn())
+            .await?;
+    }
+    for (_, adj) in &preview.late {
+        sqlx::query(
+            "INSERT INTO adjustments (org_id, adjustment_id, kind, state, tenant_id, department_id, gpu_class, amount,
+                                      currency, corrects, reason, created_by, applied_period)
+             VALUES ($1, $2, 'late_data', 'applied', $3, $4, $5, $6::numeric, $7, $8, $9, $10, $11)",
+        )
+        .bind(org.as_uuid())
+        .bind(Uuid::new_v4())
+        .bind(adj.tenant.map(|t| t.as_uuid()))
+        .bind(adj.department.as_uuid())
+        .bind(&adj.gpu_class)
+        .bind(adj.amount.to_string())
+        .bind(&currency)
+        .bind(&adj.corrects)
+        .bind(&adj.reason)
+        .bind(actor)
+        .bind(start)
+        .execute(tx.conn())
+        .await?;
+    }
+    sqlx::query(
+        "UPDATE periods SET state = 'closed', closed_at = $2, closed_by = $3, policy_version = $4, inventory_version = $5,
+                previous_hash = $6, content_hash = $7, line_count = $8, total_amount = $9::numeric, currency = $10,
+                bundle_gz = $11
+          WHERE period = $1 AND state = 'closing' AND org_id = $12",
+    )
+    .bind(start)
+    .bind(now)
+    .bind(actor)
+    .bind(i32::try_from(policy_version).unwrap_or(i32::MAX))
+    .bind(&inventory_version)
+    .bind(&previous_hash)
+    .bind(&hash)
+    .bind(i32::try_from(lines.len()).unwrap_or(i32::MAX))
+    .bind(total_amount.to_string())
+    .bind(&currency)
+    .bind(gz(&json)?)
+    .bind(org.as_uuid())
+    .execute(tx.conn())
+    .await?;
+    tx.audit(actor,
+        "period.close",
+        &format!("period:{period}"),
+        "",
+        json!({"hash": hash, "lines": lines.len(), "total": total_amount.to_string(), "late_adjustments": preview.late.len(),
+               "credits": preview.credits.len()}),
+    )
+    .await?;
+    tx.commit().await?;
+    Ok(CloseSummary {
+        period: period.to_string(),
+        lines: lines.len(),
+        total: total_amount.to_string(),
+        currency,
+        hash,
+        previous_hash,
+        policy_version,
+        inventory_version,
+    })
+}
+
+/// The organization's slug (for the bundle).
+pub async fn org_slug(tx: &mut OrgTx) -> Result<String, AppError> {
+    let slug: Option<String> = sqlx::query_scalar("SELECT slug FROM organizations WHERE org_id = $1")
+        .bind(tx.org().as_uuid())
+        .fetch_optional(tx.conn())
+        .await?;
+    Ok(slug.unwrap_or_default())
+}

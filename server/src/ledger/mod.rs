@@ -1,0 +1,307 @@
+//! The ledger over HTTP: loads a period's inputs from the evidence store (RLS-scoped), computes the lines with
+//! `gpuledger_core::ledger`, and serves them — from the frozen lines for a closed period, computed on demand for
+//! an open one.
+
+use axum::{
+    Json, Router,
+    extract::{Path, State},
+    routing::get,
+};
+use gpuledger_api::{
+    close::{Evidence, EvidenceAllocation},
+    ledger::{Ledger, MonthTotal, Months, Summaries},
+};
+use gpuledger_core::{Period, ledger::AllocationRecord};
+use serde::Deserialize;
+use time::OffsetDateTime;
+use uuid::Uuid;
+
+use crate::http::Params;
+use crate::{
+    app::AppState,
+    auth::Visible,
+    error::AppError,
+    http::parse_period,
+    http::{Caller, ReadLedger},
+};
+
+pub mod store;
+pub(crate) use store::evidence_details;
+pub use store::{approved_credits, inventory, load_allocations, load_input, period_state};
+
+/// Routes of this module.
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/api/v1/ledger", get(get_ledger))
+        .route("/api/v1/ledger/months", get(get_months))
+        .route("/api/v1/ledger/summaries", get(get_summaries))
+        .route("/api/v1/periods/{period}/evidence", get(evidence))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct MonthsQuery {
+    from: Option<String>,
+    to: Option<String>,
+    department: Option<String>,
+}
+
+/// `GET /api/v1/ledger/months?from=YYYY-MM&to=YYYY-MM[&department=]`: each month's total as the caller may see it,
+/// from the stored per-department totals (one query for a whole trend); a month without figures says so
+/// (`total: null`).
+async fn get_months(
+    State(state): State<AppState>,
+    p: Caller<ReadLedger>,
+    Params(q): Params<MonthsQuery>,
+) -> Result<Json<Months>, AppError> {
+    let from =
+        parse_period("from", q.from.as_deref().ok_or_else(|| AppError::invalid("from", "is required (YYYY-MM)"))?)?;
+    let to = parse_period("to", q.to.as_deref().ok_or_else(|| AppError::invalid("to", "is required (YYYY-MM)"))?)?;
+    let (start, end) = (from.first_day(), to.first_day());
+    if end < start {
+        return Err(AppError::invalid("to", "is before from"));
+    }
+    if (end.year() - start.year()) * 12 + i32::from(u8::from(end.month())) - i32::from(u8::from(start.month())) >= 36 {
+        return Err(AppError::invalid("to", "at most 36 months at once"));
+    }
+    let mut tx = p.begin(&state.db).await?;
+    type MonthRow = (time::Date, Option<String>, Option<String>, Option<time::OffsetDateTime>);
+    let rows: Vec<MonthRow> = sqlx::query_as(
+        "SELECT g.period::date, m.state, (SELECT sum(t.total)::text FROM read_totals t
+                                         WHERE t.org_id = $1 AND t.period = m.period
+                                           AND ($4::text IS NULL OR t.department = $4 OR t.department_id::text = $4)
+                                           AND ($5::uuid[] IS NULL OR t.department_id = ANY($5))),
+                m.as_of
+           FROM generate_series($2::date, $3::date, interval '1 month') AS g(period)
+           LEFT JOIN read_months m ON m.org_id = $1 AND m.period = g.period::date
+          ORDER BY 1",
+    )
+    .bind(p.org.as_uuid())
+    .bind(start)
+    .bind(end)
+    .bind(&q.department)
+    .bind(p.departments.as_ref().map(|d| d.iter().map(|d| d.as_uuid()).collect::<Vec<_>>()))
+    .fetch_all(tx.conn())
+    .await?;
+    tx.commit_quiet().await?;
+    let months = rows
+        .into_iter()
+        .map(|(d, state, total, as_of)| {
+            let period = Period::from_date(d).map(|p| p.to_string()).unwrap_or_default();
+            // A month with figures but no line the caller sees totals 0.00; a month without figures has no total.
+            let total = state.as_ref().map(|_| total.unwrap_or_else(|| "0.00".into()));
+            let as_of = as_of.map(gpuledger_core::time_fmt::rfc3339);
+            MonthTotal { period, state, total, as_of }
+        })
+        .collect();
+    Ok(Json(Months { months }))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SummariesQuery {
+    period: Option<String>,
+}
+
+/// `GET /api/v1/ledger/summaries?period=YYYY-MM`: the month's stored utilization, inference and training
+/// summaries as the caller may see them (the department scope cuts the rows; endpoint totals and unattributed work
+/// are for organization-wide readers only), each with the `as_of` of the figures it goes with. A kind not computed
+/// yet is `null`, and `pending` says the worker has newer figures to summarize.
+async fn get_summaries(
+    State(state): State<AppState>,
+    p: Caller<ReadLedger>,
+    Params(q): Params<SummariesQuery>,
+) -> Result<Json<Summaries>, AppError> {
+    let period = parse_period(
+        "period",
+        q.period.as_deref().ok_or_else(|| AppError::invalid("period", "is required (YYYY-MM)"))?,
+    )?;
+    let mut tx = p.begin(&state.db).await?;
+    let answer = crate::readmodel::summaries::read(&mut tx, period).await?;
+    tx.commit_quiet().await?;
+    Ok(Json(answer))
+}
+
+/// `[start, end)` of a period as timestamps.
+pub fn bounds(period: Period) -> Result<(OffsetDateTime, OffsetDateTime), AppError> {
+    let i = period.interval()?;
+    Ok((i.start(), i.end()))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LedgerQuery {
+    period: Option<String>,
+    tenant: Option<String>,
+    department: Option<String>,
+    term: Option<String>,
+    page: Option<u32>,
+    per_page: Option<u32>,
+}
+
+async fn get_ledger(
+    State(state): State<AppState>,
+    p: Caller<ReadLedger>,
+    Params(q): Params<LedgerQuery>,
+) -> Result<Json<Ledger>, AppError> {
+    let period = parse_period(
+        "period",
+        q.period.as_deref().ok_or_else(|| AppError::invalid("period", "is required (YYYY-MM)"))?,
+    )?;
+    let per_page = q.per_page.unwrap_or(1000);
+    if per_page == 0 || per_page > 10_000 {
+        return Err(AppError::invalid("per_page", "must be 1..=10000"));
+    }
+    let page = q.page.unwrap_or(1).max(1);
+    // Read, never recomputed: a closed month's figures were written by its close, an open month's are the refresh
+    // worker's snapshot (computed for the whole organization — overhead is split across every tenant — and cut
+    // here to the departments PostgreSQL shows the caller).
+    let mut tx = p.begin(&state.db).await?;
+    let st = period_state(&mut tx, period).await?;
+    let mut head = crate::readmodel::head(&mut tx, period).await?;
+    if head.is_none() {
+        // No figures of this month yet (a new month, a fresh start, a month closed before the read model): made once.
+        tx.commit_quiet().await?;
+        crate::readmodel::ensure(&state.db, p.org, period).await?;
+        tx = p.begin(&state.db).await?;
+        head = crate::readmodel::head(&mut tx, period).await?;
+    }
+    let Some(head) = head else {
+        if st == "closed" {
+            return Err(AppError::Internal(format!("closed period {period} has no stored figures")));
+        }
+        // Still nothing: no approved policy covers the month.
+        return Err(AppError::Conflict(format!(
+            "no approved cost policy covers {period}: approve one effective from {period} or earlier"
+        )));
+    };
+    let filter = crate::readmodel::LineFilter {
+        scope: p.departments.as_ref().map(|d| d.iter().map(|d| d.as_uuid()).collect()),
+        tenant: q.tenant.clone(),
+        department: q.department.clone(),
+        term: q.term.clone(),
+    };
+    let offset = i64::from(page - 1) * i64::from(per_page);
+    let found = crate::readmodel::lines(&mut tx, period, &filter, offset, i64::from(per_page)).await?;
+    tx.commit_quiet().await?;
+    // The notes count the whole organization's data: not for a caller limited to departments.
+    let notes = if p.departments.is_some() || head.state == crate::readmodel::FigState::Closed {
+        None
+    } else {
+        Some(head.notes.clone()).filter(|n| !n.is_null())
+    };
+    let max_age = state.limits.snapshot_max_age;
+    let now = time::OffsetDateTime::now_utc();
+    let stale = head.state == crate::readmodel::FigState::Provisional
+        && head.changed_since.is_some()
+        && now - head.as_of > max_age;
+    Ok(Json(Ledger {
+        period: period.to_string(),
+        state: st,
+        policy_version: head.policy_version,
+        currency: if head.line_count > 0 { head.currency.clone() } else { None },
+        hash: head.hash,
+        as_of: gpuledger_core::time_fmt::rfc3339(head.as_of),
+        provisional: head.state == crate::readmodel::FigState::Provisional,
+        stale,
+        total: found.total,
+        totals_by_term: found.totals_by_term,
+        notes,
+        count: found.count,
+        page,
+        per_page,
+        lines: found.lines,
+    }))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EvidenceQuery {
+    tenant: Option<String>,
+    gpu_class: Option<String>,
+    endpoint: Option<String>,
+    /// `start` (default), `end`, `fraction`, `id`; `-` in front for descending.
+    sort: Option<String>,
+    page: Option<u32>,
+    per_page: Option<u32>,
+}
+
+/// The allocation records behind a line: from the bundle for a closed period, from the store for an open one.
+async fn evidence(
+    State(state): State<AppState>,
+    p: Caller<ReadLedger>,
+    Path(period): Path<String>,
+    Params(q): Params<EvidenceQuery>,
+) -> Result<Json<Evidence>, AppError> {
+    let period = parse_period("period", &period)?;
+    let per_page = q.per_page.unwrap_or(100).clamp(1, 1000) as usize;
+    let page = q.page.unwrap_or(1).max(1) as usize;
+    let visible = p.visible(&state.db).await?;
+    let mut tx = state.db.begin_org(p.org).await?;
+    let allocations = match crate::close::stored_bundle(&mut tx, period).await? {
+        Some(b) => b.inputs.allocations,
+        None => load_allocations(&mut tx, period).await?,
+    };
+    tx.commit().await?;
+    let tenant = q
+        .tenant
+        .as_deref()
+        .map(|t| Uuid::parse_str(t).map_err(|_| AppError::invalid("tenant", "is not a UUID")))
+        .transpose()?;
+    let mut rows: Vec<&AllocationRecord> = allocations
+        .iter()
+        .filter(|a| Visible::tenant(&visible, a.tenant.map(|x| x.as_uuid())))
+        .filter(|a| tenant.is_none_or(|t| a.tenant.map(|x| x.as_uuid()) == Some(t)))
+        .filter(|a| q.gpu_class.as_deref().is_none_or(|c| a.gpu_class.as_deref() == Some(c)))
+        .filter(|a| q.endpoint.as_deref().is_none_or(|e| a.endpoint.as_deref() == Some(e)))
+        .collect();
+    let sort = q.sort.as_deref().unwrap_or("start");
+    let (descending, key) = match sort.strip_prefix('-') {
+        Some(k) => (true, k),
+        None => (false, sort),
+    };
+    match key {
+        "start" => rows.sort_by(|a, b| a.start.cmp(&b.start).then_with(|| a.id.cmp(&b.id))),
+        "end" => rows.sort_by(|a, b| a.end.cmp(&b.end).then_with(|| a.id.cmp(&b.id))),
+        "fraction" => rows.sort_by(|a, b| a.fraction.cmp(&b.fraction).then_with(|| a.id.cmp(&b.id))),
+        "id" => rows.sort_by(|a, b| a.id.cmp(&b.id)),
+        other => {
+            return Err(AppError::invalid(
+                "sort",
+                format!("start, end, fraction or id (with - for descending), not {other:?}"),
+            ));
+        }
+    }
+    if descending {
+        rows.reverse();
+    }
+    let page_rows: Vec<&&AllocationRecord> = rows.iter().skip((page - 1) * per_page).take(per_page).collect();
+    let ids: Vec<&str> = page_rows.iter().map(|a| a.id.as_str()).collect();
+    let mut tx = state.db.begin_org(p.org).await?;
+    let details = evidence_details(&mut tx, &ids).await?;
+    tx.commit().await?;
+    let rfc3339 = |t: OffsetDateTime| gpuledger_core::time_fmt::rfc3339(t);
+    let allocations = page_rows
+        .iter()
+        .map(|a| EvidenceAllocation {
+            id: a.id.clone(),
+            tenant: a.tenant.map(|t| t.to_string()),
+            gpu_class: a.gpu_class.clone(),
+            fraction: String::from(a.fraction),
+            start: rfc3339(a.start),
+            end: a.end.map(rfc3339),
+            confidence: a.confidence.as_str().to_string(),
+            devices: a.devices.clone(),
+            endpoint: a.endpoint.clone(),
+            detail: details.get(&a.id).cloned(),
+        })
+        .collect();
+    Ok(Json(Evidence {
+        period: period.to_string(),
+        total: rows.len(),
+        page,
+        per_page,
+        sort: sort.to_string(),
+        allocations,
+    }))
+}

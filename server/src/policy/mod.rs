@@ -1,0 +1,350 @@
+//! Cost policies (versioned: draft → approved → superseded) and quotas (guaranteed capacity, set by admins or
+//! imported from the Kueue ClusterQueues the agents report).
+
+use axum::{
+    Json, Router,
+    extract::{Path, State},
+    http::StatusCode,
+    routing::{get, post},
+};
+use gpuledger_api::policy::{
+    ApproveBody, CreatedQuota, ImportKueueBody, KueueImport, PolicyBody, PolicyList, PolicyVersion, Quota, QuotaBody,
+    QuotaList,
+};
+use gpuledger_core::{Period, decimal::Decimal, policy::CostPolicy, time_fmt::rfc3339};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use time::{Date, OffsetDateTime};
+use uuid::Uuid;
+
+use crate::http::Params;
+use crate::{
+    app::AppState,
+    error::AppError,
+    http::{Caller, JsonBody, ManagePolicy, ReadLedger, instant, json_body, parse_period},
+    store::lookup_id,
+};
+
+pub mod store;
+pub(crate) use store::holder_department;
+pub use store::{approve, create_draft, import_kueue_quotas};
+
+/// Routes of this module.
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/api/v1/policies", get(list_policies).post(create_policy))
+        .route("/api/v1/policies/{version}", get(get_policy).put(update_policy))
+        .route("/api/v1/policies/{version}/approve", post(approve_policy))
+        .route("/api/v1/quotas", get(list_quotas).post(create_quota))
+        .route("/api/v1/quotas/import-kueue", post(import_kueue))
+}
+
+// ---------------------------------------------------------------- policies
+
+type PolicyRow = (
+    i32,
+    String,
+    Date,
+    String,
+    String,
+    Value,
+    OffsetDateTime,
+    String,
+    Option<OffsetDateTime>,
+    Option<String>,
+    Option<OffsetDateTime>,
+);
+
+const POLICY_COLUMNS: &str = "version, state, effective_from, currency::text, note, document, created_at, created_by, \
+                              approved_at, approved_by, superseded_at";
+
+fn policy_view(r: PolicyRow) -> Result<PolicyVersion, AppError> {
+    Ok(PolicyVersion {
+        version: r.0,
+        state: r.1,
+        effective_from: Period::from_date(r.2)?.to_string(),
+        currency: r.3,
+        note: r.4,
+        document: r.5,
+        created_at: rfc3339(r.6),
+        created_by: r.7,
+        approved_at: r.8.map(rfc3339),
+        approved_by: r.9,
+        superseded_at: r.10.map(rfc3339),
+    })
+}
+
+fn parse_policy(body: &PolicyBody) -> Result<(Period, CostPolicy), AppError> {
+    let from = parse_period("effective_from", &body.effective_from)?;
+    let mut policy: CostPolicy = serde_path_to_error::deserialize(body.policy.clone())
+        .map_err(|e| AppError::invalid(format!("policy.{}", e.path()), e.inner().to_string()))?;
+    policy.version = 0;
+    policy.validate().map_err(|e| match e.field() {
+        Some(f) => AppError::invalid(format!("policy.{f}"), e.to_string()),
+        None => AppError::from(e),
+    })?;
+    Ok((from, policy))
+}
+
+async fn list_policies(State(state): State<AppState>, p: Caller<ReadLedger>) -> Result<Json<PolicyList>, AppError> {
+    let mut tx = p.begin(&state.db).await?;
+    let org = tx.org().as_uuid();
+    let rows: Vec<PolicyRow> =
+        sqlx::query_as(&format!("SELECT {POLICY_COLUMNS} FROM cost_policies WHERE org_id = $1 ORDER BY version DESC"))
+            .bind(org)
+            .fetch_all(tx.conn())
+            .await?;
+    tx.commit().await?;
+    let items = rows.into_iter().map(policy_view).collect::<Result<Vec<_>, _>>()?;
+    Ok(Json(PolicyList { total: items.len(), items }))
+}
+
+async fn get_policy(
+    State(state): State<AppState>,
+    p: Caller<ReadLedger>,
+    Path(version): Path<i32>,
+) -> Result<Json<PolicyVersion>, AppError> {
+    let mut tx = p.begin(&state.db).await?;
+    let org = tx.org().as_uuid();
+    let row: Option<PolicyRow> =
+        sqlx::query_as(&format!("SELECT {POLICY_COLUMNS} FROM cost_policies WHERE version = $1 AND org_id = $2"))
+            .bind(version)
+            .bind(org)
+            .fetch_optional(tx.conn())
+            .await?;
+    tx.commit().await?;
+    Ok(Json(policy_view(row.ok_or_else(|| AppError::NotFound(format!("cost policy version {version}")))?)?))
+}
+
+async fn create_policy(
+    State(state): State<AppState>,
+    p: Caller<ManagePolicy>,
+    JsonBody(body): JsonBody<PolicyBody>,
+) -> Result<(StatusCode, Json<PolicyVersion>), AppError> {
+    let (from, policy) = parse_policy(&body)?;
+    let mut tx = p.begin(&state.db).await?;
+    let org = tx.org().as_uuid();
+    let version = create_draft(&mut tx, &p.actor(), from, &policy, &body.note).await?;
+    let row: PolicyRow =
+        sqlx::query_as(&format!("SELECT {POLICY_COLUMNS} FROM cost_policies WHERE version = $1 AND org_id = $2"))
+            .bind(version)
+            .bind(org)
+            .fetch_one(tx.conn())
+            .await?;
+    tx.commit().await?;
+    Ok((StatusCode::CREATED, Json(policy_view(row)?)))
+}
+
+async fn update_policy(
+    State(state): State<AppState>,
+    p: Caller<ManagePolicy>,
+    Path(version): Path<i32>,
+    JsonBody(body): JsonBody<PolicyBody>,
+) -> Result<Json<PolicyVersion>, AppError> {
+    let (from, policy) = parse_policy(&body)?;
+    let mut tx = p.begin(&state.db).await?;
+    let org = tx.org().as_uuid();
+    let current: Option<String> =
+        sqlx::query_scalar("SELECT state FROM cost_policies WHERE version = $1 AND org_id = $2 FOR UPDATE")
+            .bind(version)
+            .bind(org)
+            .fetch_optional(tx.conn())
+            .await?;
+    match current.as_deref() {
+        None => return Err(AppError::NotFound(format!("cost policy version {version}"))),
+        Some("draft") => {}
+        Some(s) => {
+            return Err(AppError::Conflict(format!(
+                "cost policy version {version} is {s}: an approved version is never edited; create a new draft"
+            )));
+        }
+    }
+    let doc = serde_json::to_value(&policy).map_err(|e| AppError::Internal(e.to_string()))?;
+    sqlx::query(
+        "UPDATE cost_policies SET document = $2, effective_from = $3, currency = $4, note = $5
+          WHERE version = $1 AND org_id = $6",
+    )
+    .bind(version)
+    .bind(doc)
+    .bind(from.first_day())
+    .bind(&policy.currency)
+    .bind(&body.note)
+    .bind(org)
+    .execute(tx.conn())
+    .await?;
+    tx.audit_by(&p, "policy.update", &format!("policy:{version}"), &body.note, json!({})).await?;
+    let row: PolicyRow =
+        sqlx::query_as(&format!("SELECT {POLICY_COLUMNS} FROM cost_policies WHERE version = $1 AND org_id = $2"))
+            .bind(version)
+            .bind(org)
+            .fetch_one(tx.conn())
+            .await?;
+    tx.commit().await?;
+    Ok(Json(policy_view(row)?))
+}
+
+/// The body is optional here, so it is read as bytes rather than with [`JsonBody`].
+async fn approve_policy(
+    State(state): State<AppState>,
+    p: Caller<ManagePolicy>,
+    Path(version): Path<i32>,
+    body: axum::body::Bytes,
+) -> Result<Json<PolicyVersion>, AppError> {
+    let body: ApproveBody = if body.is_empty() { ApproveBody::default() } else { json_body(&body)? };
+    let mut tx = p.begin(&state.db).await?;
+    let org = tx.org().as_uuid();
+    approve(&mut tx, &p.actor(), version, &body.reason).await?;
+    let row: PolicyRow =
+        sqlx::query_as(&format!("SELECT {POLICY_COLUMNS} FROM cost_policies WHERE version = $1 AND org_id = $2"))
+            .bind(version)
+            .bind(org)
+            .fetch_one(tx.conn())
+            .await?;
+    tx.commit().await?;
+    Ok(Json(policy_view(row)?))
+}
+
+// ---------------------------------------------------------------- quotas
+
+type QuotaRow = (
+    Uuid,
+    Option<Uuid>,
+    Option<String>,
+    Option<Uuid>,
+    Option<String>,
+    String,
+    String,
+    OffsetDateTime,
+    Option<OffsetDateTime>,
+    String,
+    String,
+);
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct QuotaQuery {
+    #[serde(default)]
+    at: Option<String>,
+}
+
+async fn list_quotas(
+    State(state): State<AppState>,
+    p: Caller<ReadLedger>,
+    Params(q): Params<QuotaQuery>,
+) -> Result<Json<QuotaList>, AppError> {
+    let at = match q.at.as_deref() {
+        Some(s) => Some(
+            OffsetDateTime::parse(s, &time::format_description::well_known::Rfc3339)
+                .map_err(|e| AppError::invalid("at", format!("{s:?} is not an RFC 3339 time: {e}")))?,
+        ),
+        None => None,
+    };
+    let mut tx = p.begin(&state.db).await?;
+    let org = tx.org().as_uuid();
+    let rows: Vec<QuotaRow> = sqlx::query_as(
+        "SELECT q.quota_id, q.tenant_id, t.name, COALESCE(q.department_id, t.department_id), d.name, q.gpu_class,
+                q.gpus::text, q.valid_from, q.valid_to, q.source, q.source_ref
+           FROM quotas q
+           LEFT JOIN tenants t ON t.org_id = q.org_id AND t.tenant_id = q.tenant_id
+           LEFT JOIN departments d ON d.org_id = q.org_id AND d.department_id = COALESCE(q.department_id, t.department_id)
+          WHERE q.org_id = $2 AND ($1::timestamptz IS NULL OR tstzrange(q.valid_from, q.valid_to) @> $1::timestamptz)
+          ORDER BY d.name, t.name NULLS FIRST, q.gpu_class, q.valid_from",
+    )
+    .bind(at)
+    .bind(org)
+    .fetch_all(tx.conn())
+    .await?;
+    tx.commit().await?;
+    let items: Vec<Quota> = rows
+        .into_iter()
+        .map(|r| Quota {
+            quota_id: r.0.to_string(),
+            tenant_id: r.1.map(|id| id.to_string()),
+            tenant: r.2,
+            department_id: r.3.map(|id| id.to_string()),
+            department: r.4,
+            gpu_class: r.5,
+            gpus: r.6,
+            valid_from: rfc3339(r.7),
+            valid_to: r.8.map(rfc3339),
+            source: r.9,
+            source_ref: r.10,
+        })
+        .collect();
+    Ok(Json(QuotaList { total: items.len(), items }))
+}
+
+async fn create_quota(
+    State(state): State<AppState>,
+    p: Caller<ManagePolicy>,
+    JsonBody(body): JsonBody<QuotaBody>,
+) -> Result<(StatusCode, Json<CreatedQuota>), AppError> {
+    let valid_from = instant("valid_from", &body.valid_from)?;
+    let valid_to = body.valid_to.as_deref().map(|t| instant("valid_to", t)).transpose()?;
+    let gpus = Decimal::parse(&body.gpus).map_err(|e| AppError::invalid("gpus", e.to_string()))?;
+    if gpus.is_negative() {
+        return Err(AppError::invalid("gpus", "must not be negative"));
+    }
+    if gpus.scale() > 4 {
+        return Err(AppError::invalid("gpus", "at most 4 decimals"));
+    }
+    if let Some(to) = valid_to
+        && to <= valid_from
+    {
+        return Err(AppError::invalid("valid_to", "must be after valid_from"));
+    }
+    let mut tx = p.begin(&state.db).await?;
+    let (tenant, department) = match (&body.tenant, &body.department) {
+        (Some(t), None) => (Some(lookup_id(&mut tx, "tenants", "tenant", t).await?), None),
+        (None, Some(d)) => (None, Some(lookup_id(&mut tx, "departments", "department", d).await?)),
+        _ => return Err(AppError::invalid("tenant", "give exactly one of tenant or department")),
+    };
+    let known: bool =
+        sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM gpu_classes WHERE gpu_class = $1 AND org_id = $2)")
+            .bind(&body.gpu_class)
+            .bind(p.org.as_uuid())
+            .fetch_one(tx.conn())
+            .await?;
+    if !known {
+        return Err(AppError::invalid("gpu_class", format!("{:?} is not in the approved inventory", body.gpu_class)));
+    }
+    let id = Uuid::new_v4();
+    let scope = holder_department(&mut tx, tenant, department).await?;
+    sqlx::query(
+        "INSERT INTO quotas (org_id, quota_id, tenant_id, department_id, gpu_class, gpus, valid_from, valid_to, created_by,
+                             scope_department_id)
+         VALUES ($1, $2, $3, $4, $5, $6::numeric, $7, $8, $9, $10)",
+    )
+    .bind(p.org.as_uuid())
+    .bind(id)
+    .bind(tenant)
+    .bind(department)
+    .bind(&body.gpu_class)
+    .bind(gpus.to_string())
+    .bind(valid_from)
+    .bind(valid_to)
+    .bind(p.actor())
+    .bind(scope)
+    .execute(tx.conn())
+    .await
+    .map_err(|e| {
+        AppError::from(e)
+            .on_conflict(|| "an existing quota for this holder and class overlaps that validity; end it first".into())
+    })?;
+    tx.audit_by(&p, "quota.create", &format!("quota:{id}"), "", json!({"gpus": gpus.to_string()})).await?;
+    tx.commit().await?;
+    Ok((StatusCode::CREATED, Json(CreatedQuota { quota_id: id.to_string() })))
+}
+
+/// The body is optional here, so it is read as bytes rather than with [`JsonBody`].
+async fn import_kueue(
+    State(state): State<AppState>,
+    p: Caller<ManagePolicy>,
+    body: axum::body::Bytes,
+) -> Result<Json<KueueImport>, AppError> {
+    let body: ImportKueueBody = if body.is_empty() { ImportKueueBody::default() } else { json_body(&body)? };
+    let mut tx = p.begin(&state.db).await?;
+    let out = import_kueue_quotas(&mut tx, &p.actor(), &body.mappings).await?;
+    tx.commit().await?;
+    Ok(Json(out))
+}
