@@ -222,3 +222,70 @@ pub struct CreatedTimeslicing {
     /// Replicas per GPU.
     pub replicas: i32,
 }
+
+/// `POST /api/v1/tenancy/reassignments`: a namespace belongs to `tenant` from `valid_from` (admins). Ownership
+/// history is closed and reopened, never rewritten; a change reaching into a closed month leaves it as closed
+/// and produces correction lines at the next close.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReassignmentBody {
+    /// The namespace's cluster (name or ID).
+    pub cluster: String,
+    /// The namespace's name, as the agent reports it.
+    pub namespace: String,
+    /// The new owner (tenant name or ID).
+    pub tenant: String,
+    /// From when (RFC 3339, UTC or with an offset).
+    pub valid_from: String,
+    /// Why (kept in the audit log; required).
+    pub reason: String,
+}
+
+/// `POST /api/v1/tenancy/reassignments` (201): the ownership entry opened, and what it changes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct Reassignment {
+    /// The cluster's name.
+    pub cluster: String,
+    /// The namespace's name.
+    pub namespace: String,
+    /// The namespace's UID.
+    pub namespace_uid: String,
+    /// The new owner's name.
+    pub tenant: String,
+    /// The owner before `valid_from` (none: the namespace had no owner then).
+    pub previous_tenant: Option<String>,
+    /// Start of the new entry (RFC 3339, UTC).
+    pub valid_from: String,
+    /// Its end: where a later ownership change already starts (none: open-ended).
+    pub valid_to: Option<String>,
+    /// Closed months the change reaches into (`YYYY-MM`): they stay as closed; the next close adds corrections.
+    pub corrected_at_next_close: Vec<String>,
+}
+
+/// One entry of a namespace's ownership history.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct OwnershipEntry {
+    /// The owner's name.
+    pub tenant: String,
+    /// The owner's department.
+    pub department: String,
+    /// Start (RFC 3339, UTC).
+    pub valid_from: String,
+    /// End (none: still in force).
+    pub valid_to: Option<String>,
+    /// What established it: `label` (the namespace's labels, seen by the agent) or `admin` (a reassignment).
+    pub source: String,
+}
+
+/// `GET /api/v1/tenancy/ownership?cluster=&namespace=`: a namespace's ownership history, oldest first.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct NamespaceOwnership {
+    /// The cluster's name.
+    pub cluster: String,
+    /// The namespace's name.
+    pub namespace: String,
+    /// The namespace's UID.
+    pub namespace_uid: String,
+    /// Its history.
+    pub entries: Vec<OwnershipEntry>,
+}

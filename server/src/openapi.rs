@@ -17,7 +17,8 @@ use gpuledger_api::{
     schemars::{JsonSchema, SchemaGenerator, generate::Contract, generate::SchemaSettings},
     tenancy::{
         CreatedDepartment, CreatedModel, CreatedProfile, CreatedTenant, CreatedTimeslicing, Department, DepartmentBody,
-        Inventory, ModelBody, ProfileBody, Tenant, TenantBody, TimeslicingBody,
+        Inventory, ModelBody, NamespaceOwnership, ProfileBody, Reassignment, ReassignmentBody, Tenant, TenantBody,
+        TimeslicingBody,
     },
     training, usage,
 };
@@ -611,6 +612,21 @@ fn tenancy_ops() -> Vec<Op> {
         .body::<TimeslicingBody>()
         .answers::<CreatedTimeslicing>(201, "created")
         .errors(&[401, 403, 409, 422]),
+        Op::post(
+            "/api/v1/tenancy/reassignments",
+            "Reassign a namespace to a tenant from an instant: {cluster, namespace, tenant, valid_from, reason}. \
+             History is closed and reopened; closed months get corrections at the next close. Admins",
+        )
+        .token()
+        .body::<ReassignmentBody>()
+        .answers::<Reassignment>(201, "the ownership entry opened")
+        .errors(&[401, 403, 409, 422]),
+        Op::get("/api/v1/tenancy/ownership", "A namespace's ownership history, oldest first")
+            .token()
+            .parameter(json!({"name": "cluster", "in": "query", "required": true, "schema": {"type": "string"}}))
+            .parameter(json!({"name": "namespace", "in": "query", "required": true, "schema": {"type": "string"}}))
+            .answers::<NamespaceOwnership>(200, "{cluster, namespace, namespace_uid, entries}")
+            .errors(&[401, 422]),
         Op::get("/api/v1/endpoints/{endpoint}/aliases", "An endpoint's gateway-key and team aliases. Admins")
             .token()
             .answers::<usage::Aliases>(200, "{endpoint, aliases}")

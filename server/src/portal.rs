@@ -464,6 +464,7 @@ pub fn router() -> Router<AppState> {
         .route("/ui/departments", post(department_form))
         .route("/ui/tenants", post(tenant_form))
         .route("/ui/inventory/{what}", post(inventory_form))
+        .route("/ui/tenancy/reassign", post(reassign_form))
 }
 
 async fn department_form(State(state): State<AppState>, headers: HeaderMap, body: axum::body::Bytes) -> Response {
@@ -480,6 +481,19 @@ async fn tenant_form(State(state): State<AppState>, headers: HeaderMap, body: ax
     let request = serde_json::json!({ "name": field(&f, "name"), "department": field(&f, "department") });
     via_api(&state, &headers, "POST", "/api/v1/tenants", request, "/admin/inventory", |_| {
         "/admin/inventory#tenancy".into()
+    })
+    .await
+}
+
+/// "Reassign from…": a namespace to a tenant from a UTC instant, with the reason.
+async fn reassign_form(State(state): State<AppState>, headers: HeaderMap, body: axum::body::Bytes) -> Response {
+    let f = pairs(&body);
+    let request = serde_json::json!({
+        "cluster": field(&f, "cluster"), "namespace": field(&f, "namespace"), "tenant": field(&f, "tenant"),
+        "valid_from": instant(&field(&f, "valid_from")), "reason": field(&f, "reason"),
+    });
+    via_api(&state, &headers, "POST", "/api/v1/tenancy/reassignments", request, "/admin/inventory", |_| {
+        "/admin/inventory#ownership".into()
     })
     .await
 }
@@ -562,8 +576,14 @@ async fn save_policy_form(
 }
 
 /// A date (`YYYY-MM-DD`, midnight UTC) or a full RFC 3339 time, as the quotas API takes it.
+/// A form's date (`2026-09-16`) or UTC date and time (`2026-09-16T06:00`, from `datetime-local`) as RFC 3339.
 fn instant(value: &str) -> String {
-    if value.len() == 10 { format!("{value}T00:00:00Z") } else { value.to_string() }
+    match value.len() {
+        10 => format!("{value}T00:00:00Z"),
+        16 => format!("{value}:00Z"),
+        19 => format!("{value}Z"),
+        _ => value.to_string(),
+    }
 }
 
 async fn quota_form(State(state): State<AppState>, headers: HeaderMap, body: axum::body::Bytes) -> Response {

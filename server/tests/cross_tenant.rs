@@ -1163,6 +1163,31 @@ fn cases() -> Vec<Case> {
             control: None,
         },
         Case {
+            method: "POST",
+            route: "/api/v1/tenancy/reassignments",
+            who: Admins,
+            denied: Api,
+            expect: Status(422),
+            // B's cluster and tenant: not found in A.
+            build: |t| {
+                with_json(
+                    "/api/v1/tenancy/reassignments",
+                    json!({"cluster": t.cluster_name.clone()?, "namespace": "probe", "tenant": t.tenant.to_string(),
+                           "valid_from": "2026-01-01T00:00:00Z", "reason": "cross-tenant probe"}),
+                )
+            },
+            control: None,
+        },
+        Case {
+            method: "GET",
+            route: "/api/v1/tenancy/ownership",
+            who: Readers,
+            denied: Api,
+            expect: Status(422),
+            build: |t| get(format!("/api/v1/tenancy/ownership?cluster={}&namespace=probe", t.cluster_name.clone()?)),
+            control: None,
+        },
+        Case {
             method: "GET",
             route: "/api/v1/analytics/sessions",
             who: Readers,
@@ -1525,6 +1550,24 @@ fn cases() -> Vec<Case> {
                 with_form(
                     "/ui/inventory/timeslicing",
                     format!("cluster={}&name=probe&replicas=2&valid_from=2026-01-01", t.cluster_name.clone()?),
+                )
+            },
+            control: None,
+        },
+        Case {
+            method: "POST",
+            route: "/ui/tenancy/reassign",
+            who: Admins,
+            denied: Form,
+            expect: Status(422),
+            build: |t| {
+                with_form(
+                    "/ui/tenancy/reassign",
+                    format!(
+                        "cluster={}&namespace=probe&tenant={}&valid_from=2026-01-01T00%3A00&reason=probe",
+                        t.cluster_name.clone()?,
+                        t.tenant
+                    ),
                 )
             },
             control: None,

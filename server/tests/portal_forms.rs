@@ -155,7 +155,7 @@ async fn departments_tenants_and_inventory_are_added_in_the_portal() {
     let (admin, _) = demo_login(&app, "admin").await;
     let page = send(&app, get("/admin/inventory", Some(&admin))).await;
     assert_eq!(page.status, StatusCode::OK);
-    for form_id in ["add-department", "add-tenant", "add-model", "add-profile", "add-timeslicing"] {
+    for form_id in ["add-department", "add-tenant", "add-model", "add-profile", "add-timeslicing", "reassign"] {
         assert!(page.body.contains(&format!(r#"id="{form_id}""#)), "{form_id}: {}", page.body);
     }
     let csrf = csrf_of(&page.body);
@@ -207,6 +207,15 @@ async fn departments_tenants_and_inventory_are_added_in_the_portal() {
     assert_eq!(stored, ("B200".to_string(), 1, 7));
     let page = send(&app, get("/admin/inventory", Some(&admin))).await;
     assert!(page.body.contains("NVIDIA B200 1g.23gb"), "{}", page.body);
+
+    // "Reassign from…": a namespace no agent reported is refused, naming the field, with the way back.
+    let refused = post(
+        "/ui/tenancy/reassign",
+        "cluster=nowhere&namespace=nlp&tenant=arm-control&valid_from=2026-11-16T06%3A00&reason=moved",
+    )
+    .await;
+    assert_eq!(refused.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", refused.body);
+    assert!(refused.body.contains("cluster") && refused.body.contains("/admin/inventory"), "{}", refused.body);
 
     // Finance may edit the inventory (it prices), not the tenancy.
     let (finance, _) = demo_login(&app, "finance").await;

@@ -501,8 +501,22 @@ pub fn InventoryPage() -> impl IntoView {
                             }).collect_view()}</tbody></table>
                         }.into_any() }}
                     </section>
-                    <section class="panel">
+                    <section class="panel" id="ownership">
                         <h2>"Namespaces → tenants, with history"</h2>
+                        <p class="muted">"Reassign a namespace from a date and time (UTC): the owner in force then keeps everything before it. Open months change at once; a closed month stays as closed and the next close adds correction lines."</p>
+                        {(!tenants.is_empty()).then(|| view! {
+                            <form method="post" action="/ui/tenancy/reassign" class="inline-form" id="reassign">
+                                <input type="hidden" name="csrf" value=csrf.clone() />
+                                <label>"Cluster " <input name="cluster" required=true placeholder="prod-west" size="12" /></label>
+                                <label>"Namespace " <input name="namespace" required=true placeholder="nlp-train" size="14" /></label>
+                                <label>"to " <select name="tenant">{tenants.iter().map(|t| view! {
+                                    <option value=t.name.clone()>{format!("{} ({})", t.name, t.department)}</option>
+                                }).collect_view()}</select></label>
+                                <label>"from (UTC) " <input name="valid_from" type="datetime-local" required=true /></label>
+                                <label>"Why " <input name="reason" required=true placeholder="team moved on the 16th" size="24" /></label>
+                                <button type="submit">"Reassign from…"</button>
+                            </form>
+                        })}
                         {if tenancy.is_empty() { view! { <p class="empty">"No namespace is owned yet."</p> }.into_any() } else { view! {
                             <table><thead><tr><th>"Department"</th><th>"Tenant"</th><th>"Cluster"</th><th>"Namespace"</th><th>"From"</th><th>"To"</th><th>"Source"</th></tr></thead>
                             <tbody>{tenancy.iter().map(|r| view! {

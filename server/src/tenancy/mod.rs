@@ -10,6 +10,8 @@
 //!   open entry's start is refused (409). Allocations the change concerns are recomputed from their stored facts,
 //!   so inventory gaps close and later months use the new fraction or class; closed months get corrections at the
 //!   next close, as with any late fact.
+//! - `POST /api/v1/tenancy/reassignments`, `GET /api/v1/tenancy/ownership` (`reassign.rs`): dated ownership
+//!   changes by an admin.
 
 use axum::{
     Json, Router,
@@ -36,6 +38,7 @@ use crate::{
     http::{Administer, Caller, JsonBody, ManagePolicy, ReadLedger},
 };
 
+mod reassign;
 pub mod store;
 pub(crate) use store::{DepartmentRow, ModelRow, ProfileRow, TenantRow, TimeslicingRow, close_open_entry, rows};
 
@@ -48,6 +51,8 @@ pub fn router() -> Router<AppState> {
         .route("/api/v1/inventory/models", post(add_model))
         .route("/api/v1/inventory/profiles", post(add_profile))
         .route("/api/v1/inventory/timeslicing", post(add_timeslicing))
+        .route("/api/v1/tenancy/reassignments", post(reassign::reassign))
+        .route("/api/v1/tenancy/ownership", get(reassign::ownership))
 }
 
 /// Longest department, tenant, class or policy name.

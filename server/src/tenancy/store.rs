@@ -105,3 +105,193 @@ pub(crate) async fn close_open_entry(
     q.execute(tx.conn()).await?;
     Ok(())
 }
+
+/// A namespace as a reassignment finds it.
+pub(crate) struct NamespaceAt {
+    pub(crate) uid: Uuid,
+    pub(crate) cluster: String,
+    pub(crate) name: String,
+    pub(crate) created_at: OffsetDateTime,
+    pub(crate) deleted_at: Option<OffsetDateTime>,
+}
+
+/// The namespace called `name` in `cluster` (name or ID) that lived at `at` — or, when none did, the newest of
+/// that name (so the caller can say why `at` does not fit it). Locked for the rest of the transaction, so two
+/// reassignments of one namespace run one after the other.
+pub(crate) async fn namespace_at(
+    tx: &mut OrgTx,
+    cluster: &str,
+    name: &str,
+    at: OffsetDateTime,
+) -> Result<NamespaceAt, AppError> {
+    let org = tx.org().as_uuid();
+    let cluster_row: Option<(Uuid, String)> = sqlx::query_as(
+        "SELECT cluster_id, name FROM clusters WHERE (name = $1 OR cluster_id::text = $1) AND org_id = $2",
+    )
+    .bind(cluster)
+    .bind(org)
+    .fetch_optional(tx.conn())
+    .await?;
+    let Some((cluster_id, cluster_name)) = cluster_row else {
+        return Err(AppError::invalid("cluster", format!("{cluster:?} is not a registered cluster")));
+    };
+    let row: Option<(Uuid, OffsetDateTime, Option<OffsetDateTime>)> = sqlx::query_as(
+        "SELECT namespace_uid, created_at, deleted_at FROM namespaces
+          WHERE cluster_id = $1 AND name = $2 AND org_id = $4
+          ORDER BY (created_at <= $3 AND (deleted_at IS NULL OR deleted_at > $3)) DESC, created_at DESC
+          LIMIT 1 FOR UPDATE",
+    )
+    .bind(cluster_id)
+    .bind(name)
+    .bind(at)
+    .bind(org)
+    .fetch_optional(tx.conn())
+    .await?;
+    let Some((uid, created_at, deleted_at)) = row else {
+        return Err(AppError::invalid(
+            "namespace",
+            format!("no namespace {name:?} in cluster {cluster_name:?} has been reported by its agent"),
+        ));
+    };
+    Ok(NamespaceAt { uid, cluster: cluster_name, name: name.to_string(), created_at, deleted_at })
+}
+
+/// The ownership entry in force at `at`: (start, end, tenant ID, tenant name).
+type Entry = (OffsetDateTime, Option<OffsetDateTime>, Uuid, String);
+
+/// Opens an `admin` ownership entry for `ns` from `from`: the entry in force then is closed at `from` (or, when it
+/// starts exactly at `from`, given the new owner — the audit record keeps the old one); the new entry runs to the
+/// next entry's start. Allocations of the namespace in the changed span are marked updated, so closed months they
+/// touch are recomputed into corrections at the next close. Returns (previous owner, end of the new entry, closed
+/// months touched).
+pub(crate) async fn reassign_namespace(
+    tx: &mut OrgTx,
+    ns: Uuid,
+    tenant: Uuid,
+    from: OffsetDateTime,
+) -> Result<(Option<String>, Option<OffsetDateTime>, Vec<time::Date>), AppError> {
+    let org = tx.org().as_uuid();
+    let current: Option<Entry> = sqlx::query_as(
+        "SELECT o.valid_from, o.valid_to, o.tenant_id, t.name FROM namespace_ownership o
+           JOIN tenants t ON t.org_id = o.org_id AND t.tenant_id = o.tenant_id
+          WHERE o.namespace_uid = $1 AND o.valid_from <= $2 AND (o.valid_to IS NULL OR o.valid_to > $2)
+            AND o.org_id = $3",
+    )
+    .bind(ns)
+    .bind(from)
+    .bind(org)
+    .fetch_optional(tx.conn())
+    .await?;
+    if let Some((since, _, owner, name)) = &current
+        && *owner == tenant
+    {
+        return Err(AppError::Conflict(format!(
+            "the namespace already belongs to {name:?} at valid_from (since {}): nothing to change",
+            gpuledger_core::time_fmt::rfc3339(*since)
+        )));
+    }
+    let until: Option<OffsetDateTime> = match &current {
+        Some((_, to, _, _)) => *to,
+        None => sqlx::query_scalar(
+            "SELECT min(valid_from) FROM namespace_ownership WHERE namespace_uid = $1 AND valid_from > $2 AND org_id = $3",
+        )
+        .bind(ns)
+        .bind(from)
+        .bind(org)
+        .fetch_one(tx.conn())
+        .await?,
+    };
+    // A close running over the span would freeze figures from before or after the change, unknowably.
+    let closing: Option<time::Date> = sqlx::query_scalar(
+        "SELECT period FROM periods WHERE state = 'closing' AND org_id = $3
+            AND period + interval '1 month' > $1 AND ($2::timestamptz IS NULL OR period < $2) LIMIT 1",
+    )
+    .bind(from)
+    .bind(until)
+    .bind(org)
+    .fetch_optional(tx.conn())
+    .await?;
+    if let Some(p) = closing {
+        return Err(AppError::Conflict(format!(
+            "{} is being closed right now; reassign once the close has finished",
+            gpuledger_core::Period::from_date(p)?
+        )));
+    }
+    match &current {
+        Some((since, _, _, _)) if *since == from => {
+            sqlx::query(
+                "UPDATE namespace_ownership SET tenant_id = $3, source = 'admin'
+                  WHERE namespace_uid = $1 AND valid_from = $2 AND org_id = $4",
+            )
+            .bind(ns)
+            .bind(from)
+            .bind(tenant)
+            .bind(org)
+            .execute(tx.conn())
+            .await?;
+        }
+        _ => {
+            if let Some((since, _, _, _)) = &current {
+                sqlx::query(
+                    "UPDATE namespace_ownership SET valid_to = $3 WHERE namespace_uid = $1 AND valid_from = $2 AND org_id = $4",
+                )
+                .bind(ns)
+                .bind(since)
+                .bind(from)
+                .bind(org)
+                .execute(tx.conn())
+                .await?;
+            }
+            sqlx::query(
+                "INSERT INTO namespace_ownership (org_id, namespace_uid, valid_from, valid_to, tenant_id, source)
+                 VALUES ($1, $2, $3, $4, $5, 'admin')",
+            )
+            .bind(org)
+            .bind(ns)
+            .bind(from)
+            .bind(until)
+            .bind(tenant)
+            .execute(tx.conn())
+            .await?;
+        }
+    }
+    sqlx::query(
+        "UPDATE allocation_intervals SET updated_at = now()
+          WHERE namespace_uid = $1 AND org_id = $4
+            AND ($3::timestamptz IS NULL OR started_at < $3) AND (ended_at IS NULL OR ended_at > $2)",
+    )
+    .bind(ns)
+    .bind(from)
+    .bind(until)
+    .bind(org)
+    .execute(tx.conn())
+    .await?;
+    let closed: Vec<time::Date> = sqlx::query_scalar(
+        "SELECT period FROM periods WHERE state = 'closed' AND org_id = $3
+            AND period + interval '1 month' > $1 AND ($2::timestamptz IS NULL OR period < $2) ORDER BY period",
+    )
+    .bind(from)
+    .bind(until)
+    .bind(org)
+    .fetch_all(tx.conn())
+    .await?;
+    Ok((current.map(|c| c.3), until, closed))
+}
+
+/// A namespace's ownership history, oldest first: (tenant, department, start, end, source).
+pub(crate) async fn ownership_history(
+    tx: &mut OrgTx,
+    ns: Uuid,
+) -> Result<Vec<(String, String, OffsetDateTime, Option<OffsetDateTime>, String)>, AppError> {
+    let org = tx.org().as_uuid();
+    Ok(sqlx::query_as(
+        "SELECT t.name, d.name, o.valid_from, o.valid_to, o.source FROM namespace_ownership o
+           JOIN tenants t ON t.org_id = o.org_id AND t.tenant_id = o.tenant_id
+           JOIN departments d ON d.org_id = t.org_id AND d.department_id = t.department_id
+          WHERE o.namespace_uid = $1 AND o.org_id = $2 ORDER BY o.valid_from",
+    )
+    .bind(ns)
+    .bind(org)
+    .fetch_all(tx.conn())
+    .await?)
+}

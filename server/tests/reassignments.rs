@@ -1,0 +1,336 @@
+//! Dated tenancy changes by an admin, against real PostgreSQL as the app role: a namespace reassigned inside an
+//! open month splits its hours exactly at `valid_from`; one reaching into a closed month leaves the month as it
+//! was closed and becomes correction lines at the next close; history is closed and reopened, never lost; every
+//! change is audited; bad requests name the field.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use axum::{
+    body::{Body, to_bytes},
+    http::{Request, StatusCode},
+};
+use gpuledger_core::{
+    ids::OrgId,
+    sharing::SharingMode,
+    wire::{
+        AgentInfo, AllocationEnd, AllocationStart, AttributionLabels, Batch, EndReason, Fact, FactBody, Holder,
+        NamespaceFact, WIRE_VERSION, event_id,
+    },
+};
+use gpuledger_server::{
+    app::{self, AppState, HttpOptions},
+    auth::{self, Scope},
+    readmodel::worker::{Wait, refresh},
+};
+use serde_json::{Value, json};
+use time::{OffsetDateTime, macros::datetime};
+use tower::ServiceExt;
+use uuid::Uuid;
+
+struct Env {
+    app: axum::Router,
+    admin_token: String,
+    export_token: String,
+    agent_token: String,
+    su: sqlx::PgPool,
+    db: gpuledger_server::db::Database,
+    org: OrgId,
+    _db: gpuledger_e2e::TestDatabase,
+}
+
+async fn env() -> Env {
+    let (test_db, db) = common::migrated().await;
+    let su = common::admin_pool(&test_db).await;
+    let org = db.cross_org_directory().create_org(OrgId::from_uuid(Uuid::new_v4()), "acme", "Acme").await.unwrap();
+    let o = org.as_uuid();
+    let research = Uuid::new_v4();
+    for sql in [
+        "INSERT INTO departments (org_id, department_id, name) VALUES ($1, $2, 'Research')",
+        "INSERT INTO tenants (org_id, tenant_id, department_id, name, created_at)
+         VALUES ($1, gen_random_uuid(), $2, 'alpha', '2025-01-01')",
+        "INSERT INTO tenants (org_id, tenant_id, department_id, name, created_at)
+         VALUES ($1, gen_random_uuid(), $2, 'beta', '2025-01-01')",
+    ] {
+        sqlx::query(sql).bind(o).bind(research).execute(&su).await.unwrap();
+    }
+    sqlx::query("INSERT INTO gpu_classes (org_id, gpu_class) VALUES ($1, 'H100-80GB')")
+        .bind(o)
+        .execute(&su)
+        .await
+        .unwrap();
+    sqlx::query(
+        "INSERT INTO gpu_models (org_id, model, valid_from, gpu_class)
+         VALUES ($1, 'NVIDIA H100 80GB HBM3', '2025-01-01', 'H100-80GB')",
+    )
+    .bind(o)
+    .execute(&su)
+    .await
+    .unwrap();
+    let mut tx = db.begin_org(org).await.unwrap();
+    let (cluster, _) = auth::ensure_cluster(&mut tx, "c1").await.unwrap();
+    let (_, agent_token) = auth::create_token(&mut tx, &Scope::Agent { cluster }, "agent", "test", None).await.unwrap();
+    let (_, admin_token) = auth::create_token(&mut tx, &Scope::Admin, "admin", "test", None).await.unwrap();
+    let (_, export_token) = auth::create_token(&mut tx, &Scope::export(), "bi", "test", None).await.unwrap();
+    tx.commit().await.unwrap();
+    let app = app::router(AppState::new(db.clone(), None), &HttpOptions::default());
+    Env { app, admin_token, export_token, agent_token, su, db, org, _db: test_db }
+}
+
+async fn call(env: &Env, method: &str, uri: &str, token: &str, body: Option<Value>) -> (StatusCode, Value) {
+    let req = Request::builder()
+        .method(method)
+        .uri(uri)
+        .header("authorization", format!("Bearer {token}"))
+        .header("content-type", "application/json")
+        .body(body.map_or_else(Body::empty, |b| Body::from(serde_json::to_vec(&b).unwrap())))
+        .unwrap();
+    let response = env.app.clone().oneshot(req).await.unwrap();
+    let status = response.status();
+    let bytes = to_bytes(response.into_body(), 64 << 20).await.unwrap();
+    (status, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+}
+
+const NS: Uuid = Uuid::from_u128(0x5eed);
+
+fn namespace() -> Fact {
+    Fact {
+        event_id: event_id("namespace", &[&NS.to_string(), "alpha"]),
+        observed_at: datetime!(2026-08-01 00:00 UTC),
+        body: FactBody::NamespaceObserved(NamespaceFact {
+            namespace_uid: NS,
+            name: "nlp".into(),
+            created_at: datetime!(2026-08-01 00:00 UTC),
+            deleted_at: None,
+            labels: AttributionLabels { tenant: Some("alpha".into()), ..Default::default() },
+            labels_since: datetime!(2026-08-01 00:00 UTC),
+        }),
+    }
+}
+
+fn pod(from: OffsetDateTime, to: OffsetDateTime) -> Vec<Fact> {
+    let uid = Uuid::new_v4();
+    let allocation_id = format!("{uid}/main/nvidia.com/gpu");
+    vec![
+        Fact {
+            event_id: event_id("alloc-start", &[&allocation_id]),
+            observed_at: from,
+            body: FactBody::AllocationStarted(AllocationStart {
+                allocation_id: allocation_id.clone(),
+                holder: Holder::Pod,
+                holder_uid: uid,
+                holder_name: "trainer".into(),
+                namespace: "nlp".into(),
+                namespace_uid: Some(NS),
+                container: Some("main".into()),
+                node: Some("node-1".into()),
+                resource: "nvidia.com/gpu".into(),
+                units: 1,
+                mode: SharingMode::Exclusive,
+                gpu_model: Some("NVIDIA H100 80GB HBM3".into()),
+                device_ids: vec![],
+                started_at: from,
+                labels: AttributionLabels::default(),
+            }),
+        },
+        Fact {
+            event_id: event_id("alloc-end", &[&allocation_id]),
+            observed_at: to,
+            body: FactBody::AllocationEnded(AllocationEnd { allocation_id, ended_at: to, reason: EndReason::Finished }),
+        },
+    ]
+}
+
+async fn ingest(env: &Env, facts: Vec<Fact>) {
+    let b = Batch {
+        wire_version: WIRE_VERSION,
+        agent: AgentInfo { version: "test".into(), mode: "cluster".into(), node: None, spool: None },
+        cluster: None,
+        facts,
+    };
+    let (s, ack) =
+        call(env, "POST", "/api/v1/ingest/batches", &env.agent_token, Some(serde_json::to_value(&b).unwrap())).await;
+    assert_eq!(s, StatusCode::OK, "{ack}");
+}
+
+/// The month's figures as the caller reads them, after the read model caught up with every change.
+async fn ledger(env: &Env, period: &str) -> Value {
+    refresh(&env.db, env.org, Wait::Block).await.unwrap();
+    let (s, v) =
+        call(env, "GET", &format!("/api/v1/ledger?period={period}&per_page=500"), &env.admin_token, None).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    v
+}
+
+fn amount(ledger: &Value, line_id: &str) -> Option<String> {
+    ledger["lines"].as_array().unwrap().iter().find(|l| l["line_id"] == line_id).map(|l| l["amount"].to_string())
+}
+
+fn reassignment(tenant: &str, from: &str) -> Value {
+    json!({"cluster": "c1", "namespace": "nlp", "tenant": tenant, "valid_from": from, "reason": "team moved to beta"})
+}
+
+#[tokio::test]
+async fn a_reassignment_splits_an_open_month_and_corrects_a_closed_one_at_the_next_close() {
+    let env = env().await;
+    let t = &env.admin_token;
+    let policy = json!({"effective_from": "2026-09", "note": "rates", "policy": {
+        "currency": "USD",
+        "classes": [{"gpu_class": "H100-80GB", "guaranteed": "2.00", "borrowed": "3.00"}],
+        "overhead": {"fixed": [], "key": {"kind": "equal"}}
+    }});
+    let (s, v) = call(&env, "POST", "/api/v1/policies", t, Some(policy)).await;
+    assert_eq!(s, StatusCode::CREATED, "{v}");
+    let (s, v) = call(&env, "POST", "/api/v1/policies/1/approve", t, Some(json!({"reason": "ok"}))).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+
+    // alpha's namespace holds 1 GPU for 48 h, 10 Sep 00:00 → 12 Sep 00:00.
+    let mut facts = vec![namespace()];
+    facts.extend(pod(datetime!(2026-09-10 00:00 UTC), datetime!(2026-09-12 00:00 UTC)));
+    ingest(&env, facts).await;
+    let before = ledger(&env, "2026-09").await;
+    assert_eq!(amount(&before, "2026-09/borrowed/alpha/H100-80GB").as_deref(), Some("\"144.00\""), "{before:#}");
+
+    // -- bad requests name the field and change nothing
+    for (body, field) in [
+        (reassignment("gamma", "2026-09-11T06:00:00Z"), "tenant"),
+        (reassignment("beta", "2026-07-01T00:00:00Z"), "valid_from"),
+        (reassignment("beta", "11 Sep 2026"), "valid_from"),
+        (
+            json!({"cluster": "c9", "namespace": "nlp", "tenant": "beta", "valid_from": "2026-09-11T06:00:00Z",
+                "reason": "x"}),
+            "cluster",
+        ),
+        (
+            json!({"cluster": "c1", "namespace": "nope", "tenant": "beta", "valid_from": "2026-09-11T06:00:00Z",
+                "reason": "x"}),
+            "namespace",
+        ),
+        (
+            json!({"cluster": "c1", "namespace": "nlp", "tenant": "beta", "valid_from": "2026-09-11T06:00:00Z",
+                "reason": "  "}),
+            "reason",
+        ),
+        (
+            json!({"cluster": "c1", "namespace": "nlp", "tenant": "beta", "valid_from": "2026-09-11T06:00:00Z",
+                "reason": "x", "colour": "blue"}),
+            "colour",
+        ),
+    ] {
+        let (s, v) = call(&env, "POST", "/api/v1/tenancy/reassignments", t, Some(body)).await;
+        assert_eq!((s, v["field"].as_str()), (StatusCode::UNPROCESSABLE_ENTITY, Some(field)), "{v}");
+    }
+    let (s, _) = call(
+        &env,
+        "POST",
+        "/api/v1/tenancy/reassignments",
+        &env.export_token,
+        Some(reassignment("beta", "2026-09-11T06:00:00Z")),
+    )
+    .await;
+    assert_eq!(s, StatusCode::FORBIDDEN, "an export token cannot reassign");
+    let (s, v) =
+        call(&env, "POST", "/api/v1/tenancy/reassignments", t, Some(reassignment("alpha", "2026-09-11T06:00:00Z")))
+            .await;
+    assert_eq!(s, StatusCode::CONFLICT, "already alpha's: {v}");
+    let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM namespace_ownership").fetch_one(&env.su).await.unwrap();
+    assert_eq!(rows, 1, "refused requests changed nothing");
+
+    // -- inside the open month: the hours split exactly at valid_from (alpha 30 h, beta 18 h)
+    let (s, v) =
+        call(&env, "POST", "/api/v1/tenancy/reassignments", t, Some(reassignment("beta", "2026-09-11T06:00:00+00:00")))
+            .await;
+    assert_eq!(s, StatusCode::CREATED, "{v}");
+    assert_eq!(v["previous_tenant"], "alpha");
+    assert_eq!(v["valid_from"], "2026-09-11T06:00:00Z");
+    assert_eq!(v["valid_to"], Value::Null);
+    assert_eq!(v["corrected_at_next_close"], json!([]), "nothing closed yet");
+    let sept = ledger(&env, "2026-09").await;
+    assert_eq!(amount(&sept, "2026-09/borrowed/alpha/H100-80GB").as_deref(), Some("\"90.00\""), "{sept:#}");
+    assert_eq!(amount(&sept, "2026-09/borrowed/beta/H100-80GB").as_deref(), Some("\"54.00\""), "{sept:#}");
+    assert_eq!(sept["total"], before["total"], "moved, not created or lost");
+
+    // History is closed and reopened; the agent re-sending the labels it saw does not undo the change.
+    ingest(&env, vec![namespace()]).await;
+    let (s, h) = call(&env, "GET", "/api/v1/tenancy/ownership?cluster=c1&namespace=nlp", &env.export_token, None).await;
+    assert_eq!(s, StatusCode::OK, "{h}");
+    let entries: Vec<(String, String, Value, String)> = h["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e["tenant"].as_str().unwrap().into(),
+                e["valid_from"].as_str().unwrap().into(),
+                e["valid_to"].clone(),
+                e["source"].as_str().unwrap().into(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        entries,
+        vec![
+            ("alpha".into(), "2026-08-01T00:00:00Z".into(), json!("2026-09-11T06:00:00Z"), "label".into()),
+            ("beta".into(), "2026-09-11T06:00:00Z".into(), Value::Null, "admin".into()),
+        ]
+    );
+    let (s, v) = call(&env, "GET", "/api/v1/tenancy/ownership?cluster=c1&namespace=nlp&x=1", t, None).await;
+    assert_eq!((s, v["field"].as_str()), (StatusCode::UNPROCESSABLE_ENTITY, Some("x")), "{v}");
+
+    // -- into a closed month: September stays as closed; October's close books the difference
+    let (s, closed) = call(&env, "POST", "/api/v1/periods/2026-09/close", t, None).await;
+    assert_eq!(s, StatusCode::OK, "{closed}");
+    let sept_closed = ledger(&env, "2026-09").await;
+    let (s, v) =
+        call(&env, "POST", "/api/v1/tenancy/reassignments", t, Some(reassignment("alpha", "2026-09-11T18:00:00Z")))
+            .await;
+    assert_eq!(s, StatusCode::CREATED, "{v}");
+    assert_eq!(v["previous_tenant"], "beta");
+    assert_eq!(v["corrected_at_next_close"], json!(["2026-09"]));
+    let sept_after = ledger(&env, "2026-09").await;
+    assert_eq!(sept_after["lines"], sept_closed["lines"], "a closed month never changes");
+    assert_eq!(sept_after["state"], "closed");
+    // beta keeps 06:00 → 18:00 (12 h); the last 6 h go back to alpha: 6 h × 3.00 = 18.00 each way.
+    let oct = ledger(&env, "2026-10").await;
+    let corrections: Vec<(String, String, String)> = oct["lines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|l| l["term"] == "adjustment")
+        .map(|l| {
+            (
+                l["corrects"].as_str().unwrap().into(),
+                l["tenant"].as_str().unwrap().into(),
+                l["amount"].as_str().unwrap().into(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        corrections.iter().collect::<std::collections::BTreeSet<_>>(),
+        [
+            ("2026-09/borrowed/alpha/H100-80GB".to_string(), "alpha".to_string(), "18.00".to_string()),
+            ("2026-09/borrowed/beta/H100-80GB".to_string(), "beta".to_string(), "-18.00".to_string()),
+        ]
+        .iter()
+        .collect(),
+        "{oct:#}"
+    );
+    let (s, v) = call(&env, "POST", "/api/v1/periods/2026-10/close", t, None).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    let applied: i64 = sqlx::query_scalar("SELECT count(*) FROM adjustments WHERE kind = 'late_data'")
+        .fetch_one(&env.su)
+        .await
+        .unwrap();
+    assert_eq!(applied, 2, "the two corrections, booked once");
+
+    // -- every change is in the audit log with who and why
+    let audited: Vec<(String, String, String)> =
+        sqlx::query_as("SELECT actor, target, reason FROM audit_log WHERE action = 'tenancy.reassign' ORDER BY at")
+            .fetch_all(&env.su)
+            .await
+            .unwrap();
+    assert_eq!(audited.len(), 2, "{audited:?}");
+    assert!(audited.iter().all(|(actor, target, reason)| actor.starts_with("token:")
+        && target == "c1/nlp"
+        && reason == "team moved to beta"));
+}
