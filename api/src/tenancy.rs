@@ -13,6 +13,12 @@ pub struct Department {
     pub name: String,
     /// How many tenants it has.
     pub tenants: i64,
+    /// Retired from this instant (RFC 3339); none: active.
+    #[serde(default)]
+    pub retired_at: Option<String>,
+    /// Names it had before, oldest first.
+    #[serde(default)]
+    pub former_names: Vec<String>,
 }
 
 /// `POST /api/v1/departments`: a new department (admins).
@@ -45,6 +51,12 @@ pub struct Tenant {
     pub department: String,
     /// Namespaces it owns now.
     pub namespaces: i64,
+    /// Retired from this instant (RFC 3339); none: active.
+    #[serde(default)]
+    pub retired_at: Option<String>,
+    /// Names it had before, oldest first.
+    #[serde(default)]
+    pub former_names: Vec<String>,
 }
 
 /// `POST /api/v1/tenants`: a new tenant (admins).
@@ -288,4 +300,35 @@ pub struct NamespaceOwnership {
     pub namespace_uid: String,
     /// Its history.
     pub entries: Vec<OwnershipEntry>,
+}
+
+/// `PATCH /api/v1/departments/{department}`, `PATCH /api/v1/tenants/{tenant}` (admins): rename, retire, or both.
+/// A rename applies from now on (closed months keep the names frozen in their bundles; former names are kept); a
+/// retired department or tenant keeps its history and takes nothing new from `retired_from` on.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RenameOrRetire {
+    /// The new name (1 to 100 characters, unique in the organization).
+    #[serde(default)]
+    pub name: Option<String>,
+    /// Retire from this instant (RFC 3339).
+    #[serde(default)]
+    pub retired_from: Option<String>,
+    /// Why (kept in the audit log; required).
+    pub reason: String,
+}
+
+/// `PATCH /api/v1/departments/{department}`, `PATCH /api/v1/tenants/{tenant}` (200): what changed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct Updated {
+    /// The department's or tenant's ID (UUID).
+    pub id: String,
+    /// Its name before this change.
+    pub name: String,
+    /// Its new name, when renamed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub renamed_to: Option<String>,
+    /// Retired from (RFC 3339), when retired by this change.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retired_from: Option<String>,
 }

@@ -109,4 +109,7 @@ SELECT create_distributed_table('read_summaries', 'org_id', colocate_with => 'de
 SELECT create_distributed_table('read_summary_rows', 'org_id', colocate_with => 'departments');
 SELECT create_distributed_table('read_totals', 'org_id', colocate_with => 'departments');
 
+-- migration 17: renames
+SELECT create_distributed_table('renames', 'org_id', colocate_with => 'departments');
+
 COMMIT;

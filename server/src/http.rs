@@ -128,7 +128,16 @@ pub fn json_body<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, AppE
     let de = &mut serde_json::Deserializer::from_slice(bytes);
     serde_path_to_error::deserialize(de).map_err(|e| {
         let path = e.path().to_string();
-        AppError::invalid(if path == "." { "body".to_string() } else { path }, e.inner().to_string())
+        let reason = e.inner().to_string();
+        // serde reports a missing field at the object that lacks it; name the field itself.
+        let missing = reason.strip_prefix("missing field `").and_then(|r| r.split('`').next());
+        let field = match (path.as_str(), missing) {
+            (".", Some(name)) => name.to_string(),
+            (_, Some(name)) => format!("{path}.{name}"),
+            (".", None) => "body".to_string(),
+            _ => path,
+        };
+        AppError::invalid(field, reason)
     })
 }
 
@@ -215,6 +224,27 @@ mod tests {
             AppError::Invalid { field, reason } => (field, reason),
             other => panic!("not a 422: {other:?}"),
         }
+    }
+
+    #[derive(Debug, Deserialize)]
+    #[serde(deny_unknown_fields)]
+    #[allow(dead_code)]
+    struct B {
+        name: String,
+        inner: Option<Inner>,
+    }
+    #[derive(Debug, Deserialize)]
+    #[allow(dead_code)]
+    struct Inner {
+        amount: String,
+    }
+
+    #[test]
+    fn a_body_error_names_the_missing_field() {
+        assert_eq!(field(json_body::<B>(b"{}").unwrap_err()).0, "name");
+        assert_eq!(field(json_body::<B>(br#"{"name":"x","inner":{}}"#).unwrap_err()).0, "inner.amount");
+        assert_eq!(field(json_body::<B>(br#"{"name":1}"#).unwrap_err()).0, "name");
+        assert_eq!(field(json_body::<B>(b"[]").unwrap_err()).0, "body");
     }
 
     #[test]

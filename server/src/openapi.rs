@@ -17,8 +17,8 @@ use gpuledger_api::{
     schemars::{JsonSchema, SchemaGenerator, generate::Contract, generate::SchemaSettings},
     tenancy::{
         CreatedDepartment, CreatedModel, CreatedProfile, CreatedTenant, CreatedTimeslicing, Department, DepartmentBody,
-        Inventory, ModelBody, NamespaceOwnership, ProfileBody, Reassignment, ReassignmentBody, Tenant, TenantBody,
-        TimeslicingBody,
+        Inventory, ModelBody, NamespaceOwnership, ProfileBody, Reassignment, ReassignmentBody, RenameOrRetire, Tenant,
+        TenantBody, TimeslicingBody, Updated,
     },
     training, usage,
 };
@@ -92,6 +92,9 @@ impl Op {
     }
     fn delete(path: &'static str, summary: &'static str) -> Self {
         Self::new("delete", path, summary)
+    }
+    fn patch(path: &'static str, summary: &'static str) -> Self {
+        Self::new("patch", path, summary)
     }
     /// Needs a credential (token, Basic, or a session).
     fn token(mut self) -> Self {
@@ -612,6 +615,19 @@ fn tenancy_ops() -> Vec<Op> {
         .body::<TimeslicingBody>()
         .answers::<CreatedTimeslicing>(201, "created")
         .errors(&[401, 403, 409, 422]),
+        Op::patch(
+            "/api/v1/departments/{department}",
+            "Rename and/or retire a department: {name?, retired_from?, reason}. Admins",
+        )
+        .token()
+        .body::<RenameOrRetire>()
+        .answers::<Updated>(200, "what changed")
+        .errors(&[401, 403, 404, 409, 422]),
+        Op::patch("/api/v1/tenants/{tenant}", "Rename and/or retire a tenant: {name?, retired_from?, reason}. Admins")
+            .token()
+            .body::<RenameOrRetire>()
+            .answers::<Updated>(200, "what changed")
+            .errors(&[401, 403, 404, 409, 422]),
         Op::post(
             "/api/v1/tenancy/reassignments",
             "Reassign a namespace to a tenant from an instant: {cluster, namespace, tenant, valid_from, reason}. \

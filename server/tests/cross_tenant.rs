@@ -1163,6 +1163,39 @@ fn cases() -> Vec<Case> {
             control: None,
         },
         Case {
+            method: "PATCH",
+            route: "/api/v1/departments/{department}",
+            who: Admins,
+            denied: Api,
+            expect: Status(404),
+            // B's department, by ID: not found in A; a rename would be visible to B otherwise.
+            build: |t| {
+                org_level(t).and_then(|t| {
+                    with_json(
+                        format!("/api/v1/departments/{}", t.departments[0]),
+                        json!({"name": "probe-renamed", "reason": "cross-tenant probe"}),
+                    )
+                })
+            },
+            control: None,
+        },
+        Case {
+            method: "PATCH",
+            route: "/api/v1/tenants/{tenant}",
+            who: Admins,
+            denied: Api,
+            expect: Status(404),
+            build: |t| {
+                org_level(t).and_then(|t| {
+                    with_json(
+                        format!("/api/v1/tenants/{}", t.tenant),
+                        json!({"name": "probe-renamed", "reason": "cross-tenant probe"}),
+                    )
+                })
+            },
+            control: None,
+        },
+        Case {
             method: "POST",
             route: "/api/v1/tenancy/reassignments",
             who: Admins,

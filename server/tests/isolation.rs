@@ -116,6 +116,11 @@ async fn seed(db: &Database, slug: &str) -> OrgId {
             vec![o, dept, tenant],
         ),
         ("INSERT INTO read_dirty (org_id) VALUES ($1) ON CONFLICT DO NOTHING", vec![o]),
+        // Former names of departments and tenants (migration 17).
+        (
+            "INSERT INTO renames (org_id, rename_id, kind, object_id, old_name, new_name, renamed_by) VALUES ($1, gen_random_uuid(), 'tenant', $2, 'old', 'new', 'test')",
+            vec![o, tenant],
+        ),
         // The read model's summaries and month totals (migration 15).
         (
             "INSERT INTO read_totals (org_id, period, department_id, department, total) VALUES ($1, '2026-01-01', $2, 'd', 1.00)",

@@ -334,3 +334,84 @@ async fn a_reassignment_splits_an_open_month_and_corrects_a_closed_one_at_the_ne
         && target == "c1/nlp"
         && reason == "team moved to beta"));
 }
+
+#[tokio::test]
+async fn renamed_and_retired_tenants_keep_their_history() {
+    let env = env().await;
+    let t = &env.admin_token;
+    let policy = json!({"effective_from": "2026-09", "note": "rates", "policy": {
+        "currency": "USD",
+        "classes": [{"gpu_class": "H100-80GB", "guaranteed": "2.00", "borrowed": "3.00"}],
+        "overhead": {"fixed": [], "key": {"kind": "equal"}}
+    }});
+    assert_eq!(call(&env, "POST", "/api/v1/policies", t, Some(policy)).await.0, StatusCode::CREATED);
+    let (s, _) = call(&env, "POST", "/api/v1/policies/1/approve", t, Some(json!({"reason": "ok"}))).await;
+    assert_eq!(s, StatusCode::OK);
+    let mut facts = vec![namespace()];
+    facts.extend(pod(datetime!(2026-09-10 00:00 UTC), datetime!(2026-09-10 10:00 UTC)));
+    ingest(&env, facts).await;
+    let (s, v) = call(&env, "POST", "/api/v1/periods/2026-09/close", t, None).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+
+    // -- refusals name the field or the reason, and change nothing
+    let (s, v) = call(&env, "PATCH", "/api/v1/tenants/alpha", t, Some(json!({"reason": "tidy"}))).await;
+    assert_eq!((s, v["field"].as_str()), (StatusCode::UNPROCESSABLE_ENTITY, Some("body")), "{v}");
+    let (s, v) = call(&env, "PATCH", "/api/v1/tenants/alpha", t, Some(json!({"name": "alpha-2"}))).await;
+    assert_eq!((s, v["field"].as_str()), (StatusCode::UNPROCESSABLE_ENTITY, Some("reason")), "{v}");
+    let (s, v) = call(&env, "PATCH", "/api/v1/tenants/gamma", t, Some(json!({"name": "x", "reason": "r"}))).await;
+    assert_eq!(s, StatusCode::NOT_FOUND, "{v}");
+    let (s, v) = call(&env, "PATCH", "/api/v1/tenants/alpha", t, Some(json!({"name": "beta", "reason": "r"}))).await;
+    assert_eq!(s, StatusCode::CONFLICT, "{v}");
+    let (s, _) =
+        call(&env, "PATCH", "/api/v1/tenants/alpha", &env.export_token, Some(json!({"name": "x", "reason": "r"})))
+            .await;
+    assert_eq!(s, StatusCode::FORBIDDEN);
+
+    // -- a rename: from now on; the closed month keeps the name it was closed with; the former name is kept
+    let (s, v) =
+        call(&env, "PATCH", "/api/v1/tenants/alpha", t, Some(json!({"name": "alpha-2", "reason": "team renamed"})))
+            .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!((v["name"].as_str(), v["renamed_to"].as_str()), (Some("alpha"), Some("alpha-2")));
+    let (_, tenants) = call(&env, "GET", "/api/v1/tenants", t, None).await;
+    let renamed = tenants["items"].as_array().unwrap().iter().find(|x| x["name"] == "alpha-2").unwrap().clone();
+    assert_eq!(renamed["former_names"], json!(["alpha"]), "{tenants}");
+    let sept = ledger(&env, "2026-09").await;
+    assert!(amount(&sept, "2026-09/borrowed/alpha/H100-80GB").is_some(), "closed with the old name: {sept:#}");
+    assert!(sept["lines"].as_array().unwrap().iter().all(|l| l["tenant"] != "alpha-2"), "{sept:#}");
+
+    // -- retiring: refused while it still owns a namespace; then nothing new is given to it
+    let retire = json!({"retired_from": "2026-10-01T00:00:00Z", "reason": "team dissolved"});
+    let (s, v) = call(&env, "PATCH", "/api/v1/tenants/alpha-2", t, Some(retire.clone())).await;
+    assert_eq!(s, StatusCode::CONFLICT, "{v}");
+    assert!(v["detail"].as_str().unwrap().contains("nlp"), "{v}");
+    let (s, v) =
+        call(&env, "POST", "/api/v1/tenancy/reassignments", t, Some(reassignment("beta", "2026-10-01T00:00:00Z")))
+            .await;
+    assert_eq!(s, StatusCode::CREATED, "{v}");
+    let (s, v) = call(&env, "PATCH", "/api/v1/tenants/alpha-2", t, Some(retire)).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(v["retired_from"], "2026-10-01T00:00:00Z");
+    let (s, v) =
+        call(&env, "POST", "/api/v1/tenancy/reassignments", t, Some(reassignment("alpha-2", "2026-10-15T00:00:00Z")))
+            .await;
+    assert_eq!((s, v["field"].as_str()), (StatusCode::UNPROCESSABLE_ENTITY, Some("tenant")), "{v}");
+    let (s, v) = call(
+        &env,
+        "PATCH",
+        "/api/v1/departments/Research",
+        t,
+        Some(json!({"retired_from": "2026-10-01T00:00:00Z", "reason": "reorg"})),
+    )
+    .await;
+    assert_eq!(s, StatusCode::CONFLICT, "beta is still active: {v}");
+    let (_, tenants) = call(&env, "GET", "/api/v1/tenants", t, None).await;
+    let retired = tenants["items"].as_array().unwrap().iter().find(|x| x["name"] == "alpha-2").unwrap().clone();
+    assert_eq!(retired["retired_at"], "2026-10-01T00:00:00Z");
+    let audited: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM audit_log WHERE action = 'tenant.update' AND reason <> ''")
+            .fetch_one(&env.su)
+            .await
+            .unwrap();
+    assert_eq!(audited, 2, "the rename and the retirement");
+}

@@ -17,7 +17,7 @@ use axum::{
     Json, Router,
     extract::State,
     http::StatusCode,
-    routing::{get, post},
+    routing::{get, patch, post},
 };
 use gpuledger_api::{
     Items,
@@ -39,6 +39,7 @@ use crate::{
 };
 
 mod reassign;
+mod rename;
 pub mod store;
 pub(crate) use store::{DepartmentRow, ModelRow, ProfileRow, TenantRow, TimeslicingRow, close_open_entry, rows};
 
@@ -46,7 +47,9 @@ pub(crate) use store::{DepartmentRow, ModelRow, ProfileRow, TenantRow, Timeslici
 pub fn router() -> Router<AppState> {
     Router::new()
         .route("/api/v1/departments", get(list_departments).post(create_department))
+        .route("/api/v1/departments/{department}", patch(rename::patch_department))
         .route("/api/v1/tenants", get(list_tenants).post(create_tenant))
+        .route("/api/v1/tenants/{tenant}", patch(rename::patch_tenant))
         .route("/api/v1/inventory", get(get_inventory))
         .route("/api/v1/inventory/models", post(add_model))
         .route("/api/v1/inventory/profiles", post(add_profile))
@@ -87,14 +90,23 @@ async fn list_departments(
     let items: Vec<DepartmentRow> = rows(
         &mut tx,
         "SELECT d.department_id, d.name,
-                (SELECT count(*) FROM tenants t WHERE t.org_id = $1 AND t.department_id = d.department_id) AS tenants
+                (SELECT count(*) FROM tenants t WHERE t.org_id = $1 AND t.department_id = d.department_id) AS tenants,
+                d.retired_at,
+                ARRAY(SELECT r.old_name FROM renames r WHERE r.org_id = $1 AND r.object_id = d.department_id
+                       ORDER BY r.renamed_at) AS former_names
            FROM departments d WHERE d.org_id = $1 ORDER BY d.name",
     )
     .await?;
     tx.commit().await?;
     let items = items
         .into_iter()
-        .map(|r| Department { department_id: r.department_id.to_string(), name: r.name, tenants: r.tenants })
+        .map(|r| Department {
+            department_id: r.department_id.to_string(),
+            name: r.name,
+            tenants: r.tenants,
+            retired_at: r.retired_at.map(gpuledger_core::time_fmt::rfc3339),
+            former_names: r.former_names,
+        })
         .collect();
     Ok(Json(Items { items }))
 }
@@ -125,7 +137,10 @@ async fn list_tenants(State(state): State<AppState>, p: Caller<ReadLedger>) -> R
         &mut tx,
         "SELECT t.tenant_id, t.name, d.department_id, d.name AS department,
                 (SELECT count(*) FROM namespace_ownership o
-                  WHERE o.org_id = $1 AND o.tenant_id = t.tenant_id AND o.valid_to IS NULL) AS namespaces
+                  WHERE o.org_id = $1 AND o.tenant_id = t.tenant_id AND o.valid_to IS NULL) AS namespaces,
+                t.retired_at,
+                ARRAY(SELECT r.old_name FROM renames r WHERE r.org_id = $1 AND r.object_id = t.tenant_id
+                       ORDER BY r.renamed_at) AS former_names
            FROM tenants t JOIN departments d ON d.org_id = t.org_id AND d.department_id = t.department_id
           WHERE t.org_id = $1
           ORDER BY d.name, t.name",
@@ -140,6 +155,8 @@ async fn list_tenants(State(state): State<AppState>, p: Caller<ReadLedger>) -> R
             department_id: r.department_id.to_string(),
             department: r.department,
             namespaces: r.namespaces,
+            retired_at: r.retired_at.map(gpuledger_core::time_fmt::rfc3339),
+            former_names: r.former_names,
         })
         .collect();
     Ok(Json(Items { items }))
@@ -153,6 +170,18 @@ async fn create_tenant(
     let name = name_field("name", &body.name)?;
     let mut tx = p.begin(&state.db).await?;
     let department = crate::store::lookup_id(&mut tx, "departments", "department", body.department.trim()).await?;
+    let retired: Option<time::OffsetDateTime> =
+        sqlx::query_scalar("SELECT retired_at FROM departments WHERE department_id = $1 AND org_id = $2")
+            .bind(department)
+            .bind(p.org.as_uuid())
+            .fetch_one(tx.conn())
+            .await?;
+    if let Some(r) = retired {
+        return Err(AppError::invalid(
+            "department",
+            format!("is retired since {}", gpuledger_core::time_fmt::rfc3339(r)),
+        ));
+    }
     let id = Uuid::new_v4();
     sqlx::query("INSERT INTO tenants (org_id, tenant_id, department_id, name) VALUES ($1, $2, $3, $4)")
         .bind(p.org.as_uuid())

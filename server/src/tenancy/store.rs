@@ -19,6 +19,8 @@ pub(crate) struct DepartmentRow {
     pub(crate) department_id: Uuid,
     pub(crate) name: String,
     pub(crate) tenants: i64,
+    pub(crate) retired_at: Option<OffsetDateTime>,
+    pub(crate) former_names: Vec<String>,
 }
 
 /// A row of `GET /api/v1/tenants`.
@@ -29,6 +31,8 @@ pub(crate) struct TenantRow {
     pub(crate) department_id: Uuid,
     pub(crate) department: String,
     pub(crate) namespaces: i64,
+    pub(crate) retired_at: Option<OffsetDateTime>,
+    pub(crate) former_names: Vec<String>,
 }
 
 /// A row of the inventory's models.

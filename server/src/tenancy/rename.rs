@@ -1,0 +1,207 @@
+//! Renaming and retiring departments and tenants: `PATCH /api/v1/departments/{department}` and
+//! `PATCH /api/v1/tenants/{tenant}` (admins), `{name?, retired_from?, reason}`.
+//!
+//! A rename applies from now on: closed months keep the names frozen in their evidence bundles, open months are
+//! recomputed with the new one, and `renames` keeps every former name (append-only). A retired department or
+//! tenant keeps its history; from `retired_from` on nothing new is given to it (ownership, quotas, new tenants).
+//! Retiring is refused while something still depends on it after that instant: a tenant that owns a namespace, a
+//! department with an active tenant.
+
+use axum::{
+    Json,
+    extract::{Path, State},
+};
+use gpuledger_api::tenancy::{RenameOrRetire, Updated};
+use serde_json::json;
+use time::OffsetDateTime;
+use uuid::Uuid;
+
+use super::name_field;
+use crate::{
+    app::AppState,
+    db::OrgTx,
+    error::AppError,
+    http::{Administer, Caller, JsonBody, instant},
+};
+
+/// What is being renamed or retired.
+#[derive(Clone, Copy)]
+pub(super) enum Kind {
+    Department,
+    Tenant,
+}
+
+impl Kind {
+    fn word(self) -> &'static str {
+        match self {
+            Kind::Department => "department",
+            Kind::Tenant => "tenant",
+        }
+    }
+    fn table(self) -> &'static str {
+        match self {
+            Kind::Department => "departments",
+            Kind::Tenant => "tenants",
+        }
+    }
+}
+
+pub(super) async fn patch_department(
+    State(state): State<AppState>,
+    p: Caller<Administer>,
+    Path(key): Path<String>,
+    JsonBody(body): JsonBody<RenameOrRetire>,
+) -> Result<Json<Updated>, AppError> {
+    apply(&state, &p, Kind::Department, &key, body).await.map(Json)
+}
+
+pub(super) async fn patch_tenant(
+    State(state): State<AppState>,
+    p: Caller<Administer>,
+    Path(key): Path<String>,
+    JsonBody(body): JsonBody<RenameOrRetire>,
+) -> Result<Json<Updated>, AppError> {
+    apply(&state, &p, Kind::Tenant, &key, body).await.map(Json)
+}
+
+async fn apply(
+    state: &AppState,
+    p: &Caller<Administer>,
+    kind: Kind,
+    key: &str,
+    body: RenameOrRetire,
+) -> Result<Updated, AppError> {
+    let reason = body.reason.trim();
+    if reason.is_empty() || reason.chars().count() > 1000 {
+        return Err(AppError::invalid("reason", "say why, in 1 to 1000 characters"));
+    }
+    let name = body.name.as_deref().map(|n| name_field("name", n)).transpose()?;
+    let retired_from = body.retired_from.as_deref().map(|t| instant("retired_from", t.trim())).transpose()?;
+    if name.is_none() && retired_from.is_none() {
+        return Err(AppError::invalid("body", "give a new name, retired_from, or both"));
+    }
+    let mut tx = p.begin(&state.db).await?;
+    let id = crate::store::lookup_id(&mut tx, kind.table(), kind.word(), key.trim())
+        .await
+        .map_err(|_| AppError::NotFound(format!("no {} {key:?} in this organization", kind.word())))?;
+    let org = tx.org().as_uuid();
+    let (current, retired): (String, Option<OffsetDateTime>) = sqlx::query_as(&format!(
+        "SELECT name, retired_at FROM {} WHERE {}_id = $1 AND org_id = $2 FOR UPDATE",
+        kind.table(),
+        kind.word()
+    ))
+    .bind(id)
+    .bind(org)
+    .fetch_one(tx.conn())
+    .await?;
+    let mut details = json!({ "id": id.to_string(), "name": current });
+    if let Some(new) = name.filter(|n| *n != current) {
+        sqlx::query(&format!("UPDATE {} SET name = $1 WHERE {}_id = $2 AND org_id = $3", kind.table(), kind.word()))
+            .bind(&new)
+            .bind(id)
+            .bind(org)
+            .execute(tx.conn())
+            .await
+            .map_err(|e| AppError::from(e).on_conflict(|| format!("a {} named {new:?} exists", kind.word())))?;
+        sqlx::query(
+            "INSERT INTO renames (org_id, rename_id, kind, object_id, old_name, new_name, renamed_by)
+             VALUES ($1, $2, $3, $4, $5, $6, $7)",
+        )
+        .bind(org)
+        .bind(Uuid::new_v4())
+        .bind(kind.word())
+        .bind(id)
+        .bind(&current)
+        .bind(&new)
+        .bind(p.actor())
+        .execute(tx.conn())
+        .await?;
+        details["renamed_to"] = json!(new);
+    }
+    if let Some(from) = retired_from {
+        if let Some(already) = retired {
+            return Err(AppError::Conflict(format!(
+                "the {} is retired since {}",
+                kind.word(),
+                gpuledger_core::time_fmt::rfc3339(already)
+            )));
+        }
+        still_needed(&mut tx, kind, id, from).await?;
+        sqlx::query(&format!(
+            "UPDATE {} SET retired_at = $1 WHERE {}_id = $2 AND org_id = $3",
+            kind.table(),
+            kind.word()
+        ))
+        .bind(from)
+        .bind(id)
+        .bind(org)
+        .execute(tx.conn())
+        .await?;
+        details["retired_from"] = json!(gpuledger_core::time_fmt::rfc3339(from));
+    }
+    let action = format!("{}.update", kind.word());
+    tx.audit_by(p, &action, &format!("{}:{id}", kind.word()), reason, details.clone()).await?;
+    tx.commit().await?;
+    Ok(Updated {
+        id: id.to_string(),
+        name: current,
+        renamed_to: details["renamed_to"].as_str().map(str::to_string),
+        retired_from: details["retired_from"].as_str().map(str::to_string),
+    })
+}
+
+/// Refuses retiring while something still depends on it after `from`.
+async fn still_needed(tx: &mut OrgTx, kind: Kind, id: Uuid, from: OffsetDateTime) -> Result<(), AppError> {
+    let org = tx.org().as_uuid();
+    let blocking: Vec<String> = match kind {
+        Kind::Tenant => {
+            sqlx::query_scalar(
+                "SELECT DISTINCT n.name FROM namespace_ownership o
+                   JOIN namespaces n ON n.org_id = o.org_id AND n.namespace_uid = o.namespace_uid
+                  WHERE o.tenant_id = $1 AND o.org_id = $2 AND (o.valid_to IS NULL OR o.valid_to > $3)
+                    AND (n.deleted_at IS NULL OR n.deleted_at > $3)
+                  ORDER BY 1 LIMIT 10",
+            )
+            .bind(id)
+            .bind(org)
+            .bind(from)
+            .fetch_all(tx.conn())
+            .await?
+        }
+        Kind::Department => {
+            sqlx::query_scalar(
+                "SELECT name FROM tenants WHERE department_id = $1 AND org_id = $2
+                    AND (retired_at IS NULL OR retired_at > $3) ORDER BY 1 LIMIT 10",
+            )
+            .bind(id)
+            .bind(org)
+            .bind(from)
+            .fetch_all(tx.conn())
+            .await?
+        }
+    };
+    if blocking.is_empty() {
+        return Ok(());
+    }
+    let what = match kind {
+        Kind::Tenant => "it still owns namespaces after retired_from (reassign them first)",
+        Kind::Department => "it still has active tenants after retired_from (retire or move them first)",
+    };
+    Err(AppError::Conflict(format!("{what}: {}", blocking.join(", "))))
+}
+
+/// Refuses giving something new to a retired tenant: `at` at or after its retirement.
+pub(crate) async fn refuse_retired_tenant(tx: &mut OrgTx, tenant: Uuid, at: OffsetDateTime) -> Result<(), AppError> {
+    let retired: Option<OffsetDateTime> =
+        sqlx::query_scalar("SELECT retired_at FROM tenants WHERE tenant_id = $1 AND org_id = $2")
+            .bind(tenant)
+            .bind(tx.org().as_uuid())
+            .fetch_one(tx.conn())
+            .await?;
+    match retired {
+        Some(r) if r <= at => {
+            Err(AppError::invalid("tenant", format!("is retired since {}", gpuledger_core::time_fmt::rfc3339(r))))
+        }
+        _ => Ok(()),
+    }
+}
