@@ -332,3 +332,48 @@ pub struct Updated {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retired_from: Option<String>,
 }
+
+/// `POST /api/v1/tenancy/namespace-rules` (admins): namespaces without labels whose name is `pattern` (`exact`)
+/// or starts with it (`prefix`) belong to `tenant` from `valid_from`. A new rule for the same cluster, match and
+/// pattern ends the one in force where it starts.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NamespaceRuleBody {
+    /// A cluster (name or ID); none: every cluster.
+    #[serde(default)]
+    pub cluster: Option<String>,
+    /// `exact` or `prefix`.
+    #[serde(rename = "match")]
+    pub match_kind: String,
+    /// The name or prefix (a DNS label's characters, 1 to 63).
+    pub pattern: String,
+    /// The owner (tenant name or ID).
+    pub tenant: String,
+    /// From when (RFC 3339).
+    pub valid_from: String,
+    /// Why (kept in the audit log; required).
+    pub reason: String,
+}
+
+/// A rule for namespaces without labels.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct NamespaceRule {
+    /// The rule's ID (UUID).
+    pub rule_id: String,
+    /// Its cluster; none: every cluster.
+    pub cluster: Option<String>,
+    /// `exact` or `prefix`.
+    #[serde(rename = "match")]
+    pub match_kind: String,
+    /// The name or prefix.
+    pub pattern: String,
+    /// The owner.
+    pub tenant: String,
+    /// Start (RFC 3339).
+    pub valid_from: String,
+    /// End; none: in force.
+    pub valid_to: Option<String>,
+    /// Namespaces it gave an owner to when it was added (in the answer to `POST`; 0 in lists).
+    #[serde(default)]
+    pub namespaces_given: u64,
+}

@@ -112,4 +112,7 @@ SELECT create_distributed_table('read_totals', 'org_id', colocate_with => 'depar
 -- migration 17: renames
 SELECT create_distributed_table('renames', 'org_id', colocate_with => 'departments');
 
+-- migration 18: rules for namespaces without labels
+SELECT create_distributed_table('namespace_rules', 'org_id', colocate_with => 'departments');
+
 COMMIT;

@@ -17,8 +17,8 @@ use gpuledger_api::{
     schemars::{JsonSchema, SchemaGenerator, generate::Contract, generate::SchemaSettings},
     tenancy::{
         CreatedDepartment, CreatedModel, CreatedProfile, CreatedTenant, CreatedTimeslicing, Department, DepartmentBody,
-        Inventory, ModelBody, NamespaceOwnership, ProfileBody, Reassignment, ReassignmentBody, RenameOrRetire, Tenant,
-        TenantBody, TimeslicingBody, Updated,
+        Inventory, ModelBody, NamespaceOwnership, NamespaceRule, NamespaceRuleBody, ProfileBody, Reassignment,
+        ReassignmentBody, RenameOrRetire, Tenant, TenantBody, TimeslicingBody, Updated,
     },
     training, usage,
 };
@@ -637,6 +637,19 @@ fn tenancy_ops() -> Vec<Op> {
         .body::<ReassignmentBody>()
         .answers::<Reassignment>(201, "the ownership entry opened")
         .errors(&[401, 403, 409, 422]),
+        Op::post(
+            "/api/v1/tenancy/namespace-rules",
+            "A rule for namespaces without labels: {cluster?, match (exact|prefix), pattern, tenant, valid_from, \
+             reason}. Admins",
+        )
+        .token()
+        .body::<NamespaceRuleBody>()
+        .answers::<NamespaceRule>(201, "the rule, with the namespaces it gave an owner to")
+        .errors(&[401, 403, 409, 422]),
+        Op::get("/api/v1/tenancy/namespace-rules", "Rules for namespaces without labels, with their validity")
+            .token()
+            .answers::<Items<NamespaceRule>>(200, "{items}")
+            .errors(&[401]),
         Op::get("/api/v1/tenancy/ownership", "A namespace's ownership history, oldest first")
             .token()
             .parameter(json!({"name": "cluster", "in": "query", "required": true, "schema": {"type": "string"}}))

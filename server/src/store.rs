@@ -36,3 +36,127 @@ pub async fn lookup_id(tx: &mut OrgTx, table: &str, field: &str, name_or_id: &st
     let id: Option<Uuid> = sqlx::query_scalar(sql).bind(name_or_id).bind(org).fetch_optional(tx.conn()).await?;
     id.ok_or_else(|| AppError::invalid(field, format!("{name_or_id:?} is not a known {}", &table[..table.len() - 1])))
 }
+
+/// Gives a namespace owners from the rules for namespaces without labels, wherever its history has no owner:
+/// for each matching rule, most specific first (an exact name before a prefix, a longer prefix before a shorter, a
+/// cluster's rule before an organization-wide one), the spans of the rule's validity within the namespace's life
+/// that no entry covers get a `rule` entry. Labels and admin reassignments are never overwritten; a later label
+/// still wins from its own instant. Allocations in the filled spans are marked updated, so closed months they
+/// touch are corrected at the next close. Returns how many entries were added.
+pub async fn fill_from_rules(tx: &mut OrgTx, namespace_uid: Uuid) -> Result<u64, AppError> {
+    use time::OffsetDateTime;
+    let org = tx.org().as_uuid();
+    let ns: Option<(Uuid, String, OffsetDateTime, Option<OffsetDateTime>)> = sqlx::query_as(
+        "SELECT cluster_id, name, created_at, deleted_at FROM namespaces WHERE namespace_uid = $1 AND org_id = $2",
+    )
+    .bind(namespace_uid)
+    .bind(org)
+    .fetch_optional(tx.conn())
+    .await?;
+    let Some((cluster, name, created, deleted)) = ns else { return Ok(0) };
+    let rules: Vec<(Uuid, OffsetDateTime, Option<OffsetDateTime>)> = sqlx::query_as(
+        "SELECT tenant_id, valid_from, valid_to FROM namespace_rules
+          WHERE org_id = $1 AND (cluster_id IS NULL OR cluster_id = $2)
+            AND ((match = 'exact' AND pattern = $3) OR (match = 'prefix' AND starts_with($3, pattern)))
+          ORDER BY (match = 'exact') DESC, length(pattern) DESC, (cluster_id IS NULL), valid_from",
+    )
+    .bind(org)
+    .bind(cluster)
+    .bind(&name)
+    .fetch_all(tx.conn())
+    .await?;
+    let mut added = 0;
+    for (tenant, from, to) in rules {
+        let start = from.max(created);
+        let end = match (to, deleted) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        if end.is_some_and(|e| e <= start) {
+            continue;
+        }
+        let taken: Vec<(OffsetDateTime, Option<OffsetDateTime>)> = sqlx::query_as(
+            "SELECT valid_from, valid_to FROM namespace_ownership WHERE namespace_uid = $1 AND org_id = $2
+              ORDER BY valid_from",
+        )
+        .bind(namespace_uid)
+        .bind(org)
+        .fetch_all(tx.conn())
+        .await?;
+        for (gap_from, gap_to) in gaps(start, end, &taken) {
+            sqlx::query(
+                "INSERT INTO namespace_ownership (org_id, namespace_uid, valid_from, valid_to, tenant_id, source)
+                 VALUES ($1, $2, $3, $4, $5, 'rule')",
+            )
+            .bind(org)
+            .bind(namespace_uid)
+            .bind(gap_from)
+            .bind(gap_to)
+            .bind(tenant)
+            .execute(tx.conn())
+            .await?;
+            sqlx::query(
+                "UPDATE allocation_intervals SET updated_at = now()
+                  WHERE namespace_uid = $1 AND org_id = $4
+                    AND ($3::timestamptz IS NULL OR started_at < $3) AND (ended_at IS NULL OR ended_at > $2)",
+            )
+            .bind(namespace_uid)
+            .bind(gap_from)
+            .bind(gap_to)
+            .bind(org)
+            .execute(tx.conn())
+            .await?;
+            added += 1;
+        }
+    }
+    Ok(added)
+}
+
+/// The parts of `[start, end)` (`end` none: open) that no entry of `taken` (sorted by start) covers.
+fn gaps(
+    start: time::OffsetDateTime,
+    end: Option<time::OffsetDateTime>,
+    taken: &[(time::OffsetDateTime, Option<time::OffsetDateTime>)],
+) -> Vec<(time::OffsetDateTime, Option<time::OffsetDateTime>)> {
+    let mut out = Vec::new();
+    let mut cursor = Some(start);
+    for (from, to) in taken {
+        let Some(c) = cursor else { break };
+        if end.is_some_and(|e| *from >= e) {
+            break;
+        }
+        if *from > c {
+            out.push((c, Some(end.map_or(*from, |e| e.min(*from)))));
+        }
+        cursor = match to {
+            None => None,
+            Some(t) => Some(c.max(*t)),
+        };
+    }
+    if let Some(c) = cursor
+        && end.is_none_or(|e| c < e)
+    {
+        out.push((c, end));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use time::macros::datetime;
+
+    use super::gaps;
+
+    #[test]
+    fn gaps_are_what_no_entry_covers() {
+        let d = |day: u8| {
+            time::Date::from_calendar_date(2026, time::Month::September, day).unwrap().midnight().assume_utc()
+        };
+        assert_eq!(gaps(d(1), None, &[]), vec![(d(1), None)]);
+        assert_eq!(gaps(d(1), Some(d(30)), &[(d(5), Some(d(10)))]), vec![(d(1), Some(d(5))), (d(10), Some(d(30)))]);
+        assert_eq!(gaps(d(1), None, &[(d(1), None)]), vec![]);
+        assert_eq!(gaps(d(5), None, &[(d(1), Some(d(10))), (d(20), None)]), vec![(d(10), Some(d(20)))]);
+        assert_eq!(gaps(d(1), Some(d(8)), &[(d(10), None)]), vec![(d(1), Some(d(8)))]);
+        assert_eq!(gaps(datetime!(2026-09-01 0:00 UTC), Some(d(3)), &[(d(1), Some(d(2)))]), vec![(d(2), Some(d(3)))]);
+    }
+}

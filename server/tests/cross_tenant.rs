@@ -1197,6 +1197,31 @@ fn cases() -> Vec<Case> {
         },
         Case {
             method: "POST",
+            route: "/api/v1/tenancy/namespace-rules",
+            who: Admins,
+            denied: Api,
+            expect: Status(422),
+            // B's tenant, by ID: not found in A.
+            build: |t| {
+                with_json(
+                    "/api/v1/tenancy/namespace-rules",
+                    json!({"match": "prefix", "pattern": "probe-", "tenant": t.tenant.to_string(),
+                           "valid_from": "2026-01-01T00:00:00Z", "reason": "cross-tenant probe"}),
+                )
+            },
+            control: None,
+        },
+        Case {
+            method: "GET",
+            route: "/api/v1/tenancy/namespace-rules",
+            who: Readers,
+            denied: Api,
+            expect: Clean(200),
+            build: |_| get("/api/v1/tenancy/namespace-rules"),
+            control: control(AdminToken, 200, false),
+        },
+        Case {
+            method: "POST",
             route: "/api/v1/tenancy/reassignments",
             who: Admins,
             denied: Api,

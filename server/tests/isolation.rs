@@ -121,6 +121,11 @@ async fn seed(db: &Database, slug: &str) -> OrgId {
             "INSERT INTO renames (org_id, rename_id, kind, object_id, old_name, new_name, renamed_by) VALUES ($1, gen_random_uuid(), 'tenant', $2, 'old', 'new', 'test')",
             vec![o, tenant],
         ),
+        // Rules for namespaces without labels (migration 18).
+        (
+            "INSERT INTO namespace_rules (org_id, rule_id, match, pattern, tenant_id, valid_from, created_by) VALUES ($1, gen_random_uuid(), 'prefix', 'ml-', $2, '2026-01-01', 'test')",
+            vec![o, tenant],
+        ),
         // The read model's summaries and month totals (migration 15).
         (
             "INSERT INTO read_totals (org_id, period, department_id, department, total) VALUES ($1, '2026-01-01', $2, 'd', 1.00)",

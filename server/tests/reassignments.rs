@@ -415,3 +415,127 @@ async fn renamed_and_retired_tenants_keep_their_history() {
             .unwrap();
     assert_eq!(audited, 2, "the rename and the retirement");
 }
+
+fn unlabelled(uid: Uuid, name: &str) -> Fact {
+    Fact {
+        event_id: event_id("namespace", &[&uid.to_string(), "-"]),
+        observed_at: datetime!(2026-08-01 00:00 UTC),
+        body: FactBody::NamespaceObserved(NamespaceFact {
+            namespace_uid: uid,
+            name: name.into(),
+            created_at: datetime!(2026-08-01 00:00 UTC),
+            deleted_at: None,
+            labels: AttributionLabels::default(),
+            labels_since: datetime!(2026-08-01 00:00 UTC),
+        }),
+    }
+}
+
+#[tokio::test]
+async fn rules_give_owners_to_namespaces_without_labels() {
+    let env = env().await;
+    let t = &env.admin_token;
+    let train = Uuid::from_u128(0x7a1);
+    ingest(&env, vec![unlabelled(train, "ml-train")]).await;
+    let history = async |name: &str| {
+        let (s, h) =
+            call(&env, "GET", &format!("/api/v1/tenancy/ownership?cluster=c1&namespace={name}"), t, None).await;
+        assert_eq!(s, StatusCode::OK, "{h}");
+        h["entries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| {
+                format!(
+                    "{} {}..{} {}",
+                    e["tenant"].as_str().unwrap(),
+                    e["valid_from"].as_str().unwrap(),
+                    e["valid_to"].as_str().unwrap_or(""),
+                    e["source"].as_str().unwrap()
+                )
+            })
+            .collect::<Vec<_>>()
+    };
+    assert!(history("ml-train").await.is_empty(), "no label, no rule: no owner");
+    let rule = |m: &str, pattern: &str, tenant: &str, from: &str| json!({"match": m, "pattern": pattern, "tenant": tenant, "valid_from": from, "reason": "naming convention"});
+    for (body, field) in [
+        (rule("glob", "ml-", "beta", "2026-09-01T00:00:00Z"), "match"),
+        (rule("prefix", "ML_*", "beta", "2026-09-01T00:00:00Z"), "pattern"),
+        (rule("prefix", "ml-", "gamma", "2026-09-01T00:00:00Z"), "tenant"),
+        (
+            json!({"match": "prefix", "pattern": "ml-", "tenant": "beta", "valid_from": "2026-09-01T00:00:00Z"}),
+            "reason",
+        ),
+    ] {
+        let (s, v) = call(&env, "POST", "/api/v1/tenancy/namespace-rules", t, Some(body)).await;
+        assert_eq!((s, v["field"].as_str()), (StatusCode::UNPROCESSABLE_ENTITY, Some(field)), "{v}");
+    }
+
+    // A prefix rule gives every matching namespace without an owner to beta from its start.
+    let (s, v) = call(
+        &env,
+        "POST",
+        "/api/v1/tenancy/namespace-rules",
+        t,
+        Some(rule("prefix", "ml-", "beta", "2026-09-01T00:00:00Z")),
+    )
+    .await;
+    assert_eq!(s, StatusCode::CREATED, "{v}");
+    assert_eq!(v["namespaces_given"], 1);
+    assert_eq!(history("ml-train").await, ["beta 2026-09-01T00:00:00Z.. rule"]);
+    // A namespace reported after the rule gets it at ingest.
+    ingest(&env, vec![unlabelled(Uuid::from_u128(0x7a2), "ml-serve"), unlabelled(Uuid::from_u128(0x7a3), "web")]).await;
+    assert_eq!(history("ml-serve").await, ["beta 2026-09-01T00:00:00Z.. rule"]);
+    assert!(history("web").await.is_empty(), "no rule matches");
+
+    // A more specific rule decides from its own start; an admin reassignment beats rules.
+    let (s, v) = call(
+        &env,
+        "POST",
+        "/api/v1/tenancy/namespace-rules",
+        t,
+        Some(rule("exact", "ml-train", "alpha", "2026-09-15T00:00:00Z")),
+    )
+    .await;
+    assert_eq!(s, StatusCode::CREATED, "{v}");
+    assert_eq!(
+        history("ml-train").await,
+        ["beta 2026-09-01T00:00:00Z..2026-09-15T00:00:00Z rule", "alpha 2026-09-15T00:00:00Z.. rule"]
+    );
+    assert_eq!(history("ml-serve").await, ["beta 2026-09-01T00:00:00Z.. rule"], "the exact rule is not its");
+    let (s, v) = call(
+        &env,
+        "POST",
+        "/api/v1/tenancy/reassignments",
+        t,
+        Some(json!({"cluster": "c1", "namespace": "ml-train", "tenant": "beta", "valid_from": "2026-10-01T00:00:00Z",
+                    "reason": "moved"})),
+    )
+    .await;
+    assert_eq!(s, StatusCode::CREATED, "{v}");
+    let (s, v) = call(
+        &env,
+        "POST",
+        "/api/v1/tenancy/namespace-rules",
+        t,
+        Some(rule("exact", "ml-train", "alpha", "2026-11-01T00:00:00Z")),
+    )
+    .await;
+    assert_eq!(s, StatusCode::CREATED, "a new rule for the same pattern ends the one in force: {v}");
+    assert_eq!(v["namespaces_given"], 0, "the reassignment holds");
+    let (_, rules) = call(&env, "GET", "/api/v1/tenancy/namespace-rules", &env.export_token, None).await;
+    let exact: Vec<(Value, Value)> = rules["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["match"] == "exact")
+        .map(|r| (r["valid_from"].clone(), r["valid_to"].clone()))
+        .collect();
+    assert_eq!(
+        exact,
+        vec![
+            (json!("2026-09-15T00:00:00Z"), json!("2026-11-01T00:00:00Z")),
+            (json!("2026-11-01T00:00:00Z"), Value::Null)
+        ]
+    );
+}

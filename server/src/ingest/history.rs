@@ -146,6 +146,10 @@ pub(super) async fn apply_namespace(
         .execute(tx.conn())
         .await?;
     }
+    if tenant.is_none() {
+        // No owner from the labels: the rules for namespaces without labels fill what no entry covers.
+        crate::store::fill_from_rules(tx, n.namespace_uid).await?;
+    }
     Ok(())
 }
 

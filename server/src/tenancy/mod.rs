@@ -40,6 +40,7 @@ use crate::{
 
 mod reassign;
 mod rename;
+mod rules;
 pub mod store;
 pub(crate) use store::{DepartmentRow, ModelRow, ProfileRow, TenantRow, TimeslicingRow, close_open_entry, rows};
 
@@ -56,6 +57,7 @@ pub fn router() -> Router<AppState> {
         .route("/api/v1/inventory/timeslicing", post(add_timeslicing))
         .route("/api/v1/tenancy/reassignments", post(reassign::reassign))
         .route("/api/v1/tenancy/ownership", get(reassign::ownership))
+        .route("/api/v1/tenancy/namespace-rules", get(rules::list_rules).post(rules::add_rule))
 }
 
 /// Longest department, tenant, class or policy name.
