@@ -143,6 +143,7 @@ fn gaps(
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
     use time::macros::datetime;
 
     use super::gaps;
