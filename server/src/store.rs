@@ -128,10 +128,7 @@ fn gaps(
         if *from > c {
             out.push((c, Some(end.map_or(*from, |e| e.min(*from)))));
         }
-        cursor = match to {
-            None => None,
-            Some(t) => Some(c.max(*t)),
-        };
+        cursor = to.as_ref().map(|t| c.max(*t));
     }
     if let Some(c) = cursor
         && end.is_none_or(|e| c < e)
