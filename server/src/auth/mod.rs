@@ -422,12 +422,15 @@ pub async fn require(db: &Database, headers: &HeaderMap, cap: Capability) -> Res
     Ok(principal)
 }
 
+/// (token id, scope, cluster, departments, the organization's API rate limit) of a live token.
+type TokenRow = (Uuid, String, Option<Uuid>, Vec<Uuid>, Option<i32>);
+
 async fn token_principal(db: &Database, token: &str, source: &str) -> Result<Principal, AppError> {
     let org = parse(token).ok_or(AppError::Unauthorized)?;
     let mut tx = db.begin_org(org).await?;
     // `last_used_at` is kept to the minute, and so is the `token.use` audit record written with it: a write (and
     // its WAL flush) on every request would double the commit cost of each ingest batch.
-    let row: Option<(Uuid, String, Option<Uuid>, Vec<Uuid>, Option<i32>)> = sqlx::query_as(
+    let row: Option<TokenRow> = sqlx::query_as(
         "WITH t AS (
             SELECT org_id, token_id, scope, cluster_id, department_ids, last_used_at FROM api_tokens
              WHERE org_id = $3 AND secret_sha256 = $1 AND revoked_at IS NULL
