@@ -18,6 +18,7 @@ pub mod exports;
 pub mod health;
 pub mod ingest;
 pub mod ledger;
+pub mod orgs;
 pub mod policy;
 pub mod tenancy;
 pub mod training;

@@ -109,6 +109,14 @@ SELECT create_distributed_table('read_summaries', 'org_id', colocate_with => 'de
 SELECT create_distributed_table('read_summary_rows', 'org_id', colocate_with => 'departments');
 SELECT create_distributed_table('read_totals', 'org_id', colocate_with => 'departments');
 
+-- migration 16: organizations' settings, setup links, exports and daily ingest counts. The operator's own tables
+-- (operator_log, retired_slugs: no org_id, reached only through the operator's SECURITY DEFINER functions) stay
+-- local tables of the coordinator, where the CLI's operator commands run.
+SELECT create_distributed_table('org_settings', 'org_id', colocate_with => 'departments');
+SELECT create_distributed_table('setup_links',  'org_id', colocate_with => 'departments');
+SELECT create_distributed_table('org_exports',  'org_id', colocate_with => 'departments');
+SELECT create_distributed_table('ingest_daily', 'org_id', colocate_with => 'departments');
+
 -- migration 17: renames
 SELECT create_distributed_table('renames', 'org_id', colocate_with => 'departments');
 

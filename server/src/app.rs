@@ -97,6 +97,7 @@ pub fn api_routes(state: &AppState) -> Router<AppState> {
         .merge(crate::tenancy::router())
         .merge(crate::usage::router())
         .merge(crate::disputes::router())
+        .merge(crate::orgs::settings::router())
         .merge(auth::router())
         .merge(openapi::router())
         .merge(heavy)
@@ -222,6 +223,7 @@ pub fn router(state: AppState, http: &HttpOptions) -> Router {
         .merge(health::router())
         .merge(api_routes(&state))
         .merge(crate::portal::router())
+        .merge(crate::orgs::setup::router())
         .merge(portal)
         // An API path no operation answers: problem+json, as every API error (not the portal's HTML page).
         .route("/api", axum::routing::any(api_not_found))

@@ -215,8 +215,21 @@ impl Database {
         }
     }
 
+    /// Like [`Database::begin_org`], in one `REPEATABLE READ` snapshot: every statement sees the organization as it
+    /// was at the transaction's first read (an export and the fingerprint it records read the same rows).
+    pub async fn begin_org_snapshot(&self, org: OrgId) -> Result<OrgTx, DbError> {
+        self.begin_in(org, "all", Some("BEGIN ISOLATION LEVEL REPEATABLE READ")).await
+    }
+
     async fn begin_with(&self, org: OrgId, dept_scope: &str) -> Result<OrgTx, DbError> {
-        let mut tx = self.pool.begin().await?;
+        self.begin_in(org, dept_scope, None).await
+    }
+
+    async fn begin_in(&self, org: OrgId, dept_scope: &str, begin: Option<&'static str>) -> Result<OrgTx, DbError> {
+        let mut tx = match begin {
+            Some(statement) => self.pool.begin_with(statement).await?,
+            None => self.pool.begin().await?,
+        };
         // `SET LOCAL` rather than `set_config(…, true)`: the same transaction-scoped setting, and the form Citus
         // forwards to its workers (`citus.propagate_set_commands = 'local'`, docs/scaling.md). Both values are
         // built here from UUIDs ("all", or UUIDs joined by commas), so quoting them cannot be escaped; the check
@@ -241,6 +254,14 @@ impl Database {
     /// SECURITY DEFINER functions that return nothing else.
     pub fn cross_org_directory(&self) -> CrossOrgDirectory<'_> {
         CrossOrgDirectory { pool: &self.pool }
+    }
+
+    /// The operator's door across organizations (`gpuledger-server org …`): the list of organizations and the
+    /// operator log, through SECURITY DEFINER functions owned by `gpuledger_directory` that return nothing of any
+    /// organization's data. Never called by a request handler; what the operator changes in one organization goes
+    /// through that organization's own transaction ([`crate::orgs`]).
+    pub fn cross_org_operator(&self) -> CrossOrgOperator<'_> {
+        CrossOrgOperator { pool: &self.pool }
     }
 
     /// The server's own upkeep across organizations (telemetry partitions): loudly named, like
@@ -376,6 +397,104 @@ impl CrossOrgDirectory<'_> {
             .fetch_one(self.pool)
             .await?;
         Ok(OrgId::from_uuid(id))
+    }
+}
+
+/// An organization as the operator lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OperatorOrg {
+    /// Its id.
+    pub org: OrgId,
+    /// Its slug.
+    pub slug: String,
+    /// Its display name.
+    pub name: String,
+    /// When it was created.
+    pub created_at: time::OffsetDateTime,
+    /// `active` or `suspended`.
+    pub state: String,
+    /// When the state last changed.
+    pub state_changed_at: time::OffsetDateTime,
+    /// Why it was suspended (empty when not said).
+    pub state_reason: String,
+    /// API requests per minute allowed (`None`: no limit).
+    pub rate_limit_per_minute: Option<i32>,
+    /// Facts its agents may send per UTC day (`None`: no limit).
+    pub ingest_facts_per_day: Option<i64>,
+}
+
+/// One entry of the operator log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OperatorLogEntry {
+    /// When.
+    pub at: time::OffsetDateTime,
+    /// Who (`operator:<user>`).
+    pub actor: String,
+    /// What (`org.create`, `org.suspend`, …).
+    pub action: String,
+    /// The organization's slug.
+    pub org_slug: String,
+    /// The organization's id (kept after it was deleted).
+    pub org: Option<OrgId>,
+    /// Details.
+    pub details: serde_json::Value,
+}
+
+type OperatorOrgRow =
+    (uuid::Uuid, String, String, time::OffsetDateTime, String, time::OffsetDateTime, String, Option<i32>, Option<i64>);
+
+/// See [`Database::cross_org_operator`].
+pub struct CrossOrgOperator<'a> {
+    pool: &'a PgPool,
+}
+
+impl CrossOrgOperator<'_> {
+    /// Every organization, by slug.
+    pub async fn organizations(&self) -> Result<Vec<OperatorOrg>, DbError> {
+        let rows: Vec<OperatorOrgRow> = sqlx::query_as(
+            "SELECT org_id, slug, name, created_at, state, state_changed_at, state_reason, rate_limit_per_minute,
+                    ingest_facts_per_day
+               FROM gpuledger_operator_orgs()",
+        )
+        .fetch_all(self.pool)
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(|(org, slug, name, created_at, state, state_changed_at, state_reason, rate, ingest)| OperatorOrg {
+                org: OrgId::from_uuid(org),
+                slug,
+                name,
+                created_at,
+                state,
+                state_changed_at,
+                state_reason,
+                rate_limit_per_minute: rate,
+                ingest_facts_per_day: ingest,
+            })
+            .collect())
+    }
+
+    /// The operator log, newest first: of one slug, or of every organization.
+    pub async fn log(&self, slug: Option<&str>, limit: i32) -> Result<Vec<OperatorLogEntry>, DbError> {
+        let rows: Vec<(time::OffsetDateTime, String, String, String, Option<uuid::Uuid>, serde_json::Value)> =
+            sqlx::query_as(
+                "SELECT at, actor, action, org_slug, org_ref, details FROM gpuledger_operator_log_read($1, $2)",
+            )
+            .bind(slug)
+            .bind(limit)
+            .fetch_all(self.pool)
+            .await?;
+        Ok(rows
+            .into_iter()
+            .map(|(at, actor, action, org_slug, org, details)| OperatorLogEntry {
+                at,
+                actor,
+                action,
+                org_slug,
+                org: org.map(OrgId::from_uuid),
+                details,
+            })
+            .collect())
     }
 }
 

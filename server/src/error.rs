@@ -35,6 +35,21 @@ pub enum AppError {
     /// Too many attempts from this client; try again after the given number of seconds.
     #[error("too many requests: try again in {0} s")]
     TooManyRequests(u64),
+    /// A limit the operator set for the organization is reached; `detail` names the limit, and the request may be
+    /// tried again after `retry_after` seconds.
+    #[error("{detail}")]
+    LimitReached {
+        /// What limit, its value, and what happens next.
+        detail: String,
+        /// Seconds until the limit's window resets.
+        retry_after: u64,
+    },
+    /// The organization is suspended by its operator: sign-in, API tokens and agent ingest are refused (its data is
+    /// kept).
+    #[error(
+        "organization {0:?} is suspended by its operator: sign-in, API tokens and agent ingest are refused until              it is resumed; its data is kept"
+    )]
+    Suspended(String),
     /// A dependency (the database) is not available right now.
     #[error("service unavailable: {0}")]
     Unavailable(String),
@@ -58,7 +73,8 @@ impl AppError {
             Self::NotFound(_) => StatusCode::NOT_FOUND,
             Self::Conflict(_) => StatusCode::CONFLICT,
             Self::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
-            Self::TooManyRequests(_) => StatusCode::TOO_MANY_REQUESTS,
+            Self::TooManyRequests(_) | Self::LimitReached { .. } => StatusCode::TOO_MANY_REQUESTS,
+            Self::Suspended(_) => StatusCode::FORBIDDEN,
             Self::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -175,7 +191,7 @@ impl IntoResponse for AppError {
                 headers
                     .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static(r#"Bearer, Basic realm="GPU Ledger""#));
             }
-            Self::TooManyRequests(seconds) => {
+            Self::TooManyRequests(seconds) | Self::LimitReached { retry_after: seconds, .. } => {
                 headers.insert(header::RETRY_AFTER, HeaderValue::from(*seconds));
             }
             // Busy (the pool, or this organization's share of heavy reads): clients may try again shortly.

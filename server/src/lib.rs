@@ -21,6 +21,7 @@ pub mod limits;
 pub mod maintenance;
 pub mod metrics;
 pub mod openapi;
+pub mod orgs;
 pub mod pagecache;
 pub mod policy;
 pub mod portal;

@@ -257,6 +257,7 @@ fn operations() -> Vec<Op> {
     ];
     ops.extend(ingest_ops());
     ops.extend(admin_ops());
+    ops.extend(organization_ops());
     ops.extend(policy_ops());
     ops.extend(ledger_ops());
     ops.extend(dispute_ops());
@@ -271,12 +272,13 @@ fn ingest_ops() -> Vec<Op> {
     vec![
         Op::post(
             "/api/v1/ingest/batches",
-            "Agents' facts (gzip allowed); acknowledged after the commit; idempotent by event ID",
+            "Agents' facts (gzip allowed); acknowledged after the commit; idempotent by event ID. 429 when the \
+             organization's daily ingest limit is reached; 403 while the organization is suspended",
         )
         .token()
         .body_document("Batch")
         .answers::<ingest::BatchAck>(200, "stored")
-        .errors(&[401, 403, 413, 422]),
+        .errors(&[401, 403, 413, 422, 429]),
         Op::post("/api/v1/agents/join", "Exchange a one-time join token for the cluster's agent credential")
             .token()
             .answers::<gpuledger_api::auth::Joined>(200, "the credential, shown once")
@@ -342,6 +344,30 @@ fn admin_ops() -> Vec<Op> {
             .token()
             .answers::<AuditLog>(200, "Audit records")
             .errors(&[401, 403, 422]),
+    ]
+}
+
+/// The organization's settings.
+fn organization_ops() -> Vec<Op> {
+    use gpuledger_api::orgs::{OrganizationSettings, SettingsBody};
+    vec![
+        Op::get(
+            "/api/v1/organization/settings",
+            "The organization's settings (display name, default currency, data retention) and the limits its operator \
+             set (read-only)",
+        )
+        .token()
+        .answers::<OrganizationSettings>(200, "Settings")
+        .errors(&[401, 403]),
+        Op::put(
+            "/api/v1/organization/settings",
+            "Change the settings admins keep: {display_name, default_currency (ISO 4217), retention_months (12 to \
+             120)}; audited. Limits are the operator's (`gpuledger-server org limits`).",
+        )
+        .token()
+        .body::<SettingsBody>()
+        .answers::<OrganizationSettings>(200, "Settings")
+        .errors(&[401, 403, 422]),
     ]
 }
 

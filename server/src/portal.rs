@@ -465,6 +465,23 @@ pub fn router() -> Router<AppState> {
         .route("/ui/tenants", post(tenant_form))
         .route("/ui/inventory/{what}", post(inventory_form))
         .route("/ui/tenancy/reassign", post(reassign_form))
+        .route("/ui/organization/settings", post(settings_form))
+}
+
+/// `/admin/organization`'s form: the settings through `PUT /api/v1/organization/settings` (its errors name the field).
+async fn settings_form(State(state): State<AppState>, headers: HeaderMap, body: axum::body::Bytes) -> Response {
+    let f = pairs(&body);
+    let back = "/admin/organization";
+    let months = field(&f, "retention_months");
+    let Ok(retention_months) = months.parse::<i32>() else {
+        return form_refused(&format!("retention_months: a whole number of months, 12 to 120; got {months:?}"), back);
+    };
+    let request = serde_json::json!({
+        "display_name": field(&f, "display_name"),
+        "default_currency": field(&f, "default_currency"),
+        "retention_months": retention_months,
+    });
+    via_api(&state, &headers, "PUT", "/api/v1/organization/settings", request, back, |_| back.into()).await
 }
 
 async fn department_form(State(state): State<AppState>, headers: HeaderMap, body: axum::body::Bytes) -> Response {

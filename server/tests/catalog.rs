@@ -5,8 +5,13 @@
 
 mod common;
 
-/// Tables that legitimately have no `org_id` (not tenant data).
-const NOT_TENANT_DATA: &[&str] = &["_sqlx_migrations"];
+/// Tables that legitimately have no `org_id` (not tenant data): sqlx's bookkeeping, and the operator's own tables
+/// (the operator log and the slugs of deleted organizations outlive the organizations they mention), which the
+/// application role cannot touch at all (checked below).
+const NOT_TENANT_DATA: &[&str] = &["_sqlx_migrations", "operator_log", "retired_slugs"];
+
+/// The operator's tables: reached only through the SECURITY DEFINER functions of `gpuledger_directory`.
+const OPERATOR_TABLES: &[&str] = &["operator_log", "retired_slugs"];
 
 #[tokio::test]
 async fn every_org_table_is_isolated_and_keyed_by_org() {
@@ -96,6 +101,19 @@ async fn every_org_table_is_isolated_and_keyed_by_org() {
     .unwrap();
     for t in untenanted {
         assert!(NOT_TENANT_DATA.contains(&t.as_str()), "table {t} has no org_id and is not allowlisted");
+    }
+    for t in OPERATOR_TABLES {
+        let (any, owner): (bool, String) = sqlx::query_as(
+            "SELECT has_table_privilege('gpuledger_app', c.oid, 'SELECT, INSERT, UPDATE, DELETE, TRUNCATE, REFERENCES'),
+                    pg_get_userbyid(c.relowner)::text
+               FROM pg_class c WHERE c.relname = $1 AND c.relnamespace = 'public'::regnamespace",
+        )
+        .bind(t)
+        .fetch_one(&admin)
+        .await
+        .unwrap();
+        assert!(!any, "{t}: the application role must have no privilege on an operator table");
+        assert_eq!(owner, "gpuledger_owner", "{t}: must be owned by gpuledger_owner");
     }
 }
 

@@ -1450,6 +1450,62 @@ fn cases() -> Vec<Case> {
             build: |_| page("/exports"),
             control: None,
         },
+        // ---- the organization's settings (a singleton: A's own, never B's) and the first admin's setup link
+        Case {
+            method: "GET",
+            route: "/api/v1/organization/settings",
+            who: Readers,
+            denied: Api,
+            expect: Clean(200),
+            build: |t| org_level(t).and_then(|_| get("/api/v1/organization/settings")),
+            control: control(AdminToken, 200, false),
+        },
+        Case {
+            method: "PUT",
+            route: "/api/v1/organization/settings",
+            who: Admins,
+            denied: Api,
+            expect: Status(422),
+            build: |t| {
+                org_level(t).and_then(|_| {
+                    with_json(
+                        "/api/v1/organization/settings",
+                        json!({"display_name": "probe", "default_currency": "EUR", "retention_months": 5}),
+                    )
+                })
+            },
+            control: None,
+        },
+        Case {
+            method: "POST",
+            route: "/ui/organization/settings",
+            who: Admins,
+            denied: Form,
+            expect: Status(422),
+            build: |_| {
+                with_form("/ui/organization/settings", "display_name=probe&default_currency=EUR&retention_months=5")
+            },
+            control: None,
+        },
+        Case {
+            method: "GET",
+            route: "/admin/organization",
+            who: Sessions(&[AdminSession]),
+            denied: Page,
+            expect: Clean(200),
+            build: |_| page("/admin/organization"),
+            control: control(AdminSession, 200, false),
+        },
+        // A setup link naming B with a guessed secret signs nobody in to B: 404, whoever asks.
+        Case {
+            method: "GET",
+            route: "/setup/{token}",
+            who: Anyone,
+            denied: Api,
+            expect: Clean(404),
+            build: |t| org_level(t).and_then(|t| get(format!("/setup/gls_{}_{}", t.org.simple(), "ab".repeat(32)))),
+            control: None,
+        },
         Case {
             method: "GET",
             route: "/admin/identity",

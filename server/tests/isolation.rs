@@ -143,6 +143,17 @@ async fn seed(db: &Database, slug: &str) -> OrgId {
             "INSERT INTO read_answers (org_id, period, request, scope, as_of, body) VALUES ($1, '2026-01-01', '/api/v1/analytics/inference?period=2026-01', 'all', now(), '\\x7b7d')",
             vec![o],
         ),
+        // Organizations' settings, setup links, exports and daily ingest counts (migration 16).
+        ("INSERT INTO org_settings (org_id, updated_by) VALUES ($1, 'test') ON CONFLICT DO NOTHING", vec![o]),
+        (
+            "INSERT INTO setup_links (org_id, link_id, secret_sha256, created_by, expires_at) VALUES ($1, $2, sha256($2::text::bytea), 'test', now() + interval '1 day')",
+            vec![o, Uuid::new_v4()],
+        ),
+        (
+            "INSERT INTO org_exports (org_id, export_id, exported_by, row_count, table_count, fingerprint, file_sha256) VALUES ($1, $2, 'test', 0, 0, 'f', 's')",
+            vec![o, Uuid::new_v4()],
+        ),
+        ("INSERT INTO ingest_daily (org_id, day, facts) VALUES ($1, '2026-01-01', 1)", vec![o]),
         // Training progress (migration 10).
         (
             "INSERT INTO training_progress (org_id, record_id, cluster_id, namespace, workload, reported_at, steps) VALUES ($1, 'p-1', $2, 'ml', 'llm-pretrain', '2026-01-01 10:00Z', 10)",

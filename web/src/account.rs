@@ -69,6 +69,9 @@ fn login_error_text(code: &str) -> &'static str {
         "provider" => "The identity provider is not reachable right now. Please try again later.",
         "no_provider" => "This organization has no identity provider configured yet.",
         "unknown_org" => "There is no organization with that name.",
+        "suspended" => {
+            "This organization is suspended by its operator: sign-in is refused until it is resumed. Its data is kept."
+        }
         _ => "The sign-in did not succeed. Please try again.",
     }
 }
@@ -381,6 +384,19 @@ pub fn form_error_document(message: &str, back: &str) -> String {
     }
     .to_html();
     document("Error — GPU Ledger", &body)
+}
+
+/// A small page that says one thing (a used or expired setup link, a suspended organization), with one link on.
+pub fn notice_document(title: &str, message: &str, link: (&str, &str)) -> String {
+    let body = view! {
+        <section class="panel notice" role="status">
+            <h1>{title.to_string()}</h1>
+            <p>{message.to_string()}</p>
+            <p><a href=link.0.to_string()>{link.1.to_string()}</a></p>
+        </section>
+    }
+    .to_html();
+    document(&format!("{title} — GPU Ledger"), &body)
 }
 
 fn document(title: &str, body: &str) -> String {

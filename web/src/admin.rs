@@ -10,6 +10,7 @@ use serde_json::Value;
 use gpuledger_api::{
     Items,
     auth::{AuditLog, ProviderSettings, RoleMappings},
+    orgs::OrganizationSettings,
     policy::{PolicyList, QuotaList},
     tenancy::{Department, Tenant},
 };
@@ -64,6 +65,7 @@ fn AdminNav() -> impl IntoView {
             <a href="/admin/policies">"Cost policies & quotas"</a>
             <a href="/admin/inventory">"Inventory & tenancy"</a>
             <a href="/admin/audit">"Audit log"</a>
+            <a href="/admin/organization">"Organization"</a>
         </nav>
     }
 }
@@ -582,6 +584,64 @@ pub fn AuditPage() -> impl IntoView {
                         </section>
                     }.into_any()
                 }
+            }}
+        </Awaited>
+    }
+}
+
+/// A limit as the settings page shows it.
+fn limit(v: Option<i64>, unit: &str) -> String {
+    v.map(|n| format!("{n} {unit}")).unwrap_or_else(|| "no limit".into())
+}
+
+/// `/admin/organization`: the organization's settings (display name, default currency, data retention) and, read-only,
+/// the limits its operator set.
+#[component]
+pub fn OrganizationPage() -> impl IntoView {
+    let data = async move {
+        match admin("/admin/organization").await {
+            Access::Admin(session) => {
+                let settings: OrganizationSettings = api("/api/v1/organization/settings").await.map_err(Err)?;
+                Ok((session, settings))
+            }
+            other => Err(Ok(other)),
+        }
+    };
+    view! {
+        <Title text="Organization settings — GPU Ledger" />
+        <Awaited future=data let:data>
+            {match data.clone() {
+                Err(Ok(Access::SignIn(to))) => view! { <Redirect path=to /> }.into_any(),
+                Err(Ok(_)) => forbidden("The admin pages are for admins."),
+                Err(Err(e)) => error_panel(&e),
+                Ok((session, s)) => view! {
+                    <section class="panel"><h1>"Organization"</h1><AdminNav /></section>
+                    <section class="panel">
+                        <h2>"Settings"</h2>
+                        <p class="muted">"Organization " <code>{s.slug.clone()}</code> " (" {s.state.clone()} "). "
+                            {(!s.updated_by.is_empty()).then(|| format!("Last changed by {} at {} UTC.", s.updated_by, s.updated_at))}</p>
+                        <form method="post" action="/ui/organization/settings" class="stack" id="settings-form">
+                            <input type="hidden" name="csrf" value=session.csrf.clone() />
+                            <label>"Display name " <input name="display_name" required=true maxlength="200" value=s.display_name.clone() /></label>
+                            <label>"Default currency (ISO 4217) " <input name="default_currency" required=true pattern="[A-Z]{3}" maxlength="3"
+                                title="three uppercase letters, such as USD or EUR" value=s.default_currency.clone() /></label>
+                            <label>"Data retention (months, 12 to 120) " <input name="retention_months" type="number" required=true min="12" max="120"
+                                value=s.retention_months.to_string() /></label>
+                            <button type="submit">"Save settings"</button>
+                        </form>
+                    </section>
+                    <section class="panel">
+                        <h2>"Limits"</h2>
+                        <p class="muted">"Set by your operator; ask them to change these."</p>
+                        <table class="limits">
+                            <tbody>
+                                <tr><th>"API requests per minute"</th><td>{limit(s.limits.rate_limit_per_minute, "per minute")}</td></tr>
+                                <tr><th>"Ingest volume per day (UTC)"</th><td>{limit(s.limits.ingest_facts_per_day, "facts per day")}</td></tr>
+                                <tr><th>"Facts received today"</th><td class="num">{s.limits.ingest_facts_today}</td></tr>
+                            </tbody>
+                        </table>
+                    </section>
+                }.into_any(),
             }}
         </Awaited>
     }

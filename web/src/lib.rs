@@ -78,6 +78,7 @@ pub fn App() -> impl IntoView {
                     <Route path=(StaticSegment("admin"), StaticSegment("policies")) view=admin::PoliciesPage ssr=SsrMode::Async />
                     <Route path=(StaticSegment("admin"), StaticSegment("inventory")) view=admin::InventoryPage ssr=SsrMode::Async />
                     <Route path=(StaticSegment("admin"), StaticSegment("audit")) view=admin::AuditPage ssr=SsrMode::Async />
+                    <Route path=(StaticSegment("admin"), StaticSegment("organization")) view=admin::OrganizationPage ssr=SsrMode::Async />
                     <Route path=StaticSegment("finance") view=account::FinancePage ssr=SsrMode::Async />
                     <Route path=StaticSegment("departments") view=showback::ShowbackPage ssr=SsrMode::Async />
                     <Route path=(StaticSegment("tenants"), ParamSegment("id")) view=showback::TenantPage ssr=SsrMode::Async />

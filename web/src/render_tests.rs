@@ -11,6 +11,7 @@ use serde_json::{Value, json};
 
 use gpuledger_api::{
     auth::ProviderSettings,
+    orgs::{OrganizationLimits, OrganizationSettings},
     policy::{PolicyList, QuotaList},
 };
 
@@ -211,6 +212,21 @@ fn admin_answer(path: &str) -> Option<Value> {
             demo_login: false,
             redirect_uri: "http://localhost/auth/callback".into(),
         })
+    } else if path.starts_with("/api/v1/organization/settings") {
+        serde_json::to_value(OrganizationSettings {
+            slug: "acme".into(),
+            display_name: "Acme Corp".into(),
+            default_currency: "USD".into(),
+            retention_months: 84,
+            state: "active".into(),
+            limits: OrganizationLimits {
+                rate_limit_per_minute: None,
+                ingest_facts_per_day: Some(1000),
+                ingest_facts_today: 3,
+            },
+            updated_at: String::new(),
+            updated_by: String::new(),
+        })
     } else if path.starts_with("/api/v1/policies") {
         serde_json::to_value(PolicyList { items: Vec::new(), total: 0 })
     } else if path.starts_with("/api/v1/quotas") {
@@ -241,7 +257,7 @@ async fn render(path: &str, data: impl PortalData) -> (String, Option<u16>) {
     (html, code)
 }
 
-const PAGES: [&str; 11] = [
+const PAGES: [&str; 12] = [
     "/departments",
     "/tenants/00000000-0000-0000-0000-000000000001",
     "/disputes",
@@ -253,6 +269,7 @@ const PAGES: [&str; 11] = [
     "/admin/policies",
     "/admin/inventory",
     "/admin/audit",
+    "/admin/organization",
 ];
 
 #[tokio::test]
@@ -276,6 +293,7 @@ async fn every_page_has_an_empty_state() {
         ("/admin/policies", "No cost policy yet"),
         ("/admin/inventory", "Nothing approved yet."),
         ("/admin/audit", "No records."),
+        ("/admin/organization", "1000 facts per day"),
     ];
     for (path, text) in cases {
         let (html, _) = render(path, signed_in(vec!["admin", "finance"])).await;
@@ -297,7 +315,15 @@ async fn every_page_says_when_its_data_cannot_be_read() {
 
 #[tokio::test]
 async fn role_pages_refuse_the_wrong_role_with_403() {
-    for path in ["/admin", "/admin/identity", "/admin/policies", "/admin/inventory", "/admin/audit", "/close/2026-10"] {
+    for path in [
+        "/admin",
+        "/admin/identity",
+        "/admin/policies",
+        "/admin/inventory",
+        "/admin/audit",
+        "/admin/organization",
+        "/close/2026-10",
+    ] {
         let (html, status) = render(path, signed_in(vec!["viewer"])).await;
         assert_eq!(status, Some(403), "{path}");
         assert!(html.contains("Not available to your role") || html.contains("for finance"), "{path}: {html}");

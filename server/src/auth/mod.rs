@@ -235,6 +235,8 @@ pub struct Principal {
     pub departments: Option<Vec<DepartmentId>>,
     /// Where the request came from (client address), for the audit log.
     pub source: String,
+    /// The organization's API rate limit (requests per minute) set by its operator, if any.
+    pub rate_limit_per_minute: Option<i32>,
 }
 
 impl Principal {
@@ -244,7 +246,13 @@ impl Principal {
             Scope::Export { departments } if !departments.is_empty() => Some(departments.clone()),
             _ => None,
         };
-        Self { org, actor: Actor::Token { token_id, scope }, departments, source: String::new() }
+        Self {
+            org,
+            actor: Actor::Token { token_id, scope },
+            departments,
+            source: String::new(),
+            rate_limit_per_minute: None,
+        }
     }
 
     /// Who did it, as written in audit trails and dispute histories: `token:<id>` or `user:<e-mail>`.
@@ -388,18 +396,23 @@ pub fn source(headers: &HeaderMap) -> String {
 /// refused, never passed over for a cookie — else the session cookie.
 pub async fn authenticate(db: &Database, headers: &HeaderMap) -> Result<Principal, AppError> {
     let source = source(headers);
-    if let Some(value) = headers.get(header::AUTHORIZATION) {
+    let mut principal = if let Some(value) = headers.get(header::AUTHORIZATION) {
         let token = value.to_str().ok().and_then(presented_token).ok_or(AppError::Unauthorized)?;
-        let mut principal = token_principal(db, &token, &source).await?;
-        principal.source = source;
-        return Ok(principal);
+        token_principal(db, &token, &source).await?
+    } else if let Some(cookie) = session::cookie_value(headers) {
+        session::principal(db, &cookie).await?
+    } else {
+        return Err(AppError::Unauthorized);
+    };
+    principal.source = source;
+    // The operator's API rate limit counts the organization's tokens and sessions; agents' ingest has its own daily
+    // volume limit instead.
+    if let Some(limit) = principal.rate_limit_per_minute
+        && principal.agent_cluster().is_none()
+    {
+        crate::orgs::check_rate(principal.org, limit)?;
     }
-    if let Some(cookie) = session::cookie_value(headers) {
-        let mut principal = session::principal(db, &cookie).await?;
-        principal.source = source;
-        return Ok(principal);
-    }
-    Err(AppError::Unauthorized)
+    Ok(principal)
 }
 
 /// Authenticates and checks one capability.
@@ -409,16 +422,20 @@ pub async fn require(db: &Database, headers: &HeaderMap, cap: Capability) -> Res
     Ok(principal)
 }
 
+/// (token id, scope, cluster, departments, the organization's API rate limit) of a live token.
+type TokenRow = (Uuid, String, Option<Uuid>, Vec<Uuid>, Option<i32>);
+
 async fn token_principal(db: &Database, token: &str, source: &str) -> Result<Principal, AppError> {
     let org = parse(token).ok_or(AppError::Unauthorized)?;
     let mut tx = db.begin_org(org).await?;
     // `last_used_at` is kept to the minute, and so is the `token.use` audit record written with it: a write (and
     // its WAL flush) on every request would double the commit cost of each ingest batch.
-    let row: Option<(Uuid, String, Option<Uuid>, Vec<Uuid>)> = sqlx::query_as(
+    let row: Option<TokenRow> = sqlx::query_as(
         "WITH t AS (
             SELECT org_id, token_id, scope, cluster_id, department_ids, last_used_at FROM api_tokens
              WHERE org_id = $3 AND secret_sha256 = $1 AND revoked_at IS NULL
-               AND (expires_at IS NULL OR expires_at > now())),
+               AND (expires_at IS NULL OR expires_at > now())
+               AND EXISTS (SELECT 1 FROM organizations o WHERE o.org_id = $3 AND o.state = 'active')),
          due AS (
             SELECT org_id, token_id FROM t WHERE last_used_at IS NULL OR last_used_at < now() - interval '1 minute'),
          touched AS (
@@ -426,13 +443,21 @@ async fn token_principal(db: &Database, token: &str, source: &str) -> Result<Pri
          audited AS (
             INSERT INTO audit_log (org_id, audit_id, actor, action, target, source)
             SELECT org_id, gen_random_uuid(), 'token:' || token_id, 'token.use', token_id::text, $2 FROM due)
-         SELECT token_id, scope, cluster_id, department_ids FROM t",
+         SELECT token_id, scope, cluster_id, department_ids,
+                (SELECT o.rate_limit_per_minute FROM organizations o WHERE o.org_id = $3) FROM t",
     )
     .bind(sha256(token))
     .bind(source)
     .bind(org.as_uuid())
     .fetch_optional(tx.conn())
     .await?;
+    if row.is_none()
+        && let Some(suspended) = crate::orgs::suspension(&mut tx).await?
+    {
+        // A suspended organization's tokens are refused with the reason; nothing is written to its log.
+        tx.rollback().await?;
+        return Err(suspended);
+    }
     if row.is_none() && refusal_due(org, source) {
         // A token naming this organization that is not one of its live tokens (forged, revoked, expired): the
         // organization's admins see it. At most one record per client address and minute, and only for an
@@ -449,7 +474,7 @@ async fn token_principal(db: &Database, token: &str, source: &str) -> Result<Pri
         .await?;
     }
     tx.commit_identity().await?;
-    let (token_id, scope, cluster, departments) = row.ok_or(AppError::Unauthorized)?;
+    let (token_id, scope, cluster, departments, rate_limit) = row.ok_or(AppError::Unauthorized)?;
     let scope = match (scope.as_str(), cluster) {
         ("admin", _) => Scope::Admin,
         ("export", _) => Scope::Export { departments: departments.into_iter().map(DepartmentId::from_uuid).collect() },
@@ -457,7 +482,7 @@ async fn token_principal(db: &Database, token: &str, source: &str) -> Result<Pri
         ("join", Some(c)) => Scope::Join { cluster: ClusterId::from_uuid(c) },
         _ => return Err(AppError::Unauthorized),
     };
-    Ok(Principal::for_token(org, token_id, scope))
+    Ok(Principal { rate_limit_per_minute: rate_limit, ..Principal::for_token(org, token_id, scope) })
 }
 
 /// Whether a refused token from `source` should be audited in `org` now: once per organization, address and
@@ -637,6 +662,7 @@ mod tests {
             },
             departments: None,
             source: String::new(),
+            rate_limit_per_minute: None,
         }
     }
 

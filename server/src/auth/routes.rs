@@ -150,6 +150,9 @@ async fn login(
         return Ok(to_login("unknown_org"));
     };
     let mut tx = state.db.begin_org(org).await?;
+    if crate::orgs::suspension(&mut tx).await?.is_some() {
+        return Ok(to_login("suspended"));
+    }
     let Some(idp) = oidc::settings(&mut tx, state.auth.providers.secrets_dir.as_deref()).await? else {
         return Ok(to_login("no_provider"));
     };
@@ -239,6 +242,19 @@ async fn callback(
         }
     };
     let who = verified.email.clone().unwrap_or_else(|| verified.subject.clone());
+    if crate::orgs::suspension(&mut tx).await?.is_some() {
+        tx.audit_from(
+            &format!("user:{who}"),
+            &from,
+            "login.denied",
+            "oidc",
+            "the organization is suspended by its operator",
+            json!({}),
+        )
+        .await?;
+        tx.commit_quiet().await?;
+        return Ok(with_cookies(to_login("suspended"), &[clear_login]));
+    }
     let (roles, departments) = oidc::roles_for(&mut tx, &verified.groups).await?;
     if roles.is_empty() {
         let e = LoginError::NoRole(who.clone());
@@ -348,6 +364,7 @@ async fn demo_login(
         return Err(AppError::invalid("org", "no such organization"));
     };
     let mut tx = state.db.begin_org(org).await?;
+    crate::orgs::ensure_active(&mut tx).await?;
     if !demo_login_enabled(state.auth.demo_mode, &mut tx).await? {
         return Err(AppError::Forbidden(
             "the demo login is off for this organization (it has an identity provider, or is not a demo)".into(),

@@ -196,7 +196,7 @@ pub async fn create(tx: &mut OrgTx, settings: &SessionSettings, new: &NewSession
     Ok(value)
 }
 
-type SessionRow = (Uuid, Uuid, Vec<String>, Vec<Uuid>, Option<String>, String);
+type SessionRow = (Uuid, Uuid, Vec<String>, Vec<Uuid>, Option<String>, String, Option<i32>);
 
 /// The principal of a live session cookie; 401 when it is unknown, tampered with, ended or timed out.
 pub async fn principal(db: &Database, cookie: &str) -> Result<Principal, AppError> {
@@ -220,18 +220,23 @@ pub async fn principal_in(tx: &mut crate::db::OrgTx, cookie: &str) -> Result<Pri
             SELECT s.session_id, s.user_id, s.roles, s.department_ids, s.last_seen_at, u.email, u.oidc_subject
               FROM sessions s JOIN users u ON u.org_id = s.org_id AND u.user_id = s.user_id
              WHERE s.org_id = $2 AND s.secret_sha256 = $1 AND s.ended_at IS NULL AND s.expires_at > now()
-               AND s.last_seen_at > now() - s.idle_timeout),
+               AND s.last_seen_at > now() - s.idle_timeout
+               AND EXISTS (SELECT 1 FROM organizations o WHERE o.org_id = $2 AND o.state = 'active')),
          touched AS (
             UPDATE sessions SET last_seen_at = now()
              WHERE org_id = $2
                AND session_id IN (SELECT session_id FROM s WHERE last_seen_at < now() - interval '1 minute'))
-         SELECT session_id, user_id, roles, department_ids, email, oidc_subject FROM s",
+         SELECT session_id, user_id, roles, department_ids, email, oidc_subject,
+                (SELECT o.rate_limit_per_minute FROM organizations o WHERE o.org_id = $2) FROM s",
     )
     .bind(sha256(cookie))
     .bind(org.as_uuid())
     .fetch_optional(tx.conn())
     .await?;
-    let (session_id, user_id, roles, departments, email, subject) = row.ok_or(AppError::Unauthorized)?;
+    let Some((session_id, user_id, roles, departments, email, subject, rate_limit_per_minute)) = row else {
+        // A session of a suspended organization is refused with the reason (it works again once resumed).
+        return Err(crate::orgs::suspension(tx).await?.unwrap_or(AppError::Unauthorized));
+    };
     let roles: Vec<Role> = roles.iter().filter_map(|r| Role::parse(r)).collect();
     if roles.is_empty() {
         return Err(AppError::Unauthorized);
@@ -246,6 +251,7 @@ pub async fn principal_in(tx: &mut crate::db::OrgTx, cookie: &str) -> Result<Pri
         actor: Actor::User { user_id, session_id, name: email.unwrap_or(subject), roles, csrf: csrf_for(cookie) },
         departments,
         source: String::new(),
+        rate_limit_per_minute,
     })
 }
 

@@ -73,10 +73,10 @@ pub(super) const VGPU_PROFILES: [(&str, i64, i64); 5] =
 /// When the approved inventory (classes, models, profiles, time-slicing policy) takes effect.
 pub(super) const CATALOG_SINCE: time::OffsetDateTime = time::macros::datetime!(2025-01-01 00:00 UTC);
 
-/// Seeds the demo organization's reference data and returns its id. Idempotent.
-pub async fn seed(db: &Database) -> Result<OrgId, DbError> {
-    let org =
-        db.cross_org_directory().create_org(OrgId::from_uuid(DEMO_ORG), DEMO_SLUG, "Demo Corp (sample data)").await?;
+/// Seeds the demo organization's reference data and returns its id. Idempotent. The organization is created the
+/// way an operator's `org create` creates one ([`crate::orgs::create`]), the first time only.
+pub async fn seed(db: &Database) -> Result<OrgId, crate::error::AppError> {
+    let org = crate::orgs::ensure(db, OrgId::from_uuid(DEMO_ORG), DEMO_SLUG, "Demo Corp (sample data)", "demo").await?;
     let mut tx = db.begin_org(org).await?;
     insert_all(&mut tx, org.as_uuid()).await?;
     tx.commit().await?;

@@ -124,17 +124,7 @@ trait StatusOf {
 
 impl StatusOf for AppError {
     fn clone_status(&self) -> StatusCode {
-        match self {
-            AppError::Invalid { .. } => StatusCode::UNPROCESSABLE_ENTITY,
-            AppError::Unauthorized => StatusCode::UNAUTHORIZED,
-            AppError::Forbidden(_) => StatusCode::FORBIDDEN,
-            AppError::NotFound(_) => StatusCode::NOT_FOUND,
-            AppError::Conflict(_) => StatusCode::CONFLICT,
-            AppError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
-            AppError::TooManyRequests(_) => StatusCode::TOO_MANY_REQUESTS,
-            AppError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
-            AppError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
-        }
+        self.status()
     }
 }
 

@@ -53,13 +53,16 @@ async fn post_batch(
     let batch = decode(&headers, &body, &state.limits.ingest)?;
     drop(body);
     let mut tx = state.db.begin_org(principal.org).await?;
-    let registered: Option<(String, OffsetDateTime)> =
-        sqlx::query_as("SELECT name, created_at FROM clusters WHERE cluster_id = $1 AND org_id = $2")
-            .bind(cluster.as_uuid())
-            .bind(principal.org.as_uuid())
-            .fetch_optional(tx.conn())
-            .await?;
-    let Some((name, registered_at)) = registered else {
+    let registered: Option<(String, OffsetDateTime, Option<i64>)> = sqlx::query_as(
+        "SELECT c.name, c.created_at, o.ingest_facts_per_day
+           FROM clusters c JOIN organizations o ON o.org_id = c.org_id
+          WHERE c.cluster_id = $1 AND c.org_id = $2",
+    )
+    .bind(cluster.as_uuid())
+    .bind(principal.org.as_uuid())
+    .fetch_optional(tx.conn())
+    .await?;
+    let Some((name, registered_at, daily_limit)) = registered else {
         return Err(AppError::Forbidden("this credential's cluster is not registered".into()));
     };
     if let Some(claimed) = &batch.cluster
@@ -69,6 +72,9 @@ async fn post_batch(
     }
     let window = Window { now: OffsetDateTime::now_utc(), floor: registered_at - state.limits.backfill };
     validate(&batch, window)?;
+    if let Some(limit) = daily_limit {
+        check_daily_limit(&state, principal.org, batch.facts.len(), limit).await?;
+    }
     let ack = store(&mut tx, principal.org, cluster, &batch.facts).await?;
     record_contact(&mut tx, cluster, &batch).await?;
     tx.commit().await?;
@@ -79,6 +85,26 @@ async fn post_batch(
         .map(|f| gpuledger_api::ingest::FlaggedFact { event_id: f.event_id, reason: f.reason })
         .collect();
     Ok(Json(gpuledger_api::ingest::BatchAck { received: ack.received, stored: ack.stored, flagged }))
+}
+
+/// Counts a batch against the organization's daily ingest volume (set by the operator, `org limits`); over it, the
+/// batch is refused with 429 naming the limit (agents keep it in their spool and send it again later).
+async fn check_daily_limit(state: &AppState, org: OrgId, facts: usize, limit: i64) -> Result<(), AppError> {
+    let facts = i64::try_from(facts).unwrap_or(i64::MAX);
+    match crate::orgs::count_ingest(&state.db, org, facts, limit).await? {
+        crate::orgs::IngestCount::Accepted(_) => Ok(()),
+        crate::orgs::IngestCount::Refused(today) => {
+            let now = OffsetDateTime::now_utc();
+            let midnight = now.date().next_day().map(|d| d.midnight().assume_utc()).unwrap_or(now);
+            let retry_after = u64::try_from((midnight - now).whole_seconds()).unwrap_or(60).max(1);
+            Err(AppError::LimitReached {
+                detail: format!(
+                    "ingest limit reached: this organization may send {limit} facts per UTC day                      (ingest_facts_per_day, set by its operator); {today} were received today and this batch of                      {facts} would exceed it. Nothing of the batch was stored; it is accepted again after midnight                      UTC or once the operator raises the limit"
+                ),
+                retry_after,
+            })
+        }
+    }
 }
 
 /// Remembers the agent's contact: version, batch size and lag (now minus the newest observation).

@@ -1,4 +1,4 @@
-//! The command line: `serve`, `demo`, `migrate`. Every flag has an environment fallback (see README).
+//! The command line: `serve`, `demo`, `migrate`, `token`, `org`. Every flag has an environment fallback (see README).
 
 use std::{
     net::SocketAddr,
@@ -17,6 +17,10 @@ use crate::{
     embedded::{self, EmbeddedPostgres},
     health,
 };
+
+pub mod org;
+pub use org::OrgCommand;
+pub(crate) use org::org_command;
 
 /// GPU Ledger server: who used the GPU, and what do they owe.
 #[derive(Debug, Parser)]
@@ -76,6 +80,12 @@ pub enum Command {
         /// What to do with tokens.
         #[command(subcommand)]
         command: TokenCommand,
+    },
+    /// Organizations (operators): create, list, suspend, resume, limits, setup links, export, delete.
+    Org {
+        /// What to do with organizations.
+        #[command(subcommand)]
+        command: OrgCommand,
     },
 }
 
@@ -407,6 +417,20 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             let token = result?;
             println!("{token}");
             Ok(())
+        }
+        Command::Org { command } => {
+            let data_dir = cli.data_dir.clone().unwrap_or_else(default_data_dir);
+            // Exports and deletes read or remove a whole organization: generous statement limits.
+            let options = db::DbOptions {
+                max_connections: 2,
+                statement_timeout: Duration::from_secs(3600),
+                export_statement_timeout: Duration::from_secs(24 * 3600),
+                ..db::DbOptions::default()
+            };
+            let target = open(&cli, data_dir, options, true).await?;
+            let result = org_command(&target.db, command).await;
+            target.shutdown().await?;
+            result
         }
         Command::Serve(args) => {
             let data_dir = cli.data_dir.clone().unwrap_or_else(default_data_dir);

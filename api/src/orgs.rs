@@ -1,0 +1,49 @@
+//! The organization's own settings (`/api/v1/organization/settings`): what its admins keep (display name, default
+//! currency, data retention) and, read-only, the limits its operator set.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// `GET /api/v1/organization/settings` (and the answer of `PUT`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct OrganizationSettings {
+    /// The organization's slug (set by the operator at creation; never changes).
+    pub slug: String,
+    /// Its display name.
+    pub display_name: String,
+    /// The currency new cost policies default to (ISO 4217: three uppercase letters, e.g. `EUR`).
+    pub default_currency: String,
+    /// How many months of history the organization keeps (12 to 120).
+    pub retention_months: i32,
+    /// `active` or `suspended`.
+    pub state: String,
+    /// Limits the operator set (read-only here).
+    pub limits: OrganizationLimits,
+    /// When the settings last changed (RFC 3339).
+    pub updated_at: String,
+    /// Who changed them last.
+    pub updated_by: String,
+}
+
+/// The organization's limits, set by the operator (`gpuledger-server org limits`); `null` is no limit.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct OrganizationLimits {
+    /// API requests per minute (tokens and sessions; agents' ingest is bounded by the daily volume instead).
+    pub rate_limit_per_minute: Option<i64>,
+    /// Facts the organization's agents may send per UTC day; batches beyond it get 429 naming the limit.
+    pub ingest_facts_per_day: Option<i64>,
+    /// Facts received today (UTC), counted while an ingest limit is set.
+    pub ingest_facts_today: i64,
+}
+
+/// `PUT /api/v1/organization/settings`: the settings admins keep (all three, as the form sends them).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SettingsBody {
+    /// Display name (1 to 200 characters).
+    pub display_name: String,
+    /// ISO 4217 code: three uppercase letters.
+    pub default_currency: String,
+    /// Months of history to keep: 12 to 120.
+    pub retention_months: i32,
+}

@@ -1,0 +1,169 @@
+//! `GET|PUT /api/v1/organization/settings`: display name, default currency and data retention (admins write them),
+//! with the limits the operator set shown read-only. The portal's form is `/admin/organization`.
+
+use axum::{Json, Router, extract::State, routing::get};
+use gpuledger_api::orgs::{OrganizationLimits, OrganizationSettings, SettingsBody};
+use gpuledger_core::time_fmt::rfc3339;
+use serde_json::json;
+use time::OffsetDateTime;
+
+use crate::{
+    app::AppState,
+    db::OrgTx,
+    error::AppError,
+    http::{Administer, Caller, JsonBody, ReadLedger},
+};
+
+/// The bounds of `retention_months`.
+pub const RETENTION_MONTHS: std::ops::RangeInclusive<i32> = 12..=120;
+
+/// Routes of the organization's settings.
+pub fn router() -> Router<AppState> {
+    Router::new().route("/api/v1/organization/settings", get(read).put(write))
+}
+
+/// Checks a settings body; errors name the field. Returns it normalized (trimmed name).
+pub fn validate(body: &SettingsBody) -> Result<SettingsBody, AppError> {
+    let display_name = super::validate_name("display_name", &body.display_name)?;
+    let currency = body.default_currency.trim();
+    if currency.len() != 3 || !currency.bytes().all(|b| b.is_ascii_uppercase()) {
+        return Err(AppError::invalid(
+            "default_currency",
+            format!("an ISO 4217 code of three uppercase letters, such as USD or EUR; got {currency:?}"),
+        ));
+    }
+    if !RETENTION_MONTHS.contains(&body.retention_months) {
+        return Err(AppError::invalid(
+            "retention_months",
+            format!(
+                "between {} and {} months; got {}",
+                RETENTION_MONTHS.start(),
+                RETENTION_MONTHS.end(),
+                body.retention_months
+            ),
+        ));
+    }
+    Ok(SettingsBody { display_name, default_currency: currency.to_string(), retention_months: body.retention_months })
+}
+
+type SettingsRow = (
+    String,
+    String,
+    String,
+    Option<i32>,
+    Option<i64>,
+    Option<String>,
+    Option<i32>,
+    Option<OffsetDateTime>,
+    Option<String>,
+    i64,
+);
+
+/// The settings of `tx`'s organization (defaults when its settings row is missing).
+pub async fn load(tx: &mut OrgTx) -> Result<OrganizationSettings, AppError> {
+    let org = tx.org().as_uuid();
+    let row: SettingsRow = sqlx::query_as(
+        "SELECT o.slug, o.name, o.state, o.rate_limit_per_minute, o.ingest_facts_per_day,
+                s.default_currency::text, s.retention_months, s.updated_at, s.updated_by,
+                coalesce((SELECT d.facts FROM ingest_daily d
+                           WHERE d.org_id = o.org_id AND d.day = (now() AT TIME ZONE 'UTC')::date), 0)
+           FROM organizations o LEFT JOIN org_settings s ON s.org_id = o.org_id
+          WHERE o.org_id = $1",
+    )
+    .bind(org)
+    .fetch_optional(tx.conn())
+    .await?
+    .ok_or_else(|| AppError::NotFound("no such organization".into()))?;
+    let (slug, name, state, rate, ingest, currency, retention, updated_at, updated_by, today) = row;
+    Ok(OrganizationSettings {
+        slug,
+        display_name: name,
+        default_currency: currency.unwrap_or_else(|| "USD".into()),
+        retention_months: retention.unwrap_or(84),
+        state,
+        limits: OrganizationLimits {
+            rate_limit_per_minute: rate.map(i64::from),
+            ingest_facts_per_day: ingest,
+            ingest_facts_today: today,
+        },
+        updated_at: updated_at.map(rfc3339).unwrap_or_default(),
+        updated_by: updated_by.unwrap_or_default(),
+    })
+}
+
+async fn read(State(state): State<AppState>, p: Caller<ReadLedger>) -> Result<Json<OrganizationSettings>, AppError> {
+    let mut tx = p.begin(&state.db).await?;
+    let settings = load(&mut tx).await?;
+    tx.rollback().await?;
+    Ok(Json(settings))
+}
+
+async fn write(
+    State(state): State<AppState>,
+    p: Caller<Administer>,
+    JsonBody(body): JsonBody<SettingsBody>,
+) -> Result<Json<OrganizationSettings>, AppError> {
+    let body = validate(&body)?;
+    let mut tx = p.begin(&state.db).await?;
+    let before = load(&mut tx).await?;
+    let org = tx.org().as_uuid();
+    sqlx::query("UPDATE organizations SET name = $2 WHERE org_id = $1")
+        .bind(org)
+        .bind(&body.display_name)
+        .execute(tx.conn())
+        .await?;
+    sqlx::query(
+        "INSERT INTO org_settings (org_id, default_currency, retention_months, updated_by) VALUES ($1, $2, $3, $4)
+         ON CONFLICT (org_id) DO UPDATE SET default_currency = EXCLUDED.default_currency,
+                retention_months = EXCLUDED.retention_months, updated_by = EXCLUDED.updated_by, updated_at = now()",
+    )
+    .bind(org)
+    .bind(&body.default_currency)
+    .bind(body.retention_months)
+    .bind(p.actor())
+    .execute(tx.conn())
+    .await?;
+    let after = load(&mut tx).await?;
+    tx.audit_by(
+        &p,
+        "organization.settings",
+        &after.slug,
+        "",
+        json!({
+            "before": {"display_name": before.display_name, "default_currency": before.default_currency,
+                       "retention_months": before.retention_months},
+            "after": {"display_name": after.display_name, "default_currency": after.default_currency,
+                      "retention_months": after.retention_months},
+        }),
+    )
+    .await?;
+    // Settings change no figure of any month.
+    tx.commit_quiet().await?;
+    Ok(Json(after))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    fn body(name: &str, currency: &str, months: i32) -> SettingsBody {
+        SettingsBody { display_name: name.into(), default_currency: currency.into(), retention_months: months }
+    }
+
+    #[test]
+    fn each_bad_value_is_refused_naming_its_field() {
+        assert_eq!(validate(&body(" Acme ", "EUR", 24)).unwrap(), body("Acme", "EUR", 24));
+        for (b, field) in [
+            (body("", "EUR", 24), "display_name"),
+            (body("Acme", "eur", 24), "default_currency"),
+            (body("Acme", "EURO", 24), "default_currency"),
+            (body("Acme", "E1R", 24), "default_currency"),
+            (body("Acme", "EUR", 11), "retention_months"),
+            (body("Acme", "EUR", 121), "retention_months"),
+        ] {
+            let err = validate(&b).unwrap_err();
+            assert!(matches!(&err, AppError::Invalid { field: f, .. } if f == field), "{b:?}: {err}");
+        }
+    }
+}
