@@ -603,7 +603,8 @@ fn setup_base(public_url: Option<&str>) -> anyhow::Result<String> {
         Some(url) => anyhow::bail!("--public-url: expected an http(s) URL, got {url:?}"),
         None => {
             eprintln!(
-                "note: no --public-url (GPULEDGER_PUBLIC_URL): the link below points at a local `serve` on its default                  address; give the portal's public URL for a link others can open"
+                "note: no --public-url (GPULEDGER_PUBLIC_URL): the link below points at a local `serve` on its \
+                 default address; give the portal's public URL for a link others can open"
             );
             Ok("http://127.0.0.1:8080".into())
         }
@@ -626,7 +627,8 @@ async fn org_command(db: &Database, command: &OrgCommand) -> anyhow::Result<()> 
             let created = orgs::create(db, id, slug, name, &actor).await.map_err(operator_error)?;
             eprintln!("created organization {slug:?} ({}, id {})", name.trim(), created.org.as_uuid());
             eprintln!(
-                "the first admin's one-time setup link (single use, valid until {}); it signs them in as admin to                  configure the identity provider and role mappings. It is shown once:",
+                "the first admin's one-time setup link (single use, valid until {}); it signs them in as admin to \
+                 configure the identity provider and role mappings. It is shown once:",
                 utc_minute(created.setup_expires_at)
             );
             println!("{base}/setup/{}", created.setup_token);
@@ -683,7 +685,8 @@ async fn org_command(db: &Database, command: &OrgCommand) -> anyhow::Result<()> 
         OrgCommand::Suspend { slug, reason } => {
             if orgs::set_state(db, slug, true, reason, &actor).await.map_err(operator_error)? {
                 eprintln!(
-                    "suspended {slug:?}: sign-in, setup links, API tokens and agent ingest are refused (agents keep                      their facts and retry); its data is kept. `org resume {slug}` lifts it"
+                    "suspended {slug:?}: sign-in, setup links, API tokens and agent ingest are refused (agents keep \
+                     their facts and retry); its data is kept. `org resume {slug}` lifts it"
                 );
             } else {
                 eprintln!("{slug:?} was already suspended");
@@ -736,7 +739,8 @@ async fn org_command(db: &Database, command: &OrgCommand) -> anyhow::Result<()> 
             let total: i64 = removed.iter().map(|r| r.rows).sum();
             let tables = removed.iter().filter(|r| r.rows > 0).count();
             eprintln!(
-                "deleted {slug:?}: {total} rows from {tables} tables; no table keeps a row of it. The slug is                  retired for good; the operator log keeps the record"
+                "deleted {slug:?}: {total} rows from {tables} tables; no table keeps a row of it. The slug is \
+                 retired for good; the operator log keeps the record"
             );
             Ok(())
         }

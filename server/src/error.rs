@@ -47,7 +47,8 @@ pub enum AppError {
     /// The organization is suspended by its operator: sign-in, API tokens and agent ingest are refused (its data is
     /// kept).
     #[error(
-        "organization {0:?} is suspended by its operator: sign-in, API tokens and agent ingest are refused until              it is resumed; its data is kept"
+        "organization {0:?} is suspended by its operator: sign-in, API tokens and agent ingest are refused until it \
+         is resumed; its data is kept"
     )]
     Suspended(String),
     /// A dependency (the database) is not available right now.

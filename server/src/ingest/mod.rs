@@ -99,7 +99,10 @@ async fn check_daily_limit(state: &AppState, org: OrgId, facts: usize, limit: i6
             let retry_after = u64::try_from((midnight - now).whole_seconds()).unwrap_or(60).max(1);
             Err(AppError::LimitReached {
                 detail: format!(
-                    "ingest limit reached: this organization may send {limit} facts per UTC day                      (ingest_facts_per_day, set by its operator); {today} were received today and this batch of                      {facts} would exceed it. Nothing of the batch was stored; it is accepted again after midnight                      UTC or once the operator raises the limit"
+                    "ingest limit reached: this organization may send {limit} facts per UTC day \
+                     (ingest_facts_per_day, set by its operator); {today} were received today and this batch of \
+                     {facts} would exceed it. Nothing of the batch was stored; it is accepted again after midnight \
+                     UTC or once the operator raises the limit"
                 ),
                 retry_after,
             })
