@@ -138,6 +138,29 @@ fn gaps(
     out
 }
 
+/// Refuses giving something new to a retired tenant or department (`table`: `tenants` or `departments`) from `at`
+/// on; the error names `field`.
+pub async fn refuse_retired(
+    tx: &mut OrgTx,
+    table: &str,
+    field: &str,
+    id: Uuid,
+    at: time::OffsetDateTime,
+) -> Result<(), AppError> {
+    let sql = match table {
+        "tenants" => "SELECT retired_at FROM tenants WHERE tenant_id = $1 AND org_id = $2",
+        _ => "SELECT retired_at FROM departments WHERE department_id = $1 AND org_id = $2",
+    };
+    let retired: Option<time::OffsetDateTime> =
+        sqlx::query_scalar(sql).bind(id).bind(tx.org().as_uuid()).fetch_one(tx.conn()).await?;
+    match retired {
+        Some(r) if r <= at => {
+            Err(AppError::invalid(field, format!("is retired since {}", gpuledger_core::time_fmt::rfc3339(r))))
+        }
+        _ => Ok(()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]

@@ -1670,6 +1670,33 @@ fn cases() -> Vec<Case> {
         },
         Case {
             method: "POST",
+            route: "/ui/tenancy/rules",
+            who: Admins,
+            denied: Form,
+            expect: Status(422),
+            build: |t| {
+                with_form(
+                    "/ui/tenancy/rules",
+                    format!("match=prefix&pattern=probe-&tenant={}&valid_from=2026-01-01&reason=probe", t.tenant),
+                )
+            },
+            control: None,
+        },
+        Case {
+            method: "POST",
+            route: "/ui/tenancy/tenant",
+            who: Admins,
+            denied: Form,
+            expect: Status(404),
+            build: |t| {
+                org_level(t).and_then(|t| {
+                    with_form("/ui/tenancy/tenant", format!("tenant={}&name=probe-renamed&reason=probe", t.tenant))
+                })
+            },
+            control: None,
+        },
+        Case {
+            method: "POST",
             route: "/ui/tenancy/reassign",
             who: Admins,
             denied: Form,

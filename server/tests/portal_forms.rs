@@ -155,7 +155,16 @@ async fn departments_tenants_and_inventory_are_added_in_the_portal() {
     let (admin, _) = demo_login(&app, "admin").await;
     let page = send(&app, get("/admin/inventory", Some(&admin))).await;
     assert_eq!(page.status, StatusCode::OK);
-    for form_id in ["add-department", "add-tenant", "add-model", "add-profile", "add-timeslicing", "reassign"] {
+    for form_id in [
+        "add-department",
+        "add-tenant",
+        "add-model",
+        "add-profile",
+        "add-timeslicing",
+        "reassign",
+        "add-rule",
+        "rename-tenant",
+    ] {
         assert!(page.body.contains(&format!(r#"id="{form_id}""#)), "{form_id}: {}", page.body);
     }
     let csrf = csrf_of(&page.body);
@@ -216,6 +225,24 @@ async fn departments_tenants_and_inventory_are_added_in_the_portal() {
     .await;
     assert_eq!(refused.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", refused.body);
     assert!(refused.body.contains("cluster") && refused.body.contains("/admin/inventory"), "{}", refused.body);
+
+    // A rule for namespaces without labels, and a rename, through their forms.
+    let added = post(
+        "/ui/tenancy/rules",
+        "cluster=&match=prefix&pattern=arm-&tenant=arm-control&valid_from=2026-11-01&reason=naming%20convention",
+    )
+    .await;
+    assert_eq!(added.status, StatusCode::SEE_OTHER, "{}", added.body);
+    let refused =
+        post("/ui/tenancy/rules", "match=prefix&pattern=ARM*&tenant=arm-control&valid_from=2026-11-01&reason=x").await;
+    assert_eq!(refused.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", refused.body);
+    assert!(refused.body.contains("pattern"), "{}", refused.body);
+    let renamed =
+        post("/ui/tenancy/tenant", "tenant=arm-control&name=arm-ctl&retired_from=&reason=team%20renamed").await;
+    assert_eq!(renamed.status, StatusCode::SEE_OTHER, "{}", renamed.body);
+    let page = send(&app, get("/admin/inventory", Some(&admin))).await;
+    assert!(page.body.contains("starts with arm-"), "the rule is listed: {}", page.body);
+    assert!(page.body.contains("<td>arm-ctl</td>") && page.body.contains("arm-control"), "{}", page.body);
 
     // Finance may edit the inventory (it prices), not the tenancy.
     let (finance, _) = demo_login(&app, "finance").await;

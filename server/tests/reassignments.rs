@@ -396,6 +396,10 @@ async fn renamed_and_retired_tenants_keep_their_history() {
         call(&env, "POST", "/api/v1/tenancy/reassignments", t, Some(reassignment("alpha-2", "2026-10-15T00:00:00Z")))
             .await;
     assert_eq!((s, v["field"].as_str()), (StatusCode::UNPROCESSABLE_ENTITY, Some("tenant")), "{v}");
+    let quota =
+        json!({"tenant": "alpha-2", "gpu_class": "H100-80GB", "gpus": "1", "valid_from": "2026-10-15T00:00:00Z"});
+    let (s, v) = call(&env, "POST", "/api/v1/quotas", t, Some(quota)).await;
+    assert_eq!((s, v["field"].as_str()), (StatusCode::UNPROCESSABLE_ENTITY, Some("tenant")), "no quota after: {v}");
     let (s, v) = call(
         &env,
         "PATCH",

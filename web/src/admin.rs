@@ -12,7 +12,7 @@ use gpuledger_api::{
     auth::{AuditLog, ProviderSettings, RoleMappings},
     orgs::OrganizationSettings,
     policy::{PolicyList, QuotaList},
-    tenancy::{Department, Tenant},
+    tenancy::{Department, NamespaceRule, Tenant},
 };
 
 use crate::{
@@ -428,7 +428,8 @@ pub fn InventoryPage() -> impl IntoView {
                 let tenancy = h.0.admin_tenancy().await.map_err(Err)?;
                 let tenants: Items<Tenant> = api("/api/v1/tenants").await.map_err(Err)?;
                 let departments: Items<Department> = api("/api/v1/departments").await.map_err(Err)?;
-                Ok((session.csrf, inventory, tenancy, tenants.items, departments.items))
+                let rules: Items<NamespaceRule> = api("/api/v1/tenancy/namespace-rules").await.map_err(Err)?;
+                Ok((session.csrf, inventory, tenancy, tenants.items, departments.items, rules.items))
             }
             other => Err(Ok(other)),
         }
@@ -440,7 +441,7 @@ pub fn InventoryPage() -> impl IntoView {
                 Err(Ok(Access::SignIn(to))) => view! { <Redirect path=to /> }.into_any(),
                 Err(Ok(_)) => forbidden("The admin pages are for admins."),
                 Err(Err(e)) => error_panel(&e),
-                Ok((csrf, inventory, tenancy, tenants, departments)) => view! {
+                Ok((csrf, inventory, tenancy, tenants, departments, rules)) => view! {
                     <section class="panel"><h1>"Inventory & tenancy"</h1><AdminNav /></section>
                     <section class="panel" id="tenancy">
                         <h2>"Departments and tenants"</h2>
@@ -463,10 +464,20 @@ pub fn InventoryPage() -> impl IntoView {
                             </form>
                         }.into_any() }}
                         {(!tenants.is_empty()).then(|| view! {
-                            <table><thead><tr><th>"Department"</th><th>"Tenant"</th><th class="num">"Namespaces now"</th></tr></thead>
+                            <table><thead><tr><th>"Department"</th><th>"Tenant"</th><th class="num">"Namespaces now"</th><th>"Retired from"</th><th>"Formerly"</th></tr></thead>
                             <tbody>{tenants.iter().map(|t| view! {
-                                <tr><td>{t.department.clone()}</td><td>{t.name.clone()}</td><td class="num">{t.namespaces}</td></tr>
+                                <tr><td>{t.department.clone()}</td><td>{t.name.clone()}</td><td class="num">{t.namespaces}</td><td>{when_some(&t.retired_at)}</td><td>{t.former_names.join(", ")}</td></tr>
                             }).collect_view()}</tbody></table>
+                            <form method="post" action="/ui/tenancy/tenant" class="inline-form" id="rename-tenant">
+                                <input type="hidden" name="csrf" value=csrf.clone() />
+                                <label>"Tenant " <select name="tenant">{tenants.iter().map(|t| view! {
+                                    <option value=t.name.clone()>{t.name.clone()}</option>
+                                }).collect_view()}</select></label>
+                                <label>"new name " <input name="name" placeholder="(unchanged)" size="14" /></label>
+                                <label>"retire from " <input name="retired_from" type="date" /></label>
+                                <label>"Why " <input name="reason" required=true size="20" /></label>
+                                <button type="submit">"Rename / retire"</button>
+                            </form>
                         })}
                     </section>
                     <section class="panel" id="inventory">
@@ -519,6 +530,29 @@ pub fn InventoryPage() -> impl IntoView {
                                 <button type="submit">"Reassign from…"</button>
                             </form>
                         })}
+                        <h3>"Namespaces without labels"</h3>
+                        <p class="muted">"A namespace that neither its labels nor a reassignment give an owner takes the most specific rule in force: an exact name before a prefix, a longer prefix first."</p>
+                        {(!tenants.is_empty()).then(|| view! {
+                            <form method="post" action="/ui/tenancy/rules" class="inline-form" id="add-rule">
+                                <input type="hidden" name="csrf" value=csrf.clone() />
+                                <label>"Cluster " <input name="cluster" placeholder="(every cluster)" size="12" /></label>
+                                <label>"Name " <select name="match"><option value="prefix">"starts with"</option><option value="exact">"is"</option></select></label>
+                                <input name="pattern" required=true placeholder="ml-" size="12" />
+                                <label>"→ " <select name="tenant">{tenants.iter().map(|t| view! {
+                                    <option value=t.name.clone()>{t.name.clone()}</option>
+                                }).collect_view()}</select></label>
+                                <label>"From " <input name="valid_from" type="date" required=true /></label>
+                                <label>"Why " <input name="reason" required=true size="20" /></label>
+                                <button type="submit">"Add rule"</button>
+                            </form>
+                        })}
+                        {if rules.is_empty() { view! { <p class="empty">"No rules: namespaces are owned through their labels."</p> }.into_any() } else { view! {
+                            <table><thead><tr><th>"Cluster"</th><th>"Name"</th><th>"Tenant"</th><th>"From"</th><th>"To"</th></tr></thead>
+                            <tbody>{rules.iter().map(|r| view! {
+                                <tr><td>{r.cluster.clone().unwrap_or_else(|| "every cluster".into())}</td><td>{format!("{} {}", if r.match_kind == "exact" { "is" } else { "starts with" }, r.pattern)}</td><td>{r.tenant.clone()}</td><td>{when(&r.valid_from)}</td><td>{when_some(&r.valid_to)}</td></tr>
+                            }).collect_view()}</tbody></table>
+                        }.into_any() }}
+                        <h3>"History"</h3>
                         {if tenancy.is_empty() { view! { <p class="empty">"No namespace is owned yet."</p> }.into_any() } else { view! {
                             <table><thead><tr><th>"Department"</th><th>"Tenant"</th><th>"Cluster"</th><th>"Namespace"</th><th>"From"</th><th>"To"</th><th>"Source"</th></tr></thead>
                             <tbody>{tenancy.iter().map(|r| view! {

@@ -299,6 +299,12 @@ async fn create_quota(
         (None, Some(d)) => (None, Some(lookup_id(&mut tx, "departments", "department", d).await?)),
         _ => return Err(AppError::invalid("tenant", "give exactly one of tenant or department")),
     };
+    if let Some(t) = tenant {
+        crate::store::refuse_retired(&mut tx, "tenants", "tenant", t, valid_from).await?;
+    }
+    if let Some(d) = department {
+        crate::store::refuse_retired(&mut tx, "departments", "department", d, valid_from).await?;
+    }
     let known: bool =
         sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM gpu_classes WHERE gpu_class = $1 AND org_id = $2)")
             .bind(&body.gpu_class)

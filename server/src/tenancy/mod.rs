@@ -172,18 +172,8 @@ async fn create_tenant(
     let name = name_field("name", &body.name)?;
     let mut tx = p.begin(&state.db).await?;
     let department = crate::store::lookup_id(&mut tx, "departments", "department", body.department.trim()).await?;
-    let retired: Option<time::OffsetDateTime> =
-        sqlx::query_scalar("SELECT retired_at FROM departments WHERE department_id = $1 AND org_id = $2")
-            .bind(department)
-            .bind(p.org.as_uuid())
-            .fetch_one(tx.conn())
-            .await?;
-    if let Some(r) = retired {
-        return Err(AppError::invalid(
-            "department",
-            format!("is retired since {}", gpuledger_core::time_fmt::rfc3339(r)),
-        ));
-    }
+    crate::store::refuse_retired(&mut tx, "departments", "department", department, time::OffsetDateTime::now_utc())
+        .await?;
     let id = Uuid::new_v4();
     sqlx::query("INSERT INTO tenants (org_id, tenant_id, department_id, name) VALUES ($1, $2, $3, $4)")
         .bind(p.org.as_uuid())

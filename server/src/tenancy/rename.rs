@@ -189,19 +189,3 @@ async fn still_needed(tx: &mut OrgTx, kind: Kind, id: Uuid, from: OffsetDateTime
     };
     Err(AppError::Conflict(format!("{what}: {}", blocking.join(", "))))
 }
-
-/// Refuses giving something new to a retired tenant: `at` at or after its retirement.
-pub(crate) async fn refuse_retired_tenant(tx: &mut OrgTx, tenant: Uuid, at: OffsetDateTime) -> Result<(), AppError> {
-    let retired: Option<OffsetDateTime> =
-        sqlx::query_scalar("SELECT retired_at FROM tenants WHERE tenant_id = $1 AND org_id = $2")
-            .bind(tenant)
-            .bind(tx.org().as_uuid())
-            .fetch_one(tx.conn())
-            .await?;
-    match retired {
-        Some(r) if r <= at => {
-            Err(AppError::invalid("tenant", format!("is retired since {}", gpuledger_core::time_fmt::rfc3339(r))))
-        }
-        _ => Ok(()),
-    }
-}

@@ -67,7 +67,7 @@ pub(super) async fn add_rule(
         ),
     };
     let tenant_id = crate::store::lookup_id(&mut tx, "tenants", "tenant", body.tenant.trim()).await?;
-    super::rename::refuse_retired_tenant(&mut tx, tenant_id, from).await?;
+    crate::store::refuse_retired(&mut tx, "tenants", "tenant", tenant_id, from).await?;
     let tenant: String = sqlx::query_scalar("SELECT name FROM tenants WHERE tenant_id = $1 AND org_id = $2")
         .bind(tenant_id)
         .bind(org)

@@ -29,6 +29,12 @@ use crate::{
     error::AppError,
 };
 
+mod admin_forms;
+use admin_forms::{
+    department_form, inventory_form, quota_form, reassign_form, rule_form, settings_form, tenant_form,
+    tenant_update_form,
+};
+
 /// [`PortalData`] backed by the database, through organization-scoped transactions.
 #[derive(Clone)]
 pub struct DbPortalData {
@@ -465,89 +471,9 @@ pub fn router() -> Router<AppState> {
         .route("/ui/tenants", post(tenant_form))
         .route("/ui/inventory/{what}", post(inventory_form))
         .route("/ui/tenancy/reassign", post(reassign_form))
+        .route("/ui/tenancy/rules", post(rule_form))
+        .route("/ui/tenancy/tenant", post(tenant_update_form))
         .route("/ui/organization/settings", post(settings_form))
-}
-
-/// `/admin/organization`'s form: the settings through `PUT /api/v1/organization/settings` (its errors name the field).
-async fn settings_form(State(state): State<AppState>, headers: HeaderMap, body: axum::body::Bytes) -> Response {
-    let f = pairs(&body);
-    let back = "/admin/organization";
-    let months = field(&f, "retention_months");
-    let Ok(retention_months) = months.parse::<i32>() else {
-        return form_refused(&format!("retention_months: a whole number of months, 12 to 120; got {months:?}"), back);
-    };
-    let request = serde_json::json!({
-        "display_name": field(&f, "display_name"),
-        "default_currency": field(&f, "default_currency"),
-        "retention_months": retention_months,
-    });
-    via_api(&state, &headers, "PUT", "/api/v1/organization/settings", request, back, |_| back.into()).await
-}
-
-async fn department_form(State(state): State<AppState>, headers: HeaderMap, body: axum::body::Bytes) -> Response {
-    let f = pairs(&body);
-    let request = serde_json::json!({ "name": field(&f, "name") });
-    via_api(&state, &headers, "POST", "/api/v1/departments", request, "/admin/inventory", |_| {
-        "/admin/inventory#tenancy".into()
-    })
-    .await
-}
-
-async fn tenant_form(State(state): State<AppState>, headers: HeaderMap, body: axum::body::Bytes) -> Response {
-    let f = pairs(&body);
-    let request = serde_json::json!({ "name": field(&f, "name"), "department": field(&f, "department") });
-    via_api(&state, &headers, "POST", "/api/v1/tenants", request, "/admin/inventory", |_| {
-        "/admin/inventory#tenancy".into()
-    })
-    .await
-}
-
-/// "Reassign from…": a namespace to a tenant from a UTC instant, with the reason.
-async fn reassign_form(State(state): State<AppState>, headers: HeaderMap, body: axum::body::Bytes) -> Response {
-    let f = pairs(&body);
-    let request = serde_json::json!({
-        "cluster": field(&f, "cluster"), "namespace": field(&f, "namespace"), "tenant": field(&f, "tenant"),
-        "valid_from": instant(&field(&f, "valid_from")), "reason": field(&f, "reason"),
-    });
-    via_api(&state, &headers, "POST", "/api/v1/tenancy/reassignments", request, "/admin/inventory", |_| {
-        "/admin/inventory#ownership".into()
-    })
-    .await
-}
-
-/// The inventory forms: a GPU model's class, a MIG or vGPU profile's fraction, a time-slicing declaration.
-async fn inventory_form(
-    State(state): State<AppState>,
-    headers: HeaderMap,
-    Path(what): Path<String>,
-    body: axum::body::Bytes,
-) -> Response {
-    let f = pairs(&body);
-    let from = instant(&field(&f, "valid_from"));
-    let (path, request) = match what.as_str() {
-        "models" => (
-            "/api/v1/inventory/models",
-            serde_json::json!({"model": field(&f, "model"), "gpu_class": field(&f, "gpu_class"), "valid_from": from}),
-        ),
-        "profiles" => (
-            "/api/v1/inventory/profiles",
-            serde_json::json!({"kind": field(&f, "kind"), "model": field(&f, "model"), "profile": field(&f, "profile"),
-                               "fraction": field(&f, "fraction"), "valid_from": from}),
-        ),
-        "timeslicing" => {
-            let replicas = field(&f, "replicas");
-            let Ok(replicas) = replicas.parse::<i32>() else {
-                return form_refused(&format!("replicas: {replicas:?} is not a whole number"), "/admin/inventory");
-            };
-            (
-                "/api/v1/inventory/timeslicing",
-                serde_json::json!({"cluster": field(&f, "cluster"), "name": field(&f, "name"), "replicas": replicas,
-                                   "valid_from": from}),
-            )
-        }
-        _ => return (StatusCode::NOT_FOUND, "no such form").into_response(),
-    };
-    via_api(&state, &headers, "POST", path, request, "/admin/inventory", |_| "/admin/inventory#inventory".into()).await
 }
 
 /// A refused form: the reason, naming the field, and the way back (the browser keeps what was typed).
@@ -590,38 +516,6 @@ async fn save_policy_form(
     let version = version.trim().to_string();
     let next = format!("/admin/policies#draft-{version}");
     via_api(&state, &headers, "PUT", &format!("/api/v1/policies/{version}"), request, "/admin/policies", |_| next).await
-}
-
-/// A date (`YYYY-MM-DD`, midnight UTC) or a full RFC 3339 time, as the quotas API takes it.
-/// A form's date (`2026-09-16`) or UTC date and time (`2026-09-16T06:00`, from `datetime-local`) as RFC 3339.
-fn instant(value: &str) -> String {
-    match value.len() {
-        10 => format!("{value}T00:00:00Z"),
-        16 => format!("{value}:00Z"),
-        19 => format!("{value}Z"),
-        _ => value.to_string(),
-    }
-}
-
-async fn quota_form(State(state): State<AppState>, headers: HeaderMap, body: axum::body::Bytes) -> Response {
-    let f = pairs(&body);
-    let holder = field(&f, "holder");
-    let holder_kind = match field(&f, "holder_kind").as_str() {
-        "department" => "department",
-        _ => "tenant",
-    };
-    let mut request = serde_json::json!({
-        "gpu_class": field(&f, "gpu_class"),
-        "gpus": field(&f, "gpus"),
-        "valid_from": instant(&field(&f, "valid_from")),
-    });
-    request[holder_kind] = serde_json::Value::String(holder);
-    let valid_to = field(&f, "valid_to");
-    if !valid_to.is_empty() {
-        request["valid_to"] = serde_json::Value::String(instant(&valid_to));
-    }
-    via_api(&state, &headers, "POST", "/api/v1/quotas", request, "/admin/policies", |_| "/admin/policies#quotas".into())
-        .await
 }
 
 async fn provider_form(State(state): State<AppState>, headers: HeaderMap, body: axum::body::Bytes) -> Response {
