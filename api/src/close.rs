@@ -184,6 +184,9 @@ pub struct Finding {
     pub to: Option<String>,
     /// The kind's details.
     pub details: serde_json::Value,
+    /// What a person does about it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fix: Option<String>,
 }
 
 /// `GET /api/v1/periods/{period}/findings`: counts by kind and the newest 200.

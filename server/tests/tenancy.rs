@@ -298,3 +298,61 @@ async fn tenants_and_inventory_defined_after_the_facts_take_them_over() {
         assert!(actions.iter().any(|x| x == a), "{a} in {actions:?}");
     }
 }
+
+/// GPU Feature Discovery labels a time-sliced node's product `NVIDIA-L4-SHARED`: the model is the L4 of the
+/// inventory. A model the inventory does not know leaves its allocations unpriced — said on the month's findings
+/// with the fix, not only counted in the ledger's notes — until the model is added.
+#[tokio::test]
+async fn shared_product_labels_are_priced_and_unpriced_allocations_are_findings() {
+    let env = env().await;
+    let ns = Uuid::new_v4();
+    let t0 = datetime!(2026-10-05 00:00 UTC);
+    let (status, v) = call(
+        &env,
+        &env.admin,
+        "POST",
+        "/api/v1/inventory/models",
+        Some(json!({"model": L4, "gpu_class": "L4", "valid_from": "2026-01-01T00:00:00Z"})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{v}");
+    let batch = Batch {
+        wire_version: WIRE_VERSION,
+        agent: AgentInfo { version: "test".into(), mode: "cluster".into(), node: None, spool: None },
+        cluster: None,
+        facts: vec![
+            start("shared-pod", ns, SharingMode::TimeSlice { replicas: 4 }, "NVIDIA-L4-SHARED", t0),
+            start("mig-single", ns, SharingMode::Exclusive, "NVIDIA-L4-MIG-1g.6gb", t0),
+            start("new-pod", ns, SharingMode::Exclusive, "NVIDIA B300", t0),
+        ],
+    };
+    let (status, ack) =
+        call(&env, &env.agent, "POST", "/api/v1/ingest/batches", Some(serde_json::to_value(&batch).unwrap())).await;
+    assert_eq!(status, StatusCode::OK, "{ack}");
+    assert_eq!(interval(&env, "shared-pod").await, (Some("L4".into()), Some(1), Some(4)), "the L4, a quarter");
+    assert_eq!(interval(&env, "mig-single").await.0.as_deref(), Some("L4"), "the MIG suffix names the L4 too");
+    assert_eq!(interval(&env, "new-pod").await.0, None);
+
+    let (status, f) = call(&env, &env.admin, "GET", "/api/v1/periods/2026-10/findings", None).await;
+    assert_eq!(status, StatusCode::OK, "{f}");
+    assert_eq!(f["by_kind"]["unpriced"], 1, "{f:#}");
+    let item = f["items"].as_array().unwrap().iter().find(|i| i["kind"] == "unpriced").expect("an unpriced finding");
+    assert_eq!(item["subject"], "NVIDIA B300");
+    assert_eq!(item["details"]["allocations"], 1);
+    assert!(item["fix"].as_str().unwrap().contains("Inventory"), "{item}");
+    assert_eq!(item["to"], Value::Null, "still running");
+
+    // Fixed at the source: the model gets its class, the allocation is priced, the finding is gone.
+    let (status, v) = call(
+        &env,
+        &env.admin,
+        "POST",
+        "/api/v1/inventory/models",
+        Some(json!({"model": "NVIDIA B300", "gpu_class": "B300", "valid_from": "2026-01-01T00:00:00Z"})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{v}");
+    assert_eq!(interval(&env, "new-pod").await.0.as_deref(), Some("B300"));
+    let (_, f) = call(&env, &env.admin, "GET", "/api/v1/periods/2026-10/findings", None).await;
+    assert!(f["by_kind"].get("unpriced").is_none(), "{f:#}");
+}

@@ -244,13 +244,13 @@ pub fn ClosePage() -> impl IntoView {
                             }).collect_view()}</tbody></table>
                             <h2>"Data quality"</h2>
                             {if finding_counts.is_empty() {
-                                view! { <p class="empty" id="no-findings">"No findings for this month: no inventory gaps, agent gaps, over-commit or unknown tenants."</p> }.into_any()
+                                view! { <p class="empty" id="no-findings">"No findings for this month: no inventory gaps, unpriced allocations, agent gaps, over-commit or unknown tenants."</p> }.into_any()
                             } else {
                                 view! {
                                     <p>{finding_counts.iter().map(|(k, n)| format!("{k}: {n}")).collect::<Vec<_>>().join(" · ")}</p>
-                                    <table class="findings"><thead><tr><th>"Kind"</th><th>"Cluster"</th><th>"Subject"</th><th>"From"</th><th>"To"</th></tr></thead>
+                                    <table class="findings"><thead><tr><th>"Kind"</th><th>"Cluster"</th><th>"Subject"</th><th>"From"</th><th>"To"</th><th>"What to do"</th></tr></thead>
                                     <tbody>{finding_rows.iter().map(|f| view! {
-                                        <tr><td>{f.kind.clone()}</td><td>{f.cluster.clone()}</td><td>{f.subject.clone()}</td><td>{when(f.from.as_deref().unwrap_or_default())}</td><td>{when(f.to.as_deref().unwrap_or_default())}</td></tr>
+                                        <tr><td>{f.kind.clone()}</td><td>{f.cluster.clone()}</td><td>{f.subject.clone()}</td><td>{when(f.from.as_deref().unwrap_or_default())}</td><td>{when(f.to.as_deref().unwrap_or_default())}</td><td>{f.fix.clone().unwrap_or_default()}</td></tr>
                                     }).collect_view()}</tbody></table>
                                 }.into_any()
                             }}

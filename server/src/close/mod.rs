@@ -73,7 +73,13 @@ async fn findings_handler(
     .await?;
     let items: Vec<(sqlx::types::Json<Finding>,)> = sqlx::query_as(
         "SELECT jsonb_build_object('cluster', c.name, 'kind', f.kind, 'subject', f.subject,
-                'from', f.occurred_from, 'to', f.occurred_to, 'details', f.details)
+                'from', f.occurred_from, 'to', f.occurred_to, 'details', f.details,
+                'fix', CASE f.kind
+                    WHEN 'inventory_gap' THEN 'add the GPU model''s class or the profile''s fraction under Admin → Inventory; the allocation is recomputed'
+                    WHEN 'unknown_tenant' THEN 'create the tenant under Admin → Inventory & tenancy, or correct the namespace''s label'
+                    WHEN 'agent_gap' THEN 'the agent dropped data while the server was unreachable; see docs/agent.md (spool) and the agent''s logs'
+                    WHEN 'overcommit' THEN 'check the node''s time-slicing or MIG declaration under Admin → Inventory'
+                END)
            FROM data_quality_findings f JOIN clusters c ON c.org_id = f.org_id AND c.cluster_id = f.cluster_id
           WHERE f.org_id = $3
             AND COALESCE(f.occurred_from, f.created_at) < ($2::date::timestamp AT TIME ZONE 'UTC')
@@ -85,12 +91,53 @@ async fn findings_handler(
     .bind(org)
     .fetch_all(tx.conn())
     .await?;
+    // Allocations with no GPU class are not priced: said here, live (they leave the list once the inventory names
+    // their model), never only as a count in the ledger's notes.
+    type Unpriced = (String, String, String, i64, OffsetDateTime, Option<OffsetDateTime>);
+    let unpriced: Vec<Unpriced> = sqlx::query_as(
+        "SELECT c.name, COALESCE(a.gpu_model, ''), a.sharing_mode, count(*), min(a.started_at),
+                CASE WHEN bool_or(a.ended_at IS NULL) THEN NULL ELSE max(a.ended_at) END
+           FROM allocation_intervals a JOIN clusters c ON c.org_id = a.org_id AND c.cluster_id = a.cluster_id
+          WHERE a.org_id = $3 AND a.gpu_class IS NULL
+            AND a.started_at < ($2::date::timestamp AT TIME ZONE 'UTC')
+            AND (a.ended_at IS NULL OR a.ended_at > ($1::date::timestamp AT TIME ZONE 'UTC'))
+          GROUP BY c.name, a.gpu_model, a.sharing_mode ORDER BY count(*) DESC, c.name, 2 LIMIT 200",
+    )
+    .bind(from)
+    .bind(to)
+    .bind(org)
+    .fetch_all(tx.conn())
+    .await?;
     tx.commit().await?;
-    Ok(Json(Findings {
-        period: period.to_string(),
-        by_kind: counts.into_iter().collect(),
-        items: items.into_iter().map(|(v,)| v.0).collect(),
-    }))
+    let mut by_kind: std::collections::BTreeMap<String, i64> = counts.into_iter().collect();
+    let mut items: Vec<Finding> = items.into_iter().map(|(v,)| v.0).collect();
+    for (cluster, model, mode, n, first, last) in unpriced {
+        *by_kind.entry("unpriced".into()).or_default() += n;
+        let (reason, fix) = if model.is_empty() {
+            (
+                format!("{n} {mode} allocation(s) with no GPU model: the agent could not say which GPU they hold"),
+                "check the node's labels (nvidia.com/gpu.product) or the node agent on that node".to_string(),
+            )
+        } else {
+            (
+                format!("{n} {mode} allocation(s) on GPU model {model:?}, which the approved inventory gives no class"),
+                format!("add {model:?} under Admin → Inventory (GPU model → class); the allocations are priced again"),
+            )
+        };
+        items.insert(
+            0,
+            Finding {
+                cluster,
+                kind: "unpriced".into(),
+                subject: if model.is_empty() { "unknown GPU model".into() } else { model },
+                from: Some(gpuledger_core::time_fmt::rfc3339(first)),
+                to: last.map(gpuledger_core::time_fmt::rfc3339),
+                details: serde_json::json!({ "allocations": n, "reason": reason }),
+                fix: Some(fix),
+            },
+        );
+    }
+    Ok(Json(Findings { period: period.to_string(), by_kind: by_kind.into_iter().collect(), items }))
 }
 
 /// An open period's ledger as it would close now.

@@ -21,7 +21,14 @@ use crate::{db::OrgTx, error::AppError};
 /// GPU model names differ by source (`NVIDIA-A100-SXM4-40GB` in node labels, `NVIDIA A100-SXM4-40GB` from the
 /// driver): compare them case-insensitively with spaces and hyphens alike.
 pub fn normalize_model(model: &str) -> String {
-    model.trim().to_ascii_lowercase().replace([' ', '_'], "-")
+    let m = model.trim().to_ascii_lowercase().replace([' ', '_'], "-");
+    // GPU Feature Discovery's product label (`nvidia.com/gpu.product`) appends `-SHARED` on time-sliced or MPS
+    // nodes and `-MIG-<profile>` under the single MIG strategy: the model is what comes before.
+    let m = m.strip_suffix("-shared").map_or_else(|| m.clone(), str::to_string);
+    match m.find("-mig-") {
+        Some(i) if i > 0 => m[..i].to_string(),
+        _ => m,
+    }
 }
 
 /// The organization's approved profile fractions and GPU models (small tables: loaded per batch).
