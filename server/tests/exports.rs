@@ -1029,7 +1029,10 @@ async fn focus_export_versions_categories_and_corrections() {
     assert_eq!(header.iter().filter(|c| !c.starts_with("x_")).count(), 43 + 5);
     assert!(rows.iter().all(|r| r["ChargeCategory"] == "Usage" && r["BillingPeriodEnd"] == "2026-10-01T00:00:00Z"));
     let (_, v12) = csv_of(&get(&env, "/api/v1/exports/focus.csv?period=2026-09", &env.export).await);
-    assert!(v12.iter().all(|r| r["InvoiceId"] == "acme-2026-09"));
+    // Showback issues no invoice: FOCUS requires a null InvoiceId then, closed month or not.
+    assert!(v12.iter().all(|r| r["InvoiceId"].is_empty()));
+    assert!(v12.iter().all(|r| r["ChargeDescription"].is_ascii()), "FOCUS: ASCII only");
+    assert!(v12.iter().any(|r| r["ChargeDescription"].contains(" x ")), "× spelled x");
     // department scope applies
     let (_, scoped) = csv_of(&get(&env, "/api/v1/exports/focus.csv?period=2026-09", &env.export_platform).await);
     assert!(!scoped.is_empty() && scoped.iter().all(|r| r["x_Department"] == "Platform"));

@@ -212,14 +212,47 @@ pub struct Context {
     pub org_id: String,
     /// Organization name (account, provider, publisher and invoice issuer).
     pub org_name: String,
-    /// Organization slug (invoice ids).
-    pub slug: String,
-    /// Whether the month is closed (only a closed month has an invoice id).
-    pub closed: bool,
 }
 
 fn month_bounds(p: gpuledger_core::Period) -> (OffsetDateTime, OffsetDateTime) {
     (p.start(), super::sources::next_month(p.start()))
+}
+
+/// FOCUS's ChargeDescription is ASCII only: the explanation with its symbols spelled in ASCII (`×` → `x`,
+/// `−` → `-`) and Latin letters without their accents; anything else becomes `?`.
+fn ascii(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            c if c.is_ascii() => out.push(c),
+            '×' => out.push('x'),
+            '−' | '–' | '—' | '‐' => out.push('-'),
+            '…' => out.push_str("..."),
+            '≈' => out.push('~'),
+            '≤' => out.push_str("<="),
+            '≥' => out.push_str(">="),
+            '‘' | '’' => out.push('\''),
+            '“' | '”' => out.push('"'),
+            '\u{a0}' | '\u{202f}' | '\u{2009}' => out.push(' '),
+            'À'..='Å' => out.push('A'),
+            'à'..='å' => out.push('a'),
+            'È'..='Ë' => out.push('E'),
+            'è'..='ë' => out.push('e'),
+            'Ì'..='Ï' => out.push('I'),
+            'ì'..='ï' => out.push('i'),
+            'Ò'..='Ö' | 'Ø' => out.push('O'),
+            'ò'..='ö' | 'ø' => out.push('o'),
+            'Ù'..='Ü' => out.push('U'),
+            'ù'..='ü' => out.push('u'),
+            'Ç' => out.push('C'),
+            'ç' => out.push('c'),
+            'Ñ' => out.push('N'),
+            'ñ' => out.push('n'),
+            'ß' => out.push_str("ss"),
+            _ => out.push('?'),
+        }
+    }
+    out
 }
 
 /// A decimal as FOCUS tools read it: always with a fractional part (pandas reads `2` as an integer column).
@@ -283,7 +316,7 @@ pub fn value<'l>(column: &str, ctx: &'l Context, l: &'l LedgerLine) -> Cell<'l> 
                 Cell::Null
             }
         }
-        "ChargeDescription" => Cell::text(&l.explanation),
+        "ChargeDescription" => owned(ascii(&l.explanation)),
         "ChargeFrequency" => Cell::text(match l.term {
             Term::Guaranteed | Term::Overhead => "Recurring",
             Term::Borrowed | Term::Energy | Term::Service => "Usage-Based",
@@ -295,13 +328,8 @@ pub fn value<'l>(column: &str, ctx: &'l Context, l: &'l LedgerLine) -> Cell<'l> 
         | "ListUnitPrice"
         | "PricingCurrencyContractedUnitPrice"
         | "PricingCurrencyListUnitPrice" => when_usage(decimal(l.rate.to_string())),
-        "InvoiceId" => {
-            if ctx.closed {
-                owned(format!("{}-{}", ctx.slug, l.period))
-            } else {
-                Cell::Null
-            }
-        }
+        // Showback issues no invoice: FOCUS says InvoiceId MUST be null then (a closed month is not an invoice).
+        "InvoiceId" => Cell::Null,
         "PricingCategory" => when_usage(Cell::text("Standard")),
         "ResourceId" | "ResourceID" => {
             if l.gpu_class.is_empty() {
@@ -406,9 +434,9 @@ pub(super) async fn focus_csv(
         Some(s) => Version::parse(s)
             .ok_or_else(|| AppError::invalid("version", "FOCUS 1.2 (the default) and 1.0 are offered"))?,
     };
-    let (lines, closed) = month_lines(&state, &p, &f).await?;
+    let (lines, _closed) = month_lines(&state, &p, &f).await?;
     let mut tx = state.db.begin_org(p.org).await?;
-    let (org_name, slug): (String, String) = sqlx::query_as("SELECT name, slug FROM organizations WHERE org_id = $1")
+    let org_name: String = sqlx::query_scalar("SELECT name FROM organizations WHERE org_id = $1")
         .bind(p.org.as_uuid())
         .fetch_one(tx.conn())
         .await?;
@@ -417,7 +445,7 @@ pub(super) async fn focus_csv(
     details["version"] = json!(version.as_str());
     details["lines"] = json!(lines.len());
     audit_export(&state.db, &p, "export.focus_csv", &f.period.to_string(), details).await?;
-    let ctx = Context { org_id: p.org.as_uuid().to_string(), org_name, slug, closed };
+    let ctx = Context { org_id: p.org.as_uuid().to_string(), org_name };
     let body = write(version, &ctx, &lines);
     Ok(csv_response(body.into(), &format!("focus-{}", version.as_str()), f.period))
 }
@@ -426,6 +454,13 @@ pub(super) async fn focus_csv(
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
+
+    #[test]
+    fn charge_descriptions_are_ascii() {
+        let s = ascii("1 H100-80GB guaranteed × 720 h × 2.00 USD = 1,440.00 USD; Forschung−Zürich … 東京");
+        assert!(s.is_ascii(), "{s}");
+        assert_eq!(s, "1 H100-80GB guaranteed x 720 h x 2.00 USD = 1,440.00 USD; Forschung-Zurich ... ??");
+    }
 
     #[test]
     fn column_counts() {
