@@ -168,6 +168,27 @@ pub fn inspect_with(
         }
         _ => {
             let docs = read_documents(text)?;
+            // A file with Nodes and Namespaces next to its Pods is read as the cluster agent reads the cluster:
+            // each pod with its node (model, MIG strategy, time-slicing) and its namespace.
+            let mut around = Around::default();
+            for doc in &docs {
+                let name = doc["metadata"]["name"].as_str().unwrap_or_default().to_string();
+                match doc["kind"].as_str() {
+                    Some("Node") => {
+                        let labels: std::collections::BTreeMap<String, String> = doc["metadata"]["labels"]
+                            .as_object()
+                            .map(|l| l.iter().filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string()))).collect())
+                            .unwrap_or_default();
+                        around.nodes.insert(name, k8s::NodeSharing::from_labels(&labels));
+                    }
+                    Some("Namespace") => {
+                        if let Some(uid) = doc["metadata"]["uid"].as_str().and_then(|u| uuid::Uuid::parse_str(u).ok()) {
+                            around.namespaces.insert(name, uid);
+                        }
+                    }
+                    _ => {}
+                }
+            }
             let mut matched = 0;
             for doc in docs {
                 let doc_kind = doc["kind"].as_str().unwrap_or("").to_string();
@@ -188,7 +209,7 @@ pub fn inspect_with(
                     continue;
                 }
                 matched += 1;
-                inspect_object(&doc, &doc_kind, &keys, observed_at, timeslice_replicas, &mut out)?;
+                inspect_object(&doc, &doc_kind, &keys, observed_at, timeslice_replicas, &around, &mut out)?;
             }
             if matched == 0 {
                 bail!("no {kind:?} object in the input");
@@ -198,19 +219,28 @@ pub fn inspect_with(
     Ok(out)
 }
 
+/// The Nodes and Namespaces of the same input, by name.
+#[derive(Default)]
+struct Around {
+    nodes: std::collections::BTreeMap<String, k8s::NodeSharing>,
+    namespaces: std::collections::BTreeMap<String, uuid::Uuid>,
+}
+
 fn inspect_object(
     doc: &Value,
     kind: &str,
     keys: &LabelKeys,
     at: OffsetDateTime,
     replicas: Option<u32>,
+    around: &Around,
     out: &mut Output,
 ) -> Result<()> {
     let name = doc["metadata"]["name"].as_str().unwrap_or("(unnamed)").to_string();
     match kind {
         "Pod" => {
             let pod = k8s::Pod::from_value(doc.clone())?;
-            let sharing = pod.implied_sharing();
+            let node = pod.node_name().and_then(|n| around.nodes.get(n)).cloned();
+            let sharing = node.clone().unwrap_or_else(|| pod.implied_sharing());
             let (requests, problems) = pod.gpu_requests(&sharing, replicas);
             out.notes.extend(problems.into_iter().map(|p| format!("Pod {name}: {p}")));
             if requests.is_empty() {
@@ -226,7 +256,8 @@ fn inspect_object(
                 }
                 return Ok(());
             }
-            let ctx = PodContext { default_replicas: replicas, ..PodContext::default() };
+            let namespace_uid = doc["metadata"]["namespace"].as_str().and_then(|n| around.namespaces.get(n)).copied();
+            let ctx = PodContext { node, namespace_uid, default_replicas: replicas, ..PodContext::default() };
             let (facts, _) = k8s::pod_facts(&pod, &ctx, keys, at)?;
             if facts.is_empty() {
                 out.notes.push(format!("Pod {name}: no container has started yet"));

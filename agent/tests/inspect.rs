@@ -581,3 +581,70 @@ fn help_lists_the_nvidia_kinds() {
         assert!(help.contains(k), "{k} missing from:\n{help}");
     }
 }
+
+/// Nodes, a Namespace and Pods in one file are read as the cluster agent reads a cluster: each pod with its node's
+/// model and time-slicing (GPU Feature Discovery's labels) and its namespace's UID.
+#[test]
+fn pods_are_classified_with_their_node_and_namespace_from_the_same_file() {
+    let yaml = r#"apiVersion: v1
+kind: Node
+metadata:
+  name: l4-node
+  uid: 0b0e8f6a-6a1d-4c37-9d43-6c1e8b7a0f11
+  labels:
+    nvidia.com/gpu.product: NVIDIA-L4-SHARED
+    nvidia.com/gpu.count: "1"
+    nvidia.com/gpu.replicas: "4"
+    nvidia.com/gpu.sharing-strategy: time-slicing
+status:
+  allocatable:
+    nvidia.com/gpu: "4"
+---
+apiVersion: v1
+kind: Namespace
+metadata:
+  name: team-a
+  uid: 7d4e1c2b-3f5a-4b6c-8d7e-9f0a1b2c3d4e
+  creationTimestamp: "2026-10-01T00:00:00Z"
+---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: infer-0
+  namespace: team-a
+  uid: 1f2e3d4c-5b6a-4789-8a9b-0c1d2e3f4a5b
+  creationTimestamp: "2026-10-31T23:00:00Z"
+spec:
+  nodeName: l4-node
+  containers:
+  - name: main
+    image: example/infer
+    resources:
+      limits:
+        nvidia.com/gpu: 1
+status:
+  phase: Running
+  startTime: "2026-10-31T23:00:00Z"
+  containerStatuses:
+  - name: main
+    ready: true
+    restartCount: 0
+    image: example/infer
+    imageID: ""
+    state:
+      running:
+        startedAt: "2026-10-31T23:00:05Z"
+"#;
+    let path = std::env::temp_dir().join(format!("gl-inspect-{}.yaml", std::process::id()));
+    std::fs::write(&path, yaml).unwrap();
+    let (facts, notes) = inspect("k8s", &path, &[]);
+    let _ = std::fs::remove_file(&path);
+    let start = facts
+        .iter()
+        .find(|f| f["kind"] == "allocation_started")
+        .unwrap_or_else(|| panic!("no allocation in {facts:?}; notes: {notes}"));
+    assert_eq!(start["mode"]["mode"], "time_slice", "{start}");
+    assert_eq!(start["mode"]["replicas"], 4, "{start}");
+    assert!(start["gpu_model"].as_str().unwrap_or_default().starts_with("NVIDIA-L4"), "{start}");
+    assert_eq!(start["namespace_uid"], "7d4e1c2b-3f5a-4b6c-8d7e-9f0a1b2c3d4e", "{start}");
+}
