@@ -571,12 +571,18 @@ async fn a_trend_month_without_data_is_a_gap_that_says_no_data_not_zero() {
 #[tokio::test]
 async fn gpu_hours_read_rounded_with_the_exact_figure_one_hover_away() {
     let lines = json!([{"line_id": "a", "tenant": "nlp", "tenant_id": "t1", "department": "Research",
-        "term": "guaranteed", "gpu_class": "H100", "amount": "1234.56", "confidence": "exact", "explanation": "x"}]);
+        "term": "guaranteed", "gpu_class": "H100", "amount": "1234.56", "confidence": "exact", "explanation": "x"},
+        {"line_id": "b", "tenant": "mig-team", "tenant_id": "t2", "department": "Research",
+        "term": "guaranteed", "gpu_class": "A100-1g", "amount": "10.00", "confidence": "modeled", "explanation": "y"}]);
     let extra = vec![(
         "/api/v1/ledger/summaries",
         json!({"pending": false,
             "utilization": {"tenants": [{"tenant_name": "nlp", "tenant_id": "t1", "allocated_gpu_hours": "12345.678901",
-                "active_equivalent_gpu_hours": "12.345678", "idle_gpu_hours": "0.000004", "confidence": "exact"}]},
+                "active_equivalent_gpu_hours": "12.345678", "observed_gpu_hours": "12345.678901",
+                "idle_gpu_hours": "0.000004", "confidence": "exact"},
+                {"tenant_name": "mig-team", "tenant_id": "t2", "allocated_gpu_hours": "70.000000",
+                "active_equivalent_gpu_hours": "0", "observed_gpu_hours": "0.000000", "idle_gpu_hours": "0",
+                "confidence": "modeled"}]},
             "training": {"workloads": [{"namespace": "ml", "workload": "w", "tenant": "nlp", "department": "Research",
                 "steps": 10, "samples": null, "gpu_hours": "99.950000", "steps_per_gpu_hour": "0.1",
                 "samples_per_gpu_hour": null}]}}),
@@ -590,6 +596,13 @@ async fn gpu_hours_read_rounded_with_the_exact_figure_one_hover_away() {
     }
     // Money keeps its exact two decimals.
     assert!(html.contains(">1,234.56 USD<"), "{html}");
+    // Held but never observed (MIG, vGPU, passthrough): unknown, not 0.0 active and 0.0 idle.
+    let table = html.split(r#"class="utilization""#).nth(1).unwrap_or_default();
+    let row = |tenant: &str| {
+        table.split(&format!("<td>{tenant}</td>")).nth(1).unwrap_or_default().split("</tr>").next().unwrap_or_default()
+    };
+    assert!(row("mig-team").contains("no telemetry"), "{table}");
+    assert!(!row("nlp").contains("no telemetry"), "observed hours are shown: {table}");
 }
 
 /// A data source for the pages that print timestamps (tokens, months, agents).

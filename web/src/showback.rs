@@ -351,8 +351,14 @@ fn ShowbackView(sb: Showback) -> impl IntoView {
                             <tr>
                                 <td>{u.tenant_name.clone().unwrap_or_default()}</td>
                                 <td class="num">{hours(&u.allocated_gpu_hours)}</td>
-                                <td class="num">{hours(&u.active_equivalent_gpu_hours)}</td>
-                                <td class="num">{hours(&u.idle_gpu_hours)}</td>
+                                {if no_telemetry(u) {
+                                    view! { <td class="muted" colspan="2" title="No utilization samples for these allocations: MIG instances, vGPUs and passthrough GPUs have no per-instance telemetry here, or no node agent reports this node. Not zero: unknown.">"no telemetry"</td> }.into_any()
+                                } else {
+                                    view! {
+                                        <td class="num">{hours(&u.active_equivalent_gpu_hours)}</td>
+                                        <td class="num">{hours(&u.idle_gpu_hours)}</td>
+                                    }.into_any()
+                                }}
                                 <td><Confidence level=u.confidence.clone() /></td>
                             </tr>
                         }).collect_view()}</tbody>
@@ -729,4 +735,10 @@ fn timeline(allocations: &[EvidenceAllocation]) -> AnyView {
         </svg>
     }
     .into_any()
+}
+
+/// A tenant row with GPU-hours held but none observed: its active and idle hours are unknown, not zero.
+fn no_telemetry(u: &TenantUtilization) -> bool {
+    let zero = |s: &str| s.trim().chars().all(|c| c == '0' || c == '.');
+    zero(&u.observed_gpu_hours) && !zero(&u.allocated_gpu_hours)
 }
