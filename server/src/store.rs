@@ -95,21 +95,34 @@ pub async fn fill_from_rules(tx: &mut OrgTx, namespace_uid: Uuid) -> Result<u64,
             .bind(tenant)
             .execute(tx.conn())
             .await?;
-            sqlx::query(
-                "UPDATE allocation_intervals SET updated_at = now()
-                  WHERE namespace_uid = $1 AND org_id = $4
-                    AND ($3::timestamptz IS NULL OR started_at < $3) AND (ended_at IS NULL OR ended_at > $2)",
-            )
-            .bind(namespace_uid)
-            .bind(gap_from)
-            .bind(gap_to)
-            .bind(org)
-            .execute(tx.conn())
-            .await?;
+            touch_allocations(tx, namespace_uid, gap_from, gap_to).await?;
             added += 1;
         }
     }
     Ok(added)
+}
+
+/// Marks a namespace's allocations in `[from, until)` (`until` none: open) as updated after an ownership change,
+/// so the next close recomputes the closed months they touch into corrections, as it does for late data.
+pub async fn touch_allocations(
+    tx: &mut OrgTx,
+    namespace_uid: Uuid,
+    from: time::OffsetDateTime,
+    until: Option<time::OffsetDateTime>,
+) -> Result<(), AppError> {
+    let org = tx.org().as_uuid();
+    sqlx::query(
+        "UPDATE allocation_intervals SET updated_at = now()
+          WHERE namespace_uid = $1 AND org_id = $4
+            AND ($3::timestamptz IS NULL OR started_at < $3) AND (ended_at IS NULL OR ended_at > $2)",
+    )
+    .bind(namespace_uid)
+    .bind(from)
+    .bind(until)
+    .bind(org)
+    .execute(tx.conn())
+    .await?;
+    Ok(())
 }
 
 /// The parts of `[start, end)` (`end` none: open) that no entry of `taken` (sorted by start) covers.

@@ -63,6 +63,18 @@ pub fn router() -> Router<AppState> {
 /// Longest department, tenant, class or policy name.
 const MAX_NAME: usize = 100;
 
+/// Longest reason kept with a tenancy change.
+const MAX_REASON: usize = 1000;
+
+/// The `reason` of a tenancy change (audited): required, at most [`MAX_REASON`] characters.
+fn reason_field(value: &str) -> Result<&str, AppError> {
+    let reason = value.trim();
+    if reason.is_empty() || reason.chars().count() > MAX_REASON {
+        return Err(AppError::invalid("reason", format!("say why, in 1 to {MAX_REASON} characters")));
+    }
+    Ok(reason)
+}
+
 fn name_field(field: &str, value: &str) -> Result<String, AppError> {
     let v = value.trim();
     if v.is_empty() || v.chars().count() > MAX_NAME {

@@ -20,8 +20,6 @@ use crate::{
     http::{Administer, Caller, JsonBody, Params, ReadLedger, instant},
 };
 
-/// Longest reason kept.
-const MAX_REASON: usize = 1000;
 /// How far ahead a change may be dated (a planned reorganization), in days.
 const MAX_DAYS_AHEAD: i64 = 366;
 
@@ -34,10 +32,7 @@ pub(super) async fn reassign(
     if from > time::OffsetDateTime::now_utc() + time::Duration::days(MAX_DAYS_AHEAD) {
         return Err(AppError::invalid("valid_from", format!("more than {MAX_DAYS_AHEAD} days ahead")));
     }
-    let reason = body.reason.trim();
-    if reason.is_empty() || reason.chars().count() > MAX_REASON {
-        return Err(AppError::invalid("reason", format!("say why, in 1 to {MAX_REASON} characters")));
-    }
+    let reason = super::reason_field(&body.reason)?;
     if body.namespace.trim().is_empty() {
         return Err(AppError::invalid("namespace", "is required"));
     }

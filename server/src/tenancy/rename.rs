@@ -71,10 +71,7 @@ async fn apply(
     key: &str,
     body: RenameOrRetire,
 ) -> Result<Updated, AppError> {
-    let reason = body.reason.trim();
-    if reason.is_empty() || reason.chars().count() > 1000 {
-        return Err(AppError::invalid("reason", "say why, in 1 to 1000 characters"));
-    }
+    let reason = super::reason_field(&body.reason)?;
     let name = body.name.as_deref().map(|n| name_field("name", n)).transpose()?;
     let retired_from = body.retired_from.as_deref().map(|t| instant("retired_from", t.trim())).transpose()?;
     if name.is_none() && retired_from.is_none() {

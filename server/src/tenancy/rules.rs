@@ -47,24 +47,12 @@ pub(super) async fn add_rule(
         ));
     }
     let from = instant("valid_from", body.valid_from.trim())?;
-    let reason = body.reason.trim();
-    if reason.is_empty() || reason.chars().count() > 1000 {
-        return Err(AppError::invalid("reason", "say why, in 1 to 1000 characters"));
-    }
+    let reason = super::reason_field(&body.reason)?;
     let mut tx = p.begin(&state.db).await?;
     let org = tx.org().as_uuid();
-    let cluster: Option<(Uuid, String)> = match body.cluster.as_deref().map(str::trim).filter(|c| !c.is_empty()) {
+    let cluster = match body.cluster.as_deref().map(str::trim).filter(|c| !c.is_empty()) {
         None => None,
-        Some(c) => Some(
-            sqlx::query_as(
-                "SELECT cluster_id, name FROM clusters WHERE (name = $1 OR cluster_id::text = $1) AND org_id = $2",
-            )
-            .bind(c)
-            .bind(org)
-            .fetch_optional(tx.conn())
-            .await?
-            .ok_or_else(|| AppError::invalid("cluster", format!("{c:?} is not a registered cluster")))?,
-        ),
+        Some(c) => Some(super::store::cluster_by_key(&mut tx, c).await?),
     };
     let tenant_id = crate::store::lookup_id(&mut tx, "tenants", "tenant", body.tenant.trim()).await?;
     crate::store::refuse_retired(&mut tx, "tenants", "tenant", tenant_id, from).await?;

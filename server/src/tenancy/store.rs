@@ -110,6 +110,17 @@ pub(crate) async fn close_open_entry(
     Ok(())
 }
 
+/// A registered cluster by name or ID: (ID, name); the error names `cluster`.
+pub(crate) async fn cluster_by_key(tx: &mut OrgTx, key: &str) -> Result<(Uuid, String), AppError> {
+    let org = tx.org().as_uuid();
+    sqlx::query_as("SELECT cluster_id, name FROM clusters WHERE (name = $1 OR cluster_id::text = $1) AND org_id = $2")
+        .bind(key)
+        .bind(org)
+        .fetch_optional(tx.conn())
+        .await?
+        .ok_or_else(|| AppError::invalid("cluster", format!("{key:?} is not a registered cluster")))
+}
+
 /// A namespace as a reassignment finds it.
 pub(crate) struct NamespaceAt {
     pub(crate) uid: Uuid,
@@ -129,16 +140,7 @@ pub(crate) async fn namespace_at(
     at: OffsetDateTime,
 ) -> Result<NamespaceAt, AppError> {
     let org = tx.org().as_uuid();
-    let cluster_row: Option<(Uuid, String)> = sqlx::query_as(
-        "SELECT cluster_id, name FROM clusters WHERE (name = $1 OR cluster_id::text = $1) AND org_id = $2",
-    )
-    .bind(cluster)
-    .bind(org)
-    .fetch_optional(tx.conn())
-    .await?;
-    let Some((cluster_id, cluster_name)) = cluster_row else {
-        return Err(AppError::invalid("cluster", format!("{cluster:?} is not a registered cluster")));
-    };
+    let (cluster_id, cluster_name) = cluster_by_key(tx, cluster).await?;
     let row: Option<(Uuid, OffsetDateTime, Option<OffsetDateTime>)> = sqlx::query_as(
         "SELECT namespace_uid, created_at, deleted_at FROM namespaces
           WHERE cluster_id = $1 AND name = $2 AND org_id = $4
@@ -259,17 +261,7 @@ pub(crate) async fn reassign_namespace(
             .await?;
         }
     }
-    sqlx::query(
-        "UPDATE allocation_intervals SET updated_at = now()
-          WHERE namespace_uid = $1 AND org_id = $4
-            AND ($3::timestamptz IS NULL OR started_at < $3) AND (ended_at IS NULL OR ended_at > $2)",
-    )
-    .bind(ns)
-    .bind(from)
-    .bind(until)
-    .bind(org)
-    .execute(tx.conn())
-    .await?;
+    crate::store::touch_allocations(tx, ns, from, until).await?;
     let closed: Vec<time::Date> = sqlx::query_scalar(
         "SELECT period FROM periods WHERE state = 'closed' AND org_id = $3
             AND period + interval '1 month' > $1 AND ($2::timestamptz IS NULL OR period < $2) ORDER BY period",
