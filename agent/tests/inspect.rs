@@ -65,11 +65,109 @@ fn runai_mig_pod_from_annotations() {
 }
 
 #[test]
-fn runai_fractional_pod_is_one_replica_of_two() {
+fn runai_fractional_pod_is_a_half_share() {
     let (facts, _) = inspect("pod", &file("k8s", "pod_live_runai_fractional_gpu_0.5.yaml"), &[]);
     assert_eq!(facts.len(), 1, "{facts:?}");
-    assert_eq!(facts[0]["mode"], serde_json::json!({"mode": "time_slice", "replicas": 2}));
+    assert_eq!(facts[0]["mode"], serde_json::json!({"mode": "soft_share", "scheduler": "runai", "memory": "1/2"}));
+    assert_eq!(facts[0]["resource"], "gpu-fraction");
     assert_eq!(facts[0]["started_at"], "2024-03-31T09:03:51Z");
+}
+
+// ---------------------------------------------------------------- soft sharing (the repository's own fixtures)
+
+fn own(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/k8s").join(name)
+}
+
+/// The allocation-start facts of a file read by `inspect k8s`, by holder name.
+fn starts(name: &str) -> std::collections::BTreeMap<String, Value> {
+    let (facts, notes) = inspect("k8s", &own(name), &[]);
+    let starts: std::collections::BTreeMap<String, Value> = facts
+        .into_iter()
+        .filter(|f| f["kind"] == "allocation_started")
+        .map(|f| (f["holder_name"].as_str().unwrap().to_string(), f))
+        .collect();
+    assert!(!starts.is_empty(), "{name}: no allocations; notes: {notes}");
+    starts
+}
+
+#[test]
+fn hami_vgpus_are_soft_shares_with_their_devices() {
+    let s = starts("hami_vgpu_pods.yaml");
+    let two = &s["gpu-pod"];
+    assert_eq!(
+        two["mode"],
+        serde_json::json!({"mode": "soft_share", "scheduler": "hami", "compute": "3/10", "memory_mib": 3000})
+    );
+    assert_eq!(two["units"], 2, "nvidia.com/gpu counts vGPUs");
+    assert_eq!(two["resource"], "nvidia.com/gpu");
+    assert_eq!(two["gpu_model"], "NVIDIA-L4");
+    assert_eq!(
+        two["device_ids"],
+        serde_json::json!(["GPU-3b1d8f2e-6a4c-4e1b-9c7d-2f5e8a0b1c3d", "GPU-7c2e9a1b-4d3f-4a6e-8b5c-1e0d9f8a7b6c"])
+    );
+    let pct = &s["gpu-pod-percentage"];
+    assert_eq!(
+        pct["mode"],
+        serde_json::json!({"mode": "soft_share", "scheduler": "hami", "compute": "1/4", "memory": "1/2"})
+    );
+    assert_eq!(pct["units"], 1);
+}
+
+#[test]
+fn volcano_vgpus_are_soft_shares() {
+    let s = starts("volcano_vgpu_pods.yaml");
+    let t = &s["test1"];
+    assert_eq!(
+        t["mode"],
+        serde_json::json!({"mode": "soft_share", "scheduler": "volcano", "compute": "1/2", "memory_mib": 3000})
+    );
+    assert_eq!((t["units"].as_u64(), t["resource"].as_str()), (Some(2), Some("volcano.sh/vgpu-number")));
+    assert_eq!(t["gpu_model"], "NVIDIA-A100-SXM4-80GB");
+}
+
+#[test]
+fn gpushare_memory_is_a_fraction_of_the_device_it_names() {
+    let s = starts("gpushare_pods.yaml");
+    let p = &s["binpack-1-5d9b5f7c4-abcde"];
+    // 3 GiB of the 15 GiB device the scheduler extender wrote down.
+    assert_eq!(p["mode"], serde_json::json!({"mode": "soft_share", "scheduler": "gpushare", "memory": "1/5"}));
+    assert_eq!(p["resource"], "aliyun.com/gpu-mem");
+}
+
+#[test]
+fn runai_decimal_fractions_over_devices_and_memory_in_mib() {
+    let s = starts("runai_fractions.yaml");
+    let q = &s["frac-quarter-0-0"];
+    assert_eq!(q["mode"], serde_json::json!({"mode": "soft_share", "scheduler": "runai", "memory": "1/4"}));
+    assert_eq!(q["units"], 2, "gpu-fraction-num-devices");
+    let m = &s["mem-5gb-0-0"];
+    assert_eq!(m["mode"], serde_json::json!({"mode": "soft_share", "scheduler": "runai", "memory_mib": 5120}));
+}
+
+#[test]
+fn gfd_shared_nodes_split_by_replicas_for_time_slicing_and_mps() {
+    let s = starts("gfd_mps_and_timeslicing.yaml");
+    let mps = &s["mps-client-0"];
+    assert_eq!(mps["mode"], serde_json::json!({"mode": "time_slice", "replicas": 10}));
+    assert_eq!(mps["gpu_model"], "NVIDIA-A10-SHARED");
+    let ts = &s["time-slicing-verification-0"];
+    assert_eq!(ts["mode"], serde_json::json!({"mode": "time_slice", "replicas": 4}));
+}
+
+#[test]
+fn an_impossible_share_is_a_problem_not_a_whole_gpu() {
+    let dir = std::env::temp_dir().join(format!("gl-inspect-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let f = dir.join("bad.yaml");
+    let pod = std::fs::read_to_string(own("hami_vgpu_pods.yaml"))
+        .unwrap()
+        .replace("nvidia.com/gpucores: 25", "nvidia.com/gpucores: 250");
+    std::fs::write(&f, pod).unwrap();
+    let (facts, notes) = inspect("k8s", &f, &[]);
+    assert!(notes.contains("nvidia.com/gpucores: 250 is above 100 %"), "{notes}");
+    assert!(!facts.iter().any(|f| f["holder_name"] == "gpu-pod-percentage" && f["kind"] == "allocation_started"));
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]

@@ -95,6 +95,48 @@ pub struct Inventory {
     pub profiles: Vec<GpuProfile>,
     /// Declared time-slicing policies.
     pub timeslicing: Vec<Timeslicing>,
+    /// Which share a soft-shared allocation (HAMi, Volcano vGPU, Run:ai, gpushare) pays, by cluster and start;
+    /// with no version in force, the larger of the compute and memory shares.
+    #[serde(default)]
+    pub share_bases: Vec<ShareBasisEntry>,
+}
+
+/// A version of the share basis for soft-shared GPUs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct ShareBasisEntry {
+    /// The cluster; null: every cluster without a version of its own.
+    pub cluster: Option<String>,
+    /// `compute`, `memory` or `larger`.
+    pub basis: String,
+    /// Start of the validity (ISO 8601 time).
+    pub valid_from: String,
+    /// End of the validity; null: in force.
+    pub valid_to: Option<String>,
+}
+
+/// `POST /api/v1/inventory/share-basis`: which share soft-shared allocations pay from `valid_from` (admin or
+/// finance). Soft-shared allocations that started since are priced again.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ShareBasisBody {
+    /// A registered cluster's name; absent or null: the organization's default for every cluster.
+    #[serde(default)]
+    pub cluster: Option<String>,
+    /// `compute`, `memory` or `larger`.
+    pub basis: String,
+    /// When the version starts (RFC 3339).
+    pub valid_from: String,
+}
+
+/// `POST /api/v1/inventory/share-basis` (201): the version added.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct CreatedShareBasis {
+    /// The cluster, or null for the organization's default.
+    pub cluster: Option<String>,
+    /// The basis.
+    pub basis: String,
+    /// Soft-shared allocations priced again.
+    pub recomputed_allocations: u64,
 }
 
 /// A GPU price class.

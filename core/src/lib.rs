@@ -40,7 +40,10 @@ pub use ids::{
     OrgId, PodUid, TenantId, UserId, VgpuProfile, VmUid,
 };
 pub use interval::{Interval, NANOS_PER_HOUR, NANOS_PER_SECOND, Period, Validity};
-pub use sharing::{GapReason, Inventory, InventoryGap, ProfileFraction, ProfileKind, SharingMode, resolve_fraction};
+pub use sharing::{
+    GapReason, Inventory, InventoryGap, ModelMemory, ProfileFraction, ProfileKind, ResolvedShare, ShareBasis,
+    ShareBasisVersion, SharingMode, SoftScheduler, resolve_fraction, resolve_share,
+};
 pub use utilization::{
     ActivitySample, AllocationUtilization, HeldAllocation, TenantUtilization, Utilization, UtilizationOptions,
     UtilizationReport, analyze_utilization,

@@ -123,4 +123,7 @@ SELECT create_distributed_table('renames', 'org_id', colocate_with => 'departmen
 -- migration 18: rules for namespaces without labels
 SELECT create_distributed_table('namespace_rules', 'org_id', colocate_with => 'departments');
 
+-- migration 19: share bases for soft-shared GPUs
+SELECT create_distributed_table('share_bases', 'org_id', colocate_with => 'departments');
+
 COMMIT;

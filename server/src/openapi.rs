@@ -16,9 +16,10 @@ use gpuledger_api::{
     policy::{CreatedQuota, KueueImport, PolicyBody, PolicyList, PolicyVersion, QuotaBody, QuotaList},
     schemars::{JsonSchema, SchemaGenerator, generate::Contract, generate::SchemaSettings},
     tenancy::{
-        CreatedDepartment, CreatedModel, CreatedProfile, CreatedTenant, CreatedTimeslicing, Department, DepartmentBody,
-        Inventory, ModelBody, NamespaceOwnership, NamespaceRule, NamespaceRuleBody, ProfileBody, Reassignment,
-        ReassignmentBody, RenameOrRetire, Tenant, TenantBody, TimeslicingBody, Updated,
+        CreatedDepartment, CreatedModel, CreatedProfile, CreatedShareBasis, CreatedTenant, CreatedTimeslicing,
+        Department, DepartmentBody, Inventory, ModelBody, NamespaceOwnership, NamespaceRule, NamespaceRuleBody,
+        ProfileBody, Reassignment, ReassignmentBody, RenameOrRetire, ShareBasisBody, Tenant, TenantBody,
+        TimeslicingBody, Updated,
     },
     training, usage,
 };
@@ -640,6 +641,16 @@ fn tenancy_ops() -> Vec<Op> {
         .token()
         .body::<TimeslicingBody>()
         .answers::<CreatedTimeslicing>(201, "created")
+        .errors(&[401, 403, 409, 422]),
+        Op::post(
+            "/api/v1/inventory/share-basis",
+            "Which share soft-shared allocations (HAMi, Volcano vGPU, Run:ai, gpushare) pay from valid_from: \
+             {cluster?, basis: compute|memory|larger, valid_from}; no cluster: the organization's default. Admin or \
+             finance",
+        )
+        .token()
+        .body::<ShareBasisBody>()
+        .answers::<CreatedShareBasis>(201, "created; soft-shared allocations since valid_from priced again")
         .errors(&[401, 403, 409, 422]),
         Op::patch(
             "/api/v1/departments/{department}",

@@ -1163,6 +1163,21 @@ fn cases() -> Vec<Case> {
             control: None,
         },
         Case {
+            method: "POST",
+            route: "/api/v1/inventory/share-basis",
+            who: AdminOrFinance,
+            denied: Api,
+            expect: Status(422),
+            // B's cluster, by name: not found in A.
+            build: |t| {
+                with_json(
+                    "/api/v1/inventory/share-basis",
+                    json!({"cluster": t.cluster_name.clone()?, "basis": "compute", "valid_from": "2026-01-01T00:00:00Z"}),
+                )
+            },
+            control: None,
+        },
+        Case {
             method: "PATCH",
             route: "/api/v1/departments/{department}",
             who: Admins,

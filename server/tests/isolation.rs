@@ -126,6 +126,11 @@ async fn seed(db: &Database, slug: &str) -> OrgId {
             "INSERT INTO namespace_rules (org_id, rule_id, match, pattern, tenant_id, valid_from, created_by) VALUES ($1, gen_random_uuid(), 'prefix', 'ml-', $2, '2026-01-01', 'test')",
             vec![o, tenant],
         ),
+        // Share bases for soft-shared GPUs (migration 19).
+        (
+            "INSERT INTO share_bases (org_id, valid_from, basis, created_by) VALUES ($1, '2026-01-01', 'compute', 'test')",
+            vec![o],
+        ),
         // The read model's summaries and month totals (migration 15).
         (
             "INSERT INTO read_totals (org_id, period, department_id, department, total) VALUES ($1, '2026-01-01', $2, 'd', 1.00)",

@@ -3,8 +3,9 @@
 use std::collections::BTreeMap;
 
 use gpuledger_core::{
+    fraction::Fraction,
     ids::MigProfile,
-    sharing::SharingMode,
+    sharing::{SharingMode, SoftScheduler},
     wire::{AllocationEnd, AllocationStart, EndReason, Fact, FactBody, Holder, event_id},
 };
 use serde::{Deserialize, Serialize};
@@ -43,7 +44,178 @@ fn classify(resource: &str, node: &NodeSharing, default_replicas: Option<u32>) -
     None
 }
 
+/// Resources a soft-sharing scheduler consumes itself: never classified again as whole GPUs.
+const SOFT_KEYS: [&str; 13] = [
+    "nvidia.com/gpucores",
+    "nvidia.com/gpumem",
+    "nvidia.com/gpumem-percentage",
+    "volcano.sh/vgpu-number",
+    "volcano.sh/vgpu-cores",
+    "volcano.sh/vgpu-memory",
+    "volcano.sh/vgpu-memory-percentage",
+    "volcano.sh/gpu-memory",
+    "aliyun.com/gpu-mem",
+    "aliyun.com/gpu-core.percentage",
+    "aliyun.com/gpu-count",
+    "alibabacloud.com/gpu-mem",
+    "alibabacloud.com/gpu-count",
+];
+
+/// A percentage (`"30"`) as a fraction of one GPU; zero means "not limited" to these schedulers (HAMi's default).
+fn percent_share(key: &str, v: &Value) -> Result<Option<Fraction>, String> {
+    let n = quantity_units(v).ok_or_else(|| format!("{key}: {v} is not a whole percentage"))?;
+    match n {
+        0 => Ok(None),
+        1..=100 => Fraction::new(n.into(), 100).map(Some).map_err(|e| e.to_string()),
+        _ => Err(format!("{key}: {n} is above 100 %")),
+    }
+}
+
+/// Reads one container's soft-sharing declaration as HAMi, Volcano vGPU or Alibaba gpushare write it: the
+/// resource it is recorded under, the number of (virtual) GPUs, and the share of each. `None`: no soft sharing.
+fn soft_share(resources: &BTreeMap<String, Value>) -> Option<Result<(String, u32, SharingMode), String>> {
+    let get = |k: &str| resources.get(k);
+    let mib = |k: &str, scale: u64| -> Result<Option<u64>, String> {
+        get(k).map_or(Ok(None), |v| {
+            quantity_units(v)
+                .map(|n| Some(u64::from(n) * scale))
+                .ok_or_else(|| format!("{k}: {v} is not a whole number"))
+        })
+    };
+    let pct = |k: &str| get(k).map_or(Ok(None), |v| percent_share(k, v));
+    let read = || -> Result<Option<(String, u32, SharingMode)>, String> {
+        // HAMi: `nvidia.com/gpu` counts vGPUs; cores and memory are per vGPU.
+        if ["nvidia.com/gpucores", "nvidia.com/gpumem", "nvidia.com/gpumem-percentage"].iter().any(|k| get(k).is_some())
+        {
+            let units = get("nvidia.com/gpu").and_then(quantity_units).unwrap_or(1);
+            let mode = SharingMode::SoftShare {
+                scheduler: SoftScheduler::Hami,
+                compute: pct("nvidia.com/gpucores")?,
+                memory: pct("nvidia.com/gpumem-percentage")?,
+                memory_mib: mib("nvidia.com/gpumem", 1)?,
+            };
+            return Ok(Some(("nvidia.com/gpu".into(), units, mode)));
+        }
+        // Volcano vGPU (HAMi-core underneath): `vgpu-number` vGPUs, each with cores and memory.
+        if let Some(number) = get("volcano.sh/vgpu-number") {
+            let units =
+                quantity_units(number).ok_or_else(|| format!("volcano.sh/vgpu-number: {number} is not a count"))?;
+            let (compute, memory, memory_mib) = (
+                pct("volcano.sh/vgpu-cores")?,
+                pct("volcano.sh/vgpu-memory-percentage")?,
+                mib("volcano.sh/vgpu-memory", 1)?,
+            );
+            let mode = if compute.is_none() && memory.is_none() && memory_mib.is_none() {
+                SharingMode::Exclusive // a vGPU with no limits is the whole device
+            } else {
+                SharingMode::SoftShare { scheduler: SoftScheduler::Volcano, compute, memory, memory_mib }
+            };
+            return Ok(Some(("volcano.sh/vgpu-number".into(), units, mode)));
+        }
+        // Volcano's older GPU sharing: memory in MiB on one GPU.
+        if get("volcano.sh/gpu-memory").is_some() {
+            let mode = SharingMode::SoftShare {
+                scheduler: SoftScheduler::Volcano,
+                compute: None,
+                memory: None,
+                memory_mib: mib("volcano.sh/gpu-memory", 1)?,
+            };
+            return Ok(Some(("volcano.sh/gpu-memory".into(), 1, mode)));
+        }
+        // Alibaba gpushare: memory in GiB per GPU (`gpu-count` GPUs), optionally a compute percentage (cGPU).
+        for prefix in ["aliyun.com", "alibabacloud.com"] {
+            let mem_key = format!("{prefix}/gpu-mem");
+            if get(&mem_key).is_some() || get(&format!("{prefix}/gpu-core.percentage")).is_some() {
+                let units =
+                    get(&format!("{prefix}/gpu-count")).and_then(quantity_units).filter(|n| *n > 0).unwrap_or(1);
+                let mode = SharingMode::SoftShare {
+                    scheduler: SoftScheduler::Gpushare,
+                    compute: pct(&format!("{prefix}/gpu-core.percentage"))?,
+                    memory: None,
+                    memory_mib: mib(&mem_key, 1024)?,
+                };
+                return Ok(Some((mem_key, units, mode)));
+            }
+        }
+        Ok(None)
+    };
+    read().transpose()
+}
+
+/// Run:ai's fraction annotations: `gpu-fraction` (a decimal such as `"0.5"`, or `1/N`) of `gpu-fraction-num-devices`
+/// GPUs, or `gpu-memory` in MiB. Both are memory fractions to Run:ai; compute is time-shared.
+fn runai_share(ann: &BTreeMap<String, String>) -> Option<Result<(String, u32, SharingMode), String>> {
+    let units = ann.get("gpu-fraction-num-devices").and_then(|n| n.trim().parse::<u32>().ok()).filter(|n| *n > 0);
+    if let Some(raw) = ann.get("gpu-fraction") {
+        let parsed = raw.trim().parse::<Fraction>().ok().filter(|f| !f.is_zero() && *f <= Fraction::ONE);
+        return Some(match parsed {
+            Some(f) => Ok((
+                "gpu-fraction".into(),
+                units.unwrap_or(1),
+                SharingMode::SoftShare {
+                    scheduler: SoftScheduler::Runai,
+                    compute: None,
+                    memory: Some(f),
+                    memory_mib: None,
+                },
+            )),
+            None => Err(format!("gpu-fraction {raw:?} is not a fraction in (0, 1] such as 0.5 or 1/4")),
+        });
+    }
+    let raw = ann.get("gpu-memory")?;
+    Some(match raw.trim().parse::<u64>() {
+        Ok(m) if m > 0 => Ok((
+            "gpu-memory".into(),
+            units.unwrap_or(1),
+            SharingMode::SoftShare {
+                scheduler: SoftScheduler::Runai,
+                compute: None,
+                memory: None,
+                memory_mib: Some(m),
+            },
+        )),
+        _ => Err(format!("gpu-memory {raw:?} is not a whole number of MiB")),
+    })
+}
+
+/// The GPU UUIDs HAMi assigned to container `index`, from its `hami.io/vgpu-devices-allocated` annotation
+/// (`UUID,TYPE,MEM,CORES:` per device, `;` between containers).
+fn hami_devices(ann: &BTreeMap<String, String>, index: usize) -> Vec<String> {
+    let Some(all) = ann.get("hami.io/vgpu-devices-allocated") else { return vec![] };
+    all.split(';')
+        .nth(index)
+        .into_iter()
+        .flat_map(|c| c.split(':'))
+        .filter_map(|d| d.split(',').next().map(str::trim))
+        .filter(|uuid| uuid.starts_with("GPU-") && uuid.len() <= 64)
+        .map(str::to_string)
+        .take(16)
+        .collect()
+}
+
 impl Pod {
+    /// Alibaba gpushare writes the device's memory beside the pod's (`ALIYUN_COM_GPU_MEM_DEV`, GiB): with it a
+    /// memory share in GiB is a fraction without the inventory.
+    fn gpushare_device_memory(&self, mode: SharingMode) -> SharingMode {
+        let SharingMode::SoftShare { scheduler: SoftScheduler::Gpushare, compute, memory: None, memory_mib: Some(mib) } =
+            mode
+        else {
+            return mode;
+        };
+        let ann = &self.metadata.annotations;
+        let device_gib =
+            ann.get("ALIYUN_COM_GPU_MEM_DEV").and_then(|v| v.trim().parse::<u64>().ok()).filter(|d| *d > 0);
+        let memory = device_gib
+            .and_then(|d| Fraction::new(i128::from(mib), i128::from(d) * 1024).ok())
+            .filter(|f| *f <= Fraction::ONE);
+        SharingMode::SoftShare {
+            scheduler: SoftScheduler::Gpushare,
+            compute,
+            memory,
+            memory_mib: if memory.is_some() { None } else { Some(mib) },
+        }
+    }
+
     /// Parses a pod from JSON.
     pub fn from_value(v: Value) -> Result<Self, serde_json::Error> {
         serde_json::from_value(v)
@@ -64,11 +236,29 @@ impl Pod {
     pub fn gpu_requests(&self, node: &NodeSharing, default_replicas: Option<u32>) -> (Vec<GpuRequest>, Vec<String>) {
         let mut out = Vec::new();
         let mut problems = Vec::new();
-        for c in &self.spec.containers {
+        for (index, c) in self.spec.containers.iter().enumerate() {
             // Extended resources: limits are required and requests, when given, must equal them.
             let mut resources = c.resources.requests.clone();
             resources.extend(c.resources.limits.clone());
+            match soft_share(&resources) {
+                Some(Ok((resource, units, mode))) => {
+                    let mode = self.gpushare_device_memory(mode);
+                    if units > 0 {
+                        let device_ids = hami_devices(&self.metadata.annotations, index);
+                        out.push(GpuRequest { container: c.name.clone(), resource, units, mode, device_ids });
+                    }
+                    continue;
+                }
+                Some(Err(reason)) => {
+                    problems.push(format!("container {}: {reason}", c.name));
+                    continue;
+                }
+                None => {}
+            }
             for (resource, qty) in resources {
+                if SOFT_KEYS.contains(&resource.as_str()) {
+                    continue;
+                }
                 let Some(mode) = classify(&resource, node, default_replicas) else {
                     continue;
                 };
@@ -100,20 +290,12 @@ impl Pod {
                     out.push(GpuRequest { container: first.clone(), resource: key.clone(), units, mode, device_ids });
                 }
             }
-            if let Some(fraction) = ann.get("gpu-fraction").and_then(|f| f.trim().parse::<f64>().ok()) {
-                // A declared fraction 1/N is one replica of N; other fractions cannot be expressed exactly.
-                let n = (1.0 / fraction).round();
-                if fraction > 0.0 && fraction <= 1.0 && ((1.0 / fraction) - n).abs() < 1e-9 {
-                    out.push(GpuRequest {
-                        container: first,
-                        resource: "gpu-fraction".into(),
-                        units: 1,
-                        mode: SharingMode::TimeSlice { replicas: n as u32 },
-                        device_ids: vec![],
-                    });
-                } else {
-                    problems.push(format!("gpu-fraction {fraction} is not 1/N; not expressible as a replica"));
+            match runai_share(ann) {
+                Some(Ok((resource, units, mode))) => {
+                    out.push(GpuRequest { container: first, resource, units, mode, device_ids: vec![] })
                 }
+                Some(Err(reason)) => problems.push(reason),
+                None => {}
             }
         }
         (out, problems)

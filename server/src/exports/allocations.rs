@@ -33,7 +33,7 @@ use super::{
 use crate::error::AppError;
 
 /// The CSV columns this module writes, in order (a test checks them against [`super::sources::ALLOCATIONS`]).
-pub(crate) const COLUMNS: [&str; 33] = [
+pub(crate) const COLUMNS: [&str; 34] = [
     "Period",
     "ClusterId",
     "Cluster",
@@ -67,13 +67,14 @@ pub(crate) const COLUMNS: [&str; 33] = [
     "EndEstimated",
     "Confidence",
     "InventoryGap",
+    "Share",
 ];
 
 /// The raw columns of the organization `$3`'s intervals overlapping `[$1, $2)` (month start, next month start).
 const INTERVALS_SQL: &str = "SELECT a.cluster_id, a.allocation_id, a.started_at, a.ended_at, a.fraction_num,
        a.fraction_den, a.holder_kind, a.holder_uid, a.holder_name, a.namespace, a.namespace_uid, a.container, a.node,
        a.resource, a.units, a.device_ids, a.gpu_model, a.gpu_class, a.sharing_mode, a.profile, a.replicas,
-       a.labels->>'endpoint', a.end_estimated, a.confidence, a.inventory_gap
+       a.labels->>'endpoint', a.end_estimated, a.confidence, a.inventory_gap, a.share
   FROM allocation_intervals a
  WHERE a.org_id = $3 AND a.started_at < $2::timestamptz AND (a.ended_at IS NULL OR a.ended_at > $1::timestamptz)";
 
@@ -337,7 +338,7 @@ struct Interval<'r> {
     fraction: Option<(i64, i64)>,
     namespace_uid: Option<Uuid>,
     /// `Fraction` and `HolderKind` … `InventoryGap`.
-    tail: [Cell<'r>; 22],
+    tail: [Cell<'r>; 23],
 }
 
 impl<'r> Interval<'r> {
@@ -385,6 +386,7 @@ impl<'r> Interval<'r> {
             Cell::Bool(row.try_get_unchecked(22)?),
             text(row, 23)?,
             text(row, 24)?,
+            text(row, 25)?,
         ];
         Ok(Self {
             cluster_id: row.try_get_unchecked(0)?,
@@ -408,8 +410,8 @@ impl<'r> Interval<'r> {
         Ok(())
     }
 
-    /// Every column of the set (the CSV's 33, then `PeriodStart`) for one piece; `hours` holds `GpuHours`' text.
-    fn cells<'c>(&'c self, cluster: &'c str, p: &Piece<'c>, hours: &'c mut String) -> Result<[Cell<'c>; 34], AppError> {
+    /// Every column of the set (the CSV's 34, then `PeriodStart`) for one piece; `hours` holds `GpuHours`' text.
+    fn cells<'c>(&'c self, cluster: &'c str, p: &Piece<'c>, hours: &'c mut String) -> Result<[Cell<'c>; 35], AppError> {
         if let Some((n, d)) = self.fraction {
             let micros = (p.end - p.start).whole_microseconds();
             hours.clear();
@@ -453,6 +455,7 @@ impl<'r> Interval<'r> {
             t[19].clone(),
             t[20].clone(),
             t[21].clone(),
+            t[22].clone(),
             Cell::Time(p.month),
         ])
     }

@@ -221,6 +221,7 @@ const ALLOCATION_COLUMNS: &[Column] = &[
     Column::new("EndEstimated", Bool, "a.end_estimated"),
     Column::new("Confidence", Text, "a.confidence"),
     Column::new("InventoryGap", Text, "a.inventory_gap").null(),
+    Column::new("Share", Text, "a.share").null(),
     Column::new("PeriodStart", DateTime, "m.month").odata_only(),
 ];
 

@@ -8,7 +8,10 @@ use gpuledger_core::{
     fraction::Fraction,
     ids::{ClusterId, OrgId},
     interval::Validity,
-    sharing::{Inventory, ProfileFraction, ProfileKind, SharingMode, resolve_fraction},
+    sharing::{
+        GapReason, Inventory, ModelMemory, ProfileFraction, ProfileKind, ShareBasis, ShareBasisVersion, SharingMode,
+        resolve_fraction, resolve_share,
+    },
     wire::{AllocationStart, Fact, FactBody, FlaggedFact},
 };
 use serde_json::json;
@@ -39,7 +42,7 @@ pub(super) struct InventorySnapshot {
 }
 
 impl InventorySnapshot {
-    async fn load(tx: &mut OrgTx) -> Result<Self, AppError> {
+    async fn load(tx: &mut OrgTx, cluster: ClusterId) -> Result<Self, AppError> {
         type Row = (String, String, String, i64, i64, OffsetDateTime, Option<OffsetDateTime>);
         let org = tx.org().as_uuid();
         let rows: Vec<Row> = sqlx::query_as(
@@ -66,14 +69,27 @@ impl InventorySnapshot {
             .map_err(|e| AppError::Internal(format!("inventory row is invalid: {e}")))?;
             profiles.insert(entry).map_err(|e| AppError::Internal(format!("inventory is inconsistent: {e}")))?;
         }
-        let model_rows: Vec<(String, OffsetDateTime, Option<OffsetDateTime>, String)> =
-            sqlx::query_as("SELECT model, valid_from, valid_to, gpu_class FROM gpu_models WHERE org_id = $1")
-                .bind(org)
-                .fetch_all(tx.conn())
-                .await?;
+        type ModelRow = (String, OffsetDateTime, Option<OffsetDateTime>, String, Option<i32>);
+        let model_rows: Vec<ModelRow> = sqlx::query_as(
+            "SELECT model, valid_from, valid_to, gpu_class, memory_mib FROM gpu_models WHERE org_id = $1",
+        )
+        .bind(org)
+        .fetch_all(tx.conn())
+        .await?;
         let mut classes: HashMap<String, Vec<_>> = HashMap::new();
-        for (model, from, to, class) in model_rows {
+        for (model, from, to, class, memory) in model_rows {
+            if let Some(mib) = memory.and_then(|m| u64::try_from(m).ok()) {
+                let entry = Validity::new(from, to)
+                    .map(|valid| ModelMemory { gpu_model: normalize_model(&model), memory_mib: mib, valid })
+                    .and_then(|e| profiles.insert_memory(e));
+                entry.map_err(|e| AppError::Internal(format!("inventory model memory is inconsistent: {e}")))?;
+            }
             classes.entry(normalize_model(&model)).or_default().push((from, to, class));
+        }
+        for version in share_bases_for(tx, cluster).await? {
+            profiles
+                .insert_share_basis(version)
+                .map_err(|e| AppError::Internal(format!("share bases are inconsistent: {e}")))?;
         }
         Ok(Self { profiles, classes })
     }
@@ -102,6 +118,50 @@ impl InventorySnapshot {
     }
 }
 
+/// The share-basis versions that apply on `cluster`: its own, and the organization's where it has none of its own
+/// (an organization-wide version is cut around the cluster's versions).
+async fn share_bases_for(tx: &mut OrgTx, cluster: ClusterId) -> Result<Vec<ShareBasisVersion>, AppError> {
+    let rows: Vec<(bool, String, OffsetDateTime, Option<OffsetDateTime>)> = sqlx::query_as(
+        "SELECT cluster_id IS NOT NULL, basis, valid_from, valid_to FROM share_bases
+          WHERE org_id = $1 AND (cluster_id IS NULL OR cluster_id = $2) ORDER BY valid_from",
+    )
+    .bind(tx.org().as_uuid())
+    .bind(cluster.as_uuid())
+    .fetch_all(tx.conn())
+    .await?;
+    let bad = |e: gpuledger_core::error::DomainError| AppError::Internal(format!("share basis row is invalid: {e}"));
+    let own: Vec<(OffsetDateTime, Option<OffsetDateTime>)> = rows.iter().filter(|r| r.0).map(|r| (r.2, r.3)).collect();
+    let mut out = Vec::new();
+    for (own_cluster, basis, from, to) in &rows {
+        let basis: ShareBasis = basis.parse().map_err(bad)?;
+        if *own_cluster {
+            out.push(ShareBasisVersion { basis, valid: Validity::new(*from, *to).map_err(bad)? });
+            continue;
+        }
+        // The organization's version minus the cluster's own versions (sorted by start); `None`: past the end of time.
+        let mut cursor = Some(*from);
+        for (own_from, own_to) in &own {
+            let Some(at) = cursor else { break };
+            if to.is_some_and(|t| *own_from >= t) {
+                break;
+            }
+            if own_to.is_some_and(|t| t <= at) {
+                continue;
+            }
+            if *own_from > at {
+                out.push(ShareBasisVersion { basis, valid: Validity::new(at, Some(*own_from)).map_err(bad)? });
+            }
+            cursor = own_to.map(|t| t.max(at));
+        }
+        if let Some(at) = cursor
+            && to.is_none_or(|t| at < t)
+        {
+            out.push(ShareBasisVersion { basis, valid: Validity::new(at, *to).map_err(bad)? });
+        }
+    }
+    Ok(out)
+}
+
 /// Interval rows as columns, for one `unnest` upsert.
 #[derive(Default)]
 pub(super) struct IntervalRows {
@@ -128,6 +188,7 @@ pub(super) struct IntervalRows {
     pub(super) end_estimated: Vec<bool>,
     pub(super) confidence: Vec<String>,
     pub(super) inventory_gap: Vec<Option<String>>,
+    pub(super) share: Vec<Option<String>>,
     pub(super) labels: Vec<serde_json::Value>,
 }
 
@@ -291,6 +352,39 @@ pub(crate) async fn recompute_for_inventory(
     Ok(n)
 }
 
+/// After a share-basis version from `from` on `cluster` (`None`: every cluster): prices again the soft-shared
+/// allocations that started since. Returns how many.
+pub(crate) async fn recompute_soft_shares(
+    tx: &mut OrgTx,
+    org: OrgId,
+    cluster: Option<Uuid>,
+    from: OffsetDateTime,
+) -> Result<u64, AppError> {
+    let candidates: Vec<(Uuid, String)> = sqlx::query_as(
+        "SELECT cluster_id, allocation_id FROM allocation_intervals
+          WHERE org_id = $1 AND sharing_mode = 'soft_share' AND (started_at >= $2 OR fraction_num IS NULL)
+            AND ($3::uuid IS NULL OR cluster_id = $3)",
+    )
+    .bind(org.as_uuid())
+    .bind(from)
+    .bind(cluster)
+    .fetch_all(tx.conn())
+    .await?;
+    let mut by_cluster: BTreeMap<Uuid, Vec<String>> = BTreeMap::new();
+    for (cluster, allocation) in candidates {
+        by_cluster.entry(cluster).or_default().push(allocation);
+    }
+    let mut n = 0u64;
+    let mut flagged = Vec::new();
+    for (cluster, ids) in by_cluster {
+        n += ids.len() as u64;
+        for chunk in ids.chunks(5_000) {
+            recompute_intervals(tx, org, ClusterId::from_uuid(cluster), chunk, &mut flagged).await?;
+        }
+    }
+    Ok(n)
+}
+
 /// After tenant `name` was defined: applies again, in their order, the stored namespace facts whose labels name
 /// it, so namespaces labelled before the tenant existed are owned from when their labels said so. Returns how many
 /// namespaces it concerned.
@@ -360,7 +454,7 @@ pub(super) async fn recompute_intervals(
     if by_allocation.values().all(|f| f.start.is_none()) {
         return Ok(()); // ends that arrived before their starts wait for them
     }
-    let inventory = InventorySnapshot::load(tx).await?;
+    let inventory = InventorySnapshot::load(tx, cluster).await?;
     // A passthrough VM's allocation names a PCI device resource, not a model: its node's GPU product label does.
     let node_products: BTreeMap<String, String> = sqlx::query_as::<_, (String, String)>(
         "SELECT DISTINCT ON (name) name, gpu_product FROM nodes
@@ -404,26 +498,42 @@ pub(super) async fn recompute_intervals(
             })
             .unwrap_or_default();
         let gpu_class = (!model.is_empty()).then(|| inventory.class_at(&model, start.started_at)).flatten();
-        let (fraction, mut confidence, gap) =
-            match resolve_fraction(&start.mode, &normalize_model(&model), start.started_at, &inventory.profiles) {
-                Ok((per_unit, confidence)) => {
-                    let total = per_unit.checked_mul_int(start.units.into()).ok();
-                    (total, confidence, None)
-                }
-                Err(gap) => {
-                    let reason = format!(
-                        "{} on GPU model {:?} has no approved inventory entry ({:?}); kept without a fraction",
-                        start.mode,
-                        if model.is_empty() { "unknown" } else { &model },
-                        gap.reason
-                    );
-                    flagged.push(FlaggedFact { event_id: start_event.clone(), reason: reason.clone() });
-                    (None, start.mode.base_confidence(), Some(reason))
-                }
-            };
+        let (fraction, mut confidence, gap) = match resolve_fraction(
+            &start.mode,
+            &normalize_model(&model),
+            start.started_at,
+            &inventory.profiles,
+        ) {
+            Ok((per_unit, confidence)) => {
+                let total = per_unit.checked_mul_int(start.units.into()).ok();
+                (total, confidence, None)
+            }
+            Err(gap) => {
+                let shown = if model.is_empty() { "unknown" } else { &model };
+                let reason = match gap.reason {
+                    GapReason::UnknownModelMemory => format!(
+                        "{} declares memory in MiB, and the approved inventory gives GPU model {shown:?} no memory \
+                             (add memory_mib to the model); kept without a fraction",
+                        start.mode
+                    ),
+                    GapReason::InvalidShare => {
+                        format!("{} declares no usable compute or memory share; kept without a fraction", start.mode)
+                    }
+                    other => format!(
+                        "{} on GPU model {shown:?} has no approved inventory entry ({other:?}); kept without a fraction",
+                        start.mode
+                    ),
+                };
+                flagged.push(FlaggedFact { event_id: start_event.clone(), reason: reason.clone() });
+                (None, start.mode.base_confidence(), Some(reason))
+            }
+        };
         if estimated {
             confidence = confidence.min(Confidence::Estimated);
         }
+        let share = resolve_share(&start.mode, &normalize_model(&model), start.started_at, &inventory.profiles)
+            .ok()
+            .map(|r| r.explanation);
         let (profile, replicas) = match &start.mode {
             SharingMode::Mig { profile } => (Some(profile.as_str().to_string()), None),
             SharingMode::Vgpu { profile } => (Some(profile.as_str().to_string()), None),
@@ -482,6 +592,7 @@ pub(super) async fn recompute_intervals(
         rows.end_estimated.push(estimated);
         rows.confidence.push(confidence.to_string());
         rows.inventory_gap.push(gap);
+        rows.share.push(share);
         rows.labels.push(serde_json::to_value(&start.labels).unwrap_or_default());
     }
     if rows.allocation_id.is_empty() {
@@ -492,23 +603,24 @@ pub(super) async fn recompute_intervals(
         "INSERT INTO allocation_intervals (org_id, cluster_id, allocation_id, holder_kind, holder_uid, holder_name,
             namespace, namespace_uid, container, node, resource, units, device_ids, gpu_model, gpu_class,
             sharing_mode, profile, replicas, fraction_num, fraction_den, started_at, ended_at, end_estimated,
-            confidence, inventory_gap, labels)
+            confidence, inventory_gap, share, labels)
          SELECT $1, $2, r.allocation_id, r.holder_kind, r.holder_uid, r.holder_name, r.namespace, r.namespace_uid,
                 r.container, r.node, r.resource, r.units, ARRAY(SELECT jsonb_array_elements_text(r.device_ids)),
                 r.gpu_model, r.gpu_class, r.sharing_mode, r.profile, r.replicas, r.fraction_num, r.fraction_den,
-                r.started_at, r.ended_at, r.end_estimated, r.confidence, r.inventory_gap, r.labels
+                r.started_at, r.ended_at, r.end_estimated, r.confidence, r.inventory_gap, r.share, r.labels
            FROM unnest($3::text[], $4::text[], $5::uuid[], $6::text[], $7::text[], $8::uuid[], $9::text[],
                        $10::text[], $11::text[], $12::int[], $13::jsonb[], $14::text[], $15::text[], $16::text[],
                        $17::text[], $18::int[], $19::int8[], $20::int8[], $21::timestamptz[], $22::timestamptz[],
-                       $23::bool[], $24::text[], $25::text[], $26::jsonb[])
+                       $23::bool[], $24::text[], $25::text[], $26::text[], $27::jsonb[])
              AS r(allocation_id, holder_kind, holder_uid, holder_name, namespace, namespace_uid, container, node,
                   resource, units, device_ids, gpu_model, gpu_class, sharing_mode, profile, replicas, fraction_num,
-                  fraction_den, started_at, ended_at, end_estimated, confidence, inventory_gap, labels)
+                  fraction_den, started_at, ended_at, end_estimated, confidence, inventory_gap, share, labels)
          ON CONFLICT (org_id, cluster_id, allocation_id) DO UPDATE SET
             namespace_uid = EXCLUDED.namespace_uid, gpu_class = EXCLUDED.gpu_class,
             fraction_num = EXCLUDED.fraction_num, fraction_den = EXCLUDED.fraction_den,
             ended_at = EXCLUDED.ended_at, end_estimated = EXCLUDED.end_estimated,
-            confidence = EXCLUDED.confidence, inventory_gap = EXCLUDED.inventory_gap, updated_at = now()",
+            confidence = EXCLUDED.confidence, inventory_gap = EXCLUDED.inventory_gap, share = EXCLUDED.share,
+            updated_at = now()",
     )
     .bind(org.as_uuid())
     .bind(cluster.as_uuid())
@@ -535,6 +647,7 @@ pub(super) async fn recompute_intervals(
     .bind(&rows.end_estimated)
     .bind(&rows.confidence)
     .bind(&rows.inventory_gap)
+    .bind(&rows.share)
     .bind(&rows.labels)
     .execute(tx.conn())
     .await?;

@@ -33,7 +33,7 @@ pub use decode::{DEFAULT_MAX_DECODED_BYTES, IngestLimits, Window, decode, valida
 use history::{apply_device, apply_namespace, apply_node};
 pub use intervals::normalize_model;
 use intervals::{Assigned, assign_devices, recompute_intervals};
-pub(crate) use intervals::{reapply_namespaces_naming, recompute_for_inventory};
+pub(crate) use intervals::{reapply_namespaces_naming, recompute_for_inventory, recompute_soft_shares};
 use measurements::{store_endpoint_totals, store_service_usage, store_telemetry};
 
 /// `POST /api/v1/ingest/batches`.

@@ -23,8 +23,8 @@ use gpuledger_api::{
     Items,
     tenancy::{
         CreatedDepartment, CreatedModel, CreatedProfile, CreatedTenant, CreatedTimeslicing, Department, DepartmentBody,
-        GpuClass, GpuModel, GpuProfile, Inventory, ModelBody, ProfileBody, Tenant, TenantBody, Timeslicing,
-        TimeslicingBody,
+        GpuClass, GpuModel, GpuProfile, Inventory, ModelBody, ProfileBody, ShareBasisEntry, Tenant, TenantBody,
+        Timeslicing, TimeslicingBody,
     },
 };
 use gpuledger_core::Fraction;
@@ -41,6 +41,7 @@ use crate::{
 mod reassign;
 mod rename;
 mod rules;
+mod sharing;
 pub mod store;
 pub(crate) use store::{DepartmentRow, ModelRow, ProfileRow, TenantRow, TimeslicingRow, close_open_entry, rows};
 
@@ -55,6 +56,7 @@ pub fn router() -> Router<AppState> {
         .route("/api/v1/inventory/models", post(add_model))
         .route("/api/v1/inventory/profiles", post(add_profile))
         .route("/api/v1/inventory/timeslicing", post(add_timeslicing))
+        .route("/api/v1/inventory/share-basis", post(sharing::add_basis))
         .route("/api/v1/tenancy/reassignments", post(reassign::reassign))
         .route("/api/v1/tenancy/ownership", get(reassign::ownership))
         .route("/api/v1/tenancy/namespace-rules", get(rules::list_rules).post(rules::add_rule))
@@ -290,8 +292,24 @@ async fn get_inventory(State(state): State<AppState>, p: Caller<ReadLedger>) -> 
         ),
     )
     .await?;
+    type BasisRow = (Option<String>, String, String, Option<String>);
+    let share_bases: Vec<BasisRow> = sqlx::query_as(concat!(
+        "SELECT c.name, b.basis, ",
+        json_time!("b.valid_from"),
+        ", ",
+        json_time!("b.valid_to"),
+        " FROM share_bases b LEFT JOIN clusters c ON c.org_id = b.org_id AND c.cluster_id = b.cluster_id
+          WHERE b.org_id = $1 ORDER BY c.name NULLS FIRST, b.valid_from"
+    ))
+    .bind(tx.org().as_uuid())
+    .fetch_all(tx.conn())
+    .await?;
     tx.commit().await?;
     Ok(Json(Inventory {
+        share_bases: share_bases
+            .into_iter()
+            .map(|(cluster, basis, valid_from, valid_to)| ShareBasisEntry { cluster, basis, valid_from, valid_to })
+            .collect(),
         classes: classes.into_iter().map(|(gpu_class, description)| GpuClass { gpu_class, description }).collect(),
         models: models
             .into_iter()
