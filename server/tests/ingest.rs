@@ -927,3 +927,100 @@ async fn training_progress_facts_land_in_the_training_table_once() {
             .unwrap();
     assert_eq!(rows, vec![("t-1".into(), Some(5), None), ("t-2".into(), Some(9), Some(90))]);
 }
+
+/// Soft shares (HAMi, Volcano, Run:ai, gpushare) are priced by the inventory's share basis: the larger by default,
+/// then what an approved version for the cluster says, with the explanation on the allocation; a memory share in
+/// MiB on a model without memory is a gap naming the fix, never a whole GPU.
+#[tokio::test]
+async fn soft_shares_follow_the_share_basis_of_the_inventory() {
+    use gpuledger_core::sharing::SoftScheduler;
+    let env = env().await;
+    let t0 = datetime!(2026-10-05 08:00 UTC);
+    let (a, b, c) = (Uuid::new_v4(), Uuid::new_v4(), Uuid::new_v4());
+    let hami = SharingMode::SoftShare {
+        scheduler: SoftScheduler::Hami,
+        compute: Some("3/10".parse().unwrap()),
+        memory: None,
+        memory_mib: Some(11_517),
+    };
+    let runai =
+        SharingMode::SoftShare { scheduler: SoftScheduler::Runai, compute: None, memory: Some("1/4".parse().unwrap()), memory_mib: None };
+    let unknown_memory =
+        SharingMode::SoftShare { scheduler: SoftScheduler::Volcano, compute: None, memory: None, memory_mib: Some(3000) };
+    let facts = vec![
+        start(a, env.ns_uid, "nvidia.com/gpu", 2, hami, "NVIDIA-L4", t0),
+        start(b, env.ns_uid, "gpu-fraction", 1, runai, "NVIDIA-L4-SHARED", t0),
+        start(c, env.ns_uid, "volcano.sh/vgpu-number", 1, unknown_memory, "Mystery GPU 9000", t0),
+    ];
+    let (status, ack) = send(&env, &batch(facts)).await;
+    assert_eq!(status, StatusCode::OK, "{ack}");
+    assert_eq!(ack["flagged"].as_array().unwrap().len(), 1, "{ack}");
+    assert!(ack["flagged"][0]["reason"].as_str().unwrap().contains("add memory_mib to the model"), "{ack}");
+
+    let share = |pod: Uuid| {
+        let db = env.db.clone();
+        let org = env.org;
+        async move {
+            let mut tx = db.begin_org(org).await.unwrap();
+            let row: (String, Option<i64>, Option<i64>, String, Option<String>, Option<String>) = sqlx::query_as(
+                "SELECT sharing_mode, fraction_num, fraction_den, confidence, share, gpu_class FROM allocation_intervals
+                  WHERE allocation_id LIKE $1",
+            )
+            .bind(format!("{pod}/%"))
+            .fetch_one(tx.conn())
+            .await
+            .unwrap();
+            tx.commit().await.unwrap();
+            row
+        }
+    };
+    // 2 vGPUs × the larger of 30 % compute and 11,517 of 23,034 MiB (50 %) = 1 GPU.
+    let ra = share(a).await;
+    assert_eq!((ra.0.as_str(), ra.1, ra.2, ra.3.as_str()), ("soft_share", Some(1), Some(1), "modeled"));
+    assert_eq!(
+        ra.4.as_deref(),
+        Some("hami: compute 30 %, memory 11517 MiB of 23034 MiB = 50 % → the larger of the compute and memory shares: 50 %")
+    );
+    assert_eq!(ra.5.as_deref(), Some("L4-24GB"));
+    let rb = share(b).await;
+    assert_eq!((rb.1, rb.2, rb.5.as_deref()), (Some(1), Some(4), Some("L4-24GB")), "GFD's -SHARED suffix is the model");
+    let rc = share(c).await;
+    assert_eq!((rc.1, rc.2), (None, None), "no fraction invented");
+
+    // Finance approves "compute" for this cluster from October: HAMi pays 2 × 30 %; Run:ai's memory share stands in.
+    let mut tx = env.db.begin_org(env.org).await.unwrap();
+    let (_, admin) = auth::create_token(&mut tx, &Scope::Admin, "admin", "test", None).await.unwrap();
+    tx.commit().await.unwrap();
+    let call = |body: Value| {
+        let app = env.app.clone();
+        let admin = admin.clone();
+        async move {
+            let req = Request::post("/api/v1/inventory/share-basis")
+                .header("content-type", "application/json")
+                .header("authorization", format!("Bearer {admin}"))
+                .body(Body::from(body.to_string()))
+                .unwrap();
+            let response = app.oneshot(req).await.unwrap();
+            let status = response.status();
+            let bytes = to_bytes(response.into_body(), 1 << 20).await.unwrap();
+            (status, serde_json::from_slice::<Value>(&bytes).unwrap_or(Value::Null))
+        }
+    };
+    let (status, bad) = call(serde_json::json!({"cluster": "gpu-east", "basis": "cheapest", "valid_from": "2026-10-01T00:00:00Z"})).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{bad}");
+    assert_eq!(bad["field"], "basis");
+    let (status, made) = call(serde_json::json!({"cluster": "gpu-east", "basis": "compute", "valid_from": "2026-10-01T00:00:00Z"})).await;
+    assert_eq!(status, StatusCode::CREATED, "{made}");
+    assert_eq!(made["recomputed_allocations"], 3);
+    let ra = share(a).await;
+    assert_eq!((ra.1, ra.2), (Some(3), Some(5)));
+    assert!(ra.4.unwrap().ends_with("→ the compute share: 30 %"));
+    assert_eq!((share(b).await.1, share(b).await.2), (Some(1), Some(4)));
+    // History is appended: an earlier start for the same scope is refused.
+    let (status, _) = call(serde_json::json!({"cluster": "gpu-east", "basis": "memory", "valid_from": "2026-09-01T00:00:00Z"})).await;
+    assert_eq!(status, StatusCode::CONFLICT);
+    // An organization-wide default does not override the cluster's own version.
+    let (status, _) = call(serde_json::json!({"basis": "memory", "valid_from": "2026-09-01T00:00:00Z"})).await;
+    assert_eq!(status, StatusCode::CREATED);
+    assert_eq!((share(a).await.1, share(a).await.2), (Some(3), Some(5)));
+}
