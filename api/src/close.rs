@@ -70,6 +70,29 @@ pub struct CloseSummary {
     pub inventory_version: String,
 }
 
+/// `POST /api/v1/periods/{period}/close` body (optional): an acknowledgement of what the month could not price.
+/// Without it, a month with unpriced allocations is not closed (409).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CloseRequest {
+    /// Why the month may be closed as it is (1 to 2,000 characters); recorded and audited.
+    #[serde(default)]
+    pub acknowledge: Option<String>,
+}
+
+/// An acknowledgement given at close.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct Acknowledgement {
+    /// Who gave it.
+    pub by: String,
+    /// When (RFC 3339).
+    pub at: String,
+    /// Their reason.
+    pub reason: String,
+    /// What it covered, for people.
+    pub covered: Vec<String>,
+}
+
 /// `GET /api/v1/periods/{period}/bundle`: a closed month's evidence bundle (docs/bundle.md), top level.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Bundle {
@@ -194,6 +217,12 @@ pub struct Finding {
 pub struct Findings {
     /// The month (`YYYY-MM`).
     pub period: String,
+    /// What closing the month needs acknowledged, for people (`"3 unpriced allocation(s)"`); empty: nothing.
+    #[serde(default)]
+    pub needs_acknowledgement: Vec<String>,
+    /// The acknowledgements given when closing it, oldest first.
+    #[serde(default)]
+    pub acknowledgements: Vec<Acknowledgement>,
     /// Findings per kind.
     pub by_kind: BTreeMap<String, i64>,
     /// The newest 200, newest first.

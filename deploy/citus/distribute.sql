@@ -125,5 +125,6 @@ SELECT create_distributed_table('namespace_rules', 'org_id', colocate_with => 'd
 
 -- migration 19: share bases for soft-shared GPUs
 SELECT create_distributed_table('share_bases', 'org_id', colocate_with => 'departments');
+SELECT create_distributed_table('close_acknowledgements', 'org_id', colocate_with => 'departments');
 
 COMMIT;

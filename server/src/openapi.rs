@@ -466,9 +466,11 @@ fn ledger_ops() -> Vec<Op> {
         Op::post(
             "/api/v1/periods/{period}/close",
             "Close an ended month: exactly one concurrent caller wins (409 for the others); freezes the lines, \
-             stores the bundle and the hash chain, applies approved credits and late-data corrections",
+             stores the bundle and the hash chain, applies approved credits and late-data corrections. A month with \
+             unpriced allocations needs {\"acknowledge\": \"why\"} (409 without it; recorded and audited)",
         )
         .token()
+        .body::<close::CloseRequest>()
         .answers::<close::CloseSummary>(200, "What the close produced")
         .errors(&[401, 403, 409, 422]),
         Op::get(

@@ -943,10 +943,18 @@ async fn soft_shares_follow_the_share_basis_of_the_inventory() {
         memory: None,
         memory_mib: Some(11_517),
     };
-    let runai =
-        SharingMode::SoftShare { scheduler: SoftScheduler::Runai, compute: None, memory: Some("1/4".parse().unwrap()), memory_mib: None };
-    let unknown_memory =
-        SharingMode::SoftShare { scheduler: SoftScheduler::Volcano, compute: None, memory: None, memory_mib: Some(3000) };
+    let runai = SharingMode::SoftShare {
+        scheduler: SoftScheduler::Runai,
+        compute: None,
+        memory: Some("1/4".parse().unwrap()),
+        memory_mib: None,
+    };
+    let unknown_memory = SharingMode::SoftShare {
+        scheduler: SoftScheduler::Volcano,
+        compute: None,
+        memory: None,
+        memory_mib: Some(3000),
+    };
     let facts = vec![
         start(a, env.ns_uid, "nvidia.com/gpu", 2, hami, "NVIDIA-L4", t0),
         start(b, env.ns_uid, "gpu-fraction", 1, runai, "NVIDIA-L4-SHARED", t0),
@@ -979,7 +987,9 @@ async fn soft_shares_follow_the_share_basis_of_the_inventory() {
     assert_eq!((ra.0.as_str(), ra.1, ra.2, ra.3.as_str()), ("soft_share", Some(1), Some(1), "modeled"));
     assert_eq!(
         ra.4.as_deref(),
-        Some("hami: compute 30 %, memory 11517 MiB of 23034 MiB = 50 % → the larger of the compute and memory shares: 50 %")
+        Some(
+            "hami: compute 30 %, memory 11517 MiB of 23034 MiB = 50 % → the larger of the compute and memory shares: 50 %"
+        )
     );
     assert_eq!(ra.5.as_deref(), Some("L4-24GB"));
     let rb = share(b).await;
@@ -1006,10 +1016,14 @@ async fn soft_shares_follow_the_share_basis_of_the_inventory() {
             (status, serde_json::from_slice::<Value>(&bytes).unwrap_or(Value::Null))
         }
     };
-    let (status, bad) = call(serde_json::json!({"cluster": "gpu-east", "basis": "cheapest", "valid_from": "2026-10-01T00:00:00Z"})).await;
+    let (status, bad) =
+        call(serde_json::json!({"cluster": "gpu-east", "basis": "cheapest", "valid_from": "2026-10-01T00:00:00Z"}))
+            .await;
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{bad}");
     assert_eq!(bad["field"], "basis");
-    let (status, made) = call(serde_json::json!({"cluster": "gpu-east", "basis": "compute", "valid_from": "2026-10-01T00:00:00Z"})).await;
+    let (status, made) =
+        call(serde_json::json!({"cluster": "gpu-east", "basis": "compute", "valid_from": "2026-10-01T00:00:00Z"}))
+            .await;
     assert_eq!(status, StatusCode::CREATED, "{made}");
     assert_eq!(made["recomputed_allocations"], 3);
     let ra = share(a).await;
@@ -1017,10 +1031,87 @@ async fn soft_shares_follow_the_share_basis_of_the_inventory() {
     assert!(ra.4.unwrap().ends_with("→ the compute share: 30 %"));
     assert_eq!((share(b).await.1, share(b).await.2), (Some(1), Some(4)));
     // History is appended: an earlier start for the same scope is refused.
-    let (status, _) = call(serde_json::json!({"cluster": "gpu-east", "basis": "memory", "valid_from": "2026-09-01T00:00:00Z"})).await;
+    let (status, _) =
+        call(serde_json::json!({"cluster": "gpu-east", "basis": "memory", "valid_from": "2026-09-01T00:00:00Z"})).await;
     assert_eq!(status, StatusCode::CONFLICT);
     // An organization-wide default does not override the cluster's own version.
     let (status, _) = call(serde_json::json!({"basis": "memory", "valid_from": "2026-09-01T00:00:00Z"})).await;
     assert_eq!(status, StatusCode::CREATED);
     assert_eq!((share(a).await.1, share(a).await.2), (Some(3), Some(5)));
+}
+
+/// A month with allocations the ledger cannot price is not closed in silence: 409 naming them, an empty
+/// acknowledgement is refused naming the field, and an acknowledged close is recorded, audited and shown with the
+/// findings.
+#[tokio::test]
+async fn closing_a_month_with_unpriced_allocations_needs_an_acknowledgement() {
+    let env = env().await;
+    let t0 = datetime!(2026-10-05 08:00 UTC);
+    let pod = Uuid::new_v4();
+    let facts = vec![
+        start(pod, env.ns_uid, "nvidia.com/gpu", 1, SharingMode::Exclusive, "Mystery GPU 9000", t0),
+        end(pod, "nvidia.com/gpu", datetime!(2026-10-05 10:00 UTC)),
+    ];
+    let (status, ack) = send(&env, &batch(facts)).await;
+    assert_eq!(status, StatusCode::OK, "{ack}");
+    let mut tx = env.db.begin_org(env.org).await.unwrap();
+    let (_, admin) = auth::create_token(&mut tx, &Scope::Admin, "admin", "test", None).await.unwrap();
+    tx.commit().await.unwrap();
+    let call = |method: &str, path: &str, body: Option<Value>| {
+        let app = env.app.clone();
+        let mut req = Request::builder().method(method).uri(path).header("authorization", format!("Bearer {admin}"));
+        if body.is_some() {
+            req = req.header("content-type", "application/json");
+        }
+        let req = req.body(body.map_or_else(Body::empty, |b| Body::from(b.to_string()))).unwrap();
+        async move {
+            let response = app.oneshot(req).await.unwrap();
+            let status = response.status();
+            let bytes = to_bytes(response.into_body(), 1 << 22).await.unwrap();
+            (status, serde_json::from_slice::<Value>(&bytes).unwrap_or(Value::Null))
+        }
+    };
+    let (status, findings) = call("GET", "/api/v1/periods/2026-10/findings", None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(
+        findings["needs_acknowledgement"],
+        serde_json::json!(["1 unpriced allocation(s): their GPU model has no class in the approved inventory"])
+    );
+    let (status, refused) = call("POST", "/api/v1/periods/2026-10/close", None).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{refused}");
+    assert!(refused["detail"].as_str().unwrap().contains("1 unpriced allocation(s)"), "{refused}");
+    let (status, refused) =
+        call("POST", "/api/v1/periods/2026-10/close", Some(serde_json::json!({"acknowledge": "  "}))).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{refused}");
+    assert_eq!(refused["field"], "acknowledge");
+    let (status, refused) =
+        call("POST", "/api/v1/periods/2026-10/close", Some(serde_json::json!({"acknowledged": "x"}))).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{refused}");
+    let (status, periods) = call("GET", "/api/v1/periods", None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(!periods.to_string().contains("\"closed_by\":\"admin"), "nothing was closed: {periods}");
+
+    let policy = serde_json::json!({"effective_from": "2026-09", "note": "rates", "policy": {
+        "currency": "USD", "classes": [{"gpu_class": "H100-80GB", "guaranteed": "2.00", "borrowed": "3.00"}]}});
+    let (status, made) = call("POST", "/api/v1/policies", Some(policy)).await;
+    assert_eq!(status, StatusCode::CREATED, "{made}");
+    let (status, approved) =
+        call("POST", "/api/v1/policies/1/approve", Some(serde_json::json!({"reason": "ok"}))).await;
+    assert_eq!(status, StatusCode::OK, "{approved}");
+    let reason = "The Mystery GPU 9000 is a lab card finance does not charge for; inventory entry follows in December.";
+    let (status, closed) =
+        call("POST", "/api/v1/periods/2026-10/close", Some(serde_json::json!({"acknowledge": reason}))).await;
+    assert_eq!(status, StatusCode::OK, "{closed}");
+    let (_, findings) = call("GET", "/api/v1/periods/2026-10/findings", None).await;
+    let acks = findings["acknowledgements"].as_array().unwrap();
+    assert_eq!(acks.len(), 1, "{findings}");
+    assert_eq!(acks[0]["reason"], reason);
+    assert!(acks[0]["covered"][0].as_str().unwrap().starts_with("1 unpriced"));
+    let audited: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM audit_log WHERE action = 'period.acknowledge' AND org_id = $1")
+            .bind(env.org.as_uuid())
+            .fetch_one(&env.admin)
+            .await
+            .unwrap();
+    assert_eq!(audited, 1);
 }

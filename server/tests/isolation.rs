@@ -131,6 +131,10 @@ async fn seed(db: &Database, slug: &str) -> OrgId {
             "INSERT INTO share_bases (org_id, valid_from, basis, created_by) VALUES ($1, '2026-01-01', 'compute', 'test')",
             vec![o],
         ),
+        (
+            "INSERT INTO close_acknowledgements (org_id, period, acknowledged_by, reason, what) VALUES ($1, '2026-01-01', 'test', 'known', '{}')",
+            vec![o],
+        ),
         // The read model's summaries and month totals (migration 15).
         (
             "INSERT INTO read_totals (org_id, period, department_id, department, total) VALUES ($1, '2026-01-01', $2, 'd', 1.00)",

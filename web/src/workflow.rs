@@ -222,6 +222,8 @@ pub fn ClosePage() -> impl IntoView {
                 Err(Some(e)) => error_panel(&e),
                 Ok((session, period, previous, ledger, before, findings)) => {
                     let finding_rows = findings.as_ref().map(|f| f.items.clone()).unwrap_or_default();
+                    let needs_ack = findings.as_ref().map(|f| f.needs_acknowledgement.clone()).unwrap_or_default();
+                    let acks = findings.as_ref().map(|f| f.acknowledgements.clone()).unwrap_or_default();
                     let finding_counts = findings.map(|f| f.by_kind).unwrap_or_default();
                     let closed = ledger.state == "closed";
                     let cur = ledger.currency.clone().unwrap_or_default();
@@ -258,6 +260,12 @@ pub fn ClosePage() -> impl IntoView {
                                 <details><summary>"Ledger notes"</summary>
                                 <pre class="notes">{serde_json::to_string_pretty(&notes).unwrap_or_default()}</pre></details>
                             })}
+                            {(!acks.is_empty()).then(|| view! {
+                                <h2>"Acknowledged at close"</h2>
+                                <ul id="acknowledgements">{acks.iter().map(|a| view! {
+                                    <li>{when(&a.at)}{format!(" — {} ({}): {}", a.by, a.covered.join("; "), a.reason)}</li>
+                                }).collect_view()}</ul>
+                            })}
                             {if closed {
                                 view! {
                                     <p>"Closed. Close hash: " <code id="close-hash">{ledger.hash.clone().unwrap_or_default()}</code></p>
@@ -269,6 +277,12 @@ pub fn ClosePage() -> impl IntoView {
                                     <form method="post" action=format!("/ui/periods/{period}/close") id="close-form">
                                         <input type="hidden" name="csrf" value=session.csrf.clone() />
                                         <p class="muted">"Closing freezes the month's lines, computes the close hash and stores the evidence bundle. Later corrections land in the next month."</p>
+                                        {(!needs_ack.is_empty()).then(|| view! {
+                                            <div class="warning" id="needs-acknowledgement">
+                                                <p><strong>"This month cannot be closed as it is: "</strong>{needs_ack.join("; ")}". Fix them (see Data quality above), or say why it may be closed anyway; your reason is recorded and audited."</p>
+                                                <label>"Acknowledgement " <textarea name="acknowledge" required maxlength="2000" rows="3"></textarea></label>
+                                            </div>
+                                        })}
                                         <button type="submit">{format!("Close {period}")}</button>
                                     </form>
                                 }.into_any()

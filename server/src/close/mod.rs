@@ -13,11 +13,12 @@ use axum::{
     response::{IntoResponse, Response},
     routing::{get, post},
 };
-use gpuledger_api::close::{Finding, Findings, PeriodEntry, PeriodRecord, Periods};
+use gpuledger_api::close::{CloseRequest, Finding, Findings, PeriodEntry, PeriodRecord, Periods};
 use gpuledger_core::{
     Period,
     ledger::{AdjustmentRecord, Ledger, LedgerInput, compute},
 };
+use serde_json::json;
 use time::{Date, OffsetDateTime};
 use uuid::Uuid;
 
@@ -25,8 +26,7 @@ use crate::{
     app::AppState,
     db::{Database, OrgTx},
     error::AppError,
-    http::parse_period,
-    http::{Caller, Close, ReadLedger},
+    http::{Caller, Close, ReadLedger, json_body, parse_period},
     ledger::{approved_credits, load_input},
     store::policy_for,
 };
@@ -137,7 +137,17 @@ async fn findings_handler(
             },
         );
     }
-    Ok(Json(Findings { period: period.to_string(), by_kind: by_kind.into_iter().collect(), items }))
+    let mut tx = p.begin(&state.db).await?;
+    let needs_acknowledgement = needs_acknowledgement(&mut tx, period).await?;
+    let acknowledgements = acknowledgements(&mut tx, period).await?;
+    tx.commit().await?;
+    Ok(Json(Findings {
+        period: period.to_string(),
+        needs_acknowledgement,
+        acknowledgements,
+        by_kind: by_kind.into_iter().collect(),
+        items,
+    }))
 }
 
 /// An open period's ledger as it would close now.
@@ -176,7 +186,7 @@ pub async fn preview(tx: &mut OrgTx, period: Period) -> Result<Preview, AppError
 pub use gpuledger_api::close::CloseSummary;
 
 pub mod store;
-pub(crate) use store::{freeze, late_data};
+pub(crate) use store::{acknowledgements, freeze, late_data, needs_acknowledgement, record_acknowledgement};
 pub use store::{org_slug, stored_bundle, stored_bundle_json};
 
 /// Closes a period. Exactly one of several concurrent callers (on any replica) wins; the others get a conflict.
@@ -257,12 +267,44 @@ async fn close_handler(
     State(state): State<AppState>,
     p: Caller<Close>,
     Path(period): Path<String>,
+    body: axum::body::Bytes,
 ) -> Result<Json<CloseSummary>, AppError> {
     let period = parse_period("period", &period)?;
+    // The body is optional: an empty one closes a month that needs no acknowledgement.
+    let request: CloseRequest =
+        if body.iter().all(u8::is_ascii_whitespace) { CloseRequest::default() } else { json_body(&body)? };
+    let reason = match request.acknowledge.as_deref().map(str::trim) {
+        Some("") => return Err(AppError::invalid("acknowledge", "must say why (1 to 2,000 characters)")),
+        Some(r) if r.chars().count() > 2000 => {
+            return Err(AppError::invalid("acknowledge", "must be at most 2,000 characters"));
+        }
+        other => other.map(str::to_string),
+    };
     let mut tx = state.db.begin_org(p.org).await?;
     let slug = org_slug(&mut tx).await?;
+    let open = needs_acknowledgement(&mut tx, period).await?;
     tx.commit().await?;
+    if !open.is_empty() && reason.is_none() {
+        return Err(AppError::Conflict(format!(
+            "{period} cannot be closed as it is: {}. Fix them (GET /api/v1/periods/{period}/findings says how) or \
+             close with {{\"acknowledge\": \"why\"}}; the acknowledgement is recorded and audited",
+            open.join("; ")
+        )));
+    }
     let summary = close_period(&state.db, p.org, &slug, period, &p.actor(), OffsetDateTime::now_utc()).await?;
+    if let Some(reason) = reason.filter(|_| !open.is_empty()) {
+        let mut tx = p.begin(&state.db).await?;
+        record_acknowledgement(&mut tx, period, &p.actor(), &reason, &open).await?;
+        tx.audit_by(
+            &p,
+            "period.acknowledge",
+            &format!("period:{period}"),
+            "",
+            json!({ "reason": reason, "covered": open }),
+        )
+        .await?;
+        tx.commit().await?;
+    }
     Ok(Json(summary))
 }
 

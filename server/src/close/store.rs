@@ -306,3 +306,83 @@ pub async fn org_slug(tx: &mut OrgTx) -> Result<String, AppError> {
         .await?;
     Ok(slug.unwrap_or_default())
 }
+
+/// What closing `period` needs acknowledged, for people: allocations overlapping the month that the ledger cannot
+/// price (no GPU class, or no approved fraction). Empty: nothing.
+pub(crate) async fn needs_acknowledgement(tx: &mut OrgTx, period: Period) -> Result<Vec<String>, AppError> {
+    let from = period.first_day();
+    let to = period.next()?.first_day();
+    let rows: Vec<(bool, i64)> = sqlx::query_as(
+        "SELECT gpu_class IS NULL, count(*) FROM allocation_intervals
+          WHERE org_id = $3 AND (gpu_class IS NULL OR fraction_num IS NULL) AND sharing_mode <> 'shared_endpoint'
+            AND started_at < ($2::date::timestamp AT TIME ZONE 'UTC')
+            AND (ended_at IS NULL OR ended_at > ($1::date::timestamp AT TIME ZONE 'UTC'))
+          GROUP BY 1 ORDER BY 1 DESC",
+    )
+    .bind(from)
+    .bind(to)
+    .bind(tx.org().as_uuid())
+    .fetch_all(tx.conn())
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|(no_class, n)| {
+            if no_class {
+                format!("{n} unpriced allocation(s): their GPU model has no class in the approved inventory")
+            } else {
+                format!("{n} unpriced allocation(s): no approved fraction (inventory gap)")
+            }
+        })
+        .collect())
+}
+
+/// Records an acknowledgement given to close `period`.
+pub(crate) async fn record_acknowledgement(
+    tx: &mut OrgTx,
+    period: Period,
+    by: &str,
+    reason: &str,
+    covered: &[String],
+) -> Result<(), AppError> {
+    sqlx::query(
+        "INSERT INTO close_acknowledgements (org_id, period, acknowledged_by, reason, what)
+         VALUES ($1, $2, $3, $4, $5)",
+    )
+    .bind(tx.org().as_uuid())
+    .bind(period.first_day())
+    .bind(by)
+    .bind(reason)
+    .bind(json!({ "covered": covered }))
+    .execute(tx.conn())
+    .await?;
+    Ok(())
+}
+
+/// The acknowledgements given to close `period`, oldest first.
+pub(crate) async fn acknowledgements(
+    tx: &mut OrgTx,
+    period: Period,
+) -> Result<Vec<gpuledger_api::close::Acknowledgement>, AppError> {
+    let rows: Vec<(String, OffsetDateTime, String, serde_json::Value)> = sqlx::query_as(
+        "SELECT acknowledged_by, acknowledged_at, reason, what FROM close_acknowledgements
+          WHERE org_id = $1 AND period = $2 ORDER BY acknowledged_at",
+    )
+    .bind(tx.org().as_uuid())
+    .bind(period.first_day())
+    .fetch_all(tx.conn())
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|(by, at, reason, what)| gpuledger_api::close::Acknowledgement {
+            by,
+            at: gpuledger_core::time_fmt::rfc3339(at),
+            reason,
+            covered: what["covered"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|v| v.as_str().map(str::to_string))
+                .collect(),
+        })
+        .collect())
+}

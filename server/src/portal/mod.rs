@@ -656,19 +656,22 @@ async fn dispute_action_form(
     via_api(&state, &headers, "POST", &format!("/api/v1/disputes/{id}/{path}"), request, &back, move |_| target).await
 }
 
-async fn close_form(State(state): State<AppState>, headers: HeaderMap, Path(period): Path<String>) -> Response {
+async fn close_form(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(period): Path<String>,
+    body: axum::body::Bytes,
+) -> Response {
     let back = format!("/close/{period}");
     let target = back.clone();
-    via_api(
-        &state,
-        &headers,
-        "POST",
-        &format!("/api/v1/periods/{period}/close"),
-        serde_json::json!({}),
-        &back,
-        move |_| target,
-    )
-    .await
+    let f = pairs(&body);
+    let acknowledge = field(&f, "acknowledge");
+    let request = if acknowledge.trim().is_empty() {
+        serde_json::json!({})
+    } else {
+        serde_json::json!({ "acknowledge": acknowledge })
+    };
+    via_api(&state, &headers, "POST", &format!("/api/v1/periods/{period}/close"), request, &back, move |_| target).await
 }
 
 #[cfg(test)]
