@@ -9,6 +9,8 @@ ALTER TABLE allocation_intervals ADD CONSTRAINT allocation_intervals_sharing_mod
     CHECK (sharing_mode IN ('exclusive', 'mig', 'time_slice', 'vgpu', 'passthrough', 'shared_endpoint', 'soft_share'));
 -- How a soft share became its fraction, for people ("hami: compute 30 %, memory 50 % → …: 50 %").
 ALTER TABLE allocation_intervals ADD COLUMN share text CHECK (length(share) <= 500);
+-- Which share it is (the inventory's basis when it was priced): named in the ledger lines' explanations.
+ALTER TABLE allocation_intervals ADD COLUMN share_basis text CHECK (share_basis IN ('compute', 'memory', 'larger'));
 
 CREATE TABLE share_bases (
     org_id          uuid        NOT NULL REFERENCES organizations (org_id),

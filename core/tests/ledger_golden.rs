@@ -139,6 +139,7 @@ fn alloc(id: &str, tenant: TenantId, class: &str, fraction: &str, from: i64, to:
         confidence: Confidence::Exact,
         devices: Vec::new(),
         endpoint: None,
+        share_basis: None,
     }
 }
 
@@ -259,6 +260,32 @@ fn s02b_a_quota_valid_part_of_the_month_guarantees_only_that_part() {
     assert_eq!(g.explanation, "2 H100-80GB guaranteed × 120 h × 2.10 USD = 504.00 USD");
     // 360 × 3.00 = 1,080.00
     assert_money(line(&lines, "2026-09/borrowed/alpha/H100-80GB"), "360.000000", "GPU-hour", "3.00", "1080.00");
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// 3b. Soft shares (HAMi, Volcano, Run:ai, gpushare) are priced by their share; the line names the basis
+
+#[test]
+fn s03b_soft_shares_name_their_basis_in_the_line() {
+    use gpuledger_core::sharing::ShareBasis;
+    let mut inp = input();
+    // Two HAMi pods on T4s for gamma: the larger of 30 % compute / 50 % memory = 1/2 × 40 h, and 1/4 × 40 h → 30 GPU-h
+    let soft = |id: &str, f: &str| AllocationRecord {
+        confidence: Confidence::Modeled,
+        share_basis: Some(ShareBasis::Larger),
+        ..alloc(id, gamma(), T4, f, 0, 40)
+    };
+    inp.allocations.push(soft("c1/hami-a", "1/2"));
+    inp.allocations.push(soft("c1/hami-b", "1/4"));
+    let lines = lines_of(&inp);
+    let ts = line(&lines, "2026-09/borrowed/gamma/T4-16GB");
+    assert_money(ts, "30.000000", "GPU-hour", "0.50", "15.00");
+    assert_eq!(ts.confidence, Confidence::Modeled);
+    assert_eq!(
+        ts.explanation,
+        "30.000000 T4-16GB GPU-hours above quota (of 30.000000 allocated in 2 allocations) × 0.50 USD = 15.00 USD; \
+         soft shares priced by the larger of the compute and memory shares"
+    );
 }
 
 // ---------------------------------------------------------------------------------------------------------------

@@ -189,6 +189,7 @@ fn alloc_record(i: usize, a: &AllocSpec) -> AllocationRecord {
         confidence: if a.fraction == 2 { Confidence::Modeled } else { Confidence::Exact },
         devices: Vec::new(),
         endpoint: None,
+        share_basis: None,
     }
 }
 

@@ -177,6 +177,7 @@ impl BenchWorld for World {
                     confidence,
                     devices: devices.clone(),
                     endpoint: lane.endpoint.then(|| ENDPOINT.to_string()),
+                    share_basis: None,
                 });
             }
         }

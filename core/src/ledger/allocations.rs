@@ -32,6 +32,8 @@ pub(super) struct Usage {
     pub(super) borrowed_ns: Fraction,
     pub(super) confidence: Option<Confidence>,
     pub(super) count: usize,
+    /// Share bases of the soft-shared allocations among them (named in the line's explanation).
+    pub(super) share_bases: BTreeSet<crate::sharing::ShareBasis>,
 }
 
 /// What the allocation pass gathered.
@@ -146,6 +148,9 @@ pub(super) fn gather<'a>(
         u.allocated_ns = u.allocated_ns.checked_add(gpu_ns)?;
         u.confidence = Some(u.confidence.map_or(a.confidence, |c| c.combine(a.confidence)));
         u.count += 1;
+        if let Some(basis) = a.share_basis {
+            u.share_bases.insert(basis);
+        }
         if !a.devices.is_empty() {
             let per_device = a.fraction.denom().checked_mul(a.devices.len() as i128);
             energy_share.push((

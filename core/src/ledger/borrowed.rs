@@ -144,16 +144,27 @@ pub(super) fn lines(
         line.confidence = u.confidence.unwrap_or(Confidence::Exact);
         line.evidence = ctx.evidence(&format!("tenant={tenant}&gpu_class={class}"));
         line.explanation = format!(
-            "{} {class} GPU-hours above quota (of {} allocated in {} allocations) × {} {} = {} {}",
+            "{} {class} GPU-hours above quota (of {} allocated in {} allocations) × {} {} = {} {}{}",
             line.quantity.grouped(),
             qty(hours(u.allocated_ns)?)?.grouped(),
             u.count,
             rates.borrowed,
             policy.currency,
             amount.grouped(),
-            policy.currency
+            policy.currency,
+            share_note(&u.share_bases)
         );
         ctx.lines.push(line);
     }
     Ok(charged_ns)
+}
+
+/// `"; soft shares priced by the larger of the compute and memory shares"` when soft-shared allocations are in the
+/// line, so a reader sees which share was charged without opening the evidence.
+pub(super) fn share_note(bases: &std::collections::BTreeSet<crate::sharing::ShareBasis>) -> String {
+    if bases.is_empty() {
+        return String::new();
+    }
+    let said: Vec<&str> = bases.iter().map(|b| b.describe()).collect();
+    format!("; soft shares priced by {}", said.join(" or "))
 }

@@ -134,6 +134,9 @@ pub struct AllocationRecord {
     /// Shared endpoint it serves, if its pods carry the endpoint label.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub endpoint: Option<String>,
+    /// For a soft share (HAMi, Volcano vGPU, Run:ai, gpushare): which share its fraction is, from the inventory.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub share_basis: Option<crate::sharing::ShareBasis>,
 }
 
 /// Energy a device used in a window.

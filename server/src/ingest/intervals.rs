@@ -189,6 +189,7 @@ pub(super) struct IntervalRows {
     pub(super) confidence: Vec<String>,
     pub(super) inventory_gap: Vec<Option<String>>,
     pub(super) share: Vec<Option<String>>,
+    pub(super) share_basis: Vec<Option<String>>,
     pub(super) labels: Vec<serde_json::Value>,
 }
 
@@ -531,9 +532,11 @@ pub(super) async fn recompute_intervals(
         if estimated {
             confidence = confidence.min(Confidence::Estimated);
         }
-        let share = resolve_share(&start.mode, &normalize_model(&model), start.started_at, &inventory.profiles)
-            .ok()
-            .map(|r| r.explanation);
+        let (share, share_basis) =
+            match resolve_share(&start.mode, &normalize_model(&model), start.started_at, &inventory.profiles) {
+                Ok(r) => (Some(r.explanation), Some(r.basis.name().to_string())),
+                Err(_) => (None, None),
+            };
         let (profile, replicas) = match &start.mode {
             SharingMode::Mig { profile } => (Some(profile.as_str().to_string()), None),
             SharingMode::Vgpu { profile } => (Some(profile.as_str().to_string()), None),
@@ -593,6 +596,7 @@ pub(super) async fn recompute_intervals(
         rows.confidence.push(confidence.to_string());
         rows.inventory_gap.push(gap);
         rows.share.push(share);
+        rows.share_basis.push(share_basis);
         rows.labels.push(serde_json::to_value(&start.labels).unwrap_or_default());
     }
     if rows.allocation_id.is_empty() {
@@ -603,24 +607,25 @@ pub(super) async fn recompute_intervals(
         "INSERT INTO allocation_intervals (org_id, cluster_id, allocation_id, holder_kind, holder_uid, holder_name,
             namespace, namespace_uid, container, node, resource, units, device_ids, gpu_model, gpu_class,
             sharing_mode, profile, replicas, fraction_num, fraction_den, started_at, ended_at, end_estimated,
-            confidence, inventory_gap, share, labels)
+            confidence, inventory_gap, share, share_basis, labels)
          SELECT $1, $2, r.allocation_id, r.holder_kind, r.holder_uid, r.holder_name, r.namespace, r.namespace_uid,
                 r.container, r.node, r.resource, r.units, ARRAY(SELECT jsonb_array_elements_text(r.device_ids)),
                 r.gpu_model, r.gpu_class, r.sharing_mode, r.profile, r.replicas, r.fraction_num, r.fraction_den,
-                r.started_at, r.ended_at, r.end_estimated, r.confidence, r.inventory_gap, r.share, r.labels
+                r.started_at, r.ended_at, r.end_estimated, r.confidence, r.inventory_gap, r.share, r.share_basis,
+                r.labels
            FROM unnest($3::text[], $4::text[], $5::uuid[], $6::text[], $7::text[], $8::uuid[], $9::text[],
                        $10::text[], $11::text[], $12::int[], $13::jsonb[], $14::text[], $15::text[], $16::text[],
                        $17::text[], $18::int[], $19::int8[], $20::int8[], $21::timestamptz[], $22::timestamptz[],
-                       $23::bool[], $24::text[], $25::text[], $26::text[], $27::jsonb[])
+                       $23::bool[], $24::text[], $25::text[], $26::text[], $27::text[], $28::jsonb[])
              AS r(allocation_id, holder_kind, holder_uid, holder_name, namespace, namespace_uid, container, node,
                   resource, units, device_ids, gpu_model, gpu_class, sharing_mode, profile, replicas, fraction_num,
-                  fraction_den, started_at, ended_at, end_estimated, confidence, inventory_gap, share, labels)
+                  fraction_den, started_at, ended_at, end_estimated, confidence, inventory_gap, share, share_basis, labels)
          ON CONFLICT (org_id, cluster_id, allocation_id) DO UPDATE SET
             namespace_uid = EXCLUDED.namespace_uid, gpu_class = EXCLUDED.gpu_class,
             fraction_num = EXCLUDED.fraction_num, fraction_den = EXCLUDED.fraction_den,
             ended_at = EXCLUDED.ended_at, end_estimated = EXCLUDED.end_estimated,
             confidence = EXCLUDED.confidence, inventory_gap = EXCLUDED.inventory_gap, share = EXCLUDED.share,
-            updated_at = now()",
+            share_basis = EXCLUDED.share_basis, updated_at = now()",
     )
     .bind(org.as_uuid())
     .bind(cluster.as_uuid())
@@ -648,6 +653,7 @@ pub(super) async fn recompute_intervals(
     .bind(&rows.confidence)
     .bind(&rows.inventory_gap)
     .bind(&rows.share)
+    .bind(&rows.share_basis)
     .bind(&rows.labels)
     .execute(tx.conn())
     .await?;

@@ -60,6 +60,7 @@ pub(crate) type AllocRow = (
     Option<Uuid>,
     Option<OffsetDateTime>,
     Option<OffsetDateTime>,
+    Option<String>,
 );
 
 pub(crate) fn confidence(s: &str) -> Confidence {
@@ -90,7 +91,7 @@ pub async fn load_allocations(tx: &mut OrgTx, period: Period) -> Result<Vec<Allo
                 a.confidence,
                 -- The allocation's devices, or kubelet's latest assignment kept on the interval by ingest.
                 a.device_ids,
-                a.labels->>'endpoint', o.tenant_id, o.valid_from, o.valid_to
+                a.labels->>'endpoint', o.tenant_id, o.valid_from, o.valid_to, a.share_basis
            FROM allocation_intervals a
            JOIN clusters c ON c.org_id = a.org_id AND c.cluster_id = a.cluster_id
            LEFT JOIN namespace_ownership o ON o.org_id = a.org_id AND o.namespace_uid = a.namespace_uid
@@ -109,7 +110,7 @@ pub async fn load_allocations(tx: &mut OrgTx, period: Period) -> Result<Vec<Allo
     let mut out = Vec::with_capacity(rows.len());
     let mut last_id = String::new();
     let mut part = 0;
-    for (cluster, alloc, num, den, class, s, e, conf, devices, endpoint, tenant, of, ot) in rows {
+    for (cluster, alloc, num, den, class, s, e, conf, devices, endpoint, tenant, of, ot, basis) in rows {
         let id = format!("{cluster}/{alloc}");
         if id == last_id {
             part += 1;
@@ -147,6 +148,7 @@ pub async fn load_allocations(tx: &mut OrgTx, period: Period) -> Result<Vec<Allo
             confidence: confidence(&conf),
             devices,
             endpoint,
+            share_basis: basis.and_then(|b| b.parse().ok()),
         });
     }
     // Ownership rows that start after the allocation leave its earlier part unowned: not charged (shown in notes).
