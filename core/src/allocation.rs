@@ -395,6 +395,93 @@ pub fn detect_overcommit(allocs: &[Allocation]) -> Result<OvercommitReport, Doma
     Ok(OvercommitReport { findings, unchecked })
 }
 
+/// One holding in a capacity pool (a GPU, or a node's GPUs when the devices are not known), for [`over_capacity`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Holding {
+    /// The pool: a GPU UUID, or `node:<name>`.
+    pub pool: String,
+    /// The pool's capacity in GPUs.
+    pub capacity: Fraction,
+    /// The allocation.
+    pub id: String,
+    /// Start.
+    pub start: OffsetDateTime,
+    /// End (`None`: still held; the sweep ends it at `until`).
+    pub end: Option<OffsetDateTime>,
+    /// GPUs it holds in this pool.
+    pub fraction: Fraction,
+}
+
+/// A maximal time range in which the holdings of one pool summed above its capacity.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OverCapacity {
+    /// The pool.
+    pub pool: String,
+    /// Its capacity.
+    pub capacity: Fraction,
+    /// From.
+    pub start: OffsetDateTime,
+    /// To.
+    pub end: OffsetDateTime,
+    /// The highest sum reached.
+    pub peak: Fraction,
+    /// Every allocation held in the pool during the range, sorted.
+    pub ids: Vec<String>,
+}
+
+/// Finds where soft shares (or any holdings) of one pool sum above its capacity — an over-committed device, a
+/// finding to investigate rather than a silent overcharge; nothing is capped. Open holdings end at `until`.
+pub fn over_capacity(holdings: &[Holding], until: OffsetDateTime) -> Result<Vec<OverCapacity>, DomainError> {
+    let mut by_pool: BTreeMap<&str, Vec<&Holding>> = BTreeMap::new();
+    for h in holdings {
+        by_pool.entry(h.pool.as_str()).or_default().push(h);
+    }
+    let mut out = Vec::new();
+    for (pool, list) in by_pool {
+        let capacity = list.iter().map(|h| h.capacity).min().unwrap_or(Fraction::ONE);
+        let mut events: Vec<(OffsetDateTime, bool, usize)> = Vec::new();
+        for (i, h) in list.iter().enumerate() {
+            let end = h.end.unwrap_or(until);
+            if end > h.start && !h.fraction.is_zero() {
+                events.push((h.start, false, i));
+                events.push((end, true, i));
+            }
+        }
+        // Ends before starts at one instant: back-to-back holdings do not overlap.
+        events.sort_unstable_by_key(|&(t, start_or_end, i)| (t, !start_or_end, i));
+        let mut level = Fraction::ZERO;
+        let mut active: BTreeSet<usize> = BTreeSet::new();
+        let mut open: Option<(OffsetDateTime, Fraction, BTreeSet<usize>)> = None;
+        let mut k = 0;
+        while k < events.len() {
+            let t = events[k].0;
+            while let Some(&(when, is_end, i)) = events.get(k)
+                && when == t
+            {
+                if is_end {
+                    level = level.checked_sub(list[i].fraction)?;
+                    active.remove(&i);
+                } else {
+                    level = level.checked_add(list[i].fraction)?;
+                    active.insert(i);
+                }
+                k += 1;
+            }
+            if level > capacity {
+                let o = open.get_or_insert_with(|| (t, level, BTreeSet::new()));
+                o.1 = o.1.max(level);
+                o.2.extend(active.iter().copied());
+            } else if let Some((start, peak, ids)) = open.take() {
+                let mut ids: Vec<String> = ids.into_iter().map(|i| list[i].id.clone()).collect();
+                ids.sort();
+                ids.dedup();
+                out.push(OverCapacity { pool: pool.to_string(), capacity, start, end: t, peak, ids });
+            }
+        }
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -634,5 +721,50 @@ mod tests {
         let usage = allocated_hours(&[a], &[owner(tenant(1), at(0, 0), None)], day()).unwrap();
         assert_eq!(usage[0].gpu_time.gpu_nanos(), fr(1, 3));
         assert_eq!(hours(&usage[0]), fr(1, 3 * NANOS_PER_HOUR));
+    }
+}
+
+#[cfg(test)]
+mod over_capacity_tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use time::macros::datetime;
+
+    fn h(pool: &str, id: &str, from: u8, to: Option<u8>, f: &str) -> Holding {
+        let at = |hh: u8| datetime!(2026-11-02 00:00 UTC).replace_hour(hh).unwrap();
+        Holding {
+            pool: pool.into(),
+            capacity: Fraction::ONE,
+            id: id.into(),
+            start: at(from),
+            end: to.map(at),
+            fraction: f.parse().unwrap(),
+        }
+    }
+
+    #[test]
+    fn shares_above_one_gpu_are_found_and_back_to_back_ones_are_not() {
+        let until = datetime!(2026-11-03 00:00 UTC);
+        let ok =
+            [h("GPU-a", "x", 1, Some(3), "1/2"), h("GPU-a", "y", 1, Some(3), "1/2"), h("GPU-a", "z", 3, Some(5), "1")];
+        assert!(over_capacity(&ok, until).unwrap().is_empty());
+        let over = [
+            h("GPU-a", "x", 1, Some(4), "1/2"),
+            h("GPU-a", "y", 2, Some(5), "3/10"),
+            h("GPU-a", "z", 3, None, "1/2"),
+            h("GPU-b", "w", 3, None, "1/2"),
+        ];
+        let found = over_capacity(&over, until).unwrap();
+        assert_eq!(found.len(), 1);
+        let f = &found[0];
+        assert_eq!((f.pool.as_str(), f.peak), ("GPU-a", "13/10".parse().unwrap()));
+        assert_eq!((f.start.hour(), f.end.hour()), (3, 4));
+        assert_eq!(f.ids, ["x", "y", "z"]);
+        // A node pool of 2 GPUs holds 1.5 without a finding.
+        let mut node = vec![h("node:n1", "p", 0, None, "1"), h("node:n1", "q", 0, None, "1/2")];
+        for n in &mut node {
+            n.capacity = Fraction::from_integer(2).unwrap();
+        }
+        assert!(over_capacity(&node, until).unwrap().is_empty());
     }
 }

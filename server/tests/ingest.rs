@@ -1115,3 +1115,47 @@ async fn closing_a_month_with_unpriced_allocations_needs_an_acknowledgement() {
             .unwrap();
     assert_eq!(audited, 1);
 }
+
+/// Soft shares on one GPU that sum above it are an over-commit finding naming the device and the pods.
+#[tokio::test]
+async fn soft_shares_above_one_gpu_are_an_overcommit_finding() {
+    use gpuledger_core::sharing::SoftScheduler;
+    let env = env().await;
+    let t0 = datetime!(2026-10-05 08:00 UTC);
+    let gpu = "GPU-3b1d8f2e-6a4c-4e1b-9c7d-2f5e8a0b1c3d";
+    let share = |c: &str| SharingMode::SoftShare {
+        scheduler: SoftScheduler::Hami,
+        compute: Some(c.parse().unwrap()),
+        memory: None,
+        memory_mib: None,
+    };
+    let mut facts = Vec::new();
+    let pods: Vec<Uuid> = (0..3).map(|_| Uuid::new_v4()).collect();
+    for (pod, c) in pods.iter().zip(["1/2", "3/10", "2/5"]) {
+        let mut f = start(*pod, env.ns_uid, "nvidia.com/gpu", 1, share(c), "NVIDIA L4", t0);
+        if let FactBody::AllocationStarted(s) = &mut f.body {
+            s.device_ids = vec![gpu.into()];
+        }
+        facts.push(f);
+        facts.push(end(*pod, "nvidia.com/gpu", datetime!(2026-10-05 10:00 UTC)));
+    }
+    let (status, ack) = send(&env, &batch(facts)).await;
+    assert_eq!(status, StatusCode::OK, "{ack}");
+    let mut tx = env.db.begin_org(env.org).await.unwrap();
+    let (_, admin) = auth::create_token(&mut tx, &Scope::Admin, "admin", "test", None).await.unwrap();
+    tx.commit().await.unwrap();
+    let req = Request::get("/api/v1/periods/2026-10/findings")
+        .header("authorization", format!("Bearer {admin}"))
+        .body(Body::empty())
+        .unwrap();
+    let response = env.app.clone().oneshot(req).await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let findings: Value = serde_json::from_slice(&to_bytes(response.into_body(), 1 << 22).await.unwrap()).unwrap();
+    assert_eq!(findings["by_kind"]["overcommit"], 1, "{findings}");
+    let f = findings["items"].as_array().unwrap().iter().find(|f| f["kind"] == "overcommit").unwrap();
+    assert_eq!(f["subject"], gpu);
+    assert_eq!(f["details"]["peak"], "1.200");
+    assert_eq!(f["details"]["allocations"].as_array().unwrap().len(), 3);
+    assert_eq!((f["from"].as_str(), f["to"].as_str()), (Some("2026-10-05T08:00:00Z"), Some("2026-10-05T10:00:00Z")));
+    assert!(f["fix"].as_str().unwrap().contains("scheduler"));
+}

@@ -138,6 +138,10 @@ async fn findings_handler(
         );
     }
     let mut tx = p.begin(&state.db).await?;
+    for f in soft_overcommit(&mut tx, period, OffsetDateTime::now_utc()).await? {
+        *by_kind.entry("overcommit".into()).or_default() += 1;
+        items.insert(0, f);
+    }
     let needs_acknowledgement = needs_acknowledgement(&mut tx, period).await?;
     let acknowledgements = acknowledgements(&mut tx, period).await?;
     tx.commit().await?;
@@ -186,7 +190,9 @@ pub async fn preview(tx: &mut OrgTx, period: Period) -> Result<Preview, AppError
 pub use gpuledger_api::close::CloseSummary;
 
 pub mod store;
-pub(crate) use store::{acknowledgements, freeze, late_data, needs_acknowledgement, record_acknowledgement};
+pub(crate) use store::{
+    acknowledgements, freeze, late_data, needs_acknowledgement, record_acknowledgement, soft_overcommit,
+};
 pub use store::{org_slug, stored_bundle, stored_bundle_json};
 
 /// Closes a period. Exactly one of several concurrent callers (on any replica) wins; the others get a conflict.

@@ -386,3 +386,93 @@ pub(crate) async fn acknowledgements(
         })
         .collect())
 }
+
+/// Over-committed devices among the month's soft shares: where shares held on one GPU (HAMi names the devices) or
+/// on one node's GPUs (the others) sum above the capacity, a finding rather than a silent overcharge.
+pub(crate) async fn soft_overcommit(
+    tx: &mut OrgTx,
+    period: Period,
+    now: OffsetDateTime,
+) -> Result<Vec<gpuledger_api::close::Finding>, AppError> {
+    use gpuledger_core::{
+        Fraction,
+        allocation::{Holding, over_capacity},
+    };
+    let from = period.first_day();
+    let to = period.next()?.first_day();
+    type Row =
+        (String, String, Option<String>, Vec<String>, i64, i64, OffsetDateTime, Option<OffsetDateTime>, Option<i32>);
+    let rows: Vec<Row> = sqlx::query_as(
+        "SELECT c.name, a.allocation_id, a.node, a.device_ids, a.fraction_num, a.fraction_den, a.started_at, a.ended_at,
+                (SELECT n.gpu_count FROM nodes n WHERE n.org_id = a.org_id AND n.cluster_id = a.cluster_id
+                    AND n.name = a.node ORDER BY n.valid_from DESC LIMIT 1)
+           FROM allocation_intervals a JOIN clusters c ON c.org_id = a.org_id AND c.cluster_id = a.cluster_id
+          WHERE a.org_id = $3 AND a.sharing_mode = 'soft_share' AND a.fraction_num IS NOT NULL
+            AND a.started_at < ($2::date::timestamp AT TIME ZONE 'UTC')
+            AND (a.ended_at IS NULL OR a.ended_at > ($1::date::timestamp AT TIME ZONE 'UTC'))
+          LIMIT 200000",
+    )
+    .bind(from)
+    .bind(to)
+    .bind(tx.org().as_uuid())
+    .fetch_all(tx.conn())
+    .await?;
+    let mut holdings = Vec::new();
+    for (cluster, id, node, devices, num, den, start, end, gpus) in rows {
+        let Ok(total) = Fraction::new(i128::from(num), i128::from(den)) else { continue };
+        if !devices.is_empty() {
+            let Ok(each) = total.checked_div(Fraction::from_integer(devices.len() as i128).unwrap_or(Fraction::ONE))
+            else {
+                continue;
+            };
+            for d in devices {
+                holdings.push(Holding {
+                    pool: format!("{cluster}/{d}"),
+                    capacity: Fraction::ONE,
+                    id: id.clone(),
+                    start,
+                    end,
+                    fraction: each,
+                });
+            }
+        } else if let (Some(node), Some(gpus)) = (node, gpus.filter(|g| *g > 0)) {
+            holdings.push(Holding {
+                pool: format!("{cluster}/node:{node}"),
+                capacity: Fraction::from_integer(i128::from(gpus)).unwrap_or(Fraction::ONE),
+                id,
+                start,
+                end,
+                fraction: total,
+            });
+        }
+    }
+    let until = now.min((to.midnight()).assume_utc());
+    let found = over_capacity(&holdings, until)?;
+    Ok(found
+        .into_iter()
+        .take(200)
+        .map(|o| {
+            let (cluster, pool) = o.pool.split_once('/').map_or((String::new(), o.pool.clone()), |(c, p)| (c.to_string(), p.to_string()));
+            let peak = o.peak.to_decimal_string(3).unwrap_or_else(|_| o.peak.to_string());
+            let capacity = o.capacity.to_decimal_string(0).unwrap_or_else(|_| o.capacity.to_string());
+            gpuledger_api::close::Finding {
+                cluster,
+                kind: "overcommit".into(),
+                subject: pool.clone(),
+                from: Some(gpuledger_core::time_fmt::rfc3339(o.start)),
+                to: Some(gpuledger_core::time_fmt::rfc3339(o.end)),
+                details: json!({
+                    "reason": format!("soft shares on {pool} summed to {peak} GPU(s) where it has {capacity}"),
+                    "peak": peak,
+                    "capacity": capacity,
+                    "allocations": o.ids,
+                }),
+                fix: Some(
+                    "check the scheduler's limits on that device (HAMi device split, Volcano or gpushare \
+                     configuration); each pod is charged its own declared share, so the device is billed above its capacity"
+                        .into(),
+                ),
+            }
+        })
+        .collect())
+}
