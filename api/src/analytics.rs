@@ -91,6 +91,9 @@ pub struct AllocationUtilization {
     pub idle_stretches: Vec<Stretch>,
     /// `exact`, `modeled` or `estimated`.
     pub confidence: String,
+    /// Why its utilization is not measured, when no sample covers it (never shown as 0 % busy); null when measured.
+    #[serde(default)]
+    pub not_measured: Option<String>,
 }
 
 /// `GET /api/v1/analytics/utilization`: idle reservations and active-equivalent GPU-hours.

@@ -282,7 +282,18 @@ async fn idle_reservations_and_active_equivalent_hours_by_hand() {
     let mig = SharingMode::Mig { profile: MigProfile::new("3g.40gb").unwrap() };
     let (b, f) = held("trainer", ns, mig, MIG_B, at(6, 0), at(6, 7));
     facts.extend(f);
-    facts.extend(telemetry(GPU_B, at(6, 0), at(6, 7), 70.0));
+    // DCGM's GPU-instance rows (GPU_I_ID 2) say the slice is busy at 70 %; the parent's own row (10 %) measures the
+    // whole GPU, neighbours included, and must not be credited to the slice.
+    let mut instance = telemetry(GPU_B, at(6, 0), at(6, 7), 70.0);
+    for f in &mut instance {
+        if let FactBody::Telemetry(t) = &mut f.body {
+            t.gpu_instance_id = Some(2);
+            t.mig_profile = Some("3g.40gb".into());
+        }
+        f.event_id = event_id("telemetry-gi", &[&f.event_id]);
+    }
+    facts.extend(instance);
+    facts.extend(telemetry(GPU_B, at(6, 0), at(6, 7), 10.0));
     // C: crosses into October (30 Sep 22:00 → 1 Oct 02:00), idle throughout: two hours count.
     let (c, f) = held("overnight", ns, SharingMode::Exclusive, GPU_C, at(1, 0) - Duration::hours(2), at(1, 2));
     facts.extend(f);
@@ -323,7 +334,7 @@ async fn idle_reservations_and_active_equivalent_hours_by_hand() {
     assert_eq!(ra["fraction"], "1");
 
     let rb = row(&report, &b, "alpha");
-    // 3/7 × 7 h = 3; × 0.7 = 2.1; telemetry found through the MIG device's parent GPU.
+    // 3/7 × 7 h = 3; × 0.7 = 2.1; the instance's own telemetry, found through the MIG device's parent and GPU_I_ID.
     assert_eq!(numbers(rb), ["3.000000", "2.100000", "7.000000", "3.000000", "0.000000"]);
     assert_eq!(rb["fraction"], "3/7");
     assert_eq!(rb["devices"][0], MIG_B);
@@ -338,7 +349,10 @@ async fn idle_reservations_and_active_equivalent_hours_by_hand() {
     for r in [rd_alpha, rd_beta] {
         assert_eq!(numbers(r), ["4.000000", "0.000000", "0.000000", "0.000000", "0.000000"]);
         assert_eq!(r["idle"], false, "no telemetry is not idle");
+        let why = r["not_measured"].as_str().unwrap();
+        assert!(why.starts_with("no telemetry for GPU-") && why.contains("DCGM exporter"), "{why}");
     }
+    assert_eq!(rb["not_measured"], Value::Null, "measured: no reason");
     assert_eq!(rd_alpha["to"], "2026-10-10T00:00:00Z");
     assert_eq!(rd_beta["from"], "2026-10-10T00:00:00Z");
 

@@ -188,6 +188,8 @@ struct Loaded {
     devices: HashMap<String, Vec<String>>,
     tenant_names: HashMap<Uuid, String>,
     without_fraction: u64,
+    /// Allocation → sharing mode (for the reason a figure is not measured).
+    modes: HashMap<String, String>,
 }
 
 type AllocRow = (
@@ -200,6 +202,7 @@ type AllocRow = (
     Option<OffsetDateTime>,
     Vec<String>,
     Option<String>,
+    String,
     String,
 );
 
@@ -229,17 +232,22 @@ fn split_by_owner(
     pieces
 }
 
-/// A device ID as the allocation recorded it → the physical GPU its telemetry is keyed by.
-fn parent_gpu(device: &str, mig_parents: &HashMap<String, String>) -> String {
+/// A device ID as the allocation recorded it → the key its telemetry is kept under: the physical GPU, or
+/// `<parent GPU>#<GPU instance>` for a MIG instance whose instance ID is known (DCGM's `GPU_I_ID` rows measure each
+/// instance's own activity; the parent's rows would credit one instance with its neighbours' work).
+fn telemetry_key(device: &str, mig: &HashMap<String, (String, Option<i32>)>) -> String {
     // Time-sliced replicas are named `<GPU>::<n>` by the device plugin; telemetry knows the GPU.
     let device = device.split_once("::").map_or(device, |(gpu, _)| gpu);
-    if let Some(parent) = mig_parents.get(device) {
-        return parent.clone();
+    if let Some((parent, gi)) = mig.get(device) {
+        return match gi {
+            Some(gi) => format!("{parent}#{gi}"),
+            None => parent.clone(),
+        };
     }
     if device.starts_with("MIG-GPU-")
-        && let Ok(mig) = device.parse::<MigInstance>()
+        && let Ok(m) = device.parse::<MigInstance>()
     {
-        return mig.parent.as_str().to_string();
+        return format!("{}#{}", m.parent.as_str(), m.gpu_instance_id);
     }
     device.to_string()
 }
@@ -250,7 +258,7 @@ async fn load(tx: &mut OrgTx, window: Interval, tenant: Option<TenantId>) -> Res
     let org = tx.org().as_uuid();
     let rows: Vec<AllocRow> = sqlx::query_as(
         "SELECT a.cluster_id, a.allocation_id, a.namespace_uid, a.fraction_num, a.fraction_den, a.started_at,
-                a.ended_at, a.device_ids, a.gpu_class, a.confidence
+                a.ended_at, a.device_ids, a.gpu_class, a.confidence, a.sharing_mode
            FROM allocation_intervals a
           WHERE a.org_id = $4 AND a.started_at < $2 AND (a.ended_at IS NULL OR a.ended_at > $1)
             AND ($3::uuid IS NULL OR a.namespace_uid IN (
@@ -288,11 +296,12 @@ async fn load(tx: &mut OrgTx, window: Interval, tenant: Option<TenantId>) -> Res
         .collect::<BTreeSet<_>>()
         .into_iter()
         .collect();
-    let mig_parents: HashMap<String, String> = if mig_ids.is_empty() {
+    let mig: HashMap<String, (String, Option<i32>)> = if mig_ids.is_empty() {
         HashMap::new()
     } else {
-        sqlx::query_as::<_, (String, String)>(
-            "SELECT m->>'uuid', min(d.gpu_uuid)
+        sqlx::query_as::<_, (String, String, Option<i32>)>(
+            "SELECT m->>'uuid', min(d.gpu_uuid),
+                    min(CASE WHEN m->>'gpu_instance_id' ~ '^[0-9]{1,6}$' THEN (m->>'gpu_instance_id')::int END)
                FROM devices d
                CROSS JOIN LATERAL jsonb_array_elements(
                    CASE WHEN jsonb_typeof(d.mig_devices) = 'array' THEN d.mig_devices ELSE '[]'::jsonb END) AS m
@@ -304,6 +313,7 @@ async fn load(tx: &mut OrgTx, window: Interval, tenant: Option<TenantId>) -> Res
         .fetch_all(tx.conn())
         .await?
         .into_iter()
+        .map(|(uuid, parent, gi)| (uuid, (parent, gi)))
         .collect()
     };
 
@@ -311,7 +321,8 @@ async fn load(tx: &mut OrgTx, window: Interval, tenant: Option<TenantId>) -> Res
     let mut devices = HashMap::with_capacity(rows.len());
     let mut gpus = BTreeSet::new();
     let mut without_fraction = 0u64;
-    for (cluster, allocation_id, ns, num, den, started_at, ended_at, device_ids, gpu_class, conf) in rows {
+    let mut modes = HashMap::with_capacity(rows.len());
+    for (cluster, allocation_id, ns, num, den, started_at, ended_at, device_ids, gpu_class, conf, mode) in rows {
         let (Some(num), Some(den)) = (num, den) else {
             without_fraction += 1;
             continue;
@@ -322,7 +333,11 @@ async fn load(tx: &mut OrgTx, window: Interval, tenant: Option<TenantId>) -> Res
             continue;
         }
         let id = format!("{cluster}/{allocation_id}");
-        let parents: Vec<String> = device_ids.iter().map(|d| parent_gpu(d, &mig_parents)).collect();
+        // A soft share's GPU is busy with every pod on it: its own activity needs per-process samples, so the
+        // device's utilization is not credited to it.
+        let parents: Vec<String> =
+            if mode == "soft_share" { Vec::new() } else { device_ids.iter().map(|d| telemetry_key(d, &mig)).collect() };
+        modes.insert(id.clone(), mode);
         gpus.extend(parents.iter().cloned());
         let confidence = confidence(&conf)?;
         let gpu_class = gpu_class.and_then(|c| GpuClass::new(c).ok());
@@ -346,24 +361,40 @@ async fn load(tx: &mut OrgTx, window: Interval, tenant: Option<TenantId>) -> Res
         devices.insert(id, device_ids);
     }
 
-    let gpus: Vec<String> = gpus.into_iter().collect();
-    let telemetry: Vec<(String, OffsetDateTime, OffsetDateTime, f32)> = if gpus.is_empty() {
+    // Whole GPUs by UUID; MIG instances by (parent, GPU instance ID).
+    let (whole, instances): (Vec<String>, Vec<String>) = gpus.into_iter().partition(|k| !k.contains('#'));
+    let parents: Vec<String> = instances
+        .iter()
+        .filter_map(|k| k.split_once('#').map(|(p, _)| p.to_string()))
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    let wanted_instances: BTreeSet<String> = instances.into_iter().collect();
+    let telemetry: Vec<(String, i32, OffsetDateTime, OffsetDateTime, f32)> = if whole.is_empty() && parents.is_empty() {
         Vec::new()
     } else {
         sqlx::query_as(
-            "SELECT gpu_uuid, window_start, window_end, util_avg FROM telemetry_rollups
-              WHERE org_id = $4 AND gpu_instance_id = -1 AND util_avg IS NOT NULL
+            "SELECT gpu_uuid, gpu_instance_id, window_start, window_end, util_avg FROM telemetry_rollups
+              WHERE org_id = $5 AND util_avg IS NOT NULL
                 AND window_start >= $1 - interval '1 day' AND window_start < $2 AND window_end > $1
-                AND gpu_uuid = ANY($3)",
+                AND ((gpu_instance_id = -1 AND gpu_uuid = ANY($3)) OR (gpu_instance_id >= 0 AND gpu_uuid = ANY($4)))",
         )
         .bind(from)
         .bind(to)
-        .bind(&gpus)
+        .bind(&whole)
+        .bind(&parents)
         .bind(org)
         .fetch_all(tx.conn())
         .await?
     };
-    let mut samples = Vec::with_capacity(telemetry.len());
+    let telemetry = telemetry.into_iter().filter_map(|(gpu, gi, start, end, util)| {
+        if gi < 0 {
+            return Some((gpu, start, end, util));
+        }
+        let key = format!("{gpu}#{gi}");
+        wanted_instances.contains(&key).then_some((key, start, end, util))
+    });
+    let mut samples = Vec::new();
     for (gpu_uuid, start, end, util) in telemetry {
         // A NaN average is no sample; a window the table's CHECK allows is always valid.
         let Some(utilization) = Utilization::from_pct_f32(util) else { continue };
@@ -386,7 +417,7 @@ async fn load(tx: &mut OrgTx, window: Interval, tenant: Option<TenantId>) -> Res
         .into_iter()
         .collect()
     };
-    Ok(Loaded { allocations, samples, devices, tenant_names, without_fraction })
+    Ok(Loaded { allocations, samples, devices, modes, tenant_names, without_fraction })
 }
 
 fn tenant_json(t: &TenantUtilization, names: &HashMap<Uuid, String>) -> Result<api::TenantUtilization, AppError> {
@@ -403,12 +434,44 @@ fn tenant_json(t: &TenantUtilization, names: &HashMap<Uuid, String>) -> Result<a
     })
 }
 
+/// Why an allocation's utilization is not measured, for people (with the way to get it measured).
+fn not_measured_reason(mode: &str, devices: &[String]) -> String {
+    match mode {
+        "soft_share" => {
+            "soft share: the GPU's utilization belongs to every pod sharing it; a pod's own activity needs \
+                         per-process samples from the node agent (NVML), which none reported"
+                .into()
+        }
+        "vgpu" | "passthrough" => {
+            "the GPU is inside a virtual machine: no node agent or DCGM exporter on the host reported it".into()
+        }
+        _ if devices.is_empty() => {
+            "no device recorded for this allocation: run the node agent on its node so kubelet's \
+                                    device assignment is reported"
+                .into()
+        }
+        "mig" => format!(
+            "no DCGM GPU-instance rows (GPU_I_ID) for {}: enable DCGM's profiling metrics \
+             (DCGM_FI_PROF_GR_ENGINE_ACTIVE) on the exporter",
+            devices.join(", ")
+        ),
+        _ => format!(
+            "no telemetry for {} in this window: is the DCGM exporter or node agent running on its node?",
+            devices.join(", ")
+        ),
+    }
+}
+
 fn allocation_json(
     row: &AllocationUtilization,
     devices: &HashMap<String, Vec<String>>,
+    modes: &HashMap<String, String>,
     names: &HashMap<Uuid, String>,
 ) -> Result<api::AllocationUtilization, AppError> {
     let (cluster_id, allocation_id) = row.id.split_once('/').unwrap_or(("", row.id.as_str()));
+    let ids = devices.get(&row.id).cloned().unwrap_or_default();
+    let not_measured =
+        row.observed_hours.is_zero().then(|| not_measured_reason(modes.get(&row.id).map_or("", String::as_str), &ids));
     let idle_stretches = row
         .idle_stretches
         .iter()
@@ -421,7 +484,7 @@ fn allocation_json(
         tenant_name: row.tenant.and_then(|t| names.get(&t.as_uuid()).cloned()),
         gpu_class: row.gpu_class.as_ref().map(|c| c.as_str().to_string()),
         fraction: row.fraction.to_string(),
-        devices: devices.get(&row.id).cloned().unwrap_or_default(),
+        devices: ids,
         from: rfc3339(row.held.start())?,
         to: rfc3339(row.held.end())?,
         allocated_gpu_hours: hours(&row.allocated_gpu_hours)?,
@@ -432,6 +495,7 @@ fn allocation_json(
         idle: row.idle,
         idle_stretches,
         confidence: row.confidence.as_str().into(),
+        not_measured,
     })
 }
 
@@ -492,7 +556,7 @@ async fn utilization(
         .iter()
         .skip(skip)
         .take(take)
-        .map(|r| allocation_json(r, &loaded.devices, &loaded.tenant_names))
+        .map(|r| allocation_json(r, &loaded.devices, &loaded.modes, &loaded.tenant_names))
         .collect::<Result<Vec<_>, AppError>>()?;
     let tenants = tenants.iter().map(|t| tenant_json(t, &loaded.tenant_names)).collect::<Result<Vec<_>, AppError>>()?;
     Ok(Json(api::Utilization {
@@ -620,16 +684,20 @@ mod tests {
     }
 
     #[test]
-    fn mig_devices_resolve_to_their_parent() {
-        let parents = HashMap::from([("MIG-abc".to_string(), "GPU-1".to_string())]);
-        assert_eq!(parent_gpu("MIG-abc", &parents), "GPU-1");
+    fn mig_devices_resolve_to_their_instance_or_parent() {
+        let mig = HashMap::from([
+            ("MIG-abc".to_string(), ("GPU-1".to_string(), Some(7))),
+            ("MIG-old".to_string(), ("GPU-1".to_string(), None)),
+        ]);
+        assert_eq!(telemetry_key("MIG-abc", &mig), "GPU-1#7", "an instance's own DCGM rows");
+        assert_eq!(telemetry_key("MIG-old", &mig), "GPU-1", "no instance ID recorded: the parent");
         assert_eq!(
-            parent_gpu("MIG-GPU-aaaaaaaa-0000-0000-0000-000000000001/1/0", &parents),
-            "GPU-aaaaaaaa-0000-0000-0000-000000000001"
+            telemetry_key("MIG-GPU-aaaaaaaa-0000-0000-0000-000000000001/1/0", &mig),
+            "GPU-aaaaaaaa-0000-0000-0000-000000000001#1"
         );
-        assert_eq!(parent_gpu("GPU-2", &parents), "GPU-2");
-        assert_eq!(parent_gpu("MIG-unknown", &parents), "MIG-unknown");
-        assert_eq!(parent_gpu("GPU-3::2", &parents), "GPU-3", "a time-sliced replica is its GPU");
+        assert_eq!(telemetry_key("GPU-2", &mig), "GPU-2");
+        assert_eq!(telemetry_key("MIG-unknown", &mig), "MIG-unknown");
+        assert_eq!(telemetry_key("GPU-3::2", &mig), "GPU-3", "a time-sliced replica is its GPU");
         assert_eq!(pct(Utilization::from_permille(50).unwrap()), "5.0");
     }
 }
