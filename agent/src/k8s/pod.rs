@@ -485,3 +485,72 @@ pub fn pod_facts(
     }
     Ok((facts, problems))
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use serde_json::json;
+
+    fn requests(limits: Value, annotations: Value) -> (Vec<GpuRequest>, Vec<String>) {
+        let pod = Pod::from_value(json!({
+            "metadata": {"name": "p", "namespace": "ns", "uid": "6a0f4b1c-8d2e-4f3a-9b5c-0e1d2f3a4b5c", "annotations": annotations},
+            "spec": {"nodeName": "n1", "containers": [{"name": "main", "resources": {"limits": limits}}]}
+        }))
+        .unwrap();
+        pod.gpu_requests(&NodeSharing::default(), None)
+    }
+
+    fn soft(compute: Option<&str>, memory: Option<&str>, memory_mib: Option<u64>, s: SoftScheduler) -> SharingMode {
+        SharingMode::SoftShare {
+            scheduler: s,
+            compute: compute.map(|c| c.parse().unwrap()),
+            memory: memory.map(|m| m.parse().unwrap()),
+            memory_mib,
+        }
+    }
+
+    #[test]
+    fn every_scheduler_form_is_read() {
+        // Alibaba gpushare with a compute percentage (cGPU), no device memory annotation: MiB for the inventory.
+        let (r, p) = requests(json!({"aliyun.com/gpu-mem": "4", "aliyun.com/gpu-core.percentage": "30"}), json!({}));
+        assert!(p.is_empty(), "{p:?}");
+        assert_eq!(r[0].mode, soft(Some("3/10"), None, Some(4096), SoftScheduler::Gpushare));
+        // The newer alibabacloud.com names, two GPUs.
+        let (r, _) = requests(json!({"alibabacloud.com/gpu-mem": "8", "alibabacloud.com/gpu-count": "2"}), json!({}));
+        assert_eq!((r[0].units, r[0].resource.as_str()), (2, "alibabacloud.com/gpu-mem"));
+        // Run:ai as 1/N.
+        let (r, _) = requests(json!({}), json!({"gpu-fraction": "1/4"}));
+        assert_eq!(r[0].mode, soft(None, Some("1/4"), None, SoftScheduler::Runai));
+        // HAMi: 0 % cores is "not limited" (HAMi's default), so only memory is declared.
+        let (r, _) = requests(json!({"nvidia.com/gpu": "1", "nvidia.com/gpucores": "0", "nvidia.com/gpumem": "2048"}), json!({}));
+        assert_eq!(r[0].mode, soft(None, None, Some(2048), SoftScheduler::Hami));
+        // Volcano: a vGPU with no limits is the whole device; memory as a percentage.
+        let (r, _) = requests(json!({"volcano.sh/vgpu-number": "1"}), json!({}));
+        assert_eq!(r[0].mode, SharingMode::Exclusive);
+        let (r, _) =
+            requests(json!({"volcano.sh/vgpu-number": "1", "volcano.sh/vgpu-memory-percentage": "25"}), json!({}));
+        assert_eq!(r[0].mode, soft(None, Some("1/4"), None, SoftScheduler::Volcano));
+        // Volcano's older GPU sharing in MiB.
+        let (r, _) = requests(json!({"volcano.sh/gpu-memory": "1024"}), json!({}));
+        assert_eq!(r[0].mode, soft(None, None, Some(1024), SoftScheduler::Volcano));
+        // A plain GPU stays exclusive, and is counted once (the soft keys are not GPUs of their own).
+        let (r, _) = requests(json!({"nvidia.com/gpu": "2"}), json!({}));
+        assert_eq!((r.len(), r[0].units, &r[0].mode), (1, 2, &SharingMode::Exclusive));
+    }
+
+    #[test]
+    fn malformed_shares_are_problems_never_whole_gpus() {
+        for (limits, annotations, says) in [
+            (json!({"nvidia.com/gpu": "1", "nvidia.com/gpucores": "abc"}), json!({}), "is not a whole percentage"),
+            (json!({"aliyun.com/gpu-core.percentage": "101"}), json!({}), "above 100 %"),
+            (json!({}), json!({"gpu-fraction": "1.5"}), "not a fraction in (0, 1]"),
+            (json!({}), json!({"gpu-fraction": "0"}), "not a fraction in (0, 1]"),
+            (json!({}), json!({"gpu-memory": "-5"}), "not a whole number of MiB"),
+        ] {
+            let (r, p) = requests(limits, annotations);
+            assert!(r.is_empty(), "{r:?}");
+            assert!(p.iter().any(|p| p.contains(says)), "{p:?} should say {says}");
+        }
+    }
+}
