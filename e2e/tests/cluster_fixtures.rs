@@ -1,5 +1,6 @@
 //! Real Kubernetes objects from ../shared/fixtures/k8s served by the stand-in API server and watched by the real
-//! `cluster` agent: a Run:ai MIG pod on its live MIG node, and a Run:ai fractional pod.
+//! `cluster` agent: a Run:ai MIG pod on its live MIG node, and a Run:ai fractional pod; and the repository's own
+//! soft-sharing objects (HAMi, Volcano vGPU, Alibaba gpushare, GFD time-slicing and MPS nodes) priced by their share.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::{
@@ -109,7 +110,8 @@ async fn runai_fixture_pods_on_their_live_node() {
 
     let frac = &rows[0];
     assert_eq!(frac.0, "frac-1-0-0");
-    assert_eq!((frac.1.as_str(), frac.3, frac.4, frac.5.as_str()), ("time_slice", Some(1), Some(2), "modeled"));
+    // Run:ai's gpu-fraction "0.5" is a soft share of half a GPU.
+    assert_eq!((frac.1.as_str(), frac.3, frac.4, frac.5.as_str()), ("soft_share", Some(1), Some(2), "modeled"));
     assert_eq!(frac.6, datetime!(2024-03-31 09:03:51 UTC));
     assert_eq!(frac.8.as_deref(), Some("3a000000-0000-4000-8000-000000000002"));
     let mig = &rows[1];
@@ -127,6 +129,99 @@ async fn runai_fixture_pods_on_their_live_node() {
             .await
             .unwrap();
     assert_eq!((strategy.as_deref(), product.as_deref()), (Some("mixed"), Some("NVIDIA-A100-SXM4-40GB")));
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// HAMi, Volcano vGPU, Alibaba gpushare and GFD-labelled time-slicing/MPS objects as those projects write them,
+/// watched by the real cluster agent, stored with the fraction each pays under the default share basis (the larger
+/// of compute and memory) and the explanation of how it was made.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn soft_sharing_objects_are_priced_by_their_share() {
+    let dir = temp_dir("gl-e2e-soft").unwrap();
+    let db = fresh_database().await.unwrap();
+    let server = start_demo(&db.admin_url, &dir.join("server.log")).unwrap();
+    let pool = sqlx::PgPool::connect(&db.admin_url).await.unwrap();
+    let token = create_token(&db.admin_url, "agent:soft").unwrap();
+    let kube = FakeKube::start().await.unwrap();
+    kube.apply(
+        "namespaces",
+        json!({"metadata": {"name": "nlp-research", "uid": "5b0c8a9e-1111-4c1e-9d7a-000000000001",
+        "creationTimestamp": "2026-01-01T00:00:00Z", "labels": {"gpuledger.io/tenant": "nlp-research"}}}),
+    )
+    .unwrap();
+    let own = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../agent/tests/fixtures/k8s");
+    let mut pods = 0;
+    for file in ["hami_vgpu_pods.yaml", "volcano_vgpu_pods.yaml", "gpushare_pods.yaml", "gfd_mps_and_timeslicing.yaml"]
+    {
+        let text = std::fs::read_to_string(own.join(file)).unwrap();
+        for doc in gpuledger_agent::inspect::read_documents(&text).unwrap() {
+            match doc["kind"].as_str() {
+                Some("Node") => kube.apply("nodes", doc).unwrap(),
+                Some("Pod") => {
+                    pods += 1;
+                    kube.apply("pods", doc).unwrap()
+                }
+                other => panic!("{file}: unexpected {other:?}"),
+            }
+        }
+    }
+    let log = std::fs::File::create(dir.join("agent.log")).unwrap();
+    let mut agent = Command::new(binary("gpuledger-agent").unwrap())
+        .args(["cluster", "--server", &server.base, "--token", &token, "--cluster-name", "soft", "--poll-ms", "100"])
+        .arg("--spool-dir")
+        .arg(dir.join("agent"))
+        .env("KUBECONFIG", kube.kubeconfig(&dir).unwrap())
+        .stdout(Stdio::from(log.try_clone().unwrap()))
+        .stderr(Stdio::from(log))
+        .spawn()
+        .unwrap();
+    type SoftRow = (String, String, Option<i64>, Option<i64>, Option<String>, Option<String>);
+    let started = Instant::now();
+    let rows: Vec<SoftRow> = loop {
+        let rows: Vec<SoftRow> = sqlx::query_as(
+            "SELECT holder_name, sharing_mode, fraction_num, fraction_den, gpu_class, share
+               FROM allocation_intervals WHERE cluster_id = (SELECT cluster_id FROM clusters WHERE name = 'soft')
+              ORDER BY holder_name",
+        )
+        .fetch_all(&pool)
+        .await
+        .unwrap();
+        if rows.len() == pods {
+            break rows;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "{rows:?}\n{}",
+            std::fs::read_to_string(dir.join("agent.log")).unwrap_or_default()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    signal(agent.id(), "TERM").unwrap();
+    let _ = agent.wait();
+    let get = |name: &str| rows.iter().find(|r| r.0 == name).unwrap_or_else(|| panic!("{name}: {rows:?}"));
+    // HAMi: 2 vGPUs × the larger of 30 % compute and 3000 of 23,034 MiB (13 %) = 3/5 of an L4.
+    let hami = get("gpu-pod");
+    assert_eq!((hami.1.as_str(), hami.2, hami.3, hami.4.as_deref()), ("soft_share", Some(3), Some(5), Some("L4-24GB")));
+    assert_eq!(
+        hami.5.as_deref(),
+        Some(
+            "hami: compute 30 %, memory 3000 MiB of 23034 MiB = 13.02 % → the larger of the compute and memory shares: 30 %"
+        )
+    );
+    let pct = get("gpu-pod-percentage");
+    assert_eq!((pct.2, pct.3), (Some(1), Some(2)));
+    // Volcano: 2 vGPUs × the larger of 50 % and 3000 of 81,920 MiB = 1 A100.
+    let volcano = get("test1");
+    assert_eq!((volcano.2, volcano.3, volcano.4.as_deref()), (Some(1), Some(1), Some("A100-80GB")));
+    // gpushare: 3 of the device's 15 GiB = 1/5 (GFD's Tesla-T4 label is the inventory's "Tesla T4").
+    let share = get("binpack-1-5d9b5f7c4-abcde");
+    assert_eq!((share.2, share.3, share.4.as_deref()), (Some(1), Some(5), Some("T4-16GB")));
+    // GFD: MPS with 10 replicas and time-slicing with 4.
+    let mps = get("mps-client-0");
+    assert_eq!((mps.1.as_str(), mps.2, mps.3), ("time_slice", Some(1), Some(10)));
+    let ts = get("time-slicing-verification-0");
+    assert_eq!((ts.1.as_str(), ts.2, ts.3, ts.4.as_deref()), ("time_slice", Some(1), Some(4), Some("L4-24GB")));
     drop(server);
     let _ = std::fs::remove_dir_all(&dir);
 }

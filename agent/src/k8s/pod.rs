@@ -523,7 +523,10 @@ mod tests {
         let (r, _) = requests(json!({}), json!({"gpu-fraction": "1/4"}));
         assert_eq!(r[0].mode, soft(None, Some("1/4"), None, SoftScheduler::Runai));
         // HAMi: 0 % cores is "not limited" (HAMi's default), so only memory is declared.
-        let (r, _) = requests(json!({"nvidia.com/gpu": "1", "nvidia.com/gpucores": "0", "nvidia.com/gpumem": "2048"}), json!({}));
+        let (r, _) = requests(
+            json!({"nvidia.com/gpu": "1", "nvidia.com/gpucores": "0", "nvidia.com/gpumem": "2048"}),
+            json!({}),
+        );
         assert_eq!(r[0].mode, soft(None, None, Some(2048), SoftScheduler::Hami));
         // Volcano: a vGPU with no limits is the whole device; memory as a percentage.
         let (r, _) = requests(json!({"volcano.sh/vgpu-number": "1"}), json!({}));
