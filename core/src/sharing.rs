@@ -407,8 +407,8 @@ pub enum GapReason {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
 #[error("inventory gap ({reason:?}) for {mode} on {gpu_model:?} at {at}")]
 pub struct InventoryGap {
-    /// The mode that could not be resolved.
-    pub mode: SharingMode,
+    /// The mode that could not be resolved (boxed: a soft share's mode is large, and gaps travel in `Err`).
+    pub mode: Box<SharingMode>,
     /// The GPU model it was looked up for.
     pub gpu_model: String,
     /// The instant looked up.
@@ -426,7 +426,7 @@ pub fn resolve_fraction(
     at: OffsetDateTime,
     inventory: &Inventory,
 ) -> Result<(Fraction, Confidence), InventoryGap> {
-    let gap = |reason| InventoryGap { mode: mode.clone(), gpu_model: gpu_model.to_owned(), at, reason };
+    let gap = |reason| InventoryGap { mode: Box::new(mode.clone()), gpu_model: gpu_model.to_owned(), at, reason };
     let (kind, profile) = match mode {
         SharingMode::Mig { profile } => (ProfileKind::Mig, profile.as_str()),
         SharingMode::Vgpu { profile } => (ProfileKind::Vgpu, profile.as_str()),
@@ -596,7 +596,7 @@ mod tests {
         let at = datetime!(2026-10-01 00:00 UTC);
         let gap = resolve_fraction(&mig("2g.20gb"), A100, at, &inv).unwrap_err();
         assert_eq!(gap.reason, GapReason::UnknownProfile);
-        assert_eq!(gap.mode, mig("2g.20gb"));
+        assert_eq!(*gap.mode, mig("2g.20gb"));
         assert_eq!(resolve_fraction(&mig("1g.10gb"), "H100", at, &inv).unwrap_err().reason, GapReason::UnknownProfile);
         assert_eq!(
             resolve_fraction(&mig("1g.10gb"), A100, datetime!(2025-12-31 00:00 UTC), &inv).unwrap_err().reason,
