@@ -1159,3 +1159,38 @@ async fn soft_shares_above_one_gpu_are_an_overcommit_finding() {
     assert_eq!((f["from"].as_str(), f["to"].as_str()), (Some("2026-10-05T08:00:00Z"), Some("2026-10-05T10:00:00Z")));
     assert!(f["fix"].as_str().unwrap().contains("scheduler"));
 }
+
+/// The audit log can leave routine actions out (the portal hides agents' once-a-minute `token.use` by default).
+#[tokio::test]
+async fn routine_token_use_can_be_left_out_of_the_audit_log() {
+    let env = env().await;
+    let (status, _) = send(&env, &batch(vec![])).await;
+    assert_eq!(status, StatusCode::OK);
+    let mut tx = env.db.begin_org(env.org).await.unwrap();
+    let (_, admin) = auth::create_token(&mut tx, &Scope::Admin, "admin", "test", None).await.unwrap();
+    tx.commit().await.unwrap();
+    let get = |q: &str| {
+        let req = Request::get(format!("/api/v1/audit?{q}")).header("authorization", format!("Bearer {admin}"));
+        let app = env.app.clone();
+        let req = req.body(Body::empty()).unwrap();
+        async move {
+            let response = app.oneshot(req).await.unwrap();
+            let status = response.status();
+            let bytes = to_bytes(response.into_body(), 1 << 22).await.unwrap();
+            (status, serde_json::from_slice::<Value>(&bytes).unwrap_or(Value::Null))
+        }
+    };
+    let actions = |log: &Value| -> Vec<String> {
+        log["items"].as_array().unwrap().iter().map(|i| i["action"].as_str().unwrap().to_string()).collect()
+    };
+    let (status, all) = get("limit=1000").await;
+    assert_eq!(status, StatusCode::OK, "{all}");
+    assert!(actions(&all).iter().any(|a| a == "token.use"), "{all}");
+    let (_, quiet) = get("limit=1000&exclude=token.use").await;
+    assert!(!actions(&quiet).iter().any(|a| a == "token.use"));
+    assert_eq!(actions(&quiet).len(), actions(&all).iter().filter(|a| *a != "token.use").count());
+    let many = (0..11).map(|i| format!("a{i}")).collect::<Vec<_>>().join(",");
+    let (status, bad) = get(&format!("exclude={many}")).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(bad["field"], "exclude");
+}

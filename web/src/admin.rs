@@ -569,13 +569,17 @@ pub fn InventoryPage() -> impl IntoView {
 /// `/admin/audit`: the audit log, newest first, filtered by action, paged back by time.
 #[component]
 pub fn AuditPage() -> impl IntoView {
-    let (action, before) = use_query_map().with_untracked(|m| (m.get("action"), m.get("before")));
+    let (action, before, routine) = use_query_map()
+        .with_untracked(|m| (m.get("action"), m.get("before"), m.get("routine").is_some_and(|r| r == "1")));
     let data = async move {
         match admin("/admin/audit").await {
             Access::Admin(_) => {
                 let mut url = "/api/v1/audit?limit=100".to_string();
-                if let Some(a) = action.clone().filter(|a| !a.is_empty()) {
-                    url.push_str(&format!("&action={}", q(&a)));
+                match action.clone().filter(|a| !a.is_empty()) {
+                    Some(a) => url.push_str(&format!("&action={}", q(&a))),
+                    // Agents' once-a-minute token use would push everything else off the first page.
+                    None if !routine => url.push_str("&exclude=token.use"),
+                    None => {}
                 }
                 if let Some(b) = before.filter(|b| !b.is_empty()) {
                     url.push_str(&format!("&before={}", q(&b)));
@@ -585,7 +589,7 @@ pub fn AuditPage() -> impl IntoView {
                 for item in &mut log.items {
                     item.details = Value::Null;
                 }
-                Ok((action.unwrap_or_default(), log))
+                Ok((action.unwrap_or_default(), routine, log))
             }
             other => Err(Ok(other)),
         }
@@ -597,15 +601,20 @@ pub fn AuditPage() -> impl IntoView {
                 Err(Ok(Access::SignIn(to))) => view! { <Redirect path=to /> }.into_any(),
                 Err(Ok(_)) => forbidden("The admin pages are for admins."),
                 Err(Err(e)) => error_panel(&e),
-                Ok((action, log)) => {
+                Ok((action, routine, log)) => {
                     let items = log.items;
                     let next = log.next_before.unwrap_or_default();
+                    let keep = if routine { "&routine=1" } else { "" };
                     view! {
                         <section class="panel"><h1>"Audit log"</h1><AdminNav />
                             <form method="get" action="/admin/audit" class="filters">
                                 <label>"Action " <input name="action" value=action.clone() placeholder="login.failure" /></label>
+                                <label><input type="checkbox" name="routine" value="1" checked=routine />" include routine token use"</label>
                                 <button type="submit">"Filter"</button>
                             </form>
+                            {(!routine && action.is_empty()).then(|| view! {
+                                <p class="muted" id="routine-hidden">"Routine token use (agents and exports, once a minute per token) is hidden; tick the box or filter by token.use to see it."</p>
+                            })}
                             {if items.is_empty() { view! { <p class="empty">"No records."</p> }.into_any() } else { view! {
                                 <table class="audit"><thead><tr><th>"When (UTC)"</th><th>"Who"</th><th>"What"</th><th>"On"</th><th>"Why"</th><th>"From"</th></tr></thead>
                                 <tbody>{items.iter().map(|r| view! {
@@ -613,7 +622,7 @@ pub fn AuditPage() -> impl IntoView {
                                 }).collect_view()}</tbody></table>
                             }.into_any() }}
                             {(!next.is_empty()).then(|| view! {
-                                <a href=format!("/admin/audit?action={}&before={}", q(&action), q(&next)) rel="next">"Older →"</a>
+                                <a href=format!("/admin/audit?action={}&before={}{keep}", q(&action), q(&next)) rel="next">"Older →"</a>
                             })}
                         </section>
                     }.into_any()

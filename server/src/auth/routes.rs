@@ -667,9 +667,12 @@ struct AuditQuery {
     limit: Option<i64>,
     before: Option<String>,
     action: Option<String>,
+    exclude: Option<String>,
 }
 
-/// `GET /api/v1/audit`: newest first, `limit` (1..=1000, default 100), `before` (RFC 3339) to page back.
+/// `GET /api/v1/audit`: newest first, `limit` (1..=1000, default 100), `before` (RFC 3339) to page back, `action`
+/// to keep one action, `exclude` (comma-separated, at most 10) to leave routine ones out (the portal leaves out the
+/// once-a-minute `token.use` unless asked).
 async fn audit_log(
     State(state): State<AppState>,
     p: Caller<Administer>,
@@ -685,18 +688,32 @@ async fn audit_log(
         .map(|b| OffsetDateTime::parse(b, &time::format_description::well_known::Rfc3339))
         .transpose()
         .map_err(|e| AppError::invalid("before", format!("an RFC 3339 time: {e}")))?;
+    let exclude: Vec<String> = q
+        .exclude
+        .as_deref()
+        .unwrap_or_default()
+        .split(',')
+        .map(str::trim)
+        .filter(|a| !a.is_empty())
+        .map(str::to_string)
+        .collect();
+    if exclude.len() > 10 || exclude.iter().any(|a| a.len() > 64) {
+        return Err(AppError::invalid("exclude", "at most 10 actions of at most 64 characters, comma-separated"));
+    }
     let mut tx = p.begin(&state.db).await?;
     let org = tx.org().as_uuid();
     type Row = (OffsetDateTime, String, String, String, String, Value, String);
     let rows: Vec<Row> = sqlx::query_as(
         "SELECT at, actor, action, target, reason, details, source FROM audit_log
           WHERE org_id = $4 AND ($1::timestamptz IS NULL OR at < $1) AND ($2::text IS NULL OR action = $2)
+            AND action <> ALL($5)
           ORDER BY at DESC, audit_id LIMIT $3",
     )
     .bind(before)
     .bind(q.action.as_deref())
     .bind(limit)
     .bind(org)
+    .bind(&exclude)
     .fetch_all(tx.conn())
     .await?;
     tx.commit().await?;
