@@ -215,9 +215,9 @@ mod tests {
     #[test]
     fn slim_objects_give_the_same_facts_as_full_ones() {
         let docs = fixtures();
-        let kind = |k: &str| docs.iter().filter(move |d| d["kind"] == k).cloned();
-        let pods: Vec<Value> = kind("Pod").collect();
-        let nodes: Vec<Value> = kind("Node").collect();
+        let kind = |k: &str| -> Vec<Value> { docs.iter().filter(|d| d["kind"] == k).cloned().collect() };
+        let pods = kind("Pod");
+        let nodes = kind("Node");
         assert!(pods.len() >= 5 && !nodes.is_empty(), "{} pods, {} nodes", pods.len(), nodes.len());
         let now = datetime!(2026-10-01 12:00 UTC);
         let derive = |slim: bool| {
