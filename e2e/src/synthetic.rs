@@ -104,7 +104,7 @@ pub fn namespace(i: usize, now: i64) -> Value {
             "labels": {
                 "kubernetes.io/metadata.name": name,
                 "gpuledger.io/tenant": format!("tenant-{:02}", i % 25),
-                "gpuledger.io/department": if i % 2 == 0 { "Research" } else { "Engineering" },
+                "gpuledger.io/department": if i.is_multiple_of(2) { "Research" } else { "Engineering" },
             },
             "annotations": {"scheduler.alpha.kubernetes.io/node-selector": "nvidia.com/gpu.present=true"},
         },
@@ -129,7 +129,7 @@ pub fn node(i: usize, now: i64) -> Value {
         ("kubernetes.io/arch", "amd64"),
         ("kubernetes.io/os", "linux"),
         ("node.kubernetes.io/instance-type", "bare-metal"),
-        ("topology.kubernetes.io/zone", if i % 2 == 0 { "zone-a" } else { "zone-b" }),
+        ("topology.kubernetes.io/zone", if i.is_multiple_of(2) { "zone-a" } else { "zone-b" }),
         ("feature.node.kubernetes.io/pci-10de.present", "true"),
         ("feature.node.kubernetes.io/cpu-cpuid.AVX512F", "true"),
         ("feature.node.kubernetes.io/cpu-hardware_multithreading", "true"),
