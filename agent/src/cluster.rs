@@ -12,9 +12,9 @@ use std::{
     time::Duration,
 };
 
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use gpuledger_core::wire::{AllocationVanished, Fact, FactBody, event_id};
-use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use k8s_openapi::api::core::v1::Namespace;
 use kube::{
     Api, Client,
     api::{ApiResource, DynamicObject},
@@ -97,8 +97,8 @@ pub struct Deriver {
     relist: BTreeMap<bool, BTreeSet<Uuid>>,
     /// DRA: allocated NVIDIA devices by (namespace, claim name).
     claims: BTreeMap<(String, String), Vec<k8s::ClaimDevice>>,
-    /// DRA: the last object of each pod that uses claims.
-    claim_pods: BTreeMap<Uuid, Value>,
+    /// DRA: each pod that uses claims, as read (the fields classification needs, not the whole object).
+    claim_pods: BTreeMap<Uuid, k8s::Pod>,
 }
 
 impl Deriver {
@@ -143,12 +143,18 @@ impl Deriver {
 
     /// A pod was added, changed (`deleted == false`) or deleted.
     pub fn on_pod(&mut self, v: &Value, deleted: bool, now: OffsetDateTime) -> Result<Vec<Fact>, k8s::K8sError> {
-        let pod = k8s::Pod::from_value(v.clone()).map_err(|e| k8s::K8sError::Invalid {
+        // Read from the borrowed object: no copy of the whole pod.
+        let pod = k8s::Pod::deserialize(v).map_err(|e| k8s::K8sError::Invalid {
             kind: "Pod".into(),
             name: v["metadata"]["name"].as_str().unwrap_or("?").into(),
             field: String::new(),
             reason: e.to_string(),
         })?;
+        self.derive_pod(pod, deleted, now)
+    }
+
+    /// A pod as read: its facts, the open allocations and DRA bookkeeping updated.
+    fn derive_pod(&mut self, pod: k8s::Pod, deleted: bool, now: OffsetDateTime) -> Result<Vec<Fact>, k8s::K8sError> {
         let Some(uid) = pod.metadata.uid.as_deref().and_then(|u| Uuid::parse_str(u).ok()) else {
             return Ok(vec![]);
         };
@@ -161,7 +167,7 @@ impl Deriver {
         if claim_names.is_empty() || deleted {
             self.claim_pods.remove(&uid);
         } else {
-            self.claim_pods.insert(uid, v.clone());
+            self.claim_pods.insert(uid, pod.clone());
         }
         let claims = claim_names
             .iter()
@@ -287,7 +293,7 @@ impl Deriver {
         let mut out = Vec::new();
         for pod_uid in reserved {
             if let Some(pod) = self.claim_pods.get(&pod_uid).cloned() {
-                out.extend(self.on_pod(&pod, false, now)?);
+                out.extend(self.derive_pod(pod, false, now)?);
             }
         }
         Ok(out)
@@ -343,7 +349,18 @@ pub struct WatchOptions {
     pub heartbeat: Duration,
     /// Model-server scraping; `None`: off.
     pub scrape: Option<ScrapeOptions>,
+    /// Most objects per list request (`limit`; the API server hands the rest out page by page); `None`: the
+    /// whole list in one answer.
+    pub list_page_size: Option<u32>,
 }
+
+/// Default of `--list-page-size`: client-go's (and kube-rs's) page size.
+pub const DEFAULT_LIST_PAGE_SIZE: u32 = 500;
+
+/// Most watch events taken in one round (one spool append, one state save). Ready events are taken without
+/// waiting, so a list page (at most [`DEFAULT_LIST_PAGE_SIZE`] objects, already in memory) is handled in one or
+/// two rounds, while a quiet watch still handles each event at once.
+const MAX_EVENTS_PER_ROUND: usize = 512;
 
 /// How model servers are scraped (see [`crate::scrape`]).
 #[derive(Debug, Clone)]
@@ -360,8 +377,8 @@ pub struct ScrapeOptions {
 
 enum Ev {
     Namespace(Box<Event<Namespace>>),
-    Node(Box<Event<Node>>),
-    Pod(Box<Event<Pod>>),
+    Node(Box<Event<k8s::WatchedNode>>),
+    Pod(Box<Event<k8s::WatchedPod>>),
     Vmi(Box<Event<DynamicObject>>),
     Queue(Box<Event<DynamicObject>>),
     Claim(Box<Event<DynamicObject>>),
@@ -412,26 +429,33 @@ pub async fn run(
     opts: WatchOptions,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) -> anyhow::Result<()> {
-    let cfg = watcher::Config::default();
+    // The watcher hands a list out object by object (`Init`, `InitApply`…, `InitDone`) and holds one page at a
+    // time, so the page size bounds what a (re-)list keeps in memory; Pods and Nodes are read down to the fields
+    // the agent uses (`k8s::WatchedPod`, `k8s::WatchedNode`), which bounds what each object of a page weighs.
+    let cfg = watcher::Config { page_size: opts.list_page_size, ..watcher::Config::default() };
     let ns = watcher::watcher(Api::<Namespace>::all(client.clone()), cfg.clone()).map(|e| match e {
         Ok(e) => Ev::Namespace(Box::new(e)),
         Err(e) => Ev::Error(format!("namespaces: {e}")),
     });
-    let nodes = watcher::watcher(Api::<Node>::all(client.clone()), cfg.clone()).map(|e| match e {
+    let nodes = watcher::watcher(Api::<k8s::WatchedNode>::all(client.clone()), cfg.clone()).map(|e| match e {
         Ok(e) => Ev::Node(Box::new(e)),
         Err(e) => Ev::Error(format!("nodes: {e}")),
     });
-    let pods = watcher::watcher(Api::<Pod>::all(client.clone()), cfg).map(|e| match e {
+    let pods = watcher::watcher(Api::<k8s::WatchedPod>::all(client.clone()), cfg.clone()).map(|e| match e {
         Ok(e) => Ev::Pod(Box::new(e)),
         Err(e) => Ev::Error(format!("pods: {e}")),
     });
-    let mut streams = vec![ns.boxed(), nodes.boxed(), pods.boxed()];
+    // Pods are classified against their node and namespace: the pod watcher starts (lists) only once namespaces,
+    // nodes (and DRA claims) have been listed, rather than having its events held meanwhile — holding them
+    // would keep a whole first list of pods in memory.
+    let mut pods = Some(pods.boxed());
+    let mut streams = vec![ns.boxed(), nodes.boxed()];
     let optional = discover(&client).await;
     // Pods wait for claims too (when DRA exists), so a pod's devices are known when it is first derived.
     let mut claims_ready = optional.claim.is_none();
     // One watcher per discovered optional API, each event tagged with its kind.
     let dynamic = |ar: &ApiResource, what: &'static str, tag: fn(Box<Event<DynamicObject>>) -> Ev| {
-        watcher::watcher(Api::<DynamicObject>::all_with(client.clone(), ar), watcher::Config::default())
+        watcher::watcher(Api::<DynamicObject>::all_with(client.clone(), ar), cfg.clone())
             .map(move |e| match e {
                 Ok(e) => tag(Box::new(e)),
                 Err(e) => Ev::Error(format!("{what}: {e}")),
@@ -448,9 +472,7 @@ pub async fn run(
         }
     }
     let mut events = futures::stream::select_all(streams);
-    // Pods are classified against their node and namespace: hold them until both have been listed once.
     let (mut ns_ready, mut nodes_ready) = (false, false);
-    let mut held: Vec<Event<Pod>> = Vec::new();
     let mut healthy = false;
     let mut heartbeat = tokio::time::interval(opts.heartbeat);
     let mut scraper =
@@ -497,68 +519,82 @@ pub async fn run(
         };
         let now = OffsetDateTime::now_utc();
         let mut facts = Vec::new();
-        let mut pod_events = Vec::new();
-        match ev {
-            Ev::Namespace(e) => match *e {
-                Event::Apply(o) | Event::InitApply(o) => facts.extend(deriver.on_namespace(&to_value(&o)?, now)?),
-                Event::InitDone => ns_ready = true,
-                _ => {}
-            },
-            Ev::Node(e) => match *e {
-                Event::Apply(o) | Event::InitApply(o) => facts.extend(deriver.on_node(&to_value(&o)?, now)?),
-                Event::InitDone => nodes_ready = true,
-                _ => {}
-            },
-            Ev::Pod(e) => held.push(*e),
-            Ev::Vmi(e) => match *e {
-                Event::Init => deriver.relist_begin(true),
-                Event::InitApply(o) | Event::Apply(o) => {
-                    facts.extend(log_err(deriver.on_vmi(&to_value(&o)?, false, now)))
-                }
-                Event::Delete(o) => facts.extend(log_err(deriver.on_vmi(&to_value(&o)?, true, now))),
-                Event::InitDone => facts.extend(deriver.relist_done(true, now)),
-            },
-            Ev::Claim(e) => match *e {
-                Event::InitApply(o) | Event::Apply(o) => {
-                    facts.extend(log_err(deriver.on_claim(&to_value(&o)?, false, now)))
-                }
-                Event::Delete(o) => facts.extend(log_err(deriver.on_claim(&to_value(&o)?, true, now))),
-                Event::InitDone => claims_ready = true,
-                Event::Init => {}
-            },
-            Ev::Queue(e) => {
-                if let Event::InitApply(o) | Event::Apply(o) = *e {
-                    facts.extend(log_err(deriver.on_cluster_queue(&to_value(&o)?, now)));
-                }
-            }
-            Ev::Error(e) => {
-                healthy = false;
-                tracing::warn!(error = %e, "watch interrupted; it will re-list");
+        // This event and the ones already waiting (the rest of a list page): one spool append (one fsync) and one
+        // state save for all of them, instead of one per object.
+        let mut round = vec![ev];
+        while round.len() < MAX_EVENTS_PER_ROUND {
+            match events.next().now_or_never() {
+                Some(Some(ev)) => round.push(ev),
+                _ => break,
             }
         }
-        if ns_ready && nodes_ready && claims_ready {
-            pod_events.append(&mut held);
-        }
-        for e in pod_events {
-            match e {
-                Event::Init => deriver.relist_begin(false),
-                Event::InitApply(o) | Event::Apply(o) => {
-                    let v = to_value(&o)?;
-                    discover_target(scraper.as_mut(), &v, false);
-                    facts.extend(training_progress(&mut progress, &v, false, now));
-                    facts.extend(log_err(deriver.on_pod(&v, false, now)))
+        for ev in round {
+            match ev {
+                Ev::Namespace(e) => match *e {
+                    Event::Apply(o) | Event::InitApply(o) => facts.extend(deriver.on_namespace(&to_value(&o)?, now)?),
+                    Event::InitDone => ns_ready = true,
+                    _ => {}
+                },
+                Ev::Node(e) => match *e {
+                    Event::Apply(o) | Event::InitApply(o) => facts.extend(deriver.on_node(&to_value(&o)?, now)?),
+                    Event::InitDone => nodes_ready = true,
+                    _ => {}
+                },
+                Ev::Pod(e) => match *e {
+                    Event::Init => deriver.relist_begin(false),
+                    Event::InitApply(o) | Event::Apply(o) => {
+                        let v = to_value(&o)?;
+                        drop(o);
+                        discover_target(scraper.as_mut(), &v, false);
+                        facts.extend(training_progress(&mut progress, &v, false, now));
+                        facts.extend(log_err(deriver.on_pod(&v, false, now)))
+                    }
+                    Event::Delete(o) => {
+                        let v = to_value(&o)?;
+                        drop(o);
+                        discover_target(scraper.as_mut(), &v, true);
+                        facts.extend(training_progress(&mut progress, &v, true, now));
+                        facts.extend(log_err(deriver.on_pod(&v, true, now)))
+                    }
+                    Event::InitDone => {
+                        facts.extend(deriver.relist_done(false, now));
+                        healthy = true;
+                    }
+                },
+                Ev::Vmi(e) => match *e {
+                    Event::Init => deriver.relist_begin(true),
+                    Event::InitApply(o) | Event::Apply(o) => {
+                        facts.extend(log_err(deriver.on_vmi(&to_value(&o)?, false, now)))
+                    }
+                    Event::Delete(o) => facts.extend(log_err(deriver.on_vmi(&to_value(&o)?, true, now))),
+                    Event::InitDone => facts.extend(deriver.relist_done(true, now)),
+                },
+                Ev::Claim(e) => match *e {
+                    Event::InitApply(o) | Event::Apply(o) => {
+                        facts.extend(log_err(deriver.on_claim(&to_value(&o)?, false, now)))
+                    }
+                    Event::Delete(o) => facts.extend(log_err(deriver.on_claim(&to_value(&o)?, true, now))),
+                    Event::InitDone => claims_ready = true,
+                    Event::Init => {}
+                },
+                Ev::Queue(e) => {
+                    if let Event::InitApply(o) | Event::Apply(o) = *e {
+                        facts.extend(log_err(deriver.on_cluster_queue(&to_value(&o)?, now)));
+                    }
                 }
-                Event::Delete(o) => {
-                    let v = to_value(&o)?;
-                    discover_target(scraper.as_mut(), &v, true);
-                    facts.extend(training_progress(&mut progress, &v, true, now));
-                    facts.extend(log_err(deriver.on_pod(&v, true, now)))
-                }
-                Event::InitDone => {
-                    facts.extend(deriver.relist_done(false, now));
-                    healthy = true;
+                Ev::Error(e) => {
+                    healthy = false;
+                    tracing::warn!(error = %e, "watch interrupted; it will re-list");
                 }
             }
+        }
+        if ns_ready
+            && nodes_ready
+            && claims_ready
+            && let Some(pods) = pods.take()
+        {
+            tracing::info!("namespaces and nodes listed; listing pods");
+            events.push(pods);
         }
         if !facts.is_empty() {
             let mut spool = spool.lock().map_err(|_| anyhow::anyhow!("spool lock poisoned"))?;

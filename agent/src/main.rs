@@ -125,6 +125,10 @@ struct ClusterArgs {
     /// Longest wait for one model server's metrics, in seconds.
     #[arg(long, env = "GPULEDGER_SCRAPE_TIMEOUT_SECS", default_value_t = 10)]
     scrape_timeout_secs: u64,
+    /// Most objects per list request when (re-)listing; the API server hands out the rest page by page, so the
+    /// agent holds at most one page of objects at a time. 0: whole lists in one answer (more memory).
+    #[arg(long, env = "GPULEDGER_LIST_PAGE_SIZE", default_value_t = gpuledger_agent::cluster::DEFAULT_LIST_PAGE_SIZE)]
+    list_page_size: u32,
 }
 
 /// Where `node` reads devices from.
@@ -185,7 +189,9 @@ fn main() -> std::process::ExitCode {
 fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Cluster(args) => {
-            let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+            // Two workers (the watch loop and delivery) whatever the host's core count: each thread that
+            // allocates gets its own malloc arena, and arenas are what a many-core node would add to memory.
+            let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
             runtime.block_on(cluster(args))
         }
         Command::Node(args) => {
@@ -299,7 +305,12 @@ async fn cluster(args: ClusterArgs) -> anyhow::Result<()> {
         client,
         deriver,
         spool,
-        cluster::WatchOptions { state_path, heartbeat: std::time::Duration::from_secs(args.heartbeat_secs), scrape },
+        cluster::WatchOptions {
+            state_path,
+            heartbeat: std::time::Duration::from_secs(args.heartbeat_secs),
+            scrape,
+            list_page_size: (args.list_page_size > 0).then_some(args.list_page_size),
+        },
         stop_rx,
     ));
     tracing::info!(server = %args.delivery.server, "watching the cluster");

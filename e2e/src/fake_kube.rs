@@ -30,6 +30,8 @@ struct Inner {
     rv: u64,
     /// resource → uid → object
     objects: BTreeMap<String, BTreeMap<String, Value>>,
+    /// resource → the list requests answered, in order.
+    lists: BTreeMap<String, Vec<ListRequest>>,
 }
 
 /// A running fake API server.
@@ -102,8 +104,16 @@ async fn group_list_or_watch(
 impl FakeKube {
     /// Starts serving on a free loopback port.
     pub async fn start() -> Result<Self> {
+        Self::start_on("127.0.0.1:0").await
+    }
+
+    /// Starts serving on `addr` (`HOST:PORT`; port 0 picks a free one).
+    pub async fn start_on(addr: &str) -> Result<Self> {
         let (events, _) = broadcast::channel(1024);
-        let shared = Shared { inner: Arc::new(Mutex::new(Inner { rv: 1, objects: BTreeMap::new() })), events };
+        let shared = Shared {
+            inner: Arc::new(Mutex::new(Inner { rv: 1, objects: BTreeMap::new(), lists: BTreeMap::new() })),
+            events,
+        };
         let app = Router::new()
             .route("/api/v1/{resource}", get(list_or_watch))
             .route("/api", get(|| async { axum::Json(json!({"kind": "APIVersions", "versions": ["v1"]})) }))
@@ -112,7 +122,7 @@ impl FakeKube {
             .route("/apis/{group}/{version}", get(api_resources))
             .route("/apis/{group}/{version}/{resource}", get(group_list_or_watch))
             .with_state(shared.clone());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let listener = tokio::net::TcpListener::bind(addr).await?;
         let url = format!("http://{}", listener.local_addr()?);
         let task = tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
@@ -181,6 +191,11 @@ impl FakeKube {
         Ok(())
     }
 
+    /// The list requests answered for `resource` so far, oldest first.
+    pub fn list_requests(&self, resource: &str) -> Vec<ListRequest> {
+        self.shared.inner.lock().ok().and_then(|i| i.lists.get(resource).cloned()).unwrap_or_default()
+    }
+
     /// An object stored by a server-side apply (`PATCH`), by `namespace/name`.
     pub fn stored(&self, resource: &str, namespace: &str, name: &str) -> Option<Value> {
         let inner = self.shared.inner.lock().ok()?;
@@ -238,17 +253,106 @@ async fn list_or_watch(
             .body(Body::from_stream(stream))
             .unwrap_or_default();
     }
-    let Ok(inner) = shared.inner.lock() else {
+    list(&shared, &resource, &query)
+}
+
+/// One list request as the server saw it (for tests that check the client pages).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListRequest {
+    /// The `limit` asked for.
+    pub limit: Option<usize>,
+    /// Whether a `continue` token was sent.
+    pub continued: bool,
+    /// Objects in the answer.
+    pub items: usize,
+}
+
+/// A continue token: the resourceVersion of the list's first page and the last key served. Opaque to clients,
+/// as the real server's is (base64 of JSON there too).
+fn continue_token(rv: u64, last_key: &str) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(json!({"rv": rv, "start": last_key}).to_string())
+}
+
+fn read_continue_token(token: &str) -> Option<(u64, String)> {
+    use base64::Engine;
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(token).ok()?;
+    let v: Value = serde_json::from_slice(&bytes).ok()?;
+    Some((v["rv"].as_u64()?, v["start"].as_str()?.to_string()))
+}
+
+fn status(code: StatusCode, reason: &str, message: &str) -> Response {
+    let body = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                      "message": message, "reason": reason, "code": code.as_u16()});
+    (code, axum::Json(body)).into_response()
+}
+
+/// A list, paged as the real API server pages: `limit` caps the items, `metadata.continue` (an opaque token)
+/// asks for the rest, `metadata.remainingItemCount` counts it. Every page of one list is consistent with its
+/// first page: the real server reads the later pages from etcd at the first page's revision. This server keeps
+/// no old revisions, so a continue token issued before any change answers `410 Gone` (reason `Expired`), as the
+/// real server does once that revision is compacted; clients then list again from the start.
+fn list(shared: &Shared, resource: &str, query: &BTreeMap<String, String>) -> Response {
+    let Ok(mut inner) = shared.inner.lock() else {
         return StatusCode::INTERNAL_SERVER_ERROR.into_response();
     };
-    let items: Vec<Value> = inner.objects.get(&resource).map(|m| m.values().cloned().collect()).unwrap_or_default();
-    axum::Json(json!({
-        "apiVersion": api_version_of(&resource),
-        "kind": format!("{}List", kind_of(&resource)),
-        "metadata": {"resourceVersion": inner.rv.to_string()},
-        "items": items,
-    }))
-    .into_response()
+    let token = query.get("continue").filter(|c| !c.is_empty());
+    // As the real server: `resourceVersion=0` asks for the watch cache, which ignores `limit` on a first page.
+    let from_cache = token.is_none() && query.get("resourceVersion").is_some_and(|v| v == "0");
+    let limit = query.get("limit").and_then(|l| l.parse::<usize>().ok()).filter(|l| *l > 0 && !from_cache);
+    let after = match token.map(|t| read_continue_token(t)) {
+        None => None,
+        Some(None) => return status(StatusCode::BAD_REQUEST, "BadRequest", "continue key is not valid"),
+        Some(Some((rv, _))) if rv != inner.rv => {
+            return status(
+                StatusCode::GONE,
+                "Expired",
+                "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.",
+            );
+        }
+        Some(Some((_, key))) => Some(key),
+    };
+    let rv = inner.rv;
+    let empty = BTreeMap::new();
+    let objects = inner.objects.get(resource).unwrap_or(&empty);
+    let mut rest: Box<dyn Iterator<Item = (&String, &Value)>> = match &after {
+        Some(key) => Box::new(objects.range::<String, _>((std::ops::Bound::Excluded(key), std::ops::Bound::Unbounded))),
+        None => Box::new(objects.iter()),
+    };
+    // The body is written item by item: a 10,000-object list is never copied as a whole.
+    let mut body =
+        format!(r#"{{"apiVersion":{},"kind":"{}List","items":["#, json!(api_version_of(resource)), kind_of(resource))
+            .into_bytes();
+    let mut served = 0usize;
+    let mut last_key = None;
+    for (key, object) in rest.by_ref().take(limit.unwrap_or(usize::MAX)) {
+        if served > 0 {
+            body.push(b',');
+        }
+        if serde_json::to_writer(&mut body, object).is_err() {
+            return StatusCode::INTERNAL_SERVER_ERROR.into_response();
+        }
+        served += 1;
+        last_key = Some(key.clone());
+    }
+    let remaining = rest.count();
+    let mut metadata = json!({"resourceVersion": rv.to_string()});
+    if remaining > 0
+        && let Some(key) = &last_key
+    {
+        metadata["continue"] = json!(continue_token(rv, key));
+        metadata["remainingItemCount"] = json!(remaining);
+    }
+    body.extend_from_slice(format!(r#"],"metadata":{metadata}}}"#).as_bytes());
+    inner.lists.entry(resource.to_string()).or_default().push(ListRequest {
+        limit,
+        continued: after.is_some(),
+        items: served,
+    });
+    Response::builder()
+        .header("content-type", "application/json")
+        .body(Body::from(body))
+        .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
 }
 
 /// Server-side apply of a namespaced object (what `kubectl apply --server-side` and kube-rs `Patch::Apply` send):

@@ -22,6 +22,7 @@ pub mod oidc;
 pub mod oidc_walk;
 pub mod process;
 pub mod stub;
+pub mod synthetic;
 
 /// A PostgreSQL cluster the tests may create databases in.
 pub struct Cluster {

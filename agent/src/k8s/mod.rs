@@ -13,9 +13,14 @@ use uuid::Uuid;
 
 mod objects;
 mod pod;
+mod watched;
 
 pub use objects::{cluster_queue_fact, namespace_fact, node_fact, pod_template, vmi_facts, vmi_requests};
 pub use pod::{ClaimDevice, PodContext, claim_devices, pod_facts};
+pub use watched::{
+    WatchedContainer, WatchedContainerStatus, WatchedNode, WatchedNodeStatus, WatchedPod, WatchedPodSpec,
+    WatchedPodStatus,
+};
 
 /// Why an object could not be read.
 #[derive(Debug, thiserror::Error)]

@@ -28,7 +28,7 @@ pub fn node_fact(v: &Value, observed_at: OffsetDateTime) -> Result<Option<Fact>,
     struct NodeStatus {
         allocatable: BTreeMap<String, Value>,
     }
-    let node: NodeObj = serde_json::from_value(v.clone()).map_err(|e| invalid("Node", "?", "", e))?;
+    let node = NodeObj::deserialize(v).map_err(|e| invalid("Node", "?", "", e))?;
     let uid = required_uid(&node.metadata, "Node")?;
     let labels = &node.metadata.labels;
     let allocatable: BTreeMap<String, u32> = node
@@ -75,7 +75,7 @@ pub fn namespace_fact(
     struct NsObj {
         metadata: Meta,
     }
-    let ns: NsObj = serde_json::from_value(v.clone()).map_err(|e| invalid("Namespace", "?", "", e))?;
+    let ns = NsObj::deserialize(v).map_err(|e| invalid("Namespace", "?", "", e))?;
     let uid = required_uid(&ns.metadata, "Namespace")?;
     let name = ns.metadata.name.clone().unwrap_or_default();
     let created_at =

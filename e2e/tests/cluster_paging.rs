@@ -1,0 +1,186 @@
+//! Paged lists: the stand-in API server pages as the real one does (`limit`, `continue`, `410 Gone` for a token
+//! older than the data), and the real `cluster` agent, listing in small pages, delivers every pod's facts.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::{
+    collections::BTreeSet,
+    process::{Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use gpuledger_e2e::{
+    fake_kube::FakeKube,
+    fresh_database,
+    process::{binary, create_token, signal, start_demo, temp_dir},
+    synthetic,
+};
+use serde_json::{Value, json};
+
+async fn get(url: &str) -> (u16, Value) {
+    let r = reqwest::get(url).await.unwrap();
+    let code = r.status().as_u16();
+    (code, r.json().await.unwrap())
+}
+
+fn uids(list: &Value) -> Vec<String> {
+    list["items"].as_array().unwrap().iter().map(|o| o["metadata"]["uid"].as_str().unwrap().to_string()).collect()
+}
+
+#[tokio::test]
+async fn the_stand_in_pages_lists_like_the_api_server() {
+    let kube = FakeKube::start().await.unwrap();
+    let now = 1_796_083_199;
+    for i in 0..5 {
+        kube.apply("pods", synthetic::pod(i, now)).unwrap();
+    }
+    let base = format!("{}/api/v1/pods", kube.url);
+
+    // Unpaged: everything, no continue token.
+    let (code, all) = get(&base).await;
+    assert_eq!(code, 200);
+    assert_eq!(uids(&all).len(), 5);
+    assert!(all["metadata"].get("continue").is_none());
+
+    // Pages of two: 2 + 2 + 1, each page consistent with the first (same resourceVersion), no object twice.
+    let mut seen = Vec::new();
+    let (_, first) = get(&format!("{base}?limit=2")).await;
+    let rv = first["metadata"]["resourceVersion"].as_str().unwrap().to_string();
+    assert_eq!(first["metadata"]["remainingItemCount"], json!(3));
+    seen.extend(uids(&first));
+    let mut token = first["metadata"]["continue"].as_str().unwrap().to_string();
+    let mut pages = 1;
+    loop {
+        let (code, page) = get(&format!("{base}?limit=2&continue={token}")).await;
+        assert_eq!(code, 200, "{page}");
+        assert_eq!(page["metadata"]["resourceVersion"].as_str(), Some(rv.as_str()));
+        pages += 1;
+        seen.extend(uids(&page));
+        match page["metadata"]["continue"].as_str() {
+            Some(t) => token = t.to_string(),
+            None => break,
+        }
+    }
+    assert_eq!(pages, 3);
+    assert_eq!(seen.len(), 5);
+    assert_eq!(seen.iter().collect::<BTreeSet<_>>(), uids(&all).iter().collect::<BTreeSet<_>>());
+
+    // resourceVersion=0 is the watch cache: the limit is ignored on a first page, as the real server does.
+    let (_, cached) = get(&format!("{base}?limit=2&resourceVersion=0")).await;
+    assert_eq!(uids(&cached).len(), 5);
+
+    // A change between pages: the old token is refused with 410 Gone (reason Expired), so a client lists again.
+    let (_, first) = get(&format!("{base}?limit=2")).await;
+    let token = first["metadata"]["continue"].as_str().unwrap().to_string();
+    kube.apply("pods", synthetic::pod(5, now)).unwrap();
+    let (code, status) = get(&format!("{base}?limit=2&continue={token}")).await;
+    assert_eq!(code, 410, "{status}");
+    assert_eq!(status["reason"], json!("Expired"));
+    let (code, _) = get(&format!("{base}?limit=2&continue=not-a-token")).await;
+    assert_eq!(code, 400);
+
+    let requests = kube.list_requests("pods");
+    assert_eq!(requests.iter().filter(|r| r.continued).count(), 2, "{requests:?}");
+    assert_eq!(requests[1], gpuledger_e2e::fake_kube::ListRequest { limit: Some(2), continued: false, items: 2 });
+}
+
+/// The objects the stand-in serves, as one JSON array (what `inspect k8s` reads).
+async fn served(kube: &FakeKube) -> String {
+    let mut all = Vec::new();
+    for resource in ["namespaces", "nodes", "pods"] {
+        let (_, list) = get(&format!("{}/api/v1/{resource}", kube.url)).await;
+        all.extend(list["items"].as_array().unwrap().iter().cloned());
+    }
+    serde_json::to_string(&all).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_list_of_many_pages_yields_every_pods_facts() {
+    let dir = temp_dir("gl-e2e-paging").unwrap();
+    let db = fresh_database().await.unwrap();
+    let server = start_demo(&db.admin_url, &dir.join("server.log")).unwrap();
+    let token = create_token(&db.admin_url, "agent:paging").unwrap();
+    let pool = sqlx::PgPool::connect(&db.admin_url).await.unwrap();
+
+    // 100 pods on 13 nodes in 50 namespaces, listed 7 at a time: 15 pages of pods, 8 of namespaces.
+    let pods = 100;
+    let now = time::OffsetDateTime::now_utc().unix_timestamp();
+    let kube = FakeKube::start().await.unwrap();
+    for (resource, object) in synthetic::cluster(pods, now) {
+        kube.apply_silently(resource, object).unwrap();
+    }
+    // What the agent must send: the same objects through the same derivation (`inspect k8s`).
+    let expected: BTreeSet<String> = gpuledger_agent::inspect::inspect(
+        gpuledger_agent::inspect::Kind::K8s,
+        &served(&kube).await,
+        time::OffsetDateTime::now_utc(),
+        None,
+    )
+    .unwrap()
+    .facts
+    .into_iter()
+    .map(|f| f.event_id)
+    .collect();
+    // The lists just made for `served` are not the agent's.
+    let (pods_before, namespaces_before) = (kube.list_requests("pods").len(), kube.list_requests("namespaces").len());
+    let finished = (0..pods).filter(|i| synthetic::finished(*i)).count();
+    assert_eq!(
+        expected.iter().filter(|e| e.starts_with("alloc-start/")).count(),
+        pods,
+        "one GPU allocation per pod: {expected:?}"
+    );
+    assert_eq!(expected.iter().filter(|e| e.starts_with("alloc-end/")).count(), finished);
+
+    let log = std::fs::File::create(dir.join("agent.log")).unwrap();
+    let mut agent = Command::new(binary("gpuledger-agent").unwrap())
+        .args(["cluster", "--server", &server.base, "--token", &token, "--cluster-name", "paging"])
+        .args(["--poll-ms", "100", "--list-page-size", "7", "--scrape-secs", "0"])
+        .arg("--spool-dir")
+        .arg(dir.join("agent"))
+        .env("KUBECONFIG", kube.kubeconfig(&dir).unwrap())
+        .stdout(Stdio::from(log.try_clone().unwrap()))
+        .stderr(Stdio::from(log))
+        .spawn()
+        .unwrap();
+
+    let started = Instant::now();
+    let stored: BTreeSet<String> = loop {
+        let stored: Vec<String> = sqlx::query_scalar(
+            "SELECT event_id FROM allocation_events
+              WHERE cluster_id = (SELECT cluster_id FROM clusters WHERE name = 'paging')",
+        )
+        .fetch_all(&pool)
+        .await
+        .unwrap();
+        if stored.len() >= expected.len() {
+            break stored.into_iter().collect();
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "{} of {} facts stored\n{}",
+            stored.len(),
+            expected.len(),
+            std::fs::read_to_string(dir.join("agent.log")).unwrap_or_default()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    signal(agent.id(), "TERM").unwrap();
+    let _ = agent.wait();
+    assert_eq!(stored, expected);
+    let intervals: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM allocation_intervals WHERE cluster_id = (SELECT cluster_id FROM clusters WHERE name = 'paging')",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(intervals, pods as i64);
+
+    // The agent really paged: first pages asked for 7, and every later page was a continuation.
+    let requests = kube.list_requests("pods").split_off(pods_before);
+    assert!(requests.len() >= pods.div_ceil(7), "{requests:?}");
+    assert!(requests.iter().all(|r| r.limit == Some(7) && r.items <= 7), "{requests:?}");
+    assert!(requests.iter().filter(|r| r.continued).count() >= pods.div_ceil(7) - 1, "{requests:?}");
+    let namespaces = kube.list_requests("namespaces").split_off(namespaces_before);
+    assert!(namespaces.len() >= synthetic::NAMESPACES.div_ceil(7), "{namespaces:?}");
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}
