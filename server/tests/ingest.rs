@@ -1077,6 +1077,10 @@ async fn closing_a_month_with_unpriced_allocations_needs_an_acknowledgement() {
         findings["needs_acknowledgement"],
         serde_json::json!(["1 unpriced allocation(s): their GPU model has no class in the approved inventory"])
     );
+    let unpriced = findings["items"].as_array().unwrap().iter().find(|f| f["kind"] == "unpriced").unwrap();
+    let named = unpriced["details"]["first"][0].as_str().unwrap();
+    assert!(named.starts_with("ml-team/pod-") && named.contains(&pod.to_string()), "{unpriced}");
+    assert!(unpriced["fix"].as_str().unwrap().contains("Mystery GPU 9000"), "{unpriced}");
     let (status, refused) = call("POST", "/api/v1/periods/2026-10/close", None).await;
     assert_eq!(status, StatusCode::CONFLICT, "{refused}");
     assert!(refused["detail"].as_str().unwrap().contains("1 unpriced allocation(s)"), "{refused}");

@@ -709,3 +709,27 @@ async fn timestamps_read_as_date_hour_minute_utc_with_the_exact_value_kept() {
         "{html}"
     );
 }
+
+#[tokio::test]
+async fn the_close_page_asks_for_an_acknowledgement_and_names_what_is_unpriced() {
+    let findings = json!({
+        "period": "2026-10",
+        "by_kind": {"unpriced": 5},
+        "needs_acknowledgement": ["5 unpriced allocation(s): their GPU model has no class in the approved inventory"],
+        "acknowledgements": [{"by": "user:fay", "at": "2026-11-02T09:00:00Z", "reason": "lab cards are free",
+                              "covered": ["2 unpriced allocation(s)"]}],
+        "items": [{"cluster": "prod-east", "kind": "unpriced", "subject": "Mystery GPU", "from": null, "to": null,
+                   "details": {"allocations": 5, "reason": "5 exclusive allocation(s) on GPU model \"Mystery GPU\"",
+                               "first": ["ml/a (x1)", "ml/b (x2)", "ml/c (x3)", "ml/d (x4)"]},
+                   "fix": "add \"Mystery GPU\" under Admin → Inventory"}]
+    });
+    let fake = Fake {
+        roles: Some(vec!["finance"]),
+        fail: false,
+        answers: vec![("/api/v1/periods/2026-10/findings", findings)],
+    };
+    let (html, _) = render("/close/2026-10", fake).await;
+    assert!(html.contains(r#"id="needs-acknowledgement""#) && html.contains(r#"name="acknowledge""#), "{html}");
+    assert!(html.contains("ml/a (x1), ml/b (x2), ml/c (x3) and 2 more"), "{html}");
+    assert!(html.contains(r#"id="acknowledgements""#) && html.contains("lab cards are free"), "{html}");
+}

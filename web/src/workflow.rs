@@ -196,6 +196,19 @@ fn DisputeDetail(session: SessionView, d: Dispute) -> impl IntoView {
     }
 }
 
+/// A finding's reason for people, with the first allocations it names (at most three, then how many more).
+fn finding_why(details: &serde_json::Value) -> String {
+    let reason = details["reason"].as_str().unwrap_or_default().to_string();
+    let named: Vec<&str> = details["first"].as_array().into_iter().flatten().filter_map(|v| v.as_str()).collect();
+    if named.is_empty() {
+        return reason;
+    }
+    let total = details["allocations"].as_i64().unwrap_or(named.len() as i64);
+    let shown = named.iter().take(3).copied().collect::<Vec<_>>().join(", ");
+    let more = total - named.len().min(3) as i64;
+    if more > 0 { format!("{reason} — {shown} and {more} more") } else { format!("{reason} — {shown}") }
+}
+
 /// `/close/:period`: finance's preview of a month (totals, change from the month before, data-quality notes),
 /// the close button, and after close the hash and the bundle.
 #[component]
@@ -250,9 +263,9 @@ pub fn ClosePage() -> impl IntoView {
                             } else {
                                 view! {
                                     <p>{finding_counts.iter().map(|(k, n)| format!("{k}: {n}")).collect::<Vec<_>>().join(" · ")}</p>
-                                    <table class="findings"><thead><tr><th>"Kind"</th><th>"Cluster"</th><th>"Subject"</th><th>"From"</th><th>"To"</th><th>"What to do"</th></tr></thead>
+                                    <table class="findings"><thead><tr><th>"Kind"</th><th>"Cluster"</th><th>"Subject"</th><th>"From"</th><th>"To"</th><th>"Why"</th><th>"What to do"</th></tr></thead>
                                     <tbody>{finding_rows.iter().map(|f| view! {
-                                        <tr><td>{f.kind.clone()}</td><td>{f.cluster.clone()}</td><td>{f.subject.clone()}</td><td>{when(f.from.as_deref().unwrap_or_default())}</td><td>{when(f.to.as_deref().unwrap_or_default())}</td><td>{f.fix.clone().unwrap_or_default()}</td></tr>
+                                        <tr><td>{f.kind.clone()}</td><td>{f.cluster.clone()}</td><td>{f.subject.clone()}</td><td>{when(f.from.as_deref().unwrap_or_default())}</td><td>{when(f.to.as_deref().unwrap_or_default())}</td><td>{finding_why(&f.details)}</td><td>{f.fix.clone().unwrap_or_default()}</td></tr>
                                     }).collect_view()}</tbody></table>
                                 }.into_any()
                             }}

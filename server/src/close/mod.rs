@@ -93,10 +93,12 @@ async fn findings_handler(
     .await?;
     // Allocations with no GPU class are not priced: said here, live (they leave the list once the inventory names
     // their model), never only as a count in the ledger's notes.
-    type Unpriced = (String, String, String, i64, OffsetDateTime, Option<OffsetDateTime>);
+    type Unpriced = (String, String, String, i64, OffsetDateTime, Option<OffsetDateTime>, Vec<String>);
     let unpriced: Vec<Unpriced> = sqlx::query_as(
         "SELECT c.name, COALESCE(a.gpu_model, ''), a.sharing_mode, count(*), min(a.started_at),
-                CASE WHEN bool_or(a.ended_at IS NULL) THEN NULL ELSE max(a.ended_at) END
+                CASE WHEN bool_or(a.ended_at IS NULL) THEN NULL ELSE max(a.ended_at) END,
+                (array_agg(a.namespace || '/' || a.holder_name || ' (' || a.allocation_id || ')'
+                           ORDER BY a.started_at, a.allocation_id))[1:20]
            FROM allocation_intervals a JOIN clusters c ON c.org_id = a.org_id AND c.cluster_id = a.cluster_id
           WHERE a.org_id = $3 AND a.gpu_class IS NULL
             AND a.started_at < ($2::date::timestamp AT TIME ZONE 'UTC')
@@ -111,7 +113,7 @@ async fn findings_handler(
     tx.commit().await?;
     let mut by_kind: std::collections::BTreeMap<String, i64> = counts.into_iter().collect();
     let mut items: Vec<Finding> = items.into_iter().map(|(v,)| v.0).collect();
-    for (cluster, model, mode, n, first, last) in unpriced {
+    for (cluster, model, mode, n, first, last, named) in unpriced {
         *by_kind.entry("unpriced".into()).or_default() += n;
         let (reason, fix) = if model.is_empty() {
             (
@@ -132,7 +134,8 @@ async fn findings_handler(
                 subject: if model.is_empty() { "unknown GPU model".into() } else { model },
                 from: Some(gpuledger_core::time_fmt::rfc3339(first)),
                 to: last.map(gpuledger_core::time_fmt::rfc3339),
-                details: serde_json::json!({ "allocations": n, "reason": reason }),
+                // The first 20 allocations by start, named (namespace/holder (allocation ID)).
+                details: serde_json::json!({ "allocations": n, "reason": reason, "first": named }),
                 fix: Some(fix),
             },
         );
