@@ -256,3 +256,25 @@ pub fn create_token_in(database_url: &str, org: &str, scope: &str) -> Result<Str
     }
     Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
 }
+
+/// Starts the real `cluster` agent: it watches the API server of `kubeconfig`, delivers to `server` as `cluster`,
+/// spools in `dir/agent` and logs to `dir/agent.log`, polling every 100 ms; `extra` flags follow.
+pub fn start_cluster_agent(
+    dir: &Path,
+    server: &str,
+    token: &str,
+    cluster: &str,
+    kubeconfig: &Path,
+    extra: &[&str],
+) -> Result<Child> {
+    let log = std::fs::File::create(dir.join("agent.log"))?;
+    Ok(Command::new(binary("gpuledger-agent")?)
+        .args(["cluster", "--server", server, "--token", token, "--cluster-name", cluster, "--poll-ms", "100"])
+        .args(extra)
+        .arg("--spool-dir")
+        .arg(dir.join("agent"))
+        .env("KUBECONFIG", kubeconfig)
+        .stdout(Stdio::from(log.try_clone()?))
+        .stderr(Stdio::from(log))
+        .spawn()?)
+}

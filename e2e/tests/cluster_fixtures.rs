@@ -5,14 +5,13 @@
 
 use std::{
     path::PathBuf,
-    process::{Command, Stdio},
     time::{Duration, Instant},
 };
 
 use gpuledger_e2e::{
     fake_kube::FakeKube,
     fresh_database,
-    process::{binary, create_token, signal, start_demo, temp_dir},
+    process::{create_token, signal, start_cluster_agent, start_demo, temp_dir},
 };
 use serde_json::json;
 use time::{OffsetDateTime, macros::datetime};
@@ -63,26 +62,8 @@ async fn runai_fixture_pods_on_their_live_node() {
             kube.apply("pods", doc).unwrap();
         }
     }
-    let log = std::fs::File::create(dir.join("agent.log")).unwrap();
-    let mut agent = Command::new(binary("gpuledger-agent").unwrap())
-        .args([
-            "cluster",
-            "--server",
-            &server.base,
-            "--token",
-            &token,
-            "--cluster-name",
-            "fixtures",
-            "--poll-ms",
-            "100",
-        ])
-        .arg("--spool-dir")
-        .arg(dir.join("agent"))
-        .env("KUBECONFIG", kube.kubeconfig(&dir).unwrap())
-        .stdout(Stdio::from(log.try_clone().unwrap()))
-        .stderr(Stdio::from(log))
-        .spawn()
-        .unwrap();
+    let mut agent =
+        start_cluster_agent(&dir, &server.base, &token, "fixtures", &kube.kubeconfig(&dir).unwrap(), &[]).unwrap();
 
     let started = Instant::now();
     let rows: Vec<Row> = loop {
@@ -166,16 +147,8 @@ async fn soft_sharing_objects_are_priced_by_their_share() {
             }
         }
     }
-    let log = std::fs::File::create(dir.join("agent.log")).unwrap();
-    let mut agent = Command::new(binary("gpuledger-agent").unwrap())
-        .args(["cluster", "--server", &server.base, "--token", &token, "--cluster-name", "soft", "--poll-ms", "100"])
-        .arg("--spool-dir")
-        .arg(dir.join("agent"))
-        .env("KUBECONFIG", kube.kubeconfig(&dir).unwrap())
-        .stdout(Stdio::from(log.try_clone().unwrap()))
-        .stderr(Stdio::from(log))
-        .spawn()
-        .unwrap();
+    let mut agent =
+        start_cluster_agent(&dir, &server.base, &token, "soft", &kube.kubeconfig(&dir).unwrap(), &[]).unwrap();
     type SoftRow = (String, String, Option<i64>, Option<i64>, Option<String>, Option<String>);
     let started = Instant::now();
     let rows: Vec<SoftRow> = loop {

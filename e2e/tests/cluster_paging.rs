@@ -4,14 +4,13 @@
 
 use std::{
     collections::BTreeSet,
-    process::{Command, Stdio},
     time::{Duration, Instant},
 };
 
 use gpuledger_e2e::{
     fake_kube::FakeKube,
     fresh_database,
-    process::{binary, create_token, signal, start_demo, temp_dir},
+    process::{create_token, signal, start_cluster_agent, start_demo, temp_dir},
     synthetic,
 };
 use serde_json::{Value, json};
@@ -130,17 +129,9 @@ async fn a_list_of_many_pages_yields_every_pods_facts() {
     );
     assert_eq!(expected.iter().filter(|e| e.starts_with("alloc-end/")).count(), finished);
 
-    let log = std::fs::File::create(dir.join("agent.log")).unwrap();
-    let mut agent = Command::new(binary("gpuledger-agent").unwrap())
-        .args(["cluster", "--server", &server.base, "--token", &token, "--cluster-name", "paging"])
-        .args(["--poll-ms", "100", "--list-page-size", "7", "--scrape-secs", "0"])
-        .arg("--spool-dir")
-        .arg(dir.join("agent"))
-        .env("KUBECONFIG", kube.kubeconfig(&dir).unwrap())
-        .stdout(Stdio::from(log.try_clone().unwrap()))
-        .stderr(Stdio::from(log))
-        .spawn()
-        .unwrap();
+    let kubeconfig = kube.kubeconfig(&dir).unwrap();
+    let extra = ["--list-page-size", "7", "--scrape-secs", "0"];
+    let mut agent = start_cluster_agent(&dir, &server.base, &token, "paging", &kubeconfig, &extra).unwrap();
 
     let started = Instant::now();
     let stored: BTreeSet<String> = loop {

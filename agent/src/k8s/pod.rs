@@ -73,7 +73,11 @@ fn percent_share(key: &str, v: &Value) -> Result<Option<Fraction>, String> {
 
 /// Reads one container's soft-sharing declaration as HAMi, Volcano vGPU or Alibaba gpushare write it: the
 /// resource it is recorded under, the number of (virtual) GPUs, and the share of each. `None`: no soft sharing.
-fn soft_share(resources: &BTreeMap<String, Value>) -> Option<Result<(String, u32, SharingMode), String>> {
+/// `ann` are the pod's annotations (gpushare's extender writes the device's memory there).
+fn soft_share(
+    resources: &BTreeMap<String, Value>,
+    ann: &BTreeMap<String, String>,
+) -> Option<Result<(String, u32, SharingMode), String>> {
     let get = |k: &str| resources.get(k);
     let mib = |k: &str, scale: u64| -> Result<Option<u64>, String> {
         get(k).map_or(Ok(None), |v| {
@@ -128,11 +132,20 @@ fn soft_share(resources: &BTreeMap<String, Value>) -> Option<Result<(String, u32
             if get(&mem_key).is_some() || get(&format!("{prefix}/gpu-core.percentage")).is_some() {
                 let units =
                     get(&format!("{prefix}/gpu-count")).and_then(quantity_units).filter(|n| *n > 0).unwrap_or(1);
+                let memory_mib = mib(&mem_key, 1024)?;
+                // With the device's memory (`ALIYUN_COM_GPU_MEM_DEV`, GiB) the share is a fraction without the
+                // inventory.
+                let device_gib =
+                    ann.get("ALIYUN_COM_GPU_MEM_DEV").and_then(|v| v.trim().parse::<u64>().ok()).filter(|d| *d > 0);
+                let memory = memory_mib
+                    .zip(device_gib)
+                    .and_then(|(m, d)| Fraction::new(i128::from(m), i128::from(d) * 1024).ok())
+                    .filter(|f| *f <= Fraction::ONE);
                 let mode = SharingMode::SoftShare {
                     scheduler: SoftScheduler::Gpushare,
                     compute: pct(&format!("{prefix}/gpu-core.percentage"))?,
-                    memory: None,
-                    memory_mib: mib(&mem_key, 1024)?,
+                    memory,
+                    memory_mib: if memory.is_some() { None } else { memory_mib },
                 };
                 return Ok(Some((mem_key, units, mode)));
             }
@@ -194,28 +207,6 @@ fn hami_devices(ann: &BTreeMap<String, String>, index: usize) -> Vec<String> {
 }
 
 impl Pod {
-    /// Alibaba gpushare writes the device's memory beside the pod's (`ALIYUN_COM_GPU_MEM_DEV`, GiB): with it a
-    /// memory share in GiB is a fraction without the inventory.
-    fn gpushare_device_memory(&self, mode: SharingMode) -> SharingMode {
-        let SharingMode::SoftShare { scheduler: SoftScheduler::Gpushare, compute, memory: None, memory_mib: Some(mib) } =
-            mode
-        else {
-            return mode;
-        };
-        let ann = &self.metadata.annotations;
-        let device_gib =
-            ann.get("ALIYUN_COM_GPU_MEM_DEV").and_then(|v| v.trim().parse::<u64>().ok()).filter(|d| *d > 0);
-        let memory = device_gib
-            .and_then(|d| Fraction::new(i128::from(mib), i128::from(d) * 1024).ok())
-            .filter(|f| *f <= Fraction::ONE);
-        SharingMode::SoftShare {
-            scheduler: SoftScheduler::Gpushare,
-            compute,
-            memory,
-            memory_mib: if memory.is_some() { None } else { Some(mib) },
-        }
-    }
-
     /// Parses a pod from JSON.
     pub fn from_value(v: Value) -> Result<Self, serde_json::Error> {
         serde_json::from_value(v)
@@ -240,9 +231,8 @@ impl Pod {
             // Extended resources: limits are required and requests, when given, must equal them.
             let mut resources = c.resources.requests.clone();
             resources.extend(c.resources.limits.clone());
-            match soft_share(&resources) {
+            match soft_share(&resources, &self.metadata.annotations) {
                 Some(Ok((resource, units, mode))) => {
-                    let mode = self.gpushare_device_memory(mode);
                     if units > 0 {
                         let device_ids = hami_devices(&self.metadata.annotations, index);
                         out.push(GpuRequest { container: c.name.clone(), resource, units, mode, device_ids });

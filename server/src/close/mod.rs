@@ -110,6 +110,9 @@ async fn findings_handler(
     .bind(org)
     .fetch_all(tx.conn())
     .await?;
+    let overcommit = soft_overcommit(&mut tx, period, OffsetDateTime::now_utc()).await?;
+    let needs_acknowledgement = needs_acknowledgement(&mut tx, period).await?;
+    let acknowledgements = acknowledgements(&mut tx, period).await?;
     tx.commit().await?;
     let mut by_kind: std::collections::BTreeMap<String, i64> = counts.into_iter().collect();
     let mut items: Vec<Finding> = items.into_iter().map(|(v,)| v.0).collect();
@@ -140,14 +143,10 @@ async fn findings_handler(
             },
         );
     }
-    let mut tx = p.begin(&state.db).await?;
-    for f in soft_overcommit(&mut tx, period, OffsetDateTime::now_utc()).await? {
+    for f in overcommit {
         *by_kind.entry("overcommit".into()).or_default() += 1;
         items.insert(0, f);
     }
-    let needs_acknowledgement = needs_acknowledgement(&mut tx, period).await?;
-    let acknowledgements = acknowledgements(&mut tx, period).await?;
-    tx.commit().await?;
     Ok(Json(Findings {
         period: period.to_string(),
         needs_acknowledgement,

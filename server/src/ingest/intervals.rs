@@ -334,23 +334,12 @@ pub(crate) async fn recompute_for_inventory(
     .fetch_all(tx.conn())
     .await?;
     let wanted = normalize_model(model);
-    let mut by_cluster: BTreeMap<Uuid, Vec<String>> = BTreeMap::new();
-    for (cluster, allocation, gpu_model, gap) in candidates {
+    let concerned = candidates.into_iter().filter_map(|(cluster, allocation, gpu_model, gap)| {
         let same_model = gpu_model.as_deref().is_some_and(|m| normalize_model(m) == wanted);
         // Without a model (vGPU VMs, passthrough) the model is found at recompute time: retry the gaps.
-        if same_model || (gap && gpu_model.is_none()) {
-            by_cluster.entry(cluster).or_default().push(allocation);
-        }
-    }
-    let mut n = 0u64;
-    let mut flagged = Vec::new();
-    for (cluster, ids) in by_cluster {
-        n += ids.len() as u64;
-        for chunk in ids.chunks(5_000) {
-            recompute_intervals(tx, org, ClusterId::from_uuid(cluster), chunk, &mut flagged).await?;
-        }
-    }
-    Ok(n)
+        (same_model || (gap && gpu_model.is_none())).then_some((cluster, allocation))
+    });
+    recompute_by_cluster(tx, org, concerned).await
 }
 
 /// After a share-basis version from `from` on `cluster` (`None`: every cluster): prices again the soft-shared
@@ -371,8 +360,18 @@ pub(crate) async fn recompute_soft_shares(
     .bind(cluster)
     .fetch_all(tx.conn())
     .await?;
+    recompute_by_cluster(tx, org, candidates).await
+}
+
+/// Recomputes the given (cluster, allocation) intervals from their stored facts, per cluster in chunks. Returns how
+/// many.
+async fn recompute_by_cluster(
+    tx: &mut OrgTx,
+    org: OrgId,
+    allocations: impl IntoIterator<Item = (Uuid, String)>,
+) -> Result<u64, AppError> {
     let mut by_cluster: BTreeMap<Uuid, Vec<String>> = BTreeMap::new();
-    for (cluster, allocation) in candidates {
+    for (cluster, allocation) in allocations {
         by_cluster.entry(cluster).or_default().push(allocation);
     }
     let mut n = 0u64;

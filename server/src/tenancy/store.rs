@@ -130,32 +130,10 @@ pub(crate) async fn add_share_basis(
     from: OffsetDateTime,
     actor: &str,
 ) -> Result<(), AppError> {
+    // The organization-wide scope is keyed `*`, as namespace rules are.
+    let scope = cluster.map_or_else(|| "*".to_string(), |c| c.to_string());
+    close_open_entry(tx, "share_bases", &[("coalesce(cluster_id::text, '*')", scope)], from).await?;
     let org = tx.org().as_uuid();
-    let later: bool = sqlx::query_scalar(
-        "SELECT EXISTS (SELECT 1 FROM share_bases WHERE org_id = $1 AND cluster_id IS NOT DISTINCT FROM $2
-            AND (valid_from >= $3 OR (valid_to IS NOT NULL AND valid_to > $3)))",
-    )
-    .bind(org)
-    .bind(cluster)
-    .bind(from)
-    .fetch_one(tx.conn())
-    .await?;
-    if later {
-        return Err(AppError::Conflict(
-            "a share-basis version for this scope starts at or after valid_from (or a closed one covers it): history \
-             is appended, not rewritten; choose a later valid_from"
-                .into(),
-        ));
-    }
-    sqlx::query(
-        "UPDATE share_bases SET valid_to = $3
-          WHERE org_id = $1 AND cluster_id IS NOT DISTINCT FROM $2 AND valid_to IS NULL",
-    )
-    .bind(org)
-    .bind(cluster)
-    .bind(from)
-    .execute(tx.conn())
-    .await?;
     sqlx::query(
         "INSERT INTO share_bases (org_id, cluster_id, valid_from, basis, created_by) VALUES ($1, $2, $3, $4, $5)",
     )
