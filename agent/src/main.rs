@@ -171,6 +171,29 @@ struct NodeArgs {
     /// kubelet's pod-resources socket (which container holds which device); skipped when absent.
     #[arg(long, env = "GPULEDGER_POD_RESOURCES_SOCKET", default_value = gpuledger_agent::podresources::DEFAULT_SOCKET)]
     pod_resources_socket: PathBuf,
+    /// The node's proc file system, where GPU processes' cgroups say which pod they belong to (`/host/proc` when
+    /// the host's is mounted there instead of running with hostPID).
+    #[arg(long, env = "GPULEDGER_HOST_PROC", default_value = "/proc")]
+    host_proc: PathBuf,
+    /// Simulated GPU processes, with --source simulated: `GPU:PID:SM%` (comma-separated or repeated); their pods
+    /// come from `<host-proc>/<PID>/cgroup`, as on a real node.
+    #[arg(long, value_delimiter = ',', value_parser = parse_simulated_process)]
+    simulate_process: Vec<(u32, u32, f64)>,
+}
+
+/// `GPU:PID:SM%` → (GPU index, PID, SM %).
+fn parse_simulated_process(s: &str) -> Result<(u32, u32, f64), String> {
+    let parts: Vec<&str> = s.split(':').collect();
+    let [gpu, pid, sm] = parts.as_slice() else {
+        return Err(format!("{s:?}: expected GPU:PID:SM% (e.g. 0:4242:35)"));
+    };
+    let gpu = gpu.parse().map_err(|_| format!("{s:?}: the GPU index {gpu:?} is not a number"))?;
+    let pid = pid.parse().map_err(|_| format!("{s:?}: the PID {pid:?} is not a number"))?;
+    let sm: f64 = sm.parse().map_err(|_| format!("{s:?}: the SM percentage {sm:?} is not a number"))?;
+    if !(0.0..=100.0).contains(&sm) {
+        return Err(format!("{s:?}: the SM percentage must be from 0 to 100"));
+    }
+    Ok((gpu, pid, sm))
 }
 
 fn main() -> std::process::ExitCode {
@@ -332,22 +355,26 @@ async fn cluster(args: ClusterArgs) -> anyhow::Result<()> {
 
 async fn node(args: NodeArgs) -> anyhow::Result<()> {
     use gpuledger_agent::node::{
-        DcgmSource, GpuSource, NodeCollector, NvmlSource, ProcCgroups, SimulatedSource, process_facts, summarize,
+        DcgmSource, GpuSource, NodeCollector, NvmlSource, ProcCgroups, ProcessRollup, SimulatedSource, process_facts,
+        summarize,
     };
     let mut source: Box<dyn GpuSource> = match args.source {
         Source::Nvml => Box::new(NvmlSource::new(args.node_name.clone())?),
         Source::Dcgm => {
             Box::new(DcgmSource::new(args.dcgm_url.clone().context("--dcgm-url is required with --source dcgm")?)?)
         }
-        Source::Simulated => {
-            Box::new(SimulatedSource::new(args.node_name.clone(), args.simulate_model.clone(), args.simulate_gpus))
-        }
+        Source::Simulated => Box::new(
+            SimulatedSource::new(args.node_name.clone(), args.simulate_model.clone(), args.simulate_gpus)
+                .with_processes(args.simulate_process.clone()),
+        ),
     };
     let (spool, sender) = delivery(&args.delivery, "node", Some(args.node_name.clone()))?;
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let delivery =
         tokio::spawn(sender.run(spool.clone(), stop_rx, std::time::Duration::from_millis(args.delivery.poll_ms)));
     let mut collector = NodeCollector::new(args.node_name.clone(), args.window_secs);
+    let mut process_rollup = ProcessRollup::new(args.node_name.clone(), args.window_secs);
+    let cgroups = ProcCgroups { root: args.host_proc.clone() };
     let mut tick = tokio::time::interval(std::time::Duration::from_secs(args.sample_secs.max(1)));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     tracing::info!(node = %args.node_name, source = ?args.source, "sampling GPUs");
@@ -364,10 +391,11 @@ async fn node(args: NodeArgs) -> anyhow::Result<()> {
             _ = tick.tick() => {}
         }
         let at = time::OffsetDateTime::now_utc();
-        let (returned, samples, processes) = tokio::task::spawn_blocking(move || {
+        let (returned, samples, processes, activity) = tokio::task::spawn_blocking(move || {
             let samples = source.scrape(at);
             let processes = source.processes();
-            (source, samples, processes)
+            let activity = source.process_activity();
+            (source, samples, processes, activity)
         })
         .await?;
         source = returned;
@@ -379,7 +407,8 @@ async fn node(args: NodeArgs) -> anyhow::Result<()> {
             }
         };
         let mut facts = collector.observe(&samples, at);
-        facts.extend(process_facts(&args.node_name, &processes, &ProcCgroups, &mut seen_processes, at));
+        facts.extend(process_facts(&args.node_name, &processes, &cgroups, &mut seen_processes, at));
+        facts.extend(process_rollup.observe(&activity, &processes, &cgroups, at));
         if args.pod_resources_socket.exists() {
             match gpuledger_agent::podresources::list(&args.pod_resources_socket).await {
                 Ok(items) => facts.extend(gpuledger_agent::podresources::assignment_facts(
@@ -397,7 +426,8 @@ async fn node(args: NodeArgs) -> anyhow::Result<()> {
             spool.lock().map_err(|_| anyhow::anyhow!("spool lock poisoned"))?.append_facts(&facts)?;
         }
     }
-    let tail = collector.flush(time::OffsetDateTime::now_utc());
+    let mut tail = collector.flush(time::OffsetDateTime::now_utc());
+    tail.extend(process_rollup.drain(time::OffsetDateTime::now_utc()));
     if !tail.is_empty() {
         spool.lock().map_err(|_| anyhow::anyhow!("spool lock poisoned"))?.append_facts(&tail)?;
     }

@@ -40,6 +40,167 @@ pub trait GpuSource: Send {
     fn processes(&mut self) -> Vec<(String, u32)> {
         Vec::new()
     }
+
+    /// Each GPU's processes' activity since the previous call, for the GPUs whose driver reports it (a GPU listed
+    /// with no process was sampled and nothing ran). Sources without per-process samples return none.
+    fn process_activity(&mut self) -> Vec<GpuProcesses> {
+        Vec::new()
+    }
+}
+
+/// One GPU's processes' activity over the time since the previous reading.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GpuProcesses {
+    /// GPU UUID.
+    pub gpu_uuid: String,
+    /// (PID, SM %, memory-bandwidth %) per process that showed activity, averaged over the driver's samples.
+    pub processes: Vec<(u32, f64, f64)>,
+}
+
+/// NVML's per-process samples of one GPU → each process's mean SM and memory activity (the driver reports a
+/// process only in the sample periods where it did something; the sampling code counts the rest as zero).
+pub fn mean_per_process(samples: &[(u32, u32, u32)]) -> Vec<(u32, f64, f64)> {
+    let mut by_pid: BTreeMap<u32, (f64, f64, u32)> = BTreeMap::new();
+    for &(pid, sm, mem) in samples {
+        let e = by_pid.entry(pid).or_insert((0.0, 0.0, 0));
+        e.0 += f64::from(sm.min(100));
+        e.1 += f64::from(mem.min(100));
+        e.2 += 1;
+    }
+    by_pid.into_iter().map(|(pid, (sm, mem, n))| (pid, sm / f64::from(n), mem / f64::from(n))).collect()
+}
+
+#[derive(Debug, Default)]
+struct PodAcc {
+    /// Samplings in which the pod's processes showed, and their sums and extremes.
+    seen: u32,
+    sm: (f64, f64, f64),
+    mem: (f64, f64, f64),
+}
+
+#[derive(Debug, Default)]
+struct GpuWindow {
+    samplings: u32,
+    pods: BTreeMap<Uuid, PodAcc>,
+}
+
+/// Rolls per-process activity up per GPU and window into `process_telemetry` facts: each pod's SM activity summed
+/// over its processes per sampling, then min/avg/max over the window's samplings (a sampling without the pod is 0).
+pub struct ProcessRollup {
+    node: String,
+    window_s: i64,
+    current: Option<OffsetDateTime>,
+    gpus: BTreeMap<String, GpuWindow>,
+}
+
+impl ProcessRollup {
+    /// A rollup for `node` with `window_secs`-second windows (the same as the device rollups').
+    pub fn new(node: impl Into<String>, window_secs: u32) -> Self {
+        Self { node: node.into(), window_s: i64::from(window_secs.max(1)), current: None, gpus: BTreeMap::new() }
+    }
+
+    fn window_start(&self, at: OffsetDateTime) -> Option<OffsetDateTime> {
+        let t = at.unix_timestamp();
+        OffsetDateTime::from_unix_timestamp(t - t.rem_euclid(self.window_s)).ok()
+    }
+
+    /// Takes one sampling at `at`: `activity` from the source, `running` its (GPU, PID) list (a running process
+    /// without samples did nothing), `cgroups` to find each process's pod. Returns the facts of windows that closed.
+    pub fn observe(
+        &mut self,
+        activity: &[GpuProcesses],
+        running: &[(String, u32)],
+        cgroups: &dyn CgroupReader,
+        at: OffsetDateTime,
+    ) -> Vec<Fact> {
+        let window = self.window_start(at);
+        let mut facts = Vec::new();
+        if self.current.is_some() && window != self.current {
+            facts = self.drain(at);
+        }
+        self.current = window;
+        let mut pods_of: HashMap<u32, Option<Uuid>> = HashMap::new();
+        let mut pod_of = |pid: u32| -> Option<Uuid> {
+            *pods_of.entry(pid).or_insert_with(|| cgroups.cgroup(pid).as_deref().and_then(pod_from_cgroup).map(|p| p.0))
+        };
+        for gpu in activity {
+            let mut this: BTreeMap<Uuid, (f64, f64)> = BTreeMap::new();
+            for (g, pid) in running {
+                if *g == gpu.gpu_uuid
+                    && let Some(pod) = pod_of(*pid)
+                {
+                    this.entry(pod).or_insert((0.0, 0.0));
+                }
+            }
+            for &(pid, sm, mem) in &gpu.processes {
+                // A process outside any pod (the node's own) is nobody's allocation.
+                let Some(pod) = pod_of(pid) else { continue };
+                let e = this.entry(pod).or_insert((0.0, 0.0));
+                e.0 += sm;
+                e.1 += mem;
+            }
+            let w = self.gpus.entry(gpu.gpu_uuid.clone()).or_default();
+            w.samplings += 1;
+            for (pod, (sm, mem)) in this {
+                let (sm, mem) = (sm.clamp(0.0, 100.0), mem.clamp(0.0, 100.0));
+                let acc = w.pods.entry(pod).or_default();
+                if acc.seen == 0 {
+                    acc.sm = (sm, sm, sm);
+                    acc.mem = (mem, mem, mem);
+                } else {
+                    acc.sm = (acc.sm.0 + sm, acc.sm.1.min(sm), acc.sm.2.max(sm));
+                    acc.mem = (acc.mem.0 + mem, acc.mem.1.min(mem), acc.mem.2.max(mem));
+                }
+                acc.seen += 1;
+            }
+        }
+        facts
+    }
+
+    /// Closes the current window (also at shutdown): one fact per GPU sampled in it.
+    pub fn drain(&mut self, at: OffsetDateTime) -> Vec<Fact> {
+        use gpuledger_core::wire::{FactBody, PodActivity, ProcessTelemetry, Stat, event_id};
+        let Some(start) = self.current.take() else {
+            self.gpus.clear();
+            return Vec::new();
+        };
+        let end = start + time::Duration::seconds(self.window_s);
+        let stat = |(sum, min, max): (f64, f64, f64), seen: u32, samplings: u32| {
+            let avg = (sum / f64::from(samplings.max(1))).clamp(0.0, 100.0);
+            // Samplings without the pod were zeros.
+            let min = if seen < samplings { 0.0 } else { min.min(avg) };
+            Stat { min, avg, max: max.max(avg) }
+        };
+        let mut facts = Vec::new();
+        for (gpu, w) in std::mem::take(&mut self.gpus) {
+            if w.samplings == 0 {
+                continue;
+            }
+            let pods = w
+                .pods
+                .into_iter()
+                .map(|(pod_uid, acc)| PodActivity {
+                    pod_uid,
+                    sm_pct: stat(acc.sm, acc.seen, w.samplings),
+                    memory_pct: Some(stat(acc.mem, acc.seen, w.samplings)),
+                })
+                .collect();
+            let Ok(stamp) = start.format(&time::format_description::well_known::Rfc3339) else { continue };
+            facts.push(Fact {
+                event_id: event_id("process-window", &[&self.node, &gpu, &stamp]),
+                observed_at: at,
+                body: FactBody::ProcessTelemetry(ProcessTelemetry {
+                    node: self.node.clone(),
+                    gpu_uuid: gpu,
+                    window_start: start,
+                    window_end: end,
+                    samples: w.samplings,
+                    pods,
+                }),
+            });
+        }
+        facts
+    }
 }
 
 /// A process's pod and container, from its cgroup path. Both systemd (`kubepods-burstable-pod<uid with _>.slice/
@@ -68,12 +229,21 @@ pub trait CgroupReader: Send {
     fn cgroup(&self, pid: u32) -> Option<String>;
 }
 
-/// Reads `/proc` (the DaemonSet runs with `hostPID: true` so it sees the node's processes).
-pub struct ProcCgroups;
+/// Reads the node's `/proc` (the DaemonSet runs with `hostPID: true` so it sees the node's processes; or the
+/// host's `/proc` mounted elsewhere, `--host-proc`).
+pub struct ProcCgroups {
+    /// The proc file system's root, usually `/proc`.
+    pub root: std::path::PathBuf,
+}
 
 impl CgroupReader for ProcCgroups {
     fn cgroup(&self, pid: u32) -> Option<String> {
-        std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()
+        // A cgroup file is a few lines; more than 64 KiB is not one.
+        use std::io::Read;
+        let file = std::fs::File::open(self.root.join(pid.to_string()).join("cgroup")).ok()?;
+        let mut text = String::new();
+        file.take(64 * 1024).read_to_string(&mut text).ok()?;
+        Some(text)
     }
 }
 
@@ -131,6 +301,8 @@ pub struct SimulatedSource {
     /// Energy counters, millijoules.
     energy_mj: Vec<f64>,
     last: Option<OffsetDateTime>,
+    /// Simulated processes: (GPU index, PID, SM %).
+    processes: Vec<(u32, u32, f64)>,
 }
 
 impl SimulatedSource {
@@ -143,7 +315,14 @@ impl SimulatedSource {
             memory_mib: 81_559.0,
             energy_mj: vec![1_000_000_000.0; gpus as usize],
             last: None,
+            processes: Vec::new(),
         }
+    }
+
+    /// Adds simulated processes `(GPU index, PID, SM %)`; their pods come from the cgroup reader, as on a node.
+    pub fn with_processes(mut self, processes: Vec<(u32, u32, f64)>) -> Self {
+        self.processes = processes.into_iter().filter(|p| p.0 < self.gpus).collect();
+        self
     }
 
     /// The simulated device UUID of GPU `i`.
@@ -153,6 +332,27 @@ impl SimulatedSource {
 }
 
 impl GpuSource for SimulatedSource {
+    fn processes(&mut self) -> Vec<(String, u32)> {
+        self.processes.iter().map(|&(gpu, pid, _)| (Self::uuid(gpu), pid)).collect()
+    }
+
+    fn process_activity(&mut self) -> Vec<GpuProcesses> {
+        if self.processes.is_empty() {
+            return Vec::new();
+        }
+        (0..self.gpus)
+            .map(|gpu| GpuProcesses {
+                gpu_uuid: Self::uuid(gpu),
+                processes: self
+                    .processes
+                    .iter()
+                    .filter(|p| p.0 == gpu && p.2 > 0.0)
+                    .map(|&(_, pid, sm)| (pid, sm.min(100.0), sm.min(100.0) / 2.0))
+                    .collect(),
+            })
+            .collect()
+    }
+
     fn scrape(&mut self, at: OffsetDateTime) -> Result<Vec<Sample>, GpuError> {
         let dt = self.last.map_or(0.0, |l| (at - l).as_seconds_f64().max(0.0));
         self.last = Some(at);
@@ -189,13 +389,15 @@ impl GpuSource for SimulatedSource {
 pub struct NvmlSource {
     nvml: nvml_wrapper::Nvml,
     node: String,
+    /// Per GPU, the driver timestamp of the last per-process sample read (the next read starts after it).
+    last_process_sample: HashMap<String, u64>,
 }
 
 impl NvmlSource {
     /// Initializes NVML; without a driver this fails with [`GpuError::NoGpu`].
     pub fn new(node: impl Into<String>) -> Result<Self, GpuError> {
         let nvml = nvml_wrapper::Nvml::init().map_err(|e| GpuError::NoGpu(e.to_string()))?;
-        Ok(Self { nvml, node: node.into() })
+        Ok(Self { nvml, node: node.into(), last_process_sample: HashMap::new() })
     }
 }
 
@@ -208,6 +410,37 @@ impl GpuSource for NvmlSource {
             for p in d.running_compute_processes().unwrap_or_default() {
                 out.push((uuid.clone(), p.pid));
             }
+        }
+        out
+    }
+
+    fn process_activity(&mut self) -> Vec<GpuProcesses> {
+        use nvml_wrapper::error::NvmlError;
+        let mut out = Vec::new();
+        for i in 0..self.nvml.device_count().unwrap_or(0) {
+            let Ok(d) = self.nvml.device_by_index(i) else { continue };
+            let Ok(uuid) = d.uuid() else { continue };
+            let since = self.last_process_sample.get(&uuid).copied();
+            let samples = match d.process_utilization_stats(since) {
+                Ok(s) => s,
+                // No sample since `since`: sampled, and no process did anything.
+                Err(NvmlError::NotFound) => Vec::new(),
+                // Not supported (MIG mode, vGPU guests, old GPUs) or failed: not measured, never zero.
+                Err(e) => {
+                    tracing::debug!(gpu = %uuid, error = %e, "no per-process utilization");
+                    continue;
+                }
+            };
+            if let Some(latest) = samples.iter().map(|s| s.timestamp).max() {
+                self.last_process_sample.insert(uuid.clone(), latest);
+            } else if since.is_none() {
+                // First read with nothing buffered: start from now on the next one.
+                self.last_process_sample.insert(uuid.clone(), 0);
+            }
+            // The first read returns everything the driver buffered (seconds, from before the agent started):
+            // it is kept, as the window it falls in is the current one.
+            let triples: Vec<(u32, u32, u32)> = samples.iter().map(|s| (s.pid, s.sm_util, s.mem_util)).collect();
+            out.push(GpuProcesses { gpu_uuid: uuid, processes: mean_per_process(&triples) });
         }
         out
     }
@@ -447,6 +680,100 @@ mod tests {
             matches!(&facts[0].body, FactBody::DeviceAssigned(a) if a.device_ids == ["GPU-1"] && a.container == "abc")
         );
         assert!(process_facts("n1", &procs, &Fake, &mut seen, at).is_empty(), "sent once");
+    }
+
+    struct TwoPods;
+    impl CgroupReader for TwoPods {
+        fn cgroup(&self, pid: u32) -> Option<String> {
+            match pid {
+                // Pod A has two processes (systemd layout), pod B one (cgroupfs layout).
+                100 | 101 => Some(
+                    "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod6d4c1f62_27a5_4f67_9c39_2f6b4c1d0a11.slice/cri-containerd-abc.scope"
+                        .into(),
+                ),
+                200 => Some("0::/kubepods/besteffort/pod0b7e8a55-1f0e-4c6a-9a51-5d8d2f0c9e01/def".into()),
+                _ => Some("0::/user.slice/session-1.scope".into()),
+            }
+        }
+    }
+
+    #[test]
+    fn nvml_samples_average_per_process() {
+        let means = mean_per_process(&[(100, 40, 10), (100, 20, 30), (200, 5, 1), (100, 250, 0)]);
+        assert_eq!(means.len(), 2);
+        assert_eq!(means[0].0, 100);
+        assert!((means[0].1 - (40.0 + 20.0 + 100.0) / 3.0).abs() < 1e-9, "clamped at 100: {:?}", means[0]);
+        assert_eq!(means[1], (200, 5.0, 1.0));
+    }
+
+    #[test]
+    fn per_process_activity_rolls_up_per_pod_and_window() {
+        use gpuledger_core::wire::ProcessTelemetry;
+        let a: Uuid = "6d4c1f62-27a5-4f67-9c39-2f6b4c1d0a11".parse().unwrap();
+        let b: Uuid = "0b7e8a55-1f0e-4c6a-9a51-5d8d2f0c9e01".parse().unwrap();
+        let mut r = ProcessRollup::new("n1", 60);
+        let running = vec![("GPU-1".to_string(), 100), ("GPU-1".to_string(), 101), ("GPU-1".to_string(), 200)];
+        let gpu = |procs: Vec<(u32, f64, f64)>| vec![GpuProcesses { gpu_uuid: "GPU-1".into(), processes: procs }];
+        // Sampling 1: pod A's two processes 20 % + 10 %, pod B 40 %, a host process 50 % (nobody's).
+        assert!(
+            r.observe(
+                &gpu(vec![(100, 20.0, 4.0), (101, 10.0, 2.0), (200, 40.0, 8.0), (999, 50.0, 0.0)]),
+                &running,
+                &TwoPods,
+                datetime!(2026-10-01 10:00:10 UTC),
+            )
+            .is_empty()
+        );
+        // Sampling 2: only pod A's first process did anything; B is running but idle.
+        assert!(
+            r.observe(&gpu(vec![(100, 30.0, 6.0)]), &running, &TwoPods, datetime!(2026-10-01 10:00:40 UTC)).is_empty()
+        );
+        // Sampling 3 is in the next window: the first one closes.
+        let facts = r.observe(&gpu(vec![]), &[], &TwoPods, datetime!(2026-10-01 10:01:05 UTC));
+        assert_eq!(facts.len(), 1);
+        let FactBody::ProcessTelemetry(ProcessTelemetry { window_start, window_end, samples, pods, gpu_uuid, .. }) =
+            &facts[0].body
+        else {
+            panic!("{:?}", facts[0].body)
+        };
+        assert_eq!((gpu_uuid.as_str(), *samples), ("GPU-1", 2));
+        assert_eq!((*window_start, *window_end), (datetime!(2026-10-01 10:00 UTC), datetime!(2026-10-01 10:01 UTC)));
+        assert_eq!(pods.len(), 2, "the host process is no pod's: {pods:?}");
+        let pa = pods.iter().find(|p| p.pod_uid == a).unwrap();
+        assert_eq!((pa.sm_pct.min, pa.sm_pct.avg, pa.sm_pct.max), (30.0, 30.0, 30.0), "20 + 10, then 30");
+        let pb = pods.iter().find(|p| p.pod_uid == b).unwrap();
+        assert_eq!((pb.sm_pct.min, pb.sm_pct.avg, pb.sm_pct.max), (0.0, 20.0, 40.0), "40, then idle but running");
+        // The same window again has the same event ID (re-sent windows are stored once).
+        let mut again = ProcessRollup::new("n1", 60);
+        again.observe(&gpu(vec![]), &[], &TwoPods, datetime!(2026-10-01 10:00:30 UTC));
+        let second = again.drain(datetime!(2026-10-01 10:02 UTC));
+        assert_eq!(second[0].event_id, facts[0].event_id);
+        // The window that was open at shutdown is sent by drain: one sampling, nobody active.
+        let tail = r.drain(datetime!(2026-10-01 10:01:30 UTC));
+        assert!(matches!(&tail[0].body, FactBody::ProcessTelemetry(t) if t.samples == 1 && t.pods.is_empty()));
+    }
+
+    #[test]
+    fn simulated_processes_are_reported_per_gpu() {
+        let mut s = SimulatedSource::new("n1", "NVIDIA L4", 2).with_processes(vec![(0, 4242, 35.0), (5, 1, 1.0)]);
+        assert_eq!(s.processes(), vec![(SimulatedSource::uuid(0), 4242)], "a GPU the node lacks is ignored");
+        let activity = s.process_activity();
+        assert_eq!(activity.len(), 2, "both GPUs sampled");
+        assert_eq!(activity[0].processes, vec![(4242, 35.0, 17.5)]);
+        assert!(activity[1].processes.is_empty());
+        assert!(SimulatedSource::new("n1", "NVIDIA L4", 2).process_activity().is_empty(), "no processes: no samples");
+    }
+
+    #[test]
+    fn cgroups_are_read_under_the_configured_proc_root() {
+        let dir = std::env::temp_dir().join(format!("gl-proc-{}", Uuid::new_v4().simple()));
+        std::fs::create_dir_all(dir.join("4242")).unwrap();
+        std::fs::write(dir.join("4242/cgroup"), "0::/kubepods/burstable/pod6d4c1f62-27a5-4f67-9c39-2f6b4c1d0a11/abc\n")
+            .unwrap();
+        let proc = ProcCgroups { root: dir.clone() };
+        assert!(proc.cgroup(4242).is_some_and(|c| c.contains("kubepods")));
+        assert!(proc.cgroup(4243).is_none());
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

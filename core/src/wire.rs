@@ -92,6 +92,9 @@ pub enum FactBody {
     DeviceAssigned(DeviceAssignment),
     /// Rolled-up utilization samples of one device (or MIG instance) over a window.
     Telemetry(TelemetryRollup),
+    /// Per-process utilization of one GPU over a window, summed per pod (NVML process samples): how much of a
+    /// soft-shared GPU each pod used.
+    ProcessTelemetry(ProcessTelemetry),
     /// The agent dropped data (spool full): the ledger shows the hole instead of a silent zero.
     Gap(GapFact),
     /// A Kueue ClusterQueue's nominal quotas (imported as guaranteed capacity by the ledger).
@@ -117,6 +120,7 @@ impl FactBody {
             Self::DeviceObserved(_) => "device_observed",
             Self::DeviceAssigned(_) => "device_assigned",
             Self::Telemetry(_) => "telemetry",
+            Self::ProcessTelemetry(_) => "process_telemetry",
             Self::Gap(_) => "gap",
             Self::QuotaObserved(_) => "quota_observed",
             Self::ServiceUsage(_) => "service_usage",
@@ -398,6 +402,43 @@ pub struct TelemetryRollup {
     /// by allocation, never by this label).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pod: Option<PodRef>,
+}
+
+/// Most pods one `process_telemetry` fact may name (a GPU with more processes than this is not a real one).
+pub const MAX_PODS_PER_PROCESS_WINDOW: usize = 256;
+
+/// One GPU's processes over a window, summed per pod, from the driver's per-process samples (NVML
+/// `nvmlDeviceGetProcessUtilization`). The window was sampled: a pod of the node that is not listed did nothing
+/// on this GPU (an empty `pods` is an idle GPU, not a missing measurement).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProcessTelemetry {
+    /// Node.
+    pub node: String,
+    /// Physical GPU UUID.
+    pub gpu_uuid: String,
+    /// Window start (inclusive).
+    #[serde(with = "time::serde::rfc3339")]
+    pub window_start: OffsetDateTime,
+    /// Window end (exclusive).
+    #[serde(with = "time::serde::rfc3339")]
+    pub window_end: OffsetDateTime,
+    /// Samplings of the GPU's processes in the window.
+    pub samples: u32,
+    /// The pods whose processes ran on the GPU in the window.
+    pub pods: Vec<PodActivity>,
+}
+
+/// One pod's share of a GPU's work over a window: its processes' SM activity summed per sampling, then
+/// rolled up over the window's samplings (a sampling without its processes counts as 0).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PodActivity {
+    /// The pod's UID (from the processes' cgroups).
+    pub pod_uid: Uuid,
+    /// Percent of the GPU's streaming multiprocessors busy with the pod's processes.
+    pub sm_pct: Stat,
+    /// Percent of the GPU's memory bandwidth the pod's processes used, when reported.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_pct: Option<Stat>,
 }
 
 /// A pod as an exporter labels it.

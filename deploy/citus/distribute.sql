@@ -127,4 +127,7 @@ SELECT create_distributed_table('namespace_rules', 'org_id', colocate_with => 'd
 SELECT create_distributed_table('share_bases', 'org_id', colocate_with => 'departments');
 SELECT create_distributed_table('close_acknowledgements', 'org_id', colocate_with => 'departments');
 
+-- migration 20: per-process GPU utilization
+SELECT create_distributed_table('process_windows', 'org_id', colocate_with => 'departments');
+
 COMMIT;

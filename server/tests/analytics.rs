@@ -10,12 +10,13 @@ use axum::{
     http::{Request, StatusCode},
 };
 use gpuledger_core::{
+    fraction::Fraction,
     ids::{MigProfile, OrgId},
-    sharing::SharingMode,
+    sharing::{SharingMode, SoftScheduler},
     wire::{
         AgentInfo, AllocationEnd, AllocationStart, AttributionLabels, Batch, DeviceFact, EndReason, EndpointTotalsFact,
-        Fact, FactBody, Holder, MigDeviceFact, NamespaceFact, ServiceUsageFact, Stat, TelemetryRollup, WIRE_VERSION,
-        event_id,
+        Fact, FactBody, Holder, MigDeviceFact, NamespaceFact, PodActivity, ProcessTelemetry, ServiceUsageFact, Stat,
+        TelemetryRollup, WIRE_VERSION, event_id,
     },
 };
 use gpuledger_server::{
@@ -403,6 +404,134 @@ async fn idle_reservations_and_active_equivalent_hours_by_hand() {
     let (_, _, r) = get(&env, Some(&env.admin), "period=2026-09").await;
     assert_eq!(r["total"], 1);
     assert_eq!(numbers(row(&r, &c, "alpha")), ["2.000000", "0.000000", "2.000000", "2.000000", "2.000000"]);
+}
+
+/// A soft share of `pct` % of a GPU's compute, held by pod `uid` on `node`.
+fn soft(
+    pod: &str,
+    uid: Uuid,
+    node: &str,
+    ns: Uuid,
+    pct: i128,
+    from: OffsetDateTime,
+    to: OffsetDateTime,
+) -> (String, [Fact; 2]) {
+    let mode = SharingMode::SoftShare {
+        scheduler: SoftScheduler::Hami,
+        compute: Some(Fraction::new(pct, 100).unwrap()),
+        memory: None,
+        memory_mib: None,
+    };
+    let (id, [mut start, end]) = held(pod, ns, mode, GPU_C, from, to);
+    if let FactBody::AllocationStarted(s) = &mut start.body {
+        s.holder_uid = uid;
+        s.node = Some(node.into());
+    }
+    (id, [start, end])
+}
+
+/// One GPU's per-process window as the node agent reports it.
+fn processes(node: &str, gpu: &str, from: OffsetDateTime, to: OffsetDateTime, pods: &[(Uuid, f64)]) -> Fact {
+    Fact {
+        event_id: event_id("process-window", &[node, gpu, &from.unix_timestamp().to_string()]),
+        observed_at: to,
+        body: FactBody::ProcessTelemetry(ProcessTelemetry {
+            node: node.into(),
+            gpu_uuid: gpu.into(),
+            window_start: from,
+            window_end: to,
+            samples: 360,
+            pods: pods
+                .iter()
+                .map(|&(pod_uid, pct)| PodActivity {
+                    pod_uid,
+                    sm_pct: Stat { min: pct, avg: pct, max: pct },
+                    memory_pct: None,
+                })
+                .collect(),
+        }),
+    }
+}
+
+#[tokio::test]
+async fn soft_shared_pods_are_measured_by_their_own_processes() {
+    let env = env().await;
+    let ns = Uuid::new_v4();
+    let (p1, p2, p3) = (Uuid::new_v4(), Uuid::new_v4(), Uuid::new_v4());
+    let (from, to) = (datetime!(2026-10-06 00:00 UTC), datetime!(2026-10-06 04:00 UTC));
+    let mut facts = vec![namespace(ns, "alpha", datetime!(2026-09-01 00:00 UTC))];
+    let (a, fa) = soft("notebook-a", p1, "node-1", ns, 30, from, to);
+    let (b, fb) = soft("notebook-b", p2, "node-1", ns, 50, from, to);
+    let (c, fc) = soft("notebook-c", p3, "node-2", ns, 25, from, to);
+    facts.extend(fa);
+    facts.extend(fb);
+    facts.extend(fc);
+    // The GPU itself is 90 % busy: that is everyone's work, never credited to one soft share.
+    facts.extend(telemetry(GPU_C, from, to, 90.0));
+    // node-1's processes sampled for three of the four hours: A keeps 15 % of the SMs busy throughout; B nothing in
+    // the first hour (absent), then 60 % — more than its 50 % share.
+    for h in 0..3 {
+        let w = from + Duration::hours(h);
+        let mut pods = vec![(p1, 15.0)];
+        if h > 0 {
+            pods.push((p2, 60.0));
+        }
+        // A pod of another node is ignored here.
+        pods.push((Uuid::new_v4(), 5.0));
+        facts.push(processes("node-1", GPU_C, w, w + Duration::hours(1), &pods));
+    }
+    send(&env, facts.clone()).await;
+    // Re-sent windows are stored once.
+    let again =
+        post_batch(&env, facts.iter().filter(|f| f.body.kind() == "process_telemetry").cloned().collect()).await;
+    assert_eq!(again["stored"], 0, "{again}");
+
+    let (status, _, report) = get(&env, Some(&env.admin), "period=2026-10").await;
+    assert_eq!(status, StatusCode::OK, "{report}");
+    // A: 0.3 × 4 h = 1.2 allocated; 3 h observed (0.9 GPU-h); 15 % of the GPU is 50 % of its share: 0.45 active.
+    let ra = row(&report, &a, "alpha");
+    assert_eq!(&numbers(ra)[..4], ["1.200000", "0.450000", "3.000000", "0.900000"]);
+    assert_eq!(ra["not_measured"], Value::Null);
+    // B: 0.5 × 4 = 2; hour 0 idle, hours 1–2 capped at its whole share: 0.5 × 2 h = 1.0 active.
+    let rb = row(&report, &b, "alpha");
+    assert_eq!(&numbers(rb)[..4], ["2.000000", "1.000000", "3.000000", "1.500000"]);
+    // C: node-2 reported no processes: not measured, with the reason; never the GPU's 90 %.
+    let rc = row(&report, &c, "alpha");
+    assert_eq!(numbers(rc), ["1.000000", "0.000000", "0.000000", "0.000000", "0.000000"]);
+    let why = rc["not_measured"].as_str().unwrap();
+    assert!(why.contains("per-process samples"), "{why}");
+}
+
+#[tokio::test]
+async fn malformed_process_windows_are_refused_by_field() {
+    let env = env().await;
+    let (from, to) = (datetime!(2026-10-06 00:00 UTC), datetime!(2026-10-06 01:00 UTC));
+    let pod = Uuid::new_v4();
+    let cases: Vec<(Fact, &str)> = vec![
+        (processes("node-1", GPU_C, from, to, &[(pod, 130.0)]), "pods[0].sm_pct"),
+        (processes("node-1", GPU_C, from, to, &[(pod, 10.0), (pod, 20.0)]), "pods[1].pod_uid"),
+        (processes("node-1", GPU_C, to, from, &[]), "window_end"),
+        (processes("", GPU_C, from, to, &[]), "node"),
+        (processes("node-1", GPU_C, from, to, &(0..300).map(|_| (Uuid::new_v4(), 0.1)).collect::<Vec<_>>()), "pods"),
+    ];
+    for (fact, field) in cases {
+        let batch = Batch {
+            wire_version: WIRE_VERSION,
+            agent: AgentInfo { version: "test".into(), mode: "node".into(), node: None, spool: None },
+            cluster: None,
+            facts: vec![fact],
+        };
+        let req = Request::post("/api/v1/ingest/batches")
+            .header("content-type", "application/json")
+            .header("authorization", format!("Bearer {}", env.agent))
+            .body(Body::from(serde_json::to_vec(&batch).unwrap()))
+            .unwrap();
+        let response = env.app.clone().oneshot(req).await.unwrap();
+        assert_eq!(response.status(), StatusCode::UNPROCESSABLE_ENTITY);
+        let body: Value = serde_json::from_slice(&to_bytes(response.into_body(), 1 << 20).await.unwrap()).unwrap();
+        let named = body.to_string();
+        assert!(named.contains(&format!("facts[0].{field}")), "{field}: {named}");
+    }
 }
 
 #[tokio::test]

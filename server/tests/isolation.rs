@@ -135,6 +135,11 @@ async fn seed(db: &Database, slug: &str) -> OrgId {
             "INSERT INTO close_acknowledgements (org_id, period, acknowledged_by, reason, what) VALUES ($1, '2026-01-01', 'test', 'known', '{}')",
             vec![o],
         ),
+        // Per-process GPU utilization (migration 20).
+        (
+            "INSERT INTO process_windows (org_id, cluster_id, node, gpu_uuid, window_start, window_end, samples, pods) VALUES ($1, $2, 'n1', 'GPU-1', '2026-01-01 10:00Z', '2026-01-01 10:01Z', 4, '[]')",
+            vec![o, cluster],
+        ),
         // The read model's summaries and month totals (migration 15).
         (
             "INSERT INTO read_totals (org_id, period, department_id, department, total) VALUES ($1, '2026-01-01', $2, 'd', 1.00)",

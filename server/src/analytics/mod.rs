@@ -18,7 +18,7 @@
 //!   (`gpu_instance_id = -1`) then apply to every allocation on that GPU.
 //! - telemetry windows that start at most one day before the period (rollup windows are minutes long).
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use axum::{Json, Router, extract::State, routing::get};
 use gpuledger_api::analytics as api;
@@ -204,6 +204,8 @@ type AllocRow = (
     Option<String>,
     String,
     String,
+    Uuid,
+    Option<String>,
 );
 
 /// Splits `[start, end)` at the owners' validity boundaries: each piece with its tenant, `None` where no
@@ -258,7 +260,7 @@ async fn load(tx: &mut OrgTx, window: Interval, tenant: Option<TenantId>) -> Res
     let org = tx.org().as_uuid();
     let rows: Vec<AllocRow> = sqlx::query_as(
         "SELECT a.cluster_id, a.allocation_id, a.namespace_uid, a.fraction_num, a.fraction_den, a.started_at,
-                a.ended_at, a.device_ids, a.gpu_class, a.confidence, a.sharing_mode
+                a.ended_at, a.device_ids, a.gpu_class, a.confidence, a.sharing_mode, a.holder_uid, a.node
            FROM allocation_intervals a
           WHERE a.org_id = $4 AND a.started_at < $2 AND (a.ended_at IS NULL OR a.ended_at > $1)
             AND ($3::uuid IS NULL OR a.namespace_uid IN (
@@ -322,7 +324,11 @@ async fn load(tx: &mut OrgTx, window: Interval, tenant: Option<TenantId>) -> Res
     let mut gpus = BTreeSet::new();
     let mut without_fraction = 0u64;
     let mut modes = HashMap::with_capacity(rows.len());
-    for (cluster, allocation_id, ns, num, den, started_at, ended_at, device_ids, gpu_class, conf, mode) in rows {
+    // Soft-shared pods: measured by their own processes' samples, keyed `pod:<cluster>/<uid>`.
+    let mut soft_pods: Vec<SoftPod> = Vec::new();
+    for (cluster, allocation_id, ns, num, den, started_at, ended_at, device_ids, gpu_class, conf, mode, holder, node) in
+        rows
+    {
         let (Some(num), Some(den)) = (num, den) else {
             without_fraction += 1;
             continue;
@@ -335,10 +341,17 @@ async fn load(tx: &mut OrgTx, window: Interval, tenant: Option<TenantId>) -> Res
         let id = format!("{cluster}/{allocation_id}");
         // A soft share's GPU is busy with every pod on it: its own activity needs per-process samples, so the
         // device's utilization is not credited to it.
-        let parents: Vec<String> =
-            if mode == "soft_share" { Vec::new() } else { device_ids.iter().map(|d| telemetry_key(d, &mig)).collect() };
+        let parents: Vec<String> = match (mode.as_str(), node) {
+            ("soft_share", Some(node)) => {
+                let key = format!("pod:{cluster}/{holder}");
+                soft_pods.push(SoftPod { cluster, node, key: key.clone(), fraction });
+                vec![key]
+            }
+            ("soft_share", None) => Vec::new(),
+            _ => device_ids.iter().map(|d| telemetry_key(d, &mig)).collect(),
+        };
         modes.insert(id.clone(), mode);
-        gpus.extend(parents.iter().cloned());
+        gpus.extend(parents.iter().filter(|k| !k.starts_with("pod:")).cloned());
         let confidence = confidence(&conf)?;
         let gpu_class = gpu_class.and_then(|c| GpuClass::new(c).ok());
         let no_owners = Vec::new();
@@ -402,6 +415,8 @@ async fn load(tx: &mut OrgTx, window: Interval, tenant: Option<TenantId>) -> Res
         samples.push(ActivitySample { gpu_uuid, window, utilization });
     }
 
+    samples.extend(pod_samples(tx, window, &soft_pods).await?);
+
     let tenant_ids: Vec<Uuid> =
         allocations.iter().filter_map(|a| a.tenant.map(|t| t.as_uuid())).collect::<BTreeSet<_>>().into_iter().collect();
     let tenant_names: HashMap<Uuid, String> = if tenant_ids.is_empty() {
@@ -432,6 +447,72 @@ fn tenant_json(t: &TenantUtilization, names: &HashMap<Uuid, String>) -> Result<a
         idle_gpu_hours: hours(&t.idle_gpu_hours)?,
         confidence: t.confidence.as_str().into(),
     })
+}
+
+/// A soft-shared pod's allocation: measured on its node by its own processes.
+struct SoftPod {
+    cluster: Uuid,
+    node: String,
+    /// `pod:<cluster>/<pod UID>`: the key its samples are filed under.
+    key: String,
+    /// GPU-equivalents it holds (its share): its activity is reported relative to it.
+    fraction: Fraction,
+}
+
+/// Soft-shared pods' activity from the node agents' per-process windows. Each window of the pod's node that was
+/// sampled is a sample: the pod's SM activity summed over the node's GPUs (0 where its processes did not show),
+/// relative to the share it holds — a pod holding 30 % of a GPU and keeping 15 % of its SMs busy used half of its
+/// share — capped at all of it (soft limits are not enforced by every scheduler).
+async fn pod_samples(tx: &mut OrgTx, window: Interval, pods: &[SoftPod]) -> Result<Vec<ActivitySample>, AppError> {
+    if pods.is_empty() {
+        return Ok(Vec::new());
+    }
+    let clusters: Vec<Uuid> = pods.iter().map(|p| p.cluster).collect::<BTreeSet<_>>().into_iter().collect();
+    let nodes: Vec<String> = pods.iter().map(|p| p.node.clone()).collect::<BTreeSet<_>>().into_iter().collect();
+    let uids: Vec<String> = pods.iter().filter_map(|p| p.key.rsplit('/').next().map(str::to_string)).collect();
+    let org = tx.org().as_uuid();
+    let rows: Vec<(Uuid, String, OffsetDateTime, OffsetDateTime, Option<String>, Option<f64>)> = sqlx::query_as(
+        "SELECT w.cluster_id, w.node, w.window_start, w.window_end, p->>'pod_uid',
+                CASE WHEN jsonb_typeof(p->'sm_pct'->'avg') = 'number' THEN (p->'sm_pct'->>'avg')::float8 END
+           FROM process_windows w
+           LEFT JOIN LATERAL jsonb_array_elements(w.pods) AS p ON p->>'pod_uid' = ANY($5)
+          WHERE w.org_id = $1 AND w.cluster_id = ANY($2) AND w.node = ANY($3)
+            AND w.window_start >= $4 - interval '1 day' AND w.window_start < $6 AND w.window_end > $4",
+    )
+    .bind(org)
+    .bind(&clusters)
+    .bind(&nodes)
+    .bind(window.start())
+    .bind(&uids)
+    .bind(window.end())
+    .fetch_all(tx.conn())
+    .await?;
+    // (cluster, node) → window → pod UID → summed SM %.
+    type Windows = BTreeMap<(OffsetDateTime, OffsetDateTime), HashMap<String, f64>>;
+    let mut by_node: HashMap<(Uuid, String), Windows> = HashMap::new();
+    for (cluster, node, start, end, pod, sm) in rows {
+        let windows = by_node.entry((cluster, node)).or_default();
+        let pods = windows.entry((start, end)).or_default();
+        if let (Some(pod), Some(sm)) = (pod, sm) {
+            *pods.entry(pod).or_insert(0.0) += sm;
+        }
+    }
+    let mut out = Vec::new();
+    for pod in pods {
+        let Some(windows) = by_node.get(&(pod.cluster, pod.node.clone())) else { continue };
+        let uid = pod.key.rsplit('/').next().unwrap_or_default();
+        let share = pod.fraction.to_f64_lossy();
+        if share <= 0.0 {
+            continue;
+        }
+        for ((start, end), pods) in windows {
+            let used = pods.get(uid).copied().unwrap_or(0.0);
+            let Some(utilization) = Utilization::from_pct((used / share).min(100.0)) else { continue };
+            let Ok(window) = Interval::new(*start, *end) else { continue };
+            out.push(ActivitySample { gpu_uuid: pod.key.clone(), window, utilization });
+        }
+    }
+    Ok(out)
 }
 
 /// Why an allocation's utilization is not measured, for people (with the way to get it measured).

@@ -7,7 +7,10 @@ use std::{collections::HashMap, io::Read};
 use axum::http::{HeaderMap, header};
 use gpuledger_core::{
     sharing::SharingMode,
-    wire::{Batch, EndpointTotalsFact, Fact, FactBody, MAX_FACTS_PER_BATCH, ServiceUsageFact, WIRE_VERSION},
+    wire::{
+        Batch, EndpointTotalsFact, Fact, FactBody, MAX_FACTS_PER_BATCH, MAX_PODS_PER_PROCESS_WINDOW, ProcessTelemetry,
+        ServiceUsageFact, WIRE_VERSION,
+    },
 };
 use time::{Duration, OffsetDateTime};
 
@@ -125,6 +128,7 @@ pub fn decode(headers: &HeaderMap, body: &[u8], limits: &IngestLimits) -> Result
             "device_observed" => FactBody::DeviceObserved(parse_at(&at, &mut de())?),
             "device_assigned" => FactBody::DeviceAssigned(parse_at(&at, &mut de())?),
             "telemetry" => FactBody::Telemetry(parse_at(&at, &mut de())?),
+            "process_telemetry" => FactBody::ProcessTelemetry(parse_at(&at, &mut de())?),
             "gap" => FactBody::Gap(parse_at(&at, &mut de())?),
             "quota_observed" => FactBody::QuotaObserved(parse_at(&at, &mut de())?),
             "service_usage" => FactBody::ServiceUsage(parse_at(&at, &mut de())?),
@@ -280,6 +284,14 @@ pub fn validate(batch: &Batch, window: Window) -> Result<(), AppError> {
                 future("window_end", t.window_end)?;
                 past("window_start", t.window_start)?;
             }
+            FactBody::ProcessTelemetry(t) => {
+                if t.window_end <= t.window_start {
+                    return Err(AppError::invalid(field("window_end"), "must be after window_start"));
+                }
+                future("window_end", t.window_end)?;
+                past("window_start", t.window_start)?;
+                validate_process_telemetry(t).map_err(|(name, reason)| AppError::invalid(field(&name), reason))?;
+            }
             FactBody::Gap(g) => {
                 if g.to < g.from {
                     return Err(AppError::invalid(field("to"), "is before from"));
@@ -342,6 +354,45 @@ fn validate_service_usage(
         (u.ttft_ms_sum, u.ttft_count),
         &[("requests", u.requests), ("input_tokens", u.input_tokens), ("output_tokens", u.output_tokens)],
     )
+}
+
+/// What serde cannot say about a GPU's per-process window: names within limits, at most
+/// [`MAX_PODS_PER_PROCESS_WINDOW`] pods, each once, percentages that are percentages.
+fn validate_process_telemetry(t: &ProcessTelemetry) -> Result<(), (String, String)> {
+    if t.node.is_empty() || t.node.len() > 253 {
+        return Err(("node".into(), "must be 1 to 253 characters".into()));
+    }
+    if t.gpu_uuid.is_empty() || t.gpu_uuid.len() > 200 {
+        return Err(("gpu_uuid".into(), "must be 1 to 200 characters".into()));
+    }
+    if t.pods.len() > MAX_PODS_PER_PROCESS_WINDOW {
+        return Err((
+            "pods".into(),
+            format!("{} pods; at most {MAX_PODS_PER_PROCESS_WINDOW} on one GPU", t.pods.len()),
+        ));
+    }
+    let mut seen = std::collections::HashSet::with_capacity(t.pods.len());
+    for (i, p) in t.pods.iter().enumerate() {
+        if !seen.insert(p.pod_uid) {
+            return Err((format!("pods[{i}].pod_uid"), format!("{} is listed twice", p.pod_uid)));
+        }
+        // Summed over a pod's processes a percentage stays one: the driver's SM activity of all processes on a
+        // GPU is at most 100 %. A little slack for rounding between the driver's samples.
+        for (name, stat) in [("sm_pct", Some(&p.sm_pct)), ("memory_pct", p.memory_pct.as_ref())] {
+            let Some(stat) = stat else { continue };
+            let ok = |v: f64| v.is_finite() && (0.0..=100.5).contains(&v);
+            if !(ok(stat.min) && ok(stat.avg) && ok(stat.max))
+                || stat.min > stat.avg + 1e-6
+                || stat.avg > stat.max + 1e-6
+            {
+                return Err((
+                    format!("pods[{i}].{name}"),
+                    "must be percentages from 0 to 100 with min <= avg <= max".into(),
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Server kinds an `endpoint_totals` fact may name (the agent reads these; the table's CHECK says the same).

@@ -4,7 +4,7 @@ use std::collections::BTreeSet;
 
 use gpuledger_core::{
     ids::{ClusterId, OrgId},
-    wire::{EndpointTotalsFact, FlaggedFact, ServiceUsageFact, TelemetryRollup},
+    wire::{EndpointTotalsFact, FlaggedFact, ProcessTelemetry, ServiceUsageFact, TelemetryRollup},
 };
 use serde_json::json;
 use time::OffsetDateTime;
@@ -86,6 +86,39 @@ pub(super) async fn store_telemetry(
     .bind(&pod_ns)
     .bind(&pod_name)
     .bind(&pod_uid)
+    .execute(tx.conn())
+    .await?;
+    Ok(done.rows_affected())
+}
+
+/// Stores per-process GPU windows (one row per GPU and window; the pods as JSON), idempotent by key.
+pub(super) async fn store_process_windows(
+    tx: &mut OrgTx,
+    org: OrgId,
+    cluster: ClusterId,
+    windows: &[&ProcessTelemetry],
+) -> Result<u64, AppError> {
+    if windows.is_empty() {
+        return Ok(0);
+    }
+    let mut pods = Vec::with_capacity(windows.len());
+    for w in windows {
+        pods.push(serde_json::to_value(&w.pods).map_err(|e| AppError::Internal(e.to_string()))?);
+    }
+    let done = sqlx::query(
+        "INSERT INTO process_windows (org_id, cluster_id, node, gpu_uuid, window_start, window_end, samples, pods)
+         SELECT $1, $2, * FROM unnest($3::text[], $4::text[], $5::timestamptz[], $6::timestamptz[], $7::int[],
+                $8::jsonb[])
+         ON CONFLICT DO NOTHING",
+    )
+    .bind(org.as_uuid())
+    .bind(cluster.as_uuid())
+    .bind(windows.iter().map(|w| w.node.clone()).collect::<Vec<_>>())
+    .bind(windows.iter().map(|w| w.gpu_uuid.clone()).collect::<Vec<_>>())
+    .bind(windows.iter().map(|w| w.window_start).collect::<Vec<_>>())
+    .bind(windows.iter().map(|w| w.window_end).collect::<Vec<_>>())
+    .bind(windows.iter().map(|w| i32::try_from(w.samples).unwrap_or(i32::MAX)).collect::<Vec<_>>())
+    .bind(&pods)
     .execute(tx.conn())
     .await?;
     Ok(done.rows_affected())

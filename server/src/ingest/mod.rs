@@ -16,7 +16,8 @@ use axum::{Json, Router, body::Bytes, extract::State, http::HeaderMap, routing::
 use gpuledger_core::{
     ids::{ClusterId, OrgId},
     wire::{
-        Batch, BatchAck, EndpointTotalsFact, Fact, FactBody, ServiceUsageFact, TelemetryRollup, TrainingProgressFact,
+        Batch, BatchAck, EndpointTotalsFact, Fact, FactBody, ProcessTelemetry, ServiceUsageFact, TelemetryRollup,
+        TrainingProgressFact,
     },
 };
 use serde_json::json;
@@ -34,7 +35,7 @@ use history::{apply_device, apply_namespace, apply_node};
 pub use intervals::normalize_model;
 use intervals::{Assigned, assign_devices, recompute_intervals};
 pub(crate) use intervals::{reapply_namespaces_naming, recompute_for_inventory, recompute_soft_shares};
-use measurements::{store_endpoint_totals, store_service_usage, store_telemetry};
+use measurements::{store_endpoint_totals, store_process_windows, store_service_usage, store_telemetry};
 
 /// `POST /api/v1/ingest/batches`.
 pub fn router() -> Router<AppState> {
@@ -163,6 +164,7 @@ fn subject(body: &FactBody) -> String {
             ),
         },
         FactBody::Telemetry(t) => t.gpu_uuid.clone(),
+        FactBody::ProcessTelemetry(t) => format!("processes/{}", t.gpu_uuid),
         FactBody::Gap(_) => "gap".into(),
         FactBody::QuotaObserved(q) => format!("clusterqueue/{}", q.uid),
         FactBody::ServiceUsage(u) => subject_of_usage(u),
@@ -183,6 +185,7 @@ fn occurred_at(fact: &Fact) -> OffsetDateTime {
         FactBody::AllocationVanished(v) => v.last_seen_at,
         FactBody::NamespaceObserved(n) => n.labels_since,
         FactBody::Telemetry(t) => t.window_start,
+        FactBody::ProcessTelemetry(t) => t.window_start,
         FactBody::Gap(g) => g.from,
         FactBody::QuotaObserved(q) => q.since,
         FactBody::ServiceUsage(u) => u.window_start,
@@ -195,7 +198,7 @@ fn occurred_at(fact: &Fact) -> OffsetDateTime {
 /// Stores a validated batch in `tx` and updates derived state. Idempotent.
 pub async fn store(tx: &mut OrgTx, org: OrgId, cluster: ClusterId, facts: &[Fact]) -> Result<BatchAck, AppError> {
     let (telemetry, other): (Vec<&Fact>, Vec<&Fact>) =
-        facts.iter().partition(|f| matches!(f.body, FactBody::Telemetry(_)));
+        facts.iter().partition(|f| matches!(f.body, FactBody::Telemetry(_) | FactBody::ProcessTelemetry(_)));
     let mut stored = 0u64;
     let mut flagged = Vec::new();
 
@@ -243,6 +246,14 @@ pub async fn store(tx: &mut OrgTx, org: OrgId, cluster: ClusterId, facts: &[Fact
             })
             .collect();
         stored += store_telemetry(tx, org, cluster, &rollups).await?;
+        let windows: Vec<&ProcessTelemetry> = telemetry
+            .iter()
+            .filter_map(|f| match &f.body {
+                FactBody::ProcessTelemetry(t) => Some(t),
+                _ => None,
+            })
+            .collect();
+        stored += store_process_windows(tx, org, cluster, &windows).await?;
     }
 
     // 2b. Service usage: its own table, idempotent by its key (the events above already count it as stored).
