@@ -195,6 +195,90 @@ async fn soft_sharing_objects_are_priced_by_their_share() {
     assert_eq!((mps.1.as_str(), mps.2, mps.3), ("time_slice", Some(1), Some(10)));
     let ts = get("time-slicing-verification-0");
     assert_eq!((ts.1.as_str(), ts.2, ts.3, ts.4.as_deref()), ("time_slice", Some(1), Some(4), Some("L4-24GB")));
+
+    // Utilization of a soft share from its own processes: the real node agent on gpu-node-7 (simulated GPUs, the
+    // NVML code path) sees PID 4242 of the running HAMi pod at 20 % of GPU 0's SMs — 40 % of its half — and a host
+    // process at 70 % that is nobody's. Pods are found from the processes' cgroups under --host-proc.
+    const RUNNING: &str = "6a0f4b1c-8d2e-4f3a-9b5c-0e1d2f3a4b5d";
+    let proc_root = dir.join("proc");
+    std::fs::create_dir_all(proc_root.join("4242")).unwrap();
+    std::fs::write(
+        proc_root.join("4242/cgroup"),
+        format!(
+            "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{}.slice/cri-containerd-0f3e.scope\n",
+            RUNNING.replace('-', "_")
+        ),
+    )
+    .unwrap();
+    std::fs::create_dir_all(proc_root.join("777")).unwrap();
+    std::fs::write(proc_root.join("777/cgroup"), "0::/system.slice/nvidia-persistenced.service\n").unwrap();
+    let node_log = std::fs::File::create(dir.join("node.log")).unwrap();
+    let mut node = std::process::Command::new(gpuledger_e2e::process::binary("gpuledger-agent").unwrap())
+        .args(["node", "--source", "simulated", "--simulate-gpus", "2", "--simulate-model", "NVIDIA L4"])
+        .args(["--node-name", "gpu-node-7", "--simulate-process", "0:4242:20,1:777:70", "--server", &server.base])
+        .args(["--token", &token, "--sample-secs", "1", "--window-secs", "2", "--poll-ms", "200"])
+        .arg("--host-proc")
+        .arg(&proc_root)
+        .arg("--spool-dir")
+        .arg(dir.join("node-spool"))
+        .stdout(std::process::Stdio::from(node_log.try_clone().unwrap()))
+        .stderr(std::process::Stdio::from(node_log))
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    loop {
+        let windows: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM process_windows WHERE node = 'gpu-node-7' AND gpu_uuid LIKE '%000000000000'
+                AND pods @> jsonb_build_array(jsonb_build_object('pod_uid', $1::text))",
+        )
+        .bind(RUNNING)
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+        if windows >= 2 {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(40),
+            "{windows} process windows\n{}",
+            std::fs::read_to_string(dir.join("node.log")).unwrap_or_default()
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    signal(node.id(), "TERM").unwrap();
+    let _ = node.wait();
+    // GPU 1 was sampled too, with nobody's work on it (the host process is no pod).
+    let other: Vec<serde_json::Value> = sqlx::query_scalar(
+        "SELECT pods FROM process_windows WHERE node = 'gpu-node-7' AND gpu_uuid LIKE '%000000000001'",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert!(!other.is_empty() && other.iter().all(|p| p == &json!([])), "{other:?}");
+    let admin = create_token(&db.admin_url, "admin").unwrap();
+    let month = OffsetDateTime::now_utc();
+    let report: serde_json::Value = reqwest::Client::new()
+        .get(format!("{}/api/v1/analytics/utilization", server.base))
+        .query(&[("period", format!("{}-{:02}", month.year(), u8::from(month.month())))])
+        .bearer_auth(&admin)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let row = report["allocations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["allocation_id"].as_str().is_some_and(|a| a.starts_with(RUNNING)))
+        .unwrap_or_else(|| panic!("no row for the running HAMi pod: {report:#}"));
+    assert_eq!(row["not_measured"], serde_json::Value::Null, "{row:#}");
+    let observed: f64 = row["observed_gpu_hours"].as_str().unwrap().parse().unwrap();
+    let active: f64 = row["active_equivalent_gpu_hours"].as_str().unwrap().parse().unwrap();
+    assert!(observed > 0.0, "{row:#}");
+    // 20 % of the GPU is 40 % of the pod's half (utilization is kept in permille).
+    assert!((active / observed - 0.4).abs() < 0.01, "active {active} of observed {observed}: {row:#}");
     drop(server);
     let _ = std::fs::remove_dir_all(&dir);
 }

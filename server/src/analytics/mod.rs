@@ -471,7 +471,10 @@ async fn pod_samples(tx: &mut OrgTx, window: Interval, pods: &[SoftPod]) -> Resu
     let nodes: Vec<String> = pods.iter().map(|p| p.node.clone()).collect::<BTreeSet<_>>().into_iter().collect();
     let uids: Vec<String> = pods.iter().filter_map(|p| p.key.rsplit('/').next().map(str::to_string)).collect();
     let org = tx.org().as_uuid();
-    let rows: Vec<(Uuid, String, OffsetDateTime, OffsetDateTime, Option<String>, Option<f64>)> = sqlx::query_as(
+    // (cluster, node, window start, window end, pod UID, the pod's SM %): one row per pod asked about, or one with
+    // no pod for a window none of them appears in.
+    type ProcessRow = (Uuid, String, OffsetDateTime, OffsetDateTime, Option<String>, Option<f64>);
+    let rows: Vec<ProcessRow> = sqlx::query_as(
         "SELECT w.cluster_id, w.node, w.window_start, w.window_end, p->>'pod_uid',
                 CASE WHEN jsonb_typeof(p->'sm_pct'->'avg') = 'number' THEN (p->'sm_pct'->>'avg')::float8 END
            FROM process_windows w
