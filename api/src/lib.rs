@@ -15,6 +15,7 @@ pub mod close;
 pub mod common;
 pub mod disputes;
 pub mod exports;
+pub mod foresight;
 pub mod health;
 pub mod ingest;
 pub mod ledger;

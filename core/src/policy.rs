@@ -32,6 +32,37 @@ pub struct CostPolicy {
     /// The shared-overhead pool and its distribution key.
     #[serde(default)]
     pub overhead: OverheadPolicy,
+    /// When a reservation counts as idle (for the idle list and its notifications; never billed). Absent from a
+    /// document that keeps the defaults, so earlier policies read and hash as they always did.
+    #[serde(default, skip_serializing_if = "IdlePolicy::is_default")]
+    pub idle: IdlePolicy,
+}
+
+/// When an allocation holding GPUs counts as an idle reservation: activity below `threshold_pct` for at least
+/// `min_hours` (default: below 5 % for 2 hours).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IdlePolicy {
+    /// Percent of the GPU's activity (0–100) below which time is idle.
+    pub threshold_pct: Decimal,
+    /// Hours of idle time before a reservation is listed.
+    pub min_hours: Decimal,
+}
+
+impl Default for IdlePolicy {
+    fn default() -> Self {
+        Self {
+            threshold_pct: Decimal::from_scaled(5, 0).unwrap_or(Decimal::ZERO),
+            min_hours: Decimal::from_scaled(2, 0).unwrap_or(Decimal::ZERO),
+        }
+    }
+}
+
+impl IdlePolicy {
+    /// Whether these are the defaults (not written into documents).
+    pub fn is_default(&self) -> bool {
+        *self == Self::default()
+    }
 }
 
 /// Rates of one GPU class.
@@ -167,6 +198,14 @@ impl CostPolicy {
             {
                 return Err(invalid("energy.pue".into(), format!("{pue} is below 1")));
             }
+        }
+        let pct = self.idle.threshold_pct.value();
+        if pct <= Fraction::ZERO || pct > Fraction::from_integer(100)? {
+            return Err(invalid("idle.threshold_pct".into(), "must be above 0 and at most 100"));
+        }
+        let hours = self.idle.min_hours.value();
+        if hours <= Fraction::ZERO || hours > Fraction::from_integer(24 * 31)? {
+            return Err(invalid("idle.min_hours".into(), "must be above 0 and at most 744 (a month)"));
         }
         let mut seen = BTreeSet::new();
         for (i, s) in self.services.iter().enumerate() {

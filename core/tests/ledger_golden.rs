@@ -86,6 +86,7 @@ fn policy() -> CostPolicy {
         services: Vec::new(),
         token_weights: Vec::new(),
         overhead: Default::default(),
+        idle: Default::default(),
     }
 }
 

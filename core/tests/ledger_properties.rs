@@ -218,6 +218,7 @@ fn build(case: &Case) -> LedgerInput {
             services: Vec::new(),
             token_weights: Vec::new(),
             overhead,
+            idle: Default::default(),
         },
         inventory_version: "inv".into(),
         departments: (0..case.departments).map(|d| DepartmentRef { id: did(d), name: format!("dept-{d}") }).collect(),

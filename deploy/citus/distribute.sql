@@ -130,4 +130,9 @@ SELECT create_distributed_table('close_acknowledgements', 'org_id', colocate_wit
 -- migration 20: per-process GPU utilization
 SELECT create_distributed_table('process_windows', 'org_id', colocate_with => 'departments');
 
+-- migration 22: budgets and webhooks
+SELECT create_distributed_table('budgets', 'org_id', colocate_with => 'departments');
+SELECT create_distributed_table('webhooks', 'org_id', colocate_with => 'departments');
+SELECT create_distributed_table('webhook_deliveries', 'org_id', colocate_with => 'departments');
+
 COMMIT;

@@ -90,6 +90,7 @@ pub fn api_routes(state: &AppState) -> Router<AppState> {
         .merge(crate::exports::router())
         .merge(crate::metrics::router())
         .merge(crate::training::router())
+        .merge(crate::budgets::router())
         .route_layer(middleware::from_fn_with_state(state.clone(), heavy_read));
     Router::new()
         .merge(ingest::router())
@@ -97,6 +98,7 @@ pub fn api_routes(state: &AppState) -> Router<AppState> {
         .merge(crate::tenancy::router())
         .merge(crate::usage::router())
         .merge(crate::disputes::router())
+        .merge(crate::notifications::router())
         .merge(crate::orgs::settings::router())
         .merge(auth::router())
         .merge(openapi::router())

@@ -528,6 +528,12 @@ impl CrossOrgMaintenance<'_> {
         Ok(ids.into_iter().map(OrgId::from_uuid).collect())
     }
 
+    /// The organizations with an active webhook (the notifier checks their conditions and deliveries).
+    pub async fn notify_orgs(&self) -> Result<Vec<OrgId>, DbError> {
+        let ids: Vec<uuid::Uuid> = sqlx::query_scalar("SELECT gpuledger_notify_due()").fetch_all(self.pool).await?;
+        Ok(ids.into_iter().map(OrgId::from_uuid).collect())
+    }
+
     /// The (organization, month) pairs whose stored summaries do not go with their current figures, newest month
     /// first, at most `limit`.
     pub async fn read_summaries_due(&self, limit: i32) -> Result<Vec<(OrgId, time::Date)>, DbError> {

@@ -287,6 +287,8 @@ pub struct ServerLimits {
     /// The read model's staleness bound (`--snapshot-max-age-secs`): answers from an older snapshot, with changes
     /// waiting, say they are stale.
     pub snapshot_max_age: time::Duration,
+    /// Where webhooks may point (`--webhook-allow-loopback`, `--webhook-allow-private`).
+    pub outbound: crate::notifications::OutboundPolicy,
 }
 
 /// Default of `--ingest-backfill-days`: a year and a month, so a cluster that joins can still send what it
@@ -303,6 +305,7 @@ impl Default for ServerLimits {
             backfill: time::Duration::days(DEFAULT_BACKFILL_DAYS),
             heavy: HeavyReads::new(DEFAULT_HEAVY_READS_PER_ORG, std::time::Duration::from_secs(10)),
             snapshot_max_age: time::Duration::seconds(60),
+            outbound: crate::notifications::OutboundPolicy::default(),
         }
     }
 }

@@ -164,6 +164,12 @@ pub struct OrgGauges {
     pub disputes: Vec<(String, i64)>,
     /// Browser sessions not ended, expired or idle too long.
     pub open_sessions: i64,
+    /// This month's department budgets (the latest setting), by department.
+    pub budgets: Vec<(String, f64)>,
+    /// This month's figure per department as the open month prices it (allocations still open to its end).
+    pub projected: Vec<(String, f64)>,
+    /// Webhook deliveries by state.
+    pub deliveries: Vec<(String, i64)>,
 }
 
 async fn org_gauges(tx: &mut OrgTx) -> Result<OrgGauges, AppError> {
@@ -209,7 +215,35 @@ async fn org_gauges(tx: &mut OrgTx) -> Result<OrgGauges, AppError> {
     .bind(org)
     .fetch_one(tx.conn())
     .await?;
+    let month = gpuledger_core::Period::containing(time::OffsetDateTime::now_utc()).first_day();
+    let budgets = sqlx::query_as(
+        "SELECT DISTINCT ON (b.department_id) d.name, b.amount::float8 FROM budgets b
+           JOIN departments d ON d.org_id = b.org_id AND d.department_id = b.department_id
+          WHERE b.org_id = $1 AND b.period = $2 AND b.department_id IS NOT NULL
+          ORDER BY b.department_id, b.created_at DESC",
+    )
+    .bind(org)
+    .bind(month)
+    .fetch_all(tx.conn())
+    .await?;
+    let projected = sqlx::query_as(
+        "SELECT t.department, sum(t.total)::float8 FROM read_totals t
+           JOIN read_months m ON m.org_id = t.org_id AND m.period = t.period AND m.state = 'provisional'
+          WHERE t.org_id = $1 AND t.period = $2 GROUP BY 1 ORDER BY 1",
+    )
+    .bind(org)
+    .bind(month)
+    .fetch_all(tx.conn())
+    .await?;
+    let deliveries =
+        sqlx::query_as("SELECT state, count(*) FROM webhook_deliveries WHERE org_id = $1 GROUP BY 1 ORDER BY 1")
+            .bind(org)
+            .fetch_all(tx.conn())
+            .await?;
     Ok(OrgGauges {
+        budgets,
+        projected,
+        deliveries,
         open_allocations,
         agent_last_seen: contacts.iter().map(|(c, m, t, _)| (c.clone(), m.clone(), *t)).collect(),
         agent_lag: contacts.iter().filter_map(|(c, m, _, l)| l.map(|l| (c.clone(), m.clone(), l))).collect(),
@@ -471,6 +505,22 @@ pub fn render(workloads: &[Workload], gauges: Option<&OrgGauges>, counters: &Org
         }
         e.family("gpuledger_sessions_open", "gauge", "Browser sessions open now.");
         e.sample("gpuledger_sessions_open", &[], g.open_sessions as f64);
+        e.family("gpuledger_budget_amount", "gauge", "This month's budget of a department, in the policy's currency.");
+        for (department, amount) in &g.budgets {
+            e.sample("gpuledger_budget_amount", &[("department", department)], *amount);
+        }
+        e.family(
+            "gpuledger_month_projected_amount",
+            "gauge",
+            "This month's figure of a department as the open month prices it (allocations still open to its end).",
+        );
+        for (department, amount) in &g.projected {
+            e.sample("gpuledger_month_projected_amount", &[("department", department)], *amount);
+        }
+        e.family("gpuledger_webhook_deliveries", "gauge", "Webhook deliveries by state (pending, delivered, failed).");
+        for (state, n) in &g.deliveries {
+            e.sample("gpuledger_webhook_deliveries", &[("state", state)], *n as f64);
+        }
     }
 
     e.family(

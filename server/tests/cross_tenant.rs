@@ -52,6 +52,8 @@ const CLOSED: &str = "2026-09";
 const B_ONLY_CLOSED: &str = "2026-08";
 /// B's draft policy version: A never gets this far.
 const B_DRAFT_VERSION: i32 = 50;
+/// B's webhook: A never sees, lists or disables it.
+const B_WEBHOOK: Uuid = Uuid::from_u128(0xb0b0_0000_0000_4000_8000_0000_0000_0001);
 
 // ---------------------------------------------------------------- credentials
 
@@ -1177,6 +1179,98 @@ fn cases() -> Vec<Case> {
             },
             control: None,
         },
+        // Foresight: budgets, forecast, idle reservations and webhooks are the organization's own.
+        Case {
+            method: "GET",
+            route: "/api/v1/idle",
+            who: Readers,
+            denied: Api,
+            expect: Clean(200),
+            build: |_| get("/api/v1/idle"),
+            control: control(AdminToken, 200, false),
+        },
+        Case {
+            method: "GET",
+            route: "/api/v1/budgets",
+            who: Readers,
+            denied: Api,
+            expect: Clean(200),
+            build: |_| get(format!("/api/v1/budgets?period={CLOSED}")),
+            control: control(AdminToken, 200, false),
+        },
+        Case {
+            method: "POST",
+            route: "/api/v1/budgets",
+            who: AdminOrFinance,
+            denied: Api,
+            expect: Status(422),
+            // B's tenant, by ID: not a tenant of A.
+            build: |t| {
+                with_json(
+                    "/api/v1/budgets",
+                    json!({"tenant": t.tenant.to_string(), "period": CLOSED, "amount": "1.00"}),
+                )
+                .filter(|_| t.kind == Kind::OtherOrg)
+            },
+            control: None,
+        },
+        Case {
+            method: "GET",
+            route: "/api/v1/forecast",
+            who: Readers,
+            denied: Api,
+            expect: Clean(200),
+            build: |_| get(format!("/api/v1/forecast?period={CLOSED}")),
+            control: control(AdminToken, 200, false),
+        },
+        Case {
+            method: "GET",
+            route: "/api/v1/notifications/webhooks",
+            who: AdminOrFinance,
+            denied: Api,
+            expect: Clean(200),
+            build: |_| get("/api/v1/notifications/webhooks"),
+            control: control(AdminToken, 200, false),
+        },
+        Case {
+            method: "POST",
+            route: "/api/v1/notifications/webhooks",
+            who: AdminOrFinance,
+            denied: Api,
+            // B's receiver's address is no business of A's; an internal target is refused for everyone.
+            expect: Status(422),
+            build: |_| {
+                with_json(
+                    "/api/v1/notifications/webhooks",
+                    json!({"url": "https://169.254.169.254/", "events": ["period.closed"]}),
+                )
+            },
+            control: None,
+        },
+        Case {
+            method: "GET",
+            route: "/api/v1/notifications/webhooks/{id}/deliveries",
+            who: AdminOrFinance,
+            denied: Api,
+            expect: Status(404),
+            build: |t| {
+                get(format!("/api/v1/notifications/webhooks/{B_WEBHOOK}/deliveries"))
+                    .filter(|_| t.kind == Kind::OtherOrg)
+            },
+            control: None,
+        },
+        Case {
+            method: "POST",
+            route: "/api/v1/notifications/webhooks/{id}/disable",
+            who: AdminOrFinance,
+            denied: Api,
+            expect: Status(404),
+            build: |t| {
+                with_json(format!("/api/v1/notifications/webhooks/{B_WEBHOOK}/disable"), json!({}))
+                    .filter(|_| t.kind == Kind::OtherOrg)
+            },
+            control: None,
+        },
         Case {
             method: "PATCH",
             route: "/api/v1/departments/{department}",
@@ -1501,6 +1595,15 @@ fn cases() -> Vec<Case> {
                 with_form("/ui/organization/settings", "display_name=probe&default_currency=EUR&retention_months=5")
             },
             control: None,
+        },
+        Case {
+            method: "GET",
+            route: "/admin/notifications",
+            who: Sessions(&[AdminSession, FinanceSession]),
+            denied: Page,
+            expect: Clean(200),
+            build: |_| page("/admin/notifications"),
+            control: control(AdminSession, 200, false),
         },
         Case {
             method: "GET",
@@ -2171,6 +2274,15 @@ async fn env() -> Env {
     )
     .bind(b.id.as_uuid())
     .bind(B_DRAFT_VERSION)
+    .execute(&su)
+    .await
+    .unwrap();
+    sqlx::query(
+        "INSERT INTO webhooks (org_id, webhook_id, url, events, secret, created_by)
+         VALUES ($1, $2, 'https://hooks.org-b.invalid/gl', '{period.closed}', 'whsec_org_b_secret_0123456789abcdef', 'seed')",
+    )
+    .bind(b.id.as_uuid())
+    .bind(B_WEBHOOK)
     .execute(&su)
     .await
     .unwrap();

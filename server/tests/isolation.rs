@@ -22,6 +22,7 @@ async fn seed(db: &Database, slug: &str) -> OrgId {
     let o = org.as_uuid();
     let (dept, tenant, cluster, ns, user) =
         (Uuid::new_v4(), Uuid::new_v4(), Uuid::new_v4(), Uuid::new_v4(), Uuid::new_v4());
+    let webhook = Uuid::new_v4();
     let statements: Vec<(&str, Vec<Uuid>)> = vec![
         ("INSERT INTO departments (org_id, department_id, name) VALUES ($1, $2, 'Research')", vec![o, dept]),
         (
@@ -139,6 +140,19 @@ async fn seed(db: &Database, slug: &str) -> OrgId {
         (
             "INSERT INTO process_windows (org_id, cluster_id, node, gpu_uuid, window_start, window_end, samples, pods) VALUES ($1, $2, 'n1', 'GPU-1', '2026-01-01 10:00Z', '2026-01-01 10:01Z', 4, '[]')",
             vec![o, cluster],
+        ),
+        // Budgets and webhooks (migration 22).
+        (
+            "INSERT INTO budgets (org_id, period, department_id, amount, created_by) VALUES ($1, '2026-01-01', $2, 100.00, 'test')",
+            vec![o, dept],
+        ),
+        (
+            "INSERT INTO webhooks (org_id, webhook_id, url, events, secret, created_by) VALUES ($1, $2, 'https://hooks.example/x', '{period.closed}', 'whsec_0123456789abcdef0123456789abcdef', 'test')",
+            vec![o, webhook],
+        ),
+        (
+            "INSERT INTO webhook_deliveries (org_id, webhook_id, event, dedupe_key, payload) VALUES ($1, $2, 'period.closed', 'k', '{}')",
+            vec![o, webhook],
         ),
         // The read model's summaries and month totals (migration 15).
         (

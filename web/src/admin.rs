@@ -64,6 +64,7 @@ fn AdminNav() -> impl IntoView {
             <a href="/admin/identity">"Sign-in"</a>
             <a href="/admin/policies">"Cost policies & quotas"</a>
             <a href="/admin/inventory">"Inventory & tenancy"</a>
+            <a href="/admin/notifications">"Idle & notifications"</a>
             <a href="/admin/audit">"Audit log"</a>
             <a href="/admin/organization">"Organization"</a>
         </nav>

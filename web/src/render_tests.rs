@@ -118,6 +118,20 @@ fn complete(path: &str, over: Value) -> Value {
     };
     if path.starts_with("/api/v1/ledger/months") {
         with(json!({"months": []}), &over)
+    } else if path.starts_with("/api/v1/idle") {
+        with(
+            json!({"as_of": "2026-12-01T12:00:00Z", "threshold_pct": "5", "min_idle_hours": "2", "items": [],
+                   "not_measured": 0}),
+            &over,
+        )
+    } else if path.starts_with("/api/v1/budgets") {
+        with(json!({"period": "2026-12", "items": []}), &over)
+    } else if path.starts_with("/api/v1/forecast") {
+        with(
+            json!({"period": "2026-12", "as_of": "2026-12-15T00:00:00Z", "currency": "USD", "elapsed": "0.5",
+                   "departments": [], "tenants": [], "total": {"to_date": "0.00", "forecast": "0.00", "budget": null}}),
+            &over,
+        )
     } else if path.starts_with("/api/v1/ledger/summaries") {
         let mut v = with(json!({"period": period, "pending": false}), &over);
         if over["utilization"].is_object() {
@@ -257,7 +271,7 @@ async fn render(path: &str, data: impl PortalData) -> (String, Option<u16>) {
     (html, code)
 }
 
-const PAGES: [&str; 12] = [
+const PAGES: [&str; 13] = [
     "/departments",
     "/tenants/00000000-0000-0000-0000-000000000001",
     "/disputes",
@@ -270,6 +284,7 @@ const PAGES: [&str; 12] = [
     "/admin/inventory",
     "/admin/audit",
     "/admin/organization",
+    "/admin/notifications",
 ];
 
 #[tokio::test]
@@ -294,6 +309,7 @@ async fn every_page_has_an_empty_state() {
         ("/admin/inventory", "Nothing approved yet."),
         ("/admin/audit", "No records."),
         ("/admin/organization", "1000 facts per day"),
+        ("/admin/notifications", "No webhooks yet."),
     ];
     for (path, text) in cases {
         let (html, _) = render(path, signed_in(vec!["admin", "finance"])).await;
@@ -732,4 +748,93 @@ async fn the_close_page_asks_for_an_acknowledgement_and_names_what_is_unpriced()
     assert!(html.contains(r#"id="needs-acknowledgement""#) && html.contains(r#"name="acknowledge""#), "{html}");
     assert!(html.contains("ml/a (x1), ml/b (x2), ml/c (x3) and 2 more"), "{html}");
     assert!(html.contains(r#"id="acknowledgements""#) && html.contains("lab cards are free"), "{html}");
+}
+
+/// This month, as the pages compute it.
+fn this_month() -> String {
+    let now = time::OffsetDateTime::now_utc();
+    format!("{:04}-{:02}", now.year(), u8::from(now.month()))
+}
+
+#[tokio::test]
+async fn showback_of_the_open_month_shows_to_date_forecast_and_budget_and_warns_when_over() {
+    let month = this_month();
+    let row = |dept: &str, to_date: &str, forecast: &str, budget: Value, over: bool| {
+        json!({"department_id": dept, "department": dept, "to_date": to_date, "forecast": forecast, "budget": budget,
+               "over_budget": over, "method": "run_rate", "confidence": "medium", "explanation": "to date …"})
+    };
+    let fake = Fake {
+        roles: Some(vec!["finance"]),
+        fail: false,
+        answers: vec![
+            ("/api/v1/periods", json!({"items": [{"period": month, "state": "open"}]})),
+            (
+                "/api/v1/forecast",
+                json!({"departments": [
+                    row("Research", "400.00", "1200.00", json!("1000.00"), true),
+                    row("Platform", "100.00", "300.00", Value::Null, false),
+                ]}),
+            ),
+            (
+                "/api/v1/idle",
+                json!({"items": [{"cluster": "gpu-east", "allocation_id": "a", "holder": "research/nb",
+                "owner": "nlp", "tenant": "nlp", "department": "Research", "gpu_class": "H100-80GB", "fraction": "1",
+                "devices": ["GPU-1"], "idle_since": "2026-12-01T08:00:00Z", "idle_hours": "3.000000",
+                "idle_gpu_hours": "3.000000", "cost_so_far": "9.00", "currency": "USD"}]}),
+            ),
+        ],
+    };
+    let (html, _) = render(&format!("/departments?period={month}"), fake).await;
+    assert!(html.contains(r#"id="forecast""#), "{html}");
+    assert!(html.contains("Forecast over budget: Research (1,200.00 of 1,000.00 USD)."), "{html}");
+    assert!(html.contains(r#"class="budget-mark""#), "the budget is marked on the bar: {html}");
+    assert!(html.contains("none set"), "Platform has no budget: {html}");
+    assert!(html.contains("research/nb (gpu-east)") && html.contains("9.00 USD"), "idle now: {html}");
+    // A closed month does not look ahead.
+    let fake = Fake {
+        roles: Some(vec!["finance"]),
+        fail: false,
+        answers: vec![("/api/v1/periods", json!({"items": [{"period": "2026-10", "state": "closed"}]}))],
+    };
+    let (html, _) = render("/departments?period=2026-10", fake).await;
+    assert!(!html.contains(r#"id="forecast""#), "{html}");
+}
+
+#[tokio::test]
+async fn the_notifications_page_shows_idle_reservations_budgets_and_each_webhooks_deliveries() {
+    let fake = Fake {
+        roles: Some(vec!["admin"]),
+        fail: false,
+        answers: vec![
+            ("/api/v1/idle", json!({"not_measured": 2})),
+            (
+                "/api/v1/budgets",
+                json!({"items": [{"budget_id": "b", "period": "2026-12", "department_id": "d",
+                "department": "Research", "tenant_id": null, "tenant": null, "amount": "12000.00",
+                "created_by": "fin@example.test", "created_at": "2026-12-01T09:00:00Z"}]}),
+            ),
+            (
+                "/api/v1/notifications/webhooks/w1/deliveries",
+                json!({"items": [
+                {"delivery_id": "x", "event": "budget.forecast_exceeded", "state": "pending", "attempts": 2,
+                 "last_status": 503, "last_error": "the receiver answered 503", "created_at": "2026-12-01T10:00:00Z",
+                 "delivered_at": null, "next_attempt_at": "2026-12-01T10:12:00Z", "payload": {}}]}),
+            ),
+            (
+                "/api/v1/notifications/webhooks",
+                json!({"items": [{"webhook_id": "w1", "url": "https://hooks.example.test/gl",
+                "events": ["budget.forecast_exceeded"], "format": "slack", "created_by": "admin", "created_at": "2026-12-01T09:00:00Z",
+                "disabled_at": null, "delivered": 3, "pending": 1, "failed": 0}]}),
+            ),
+        ],
+    };
+    let (html, _) = render("/admin/notifications", fake).await;
+    assert!(html.contains("https://hooks.example.test/gl"), "{html}");
+    assert!(html.contains("3 delivered, 1 pending, 0 failed"), "{html}");
+    assert!(html.contains("the receiver answered 503"), "{html}");
+    assert!(html.contains("12,000.00"), "{html}");
+    assert!(html.contains("2 open allocation(s) have no telemetry"), "{html}");
+    assert!(html.contains("No idle reservations right now."), "{html}");
+    let (html, _) = render("/admin/notifications", signed_in(vec!["viewer"])).await;
+    assert!(html.contains("for admins and finance"), "{html}");
 }

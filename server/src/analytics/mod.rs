@@ -42,6 +42,8 @@ use crate::{
     http::{Caller, ReadLedger},
 };
 
+mod idle;
+pub(crate) use idle::idle_now;
 mod inference;
 mod sessions;
 
@@ -56,6 +58,7 @@ const MAX_MIN_IDLE_HOURS: u64 = 366 * 24;
 pub fn router() -> Router<AppState> {
     Router::new()
         .route("/api/v1/analytics/utilization", get(utilization))
+        .route("/api/v1/idle", get(idle::idle))
         .route("/api/v1/analytics/inference", get(inference::inference))
         .route("/api/v1/analytics/sessions", get(sessions::sessions))
 }

@@ -174,6 +174,18 @@ pub struct ServeArgs {
     /// bound); pages built from an older snapshot say so.
     #[arg(long, env = "GPULEDGER_SNAPSHOT_MAX_AGE_SECS", default_value_t = 60)]
     pub snapshot_max_age_secs: u64,
+    /// Seconds between the notifier's rounds: budgets the forecast passes and idle reservations are noticed, and
+    /// webhook deliveries due are sent, within this.
+    #[arg(long, env = "GPULEDGER_NOTIFY_INTERVAL_SECS", default_value_t = 30)]
+    pub notify_interval_secs: u64,
+    /// Let webhooks point at a loopback receiver (plain http allowed for it): a receiver on this machine. `demo`
+    /// turns it on.
+    #[arg(long, env = "GPULEDGER_WEBHOOK_ALLOW_LOOPBACK")]
+    pub webhook_allow_loopback: bool,
+    /// Let webhooks point at private, link-local or unique-local addresses (receivers inside your own network).
+    /// Otherwise such targets are refused, so an organization admin cannot make the server call internal services.
+    #[arg(long, env = "GPULEDGER_WEBHOOK_ALLOW_PRIVATE")]
+    pub webhook_allow_private: bool,
     /// Accept an identity provider issuer over plain `http://` when its host is loopback (a provider on the same
     /// machine, as in tests). Otherwise issuers must be https.
     #[arg(long, env = "GPULEDGER_OIDC_ALLOW_HTTP_LOOPBACK")]
@@ -220,7 +232,16 @@ impl ServeArgs {
             backfill: time::Duration::days(self.ingest_backfill_days),
             heavy: crate::limits::HeavyReads::new(self.heavy_reads_per_org, Duration::from_secs(10)),
             snapshot_max_age: time::Duration::seconds(i64::try_from(self.snapshot_max_age_secs).unwrap_or(60)),
+            outbound: self.outbound(false),
         })
+    }
+
+    /// Where webhooks may point; `demo_mode` allows loopback receivers.
+    pub fn outbound(&self, demo_mode: bool) -> crate::notifications::OutboundPolicy {
+        crate::notifications::OutboundPolicy {
+            allow_loopback: self.webhook_allow_loopback || demo_mode,
+            allow_private: self.webhook_allow_private,
+        }
     }
 
     /// Sign-in settings from these options; `demo_mode` only for `demo` (it offers the demo sign-in).
@@ -537,10 +558,21 @@ async fn serve(cli: &Cli, args: &ServeArgs, data_dir: PathBuf, demo: Option<Demo
             request_timeout: Duration::from_secs(args.request_timeout_secs),
             body_limit: args.body_limit_bytes,
         };
-        let limits = args.limits()?;
+        let mut limits = args.limits()?;
+        limits.outbound = args.outbound(demo.is_some());
         if !(5..=3600).contains(&args.snapshot_max_age_secs) {
             anyhow::bail!("--snapshot-max-age-secs: between 5 and 3600");
         }
+        if !(1..=3600).contains(&args.notify_interval_secs) {
+            anyhow::bail!("--notify-interval-secs: between 1 and 3600");
+        }
+        let _notifier = crate::notifications::worker::spawn(
+            target.db.clone(),
+            crate::notifications::worker::NotifyOptions {
+                tick: Duration::from_secs(args.notify_interval_secs),
+                policy: limits.outbound,
+            },
+        );
         let _maintenance = crate::maintenance::spawn(target.db.clone());
         let _read_model = crate::readmodel::worker::spawn(
             target.db.clone(),

@@ -285,6 +285,17 @@ pub(crate) async fn freeze(
                "credits": preview.credits.len()}),
     )
     .await?;
+    // Subscribed webhooks hear of it exactly when the close is committed.
+    crate::notify::enqueue(
+        &mut tx,
+        "period.closed",
+        &format!("period/{period}"),
+        &format!("{period} was closed by {actor}: {} lines, {} {currency}", lines.len(), total_amount),
+        json!({"period": period.to_string(), "hash": hash, "lines": lines.len(), "total": total_amount.to_string(),
+               "currency": currency, "policy_version": policy_version, "closed_by": actor}),
+        now,
+    )
+    .await?;
     tx.commit().await?;
     Ok(CloseSummary {
         period: period.to_string(),

@@ -120,6 +120,26 @@ pub(super) async fn record(
     .bind(department)
     .execute(tx.conn())
     .await?;
+    // Opening and resolving are notified to subscribed webhooks, in this transaction.
+    let event = match action {
+        "opened" => Some("dispute.opened"),
+        "accepted" | "rejected" => Some("dispute.resolved"),
+        _ => None,
+    };
+    if let Some(event) = event {
+        let period = time::Date::format(dispute.period, &time::macros::format_description!("[year]-[month]"))
+            .unwrap_or_default();
+        crate::notify::enqueue(
+            tx,
+            event,
+            &format!("dispute/{}/{action}", dispute.id),
+            &format!("Dispute #{} on {period} was {action} by {actor}: {body}", dispute.number),
+            json!({ "dispute_id": dispute.id, "number": dispute.number, "period": period, "action": action,
+                    "by": actor, "reason": body, "line_ids": dispute.line_ids, "details": details }),
+            time::OffsetDateTime::now_utc(),
+        )
+        .await?;
+    }
     let mut audit_details = json!({ "number": dispute.number, "event": action });
     if let (Some(all), Value::Object(extra)) = (audit_details.as_object_mut(), details) {
         all.extend(extra);

@@ -1,0 +1,314 @@
+//! The month-end forecast.
+//!
+//! - **to date**: the month's ledger with every allocation and quota cut at now — what has been used so far.
+//! - **run rate**: the month's ledger as the open month shows it — the allocations still open priced to the month's
+//!   end (nothing new starts, nothing open stops early).
+//! - **history**: where a department's last three closed months are regular (each within 10 % of their mean), the
+//!   rest of the month is also expected at that pace: `to date + mean × share of the month left`. The forecast is
+//!   the larger of the two (`run_rate+history`, confidence high); otherwise the run rate (`run_rate`, confidence
+//!   medium, or low in the month's first quarter). Tenants are forecast by run rate.
+//! - A month that is over (or closed) has `method: final` and its forecast is its figure.
+
+use std::collections::{BTreeMap, HashMap};
+
+use gpuledger_api::foresight::{Forecast, ForecastRow, ForecastTotal};
+use gpuledger_core::{
+    Period,
+    decimal::Decimal,
+    fraction::Fraction,
+    ledger::{Ledger, compute as compute_ledger},
+};
+use time::OffsetDateTime;
+use uuid::Uuid;
+
+use crate::{db::OrgTx, error::AppError};
+
+fn internal(e: impl std::fmt::Display) -> AppError {
+    AppError::Internal(e.to_string())
+}
+
+/// A row's key: (department ID, department, tenant (ID, name)).
+type Key = (Uuid, String, Option<(Uuid, String)>);
+/// Key → amount.
+type Sums = BTreeMap<Key, Decimal>;
+
+fn sums(ledger: &Ledger) -> Result<(Sums, Sums), AppError> {
+    let mut departments = Sums::new();
+    let mut tenants = Sums::new();
+    for l in &ledger.lines {
+        let d = (l.department_id.as_uuid(), l.department.clone(), None);
+        let v = departments.entry(d).or_insert(Decimal::ZERO);
+        *v = v.checked_add(&l.amount).map_err(internal)?;
+        if let Some(t) = l.tenant_id {
+            let k = (l.department_id.as_uuid(), l.department.clone(), Some((t.as_uuid(), l.tenant.clone())));
+            let v = tenants.entry(k).or_insert(Decimal::ZERO);
+            *v = v.checked_add(&l.amount).map_err(internal)?;
+        }
+    }
+    Ok((departments, tenants))
+}
+
+fn money(d: &Decimal) -> Result<String, AppError> {
+    Ok(d.with_scale(2).or_else(|_| Decimal::round(d.value(), 2)).map_err(internal)?.to_string())
+}
+
+/// The forecast of `period` as of `now`, for the whole organization (callers cut it to their scope).
+pub async fn compute(tx: &mut OrgTx, period: Period, now: OffsetDateTime) -> Result<Forecast, AppError> {
+    let (start, end) = crate::ledger::bounds(period)?;
+    if now < start {
+        return Err(AppError::invalid("period", format!("{period} has not started yet")));
+    }
+    let preview = crate::close::preview(tx, period).await?;
+    let currency = preview.input.policy.currency.clone();
+    let over = now >= end;
+    let (run_rate, to_date) = if over {
+        let s = sums(&preview.ledger)?;
+        (s.clone(), s)
+    } else {
+        let mut input = preview.input.clone();
+        input.allocations.retain(|a| a.start < now);
+        for a in &mut input.allocations {
+            if a.end.is_none_or(|e| e > now) {
+                a.end = Some(now);
+            }
+        }
+        input.quotas.retain(|q| q.valid_from < now);
+        for q in &mut input.quotas {
+            if q.valid_to.is_none_or(|e| e > now) {
+                q.valid_to = Some(now);
+            }
+        }
+        let so_far = tokio::task::spawn_blocking(move || compute_ledger(&input)).await.map_err(internal)??;
+        (sums(&preview.ledger)?, sums(&so_far)?)
+    };
+    let month_ns = (end - start).whole_nanoseconds();
+    let elapsed = if over {
+        Fraction::ONE
+    } else {
+        Fraction::new((now - start).whole_nanoseconds(), month_ns).map_err(internal)?
+    };
+    let left = Fraction::ONE.checked_sub(elapsed).map_err(internal)?;
+    let history = history(tx, period).await?;
+    let budgets = super::budgets(tx, period).await?;
+    let budget_of = |department: Uuid, tenant: Option<Uuid>| -> Result<Option<Decimal>, AppError> {
+        budgets
+            .iter()
+            .find(|b| match tenant {
+                Some(t) => b.tenant_id.as_deref() == Some(&t.to_string()),
+                None => b.tenant_id.is_none() && b.department_id.as_deref() == Some(&department.to_string()),
+            })
+            .map(|b| Decimal::parse(&b.amount).map_err(internal))
+            .transpose()
+    };
+
+    let mut departments = Vec::new();
+    // Departments with a budget and no charges yet are shown too (at zero).
+    let mut keys: Vec<Key> = run_rate.0.keys().cloned().collect();
+    for b in budgets.iter().filter(|b| b.tenant_id.is_none()) {
+        if let Some(id) = b.department_id.as_deref().and_then(|d| d.parse::<Uuid>().ok())
+            && !keys.iter().any(|k| k.0 == id)
+        {
+            keys.push((id, b.department.clone(), None));
+        }
+    }
+    keys.sort_by(|a, b| a.1.cmp(&b.1));
+    for key in keys {
+        let so_far = to_date.0.get(&key).copied().unwrap_or(Decimal::ZERO);
+        let rate = run_rate.0.get(&key).copied().unwrap_or(Decimal::ZERO).max(so_far);
+        let (forecast, method, confidence, explanation) = if over {
+            (so_far, "final", "high", format!("{period} is over: its figure is final"))
+        } else {
+            let pace = history.get(&key.0).and_then(|h| regular(h));
+            match pace {
+                Some(mean) => {
+                    let at_pace = Decimal::round(
+                        so_far
+                            .value()
+                            .checked_add(mean.value().checked_mul(left).map_err(internal)?)
+                            .map_err(internal)?,
+                        2,
+                    )
+                    .map_err(internal)?;
+                    (
+                        rate.max(at_pace),
+                        "run_rate+history",
+                        "high",
+                        format!(
+                            "to date {}; the allocations still open priced to the month's end give {}; the last three \
+                             closed months were regular (mean {}), and at that pace the month ends at {}; the larger \
+                             counts",
+                            money(&so_far)?,
+                            money(&rate)?,
+                            money(&mean)?,
+                            money(&at_pace)?
+                        ),
+                    )
+                }
+                None => (
+                    rate,
+                    "run_rate",
+                    if elapsed < Fraction::new(1, 4).map_err(internal)? { "low" } else { "medium" },
+                    format!(
+                        "to date {}; the allocations still open priced to the month's end give {} (no regular history \
+                         of three closed months to add new work by)",
+                        money(&so_far)?,
+                        money(&rate)?
+                    ),
+                ),
+            }
+        };
+        let budget = budget_of(key.0, None)?;
+        departments.push(ForecastRow {
+            department_id: key.0.to_string(),
+            department: key.1.clone(),
+            tenant_id: None,
+            tenant: None,
+            to_date: money(&so_far)?,
+            forecast: money(&forecast)?,
+            budget: budget.as_ref().map(money).transpose()?,
+            over_budget: budget.is_some_and(|b| forecast > b),
+            method: method.into(),
+            confidence: confidence.into(),
+            explanation,
+        });
+    }
+    let mut tenants = Vec::new();
+    for (key, rate) in &run_rate.1 {
+        let Some((tenant_id, tenant)) = &key.2 else { continue };
+        let so_far = to_date.1.get(key).copied().unwrap_or(Decimal::ZERO);
+        let forecast = (*rate).max(so_far);
+        let budget = budget_of(key.0, Some(*tenant_id))?;
+        tenants.push(ForecastRow {
+            department_id: key.0.to_string(),
+            department: key.1.clone(),
+            tenant_id: Some(tenant_id.to_string()),
+            tenant: Some(tenant.clone()),
+            to_date: money(&so_far)?,
+            forecast: money(&forecast)?,
+            budget: budget.as_ref().map(money).transpose()?,
+            over_budget: budget.is_some_and(|b| forecast > b),
+            method: if over { "final" } else { "run_rate" }.into(),
+            confidence: if over { "high" } else { "medium" }.into(),
+            explanation: if over {
+                format!("{period} is over: its figure is final")
+            } else {
+                format!(
+                    "to date {}; the allocations still open priced to the month's end give {}",
+                    money(&so_far)?,
+                    money(rate)?
+                )
+            },
+        });
+    }
+    tenants.sort_by(|a, b| (&a.department, &a.tenant).cmp(&(&b.department, &b.tenant)));
+    let total = total(&departments)?;
+    Ok(Forecast {
+        period: period.to_string(),
+        as_of: gpuledger_core::time_fmt::rfc3339(now.min(end)),
+        currency,
+        elapsed: Decimal::round(elapsed, 4).map_err(internal)?.to_string(),
+        departments,
+        tenants,
+        total,
+    })
+}
+
+/// Totals over department rows.
+pub fn total(rows: &[ForecastRow]) -> Result<ForecastTotal, AppError> {
+    let mut to_date = Decimal::ZERO;
+    let mut forecast = Decimal::ZERO;
+    let mut budget: Option<Decimal> = None;
+    for r in rows {
+        to_date = to_date.checked_add(&Decimal::parse(&r.to_date).map_err(internal)?).map_err(internal)?;
+        forecast = forecast.checked_add(&Decimal::parse(&r.forecast).map_err(internal)?).map_err(internal)?;
+        if let Some(b) = &r.budget {
+            let b = Decimal::parse(b).map_err(internal)?;
+            budget = Some(budget.unwrap_or(Decimal::ZERO).checked_add(&b).map_err(internal)?);
+        }
+    }
+    Ok(ForecastTotal {
+        to_date: money(&to_date)?,
+        forecast: money(&forecast)?,
+        budget: budget.as_ref().map(money).transpose()?,
+    })
+}
+
+/// Each department's totals of the three closed months before `period` (from the stored month figures).
+async fn history(tx: &mut OrgTx, period: Period) -> Result<HashMap<Uuid, Vec<Decimal>>, AppError> {
+    let from = period.add_months(-3).map_err(internal)?;
+    let rows: Vec<(Uuid, String)> = sqlx::query_as(
+        "SELECT t.department_id, t.total::text FROM read_totals t
+           JOIN read_months m ON m.org_id = t.org_id AND m.period = t.period AND m.state = 'closed'
+          WHERE t.org_id = $1 AND t.period >= $2 AND t.period < $3
+          ORDER BY t.period",
+    )
+    .bind(tx.org().as_uuid())
+    .bind(from.first_day())
+    .bind(period.first_day())
+    .fetch_all(tx.conn())
+    .await?;
+    let mut out: HashMap<Uuid, Vec<Decimal>> = HashMap::new();
+    for (department, total) in rows {
+        out.entry(department).or_default().push(Decimal::parse(&total).map_err(internal)?);
+    }
+    Ok(out)
+}
+
+/// The mean of three monthly totals when each lies within 10 % of it (a regular pattern), else `None`.
+fn regular(months: &[Decimal]) -> Option<Decimal> {
+    if months.len() != 3 {
+        return None;
+    }
+    let sum = months.iter().try_fold(Fraction::ZERO, |acc, m| acc.checked_add(m.value()).ok())?;
+    let mean = sum.checked_div(Fraction::from_integer(3).ok()?).ok()?;
+    if mean <= Fraction::ZERO {
+        return None;
+    }
+    let tolerance = mean.checked_mul(Fraction::new(1, 10).ok()?).ok()?;
+    // Fractions here are non-negative (monthly totals): the distance is the larger minus the smaller.
+    let within = months.iter().all(|m| {
+        let v = m.value();
+        let diff = if v >= mean { v.checked_sub(mean) } else { mean.checked_sub(v) };
+        diff.is_ok_and(|d| d <= tolerance)
+    });
+    within.then(|| Decimal::round(mean, 2).ok()).flatten()
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    fn d(s: &str) -> Decimal {
+        Decimal::parse(s).unwrap()
+    }
+
+    #[test]
+    fn a_regular_history_has_a_mean_and_an_irregular_one_none() {
+        assert_eq!(regular(&[d("100"), d("105"), d("95")]), Some(d("100")));
+        assert_eq!(regular(&[d("100.01"), d("100"), d("100")]), Some(d("100.00")), "rounded to cents");
+        assert_eq!(regular(&[d("100"), d("130"), d("95")]), None, "130 is 18 % above the mean");
+        assert_eq!(regular(&[d("100"), d("100")]), None, "three months are needed");
+        assert_eq!(regular(&[d("0"), d("0"), d("0")]), None, "nothing to extrapolate");
+    }
+
+    #[test]
+    fn totals_add_departments_and_their_budgets() {
+        let row = |to: &str, f: &str, b: Option<&str>| ForecastRow {
+            department_id: Uuid::nil().to_string(),
+            department: "d".into(),
+            tenant_id: None,
+            tenant: None,
+            to_date: to.into(),
+            forecast: f.into(),
+            budget: b.map(Into::into),
+            over_budget: false,
+            method: "run_rate".into(),
+            confidence: "medium".into(),
+            explanation: String::new(),
+        };
+        let t = total(&[row("1.10", "2.20", Some("5.00")), row("0.05", "3.00", None)]).unwrap();
+        assert_eq!((t.to_date.as_str(), t.forecast.as_str(), t.budget.as_deref()), ("1.15", "5.20", Some("5.00")));
+        assert_eq!(total(&[row("1", "1", None)]).unwrap().budget, None);
+    }
+}

@@ -1,0 +1,184 @@
+//! Budgets and the month-end forecast: `POST/GET /api/v1/budgets` and `GET /api/v1/forecast?period=YYYY-MM`.
+//!
+//! A budget is a month's amount for one department or one tenant, set by the admin or finance role (audited; setting
+//! it again appends a row and the latest counts). The forecast says, per department and tenant the caller may see,
+//! what the month has cost so far (`to_date`: every allocation priced up to now), what it will cost at its end
+//! (`forecast`), the budget and whether the forecast passes it — see [`forecast`] for how.
+
+use axum::{Json, Router, extract::State, http::StatusCode, routing::get};
+use gpuledger_api::foresight::{Budget, BudgetBody, Budgets, Forecast};
+use gpuledger_core::{Period, decimal::Decimal};
+use serde::Deserialize;
+use serde_json::json;
+use time::OffsetDateTime;
+use uuid::Uuid;
+
+use crate::{
+    app::AppState,
+    db::OrgTx,
+    error::AppError,
+    http::{Caller, JsonBody, ManagePolicy, Params, ReadLedger, parse_period},
+    store::lookup_id,
+};
+
+pub mod forecast;
+
+/// Routes of this module.
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/api/v1/budgets", get(list_budgets).post(set_budget))
+        .route("/api/v1/forecast", get(get_forecast))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PeriodQuery {
+    period: Option<String>,
+}
+
+fn period_of(q: &PeriodQuery) -> Result<Period, AppError> {
+    match q.period.as_deref() {
+        Some(p) => parse_period("period", p),
+        None => Ok(Period::containing(OffsetDateTime::now_utc())),
+    }
+}
+
+/// Largest budget accepted (a typo guard, not a policy): a trillion.
+const MAX_BUDGET: i128 = 1_000_000_000_000;
+
+/// Parses a budget amount: a plain decimal, at least 0, at most two decimals.
+pub(crate) fn parse_amount(s: &str) -> Result<Decimal, AppError> {
+    let amount = Decimal::parse(s.trim())
+        .map_err(|_| AppError::invalid("amount", format!("{s:?} is not a decimal number like 12000.00")))?;
+    if amount < Decimal::ZERO {
+        return Err(AppError::invalid("amount", "must not be negative"));
+    }
+    let amount = amount.with_scale(2).map_err(|_| AppError::invalid("amount", "at most two decimals (cents)"))?;
+    if amount > Decimal::from_scaled(MAX_BUDGET, 0).map_err(|e| AppError::Internal(e.to_string()))? {
+        return Err(AppError::invalid("amount", "is larger than 1,000,000,000,000"));
+    }
+    Ok(amount)
+}
+
+/// `POST /api/v1/budgets`.
+async fn set_budget(
+    State(state): State<AppState>,
+    p: Caller<ManagePolicy>,
+    JsonBody(body): JsonBody<BudgetBody>,
+) -> Result<(StatusCode, Json<Budget>), AppError> {
+    let period = parse_period("period", body.period.trim())?;
+    let amount = parse_amount(&body.amount)?;
+    let department = body.department.as_deref().map(str::trim).filter(|s| !s.is_empty());
+    let tenant = body.tenant.as_deref().map(str::trim).filter(|s| !s.is_empty());
+    let mut tx = p.begin(&state.db).await?;
+    let (department_id, tenant_id) = match (department, tenant) {
+        (Some(d), None) => (Some(lookup_id(&mut tx, "departments", "department", d).await?), None),
+        (None, Some(t)) => (None, Some(lookup_id(&mut tx, "tenants", "tenant", t).await?)),
+        (Some(_), Some(_)) => {
+            return Err(AppError::invalid("tenant", "give either department or tenant, not both"));
+        }
+        (None, None) => return Err(AppError::invalid("department", "is required (or tenant)")),
+    };
+    let budget_id: Uuid = sqlx::query_scalar(
+        "INSERT INTO budgets (org_id, period, department_id, tenant_id, amount, created_by)
+         VALUES ($1, $2, $3, $4, $5::numeric, $6) RETURNING budget_id",
+    )
+    .bind(p.org.as_uuid())
+    .bind(period.first_day())
+    .bind(department_id)
+    .bind(tenant_id)
+    .bind(amount.to_string())
+    .bind(p.actor())
+    .fetch_one(tx.conn())
+    .await?;
+    tx.audit_by(
+        &p,
+        "budget.set",
+        &format!("budget:{period}:{}", department.or(tenant).unwrap_or_default()),
+        "",
+        json!({ "period": period.to_string(), "department": department, "tenant": tenant, "amount": amount.to_string() }),
+    )
+    .await?;
+    let items = budgets(&mut tx, period).await?;
+    tx.commit().await?;
+    let budget = items
+        .into_iter()
+        .find(|b| b.budget_id == budget_id.to_string())
+        .ok_or_else(|| AppError::Internal("the budget just set is not listed".into()))?;
+    Ok((StatusCode::CREATED, Json(budget)))
+}
+
+/// `GET /api/v1/budgets?period=YYYY-MM` (default: this month): the month's budgets the caller may see.
+async fn list_budgets(
+    State(state): State<AppState>,
+    p: Caller<ReadLedger>,
+    Params(q): Params<PeriodQuery>,
+) -> Result<Json<Budgets>, AppError> {
+    let period = period_of(&q)?;
+    let mut tx = p.begin(&state.db).await?;
+    let mut items = budgets(&mut tx, period).await?;
+    tx.commit_quiet().await?;
+    if let Some(scope) = &p.departments {
+        let scope: Vec<String> = scope.iter().map(ToString::to_string).collect();
+        items.retain(|b| b.department_id.as_ref().is_some_and(|d| scope.contains(d)));
+    }
+    Ok(Json(Budgets { period: period.to_string(), items }))
+}
+
+/// `GET /api/v1/forecast?period=YYYY-MM` (default: this month).
+async fn get_forecast(
+    State(state): State<AppState>,
+    p: Caller<ReadLedger>,
+    Params(q): Params<PeriodQuery>,
+) -> Result<Json<Forecast>, AppError> {
+    let period = period_of(&q)?;
+    // The ledger is the organization's (overhead and quotas are shared out across departments): computed whole,
+    // then cut to what the caller may see.
+    let mut tx = state.db.begin_org(p.org).await?;
+    let mut answer = forecast::compute(&mut tx, period, OffsetDateTime::now_utc()).await?;
+    tx.commit_quiet().await?;
+    if let Some(scope) = &p.departments {
+        let scope: Vec<String> = scope.iter().map(ToString::to_string).collect();
+        answer.departments.retain(|d| scope.contains(&d.department_id));
+        answer.tenants.retain(|t| scope.contains(&t.department_id));
+        answer.total = forecast::total(&answer.departments)?;
+    }
+    Ok(Json(answer))
+}
+
+/// The latest budget per department and tenant of `period`, departments first.
+pub(crate) async fn budgets(tx: &mut OrgTx, period: Period) -> Result<Vec<Budget>, AppError> {
+    type Row = (Uuid, Option<Uuid>, Option<Uuid>, String, Option<String>, String, String, OffsetDateTime);
+    let rows: Vec<Row> = sqlx::query_as(
+        "SELECT DISTINCT ON (COALESCE(b.department_id, b.tenant_id))
+                b.budget_id, COALESCE(b.department_id, t.department_id), b.tenant_id, d.name, t.name,
+                b.amount::text, b.created_by, b.created_at
+           FROM budgets b
+           LEFT JOIN tenants t ON t.org_id = b.org_id AND t.tenant_id = b.tenant_id
+           JOIN departments d ON d.org_id = b.org_id AND d.department_id = COALESCE(b.department_id, t.department_id)
+          WHERE b.org_id = $1 AND b.period = $2
+          ORDER BY COALESCE(b.department_id, b.tenant_id), b.created_at DESC",
+    )
+    .bind(tx.org().as_uuid())
+    .bind(period.first_day())
+    .fetch_all(tx.conn())
+    .await?;
+    let mut items: Vec<Budget> = rows
+        .into_iter()
+        .map(|(id, department_id, tenant_id, department, tenant, amount, by, at)| Budget {
+            budget_id: id.to_string(),
+            period: period.to_string(),
+            department_id: department_id.map(|d| d.to_string()),
+            department,
+            tenant_id: tenant_id.map(|t| t.to_string()),
+            tenant,
+            amount,
+            created_by: by,
+            created_at: gpuledger_core::time_fmt::rfc3339(at),
+        })
+        .collect();
+    items.sort_by(|a, b| {
+        (a.tenant.is_some(), &a.department, &a.tenant).cmp(&(b.tenant.is_some(), &b.department, &b.tenant))
+    });
+    Ok(items)
+}

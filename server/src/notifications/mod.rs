@@ -1,0 +1,356 @@
+//! Webhooks: `POST/GET /api/v1/notifications/webhooks`, `GET /api/v1/notifications/webhooks/{id}/deliveries`,
+//! `POST /api/v1/notifications/webhooks/{id}/disable` (admin or finance role; audited).
+//!
+//! Events (`budget.forecast_exceeded`, `idle.reservation`, `period.closed`, `dispute.opened`, `dispute.resolved`)
+//! are queued by [`crate::notify::enqueue`] in the transaction that makes them true, and delivered by the
+//! [`worker`]: a JSON body (or a Slack-compatible `{"text"}` one) signed with the webhook's secret
+//! (`X-GPULedger-Signature: sha256=<hex HMAC-SHA256 of the body>`), retried with backoff, each try in the delivery
+//! log. Targets follow the identity provider's rule: https only, never a loopback, private or link-local address,
+//! unless the operator allows it ([`OutboundPolicy`]); `demo` allows loopback.
+
+use std::net::IpAddr;
+
+use axum::{
+    Json, Router,
+    extract::{Path, State},
+    http::StatusCode,
+    routing::{get, post},
+};
+use gpuledger_api::{
+    Items,
+    foresight::{CreatedWebhook, Delivery, Webhook, WebhookBody},
+};
+use serde_json::{Value, json};
+use time::OffsetDateTime;
+use uuid::Uuid;
+
+use crate::{
+    app::AppState,
+    db::OrgTx,
+    error::AppError,
+    http::{Caller, JsonBody, ManagePolicy},
+    notify::EVENTS,
+};
+
+pub mod worker;
+
+/// Where webhooks may point. By default an https URL whose host resolves to public addresses only, so an
+/// organization's admin cannot make the server call into the operator's network.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct OutboundPolicy {
+    /// `--webhook-allow-loopback` (on in `demo`): plain http and loopback addresses (a receiver on this machine).
+    pub allow_loopback: bool,
+    /// `--webhook-allow-private`: private, link-local and unique-local addresses (receivers inside the operator's
+    /// network).
+    pub allow_private: bool,
+}
+
+impl OutboundPolicy {
+    /// Checks the URL's form and an address-literal host; returns (host, port).
+    pub fn check_url(&self, url: &str) -> Result<(String, u16), String> {
+        let parsed = reqwest::Url::parse(url).map_err(|_| "is not a URL".to_string())?;
+        let host = parsed.host_str().filter(|h| !h.is_empty()).ok_or("has no host")?.to_string();
+        let loopback = crate::auth::net::is_loopback_host(&host);
+        match parsed.scheme() {
+            "https" => {}
+            "http" if loopback && self.allow_loopback => {}
+            "http" => {
+                return Err("must be an https URL (plain http only for a loopback receiver, with the server's \
+                            --webhook-allow-loopback)"
+                    .into());
+            }
+            _ => return Err("must be an https URL".into()),
+        }
+        if !parsed.username().is_empty() || parsed.password().is_some() || parsed.fragment().is_some() {
+            return Err("may not carry credentials or a fragment".into());
+        }
+        if url.len() > 2000 {
+            return Err("is longer than 2000 characters".into());
+        }
+        if let Ok(ip) = host.trim_start_matches('[').trim_end_matches(']').parse::<IpAddr>() {
+            self.check_address(ip)?;
+        }
+        Ok((host, parsed.port_or_known_default().unwrap_or(443)))
+    }
+
+    /// Refuses an internal address unless allowed.
+    pub fn check_address(&self, ip: IpAddr) -> Result<(), String> {
+        if !crate::auth::net::is_internal(ip) || self.allow_private || (self.allow_loopback && ip.is_loopback()) {
+            return Ok(());
+        }
+        Err(format!(
+            "resolves to {ip}, a loopback, private or link-local address (allowed only with the server's \
+             --webhook-allow-private, or --webhook-allow-loopback for loopback)"
+        ))
+    }
+
+    /// The whole check: the URL, then every address its host resolves to.
+    pub async fn check(&self, url: &str) -> Result<(), String> {
+        let (host, port) = self.check_url(url)?;
+        let host = host.trim_start_matches('[').trim_end_matches(']').to_string();
+        let addrs = tokio::net::lookup_host((host.as_str(), port))
+            .await
+            .map_err(|_| format!("has a host ({host}) that does not resolve"))?;
+        for addr in addrs {
+            self.check_address(addr.ip())?;
+        }
+        Ok(())
+    }
+}
+
+/// Routes of this module.
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/api/v1/notifications/webhooks", get(list).post(create))
+        .route("/api/v1/notifications/webhooks/{id}/deliveries", get(deliveries))
+        .route("/api/v1/notifications/webhooks/{id}/disable", post(disable))
+}
+
+fn new_secret() -> String {
+    use rand::Rng;
+    let bytes: [u8; 32] = rand::rng().random();
+    format!("whsec_{}", hex::encode(bytes))
+}
+
+async fn create(
+    State(state): State<AppState>,
+    p: Caller<ManagePolicy>,
+    JsonBody(body): JsonBody<WebhookBody>,
+) -> Result<(StatusCode, Json<CreatedWebhook>), AppError> {
+    let url = body.url.trim().to_string();
+    state.limits.outbound.check(&url).await.map_err(|reason| AppError::invalid("url", reason))?;
+    if body.events.is_empty() {
+        return Err(AppError::invalid("events", format!("at least one of {}", EVENTS.join(", "))));
+    }
+    let mut events: Vec<String> = Vec::new();
+    for (i, e) in body.events.iter().enumerate() {
+        let e = e.trim();
+        if !EVENTS.contains(&e) {
+            return Err(AppError::invalid(
+                format!("events[{i}]"),
+                format!("{e:?} is not one of {}", EVENTS.join(", ")),
+            ));
+        }
+        if !events.iter().any(|x| x == e) {
+            events.push(e.to_string());
+        }
+    }
+    let format = match body.format.as_deref().map(str::trim) {
+        None | Some("") | Some("json") => "json",
+        Some("slack") => "slack",
+        Some(other) => return Err(AppError::invalid("format", format!("{other:?} is not json or slack"))),
+    };
+    let secret = new_secret();
+    let mut tx = p.begin(&state.db).await?;
+    let count: i64 = sqlx::query_scalar("SELECT count(*) FROM webhooks WHERE org_id = $1 AND disabled_at IS NULL")
+        .bind(p.org.as_uuid())
+        .fetch_one(tx.conn())
+        .await?;
+    if count >= 20 {
+        return Err(AppError::Conflict("an organization has at most 20 active webhooks; disable one first".into()));
+    }
+    let id: Uuid = sqlx::query_scalar(
+        "INSERT INTO webhooks (org_id, url, events, format, secret, created_by) VALUES ($1, $2, $3, $4, $5, $6)
+         RETURNING webhook_id",
+    )
+    .bind(p.org.as_uuid())
+    .bind(&url)
+    .bind(&events)
+    .bind(format)
+    .bind(&secret)
+    .bind(p.actor())
+    .fetch_one(tx.conn())
+    .await?;
+    tx.audit_by(
+        &p,
+        "webhook.create",
+        &format!("webhook:{id}"),
+        "",
+        json!({ "url": url, "events": events, "format": format }),
+    )
+    .await?;
+    let webhook =
+        webhooks(&mut tx, Some(id)).await?.into_iter().next().ok_or_else(|| AppError::NotFound("webhook".into()))?;
+    tx.commit_quiet().await?;
+    Ok((StatusCode::CREATED, Json(CreatedWebhook { webhook, secret })))
+}
+
+async fn list(State(state): State<AppState>, p: Caller<ManagePolicy>) -> Result<Json<Items<Webhook>>, AppError> {
+    let mut tx = p.begin(&state.db).await?;
+    let items = webhooks(&mut tx, None).await?;
+    tx.commit_quiet().await?;
+    Ok(Json(Items { items }))
+}
+
+async fn disable(
+    State(state): State<AppState>,
+    p: Caller<ManagePolicy>,
+    Path(id): Path<String>,
+) -> Result<Json<Webhook>, AppError> {
+    let id = webhook_id(&id)?;
+    let mut tx = p.begin(&state.db).await?;
+    let done = sqlx::query(
+        "UPDATE webhooks SET disabled_at = now() WHERE org_id = $1 AND webhook_id = $2 AND disabled_at IS NULL",
+    )
+    .bind(p.org.as_uuid())
+    .bind(id)
+    .execute(tx.conn())
+    .await?;
+    if done.rows_affected() == 0 {
+        return Err(AppError::NotFound(format!("no active webhook {id}")));
+    }
+    // What was still waiting is not sent after the webhook is off.
+    sqlx::query(
+        "UPDATE webhook_deliveries SET state = 'failed', last_error = 'webhook disabled'
+          WHERE org_id = $1 AND webhook_id = $2 AND state = 'pending'",
+    )
+    .bind(p.org.as_uuid())
+    .bind(id)
+    .execute(tx.conn())
+    .await?;
+    tx.audit_by(&p, "webhook.disable", &format!("webhook:{id}"), "", json!({})).await?;
+    let webhook =
+        webhooks(&mut tx, Some(id)).await?.into_iter().next().ok_or_else(|| AppError::NotFound("webhook".into()))?;
+    tx.commit_quiet().await?;
+    Ok(Json(webhook))
+}
+
+/// The delivery log of one webhook, newest first (the last 200).
+async fn deliveries(
+    State(state): State<AppState>,
+    p: Caller<ManagePolicy>,
+    Path(id): Path<String>,
+) -> Result<Json<Items<Delivery>>, AppError> {
+    let id = webhook_id(&id)?;
+    let mut tx = p.begin(&state.db).await?;
+    let items = delivery_log(&mut tx, id).await?;
+    tx.commit_quiet().await?;
+    Ok(Json(Items { items }))
+}
+
+fn webhook_id(s: &str) -> Result<Uuid, AppError> {
+    s.parse().map_err(|_| AppError::NotFound(format!("no webhook {s:?}")))
+}
+
+/// The organization's webhooks (or one), active first, newest first, with their delivery counts.
+pub(crate) async fn webhooks(tx: &mut OrgTx, one: Option<Uuid>) -> Result<Vec<Webhook>, AppError> {
+    type Row = (Uuid, String, Vec<String>, String, String, OffsetDateTime, Option<OffsetDateTime>, i64, i64, i64);
+    let rows: Vec<Row> = sqlx::query_as(
+        "SELECT w.webhook_id, w.url, w.events, w.format, w.created_by, w.created_at, w.disabled_at,
+                count(d.*) FILTER (WHERE d.state = 'delivered'), count(d.*) FILTER (WHERE d.state = 'pending'),
+                count(d.*) FILTER (WHERE d.state = 'failed')
+           FROM webhooks w
+           LEFT JOIN webhook_deliveries d ON d.org_id = w.org_id AND d.webhook_id = w.webhook_id
+          WHERE w.org_id = $1 AND ($2::uuid IS NULL OR w.webhook_id = $2)
+          GROUP BY w.webhook_id, w.url, w.events, w.format, w.created_by, w.created_at, w.disabled_at
+          ORDER BY w.disabled_at IS NOT NULL, w.created_at DESC",
+    )
+    .bind(tx.org().as_uuid())
+    .bind(one)
+    .fetch_all(tx.conn())
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|(id, url, events, format, by, at, disabled, delivered, pending, failed)| Webhook {
+            webhook_id: id.to_string(),
+            url,
+            events,
+            format,
+            created_by: by,
+            created_at: gpuledger_core::time_fmt::rfc3339(at),
+            disabled_at: disabled.map(gpuledger_core::time_fmt::rfc3339),
+            delivered: u64::try_from(delivered).unwrap_or(0),
+            pending: u64::try_from(pending).unwrap_or(0),
+            failed: u64::try_from(failed).unwrap_or(0),
+        })
+        .collect())
+}
+
+/// One webhook's last 200 deliveries, newest first.
+pub(crate) async fn delivery_log(tx: &mut OrgTx, id: Uuid) -> Result<Vec<Delivery>, AppError> {
+    let exists: bool =
+        sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM webhooks WHERE org_id = $1 AND webhook_id = $2)")
+            .bind(tx.org().as_uuid())
+            .bind(id)
+            .fetch_one(tx.conn())
+            .await?;
+    if !exists {
+        return Err(AppError::NotFound(format!("no webhook {id}")));
+    }
+    type Row = (
+        Uuid,
+        String,
+        String,
+        i32,
+        Option<i32>,
+        Option<String>,
+        OffsetDateTime,
+        Option<OffsetDateTime>,
+        OffsetDateTime,
+        Value,
+    );
+    let rows: Vec<Row> = sqlx::query_as(
+        "SELECT delivery_id, event, state, attempts, last_status, last_error, created_at, delivered_at,
+                next_attempt_at, payload
+           FROM webhook_deliveries WHERE org_id = $1 AND webhook_id = $2 ORDER BY created_at DESC LIMIT 200",
+    )
+    .bind(tx.org().as_uuid())
+    .bind(id)
+    .fetch_all(tx.conn())
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|(id, event, state, attempts, status, error, created, delivered, next, payload)| Delivery {
+            delivery_id: id.to_string(),
+            next_attempt_at: (state == "pending").then(|| gpuledger_core::time_fmt::rfc3339(next)),
+            event,
+            state,
+            attempts: u32::try_from(attempts).unwrap_or(0),
+            last_status: status.and_then(|s| u16::try_from(s).ok()),
+            last_error: error,
+            created_at: gpuledger_core::time_fmt::rfc3339(created),
+            delivered_at: delivered.map(gpuledger_core::time_fmt::rfc3339),
+            payload,
+        })
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    #[test]
+    fn targets_follow_the_issuer_rule() {
+        let strict = OutboundPolicy::default();
+        assert!(strict.check_url("https://hooks.example.com/x").is_ok());
+        for (url, why) in [
+            ("http://hooks.example.com/x", "https"),
+            ("http://127.0.0.1:9000/hook", "https"),
+            ("https://127.0.0.1/hook", "loopback"),
+            ("https://169.254.169.254/latest", "link-local"),
+            ("https://10.0.0.5/hook", "private"),
+            ("https://[::1]/hook", "loopback"),
+            ("https://user:pw@hooks.example.com/", "credentials"),
+            ("ftp://hooks.example.com/", "https"),
+            ("not a url", "URL"),
+        ] {
+            let e = strict.check_url(url).unwrap_err();
+            assert!(e.contains(why), "{url}: {e}");
+        }
+        let demo = OutboundPolicy { allow_loopback: true, allow_private: false };
+        assert!(demo.check_url("http://127.0.0.1:9000/hook").is_ok());
+        assert!(demo.check_url("http://localhost:9000/hook").is_ok());
+        assert!(demo.check_url("https://10.0.0.5/hook").is_err(), "loopback is not private");
+        let private = OutboundPolicy { allow_loopback: false, allow_private: true };
+        assert!(private.check_url("https://10.0.0.5/hook").is_ok());
+        assert!(private.check_url("http://10.0.0.5/hook").is_err(), "still https");
+    }
+
+    #[test]
+    fn secrets_are_long_and_different() {
+        let (a, b) = (new_secret(), new_secret());
+        assert_ne!(a, b);
+        assert!(a.starts_with("whsec_") && a.len() == 6 + 64);
+    }
+}
