@@ -119,6 +119,24 @@ async fn manager_disputes_finance_credits_admin_onboards_a_cluster() {
     browser.set_window(820, 1180).await.unwrap();
     browser.screenshot(&shots.join("showback-tablet.png")).await.unwrap();
     browser.set_window(1366, 900).await.unwrap();
+    // The open month looks ahead: with a budget set (by finance, through the API), the department's to-date, forecast
+    // and budget are one bar, and the page warns when the forecast passes the budget.
+    let r = http
+        .post(format!("{base}/api/v1/budgets"))
+        .bearer_auth(&admin)
+        .json(&json!({"department": "Research", "period": current.to_string(), "amount": "1.00"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 201, "{}", r.text().await.unwrap());
+    browser.goto(&format!("{base}/departments?period={current}")).await.unwrap();
+    let forecast = browser.text(&browser.find("#forecast").await.unwrap()).await.unwrap();
+    assert!(forecast.contains("Research") && forecast.contains("1.00"), "{forecast}");
+    let warning = browser.text(&browser.find("#over-budget").await.unwrap()).await.unwrap();
+    assert!(warning.starts_with("Forecast over budget: Research"), "{warning}");
+    assert!(browser.page_source().await.unwrap().contains("budget-mark"), "the budget is marked on the bar");
+    browser.screenshot(&shots.join("showback-forecast.png")).await.unwrap();
+    browser.goto(&format!("{base}/departments?period={last}")).await.unwrap();
 
     // Drill into a tenant: its lines with explanations, the evidence, a dispute on one line.
     browser.click_css("table.tenants td.tenant a").await.unwrap();
@@ -206,6 +224,11 @@ async fn manager_disputes_finance_credits_admin_onboards_a_cluster() {
     // ---- admin: add a cluster; a real agent joins with the token shown
     sign_in(&browser, &base, "ada", "/admin").await;
     browser.screenshot(&shots.join("admin.png")).await.unwrap();
+    browser.goto(&format!("{base}/admin/notifications")).await.unwrap();
+    let page = browser.page_source().await.unwrap();
+    assert!(page.contains("Idle now") && page.contains("Budgets for") && page.contains("Research"), "{page}");
+    browser.screenshot(&shots.join("notifications.png")).await.unwrap();
+    browser.goto(&format!("{base}/admin")).await.unwrap();
     browser.fill(r#"#add-cluster input[name="name"]"#, "portal-joined").await.unwrap();
     browser.click_css("#add-cluster button[type=submit]").await.unwrap();
     let token = browser.text(&browser.wait_for("#join-token", Duration::from_secs(30)).await.unwrap()).await.unwrap();
