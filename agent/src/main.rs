@@ -265,10 +265,11 @@ fn delivery(
         (None, None) => anyhow::bail!("--token or --token-file is required (the cluster credential from `join`)"),
     };
     std::fs::create_dir_all(&args.spool_dir).with_context(|| format!("--spool-dir {}", args.spool_dir.display()))?;
-    let spool = spool::Spool::open(
+    let mut spool = spool::Spool::open(
         args.spool_dir.join("spool"),
         spool::SpoolConfig { max_bytes: args.spool_max_mib * 1024 * 1024, ..spool::SpoolConfig::default() },
     )?;
+    spool.set_node(node.clone());
     let recovery = spool.recovery();
     if recovery.truncated_bytes > 0 || recovery.corrupt_records > 0 {
         tracing::warn!(

@@ -17,13 +17,14 @@ use std::fs::{self, File, OpenOptions, TryLockError};
 use std::io::{self, BufReader, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
-use gpuledger_core::wire::{Fact, FactBody, GapFact, event_id};
+use gpuledger_core::wire::{Fact, FactBody, GapFact, GapKind, event_id};
 use time::OffsetDateTime;
 
 /// Bytes before each payload: length, CRC and sequence number.
 const HEADER: usize = 16;
-/// Room kept for the gap fact written after a drop (its JSON is well under 300 bytes).
-const GAP_RESERVE: u64 = 512;
+/// Room kept for the gap fact written after a drop (its JSON, with a line per kind of fact dropped — at most the
+/// 14 kinds of the wire format, about 110 bytes each — stays under 2 KiB).
+const GAP_RESERVE: u64 = 2048;
 
 /// Limits of a spool.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -148,6 +149,8 @@ pub struct Spool {
     disk_bytes: u64,
     dropped_total: u64,
     recovery: Recovery,
+    /// The node whose agent this is (node mode), named in gap facts.
+    node: Option<String>,
     _lock: File,
 }
 
@@ -226,8 +229,14 @@ impl Spool {
             disk_bytes,
             dropped_total: 0,
             recovery,
+            node: None,
             _lock: lock,
         })
+    }
+
+    /// Names the node in the gap facts this spool writes (node agents).
+    pub fn set_node(&mut self, node: Option<String>) {
+        self.node = node;
     }
 
     /// What opening found damaged.
@@ -373,7 +382,7 @@ impl Spool {
         if self.disk_bytes + need <= self.cfg.max_bytes {
             return Ok(());
         }
-        let mut gap = GapTally::default();
+        let mut gap = GapTally { node: self.node.clone(), ..GapTally::default() };
         while self.disk_bytes + need + GAP_RESERVE > self.cfg.max_bytes
             && let Some(seg) = self.segments.pop_front()
         {
@@ -495,6 +504,9 @@ struct GapTally {
     seqs: Option<(u64, u64)>,
     dropped: u64,
     times: Option<(OffsetDateTime, OffsetDateTime)>,
+    /// Per kind: (count, earliest own time, latest own time).
+    kinds: std::collections::BTreeMap<String, (u64, OffsetDateTime, OffsetDateTime)>,
+    node: Option<String>,
 }
 
 impl GapTally {
@@ -505,16 +517,33 @@ impl GapTally {
             let Ok(fact) = serde_json::from_slice::<Fact>(payload) else {
                 continue;
             };
-            let (from, to) = match fact.body {
+            let (from, to) = match &fact.body {
                 // A dropped gap fact stands for the facts it counted: fold it into this one.
                 FactBody::Gap(g) => {
                     self.dropped += g.dropped.saturating_sub(1);
+                    for k in &g.kinds {
+                        self.kind(&k.kind, k.count, k.from, k.to);
+                    }
+                    if self.node.is_none() {
+                        self.node.clone_from(&g.node);
+                    }
                     (g.from, g.to)
                 }
-                _ => (fact.observed_at, fact.observed_at),
+                _ => {
+                    let (own_from, own_to) = fact.own_times();
+                    self.kind(fact.body.kind(), 1, own_from, own_to);
+                    (fact.observed_at, fact.observed_at)
+                }
             };
             self.times = Some(self.times.map_or((from, to), |(f, t)| (f.min(from), t.max(to))));
         }
+    }
+
+    fn kind(&mut self, kind: &str, count: u64, from: OffsetDateTime, to: OffsetDateTime) {
+        let e = self.kinds.entry(kind.to_string()).or_insert((0, from, to));
+        e.0 += count;
+        e.1 = e.1.min(from);
+        e.2 = e.2.max(to);
     }
 
     fn fact(&self) -> Option<Fact> {
@@ -526,7 +555,17 @@ impl GapTally {
         Some(Fact {
             event_id: event_id("gap", &[&first.to_string(), &last.to_string()]),
             observed_at: to,
-            body: FactBody::Gap(GapFact { from, to, dropped: self.dropped }),
+            body: FactBody::Gap(GapFact {
+                from,
+                to,
+                dropped: self.dropped,
+                kinds: self
+                    .kinds
+                    .iter()
+                    .map(|(kind, (count, from, to))| GapKind { kind: kind.clone(), count: *count, from: *from, to: *to })
+                    .collect(),
+                node: self.node.clone(),
+            }),
         })
     }
 }
@@ -725,6 +764,67 @@ mod tests {
         assert_eq!(gaps.iter().map(|g| g.dropped).sum::<u64>(), first_kept as u64, "every dropped fact counted once");
         assert_eq!(gaps.iter().map(|g| g.from).min().unwrap(), facts[0].observed_at);
         assert_eq!(gaps.iter().map(|g| g.to).max().unwrap(), facts[first_kept - 1].observed_at);
+    }
+
+    #[test]
+    fn a_gap_says_per_kind_what_it_lost_and_which_times_the_facts_were_about() {
+        use gpuledger_core::wire::{Stat, TelemetryRollup};
+        let dir = TempDir::new("kinds");
+        let cfg = SpoolConfig { max_bytes: 16 * 1024, segment_bytes: 2048 };
+        // Observed on 1 December, about June (allocations ending) and July (telemetry windows): the gap must name
+        // the facts' own months, not the day they were read.
+        let seen = datetime!(2026-12-01 12:00 UTC);
+        let facts: Vec<Fact> = (0..400u64)
+            .map(|i| {
+                let own = datetime!(2026-06-01 00:00 UTC) + time::Duration::hours(i as i64);
+                let body = if i % 2 == 0 {
+                    FactBody::AllocationVanished(AllocationVanished { allocation_id: format!("a{i}"), last_seen_at: own })
+                } else {
+                    FactBody::Telemetry(TelemetryRollup {
+                        node: "n1".into(),
+                        gpu_uuid: "GPU-1".into(),
+                        gpu_instance_id: None,
+                        mig_profile: None,
+                        window_start: own,
+                        window_end: own + time::Duration::minutes(1),
+                        samples: 6,
+                        utilization_pct: Some(Stat { min: 1.0, avg: 2.0, max: 3.0 }),
+                        memory_used_mib: None,
+                        power_w: None,
+                        energy_j: None,
+                        pod: None,
+                    })
+                };
+                Fact { event_id: event_id("k", &[&i.to_string()]), observed_at: seen, body }
+            })
+            .collect();
+        let mut s = Spool::open(&dir.0, cfg).unwrap();
+        s.set_node(Some("gpu-node-7".into()));
+        for f in &facts {
+            s.append_fact(f).unwrap();
+        }
+        let dropped = s.dropped_total();
+        assert!(dropped > 0);
+        let pending = s.pending_facts(usize::MAX, u64::MAX).unwrap();
+        let gap = pending
+            .iter()
+            .rev()
+            .find_map(|(_, f)| match &f.body {
+                FactBody::Gap(g) => Some(g.clone()),
+                _ => None,
+            })
+            .expect("a gap fact");
+        assert_eq!(gap.node.as_deref(), Some("gpu-node-7"));
+        assert_eq!(gap.dropped, dropped, "the last gap folds the earlier ones in");
+        assert_eq!(gap.kinds.iter().map(|k| k.count).sum::<u64>(), dropped, "{gap:?}");
+        let kinds: Vec<&str> = gap.kinds.iter().map(|k| k.kind.as_str()).collect();
+        assert_eq!(kinds, ["allocation_vanished", "telemetry"]);
+        let first = datetime!(2026-06-01 00:00 UTC);
+        assert_eq!(gap.kinds[0].from, first, "the oldest allocation's own time");
+        assert_eq!(gap.kinds[1].from, first + time::Duration::hours(1));
+        assert!(gap.kinds.iter().all(|k| k.to < datetime!(2026-08-01 00:00 UTC)), "{gap:?}");
+        // When they were read is still the gap's from/to.
+        assert_eq!((gap.from, gap.to), (seen, seen));
     }
 
     const CHILD_ENV: &str = "SPOOL_CHILD_DIR";

@@ -584,6 +584,52 @@ pub struct GapFact {
     pub to: OffsetDateTime,
     /// Facts dropped.
     pub dropped: u64,
+    /// Per kind of dropped fact: how many, and the range of the facts' own times (an allocation's start or end, a
+    /// telemetry or usage window) — so the server can say which months lost data. Empty from older agents.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub kinds: Vec<GapKind>,
+    /// The node whose agent dropped them (node agents), when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
+}
+
+/// One kind of fact a gap lost.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GapKind {
+    /// The facts' `kind` (`allocation_started`, `telemetry`, …).
+    pub kind: String,
+    /// How many.
+    pub count: u64,
+    /// Earliest own time of those facts.
+    #[serde(with = "time::serde::rfc3339")]
+    pub from: OffsetDateTime,
+    /// Latest own time of those facts (the end of a window).
+    #[serde(with = "time::serde::rfc3339")]
+    pub to: OffsetDateTime,
+}
+
+impl Fact {
+    /// The time range the fact is about — its own times, not when it was observed: an allocation's start or end,
+    /// a measured window, a counter's reading; for inventory facts (nodes, devices, assignments), when observed.
+    pub fn own_times(&self) -> (OffsetDateTime, OffsetDateTime) {
+        let at = |t: OffsetDateTime| (t, t);
+        match &self.body {
+            FactBody::AllocationStarted(s) => at(s.started_at),
+            FactBody::AllocationEnded(e) => at(e.ended_at),
+            FactBody::AllocationVanished(v) => at(v.last_seen_at),
+            FactBody::NamespaceObserved(n) => at(n.labels_since),
+            FactBody::Telemetry(t) => (t.window_start, t.window_end),
+            FactBody::ProcessTelemetry(t) => (t.window_start, t.window_end),
+            FactBody::Gap(g) => (g.from, g.to),
+            FactBody::QuotaObserved(q) => at(q.since),
+            FactBody::ServiceUsage(u) => (u.window_start, u.window_end),
+            FactBody::EndpointTotals(t) => (t.window_start, t.window_end),
+            FactBody::TrainingProgress(t) => at(t.reported_at),
+            FactBody::NodeObserved(_) | FactBody::DeviceObserved(_) | FactBody::DeviceAssigned(_) => {
+                at(self.observed_at)
+            }
+        }
+    }
 }
 
 /// The server's answer to a batch: sent only after the facts are durably committed.
