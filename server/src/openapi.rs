@@ -13,13 +13,13 @@ use gpuledger_api::{
     close, disputes,
     health::{Alive, Ready},
     ingest, ledger,
-    policy::{CreatedQuota, KueueImport, PolicyBody, PolicyList, PolicyVersion, QuotaBody, QuotaList},
+    policy::{CreatedQuota, Impact, KueueImport, PolicyBody, PolicyList, PolicyVersion, QuotaBody, QuotaList},
     schemars::{JsonSchema, SchemaGenerator, generate::Contract, generate::SchemaSettings},
     tenancy::{
         CreatedDepartment, CreatedModel, CreatedProfile, CreatedShareBasis, CreatedTenant, CreatedTimeslicing,
-        Department, DepartmentBody, Inventory, ModelBody, NamespaceOwnership, NamespaceRule, NamespaceRuleBody,
-        ProfileBody, Reassignment, ReassignmentBody, RenameOrRetire, ShareBasisBody, Tenant, TenantBody,
-        TimeslicingBody, Updated,
+        Department, DepartmentBody, Inventory, InventoryChange, ModelBody, NamespaceOwnership, NamespaceRule,
+        NamespaceRuleBody, ProfileBody, Reassignment, ReassignmentBody, RenameOrRetire, ShareBasisBody, Tenant,
+        TenantBody, TimeslicingBody, Updated,
     },
     training, usage,
 };
@@ -408,6 +408,19 @@ fn policy_ops() -> Vec<Op> {
         .answers::<PolicyVersion>(200, "approved")
         .errors(&[401, 403, 404, 409]),
         Op::get(
+            "/api/v1/policies/{version}/impact",
+            "What-if before approval: ?period=YYYY-MM (required) computed with this version in place of the approved \
+             policy, beside the month as it stands — {period, version, approved_version, closed, currency, \
+             departments[{department, approved, draft, delta}], tenants[{tenant, department, approved, draft, \
+             delta}], total{approved, draft, delta}, note}; decimal strings, delta = draft − approved exactly, the \
+             departments' deltas add up to the total's. Any version (the approved one answers zeros); a closed month \
+             is computed from its frozen inputs (closed: true). Readers of the policies; a department-scoped caller \
+             sees its departments. 409: no approved policy covers the month, or another currency",
+        )
+        .token()
+        .answers::<Impact>(200, "the comparison")
+        .errors(&[401, 403, 404, 409, 422]),
+        Op::get(
             "/api/v1/quotas",
             "Quotas (guaranteed GPUs per class per tenant or department, with validity); ?at=RFC3339",
         )
@@ -654,6 +667,17 @@ fn tenancy_ops() -> Vec<Op> {
         .body::<ShareBasisBody>()
         .answers::<CreatedShareBasis>(201, "created; soft-shared allocations since valid_from priced again")
         .errors(&[401, 403, 409, 422]),
+        Op::post(
+            "/api/v1/inventory/impact",
+            "Preview an inventory change before saving it: ?period=YYYY-MM (required); body {model: ModelBody} | \
+             {profile: ProfileBody} | {timeslicing: TimeslicingBody}, each exactly as its save endpoint takes it. \
+             Answers the month as it stands (approved) and with the change (draft), as the policy impact does; \
+             nothing is saved. Admin or finance",
+        )
+        .token()
+        .body::<InventoryChange>()
+        .answers::<Impact>(200, "the comparison (nothing saved)")
+        .errors(&[401, 403, 409, 422]),
         Op::patch(
             "/api/v1/departments/{department}",
             "Rename and/or retire a department: {name?, retired_from?, reason}. Admins",
@@ -768,10 +792,11 @@ fn export_ops() -> Vec<Op> {
         export("/api/v1/exports/disputes.csv", "Disputes of the month's lines and how they ended (streamed)"),
         export(
             "/api/v1/exports/focus.csv",
-            "The month's ledger as a FinOps FOCUS dataset, version 1.2 (default) or 1.0",
+            "The month's ledger as a FinOps FOCUS dataset, version 1.3 (default: split cost allocation columns), 1.2 \
+             or 1.0",
         )
         .parameter(json!({"name": "version", "in": "query",
-                              "schema": {"type": "string", "enum": ["1.2", "1.0"], "default": "1.2"}})),
+                              "schema": {"type": "string", "enum": ["1.3", "1.2", "1.0"], "default": "1.3"}})),
     ]
 }
 
