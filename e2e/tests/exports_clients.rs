@@ -252,7 +252,11 @@ async fn python_odata_and_focus_validator_agree_with_the_csv_and_the_database() 
     .unwrap();
     // The FinOps Foundation's validator 2.0.1 (rule model 1.2), outside the repository: `../shared/tools/…`.
     let focus_validator = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/tools/focus-validator/run");
-    assert!(focus_validator.exists(), "{} not found (the shared tools sit beside the repository)", focus_validator.display());
+    assert!(
+        focus_validator.exists(),
+        "{} not found (the shared tools sit beside the repository)",
+        focus_validator.display()
+    );
     let expect = json!({
         "base": base, "token": export, "dir": dir,
         "big_period": "2026-06", "big_start": "2026-06-01T00:00:00+00:00", "big_end": "2026-07-01T00:00:00+00:00",

@@ -1056,9 +1056,16 @@ async fn focus_export_versions_categories_and_corrections() {
         let ratio = elements[0]["AllocatedRatio"].as_f64().expect("a JSON number");
         ratio_micros += micros(&format!("{ratio:.6}"));
         let tags: Value = serde_json::from_str(&r["AllocatedTags"]).unwrap();
-        assert_eq!(tags["gpuledger/tenant"].as_str().map(|t| t.trim_start_matches('\'')), Some(r["x_Tenant"].trim_start_matches('\'')));
+        assert_eq!(
+            tags["gpuledger/tenant"].as_str().map(|t| t.trim_start_matches('\'')),
+            Some(r["x_Tenant"].trim_start_matches('\''))
+        );
         let origin: Value = serde_json::from_str(&r["Tags"]).unwrap();
-        assert_eq!(origin, json!({"gpuledger/pool": "overhead"}), "Tags are the origin's, not repeated in AllocatedTags");
+        assert_eq!(
+            origin,
+            json!({"gpuledger/pool": "overhead"}),
+            "Tags are the origin's, not repeated in AllocatedTags"
+        );
     }
     assert_eq!(ratio_micros, 1_000_000, "a whole pool's ratios add up to exactly 1");
     for r in rows.iter().filter(|r| r["AllocatedMethodId"].is_empty()) {
