@@ -409,13 +409,9 @@ fn policy_ops() -> Vec<Op> {
         .errors(&[401, 403, 404, 409]),
         Op::get(
             "/api/v1/policies/{version}/impact",
-            "What-if before approval: ?period=YYYY-MM (required) computed with this version in place of the approved \
-             policy, beside the month as it stands — {period, version, approved_version, closed, currency, \
-             departments[{department, approved, draft, delta}], tenants[{tenant, department, approved, draft, \
-             delta}], total{approved, draft, delta}, note}; decimal strings, delta = draft − approved exactly, the \
-             departments' deltas add up to the total's. Any version (the approved one answers zeros); a closed month \
-             is computed from its frozen inputs (closed: true). Readers of the policies; a department-scoped caller \
-             sees its departments. 409: no approved policy covers the month, or another currency",
+            "What-if: ?period=YYYY-MM priced with this version in place of the approved one, per department and \
+             tenant {approved, draft, delta} and total (delta = draft − approved exactly; departments add up). Any \
+             version; closed months from their frozen inputs (closed: true). 409: no approved policy, other currency",
         )
         .token()
         .answers::<Impact>(200, "the comparison")
