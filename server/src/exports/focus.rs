@@ -11,7 +11,10 @@
 //! - **1.2** (`version=1.2`, ratified 2025-05): clean under the validator 2.0.1 with its 1.2 rule model
 //!   (`../shared/tools/focus-validator/run`).
 //! - **1.0** (`version=1.0`): what the older PyPI `focus-validator` 1.0.0 checks (e2e `exports_clients`).
-//! FOCUS 1.4 (2026-06) is not offered: its column pages could not be confirmed here.
+//!
+//! FOCUS 1.4 (2026-06) is not offered: its column pages could not be confirmed here. The validator's 1.2 model
+//! fails `InvoiceId-C-005-C` on any file with rows (its InvoiceId nullability pair has no conditions; see
+//! docs/power-bi.md): we follow the specification's text, null.
 //!
 //! One row per ledger line. `ChargeCategory` is `Usage` for the capacity, energy, service and overhead terms,
 //! `Credit` for approved dispute credits and `Adjustment` for late-data corrections of a closed month — those
