@@ -35,9 +35,14 @@ pub fn router() -> Router<AppState> {
         .route("/api/v1/policies", get(list_policies).post(create_policy))
         .route("/api/v1/policies/{version}", get(get_policy).put(update_policy))
         .route("/api/v1/policies/{version}/approve", post(approve_policy))
-        .route("/api/v1/policies/{version}/impact", get(policy_impact))
         .route("/api/v1/quotas", get(list_quotas).post(create_quota))
         .route("/api/v1/quotas/import-kueue", post(import_kueue))
+}
+
+/// The what-if route: it computes a month twice, so the server puts it behind the heavy-read turns
+/// (`app::api_routes`).
+pub fn impact_router() -> Router<AppState> {
+    Router::new().route("/api/v1/policies/{version}/impact", get(policy_impact))
 }
 
 // ---------------------------------------------------------------- policies

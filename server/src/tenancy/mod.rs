@@ -59,10 +59,15 @@ pub fn router() -> Router<AppState> {
         .route("/api/v1/inventory/profiles", post(add_profile))
         .route("/api/v1/inventory/timeslicing", post(add_timeslicing))
         .route("/api/v1/inventory/share-basis", post(sharing::add_basis))
-        .route("/api/v1/inventory/impact", post(impact::inventory_impact))
         .route("/api/v1/tenancy/reassignments", post(reassign::reassign))
         .route("/api/v1/tenancy/ownership", get(reassign::ownership))
         .route("/api/v1/tenancy/namespace-rules", get(rules::list_rules).post(rules::add_rule))
+}
+
+/// The inventory preview: it computes a month twice, so the server puts it behind the heavy-read turns
+/// (`app::api_routes`).
+pub fn impact_router() -> Router<AppState> {
+    Router::new().route("/api/v1/inventory/impact", post(impact::inventory_impact))
 }
 
 /// Longest department, tenant, class or policy name.
