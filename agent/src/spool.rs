@@ -562,7 +562,12 @@ impl GapTally {
                 kinds: self
                     .kinds
                     .iter()
-                    .map(|(kind, (count, from, to))| GapKind { kind: kind.clone(), count: *count, from: *from, to: *to })
+                    .map(|(kind, (count, from, to))| GapKind {
+                        kind: kind.clone(),
+                        count: *count,
+                        from: *from,
+                        to: *to,
+                    })
                     .collect(),
                 node: self.node.clone(),
             }),
@@ -778,7 +783,10 @@ mod tests {
             .map(|i| {
                 let own = datetime!(2026-06-01 00:00 UTC) + time::Duration::hours(i as i64);
                 let body = if i % 2 == 0 {
-                    FactBody::AllocationVanished(AllocationVanished { allocation_id: format!("a{i}"), last_seen_at: own })
+                    FactBody::AllocationVanished(AllocationVanished {
+                        allocation_id: format!("a{i}"),
+                        last_seen_at: own,
+                    })
                 } else {
                     FactBody::Telemetry(TelemetryRollup {
                         node: "n1".into(),

@@ -149,3 +149,74 @@ pub struct KueueImport {
     /// Why each skipped ClusterQueue or flavor was skipped.
     pub skipped: Vec<String>,
 }
+
+/// `GET /api/v1/policies/{version}/impact?period=YYYY-MM` and `POST /api/v1/inventory/impact?period=YYYY-MM`:
+/// a month computed twice by the ledger — as priced now (`approved`) and with the change in place (`draft`).
+/// Amounts are decimal strings; `delta = draft − approved` exactly, and the departments' deltas add up to the
+/// total's exactly.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct Impact {
+    /// The month (`YYYY-MM`).
+    pub period: String,
+    /// The policy version priced on the `draft` side: the draft asked about, or (inventory preview) the approved
+    /// version that prices the month.
+    pub version: i32,
+    /// The approved version that prices the month (the `approved` side).
+    pub approved_version: i32,
+    /// The month is closed: its figures stay as they are; this is a what-if.
+    pub closed: bool,
+    /// The currency of every amount.
+    pub currency: String,
+    /// Per department the caller may see, by name.
+    pub departments: Vec<DepartmentImpact>,
+    /// Per tenant the caller may see, by department and name (department-level lines such as a department's
+    /// own quota belong to no tenant, so the tenants need not add up to their department).
+    pub tenants: Vec<TenantImpact>,
+    /// The sum of `departments`.
+    pub total: ImpactAmounts,
+    /// What the comparison covers and leaves out, in one or two sentences.
+    pub note: String,
+}
+
+/// Both sides of a comparison and their difference.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct ImpactAmounts {
+    /// As priced now (decimal string).
+    pub approved: String,
+    /// With the change (decimal string).
+    pub draft: String,
+    /// `draft − approved` (decimal string).
+    pub delta: String,
+}
+
+/// One department's side of an [`Impact`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct DepartmentImpact {
+    /// Its name.
+    pub department: String,
+    /// Its ID (UUID).
+    pub department_id: String,
+    /// As priced now (decimal string).
+    pub approved: String,
+    /// With the change (decimal string).
+    pub draft: String,
+    /// `draft − approved` (decimal string).
+    pub delta: String,
+}
+
+/// One tenant's side of an [`Impact`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct TenantImpact {
+    /// Its name.
+    pub tenant: String,
+    /// Its ID (UUID).
+    pub tenant_id: String,
+    /// Its department's name.
+    pub department: String,
+    /// As priced now (decimal string).
+    pub approved: String,
+    /// With the change (decimal string).
+    pub draft: String,
+    /// `draft − approved` (decimal string).
+    pub delta: String,
+}

@@ -419,3 +419,17 @@ pub struct NamespaceRule {
     #[serde(default)]
     pub namespaces_given: u64,
 }
+
+/// `POST /api/v1/inventory/impact?period=YYYY-MM`: an inventory change to preview, with exactly the body its save
+/// endpoint takes — `{"model": ModelBody}`, `{"profile": ProfileBody}` or `{"timeslicing": TimeslicingBody}`.
+/// Nothing is saved.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum InventoryChange {
+    /// As `POST /api/v1/inventory/models` takes it.
+    Model(ModelBody),
+    /// As `POST /api/v1/inventory/profiles` takes it.
+    Profile(ProfileBody),
+    /// As `POST /api/v1/inventory/timeslicing` takes it.
+    Timeslicing(TimeslicingBody),
+}

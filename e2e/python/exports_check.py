@@ -11,7 +11,11 @@ difference, when anything disagrees:
   LedgerLines and Allocations filtered by Period; its totals must equal the CSV's (parsed with Python's csv
   module) and the database's.
 - The formula-injection corpus comes back neutralized in every CSV, and numbers stay numbers.
-- The FinOps Foundation's focus-validator 1.0.0 validates focus.csv?version=1.0.
+- The FinOps Foundation's focus-validator 1.0.0 validates focus.csv?version=1.0, and its validator 2.0.1
+  (`../shared/tools/focus-validator/run`, rule model 1.2) the default file (FOCUS 1.3, a superset of 1.2) and
+  focus.csv?version=1.2: any failing rule fails the check, except InvoiceId-C-005-C — the 1.2 model states
+  InvoiceId-C-004-C ("MUST be null") and InvoiceId-C-005-C ("MUST NOT be null") without their conditions (invoice or
+  not), so no file with rows passes both; we follow the spec's text (null: showback issues no invoice).
 """
 
 import csv
@@ -20,6 +24,7 @@ import decimal
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -163,6 +168,28 @@ def main():
     text = out.stdout + out.stderr
     check(out.returncode == 0 and "Validation succeeded." in text, f"focus-validator 1.0:\n{text[-3000:]}")
     summary["focus"] = {"rows": len(focus_rows), "validator": "Validation succeeded."}
+
+    # ---- FOCUS 1.3 (the default) and 1.2 through the FinOps Foundation's validator 2.0.1 (rule model 1.2)
+    known = {"InvoiceId-C-005-C"}  # unconditioned in the 1.2 model (see the docstring)
+    for version in ("", "1.2"):
+        query = f"period={month}" + (f"&version={version}" if version else "")
+        r = http.get(base + f"/api/v1/exports/focus.csv?{query}", timeout=120)
+        check(r.status_code == 200, f"focus.csv?{query}: {r.status_code} {r.text[:300]}")
+        rows = list(csv.DictReader(io.StringIO(r.content.decode("utf-8"), newline="")))
+        if not version:
+            for col in ("AllocatedMethodId", "AllocatedMethodDetails", "AllocatedResourceId", "AllocatedResourceName",
+                        "AllocatedTags"):
+                check(col in rows[0], f"the default FOCUS file (1.3) lacks {col}")
+        check(all(x["ChargeDescription"].isascii() and not x["InvoiceId"] for x in rows), f"{query}: ASCII, no invoice")
+        path = os.path.join(expect["dir"], f"focus-{version or 'default'}.csv")
+        with open(path, "wb") as f:
+            f.write(r.content)
+        out = subprocess.run([expect["focus_validator"], path], capture_output=True, text=True, timeout=900)
+        text = out.stdout + out.stderr
+        failing = set(re.findall(r"(\S+): FAIL", text))
+        check("rules pass" in text, f"focus-validator 2.0.1 did not run on {query}:\n{text[-3000:]}")
+        check(failing <= known, f"focus-validator 2.0.1 on {query}: {sorted(failing - known)} fail\n{text[-3000:]}")
+        summary["focus"][f"validator_2_0_1_{version or 'default'}"] = text.strip().splitlines()[-1]
     print(json.dumps(summary))
 
 

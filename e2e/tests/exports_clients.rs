@@ -2,7 +2,9 @@
 //! through a large closed month of LedgerLines via `@odata.nextLink` with the date-range filter Power BI's
 //! incremental refresh sends, and through a closed month filtered by `Period`; its totals equal the CSV's (parsed
 //! by Python's `csv`) and the database's. The formula-injection corpus comes back neutralized from every CSV. The
-//! FinOps Foundation's focus-validator 1.0.0 accepts `focus.csv?version=1.0`.
+//! FinOps Foundation's focus-validator 1.0.0 accepts `focus.csv?version=1.0`; its validator 2.0.1
+//! (`../shared/tools/focus-validator/run`, rule model 1.2) finds no failing rule in the default file (FOCUS 1.3) nor
+//! in `version=1.2` but the model's unconditioned `InvoiceId-C-005-C` (see `exports_check.py`).
 //!
 //! The Python clients live in a virtual environment made by `scripts/lib.sh` (`gl_ensure_python_clients`, run by
 //! `scripts/test`): `GL_PYTHON` names its interpreter. The script is `e2e/python/exports_check.py`.
@@ -248,12 +250,20 @@ async fn python_odata_and_focus_validator_agree_with_the_csv_and_the_database() 
     .fetch_one(&su)
     .await
     .unwrap();
+    // The FinOps Foundation's validator 2.0.1 (rule model 1.2), outside the repository: `../shared/tools/…`.
+    let focus_validator = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/tools/focus-validator/run");
+    assert!(
+        focus_validator.exists(),
+        "{} not found (the shared tools sit beside the repository)",
+        focus_validator.display()
+    );
     let expect = json!({
         "base": base, "token": export, "dir": dir,
         "big_period": "2026-06", "big_start": "2026-06-01T00:00:00+00:00", "big_end": "2026-07-01T00:00:00+00:00",
         "big_lines": big_lines, "big_total": big_total, "big_injected": BIG_LINES / 101,
         "month": "2026-08", "month_lines": month_lines, "month_total": month_total, "month_gpu_hours": gpu_hours,
         "evil_tenant": EVIL_TENANT, "evil_pod": EVIL_POD, "evil_usage_tenant": EVIL_USAGE_TENANT, "evil_reason": EVIL_REASON,
+        "focus_validator": focus_validator,
     });
     let expect_path = dir.join("expect.json");
     std::fs::write(&expect_path, serde_json::to_vec_pretty(&expect).unwrap()).unwrap();

@@ -80,7 +80,7 @@ fn portal_context(state: &AppState) -> impl Fn() + Clone + Send + Sync + 'static
 }
 
 /// The REST API's routes (also what portal pages call in-process, as the signed-in person). Reads that compute
-/// or stream a month (ledger, close, analytics, exports, metrics) take a turn of their organization's share of
+/// or stream a month (ledger, close, analytics, exports, metrics, what-if impacts) take a turn of their organization's share of
 /// heavy reads first ([`heavy_read`]).
 pub fn api_routes(state: &AppState) -> Router<AppState> {
     let heavy = Router::new()
@@ -91,6 +91,8 @@ pub fn api_routes(state: &AppState) -> Router<AppState> {
         .merge(crate::metrics::router())
         .merge(crate::training::router())
         .merge(crate::budgets::router())
+        .merge(crate::policy::impact_router())
+        .merge(crate::tenancy::impact_router())
         .route_layer(middleware::from_fn_with_state(state.clone(), heavy_read));
     Router::new()
         .merge(ingest::router())

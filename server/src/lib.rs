@@ -16,6 +16,7 @@ pub mod error;
 pub mod exports;
 pub mod health;
 pub mod http;
+pub mod impact;
 pub mod ingest;
 pub mod ledger;
 pub mod limits;

@@ -624,6 +624,16 @@ fn cases() -> Vec<Case> {
             build: |t| with_json(format!("/api/v1/policies/{}/approve", t.policy_version?), json!({"reason": "probe"})),
             control: control(AdminToken, 409, false),
         },
+        // The what-if of B's version: not found (RLS); A's own version answers A's month, A's names in it.
+        Case {
+            method: "GET",
+            route: "/api/v1/policies/{version}/impact",
+            who: Readers,
+            denied: Api,
+            expect: Status(404),
+            build: |t| get(format!("/api/v1/policies/{}/impact?period={CLOSED}", t.policy_version?)),
+            control: control(AdminToken, 200, true),
+        },
         Case {
             method: "GET",
             route: "/api/v1/quotas",
@@ -1160,6 +1170,21 @@ fn cases() -> Vec<Case> {
                 with_json(
                     "/api/v1/inventory/timeslicing",
                     json!({"cluster": t.cluster_name.clone()?, "name": "probe", "replicas": 2, "valid_from": "2026-01-01T00:00:00Z"}),
+                )
+            },
+            control: None,
+        },
+        // Previewing a change on B's cluster, by name: not found in A (and a preview saves nothing anywhere).
+        Case {
+            method: "POST",
+            route: "/api/v1/inventory/impact",
+            who: AdminOrFinance,
+            denied: Api,
+            expect: Status(422),
+            build: |t| {
+                with_json(
+                    format!("/api/v1/inventory/impact?period={CLOSED}"),
+                    json!({"timeslicing": {"cluster": t.cluster_name.clone()?, "name": "probe", "replicas": 2, "valid_from": "2026-01-01T00:00:00Z"}}),
                 )
             },
             control: None,

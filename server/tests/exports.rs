@@ -904,6 +904,18 @@ async fn odata_feed_pages_filters_and_refuses() {
 // ---------------------------------------------------------------- FOCUS
 
 /// FOCUS 1.2's columns, from the specification (specification/columns at tag v1.2).
+/// What FOCUS 1.3 adds to 1.2's columns.
+const FOCUS_1_3_ADDED: [&str; 8] = [
+    "AllocatedMethodDetails",
+    "AllocatedMethodId",
+    "AllocatedResourceId",
+    "AllocatedResourceName",
+    "AllocatedTags",
+    "ContractApplied",
+    "HostProviderName",
+    "ServiceProviderName",
+];
+
 const FOCUS_1_2: [&str; 57] = [
     "AvailabilityZone",
     "BilledCost",
@@ -967,11 +979,17 @@ const FOCUS_1_2: [&str; 57] = [
 #[tokio::test]
 async fn focus_export_versions_categories_and_corrections() {
     let env = env().await;
-    // -- the default is 1.2: exactly its columns, then x_ columns
-    let (header, rows) = csv_of(&get(&env, "/api/v1/exports/focus.csv?period=2026-10", &env.export).await);
+    // -- 1.2 on request: exactly its columns, then x_ columns
+    let (header, _) = csv_of(&get(&env, "/api/v1/exports/focus.csv?period=2026-10&version=1.2", &env.export).await);
     let spec: Vec<&str> = header.iter().map(String::as_str).filter(|c| !c.starts_with("x_")).collect();
     assert_eq!(spec, FOCUS_1_2);
-    for x in ["x_Confidence", "x_GpuClass", "x_Term"] {
+    // -- the default is 1.3: 1.2's columns and the eight 1.3 added, in the spec's (alphabetical) order
+    let (header, rows) = csv_of(&get(&env, "/api/v1/exports/focus.csv?period=2026-10", &env.export).await);
+    let spec: Vec<&str> = header.iter().map(String::as_str).filter(|c| !c.starts_with("x_")).collect();
+    let mut v13: Vec<&str> = FOCUS_1_2.iter().copied().chain(FOCUS_1_3_ADDED).collect();
+    v13.sort_unstable();
+    assert_eq!(spec, v13);
+    for x in ["x_Confidence", "x_GpuClass", "x_Term", "x_Explanation"] {
         assert!(header.contains(&x.to_string()), "{x}");
     }
     let ledger = get(&env, "/api/v1/ledger?period=2026-10", &env.export).await.json();
@@ -1007,6 +1025,54 @@ async fn focus_export_versions_categories_and_corrections() {
         }
     }
     assert!(rows.iter().any(|r| r["SubAccountName"] == format!("'{EVIL_TENANT}")), "neutralized in FOCUS too");
+    // ASCII descriptions; the explanation itself, with its ×, unchanged in x_Explanation
+    let ledger_text: BTreeMap<&str, &str> =
+        lines.iter().map(|l| (l["line_id"].as_str().unwrap(), l["explanation"].as_str().unwrap())).collect();
+    for r in &rows {
+        assert!(r["ChargeDescription"].is_ascii() && !r["ChargeDescription"].is_empty(), "{}", r["ChargeDescription"]);
+        let explanation = ledger_text[r["x_LineId"].as_str()];
+        let cell = r["x_Explanation"].as_str();
+        // (a text starting like a formula gets its leading ', as everywhere)
+        let cell = if explanation.starts_with(FORMULA_START) { cell.strip_prefix('\'').unwrap_or(cell) } else { cell };
+        assert_eq!(explanation, cell, "x_Explanation is the ledger's explanation");
+        assert_eq!((r["HostProviderName"].as_str(), r["ServiceProviderName"].as_str()), ("Acme", "Acme"));
+        assert!(r["ContractApplied"].is_empty());
+    }
+    assert!(rows.iter().any(|r| r["x_Explanation"].contains('×') && r["ChargeDescription"].contains(" x ")));
+    // -- split cost allocation: the overhead pool (100.00 by equal shares) is split among the three tenants
+    let splits: Vec<&BTreeMap<String, String>> = rows.iter().filter(|r| !r["AllocatedMethodId"].is_empty()).collect();
+    assert_eq!(splits.len(), 3, "one allocated charge per tenant");
+    let mut ratio_micros = 0;
+    for r in &splits {
+        assert_eq!(r["x_Term"], "overhead");
+        assert_eq!(r["AllocatedMethodId"], "gpuledger/overhead/equal");
+        assert_eq!(r["ResourceId"], format!("{}/overhead/2026-10", env.org), "the origin is the month's pool");
+        assert_eq!(r["AllocatedResourceId"], r["x_TenantId"], "allocated to the tenant");
+        assert_eq!(r["AllocatedResourceName"], r["SubAccountName"]);
+        let details: Value = serde_json::from_str(&r["AllocatedMethodDetails"]).unwrap();
+        let elements = details["Elements"].as_array().unwrap();
+        assert_eq!(elements.len(), 1);
+        assert_eq!(elements[0]["UsageUnit"], "Tenant");
+        let ratio = elements[0]["AllocatedRatio"].as_f64().expect("a JSON number");
+        ratio_micros += micros(&format!("{ratio:.6}"));
+        let tags: Value = serde_json::from_str(&r["AllocatedTags"]).unwrap();
+        assert_eq!(
+            tags["gpuledger/tenant"].as_str().map(|t| t.trim_start_matches('\'')),
+            Some(r["x_Tenant"].trim_start_matches('\''))
+        );
+        let origin: Value = serde_json::from_str(&r["Tags"]).unwrap();
+        assert_eq!(
+            origin,
+            json!({"gpuledger/pool": "overhead"}),
+            "Tags are the origin's, not repeated in AllocatedTags"
+        );
+    }
+    assert_eq!(ratio_micros, 1_000_000, "a whole pool's ratios add up to exactly 1");
+    for r in rows.iter().filter(|r| r["AllocatedMethodId"].is_empty()) {
+        for c in FOCUS_1_3_ADDED.iter().filter(|c| c.starts_with("Allocated")) {
+            assert!(r[*c].is_empty(), "{c} on a line nobody split: {}", r["x_LineId"]);
+        }
+    }
 
     // -- 1.0 on request: its 43 columns (and the validator's five pre-1.0 spellings); closed months have invoices
     let (header, rows) = csv_of(&get(&env, "/api/v1/exports/focus.csv?period=2026-09&version=1.0", &env.export).await);
@@ -1028,11 +1094,12 @@ async fn focus_export_versions_categories_and_corrections() {
     }
     assert_eq!(header.iter().filter(|c| !c.starts_with("x_")).count(), 43 + 5);
     assert!(rows.iter().all(|r| r["ChargeCategory"] == "Usage" && r["BillingPeriodEnd"] == "2026-10-01T00:00:00Z"));
-    let (_, v12) = csv_of(&get(&env, "/api/v1/exports/focus.csv?period=2026-09", &env.export).await);
+    let (_, v12) = csv_of(&get(&env, "/api/v1/exports/focus.csv?period=2026-09&version=1.2", &env.export).await);
     // Showback issues no invoice: FOCUS requires a null InvoiceId then, closed month or not.
     assert!(v12.iter().all(|r| r["InvoiceId"].is_empty()));
     assert!(v12.iter().all(|r| r["ChargeDescription"].is_ascii()), "FOCUS: ASCII only");
     assert!(v12.iter().any(|r| r["ChargeDescription"].contains(" x ")), "× spelled x");
+    assert!(v12.iter().all(|r| !r.contains_key("AllocatedMethodId")), "1.2 has no split allocation columns");
     // department scope applies
     let (_, scoped) = csv_of(&get(&env, "/api/v1/exports/focus.csv?period=2026-09", &env.export_platform).await);
     assert!(!scoped.is_empty() && scoped.iter().all(|r| r["x_Department"] == "Platform"));

@@ -83,7 +83,13 @@ fn gaps(n: usize) -> Value {
         .map(|_| Fact {
             event_id: event_id("gap", &[&Uuid::new_v4().to_string()]),
             observed_at: now,
-            body: FactBody::Gap(GapFact { from: now - time::Duration::hours(1), to: now, dropped: 1 }),
+            body: FactBody::Gap(GapFact {
+                from: now - time::Duration::hours(1),
+                to: now,
+                dropped: 1,
+                kinds: Vec::new(),
+                node: None,
+            }),
         })
         .collect();
     let batch = Batch {

@@ -252,3 +252,97 @@ async fn departments_tenants_and_inventory_are_added_in_the_portal() {
         send(&app, form("/ui/departments", Some(&finance), &format!("csrf={fcsrf}&name=Finance-made"), None)).await;
     assert_eq!(denied.status, StatusCode::FORBIDDEN, "{}", denied.body);
 }
+
+/// Issue 21: a draft's impact on a month is on the policies page above its approve button (by default the last
+/// closed month, `?impact_period=` for another); an inventory form's "Preview impact" saves nothing and shows the
+/// change's impact with a button that saves it.
+#[tokio::test]
+async fn a_drafts_impact_sits_above_its_approval_and_inventory_changes_preview_before_saving() {
+    let (test_db, db) = common::migrated().await;
+    let org = demo::seed(&db).await.unwrap();
+    let now = time::OffsetDateTime::now_utc();
+    let current = gpuledger_core::Period::containing(now);
+    let last = current.prev().unwrap();
+    demo::ledger::approve_and_close(&db, org, now, &[last], false).await.unwrap();
+    let app = app::router(AppState::demo(db, org), &HttpOptions::default());
+    let su = common::admin_pool(&test_db).await;
+    let (admin, _) = demo_login(&app, "admin").await;
+
+    // A draft doubling the platform team's fixed overhead (18,000.00 → 36,000.00).
+    let mut document: serde_json::Value =
+        sqlx::query_scalar("SELECT document FROM cost_policies WHERE org_id = $1 AND state = 'approved'")
+            .bind(org.as_uuid())
+            .fetch_one(&su)
+            .await
+            .unwrap();
+    document["overhead"]["fixed"][0]["amount"] = "36000.00".into();
+    let page = send(&app, get("/admin/policies", Some(&admin))).await;
+    let csrf = csrf_of(&page.body);
+    let body = format!("csrf={csrf}&effective_from={last}&note=more&document={}", enc(&document.to_string()));
+    let saved = send(&app, form("/ui/policies", Some(&admin), &body, None)).await;
+    assert_eq!(saved.status, StatusCode::SEE_OTHER, "{}", saved.body);
+
+    let page = send(&app, get("/admin/policies", Some(&admin))).await;
+    assert_eq!(page.status, StatusCode::OK);
+    let b = &page.body;
+    assert!(b.contains(&format!("Impact of draft v2 on {last}")), "the last closed month by default: {b}");
+    let table = b.find(r#"<table class="impact""#).expect("an impact table");
+    let approve = b.find(r#"action="/ui/policies/2/approve""#).expect("an approve form");
+    assert!(table < approve, "the impact comes before the approve button");
+    let total = &b[b[table..].find("<tfoot").unwrap() + table..];
+    assert!(total[..total.find("</tfoot>").unwrap()].contains("18000.00"), "the total difference: {total}");
+    assert!(b.contains("is closed"), "the note says the month is closed: {b}");
+    // Another month on request; a month no approved policy covers says so instead of a table.
+    let page = send(&app, get("/admin/policies?impact_period=2020-01", Some(&admin))).await;
+    assert_eq!(page.status, StatusCode::OK);
+    assert!(page.body.contains("Impact of draft v2 on 2020-01"), "{}", page.body);
+    assert!(
+        page.body.contains("could not be computed") && page.body.contains("no approved cost policy"),
+        "{}",
+        page.body
+    );
+    assert_eq!(
+        sqlx::query_scalar::<_, String>("SELECT state FROM cost_policies WHERE org_id = $1 AND version = 2")
+            .bind(org.as_uuid())
+            .fetch_one(&su)
+            .await
+            .unwrap(),
+        "draft",
+        "showing the impact approves nothing"
+    );
+
+    // Inventory: "Preview impact" on a MIG fraction saves nothing and shows the impact with a save button.
+    let profiles = async || -> i64 {
+        sqlx::query_scalar("SELECT count(*) FROM mig_profiles WHERE org_id = $1")
+            .bind(org.as_uuid())
+            .fetch_one(&su)
+            .await
+            .unwrap()
+    };
+    let before = profiles().await;
+    let page = send(&app, get("/admin/inventory", Some(&admin))).await;
+    assert!(page.body.contains(r#"name="intent" value="preview""#), "a preview button: {}", page.body);
+    let first_day = format!("{current}-01");
+    let fields = format!(
+        "kind=mig&model={}&profile=1g.10gb&fraction={}&valid_from={first_day}",
+        enc("NVIDIA A100-SXM4-80GB"),
+        enc("2/7")
+    );
+    let preview =
+        send(&app, form("/ui/inventory/profiles", Some(&admin), &format!("csrf={csrf}&{fields}&intent=preview"), None))
+            .await;
+    assert_eq!(preview.status, StatusCode::SEE_OTHER, "{}", preview.body);
+    let to = preview.headers[header::LOCATION].to_str().unwrap().to_string();
+    assert!(to.starts_with("/admin/inventory?preview=profiles&") && to.ends_with("#preview"), "{to}");
+    assert_eq!(profiles().await, before, "a preview saves nothing");
+    let page = send(&app, get(to.trim_end_matches("#preview"), Some(&admin))).await;
+    assert_eq!(page.status, StatusCode::OK);
+    assert!(page.body.contains(&format!("Preview: impact on {current}")), "{}", page.body);
+    assert!(page.body.contains(r#"<table class="impact""#) && page.body.contains("nothing saved"), "{}", page.body);
+    assert!(page.body.contains(r#"id="save-previewed""#) && page.body.contains(r#"value="2/7""#), "{}", page.body);
+    assert_eq!(profiles().await, before, "showing the preview saves nothing");
+    // The save button posts the same fields, without the preview intent: now it is saved.
+    let saved = send(&app, form("/ui/inventory/profiles", Some(&admin), &format!("csrf={csrf}&{fields}"), None)).await;
+    assert_eq!(saved.status, StatusCode::SEE_OTHER, "{}", saved.body);
+    assert_eq!(profiles().await, before + 1);
+}

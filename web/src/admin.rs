@@ -11,7 +11,7 @@ use gpuledger_api::{
     Items,
     auth::{AuditLog, ProviderSettings, RoleMappings},
     orgs::OrganizationSettings,
-    policy::{PolicyList, QuotaList},
+    policy::{Impact, PolicyList, QuotaList},
     tenancy::{Department, NamespaceRule, Tenant},
 };
 
@@ -268,15 +268,100 @@ fn diff(old: &Value, new: &Value) -> Vec<(char, String)> {
     out
 }
 
-/// `/admin/policies`: cost policy versions, a draft's differences from the approved one, approval; quotas.
+/// `YYYY-MM` with a month from 01 to 12.
+fn is_month(s: &str) -> bool {
+    let b = s.as_bytes();
+    b.len() == 7
+        && b[4] == b'-'
+        && b[..4].iter().chain(&b[5..]).all(u8::is_ascii_digit)
+        && matches!(s[5..].parse::<u8>(), Ok(1..=12))
+}
+
+/// The month before this one, `YYYY-MM`.
+fn previous_month() -> String {
+    let now = time::OffsetDateTime::now_utc();
+    let (y, m) = if now.month() == time::Month::January {
+        (now.year() - 1, 12)
+    } else {
+        (now.year(), u8::from(now.month()) - 1)
+    };
+    format!("{y:04}-{m:02}")
+}
+
+/// The month a what-if is shown for: the one asked (`?impact_period=`), else the last closed month, else the
+/// previous month.
+async fn impact_period(asked: Option<String>) -> String {
+    if let Some(p) = asked.filter(|p| is_month(p)) {
+        return p;
+    }
+    let closed = match handle() {
+        Ok(h) => {
+            h.0.periods()
+                .await
+                .ok()
+                .and_then(|rows| rows.into_iter().filter(|r| r.state == "closed").map(|r| r.period).max())
+        }
+        Err(_) => None,
+    };
+    closed.unwrap_or_else(previous_month)
+}
+
+/// The CSS class of a difference: up, down or the same.
+fn delta_class(d: &str) -> &'static str {
+    if d.starts_with('-') {
+        "num delta down"
+    } else if d.chars().all(|c| matches!(c, '0' | '.')) {
+        "num delta same"
+    } else {
+        "num delta up"
+    }
+}
+
+/// A what-if answer as a table: per department (and its tenants) the month as priced now, with the change, and
+/// the difference; then the total and what the comparison covers. Shown for a draft policy and for an inventory
+/// change before it is saved.
+#[component]
+pub fn ImpactTable(
+    /// The comparison to show.
+    impact: Impact,
+) -> impl IntoView {
+    let cur = impact.currency.clone();
+    view! {
+        <table class="impact">
+            <thead><tr><th>"Department / tenant"</th><th class="num">{format!("Now ({cur})")}</th><th class="num">{format!("With the change ({cur})")}</th><th class="num">"Difference"</th></tr></thead>
+            <tbody>{impact.departments.iter().map(|d| {
+                let tenants: Vec<_> = impact.tenants.iter().filter(|t| t.department == d.department).cloned().collect();
+                view! {
+                    <tr class="department"><th scope="row">{d.department.clone()}</th><td class="num">{d.approved.clone()}</td><td class="num">{d.draft.clone()}</td><td class=delta_class(&d.delta)>{d.delta.clone()}</td></tr>
+                    {tenants.into_iter().map(|t| view! {
+                        <tr class="tenant"><td>{format!("\u{2003}{}", t.tenant)}</td><td class="num">{t.approved}</td><td class="num">{t.draft}</td><td class=delta_class(&t.delta)>{t.delta.clone()}</td></tr>
+                    }).collect_view()}
+                }
+            }).collect_view()}</tbody>
+            <tfoot><tr><th scope="row">"Total"</th><td class="num">{impact.total.approved.clone()}</td><td class="num">{impact.total.draft.clone()}</td><td class=delta_class(&impact.total.delta)>{impact.total.delta.clone()}</td></tr></tfoot>
+        </table>
+        <p class="muted">{impact.note.clone()}</p>
+    }
+}
+
+/// `/admin/policies`: cost policy versions, each draft's differences from the approved one and its impact on a
+/// month (`?impact_period=YYYY-MM`, by default the last closed month) above its approve button; quotas.
 #[component]
 pub fn PoliciesPage() -> impl IntoView {
+    let asked = use_query_map().with_untracked(|m| m.get("impact_period"));
     let data = async move {
         match admin("/admin/policies").await {
             Access::Admin(session) => {
                 let policies: PolicyList = api("/api/v1/policies").await.map_err(Err)?;
                 let quotas: QuotaList = api("/api/v1/quotas").await.map_err(Err)?;
-                Ok((session, policies, quotas))
+                let period = impact_period(asked).await;
+                let mut impacts = Vec::new();
+                for d in policies.items.iter().filter(|p| p.state == "draft") {
+                    let answer: Result<Impact, PortalError> =
+                        api(&format!("/api/v1/policies/{}/impact?period={}", d.version, q(&period))).await;
+                    impacts.push((d.version, answer));
+                }
+                Ok((session, policies, quotas, period, impacts))
             }
             other => Err(Ok(other)),
         }
@@ -288,7 +373,7 @@ pub fn PoliciesPage() -> impl IntoView {
                 Err(Ok(Access::SignIn(to))) => view! { <Redirect path=to /> }.into_any(),
                 Err(Ok(_)) => forbidden("The admin pages are for admins."),
                 Err(Err(e)) => error_panel(&e),
-                Ok((session, policies, quotas)) => {
+                Ok((session, policies, quotas, period, impacts)) => {
                     let items = policies.items;
                     let approved = items.iter().find(|p| p.state == "approved").cloned();
                     let quota_rows = quotas.items;
@@ -305,12 +390,7 @@ pub fn PoliciesPage() -> impl IntoView {
                                         <tr>
                                             <td>{version.clone()}</td><td>{p.state.clone()}</td><td>{when(&p.effective_from)}</td><td>{p.note.clone()}</td>
                                             <td>{when_some(&p.approved_at)} " " {p.approved_by.clone().unwrap_or_default()}</td>
-                                            <td>{draft.then(|| view! {
-                                                <form method="post" action=format!("/ui/policies/{version}/approve") class="inline">
-                                                    <input type="hidden" name="csrf" value=session.csrf.clone() />
-                                                    <button type="submit">"Approve"</button>
-                                                </form>
-                                            })}</td>
+                                            <td>{draft.then(|| view! { <a href=format!("#draft-{version}")>"Impact & approval"</a> })}</td>
                                         </tr>
                                     }
                                 }).collect_view()}</tbody></table>
@@ -318,6 +398,7 @@ pub fn PoliciesPage() -> impl IntoView {
                             {items.iter().filter(|p| p.state == "draft").map(|d| {
                                 let base = approved.as_ref().map(|a| a.document.clone()).unwrap_or(Value::Null);
                                 let version = d.version.to_string();
+                                let impact = impacts.iter().find(|(v, _)| *v == d.version).map(|(_, i)| i.clone());
                                 view! {
                                     <h3 id=format!("draft-{version}")>{format!("Draft v{version} against the approved version")}</h3>
                                     <details class="edit">
@@ -330,6 +411,20 @@ pub fn PoliciesPage() -> impl IntoView {
                                         let class = match k { '+' => "add", '-' => "del", _ => "same" };
                                         view! { <span class=class>{format!("{k} {line}\n")}</span> }
                                     }).collect_view()}</pre>
+                                    <h4 id=format!("impact-{version}")>{format!("Impact of draft v{version} on {period}")}</h4>
+                                    <form method="get" action="/admin/policies" class="inline-form">
+                                        <label>"Month " <input name="impact_period" value=period.clone() required=true pattern="[0-9]{4}-[0-9]{2}" placeholder="YYYY-MM" size="8" /></label>
+                                        <button type="submit">"Show impact"</button>
+                                    </form>
+                                    {match impact {
+                                        Some(Ok(i)) => view! { <ImpactTable impact=i /> }.into_any(),
+                                        Some(Err(e)) => view! { <p class="error">{format!("The impact could not be computed: {}", e.message)}</p> }.into_any(),
+                                        None => ().into_any(),
+                                    }}
+                                    <form method="post" action=format!("/ui/policies/{version}/approve") class="inline approve">
+                                        <input type="hidden" name="csrf" value=session.csrf.clone() />
+                                        <button type="submit">{format!("Approve draft v{version}")}</button>
+                                    </form>
                                 }
                             }).collect_view()}
                             <details class="edit" open=items.is_empty()>
@@ -417,20 +512,92 @@ fn PolicyForm(
     }
 }
 
+/// An inventory change the page was asked to preview (`?preview=models|profiles|timeslicing&…fields`): the form,
+/// its fields, the month it is shown for and the body of `POST /api/v1/inventory/impact`.
+#[derive(Clone)]
+struct Preview {
+    what: String,
+    fields: Vec<(String, String)>,
+    period: String,
+    body: Value,
+}
+
+/// Reads a preview request from the page's query (what the "Preview impact" button sends back).
+fn preview_request(get: impl Fn(&str) -> Option<String>) -> Option<Preview> {
+    let what = get("preview")?;
+    let names: &[&str] = match what.as_str() {
+        "models" => &["model", "gpu_class", "valid_from"],
+        "profiles" => &["kind", "model", "profile", "fraction", "valid_from"],
+        "timeslicing" => &["cluster", "name", "replicas", "valid_from"],
+        _ => return None,
+    };
+    let fields: Vec<(String, String)> = names.iter().map(|n| (n.to_string(), get(n).unwrap_or_default())).collect();
+    let value = |n: &str| fields.iter().find(|(k, _)| k == n).map(|(_, v)| v.clone()).unwrap_or_default();
+    let from = value("valid_from");
+    let instant = if from.len() == 10 { format!("{from}T00:00:00Z") } else { from.clone() };
+    let period = from.get(..7).filter(|m| is_month(m)).map_or_else(previous_month, str::to_string);
+    let body = match what.as_str() {
+        "models" => {
+            serde_json::json!({"model": {"model": value("model"), "gpu_class": value("gpu_class"), "valid_from": instant}})
+        }
+        "profiles" => serde_json::json!({"profile": {"kind": value("kind"), "model": value("model"),
+            "profile": value("profile"), "fraction": value("fraction"), "valid_from": instant}}),
+        _ => serde_json::json!({"timeslicing": {"cluster": value("cluster"), "name": value("name"),
+            "replicas": value("replicas").parse::<i64>().unwrap_or(0), "valid_from": instant}}),
+    };
+    Some(Preview { what, fields, period, body })
+}
+
+/// The preview of an inventory change: its impact on the month it starts in, and the button that saves it.
+#[component]
+fn PreviewPanel(csrf: String, preview: Preview, impact: Result<Impact, PortalError>) -> impl IntoView {
+    let what = preview.what.clone();
+    view! {
+        <section class="panel" id="preview">
+            <h2>{format!("Preview: impact on {} before saving", preview.period)}</h2>
+            {match impact {
+                Ok(i) => view! { <ImpactTable impact=i /> }.into_any(),
+                Err(e) => view! { <p class="error">{format!("The change could not be previewed: {}", e.message)}</p> }.into_any(),
+            }}
+            <form method="post" action=format!("/ui/inventory/{what}") class="inline-form" id="save-previewed">
+                <input type="hidden" name="csrf" value=csrf />
+                {preview.fields.into_iter().map(|(k, v)| view! { <input type="hidden" name=k value=v /> }).collect_view()}
+                <button type="submit">"Save this change"</button>
+                " " <a href="/admin/inventory#inventory">"Discard"</a>
+            </form>
+        </section>
+    }
+}
+
 /// `/admin/inventory`: approved GPU models, MIG / vGPU fractions, time-slicing policies (with validity), and the
 /// namespace → tenant mapping with its history.
 #[component]
 pub fn InventoryPage() -> impl IntoView {
+    let preview = use_query_map().with_untracked(|m| preview_request(|k| m.get(k)));
     let data = async move {
         match admin("/admin/inventory").await {
             Access::Admin(session) => {
+                let preview = match preview {
+                    Some(p) => {
+                        let path = format!("/api/v1/inventory/impact?period={}", q(&p.period));
+                        let impact = match handle() {
+                            Ok(h) => match h.0.api("POST", path, Some(p.body.to_string())).await {
+                                Ok(a) => a.json::<Impact>(),
+                                Err(e) => Err(e),
+                            },
+                            Err(e) => Err(e),
+                        };
+                        Some((p, impact))
+                    }
+                    None => None,
+                };
                 let h = handle().map_err(Err)?;
                 let inventory = h.0.admin_inventory().await.map_err(Err)?;
                 let tenancy = h.0.admin_tenancy().await.map_err(Err)?;
                 let tenants: Items<Tenant> = api("/api/v1/tenants").await.map_err(Err)?;
                 let departments: Items<Department> = api("/api/v1/departments").await.map_err(Err)?;
                 let rules: Items<NamespaceRule> = api("/api/v1/tenancy/namespace-rules").await.map_err(Err)?;
-                Ok((session.csrf, inventory, tenancy, tenants.items, departments.items, rules.items))
+                Ok((session.csrf, inventory, tenancy, tenants.items, departments.items, rules.items, preview))
             }
             other => Err(Ok(other)),
         }
@@ -442,8 +609,9 @@ pub fn InventoryPage() -> impl IntoView {
                 Err(Ok(Access::SignIn(to))) => view! { <Redirect path=to /> }.into_any(),
                 Err(Ok(_)) => forbidden("The admin pages are for admins."),
                 Err(Err(e)) => error_panel(&e),
-                Ok((csrf, inventory, tenancy, tenants, departments, rules)) => view! {
+                Ok((csrf, inventory, tenancy, tenants, departments, rules, preview)) => view! {
                     <section class="panel"><h1>"Inventory & tenancy"</h1><AdminNav /></section>
+                    {preview.map(|(p, impact)| view! { <PreviewPanel csrf=csrf.clone() preview=p impact /> })}
                     <section class="panel" id="tenancy">
                         <h2>"Departments and tenants"</h2>
                         <p class="muted">"Namespaces are mapped to tenants by their labels. A tenant added after its namespaces were labelled takes them over from when the labels said so."</p>
@@ -483,13 +651,14 @@ pub fn InventoryPage() -> impl IntoView {
                     </section>
                     <section class="panel" id="inventory">
                         <h2>"Approved inventory"</h2>
-                        <p class="muted">"An entry applies from its start date; a later entry for the same model or profile ends the one in force (history is kept). Allocations it concerns are recomputed; closed months get corrections at the next close."</p>
+                        <p class="muted">"An entry applies from its start date; a later entry for the same model or profile ends the one in force (history is kept). Allocations it concerns are recomputed; closed months get corrections at the next close. “Preview impact” shows what the change does to the month it starts in, per department and tenant, before anything is saved."</p>
                         <form method="post" action="/ui/inventory/models" class="inline-form" id="add-model">
                             <input type="hidden" name="csrf" value=csrf.clone() />
                             <label>"GPU model " <input name="model" required=true placeholder="NVIDIA H100 80GB HBM3" /></label>
                             <label>"Class " <input name="gpu_class" required=true placeholder="H100-80GB" /></label>
                             <label>"From " <input name="valid_from" type="date" required=true /></label>
                             <button type="submit">"Add model"</button>
+                            <button type="submit" name="intent" value="preview">"Preview impact"</button>
                         </form>
                         <form method="post" action="/ui/inventory/profiles" class="inline-form" id="add-profile">
                             <input type="hidden" name="csrf" value=csrf.clone() />
@@ -499,6 +668,7 @@ pub fn InventoryPage() -> impl IntoView {
                             <label>"Fraction of a GPU " <input name="fraction" required=true placeholder="3/7" size="6" /></label>
                             <label>"From " <input name="valid_from" type="date" required=true /></label>
                             <button type="submit">"Add profile"</button>
+                            <button type="submit" name="intent" value="preview">"Preview impact"</button>
                         </form>
                         <form method="post" action="/ui/inventory/timeslicing" class="inline-form" id="add-timeslicing">
                             <input type="hidden" name="csrf" value=csrf.clone() />
@@ -507,6 +677,7 @@ pub fn InventoryPage() -> impl IntoView {
                             <label>"Replicas " <input name="replicas" type="number" min="1" max="1024" required=true size="4" /></label>
                             <label>"From " <input name="valid_from" type="date" required=true /></label>
                             <button type="submit">"Add time-slicing"</button>
+                            <button type="submit" name="intent" value="preview">"Preview impact"</button>
                         </form>
                         {if inventory.is_empty() { view! { <p class="empty">"Nothing approved yet."</p> }.into_any() } else { view! {
                             <table><thead><tr><th>"Kind"</th><th>"Name"</th><th>"Class"</th><th>"GPU fraction"</th><th>"Valid from"</th><th>"Valid to"</th></tr></thead>

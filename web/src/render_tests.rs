@@ -838,3 +838,62 @@ async fn the_notifications_page_shows_idle_reservations_budgets_and_each_webhook
     let (html, _) = render("/admin/notifications", signed_in(vec!["viewer"])).await;
     assert!(html.contains("for admins and finance"), "{html}");
 }
+
+/// A what-if answer as the API gives it: Research up, Platform down.
+fn impact_answer() -> Value {
+    json!({"period": "2026-10", "version": 2, "approved_version": 1, "closed": true, "currency": "USD",
+           "departments": [
+               {"department": "Platform", "department_id": "d2", "approved": "100.00", "draft": "90.00", "delta": "-10.00"},
+               {"department": "Research", "department_id": "d1", "approved": "200.00", "draft": "260.50", "delta": "60.50"}],
+           "tenants": [{"tenant": "nlp", "tenant_id": "t1", "department": "Research", "approved": "150.00",
+                        "draft": "210.50", "delta": "60.50"}],
+           "total": {"approved": "300.00", "draft": "350.50", "delta": "50.50"},
+           "note": "2026-10 is closed: nothing is changed"})
+}
+
+#[tokio::test]
+async fn a_drafts_impact_is_shown_before_its_approve_button() {
+    let policy = |v: i32, state: &str| {
+        json!({"version": v, "state": state, "effective_from": "2026-10", "currency": "USD", "note": "", "document": {},
+               "created_at": "2026-10-01T00:00:00Z", "created_by": "x", "approved_at": null, "approved_by": null,
+               "superseded_at": null})
+    };
+    let fake = Fake {
+        roles: Some(vec!["admin"]),
+        fail: false,
+        answers: vec![
+            ("/api/v1/policies/2/impact?period=2026-10", impact_answer()),
+            ("/api/v1/policies", json!({"items": [policy(2, "draft"), policy(1, "approved")], "total": 2})),
+            ("/api/v1/quotas", json!({"items": [], "total": 0})),
+        ],
+    };
+    let (html, _) = render("/admin/policies?impact_period=2026-10", fake).await;
+    assert!(html.contains("Impact of draft v2 on 2026-10"), "{html}");
+    let table = html.find(r#"<table class="impact""#).expect("an impact table");
+    let approve = html.find(r#"action="/ui/policies/2/approve""#).expect("the approve form");
+    assert!(table < approve, "impact first, then approval: {html}");
+    for text in ["Research", "nlp", "260.50", "60.50", "-10.00", "350.50", "50.50", "nothing is changed"] {
+        assert!(html.contains(text), "{text}: {html}");
+    }
+    assert!(html.contains(r#"class="num delta down""#) && html.contains(r#"class="num delta up""#), "{html}");
+    assert!(!html.contains(r#"action="/ui/policies/1/approve""#), "an approved version has no approve button");
+}
+
+#[tokio::test]
+async fn an_inventory_change_is_previewed_with_a_save_button() {
+    let fake = Fake {
+        roles: Some(vec!["admin"]),
+        fail: false,
+        answers: vec![("/api/v1/inventory/impact?period=2026-10", impact_answer())],
+    };
+    let path =
+        "/admin/inventory?preview=profiles&kind=mig&model=A100&profile=1g.10gb&fraction=2%2F7&valid_from=2026-10-01";
+    let (html, _) = render(path, fake).await;
+    assert!(html.contains("Preview: impact on 2026-10 before saving"), "{html}");
+    assert!(html.contains(r#"<table class="impact""#) && html.contains("50.50"), "{html}");
+    assert!(html.contains(r#"action="/ui/inventory/profiles""#) && html.contains(r#"value="2/7""#), "{html}");
+    assert!(html.contains("Save this change"), "{html}");
+    // Without a preview in the query there is no preview panel.
+    let (html, _) = render("/admin/inventory", signed_in(vec!["admin"])).await;
+    assert!(!html.contains("Save this change") && html.contains(r#"value="preview""#), "{html}");
+}

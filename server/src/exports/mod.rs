@@ -4,7 +4,7 @@
 //!   streamed from PostgreSQL in constant memory (one bounded channel of 64 KiB chunks between the query and the
 //!   socket; the allocations are joined and computed in Rust from the raw intervals, see [`allocations`]), RFC 4180, UTF-8, CRLF, timestamps in UTC ISO 8601, decimals exact with a `.`, text cells that a
 //!   spreadsheet would run as a formula prefixed with `'` (see [`cells`]).
-//! - `GET /api/v1/exports/focus.csv?period=YYYY-MM[&version=1.2|1.0]`: the month's ledger as FOCUS ([`focus`]).
+//! - `GET /api/v1/exports/focus.csv?period=YYYY-MM[&version=1.3|1.2|1.0]`: the month's ledger as FOCUS ([`focus`]).
 //! - `/odata/`: the OData v4 service ([`odata`]): service document, `$metadata`, seven entity sets with
 //!   `$select`, `$filter`, `$orderby`, `$top`, `$skip`, `$count` and server-driven paging. Only API tokens
 //!   (HTTP Basic with the token as password, Bearer, or a Web API key) — never the portal's cookie.

@@ -8,8 +8,8 @@ use axum::{
     routing::{get, post},
 };
 use gpuledger_api::policy::{
-    ApproveBody, CreatedQuota, ImportKueueBody, KueueImport, PolicyBody, PolicyList, PolicyVersion, Quota, QuotaBody,
-    QuotaList,
+    ApproveBody, CreatedQuota, Impact, ImportKueueBody, KueueImport, PolicyBody, PolicyList, PolicyVersion, Quota,
+    QuotaBody, QuotaList,
 };
 use gpuledger_core::{Period, decimal::Decimal, policy::CostPolicy, time_fmt::rfc3339};
 use serde::Deserialize;
@@ -37,6 +37,12 @@ pub fn router() -> Router<AppState> {
         .route("/api/v1/policies/{version}/approve", post(approve_policy))
         .route("/api/v1/quotas", get(list_quotas).post(create_quota))
         .route("/api/v1/quotas/import-kueue", post(import_kueue))
+}
+
+/// The what-if route: it computes a month twice, so the server puts it behind the heavy-read turns
+/// (`app::api_routes`).
+pub fn impact_router() -> Router<AppState> {
+    Router::new().route("/api/v1/policies/{version}/impact", get(policy_impact))
 }
 
 // ---------------------------------------------------------------- policies
@@ -202,6 +208,69 @@ async fn approve_policy(
             .await?;
     tx.commit().await?;
     Ok(Json(policy_view(row)?))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ImpactQuery {
+    period: Option<String>,
+}
+
+/// `GET /api/v1/policies/{version}/impact?period=YYYY-MM`: the month computed with version `version` in place of
+/// the approved policy that prices it, beside the month as it stands, per department and tenant. Any version may
+/// be asked about (a draft is the point; the version that prices the month answers all deltas zero). A closed
+/// month is computed from the inputs its close froze and answers `closed: true`: a what-if, nothing changes.
+/// Readers of the policies may call it; a caller limited to departments sees those departments (and a total of
+/// them). The version is looked up as the caller (another organization's is not found); the month is computed for
+/// the whole organization (overhead is split across every tenant).
+async fn policy_impact(
+    State(state): State<AppState>,
+    p: Caller<ReadLedger>,
+    Path(version): Path<i32>,
+    Params(q): Params<ImpactQuery>,
+) -> Result<Json<Impact>, AppError> {
+    let period = parse_period(
+        "period",
+        q.period.as_deref().ok_or_else(|| AppError::invalid("period", "is required (YYYY-MM)"))?,
+    )?;
+    let mut tx = p.begin(&state.db).await?;
+    let policy = store::policy_document(&mut tx, version).await?;
+    tx.commit_quiet().await?;
+    let policy = policy.ok_or_else(|| AppError::NotFound(format!("cost policy version {version}")))?;
+    let mut tx = state.db.begin_org(p.org).await?;
+    let month = crate::impact::frozen_or_open(&mut tx, period).await?;
+    if policy.currency != month.input.policy.currency {
+        return Err(AppError::Conflict(format!(
+            "cost policy version {version} prices in {}, {period} in {}: amounts in two currencies do not compare",
+            policy.currency, month.input.policy.currency
+        )));
+    }
+    let draft = crate::impact::with_policy(&mut tx, &month, policy).await?;
+    tx.commit_quiet().await?;
+    let approved_version = i32::try_from(month.input.policy.version).unwrap_or(i32::MAX);
+    let note = if month.closed {
+        format!(
+            "{period} is closed: both sides are computed from the inputs its close froze, so `approved` is its closed \
+             figures; nothing is changed"
+        )
+    } else {
+        format!(
+            "{period} is open: both sides are computed from today's facts, approved credits and late-data \
+             corrections, as the month's provisional figures are"
+        )
+    };
+    let impact = crate::impact::compare(crate::impact::Comparison {
+        period,
+        closed: month.closed,
+        version,
+        approved_version,
+        currency: &month.input.policy.currency,
+        approved: &month.lines,
+        draft: &draft,
+        scope: p.departments.as_deref(),
+        note,
+    })?;
+    Ok(Json(impact))
 }
 
 // ---------------------------------------------------------------- quotas

@@ -229,3 +229,20 @@ pub(crate) async fn holder_department(
         .fetch_optional(tx.conn())
         .await?)
 }
+
+/// One cost policy version's document as the ledger reads it (any state), or `None` when the organization has no
+/// such version.
+pub async fn policy_document(tx: &mut OrgTx, version: i32) -> Result<Option<CostPolicy>, AppError> {
+    let org = tx.org().as_uuid();
+    let doc: Option<Value> =
+        sqlx::query_scalar("SELECT document FROM cost_policies WHERE version = $1 AND org_id = $2")
+            .bind(version)
+            .bind(org)
+            .fetch_optional(tx.conn())
+            .await?;
+    let Some(doc) = doc else { return Ok(None) };
+    let mut policy: CostPolicy = serde_json::from_value(doc)
+        .map_err(|e| AppError::Internal(format!("stored cost policy {version} does not parse: {e}")))?;
+    policy.version = u32::try_from(version).map_err(|_| AppError::Internal("negative policy version".into()))?;
+    Ok(Some(policy))
+}

@@ -5,7 +5,7 @@ use crate::app::AppState;
 use axum::{
     extract::{Path, State},
     http::{HeaderMap, StatusCode},
-    response::{IntoResponse, Response},
+    response::{IntoResponse, Redirect, Response},
 };
 
 /// `/admin/organization`'s form: the settings through `PUT /api/v1/organization/settings` (its errors name the field).
@@ -113,7 +113,17 @@ pub(super) fn urlencoding_path(s: &str) -> String {
         .collect()
 }
 
-/// The inventory forms: a GPU model's class, a MIG or vGPU profile's fraction, a time-slicing declaration.
+/// The fields of each inventory form, as the page's preview reads them back from its query string.
+const INVENTORY_FIELDS: [(&str, &[&str]); 3] = [
+    ("models", &["model", "gpu_class", "valid_from"]),
+    ("profiles", &["kind", "model", "profile", "fraction", "valid_from"]),
+    ("timeslicing", &["cluster", "name", "replicas", "valid_from"]),
+];
+
+/// The inventory forms: a GPU model's class, a MIG or vGPU profile's fraction, a time-slicing declaration. The
+/// "Preview impact" button (`intent=preview`) saves nothing: it goes back to the inventory page with the fields
+/// in its query string, and the page shows the change's impact (`POST /api/v1/inventory/impact`) with a button
+/// that saves it.
 pub(super) async fn inventory_form(
     State(state): State<AppState>,
     headers: HeaderMap,
@@ -121,6 +131,17 @@ pub(super) async fn inventory_form(
     body: axum::body::Bytes,
 ) -> Response {
     let f = pairs(&body);
+    if field(&f, "intent") == "preview" {
+        let Some((_, names)) = INVENTORY_FIELDS.iter().find(|(w, _)| *w == what) else {
+            return (StatusCode::NOT_FOUND, "no such form").into_response();
+        };
+        let mut query = form_urlencoded::Serializer::new(String::new());
+        query.append_pair("preview", &what);
+        for name in *names {
+            query.append_pair(name, &field(&f, name));
+        }
+        return Redirect::to(&format!("/admin/inventory?{}#preview", query.finish())).into_response();
+    }
     let from = instant(&field(&f, "valid_from"));
     let (path, request) = match what.as_str() {
         "models" => (

@@ -33,11 +33,13 @@ use uuid::Uuid;
 
 use crate::{
     app::AppState,
+    db::OrgTx,
     error::AppError,
     http::instant,
     http::{Administer, Caller, JsonBody, ManagePolicy, ReadLedger},
 };
 
+mod impact;
 mod reassign;
 mod rename;
 mod rules;
@@ -60,6 +62,12 @@ pub fn router() -> Router<AppState> {
         .route("/api/v1/tenancy/reassignments", post(reassign::reassign))
         .route("/api/v1/tenancy/ownership", get(reassign::ownership))
         .route("/api/v1/tenancy/namespace-rules", get(rules::list_rules).post(rules::add_rule))
+}
+
+/// The inventory preview: it computes a month twice, so the server puts it behind the heavy-read turns
+/// (`app::api_routes`).
+pub fn impact_router() -> Router<AppState> {
+    Router::new().route("/api/v1/inventory/impact", post(impact::inventory_impact))
 }
 
 /// Longest department, tenant, class or policy name.
@@ -345,45 +353,57 @@ async fn get_inventory(State(state): State<AppState>, p: Caller<ReadLedger>) -> 
     }))
 }
 
+/// What a saved inventory change writes to the audit log: its target and details.
+struct Written<T> {
+    answer: T,
+    target: String,
+    details: serde_json::Value,
+}
+
 async fn add_model(
     State(state): State<AppState>,
     p: Caller<ManagePolicy>,
     JsonBody(body): JsonBody<ModelBody>,
 ) -> Result<(StatusCode, Json<CreatedModel>), AppError> {
+    let mut tx = p.begin(&state.db).await?;
+    let w = write_model(&mut tx, &body).await?;
+    tx.audit_by(&p, "inventory.model", &w.target, "", w.details).await?;
+    tx.commit().await?;
+    Ok((StatusCode::CREATED, Json(w.answer)))
+}
+
+/// Validates and writes a GPU model entry in `tx` (recomputing the allocations it concerns), neither audited nor
+/// committed: the save and its preview ([`impact`]) share it.
+async fn write_model(tx: &mut OrgTx, body: &ModelBody) -> Result<Written<CreatedModel>, AppError> {
     let valid_from = instant("valid_from", &body.valid_from)?;
     let model = name_field("model", &body.model)?;
     let class = name_field("gpu_class", &body.gpu_class)?;
     if body.memory_mib.is_some_and(|m| m <= 0) {
         return Err(AppError::invalid("memory_mib", "must be positive"));
     }
-    let mut tx = p.begin(&state.db).await?;
+    let org = tx.org();
     sqlx::query("INSERT INTO gpu_classes (org_id, gpu_class) VALUES ($1, $2) ON CONFLICT DO NOTHING")
-        .bind(p.org.as_uuid())
+        .bind(org.as_uuid())
         .bind(&class)
         .execute(tx.conn())
         .await?;
-    close_open_entry(&mut tx, "gpu_models", &[("model", model.clone())], valid_from).await?;
+    close_open_entry(tx, "gpu_models", &[("model", model.clone())], valid_from).await?;
     sqlx::query(
         "INSERT INTO gpu_models (org_id, model, valid_from, gpu_class, memory_mib) VALUES ($1, $2, $3, $4, $5)",
     )
-    .bind(p.org.as_uuid())
+    .bind(org.as_uuid())
     .bind(&model)
     .bind(valid_from)
     .bind(&class)
     .bind(body.memory_mib)
     .execute(tx.conn())
     .await?;
-    let recomputed = crate::ingest::recompute_for_inventory(&mut tx, p.org, &model, valid_from).await?;
-    tx.audit_by(
-        &p,
-        "inventory.model",
-        &format!("gpu_model:{model}"),
-        "",
-        json!({ "gpu_class": class, "valid_from": valid_from.unix_timestamp(), "recomputed": recomputed }),
-    )
-    .await?;
-    tx.commit().await?;
-    Ok((StatusCode::CREATED, Json(CreatedModel { model, gpu_class: class, recomputed_allocations: recomputed })))
+    let recomputed = crate::ingest::recompute_for_inventory(tx, org, &model, valid_from).await?;
+    Ok(Written {
+        target: format!("gpu_model:{model}"),
+        details: json!({ "gpu_class": class, "valid_from": valid_from.unix_timestamp(), "recomputed": recomputed }),
+        answer: CreatedModel { model, gpu_class: class, recomputed_allocations: recomputed },
+    })
 }
 
 async fn add_profile(
@@ -391,6 +411,16 @@ async fn add_profile(
     p: Caller<ManagePolicy>,
     JsonBody(body): JsonBody<ProfileBody>,
 ) -> Result<(StatusCode, Json<CreatedProfile>), AppError> {
+    let mut tx = p.begin(&state.db).await?;
+    let w = write_profile(&mut tx, &body).await?;
+    tx.audit_by(&p, "inventory.profile", &w.target, "", w.details).await?;
+    tx.commit().await?;
+    Ok((StatusCode::CREATED, Json(w.answer)))
+}
+
+/// Validates and writes a MIG or vGPU profile entry in `tx` (recomputing the allocations it concerns), neither
+/// audited nor committed: the save and its preview ([`impact`]) share it.
+async fn write_profile(tx: &mut OrgTx, body: &ProfileBody) -> Result<Written<CreatedProfile>, AppError> {
     let valid_from = instant("valid_from", &body.valid_from)?;
     let table = match body.kind.as_str() {
         "mig" => "mig_profiles",
@@ -414,13 +444,13 @@ async fn add_profile(
     let (Ok(num), Ok(den)) = (num, den) else {
         return Err(AppError::invalid("fraction", "numerator and denominator are too large"));
     };
-    let mut tx = p.begin(&state.db).await?;
-    close_open_entry(&mut tx, table, &[("model", model.clone()), ("profile", profile.clone())], valid_from).await?;
+    let org = tx.org();
+    close_open_entry(tx, table, &[("model", model.clone()), ("profile", profile.clone())], valid_from).await?;
     sqlx::query(&format!(
         "INSERT INTO {table} (org_id, model, profile, valid_from, fraction_num, fraction_den)
          VALUES ($1, $2, $3, $4, $5, $6)"
     ))
-    .bind(p.org.as_uuid())
+    .bind(org.as_uuid())
     .bind(&model)
     .bind(&profile)
     .bind(valid_from)
@@ -428,25 +458,18 @@ async fn add_profile(
     .bind(den)
     .execute(tx.conn())
     .await?;
-    let recomputed = crate::ingest::recompute_for_inventory(&mut tx, p.org, &model, valid_from).await?;
-    tx.audit_by(&p,
-        "inventory.profile",
-        &format!("{}:{model}/{profile}", body.kind),
-        "",
-        json!({ "fraction": format!("{num}/{den}"), "valid_from": valid_from.unix_timestamp(), "recomputed": recomputed }),
-    )
-    .await?;
-    tx.commit().await?;
-    Ok((
-        StatusCode::CREATED,
-        Json(CreatedProfile {
-            kind: body.kind,
+    let recomputed = crate::ingest::recompute_for_inventory(tx, org, &model, valid_from).await?;
+    Ok(Written {
+        target: format!("{}:{model}/{profile}", body.kind),
+        details: json!({ "fraction": format!("{num}/{den}"), "valid_from": valid_from.unix_timestamp(), "recomputed": recomputed }),
+        answer: CreatedProfile {
+            kind: body.kind.clone(),
             model,
             profile,
             fraction: format!("{num}/{den}"),
             recomputed_allocations: recomputed,
-        }),
-    ))
+        },
+    })
 }
 
 /// Declared time-slicing policies (what a cluster's device plugin was configured with, for reviewers; each
@@ -456,12 +479,21 @@ async fn add_timeslicing(
     p: Caller<ManagePolicy>,
     JsonBody(body): JsonBody<TimeslicingBody>,
 ) -> Result<(StatusCode, Json<CreatedTimeslicing>), AppError> {
+    let mut tx = p.begin(&state.db).await?;
+    let w = write_timeslicing(&mut tx, &body).await?;
+    tx.audit_by(&p, "inventory.timeslicing", &w.target, "", w.details).await?;
+    tx.commit().await?;
+    Ok((StatusCode::CREATED, Json(w.answer)))
+}
+
+/// Validates and writes a time-slicing declaration in `tx`, neither audited nor committed: the save and its
+/// preview ([`impact`]) share it.
+async fn write_timeslicing(tx: &mut OrgTx, body: &TimeslicingBody) -> Result<Written<CreatedTimeslicing>, AppError> {
     let valid_from = instant("valid_from", &body.valid_from)?;
     let name = name_field("name", &body.name)?;
     if !(1..=1024).contains(&body.replicas) {
         return Err(AppError::invalid("replicas", "must be 1 to 1024"));
     }
-    let mut tx = p.begin(&state.db).await?;
     let org = tx.org().as_uuid();
     let cluster: Option<Uuid> = sqlx::query_scalar("SELECT cluster_id FROM clusters WHERE name = $1 AND org_id = $2")
         .bind(body.cluster.trim())
@@ -472,7 +504,7 @@ async fn add_timeslicing(
         return Err(AppError::invalid("cluster", format!("no cluster named {:?}", body.cluster.trim())));
     };
     close_open_entry(
-        &mut tx,
+        tx,
         "timeslice_policies",
         &[("cluster_id", cluster.to_string()), ("name", name.clone())],
         valid_from,
@@ -481,24 +513,16 @@ async fn add_timeslicing(
     sqlx::query(
         "INSERT INTO timeslice_policies (org_id, cluster_id, name, valid_from, replicas) VALUES ($1, $2, $3, $4, $5)",
     )
-    .bind(p.org.as_uuid())
+    .bind(org)
     .bind(cluster)
     .bind(&name)
     .bind(valid_from)
     .bind(body.replicas)
     .execute(tx.conn())
     .await?;
-    tx.audit_by(
-        &p,
-        "inventory.timeslicing",
-        &format!("timeslicing:{}/{name}", body.cluster.trim()),
-        "",
-        json!({ "replicas": body.replicas, "valid_from": valid_from.unix_timestamp() }),
-    )
-    .await?;
-    tx.commit().await?;
-    Ok((
-        StatusCode::CREATED,
-        Json(CreatedTimeslicing { cluster: body.cluster.trim().to_string(), name, replicas: body.replicas }),
-    ))
+    Ok(Written {
+        target: format!("timeslicing:{}/{name}", body.cluster.trim()),
+        details: json!({ "replicas": body.replicas, "valid_from": valid_from.unix_timestamp() }),
+        answer: CreatedTimeslicing { cluster: body.cluster.trim().to_string(), name, replicas: body.replicas },
+    })
 }

@@ -317,3 +317,15 @@ pub(crate) async fn ownership_history(
     .fetch_all(tx.conn())
     .await?)
 }
+
+/// `SAVEPOINT name` in `tx` (a preview writes a change, computes, and goes back to it).
+pub(super) async fn savepoint(tx: &mut OrgTx, name: &str) -> Result<(), AppError> {
+    sqlx::query(&format!("SAVEPOINT {name}")).execute(tx.conn()).await?;
+    Ok(())
+}
+
+/// `ROLLBACK TO SAVEPOINT name` in `tx`: what was written since [`savepoint`] is gone.
+pub(super) async fn rollback_to(tx: &mut OrgTx, name: &str) -> Result<(), AppError> {
+    sqlx::query(&format!("ROLLBACK TO SAVEPOINT {name}")).execute(tx.conn()).await?;
+    Ok(())
+}

@@ -5,28 +5,24 @@
 
 use axum::{Json, Router, routing::get};
 use gpuledger_api::{
-    Items, Problem, analytics,
+    Problem, analytics,
     auth::{
         AuditLog, CreatedToken, Me, NewToken, ProviderBody, ProviderSettings, Revoked, RoleMappings, RoleMappingsBody,
         TokenList,
     },
     close, disputes,
-    foresight::{Budget, BudgetBody, Budgets, CreatedWebhook, Delivery, Forecast, IdleList, Webhook, WebhookBody},
     health::{Alive, Ready},
     ingest, ledger,
-    policy::{CreatedQuota, KueueImport, PolicyBody, PolicyList, PolicyVersion, QuotaBody, QuotaList},
+    policy::{CreatedQuota, Impact, KueueImport, PolicyBody, PolicyList, PolicyVersion, QuotaBody, QuotaList},
     schemars::{JsonSchema, SchemaGenerator, generate::Contract, generate::SchemaSettings},
-    tenancy::{
-        CreatedDepartment, CreatedModel, CreatedProfile, CreatedShareBasis, CreatedTenant, CreatedTimeslicing,
-        Department, DepartmentBody, Inventory, ModelBody, NamespaceOwnership, NamespaceRule, NamespaceRuleBody,
-        ProfileBody, Reassignment, ReassignmentBody, RenameOrRetire, ShareBasisBody, Tenant, TenantBody,
-        TimeslicingBody, Updated,
-    },
     training, usage,
 };
 use serde_json::{Map, Value, json};
 
 use crate::app::AppState;
+
+mod foresight;
+mod tenancy;
 
 /// `GET /api/v1/openapi.json`.
 pub fn router() -> Router<AppState> {
@@ -263,9 +259,10 @@ fn operations() -> Vec<Op> {
     ops.extend(policy_ops());
     ops.extend(ledger_ops());
     ops.extend(dispute_ops());
-    ops.extend(tenancy_ops());
+    ops.extend(tenancy::operations());
     ops.extend(usage_ops());
     ops.extend(export_ops());
+    ops.extend(foresight::operations());
     ops
 }
 
@@ -409,6 +406,15 @@ fn policy_ops() -> Vec<Op> {
         .answers::<PolicyVersion>(200, "approved")
         .errors(&[401, 403, 404, 409]),
         Op::get(
+            "/api/v1/policies/{version}/impact",
+            "What-if: ?period=YYYY-MM priced with this version in place of the approved one, per department and \
+             tenant {approved, draft, delta} and total (delta = draft − approved exactly; departments add up). Any \
+             version; closed months from their frozen inputs (closed: true). 409: no approved policy, other currency",
+        )
+        .token()
+        .answers::<Impact>(200, "the comparison")
+        .errors(&[401, 403, 404, 409, 422]),
+        Op::get(
             "/api/v1/quotas",
             "Quotas (guaranteed GPUs per class per tenant or department, with validity); ?at=RFC3339",
         )
@@ -506,73 +512,6 @@ fn ledger_ops() -> Vec<Op> {
         .answers::<analytics::Utilization>(200, "Per tenant and a page of allocations")
         .errors(&[401, 422]),
         Op::get(
-            "/api/v1/idle",
-            "Idle reservations now: allocations holding GPUs whose activity has stayed below the policy's idle \
-             threshold (default 5 %) for at least its minimum (default 2 h), with owner, tenant, devices, since when \
-             and what the idle time cost at the class's guaranteed rate. Never billed",
-        )
-        .token()
-        .answers::<IdleList>(200, "The reservations, longest idle first")
-        .errors(&[401]),
-        Op::get(
-            "/api/v1/budgets",
-            "A month's budgets per department and tenant (the latest setting of each): ?period=YYYY-MM (default: this \
-             month)",
-        )
-        .token()
-        .answers::<Budgets>(200, "The budgets")
-        .errors(&[401, 422]),
-        Op::post(
-            "/api/v1/budgets",
-            "Sets a month's budget: {department or tenant (name or ID), period, amount}. Admin or finance; audited",
-        )
-        .token()
-        .body::<BudgetBody>()
-        .answers::<Budget>(201, "the budget as it stands")
-        .errors(&[401, 403, 422]),
-        Op::get(
-            "/api/v1/forecast",
-            "The month so far and at its end, per department and tenant: to_date, forecast (the allocations still \
-             open priced to the month's end, plus new work at the pace of a regular three-month history), budget, \
-             over_budget, method, confidence. ?period=YYYY-MM (default: this month)",
-        )
-        .token()
-        .answers::<Forecast>(200, "The forecast")
-        .errors(&[401, 409, 422]),
-        Op::get(
-            "/api/v1/notifications/webhooks",
-            "The organization's webhooks with their delivery counts. Admin or finance",
-        )
-        .token()
-        .answers::<Items<Webhook>>(200, "Active first, newest first")
-        .errors(&[401, 403]),
-        Op::post(
-            "/api/v1/notifications/webhooks",
-            "Adds a webhook: {url, events: [budget.forecast_exceeded, idle.reservation, period.closed, \
-             dispute.opened, dispute.resolved], format?: json|slack}. https only; loopback, private and link-local \
-             targets are refused unless the operator allows them. Bodies are signed: X-GPULedger-Signature: \
-             sha256=<hex HMAC-SHA256 of the body with the secret shown once in this answer>. Admin or finance",
-        )
-        .token()
-        .body::<WebhookBody>()
-        .answers::<CreatedWebhook>(201, "the webhook and its secret (shown once)")
-        .errors(&[401, 403, 409, 422]),
-        Op::get(
-            "/api/v1/notifications/webhooks/{id}/deliveries",
-            "One webhook's delivery log, newest first (the last 200): event, state, attempts, last status and error",
-        )
-        .token()
-        .answers::<Items<Delivery>>(200, "The deliveries")
-        .errors(&[401, 403, 404]),
-        Op::post(
-            "/api/v1/notifications/webhooks/{id}/disable",
-            "Turns a webhook off: nothing more is sent (pending deliveries fail with 'webhook disabled'). Admin or \
-             finance",
-        )
-        .token()
-        .answers::<Webhook>(200, "the webhook, disabled")
-        .errors(&[401, 403, 404]),
-        Op::get(
             "/api/v1/analytics/inference",
             "Inference efficiency of shared endpoints (analytics, never billed): ?period=YYYY-MM, department. Per \
              tenant: requests, tokens, GPU-hours attributed by weighted tokens (modeled), tokens per GPU-hour, mean \
@@ -654,131 +593,6 @@ fn dispute_ops() -> Vec<Op> {
     ]
 }
 
-/// Departments, tenants, the inventory, endpoint aliases (onboarding).
-fn tenancy_ops() -> Vec<Op> {
-    vec![
-        Op::get("/api/v1/departments", "Departments with their tenant counts")
-            .token()
-            .answers::<Items<Department>>(200, "{items}")
-            .errors(&[401]),
-        Op::post("/api/v1/departments", "Create a department: {name}. Admins")
-            .token()
-            .body::<DepartmentBody>()
-            .answers::<CreatedDepartment>(201, "created")
-            .errors(&[401, 403, 409, 422]),
-        Op::get("/api/v1/tenants", "Tenants with their department and namespaces in force")
-            .token()
-            .answers::<Items<Tenant>>(200, "{items}")
-            .errors(&[401]),
-        Op::post(
-            "/api/v1/tenants",
-            "Create a tenant: {name, department (name or ID)}; namespaces whose labels named it and usage kept under \
-             its name are taken over. Admins",
-        )
-        .token()
-        .body::<TenantBody>()
-        .answers::<CreatedTenant>(201, "created")
-        .errors(&[401, 403, 409, 422]),
-        Op::get(
-            "/api/v1/inventory",
-            "The approved GPU inventory: classes, models, MIG/vGPU profiles, time-slicing, with validity",
-        )
-        .token()
-        .answers::<Inventory>(200, "the inventory")
-        .errors(&[401]),
-        Op::post(
-            "/api/v1/inventory/models",
-            "A GPU model's class from valid_from: {model, gpu_class, memory_mib?, valid_from}; ends the entry in \
-             force; recomputes the allocations it concerns. Admin or finance",
-        )
-        .token()
-        .body::<ModelBody>()
-        .answers::<CreatedModel>(201, "created")
-        .errors(&[401, 403, 409, 422]),
-        Op::post(
-            "/api/v1/inventory/profiles",
-            "A MIG or vGPU profile's fraction: {kind: mig|vgpu, model, profile, fraction (3/7), valid_from}. Admin \
-             or finance",
-        )
-        .token()
-        .body::<ProfileBody>()
-        .answers::<CreatedProfile>(201, "created")
-        .errors(&[401, 403, 409, 422]),
-        Op::post(
-            "/api/v1/inventory/timeslicing",
-            "A declared time-slicing policy: {cluster, name, replicas, valid_from}. Admin or finance",
-        )
-        .token()
-        .body::<TimeslicingBody>()
-        .answers::<CreatedTimeslicing>(201, "created")
-        .errors(&[401, 403, 409, 422]),
-        Op::post(
-            "/api/v1/inventory/share-basis",
-            "Which share soft-shared allocations (HAMi, Volcano vGPU, Run:ai, gpushare) pay from valid_from: \
-             {cluster?, basis: compute|memory|larger, valid_from}; no cluster: the organization's default. Admin or \
-             finance",
-        )
-        .token()
-        .body::<ShareBasisBody>()
-        .answers::<CreatedShareBasis>(201, "created; soft-shared allocations since valid_from priced again")
-        .errors(&[401, 403, 409, 422]),
-        Op::patch(
-            "/api/v1/departments/{department}",
-            "Rename and/or retire a department: {name?, retired_from?, reason}. Admins",
-        )
-        .token()
-        .body::<RenameOrRetire>()
-        .answers::<Updated>(200, "what changed")
-        .errors(&[401, 403, 404, 409, 422]),
-        Op::patch("/api/v1/tenants/{tenant}", "Rename and/or retire a tenant: {name?, retired_from?, reason}. Admins")
-            .token()
-            .body::<RenameOrRetire>()
-            .answers::<Updated>(200, "what changed")
-            .errors(&[401, 403, 404, 409, 422]),
-        Op::post(
-            "/api/v1/tenancy/reassignments",
-            "Reassign a namespace to a tenant from an instant: {cluster, namespace, tenant, valid_from, reason}. \
-             History is closed and reopened; closed months get corrections at the next close. Admins",
-        )
-        .token()
-        .body::<ReassignmentBody>()
-        .answers::<Reassignment>(201, "the ownership entry opened")
-        .errors(&[401, 403, 409, 422]),
-        Op::post(
-            "/api/v1/tenancy/namespace-rules",
-            "A rule for namespaces without labels: {cluster?, match (exact|prefix), pattern, tenant, valid_from, \
-             reason}. Admins",
-        )
-        .token()
-        .body::<NamespaceRuleBody>()
-        .answers::<NamespaceRule>(201, "the rule, with the namespaces it gave an owner to")
-        .errors(&[401, 403, 409, 422]),
-        Op::get("/api/v1/tenancy/namespace-rules", "Rules for namespaces without labels, with their validity")
-            .token()
-            .answers::<Items<NamespaceRule>>(200, "{items}")
-            .errors(&[401]),
-        Op::get("/api/v1/tenancy/ownership", "A namespace's ownership history, oldest first")
-            .token()
-            .parameter(json!({"name": "cluster", "in": "query", "required": true, "schema": {"type": "string"}}))
-            .parameter(json!({"name": "namespace", "in": "query", "required": true, "schema": {"type": "string"}}))
-            .answers::<NamespaceOwnership>(200, "{cluster, namespace, namespace_uid, entries}")
-            .errors(&[401, 422]),
-        Op::get("/api/v1/endpoints/{endpoint}/aliases", "An endpoint's gateway-key and team aliases. Admins")
-            .token()
-            .answers::<usage::Aliases>(200, "{endpoint, aliases}")
-            .errors(&[401, 403]),
-        Op::put(
-            "/api/v1/endpoints/{endpoint}/aliases",
-            "Replace an endpoint's aliases: {aliases: [{kind: gateway_key|team, alias, tenant}]}; records kept \
-             without a tenant that they resolve are attributed. Admins",
-        )
-        .token()
-        .body::<usage::AliasesRequest>()
-        .answers::<usage::AliasesSet>(200, "{endpoint, aliases, attributed}")
-        .errors(&[401, 403, 422]),
-    ]
-}
-
 /// Gateways' usage records and training progress (NDJSON in, a count out).
 fn usage_ops() -> Vec<Op> {
     vec![
@@ -836,10 +650,11 @@ fn export_ops() -> Vec<Op> {
         export("/api/v1/exports/disputes.csv", "Disputes of the month's lines and how they ended (streamed)"),
         export(
             "/api/v1/exports/focus.csv",
-            "The month's ledger as a FinOps FOCUS dataset, version 1.2 (default) or 1.0",
+            "The month's ledger as a FinOps FOCUS dataset, version 1.3 (default: split cost allocation columns), 1.2 \
+             or 1.0",
         )
         .parameter(json!({"name": "version", "in": "query",
-                              "schema": {"type": "string", "enum": ["1.2", "1.0"], "default": "1.2"}})),
+                              "schema": {"type": "string", "enum": ["1.3", "1.2", "1.0"], "default": "1.3"}})),
     ]
 }
 
