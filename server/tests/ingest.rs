@@ -1120,6 +1120,123 @@ async fn closing_a_month_with_unpriced_allocations_needs_an_acknowledgement() {
     assert_eq!(audited, 1);
 }
 
+/// A spool overflow's gap names each dropped kind with its count and the facts' own times: the server puts an
+/// `agent_gap` finding on every month those times touch (not the day of the drop), and closing such a month needs an
+/// acknowledgement. A malformed gap is refused by field.
+#[tokio::test]
+async fn a_gap_is_a_finding_in_every_month_its_facts_were_about_and_closing_them_needs_an_acknowledgement() {
+    use gpuledger_core::wire::{GapFact, GapKind};
+    let env = env().await;
+    let dropped_at = datetime!(2026-11-20 14:05 UTC);
+    let gap = |kinds: Vec<GapKind>, node: Option<&str>| Fact {
+        event_id: event_id("gap", &["1", "9"]),
+        observed_at: dropped_at,
+        body: FactBody::Gap(GapFact {
+            from: dropped_at,
+            to: dropped_at,
+            dropped: 130,
+            kinds,
+            node: node.map(Into::into),
+        }),
+    };
+    let kind =
+        |k: &str, count: u64, from: OffsetDateTime, to: OffsetDateTime| GapKind { kind: k.into(), count, from, to };
+    // Refusals, by field; nothing stored.
+    for (bad, field) in [
+        (
+            gap(vec![kind("telemetry", 1, datetime!(2026-09-02 00:00 UTC), datetime!(2026-09-01 00:00 UTC))], None),
+            "facts[0].kinds[0].to",
+        ),
+        (
+            gap(vec![kind("", 1, datetime!(2026-09-01 00:00 UTC), datetime!(2026-09-01 00:00 UTC))], None),
+            "facts[0].kinds[0].kind",
+        ),
+        (
+            gap(vec![kind("telemetry", 1, datetime!(2020-01-01 00:00 UTC), datetime!(2026-09-01 00:00 UTC))], None),
+            "facts[0].kinds[0].from",
+        ),
+        (gap(vec![], Some("")), "facts[0].node"),
+    ] {
+        let (status, v) = send(&env, &batch(vec![bad])).await;
+        assert_eq!((status, v["field"].as_str()), (StatusCode::UNPROCESSABLE_ENTITY, Some(field)), "{v}");
+    }
+    assert_eq!(count_where(&env, "data_quality_findings WHERE kind = 'agent_gap'").await, 0);
+    let fact = gap(
+        vec![
+            kind("allocation_ended", 120, datetime!(2026-08-30 10:00 UTC), datetime!(2026-09-14 00:00 UTC)),
+            kind("telemetry", 10, datetime!(2026-09-10 00:00 UTC), datetime!(2026-09-10 01:00 UTC)),
+        ],
+        Some("gpu-node-7"),
+    );
+    let (status, ack) = send(&env, &batch(vec![fact.clone()])).await;
+    assert_eq!(status, StatusCode::OK, "{ack}");
+    let (status, _) = send(&env, &batch(vec![fact])).await;
+    assert_eq!(status, StatusCode::OK);
+    let rows: Vec<(String, String, OffsetDateTime, OffsetDateTime, Value)> = sqlx::query_as(
+        "SELECT finding_id, subject, occurred_from, occurred_to, details FROM data_quality_findings
+          WHERE kind = 'agent_gap' ORDER BY occurred_from",
+    )
+    .fetch_all(&env.admin)
+    .await
+    .unwrap();
+    assert_eq!(rows.len(), 2, "August and September, once each: {rows:?}");
+    assert!(rows[0].0.ends_with("@2026-08") && rows[1].0.ends_with("@2026-09"), "{rows:?}");
+    assert_eq!(rows[0].1, "agent spool on gpu-node-7");
+    assert_eq!(
+        (rows[0].2, rows[0].3),
+        (datetime!(2026-08-30 10:00 UTC), datetime!(2026-09-01 00:00 UTC) - time::Duration::microseconds(1))
+    );
+    assert_eq!((rows[1].2, rows[1].3), (datetime!(2026-09-01 00:00 UTC), datetime!(2026-09-14 00:00 UTC)));
+    assert_eq!(rows[0].4["kinds"].as_array().unwrap().len(), 1, "only the allocations touch August");
+    assert_eq!(rows[1].4["kinds"].as_array().unwrap().len(), 2);
+    assert_eq!(
+        count_where(&env, "data_quality_findings WHERE occurred_from >= '2026-11-01'").await,
+        0,
+        "not the day of the drop"
+    );
+
+    let mut tx = env.db.begin_org(env.org).await.unwrap();
+    let (_, admin) = auth::create_token(&mut tx, &Scope::Admin, "admin", "test", None).await.unwrap();
+    tx.commit().await.unwrap();
+    let call = |method: &str, path: &str, body: Option<Value>| {
+        let app = env.app.clone();
+        let mut req = Request::builder().method(method).uri(path).header("authorization", format!("Bearer {admin}"));
+        if body.is_some() {
+            req = req.header("content-type", "application/json");
+        }
+        let req = req.body(body.map_or_else(Body::empty, |b| Body::from(b.to_string()))).unwrap();
+        async move {
+            let response = app.oneshot(req).await.unwrap();
+            let status = response.status();
+            let bytes = to_bytes(response.into_body(), 1 << 22).await.unwrap();
+            (status, serde_json::from_slice::<Value>(&bytes).unwrap_or(Value::Null))
+        }
+    };
+    let (_, findings) = call("GET", "/api/v1/periods/2026-09/findings", None).await;
+    let needs = findings["needs_acknowledgement"].to_string();
+    assert!(
+        needs.contains("1 agent gap(s)") && needs.contains("allocation_ended: 120") && needs.contains("telemetry: 10"),
+        "{findings}"
+    );
+    let policy = serde_json::json!({"effective_from": "2026-08", "note": "rates", "policy": {
+        "currency": "USD", "classes": [{"gpu_class": "H100-80GB", "guaranteed": "2.00", "borrowed": "3.00"}]}});
+    assert_eq!(call("POST", "/api/v1/policies", Some(policy)).await.0, StatusCode::CREATED);
+    assert_eq!(
+        call("POST", "/api/v1/policies/1/approve", Some(serde_json::json!({"reason": "ok"}))).await.0,
+        StatusCode::OK
+    );
+    let (status, refused) = call("POST", "/api/v1/periods/2026-08/close", None).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{refused}");
+    assert!(refused["detail"].as_str().unwrap().contains("agent gap"), "{refused}");
+    let (status, closed) = call(
+        "POST",
+        "/api/v1/periods/2026-08/close",
+        Some(serde_json::json!({"acknowledge": "The agent was cut off during the migration; August is known short."})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{closed}");
+}
+
 /// Soft shares on one GPU that sum above it are an over-commit finding naming the device and the pods.
 #[tokio::test]
 async fn soft_shares_above_one_gpu_are_an_overcommit_finding() {

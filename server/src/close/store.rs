@@ -335,7 +335,7 @@ pub(crate) async fn needs_acknowledgement(tx: &mut OrgTx, period: Period) -> Res
     .bind(tx.org().as_uuid())
     .fetch_all(tx.conn())
     .await?;
-    Ok(rows
+    let mut open: Vec<String> = rows
         .into_iter()
         .map(|(no_class, n)| {
             if no_class {
@@ -344,7 +344,34 @@ pub(crate) async fn needs_acknowledgement(tx: &mut OrgTx, period: Period) -> Res
                 format!("{n} unpriced allocation(s): no approved fraction (inventory gap)")
             }
         })
-        .collect())
+        .collect();
+    // Data an agent dropped about this month (its spool overflowed) and that did not come back: the month's
+    // figures may be short, and closing it says so on the record.
+    let gaps: Vec<(i64, Option<String>)> = sqlx::query_as(
+        "SELECT count(DISTINCT f.finding_id), string_agg(DISTINCT k->>'kind' || ': ' || (k->>'count'), ', ')
+           FROM data_quality_findings f
+           LEFT JOIN LATERAL jsonb_array_elements(
+               CASE WHEN jsonb_typeof(f.details->'kinds') = 'array' THEN f.details->'kinds' ELSE '[]'::jsonb END) AS k
+                  ON true
+          WHERE f.org_id = $3 AND f.kind = 'agent_gap' AND COALESCE((f.details->>'recovered')::boolean, false) = false
+            AND COALESCE(f.occurred_from, f.created_at) < ($2::date::timestamp AT TIME ZONE 'UTC')
+            AND COALESCE(f.occurred_to, f.occurred_from, f.created_at) >= ($1::date::timestamp AT TIME ZONE 'UTC')
+          HAVING count(*) > 0",
+    )
+    .bind(from)
+    .bind(to)
+    .bind(tx.org().as_uuid())
+    .fetch_all(tx.conn())
+    .await?;
+    for (n, kinds) in gaps {
+        open.push(match kinds {
+            Some(k) => {
+                format!("{n} agent gap(s): an agent dropped facts about this month ({k}) that did not come back")
+            }
+            None => format!("{n} agent gap(s): an agent dropped facts while the server was unreachable"),
+        });
+    }
+    Ok(open)
 }
 
 /// Records an acknowledgement given to close `period`.

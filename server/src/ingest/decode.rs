@@ -297,6 +297,33 @@ pub fn validate(batch: &Batch, window: Window) -> Result<(), AppError> {
                     return Err(AppError::invalid(field("to"), "is before from"));
                 }
                 future("to", g.to)?;
+                if g.kinds.len() > MAX_GAP_KINDS {
+                    return Err(AppError::invalid(field("kinds"), format!("at most {MAX_GAP_KINDS} kinds")));
+                }
+                if g.node.as_ref().is_some_and(|n| n.is_empty() || n.len() > 253) {
+                    return Err(AppError::invalid(field("node"), "must be 1 to 253 characters"));
+                }
+                for (k, kind) in g.kinds.iter().enumerate() {
+                    let at = |name: &str| field(&format!("kinds[{k}].{name}"));
+                    if kind.kind.is_empty() || kind.kind.len() > 64 {
+                        return Err(AppError::invalid(at("kind"), "must be 1 to 64 characters"));
+                    }
+                    if kind.to < kind.from {
+                        return Err(AppError::invalid(at("to"), "is before from"));
+                    }
+                    if kind.to > latest {
+                        return Err(AppError::invalid(
+                            at("to"),
+                            format!("{} is in the future (server time {now})", kind.to),
+                        ));
+                    }
+                    if (kind.to - kind.from) > Duration::days(31 * i64::from(MAX_GAP_MONTHS - 1)) {
+                        return Err(AppError::invalid(
+                            at("from"),
+                            format!("a range longer than {MAX_GAP_MONTHS} months is not a spool's"),
+                        ));
+                    }
+                }
             }
             FactBody::QuotaObserved(q) => future("since", q.since)?,
             FactBody::ServiceUsage(u) => {
@@ -355,6 +382,11 @@ fn validate_service_usage(
         &[("requests", u.requests), ("input_tokens", u.input_tokens), ("output_tokens", u.output_tokens)],
     )
 }
+
+/// Most kinds one gap may list (the wire format has 14).
+pub const MAX_GAP_KINDS: usize = 32;
+/// Most months one kind of a gap may span.
+pub const MAX_GAP_MONTHS: u32 = 60;
 
 /// What serde cannot say about a GPU's per-process window: names within limits, at most
 /// [`MAX_PODS_PER_PROCESS_WINDOW`] pods, each once, percentages that are percentages.
