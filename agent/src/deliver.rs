@@ -118,6 +118,8 @@ impl Sender {
                 pending_facts: spool.pending_count(),
                 pending_bytes: spool.pending_bytes(),
                 dropped_facts: spool.dropped_total(),
+                disk_bytes: spool.disk_bytes(),
+                max_bytes: spool.max_bytes(),
             };
             (spool.pending(self.batch_limit + self.skipped.len(), self.cfg.max_batch_bytes)?, state)
         };

@@ -370,6 +370,11 @@ impl Spool {
         self.dropped_total
     }
 
+    /// The cap on the spool's bytes on disk.
+    pub fn max_bytes(&self) -> u64 {
+        self.cfg.max_bytes
+    }
+
     fn check_len(&self, len: usize) -> Result<()> {
         if u32::try_from(len).is_err() || (HEADER + len) as u64 + GAP_RESERVE > self.cfg.max_bytes {
             return Err(SpoolError::TooLarge { len, max_bytes: self.cfg.max_bytes });

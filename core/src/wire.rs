@@ -57,6 +57,13 @@ pub struct SpoolState {
     /// Facts dropped since the spool was created (it was full).
     #[serde(default)]
     pub dropped_facts: u64,
+    /// Bytes of the spool on disk (acknowledged records not yet reclaimed included): with `max_bytes`, how full
+    /// it is. 0 from older agents.
+    #[serde(default)]
+    pub disk_bytes: u64,
+    /// The spool's cap (`--spool-max-mib`); past it the oldest facts are dropped. 0 from older agents.
+    #[serde(default)]
+    pub max_bytes: u64,
 }
 
 /// One fact: its identity, when the agent observed it, and what it says.

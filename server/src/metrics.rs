@@ -170,6 +170,8 @@ pub struct OrgGauges {
     pub projected: Vec<(String, f64)>,
     /// Webhook deliveries by state.
     pub deliveries: Vec<(String, i64)>,
+    /// How full each agent's spool is, 0–1, by (cluster, mode, node).
+    pub spool_fill: Vec<(String, String, String, f64)>,
 }
 
 async fn org_gauges(tx: &mut OrgTx) -> Result<OrgGauges, AppError> {
@@ -240,7 +242,17 @@ async fn org_gauges(tx: &mut OrgTx) -> Result<OrgGauges, AppError> {
             .bind(org)
             .fetch_all(tx.conn())
             .await?;
+    let spool_fill = sqlx::query_as(
+        "SELECT c.name, g.mode, g.node, g.spool_disk_bytes::float8 / g.spool_max_bytes
+           FROM agent_contacts g JOIN clusters c ON c.org_id = g.org_id AND c.cluster_id = g.cluster_id
+          WHERE g.org_id = $1 AND g.spool_max_bytes > 0 AND g.spool_disk_bytes IS NOT NULL
+          ORDER BY 1, 2, 3",
+    )
+    .bind(org)
+    .fetch_all(tx.conn())
+    .await?;
     Ok(OrgGauges {
+        spool_fill,
         budgets,
         projected,
         deliveries,
@@ -516,6 +528,18 @@ pub fn render(workloads: &[Workload], gauges: Option<&OrgGauges>, counters: &Org
         );
         for (department, amount) in &g.projected {
             e.sample("gpuledger_month_projected_amount", &[("department", department)], *amount);
+        }
+        e.family(
+            "gpuledger_agent_spool_fill_ratio",
+            "gauge",
+            "How full an agent's spool was at its last batch (bytes on disk / its cap); at 1 the oldest facts are dropped.",
+        );
+        for (cluster, mode, node, ratio) in &g.spool_fill {
+            e.sample(
+                "gpuledger_agent_spool_fill_ratio",
+                &[("cluster", cluster), ("mode", mode), ("node", node)],
+                *ratio,
+            );
         }
         e.family("gpuledger_webhook_deliveries", "gauge", "Webhook deliveries by state (pending, delivered, failed).");
         for (state, n) in &g.deliveries {

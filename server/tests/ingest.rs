@@ -758,10 +758,22 @@ async fn each_agents_spool_backlog_is_remembered_from_its_batches() {
         usage("nlp-research", "llama-3-8b", t0, 5, (1, 1, 1)),
         usage("nlp-research", "llama-3-8b", t0 + time::Duration::minutes(5), 5, (1, 1, 1)),
     ]);
-    b.agent.spool = Some(SpoolState { pending_facts: 1002, pending_bytes: 640_000, dropped_facts: 7 });
+    b.agent.spool = Some(SpoolState {
+        pending_facts: 1002,
+        pending_bytes: 640_000,
+        dropped_facts: 7,
+        disk_bytes: 900_000,
+        max_bytes: 1_048_576,
+    });
     let (status, ack) = send(&env, &b).await;
     assert_eq!(status, StatusCode::OK, "{ack}");
     assert_eq!(contact().await, (Some(1000), Some(640_000), Some(7), 2));
+    let fill: (Option<i64>, Option<i64>) =
+        sqlx::query_as("SELECT spool_disk_bytes, spool_max_bytes FROM agent_contacts")
+            .fetch_one(&env.admin)
+            .await
+            .unwrap();
+    assert_eq!(fill, (Some(900_000), Some(1_048_576)));
     // An older agent that does not: the backlog is unknown again, not left stale.
     let (status, ack) = send(&env, &batch(vec![usage("nlp-research", "llama-3-8b", t0, 5, (1, 1, 1))])).await;
     assert_eq!(status, StatusCode::OK, "{ack}");

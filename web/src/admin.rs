@@ -121,9 +121,29 @@ pub fn AdminPage() -> impl IntoView {
 #[component]
 fn ClustersPanel(csrf: String, rows: Vec<ClusterRow>) -> impl IntoView {
     let empty = rows.is_empty();
+    // Agents whose spool is at least 80 % full: past the cap the oldest facts are dropped (and the months they
+    // were about need an acknowledgement to close).
+    let filling: Vec<String> = rows
+        .iter()
+        .filter_map(|r| {
+            let pct = r.spool_fill_pct().filter(|p| *p >= 80.0)?;
+            let who = match r.node.as_deref() {
+                Some(n) if !n.is_empty() => format!("{} (node {n})", r.name),
+                _ => format!("{} ({})", r.name, r.mode.clone().unwrap_or_default()),
+            };
+            Some(format!("{who}: {pct:.0} %"))
+        })
+        .collect();
     view! {
         <section class="panel">
             <h2>"Clusters and agents"</h2>
+            {(!filling.is_empty()).then(|| view! {
+                <p class="notice warning" id="spool-filling" role="alert">{format!(
+                    "Agent spool nearly full — {}. The agents cannot reach this server fast enough; past the cap the \
+                     oldest facts are dropped (see docs/agent.md, spool).",
+                    filling.join(", ")
+                )}</p>
+            })}
             <form method="post" action="/ui/clusters" class="inline-form" id="add-cluster">
                 <input type="hidden" name="csrf" value=csrf />
                 <label>"New cluster name " <input name="name" required=true pattern="[^\\s]+" placeholder="prod-west" /></label>
@@ -174,6 +194,9 @@ fn backlog(r: &ClusterRow) -> String {
     };
     // The size is the spool's before the batch was taken from it (the agent cannot know the rest in advance).
     let mut out = format!("{facts} facts waiting; spool {size}");
+    if let Some(pct) = r.spool_fill_pct() {
+        out.push_str(&format!(" ({pct:.0} % full)"));
+    }
     if let Some(d) = r.spool_dropped_facts.filter(|d| *d > 0) {
         out.push_str(&format!(", {d} dropped"));
     }

@@ -149,6 +149,22 @@ pub struct ClusterRow {
     pub spool_pending_bytes: Option<i64>,
     /// Facts it ever dropped.
     pub spool_dropped_facts: Option<i64>,
+    /// The spool's bytes on disk, and its cap (agents that report them): how full it is.
+    #[serde(default)]
+    pub spool_disk_bytes: Option<i64>,
+    /// The spool's cap in bytes.
+    #[serde(default)]
+    pub spool_max_bytes: Option<i64>,
+}
+
+impl ClusterRow {
+    /// How full the agent's spool is, in percent (agents that report it).
+    pub fn spool_fill_pct(&self) -> Option<f64> {
+        match (self.spool_disk_bytes, self.spool_max_bytes) {
+            (Some(d), Some(m)) if m > 0 => Some(d as f64 * 100.0 / m as f64),
+            _ => None,
+        }
+    }
 }
 
 /// One entry of the approved inventory.

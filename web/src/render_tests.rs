@@ -655,9 +655,12 @@ impl PortalData for Times {
                 last_seen_at: Some(RAW.into()),
                 last_batch_facts: Some(3),
                 lag_seconds: Some(1),
-                spool_pending_facts: None,
-                spool_pending_bytes: None,
+                spool_pending_facts: Some(12),
+                spool_pending_bytes: Some(4096),
                 spool_dropped_facts: None,
+                // 86 % full: the admin page warns.
+                spool_disk_bytes: Some(900_000),
+                spool_max_bytes: Some(1_048_576),
             }])
         })
     }
@@ -716,6 +719,8 @@ async fn timestamps_read_as_date_hour_minute_utc_with_the_exact_value_kept() {
     }
     let (html, _) = render("/admin", Times).await;
     assert!(html.contains(">2027-01-02 03:04 UTC</time>") && html.contains(">never<"), "token expiry: {html}");
+    assert!(html.contains("Agent spool nearly full — prod (cluster): 86 %"), "{html}");
+    assert!(html.contains("12 facts waiting; spool 4 KiB (86 % full)"), "{html}");
     let (html, _) = render("/finance", Times).await;
     assert!(html.contains(">123,456.70 USD<"), "{html}");
     // Another offset is converted to UTC.

@@ -122,12 +122,13 @@ async fn record_contact(tx: &mut OrgTx, cluster: ClusterId, batch: &Batch) -> Re
     let big = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
     sqlx::query(
         "INSERT INTO agent_contacts (org_id, cluster_id, mode, node, version, last_batch_facts, lag_seconds,
-                spool_pending_facts, spool_pending_bytes, spool_dropped_facts)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+                spool_pending_facts, spool_pending_bytes, spool_dropped_facts, spool_disk_bytes, spool_max_bytes)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
          ON CONFLICT (org_id, cluster_id, mode, node) DO UPDATE
             SET version = EXCLUDED.version, last_seen_at = now(), last_batch_facts = EXCLUDED.last_batch_facts,
                 lag_seconds = EXCLUDED.lag_seconds, spool_pending_facts = EXCLUDED.spool_pending_facts,
-                spool_pending_bytes = EXCLUDED.spool_pending_bytes, spool_dropped_facts = EXCLUDED.spool_dropped_facts",
+                spool_pending_bytes = EXCLUDED.spool_pending_bytes, spool_dropped_facts = EXCLUDED.spool_dropped_facts,
+                spool_disk_bytes = EXCLUDED.spool_disk_bytes, spool_max_bytes = EXCLUDED.spool_max_bytes",
     )
     .bind(org)
     .bind(cluster.as_uuid())
@@ -140,6 +141,9 @@ async fn record_contact(tx: &mut OrgTx, cluster: ClusterId, batch: &Batch) -> Re
     .bind(spool.map(|s| big(s.pending_facts.saturating_sub(batch.facts.len() as u64))))
     .bind(spool.map(|s| big(s.pending_bytes)))
     .bind(spool.map(|s| big(s.dropped_facts)))
+    // Older agents report no fill level (0): unknown, not empty.
+    .bind(spool.filter(|s| s.max_bytes > 0).map(|s| big(s.disk_bytes)))
+    .bind(spool.filter(|s| s.max_bytes > 0).map(|s| big(s.max_bytes)))
     .execute(tx.conn())
     .await?;
     Ok(())

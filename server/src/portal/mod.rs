@@ -235,12 +235,15 @@ impl DbPortalData {
             Option<i64>,
             Option<i64>,
             Option<i64>,
+            Option<i64>,
+            Option<i64>,
         );
         let rows: Vec<Row> = self
             .admin_rows(
                 "SELECT c.name, to_jsonb(c.created_at) #>> '{}', to_jsonb(c.retired_at) #>> '{}', a.mode, a.node,
                         a.version, to_jsonb(a.last_seen_at) #>> '{}', a.last_batch_facts, a.lag_seconds,
-                        a.spool_pending_facts, a.spool_pending_bytes, a.spool_dropped_facts
+                        a.spool_pending_facts, a.spool_pending_bytes, a.spool_dropped_facts, a.spool_disk_bytes,
+                        a.spool_max_bytes
                    FROM clusters c
                    LEFT JOIN agent_contacts a ON a.org_id = c.org_id AND a.cluster_id = c.cluster_id
                   WHERE c.org_id = $1
@@ -262,6 +265,8 @@ impl DbPortalData {
                 spool_pending_facts: r.9,
                 spool_pending_bytes: r.10,
                 spool_dropped_facts: r.11,
+                spool_disk_bytes: r.12,
+                spool_max_bytes: r.13,
             })
             .collect())
     }
