@@ -130,6 +130,11 @@ impl Sender {
             if self.skipped.contains(&seq) {
                 continue;
             }
+            // A tombstone (a fact compacted away when the spool was full, counted in a gap fact): nothing to send.
+            if bytes.is_empty() {
+                self.skipped.insert(seq);
+                continue;
+            }
             match serde_json::from_slice::<Fact>(&bytes) {
                 Ok(fact) => pending.push((seq, fact)),
                 Err(e) => {

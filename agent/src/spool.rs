@@ -299,6 +299,8 @@ impl Spool {
         let records = self.pending(max_records, max_bytes)?;
         Ok(records
             .into_iter()
+            // Empty records are tombstones of compacted facts.
+            .filter(|(_, p)| !p.is_empty())
             .filter_map(|(seq, p)| match serde_json::from_slice(&p) {
                 Ok(fact) => Some((seq, fact)),
                 Err(e) => {
@@ -382,12 +384,22 @@ impl Spool {
         Ok(())
     }
 
-    /// Drops the oldest segments until a record of `need` bytes (and the gap fact) fits under the cap.
+    /// Makes room for a record of `need` bytes (and the gap fact) under the cap, money before analytics: first the
+    /// closed segments are compacted oldest first — records already delivered and undelivered telemetry become
+    /// empty tombstones (their sequence numbers stay, so nothing else moves) — and only then are the oldest
+    /// segments dropped whole.
     fn make_room(&mut self, need: u64) -> Result<()> {
         if self.disk_bytes + need <= self.cfg.max_bytes {
             return Ok(());
         }
         let mut gap = GapTally { node: self.node.clone(), ..GapTally::default() };
+        // The last segment is the one being written: left alone.
+        for i in 0..self.segments.len().saturating_sub(1) {
+            if self.disk_bytes + need + GAP_RESERVE <= self.cfg.max_bytes {
+                break;
+            }
+            self.compact(i, &mut gap)?;
+        }
         while self.disk_bytes + need + GAP_RESERVE > self.cfg.max_bytes
             && let Some(seg) = self.segments.pop_front()
         {
@@ -396,12 +408,14 @@ impl Spool {
                 self.active = None;
             }
             let from = seg.first.max(self.acked + 1);
-            let count = seg.end().saturating_sub(from);
+            let mut count = seg.end().saturating_sub(from);
             if count > 0 {
                 let (mut recs, mut bytes) = (Vec::new(), 0);
-                // Read only for the time range: an unreadable segment still counts.
-                if let Err(e) = self.read_segment(&seg, usize::MAX, u64::MAX, &mut recs, &mut bytes) {
-                    tracing::warn!(error = %e, "spool: dropping a segment that does not read back");
+                // Read only for the time range: an unreadable segment still counts whole.
+                match self.read_segment(&seg, usize::MAX, u64::MAX, &mut recs, &mut bytes) {
+                    // Tombstones of compacted facts were counted when they were compacted.
+                    Ok(_) => count = recs.iter().filter(|(_, p)| !p.is_empty()).count() as u64,
+                    Err(e) => tracing::warn!(error = %e, "spool: dropping a segment that does not read back"),
                 }
                 gap.add(from, seg.end() - 1, count, &recs);
             }
@@ -414,6 +428,68 @@ impl Spool {
         if let Some(fact) = gap.fact() {
             self.write_record(&serde_json::to_vec(&fact)?)?;
         }
+        Ok(())
+    }
+
+    /// Rewrites closed segment `i` with delivered records and undelivered telemetry replaced by empty tombstones
+    /// (counted in `gap`); the file is replaced atomically (written beside, fsynced, renamed).
+    fn compact(&mut self, i: usize, gap: &mut GapTally) -> Result<()> {
+        let Some(seg) = self.segments.get(i) else { return Ok(()) };
+        let path = seg_path(&self.dir, seg.first);
+        let data = fs::read(&path).map_err(at(&path))?;
+        let mut out = Vec::with_capacity(data.len() / 4);
+        let mut offsets = Vec::with_capacity(seg.offsets.len());
+        let mut changed = false;
+        for (k, &off) in seg.offsets.iter().enumerate() {
+            let seq = seg.first + k as u64;
+            let end = seg.offsets.get(k + 1).copied().unwrap_or(seg.size);
+            let Some((s, payload)) = data.get(off as usize..end as usize).and_then(decode) else {
+                return Err(SpoolError::Corrupt { path, seq });
+            };
+            if s != seq {
+                return Err(SpoolError::Corrupt { path, seq });
+            }
+            let keep = if payload.is_empty() {
+                true
+            } else if seq <= self.acked {
+                false
+            } else {
+                match serde_json::from_slice::<Fact>(payload) {
+                    Ok(f) if matches!(f.body, FactBody::Telemetry(_) | FactBody::ProcessTelemetry(_)) => {
+                        gap.add_fact(seq, &f);
+                        self.dropped_total += 1;
+                        false
+                    }
+                    // An earlier gap fact is folded into the one this compaction writes: one gap stands for all.
+                    Ok(Fact { body: FactBody::Gap(g), .. }) => {
+                        gap.fold(seq, &g);
+                        false
+                    }
+                    _ => true,
+                }
+            };
+            changed |= !keep;
+            offsets.push(out.len() as u64);
+            out.extend_from_slice(&encode(seq, if keep { payload } else { &[] }));
+        }
+        if !changed {
+            return Ok(());
+        }
+        let tmp = path.with_extension("compact");
+        {
+            let mut f = File::create(&tmp).map_err(at(&tmp))?;
+            f.write_all(&out).map_err(at(&tmp))?;
+            f.sync_data().map_err(at(&tmp))?;
+        }
+        fs::rename(&tmp, &path).map_err(at(&path))?;
+        sync_dir(&self.dir)?;
+        let size = out.len() as u64;
+        if let Some(seg) = self.segments.get_mut(i) {
+            self.disk_bytes = self.disk_bytes - seg.size + size;
+            seg.offsets = offsets;
+            seg.size = size;
+        }
+        tracing::warn!(segment = %path.display(), bytes = size, "spool: full, compacted (telemetry and delivered records dropped)");
         Ok(())
     }
 
@@ -542,6 +618,29 @@ impl GapTally {
             };
             self.times = Some(self.times.map_or((from, to), |(f, t)| (f.min(from), t.max(to))));
         }
+    }
+
+    /// An earlier gap fact taken over (compacted): its counts, kinds and times are this gap's too.
+    fn fold(&mut self, seq: u64, g: &GapFact) {
+        self.seqs = Some(self.seqs.map_or((seq, seq), |(f, l)| (f.min(seq), l.max(seq))));
+        self.dropped += g.dropped;
+        for k in &g.kinds {
+            self.kind(&k.kind, k.count, k.from, k.to);
+        }
+        if self.node.is_none() {
+            self.node.clone_from(&g.node);
+        }
+        self.times = Some(self.times.map_or((g.from, g.to), |(f, t)| (f.min(g.from), t.max(g.to))));
+    }
+
+    /// One fact dropped on its own (a compacted record).
+    fn add_fact(&mut self, seq: u64, fact: &Fact) {
+        self.seqs = Some(self.seqs.map_or((seq, seq), |(f, l)| (f.min(seq), l.max(seq))));
+        self.dropped += 1;
+        let (own_from, own_to) = fact.own_times();
+        self.kind(fact.body.kind(), 1, own_from, own_to);
+        let at = fact.observed_at;
+        self.times = Some(self.times.map_or((at, at), |(f, t)| (f.min(at), t.max(at))));
     }
 
     fn kind(&mut self, kind: &str, count: u64, from: OffsetDateTime, to: OffsetDateTime) {
@@ -847,6 +946,71 @@ mod tests {
         let gap = &gaps[0];
         // When they were read is still the gap's from/to.
         assert_eq!((gap.from, gap.to), (seen, seen));
+    }
+
+    /// At the cap, telemetry goes before allocation facts (money before analytics), oldest first; the gap counts
+    /// it by kind; tombstones are never handed out as facts.
+    #[test]
+    fn at_the_cap_telemetry_goes_first_and_allocations_survive() {
+        use gpuledger_core::wire::{Stat, TelemetryRollup};
+        let dir = TempDir::new("telemetry-first");
+        let cfg = SpoolConfig { max_bytes: 24 * 1024, segment_bytes: 2048 };
+        let t0 = datetime!(2026-11-01 00:00 UTC);
+        let telemetry = |i: u64| Fact {
+            event_id: event_id("telemetry", &[&i.to_string()]),
+            observed_at: t0 + time::Duration::minutes(i as i64),
+            body: FactBody::Telemetry(TelemetryRollup {
+                node: "n1".into(),
+                gpu_uuid: "GPU-1".into(),
+                gpu_instance_id: None,
+                mig_profile: None,
+                window_start: t0 + time::Duration::minutes(i as i64),
+                window_end: t0 + time::Duration::minutes(i as i64 + 1),
+                samples: 6,
+                utilization_pct: Some(Stat { min: 1.0, avg: 2.0, max: 3.0 }),
+                memory_used_mib: Some(Stat { min: 100.0, avg: 200.0, max: 300.0 }),
+                power_w: None,
+                energy_j: None,
+                pod: None,
+            }),
+        };
+        let mut s = Spool::open(&dir.0, cfg).unwrap();
+        // Interleaved: one allocation fact per four telemetry rollups, far past the cap.
+        let mut allocations = Vec::new();
+        for i in 0..400u64 {
+            if i % 5 == 0 {
+                let f = fact(i);
+                allocations.push(f.clone());
+                s.append_fact(&f).unwrap();
+            } else {
+                s.append_fact(&telemetry(i)).unwrap();
+            }
+            assert!(s.disk_bytes() <= cfg.max_bytes, "{} bytes", s.disk_bytes());
+        }
+        assert!(s.dropped_total() > 0);
+        let pending: Vec<Fact> = s.pending_facts(usize::MAX, u64::MAX).unwrap().into_iter().map(|(_, f)| f).collect();
+        let kept: Vec<Fact> = pending.iter().filter(|f| f.body.kind() == "allocation_vanished").cloned().collect();
+        assert_eq!(kept, allocations, "every allocation fact survives, in order");
+        let gaps: Vec<GapFact> = pending
+            .iter()
+            .filter_map(|f| match &f.body {
+                FactBody::Gap(g) => Some(g.clone()),
+                _ => None,
+            })
+            .collect();
+        let lost_telemetry = 320 - pending.iter().filter(|f| f.body.kind() == "telemetry").count() as u64;
+        assert!(lost_telemetry > 0);
+        assert_eq!(gaps.iter().map(|g| g.dropped).sum::<u64>(), lost_telemetry, "{gaps:?}");
+        assert!(gaps.iter().flat_map(|g| g.kinds.iter()).all(|k| k.kind == "telemetry"), "{gaps:?}");
+        // The oldest telemetry went first: what is left is the newest.
+        let first_left = pending.iter().find(|f| f.body.kind() == "telemetry").map(|f| f.observed_at).unwrap();
+        assert!(first_left > t0 + time::Duration::minutes(200), "{first_left}");
+        // Reopened, the compacted segments read back the same.
+        drop(s);
+        let s = Spool::open(&dir.0, cfg).unwrap();
+        assert_eq!(s.recovery(), &Recovery::default());
+        let again: Vec<Fact> = s.pending_facts(usize::MAX, u64::MAX).unwrap().into_iter().map(|(_, f)| f).collect();
+        assert_eq!(again, pending);
     }
 
     const CHILD_ENV: &str = "SPOOL_CHILD_DIR";
