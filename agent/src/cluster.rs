@@ -354,6 +354,16 @@ pub struct WatchOptions {
     pub list_page_size: Option<u32>,
 }
 
+/// Why [`run`] returned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ended {
+    /// Asked to stop, or the watch streams ended.
+    Stopped,
+    /// The spool dropped facts and has since delivered everything it held: run again, re-listing every object, so
+    /// what the cluster still holds is derived and sent again (the server stores duplicates once).
+    Relist,
+}
+
 /// Default of `--list-page-size`: client-go's (and kube-rs's) page size.
 pub const DEFAULT_LIST_PAGE_SIZE: u32 = 500;
 
@@ -428,7 +438,9 @@ pub async fn run(
     spool: Arc<Mutex<Spool>>,
     opts: WatchOptions,
     mut stop: tokio::sync::watch::Receiver<bool>,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<Ended> {
+    // Drops the spool made before this run are another run's business (it re-listed already, or will at start).
+    let dropped_at_start = spool.lock().map_err(|_| anyhow::anyhow!("spool lock poisoned"))?.dropped_total();
     // The watcher hands a list out object by object (`Init`, `InitApply`…, `InitDone`) and holds one page at a
     // time, so the page size bounds what a (re-)list keeps in memory; Pods and Nodes are read down to the fields
     // the agent uses (`k8s::WatchedPod`, `k8s::WatchedNode`), which bounds what each object of a page weighs.
@@ -513,6 +525,16 @@ pub async fn run(
                     deriver.state.save(&opts.state_path)?;
                 }
                 healthy = true;
+                // After a drop, once the backlog is delivered: re-list, to recover what the cluster still holds.
+                let (dropped, pending) = {
+                    let spool = spool.lock().map_err(|_| anyhow::anyhow!("spool lock poisoned"))?;
+                    (spool.dropped_total(), spool.pending_count())
+                };
+                if dropped > dropped_at_start && pending == 0 {
+                    tracing::warn!(dropped = dropped - dropped_at_start, "the spool dropped facts; re-listing the cluster to recover them");
+                    deriver.state.save(&opts.state_path)?;
+                    return Ok(Ended::Relist);
+                }
                 continue;
             }
             _ = stop.changed() => break,
@@ -604,7 +626,7 @@ pub async fn run(
         deriver.state.save(&opts.state_path)?;
     }
     deriver.state.save(&opts.state_path)?;
-    Ok(())
+    Ok(Ended::Stopped)
 }
 
 /// A pod event updates the scrape targets (a pod whose annotations cannot be used is logged, not scraped).

@@ -316,7 +316,8 @@ async fn cluster(args: ClusterArgs) -> anyhow::Result<()> {
         keys: keys.clone(),
         state_path: args.delivery.spool_dir.join("scrape.json"),
     });
-    let deriver = cluster::Deriver::new(state, keys, args.timeslice_replicas);
+    let replicas = args.timeslice_replicas;
+    let deriver = cluster::Deriver::new(state, keys.clone(), replicas);
     let client =
         kube::Client::try_default().await.context("connecting to the Kubernetes API (in-cluster or KUBECONFIG)")?;
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
@@ -325,18 +326,24 @@ async fn cluster(args: ClusterArgs) -> anyhow::Result<()> {
         stop_rx.clone(),
         std::time::Duration::from_millis(args.delivery.poll_ms),
     ));
-    let mut watch = tokio::spawn(cluster::run(
-        client,
-        deriver,
-        spool,
-        cluster::WatchOptions {
-            state_path,
-            heartbeat: std::time::Duration::from_secs(args.heartbeat_secs),
-            scrape,
-            list_page_size: (args.list_page_size > 0).then_some(args.list_page_size),
-        },
-        stop_rx,
-    ));
+    let opts = cluster::WatchOptions {
+        state_path: state_path.clone(),
+        heartbeat: std::time::Duration::from_secs(args.heartbeat_secs),
+        scrape,
+        list_page_size: (args.list_page_size > 0).then_some(args.list_page_size),
+    };
+    let mut watch = tokio::spawn(async move {
+        let mut deriver = deriver;
+        loop {
+            match cluster::run(client.clone(), deriver, spool.clone(), opts.clone(), stop_rx.clone()).await? {
+                cluster::Ended::Stopped => return anyhow::Ok(()),
+                // A fresh deriver forgets what it sent, so the re-list sends everything the cluster holds again.
+                cluster::Ended::Relist => {
+                    deriver = cluster::Deriver::new(cluster::State::load(&state_path)?, keys.clone(), replicas);
+                }
+            }
+        }
+    });
     tracing::info!(server = %args.delivery.server, "watching the cluster");
     let watch_result = tokio::select! {
         _ = shutdown_signal() => None,

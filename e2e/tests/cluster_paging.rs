@@ -175,3 +175,95 @@ async fn a_list_of_many_pages_yields_every_pods_facts() {
     drop(server);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A spool overflow while the server is unreachable, with every object still in the API (issue 23, case a): the
+/// cluster agent lists a cluster bigger than its 1 MiB spool, drops the oldest facts (a gap), and once the server is
+/// back and the backlog is delivered, re-lists the cluster: every pod's facts are stored — the same set a
+/// fault-free run stores.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_spool_overflow_a_re_list_recovers_what_the_cluster_still_holds() {
+    let dir = temp_dir("gl-e2e-overflow").unwrap();
+    let db = fresh_database().await.unwrap();
+    let server = start_demo(&db.admin_url, &dir.join("server.log")).unwrap();
+    let token = create_token(&db.admin_url, "agent:overflow").unwrap();
+    let pool = sqlx::PgPool::connect(&db.admin_url).await.unwrap();
+    let pods = 3000;
+    let now = time::OffsetDateTime::now_utc().unix_timestamp();
+    let kube = FakeKube::start().await.unwrap();
+    for (resource, object) in synthetic::cluster(pods, now) {
+        kube.apply_silently(resource, object).unwrap();
+    }
+    let expected: BTreeSet<String> = gpuledger_agent::inspect::inspect(
+        gpuledger_agent::inspect::Kind::K8s,
+        &served(&kube).await,
+        time::OffsetDateTime::now_utc(),
+        None,
+    )
+    .unwrap()
+    .facts
+    .into_iter()
+    .map(|f| f.event_id)
+    .filter(|e| e.starts_with("alloc-"))
+    .collect();
+    // The server is "down": the agent talks to a port nobody listens on until the test forwards it.
+    let port = gpuledger_e2e::process::free_port().unwrap();
+    let kubeconfig = kube.kubeconfig(&dir).unwrap();
+    let extra = ["--spool-max-mib", "1", "--heartbeat-secs", "1", "--scrape-secs", "0"];
+    let mut agent =
+        start_cluster_agent(&dir, &format!("http://127.0.0.1:{port}"), &token, "overflow", &kubeconfig, &extra)
+            .unwrap();
+    let log = || std::fs::read_to_string(dir.join("agent.log")).unwrap_or_default();
+    let started = Instant::now();
+    while !log().contains("spool: full") {
+        assert!(started.elapsed() < Duration::from_secs(120), "the spool never filled:\n{}", log());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // The server comes back: forward the port to it.
+    let target = server.base.trim_start_matches("http://").to_string();
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await.unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut inbound, _)) = listener.accept().await {
+            let target = target.clone();
+            tokio::spawn(async move {
+                if let Ok(mut outbound) = tokio::net::TcpStream::connect(target).await {
+                    let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                }
+            });
+        }
+    });
+    let started = Instant::now();
+    let stored: BTreeSet<String> = loop {
+        let stored: Vec<String> = sqlx::query_scalar(
+            "SELECT event_id FROM allocation_events
+              WHERE kind IN ('allocation_started', 'allocation_ended')
+                AND cluster_id = (SELECT cluster_id FROM clusters WHERE name = 'overflow')",
+        )
+        .fetch_all(&pool)
+        .await
+        .unwrap();
+        let stored: BTreeSet<String> = stored.into_iter().collect();
+        if stored.len() >= expected.len() || started.elapsed() > Duration::from_secs(180) {
+            break stored;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    signal(agent.id(), "TERM").unwrap();
+    let _ = agent.wait();
+    let missing: Vec<&String> = expected.difference(&stored).take(5).collect();
+    assert!(
+        missing.is_empty(),
+        "{} of {} allocation facts missing, e.g. {missing:?}\n{}",
+        expected.len() - expected.intersection(&stored).count(),
+        expected.len(),
+        log()
+    );
+    assert!(log().contains("re-listing the cluster to recover them"), "{}", log());
+    // The drop is on record (the gap), and nothing was stored twice.
+    let gaps: i64 = sqlx::query_scalar("SELECT count(*) FROM data_quality_findings WHERE kind = 'agent_gap'")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert!(gaps >= 1);
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -64,6 +64,12 @@ async fn every_org_table_is_isolated_and_keyed_by_org() {
             );
             continue;
         }
+        if policy == "notifier" {
+            // The notifier lists which organizations have webhooks through one SECURITY DEFINER function (checked
+            // below: SELECT, owner only).
+            assert_eq!(table, "webhooks", "{table}.{policy}: not the webhooks table");
+            continue;
+        }
         if policy == "dept_scope" {
             // Department scope: an extra, restrictive policy AND-ed with the organization's.
             assert!(expression.contains("gpuledger_dept_visible"), "{table}.{policy}: unexpected policy {expression}");
@@ -89,6 +95,13 @@ async fn every_org_table_is_isolated_and_keyed_by_org() {
             ("read_summaries".to_string(), "SELECT".to_string(), vec!["gpuledger_owner".to_string()]),
         ]
     );
+    let notifier: Vec<(String, String, Vec<String>)> = sqlx::query_as(
+        "SELECT tablename::text, cmd::text, roles::text[] FROM pg_policies WHERE policyname = 'notifier' ORDER BY 1",
+    )
+    .fetch_all(&admin)
+    .await
+    .unwrap();
+    assert_eq!(notifier, vec![("webhooks".to_string(), "SELECT".to_string(), vec!["gpuledger_owner".to_string()])]);
 
     // No table outside the allowlist escapes org_id.
     let untenanted: Vec<String> = sqlx::query_scalar(
