@@ -390,6 +390,8 @@ async fn node(args: NodeArgs) -> anyhow::Result<()> {
     tokio::pin!(shutdown);
     let mut seen_processes = std::collections::HashSet::new();
     let mut seen_assignments = std::collections::HashSet::new();
+    // Facts the spool has dropped, as of the last re-send of the inventory.
+    let mut dropped_seen = spool.lock().map_err(|_| anyhow::anyhow!("spool lock poisoned"))?.dropped_total();
     if !args.pod_resources_socket.exists() {
         tracing::info!(socket = %args.pod_resources_socket.display(), "no kubelet pod-resources socket; device assignments come from processes only");
     }
@@ -399,6 +401,18 @@ async fn node(args: NodeArgs) -> anyhow::Result<()> {
             _ = tick.tick() => {}
         }
         let at = time::OffsetDateTime::now_utc();
+        // After a drop, once the backlog is delivered: send the current inventory and assignments again (what was
+        // dropped of them is recovered; telemetry windows that are gone stay gone).
+        {
+            let spool = spool.lock().map_err(|_| anyhow::anyhow!("spool lock poisoned"))?;
+            if spool.dropped_total() > dropped_seen && spool.pending_count() == 0 {
+                tracing::warn!("the spool dropped facts; sending the device inventory and assignments again");
+                dropped_seen = spool.dropped_total();
+                collector.resend_inventory();
+                seen_processes.clear();
+                seen_assignments.clear();
+            }
+        }
         let (returned, samples, processes, activity) = tokio::task::spawn_blocking(move || {
             let samples = source.scrape(at);
             let processes = source.processes();

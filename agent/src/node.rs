@@ -586,6 +586,12 @@ impl NodeCollector {
         facts
     }
 
+    /// Forgets which device facts were sent, so the next scrape sends the whole inventory again (after the spool
+    /// dropped facts: the server stores duplicates once).
+    pub fn resend_inventory(&mut self) {
+        self.devices.clear();
+    }
+
     /// Closes the current window (at shutdown): its partial rollup is sent rather than lost.
     pub fn flush(&mut self, at: OffsetDateTime) -> Vec<Fact> {
         let end = self.current_window.map_or(at, |w| w + self.window);
