@@ -72,8 +72,9 @@ fn the_default_spool_holds_a_10000_pod_first_sync_and_a_day_of_a_nodes_telemetry
     table(&format!("cluster agent, 10,000 pods' first sync: {first_sync} bytes"), &cluster_kinds);
 
     // ---- a node agent: 24 h of an 8-GPU node, sampled every 10 s, 60 s windows, 4 pods per GPU
-    let processes: Vec<(u32, u32, f64)> =
-        (0..8u32).flat_map(|g| (0..4u32).map(move |p| (g, 1000 + 10 * (g * 4 + p), 10.0 + f64::from(p) * 5.0))).collect();
+    let processes: Vec<(u32, u32, f64)> = (0..8u32)
+        .flat_map(|g| (0..4u32).map(move |p| (g, 1000 + 10 * (g * 4 + p), 10.0 + f64::from(p) * 5.0)))
+        .collect();
     let mut source = SimulatedSource::new("gpu-node-1", "NVIDIA H100 80GB HBM3", 8).with_processes(processes);
     let mut collector = NodeCollector::new("gpu-node-1", 60);
     let mut rollup = ProcessRollup::new("gpu-node-1", 60);

@@ -515,6 +515,23 @@ async fn webhooks_are_checked_signed_sent_once_and_retried() {
         assert!(dec(&event["data"]["forecast"]) > dec(&event["data"]["budget"]));
     }
     assert_eq!(worker::deliver_due(&env.db, env.org, &client, policy).await.unwrap(), 0, "sent once");
+    // The notifier's rounds: conditions are checked again only after a while, or when a budget was set since.
+    let mut checked = std::collections::HashMap::new();
+    worker::run_once(&env.db, &client, policy, now, &mut checked).await;
+    assert_eq!(seen.lock().unwrap().len(), 1, "nothing new");
+    let (s, _) = call(
+        &env,
+        "POST",
+        "/api/v1/budgets",
+        &env.admin,
+        Some(json!({"department": "Research", "period": period.to_string(), "amount": "2.00"})),
+    )
+    .await;
+    assert_eq!(s, StatusCode::CREATED);
+    worker::run_once(&env.db, &client, policy, now + Duration::seconds(30), &mut checked).await;
+    assert_eq!(seen.lock().unwrap().len(), 2, "a budget set since the last check is looked at on the next round");
+    let (_, last) = seen.lock().unwrap()[1].clone();
+    assert_eq!(serde_json::from_slice::<Value>(&last).unwrap()["data"]["budget"], "2.00");
 
     // A receiver that fails: the try is logged and retried later, not lost.
     status.store(500, Ordering::SeqCst);
@@ -533,8 +550,9 @@ async fn webhooks_are_checked_signed_sent_once_and_retried() {
     assert_eq!((failed["attempts"].as_u64(), failed["last_status"].as_u64()), (Some(1), Some(500)));
     assert!(failed["next_attempt_at"].is_string());
     assert_eq!(log["items"][1]["state"], "delivered");
+    assert_eq!(log["items"][2]["state"], "delivered");
     assert_eq!(worker::deliver_due(&env.db, env.org, &client, policy).await.unwrap(), 0, "not due again yet");
-    assert_eq!(seen.lock().unwrap().len(), 2);
+    assert_eq!(seen.lock().unwrap().len(), 3);
     // Disabled: pending deliveries stop.
     let (s, v) = call(&env, "POST", &format!("/api/v1/notifications/webhooks/{id}/disable"), &env.admin, None).await;
     assert_eq!(s, StatusCode::OK, "{v}");

@@ -22,6 +22,9 @@ pub const MAX_ATTEMPTS: i32 = 7;
 const BACKOFF_SECS: [i64; 6] = [30, 120, 600, 1800, 7200, 21600];
 /// How long a try holds its delivery (longer than a request may take).
 const LEASE: time::Duration = time::Duration::seconds(60);
+/// How often an organization's conditions (a month's forecast, the idle analysis: seconds of work at 10,000 GPUs)
+/// are checked when nothing changed; a budget set since the last check is looked at on the next round.
+pub const CONDITIONS_EVERY: time::Duration = time::Duration::minutes(5);
 
 /// The notifier's settings.
 #[derive(Debug, Clone, Copy)]
@@ -47,15 +50,40 @@ pub fn spawn(db: Database, options: NotifyOptions) -> Notifier {
     Notifier(tokio::spawn(async move {
         let mut tick = tokio::time::interval(options.tick);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut checked = std::collections::HashMap::new();
         loop {
             tick.tick().await;
-            run_once(&db, &client, options.policy, OffsetDateTime::now_utc()).await;
+            run_once(&db, &client, options.policy, OffsetDateTime::now_utc(), &mut checked).await;
         }
     }))
 }
 
+/// Whether `org`'s conditions are due: never checked, checked [`CONDITIONS_EVERY`] ago, or a budget was set since.
+async fn conditions_due(db: &Database, org: OrgId, last: Option<OffsetDateTime>, now: OffsetDateTime) -> bool {
+    let Some(last) = last else { return true };
+    if now - last >= CONDITIONS_EVERY {
+        return true;
+    }
+    let Ok(mut tx) = db.begin_org(org).await else { return true };
+    let changed: Result<bool, _> =
+        sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM budgets WHERE org_id = $1 AND created_at > $2)")
+            .bind(org.as_uuid())
+            .bind(last)
+            .fetch_one(tx.conn())
+            .await;
+    let _ = tx.commit_quiet().await;
+    changed.unwrap_or(true)
+}
+
 /// One round over every organization with webhooks; errors are logged per organization and never stop the rest.
-pub async fn run_once(db: &Database, client: &reqwest::Client, policy: OutboundPolicy, now: OffsetDateTime) {
+/// `checked` remembers when each organization's conditions were last checked.
+pub async fn run_once(
+    db: &Database,
+    client: &reqwest::Client,
+    policy: OutboundPolicy,
+    now: OffsetDateTime,
+    checked: &mut std::collections::HashMap<OrgId, OffsetDateTime>,
+) {
     let orgs = match db.cross_org_maintenance().notify_orgs().await {
         Ok(o) => o,
         Err(e) => {
@@ -64,8 +92,11 @@ pub async fn run_once(db: &Database, client: &reqwest::Client, policy: OutboundP
         }
     };
     for org in orgs {
-        if let Err(e) = check_conditions(db, org, now).await {
-            tracing::warn!(%org, error = %e, "notifier: checking budgets and idle reservations failed");
+        if conditions_due(db, org, checked.get(&org).copied(), now).await {
+            checked.insert(org, now);
+            if let Err(e) = check_conditions(db, org, now).await {
+                tracing::warn!(%org, error = %e, "notifier: checking budgets and idle reservations failed");
+            }
         }
         if let Err(e) = deliver_due(db, org, client, policy).await {
             tracing::warn!(%org, error = %e, "notifier: delivering failed");
