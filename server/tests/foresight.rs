@@ -372,6 +372,26 @@ async fn the_forecast_prices_open_allocations_to_the_month_end_and_adds_a_regula
     assert_eq!(dec(&nlp["forecast"]), month_end);
     let sum = dec(&research["forecast"]).checked_add(&dec(&platform["forecast"])).unwrap();
     assert_eq!(dec(&f["total"]["forecast"]), sum);
+    // With the read model's snapshot of the open month, the forecast is a lookup as of the snapshot: the same
+    // method, the run rate unchanged, "to date" at the snapshot's time.
+    gpuledger_server::readmodel::worker::refresh(&env.db, env.org, gpuledger_server::readmodel::worker::Wait::Block)
+        .await
+        .unwrap();
+    let (s, g) = call(&env, "GET", &format!("/api/v1/forecast?period={period}"), &env.export, None).await;
+    assert_eq!(s, StatusCode::OK, "{g}");
+    let as_of =
+        OffsetDateTime::parse(g["as_of"].as_str().unwrap(), &time::format_description::well_known::Rfc3339).unwrap();
+    assert!(as_of >= after && as_of <= OffsetDateTime::now_utc(), "the snapshot's time: {g}");
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    let (_, again) = call(&env, "GET", &format!("/api/v1/forecast?period={period}"), &env.export, None).await;
+    assert_eq!(again["as_of"], g["as_of"], "read from the snapshot, not computed again");
+    let research = g["departments"].as_array().unwrap().iter().find(|d| d["department"] == "Research").unwrap();
+    assert_eq!(dec(&research["forecast"]), month_end, "{research}");
+    let to_date = dec(&research["to_date"]).value().to_f64_lossy();
+    assert!((to_date - 2.0 * hours_f(start, as_of)).abs() < 0.01, "{to_date} at {as_of}: {research}");
+    assert_eq!(research["over_budget"], true);
+    let platform = g["departments"].as_array().unwrap().iter().find(|d| d["department"] == "Platform").unwrap();
+    assert_eq!(platform["method"], "run_rate+history");
     // A month that has not started, and a malformed one, are refused by field.
     let (s, v) =
         call(&env, "GET", &format!("/api/v1/forecast?period={}", period.next().unwrap()), &env.export, None).await;

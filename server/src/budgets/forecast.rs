@@ -48,6 +48,73 @@ fn sums(ledger: &Ledger) -> Result<(Sums, Sums), AppError> {
     Ok((departments, tenants))
 }
 
+/// `input` with every allocation and quota cut at `now` (what the month has used so far).
+pub fn cut_at(input: &gpuledger_core::ledger::LedgerInput, now: OffsetDateTime) -> gpuledger_core::ledger::LedgerInput {
+    let mut input = input.clone();
+    input.allocations.retain(|a| a.start < now);
+    for a in &mut input.allocations {
+        if a.end.is_none_or(|e| e > now) {
+            a.end = Some(now);
+        }
+    }
+    input.quotas.retain(|q| q.valid_from < now);
+    for q in &mut input.quotas {
+        if q.valid_to.is_none_or(|e| e > now) {
+            q.valid_to = Some(now);
+        }
+    }
+    input
+}
+
+/// A ledger's amounts per department and per tenant, as stored with the open month's snapshot.
+pub fn sums_json(ledger: &Ledger) -> Result<serde_json::Value, AppError> {
+    let (departments, tenants) = sums(ledger)?;
+    let departments: serde_json::Map<String, serde_json::Value> =
+        departments.iter().map(|(k, v)| (k.0.to_string(), v.to_string().into())).collect();
+    let tenants: serde_json::Map<String, serde_json::Value> =
+        tenants.iter().filter_map(|(k, v)| k.2.as_ref().map(|(t, _)| (t.to_string(), v.to_string().into()))).collect();
+    Ok(serde_json::json!({ "departments": departments, "tenants": tenants }))
+}
+
+/// The open month's stored snapshot, when the read model has one with its "to date": (as of, run rate, to date).
+async fn stored(tx: &mut OrgTx, period: Period) -> Result<Option<(OffsetDateTime, Sums, Sums, Sums, Sums)>, AppError> {
+    let head: Option<(OffsetDateTime, serde_json::Value)> = sqlx::query_as(
+        "SELECT as_of, to_date FROM read_months
+          WHERE org_id = $1 AND period = $2 AND state = 'provisional' AND to_date IS NOT NULL",
+    )
+    .bind(tx.org().as_uuid())
+    .bind(period.first_day())
+    .fetch_optional(tx.conn())
+    .await?;
+    let Some((as_of, to_date)) = head else { return Ok(None) };
+    let rows: Vec<(Uuid, String, Option<Uuid>, String, String)> = sqlx::query_as(
+        "SELECT department_id, department, tenant_id, tenant, sum(amount)::text FROM read_lines
+          WHERE org_id = $1 AND period = $2 GROUP BY 1, 2, 3, 4",
+    )
+    .bind(tx.org().as_uuid())
+    .bind(period.first_day())
+    .fetch_all(tx.conn())
+    .await?;
+    let (mut rate_d, mut rate_t, mut so_far_d, mut so_far_t) = (Sums::new(), Sums::new(), Sums::new(), Sums::new());
+    let amount = |v: &serde_json::Value| -> Result<Decimal, AppError> {
+        v.as_str().map_or(Ok(Decimal::ZERO), |s| Decimal::parse(s).map_err(internal))
+    };
+    for (d, dname, t, tname, sum) in rows {
+        let sum = Decimal::parse(&sum).map_err(internal)?;
+        let dk = (d, dname.clone(), None);
+        let e = rate_d.entry(dk.clone()).or_insert(Decimal::ZERO);
+        *e = e.checked_add(&sum).map_err(internal)?;
+        so_far_d.insert(dk, amount(&to_date["departments"][d.to_string()])?);
+        if let Some(t) = t {
+            let tk = (d, dname, Some((t, tname)));
+            let e = rate_t.entry(tk.clone()).or_insert(Decimal::ZERO);
+            *e = e.checked_add(&sum).map_err(internal)?;
+            so_far_t.insert(tk, amount(&to_date["tenants"][t.to_string()])?);
+        }
+    }
+    Ok(Some((as_of, rate_d, rate_t, so_far_d, so_far_t)))
+}
+
 fn money(d: &Decimal) -> Result<String, AppError> {
     Ok(d.with_scale(2).or_else(|_| Decimal::round(d.value(), 2)).map_err(internal)?.to_string())
 }
@@ -58,28 +125,32 @@ pub async fn compute(tx: &mut OrgTx, period: Period, now: OffsetDateTime) -> Res
     if now < start {
         return Err(AppError::invalid("period", format!("{period} has not started yet")));
     }
-    let preview = crate::close::preview(tx, period).await?;
-    let currency = preview.input.policy.currency.clone();
     let over = now >= end;
-    let (run_rate, to_date) = if over {
-        let s = sums(&preview.ledger)?;
-        (s.clone(), s)
-    } else {
-        let mut input = preview.input.clone();
-        input.allocations.retain(|a| a.start < now);
-        for a in &mut input.allocations {
-            if a.end.is_none_or(|e| e > now) {
-                a.end = Some(now);
+    // The open month: the read model's snapshot (the run rate is its figures; "to date" was computed with it), as
+    // of its time; without one, both are computed now.
+    let snapshot = if over { None } else { stored(tx, period).await? };
+    let (now, currency, run_rate, to_date) = match snapshot {
+        Some((as_of, rate_d, rate_t, so_far_d, so_far_t)) => {
+            let currency: Option<String> =
+                sqlx::query_scalar("SELECT currency::text FROM read_months WHERE org_id = $1 AND period = $2")
+                    .bind(tx.org().as_uuid())
+                    .bind(period.first_day())
+                    .fetch_one(tx.conn())
+                    .await?;
+            (as_of.max(start), currency.unwrap_or_default(), (rate_d, rate_t), (so_far_d, so_far_t))
+        }
+        None => {
+            let preview = crate::close::preview(tx, period).await?;
+            let currency = preview.input.policy.currency.clone();
+            if over {
+                let s = sums(&preview.ledger)?;
+                (now, currency, s.clone(), s)
+            } else {
+                let input = cut_at(&preview.input, now);
+                let so_far = tokio::task::spawn_blocking(move || compute_ledger(&input)).await.map_err(internal)??;
+                (now, currency, sums(&preview.ledger)?, sums(&so_far)?)
             }
         }
-        input.quotas.retain(|q| q.valid_from < now);
-        for q in &mut input.quotas {
-            if q.valid_to.is_none_or(|e| e > now) {
-                q.valid_to = Some(now);
-            }
-        }
-        let so_far = tokio::task::spawn_blocking(move || compute_ledger(&input)).await.map_err(internal)??;
-        (sums(&preview.ledger)?, sums(&so_far)?)
     };
     let month_ns = (end - start).whole_nanoseconds();
     let elapsed = if over {

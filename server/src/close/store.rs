@@ -223,6 +223,7 @@ pub(crate) async fn freeze(
             hash: Some(&hash),
             lines,
             notes: serde_json::to_value(&preview.ledger.notes).unwrap_or_default(),
+            to_date: None,
         },
     )
     .await?;

@@ -59,6 +59,9 @@ pub struct Figures<'a> {
     pub lines: &'a [LedgerLine],
     /// The computation's organization-wide notes.
     pub notes: Value,
+    /// The open month's charges up to `as_of` per department and tenant (the forecast's `to_date`); `None` for
+    /// closed months.
+    pub to_date: Option<Value>,
 }
 
 /// Replaces a month's stored figures with `f` in `tx` (the whole organization's: `tx` must see every department).
@@ -74,8 +77,8 @@ pub async fn store(tx: &mut OrgTx, f: &Figures<'_>) -> Result<(), AppError> {
     sqlx::query(replace).bind(org).bind(start).execute(tx.conn()).await?;
     let inserted = sqlx::query(
         "INSERT INTO read_months (org_id, period, state, as_of, compute_ms, policy_version, currency, content_hash,
-                                  line_count, notes)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+                                  line_count, notes, to_date)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
          ON CONFLICT (org_id, period) DO NOTHING",
     )
     .bind(org)
@@ -88,6 +91,7 @@ pub async fn store(tx: &mut OrgTx, f: &Figures<'_>) -> Result<(), AppError> {
     .bind(f.hash)
     .bind(i32::try_from(f.lines.len()).unwrap_or(i32::MAX))
     .bind(&f.notes)
+    .bind(&f.to_date)
     .execute(tx.conn())
     .await?;
     if inserted.rows_affected() == 0 {
@@ -312,6 +316,7 @@ pub async fn backfill_closed(
             hash: Some(&bundle.hash),
             lines: &bundle.lines,
             notes: Value::Null,
+            to_date: None,
         },
     )
     .await?;

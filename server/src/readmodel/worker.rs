@@ -170,6 +170,12 @@ async fn compute_and_store(tx: &mut OrgTx, extra: Option<Period>) -> Result<(), 
             Err(e) => return Err(e),
         };
         let notes = serde_json::to_value(&preview.ledger.notes).unwrap_or_default();
+        // The forecast's "to date": the same inputs cut at the snapshot's time (one more computation, no more reads).
+        let cut = crate::budgets::forecast::cut_at(&preview.input, now);
+        let to_date = tokio::task::spawn_blocking(move || gpuledger_core::ledger::compute(&cut))
+            .await
+            .map_err(|e| AppError::Internal(e.to_string()))??;
+        let to_date = Some(crate::budgets::forecast::sums_json(&to_date)?);
         store(
             tx,
             &Figures {
@@ -182,6 +188,7 @@ async fn compute_and_store(tx: &mut OrgTx, extra: Option<Period>) -> Result<(), 
                 hash: None,
                 lines: &preview.ledger.lines,
                 notes,
+                to_date,
             },
         )
         .await?;
