@@ -267,3 +267,118 @@ async fn after_a_spool_overflow_a_re_list_recovers_what_the_cluster_still_holds(
     drop(server);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Issue 23, case b: the same overflow, but the pods are gone from the API before the server comes back (deleted
+/// while nobody watched). Nothing can be re-listed: every month the lost facts were about shows the agent gap with
+/// its counts, and closing such a month asks for an acknowledgement.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_a_re_list_cannot_recover_is_a_gap_on_every_month_it_touches() {
+    let dir = temp_dir("gl-e2e-lost").unwrap();
+    let db = fresh_database().await.unwrap();
+    let server = start_demo(&db.admin_url, &dir.join("server.log")).unwrap();
+    let token = create_token(&db.admin_url, "agent:lost").unwrap();
+    let admin = create_token(&db.admin_url, "admin").unwrap();
+    let pool = sqlx::PgPool::connect(&db.admin_url).await.unwrap();
+    let pods = 3000;
+    let now = time::OffsetDateTime::now_utc().unix_timestamp();
+    let kube = FakeKube::start().await.unwrap();
+    for (resource, object) in synthetic::cluster(pods, now) {
+        kube.apply_silently(resource, object).unwrap();
+    }
+    let port = gpuledger_e2e::process::free_port().unwrap();
+    let kubeconfig = kube.kubeconfig(&dir).unwrap();
+    let extra = ["--spool-max-mib", "1", "--heartbeat-secs", "1", "--scrape-secs", "0"];
+    let mut agent =
+        start_cluster_agent(&dir, &format!("http://127.0.0.1:{port}"), &token, "lost", &kubeconfig, &extra).unwrap();
+    let log = || std::fs::read_to_string(dir.join("agent.log")).unwrap_or_default();
+    let started = Instant::now();
+    while !log().contains("spool: full") {
+        assert!(started.elapsed() < Duration::from_secs(120), "the spool never filled:\n{}", log());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // Every pod is deleted while the agent cannot deliver (and nobody tells it).
+    for i in 0..pods {
+        let pod = synthetic::pod(i, now);
+        kube.delete_silently("pods", pod["metadata"]["uid"].as_str().unwrap()).unwrap();
+    }
+    let target = server.base.trim_start_matches("http://").to_string();
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await.unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut inbound, _)) = listener.accept().await {
+            let target = target.clone();
+            tokio::spawn(async move {
+                if let Ok(mut outbound) = tokio::net::TcpStream::connect(target).await {
+                    let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                }
+            });
+        }
+    });
+    let started = Instant::now();
+    while !log().contains("re-listing the cluster to recover them") {
+        assert!(started.elapsed() < Duration::from_secs(180), "no re-list:\n{}", log());
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    signal(agent.id(), "TERM").unwrap();
+    let _ = agent.wait();
+    let stored: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM allocation_events WHERE kind = 'allocation_started'
+            AND cluster_id = (SELECT cluster_id FROM clusters WHERE name = 'lost')",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert!(stored < pods as i64, "some pods' starts are lost for good: {stored}");
+    let findings: Vec<(String, serde_json::Value)> = sqlx::query_as(
+        "SELECT to_char(occurred_from, 'YYYY-MM'), details FROM data_quality_findings WHERE kind = 'agent_gap'
+          ORDER BY occurred_from",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert!(!findings.is_empty());
+    let lost_starts: u64 = findings
+        .iter()
+        .flat_map(|(_, d)| d["kinds"].as_array().cloned().unwrap_or_default())
+        .filter(|k| k["kind"] == "allocation_started")
+        .map(|k| k["count"].as_u64().unwrap())
+        .max()
+        .unwrap_or(0);
+    assert!(lost_starts > 0, "the gap names the lost allocation starts: {findings:?}");
+    let http = reqwest::Client::new();
+    let months: BTreeSet<String> = findings.iter().map(|(m, _)| m.clone()).collect();
+    let this_month = {
+        let t = time::OffsetDateTime::now_utc();
+        format!("{:04}-{:02}", t.year(), u8::from(t.month()))
+    };
+    let mut named_starts = false;
+    for month in &months {
+        let f: Value = http
+            .get(format!("{}/api/v1/periods/{month}/findings", server.base))
+            .bearer_auth(&admin)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        // Each month names what it lost: the namespaces' owner facts (their labels hold since creation, months ago),
+        // the nodes, the allocations of the pods that ran in it.
+        let needs = f["needs_acknowledgement"].to_string();
+        assert!(needs.contains("agent gap(s)"), "{month}: {f}");
+        named_starts |= needs.contains("allocation_started");
+        if *month < this_month {
+            let r = http
+                .post(format!("{}/api/v1/periods/{month}/close", server.base))
+                .bearer_auth(&admin)
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status(), 409);
+            let body: Value = r.json().await.unwrap();
+            assert!(body["detail"].as_str().unwrap().contains("agent gap"), "{body}");
+        }
+    }
+    assert!(named_starts, "the months the pods ran in name their lost allocation starts: {months:?}");
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}
