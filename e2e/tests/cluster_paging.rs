@@ -176,6 +176,35 @@ async fn a_list_of_many_pages_yields_every_pods_facts() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Waits until the agent's log (`dir/agent.log`) says `what`, failing with the log after `timeout`.
+async fn wait_for_log(dir: &std::path::Path, what: &str, timeout: Duration) {
+    let started = Instant::now();
+    loop {
+        let log = std::fs::read_to_string(dir.join("agent.log")).unwrap_or_default();
+        if log.contains(what) {
+            return;
+        }
+        assert!(started.elapsed() < timeout, "the agent never logged {what:?}:\n{log}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// The server "comes back": loopback `port`, where nothing listened, is forwarded to `base` from now on.
+async fn forward(port: u16, base: &str) {
+    let target = base.trim_start_matches("http://").to_string();
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await.unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut inbound, _)) = listener.accept().await {
+            let target = target.clone();
+            tokio::spawn(async move {
+                if let Ok(mut outbound) = tokio::net::TcpStream::connect(target).await {
+                    let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                }
+            });
+        }
+    });
+}
+
 /// A spool overflow while the server is unreachable, with every object still in the API (issue 23, case a): the
 /// cluster agent lists a cluster bigger than its 1 MiB spool, drops the oldest facts (a gap), and once the server is
 /// back and the backlog is delivered, re-lists the cluster: every pod's facts are stored — the same set a
@@ -213,24 +242,9 @@ async fn after_a_spool_overflow_a_re_list_recovers_what_the_cluster_still_holds(
         start_cluster_agent(&dir, &format!("http://127.0.0.1:{port}"), &token, "overflow", &kubeconfig, &extra)
             .unwrap();
     let log = || std::fs::read_to_string(dir.join("agent.log")).unwrap_or_default();
-    let started = Instant::now();
-    while !log().contains("spool: full") {
-        assert!(started.elapsed() < Duration::from_secs(120), "the spool never filled:\n{}", log());
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    wait_for_log(&dir, "spool: full", Duration::from_secs(120)).await;
     // The server comes back: forward the port to it.
-    let target = server.base.trim_start_matches("http://").to_string();
-    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await.unwrap();
-    tokio::spawn(async move {
-        while let Ok((mut inbound, _)) = listener.accept().await {
-            let target = target.clone();
-            tokio::spawn(async move {
-                if let Ok(mut outbound) = tokio::net::TcpStream::connect(target).await {
-                    let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
-                }
-            });
-        }
-    });
+    forward(port, &server.base).await;
     let started = Instant::now();
     let stored: BTreeSet<String> = loop {
         let stored: Vec<String> = sqlx::query_scalar(
@@ -290,34 +304,14 @@ async fn what_a_re_list_cannot_recover_is_a_gap_on_every_month_it_touches() {
     let extra = ["--spool-max-mib", "1", "--heartbeat-secs", "1", "--scrape-secs", "0"];
     let mut agent =
         start_cluster_agent(&dir, &format!("http://127.0.0.1:{port}"), &token, "lost", &kubeconfig, &extra).unwrap();
-    let log = || std::fs::read_to_string(dir.join("agent.log")).unwrap_or_default();
-    let started = Instant::now();
-    while !log().contains("spool: full") {
-        assert!(started.elapsed() < Duration::from_secs(120), "the spool never filled:\n{}", log());
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    wait_for_log(&dir, "spool: full", Duration::from_secs(120)).await;
     // Every pod is deleted while the agent cannot deliver (and nobody tells it).
     for i in 0..pods {
         let pod = synthetic::pod(i, now);
         kube.delete_silently("pods", pod["metadata"]["uid"].as_str().unwrap()).unwrap();
     }
-    let target = server.base.trim_start_matches("http://").to_string();
-    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await.unwrap();
-    tokio::spawn(async move {
-        while let Ok((mut inbound, _)) = listener.accept().await {
-            let target = target.clone();
-            tokio::spawn(async move {
-                if let Ok(mut outbound) = tokio::net::TcpStream::connect(target).await {
-                    let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
-                }
-            });
-        }
-    });
-    let started = Instant::now();
-    while !log().contains("re-listing the cluster to recover them") {
-        assert!(started.elapsed() < Duration::from_secs(180), "no re-list:\n{}", log());
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    }
+    forward(port, &server.base).await;
+    wait_for_log(&dir, "re-listing the cluster to recover them", Duration::from_secs(180)).await;
     signal(agent.id(), "TERM").unwrap();
     let _ = agent.wait();
     let stored: i64 = sqlx::query_scalar(

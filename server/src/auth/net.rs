@@ -127,6 +127,33 @@ fn parse_hop(hop: &str) -> Option<IpAddr> {
     hop.rsplit_once(':').and_then(|(ip, _)| ip.parse::<Ipv4Addr>().ok()).map(IpAddr::V4)
 }
 
+/// Which addresses an outbound client may reach (the identity provider's issuer policy, the webhooks' policy).
+pub trait AddressPolicy: Copy + Send + Sync + 'static {
+    /// What is being reached, for the log (`identity provider`, `webhook`).
+    const WHAT: &'static str;
+    /// `Err` with the reason when `ip` may not be reached.
+    fn check_address(&self, ip: IpAddr) -> Result<(), String>;
+}
+
+/// A DNS resolver for outbound clients: a name that resolves to an address the policy refuses is not reached — so a
+/// DNS answer changed after the settings were saved reaches nothing inside.
+pub struct GuardedResolver<P>(pub P);
+
+impl<P: AddressPolicy> reqwest::dns::Resolve for GuardedResolver<P> {
+    fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
+        let policy = self.0;
+        let host = name.as_str().to_string();
+        Box::pin(async move {
+            let addrs: Vec<std::net::SocketAddr> = tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
+            if let Some(bad) = addrs.iter().find(|a| policy.check_address(a.ip()).is_err()) {
+                tracing::warn!(host, address = %bad.ip(), what = P::WHAT, "host resolves to an internal address; refused");
+                return Err(format!("{host} resolves to an internal address").into());
+            }
+            Ok(Box::new(addrs.into_iter()) as reqwest::dns::Addrs)
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]

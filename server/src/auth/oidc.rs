@@ -4,7 +4,7 @@
 
 use std::{
     collections::HashMap,
-    net::{IpAddr, SocketAddr},
+    net::IpAddr,
     path::Path,
     sync::Mutex,
     time::{Duration, Instant},
@@ -149,24 +149,10 @@ impl IssuerPolicy {
     }
 }
 
-/// The providers' DNS: every name the HTTP client connects to (issuer, token, keys and userinfo endpoints) is
-/// resolved here and refused when it resolves to an internal address the policy does not allow — so a DNS answer
-/// changed after the settings were saved, or a discovery document naming an internal endpoint, reaches nothing
-/// inside.
-struct PolicyResolver(IssuerPolicy);
-
-impl reqwest::dns::Resolve for PolicyResolver {
-    fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
-        let policy = self.0;
-        let host = name.as_str().to_string();
-        Box::pin(async move {
-            let addrs: Vec<SocketAddr> = tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
-            if let Some(bad) = addrs.iter().find(|a| policy.check_address(a.ip()).is_err()) {
-                tracing::warn!(host, address = %bad.ip(), "identity provider host resolves to an internal address; refused");
-                return Err(format!("{host} resolves to an internal address").into());
-            }
-            Ok(Box::new(addrs.into_iter()) as reqwest::dns::Addrs)
-        })
+impl super::net::AddressPolicy for IssuerPolicy {
+    const WHAT: &'static str = "identity provider";
+    fn check_address(&self, ip: IpAddr) -> Result<(), String> {
+        IssuerPolicy::check_address(self, ip)
     }
 }
 
@@ -199,7 +185,7 @@ impl Providers {
         let http = reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
             .timeout(Duration::from_secs(10))
-            .dns_resolver(std::sync::Arc::new(PolicyResolver(policy)))
+            .dns_resolver(std::sync::Arc::new(super::net::GuardedResolver(policy)))
             .build()
             .unwrap_or_default();
         Self { http, cache: Mutex::new(HashMap::new()), ttl: Duration::from_secs(300), secrets_dir, policy }

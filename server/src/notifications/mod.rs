@@ -98,6 +98,13 @@ impl OutboundPolicy {
     }
 }
 
+impl crate::auth::net::AddressPolicy for OutboundPolicy {
+    const WHAT: &'static str = "webhook";
+    fn check_address(&self, ip: IpAddr) -> Result<(), String> {
+        OutboundPolicy::check_address(self, ip)
+    }
+}
+
 /// Routes of this module.
 pub fn router() -> Router<AppState> {
     Router::new()

@@ -4,7 +4,7 @@
 //! `next_attempt_at`), so two replicas never send the same try; a failed try waits 30 s, 2 min, 10 min, 30 min,
 //! 2 h, then 6 h, and after 7 tries the delivery is `failed` (shown in the portal's delivery log).
 
-use std::{net::SocketAddr, sync::Arc, time::Duration};
+use std::{sync::Arc, time::Duration};
 
 use gpuledger_core::{Period, ids::OrgId};
 use hmac::{Hmac, Mac};
@@ -110,28 +110,9 @@ pub fn client(policy: OutboundPolicy) -> reqwest::Client {
         .redirect(reqwest::redirect::Policy::none())
         .timeout(Duration::from_secs(10))
         .user_agent(concat!("gpuledger-webhooks/", env!("CARGO_PKG_VERSION")))
-        .dns_resolver(Arc::new(PolicyResolver(policy)))
+        .dns_resolver(Arc::new(crate::auth::net::GuardedResolver(policy)))
         .build()
         .unwrap_or_default()
-}
-
-/// Refuses names that resolve to addresses the policy does not allow (a DNS answer changed after the webhook was
-/// saved reaches nothing inside).
-struct PolicyResolver(OutboundPolicy);
-
-impl reqwest::dns::Resolve for PolicyResolver {
-    fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
-        let policy = self.0;
-        let host = name.as_str().to_string();
-        Box::pin(async move {
-            let addrs: Vec<SocketAddr> = tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
-            if let Some(bad) = addrs.iter().find(|a| policy.check_address(a.ip()).is_err()) {
-                tracing::warn!(host, address = %bad.ip(), "webhook host resolves to an internal address; refused");
-                return Err(format!("{host} resolves to an internal address").into());
-            }
-            Ok(Box::new(addrs.into_iter()) as reqwest::dns::Addrs)
-        })
-    }
 }
 
 /// Queues `budget.forecast_exceeded` and `idle.reservation` for what is true now (once per condition).
