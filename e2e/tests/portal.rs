@@ -245,9 +245,16 @@ async fn manager_disputes_finance_credits_admin_onboards_a_cluster() {
     assert!(std::fs::read_to_string(&credential).unwrap().trim().starts_with("glt_"));
     // Filtered: agents' once-a-minute `token.use` records can push it past the first page of 100.
     browser.goto(&format!("{base}/admin/audit?action=token.create")).await.unwrap();
+    // CI once read an empty page source here (nothing else to go on): wait for the table, and say where the browser
+    // was and what it showed if it never comes.
+    if let Err(e) = browser.wait_for("table.audit", Duration::from_secs(30)).await {
+        let url = browser.current_url().await.unwrap_or_default();
+        let text = browser.body_text().await.unwrap_or_default();
+        panic!("no audit table at {url}: {e:#}\n{}", text.chars().take(4000).collect::<String>());
+    }
     let page = browser.page_source().await.unwrap();
     // The filter box echoes the action and the demo's own tokens are listed too: look for ada's row.
-    assert!(page.contains("class=\"audit\"") && page.to_lowercase().contains("<td>user:ada"), "{page}");
+    assert!(page.to_lowercase().contains("<td>user:ada"), "no row by user:ada in {} bytes: {page}", page.len());
     browser.close().await.unwrap();
     drop(provider);
 }
