@@ -488,7 +488,7 @@ pub async fn run(
     let mut healthy = false;
     let mut heartbeat = tokio::time::interval(opts.heartbeat);
     let mut scraper =
-        opts.scrape.as_ref().map(|o| Scraper::load(o.keys.clone(), &o.state_path, OffsetDateTime::now_utc()));
+        opts.scrape.as_ref().map(|o| Scraper::load(o.keys.clone(), &o.state_path, crate::clock::now()));
     let mut progress = ProgressWatch::default();
     let scrape_every = opts.scrape.as_ref().map_or(Duration::from_secs(3600), |o| o.every);
     let scrape_timeout = opts.scrape.as_ref().map_or(Duration::from_secs(10), |o| o.timeout);
@@ -521,7 +521,7 @@ pub async fn run(
             ev = events.next() => match ev { Some(ev) => ev, None => break },
             _ = heartbeat.tick() => {
                 if healthy {
-                    deriver.heartbeat(OffsetDateTime::now_utc());
+                    deriver.heartbeat(crate::clock::now());
                     deriver.state.save(&opts.state_path)?;
                 }
                 healthy = true;
@@ -539,7 +539,7 @@ pub async fn run(
             }
             _ = stop.changed() => break,
         };
-        let now = OffsetDateTime::now_utc();
+        let now = crate::clock::now();
         let mut facts = Vec::new();
         // This event and the ones already waiting (the rest of a list page): one spool append (one fsync) and one
         // state save for all of them, instead of one per object.

@@ -85,6 +85,9 @@ struct DeliveryArgs {
     /// How often to look for new facts to send, in milliseconds.
     #[arg(long, env = "GPULEDGER_POLL_MS", default_value_t = 1000)]
     poll_ms: u64,
+    /// Testing only: shift this agent's clock by this many seconds (the fault simulator's clock skew).
+    #[arg(long, env = "GPULEDGER_CLOCK_SKEW_SECS", default_value_t = 0, allow_negative_numbers = true, hide = true)]
+    clock_skew_secs: i64,
 }
 
 /// Options of `cluster`.
@@ -235,7 +238,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 Some(s) => {
                     OffsetDateTime::parse(&s, &Rfc3339).with_context(|| format!("--at: {s:?} is not RFC 3339"))?
                 }
-                None => OffsetDateTime::now_utc(),
+                None => gpuledger_agent::clock::now(),
             };
             let options = gpuledger_agent::metrics::modelserver::ReadOptions {
                 server: server.as_deref().and_then(gpuledger_agent::metrics::modelserver::Server::from_name),
@@ -257,6 +260,10 @@ fn delivery(
     node: Option<String>,
 ) -> anyhow::Result<(SharedSpool, gpuledger_agent::deliver::Sender)> {
     use gpuledger_agent::{deliver, spool};
+    if args.clock_skew_secs != 0 {
+        gpuledger_agent::clock::set_skew(args.clock_skew_secs);
+        tracing::warn!(secs = args.clock_skew_secs, "this agent's clock is shifted (--clock-skew-secs, testing only)");
+    }
     let token = match (&args.token, &args.token_file) {
         (Some(t), _) => t.trim().to_string(),
         (None, Some(f)) => {
@@ -400,7 +407,7 @@ async fn node(args: NodeArgs) -> anyhow::Result<()> {
             _ = &mut shutdown => break,
             _ = tick.tick() => {}
         }
-        let at = time::OffsetDateTime::now_utc();
+        let at = gpuledger_agent::clock::now();
         // After a drop, once the backlog is delivered: send the current inventory and assignments again (what was
         // dropped of them is recovered; telemetry windows that are gone stay gone).
         {
@@ -448,8 +455,8 @@ async fn node(args: NodeArgs) -> anyhow::Result<()> {
             spool.lock().map_err(|_| anyhow::anyhow!("spool lock poisoned"))?.append_facts(&facts)?;
         }
     }
-    let mut tail = collector.flush(time::OffsetDateTime::now_utc());
-    tail.extend(process_rollup.drain(time::OffsetDateTime::now_utc()));
+    let mut tail = collector.flush(gpuledger_agent::clock::now());
+    tail.extend(process_rollup.drain(gpuledger_agent::clock::now()));
     if !tail.is_empty() {
         spool.lock().map_err(|_| anyhow::anyhow!("spool lock poisoned"))?.append_facts(&tail)?;
     }

@@ -232,7 +232,7 @@ impl Scraper {
                     read_bounded(resp, prom::MAX_BODY_BYTES).await
                 }
                 .await;
-                (key, url, body, OffsetDateTime::now_utc())
+                (key, url, body, crate::clock::now())
             }
         });
         let results = futures::future::join_all(fetches).await;

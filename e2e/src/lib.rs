@@ -135,7 +135,8 @@ fn start_cluster() -> Result<Cluster> {
     })
 }
 
-fn find_program(name: &str) -> Result<PathBuf> {
+/// `initdb`, `pg_ctl`… on PATH or under `/usr/lib/postgresql/*/bin`.
+pub fn find_program(name: &str) -> Result<PathBuf> {
     let on_path = std::env::var_os("PATH")
         .map(|p| std::env::split_paths(&p).map(|d| d.join(name)).find(|p| p.is_file()))
         .unwrap_or(None);
@@ -155,7 +156,8 @@ fn find_program(name: &str) -> Result<PathBuf> {
     })
 }
 
-fn is_root() -> bool {
+/// Whether this process runs as root (PostgreSQL then runs as the `postgres` user).
+pub fn is_root() -> bool {
     Command::new("id").arg("-u").output().map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0").unwrap_or(false)
 }
 
