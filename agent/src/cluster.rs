@@ -504,8 +504,11 @@ pub async fn run(
                         tracing::warn!(error = %e, "model server not scraped");
                     }
                     if !facts.is_empty() {
-                        let mut spool = spool.lock().map_err(|_| anyhow::anyhow!("spool lock poisoned"))?;
-                        spool.append_facts(&facts)?;
+                        crate::backpressure::until_written("spool", || {
+                            let mut spool = spool.lock().map_err(|_| anyhow::anyhow!("spool lock poisoned"))?;
+                            Ok(spool.append_facts(&facts)?)
+                        })
+                        .await?;
                         tracing::debug!(facts = facts.len(), "model-server totals spooled");
                     }
                     // Saved after the facts are spooled: a crash in between re-sends that window's start with more counts, and
@@ -522,7 +525,8 @@ pub async fn run(
             _ = heartbeat.tick() => {
                 if healthy {
                     deriver.heartbeat(crate::clock::now());
-                    deriver.state.save(&opts.state_path)?;
+                    crate::backpressure::until_written("watch state", || Ok(deriver.state.save(&opts.state_path)?))
+                        .await?;
                 }
                 healthy = true;
                 // After a drop, once the backlog is delivered: re-list, to recover what the cluster still holds.
@@ -532,7 +536,8 @@ pub async fn run(
                 };
                 if dropped > dropped_at_start && pending == 0 {
                     tracing::warn!(dropped = dropped - dropped_at_start, "the spool dropped facts; re-listing the cluster to recover them");
-                    deriver.state.save(&opts.state_path)?;
+                    crate::backpressure::until_written("watch state", || Ok(deriver.state.save(&opts.state_path)?))
+                        .await?;
                     return Ok(Ended::Relist);
                 }
                 continue;
@@ -619,11 +624,14 @@ pub async fn run(
             events.push(pods);
         }
         if !facts.is_empty() {
-            let mut spool = spool.lock().map_err(|_| anyhow::anyhow!("spool lock poisoned"))?;
-            spool.append_facts(&facts)?;
+            crate::backpressure::until_written("spool", || {
+                let mut spool = spool.lock().map_err(|_| anyhow::anyhow!("spool lock poisoned"))?;
+                Ok(spool.append_facts(&facts)?)
+            })
+            .await?;
             tracing::debug!(facts = facts.len(), "spooled");
         }
-        deriver.state.save(&opts.state_path)?;
+        crate::backpressure::until_written("watch state", || Ok(deriver.state.save(&opts.state_path)?)).await?;
     }
     deriver.state.save(&opts.state_path)?;
     Ok(Ended::Stopped)

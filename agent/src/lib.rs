@@ -12,6 +12,7 @@
 //! - [`inspect`]: `gpuledger-agent inspect`, the same derivations for one file.
 #![deny(missing_docs)]
 
+pub mod backpressure;
 pub mod clock;
 pub mod cluster;
 pub mod deliver;

@@ -452,7 +452,10 @@ async fn node(args: NodeArgs) -> anyhow::Result<()> {
         }
         if !facts.is_empty() {
             tracing::debug!(facts = ?summarize(&facts), "spooling");
-            spool.lock().map_err(|_| anyhow::anyhow!("spool lock poisoned"))?.append_facts(&facts)?;
+            gpuledger_agent::backpressure::until_written("spool", || {
+                Ok(spool.lock().map_err(|_| anyhow::anyhow!("spool lock poisoned"))?.append_facts(&facts)?)
+            })
+            .await?;
         }
     }
     let mut tail = collector.flush(gpuledger_agent::clock::now());

@@ -17,6 +17,7 @@ use std::{
 use anyhow::{Context, Result, bail};
 
 pub mod browser;
+pub mod chaos;
 pub mod fake_kube;
 pub mod oidc;
 pub mod oidc_walk;

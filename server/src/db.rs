@@ -72,6 +72,38 @@ pub fn connect_options(url: &str) -> Result<PgConnectOptions, DbError> {
         .map_err(|e| DbError::Url(e.to_string()))
 }
 
+/// Connects to `url`, waiting up to `wait` while the database refuses connections or is still starting (crash
+/// recovery after a restart): a server and its database start in any order. Other errors fail at once.
+pub async fn connect_waiting(url: &str, wait: Duration) -> Result<PgConnection, DbError> {
+    let options = connect_options(url)?;
+    let started = std::time::Instant::now();
+    let mut pause = Duration::from_millis(250);
+    let mut warned = false;
+    loop {
+        match PgConnection::connect_with(&options).await {
+            Ok(conn) => return Ok(conn),
+            Err(e) if transient(&e) && started.elapsed() + pause <= wait => {
+                if !warned {
+                    tracing::warn!(error = %e, wait_secs = wait.as_secs(), "the database is not reachable yet; waiting");
+                    warned = true;
+                }
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_secs(5));
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+/// Refused, reset, or "the database system is starting up" (57P03): worth waiting for.
+fn transient(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut => true,
+        sqlx::Error::Database(d) => d.code().is_some_and(|c| c == "57P03"),
+        _ => false,
+    }
+}
+
 /// Applies the embedded migrations over a connection that may create roles and tables.
 pub async fn migrate(url: &str) -> Result<(), DbError> {
     let mut conn = PgConnection::connect_with(&connect_options(url)?).await?;

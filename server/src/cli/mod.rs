@@ -38,6 +38,10 @@ pub struct Cli {
     /// Directory holding `initdb` and `pg_ctl`, when they are not on PATH.
     #[arg(long, env = "GPULEDGER_PG_BIN_DIR", global = true)]
     pub pg_bin_dir: Option<PathBuf>,
+    /// How long to wait for a DATABASE_URL that is unreachable or still starting when the server starts (it and its
+    /// database may start in any order), in seconds; 0 fails at once.
+    #[arg(long, env = "GPULEDGER_DATABASE_WAIT_SECS", global = true, default_value_t = 120)]
+    pub database_wait_secs: u64,
     /// Log format on stderr. The level comes from RUST_LOG (default `info`).
     #[arg(long, env = "GPULEDGER_LOG_FORMAT", global = true, value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
@@ -352,7 +356,8 @@ pub async fn open(
         Some(url) => {
             let login = {
                 use sqlx::Connection;
-                let mut conn = sqlx::PgConnection::connect_with(&db::connect_options(url)?).await?;
+                let wait = std::time::Duration::from_secs(cli.database_wait_secs);
+                let mut conn = db::connect_waiting(url, wait).await?;
                 let role = db::role_info(&mut conn).await?;
                 conn.close().await?;
                 if role.superuser && !superuser_ok {
