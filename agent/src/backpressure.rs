@@ -35,7 +35,7 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
 
-    #[tokio::test(start_paused = true)]
+    #[tokio::test]
     async fn io_errors_are_retried_and_others_end_the_wait() {
         let mut left = 3;
         let v = until_written("test", || {

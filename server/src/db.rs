@@ -592,4 +592,20 @@ mod tests {
         assert!(!r(false, Some(11), Some(11)), "unreachable");
         assert!(!r(true, None, None));
     }
+
+    /// A refused connection is waited for up to the bound, then named; no wait fails at once.
+    #[tokio::test]
+    async fn an_unreachable_database_is_waited_for_within_the_bound() {
+        #![allow(clippy::unwrap_used)]
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let url = format!("postgres://nobody@127.0.0.1:{port}/none");
+        let started = std::time::Instant::now();
+        let e = super::connect_waiting(&url, std::time::Duration::ZERO).await.unwrap_err();
+        assert!(started.elapsed() < std::time::Duration::from_millis(500), "{e}");
+        let started = std::time::Instant::now();
+        let e = super::connect_waiting(&url, std::time::Duration::from_secs(2)).await.unwrap_err();
+        let waited = started.elapsed();
+        assert!(waited >= std::time::Duration::from_millis(700) && waited < std::time::Duration::from_secs(4), "{waited:?}");
+        assert!(e.to_string().to_lowercase().contains("refused"), "{e}");
+    }
 }
