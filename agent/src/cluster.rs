@@ -487,8 +487,7 @@ pub async fn run(
     let (mut ns_ready, mut nodes_ready) = (false, false);
     let mut healthy = false;
     let mut heartbeat = tokio::time::interval(opts.heartbeat);
-    let mut scraper =
-        opts.scrape.as_ref().map(|o| Scraper::load(o.keys.clone(), &o.state_path, crate::clock::now()));
+    let mut scraper = opts.scrape.as_ref().map(|o| Scraper::load(o.keys.clone(), &o.state_path, crate::clock::now()));
     let mut progress = ProgressWatch::default();
     let scrape_every = opts.scrape.as_ref().map_or(Duration::from_secs(3600), |o| o.every);
     let scrape_timeout = opts.scrape.as_ref().map_or(Duration::from_secs(10), |o| o.timeout);

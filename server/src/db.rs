@@ -605,7 +605,10 @@ mod tests {
         let started = std::time::Instant::now();
         let e = super::connect_waiting(&url, std::time::Duration::from_secs(2)).await.unwrap_err();
         let waited = started.elapsed();
-        assert!(waited >= std::time::Duration::from_millis(700) && waited < std::time::Duration::from_secs(4), "{waited:?}");
+        assert!(
+            waited >= std::time::Duration::from_millis(700) && waited < std::time::Duration::from_secs(4),
+            "{waited:?}"
+        );
         assert!(e.to_string().to_lowercase().contains("refused"), "{e}");
     }
 }

@@ -20,6 +20,9 @@ struct Args {
     /// Keep each seed's directory (logs, spools, database) even when it passes.
     #[arg(long)]
     keep: bool,
+    /// Only print each seed's scenario and fault schedule (nothing runs).
+    #[arg(long)]
+    plan: bool,
 }
 
 fn main() -> std::process::ExitCode {
@@ -35,6 +38,17 @@ fn main() -> std::process::ExitCode {
         Some(s) => vec![s],
         None => (1..=args.seeds).collect(),
     };
+    if args.plan {
+        let now = time::OffsetDateTime::now_utc().unix_timestamp();
+        for seed in &seeds {
+            let s = chaos::scenario::Scenario::generate(*seed, now);
+            println!("seed {seed}: {}", s.describe());
+            for f in chaos::faults::Schedule::generate(*seed, s.large).describe() {
+                println!("  fault    {f}");
+            }
+        }
+        return std::process::ExitCode::SUCCESS;
+    }
     let started = Instant::now();
     let mut violations = 0usize;
     for seed in &seeds {

@@ -272,8 +272,7 @@ fn record_acked(shared: &Shared, body: &Bytes) {
     } else {
         Ok(body.to_vec())
     };
-    let Ok(batch) = decoded.map_err(anyhow::Error::from).and_then(|j| Ok(serde_json::from_slice::<Batch>(&j)?))
-    else {
+    let Ok(batch) = decoded.map_err(anyhow::Error::from).and_then(|j| Ok(serde_json::from_slice::<Batch>(&j)?)) else {
         return;
     };
     let Ok(mut acked) = shared.acked.lock() else { return };

@@ -55,21 +55,24 @@ mod tests {
 
     #[test]
     fn a_seed_replays_and_salts_separate() {
-        let a: Vec<u64> = (0..5).map({
-            let mut r = Rng::new(7, 1);
-            move |_| r.next_u64()
-        })
-        .collect();
-        let b: Vec<u64> = (0..5).map({
-            let mut r = Rng::new(7, 1);
-            move |_| r.next_u64()
-        })
-        .collect();
-        let c: Vec<u64> = (0..5).map({
-            let mut r = Rng::new(7, 2);
-            move |_| r.next_u64()
-        })
-        .collect();
+        let a: Vec<u64> = (0..5)
+            .map({
+                let mut r = Rng::new(7, 1);
+                move |_| r.next_u64()
+            })
+            .collect();
+        let b: Vec<u64> = (0..5)
+            .map({
+                let mut r = Rng::new(7, 1);
+                move |_| r.next_u64()
+            })
+            .collect();
+        let c: Vec<u64> = (0..5)
+            .map({
+                let mut r = Rng::new(7, 2);
+                move |_| r.next_u64()
+            })
+            .collect();
         assert_eq!(a, b);
         assert_ne!(a, c);
         let mut r = Rng::new(1, 0);

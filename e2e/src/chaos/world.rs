@@ -124,7 +124,12 @@ pub async fn prepare(pg: &Postgres, s: &Scenario, root: &Path) -> Result<Seeded>
     }
     tenants.insert(s.reassignment.1.clone(), "Research");
     for dept in ["Research", "Engineering"] {
-        let _ = http.post(format!("{base}/api/v1/departments")).bearer_auth(&admin_token).json(&json!({"name": dept})).send().await?;
+        let _ = http
+            .post(format!("{base}/api/v1/departments"))
+            .bearer_auth(&admin_token)
+            .json(&json!({"name": dept}))
+            .send()
+            .await?;
     }
     for (name, dept) in &tenants {
         let r = http
@@ -138,7 +143,8 @@ pub async fn prepare(pg: &Postgres, s: &Scenario, root: &Path) -> Result<Seeded>
         }
     }
     // A cost policy for the inventory's classes, effective from the earliest month the scenario closes.
-    let inventory: Value = http.get(format!("{base}/api/v1/inventory")).bearer_auth(&admin_token).send().await?.json().await?;
+    let inventory: Value =
+        http.get(format!("{base}/api/v1/inventory")).bearer_auth(&admin_token).send().await?.json().await?;
     let mut classes = BTreeSet::new();
     collect_classes(&inventory, &mut classes);
     if classes.is_empty() {
@@ -254,7 +260,13 @@ struct World<'a> {
 }
 
 /// One run: `schedule` `None` is the fault-free reference.
-pub async fn run(pg: &Postgres, seeded: &Seeded, s: &Scenario, schedule: Option<&Schedule>, dir: &Path) -> Result<Outcome> {
+pub async fn run(
+    pg: &Postgres,
+    seeded: &Seeded,
+    s: &Scenario,
+    schedule: Option<&Schedule>,
+    dir: &Path,
+) -> Result<Outcome> {
     std::fs::create_dir_all(dir)?;
     let db = if schedule.is_some() { "faulty" } else { "reference" };
     psql(&pg.url("postgres"), &format!("CREATE DATABASE {db} TEMPLATE {}", seeded.template)).await?;
@@ -527,7 +539,13 @@ impl World<'_> {
     }
 
     /// Retries a request through server restarts until it gets an answer other than 5xx or no answer.
-    async fn admin_retry(&self, method: reqwest::Method, path: &str, body: Option<Value>, bound: Duration) -> Result<(u16, Value)> {
+    async fn admin_retry(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Value>,
+        bound: Duration,
+    ) -> Result<(u16, Value)> {
         let started = Instant::now();
         loop {
             match self.admin(method.clone(), path, body.clone()).await {
@@ -558,7 +576,11 @@ impl World<'_> {
     }
 
     /// Waits until every fact `objects` derive to (allocations, owners, nodes) is stored; how long it took.
-    async fn drain(&self, objects: &[(&'static str, Value)], bound: Duration) -> Result<std::result::Result<Duration, String>> {
+    async fn drain(
+        &self,
+        objects: &[(&'static str, Value)],
+        bound: Duration,
+    ) -> Result<std::result::Result<Duration, String>> {
         let served: Vec<Value> = objects.iter().map(|(_, o)| o.clone()).collect();
         let expected: Vec<String> = gpuledger_agent::inspect::inspect(
             gpuledger_agent::inspect::Kind::K8s,
@@ -601,9 +623,8 @@ impl World<'_> {
 
         // Phase 1: the agents deliver the history (under faults).
         let delivered = Instant::now();
-        match schedule {
-            Some(sc) => self.faults(&sc.delivery, Duration::from_millis(Schedule::DELIVERY_MS), true).await?,
-            None => {}
+        if let Some(sc) = schedule {
+            self.faults(&sc.delivery, Duration::from_millis(Schedule::DELIVERY_MS), true).await?;
         }
         // Phase 2: liveness — ready and drained within bounds.
         match wait_ready(&self.http, &self.base, READY_BOUND).await {
@@ -620,8 +641,14 @@ impl World<'_> {
             Err(e) => self.out.violations.push(format!("liveness: {e}")),
         }
         // The ownership change (the namespace must be known: its owner fact has arrived by now).
-        let (code, body) =
-            self.admin_retry(reqwest::Method::POST, "/api/v1/tenancy/reassignments", Some(reassign), Duration::from_secs(60)).await?;
+        let (code, body) = self
+            .admin_retry(
+                reqwest::Method::POST,
+                "/api/v1/tenancy/reassignments",
+                Some(reassign),
+                Duration::from_secs(60),
+            )
+            .await?;
         if code >= 300 {
             self.out.violations.push(format!("the reassignment was refused: {code} {body}"));
         }
@@ -652,7 +679,10 @@ impl World<'_> {
         kill9(&mut replica);
         let (month_lines, month_hash) = self.lines(&s.month.name).await?;
         if month_hash != self.out.month_hash {
-            self.out.violations.push(format!("{} answers hash {month_hash:?} after closing with {:?}", s.month.name, self.out.month_hash));
+            self.out.violations.push(format!(
+                "{} answers hash {month_hash:?} after closing with {:?}",
+                s.month.name, self.out.month_hash
+            ));
         }
         let credits_in_month = month_lines.iter().filter(|l| l["term"] == "credit").count();
         self.out.credit_in_month = credits_in_month > 0;
@@ -692,8 +722,9 @@ impl World<'_> {
         // Phase 5: checks within the run.
         // Immutability: the closed months answer what they closed with.
         let (after, hash_after) = self.lines(&s.month.name).await?;
-        if hash_after != self.out.month_hash || after.iter().map(canonical_line).collect::<BTreeSet<_>>()
-            != month_lines.iter().map(canonical_line).collect::<BTreeSet<_>>()
+        if hash_after != self.out.month_hash
+            || after.iter().map(canonical_line).collect::<BTreeSet<_>>()
+                != month_lines.iter().map(canonical_line).collect::<BTreeSet<_>>()
         {
             self.out.violations.push(format!("immutability: {} changed after its close", s.month.name));
         }
@@ -710,7 +741,11 @@ impl World<'_> {
             .filter(|l| l["term"] == "adjustment")
             .map(|l| format!("{} {} {} {}", l["tenant"], l["gpu_class"], l["quantity"], l["amount"]))
             .collect();
-        self.out.notes.push(format!("late data: {} adjustment line(s) in {}", self.out.late_adjustments.len(), s.current.name));
+        self.out.notes.push(format!(
+            "late data: {} adjustment line(s) in {}",
+            self.out.late_adjustments.len(),
+            s.current.name
+        ));
         if self.out.late_adjustments.is_empty() {
             self.out.violations.push(format!("late data: no adjustment for {} in {}", s.month.name, s.current.name));
         }
@@ -777,7 +812,12 @@ impl World<'_> {
         let mut hash = None;
         for page in 1..1000 {
             let (code, v) = self
-                .admin_retry(reqwest::Method::GET, &format!("/api/v1/ledger?period={period}&per_page=500&page={page}"), None, Duration::from_secs(60))
+                .admin_retry(
+                    reqwest::Method::GET,
+                    &format!("/api/v1/ledger?period={period}&per_page=500&page={page}"),
+                    None,
+                    Duration::from_secs(60),
+                )
                 .await?;
             if code != 200 {
                 bail!("ledger of {period}: {code} {v}");
@@ -798,7 +838,12 @@ impl World<'_> {
         let started = Instant::now();
         loop {
             let (code, v) = self
-                .admin_retry(reqwest::Method::GET, &format!("/api/v1/ledger?period={period}&per_page=500"), None, Duration::from_secs(60))
+                .admin_retry(
+                    reqwest::Method::GET,
+                    &format!("/api/v1/ledger?period={period}&per_page=500"),
+                    None,
+                    Duration::from_secs(60),
+                )
                 .await?;
             let as_of = v["as_of"]
                 .as_str()
@@ -842,7 +887,10 @@ impl World<'_> {
         let (lines, _) = self.lines(period).await?;
         let line = lines
             .iter()
-            .find(|l| l["term"] != "credit" && l["amount"].as_str().is_some_and(|a| !a.starts_with('-') && a != "0" && a != "0.00"))
+            .find(|l| {
+                l["term"] != "credit"
+                    && l["amount"].as_str().is_some_and(|a| !a.starts_with('-') && a != "0" && a != "0.00")
+            })
             .with_context(|| format!("{period} has no line to dispute"))?;
         let (code, d) = self
             .admin_retry(
@@ -888,7 +936,8 @@ impl World<'_> {
             .find(|c| c.starts_with("gl_session="))
             .context("no session cookie from the demo sign-in")?
             .to_string();
-        let me: Value = client.get(format!("{}/api/v1/me", self.base)).header("cookie", &cookie).send().await?.json().await?;
+        let me: Value =
+            client.get(format!("{}/api/v1/me", self.base)).header("cookie", &cookie).send().await?.json().await?;
         let csrf = me["csrf_token"].as_str().context("no CSRF token")?.to_string();
         Ok((cookie, csrf))
     }
@@ -919,8 +968,12 @@ impl World<'_> {
     /// Every acknowledged fact is stored, once.
     async fn conservation(&mut self) -> Result<()> {
         let acked = self.proxy.acked();
-        let events: Vec<String> =
-            acked.iter().filter_map(|a| if let Acked::Event(e) = a { Some(e.clone()) } else { None }).collect::<BTreeSet<_>>().into_iter().collect();
+        let events: Vec<String> = acked
+            .iter()
+            .filter_map(|a| if let Acked::Event(e) = a { Some(e.clone()) } else { None })
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .collect();
         let stored = self.stored_events(&events).await?;
         let lost: Vec<&String> = events.iter().filter(|e| !stored.contains(*e)).collect();
         if !lost.is_empty() {
@@ -935,25 +988,28 @@ impl World<'_> {
         let mut example = None;
         let windows: BTreeSet<&Acked> = acked.iter().filter(|a| !matches!(a, Acked::Event(_))).collect();
         for a in &windows {
-            let n: i64 = match a {
-                Acked::Window(gpu, instance, start) => sqlx::query_scalar(
-                    "SELECT count(*) FROM telemetry_rollups WHERE gpu_uuid = $1 AND gpu_instance_id = $2
+            let n: i64 =
+                match a {
+                    Acked::Window(gpu, instance, start) => {
+                        sqlx::query_scalar(
+                            "SELECT count(*) FROM telemetry_rollups WHERE gpu_uuid = $1 AND gpu_instance_id = $2
                         AND window_start = to_timestamp($3)",
-                )
-                .bind(gpu)
-                .bind(*instance as i32)
-                .bind(*start as f64)
-                .fetch_one(&pool)
-                .await?,
-                Acked::Processes(gpu, start) => sqlx::query_scalar(
-                    "SELECT count(*) FROM process_windows WHERE gpu_uuid = $1 AND window_start = to_timestamp($2)",
-                )
-                .bind(gpu)
-                .bind(*start as f64)
-                .fetch_one(&pool)
-                .await?,
-                Acked::Event(_) => 1,
-            };
+                        )
+                        .bind(gpu)
+                        .bind(*instance as i32)
+                        .bind(*start as f64)
+                        .fetch_one(&pool)
+                        .await?
+                    }
+                    Acked::Processes(gpu, start) => sqlx::query_scalar(
+                        "SELECT count(*) FROM process_windows WHERE gpu_uuid = $1 AND window_start = to_timestamp($2)",
+                    )
+                    .bind(gpu)
+                    .bind(*start as f64)
+                    .fetch_one(&pool)
+                    .await?,
+                    Acked::Event(_) => 1,
+                };
             if n != 1 {
                 missing_windows += 1;
                 example.get_or_insert(format!("{a:?} stored {n} times"));
@@ -965,7 +1021,11 @@ impl World<'_> {
                 "conservation: {missing_windows} acknowledged telemetry windows are not stored exactly once, e.g. {example:?}"
             ));
         }
-        self.out.notes.push(format!("{} acknowledged facts and {} windows all stored once", events.len(), windows.len()));
+        self.out.notes.push(format!(
+            "{} acknowledged facts and {} windows all stored once",
+            events.len(),
+            windows.len()
+        ));
         Ok(())
     }
 
@@ -973,19 +1033,27 @@ impl World<'_> {
     async fn gaps(&mut self, month: &str) -> Result<()> {
         let pool = sqlx::PgPool::connect(&self.url).await?;
         let gaps: Vec<(String, String)> = sqlx::query_as(
-            "SELECT finding_key, to_char(occurred_from, 'YYYY-MM') FROM data_quality_findings
+            "SELECT finding_id::text, to_char(occurred_from, 'YYYY-MM') FROM data_quality_findings
               WHERE kind = 'agent_gap' AND COALESCE((details->>'recovered')::boolean, false) = false",
         )
         .fetch_all(&pool)
-        .await
-        .unwrap_or_default();
+        .await?;
         pool.close().await;
-        self.out.unrecovered_gaps = gaps.iter().map(|(k, _)| k.clone()).collect();
+        self.out.unrecovered_gaps = gaps.iter().map(|(k, m)| format!("{m}: {k}")).collect();
         if !gaps.is_empty() {
-            self.out.notes.push(format!("unrecovered agent gaps: {:?}", self.out.unrecovered_gaps));
+            let months: BTreeSet<&String> = gaps.iter().map(|(_, m)| m).collect();
+            self.out.notes.push(format!("{} unrecovered agent gap finding(s), in {months:?}", gaps.len()));
         }
-        let (_, findings) = self.admin_retry(reqwest::Method::GET, &format!("/api/v1/periods/{month}/findings"), None, Duration::from_secs(30)).await?;
-        self.out.gaps_on_close_page = findings.to_string().contains("agent_gap") || findings.to_string().contains("agent gap");
+        let (_, findings) = self
+            .admin_retry(
+                reqwest::Method::GET,
+                &format!("/api/v1/periods/{month}/findings"),
+                None,
+                Duration::from_secs(30),
+            )
+            .await?;
+        self.out.gaps_on_close_page =
+            findings.to_string().contains("agent_gap") || findings.to_string().contains("agent gap");
         Ok(())
     }
 
