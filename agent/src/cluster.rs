@@ -489,6 +489,7 @@ pub async fn run(
     let mut heartbeat = tokio::time::interval(opts.heartbeat);
     let mut scraper = opts.scrape.as_ref().map(|o| Scraper::load(o.keys.clone(), &o.state_path, crate::clock::now()));
     let mut progress = ProgressWatch::default();
+    let mut room = crate::backpressure::Room::default();
     let scrape_every = opts.scrape.as_ref().map_or(Duration::from_secs(3600), |o| o.every);
     let scrape_timeout = opts.scrape.as_ref().map_or(Duration::from_secs(10), |o| o.timeout);
     let mut scrape_tick = tokio::time::interval(scrape_every);
@@ -623,6 +624,8 @@ pub async fn run(
             events.push(pods);
         }
         if !facts.is_empty() {
+            let needed: u64 = facts.iter().map(|f| serde_json::to_vec(f).map_or(0, |v| v.len() as u64 + 16)).sum();
+            room.wait(&spool, needed).await?;
             crate::backpressure::until_written("spool", || {
                 let mut spool = spool.lock().map_err(|_| anyhow::anyhow!("spool lock poisoned"))?;
                 Ok(spool.append_facts(&facts)?)

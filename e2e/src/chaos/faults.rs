@@ -88,6 +88,8 @@ pub struct Schedule {
 impl Schedule {
     /// Length of the delivery phase.
     pub const DELIVERY_MS: u64 = 40_000;
+    /// Length of an overflow's outage at the start of the delivery phase (which then lasts this much longer).
+    pub const OVERFLOW_MS: u64 = 35_000;
     /// Length of the late-data phase.
     pub const LATE_MS: u64 = 15_000;
 
@@ -97,12 +99,15 @@ impl Schedule {
         let mut delivery = Vec::new();
         let overflow = large && (seed % 5 == 3 || rng.chance(70));
         if overflow {
-            // The server is away from the start while the agent lists everything: the spool fills and drops.
-            delivery.push(Scheduled { at_ms: 0, fault: Fault::Partition { mode: Mode::Down, ms: 20_000 } });
+            // The server is away from the start while the agent lists everything, longer than the agent holds appends for
+            // room (`Room::STALLED`, 20 s): the spool fills and drops.
+            delivery.push(Scheduled { at_ms: 0, fault: Fault::Partition { mode: Mode::Down, ms: Self::OVERFLOW_MS } });
         }
+        // The other faults come after an overflow's outage (which they would otherwise cut short).
+        let offset = if overflow { Self::OVERFLOW_MS } else { 0 };
         for _ in 0..rng.range(4, 9) {
-            delivery
-                .push(Scheduled { at_ms: rng.range(0, Self::DELIVERY_MS as i64 - 8000) as u64, fault: draw(&mut rng) });
+            let at_ms = offset + rng.range(0, Self::DELIVERY_MS as i64 - 8000) as u64;
+            delivery.push(Scheduled { at_ms, fault: draw(&mut rng) });
         }
         delivery.sort_by_key(|s| s.at_ms);
         let mut late = Vec::new();
@@ -115,6 +120,11 @@ impl Schedule {
         });
         late.sort_by_key(|s| s.at_ms);
         Self { delivery, late, cluster_skew: rng.range(-90, 90), node_skew: rng.range(-90, 90), overflow }
+    }
+
+    /// Length of this schedule's delivery phase.
+    pub fn delivery_ms(&self) -> u64 {
+        Self::DELIVERY_MS + if self.overflow { Self::OVERFLOW_MS } else { 0 }
     }
 
     /// The schedule, one fault per line.
@@ -157,7 +167,12 @@ mod tests {
         for seed in 0..50 {
             let s = Schedule::generate(seed, seed % 2 == 0);
             assert!(s.delivery.windows(2).all(|w| w[0].at_ms <= w[1].at_ms));
-            assert!(s.delivery.iter().all(|f| f.at_ms < Schedule::DELIVERY_MS));
+            assert!(s.delivery.iter().all(|f| f.at_ms < s.delivery_ms()));
+            if s.overflow {
+                let outage = s.delivery[0];
+                assert_eq!(outage.fault, Fault::Partition { mode: Mode::Down, ms: Schedule::OVERFLOW_MS });
+                assert!(s.delivery[1..].iter().all(|f| f.at_ms >= Schedule::OVERFLOW_MS), "{s:?}");
+            }
             assert!(s.late.iter().any(|f| matches!(f.fault, Fault::Resend { .. })));
             assert!((-90..=90).contains(&s.cluster_skew));
             for f in s.delivery.iter().chain(&s.late) {

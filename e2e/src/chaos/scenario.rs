@@ -131,7 +131,7 @@ impl Scenario {
         let namespaces = rng.range(3, 8) as usize;
         // Every fifth seed (3, 8, …) and some others: a history that overflows a small spool.
         let large = seed % 5 == 3 || rng.chance(20);
-        let count = if large { rng.range(1200, 1600) } else { rng.range(30, 120) } as usize;
+        let count = if large { rng.range(2500, 3200) } else { rng.range(30, 120) } as usize;
         let mut pods = Vec::with_capacity(count);
         for index in 0..count {
             pods.push(plan(&mut rng, index, &nodes, namespaces, earlier.start, now - 3600, now));

@@ -624,7 +624,7 @@ impl World<'_> {
         // Phase 1: the agents deliver the history (under faults).
         let delivered = Instant::now();
         if let Some(sc) = schedule {
-            self.faults(&sc.delivery, Duration::from_millis(Schedule::DELIVERY_MS), true).await?;
+            self.faults(&sc.delivery, Duration::from_millis(sc.delivery_ms()), true).await?;
         }
         // Phase 2: liveness — ready and drained within bounds.
         match wait_ready(&self.http, &self.base, READY_BOUND).await {
