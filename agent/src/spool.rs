@@ -38,14 +38,20 @@ pub const MAX_REMEMBERED_IDS: usize = 500_000;
 /// What one gap dropped, kept in memory for the re-list's comparison.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 struct Lost {
-    /// Kind and event ID of each dropped non-telemetry fact (a fact dropped twice is here twice, as it is counted).
+    /// Kind and event ID of each non-telemetry fact this gap dropped itself (a fact dropped twice is here twice, as
+    /// it is counted); those of the gaps it took over stay with them.
     ids: Vec<(&'static str, String)>,
-    /// Per kind: how many facts the gap dropped (telemetry included), as its gap fact says.
+    /// Per kind: how many facts the gap dropped (telemetry included), as its gap fact says (taken-over gaps' too).
     kinds: BTreeMap<String, u64>,
-    /// Dropped non-telemetry facts whose IDs are not in `ids` (the memory cap).
+    /// Dropped non-telemetry facts of its own whose IDs are not in `ids` (the memory cap).
     forgotten: u64,
-    /// Dropped records that did not read back as facts (no kind, no ID).
+    /// Dropped records of its own that did not read back as facts (no kind, no ID).
     unaccounted: u64,
+    /// Earlier gap facts this one took over (folded): one of them may have reached the server before it was folded
+    /// (delivered, not yet acknowledged), so each is accounted for too, with this one.
+    folded: Vec<String>,
+    /// Taken over by a later gap fact: accounted for with it.
+    taken_over: bool,
 }
 
 /// Limits of a spool.
@@ -278,7 +284,23 @@ impl Spool {
     /// The gaps (event IDs of their gap facts) whose dropped facts this process remembers and no re-list has
     /// accounted for yet.
     pub fn remembered_gaps(&self) -> Vec<String> {
-        self.lost.keys().cloned().collect()
+        self.lost.iter().filter(|(_, l)| !l.taken_over).map(|(id, _)| id.clone()).collect()
+    }
+
+    /// `gap` and every remembered gap fact it took over, directly or not.
+    fn family(&self, gap: &str) -> Vec<String> {
+        let mut family = vec![gap.to_string()];
+        let mut i = 0;
+        while let Some(id) = family.get(i) {
+            let next: Vec<String> = self.lost.get(id).map(|l| l.folded.clone()).unwrap_or_default();
+            for f in next {
+                if self.lost.contains_key(&f) && !family.contains(&f) {
+                    family.push(f);
+                }
+            }
+            i += 1;
+        }
+        family
     }
 
     /// One `gap_recovered` fact for each of `gaps` still remembered: per kind it dropped, how many facts a re-list
@@ -287,51 +309,64 @@ impl Spool {
     pub fn recovery_facts(&mut self, gaps: &[String], produced: &HashSet<String>, now: OffsetDateTime) -> Vec<Fact> {
         let mut out = Vec::new();
         for gap in gaps {
-            let Some(lost) = self.lost.remove(gap) else { continue };
-            self.remembered -= lost.ids.len();
-            let mut recovered: BTreeMap<&str, u64> = BTreeMap::new();
-            for (kind, id) in &lost.ids {
-                if produced.contains(id) {
-                    *recovered.entry(*kind).or_default() += 1;
+            if !self.lost.contains_key(gap) {
+                continue;
+            }
+            // Each gap fact of the family, with what it dropped itself and what the gaps it took over dropped.
+            let family = self.family(gap);
+            for member in &family {
+                let Some(lost) = self.lost.get(member) else { continue };
+                let (mut recovered, mut forgotten, mut unaccounted): (BTreeMap<&str, u64>, u64, u64) =
+                    (BTreeMap::new(), 0, 0);
+                for part in self.family(member) {
+                    let Some(p) = self.lost.get(&part) else { continue };
+                    for (kind, id) in &p.ids {
+                        if produced.contains(id) {
+                            *recovered.entry(*kind).or_default() += 1;
+                        }
+                    }
+                    forgotten += p.forgotten;
+                    unaccounted += p.unaccounted;
+                }
+                let kinds = lost
+                    .kinds
+                    .iter()
+                    .map(|(kind, &count)| {
+                        let back = recovered.get(kind.as_str()).copied().unwrap_or(0).min(count);
+                        GapKindRecovery { kind: kind.clone(), recovered: back, lost: count - back }
+                    })
+                    .collect();
+                out.push(Fact {
+                    event_id: event_id("gap-recovered", &[member]),
+                    observed_at: now,
+                    body: FactBody::GapRecovered(GapRecovery { gap: member.clone(), kinds, forgotten, unaccounted }),
+                });
+            }
+            for member in family {
+                if let Some(l) = self.lost.remove(&member) {
+                    self.remembered -= l.ids.len();
                 }
             }
-            let kinds = lost
-                .kinds
-                .iter()
-                .map(|(kind, &count)| {
-                    let back = recovered.get(kind.as_str()).copied().unwrap_or(0).min(count);
-                    GapKindRecovery { kind: kind.clone(), recovered: back, lost: count - back }
-                })
-                .collect();
-            out.push(Fact {
-                event_id: event_id("gap-recovered", &[gap]),
-                observed_at: now,
-                body: FactBody::GapRecovered(GapRecovery {
-                    gap: gap.clone(),
-                    kinds,
-                    forgotten: lost.forgotten,
-                    unaccounted: lost.unaccounted,
-                }),
-            });
         }
         out
     }
 
-    /// Files what a gap dropped under its gap fact's ID, taking over the memory of earlier gap facts it folded.
+    /// Files what a gap dropped under its gap fact's ID; the earlier gap facts it folded are marked taken over.
     fn remember(&mut self, gap_id: &str, tally: GapTally) {
-        let mut lost = Lost { kinds: tally.kinds.iter().map(|(k, v)| (k.clone(), v.0)).collect(), ..Lost::default() };
-        lost.unaccounted = tally.unaccounted;
-        // A folded gap from before this process started has no memory: its facts are in the kinds' counts and not
-        // among the IDs, so they count as lost.
+        let mut lost = Lost {
+            kinds: tally.kinds.iter().map(|(k, v)| (k.clone(), v.0)).collect(),
+            unaccounted: tally.unaccounted,
+            ids: tally.ids,
+            ..Lost::default()
+        };
+        // A folded gap from before this process started has no memory: its facts are in the kinds' counts and
+        // among no IDs, so they count as lost.
         for old in &tally.folded {
-            if let Some(o) = self.lost.remove(old) {
-                self.remembered -= o.ids.len();
-                lost.ids.extend(o.ids);
-                lost.forgotten += o.forgotten;
-                lost.unaccounted += o.unaccounted;
+            if let Some(o) = self.lost.get_mut(old) {
+                o.taken_over = true;
             }
         }
-        lost.ids.extend(tally.ids);
+        lost.folded = tally.folded;
         let room = self.remember_cap.saturating_sub(self.remembered);
         if lost.ids.len() > room {
             lost.forgotten += (lost.ids.len() - room) as u64;
@@ -1165,8 +1200,13 @@ mod tests {
             .map(|f| f.event_id.clone())
             .collect();
         let now = datetime!(2026-12-02 08:00 UTC);
-        let accounts = recoveries(&s.recovery_facts(&remembered, &produced, now));
+        let all = recoveries(&s.recovery_facts(&remembered, &produced, now));
+        // The gaps still to deliver, and each gap fact they took over (it may have reached the server before).
+        let accounts: Vec<GapRecovery> = all.iter().filter(|r| pending_gaps.contains(&r.gap)).cloned().collect();
         assert_eq!(accounts.len(), gaps.len());
+        for taken_over in all.iter().filter(|r| !pending_gaps.contains(&r.gap)) {
+            assert!(taken_over.kinds.iter().all(|k| k.kind != "telemetry" || k.recovered == 0), "{taken_over:?}");
+        }
         let sum = |kind: &str, f: fn(&GapKindRecovery) -> u64| -> u64 {
             accounts.iter().flat_map(|r| r.kinds.iter()).filter(|k| k.kind == kind).map(f).sum()
         };
@@ -1201,14 +1241,19 @@ mod tests {
         let mut s = Spool::open(&dir.0, SpoolConfig { max_bytes: 16 * 1024, segment_bytes: 2048 }).unwrap();
         s.set_remember_cap(5);
         let facts = mixed_facts(400);
-        let (dropped, _) = overflow(&mut s, &facts);
+        let (dropped, gaps) = overflow(&mut s, &facts);
         let produced: HashSet<String> = facts.iter().map(|f| f.event_id.clone()).collect();
         let allocations = facts
             .iter()
             .filter(|f| dropped.contains(&f.event_id) && matches!(f.body, FactBody::AllocationVanished(_)))
             .count() as u64;
         assert!(allocations > 5);
-        let accounts = recoveries(&s.recovery_facts(&s.remembered_gaps(), &produced, datetime!(2026-12-02 08:00 UTC)));
+        let accounts: Vec<GapRecovery> =
+            recoveries(&s.recovery_facts(&s.remembered_gaps(), &produced, datetime!(2026-12-02 08:00 UTC)))
+                .into_iter()
+                .filter(|r| gaps.iter().any(|(id, _)| *id == r.gap))
+                .collect();
+        assert_eq!(accounts.len(), gaps.len());
         let recovered: u64 = accounts.iter().flat_map(|r| r.kinds.iter()).map(|k| k.recovered).sum();
         let lost: u64 =
             accounts.iter().flat_map(|r| r.kinds.iter()).filter(|k| k.kind != "telemetry").map(|k| k.lost).sum();

@@ -305,6 +305,34 @@ async fn after_a_spool_overflow_a_re_list_recovers_what_the_cluster_still_holds(
         format!("{:04}-{:02}", t.year(), u8::from(t.month()))
     };
     let months: BTreeSet<String> = findings.iter().map(|(m, _)| m.clone()).collect();
+    // Closing needs an approved policy covering the months: rates for the classes the allocations hold.
+    let classes: Vec<String> =
+        sqlx::query_scalar("SELECT DISTINCT gpu_class FROM allocation_intervals WHERE gpu_class IS NOT NULL")
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+    assert!(!classes.is_empty());
+    let rates: Vec<Value> =
+        classes.iter().map(|c| json!({"gpu_class": c, "guaranteed": "2.00", "borrowed": "3.00"})).collect();
+    let document = json!({"currency": "USD", "classes": rates});
+    let first = months.iter().next().unwrap();
+    let r = http
+        .post(format!("{}/api/v1/policies", server.base))
+        .bearer_auth(&admin)
+        .json(&json!({"effective_from": first, "note": "e2e: the months the gap touched", "policy": document}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 201);
+    let version = r.json::<Value>().await.unwrap()["version"].as_i64().unwrap();
+    let r = http
+        .post(format!("{}/api/v1/policies/{version}/approve", server.base))
+        .bearer_auth(&admin)
+        .json(&json!({"reason": "e2e"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200, "{}", r.text().await.unwrap());
     let mut closed = 0;
     for month in months.iter().filter(|m| **m < this_month) {
         let f: Value = http
