@@ -56,6 +56,21 @@ pub struct State {
     /// Each ClusterQueue's last reported quotas (content digest).
     #[serde(default)]
     pub queues: BTreeMap<Uuid, String>,
+    /// Since when each namespace's last reported owner holds (Unix nanoseconds, as in the fact sent): a re-list
+    /// sends that very fact again (same event ID). Missing in state files of older agents.
+    #[serde(default)]
+    pub owners_since: BTreeMap<Uuid, i64>,
+    /// Since when each ClusterQueue's last reported quotas hold (Unix nanoseconds), likewise.
+    #[serde(default)]
+    pub queues_since: BTreeMap<Uuid, i64>,
+}
+
+fn nanos(t: OffsetDateTime) -> i64 {
+    i64::try_from(t.unix_timestamp_nanos()).unwrap_or(i64::MAX)
+}
+
+fn from_nanos(n: i64) -> Option<OffsetDateTime> {
+    OffsetDateTime::from_unix_timestamp_nanos(i128::from(n)).ok()
 }
 
 impl State {
@@ -99,12 +114,21 @@ pub struct Deriver {
     claims: BTreeMap<(String, String), Vec<k8s::ClaimDevice>>,
     /// DRA: each pod that uses claims, as read (the fields classification needs, not the whole object).
     claim_pods: BTreeMap<Uuid, k8s::Pod>,
+    /// A re-list after a spool drop: namespaces and queues whose last reported fact `state` remembers are sent
+    /// again (the dropped copy may have been that fact), not skipped as unchanged.
+    resend: bool,
 }
 
 impl Deriver {
     /// A deriver starting from `state`.
     pub fn new(state: State, keys: LabelKeys, default_replicas: Option<u32>) -> Self {
         Self { state, keys, default_replicas, ..Self::default() }
+    }
+
+    /// A deriver for a re-list after a spool drop: like [`Deriver::new`], but what `state` says was already
+    /// reported (namespace owners, queue quotas) is reported again, with the same event IDs.
+    pub fn relisting(state: State, keys: LabelKeys, default_replicas: Option<u32>) -> Self {
+        Self { resend: true, ..Self::new(state, keys, default_replicas) }
     }
 
     fn fresh(&mut self, facts: Vec<Fact>) -> Vec<Fact> {
@@ -122,12 +146,23 @@ impl Deriver {
         self.namespaces.insert(n.name.clone(), n.namespace_uid);
         let owner =
             format!("{}|{}", n.labels.tenant.as_deref().unwrap_or("-"), n.labels.department.as_deref().unwrap_or("-"));
-        let fact = match self.state.owners.get(&n.namespace_uid) {
+        let uid = n.namespace_uid;
+        let fact = match self.state.owners.get(&uid) {
             None => probe.clone(),
-            Some(known) if *known == owner => return Ok(vec![]),
+            Some(known) if *known == owner => {
+                // The fact last sent, again — only when its date is known (older state files do not have it: a
+                // fact dated otherwise would be another fact, and would rewrite the owner's history).
+                match self.state.owners_since.get(&uid).copied().and_then(from_nanos) {
+                    Some(since) if self.resend => k8s::namespace_fact(v, &self.keys, Some(since), now)?,
+                    _ => return Ok(vec![]),
+                }
+            }
             Some(_) => k8s::namespace_fact(v, &self.keys, Some(now), now)?,
         };
-        self.state.owners.insert(n.namespace_uid, owner);
+        if let FactBody::NamespaceObserved(sent) = &fact.body {
+            self.state.owners_since.insert(uid, nanos(sent.labels_since));
+        }
+        self.state.owners.insert(uid, owner);
         Ok(self.fresh(vec![fact]))
     }
 
@@ -309,14 +344,25 @@ impl Deriver {
         };
         let digest = serde_json::to_string(&q.quotas).unwrap_or_default();
         let uid = q.uid;
-        let fact = match self.state.queues.get(&uid) {
+        let since = match self.state.queues.get(&uid) {
+            None => None,
+            Some(known) if *known == digest => match self.state.queues_since.get(&uid).copied().and_then(from_nanos) {
+                // Re-listing: the fact last sent, again (see `on_namespace`).
+                Some(since) if self.resend => Some(since),
+                _ => return Ok(vec![]),
+            },
+            Some(_) => Some(now),
+        };
+        let fact = match since {
             None => probe.clone(),
-            Some(known) if *known == digest => return Ok(vec![]),
-            Some(_) => match k8s::cluster_queue_fact(v, Some(now), now)? {
+            Some(since) => match k8s::cluster_queue_fact(v, Some(since), now)? {
                 Some(f) => f,
                 None => return Ok(vec![]),
             },
         };
+        if let FactBody::QuotaObserved(sent) = &fact.body {
+            self.state.queues_since.insert(uid, nanos(sent.since));
+        }
         self.state.queues.insert(uid, digest);
         Ok(self.fresh(vec![fact]))
     }
@@ -440,7 +486,13 @@ pub async fn run(
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) -> anyhow::Result<Ended> {
     // Drops the spool made before this run are another run's business (it re-listed already, or will at start).
-    let dropped_at_start = spool.lock().map_err(|_| anyhow::anyhow!("spool lock poisoned"))?.dropped_total();
+    // Gaps whose dropped facts the spool remembers: once this run's lists are done, the IDs they produced say which
+    // of those facts came back (a re-list after a drop; empty on a first start, the memory being this process's).
+    let (dropped_at_start, recovering) = {
+        let spool = spool.lock().map_err(|_| anyhow::anyhow!("spool lock poisoned"))?;
+        (spool.dropped_total(), spool.remembered_gaps())
+    };
+    let mut produced: Option<HashSet<String>> = (!recovering.is_empty()).then(HashSet::new);
     // The watcher hands a list out object by object (`Init`, `InitApply`…, `InitDone`) and holds one page at a
     // time, so the page size bounds what a (re-)list keeps in memory; Pods and Nodes are read down to the fields
     // the agent uses (`k8s::WatchedPod`, `k8s::WatchedNode`), which bounds what each object of a page weighs.
@@ -465,6 +517,7 @@ pub async fn run(
     let optional = discover(&client).await;
     // Pods wait for claims too (when DRA exists), so a pod's devices are known when it is first derived.
     let mut claims_ready = optional.claim.is_none();
+    let (mut pods_ready, mut vmis_ready, mut queues_ready) = (false, optional.vmi.is_none(), optional.queue.is_none());
     // One watcher per discovered optional API, each event tagged with its kind.
     let dynamic = |ar: &ApiResource, what: &'static str, tag: fn(Box<Event<DynamicObject>>) -> Ev| {
         watcher::watcher(Api::<DynamicObject>::all_with(client.clone(), ar), cfg.clone())
@@ -586,6 +639,7 @@ pub async fn run(
                     Event::InitDone => {
                         facts.extend(deriver.relist_done(false, now));
                         healthy = true;
+                        pods_ready = true;
                     }
                 },
                 Ev::Vmi(e) => match *e {
@@ -594,7 +648,10 @@ pub async fn run(
                         facts.extend(log_err(deriver.on_vmi(&to_value(&o)?, false, now)))
                     }
                     Event::Delete(o) => facts.extend(log_err(deriver.on_vmi(&to_value(&o)?, true, now))),
-                    Event::InitDone => facts.extend(deriver.relist_done(true, now)),
+                    Event::InitDone => {
+                        facts.extend(deriver.relist_done(true, now));
+                        vmis_ready = true;
+                    }
                 },
                 Ev::Claim(e) => match *e {
                     Event::InitApply(o) | Event::Apply(o) => {
@@ -604,11 +661,13 @@ pub async fn run(
                     Event::InitDone => claims_ready = true,
                     Event::Init => {}
                 },
-                Ev::Queue(e) => {
-                    if let Event::InitApply(o) | Event::Apply(o) = *e {
-                        facts.extend(log_err(deriver.on_cluster_queue(&to_value(&o)?, now)));
+                Ev::Queue(e) => match *e {
+                    Event::InitApply(o) | Event::Apply(o) => {
+                        facts.extend(log_err(deriver.on_cluster_queue(&to_value(&o)?, now)))
                     }
-                }
+                    Event::InitDone => queues_ready = true,
+                    _ => {}
+                },
                 Ev::Error(e) => {
                     healthy = false;
                     tracing::warn!(error = %e, "watch interrupted; it will re-list");
@@ -623,6 +682,9 @@ pub async fn run(
             tracing::info!("namespaces and nodes listed; listing pods");
             events.push(pods);
         }
+        if let Some(ids) = produced.as_mut() {
+            ids.extend(facts.iter().map(|f| f.event_id.clone()));
+        }
         if !facts.is_empty() {
             let needed: u64 = facts.iter().map(|f| serde_json::to_vec(f).map_or(0, |v| v.len() as u64 + 16)).sum();
             room.wait(&spool, needed).await?;
@@ -633,10 +695,41 @@ pub async fn run(
             .await?;
             tracing::debug!(facts = facts.len(), "spooled");
         }
+        let listed = ns_ready && nodes_ready && claims_ready && pods_ready && vmis_ready && queues_ready;
+        if listed && let Some(ids) = produced.take() {
+            account_for_gaps(&spool, &recovering, &ids, dropped_at_start, now)?;
+        }
         crate::backpressure::until_written("watch state", || Ok(deriver.state.save(&opts.state_path)?)).await?;
     }
     deriver.state.save(&opts.state_path)?;
     Ok(Ended::Stopped)
+}
+
+/// Every list is done: spools, for each gap of `gaps`, what of its dropped facts this run derived again (`produced`).
+/// Skipped when the spool dropped facts during this run (a re-sent fact may be among them): the gaps stay
+/// remembered, and the re-list that drop causes accounts for them.
+fn account_for_gaps(
+    spool: &Mutex<Spool>,
+    gaps: &[String],
+    produced: &HashSet<String>,
+    dropped_at_start: u64,
+    now: OffsetDateTime,
+) -> anyhow::Result<()> {
+    let mut spool = spool.lock().map_err(|_| anyhow::anyhow!("spool lock poisoned"))?;
+    if spool.dropped_total() != dropped_at_start {
+        tracing::warn!("the spool dropped facts during the re-list; the earlier gaps are accounted for after the next");
+        return Ok(());
+    }
+    let facts = spool.recovery_facts(gaps, produced, now);
+    for f in &facts {
+        if let FactBody::GapRecovered(r) = &f.body {
+            let lost: u64 = r.kinds.iter().map(|k| k.lost).sum::<u64>() + r.unaccounted;
+            let recovered: u64 = r.kinds.iter().map(|k| k.recovered).sum();
+            tracing::info!(gap = %r.gap, recovered, lost, "re-list done: the gap's dropped facts accounted for");
+        }
+    }
+    spool.append_facts(&facts)?;
+    Ok(())
 }
 
 /// A pod event updates the scrape targets (a pod whose annotations cannot be used is logged, not scraped).
@@ -764,6 +857,53 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+    }
+
+    /// A re-list after a spool drop sends the namespace owner and queue quota facts the state says were sent again,
+    /// with the dropped copies' event IDs (first sight and change alike); a plain restart does not, nor does a re-list
+    /// from an older agent's state file, which lacks the dates (another date would make another fact).
+    #[test]
+    fn a_re_list_sends_known_owners_and_quotas_again_with_the_same_event_ids() {
+        let ns = |tenant: &str| {
+            json!({"metadata": {"name": "ml", "uid": "0b7f2d8e-8d1c-4a8e-9a51-7b1f0e6a2c33",
+                   "creationTimestamp": "2026-09-01T00:00:00Z", "labels": {"gpuledger.io/tenant": tenant}}})
+        };
+        let queue = |gpus: &str| {
+            json!({"metadata": {"name": "team-a", "uid": "5c1e2f3a-9b8d-4e7f-a6c5-1d2e3f4a5b6c",
+                   "creationTimestamp": "2026-08-01T00:00:00Z"},
+                   "spec": {"resourceGroups": [{"flavors": [{"name": "h100",
+                            "resources": [{"name": "nvidia.com/gpu", "nominalQuota": gpus}]}]}]}})
+        };
+        let (t1, t2, t3) = (
+            datetime!(2026-10-01 00:00:00.5 UTC),
+            datetime!(2026-10-15 12:00:00.25 UTC),
+            datetime!(2026-12-02 00:00 UTC),
+        );
+        let mut d = Deriver::default();
+        let first = d.on_namespace(&ns("nlp"), t1).unwrap();
+        let quotas = d.on_cluster_queue(&queue("8"), t1).unwrap();
+        let changed = d.on_namespace(&ns("vision"), t2).unwrap();
+        assert_eq!((first.len(), quotas.len(), changed.len()), (1, 1, 1));
+        // As the state file keeps it.
+        let state: State = serde_json::from_slice(&serde_json::to_vec(&d.state).unwrap()).unwrap();
+        let mut restart = Deriver::new(state.clone(), LabelKeys::default(), None);
+        assert!(restart.on_namespace(&ns("vision"), t3).unwrap().is_empty());
+        assert!(restart.on_cluster_queue(&queue("8"), t3).unwrap().is_empty());
+        let mut relist = Deriver::relisting(state.clone(), LabelKeys::default(), None);
+        let again = relist.on_namespace(&ns("vision"), t3).unwrap();
+        assert_eq!(again.iter().map(|f| &f.event_id).collect::<Vec<_>>(), vec![&changed[0].event_id]);
+        match &again[0].body {
+            FactBody::NamespaceObserved(n) => assert_eq!(n.labels_since, t2, "dated as first sent"),
+            other => panic!("{other:?}"),
+        }
+        let again = relist.on_cluster_queue(&queue("8"), t3).unwrap();
+        assert_eq!(again.iter().map(|f| &f.event_id).collect::<Vec<_>>(), vec![&quotas[0].event_id]);
+        let mut older = state;
+        older.owners_since.clear();
+        older.queues_since.clear();
+        let mut relist = Deriver::relisting(older, LabelKeys::default(), None);
+        assert!(relist.on_namespace(&ns("vision"), t3).unwrap().is_empty());
+        assert!(relist.on_cluster_queue(&queue("8"), t3).unwrap().is_empty());
     }
 
     #[test]

@@ -344,9 +344,10 @@ async fn cluster(args: ClusterArgs) -> anyhow::Result<()> {
         loop {
             match cluster::run(client.clone(), deriver, spool.clone(), opts.clone(), stop_rx.clone()).await? {
                 cluster::Ended::Stopped => return anyhow::Ok(()),
-                // A fresh deriver forgets what it sent, so the re-list sends everything the cluster holds again.
+                // A fresh deriver forgets what it sent, so the re-list sends everything the cluster holds again
+                // (namespace owners and queue quotas too, though the state file says they were sent).
                 cluster::Ended::Relist => {
-                    deriver = cluster::Deriver::new(cluster::State::load(&state_path)?, keys.clone(), replicas);
+                    deriver = cluster::Deriver::relisting(cluster::State::load(&state_path)?, keys.clone(), replicas);
                 }
             }
         }

@@ -11,13 +11,19 @@
 //! [`Spool::open`] validates every record: a torn or corrupt tail is cut off, and records lost inside an
 //! older segment are counted ([`Recovery`]). When the size cap is hit, the oldest segments go and a `gap`
 //! fact takes their place, so the ledger shows the hole instead of a silent zero.
+//!
+//! The spool also remembers, in memory only, the event IDs of the non-telemetry facts each gap dropped
+//! ([`Spool::remembered_gaps`]): after a re-list, [`Spool::recovery_facts`] compares them with the IDs the re-list
+//! produced and says per gap what came back (a `gap_recovered` fact). The memory is capped
+//! ([`MAX_REMEMBERED_IDS`]); an ID past the cap is forgotten and its fact counted lost, so such a gap is never
+//! claimed recovered. An agent restart forgets everything: its gaps stay unrecovered.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, HashSet, VecDeque};
 use std::fs::{self, File, OpenOptions, TryLockError};
 use std::io::{self, BufReader, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
-use gpuledger_core::wire::{Fact, FactBody, GapFact, GapKind, event_id};
+use gpuledger_core::wire::{Fact, FactBody, GapFact, GapKind, GapKindRecovery, GapRecovery, TELEMETRY_KINDS, event_id};
 use time::OffsetDateTime;
 
 /// Bytes before each payload: length, CRC and sequence number.
@@ -25,6 +31,28 @@ const HEADER: usize = 16;
 /// Room kept for the gap fact written after a drop (its JSON, with a line per kind of fact dropped — at most the
 /// 14 kinds of the wire format, about 110 bytes each — stays under 2 KiB).
 const GAP_RESERVE: u64 = 2048;
+
+/// Most event IDs of dropped facts the spool remembers, all gaps together (about 100 bytes each: some 50 MB).
+pub const MAX_REMEMBERED_IDS: usize = 500_000;
+
+/// What one gap dropped, kept in memory for the re-list's comparison.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+struct Lost {
+    /// Kind and event ID of each non-telemetry fact this gap dropped itself (a fact dropped twice is here twice, as
+    /// it is counted); those of the gaps it took over stay with them.
+    ids: Vec<(&'static str, String)>,
+    /// Per kind: how many facts the gap dropped (telemetry included), as its gap fact says (taken-over gaps' too).
+    kinds: BTreeMap<String, u64>,
+    /// Dropped non-telemetry facts of its own whose IDs are not in `ids` (the memory cap).
+    forgotten: u64,
+    /// Dropped records of its own that did not read back as facts (no kind, no ID).
+    unaccounted: u64,
+    /// Earlier gap facts this one took over (folded): one of them may have reached the server before it was folded
+    /// (delivered, not yet acknowledged), so each is accounted for too, with this one.
+    folded: Vec<String>,
+    /// Taken over by a later gap fact: accounted for with it.
+    taken_over: bool,
+}
 
 /// Limits of a spool.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -151,6 +179,12 @@ pub struct Spool {
     recovery: Recovery,
     /// The node whose agent this is (node mode), named in gap facts.
     node: Option<String>,
+    /// Per gap fact (event ID) not yet accounted for by a re-list: what it dropped. Memory only.
+    lost: BTreeMap<String, Lost>,
+    /// IDs held in `lost`, all gaps together.
+    remembered: usize,
+    /// Cap on `remembered` ([`MAX_REMEMBERED_IDS`]).
+    remember_cap: usize,
     _lock: File,
 }
 
@@ -230,6 +264,9 @@ impl Spool {
             dropped_total: 0,
             recovery,
             node: None,
+            lost: BTreeMap::new(),
+            remembered: 0,
+            remember_cap: MAX_REMEMBERED_IDS,
             _lock: lock,
         })
     }
@@ -237,6 +274,106 @@ impl Spool {
     /// Names the node in the gap facts this spool writes (node agents).
     pub fn set_node(&mut self, node: Option<String>) {
         self.node = node;
+    }
+
+    /// Caps how many dropped facts' event IDs the spool remembers (default [`MAX_REMEMBERED_IDS`]).
+    pub fn set_remember_cap(&mut self, cap: usize) {
+        self.remember_cap = cap;
+    }
+
+    /// The gaps (event IDs of their gap facts) whose dropped facts this process remembers and no re-list has
+    /// accounted for yet.
+    pub fn remembered_gaps(&self) -> Vec<String> {
+        self.lost.iter().filter(|(_, l)| !l.taken_over).map(|(id, _)| id.clone()).collect()
+    }
+
+    /// `gap` and every remembered gap fact it took over, directly or not.
+    fn family(&self, gap: &str) -> Vec<String> {
+        let mut family = vec![gap.to_string()];
+        let mut i = 0;
+        while let Some(id) = family.get(i) {
+            let next: Vec<String> = self.lost.get(id).map(|l| l.folded.clone()).unwrap_or_default();
+            for f in next {
+                if self.lost.contains_key(&f) && !family.contains(&f) {
+                    family.push(f);
+                }
+            }
+            i += 1;
+        }
+        family
+    }
+
+    /// One `gap_recovered` fact for each of `gaps` still remembered: per kind it dropped, how many facts a re-list
+    /// derived again (their event IDs are among `produced`) and how many stay lost (telemetry windows always do).
+    /// The gaps are forgotten: each is accounted for once.
+    pub fn recovery_facts(&mut self, gaps: &[String], produced: &HashSet<String>, now: OffsetDateTime) -> Vec<Fact> {
+        let mut out = Vec::new();
+        for gap in gaps {
+            if !self.lost.contains_key(gap) {
+                continue;
+            }
+            // Each gap fact of the family, with what it dropped itself and what the gaps it took over dropped.
+            let family = self.family(gap);
+            for member in &family {
+                let Some(lost) = self.lost.get(member) else { continue };
+                let (mut recovered, mut forgotten, mut unaccounted): (BTreeMap<&str, u64>, u64, u64) =
+                    (BTreeMap::new(), 0, 0);
+                for part in self.family(member) {
+                    let Some(p) = self.lost.get(&part) else { continue };
+                    for (kind, id) in &p.ids {
+                        if produced.contains(id) {
+                            *recovered.entry(*kind).or_default() += 1;
+                        }
+                    }
+                    forgotten += p.forgotten;
+                    unaccounted += p.unaccounted;
+                }
+                let kinds = lost
+                    .kinds
+                    .iter()
+                    .map(|(kind, &count)| {
+                        let back = recovered.get(kind.as_str()).copied().unwrap_or(0).min(count);
+                        GapKindRecovery { kind: kind.clone(), recovered: back, lost: count - back }
+                    })
+                    .collect();
+                out.push(Fact {
+                    event_id: event_id("gap-recovered", &[member]),
+                    observed_at: now,
+                    body: FactBody::GapRecovered(GapRecovery { gap: member.clone(), kinds, forgotten, unaccounted }),
+                });
+            }
+            for member in family {
+                if let Some(l) = self.lost.remove(&member) {
+                    self.remembered -= l.ids.len();
+                }
+            }
+        }
+        out
+    }
+
+    /// Files what a gap dropped under its gap fact's ID; the earlier gap facts it folded are marked taken over.
+    fn remember(&mut self, gap_id: &str, tally: GapTally) {
+        let mut lost = Lost {
+            kinds: tally.kinds.iter().map(|(k, v)| (k.clone(), v.0)).collect(),
+            unaccounted: tally.unaccounted,
+            ids: tally.ids,
+            ..Lost::default()
+        };
+        // A folded gap from before this process started has no memory: its facts are in the kinds' counts and
+        // among no IDs, so they count as lost.
+        for old in &tally.folded {
+            if let Some(o) = self.lost.get_mut(old) {
+                o.taken_over = true;
+            }
+        }
+        lost.folded = tally.folded;
+        let room = self.remember_cap.saturating_sub(self.remembered);
+        if lost.ids.len() > room {
+            lost.forgotten += (lost.ids.len() - room) as u64;
+            lost.ids.truncate(room);
+        }
+        self.remembered += lost.ids.len();
+        self.lost.insert(gap_id.to_string(), lost);
     }
 
     /// What opening found damaged.
@@ -427,6 +564,7 @@ impl Spool {
         }
         if let Some(fact) = gap.fact() {
             self.write_record(&serde_json::to_vec(&fact)?)?;
+            self.remember(&fact.event_id, gap);
         }
         Ok(())
     }
@@ -461,8 +599,8 @@ impl Spool {
                         false
                     }
                     // An earlier gap fact is folded into the one this compaction writes: one gap stands for all.
-                    Ok(Fact { body: FactBody::Gap(g), .. }) => {
-                        gap.fold(seq, &g);
+                    Ok(Fact { event_id, body: FactBody::Gap(g), .. }) => {
+                        gap.fold(seq, &event_id, &g);
                         false
                     }
                     _ => true,
@@ -586,21 +724,33 @@ struct GapTally {
     dropped: u64,
     times: Option<(OffsetDateTime, OffsetDateTime)>,
     /// Per kind: (count, earliest own time, latest own time).
-    kinds: std::collections::BTreeMap<String, (u64, OffsetDateTime, OffsetDateTime)>,
+    kinds: BTreeMap<String, (u64, OffsetDateTime, OffsetDateTime)>,
     node: Option<String>,
+    /// Kind and event ID of each dropped non-telemetry fact (for the re-list's comparison).
+    ids: Vec<(&'static str, String)>,
+    /// Earlier gap facts folded into this one (their remembered IDs move to it).
+    folded: Vec<String>,
+    /// Dropped records that did not read back as facts.
+    unaccounted: u64,
 }
 
 impl GapTally {
     fn add(&mut self, first: u64, last: u64, count: u64, records: &[(u64, Vec<u8>)]) {
         self.seqs = Some(self.seqs.map_or((first, last), |(f, _)| (f, last)));
         self.dropped += count;
+        let mut read = 0;
         for (_, payload) in records {
+            if payload.is_empty() {
+                continue;
+            }
             let Ok(fact) = serde_json::from_slice::<Fact>(payload) else {
                 continue;
             };
+            read += 1;
             let (from, to) = match &fact.body {
                 // A dropped gap fact stands for the facts it counted: fold it into this one.
                 FactBody::Gap(g) => {
+                    self.folded.push(fact.event_id.clone());
                     self.dropped += g.dropped.saturating_sub(1);
                     for k in &g.kinds {
                         self.kind(&k.kind, k.count, k.from, k.to);
@@ -613,15 +763,27 @@ impl GapTally {
                 _ => {
                     let (own_from, own_to) = fact.own_times();
                     self.kind(fact.body.kind(), 1, own_from, own_to);
+                    self.remember(&fact);
                     (fact.observed_at, fact.observed_at)
                 }
             };
             self.times = Some(self.times.map_or((from, to), |(f, t)| (f.min(from), t.max(to))));
         }
+        // Records counted but not read as facts (a segment that did not read back, a record that is no fact).
+        self.unaccounted += count.saturating_sub(read);
+    }
+
+    /// Keeps a dropped non-telemetry fact's ID for the re-list's comparison (telemetry never comes back).
+    fn remember(&mut self, fact: &Fact) {
+        let kind = fact.body.kind();
+        if !TELEMETRY_KINDS.contains(&kind) {
+            self.ids.push((kind, fact.event_id.clone()));
+        }
     }
 
     /// An earlier gap fact taken over (compacted): its counts, kinds and times are this gap's too.
-    fn fold(&mut self, seq: u64, g: &GapFact) {
+    fn fold(&mut self, seq: u64, event_id: &str, g: &GapFact) {
+        self.folded.push(event_id.to_string());
         self.seqs = Some(self.seqs.map_or((seq, seq), |(f, l)| (f.min(seq), l.max(seq))));
         self.dropped += g.dropped;
         for k in &g.kinds {
@@ -639,6 +801,7 @@ impl GapTally {
         self.dropped += 1;
         let (own_from, own_to) = fact.own_times();
         self.kind(fact.body.kind(), 1, own_from, own_to);
+        self.remember(fact);
         let at = fact.observed_at;
         self.times = Some(self.times.map_or((at, at), |(f, t)| (f.min(at), t.max(at))));
     }
@@ -684,6 +847,7 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
     use gpuledger_core::wire::AllocationVanished;
+    use gpuledger_core::wire::GapKindRecovery;
     use proptest::prelude::*;
     use std::collections::HashMap;
     use std::io::BufRead;
@@ -946,6 +1110,157 @@ mod tests {
         let gap = &gaps[0];
         // When they were read is still the gap's from/to.
         assert_eq!((gap.from, gap.to), (seen, seen));
+    }
+
+    /// `n` facts observed now, about June: allocation facts (even `i`) and telemetry windows (odd `i`).
+    fn mixed_facts(n: u64) -> Vec<Fact> {
+        use gpuledger_core::wire::{Stat, TelemetryRollup};
+        let seen = datetime!(2026-12-01 12:00 UTC);
+        (0..n)
+            .map(|i| {
+                let own = datetime!(2026-06-01 00:00 UTC) + time::Duration::hours(i as i64);
+                let body = if i % 2 == 0 {
+                    FactBody::AllocationVanished(AllocationVanished {
+                        allocation_id: format!("a{i}"),
+                        last_seen_at: own,
+                    })
+                } else {
+                    FactBody::Telemetry(TelemetryRollup {
+                        node: "n1".into(),
+                        gpu_uuid: "GPU-1".into(),
+                        gpu_instance_id: None,
+                        mig_profile: None,
+                        window_start: own,
+                        window_end: own + time::Duration::minutes(1),
+                        samples: 6,
+                        utilization_pct: Some(Stat { min: 1.0, avg: 2.0, max: 3.0 }),
+                        memory_used_mib: None,
+                        power_w: None,
+                        energy_j: None,
+                        pod: None,
+                    })
+                };
+                Fact { event_id: event_id("k", &[&i.to_string()]), observed_at: seen, body }
+            })
+            .collect()
+    }
+
+    /// Overflows a small spool with `facts` (nothing delivered): the event IDs of the facts it dropped, and the
+    /// pending gap facts.
+    fn overflow(s: &mut Spool, facts: &[Fact]) -> (HashSet<String>, Vec<(String, GapFact)>) {
+        for f in facts {
+            s.append_fact(f).unwrap();
+        }
+        let pending = s.pending_facts(usize::MAX, u64::MAX).unwrap();
+        let kept: HashSet<&str> = pending.iter().map(|(_, f)| f.event_id.as_str()).collect();
+        let dropped = facts.iter().map(|f| f.event_id.clone()).filter(|id| !kept.contains(id.as_str())).collect();
+        let gaps = pending
+            .into_iter()
+            .filter_map(|(_, f)| match f.body {
+                FactBody::Gap(g) => Some((f.event_id, g)),
+                _ => None,
+            })
+            .collect();
+        (dropped, gaps)
+    }
+
+    fn recoveries(facts: &[Fact]) -> Vec<GapRecovery> {
+        facts
+            .iter()
+            .map(|f| match &f.body {
+                FactBody::GapRecovered(r) => {
+                    assert_eq!(f.event_id, event_id("gap-recovered", &[&r.gap]));
+                    r.clone()
+                }
+                other => panic!("not an account of a gap: {other:?}"),
+            })
+            .collect()
+    }
+
+    /// The spool remembers, per gap, the IDs of the non-telemetry facts it dropped (folded gaps' memory moves to the
+    /// gap that took them over), and after a re-list says per gap and kind what came back: the re-derived
+    /// allocation facts recovered, those of objects gone from the API lost, telemetry windows always lost.
+    #[test]
+    fn a_re_list_accounts_for_each_gap_by_the_ids_it_produced() {
+        let dir = TempDir::new("recovery");
+        let mut s = Spool::open(&dir.0, SpoolConfig { max_bytes: 16 * 1024, segment_bytes: 2048 }).unwrap();
+        let facts = mixed_facts(400);
+        let (dropped, gaps) = overflow(&mut s, &facts);
+        assert!(!gaps.is_empty() && !dropped.is_empty());
+        // Exactly the gap facts still to deliver are remembered: earlier ones were folded into them.
+        let remembered = s.remembered_gaps();
+        let mut pending_gaps: Vec<String> = gaps.iter().map(|(id, _)| id.clone()).collect();
+        pending_gaps.sort();
+        assert_eq!(remembered, pending_gaps);
+        // The re-list derives every allocation fact again but those of every fourth object (gone from the API).
+        let gone = |f: &Fact| f.event_id.ends_with('0') || f.event_id.ends_with('4') || f.event_id.ends_with('8');
+        let produced: HashSet<String> = facts
+            .iter()
+            .filter(|f| matches!(f.body, FactBody::AllocationVanished(_)) && !gone(f))
+            .map(|f| f.event_id.clone())
+            .collect();
+        let now = datetime!(2026-12-02 08:00 UTC);
+        let all = recoveries(&s.recovery_facts(&remembered, &produced, now));
+        // The gaps still to deliver, and each gap fact they took over (it may have reached the server before).
+        let accounts: Vec<GapRecovery> = all.iter().filter(|r| pending_gaps.contains(&r.gap)).cloned().collect();
+        assert_eq!(accounts.len(), gaps.len());
+        for taken_over in all.iter().filter(|r| !pending_gaps.contains(&r.gap)) {
+            assert!(taken_over.kinds.iter().all(|k| k.kind != "telemetry" || k.recovered == 0), "{taken_over:?}");
+        }
+        let sum = |kind: &str, f: fn(&GapKindRecovery) -> u64| -> u64 {
+            accounts.iter().flat_map(|r| r.kinds.iter()).filter(|k| k.kind == kind).map(f).sum()
+        };
+        let dropped_facts: Vec<&Fact> = facts.iter().filter(|f| dropped.contains(&f.event_id)).collect();
+        let allocations: Vec<&&Fact> =
+            dropped_facts.iter().filter(|f| matches!(f.body, FactBody::AllocationVanished(_))).collect();
+        let lost_allocations = allocations.iter().filter(|f| gone(f)).count() as u64;
+        assert!(lost_allocations > 0 && lost_allocations < allocations.len() as u64);
+        assert_eq!(sum("allocation_vanished", |k| k.lost), lost_allocations);
+        assert_eq!(sum("allocation_vanished", |k| k.recovered), allocations.len() as u64 - lost_allocations);
+        assert_eq!(sum("telemetry", |k| k.recovered), 0, "telemetry never comes back");
+        assert_eq!(sum("telemetry", |k| k.lost), (dropped_facts.len() - allocations.len()) as u64);
+        // Each account covers its gap's kinds and counts.
+        for (id, g) in &gaps {
+            let r = accounts.iter().find(|r| r.gap == *id).unwrap();
+            for k in &g.kinds {
+                let a = r.kinds.iter().find(|a| a.kind == k.kind).unwrap();
+                assert_eq!(a.recovered + a.lost, k.count, "{id} {}", k.kind);
+            }
+            assert_eq!((r.forgotten, r.unaccounted), (0, 0));
+        }
+        // Accounted for once: the memory is gone.
+        assert!(s.remembered_gaps().is_empty());
+        assert!(s.recovery_facts(&remembered, &produced, now).is_empty());
+    }
+
+    /// Past the memory cap, IDs are forgotten and their facts counted lost (said in `forgotten`): such a gap is never
+    /// claimed recovered, even when the re-list produced every fact.
+    #[test]
+    fn past_the_memory_cap_a_gap_is_never_claimed_recovered() {
+        let dir = TempDir::new("recovery-cap");
+        let mut s = Spool::open(&dir.0, SpoolConfig { max_bytes: 16 * 1024, segment_bytes: 2048 }).unwrap();
+        s.set_remember_cap(5);
+        let facts = mixed_facts(400);
+        let (dropped, gaps) = overflow(&mut s, &facts);
+        let produced: HashSet<String> = facts.iter().map(|f| f.event_id.clone()).collect();
+        let allocations = facts
+            .iter()
+            .filter(|f| dropped.contains(&f.event_id) && matches!(f.body, FactBody::AllocationVanished(_)))
+            .count() as u64;
+        assert!(allocations > 5);
+        let accounts: Vec<GapRecovery> =
+            recoveries(&s.recovery_facts(&s.remembered_gaps(), &produced, datetime!(2026-12-02 08:00 UTC)))
+                .into_iter()
+                .filter(|r| gaps.iter().any(|(id, _)| *id == r.gap))
+                .collect();
+        assert_eq!(accounts.len(), gaps.len());
+        let recovered: u64 = accounts.iter().flat_map(|r| r.kinds.iter()).map(|k| k.recovered).sum();
+        let lost: u64 =
+            accounts.iter().flat_map(|r| r.kinds.iter()).filter(|k| k.kind != "telemetry").map(|k| k.lost).sum();
+        let forgotten: u64 = accounts.iter().map(|r| r.forgotten).sum();
+        assert_eq!(recovered, 5, "only the IDs kept can be checked");
+        assert_eq!((lost, forgotten), (allocations - 5, allocations - 5));
+        assert!(accounts.iter().any(|r| r.forgotten > 0));
     }
 
     /// At the cap, telemetry goes before allocation facts (money before analytics), oldest first; the gap counts

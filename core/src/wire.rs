@@ -104,6 +104,9 @@ pub enum FactBody {
     ProcessTelemetry(ProcessTelemetry),
     /// The agent dropped data (spool full): the ledger shows the hole instead of a silent zero.
     Gap(GapFact),
+    /// What a re-list after a gap brought back: per kind of the gap's dropped facts, how many were derived again
+    /// (same event IDs) and how many stay lost.
+    GapRecovered(GapRecovery),
     /// A Kueue ClusterQueue's nominal quotas (imported as guaranteed capacity by the ledger).
     QuotaObserved(QuotaFact),
     /// Productive work a shared model-serving endpoint did for one tenant over a window (splits its cost).
@@ -129,6 +132,7 @@ impl FactBody {
             Self::Telemetry(_) => "telemetry",
             Self::ProcessTelemetry(_) => "process_telemetry",
             Self::Gap(_) => "gap",
+            Self::GapRecovered(_) => "gap_recovered",
             Self::QuotaObserved(_) => "quota_observed",
             Self::ServiceUsage(_) => "service_usage",
             Self::EndpointTotals(_) => "endpoint_totals",
@@ -615,6 +619,41 @@ pub struct GapKind {
     pub to: OffsetDateTime,
 }
 
+/// Kinds of fact that are measurement windows: once dropped they are gone (no re-list derives them again). Energy
+/// comes from `telemetry` windows, so a lost one can make a month's energy charge short.
+pub const TELEMETRY_KINDS: [&str; 2] = ["telemetry", "process_telemetry"];
+
+/// A re-list's account of one earlier gap: which of its dropped facts the agent derived again.
+///
+/// The agent remembers the event IDs of the non-telemetry facts a gap dropped (in memory, capped) and compares them
+/// with the IDs a re-list produced. It sends this once per gap; after an agent restart the memory is gone and no
+/// account comes (the gap stays unrecovered).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GapRecovery {
+    /// The gap fact's event ID.
+    pub gap: String,
+    /// Per kind the gap listed: recovered and lost counts (telemetry windows are always lost).
+    pub kinds: Vec<GapKindRecovery>,
+    /// Dropped non-telemetry facts whose IDs the agent no longer held (its memory cap): already counted in their
+    /// kinds' `lost` — the agent cannot say whether they came back, so it says they did not.
+    #[serde(default)]
+    pub forgotten: u64,
+    /// Dropped records that did not read back as facts (no kind, no ID): lost, and in no kind's count.
+    #[serde(default)]
+    pub unaccounted: u64,
+}
+
+/// One kind of a gap's dropped facts after a re-list.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GapKindRecovery {
+    /// The facts' `kind`, as in the gap's [`GapKind`].
+    pub kind: String,
+    /// Dropped facts whose event IDs the re-list produced again (they are stored, or stored once more).
+    pub recovered: u64,
+    /// Dropped facts that stay lost.
+    pub lost: u64,
+}
+
 impl Fact {
     /// The time range the fact is about — its own times, not when it was observed: an allocation's start or end,
     /// a measured window, a counter's reading; for inventory facts (nodes, devices, assignments), when observed.
@@ -628,6 +667,7 @@ impl Fact {
             FactBody::Telemetry(t) => (t.window_start, t.window_end),
             FactBody::ProcessTelemetry(t) => (t.window_start, t.window_end),
             FactBody::Gap(g) => (g.from, g.to),
+            FactBody::GapRecovered(_) => at(self.observed_at),
             FactBody::QuotaObserved(q) => at(q.since),
             FactBody::ServiceUsage(u) => (u.window_start, u.window_end),
             FactBody::EndpointTotals(t) => (t.window_start, t.window_end),

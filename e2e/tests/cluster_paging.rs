@@ -208,13 +208,15 @@ async fn forward(port: u16, base: &str) {
 /// A spool overflow while the server is unreachable, with every object still in the API (issue 23, case a): the
 /// cluster agent lists a cluster bigger than its 1 MiB spool, drops the oldest facts (a gap), and once the server is
 /// back and the backlog is delivered, re-lists the cluster: every pod's facts are stored — the same set a
-/// fault-free run stores.
+/// fault-free run stores — and the agent's account of each gap marks its findings recovered, so closing the months
+/// they touch needs no acknowledgement.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn after_a_spool_overflow_a_re_list_recovers_what_the_cluster_still_holds() {
     let dir = temp_dir("gl-e2e-overflow").unwrap();
     let db = fresh_database().await.unwrap();
     let server = start_demo(&db.admin_url, &dir.join("server.log")).unwrap();
     let token = create_token(&db.admin_url, "agent:overflow").unwrap();
+    let admin = create_token(&db.admin_url, "admin").unwrap();
     let pool = sqlx::PgPool::connect(&db.admin_url).await.unwrap();
     let pods = 3000;
     let now = time::OffsetDateTime::now_utc().unix_timestamp();
@@ -261,8 +263,6 @@ async fn after_a_spool_overflow_a_re_list_recovers_what_the_cluster_still_holds(
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     };
-    signal(agent.id(), "TERM").unwrap();
-    let _ = agent.wait();
     let missing: Vec<&String> = expected.difference(&stored).take(5).collect();
     assert!(
         missing.is_empty(),
@@ -272,12 +272,91 @@ async fn after_a_spool_overflow_a_re_list_recovers_what_the_cluster_still_holds(
         log()
     );
     assert!(log().contains("re-listing the cluster to recover them"), "{}", log());
-    // The drop is on record (the gap), and nothing was stored twice.
-    let gaps: i64 = sqlx::query_scalar("SELECT count(*) FROM data_quality_findings WHERE kind = 'agent_gap'")
-        .fetch_one(&pool)
+    // The drop is on record (the gaps, on the months their facts were about), and once the re-list is done the agent
+    // says what came back: everything, so every month of every gap reads recovered.
+    let started = Instant::now();
+    let findings: Vec<(String, Value)> = loop {
+        let findings: Vec<(String, Value)> = sqlx::query_as(
+            "SELECT to_char(occurred_from, 'YYYY-MM'), details FROM data_quality_findings WHERE kind = 'agent_gap'
+              ORDER BY occurred_from",
+        )
+        .fetch_all(&pool)
         .await
         .unwrap();
-    assert!(gaps >= 1);
+        if !findings.is_empty() && findings.iter().all(|(_, d)| d["recovered"] == true) {
+            break findings;
+        }
+        assert!(started.elapsed() < Duration::from_secs(120), "gaps not (all) recovered: {findings:?}\n{}", log());
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    signal(agent.id(), "TERM").unwrap();
+    let _ = agent.wait();
+    let mut recovered_starts = 0;
+    for (month, d) in &findings {
+        let kinds = d["recovery"]["kinds"].as_array().unwrap_or_else(|| panic!("{month}: no account: {d}"));
+        assert!(kinds.iter().all(|k| k["lost"] == 0), "{month}: {d}");
+        recovered_starts += kinds.iter().filter(|k| k["kind"] == "allocation_started").count();
+    }
+    assert!(recovered_starts > 0, "the gaps had dropped allocation starts: {findings:?}");
+    // Closing those months asks for no acknowledgement: the findings stay, recovered.
+    let http = reqwest::Client::new();
+    let this_month = {
+        let t = time::OffsetDateTime::now_utc();
+        format!("{:04}-{:02}", t.year(), u8::from(t.month()))
+    };
+    let months: BTreeSet<String> = findings.iter().map(|(m, _)| m.clone()).collect();
+    // Closing needs an approved policy covering the months: rates for the classes the allocations hold.
+    let classes: Vec<String> =
+        sqlx::query_scalar("SELECT DISTINCT gpu_class FROM allocation_intervals WHERE gpu_class IS NOT NULL")
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+    assert!(!classes.is_empty());
+    let rates: Vec<Value> =
+        classes.iter().map(|c| json!({"gpu_class": c, "guaranteed": "2.00", "borrowed": "3.00"})).collect();
+    let document = json!({"currency": "USD", "classes": rates});
+    let first = months.iter().next().unwrap();
+    let r = http
+        .post(format!("{}/api/v1/policies", server.base))
+        .bearer_auth(&admin)
+        .json(&json!({"effective_from": first, "note": "e2e: the months the gap touched", "policy": document}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 201);
+    let version = r.json::<Value>().await.unwrap()["version"].as_i64().unwrap();
+    let r = http
+        .post(format!("{}/api/v1/policies/{version}/approve", server.base))
+        .bearer_auth(&admin)
+        .json(&json!({"reason": "e2e"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200, "{}", r.text().await.unwrap());
+    let mut closed = 0;
+    for month in months.iter().filter(|m| **m < this_month) {
+        let f: Value = http
+            .get(format!("{}/api/v1/periods/{month}/findings", server.base))
+            .bearer_auth(&admin)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert!(f["by_kind"]["agent_gap"].as_i64().unwrap_or(0) >= 1, "{month}: the gap is still shown: {f}");
+        assert_eq!(f["needs_acknowledgement"], json!([]), "{month}: {f}");
+        let r = http
+            .post(format!("{}/api/v1/periods/{month}/close", server.base))
+            .bearer_auth(&admin)
+            .send()
+            .await
+            .unwrap();
+        let status = r.status().as_u16();
+        assert_eq!(status, 200, "{month}: {}", r.text().await.unwrap());
+        closed += 1;
+    }
+    assert!(closed > 0, "the gaps touch past months: {months:?}");
     drop(server);
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -312,6 +391,21 @@ async fn what_a_re_list_cannot_recover_is_a_gap_on_every_month_it_touches() {
     }
     forward(port, &server.base).await;
     wait_for_log(&dir, "re-listing the cluster to recover them", Duration::from_secs(180)).await;
+    // The agent's account of each gap follows the re-list: wait until every finding carries it.
+    let started = Instant::now();
+    loop {
+        let findings: Vec<(Value,)> =
+            sqlx::query_as("SELECT details FROM data_quality_findings WHERE kind = 'agent_gap'")
+                .fetch_all(&pool)
+                .await
+                .unwrap();
+        if !findings.is_empty() && findings.iter().all(|(d,)| d["recovery"].is_object()) {
+            break;
+        }
+        let log = std::fs::read_to_string(dir.join("agent.log")).unwrap_or_default();
+        assert!(started.elapsed() < Duration::from_secs(120), "no account of the gaps: {findings:?}\n{log}");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
     signal(agent.id(), "TERM").unwrap();
     let _ = agent.wait();
     let stored: i64 = sqlx::query_scalar(
@@ -355,12 +449,14 @@ async fn what_a_re_list_cannot_recover_is_a_gap_on_every_month_it_touches() {
             .json()
             .await
             .unwrap();
-        // Each month names what it lost: the namespaces' owner facts (their labels hold since creation, months ago),
-        // the nodes, the allocations of the pods that ran in it.
+        // A month the lost allocations touch names them and asks for an acknowledgement; one whose dropped facts all
+        // came back (the namespaces' owner facts, their labels holding since creation months ago, and the nodes
+        // are sent again by the re-list) reads recovered and asks for none.
         let needs = f["needs_acknowledgement"].to_string();
-        assert!(needs.contains("agent gap(s)"), "{month}: {f}");
+        let lost = findings.iter().any(|(m, d)| m == month && d["recovered"] != true);
+        assert_eq!(needs.contains("agent gap(s)"), lost, "{month}: {f}");
         named_starts |= needs.contains("allocation_started");
-        if *month < this_month {
+        if lost && *month < this_month {
             let r = http
                 .post(format!("{}/api/v1/periods/{month}/close", server.base))
                 .bearer_auth(&admin)

@@ -1249,6 +1249,174 @@ async fn a_gap_is_a_finding_in_every_month_its_facts_were_about_and_closing_them
     assert_eq!(status, StatusCode::OK, "{closed}");
 }
 
+/// A re-list's account of a gap marks the months whose dropped facts all came back recovered: they close without an
+/// acknowledgement, while a month with a fact that stays lost still asks for one, and lost telemetry windows ask for
+/// one only where the month's policy prices energy. Either fact may come first; re-sent, each is stored once; a
+/// malformed account is refused by field.
+#[tokio::test]
+async fn a_re_list_account_marks_a_gaps_months_recovered_and_only_what_stays_lost_needs_an_acknowledgement() {
+    use gpuledger_core::wire::{GapFact, GapKind, GapKindRecovery, GapRecovery};
+    let env = env().await;
+    let dropped_at = datetime!(2026-11-20 14:05 UTC);
+    let kind =
+        |k: &str, count: u64, from: OffsetDateTime, to: OffsetDateTime| GapKind { kind: k.into(), count, from, to };
+    let gap = |id: &str, kinds: Vec<GapKind>| Fact {
+        event_id: id.into(),
+        observed_at: dropped_at,
+        body: FactBody::Gap(GapFact {
+            from: dropped_at,
+            to: dropped_at,
+            dropped: kinds.iter().map(|k| k.count).sum(),
+            kinds,
+            node: None,
+        }),
+    };
+    let account = |gap: &str, kinds: &[(&str, u64, u64)], forgotten: u64| Fact {
+        event_id: event_id("gap-recovered", &[gap]),
+        observed_at: datetime!(2026-11-20 15:00 UTC),
+        body: FactBody::GapRecovered(GapRecovery {
+            gap: gap.into(),
+            kinds: kinds
+                .iter()
+                .map(|(k, recovered, lost)| GapKindRecovery { kind: (*k).into(), recovered: *recovered, lost: *lost })
+                .collect(),
+            forgotten,
+            unaccounted: 0,
+        }),
+    };
+    // Refusals, by field; nothing stored.
+    for (bad, field) in [
+        (account("", &[], 0), "facts[0].gap"),
+        (
+            account("gap/1/9", &[("allocation_started", 1, 0), ("allocation_started", 0, 1)], 0),
+            "facts[0].kinds[1].kind",
+        ),
+        (account("gap/1/9", &[("allocation_started", u64::MAX, 1)], 0), "facts[0].kinds[0].lost"),
+        (account("gap/1/9", &[("allocation_started", 3, 1), ("telemetry", 0, 5)], 2), "facts[0].forgotten"),
+    ] {
+        let (status, v) = send(&env, &batch(vec![bad])).await;
+        assert_eq!((status, v["field"].as_str()), (StatusCode::UNPROCESSABLE_ENTITY, Some(field)), "{v}");
+    }
+    assert_eq!(count_where(&env, "allocation_events WHERE kind = 'gap_recovered'").await, 0);
+
+    // Gap 1: July lost namespace facts, August–September allocation starts, September telemetry windows.
+    let first = gap(
+        "gap/1/9",
+        vec![
+            kind("namespace_observed", 2, datetime!(2026-07-03 00:00 UTC), datetime!(2026-07-04 00:00 UTC)),
+            kind("allocation_started", 120, datetime!(2026-08-30 10:00 UTC), datetime!(2026-09-14 00:00 UTC)),
+            kind("telemetry", 10, datetime!(2026-09-10 00:00 UTC), datetime!(2026-09-10 01:00 UTC)),
+        ],
+    );
+    let (status, ack) = send(&env, &batch(vec![first])).await;
+    assert_eq!(status, StatusCode::OK, "{ack}");
+    let details = |month: &'static str| {
+        let admin = env.admin.clone();
+        async move {
+            let (d,): (Value,) = sqlx::query_as(
+                "SELECT details FROM data_quality_findings WHERE kind = 'agent_gap' AND finding_id = 'gap/1/9@' || $1",
+            )
+            .bind(month)
+            .fetch_one(&admin)
+            .await
+            .unwrap();
+            d
+        }
+    };
+    assert_eq!(details("2026-08").await["recovered"], false);
+    // The re-list derived every start again and one of the two namespace facts; telemetry never comes back.
+    let report =
+        account("gap/1/9", &[("allocation_started", 120, 0), ("namespace_observed", 1, 1), ("telemetry", 0, 10)], 0);
+    let (status, ack) = send(&env, &batch(vec![report.clone()])).await;
+    assert_eq!((status, ack["stored"].as_u64()), (StatusCode::OK, Some(1)), "{ack}");
+    let (july, august, september) = (details("2026-07").await, details("2026-08").await, details("2026-09").await);
+    assert_eq!(july["recovered"], false, "a namespace fact stays lost: {july}");
+    assert_eq!(
+        july["recovery"]["kinds"],
+        serde_json::json!([{"kind": "namespace_observed", "recovered": 1, "lost": 1}])
+    );
+    assert_eq!(august["recovered"], true, "{august}");
+    assert_eq!((september["recovered"].as_bool(), september["telemetry_lost"].as_u64()), (Some(true), Some(10)));
+    assert_eq!(september["dropped"], 132, "the rest of the finding stays as it was");
+    // Re-sent: stored once, the findings unchanged.
+    let (status, ack) = send(&env, &batch(vec![report])).await;
+    assert_eq!((status, ack["stored"].as_u64()), (StatusCode::OK, Some(0)), "{ack}");
+    assert_eq!(details("2026-09").await, september);
+
+    // Gap 2, October: its account arrives before the gap itself.
+    let second = gap(
+        "gap/20/29",
+        vec![kind("allocation_ended", 4, datetime!(2026-10-02 00:00 UTC), datetime!(2026-10-03 00:00 UTC))],
+    );
+    let (status, _) = send(&env, &batch(vec![account("gap/20/29", &[("allocation_ended", 4, 0)], 0)])).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(count_where(&env, "data_quality_findings WHERE finding_id LIKE 'gap/20/29%'").await, 0);
+    let (status, _) = send(&env, &batch(vec![second])).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(
+        count_where(
+            &env,
+            "data_quality_findings WHERE finding_id = 'gap/20/29@2026-10' AND details->'recovered' = 'true'::jsonb"
+        )
+        .await,
+        1
+    );
+
+    let mut tx = env.db.begin_org(env.org).await.unwrap();
+    let (_, admin) = auth::create_token(&mut tx, &Scope::Admin, "admin", "test", None).await.unwrap();
+    tx.commit().await.unwrap();
+    let call = |method: &str, path: &str, body: Option<Value>| {
+        let app = env.app.clone();
+        let mut req = Request::builder().method(method).uri(path).header("authorization", format!("Bearer {admin}"));
+        if body.is_some() {
+            req = req.header("content-type", "application/json");
+        }
+        let req = req.body(body.map_or_else(Body::empty, |b| Body::from(b.to_string()))).unwrap();
+        async move {
+            let response = app.oneshot(req).await.unwrap();
+            let status = response.status();
+            let bytes = to_bytes(response.into_body(), 1 << 22).await.unwrap();
+            (status, serde_json::from_slice::<Value>(&bytes).unwrap_or(Value::Null))
+        }
+    };
+    // Rates from July; from September energy is priced too.
+    let classes = serde_json::json!([{"gpu_class": "H100-80GB", "guaranteed": "2.00", "borrowed": "3.00"}]);
+    for (n, from, policy) in [
+        (1, "2026-07", serde_json::json!({"currency": "USD", "classes": classes})),
+        (
+            2,
+            "2026-09",
+            serde_json::json!({"currency": "USD", "classes": classes, "energy": {"per_kwh": "0.12", "pue": "1.3"}}),
+        ),
+    ] {
+        let body = serde_json::json!({"effective_from": from, "note": "rates", "policy": policy});
+        let (status, created) = call("POST", "/api/v1/policies", Some(body)).await;
+        assert_eq!(status, StatusCode::CREATED, "{created}");
+        let (status, approved) =
+            call("POST", &format!("/api/v1/policies/{n}/approve"), Some(serde_json::json!({"reason": "ok"}))).await;
+        assert_eq!(status, StatusCode::OK, "{approved}");
+    }
+    let needs = |f: &Value| f["needs_acknowledgement"].as_array().cloned().unwrap_or_default();
+    let (_, july) = call("GET", "/api/v1/periods/2026-07/findings", None).await;
+    assert_eq!(needs(&july).len(), 1, "{july}");
+    assert!(needs(&july)[0].as_str().unwrap().contains("namespace_observed: 1"), "{july}");
+    let (_, september) = call("GET", "/api/v1/periods/2026-09/findings", None).await;
+    assert_eq!(needs(&september).len(), 1, "{september}");
+    assert!(needs(&september)[0].as_str().unwrap().contains("10 telemetry window(s)"), "{september}");
+    for month in ["2026-08", "2026-10"] {
+        let (_, f) = call("GET", &format!("/api/v1/periods/{month}/findings"), None).await;
+        assert_eq!(needs(&f), Vec::<Value>::new(), "{f}");
+        assert_eq!(f["by_kind"]["agent_gap"], 1, "the recovered gap is still shown: {f}");
+        let item = f["items"].as_array().unwrap().iter().find(|i| i["kind"] == "agent_gap").unwrap();
+        assert!(item["fix"].as_str().unwrap().starts_with("nothing to do"), "{item}");
+    }
+    let (status, closed) = call("POST", "/api/v1/periods/2026-08/close", None).await;
+    assert_eq!(status, StatusCode::OK, "{closed}");
+    let (status, refused) = call("POST", "/api/v1/periods/2026-07/close", None).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{refused}");
+    assert!(refused["detail"].as_str().unwrap().contains("agent gap"), "{refused}");
+}
+
 /// Soft shares on one GPU that sum above it are an over-commit finding naming the device and the pods.
 #[tokio::test]
 async fn soft_shares_above_one_gpu_are_an_overcommit_finding() {

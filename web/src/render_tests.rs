@@ -755,6 +755,37 @@ async fn the_close_page_asks_for_an_acknowledgement_and_names_what_is_unpriced()
     assert!(html.contains(r#"id="acknowledgements""#) && html.contains("lab cards are free"), "{html}");
 }
 
+/// An agent gap reads as recovered when the re-list brought its facts back (no acknowledgement asked), and as
+/// not recovered, naming what stays lost, when it did not.
+#[tokio::test]
+async fn the_close_page_says_whether_an_agent_gap_was_recovered() {
+    let gap = |recovered: bool, lost: u64| {
+        json!({"cluster": "prod-east", "kind": "agent_gap", "subject": "agent spool", "from": null, "to": null,
+               "details": {"dropped": 50, "recovered": recovered, "telemetry_lost": 0,
+                           "kinds": [{"kind": "allocation_started", "count": 50}],
+                           "recovery": {"kinds": [{"kind": "allocation_started", "recovered": 50 - lost, "lost": lost}],
+                                        "forgotten": 0, "unaccounted": 0}},
+               "fix": null})
+    };
+    let page = |item: Value, needs: Vec<&str>| Fake {
+        roles: Some(vec!["finance"]),
+        fail: false,
+        answers: vec![(
+            "/api/v1/periods/2026-10/findings",
+            json!({"period": "2026-10", "by_kind": {"agent_gap": 1}, "needs_acknowledgement": needs,
+                   "acknowledgements": [], "items": [item]}),
+        )],
+    };
+    let (html, _) = render("/close/2026-10", page(gap(true, 0), vec![])).await;
+    assert!(html.contains("Recovered: a re-list stored the dropped facts again (allocation_started: 50)"), "{html}");
+    assert!(!html.contains(r#"id="needs-acknowledgement""#), "{html}");
+    let needs =
+        vec!["1 agent gap(s): an agent dropped facts about this month (allocation_started: 3) that did not come back"];
+    let (html, _) = render("/close/2026-10", page(gap(false, 3), needs)).await;
+    assert!(html.contains("Not recovered: a re-list did not bring back allocation_started: 3"), "{html}");
+    assert!(html.contains(r#"id="needs-acknowledgement""#), "{html}");
+}
+
 /// This month, as the pages compute it.
 fn this_month() -> String {
     let now = time::OffsetDateTime::now_utc();

@@ -196,8 +196,12 @@ fn DisputeDetail(session: SessionView, d: Dispute) -> impl IntoView {
     }
 }
 
-/// A finding's reason for people, with the first allocations it names (at most three, then how many more).
-fn finding_why(details: &serde_json::Value) -> String {
+/// A finding's reason for people, with the first allocations it names (at most three, then how many more); an
+/// agent gap says whether what it dropped came back.
+fn finding_why(kind: &str, details: &serde_json::Value) -> String {
+    if kind == "agent_gap" {
+        return gap_why(details);
+    }
     let reason = details["reason"].as_str().unwrap_or_default().to_string();
     let named: Vec<&str> = details["first"].as_array().into_iter().flatten().filter_map(|v| v.as_str()).collect();
     if named.is_empty() {
@@ -207,6 +211,52 @@ fn finding_why(details: &serde_json::Value) -> String {
     let shown = named.iter().take(3).copied().collect::<Vec<_>>().join(", ");
     let more = total - named.len().min(3) as i64;
     if more > 0 { format!("{reason} — {shown} and {more} more") } else { format!("{reason} — {shown}") }
+}
+
+/// An agent gap for people: recovered (nothing to acknowledge; telemetry windows lost named) or not (what stays
+/// lost, which closing the month must acknowledge).
+fn gap_why(d: &serde_json::Value) -> String {
+    // `kind: n` for each kind of `kinds` whose `field` is above 0.
+    let list = |kinds: &serde_json::Value, field: &str| -> Vec<String> {
+        kinds
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|k| Some((k["kind"].as_str()?, k[field].as_u64().filter(|n| *n > 0)?)))
+            .map(|(kind, n)| format!("{kind}: {n}"))
+            .collect()
+    };
+    let windows = d["telemetry_lost"].as_u64().unwrap_or(0);
+    let telemetry = if windows > 0 {
+        format!("; {windows} telemetry window(s) lost for good (utilization, and energy where it is priced)")
+    } else {
+        String::new()
+    };
+    let accounted = d["recovery"].is_object();
+    if d["recovered"].as_bool() == Some(true) {
+        if accounted {
+            let back = list(&d["recovery"]["kinds"], "recovered");
+            format!("Recovered: a re-list stored the dropped facts again ({}){telemetry}", back.join(", "))
+        } else {
+            format!("Recovered: only telemetry windows were dropped{telemetry}")
+        }
+    } else if accounted {
+        let lost = list(&d["recovery"]["kinds"], "lost");
+        let back = list(&d["recovery"]["kinds"], "recovered");
+        let back = if back.is_empty() { String::new() } else { format!("; recovered {}", back.join(", ")) };
+        format!(
+            "Not recovered: a re-list did not bring back {}{back} — closing needs an acknowledgement",
+            lost.join(", ")
+        )
+    } else {
+        let dropped = list(&d["kinds"], "count");
+        let what = if dropped.is_empty() {
+            format!("{} fact(s)", d["dropped"].as_u64().unwrap_or(0))
+        } else {
+            dropped.join(", ")
+        };
+        format!("Not recovered: the agent dropped {what} — closing needs an acknowledgement")
+    }
 }
 
 /// `/close/:period`: finance's preview of a month (totals, change from the month before, data-quality notes),
@@ -265,7 +315,7 @@ pub fn ClosePage() -> impl IntoView {
                                     <p>{finding_counts.iter().map(|(k, n)| format!("{k}: {n}")).collect::<Vec<_>>().join(" · ")}</p>
                                     <table class="findings"><thead><tr><th>"Kind"</th><th>"Cluster"</th><th>"Subject"</th><th>"From"</th><th>"To"</th><th>"Why"</th><th>"What to do"</th></tr></thead>
                                     <tbody>{finding_rows.iter().map(|f| view! {
-                                        <tr><td>{f.kind.clone()}</td><td>{f.cluster.clone()}</td><td>{f.subject.clone()}</td><td>{when(f.from.as_deref().unwrap_or_default())}</td><td>{when(f.to.as_deref().unwrap_or_default())}</td><td>{finding_why(&f.details)}</td><td>{f.fix.clone().unwrap_or_default()}</td></tr>
+                                        <tr><td>{f.kind.clone()}</td><td>{f.cluster.clone()}</td><td>{f.subject.clone()}</td><td>{when(f.from.as_deref().unwrap_or_default())}</td><td>{when(f.to.as_deref().unwrap_or_default())}</td><td>{finding_why(&f.kind, &f.details)}</td><td>{f.fix.clone().unwrap_or_default()}</td></tr>
                                     }).collect_view()}</tbody></table>
                                 }.into_any()
                             }}

@@ -77,7 +77,9 @@ async fn findings_handler(
                 'fix', CASE f.kind
                     WHEN 'inventory_gap' THEN 'add the GPU model''s class or the profile''s fraction under Admin → Inventory; the allocation is recomputed'
                     WHEN 'unknown_tenant' THEN 'create the tenant under Admin → Inventory & tenancy, or correct the namespace''s label'
-                    WHEN 'agent_gap' THEN 'the agent dropped data while the server was unreachable; see docs/agent.md (spool) and the agent''s logs'
+                    WHEN 'agent_gap' THEN CASE WHEN f.details->'recovered' = 'true'::jsonb
+                        THEN 'nothing to do: every dropped fact that counts for money is stored (telemetry windows lost stay lost)'
+                        ELSE 'the agent dropped data while the server was unreachable and it did not come back; see docs/agent.md (spool) and the agent''s logs; closing asks for an acknowledgement' END
                     WHEN 'overcommit' THEN 'check the node''s time-slicing or MIG declaration under Admin → Inventory'
                 END)
            FROM data_quality_findings f JOIN clusters c ON c.org_id = f.org_id AND c.cluster_id = f.cluster_id

@@ -347,32 +347,85 @@ pub(crate) async fn needs_acknowledgement(tx: &mut OrgTx, period: Period) -> Res
         })
         .collect();
     // Data an agent dropped about this month (its spool overflowed) and that did not come back: the month's
-    // figures may be short, and closing it says so on the record.
-    let gaps: Vec<(i64, Option<String>)> = sqlx::query_as(
-        "SELECT count(DISTINCT f.finding_id), string_agg(DISTINCT k->>'kind' || ': ' || (k->>'count'), ', ')
-           FROM data_quality_findings f
-           LEFT JOIN LATERAL jsonb_array_elements(
-               CASE WHEN jsonb_typeof(f.details->'kinds') = 'array' THEN f.details->'kinds' ELSE '[]'::jsonb END) AS k
-                  ON true
-          WHERE f.org_id = $3 AND f.kind = 'agent_gap' AND COALESCE((f.details->>'recovered')::boolean, false) = false
-            AND COALESCE(f.occurred_from, f.created_at) < ($2::date::timestamp AT TIME ZONE 'UTC')
-            AND COALESCE(f.occurred_to, f.occurred_from, f.created_at) >= ($1::date::timestamp AT TIME ZONE 'UTC')
-          HAVING count(*) > 0",
+    // figures may be short, and closing it says so on the record. A gap whose every fact that counts for money came
+    // back (or that lost telemetry windows only) is `recovered` and stays a finding without blocking — unless the
+    // month's policy prices energy and `telemetry` windows (which carry the energy) are among what stays lost.
+    let findings: Vec<(serde_json::Value,)> = sqlx::query_as(
+        "SELECT details FROM data_quality_findings
+          WHERE org_id = $3 AND kind = 'agent_gap'
+            AND COALESCE(occurred_from, created_at) < ($2::date::timestamp AT TIME ZONE 'UTC')
+            AND COALESCE(occurred_to, occurred_from, created_at) >= ($1::date::timestamp AT TIME ZONE 'UTC')",
     )
     .bind(from)
     .bind(to)
     .bind(tx.org().as_uuid())
     .fetch_all(tx.conn())
     .await?;
-    for (n, kinds) in gaps {
-        open.push(match kinds {
-            Some(k) => {
-                format!("{n} agent gap(s): an agent dropped facts about this month ({k}) that did not come back")
-            }
-            None => format!("{n} agent gap(s): an agent dropped facts while the server was unreachable"),
-        });
-    }
+    let energy_priced = match crate::store::policy_for(tx, period).await? {
+        Some(policy) => policy.energy.is_some(),
+        None => false,
+    };
+    open.extend(GapsToAcknowledge::of(findings.iter().map(|(d,)| d), energy_priced).reasons());
     Ok(open)
+}
+
+/// The agent gaps of a month that closing must have acknowledged, for people.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct GapsToAcknowledge {
+    /// Findings not recovered (facts that count for money stay lost, or nobody said they came back).
+    unrecovered: usize,
+    /// What they lost, `kind: count` (once the agent accounted for the gap, what stays lost).
+    lost: std::collections::BTreeSet<String>,
+    /// Recovered findings whose lost `telemetry` windows carry energy that the month's policy prices.
+    energy: usize,
+    /// Those windows.
+    windows: u64,
+}
+
+impl GapsToAcknowledge {
+    fn of<'a>(findings: impl Iterator<Item = &'a serde_json::Value>, energy_priced: bool) -> Self {
+        let mut out = Self::default();
+        for d in findings {
+            // After the agent's account: what stays lost; before it: what was dropped.
+            let (listed, key) = match d["recovery"]["kinds"].as_array() {
+                Some(ks) => (ks.clone(), "lost"),
+                None => (d["kinds"].as_array().cloned().unwrap_or_default(), "count"),
+            };
+            let counts = listed.iter().filter_map(|k| Some((k["kind"].as_str()?, k[key].as_u64().filter(|n| *n > 0)?)));
+            if d["recovered"].as_bool() != Some(true) {
+                out.unrecovered += 1;
+                out.lost.extend(counts.map(|(kind, n)| format!("{kind}: {n}")));
+                continue;
+            }
+            let windows = counts.filter(|(kind, _)| *kind == "telemetry").fold(0u64, |a, (_, n)| a.saturating_add(n));
+            if energy_priced && windows > 0 {
+                out.energy += 1;
+                out.windows = out.windows.saturating_add(windows);
+            }
+        }
+        out
+    }
+
+    fn reasons(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        if self.unrecovered > 0 {
+            let n = self.unrecovered;
+            out.push(if self.lost.is_empty() {
+                format!("{n} agent gap(s): an agent dropped facts while the server was unreachable")
+            } else {
+                let k = self.lost.iter().cloned().collect::<Vec<_>>().join(", ");
+                format!("{n} agent gap(s): an agent dropped facts about this month ({k}) that did not come back")
+            });
+        }
+        if self.energy > 0 {
+            out.push(format!(
+                "{} agent gap(s): {} telemetry window(s) about this month were lost, and the policy prices energy: \
+                 the energy charges may be short",
+                self.energy, self.windows
+            ));
+        }
+        out
+    }
 }
 
 /// Records an acknowledgement given to close `period`.
@@ -514,4 +567,38 @@ pub(crate) async fn soft_overcommit(
             }
         })
         .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::GapsToAcknowledge;
+    use serde_json::json;
+
+    #[test]
+    fn only_unrecovered_gaps_and_energy_short_months_need_an_acknowledgement() {
+        let dropped = json!({"kinds": [{"kind": "allocation_started", "count": 40}, {"kind": "telemetry", "count": 7}],
+                             "recovered": false});
+        let partly = json!({"kinds": [{"kind": "allocation_started", "count": 40}], "recovered": false,
+                            "recovery": {"kinds": [{"kind": "allocation_started", "recovered": 38, "lost": 2}]}});
+        let whole = json!({"kinds": [{"kind": "allocation_started", "count": 40}, {"kind": "telemetry", "count": 7}],
+                           "recovered": true,
+                           "recovery": {"kinds": [{"kind": "allocation_started", "recovered": 40, "lost": 0},
+                                                  {"kind": "telemetry", "recovered": 0, "lost": 7}]}});
+        let old = json!({"dropped": 5});
+        let g = GapsToAcknowledge::of([&dropped, &partly, &old].into_iter(), false);
+        assert_eq!(g.unrecovered, 3);
+        let reasons = g.reasons();
+        assert_eq!(reasons.len(), 1, "{reasons:?}");
+        // Before the agent's account the dropped counts, after it what stays lost.
+        assert!(reasons[0].contains("3 agent gap(s)") && reasons[0].contains("allocation_started: 40"), "{reasons:?}");
+        assert!(reasons[0].contains("allocation_started: 2") && reasons[0].contains("telemetry: 7"), "{reasons:?}");
+        // A recovered gap blocks nothing — unless the policy prices energy and telemetry windows stay lost.
+        assert!(GapsToAcknowledge::of([&whole].into_iter(), false).reasons().is_empty());
+        let reasons = GapsToAcknowledge::of([&whole].into_iter(), true).reasons();
+        assert_eq!(reasons.len(), 1);
+        assert!(reasons[0].contains("7 telemetry window(s)") && reasons[0].contains("energy"), "{reasons:?}");
+        let no_windows = json!({"kinds": [{"kind": "allocation_started", "count": 1}], "recovered": true});
+        assert!(GapsToAcknowledge::of([&no_windows].into_iter(), true).reasons().is_empty());
+    }
 }

@@ -8,8 +8,8 @@ use axum::http::{HeaderMap, header};
 use gpuledger_core::{
     sharing::SharingMode,
     wire::{
-        Batch, EndpointTotalsFact, Fact, FactBody, MAX_FACTS_PER_BATCH, MAX_PODS_PER_PROCESS_WINDOW, ProcessTelemetry,
-        ServiceUsageFact, WIRE_VERSION,
+        Batch, EndpointTotalsFact, Fact, FactBody, GapRecovery, MAX_FACTS_PER_BATCH, MAX_PODS_PER_PROCESS_WINDOW,
+        ProcessTelemetry, ServiceUsageFact, TELEMETRY_KINDS, WIRE_VERSION,
     },
 };
 use time::{Duration, OffsetDateTime};
@@ -130,6 +130,7 @@ pub fn decode(headers: &HeaderMap, body: &[u8], limits: &IngestLimits) -> Result
             "telemetry" => FactBody::Telemetry(parse_at(&at, &mut de())?),
             "process_telemetry" => FactBody::ProcessTelemetry(parse_at(&at, &mut de())?),
             "gap" => FactBody::Gap(parse_at(&at, &mut de())?),
+            "gap_recovered" => FactBody::GapRecovered(parse_at(&at, &mut de())?),
             "quota_observed" => FactBody::QuotaObserved(parse_at(&at, &mut de())?),
             "service_usage" => FactBody::ServiceUsage(parse_at(&at, &mut de())?),
             "endpoint_totals" => FactBody::EndpointTotals(parse_at(&at, &mut de())?),
@@ -325,6 +326,9 @@ pub fn validate(batch: &Batch, window: Window) -> Result<(), AppError> {
                     }
                 }
             }
+            FactBody::GapRecovered(r) => {
+                validate_gap_recovery(r).map_err(|(name, reason)| AppError::invalid(field(&name), reason))?
+            }
             FactBody::QuotaObserved(q) => future("since", q.since)?,
             FactBody::ServiceUsage(u) => {
                 validate_service_usage(u, &field, &future)?;
@@ -387,6 +391,37 @@ fn validate_service_usage(
 pub const MAX_GAP_KINDS: usize = 32;
 /// Most months one kind of a gap may span.
 pub const MAX_GAP_MONTHS: u32 = 60;
+
+/// What serde cannot say about a re-list's account of a gap: the gap's ID as event IDs are, at most
+/// [`MAX_GAP_KINDS`] kinds, each named once, counts that add up without overflow, forgotten facts among the lost.
+fn validate_gap_recovery(r: &GapRecovery) -> Result<(), (String, String)> {
+    if r.gap.is_empty() || r.gap.len() > 300 {
+        return Err(("gap".into(), "must be 1 to 300 characters (an event ID)".into()));
+    }
+    if r.kinds.len() > MAX_GAP_KINDS {
+        return Err(("kinds".into(), format!("at most {MAX_GAP_KINDS} kinds")));
+    }
+    let mut lost = 0u64;
+    let mut seen = std::collections::BTreeSet::new();
+    for (k, kind) in r.kinds.iter().enumerate() {
+        if kind.kind.is_empty() || kind.kind.len() > 64 {
+            return Err((format!("kinds[{k}].kind"), "must be 1 to 64 characters".into()));
+        }
+        if !seen.insert(kind.kind.as_str()) {
+            return Err((format!("kinds[{k}].kind"), format!("{:?} is named twice", kind.kind)));
+        }
+        if kind.recovered.checked_add(kind.lost).is_none() {
+            return Err((format!("kinds[{k}].lost"), "recovered and lost do not add up to a count".into()));
+        }
+        if !TELEMETRY_KINDS.contains(&kind.kind.as_str()) {
+            lost = lost.saturating_add(kind.lost);
+        }
+    }
+    if r.forgotten > lost {
+        return Err(("forgotten".into(), format!("{} is more than the {lost} facts lost", r.forgotten)));
+    }
+    Ok(())
+}
 
 /// What serde cannot say about a GPU's per-process window: names within limits, at most
 /// [`MAX_PODS_PER_PROCESS_WINDOW`] pods, each once, percentages that are percentages.

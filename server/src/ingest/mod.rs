@@ -20,12 +20,12 @@ use gpuledger_core::{
         TrainingProgressFact,
     },
 };
-use serde_json::json;
 use time::OffsetDateTime;
 
 use crate::{app::AppState, auth, db::OrgTx, error::AppError};
 
 mod decode;
+mod gaps;
 mod history;
 mod intervals;
 mod measurements;
@@ -170,6 +170,8 @@ fn subject(body: &FactBody) -> String {
         FactBody::Telemetry(t) => t.gpu_uuid.clone(),
         FactBody::ProcessTelemetry(t) => format!("processes/{}", t.gpu_uuid),
         FactBody::Gap(_) => "gap".into(),
+        // The gap it accounts for: found by it when the gap arrives later.
+        FactBody::GapRecovered(r) => r.gap.clone(),
         FactBody::QuotaObserved(q) => format!("clusterqueue/{}", q.uid),
         FactBody::ServiceUsage(u) => subject_of_usage(u),
         FactBody::EndpointTotals(t) => format!("endpoint/{}/{}/{}", t.endpoint, t.pod, t.model),
@@ -197,77 +199,6 @@ fn occurred_at(fact: &Fact) -> OffsetDateTime {
         FactBody::TrainingProgress(t) => t.reported_at,
         _ => fact.observed_at,
     }
-}
-
-/// A gap becomes an `agent_gap` finding in every month the dropped facts were about (their own times: an
-/// allocation's start or end, a measured window), each naming the kinds and counts that touch it, so the close page
-/// of each affected month shows it. A gap from an older agent (no kinds) is one finding over when it dropped.
-async fn store_gap(
-    tx: &mut OrgTx,
-    org: OrgId,
-    cluster: ClusterId,
-    event_id: &str,
-    g: &gpuledger_core::wire::GapFact,
-) -> Result<(), AppError> {
-    let subject = match &g.node {
-        Some(node) => format!("agent spool on {node}"),
-        None => "agent spool".to_string(),
-    };
-    let mut rows: Vec<(String, OffsetDateTime, OffsetDateTime, serde_json::Value)> = Vec::new();
-    if g.kinds.is_empty() {
-        rows.push((event_id.to_string(), g.from, g.to, json!({ "dropped": g.dropped })));
-    } else {
-        // Month → (earliest, latest, the kinds touching it).
-        let mut months: std::collections::BTreeMap<
-            gpuledger_core::Period,
-            (OffsetDateTime, OffsetDateTime, Vec<serde_json::Value>),
-        > = std::collections::BTreeMap::new();
-        for k in &g.kinds {
-            let mut month = gpuledger_core::Period::containing(k.from);
-            let last = gpuledger_core::Period::containing(k.to);
-            // Validation caps a kind's range (decode.rs); this bounds the loop whatever comes.
-            for _ in 0..crate::ingest::decode::MAX_GAP_MONTHS {
-                let (start, end) = (month.start(), month.next()?.start());
-                let from = k.from.max(start);
-                let to = k.to.min(end - time::Duration::microseconds(1));
-                let e = months.entry(month).or_insert((from, to, Vec::new()));
-                e.0 = e.0.min(from);
-                e.1 = e.1.max(to);
-                e.2.push(json!({ "kind": k.kind, "count": k.count, "from": gpuledger_core::time_fmt::rfc3339(k.from),
-                                 "to": gpuledger_core::time_fmt::rfc3339(k.to) }));
-                if month >= last {
-                    break;
-                }
-                month = month.next()?;
-            }
-        }
-        for (month, (from, to, kinds)) in months {
-            rows.push((
-                format!("{event_id}@{month}"),
-                from,
-                to,
-                json!({ "dropped": g.dropped, "kinds": kinds, "node": g.node, "recovered": false,
-                        "dropped_between": [gpuledger_core::time_fmt::rfc3339(g.from), gpuledger_core::time_fmt::rfc3339(g.to)] }),
-            ));
-        }
-    }
-    for (id, from, to, details) in rows {
-        sqlx::query(
-            "INSERT INTO data_quality_findings
-                (org_id, cluster_id, finding_id, kind, subject, occurred_from, occurred_to, details)
-             VALUES ($1, $2, $3, 'agent_gap', $4, $5, $6, $7) ON CONFLICT DO NOTHING",
-        )
-        .bind(org.as_uuid())
-        .bind(cluster.as_uuid())
-        .bind(&id)
-        .bind(&subject)
-        .bind(from)
-        .bind(to)
-        .bind(&details)
-        .execute(tx.conn())
-        .await?;
-    }
-    Ok(())
 }
 
 /// Stores a validated batch in `tx` and updates derived state. Idempotent.
@@ -383,7 +314,8 @@ pub async fn store(tx: &mut OrgTx, org: OrgId, cluster: ClusterId, facts: &[Fact
             }
             (FactBody::NodeObserved(n), _) => apply_node(tx, org, cluster, n, fact.observed_at).await?,
             (FactBody::DeviceObserved(d), _) => apply_device(tx, org, cluster, d, fact.observed_at).await?,
-            (FactBody::Gap(g), _) => store_gap(tx, org, cluster, &fact.event_id, g).await?,
+            (FactBody::Gap(g), _) => gaps::store_gap(tx, org, cluster, &fact.event_id, g).await?,
+            (FactBody::GapRecovered(r), _) => gaps::apply_recovery(tx, org, cluster, r, fact.observed_at).await?,
             _ => {}
         }
     }
