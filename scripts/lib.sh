@@ -157,7 +157,7 @@ gl_ensure_deploy_tools() {
 
 # The deployment checks: renders every Kustomize directory under deploy/k8s with `kubectl kustomize`, validates
 # the output against the Kubernetes schemas (strict: unknown fields fail) of the oldest and newest versions we
-# support, checks that deploy/systemd/server.env.example names every variable server/src/cli.rs reads, and
+# support, checks that deploy/systemd/server.env.example names every variable server/src/cli/ reads, and
 # runs checkov on the rendered manifests and deploy/docker/Dockerfile.* with deploy/checkov.yaml.
 # Needs gl_ensure_deploy_tools first.
 GL_K8S_VERSIONS=(1.33.0 1.37.0)
@@ -177,8 +177,11 @@ gl_deploy_checks() {
     "$GL_DEPLOY_BIN/kubernetes-validate" --strict --quiet -k "$v" "${rendered[@]}" >"$out/kv.log" 2>&1 \
       || { grep -v '^INFO' "$out/kv.log" >&2 || true; rm -rf "$out"; gl_die "kubernetes-validate (Kubernetes $v) failed"; }
   done
-  local e missing=""
-  for e in $(grep -o 'env = "[A-Z_]*"' "$root/server/src/cli.rs" | cut -d'"' -f2 | sort -u); do
+  local e missing="" vars
+  # Every `env = "…"` of the server's command line (server/src/cli/); none found means this check broke.
+  vars=$(grep -rho 'env = "[A-Z_]*"' "$root/server/src/cli" | cut -d'"' -f2 | sort -u)
+  [ -n "$vars" ] || { rm -rf "$out"; gl_die "no environment variables found in server/src/cli/: the check is broken"; }
+  for e in $vars; do
     grep -q "^#\{0,1\}$e=" "$root/deploy/systemd/server.env.example" || missing="$missing $e"
   done
   [ -z "$missing" ] || { rm -rf "$out"; gl_die "deploy/systemd/server.env.example does not document:$missing"; }
