@@ -11,9 +11,12 @@ use gpuledger_e2e::{chaos, process::temp_dir};
 #[derive(Debug, Parser)]
 #[command(name = "gpuledger-chaos")]
 struct Args {
-    /// Run seeds 1..=N.
+    /// How many seeds to run: FIRST, FIRST+1, … (seeds 1..=N by default).
     #[arg(long, default_value_t = 5, conflicts_with = "seed")]
     seeds: u64,
+    /// The first seed of `--seeds` (to continue a long run in parts).
+    #[arg(long, default_value_t = 1, conflicts_with = "seed")]
+    first: u64,
     /// Run this one seed (to reproduce a failure).
     #[arg(long)]
     seed: Option<u64>,
@@ -36,7 +39,7 @@ fn main() -> std::process::ExitCode {
     };
     let seeds: Vec<u64> = match args.seed {
         Some(s) => vec![s],
-        None => (1..=args.seeds).collect(),
+        None => (args.first..args.first.saturating_add(args.seeds)).collect(),
     };
     if args.plan {
         let now = time::OffsetDateTime::now_utc().unix_timestamp();
