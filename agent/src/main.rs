@@ -324,7 +324,10 @@ async fn cluster(args: ClusterArgs) -> anyhow::Result<()> {
         state_path: args.delivery.spool_dir.join("scrape.json"),
     });
     let replicas = args.timeslice_replicas;
-    let deriver = cluster::Deriver::new(state, keys.clone(), replicas);
+    // Every start re-sends the owner and quota facts it knows (same event IDs: stored once). Cheap, and a start may
+    // follow a spool drop the killed process never re-listed for: its owner facts would otherwise stay lost (the
+    // fault simulator found namespaces' owners missing after a kill -9 between a drop and its re-list).
+    let deriver = cluster::Deriver::relisting(state, keys.clone(), replicas);
     let client =
         kube::Client::try_default().await.context("connecting to the Kubernetes API (in-cluster or KUBECONFIG)")?;
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
