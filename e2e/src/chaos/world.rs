@@ -68,6 +68,15 @@ fn spawn_server(url: &str, port: u16, log: &Path) -> Result<Child> {
         .context("spawning gpuledger-server")
 }
 
+/// A child killed when this goes out of scope (a setup that fails half-way leaves no server behind).
+struct KillOnDrop(Option<Child>);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        kill9(&mut self.0);
+    }
+}
+
 fn kill9(child: &mut Option<Child>) {
     if let Some(mut c) = child.take() {
         let _ = c.kill();
@@ -112,7 +121,7 @@ pub async fn prepare(pg: &Postgres, s: &Scenario, root: &Path) -> Result<Seeded>
     let url = pg.url("seeded");
     let port = free_port()?;
     let base = format!("http://127.0.0.1:{port}");
-    let mut server = Some(spawn_server(&url, port, &root.join("prepare.log"))?);
+    let mut server = KillOnDrop(Some(spawn_server(&url, port, &root.join("prepare.log"))?));
     let http = reqwest::Client::builder().timeout(Duration::from_secs(30)).build()?;
     wait_ready(&http, &base, Duration::from_secs(120)).await?;
     let agent_token = cli(&url, &["token", "create", "--org", "demo", "--scope", &format!("agent:{CLUSTER}")])?;
@@ -182,11 +191,11 @@ pub async fn prepare(pg: &Postgres, s: &Scenario, root: &Path) -> Result<Seeded>
     if !r.status().is_success() {
         bail!("approving the policy: {} {}", r.status(), r.text().await.unwrap_or_default());
     }
-    if let Some(c) = server.as_mut() {
+    if let Some(c) = server.0.as_mut() {
         crate::process::signal(c.id(), "TERM")?;
         let _ = c.wait();
     }
-    kill9(&mut server);
+    kill9(&mut server.0);
     Ok(Seeded { template: "seeded".into(), agent_token, admin_token })
 }
 
@@ -658,9 +667,9 @@ impl World<'_> {
         let credit = self.accepted_dispute(&s.earlier.name).await?;
         let finance = self.finance_session().await?;
         let replica_port = free_port()?;
-        let mut replica = None;
+        let mut replica = KillOnDrop(None);
         if schedule.is_some() {
-            replica = Some(spawn_server(&self.url, replica_port, &self.dir.join("replica.log"))?);
+            replica.0 = Some(spawn_server(&self.url, replica_port, &self.dir.join("replica.log"))?);
             wait_ready(&self.http, &format!("http://127.0.0.1:{replica_port}"), Duration::from_secs(60)).await?;
             let a = self.close(&s.month.name, None);
             let b = self.close(&s.month.name, Some(replica_port));
@@ -676,7 +685,7 @@ impl World<'_> {
             self.out.month_hash = self.close(&s.month.name, None).await?;
             self.approve_credit(&credit, &finance).await?;
         }
-        kill9(&mut replica);
+        kill9(&mut replica.0);
         let (month_lines, month_hash) = self.lines(&s.month.name).await?;
         if month_hash != self.out.month_hash {
             self.out.violations.push(format!(
