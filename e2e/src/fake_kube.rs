@@ -32,6 +32,27 @@ struct Inner {
     objects: BTreeMap<String, BTreeMap<String, Value>>,
     /// resource → the list requests answered, in order.
     lists: BTreeMap<String, Vec<ListRequest>>,
+    /// The last [`HISTORY`] watch events (resource, resourceVersion, event): a watch from a resourceVersion replays
+    /// what came after it, as the real server's watch cache does, so a change between a client's list and its watch
+    /// is not lost.
+    history: std::collections::VecDeque<(String, u64, Value)>,
+    /// The resourceVersion of the newest event dropped from `history`: a watch from before it is answered 410.
+    history_floor: u64,
+}
+
+/// Watch events kept for replay.
+const HISTORY: usize = 5_000;
+
+/// The watch event the real server sends for a resourceVersion older than its watch cache: the client re-lists.
+fn expired_event() -> Value {
+    json!({"type": "ERROR", "object": {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+        "message": "too old resource version", "reason": "Expired", "code": 410}})
+}
+
+fn event_line(event: &Value) -> Vec<u8> {
+    let mut line = serde_json::to_vec(event).unwrap_or_default();
+    line.push(b'\n');
+    line
 }
 
 /// A running fake API server.
@@ -111,7 +132,13 @@ impl FakeKube {
     pub async fn start_on(addr: &str) -> Result<Self> {
         let (events, _) = broadcast::channel(1024);
         let shared = Shared {
-            inner: Arc::new(Mutex::new(Inner { rv: 1, objects: BTreeMap::new(), lists: BTreeMap::new() })),
+            inner: Arc::new(Mutex::new(Inner {
+                rv: 1,
+                objects: BTreeMap::new(),
+                lists: BTreeMap::new(),
+                history: std::collections::VecDeque::new(),
+                history_floor: 0,
+            })),
             events,
         };
         let app = Router::new()
@@ -153,8 +180,15 @@ impl FakeKube {
                 "ADDED"
             }
         };
+        let event = json!({"type": event_type, "object": object});
+        inner.history.push_back((resource.to_string(), rv, event.clone()));
+        if inner.history.len() > HISTORY
+            && let Some((_, old, _)) = inner.history.pop_front()
+        {
+            inner.history_floor = old;
+        }
         drop(inner);
-        let _ = self.shared.events.send((resource.to_string(), rv, json!({"type": event_type, "object": object})));
+        let _ = self.shared.events.send((resource.to_string(), rv, event));
         Ok(())
     }
 
@@ -233,21 +267,48 @@ async fn list_or_watch(
     }
     if query.get("watch").is_some_and(|w| w == "true" || w == "1") {
         let from: u64 = query.get("resourceVersion").and_then(|v| v.parse().ok()).unwrap_or(0);
+        // Subscribed before the history is read: an event in between comes both ways and is sent once (by rv).
         let rx = shared.events.subscribe();
-        let stream = futures::stream::unfold((rx, resource, from), |(mut rx, resource, from)| async move {
-            loop {
-                match rx.recv().await {
-                    Ok((r, rv, event)) if r == resource && rv > from => {
-                        let mut line = serde_json::to_vec(&event).unwrap_or_default();
-                        line.push(b'\n');
-                        return Some((Ok::<_, std::io::Error>(line), (rx, resource, from)));
+        let (replay, expired) = match shared.inner.lock() {
+            Ok(inner) if from > 0 && from < inner.history_floor => (Vec::new(), true),
+            Ok(inner) => (
+                inner
+                    .history
+                    .iter()
+                    .filter(|(r, rv, _)| *r == resource && *rv > from)
+                    .map(|(_, rv, e)| (*rv, e.clone()))
+                    .collect::<Vec<_>>(),
+                false,
+            ),
+            Err(_) => (Vec::new(), true),
+        };
+        let last = replay.last().map_or(from, |(rv, _)| *rv);
+        let first: Vec<Result<Vec<u8>, std::io::Error>> = if expired {
+            vec![Ok(event_line(&expired_event()))]
+        } else {
+            replay.iter().map(|(_, e)| Ok(event_line(e))).collect()
+        };
+        let live = futures::stream::unfold(
+            (if expired { None } else { Some(rx) }, resource, last),
+            |(rx, resource, last)| async move {
+                let mut rx = rx?;
+                loop {
+                    match rx.recv().await {
+                        Ok((r, rv, event)) if r == resource && rv > last => {
+                            return Some((Ok::<_, std::io::Error>(event_line(&event)), (Some(rx), resource, rv)));
+                        }
+                        Ok(_) => continue,
+                        // Events were missed: as the real server, say the resourceVersion is too old; the client
+                        // re-lists. (Silently skipping them would lose changes.)
+                        Err(broadcast::error::RecvError::Lagged(_)) => {
+                            return Some((Ok(event_line(&expired_event())), (None, resource, last)));
+                        }
+                        Err(broadcast::error::RecvError::Closed) => return None,
                     }
-                    Ok(_) => continue,
-                    Err(broadcast::error::RecvError::Lagged(_)) => continue,
-                    Err(broadcast::error::RecvError::Closed) => return None,
                 }
-            }
-        });
+            },
+        );
+        let stream = futures::StreamExt::chain(futures::stream::iter(first), live);
         return Response::builder()
             .header("content-type", "application/json")
             .body(Body::from_stream(stream))

@@ -82,6 +82,39 @@ async fn the_stand_in_pages_lists_like_the_api_server() {
     assert_eq!(requests[1], gpuledger_e2e::fake_kube::ListRequest { limit: Some(2), continued: false, items: 2 });
 }
 
+/// As the real server's watch cache: a watch from a list's resourceVersion gets what changed in between (a change
+/// between a client's list and its watch is not lost — the fault simulator lost a pod to exactly that), and a
+/// resourceVersion older than the kept history is answered with a 410 `Expired` event, so the client re-lists.
+#[tokio::test]
+async fn a_watch_replays_changes_since_its_resource_version() {
+    let kube = FakeKube::start().await.unwrap();
+    let now = 1_796_083_199;
+    kube.apply("pods", synthetic::pod(0, now)).unwrap();
+    let (_, list) = get(&format!("{}/api/v1/pods", kube.url)).await;
+    let rv = list["metadata"]["resourceVersion"].as_str().unwrap().to_string();
+    // A change after the list, before the watch starts.
+    kube.apply("pods", synthetic::pod(1, now)).unwrap();
+    let first_event = |url: String| async move {
+        let mut r = reqwest::get(url).await.unwrap();
+        let mut buf = Vec::new();
+        while !buf.contains(&b'\n') {
+            let chunk = tokio::time::timeout(Duration::from_secs(10), r.chunk()).await.unwrap().unwrap().unwrap();
+            buf.extend_from_slice(&chunk);
+        }
+        let line = buf.split(|b| *b == b'\n').next().unwrap().to_vec();
+        serde_json::from_slice::<Value>(&line).unwrap()
+    };
+    let ev = first_event(format!("{}/api/v1/pods?watch=true&resourceVersion={rv}", kube.url)).await;
+    assert_eq!(ev["type"], "ADDED", "{ev}");
+    assert_eq!(ev["object"]["metadata"]["uid"], synthetic::pod(1, now)["metadata"]["uid"]);
+    // Past the kept history: 410 Expired.
+    for i in 2..5_010 {
+        kube.apply("namespaces", synthetic::namespace(i % 50, now)).unwrap();
+    }
+    let ev = first_event(format!("{}/api/v1/pods?watch=true&resourceVersion={rv}", kube.url)).await;
+    assert_eq!((ev["type"].as_str(), ev["object"]["code"].as_i64()), (Some("ERROR"), Some(410)), "{ev}");
+}
+
 /// The objects the stand-in serves, as one JSON array (what `inspect k8s` reads).
 async fn served(kube: &FakeKube) -> String {
     let mut all = Vec::new();

@@ -67,9 +67,17 @@ impl Postgres {
         std::fs::read_to_string(self.data.join("postmaster.pid")).ok()?.lines().next()?.trim().parse().ok()
     }
 
-    /// Whether the postmaster runs (its PID file names a live process).
+    /// Whether the postmaster runs: its PID file names a live process, or `pg_ctl status` says so (two ways: a run
+    /// once saw the first say no while PostgreSQL ran, and could not say why).
     pub fn is_running(&self) -> bool {
-        self.postmaster().is_some_and(alive)
+        self.postmaster().is_some_and(alive) || self.status_says_running()
+    }
+
+    fn status_says_running(&self) -> bool {
+        find_program("pg_ctl")
+            .ok()
+            .and_then(|p| as_postgres(&p).arg("-D").arg(&self.data).arg("status").output().ok())
+            .is_some_and(|o| o.status.success())
     }
 
     /// Starts it unless it runs (after a kill: crash recovery) and waits until it accepts connections.
@@ -91,8 +99,19 @@ impl Postgres {
             .output()
             .context("running pg_ctl start")?;
         if !out.status.success() {
+            if self.is_running() {
+                // Started after all (or never stopped): what the caller wanted.
+                return Ok(());
+            }
             let log = std::fs::read_to_string(&self.log).unwrap_or_default();
-            bail!("pg_ctl start failed: {}{log}", String::from_utf8_lossy(&out.stderr));
+            let tail: Vec<&str> = log.lines().rev().take(20).collect();
+            bail!(
+                "pg_ctl start failed (postmaster.pid names {:?}, alive: {:?}): {}{}",
+                self.postmaster(),
+                self.postmaster().map(alive),
+                String::from_utf8_lossy(&out.stderr),
+                tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+            );
         }
         Ok(())
     }
@@ -100,7 +119,10 @@ impl Postgres {
     /// `SIGKILL` to the postmaster, then to all its children; waits until they are gone. The postmaster goes first:
     /// killed after a child, it would notice the child's death and restart the others itself.
     pub fn kill(&self) -> Result<()> {
-        let Some(postmaster) = self.postmaster().filter(|p| alive(*p)) else { return Ok(()) };
+        if !self.is_running() {
+            return Ok(());
+        }
+        let postmaster = self.postmaster().context("PostgreSQL runs but postmaster.pid names no PID")?;
         let victims = children(postmaster);
         let sigkill = |pid: u32| {
             let _ = Command::new("kill").args(["-KILL", &pid.to_string()]).stderr(std::process::Stdio::null()).status();
