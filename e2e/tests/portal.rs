@@ -224,9 +224,8 @@ async fn manager_disputes_finance_credits_admin_onboards_a_cluster() {
     // ---- admin: add a cluster; a real agent joins with the token shown
     sign_in(&browser, &base, "ada", "/admin").await;
     browser.screenshot(&shots.join("admin.png")).await.unwrap();
-    browser.goto(&format!("{base}/admin/notifications")).await.unwrap();
-    let page = browser.page_source().await.unwrap();
-    assert!(page.contains("Idle now") && page.contains("Budgets for") && page.contains("Research"), "{page}");
+    let page = page_with(&browser, &format!("{base}/admin/notifications"), "Idle now").await;
+    assert!(page.contains("Budgets for") && page.contains("Research"), "{page}");
     browser.screenshot(&shots.join("notifications.png")).await.unwrap();
     browser.goto(&format!("{base}/admin")).await.unwrap();
     browser.fill(r#"#add-cluster input[name="name"]"#, "portal-joined").await.unwrap();
@@ -257,4 +256,37 @@ async fn manager_disputes_finance_credits_admin_onboards_a_cluster() {
     assert!(page.to_lowercase().contains("<td>user:ada"), "no row by user:ada in {} bytes: {page}", page.len());
     browser.close().await.unwrap();
     drop(provider);
+}
+
+/// Opens `url` and waits until its source contains `needle`. On a loaded CI machine the browser has twice read an
+/// empty source right after navigating (no error, no status to go on): the empty read is reported, and the page
+/// opened again once; a page that never shows `needle` fails with where the browser was and what it showed.
+async fn page_with(browser: &Browser, url: &str, needle: &str) -> String {
+    let started = std::time::Instant::now();
+    let mut reopened = false;
+    browser.goto(url).await.unwrap();
+    loop {
+        let page = browser.page_source().await.unwrap_or_default();
+        if page.contains(needle) {
+            return page;
+        }
+        if page.trim().is_empty() && !reopened && started.elapsed() > Duration::from_secs(3) {
+            eprintln!(
+                "{url}: the browser read an empty page {:?} after navigating; opening it again",
+                started.elapsed()
+            );
+            browser.goto(url).await.unwrap();
+            reopened = true;
+        }
+        if started.elapsed() > Duration::from_secs(60) {
+            let at = browser.current_url().await.unwrap_or_default();
+            let text = browser.body_text().await.unwrap_or_default();
+            panic!(
+                "{url}: no {needle:?} within 60 s (browser at {at}; {} bytes): {}",
+                page.len(),
+                text.chars().take(3000).collect::<String>()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
 }

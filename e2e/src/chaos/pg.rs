@@ -67,17 +67,10 @@ impl Postgres {
         std::fs::read_to_string(self.data.join("postmaster.pid")).ok()?.lines().next()?.trim().parse().ok()
     }
 
-    /// Whether the postmaster runs: its PID file names a live process, or `pg_ctl status` says so (two ways: a run
-    /// once saw the first say no while PostgreSQL ran, and could not say why).
+    /// Whether the postmaster runs: its PID file names a live process (not a zombie: a killed postmaster is
+    /// re-parented and, where nothing reaps it, lingers as one — `pg_ctl status` calls that running).
     pub fn is_running(&self) -> bool {
-        self.postmaster().is_some_and(alive) || self.status_says_running()
-    }
-
-    fn status_says_running(&self) -> bool {
-        find_program("pg_ctl")
-            .ok()
-            .and_then(|p| as_postgres(&p).arg("-D").arg(&self.data).arg("status").output().ok())
-            .is_some_and(|o| o.status.success())
+        self.postmaster().is_some_and(alive)
     }
 
     /// Starts it unless it runs (after a kill: crash recovery) and waits until it accepts connections.
@@ -90,14 +83,28 @@ impl Postgres {
             "-p {} -c listen_addresses=127.0.0.1 -c unix_socket_directories= -c max_connections=200",
             self.port
         );
-        let out = as_postgres(&find_program("pg_ctl")?)
-            .arg("-D")
-            .arg(&self.data)
-            .arg("-l")
-            .arg(&self.log)
-            .args(["-w", "-t", "120", "-o", &opts, "start"])
-            .output()
-            .context("running pg_ctl start")?;
+        let mut attempt = 0;
+        let out = loop {
+            // A killed postmaster that lingers as a zombie (nothing reaped it yet) still "owns" its PID file for
+            // PostgreSQL, which refuses to start ("lock file already exists"): it is dead, so the file is stale.
+            if self.postmaster().is_some_and(|p| !alive(p)) {
+                let _ = std::fs::remove_file(self.data.join("postmaster.pid"));
+            }
+            let out = as_postgres(&find_program("pg_ctl")?)
+                .arg("-D")
+                .arg(&self.data)
+                .arg("-l")
+                .arg(&self.log)
+                .args(["-w", "-t", "120", "-o", &opts, "start"])
+                .output()
+                .context("running pg_ctl start")?;
+            attempt += 1;
+            // Its backends may hold the old shared memory for a moment after the kill: try again shortly.
+            if out.status.success() || attempt == 5 || self.is_running() {
+                break out;
+            }
+            std::thread::sleep(Duration::from_millis(500));
+        };
         if !out.status.success() {
             if self.is_running() {
                 // Started after all (or never stopped): what the caller wanted.
@@ -119,10 +126,10 @@ impl Postgres {
     /// `SIGKILL` to the postmaster, then to all its children; waits until they are gone. The postmaster goes first:
     /// killed after a child, it would notice the child's death and restart the others itself.
     pub fn kill(&self) -> Result<()> {
-        if !self.is_running() {
+        // Any process the PID file names is signalled (a zombie ignores it): no liveness guess decides whether to kill.
+        let Some(postmaster) = self.postmaster().filter(|p| Path::new(&format!("/proc/{p}")).exists()) else {
             return Ok(());
-        }
-        let postmaster = self.postmaster().context("PostgreSQL runs but postmaster.pid names no PID")?;
+        };
         let victims = children(postmaster);
         let sigkill = |pid: u32| {
             let _ = Command::new("kill").args(["-KILL", &pid.to_string()]).stderr(std::process::Stdio::null()).status();
