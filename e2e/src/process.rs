@@ -9,16 +9,17 @@ use std::{
 
 use anyhow::{Context, Result, bail};
 
-/// Path of a workspace binary (`gpuledger-server`, `gpuledger-agent`) built next to the running test.
+/// Path of a workspace binary (`gpuledger-server`, `gpuledger-agent`) built next to the running executable: a test
+/// (`target/<profile>/deps/<test>`) or a binary of this crate (`target/<profile>/gpuledger-chaos`, or a copy of the
+/// three side by side).
 pub fn binary(name: &str) -> Result<PathBuf> {
     let exe = std::env::current_exe()?;
-    // target/<profile>/deps/<test> → target/<profile>/<name>
-    let dir = exe.parent().and_then(Path::parent).context("test executable has no target dir")?;
-    let path = dir.join(name);
-    if !path.is_file() {
-        bail!("{} is not built: run `cargo build --workspace` (the test script does) first", path.display());
+    let dir = exe.parent().context("executable has no directory")?;
+    let candidates = [Some(dir), dir.parent()];
+    if let Some(path) = candidates.into_iter().flatten().map(|d| d.join(name)).find(|p| p.is_file()) {
+        return Ok(path);
     }
-    Ok(path)
+    bail!("{name} is not built next to {}: run `cargo build --workspace` (the test script does) first", exe.display())
 }
 
 /// A free TCP port on loopback.
