@@ -24,6 +24,7 @@ pub mod interval;
 pub mod ledger;
 pub mod policy;
 pub mod sharing;
+pub mod telemetry;
 pub mod time_fmt;
 pub mod utilization;
 pub mod wire;

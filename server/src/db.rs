@@ -37,6 +37,9 @@ pub enum DbError {
     /// The URL could not be parsed.
     #[error("invalid database URL: {0}")]
     Url(String),
+    /// A stored value could not be read back (a damaged telemetry block).
+    #[error("stored data could not be read: {0}")]
+    Data(String),
 }
 
 /// Who a connection runs as, and what that role may do.
@@ -536,6 +539,14 @@ pub struct CrossOrgMaintenance<'a> {
 }
 
 impl CrossOrgMaintenance<'_> {
+    /// The organizations that still have telemetry stored before the tiers (`telemetry_rollups`), which the
+    /// upkeep moves into them.
+    pub async fn legacy_telemetry_orgs(&self) -> Result<Vec<OrgId>, DbError> {
+        let ids: Vec<uuid::Uuid> =
+            sqlx::query_scalar("SELECT gpuledger_legacy_telemetry_orgs()").fetch_all(self.pool).await?;
+        Ok(ids.into_iter().map(OrgId::from_uuid).collect())
+    }
+
     /// Makes the telemetry partitions of the months `from..=through` and of any month waiting in the default
     /// partition; returns how many it made.
     pub async fn telemetry_partitions(&self, from: time::Date, through: time::Date) -> Result<i32, DbError> {

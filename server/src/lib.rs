@@ -32,6 +32,7 @@ pub mod portal;
 pub mod readmodel;
 pub mod state;
 pub mod store;
+pub mod telemetry;
 pub mod tenancy;
 pub mod training;
 pub mod usage;

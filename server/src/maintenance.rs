@@ -23,6 +23,31 @@ pub async fn run_once(db: &Database, now: OffsetDateTime) -> Result<i32, DbError
     db.cross_org_maintenance().telemetry_partitions(from, through).await
 }
 
+/// Rows one upkeep transaction moves from `telemetry_rollups` into the tiers.
+const LEGACY_CHUNK: i64 = 20_000;
+/// Most rows one round moves per organization (the rest waits for the next round).
+const LEGACY_PER_ROUND: u64 = 2_000_000;
+
+/// Moves telemetry stored before the tiers (migration 26) into them, a chunk per transaction through the same merge
+/// as ingest, deleting what it moved. Returns how many windows it moved.
+pub async fn move_legacy_telemetry(db: &Database) -> Result<u64, DbError> {
+    let mut moved = 0;
+    for org in db.cross_org_maintenance().legacy_telemetry_orgs().await? {
+        let mut this_org = 0;
+        while this_org < LEGACY_PER_ROUND {
+            let mut tx = db.begin_org(org).await?;
+            let n = crate::telemetry::store::move_legacy(&mut tx, LEGACY_CHUNK).await?;
+            tx.commit().await?;
+            this_org += n;
+            if n == 0 {
+                break;
+            }
+        }
+        moved += this_org;
+    }
+    Ok(moved)
+}
+
 /// The first day of the month `n` months from `d`'s (core's month arithmetic; a year out of range keeps `d`).
 fn add_months(d: Date, n: i32) -> Date {
     gpuledger_core::Period::from_date(d).and_then(|p| p.add_months(n)).map_or(d, |p| p.first_day())
@@ -40,6 +65,13 @@ pub fn spawn(db: Database) -> Maintenance {
                 Ok(0) => {}
                 Ok(made) => tracing::info!(made, "telemetry partitions made"),
                 Err(e) => tracing::warn!(error = %e, "telemetry partition upkeep failed; retrying at the next round"),
+            }
+            match move_legacy_telemetry(&db).await {
+                Ok(0) => {}
+                Ok(moved) => tracing::info!(moved, "telemetry windows stored before the tiers moved into them"),
+                Err(e) => {
+                    tracing::warn!(error = %e, "moving telemetry into the tiers failed; retrying at the next round")
+                }
             }
         }
     });

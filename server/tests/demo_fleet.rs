@@ -15,7 +15,7 @@ use gpuledger_server::{
     db::Database,
     demo,
 };
-use time::macros::datetime;
+use time::{OffsetDateTime, macros::datetime};
 
 /// Row counts of everything the fleet and its close write.
 async fn counts(db: &Database, org: gpuledger_core::ids::OrgId) -> Vec<(String, i64)> {
@@ -30,7 +30,9 @@ async fn counts(db: &Database, org: gpuledger_core::ids::OrgId) -> Vec<(String, 
         "namespace_ownership",
         "quotas",
         "allocation_intervals",
-        "telemetry_rollups",
+        "telemetry_series",
+        "telemetry_hours",
+        "telemetry_windows",
         "service_usage",
         "endpoint_totals",
         "cost_policies",
@@ -86,12 +88,36 @@ async fn a_small_fleet_has_every_mode_a_closed_last_month_and_loads_once() {
     assert_eq!(hash.map(|h| h.len()), Some(64), "closed with a hash");
     let bundle = close::stored_bundle(&mut tx, Period::parse("2026-10").unwrap()).await.unwrap().unwrap();
     assert!(bundle.inputs.allocations.len() > 100);
-    let telemetry: i64 =
-        sqlx::query_scalar("SELECT count(*) FROM telemetry_rollups WHERE window_start >= '2026-11-01'")
-            .fetch_one(tx.conn())
-            .await
-            .unwrap();
-    assert!(telemetry > 0);
+    // Telemetry at the agents' cadence: every device-hour holds 60 windows of 60 s, MIG instances included, and
+    // each hour's stored sums are those of its full-resolution block.
+    let (hours, min_w, max_w, instances): (i64, i16, i16, i64) = sqlx::query_as(
+        "SELECT count(*), min(h.windows), max(h.windows), count(*) FILTER (WHERE s.gpu_instance_id >= 0)
+           FROM telemetry_hours h JOIN telemetry_series s USING (org_id, series_id) WHERE h.hour >= '2026-11-01'",
+    )
+    .fetch_one(tx.conn())
+    .await
+    .unwrap();
+    assert!(hours > 0 && instances > 0, "{hours} hours, {instances} of MIG instances");
+    assert_eq!((min_w, max_w), (60, 60));
+    let sample: Vec<(OffsetDateTime, Vec<u8>, i64, i64, i64, i32)> = sqlx::query_as(
+        "SELECT w.hour, w.block, h.energy_j, h.util_sum, h.sampled_ms::bigint, h.mem_max FROM telemetry_windows w
+           JOIN telemetry_hours h USING (org_id, series_id, hour) ORDER BY w.series_id, w.hour LIMIT 500",
+    )
+    .fetch_all(tx.conn())
+    .await
+    .unwrap();
+    assert_eq!(sample.len(), 500);
+    for (hour, block, energy_j, util_sum, sampled_ms, mem_max) in sample {
+        let windows = gpuledger_server::telemetry::store::unpack(hour, &block).unwrap();
+        let hour_ms = (hour.unix_timestamp_nanos() / 1_000_000) as i64;
+        let sums = gpuledger_core::telemetry::HourSums::of(hour_ms, &windows);
+        assert_eq!(
+            (sums.energy_j, sums.util_sum, sums.sampled_ms, sums.mem_max),
+            (energy_j, util_sum, sampled_ms, i64::from(mem_max)),
+            "{hour}"
+        );
+        assert!(windows.iter().all(|w| w.end_ms - w.start_ms == 60_000));
+    }
 
     // This month: open, with lines for several departments, Research among them, and nothing unpriced.
     let preview = close::preview(&mut tx, Period::parse("2026-11").unwrap()).await.unwrap();

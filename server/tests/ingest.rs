@@ -471,22 +471,55 @@ async fn telemetry_lands_in_monthly_partitions_once() {
     assert_eq!(ack["stored"], 90);
     let (_, ack) = send(&env, &batch(facts)).await;
     assert_eq!(ack["stored"], 0, "duplicates are ignored");
-    let per_partition = || async {
-        let rows: Vec<(String, i64)> =
-        sqlx::query_as("SELECT tableoid::regclass::text, count(*) FROM telemetry_rollups WHERE cluster_id = (SELECT cluster_id FROM clusters WHERE name = 'gpu-east') GROUP BY 1 ORDER BY 1")
-            .fetch_all(&env.admin)
+    // Both tiers, per partition: (partition, Σ windows) — one row per device-hour.
+    let per_partition = |table: &'static str| {
+        let admin = env.admin.clone();
+        async move {
+            let rows: Vec<(String, i64, i64)> = sqlx::query_as(&format!(
+                "SELECT tableoid::regclass::text, count(*), sum(windows)::bigint FROM {table} GROUP BY 1 ORDER BY 1"
+            ))
+            .fetch_all(&admin)
             .await
             .unwrap();
-        rows
+            rows
+        }
     };
-    // Ingest runs no DDL: the windows wait in the default partition until the maintenance task makes their months.
-    assert_eq!(per_partition().await, vec![("telemetry_rollups_default".to_string(), 90)]);
+    // Ingest runs no DDL: the windows wait in the default partitions until the maintenance task makes their months.
+    assert_eq!(per_partition("telemetry_hours").await, vec![("telemetry_hours_default".to_string(), 2, 90)]);
+    assert_eq!(per_partition("telemetry_windows").await, vec![("telemetry_windows_default".to_string(), 2, 90)]);
     gpuledger_server::maintenance::run_once(&env.db, datetime!(2026-11-15 00:00 UTC)).await.unwrap();
-    let per_partition = per_partition().await;
-    assert_eq!(
-        per_partition,
-        vec![("telemetry_rollups_202610".to_string(), 60), ("telemetry_rollups_202611".to_string(), 30)]
-    );
+    for table in ["telemetry_hours", "telemetry_windows"] {
+        assert_eq!(
+            per_partition(table).await,
+            vec![(format!("{table}_202610"), 1, 60), (format!("{table}_202611"), 1, 30)],
+            "{table}"
+        );
+    }
+    // The hours' sums are exact: 60 windows of 15,000 J, 55.5 % each.
+    let hour: (i64, i64, i64, i64, i32) = sqlx::query_as(
+        "SELECT energy_j, sampled_ms::bigint, util_sum, util_ms::bigint, util_max::int FROM telemetry_hours
+          WHERE hour = '2026-10-31 23:00Z'",
+    )
+    .fetch_one(&env.admin)
+    .await
+    .unwrap();
+    assert_eq!(hour, (900_000, 3_600_000, 555 * 3_600_000, 3_600_000, 990));
+    // A late window (and a redelivered one) in a later batch: its hour gains it, the redelivery changes nothing.
+    let late = vec![
+        rollup("GPU-aaaaaaaa-0000-0000-0000-000000000001", 95),
+        rollup("GPU-aaaaaaaa-0000-0000-0000-000000000001", 89),
+    ];
+    let (_, ack) = send(&env, &batch(late)).await;
+    assert_eq!(ack["stored"], 1, "{ack}");
+    let nov: (i16, i64, i32) =
+        sqlx::query_as("SELECT windows, energy_j, span_to_ms FROM telemetry_hours WHERE hour = '2026-11-01 00:00Z'")
+            .fetch_one(&env.admin)
+            .await
+            .unwrap();
+    assert_eq!(nov, (31, 31 * 15_000, 36 * 60_000), "the late window at 00:35 extends its hour");
+    let blocks: i64 =
+        sqlx::query_scalar("SELECT sum(windows)::bigint FROM telemetry_windows").fetch_one(&env.admin).await.unwrap();
+    assert_eq!(blocks, 91);
 }
 
 fn usage(tenant: &str, model: &str, start: OffsetDateTime, minutes: i64, counts: (u64, u64, u64)) -> Fact {

@@ -84,6 +84,19 @@ async fn seed(db: &Database, slug: &str) -> OrgId {
             "INSERT INTO telemetry_rollups (org_id, cluster_id, gpu_uuid, window_start, window_end, node, samples) VALUES ($1, $2, 'GPU-1', '2026-01-01 10:00Z', '2026-01-01 10:01Z', 'n1', 6)",
             vec![o, cluster],
         ),
+        // Telemetry in tiers (migration 26).
+        (
+            "INSERT INTO telemetry_series (org_id, series_id, cluster_id, gpu_uuid, node) VALUES ($1, 900001, $2, 'GPU-1', 'n1')",
+            vec![o, cluster],
+        ),
+        (
+            "INSERT INTO telemetry_hours (org_id, series_id, hour, windows, samples, sampled_ms, span_from_ms, span_to_ms, util_ms, util_sum, util_max, mem_max, power_max, energy_ms, energy_j) VALUES ($1, 900001, '2026-01-01 10:00Z', 1, 6, 60000, 0, 60000, 60000, 600000, 10, 0, 0, 0, 0)",
+            vec![o],
+        ),
+        (
+            "INSERT INTO telemetry_windows (org_id, series_id, hour, windows, block) VALUES ($1, 900001, '2026-01-01 10:00Z', 1, '\\x00')",
+            vec![o],
+        ),
         (
             "INSERT INTO data_quality_findings (org_id, cluster_id, finding_id, kind, subject) VALUES ($1, $2, 'f1', 'agent_gap', 'spool')",
             vec![o, cluster],

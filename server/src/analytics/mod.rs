@@ -386,29 +386,19 @@ async fn load(tx: &mut OrgTx, window: Interval, tenant: Option<TenantId>) -> Res
         .into_iter()
         .collect();
     let wanted_instances: BTreeSet<String> = instances.into_iter().collect();
-    let telemetry: Vec<(String, i32, OffsetDateTime, OffsetDateTime, f32)> = if whole.is_empty() && parents.is_empty() {
+    // Hourly sums (the full-resolution tier is never read here): one sample per device-hour, its average.
+    let telemetry = if whole.is_empty() && parents.is_empty() {
         Vec::new()
     } else {
-        sqlx::query_as(
-            "SELECT gpu_uuid, gpu_instance_id, window_start, window_end, util_avg FROM telemetry_rollups
-              WHERE org_id = $5 AND util_avg IS NOT NULL
-                AND window_start >= $1 - interval '1 day' AND window_start < $2 AND window_end > $1
-                AND ((gpu_instance_id = -1 AND gpu_uuid = ANY($3)) OR (gpu_instance_id >= 0 AND gpu_uuid = ANY($4)))",
-        )
-        .bind(from)
-        .bind(to)
-        .bind(&whole)
-        .bind(&parents)
-        .bind(org)
-        .fetch_all(tx.conn())
-        .await?
+        crate::telemetry::store::utilization_hours(tx, from, to, &whole, &parents).await?
     };
-    let telemetry = telemetry.into_iter().filter_map(|(gpu, gi, start, end, util)| {
-        if gi < 0 {
-            return Some((gpu, start, end, util));
+    let telemetry = telemetry.into_iter().filter_map(|r| {
+        let util = r.util_avg_pct? as f32;
+        if r.gpu_instance_id < 0 {
+            return Some((r.gpu_uuid, r.from, r.to, util));
         }
-        let key = format!("{gpu}#{gi}");
-        wanted_instances.contains(&key).then_some((key, start, end, util))
+        let key = format!("{}#{}", r.gpu_uuid, r.gpu_instance_id);
+        wanted_instances.contains(&key).then_some((key, r.from, r.to, util))
     });
     let mut samples = Vec::new();
     for (gpu_uuid, start, end, util) in telemetry {

@@ -284,6 +284,12 @@ pub fn validate(batch: &Batch, window: Window) -> Result<(), AppError> {
                 }
                 future("window_end", t.window_end)?;
                 past("window_start", t.window_start)?;
+                gpuledger_core::telemetry::Window::from_rollup(t).map_err(|e| match e {
+                    gpuledger_core::telemetry::WindowError::Value(name) => {
+                        AppError::invalid(field(name), e.to_string())
+                    }
+                    _ => AppError::invalid(field("window_end"), e.to_string()),
+                })?;
             }
             FactBody::ProcessTelemetry(t) => {
                 if t.window_end <= t.window_start {

@@ -1,94 +1,48 @@
 //! Storing measurements: telemetry rollups, endpoint totals and service usage reported by agents.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use gpuledger_core::{
     ids::{ClusterId, OrgId},
+    telemetry::Window,
     wire::{EndpointTotalsFact, FlaggedFact, ProcessTelemetry, ServiceUsageFact, TelemetryRollup},
 };
 use serde_json::json;
 use time::OffsetDateTime;
-use uuid::Uuid;
 
 use super::subject_of_usage;
 use crate::{
-    db::{DbError, OrgTx},
+    db::OrgTx,
     error::AppError,
+    telemetry::store::{SeriesWindows, store_windows},
 };
 
+/// Stores telemetry windows in the tiers (`crate::telemetry::store`); returns how many were new.
 pub(super) async fn store_telemetry(
     tx: &mut OrgTx,
-    org: OrgId,
     cluster: ClusterId,
     rollups: &[&TelemetryRollup],
-) -> Result<u64, DbError> {
-    // No DDL here: partitions are made ahead by the maintenance task; a window of a month without one waits in
-    // the default partition until the task makes it.
-    let n = rollups.len();
-    let mut gpu = Vec::with_capacity(n);
-    let mut gi = Vec::with_capacity(n);
-    let mut start = Vec::with_capacity(n);
-    let mut end = Vec::with_capacity(n);
-    let mut node = Vec::with_capacity(n);
-    let mut profile: Vec<Option<String>> = Vec::with_capacity(n);
-    let mut samples = Vec::with_capacity(n);
-    let mut stats: [Vec<Option<f32>>; 9] = Default::default();
-    let mut energy: Vec<Option<f64>> = Vec::with_capacity(n);
-    let mut pod_ns: Vec<Option<String>> = Vec::with_capacity(n);
-    let mut pod_name: Vec<Option<String>> = Vec::with_capacity(n);
-    let mut pod_uid: Vec<Option<Uuid>> = Vec::with_capacity(n);
+) -> Result<u64, AppError> {
+    // One entry per device; the node and MIG profile of its latest window.
+    let mut series: BTreeMap<(&str, i32), SeriesWindows> = BTreeMap::new();
     for t in rollups {
-        gpu.push(t.gpu_uuid.clone());
-        gi.push(t.gpu_instance_id.map_or(-1, |v| v as i32));
-        start.push(t.window_start);
-        end.push(t.window_end);
-        node.push(t.node.clone());
-        profile.push(t.mig_profile.clone());
-        samples.push(t.samples as i32);
-        for (k, stat) in [t.utilization_pct, t.memory_used_mib, t.power_w].iter().enumerate() {
-            stats[k * 3].push(stat.map(|s| s.min as f32));
-            stats[k * 3 + 1].push(stat.map(|s| s.avg as f32));
-            stats[k * 3 + 2].push(stat.map(|s| s.max as f32));
+        // Checked when the batch was decoded; a window that still does not fit is refused with its field there.
+        let window = Window::from_rollup(t).map_err(|e| AppError::invalid("window", e.to_string()))?;
+        let gi = t.gpu_instance_id.map_or(-1, |v| i32::try_from(v).unwrap_or(i32::MAX));
+        let s = series.entry((t.gpu_uuid.as_str(), gi)).or_insert_with(|| SeriesWindows {
+            gpu_uuid: t.gpu_uuid.clone(),
+            gpu_instance_id: gi,
+            node: t.node.clone(),
+            mig_profile: t.mig_profile.clone(),
+            windows: Vec::new(),
+        });
+        if s.windows.last().is_none_or(|l| l.start_ms <= window.start_ms) {
+            s.node.clone_from(&t.node);
+            s.mig_profile.clone_from(&t.mig_profile);
         }
-        energy.push(t.energy_j);
-        pod_ns.push(t.pod.as_ref().map(|p| p.namespace.clone()));
-        pod_name.push(t.pod.as_ref().map(|p| p.name.clone()));
-        pod_uid.push(t.pod.as_ref().and_then(|p| p.uid));
+        s.windows.push(window);
     }
-    let done = sqlx::query(
-        "INSERT INTO telemetry_rollups (org_id, cluster_id, gpu_uuid, gpu_instance_id, window_start, window_end, node,
-            mig_profile, samples, util_min, util_avg, util_max, mem_used_min, mem_used_avg, mem_used_max,
-            power_min, power_avg, power_max, energy_j, pod_namespace, pod_name, pod_uid)
-         SELECT $1, $2, * FROM unnest($3::text[], $4::int[], $5::timestamptz[], $6::timestamptz[], $7::text[],
-            $8::text[], $9::int[], $10::real[], $11::real[], $12::real[], $13::real[], $14::real[], $15::real[],
-            $16::real[], $17::real[], $18::real[], $19::float8[], $20::text[], $21::text[], $22::uuid[])
-         ON CONFLICT DO NOTHING",
-    )
-    .bind(org.as_uuid())
-    .bind(cluster.as_uuid())
-    .bind(&gpu)
-    .bind(&gi)
-    .bind(&start)
-    .bind(&end)
-    .bind(&node)
-    .bind(&profile)
-    .bind(&samples)
-    .bind(&stats[0])
-    .bind(&stats[1])
-    .bind(&stats[2])
-    .bind(&stats[3])
-    .bind(&stats[4])
-    .bind(&stats[5])
-    .bind(&stats[6])
-    .bind(&stats[7])
-    .bind(&stats[8])
-    .bind(&energy)
-    .bind(&pod_ns)
-    .bind(&pod_name)
-    .bind(&pod_uid)
-    .execute(tx.conn())
-    .await?;
-    Ok(done.rows_affected())
+    Ok(store_windows(tx, cluster, series.into_values().collect()).await?)
 }
 
 /// Stores per-process GPU windows (one row per GPU and window; the pods as JSON), idempotent by key.

@@ -251,7 +251,7 @@ pub async fn store(tx: &mut OrgTx, org: OrgId, cluster: ClusterId, facts: &[Fact
                 _ => None,
             })
             .collect();
-        stored += store_telemetry(tx, org, cluster, &rollups).await?;
+        stored += store_telemetry(tx, cluster, &rollups).await?;
         let windows: Vec<&ProcessTelemetry> = telemetry
             .iter()
             .filter_map(|f| match &f.body {

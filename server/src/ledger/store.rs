@@ -227,19 +227,17 @@ pub async fn load_input(tx: &mut OrgTx, period: Period, policy: CostPolicy) -> R
     .collect::<Result<Vec<_>, AppError>>()?;
     let allocations = load_allocations(tx, period).await?;
     let mut energy = if policy.energy.is_some() {
-        sqlx::query_as::<_, (String, OffsetDateTime, OffsetDateTime, i64)>(
-            "SELECT gpu_uuid, window_start, window_end, round(energy_j)::bigint FROM telemetry_rollups
-              WHERE org_id = $3 AND gpu_instance_id = -1 AND energy_j IS NOT NULL AND energy_j >= 0
-                AND window_start < $2 AND window_end > $1",
-        )
-        .bind(start)
-        .bind(end)
-        .bind(org)
-        .fetch_all(tx.conn())
-        .await?
-        .into_iter()
-        .map(|(gpu_uuid, start, end, j)| EnergyRecord { gpu_uuid, start, end, joules: u64::try_from(j).unwrap_or(0) })
-        .collect::<Vec<_>>()
+        // One record per device-hour (bundle v2): the hour's exact joules over the span its windows cover.
+        crate::telemetry::store::energy_hours(tx, start, end)
+            .await?
+            .into_iter()
+            .map(|(gpu_uuid, start, end, j)| EnergyRecord {
+                gpu_uuid,
+                start,
+                end,
+                joules: u64::try_from(j).unwrap_or(0),
+            })
+            .collect::<Vec<_>>()
     } else {
         Vec::new()
     };

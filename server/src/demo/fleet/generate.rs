@@ -459,8 +459,15 @@ impl World {
 
     /// Share of each GPU held in each telemetry window (GPU-major), from the jobs.
     pub fn occupancy(&self) -> Vec<f32> {
-        let windows = self.windows() as usize;
-        let w = self.spec.window_h * 3_600;
+        self.occupancy_per(self.spec.window_h * 3_600, self.windows() as usize)
+    }
+
+    /// Share of each GPU held in each hour (GPU-major), from the jobs.
+    pub fn occupancy_hourly(&self) -> Vec<f32> {
+        self.occupancy_per(3_600, self.hours() as usize)
+    }
+
+    fn occupancy_per(&self, w: i64, windows: usize) -> Vec<f32> {
         let start = unix(self.spec.start);
         let mut occ = vec![0.0_f32; self.spec.gpus * windows];
         if windows == 0 {

@@ -29,6 +29,7 @@ use super::reference::{CATALOG_SINCE, CLASSES as CATALOG, MIG_PROFILES, VGPU_PRO
 use crate::db::{Database, DbError, OrgTx};
 
 mod generate;
+mod telemetry;
 mod write;
 
 pub use write::{Loaded, grouped, load, loaded_marker};

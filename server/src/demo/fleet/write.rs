@@ -9,7 +9,7 @@ pub struct Loaded {
     pub gpus: u64,
     /// Allocation intervals.
     pub allocations: u64,
-    /// Telemetry rollups.
+    /// Telemetry windows (60 s).
     pub telemetry: u64,
     /// Shared-endpoint usage rows.
     pub usage: u64,
@@ -285,21 +285,8 @@ pub async fn load(db: &Database, org: OrgId, world: &World, actor: &str) -> Resu
     }
     tracing::info!("{label}: allocations {}/{}", grouped(total), grouped(total));
 
-    // Telemetry: one whole-GPU rollup per device and window.
-    let occupancy = world.occupancy();
-    let windows = world.windows();
-    let rows = spec.gpus * windows as usize;
-    let per_chunk = (CHUNK / windows.max(1) as usize).max(1);
-    let mut next_log = 0;
-    for first in (0..spec.gpus).step_by(per_chunk) {
-        if first * windows as usize >= next_log {
-            tracing::info!("{label}: telemetry {}/{}", grouped(first * windows as usize), grouped(rows));
-            next_log += (rows / 10).max(CHUNK);
-        }
-        let gpus = first as u32..(first + per_chunk).min(spec.gpus) as u32;
-        loaded.telemetry += insert_telemetry(&mut tx, o, world, &cluster_of, gpus, &occupancy).await?;
-    }
-    tracing::info!("{label}: telemetry {}/{}", grouped(rows), grouped(rows));
+    // Telemetry at the agents' cadence (60 s windows) into both tiers.
+    loaded.telemetry += super::telemetry::write_all(&mut tx, o, world, &cluster_of, &label).await?;
 
     tracing::info!("{label}: shared endpoint usage…");
     loaded.usage = insert_usage(&mut tx, o, world, &cluster_of, &tenant_of).await?;
@@ -527,71 +514,6 @@ async fn insert_allocations(
     .execute(tx.conn())
     .await?;
     Ok(())
-}
-
-#[allow(clippy::type_complexity)] // column vectors for UNNEST inserts
-async fn insert_telemetry(
-    tx: &mut OrgTx,
-    o: Uuid,
-    w: &World,
-    cluster_of: &[Uuid],
-    gpus: std::ops::Range<u32>,
-    occupancy: &[f32],
-) -> Result<u64, DbError> {
-    let windows = w.windows();
-    let window = w.spec.window_h * 3_600;
-    let start = unix(w.spec.start);
-    let mut cols: (Vec<Uuid>, Vec<String>, Vec<OffsetDateTime>, Vec<OffsetDateTime>, Vec<String>) = Default::default();
-    let mut vals: (Vec<f32>, Vec<f32>, Vec<f32>, Vec<f32>, Vec<f32>, Vec<f32>, Vec<f64>) = Default::default();
-    for g in gpus {
-        let node = &w.nodes[(g / 8) as usize];
-        let (uuid, name) = (gpu_uuid(g), node_name(g / 8));
-        for win in 0..windows {
-            let s = start + i64::from(win) * window;
-            let occ = occupancy[g as usize * windows as usize + win as usize];
-            let util = w.utilization(g, win, occ);
-            let power = w.power(g, util);
-            let energy = w.energy_j(g, win, occ);
-            cols.0.push(cluster_of[node.cluster]);
-            cols.1.push(uuid.clone());
-            cols.2.push(at(s));
-            cols.3.push(at(s + window));
-            cols.4.push(name.clone());
-            vals.0.push(util * 0.5);
-            vals.1.push(util);
-            vals.2.push((util * 1.4 + 3.0).min(100.0));
-            vals.3.push((power * 0.8) as f32);
-            vals.4.push(power as f32);
-            vals.5.push((power * 1.25) as f32);
-            vals.6.push(energy);
-        }
-    }
-    let n = cols.0.len() as u64;
-    sqlx::query(
-        "INSERT INTO telemetry_rollups (org_id, cluster_id, gpu_uuid, gpu_instance_id, window_start, window_end, node,
-             samples, util_min, util_avg, util_max, power_min, power_avg, power_max, energy_j)
-         SELECT $1, u.c, u.g, -1, u.s, u.e, u.n, $2, u.u1, u.u2, u.u3, u.p1, u.p2, u.p3, u.j
-           FROM unnest($3::uuid[], $4::text[], $5::timestamptz[], $6::timestamptz[], $7::text[], $8::real[], $9::real[],
-                       $10::real[], $11::real[], $12::real[], $13::real[], $14::float8[])
-             AS u(c, g, s, e, n, u1, u2, u3, p1, p2, p3, j)",
-    )
-    .bind(o)
-    .bind(i32::try_from(window / 10).unwrap_or(i32::MAX))
-    .bind(&cols.0)
-    .bind(&cols.1)
-    .bind(&cols.2)
-    .bind(&cols.3)
-    .bind(&cols.4)
-    .bind(&vals.0)
-    .bind(&vals.1)
-    .bind(&vals.2)
-    .bind(&vals.3)
-    .bind(&vals.4)
-    .bind(&vals.5)
-    .bind(&vals.6)
-    .execute(tx.conn())
-    .await?;
-    Ok(n)
 }
 
 /// The tenants' usage of the shared endpoint (`service_usage`, what the model servers attributed), and what the

@@ -1,0 +1,270 @@
+//! The fleet's telemetry at the agents' own cadence: one 60 s window per GPU (and MIG instance) per minute, written
+//! into the same tiers ingest fills (`telemetry_series`, `telemetry_windows`, `telemetry_hours`) — directly, for
+//! speed, with the same block encoding and sums (`crate::telemetry::store::pack`, core `HourSums`).
+//!
+//! A GPU's hour is shaped by how much of it was held that hour (the jobs' occupancy) and a busy level per job and
+//! hour; each minute varies around it (noise a real exporter shows), so the blocks compress as real ones would,
+//! not as constants. MIG instances report utilization and memory (no energy: DCGM has none per instance).
+
+use std::sync::Arc;
+
+use gpuledger_core::telemetry::{HourSums, MS_PER_HOUR, Triple, Window};
+
+use super::*;
+use crate::telemetry::store::{at_ms, pack};
+
+/// The agents' window.
+pub const WINDOW_MS: i64 = 60_000;
+/// Device-hours generated and written per statement.
+const HOURS_PER_CHUNK: usize = 4_000;
+
+/// One series of the fleet: a whole GPU (`gi` -1) or a MIG instance.
+#[derive(Clone)]
+struct Series {
+    gpu: u32,
+    gi: i32,
+    profile: Option<&'static str>,
+    /// Share of the parent's compute (1 for a whole GPU).
+    share: f64,
+}
+
+/// What generating telemetry needs, owned, so chunks are made on the blocking pool while the last one is written.
+pub struct Plan {
+    series: Vec<Series>,
+    class_of: Vec<usize>,
+    hours: u32,
+    start_ms: i64,
+    seed: u64,
+    /// Share of each GPU held in each hour (GPU-major).
+    occupancy: Vec<f32>,
+}
+
+/// A chunk ready to insert: column vectors of both tiers.
+#[derive(Default)]
+pub struct Chunk {
+    pub series: Vec<i64>,
+    pub hour: Vec<OffsetDateTime>,
+    pub windows: Vec<i16>,
+    pub blocks: Vec<Vec<u8>>,
+    pub sums: Vec<HourSums>,
+    /// Windows in the chunk.
+    pub count: u64,
+}
+
+impl Plan {
+    /// The plan of `w`'s telemetry (hourly occupancy from its jobs).
+    pub fn of(w: &World) -> Plan {
+        let mut series: Vec<Series> =
+            (0..w.spec.gpus as u32).map(|g| Series { gpu: g, gi: -1, profile: None, share: 1.0 }).collect();
+        for mi in &w.migs {
+            let class = w.nodes[(mi.gpu / 8) as usize].class;
+            series.push(Series {
+                gpu: mi.gpu,
+                gi: i32::from(mi.gi),
+                profile: Some(mig_profile(class, mi.slices)),
+                share: f64::from(mi.slices) / 7.0,
+            });
+        }
+        Plan {
+            series,
+            class_of: (0..w.spec.gpus as u32).map(|g| w.nodes[(g / 8) as usize].class).collect(),
+            hours: w.hours(),
+            start_ms: unix(w.spec.start) * 1_000,
+            seed: w.spec.seed,
+            occupancy: w.occupancy_hourly(),
+        }
+    }
+
+    /// Series (whole GPUs, then MIG instances).
+    pub fn series_count(&self) -> usize {
+        self.series.len()
+    }
+
+    /// Device-hours in all.
+    pub fn device_hours(&self) -> usize {
+        self.series.len() * self.hours as usize
+    }
+
+    /// Device-hours per chunk.
+    pub fn chunk_len(&self) -> usize {
+        HOURS_PER_CHUNK
+    }
+
+    /// Series `i`: (GPU index, GPU instance ID, MIG profile).
+    pub fn series_key(&self, i: usize) -> (u32, i32, Option<&'static str>) {
+        let s = &self.series[i];
+        (s.gpu, s.gi, s.profile)
+    }
+
+    /// The `c`-th chunk of device-hours (series-major), with `ids` the series' stored IDs.
+    pub fn chunk(&self, c: usize, ids: &[i64]) -> Result<Chunk, DbError> {
+        let hours = self.hours as usize;
+        let mut out = Chunk::default();
+        let first = c * HOURS_PER_CHUNK;
+        let last = (first + HOURS_PER_CHUNK).min(self.device_hours());
+        let mut windows = Vec::with_capacity(60);
+        for k in first..last {
+            let (si, h) = (k / hours, (k % hours) as u32);
+            let s = &self.series[si];
+            let hour_ms = self.start_ms + i64::from(h) * MS_PER_HOUR;
+            windows.clear();
+            self.hour_windows(s, h, hour_ms, &mut windows);
+            out.series.push(ids[si]);
+            out.hour.push(at_ms(hour_ms));
+            out.windows.push(windows.len() as i16);
+            out.blocks.push(pack(hour_ms, &windows)?);
+            out.sums.push(HourSums::of(hour_ms, &windows));
+            out.count += windows.len() as u64;
+        }
+        Ok(out)
+    }
+
+    fn hour_windows(&self, s: &Series, h: u32, hour_ms: i64, out: &mut Vec<Window>) {
+        let g = s.gpu;
+        let class = &CLASSES[self.class_of[g as usize]];
+        let occ = f64::from(self.occupancy[g as usize * self.hours as usize + h as usize]).min(1.0);
+        // The hour's busy level (as `World::utilization`): some held GPUs sit idle.
+        let x = unit((u64::from(g) << 24) ^ u64::from(h) ^ self.seed ^ (s.gi as u64) << 48);
+        let busy = if x < 0.08 { 0.02 } else { 0.35 + 0.6 * x };
+        let util = occ * busy * 100.0;
+        let mem_total = class.memory_mib as f64 * s.share;
+        for m in 0..60_u32 {
+            let n = unit(self.seed ^ (u64::from(g) << 32) ^ (u64::from(h) << 8) ^ u64::from(m) ^ (s.gi as u64) << 56);
+            let u = (util * (0.85 + 0.3 * n)).min(100.0);
+            let (umin, umax) = (u * 0.6, (u * 1.3 + 2.0 * occ).min(100.0));
+            let mem = mem_total * occ * (0.55 + 0.02 * n);
+            let q = |v: f64, scale: f64| (v * scale).round() as i64;
+            let power = |u: f64| class.idle_w + (class.busy_w - class.idle_w) * u / 100.0;
+            let start_ms = hour_ms + i64::from(m) * WINDOW_MS;
+            let whole = s.gi < 0;
+            out.push(Window {
+                start_ms,
+                end_ms: start_ms + WINDOW_MS,
+                samples: 6,
+                util: Some(Triple { min: q(umin, 10.0), avg: q(u, 10.0), max: q(umax, 10.0) }),
+                mem: Some(Triple { min: q(mem * 0.98, 1.0), avg: q(mem, 1.0), max: q(mem * 1.02, 1.0) }),
+                power: whole.then(|| Triple {
+                    min: q(power(umin), 10.0),
+                    avg: q(power(u), 10.0),
+                    max: q(power(umax), 10.0),
+                }),
+                energy_j: whole.then(|| (power(u) * 60.0).round() as u64),
+                pod: None,
+            });
+        }
+    }
+}
+
+/// Writes the plan's series (one statement) and returns their IDs in plan order.
+pub async fn insert_series(
+    tx: &mut OrgTx,
+    o: Uuid,
+    w: &World,
+    cluster_of: &[Uuid],
+    plan: &Plan,
+) -> Result<Vec<i64>, DbError> {
+    let mut cols: (Vec<Uuid>, Vec<String>, Vec<i32>, Vec<String>, Vec<Option<&str>>) = Default::default();
+    for i in 0..plan.series_count() {
+        let (g, gi, profile) = plan.series_key(i);
+        let node = &w.nodes[(g / 8) as usize];
+        cols.0.push(cluster_of[node.cluster]);
+        cols.1.push(gpu_uuid(g));
+        cols.2.push(gi);
+        cols.3.push(node_name(g / 8));
+        cols.4.push(profile);
+    }
+    let rows: Vec<(Uuid, String, i32, i64)> = sqlx::query_as(
+        "INSERT INTO telemetry_series (org_id, cluster_id, gpu_uuid, gpu_instance_id, node, mig_profile)
+         SELECT $1, * FROM unnest($2::uuid[], $3::text[], $4::int[], $5::text[], $6::text[])
+         ON CONFLICT (org_id, cluster_id, gpu_uuid, gpu_instance_id) DO UPDATE SET node = EXCLUDED.node
+         RETURNING cluster_id, gpu_uuid, gpu_instance_id, series_id",
+    )
+    .bind(o)
+    .bind(&cols.0)
+    .bind(&cols.1)
+    .bind(&cols.2)
+    .bind(&cols.3)
+    .bind(&cols.4)
+    .fetch_all(tx.conn())
+    .await?;
+    let by_key: HashMap<(Uuid, String, i32), i64> = rows.into_iter().map(|(c, g, i, id)| ((c, g, i), id)).collect();
+    let mut ids = Vec::with_capacity(cols.0.len());
+    for ((c, g), i) in cols.0.into_iter().zip(cols.1).zip(cols.2) {
+        ids.push(*by_key.get(&(c, g, i)).ok_or_else(|| DbError::Data("telemetry series not stored".into()))?);
+    }
+    Ok(ids)
+}
+
+/// Inserts a chunk into both tiers.
+pub async fn insert_chunk(tx: &mut OrgTx, o: Uuid, c: &Chunk) -> Result<(), DbError> {
+    sqlx::query(
+        "INSERT INTO telemetry_windows (org_id, series_id, hour, windows, block)
+         SELECT $1, * FROM unnest($2::bigint[], $3::timestamptz[], $4::smallint[], $5::bytea[])",
+    )
+    .bind(o)
+    .bind(&c.series)
+    .bind(&c.hour)
+    .bind(&c.windows)
+    .bind(&c.blocks)
+    .execute(tx.conn())
+    .await?;
+    let col =
+        |f: fn(&HourSums) -> i64| c.sums.iter().map(|x| i32::try_from(f(x)).unwrap_or(i32::MAX)).collect::<Vec<_>>();
+    sqlx::query(
+        "INSERT INTO telemetry_hours (org_id, series_id, hour, windows, samples, sampled_ms, span_from_ms, span_to_ms,
+             util_ms, util_sum, util_max, mem_max, power_max, energy_ms, energy_j)
+         SELECT $1, * FROM unnest($2::bigint[], $3::timestamptz[], $4::smallint[], $5::int[], $6::int[], $7::int[],
+             $8::int[], $9::int[], $10::bigint[], $11::smallint[], $12::int[], $13::int[], $14::int[], $15::bigint[])",
+    )
+    .bind(o)
+    .bind(&c.series)
+    .bind(&c.hour)
+    .bind(&c.windows)
+    .bind(col(|x| x.samples))
+    .bind(col(|x| x.sampled_ms))
+    .bind(col(|x| x.span_from_ms))
+    .bind(col(|x| x.span_to_ms))
+    .bind(col(|x| x.util_ms))
+    .bind(c.sums.iter().map(|x| x.util_sum).collect::<Vec<_>>())
+    .bind(c.sums.iter().map(|x| i16::try_from(x.util_max).unwrap_or(i16::MAX)).collect::<Vec<_>>())
+    .bind(col(|x| x.mem_max))
+    .bind(col(|x| x.power_max))
+    .bind(col(|x| x.energy_ms))
+    .bind(c.sums.iter().map(|x| x.energy_j).collect::<Vec<_>>())
+    .execute(tx.conn())
+    .await?;
+    Ok(())
+}
+
+/// Writes the whole plan, making the next chunk on the blocking pool while the last one is written.
+pub async fn write_all(tx: &mut OrgTx, o: Uuid, w: &World, cluster_of: &[Uuid], label: &str) -> Result<u64, DbError> {
+    let plan = Arc::new(Plan::of(w));
+    let ids = Arc::new(insert_series(tx, o, w, cluster_of, &plan).await?);
+    let chunks = plan.device_hours().div_ceil(plan.chunk_len());
+    let make = |c: usize| {
+        let (plan, ids) = (Arc::clone(&plan), Arc::clone(&ids));
+        tokio::task::spawn_blocking(move || plan.chunk(c, &ids))
+    };
+    let mut written = 0_u64;
+    let mut next = (chunks > 0).then(|| make(0));
+    let mut next_log = 0;
+    for c in 0..chunks {
+        let Some(pending) = next.take() else { break };
+        let chunk = pending.await.map_err(|e| DbError::Data(e.to_string()))??;
+        if c + 1 < chunks {
+            next = Some(make(c + 1));
+        }
+        if c * plan.chunk_len() >= next_log {
+            tracing::info!(
+                "{label}: telemetry {}/{} device-hours (60 s windows)",
+                grouped(c * plan.chunk_len()),
+                grouped(plan.device_hours())
+            );
+            next_log += (plan.device_hours() / 10).max(plan.chunk_len());
+        }
+        insert_chunk(tx, o, &chunk).await?;
+        written += chunk.count;
+    }
+    tracing::info!("{label}: telemetry {} windows written", grouped(written as usize));
+    Ok(written)
+}
