@@ -48,6 +48,8 @@ CREATE TABLE telemetry_hours (
     power_max       integer     NOT NULL CHECK (power_max >= 0),  -- 0.1 W
     energy_ms       integer     NOT NULL CHECK (energy_ms >= 0),
     energy_j        bigint      NOT NULL CHECK (energy_j >= 0),   -- whole joules
+    -- Size of the hour's full-resolution block (what keeping it costs, for the coverage page).
+    block_bytes     integer     NOT NULL DEFAULT 0 CHECK (block_bytes >= 0),
     PRIMARY KEY (org_id, series_id, hour),
     CHECK (span_to_ms > span_from_ms)
 ) PARTITION BY RANGE (hour);

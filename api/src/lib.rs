@@ -21,6 +21,7 @@ pub mod ingest;
 pub mod ledger;
 pub mod orgs;
 pub mod policy;
+pub mod telemetry;
 pub mod tenancy;
 pub mod training;
 pub mod usage;

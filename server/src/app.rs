@@ -93,6 +93,7 @@ pub fn api_routes(state: &AppState) -> Router<AppState> {
         .merge(crate::budgets::router())
         .merge(crate::policy::impact_router())
         .merge(crate::tenancy::impact_router())
+        .merge(crate::telemetry::router())
         .route_layer(middleware::from_fn_with_state(state.clone(), heavy_read));
     Router::new()
         .merge(ingest::router())

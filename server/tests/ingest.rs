@@ -520,6 +520,25 @@ async fn telemetry_lands_in_monthly_partitions_once() {
     let blocks: i64 =
         sqlx::query_scalar("SELECT sum(windows)::bigint FROM telemetry_windows").fetch_one(&env.admin).await.unwrap();
     assert_eq!(blocks, 91);
+    // Coverage of October: the node sent 60 windows of 60 s for one GPU-hour; no allocation held it.
+    let mut tx = env.db.begin_org(env.org).await.unwrap();
+    let cov = gpuledger_server::telemetry::coverage(
+        &mut tx,
+        gpuledger_core::Period::parse("2026-10").unwrap(),
+        datetime!(2026-11-15 00:00 UTC),
+    )
+    .await
+    .unwrap();
+    tx.commit().await.unwrap();
+    assert_eq!(cov.nodes.len(), 1, "{cov:?}");
+    let node = &cov.nodes[0];
+    assert_eq!(node.node.as_deref(), Some("node-1"));
+    assert_eq!((node.gpus, node.windows, node.median_window_secs.as_deref()), (1, 60, Some("60")));
+    assert_eq!((node.gpu_hours_with_telemetry.as_str(), node.gpu_hours_held.as_str()), ("1.00", "0.00"));
+    assert!(node.bytes_full_resolution > 0 && node.bytes_hourly > 0);
+    assert_eq!(cov.clusters.len(), 1);
+    assert_eq!(cov.clusters[0].windows, 60);
+    assert_eq!(cov.starts_at, "2026-10-01T00:00:00Z");
 }
 
 fn usage(tenant: &str, model: &str, start: OffsetDateTime, minutes: i64, counts: (u64, u64, u64)) -> Fact {

@@ -1,14 +1,26 @@
-//! The foresight operations: idle reservations, budgets, forecast, webhooks (docs/foresight.md).
+//! The foresight operations: idle reservations, budgets, forecast, webhooks (docs/foresight.md); telemetry coverage.
 
 use gpuledger_api::{
     Items,
     foresight::{Budget, BudgetBody, Budgets, CreatedWebhook, Delivery, Forecast, IdleList, Webhook, WebhookBody},
 };
 
+use gpuledger_api::telemetry::Coverage;
+
 use super::Op;
 
 pub(super) fn operations() -> Vec<Op> {
     vec![
+        Op::get(
+            "/api/v1/telemetry/coverage",
+            "Telemetry coverage of a month per cluster and node: GPUs and MIG instances that reported, GPU-hours held \
+             by allocations, GPU-hours with telemetry, windows received, median window seconds, bytes kept per tier \
+             (full resolution, hourly), the latest hour, and a status (reporting, partial, silent) with what to do. \
+             ?period=YYYY-MM (default: this month). Admins",
+        )
+        .token()
+        .answers::<Coverage>(200, "Clusters and nodes, by name")
+        .errors(&[401, 403, 422]),
         Op::get(
             "/api/v1/idle",
             "Idle reservations now: allocations holding GPUs whose activity has stayed below the policy's idle \

@@ -154,10 +154,11 @@ async fn write_sums(tx: &mut OrgTx, rows: &HourRows) -> Result<(), DbError> {
     let big = |f: fn(&HourSums) -> i64| s.iter().map(f).collect::<Vec<i64>>();
     sqlx::query(
         "INSERT INTO telemetry_hours (org_id, series_id, hour, windows, samples, sampled_ms, span_from_ms, span_to_ms,
-             util_ms, util_sum, util_max, mem_max, power_max, energy_ms, energy_j)
+             util_ms, util_sum, util_max, mem_max, power_max, energy_ms, energy_j, block_bytes)
          SELECT $1, * FROM unnest($2::bigint[], $3::timestamptz[], $4::smallint[], $5::int[], $6::int[], $7::int[],
-             $8::int[], $9::int[], $10::bigint[], $11::smallint[], $12::int[], $13::int[], $14::int[], $15::bigint[])
-         ON CONFLICT (org_id, series_id, hour) DO UPDATE SET windows = EXCLUDED.windows, samples = EXCLUDED.samples,
+             $8::int[], $9::int[], $10::bigint[], $11::smallint[], $12::int[], $13::int[], $14::int[], $15::bigint[],
+             $16::int[])
+         ON CONFLICT (org_id, series_id, hour) DO UPDATE SET block_bytes = EXCLUDED.block_bytes, windows = EXCLUDED.windows, samples = EXCLUDED.samples,
              sampled_ms = EXCLUDED.sampled_ms, span_from_ms = EXCLUDED.span_from_ms,
              span_to_ms = EXCLUDED.span_to_ms, util_ms = EXCLUDED.util_ms, util_sum = EXCLUDED.util_sum,
              util_max = EXCLUDED.util_max, mem_max = EXCLUDED.mem_max, power_max = EXCLUDED.power_max,
@@ -178,6 +179,7 @@ async fn write_sums(tx: &mut OrgTx, rows: &HourRows) -> Result<(), DbError> {
     .bind(col(|x| x.power_max))
     .bind(col(|x| x.energy_ms))
     .bind(big(|x| x.energy_j))
+    .bind(rows.blocks.iter().map(|b| int(b.len() as i64)).collect::<Vec<i32>>())
     .execute(tx.conn())
     .await?;
     Ok(())
@@ -238,6 +240,7 @@ pub async fn store_windows(tx: &mut OrgTx, cluster: ClusterId, series: Vec<Serie
             new_sums.hour.push(fresh.hour[i]);
             new_sums.windows.push(fresh.windows[i]);
             new_sums.sums.push(fresh.sums[i]);
+            new_sums.blocks.push(std::mem::take(&mut fresh.blocks[i]));
         }
     }
     if !new_sums.series.is_empty() {
@@ -469,4 +472,108 @@ pub async fn move_legacy(tx: &mut OrgTx, limit: i64) -> Result<u64, DbError> {
         store_windows(tx, ClusterId::from_uuid(cluster), series.into_values().collect()).await?;
     }
     Ok(moved)
+}
+
+/// One cluster's (node `None`) or node's telemetry in a month, from the hourly tier and the allocations.
+pub struct CoverageRow {
+    /// Cluster.
+    pub cluster_id: Uuid,
+    /// Cluster name.
+    pub cluster: String,
+    /// Node (None: the cluster's total).
+    pub node: Option<String>,
+    /// Whole GPUs that reported.
+    pub gpus: i64,
+    /// MIG instances that reported.
+    pub mig_instances: i64,
+    /// Whole-GPU milliseconds covered by windows.
+    pub gpu_ms: i64,
+    /// Windows.
+    pub windows: i64,
+    /// Hour rows (both tiers hold one per device-hour).
+    pub hour_rows: i64,
+    /// Σ block bytes.
+    pub block_bytes: i64,
+    /// Median of the hours' mean window length, ms.
+    pub median_window_ms: Option<i64>,
+    /// Latest hour with telemetry.
+    pub last_hour: Option<OffsetDateTime>,
+    /// GPU-equivalent hours held by allocations (decimal text, exact).
+    pub held_hours: String,
+}
+
+/// The month's coverage per cluster and node: telemetry from `telemetry_hours` (never the blocks), held hours from
+/// the allocations (open ones counted until `now`).
+pub async fn coverage(
+    tx: &mut OrgTx,
+    start: OffsetDateTime,
+    end: OffsetDateTime,
+    now: OffsetDateTime,
+) -> Result<Vec<CoverageRow>, DbError> {
+    #[allow(clippy::type_complexity)]
+    let rows: Vec<(
+        Uuid,
+        String,
+        Option<String>,
+        i64,
+        i64,
+        i64,
+        i64,
+        i64,
+        i64,
+        Option<i64>,
+        Option<OffsetDateTime>,
+        String,
+    )> = sqlx::query_as(
+        "WITH t AS (
+             SELECT s.cluster_id, s.node,
+                    count(DISTINCT s.series_id) FILTER (WHERE s.gpu_instance_id = -1) AS gpus,
+                    count(DISTINCT s.series_id) FILTER (WHERE s.gpu_instance_id >= 0) AS instances,
+                    coalesce(sum(h.sampled_ms) FILTER (WHERE s.gpu_instance_id = -1), 0)::bigint AS gpu_ms,
+                    sum(h.windows)::bigint AS windows, count(*) AS hour_rows, sum(h.block_bytes)::bigint AS block_bytes,
+                    percentile_disc(0.5) WITHIN GROUP (ORDER BY h.sampled_ms / h.windows) AS median_ms,
+                    max(h.hour) AS last_hour
+               FROM telemetry_hours h
+               JOIN telemetry_series s ON s.org_id = h.org_id AND s.series_id = h.series_id
+              WHERE h.org_id = $1 AND s.org_id = $1 AND h.hour >= $2 AND h.hour < $3
+              GROUP BY GROUPING SETS ((s.cluster_id, s.node), (s.cluster_id))),
+         a AS (
+             SELECT cluster_id, node,
+                    sum(extract(epoch FROM least(coalesce(ended_at, $4), $3, $4) - greatest(started_at, $2))
+                        * fraction_num / fraction_den) / 3600 AS held
+               FROM allocation_intervals
+              WHERE org_id = $1 AND started_at < least($3, $4) AND (ended_at IS NULL OR ended_at > $2)
+                AND fraction_num IS NOT NULL AND node IS NOT NULL
+              GROUP BY GROUPING SETS ((cluster_id, node), (cluster_id)))
+         SELECT coalesce(t.cluster_id, a.cluster_id), c.name, coalesce(t.node, a.node),
+                coalesce(t.gpus, 0), coalesce(t.instances, 0), coalesce(t.gpu_ms, 0), coalesce(t.windows, 0),
+                coalesce(t.hour_rows, 0), coalesce(t.block_bytes, 0), t.median_ms::bigint, t.last_hour,
+                round(greatest(coalesce(a.held, 0), 0), 2)::text
+           FROM t FULL JOIN a ON a.cluster_id = t.cluster_id AND a.node IS NOT DISTINCT FROM t.node
+           JOIN clusters c ON c.org_id = $1 AND c.cluster_id = coalesce(t.cluster_id, a.cluster_id)
+          ORDER BY 2, 3 NULLS FIRST",
+    )
+    .bind(tx.org().as_uuid())
+    .bind(start)
+    .bind(end)
+    .bind(now)
+    .fetch_all(tx.conn())
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|r| CoverageRow {
+            cluster_id: r.0,
+            cluster: r.1,
+            node: r.2,
+            gpus: r.3,
+            mig_instances: r.4,
+            gpu_ms: r.5,
+            windows: r.6,
+            hour_rows: r.7,
+            block_bytes: r.8,
+            median_window_ms: r.9,
+            last_hour: r.10,
+            held_hours: r.11,
+        })
+        .collect())
 }

@@ -212,9 +212,10 @@ pub async fn insert_chunk(tx: &mut OrgTx, o: Uuid, c: &Chunk) -> Result<(), DbEr
         |f: fn(&HourSums) -> i64| c.sums.iter().map(|x| i32::try_from(f(x)).unwrap_or(i32::MAX)).collect::<Vec<_>>();
     sqlx::query(
         "INSERT INTO telemetry_hours (org_id, series_id, hour, windows, samples, sampled_ms, span_from_ms, span_to_ms,
-             util_ms, util_sum, util_max, mem_max, power_max, energy_ms, energy_j)
+             util_ms, util_sum, util_max, mem_max, power_max, energy_ms, energy_j, block_bytes)
          SELECT $1, * FROM unnest($2::bigint[], $3::timestamptz[], $4::smallint[], $5::int[], $6::int[], $7::int[],
-             $8::int[], $9::int[], $10::bigint[], $11::smallint[], $12::int[], $13::int[], $14::int[], $15::bigint[])",
+             $8::int[], $9::int[], $10::bigint[], $11::smallint[], $12::int[], $13::int[], $14::int[], $15::bigint[],
+             $16::int[])",
     )
     .bind(o)
     .bind(&c.series)
@@ -231,6 +232,7 @@ pub async fn insert_chunk(tx: &mut OrgTx, o: Uuid, c: &Chunk) -> Result<(), DbEr
     .bind(col(|x| x.power_max))
     .bind(col(|x| x.energy_ms))
     .bind(c.sums.iter().map(|x| x.energy_j).collect::<Vec<_>>())
+    .bind(c.blocks.iter().map(|b| i32::try_from(b.len()).unwrap_or(i32::MAX)).collect::<Vec<_>>())
     .execute(tx.conn())
     .await?;
     Ok(())
