@@ -10,8 +10,12 @@ use crate::{
     ledger::{CSV_HEADER, LedgerInput, LedgerLine, compute},
 };
 
-/// The `format` of bundles this version writes and reads.
-pub const BUNDLE_FORMAT: &str = "gpuledger-evidence-bundle/1";
+/// The `format` of bundles this version writes: energy records are per device and hour (the hourly tier's exact
+/// joules over the span its windows covered), not per telemetry window.
+pub const BUNDLE_FORMAT: &str = "gpuledger-evidence-bundle/2";
+/// The format of bundles closed before the telemetry tiers (one energy record per telemetry window). Read and
+/// verified as ever: the records differ in length only, the computation is the same.
+pub const BUNDLE_FORMAT_V1: &str = "gpuledger-evidence-bundle/1";
 
 /// A closed period as one JSON document.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -101,8 +105,11 @@ impl Verification {
 
 /// Recomputes a bundle's lines from its inputs and compares them, field by field, with its lines and hash.
 pub fn verify(bundle: &Bundle) -> Result<Verification, DomainError> {
-    if bundle.format != BUNDLE_FORMAT {
-        return Err(DomainError::invalid_at("format", format!("{:?} is not {BUNDLE_FORMAT}", bundle.format)));
+    if bundle.format != BUNDLE_FORMAT && bundle.format != BUNDLE_FORMAT_V1 {
+        return Err(DomainError::invalid_at(
+            "format",
+            format!("{:?} is not {BUNDLE_FORMAT} or {BUNDLE_FORMAT_V1}", bundle.format),
+        ));
     }
     let mut differences = Vec::new();
     if bundle.inputs.period != bundle.period {

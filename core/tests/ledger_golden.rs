@@ -9,7 +9,7 @@
 
 use gpuledger_core::{
     Confidence, Fraction, Period,
-    bundle::{BUNDLE_FORMAT, Bundle, close_hash, verify},
+    bundle::{BUNDLE_FORMAT, BUNDLE_FORMAT_V1, Bundle, close_hash, verify},
     decimal::Decimal,
     ids::{DepartmentId, TenantId},
     ledger::{
@@ -990,6 +990,46 @@ fn s11b_a_bundle_verifies_and_a_tampered_one_names_the_line() {
     assert!(!v.ok());
     assert!(v.differences.iter().any(|d| d.contains("line 2026-09/borrowed/alpha/H100-80GB:")), "{:?}", v.differences);
     assert!(v.differences.iter().any(|d| d.starts_with("hash:")), "{:?}", v.differences);
+}
+
+/// Bundles closed before the telemetry tiers (format 1: an energy record per 60 s window) still verify, and so do
+/// format-2 bundles of the same month with the windows summed per device-hour; an unknown format is refused.
+#[test]
+fn s11d_v1_and_v2_bundles_verify() {
+    let mut inp = busy_month();
+    inp.policy.energy = Some(EnergyPrice { per_kwh: dec("0.20"), pue: None });
+    let minute = |gpu: &str, m: i64, j: u64| EnergyRecord {
+        gpu_uuid: gpu.into(),
+        start: inp.period.start() + time::Duration::minutes(m),
+        end: inp.period.start() + time::Duration::minutes(m + 1),
+        joules: j,
+    };
+    let mut v1 = inp.clone();
+    v1.energy = (0..180).map(|m| minute("GPU-1", m, 40_000 + (m as u64 % 7) * 1_000)).collect();
+    let lines = lines_of(&v1);
+    let mut bundle = bundle_of(&v1, lines);
+    bundle.format = BUNDLE_FORMAT_V1.into();
+    assert!(verify(&bundle).unwrap().ok());
+    // The same windows as hours (what the close writes now): the hours' joules are the windows' exact sums.
+    let mut v2 = inp.clone();
+    v2.energy = (0..3)
+        .map(|h| EnergyRecord {
+            gpu_uuid: "GPU-1".into(),
+            start: inp.period.start() + time::Duration::hours(h),
+            end: inp.period.start() + time::Duration::hours(h + 1),
+            joules: v1.energy[(h * 60) as usize..((h + 1) * 60) as usize].iter().map(|r| r.joules).sum(),
+        })
+        .collect();
+    let bundle2 = bundle_of(&v2, lines_of(&v2));
+    assert_eq!(bundle2.format, BUNDLE_FORMAT);
+    let energy = |b: &Bundle| -> Vec<(String, String)> {
+        b.lines.iter().filter(|l| l.line_id.contains("/energy/")).map(|l| (l.line_id.clone(), l.amount.to_string())).collect()
+    };
+    assert!(!energy(&bundle).is_empty(), "the month has energy lines");
+    assert!(verify(&bundle2).unwrap().ok());
+    let mut unknown = bundle2.clone();
+    unknown.format = "gpuledger-evidence-bundle/9".into();
+    assert!(verify(&unknown).is_err());
 }
 
 #[test]
