@@ -311,10 +311,14 @@ pub fn encode(hour_ms: i64, windows: &[Window]) -> Vec<u8> {
         }
     }
     for (w, p) in windows.iter().zip(&pod_of) {
-        let flags = u8::from(w.util.is_some()) * HAS_UTIL
-            | u8::from(w.mem.is_some()) * HAS_MEM
-            | u8::from(w.power.is_some()) * HAS_POWER
-            | u8::from(w.energy_j.is_some()) * HAS_ENERGY;
+        let flags = [
+            (w.util.is_some(), HAS_UTIL),
+            (w.mem.is_some(), HAS_MEM),
+            (w.power.is_some(), HAS_POWER),
+            (w.energy_j.is_some(), HAS_ENERGY),
+        ]
+        .iter()
+        .fold(0_u8, |f, (has, bit)| if *has { f | bit } else { f });
         out.push(flags);
         put(&mut out, *p as u64);
     }

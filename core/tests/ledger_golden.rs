@@ -1023,7 +1023,11 @@ fn s11d_v1_and_v2_bundles_verify() {
     let bundle2 = bundle_of(&v2, lines_of(&v2));
     assert_eq!(bundle2.format, BUNDLE_FORMAT);
     let energy = |b: &Bundle| -> Vec<(String, String)> {
-        b.lines.iter().filter(|l| l.line_id.contains("/energy/")).map(|l| (l.line_id.clone(), l.amount.to_string())).collect()
+        b.lines
+            .iter()
+            .filter(|l| l.line_id.contains("/energy/"))
+            .map(|l| (l.line_id.clone(), l.amount.to_string()))
+            .collect()
     };
     assert!(!energy(&bundle).is_empty(), "the month has energy lines");
     assert!(verify(&bundle2).unwrap().ok());

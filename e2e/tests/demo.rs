@@ -133,7 +133,11 @@ async fn stored_counts(pool: &PgPool, before: &str) -> Vec<(&'static str, i64)> 
     for (name, sql) in [
         ("events", "SELECT count(*) FROM allocation_events WHERE occurred_at < '{t}'"),
         ("intervals", "SELECT count(*) FROM allocation_intervals WHERE started_at < '{t}'"),
-        ("telemetry", "SELECT count(*) FROM telemetry_rollups WHERE window_end <= '{t}'"),
+        (
+            "telemetry",
+            "SELECT coalesce(sum(windows), 0)::int8 FROM telemetry_hours
+              WHERE hour + make_interval(secs => span_to_ms / 1000.0) <= '{t}'",
+        ),
         ("service_usage", "SELECT count(*) FROM service_usage WHERE window_end <= '{t}'"),
         ("ownership", "SELECT count(*) FROM namespace_ownership"),
         ("devices", "SELECT count(*) FROM devices"),
@@ -198,27 +202,36 @@ async fn the_demo_history_comes_from_the_agents_and_a_reload_stores_nothing_new(
     let queues: i64 =
         demo_scalar(&pool, "SELECT count(DISTINCT subject) FROM allocation_events WHERE kind = 'quota_observed'").await;
     assert!(queues >= 8, "{queues} Kueue ClusterQueues reported");
-    // Hourly telemetry for every GPU over the whole history, energy consistent with power.
+    // Hourly telemetry for every GPU over the whole history (one window an hour, in the tiers), energy no more than
+    // the hour's highest power allows.
     let (rows, expected): (i64, i64) = (
-        demo_scalar(&pool, "SELECT count(*) FROM telemetry_rollups").await,
         demo_scalar(
             &pool,
-            "SELECT (count(DISTINCT gpu_uuid) * extract(epoch FROM max(window_end) - min(window_start)) / 3600)::int8
-               FROM telemetry_rollups",
+            "SELECT sum(h.windows)::int8 FROM telemetry_hours h JOIN telemetry_series s USING (org_id, series_id)
+              WHERE s.gpu_instance_id = -1",
+        )
+        .await,
+        demo_scalar(
+            &pool,
+            "SELECT (count(DISTINCT s.gpu_uuid) * extract(epoch FROM max(h.hour + make_interval(secs => h.span_to_ms / 1000.0))
+                     - min(h.hour + make_interval(secs => h.span_from_ms / 1000.0))) / 3600)::int8
+               FROM telemetry_hours h JOIN telemetry_series s USING (org_id, series_id) WHERE s.gpu_instance_id = -1",
         )
         .await,
     );
-    assert_eq!(rows, expected, "one rollup per GPU per hour");
+    assert_eq!(rows, expected, "one window per GPU per hour");
+    let full_resolution: i64 = demo_scalar(&pool, "SELECT sum(windows)::int8 FROM telemetry_windows").await;
+    let hourly: i64 = demo_scalar(&pool, "SELECT sum(windows)::int8 FROM telemetry_hours").await;
+    assert_eq!(full_resolution, hourly, "every window is in both tiers");
     let inconsistent: i64 = demo_scalar(
         &pool,
-        "SELECT count(*) FROM telemetry_rollups
-          WHERE window_start > (SELECT min(window_start) FROM telemetry_rollups)
-            AND abs(energy_j - power_avg * 3600) > 0.02 * power_avg * 3600",
+        "SELECT count(*) FROM telemetry_hours
+          WHERE energy_ms > 0 AND (energy_j = 0 OR energy_j > power_max / 10.0 * energy_ms / 1000.0 * 1.001)",
     )
     .await;
-    assert_eq!(inconsistent, 0, "energy matches average power over each hour");
-    // Idle time: GPU-hours that did almost nothing (free GPUs, and reservations left idle).
-    let idle_gpu_hours: i64 = demo_scalar(&pool, "SELECT count(*) FROM telemetry_rollups WHERE util_max < 5").await;
+    assert_eq!(inconsistent, 0, "energy within the hour's highest power");
+    // Idle time: GPU-hours that did almost nothing (free GPUs, and reservations left idle). Utilization in 0.1 %.
+    let idle_gpu_hours: i64 = demo_scalar(&pool, "SELECT count(*) FROM telemetry_hours WHERE util_max < 50").await;
     assert!(idle_gpu_hours > 100, "{idle_gpu_hours} idle GPU-hours");
     // It came over HTTP with agent credentials made for the purpose, revoked afterwards.
     let used_tokens: i64 = demo_scalar(

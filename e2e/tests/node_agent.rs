@@ -43,7 +43,9 @@ async fn simulated_node_delivers_inventory_and_rollups() {
     loop {
         let (devices, windows): (i64, i64) = sqlx::query_as(
             "SELECT (SELECT count(*) FROM devices WHERE node = 'gpu-node-7'),
-                    (SELECT count(DISTINCT window_start) FROM telemetry_rollups WHERE node = 'gpu-node-7')",
+                    (SELECT coalesce(sum(h.windows), 0) / 8 FROM telemetry_hours h
+                       JOIN telemetry_series s ON s.org_id = h.org_id AND s.series_id = h.series_id
+                      WHERE s.node = 'gpu-node-7')::int8",
         )
         .fetch_one(&pool)
         .await
@@ -61,10 +63,11 @@ async fn simulated_node_delivers_inventory_and_rollups() {
     signal(agent.id(), "TERM").unwrap();
     let status = agent.wait().unwrap();
     assert!(status.success(), "{}", std::fs::read_to_string(dir.join("node.log")).unwrap_or_default());
-    // Every window has all 8 GPUs, with samples, utilization within 0–100 and positive energy.
-    let rows: Vec<(i64, i32, f32, f64)> = sqlx::query_as(
-        "SELECT count(*), min(samples), max(util_max), min(energy_j) FROM telemetry_rollups
-          WHERE node = 'gpu-node-7' AND energy_j IS NOT NULL GROUP BY window_start HAVING count(*) = 8",
+    // Every hour has all 8 GPUs, with samples, utilization within 0–100 % (stored in 0.1 %) and positive energy.
+    let rows: Vec<(i64, i32, i16, i64)> = sqlx::query_as(
+        "SELECT count(*), min(h.samples), max(h.util_max), min(h.energy_j) FROM telemetry_hours h
+           JOIN telemetry_series s ON s.org_id = h.org_id AND s.series_id = h.series_id
+          WHERE s.node = 'gpu-node-7' AND h.energy_ms > 0 GROUP BY h.hour HAVING count(*) = 8",
     )
     .fetch_all(&pool)
     .await
@@ -72,7 +75,7 @@ async fn simulated_node_delivers_inventory_and_rollups() {
     assert!(!rows.is_empty());
     for (n, samples, util_max, energy) in rows {
         assert_eq!(n, 8);
-        assert!(samples >= 1 && util_max <= 100.0 && energy > 0.0, "{samples} {util_max} {energy}");
+        assert!(samples >= 1 && util_max <= 1_000 && energy > 0, "{samples} {util_max} {energy}");
     }
     let models: Vec<String> = sqlx::query_scalar("SELECT DISTINCT model FROM devices").fetch_all(&pool).await.unwrap();
     assert_eq!(models, vec!["NVIDIA H100 80GB HBM3".to_string()]);

@@ -90,15 +90,28 @@ impl World<'_> {
             let n: i64 =
                 match a {
                     Acked::Window(gpu, instance, start) => {
-                        sqlx::query_scalar(
-                            "SELECT count(*) FROM telemetry_rollups WHERE gpu_uuid = $1 AND gpu_instance_id = $2
-                        AND window_start = to_timestamp($3)",
+                        // The window's hour block, decoded: stored once means its start is there (a block keeps
+                        // one window per start).
+                        let hour = *start - start.rem_euclid(3_600);
+                        let blocks: Vec<Vec<u8>> = sqlx::query_scalar(
+                            "SELECT w.block FROM telemetry_windows w
+                               JOIN telemetry_series s ON s.org_id = w.org_id AND s.series_id = w.series_id
+                              WHERE s.gpu_uuid = $1 AND s.gpu_instance_id = $2 AND w.hour = to_timestamp($3)",
                         )
                         .bind(gpu)
                         .bind(*instance as i32)
-                        .bind(*start as f64)
-                        .fetch_one(&pool)
-                        .await?
+                        .bind(hour as f64)
+                        .fetch_all(&pool)
+                        .await?;
+                        let mut n = 0_i64;
+                        for b in &blocks {
+                            let mut raw = Vec::new();
+                            std::io::Read::read_to_end(&mut flate2::read::DeflateDecoder::new(b.as_slice()), &mut raw)?;
+                            let windows = gpuledger_core::telemetry::decode(hour * 1_000, &raw)
+                                .map_err(|e| anyhow::anyhow!("block of {gpu}: {e}"))?;
+                            n += windows.iter().filter(|w| w.start_ms == *start * 1_000).count() as i64;
+                        }
+                        n
                     }
                     Acked::Processes(gpu, start) => sqlx::query_scalar(
                         "SELECT count(*) FROM process_windows WHERE gpu_uuid = $1 AND window_start = to_timestamp($2)",

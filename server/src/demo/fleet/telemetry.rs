@@ -156,6 +156,7 @@ impl Plan {
 }
 
 /// Writes the plan's series (one statement) and returns their IDs in plan order.
+#[allow(clippy::type_complexity)] // column vectors for UNNEST inserts
 pub async fn insert_series(
     tx: &mut OrgTx,
     o: Uuid,
