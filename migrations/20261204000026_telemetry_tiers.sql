@@ -133,7 +133,9 @@ BEGIN
 END
 $$;
 
--- The organizations with rows stored before the tiers (the upkeep's cross-organization door; IDs only).
+-- The organizations with rows stored before the tiers (the upkeep's cross-organization door; IDs only). The
+-- function runs as the owner, which sees telemetry_rollups across organizations through this policy only.
+CREATE POLICY legacy_mover ON telemetry_rollups FOR SELECT TO gpuledger_owner USING (true);
 CREATE FUNCTION gpuledger_legacy_telemetry_orgs() RETURNS SETOF uuid
 LANGUAGE sql STABLE SECURITY DEFINER SET search_path = public, pg_temp AS $$
     SELECT o.org_id FROM organizations o WHERE EXISTS (SELECT 1 FROM telemetry_rollups t WHERE t.org_id = o.org_id)

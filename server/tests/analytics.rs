@@ -302,19 +302,12 @@ async fn idle_reservations_and_active_equivalent_hours_by_hand() {
     // D: no telemetry, 9 Oct 20:00 → 10 Oct 04:00, split by the owner change: 4 h each.
     let (d, f) = held("dark", ns, SharingMode::Exclusive, GPU_D, at(9, 20), at(10, 4));
     facts.extend(f);
-    // E: a quiet start shorter than the minimum (45 min at 1 %), then busy.
+    // E: a quiet first hour (1 %), then a busy one (90 %). Analytics read the hourly tier, so an idle stretch is
+    // whole hours: one hour, as long as the default minimum.
     let (e, f) = held("bursty", ns, SharingMode::Exclusive, GPU_A, at(12, 0), at(12, 2));
     facts.extend(f);
-    let mut quiet = telemetry(GPU_A, at(12, 0), at(12, 1), 1.0);
-    if let FactBody::Telemetry(t) = &mut quiet[0].body {
-        t.window_end = at(12, 0) + Duration::minutes(45);
-    }
-    facts.extend(quiet);
-    let mut busy = telemetry(GPU_A, at(12, 1), at(12, 2), 90.0);
-    if let FactBody::Telemetry(t) = &mut busy[0].body {
-        t.window_start = at(12, 0) + Duration::minutes(45);
-    }
-    facts.extend(busy);
+    facts.extend(telemetry(GPU_A, at(12, 0), at(12, 1), 1.0));
+    facts.extend(telemetry(GPU_A, at(12, 1), at(12, 2), 90.0));
     send(&env, facts).await;
 
     let (status, _, report) = get(&env, Some(&env.admin), "period=2026-10").await;
@@ -358,9 +351,10 @@ async fn idle_reservations_and_active_equivalent_hours_by_hand() {
     assert_eq!(rd_beta["from"], "2026-10-10T00:00:00Z");
 
     let re = row(&report, &e, "beta");
-    // 0.75 h × 0.01 + 1.25 h × 0.9 = 0.0075 + 1.125 = 1.1325
-    assert_eq!(numbers(re), ["2.000000", "1.132500", "2.000000", "2.000000", "0.000000"]);
-    assert_eq!(re["idle"], false);
+    // 1 h × 0.01 + 1 h × 0.9 = 0.91; the quiet hour is an idle stretch of the default minimum (1 h).
+    assert_eq!(numbers(re), ["2.000000", "0.910000", "2.000000", "2.000000", "1.000000"]);
+    assert_eq!(re["idle_stretches"][0]["from"], "2026-10-12T00:00:00Z");
+    assert_eq!(re["idle_stretches"][0]["to"], "2026-10-12T01:00:00Z");
 
     // Most idle first.
     let order: Vec<&str> =
@@ -377,16 +371,17 @@ async fn idle_reservations_and_active_equivalent_hours_by_hand() {
     assert_eq!(alpha["observed_gpu_hours"], "15.000000");
     assert_eq!(alpha["idle_gpu_hours"], "12.000000");
     let beta = tenants.iter().find(|t| t["tenant_name"] == "beta").unwrap();
-    assert_eq!((beta["allocations"].as_u64(), beta["idle_allocations"].as_u64()), (Some(2), Some(0)));
+    assert_eq!((beta["allocations"].as_u64(), beta["idle_allocations"].as_u64()), (Some(2), Some(1)));
     assert_eq!(beta["allocated_gpu_hours"], "6.000000");
-    assert_eq!(beta["active_equivalent_gpu_hours"], "1.132500");
-    assert_eq!(beta["idle_gpu_hours"], "0.000000");
+    assert_eq!(beta["active_equivalent_gpu_hours"], "0.910000");
+    assert_eq!(beta["idle_gpu_hours"], "1.000000");
     assert_eq!(tenants.len(), 2);
 
-    // With a 45-minute minimum, E's quiet start becomes an idle stretch.
-    let (_, _, r) = get(&env, Some(&env.export), "period=2026-10&min_idle_hours=0.75").await;
-    assert_eq!(row(&r, &e, "beta")["idle_gpu_hours"], "0.750000");
-    assert_eq!(r["min_idle_hours"], "0.750000");
+    // With a 90-minute minimum, E's quiet hour is no idle stretch.
+    let (_, _, r) = get(&env, Some(&env.export), "period=2026-10&min_idle_hours=1.5").await;
+    assert_eq!(row(&r, &e, "beta")["idle_gpu_hours"], "0.000000");
+    assert_eq!(row(&r, &a, "alpha")["idle_gpu_hours"], "10.000000");
+    assert_eq!(r["min_idle_hours"], "1.500000");
     // A threshold under 2 % leaves the notebook busy.
     let (_, _, r) = get(&env, Some(&env.export), "period=2026-10&idle_threshold_pct=1.5").await;
     assert_eq!(row(&r, &a, "alpha")["idle"], false);

@@ -1204,6 +1204,16 @@ fn cases() -> Vec<Case> {
             },
             control: None,
         },
+        // Telemetry coverage: the organization's own clusters and nodes, for admins.
+        Case {
+            method: "GET",
+            route: "/api/v1/telemetry/coverage",
+            who: Admins,
+            denied: Api,
+            expect: Clean(200),
+            build: |t| org_level(t).and_then(|_| get(format!("/api/v1/telemetry/coverage?period={CLOSED}"))),
+            control: control(AdminToken, 200, false),
+        },
         // Foresight: budgets, forecast, idle reservations and webhooks are the organization's own.
         Case {
             method: "GET",

@@ -1547,3 +1547,38 @@ async fn routine_token_use_can_be_left_out_of_the_audit_log() {
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
     assert_eq!(bad["field"], "exclude");
 }
+
+/// Telemetry stored before the tiers (migration 26) is moved into them by the upkeep, through the same merge as
+/// ingest: nothing lost, nothing counted twice, the old rows deleted, and a second round finds nothing to do.
+#[tokio::test]
+async fn telemetry_stored_before_the_tiers_moves_into_them() {
+    let env = env().await;
+    // 90 one-minute windows (as agents sent them before), one of them with a value the tiers refuse (150 %).
+    sqlx::query(
+        "INSERT INTO telemetry_rollups (org_id, cluster_id, gpu_uuid, gpu_instance_id, window_start, window_end, node,
+             samples, util_min, util_avg, util_max, power_min, power_avg, power_max, energy_j)
+         SELECT $1, c.cluster_id, 'GPU-legacy', -1, t, t + interval '1 minute', 'node-9', 6,
+                10, CASE WHEN m = 7 THEN 150 ELSE 40 END, 80, 100, 200, 300, 12000.4
+           FROM clusters c, generate_series(0, 89) m, LATERAL (SELECT timestamptz '2026-10-31 23:00Z' + m * interval '1 minute') AS x(t)
+          WHERE c.org_id = $1 AND c.name = 'gpu-east'",
+    )
+    .bind(env.org.as_uuid())
+    .execute(&env.admin)
+    .await
+    .unwrap();
+    let moved = gpuledger_server::maintenance::move_legacy_telemetry(&env.db).await.unwrap();
+    assert_eq!(moved, 90);
+    let left: i64 = sqlx::query_scalar("SELECT count(*) FROM telemetry_rollups").fetch_one(&env.admin).await.unwrap();
+    assert_eq!(left, 0);
+    let (windows, energy, util_ms): (i64, i64, i64) = sqlx::query_as(
+        "SELECT sum(h.windows)::bigint, sum(h.energy_j)::bigint, sum(h.util_ms)::bigint FROM telemetry_hours h
+           JOIN telemetry_series s ON s.org_id = h.org_id AND s.series_id = h.series_id WHERE s.gpu_uuid = 'GPU-legacy'",
+    )
+    .fetch_one(&env.admin)
+    .await
+    .unwrap();
+    // Every window kept, energy rounded to joules per window; the one with 150 % keeps its window without its
+    // utilization.
+    assert_eq!((windows, energy, util_ms), (90, 90 * 12_000, 89 * 60_000));
+    assert_eq!(gpuledger_server::maintenance::move_legacy_telemetry(&env.db).await.unwrap(), 0);
+}

@@ -6,7 +6,7 @@ use std::io::{Read, Write};
 use flate2::{Compression, read::DeflateDecoder, write::DeflateEncoder};
 use gpuledger_core::{
     ids::ClusterId,
-    telemetry::{HourSums, Window, decode, encode, merge},
+    telemetry::{HourSums, Window, WindowError, decode, encode, merge},
 };
 use time::OffsetDateTime;
 use uuid::Uuid;
@@ -446,18 +446,24 @@ pub async fn move_legacy(tx: &mut OrgTx, limit: i64) -> Result<u64, DbError> {
                 container: None,
             }),
         };
-        // A value the tiers cannot hold (it was accepted before they existed) keeps its window with that value
-        // left out, never the whole window dropped.
-        let window = Window::from_rollup(&rollup).or_else(|_| {
-            Window::from_rollup(&gpuledger_core::wire::TelemetryRollup {
-                utilization_pct: None,
-                memory_used_mib: None,
-                power_w: None,
-                energy_j: None,
-                ..rollup.clone()
-            })
-        });
-        let Ok(window) = window else { continue };
+        // A value the tiers cannot hold (it was accepted before they existed) is left out of its window, never the
+        // whole window dropped.
+        let mut rollup = rollup;
+        let window = loop {
+            match Window::from_rollup(&rollup) {
+                Ok(w) => break Some(w),
+                Err(WindowError::Value("utilization_pct")) if rollup.utilization_pct.is_some() => {
+                    rollup.utilization_pct = None;
+                }
+                Err(WindowError::Value("memory_used_mib")) if rollup.memory_used_mib.is_some() => {
+                    rollup.memory_used_mib = None;
+                }
+                Err(WindowError::Value("power_w")) if rollup.power_w.is_some() => rollup.power_w = None,
+                Err(WindowError::Value("energy_j")) if rollup.energy_j.is_some() => rollup.energy_j = None,
+                Err(_) => break None,
+            }
+        };
+        let Some(window) = window else { continue };
         let s = by_cluster.entry(cluster).or_default().entry((gpu.clone(), gi)).or_insert_with(|| SeriesWindows {
             gpu_uuid: gpu,
             gpu_instance_id: gi,
