@@ -255,6 +255,7 @@ gl_ops_checks() {
 SELECT gpuledger_create_org('00000000-0000-0000-0000-00000000000a', 'ops-a', 'Ops A');
 INSERT INTO clusters (org_id, cluster_id, name) VALUES ('00000000-0000-0000-0000-00000000000a', '00000000-0000-0000-0000-0000000000c1', 'c1');
 SELECT gpuledger_ensure_telemetry_partition(d) FROM unnest(ARRAY['2000-01-01', '2000-02-01', '$now-01']::date[]) d;
+SELECT gpuledger_ensure_telemetry_tier_partitions(d) FROM unnest(ARRAY['2000-01-01', '2000-02-01', '$now-01']::date[]) d;
 INSERT INTO telemetry_rollups (org_id, cluster_id, gpu_uuid, window_start, window_end, node, samples, energy_j)
 SELECT '00000000-0000-0000-0000-00000000000a', '00000000-0000-0000-0000-0000000000c1', 'GPU-' || g, m + make_interval(mins => g),
        m + make_interval(mins => g + 1), 'n1', 6, 42000
@@ -262,15 +263,15 @@ SELECT '00000000-0000-0000-0000-00000000000a', '00000000-0000-0000-0000-00000000
 INSERT INTO periods (org_id, period, state, content_hash, bundle_gz, closed_at, closed_by)
 SELECT '00000000-0000-0000-0000-00000000000a', p, 'closed', 'ops-check', '\x00', now(), 'ops' FROM unnest(ARRAY['2000-01-01', '2000-02-01']::date[]) p;
 SQL
-  _gl_ops_parts() { "${q[@]}" "$scratch" -c "SELECT string_agg(inhrelid::regclass::text, ' ' ORDER BY inhrelid::regclass::text) FROM pg_inherits WHERE inhparent = 'telemetry_rollups'::regclass"; }
+  _gl_ops_parts() { "${q[@]}" "$scratch" -c "SELECT string_agg(inhrelid::regclass::text, ' ' ORDER BY inhrelid::regclass::text) FROM pg_inherits WHERE inhparent IN ('telemetry_rollups'::regclass, 'telemetry_hours'::regclass, 'telemetry_windows'::regclass)"; }
   local before; before=$(_gl_ops_parts)
   deploy/scripts/telemetry-retention.sh --keep-months 13 "$scratch" > "$tmp/dry.txt" || { cat "$tmp/dry.txt"; gl_die "ops checks: telemetry-retention.sh dry run failed"; }
   [ "$(_gl_ops_parts)" = "$before" ] || gl_die "ops checks: the retention dry run changed the partitions"
-  grep -q 'would be dropped .*: telemetry_rollups_200001 telemetry_rollups_200002;' "$tmp/dry.txt" \
+  grep -q 'would be dropped .*: telemetry_hours_200001 telemetry_hours_200002 telemetry_rollups_200001 telemetry_rollups_200002 telemetry_windows_200001 telemetry_windows_200002;' "$tmp/dry.txt" \
     || { cat "$tmp/dry.txt"; gl_die "ops checks: the retention dry run did not list exactly the two old months"; }
   deploy/scripts/telemetry-retention.sh --keep-months 13 --apply "$scratch" > "$tmp/apply.txt" || { cat "$tmp/apply.txt"; gl_die "ops checks: telemetry-retention.sh --apply failed"; }
   got=$(_gl_ops_parts)
-  [ "$got" = "telemetry_rollups_${now/-/} telemetry_rollups_default" ] \
+  [ "$got" = "telemetry_hours_${now/-/} telemetry_hours_default telemetry_rollups_${now/-/} telemetry_rollups_default telemetry_windows_${now/-/} telemetry_windows_default" ] \
     || gl_die "ops checks: after retention the partitions are '$got' (expected the current month and the default)"
   echo "ops: telemetry retention: dry run kept every partition; --apply dropped exactly 2000-01 and 2000-02, kept $now and the default"
 

@@ -135,4 +135,9 @@ SELECT create_distributed_table('budgets', 'org_id', colocate_with => 'departmen
 SELECT create_distributed_table('webhooks', 'org_id', colocate_with => 'departments');
 SELECT create_distributed_table('webhook_deliveries', 'org_id', colocate_with => 'departments');
 
+-- migration 26: telemetry in tiers (both tiers partitioned by month, like telemetry_rollups)
+SELECT create_distributed_table('telemetry_series',  'org_id', colocate_with => 'departments');
+SELECT create_distributed_table('telemetry_hours',   'org_id', colocate_with => 'departments');
+SELECT create_distributed_table('telemetry_windows', 'org_id', colocate_with => 'departments');
+
 COMMIT;

@@ -1,17 +1,23 @@
 #!/usr/bin/env bash
-# Telemetry retention: drops whole monthly partitions of telemetry_rollups older than the kept months. Dry run unless
-# --apply. Touches nothing else: not the default partition, not any other table, never money (closed periods keep
+# Telemetry retention: drops whole monthly partitions of the hourly tier (telemetry_hours, and telemetry_rollups
+# stored before the tiers) older than the kept months, and of the full-resolution tier (telemetry_windows) older than
+# the kept days. Dry run unless --apply. Touches nothing else: not the default partition, not any other table, never money (closed periods keep
 # their evidence bundles in periods.bundle_gz). See docs/operations.md "Telemetry retention".
 set -euo pipefail
 
 usage() {
   cat <<'USAGE'
-usage: telemetry-retention.sh [--keep-months N] [--now YYYY-MM] [--include-unclosed] [--apply] [URL]
+usage: telemetry-retention.sh [--keep-months N] [--full-resolution-days D] [--now YYYY-MM] [--include-unclosed]
+                              [--apply] [URL]
 
   URL                 the database, as its owner or a superuser (default: $DATABASE_URL)
   --keep-months N     months kept before the current one (default 13: a year and a month for year-over-year
                       comparisons). A partition is dropped when its whole range ends on or before the first day of
-                      (current month − N months).
+                      (current month − N months). Applies to telemetry_hours and telemetry_rollups.
+  --full-resolution-days D
+                      days of full-resolution windows kept (telemetry_windows; default 62: the month before
+                      last stays whole through its close and disputes). A partition is dropped when its whole range
+                      ends on or before today − D days. Nothing reads it for money: the hourly tier keeps the sums.
   --now YYYY-MM       the current month (default: this month, UTC)
   --include-unclosed  also drop months that an organization with telemetry in them has not closed. Without it such
                       a partition is kept: the open ledger of that month still reads its energy.
@@ -22,11 +28,12 @@ Prints one line per partition (name, range, estimated rows, size, decision). Exi
 USAGE
 }
 
-keep=13 now= apply=no include_unclosed=no url=${DATABASE_URL:-}
+keep=13 full_days=62 now= apply=no include_unclosed=no url=${DATABASE_URL:-}
 while [ $# -gt 0 ]; do
   case $1 in
     -h|--help) usage; exit 0 ;;
     --keep-months) [ $# -ge 2 ] || { usage >&2; exit 2; }; keep=$2; shift 2 ;;
+    --full-resolution-days) [ $# -ge 2 ] || { usage >&2; exit 2; }; full_days=$2; shift 2 ;;
     --now) [ $# -ge 2 ] || { usage >&2; exit 2; }; now=$2; shift 2 ;;
     --include-unclosed) include_unclosed=yes; shift ;;
     --apply) apply=yes; shift ;;
@@ -36,18 +43,22 @@ while [ $# -gt 0 ]; do
 done
 [ -n "$url" ] || { echo "telemetry-retention.sh: no database URL (argument or DATABASE_URL)" >&2; usage >&2; exit 2; }
 [[ $keep =~ ^[0-9]+$ ]] && [ "$keep" -ge 1 ] || { echo "telemetry-retention.sh: --keep-months must be a whole number ≥ 1" >&2; exit 2; }
+[[ $full_days =~ ^[0-9]+$ ]] && [ "$full_days" -ge 1 ] || { echo "telemetry-retention.sh: --full-resolution-days must be a whole number ≥ 1" >&2; exit 2; }
+today=$(date -u +%Y-%m-%d)
+[ -n "$now" ] && today="$now-01"
 [ -z "$now" ] && now=$(date -u +%Y-%m)
 [[ $now =~ ^[0-9]{4}-(0[1-9]|1[0-2])$ ]] || { echo "telemetry-retention.sh: --now must be YYYY-MM" >&2; exit 2; }
 
 export PGTZ=UTC PGOPTIONS='-c client_min_messages=warning'
-plan=$(psql "$url" -X -qAt -F '|' -v ON_ERROR_STOP=1 -v now="$now-01" -v keep="$keep" -v include_unclosed="$include_unclosed" <<'SQL'
+plan=$(psql "$url" -X -qAt -F '|' -v ON_ERROR_STOP=1 -v now="$now-01" -v keep="$keep" -v include_unclosed="$include_unclosed" \
+  -v today="$today" -v full_days="$full_days" <<'SQL'
 SELECT to_regclass('public.telemetry_rollups') IS NOT NULL AS ok \gset
 \if :ok
 \else
 \echo 'ERROR|telemetry_rollups does not exist: not a GPU Ledger database, or not migrated'
 \quit
 \endif
-CREATE FUNCTION pg_temp.gl_retention_plan(p_cutoff timestamptz, p_include_unclosed boolean)
+CREATE FUNCTION pg_temp.gl_retention_plan(p_cutoff timestamptz, p_full_cutoff timestamptz, p_include_unclosed boolean)
 RETURNS TABLE (part text, from_ts timestamptz, to_ts timestamptz, est_rows bigint, bytes bigint, decision text, reason text)
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -56,9 +67,12 @@ DECLARE
     o uuid;
     unclosed integer;
 BEGIN
-    FOR r IN SELECT c.oid, c.relname::text AS name, pg_get_expr(c.relpartbound, c.oid) AS bound, c.reltuples
+    FOR r IN SELECT c.oid, c.relname::text AS name, pg_get_expr(c.relpartbound, c.oid) AS bound, c.reltuples,
+                    i.inhparent::regclass::text AS parent
                FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
-              WHERE i.inhparent = 'public.telemetry_rollups'::regclass ORDER BY c.relname LOOP
+              WHERE i.inhparent IN (SELECT to_regclass(t) FROM unnest(ARRAY['public.telemetry_rollups',
+                                       'public.telemetry_hours', 'public.telemetry_windows']) t)
+              ORDER BY c.relname LOOP
         part := r.name; est_rows := CASE WHEN r.reltuples >= 0 THEN r.reltuples::bigint END; bytes := pg_total_relation_size(r.oid);
         from_ts := NULL; to_ts := NULL;
         IF r.bound = 'DEFAULT' THEN
@@ -67,8 +81,15 @@ BEGIN
         END IF;
         from_ts := substring(r.bound FROM 'FROM \(''([^'']*)''\)')::timestamptz;
         to_ts := substring(r.bound FROM 'TO \(''([^'']*)''\)')::timestamptz;
-        IF r.name !~ '^telemetry_rollups_[0-9]{6}$' OR from_ts IS NULL OR to_ts IS NULL THEN
-            decision := 'keep'; reason := 'not a monthly partition made by gpuledger_ensure_telemetry_partition';
+        IF r.name !~ '^telemetry_(rollups|hours|windows)_[0-9]{6}$' OR from_ts IS NULL OR to_ts IS NULL THEN
+            decision := 'keep'; reason := 'not a monthly partition made by the server';
+        ELSIF r.parent = 'telemetry_windows' THEN
+            -- Full resolution: nothing that prices reads it (the hourly tier keeps the sums), so only its age counts.
+            IF to_ts > p_full_cutoff THEN
+                decision := 'keep'; reason := 'full resolution within the kept days';
+            ELSE
+                decision := 'drop'; reason := 'full resolution older than the kept days (the hourly tier keeps the sums)';
+            END IF;
         ELSIF to_ts > p_cutoff THEN
             decision := 'keep'; reason := 'within the kept months';
         ELSE
@@ -103,7 +124,7 @@ SELECT 'CUTOFF', (date_trunc('month', :'now'::date) - make_interval(months => :k
 SELECT 'PART', part, coalesce(to_char(from_ts, 'YYYY-MM-DD'), ''), coalesce(to_char(to_ts, 'YYYY-MM-DD'), ''),
        coalesce(est_rows::text, '?'), bytes, decision, reason
   FROM pg_temp.gl_retention_plan((date_trunc('month', :'now'::date) - make_interval(months => :keep))::timestamptz,
-                                 :'include_unclosed' = 'yes');
+                                 (:'today'::date - :full_days::int)::timestamptz, :'include_unclosed' = 'yes');
 SELECT 'DEFAULT_OLD', count(*) FROM telemetry_rollups_default
  WHERE window_start < (date_trunc('month', :'now'::date) - make_interval(months => :keep))::timestamptz;
 SQL
@@ -129,14 +150,15 @@ if [ "$apply" = no ]; then
   exit 0
 fi
 for part in "${drops[@]}"; do
-  [[ $part =~ ^telemetry_rollups_[0-9]{6}$ ]] || { echo "telemetry-retention.sh: refusing unexpected name $part" >&2; exit 1; }
+  [[ $part =~ ^telemetry_(rollups|hours|windows)_[0-9]{6}$ ]] || { echo "telemetry-retention.sh: refusing unexpected name $part" >&2; exit 1; }
+  parent=${part%_*}
   # Dropping a partition locks the parent briefly (ingest waits); give up after 5 s rather than queue behind a long
   # query and block ingest behind us. The check and the drop are one transaction.
   psql "$url" -X -q -v ON_ERROR_STOP=1 -c "SET lock_timeout = '5s'" -c "DO \$\$
 BEGIN
     IF NOT EXISTS (SELECT 1 FROM pg_inherits WHERE inhrelid = to_regclass('public.$part')
-                      AND inhparent = 'public.telemetry_rollups'::regclass) THEN
-        RAISE EXCEPTION '$part is no longer a partition of telemetry_rollups';
+                      AND inhparent = 'public.$parent'::regclass) THEN
+        RAISE EXCEPTION '$part is no longer a partition of $parent';
     END IF;
     DROP TABLE public.$part;
 END
