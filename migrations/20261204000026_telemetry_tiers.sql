@@ -72,6 +72,8 @@ SELECT gpuledger_isolate(t) FROM unnest(ARRAY['telemetry_series', 'telemetry_hou
 -- A late window rewrites its hour's block and sums; a node change updates its series.
 GRANT SELECT, INSERT, UPDATE ON telemetry_series, telemetry_hours, telemetry_windows TO gpuledger_app;
 GRANT USAGE ON SEQUENCE telemetry_series_id_seq TO gpuledger_app;
+-- A late window for an hour whose full resolution retention dropped is taken back in the same transaction.
+GRANT DELETE ON telemetry_windows TO gpuledger_app;
 -- The upkeep moves rows stored before this migration into the tiers.
 GRANT DELETE ON telemetry_rollups TO gpuledger_app;
 

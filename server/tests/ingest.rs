@@ -520,6 +520,28 @@ async fn telemetry_lands_in_monthly_partitions_once() {
     let blocks: i64 =
         sqlx::query_scalar("SELECT sum(windows)::bigint FROM telemetry_windows").fetch_one(&env.admin).await.unwrap();
     assert_eq!(blocks, 91);
+    // Retention dropped October's full resolution: a late window for that hour cannot be merged exactly, so it is
+    // not kept and the hour's sums stand.
+    sqlx::query("DELETE FROM telemetry_windows WHERE hour = '2026-10-31 23:00Z'").execute(&env.admin).await.unwrap();
+    let mut stale = rollup("GPU-aaaaaaaa-0000-0000-0000-000000000001", 10);
+    if let FactBody::Telemetry(t) = &mut stale.body {
+        t.window_start += time::Duration::seconds(30);
+        t.window_end += time::Duration::seconds(30);
+    }
+    stale.event_id.push_str("-30s");
+    let (status, ack) = send(&env, &batch(vec![stale])).await;
+    assert_eq!((status, ack["stored"].as_u64()), (StatusCode::OK, Some(0)), "{ack}");
+    let oct: (i16, i64) =
+        sqlx::query_as("SELECT windows, energy_j FROM telemetry_hours WHERE hour = '2026-10-31 23:00Z'")
+            .fetch_one(&env.admin)
+            .await
+            .unwrap();
+    assert_eq!(oct, (60, 900_000));
+    let blocks: i64 = sqlx::query_scalar("SELECT count(*) FROM telemetry_windows WHERE hour = '2026-10-31 23:00Z'")
+        .fetch_one(&env.admin)
+        .await
+        .unwrap();
+    assert_eq!(blocks, 0);
     // Coverage of October: the node sent 60 windows of 60 s for one GPU-hour; no allocation held it.
     let mut tx = env.db.begin_org(env.org).await.unwrap();
     let cov = gpuledger_server::telemetry::coverage(

@@ -244,6 +244,49 @@ pub async fn store_windows(tx: &mut OrgTx, cluster: ClusterId, series: Vec<Serie
         }
     }
     if !new_sums.series.is_empty() {
+        // An hour whose sums exist but whose block did not had its full resolution dropped by retention: its
+        // windows cannot be merged exactly (a redelivery would count twice), so the hour's sums stand and the late
+        // windows are not kept.
+        let stale: Vec<(i64, OffsetDateTime)> = sqlx::query_as(
+            "SELECT h.series_id, h.hour FROM telemetry_hours h
+               JOIN unnest($2::bigint[], $3::timestamptz[]) AS k(s, h) ON h.series_id = k.s AND h.hour = k.h
+              WHERE h.org_id = $1",
+        )
+        .bind(org)
+        .bind(&new_sums.series)
+        .bind(&new_sums.hour)
+        .fetch_all(tx.conn())
+        .await?;
+        if !stale.is_empty() {
+            let (s, h): (Vec<i64>, Vec<OffsetDateTime>) = stale.iter().copied().unzip();
+            sqlx::query(
+                "DELETE FROM telemetry_windows w USING unnest($2::bigint[], $3::timestamptz[]) AS k(s, h)
+                  WHERE w.org_id = $1 AND w.series_id = k.s AND w.hour = k.h",
+            )
+            .bind(org)
+            .bind(&s)
+            .bind(&h)
+            .execute(tx.conn())
+            .await?;
+            let stale: std::collections::HashSet<(i64, i64)> =
+                stale.into_iter().map(|(s, h)| (s, unix_ms(h))).collect();
+            tracing::warn!(hours = stale.len(), "late telemetry for hours whose full resolution was dropped: not kept");
+            let mut kept = HourRows::default();
+            for i in 0..new_sums.series.len() {
+                if stale.contains(&(new_sums.series[i], unix_ms(new_sums.hour[i]))) {
+                    added -= new_sums.windows[i] as u64;
+                    continue;
+                }
+                kept.series.push(new_sums.series[i]);
+                kept.hour.push(new_sums.hour[i]);
+                kept.windows.push(new_sums.windows[i]);
+                kept.sums.push(new_sums.sums[i]);
+                kept.blocks.push(std::mem::take(&mut new_sums.blocks[i]));
+            }
+            new_sums = kept;
+        }
+    }
+    if !new_sums.series.is_empty() {
         write_sums(tx, &new_sums).await?;
     }
     if inserted.len() == hours.len() {
