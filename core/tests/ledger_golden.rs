@@ -14,8 +14,8 @@ use gpuledger_core::{
     ids::{DepartmentId, TenantId},
     ledger::{
         AdjustmentKind, AdjustmentRecord, AllocationRecord, ClassCapacity, DepartmentRef, EndpointTotal, EnergyRecord,
-        LedgerInput, LedgerLine, QuotaHolder, QuotaRecord, TenantRef, Term, UsageRecord, compute, late_adjustments,
-        total,
+        LedgerInput, LedgerLine, QuotaHolder, QuotaRecord, TenantRef, Term, UsageRecord, compute, group_energy,
+        late_adjustments, total,
     },
     policy::{CostPolicy, EnergyPrice, FixedCost, FixedShare, OverheadKey, ServicePricing, TokenWeight},
 };
@@ -688,10 +688,12 @@ fn s08_energy_is_the_devices_energy_times_the_allocations_share() {
     });
     let window =
         |gpu: &str, from, to, joules| EnergyRecord { gpu_uuid: gpu.into(), start: at(from), end: at(to), joules };
-    inp.energy.push(window("GPU-1", 1, 2, 3_600_000));
-    inp.energy.push(window("GPU-1", 0, 1, 1_800_000));
-    inp.energy.push(window("GPU-1", 2, 3, 999_999)); // after the allocation: nobody's
-    inp.energy.push(window("GPU-2", 0, 1, 720_000));
+    inp.energy = group_energy([
+        window("GPU-1", 1, 2, 3_600_000),
+        window("GPU-1", 0, 1, 1_800_000),
+        window("GPU-1", 2, 3, 999_999), // after the allocation: nobody's
+        window("GPU-2", 0, 1, 720_000),
+    ]);
     let lines = lines_of(&inp);
 
     // alpha: (1,800,000 + 3,600,000) J × 1 = 5,400,000 J = 1.5 kWh; × 0.20 × PUE 1.5 = × 0.30 → 0.45
@@ -890,10 +892,10 @@ fn busy_month() -> LedgerInput {
         AllocationRecord { confidence: Confidence::Modeled, ..alloc("c1/g1", gamma(), T4, "1/4", 0, 400) },
         AllocationRecord { endpoint: Some("llm-shared".into()), ..alloc("c1/p1", platform(), H100, "1", 0, 720) },
     ];
-    inp.energy = vec![
+    inp.energy = group_energy([
         EnergyRecord { gpu_uuid: "GPU-1".into(), start: at(0), end: at(10), joules: 36_000_000 },
         EnergyRecord { gpu_uuid: "GPU-2".into(), start: at(0), end: at(10), joules: 18_000_000 },
-    ];
+    ]);
     inp.service_usage = vec![UsageRecord {
         endpoint: "llm-shared".into(),
         model: "m".into(),
@@ -1005,21 +1007,31 @@ fn s11d_v1_and_v2_bundles_verify() {
         joules: j,
     };
     let mut v1 = inp.clone();
-    v1.energy = (0..180).map(|m| minute("GPU-1", m, 40_000 + (m as u64 % 7) * 1_000)).collect();
+    let minutes: Vec<EnergyRecord> = (0..180).map(|m| minute("GPU-1", m, 40_000 + (m as u64 % 7) * 1_000)).collect();
+    v1.energy = group_energy(minutes.clone());
     let lines = lines_of(&v1);
     let mut bundle = bundle_of(&v1, lines);
     bundle.format = BUNDLE_FORMAT_V1.into();
     assert!(verify(&bundle).unwrap().ok());
+    // As a format-1 file has it: `inputs.energy` a flat list of window records.
+    let mut json = serde_json::to_value(&bundle).unwrap();
+    json["inputs"]["energy"] = serde_json::to_value(&minutes).unwrap();
+    assert!(json["inputs"]["energy"][0]["end"].is_string(), "a v1 record");
+    let read: Bundle = serde_json::from_value(json).unwrap();
+    assert_eq!(read.inputs.energy, v1.energy);
+    assert!(verify(&read).unwrap().ok());
+    // Format 2 writes devices with compact spans, and reads them back.
+    let json = serde_json::to_value(&bundle).unwrap();
+    assert_eq!(json["inputs"]["energy"][0]["spans"][1], serde_json::json!([0, 60_000_000, 41_000]));
+    assert_eq!(serde_json::from_value::<Bundle>(json).unwrap(), bundle);
     // The same windows as hours (what the close writes now): the hours' joules are the windows' exact sums.
     let mut v2 = inp.clone();
-    v2.energy = (0..3)
-        .map(|h| EnergyRecord {
-            gpu_uuid: "GPU-1".into(),
-            start: inp.period.start() + time::Duration::hours(h),
-            end: inp.period.start() + time::Duration::hours(h + 1),
-            joules: v1.energy[(h * 60) as usize..((h + 1) * 60) as usize].iter().map(|r| r.joules).sum(),
-        })
-        .collect();
+    v2.energy = group_energy((0..3).map(|h| EnergyRecord {
+        gpu_uuid: "GPU-1".into(),
+        start: inp.period.start() + time::Duration::hours(h),
+        end: inp.period.start() + time::Duration::hours(h + 1),
+        joules: minutes[(h * 60) as usize..((h + 1) * 60) as usize].iter().map(|r| r.joules).sum(),
+    }));
     let bundle2 = bundle_of(&v2, lines_of(&v2));
     assert_eq!(bundle2.format, BUNDLE_FORMAT);
     let energy = |b: &Bundle| -> Vec<(String, String)> {
@@ -1112,7 +1124,7 @@ fn s12b_bad_inputs_are_refused_with_the_field() {
     // an energy window that ends before it starts
     let mut inp = input();
     inp.policy.energy = Some(EnergyPrice { per_kwh: dec("0.20"), pue: None });
-    inp.energy.push(EnergyRecord { gpu_uuid: "GPU-1".into(), start: at(2), end: at(1), joules: 1 });
+    inp.energy = group_energy([EnergyRecord { gpu_uuid: "GPU-1".into(), start: at(2), end: at(1), joules: 1 }]);
     assert_eq!(compute(&inp).unwrap_err().field(), Some("energy"));
     // an invalid policy
     let mut inp = input();
@@ -1162,9 +1174,10 @@ fn s08b_energy_with_irregular_telemetry_windows_still_computes() {
     inp.policy.energy = Some(EnergyPrice { per_kwh: dec("0.20"), pue: None });
     let base = at(0);
     let mut t = 0_i64; // ms
+    let mut records = Vec::new();
     for i in 0..2_000_i64 {
         let len = 30_000 + (i * 37) % 1_000;
-        inp.energy.push(EnergyRecord {
+        records.push(EnergyRecord {
             gpu_uuid: "GPU-1".into(),
             start: base + Duration::milliseconds(t),
             end: base + Duration::milliseconds(t + len),
@@ -1172,6 +1185,7 @@ fn s08b_energy_with_irregular_telemetry_windows_still_computes() {
         });
         t += len;
     }
+    inp.energy = group_energy(records);
     for k in 0..40_i64 {
         let start = base + Duration::seconds(1_000 * k + 7);
         let end = start + Duration::seconds(600 + 13 * k);

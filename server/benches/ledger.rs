@@ -42,7 +42,7 @@ use gpuledger_core::{
     ids::{DepartmentId, TenantId},
     ledger::{
         AllocationRecord, ClassCapacity, DepartmentRef, EndpointTotal, EnergyRecord, Ledger, LedgerInput, QuotaHolder,
-        QuotaRecord, TenantRef, UsageRecord, compute,
+        QuotaRecord, TenantRef, UsageRecord, compute, group_energy,
     },
     policy::CostPolicy,
 };
@@ -241,7 +241,7 @@ impl BenchWorld for World {
             capacity,
             quotas,
             allocations,
-            energy,
+            energy: group_energy(energy),
             service_usage,
             endpoint_totals,
             adjustments: Vec::new(),
@@ -258,7 +258,7 @@ fn canonicalize(input: &mut LedgerInput) {
     input.capacity.sort_by(|a, b| a.gpu_class.cmp(&b.gpu_class));
     input.quotas.sort_by(|a, b| a.id.cmp(&b.id));
     input.allocations.sort_by(|a, b| a.id.cmp(&b.id));
-    input.energy.sort_by(|a, b| (&a.gpu_uuid, a.start).cmp(&(&b.gpu_uuid, b.start)));
+    input.energy.sort_by(|a, b| a.gpu_uuid.cmp(&b.gpu_uuid));
     input.service_usage.sort_by(|a, b| (&a.endpoint, &a.model, a.tenant).cmp(&(&b.endpoint, &b.model, b.tenant)));
 }
 
@@ -480,7 +480,7 @@ fn phase_compute(spec: Spec) {
         "ledger_digest": digest,
         "summary": summary,
         "allocations": input.allocations.len(),
-        "energy": input.energy.len(),
+        "energy": input.energy.iter().map(|d| d.spans.len()).sum::<usize>(),
     }));
 }
 
@@ -522,7 +522,7 @@ fn phase_full(_spec: Spec) {
                 // Outside the timing; in place, so that no copy of the input adds to the peak.
                 canonicalize(&mut input);
                 digests = (input_digest(&input), ledger_digest(&ledger));
-                counts = json!({"allocations": input.allocations.len(), "energy": input.energy.len(), "lines": ledger.lines.len()});
+                counts = json!({"allocations": input.allocations.len(), "energy": input.energy.iter().map(|d| d.spans.len()).sum::<usize>(), "lines": ledger.lines.len()});
             }
         }
         let hwm = status_kib("VmHWM:");
@@ -628,7 +628,12 @@ fn main() {
     canonicalize(&mut input);
     let expected_input = input_digest(&input);
     let expected_hours = tenant_gpu_hours(&input);
-    let input_records = (input.allocations.len(), input.energy.len(), input.quotas.len(), input.service_usage.len());
+    let input_records = (
+        input.allocations.len(),
+        input.energy.iter().map(|d| d.spans.len()).sum::<usize>(),
+        input.quotas.len(),
+        input.service_usage.len(),
+    );
     let dept_quotas = input.quotas.iter().filter(|q| matches!(q.holder, QuotaHolder::Department(_))).count();
     let split_records = input.allocations.iter().filter(|a| a.id.contains('#')).count();
     let unowned_records = input.allocations.iter().filter(|a| a.tenant.is_none()).count();

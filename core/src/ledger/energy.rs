@@ -27,18 +27,17 @@ pub(super) fn lines(
     if let Some(price) = &policy.energy {
         // Per device: (start ns, end ns, joules), by start.
         let mut by_device: HashMap<&str, Vec<(i128, i128, u64)>> = HashMap::new();
-        for r in &input.energy {
-            if r.end <= r.start {
-                return Err(DomainError::invalid_at(
-                    "energy",
-                    format!("window of {} ends before it starts", r.gpu_uuid),
-                ));
+        for d in &input.energy {
+            let v = by_device.entry(d.gpu_uuid.as_str()).or_default();
+            for sp in &d.spans {
+                if sp.end_us <= sp.start_us {
+                    return Err(DomainError::invalid_at(
+                        "energy",
+                        format!("window of {} ends before it starts", d.gpu_uuid),
+                    ));
+                }
+                v.push((i128::from(sp.start_us) * 1_000, i128::from(sp.end_us) * 1_000, sp.joules));
             }
-            by_device.entry(r.gpu_uuid.as_str()).or_default().push((
-                r.start.unix_timestamp_nanos(),
-                r.end.unix_timestamp_nanos(),
-                r.joules,
-            ));
         }
         for v in by_device.values_mut() {
             v.sort_by_key(|w| w.0);

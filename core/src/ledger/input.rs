@@ -35,9 +35,9 @@ pub struct LedgerInput {
     /// Who held which capacity, when (split at ownership changes).
     #[serde(default)]
     pub allocations: Vec<AllocationRecord>,
-    /// Energy per device and window.
-    #[serde(default)]
-    pub energy: Vec<EnergyRecord>,
+    /// Energy per device: its hours (bundle format 2) or windows (format 1), compact (see [`DeviceEnergy`]).
+    #[serde(default, deserialize_with = "energy_any_format")]
+    pub energy: Vec<DeviceEnergy>,
     /// Productive work of shared endpoints per tenant (period totals).
     #[serde(default)]
     pub service_usage: Vec<UsageRecord>,
@@ -139,7 +139,7 @@ pub struct AllocationRecord {
     pub share_basis: Option<crate::sharing::ShareBasis>,
 }
 
-/// Energy a device used in a window.
+/// Energy a device used in a window (bundle format 1's record; [`group_energy`] turns records into devices).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct EnergyRecord {
     /// Physical GPU UUID.
@@ -152,6 +152,113 @@ pub struct EnergyRecord {
     pub end: OffsetDateTime,
     /// Joules (whole joules).
     pub joules: u64,
+}
+
+/// One span of a device's energy: `[start, end)` in Unix microseconds, whole joules.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EnergySpan {
+    /// Start, Unix µs.
+    pub start_us: i64,
+    /// End, Unix µs.
+    pub end_us: i64,
+    /// Joules.
+    pub joules: u64,
+}
+
+/// A device's energy in the period: its spans by start (one per device-hour from the hourly tier). Written as
+/// `{"gpu_uuid", "start", "spans": [[gap_us, length_us, joules], …]}` — each gap after the previous span's end (the
+/// first after `start`), so a month of hours is a few bytes an hour once gzipped.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceEnergy {
+    /// Physical GPU UUID.
+    pub gpu_uuid: String,
+    /// Spans, by start.
+    pub spans: Vec<EnergySpan>,
+}
+
+fn us(t: OffsetDateTime) -> i64 {
+    i64::try_from(t.unix_timestamp_nanos() / 1_000).unwrap_or(i64::MAX)
+}
+
+/// Groups energy records by device, each device's spans by start (devices by UUID).
+pub fn group_energy(records: impl IntoIterator<Item = EnergyRecord>) -> Vec<DeviceEnergy> {
+    let mut by: std::collections::BTreeMap<String, Vec<EnergySpan>> = std::collections::BTreeMap::new();
+    for r in records {
+        by.entry(r.gpu_uuid).or_default().push(EnergySpan {
+            start_us: us(r.start),
+            end_us: us(r.end),
+            joules: r.joules,
+        });
+    }
+    by.into_iter()
+        .map(|(gpu_uuid, mut spans)| {
+            spans.sort_by_key(|s| (s.start_us, s.end_us, s.joules));
+            DeviceEnergy { gpu_uuid, spans }
+        })
+        .collect()
+}
+
+#[derive(Serialize, Deserialize)]
+struct DeviceEnergyForm {
+    gpu_uuid: String,
+    #[serde(with = "time::serde::rfc3339")]
+    start: OffsetDateTime,
+    spans: Vec<(i64, i64, u64)>,
+}
+
+impl Serialize for DeviceEnergy {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let first = self.spans.first().map_or(0, |f| f.start_us);
+        let start =
+            OffsetDateTime::from_unix_timestamp_nanos(i128::from(first) * 1_000).map_err(serde::ser::Error::custom)?;
+        let mut prev = first;
+        let spans = self
+            .spans
+            .iter()
+            .map(|sp| {
+                let gap = sp.start_us - prev;
+                prev = sp.end_us;
+                (gap, sp.end_us - sp.start_us, sp.joules)
+            })
+            .collect();
+        DeviceEnergyForm { gpu_uuid: self.gpu_uuid.clone(), start, spans }.serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for DeviceEnergy {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let f = DeviceEnergyForm::deserialize(d)?;
+        let mut at = us(f.start);
+        let mut spans = Vec::with_capacity(f.spans.len());
+        for (gap, len, joules) in f.spans {
+            let start_us = at.checked_add(gap).ok_or_else(|| serde::de::Error::custom("energy span out of range"))?;
+            let end_us =
+                start_us.checked_add(len).ok_or_else(|| serde::de::Error::custom("energy span out of range"))?;
+            spans.push(EnergySpan { start_us, end_us, joules });
+            at = end_us;
+        }
+        Ok(DeviceEnergy { gpu_uuid: f.gpu_uuid, spans })
+    }
+}
+
+/// Reads `energy` as either bundle format: a list of devices (format 2) or of window records (format 1).
+fn energy_any_format<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<DeviceEnergy>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Item {
+        Device(DeviceEnergy),
+        Record(EnergyRecord),
+    }
+    let items = Vec::<Item>::deserialize(d)?;
+    let (mut devices, mut records) = (Vec::new(), Vec::new());
+    for i in items {
+        match i {
+            Item::Device(dev) => devices.push(dev),
+            Item::Record(r) => records.push(r),
+        }
+    }
+    devices.extend(group_energy(records));
+    Ok(devices)
 }
 
 /// A tenant's use of a shared endpoint in the period.

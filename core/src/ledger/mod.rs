@@ -39,8 +39,8 @@ use serde::{Deserialize, Serialize};
 pub use adjustments::late_adjustments;
 pub use arith::distribute;
 pub use input::{
-    AdjustmentKind, AdjustmentRecord, AllocationRecord, ClassCapacity, DepartmentRef, EndpointTotal, EnergyRecord,
-    LedgerInput, QuotaHolder, QuotaRecord, TenantRef, UsageRecord,
+    AdjustmentKind, AdjustmentRecord, AllocationRecord, ClassCapacity, DepartmentRef, DeviceEnergy, EndpointTotal,
+    EnergyRecord, EnergySpan, LedgerInput, QuotaHolder, QuotaRecord, TenantRef, UsageRecord, group_energy,
 };
 pub use line::{CSV_HEADER, LedgerLine, Term};
 pub use notes::{LedgerNotes, UnattributedService};

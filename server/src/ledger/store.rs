@@ -9,8 +9,8 @@ use gpuledger_core::{
     decimal::Decimal,
     ids::{DepartmentId, TenantId},
     ledger::{
-        AdjustmentKind, AdjustmentRecord, AllocationRecord, ClassCapacity, DepartmentRef, EndpointTotal, EnergyRecord,
-        LedgerInput, QuotaHolder, QuotaRecord, TenantRef, UsageRecord,
+        AdjustmentKind, AdjustmentRecord, AllocationRecord, ClassCapacity, DepartmentRef, EndpointTotal, LedgerInput,
+        QuotaHolder, QuotaRecord, TenantRef, UsageRecord,
     },
     policy::CostPolicy,
 };
@@ -226,23 +226,12 @@ pub async fn load_input(tx: &mut OrgTx, period: Period, policy: CostPolicy) -> R
     })
     .collect::<Result<Vec<_>, AppError>>()?;
     let allocations = load_allocations(tx, period).await?;
-    let mut energy = if policy.energy.is_some() {
-        // One record per device-hour (bundle v2): the hour's exact joules over the span its windows cover.
-        crate::telemetry::store::energy_hours(tx, start, end)
-            .await?
-            .into_iter()
-            .map(|(gpu_uuid, start, end, j)| EnergyRecord {
-                gpu_uuid,
-                start,
-                end,
-                joules: u64::try_from(j).unwrap_or(0),
-            })
-            .collect::<Vec<_>>()
+    let energy = if policy.energy.is_some() {
+        // One span per device-hour (bundle format 2): the hour's exact joules over the span its windows cover.
+        crate::telemetry::store::energy_hours(tx, start, end).await?
     } else {
         Vec::new()
     };
-    energy
-        .sort_unstable_by(|a, b| (&a.gpu_uuid, a.start, a.end, a.joules).cmp(&(&b.gpu_uuid, b.start, b.end, b.joules)));
     let service_usage = sqlx::query_as::<_, (String, String, Uuid, i64, i64, i64)>(
         // An endpoint's gateway usage records, when it has any this month, are its per-tenant attribution;
         // otherwise the agents' model-server `service_usage` facts are.

@@ -6,6 +6,7 @@ use std::io::{Read, Write};
 use flate2::{Compression, read::DeflateDecoder, write::DeflateEncoder};
 use gpuledger_core::{
     ids::ClusterId,
+    ledger::{DeviceEnergy, EnergySpan},
     telemetry::{HourSums, Window, WindowError, decode, encode, merge},
 };
 use time::OffsetDateTime;
@@ -353,31 +354,43 @@ pub struct HourRow {
     pub energy_j: Option<i64>,
 }
 
-/// Whole-GPU hours with energy that overlap `[start, end)`: the close's energy records (one per device-hour).
+/// Whole-GPU hours with energy that overlap `[start, end)`: the close's energy, one span per device-hour, devices
+/// by UUID and spans by start (streamed from the database, kept compact: 24 bytes an hour).
 pub async fn energy_hours(
     tx: &mut OrgTx,
     start: OffsetDateTime,
     end: OffsetDateTime,
-) -> Result<Vec<(String, OffsetDateTime, OffsetDateTime, i64)>, DbError> {
-    let rows: Vec<(String, OffsetDateTime, i32, i32, i64)> = sqlx::query_as(
+) -> Result<Vec<DeviceEnergy>, DbError> {
+    use futures::TryStreamExt;
+    let mut rows = sqlx::query_as::<_, (String, OffsetDateTime, i32, i32, i64)>(
         "SELECT s.gpu_uuid, h.hour, h.span_from_ms, h.span_to_ms, h.energy_j
            FROM telemetry_hours h JOIN telemetry_series s ON s.org_id = h.org_id AND s.series_id = h.series_id
           WHERE h.org_id = $3 AND s.org_id = $3 AND s.gpu_instance_id = -1 AND h.energy_ms > 0
             AND h.hour >= $1 - interval '1 day' AND h.hour < $2
-            AND h.hour + make_interval(secs => h.span_to_ms / 1000.0) > $1",
+            AND h.hour + make_interval(secs => h.span_to_ms / 1000.0) > $1
+          ORDER BY s.gpu_uuid, h.hour",
     )
     .bind(start)
     .bind(end)
     .bind(tx.org().as_uuid())
-    .fetch_all(tx.conn())
-    .await?;
-    Ok(rows
-        .into_iter()
-        .map(|(g, hour, from, to, j)| {
-            let h = unix_ms(hour);
-            (g, at_ms(h + i64::from(from)), at_ms(h + i64::from(to)), j)
-        })
-        .collect())
+    .fetch(tx.conn());
+    let mut out: Vec<DeviceEnergy> = Vec::new();
+    while let Some((gpu, hour, from, to, j)) = rows.try_next().await? {
+        let h = unix_ms(hour) * 1_000;
+        let span = EnergySpan {
+            start_us: h + i64::from(from) * 1_000,
+            end_us: h + i64::from(to) * 1_000,
+            joules: u64::try_from(j).unwrap_or(0),
+        };
+        match out.last_mut() {
+            Some(d) if d.gpu_uuid == gpu => d.spans.push(span),
+            _ => out.push(DeviceEnergy { gpu_uuid: gpu, spans: vec![span] }),
+        }
+    }
+    for d in &mut out {
+        d.spans.sort_by_key(|s| (s.start_us, s.end_us, s.joules));
+    }
+    Ok(out)
 }
 
 /// Hours with utilization of the given whole GPUs and of the MIG instances of the given parents, overlapping
