@@ -135,4 +135,8 @@ SELECT create_distributed_table('budgets', 'org_id', colocate_with => 'departmen
 SELECT create_distributed_table('webhooks', 'org_id', colocate_with => 'departments');
 SELECT create_distributed_table('webhook_deliveries', 'org_id', colocate_with => 'departments');
 
+-- migration 27: the evidence index of closed months
+SELECT create_distributed_table('evidence_months', 'org_id', colocate_with => 'departments');
+SELECT create_distributed_table('evidence_allocations', 'org_id', colocate_with => 'departments');
+
 COMMIT;
