@@ -436,6 +436,9 @@ pub(crate) async fn evidence_details(
 
 // ---- the evidence index of closed months (migration 27; `super::evidence`)
 
+/// A group as `evidence_months.groups` stores it: [tenant, GPU class, endpoint, records].
+type StoredGroup = (Option<Uuid>, Option<String>, Option<String>, u64);
+
 /// What is stored about a month's evidence index.
 #[derive(Debug, Clone)]
 pub(crate) struct IndexHead {
@@ -447,8 +450,7 @@ pub(crate) struct IndexHead {
 
 /// The head of `period`'s evidence index, when it has one.
 pub(crate) async fn evidence_head(tx: &mut OrgTx, period: Period) -> Result<Option<IndexHead>, AppError> {
-    type Group = (Option<Uuid>, Option<String>, Option<String>, u64);
-    let row: Option<(i32, sqlx::types::Json<Vec<Group>>)> =
+    let row: Option<(i32, sqlx::types::Json<Vec<StoredGroup>>)> =
         sqlx::query_as("SELECT allocations, groups FROM evidence_months WHERE org_id = $1 AND period = $2")
             .bind(tx.org().as_uuid())
             .bind(period.first_day())
@@ -480,7 +482,7 @@ pub(crate) async fn write_evidence_index(
     source: &str,
 ) -> Result<bool, AppError> {
     use super::evidence::{SortKey, groups, ranks};
-    let whole_micros = |t: OffsetDateTime| t.nanosecond() % 1_000 == 0;
+    let whole_micros = |t: OffsetDateTime| t.nanosecond().is_multiple_of(1_000);
     if !records.iter().all(|a| whole_micros(a.start) && a.end.is_none_or(whole_micros)) {
         tracing::warn!(period = %period, "evidence index not written: an instant finer than microseconds");
         return Ok(false);
@@ -493,8 +495,7 @@ pub(crate) async fn write_evidence_index(
     }
     let org = tx.org().as_uuid();
     let start = period.first_day();
-    let groups: Vec<(Option<Uuid>, Option<String>, Option<String>, u64)> =
-        groups(records).into_iter().map(|((t, c, e), n)| (t, c, e, n)).collect();
+    let groups: Vec<StoredGroup> = groups(records).into_iter().map(|((t, c, e), n)| (t, c, e, n)).collect();
     sqlx::query(
         "INSERT INTO evidence_months (org_id, period, allocations, groups, source) VALUES ($1, $2, $3, $4, $5)",
     )
