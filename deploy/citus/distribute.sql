@@ -140,4 +140,8 @@ SELECT create_distributed_table('telemetry_series',  'org_id', colocate_with => 
 SELECT create_distributed_table('telemetry_hours',   'org_id', colocate_with => 'departments');
 SELECT create_distributed_table('telemetry_windows', 'org_id', colocate_with => 'departments');
 
+-- migration 27: the evidence index of closed months
+SELECT create_distributed_table('evidence_months', 'org_id', colocate_with => 'departments');
+SELECT create_distributed_table('evidence_allocations', 'org_id', colocate_with => 'departments');
+
 COMMIT;

@@ -184,6 +184,15 @@ async fn seed(db: &Database, slug: &str) -> OrgId {
             "INSERT INTO read_answers (org_id, period, request, scope, as_of, body) VALUES ($1, '2026-01-01', '/api/v1/analytics/inference?period=2026-01', 'all', now(), '\\x7b7d')",
             vec![o],
         ),
+        // The evidence index of closed months (migration 27).
+        (
+            "INSERT INTO evidence_months (org_id, period, allocations, source) VALUES ($1, '2026-01-01', 1, 'close')",
+            vec![o],
+        ),
+        (
+            "INSERT INTO evidence_allocations (org_id, period, start_rank, end_rank, fraction_rank, id_rank, allocation, tenant_id, fraction, starts_at, confidence) VALUES ($1, '2026-01-01', 1, 1, 1, 1, 'c/a', $2, '1', now(), 'exact')",
+            vec![o, tenant],
+        ),
         // Organizations' settings, setup links, exports and daily ingest counts (migration 16).
         ("INSERT INTO org_settings (org_id, updated_by) VALUES ($1, 'test') ON CONFLICT DO NOTHING", vec![o]),
         (

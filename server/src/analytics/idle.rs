@@ -31,10 +31,16 @@ const LOOKBACK: Duration = Duration::days(7);
 /// The latest telemetry must be this recent for "idle now".
 const RECENT: Duration = Duration::minutes(15);
 
-/// `GET /api/v1/idle`.
+/// `GET /api/v1/idle`: as the read model's worker stored it with this month's snapshot (its `as_of` is the
+/// snapshot's, within the snapshot's staleness bound while agents report), or computed now before the month's
+/// first snapshot.
 pub(super) async fn idle(State(state): State<AppState>, p: Caller<ReadLedger>) -> Result<Json<IdleList>, AppError> {
+    let now = OffsetDateTime::now_utc();
     let mut tx = state.db.begin_org(p.org).await?;
-    let (mut list, departments) = idle_now(&mut tx, OffsetDateTime::now_utc()).await?;
+    let (mut list, departments) = match crate::readmodel::stored_idle(&mut tx, Period::containing(now)).await? {
+        Some(stored) => (stored.list, stored.departments),
+        None => idle_now(&mut tx, now).await?,
+    };
     tx.commit_quiet().await?;
     if let Some(scope) = &p.departments {
         let scope: HashSet<Uuid> = scope.iter().map(|d| d.as_uuid()).collect();

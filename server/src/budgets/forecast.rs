@@ -7,7 +7,8 @@
 //!   rest of the month is also expected at that pace: `to date + mean × share of the month left`. The forecast is
 //!   the larger of the two (`run_rate+history`, confidence high); otherwise the run rate (`run_rate`, confidence
 //!   medium, or low in the month's first quarter). Tenants are forecast by run rate.
-//! - A month that is over (or closed) has `method: final` and its forecast is its figure.
+//! - A month that is over (or closed) has `method: final` and its forecast is its figure: a closed month's as its
+//!   close stored it (the read model's month tables), an open month that is over computed now.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -115,6 +116,39 @@ async fn stored(tx: &mut OrgTx, period: Period) -> Result<Option<(OffsetDateTime
     Ok(Some((as_of, rate_d, rate_t, so_far_d, so_far_t)))
 }
 
+/// A closed month's figures as stored by its close (`read_months` / `read_lines`): (currency, per department, per
+/// tenant). `None` when the month is not closed or has no stored figures (closed before the read model and not
+/// read since: the caller computes).
+async fn closed(tx: &mut OrgTx, period: Period) -> Result<Option<(String, Sums, Sums)>, AppError> {
+    let currency: Option<Option<String>> = sqlx::query_scalar(
+        "SELECT currency::text FROM read_months WHERE org_id = $1 AND period = $2 AND state = 'closed'",
+    )
+    .bind(tx.org().as_uuid())
+    .bind(period.first_day())
+    .fetch_optional(tx.conn())
+    .await?;
+    let Some(currency) = currency else { return Ok(None) };
+    let rows: Vec<(Uuid, String, Option<Uuid>, String, String)> = sqlx::query_as(
+        "SELECT department_id, department, tenant_id, tenant, sum(amount)::text FROM read_lines
+          WHERE org_id = $1 AND period = $2 GROUP BY 1, 2, 3, 4",
+    )
+    .bind(tx.org().as_uuid())
+    .bind(period.first_day())
+    .fetch_all(tx.conn())
+    .await?;
+    let (mut departments, mut tenants) = (Sums::new(), Sums::new());
+    for (d, dname, t, tname, sum) in rows {
+        let sum = Decimal::parse(&sum).map_err(internal)?;
+        let e = departments.entry((d, dname.clone(), None)).or_insert(Decimal::ZERO);
+        *e = e.checked_add(&sum).map_err(internal)?;
+        if let Some(t) = t {
+            let e = tenants.entry((d, dname, Some((t, tname)))).or_insert(Decimal::ZERO);
+            *e = e.checked_add(&sum).map_err(internal)?;
+        }
+    }
+    Ok(Some((currency.unwrap_or_default(), departments, tenants)))
+}
+
 fn money(d: &Decimal) -> Result<String, AppError> {
     Ok(d.with_scale(2).or_else(|_| Decimal::round(d.value(), 2)).map_err(internal)?.to_string())
 }
@@ -129,8 +163,15 @@ pub async fn compute(tx: &mut OrgTx, period: Period, now: OffsetDateTime) -> Res
     // The open month: the read model's snapshot (the run rate is its figures; "to date" was computed with it), as
     // of its time; without one, both are computed now.
     let snapshot = if over { None } else { stored(tx, period).await? };
-    let (now, currency, run_rate, to_date) = match snapshot {
-        Some((as_of, rate_d, rate_t, so_far_d, so_far_t)) => {
+    // A closed month: its figures as the close stored them (the final figure is the closed ledger, not a new
+    // computation over today's facts).
+    let closed = if over { closed(tx, period).await? } else { None };
+    let (now, currency, run_rate, to_date) = match (snapshot, closed) {
+        (_, Some((currency, departments, tenants))) => {
+            let s = (departments, tenants);
+            (now, currency, s.clone(), s)
+        }
+        (Some((as_of, rate_d, rate_t, so_far_d, so_far_t)), None) => {
             let currency: Option<String> =
                 sqlx::query_scalar("SELECT currency::text FROM read_months WHERE org_id = $1 AND period = $2")
                     .bind(tx.org().as_uuid())
@@ -139,7 +180,7 @@ pub async fn compute(tx: &mut OrgTx, period: Period, now: OffsetDateTime) -> Res
                     .await?;
             (as_of.max(start), currency.unwrap_or_default(), (rate_d, rate_t), (so_far_d, so_far_t))
         }
-        None => {
+        (None, None) => {
             let preview = crate::close::preview(tx, period).await?;
             let currency = preview.input.policy.currency.clone();
             if over {

@@ -301,7 +301,13 @@ async fn close_handler(
             open.join("; ")
         )));
     }
-    let summary = close_period(&state.db, p.org, &slug, period, &p.actor(), OffsetDateTime::now_utc()).await?;
+    // In a task of its own: a close that outlasts the request's timeout (a large month, its evidence index) still
+    // completes instead of being rolled back halfway and leaving the month `closing`.
+    let (db, org, actor) = (state.db.clone(), p.org, p.actor());
+    let summary =
+        tokio::spawn(async move { close_period(&db, org, &slug, period, &actor, OffsetDateTime::now_utc()).await })
+            .await
+            .map_err(|e| AppError::Internal(format!("closing {period}: {e}")))??;
     if let Some(reason) = reason.filter(|_| !open.is_empty()) {
         let mut tx = p.begin(&state.db).await?;
         record_acknowledgement(&mut tx, period, &p.actor(), &reason, &open).await?;

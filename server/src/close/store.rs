@@ -224,9 +224,13 @@ pub(crate) async fn freeze(
             lines,
             notes: serde_json::to_value(&preview.ledger.notes).unwrap_or_default(),
             to_date: None,
+            idle: None,
         },
     )
     .await?;
+    // The evidence behind the lines, indexed for paging (`GET /api/v1/periods/{period}/evidence`): the bundle's
+    // own allocation records, in the close's transaction, so a closed month is never without it.
+    crate::ledger::write_evidence_index(&mut tx, period, &preview.input.allocations, "close").await?;
     // Credits land here; late-data corrections are recorded as applied adjustments pointing at what they correct.
     if !preview.credits.is_empty() {
         sqlx::query(

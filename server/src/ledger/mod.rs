@@ -1,32 +1,25 @@
 //! The ledger over HTTP: loads a period's inputs from the evidence store (RLS-scoped), computes the lines with
 //! `gpuledger_core::ledger`, and serves them — from the frozen lines for a closed period, computed on demand for
-//! an open one.
+//! an open one — and the evidence behind them ([`evidence`]: a closed month's from the index written at close).
 
-use axum::{
-    Json, Router,
-    extract::{Path, State},
-    routing::get,
-};
-use gpuledger_api::{
-    close::{Evidence, EvidenceAllocation},
-    ledger::{Ledger, MonthTotal, Months, Summaries},
-};
-use gpuledger_core::{Period, ledger::AllocationRecord};
+use axum::{Json, Router, extract::State, routing::get};
+use gpuledger_api::ledger::{Ledger, MonthTotal, Months, Summaries};
+use gpuledger_core::Period;
 use serde::Deserialize;
 use time::OffsetDateTime;
-use uuid::Uuid;
 
 use crate::http::Params;
 use crate::{
     app::AppState,
-    auth::Visible,
     error::AppError,
     http::parse_period,
     http::{Caller, ReadLedger},
 };
 
+mod evidence;
 pub mod store;
-pub(crate) use store::evidence_details;
+pub use evidence::build_from_bundle as build_evidence_index;
+pub(crate) use store::write_evidence_index;
 pub use store::{approved_credits, inventory, load_allocations, load_input, period_state};
 
 /// Routes of this module.
@@ -35,7 +28,7 @@ pub fn router() -> Router<AppState> {
         .route("/api/v1/ledger", get(get_ledger))
         .route("/api/v1/ledger/months", get(get_months))
         .route("/api/v1/ledger/summaries", get(get_summaries))
-        .route("/api/v1/periods/{period}/evidence", get(evidence))
+        .route("/api/v1/periods/{period}/evidence", get(evidence::evidence))
 }
 
 #[derive(Debug, Deserialize)]
@@ -211,97 +204,5 @@ async fn get_ledger(
         page,
         per_page,
         lines: found.lines,
-    }))
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct EvidenceQuery {
-    tenant: Option<String>,
-    gpu_class: Option<String>,
-    endpoint: Option<String>,
-    /// `start` (default), `end`, `fraction`, `id`; `-` in front for descending.
-    sort: Option<String>,
-    page: Option<u32>,
-    per_page: Option<u32>,
-}
-
-/// The allocation records behind a line: from the bundle for a closed period, from the store for an open one.
-async fn evidence(
-    State(state): State<AppState>,
-    p: Caller<ReadLedger>,
-    Path(period): Path<String>,
-    Params(q): Params<EvidenceQuery>,
-) -> Result<Json<Evidence>, AppError> {
-    let period = parse_period("period", &period)?;
-    let per_page = q.per_page.unwrap_or(100).clamp(1, 1000) as usize;
-    let page = q.page.unwrap_or(1).max(1) as usize;
-    let visible = p.visible(&state.db).await?;
-    let mut tx = state.db.begin_org(p.org).await?;
-    let allocations = match crate::close::stored_bundle(&mut tx, period).await? {
-        Some(b) => b.inputs.allocations,
-        None => load_allocations(&mut tx, period).await?,
-    };
-    tx.commit().await?;
-    let tenant = q
-        .tenant
-        .as_deref()
-        .map(|t| Uuid::parse_str(t).map_err(|_| AppError::invalid("tenant", "is not a UUID")))
-        .transpose()?;
-    let mut rows: Vec<&AllocationRecord> = allocations
-        .iter()
-        .filter(|a| Visible::tenant(&visible, a.tenant.map(|x| x.as_uuid())))
-        .filter(|a| tenant.is_none_or(|t| a.tenant.map(|x| x.as_uuid()) == Some(t)))
-        .filter(|a| q.gpu_class.as_deref().is_none_or(|c| a.gpu_class.as_deref() == Some(c)))
-        .filter(|a| q.endpoint.as_deref().is_none_or(|e| a.endpoint.as_deref() == Some(e)))
-        .collect();
-    let sort = q.sort.as_deref().unwrap_or("start");
-    let (descending, key) = match sort.strip_prefix('-') {
-        Some(k) => (true, k),
-        None => (false, sort),
-    };
-    match key {
-        "start" => rows.sort_by(|a, b| a.start.cmp(&b.start).then_with(|| a.id.cmp(&b.id))),
-        "end" => rows.sort_by(|a, b| a.end.cmp(&b.end).then_with(|| a.id.cmp(&b.id))),
-        "fraction" => rows.sort_by(|a, b| a.fraction.cmp(&b.fraction).then_with(|| a.id.cmp(&b.id))),
-        "id" => rows.sort_by(|a, b| a.id.cmp(&b.id)),
-        other => {
-            return Err(AppError::invalid(
-                "sort",
-                format!("start, end, fraction or id (with - for descending), not {other:?}"),
-            ));
-        }
-    }
-    if descending {
-        rows.reverse();
-    }
-    let page_rows: Vec<&&AllocationRecord> = rows.iter().skip((page - 1) * per_page).take(per_page).collect();
-    let ids: Vec<&str> = page_rows.iter().map(|a| a.id.as_str()).collect();
-    let mut tx = state.db.begin_org(p.org).await?;
-    let details = evidence_details(&mut tx, &ids).await?;
-    tx.commit().await?;
-    let rfc3339 = |t: OffsetDateTime| gpuledger_core::time_fmt::rfc3339(t);
-    let allocations = page_rows
-        .iter()
-        .map(|a| EvidenceAllocation {
-            id: a.id.clone(),
-            tenant: a.tenant.map(|t| t.to_string()),
-            gpu_class: a.gpu_class.clone(),
-            fraction: String::from(a.fraction),
-            start: rfc3339(a.start),
-            end: a.end.map(rfc3339),
-            confidence: a.confidence.as_str().to_string(),
-            devices: a.devices.clone(),
-            endpoint: a.endpoint.clone(),
-            detail: details.get(&a.id).cloned(),
-        })
-        .collect();
-    Ok(Json(Evidence {
-        period: period.to_string(),
-        total: rows.len(),
-        page,
-        per_page,
-        sort: sort.to_string(),
-        allocations,
     }))
 }

@@ -420,3 +420,208 @@ pub(crate) async fn evidence_details(
         )
         .collect())
 }
+
+// ---- the evidence index of closed months (migration 27; `super::evidence`)
+
+/// A group as `evidence_months.groups` stores it: [tenant, GPU class, endpoint, records].
+type StoredGroup = (Option<Uuid>, Option<String>, Option<String>, u64);
+
+/// What is stored about a month's evidence index.
+#[derive(Debug, Clone)]
+pub(crate) struct IndexHead {
+    /// Records of the whole month.
+    pub allocations: i64,
+    /// Records per (tenant, GPU class, endpoint).
+    pub groups: Vec<(super::evidence::GroupKey, u64)>,
+}
+
+/// The head of `period`'s evidence index, when it has one.
+pub(crate) async fn evidence_head(tx: &mut OrgTx, period: Period) -> Result<Option<IndexHead>, AppError> {
+    let row: Option<(i32, sqlx::types::Json<Vec<StoredGroup>>)> =
+        sqlx::query_as("SELECT allocations, groups FROM evidence_months WHERE org_id = $1 AND period = $2")
+            .bind(tx.org().as_uuid())
+            .bind(period.first_day())
+            .fetch_optional(tx.conn())
+            .await?;
+    Ok(row.map(|(allocations, groups)| IndexHead {
+        allocations: i64::from(allocations),
+        groups: groups.0.into_iter().map(|(t, c, e, n)| ((t, c, e), n)).collect(),
+    }))
+}
+
+/// Waits for any other transaction building `period`'s evidence index (held until this transaction ends).
+pub(crate) async fn lock_evidence_build(tx: &mut OrgTx, period: Period) -> Result<(), AppError> {
+    // Class "GE"; the key mixes the organization and the month (a collision only makes two builds take turns).
+    let month = period.first_day();
+    let key = (tx.org().as_uuid().as_u128() as i32) ^ (month.year() * 12 + i32::from(u8::from(month.month())));
+    sqlx::query("SELECT pg_advisory_xact_lock($1, $2)").bind(0x4745_i32).bind(key).execute(tx.conn()).await?;
+    Ok(())
+}
+
+/// Writes `period`'s evidence index from the month's allocation records (the bundle's `inputs.allocations`, in
+/// bundle order), `source` being `close` or `bundle`. Returns `false`, writing nothing, when a record cannot be
+/// stored exactly (an instant finer than PostgreSQL's microseconds, more records than an `integer` counts): reads
+/// of that month then decode the bundle as before.
+pub(crate) async fn write_evidence_index(
+    tx: &mut OrgTx,
+    period: Period,
+    records: &[AllocationRecord],
+    source: &str,
+) -> Result<bool, AppError> {
+    use super::evidence::{SortKey, groups, ranks};
+    let whole_micros = |t: OffsetDateTime| t.nanosecond().is_multiple_of(1_000);
+    if !records.iter().all(|a| whole_micros(a.start) && a.end.is_none_or(whole_micros)) {
+        tracing::warn!(period = %period, "evidence index not written: an instant finer than microseconds");
+        return Ok(false);
+    }
+    let Ok(count) = i32::try_from(records.len()) else { return Ok(false) };
+    let mut rank_columns = Vec::with_capacity(SortKey::ALL.len());
+    for key in SortKey::ALL {
+        let Some(r) = ranks(records, key) else { return Ok(false) };
+        rank_columns.push(r);
+    }
+    let org = tx.org().as_uuid();
+    let start = period.first_day();
+    let groups: Vec<StoredGroup> = groups(records).into_iter().map(|((t, c, e), n)| (t, c, e, n)).collect();
+    sqlx::query(
+        "INSERT INTO evidence_months (org_id, period, allocations, groups, source) VALUES ($1, $2, $3, $4, $5)",
+    )
+    .bind(org)
+    .bind(start)
+    .bind(count)
+    .bind(sqlx::types::Json(&groups))
+    .bind(source)
+    .execute(tx.conn())
+    .await?;
+    // Set-based, in chunks: a month at 10,000 GPUs has over a million records.
+    const CHUNK: usize = 10_000;
+    for (c, chunk) in records.chunks(CHUNK).enumerate() {
+        let at = c * CHUNK;
+        let span = at..at + chunk.len();
+        let devices: Vec<serde_json::Value> = chunk.iter().map(|a| serde_json::json!(a.devices)).collect();
+        sqlx::query(
+            "INSERT INTO evidence_allocations (org_id, period, start_rank, end_rank, fraction_rank, id_rank, allocation,
+                                               tenant_id, gpu_class, endpoint, fraction, starts_at, ends_at, confidence,
+                                               devices)
+             SELECT $1, $2, u.* FROM UNNEST($3::int[], $4::int[], $5::int[], $6::int[], $7::text[], $8::uuid[],
+                                            $9::text[], $10::text[], $11::text[], $12::timestamptz[],
+                                            $13::timestamptz[], $14::text[], $15::jsonb[]) AS u",
+        )
+        .bind(org)
+        .bind(start)
+        .bind(&rank_columns[0][span.clone()])
+        .bind(&rank_columns[1][span.clone()])
+        .bind(&rank_columns[2][span.clone()])
+        .bind(&rank_columns[3][span])
+        .bind(chunk.iter().map(|a| a.id.as_str()).collect::<Vec<_>>())
+        .bind(chunk.iter().map(|a| a.tenant.map(|t| t.as_uuid())).collect::<Vec<_>>())
+        .bind(chunk.iter().map(|a| a.gpu_class.as_deref()).collect::<Vec<_>>())
+        .bind(chunk.iter().map(|a| a.endpoint.as_deref()).collect::<Vec<_>>())
+        .bind(chunk.iter().map(|a| String::from(a.fraction)).collect::<Vec<_>>())
+        .bind(chunk.iter().map(|a| a.start).collect::<Vec<_>>())
+        .bind(chunk.iter().map(|a| a.end).collect::<Vec<_>>())
+        .bind(chunk.iter().map(|a| a.confidence.as_str()).collect::<Vec<_>>())
+        .bind(&devices)
+        .execute(tx.conn())
+        .await?;
+    }
+    Ok(true)
+}
+
+/// A page of a closed month's evidence index.
+pub(crate) struct PageRequest<'a> {
+    /// What to keep.
+    pub filter: &'a super::evidence::EvidenceFilter,
+    /// The order.
+    pub key: super::evidence::SortKey,
+    /// Reversed.
+    pub descending: bool,
+    /// Records of the whole month (the index's head).
+    pub month_records: i64,
+    /// Records to skip.
+    pub offset: i64,
+    /// Records to return.
+    pub limit: i64,
+}
+
+/// Reads a page of `period`'s evidence index, as the endpoint answers it (details not filled in).
+pub(crate) async fn evidence_page(
+    tx: &mut OrgTx,
+    period: Period,
+    r: &PageRequest<'_>,
+) -> Result<Vec<gpuledger_api::close::EvidenceAllocation>, AppError> {
+    let f = r.filter;
+    let col = r.key.column();
+    let dir = if r.descending { "DESC" } else { "ASC" };
+    // Only the predicates a request has are written: one plan per shape, each able to use its index (a generic
+    // `($n IS NULL OR …)` plan could not). The parameters keep their numbers either way.
+    let mut predicates = String::new();
+    if f.tenant.is_some() {
+        predicates.push_str(" AND tenant_id = $3");
+    }
+    if f.gpu_class.is_some() {
+        predicates.push_str(" AND gpu_class = $4");
+    }
+    if f.endpoint.is_some() {
+        predicates.push_str(" AND endpoint = $5");
+    }
+    if f.visible.is_some() {
+        predicates.push_str(" AND tenant_id = ANY($6)");
+    }
+    // With nothing filtered the ranks are 1..n in each order, so a page is a range of ranks (no rows skipped).
+    let (predicates, skip) = if f.is_everything() {
+        let bound = if r.descending { format!(" AND {col} <= $7 - $8") } else { format!(" AND {col} > $8") };
+        (bound, 0)
+    } else {
+        (predicates, r.offset)
+    };
+    let sql = format!(
+        "SELECT allocation, tenant_id, gpu_class, fraction, starts_at, ends_at, confidence, devices, endpoint
+           FROM evidence_allocations
+          WHERE org_id = $1 AND period = $2{predicates}
+          ORDER BY {col} {dir} LIMIT $9 OFFSET $10"
+    );
+    type Row = (
+        String,
+        Option<Uuid>,
+        Option<String>,
+        String,
+        OffsetDateTime,
+        Option<OffsetDateTime>,
+        String,
+        sqlx::types::Json<Vec<String>>,
+        Option<String>,
+    );
+    let visible: Option<Vec<Uuid>> = f.visible.as_ref().map(|v| v.tenants.iter().copied().collect());
+    let rows: Vec<Row> = sqlx::query_as(&sql)
+        .bind(tx.org().as_uuid())
+        .bind(period.first_day())
+        .bind(f.tenant)
+        .bind(&f.gpu_class)
+        .bind(&f.endpoint)
+        .bind(visible)
+        .bind(r.month_records)
+        .bind(r.offset)
+        .bind(r.limit)
+        .bind(skip)
+        .fetch_all(tx.conn())
+        .await?;
+    let rfc3339 = gpuledger_core::time_fmt::rfc3339;
+    Ok(rows
+        .into_iter()
+        .map(|(id, tenant, gpu_class, fraction, start, end, confidence, devices, endpoint)| {
+            gpuledger_api::close::EvidenceAllocation {
+                id,
+                tenant: tenant.map(|t| t.to_string()),
+                gpu_class,
+                fraction,
+                start: rfc3339(start),
+                end: end.map(rfc3339),
+                confidence,
+                devices: devices.0,
+                endpoint,
+                detail: None,
+            }
+        })
+        .collect())
+}

@@ -62,6 +62,9 @@ pub struct Figures<'a> {
     /// The open month's charges up to `as_of` per department and tenant (the forecast's `to_date`); `None` for
     /// closed months.
     pub to_date: Option<Value>,
+    /// The open month's idle reservations at `as_of` ([`StoredIdle`] as JSON: `GET /api/v1/idle` reads them);
+    /// `None` for closed months and earlier open ones.
+    pub idle: Option<Value>,
 }
 
 /// Replaces a month's stored figures with `f` in `tx` (the whole organization's: `tx` must see every department).
@@ -77,8 +80,8 @@ pub async fn store(tx: &mut OrgTx, f: &Figures<'_>) -> Result<(), AppError> {
     sqlx::query(replace).bind(org).bind(start).execute(tx.conn()).await?;
     let inserted = sqlx::query(
         "INSERT INTO read_months (org_id, period, state, as_of, compute_ms, policy_version, currency, content_hash,
-                                  line_count, notes, to_date)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+                                  line_count, notes, to_date, idle)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
          ON CONFLICT (org_id, period) DO NOTHING",
     )
     .bind(org)
@@ -92,6 +95,7 @@ pub async fn store(tx: &mut OrgTx, f: &Figures<'_>) -> Result<(), AppError> {
     .bind(i32::try_from(f.lines.len()).unwrap_or(i32::MAX))
     .bind(&f.notes)
     .bind(&f.to_date)
+    .bind(&f.idle)
     .execute(tx.conn())
     .await?;
     if inserted.rows_affected() == 0 {
@@ -197,6 +201,27 @@ pub async fn head(tx: &mut OrgTx, period: Period) -> Result<Option<MonthHead>, A
         notes,
         changed_since,
     }))
+}
+
+/// The idle reservations stored with an open month's snapshot: the answer of `GET /api/v1/idle` for the whole
+/// organization at the snapshot's time, and each item's department (callers limited to departments see theirs).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct StoredIdle {
+    /// The answer (its `as_of` is the snapshot's).
+    pub list: gpuledger_api::foresight::IdleList,
+    /// The department of each item, in order (`None`: no tenant owns it).
+    pub departments: Vec<Option<Uuid>>,
+}
+
+/// The idle reservations stored with `period`'s provisional snapshot, if the worker computed them.
+pub async fn stored_idle(tx: &mut OrgTx, period: Period) -> Result<Option<StoredIdle>, AppError> {
+    let idle: Option<Option<sqlx::types::Json<StoredIdle>>> =
+        sqlx::query_scalar("SELECT idle FROM read_months WHERE org_id = $1 AND period = $2 AND state = 'provisional'")
+            .bind(tx.org().as_uuid())
+            .bind(period.first_day())
+            .fetch_optional(tx.conn())
+            .await?;
+    Ok(idle.flatten().map(|j| j.0))
 }
 
 /// Which lines a read wants.
@@ -317,6 +342,7 @@ pub async fn backfill_closed(
             lines: &bundle.lines,
             notes: Value::Null,
             to_date: None,
+            idle: None,
         },
     )
     .await?;

@@ -160,7 +160,10 @@ pub async fn refresh_with(db: &Database, org: OrgId, wait: Wait, extra: Option<P
 }
 
 async fn compute_and_store(tx: &mut OrgTx, extra: Option<Period>) -> Result<(), AppError> {
+    // Whole microseconds, as PostgreSQL keeps `as_of`: what is computed "as of" it (the idle answer's own `as_of`)
+    // then says the same instant as the stored figures.
     let now = OffsetDateTime::now_utc();
+    let now = now.replace_nanosecond(now.nanosecond() / 1_000 * 1_000).unwrap_or(now);
     for period in open_months(tx, now, extra).await? {
         let started = Instant::now();
         let preview = match crate::close::preview(tx, period).await {
@@ -176,6 +179,22 @@ async fn compute_and_store(tx: &mut OrgTx, extra: Option<Period>) -> Result<(), 
             .await
             .map_err(|e| AppError::Internal(e.to_string()))??;
         let to_date = Some(crate::budgets::forecast::sums_json(&to_date)?);
+        // This month's idle reservations at the snapshot's time, so `GET /api/v1/idle` is a lookup too. Not worth
+        // failing the snapshot for: without them the endpoint computes, as before.
+        let idle = if period == Period::containing(now) {
+            match crate::analytics::idle_now(tx, now).await {
+                Ok((list, departments)) => Some(
+                    serde_json::to_value(super::StoredIdle { list, departments })
+                        .map_err(|e| AppError::Internal(e.to_string()))?,
+                ),
+                Err(e) => {
+                    tracing::warn!(period = %period, error = %e, "read model: idle reservations not stored");
+                    None
+                }
+            }
+        } else {
+            None
+        };
         store(
             tx,
             &Figures {
@@ -189,6 +208,7 @@ async fn compute_and_store(tx: &mut OrgTx, extra: Option<Period>) -> Result<(), 
                 lines: &preview.ledger.lines,
                 notes,
                 to_date,
+                idle,
             },
         )
         .await?;

@@ -1,0 +1,592 @@
+//! Reads stay under 100 ms (issue 31), against real PostgreSQL as the app role: a closed month's evidence pages come
+//! from the index written at close (or built once from the bundle for an older month) and answer exactly what
+//! decoding the bundle answered, for every sort, filter and department scope; a closed month's forecast is its
+//! stored figures; `GET /api/v1/idle` is the one the read model's worker stored with the snapshot.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use axum::{
+    body::{Body, to_bytes},
+    http::{Request, StatusCode},
+};
+use gpuledger_core::{
+    Period,
+    ids::{DepartmentId, OrgId},
+    ledger::AllocationRecord,
+    sharing::SharingMode,
+    wire::{
+        AgentInfo, AllocationEnd, AllocationStart, AttributionLabels, Batch, EndReason, Fact, FactBody, Holder,
+        NamespaceFact, Stat, TelemetryRollup, WIRE_VERSION, event_id,
+    },
+};
+use gpuledger_server::{
+    app::{self, AppState, HttpOptions},
+    auth::{self, Scope},
+    db::Database,
+    readmodel::worker::{self, Wait},
+};
+use serde_json::{Value, json};
+use time::{Duration, OffsetDateTime};
+use tower::ServiceExt;
+use uuid::Uuid;
+
+const H100: &str = "NVIDIA H100 80GB HBM3";
+const A100: &str = "NVIDIA A100-SXM4-80GB";
+const RESEARCH: Uuid = Uuid::from_u128(0xd1);
+const PLATFORM: Uuid = Uuid::from_u128(0xd2);
+const NLP: Uuid = Uuid::from_u128(0xa1);
+const VISION: Uuid = Uuid::from_u128(0xa2);
+const INFRA: Uuid = Uuid::from_u128(0xb2);
+
+struct Env {
+    app: axum::Router,
+    db: Database,
+    org: OrgId,
+    agent: String,
+    admin: String,
+    /// An export token limited to Research.
+    research: String,
+    test_db: gpuledger_e2e::TestDatabase,
+}
+
+async fn env() -> Env {
+    let (test_db, db) = common::migrated().await;
+    let org = db.cross_org_directory().create_org(OrgId::from_uuid(Uuid::new_v4()), "rd", "Reads").await.unwrap();
+    let mut tx = db.begin_org(org).await.unwrap();
+    let o = org.as_uuid();
+    for (id, name) in [(RESEARCH, "Research"), (PLATFORM, "Platform")] {
+        sqlx::query("INSERT INTO departments (org_id, department_id, name) VALUES ($1, $2, $3)")
+            .bind(o)
+            .bind(id)
+            .bind(name)
+            .execute(tx.conn())
+            .await
+            .unwrap();
+    }
+    for (id, dept, name) in [(NLP, RESEARCH, "nlp"), (VISION, RESEARCH, "vision"), (INFRA, PLATFORM, "infra")] {
+        sqlx::query("INSERT INTO tenants (org_id, tenant_id, department_id, name) VALUES ($1, $2, $3, $4)")
+            .bind(o)
+            .bind(id)
+            .bind(dept)
+            .bind(name)
+            .execute(tx.conn())
+            .await
+            .unwrap();
+    }
+    for class in ["H100-80GB", "A100-80GB"] {
+        sqlx::query("INSERT INTO gpu_classes (org_id, gpu_class) VALUES ($1, $2)")
+            .bind(o)
+            .bind(class)
+            .execute(tx.conn())
+            .await
+            .unwrap();
+    }
+    for (model, class) in [(H100, "H100-80GB"), (A100, "A100-80GB")] {
+        sqlx::query("INSERT INTO gpu_models (org_id, model, valid_from, gpu_class) VALUES ($1, $2, '2025-01-01', $3)")
+            .bind(o)
+            .bind(model)
+            .bind(class)
+            .execute(tx.conn())
+            .await
+            .unwrap();
+    }
+    let (cluster, _) = auth::ensure_cluster(&mut tx, "gpu-east").await.unwrap();
+    let (_, agent) = auth::create_token(&mut tx, &Scope::Agent { cluster }, "agent", "test", None).await.unwrap();
+    let (_, admin) = auth::create_token(&mut tx, &Scope::Admin, "admin", "test", None).await.unwrap();
+    let scoped = Scope::Export { departments: vec![DepartmentId::from_uuid(RESEARCH)] };
+    let (_, research) = auth::create_token(&mut tx, &scoped, "research-bi", "test", None).await.unwrap();
+    tx.commit().await.unwrap();
+    let app = app::router(AppState::new(db.clone(), None), &HttpOptions::default());
+    let env = Env { app, db, org, agent, admin, research, test_db };
+    let (s, v) = call(
+        &env,
+        "POST",
+        "/api/v1/policies",
+        &env.admin,
+        Some(json!({
+            "effective_from": "2025-01", "note": "rates",
+            "policy": {"currency": "USD", "classes": [
+                {"gpu_class": "H100-80GB", "guaranteed": "3.00", "borrowed": "2.00"},
+                {"gpu_class": "A100-80GB", "guaranteed": "1.50", "borrowed": "1.25"}]}
+        })),
+    )
+    .await;
+    assert_eq!(s, StatusCode::CREATED, "{v}");
+    let (s, v) = call(&env, "POST", "/api/v1/policies/1/approve", &env.admin, Some(json!({"reason": "ok"}))).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    env
+}
+
+async fn call(env: &Env, method: &str, uri: &str, token: &str, body: Option<Value>) -> (StatusCode, Value) {
+    let req = Request::builder()
+        .method(method)
+        .uri(uri)
+        .header("authorization", format!("Bearer {token}"))
+        .header("content-type", "application/json")
+        .body(body.map_or_else(Body::empty, |b| Body::from(b.to_string())))
+        .unwrap();
+    let response = env.app.clone().oneshot(req).await.unwrap();
+    let status = response.status();
+    let bytes = to_bytes(response.into_body(), 1 << 24).await.unwrap();
+    (status, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+}
+
+async fn send(env: &Env, facts: Vec<Fact>) {
+    for chunk in facts.chunks(500) {
+        let batch = Batch {
+            wire_version: WIRE_VERSION,
+            agent: AgentInfo { version: "test".into(), mode: "cluster".into(), node: None, spool: None },
+            cluster: None,
+            facts: chunk.to_vec(),
+        };
+        let (s, v) =
+            call(env, "POST", "/api/v1/ingest/batches", &env.agent, Some(serde_json::to_value(&batch).unwrap())).await;
+        assert_eq!(s, StatusCode::OK, "{v}");
+    }
+}
+
+fn namespace(uid: Uuid, name: &str, tenant: Option<&str>, since: OffsetDateTime) -> Fact {
+    Fact {
+        event_id: event_id("namespace", &[&uid.to_string(), tenant.unwrap_or("-"), &since.to_string()]),
+        observed_at: since,
+        body: FactBody::NamespaceObserved(NamespaceFact {
+            namespace_uid: uid,
+            name: name.into(),
+            created_at: since,
+            deleted_at: None,
+            labels: AttributionLabels { tenant: tenant.map(Into::into), ..Default::default() },
+            labels_since: since,
+        }),
+    }
+}
+
+struct Alloc<'a> {
+    pod: String,
+    ns: (Uuid, &'a str),
+    model: &'a str,
+    mode: SharingMode,
+    units: u32,
+    endpoint: Option<&'a str>,
+    from: OffsetDateTime,
+    to: Option<OffsetDateTime>,
+}
+
+fn allocation(a: &Alloc<'_>) -> Vec<Fact> {
+    let allocation_id = format!("{}/main/nvidia.com/gpu", a.pod);
+    let mut facts = vec![Fact {
+        event_id: event_id("alloc-start", &[&allocation_id]),
+        observed_at: a.from,
+        body: FactBody::AllocationStarted(AllocationStart {
+            allocation_id: allocation_id.clone(),
+            holder: Holder::Pod,
+            holder_uid: Uuid::new_v4(),
+            holder_name: a.pod.clone(),
+            namespace: a.ns.1.into(),
+            namespace_uid: Some(a.ns.0),
+            container: Some("main".into()),
+            node: Some("node-1".into()),
+            resource: "nvidia.com/gpu".into(),
+            units: a.units,
+            mode: a.mode.clone(),
+            gpu_model: Some(a.model.into()),
+            device_ids: (0..a.units).map(|d| format!("GPU-{}-{d}", a.pod)).collect(),
+            started_at: a.from,
+            labels: AttributionLabels { endpoint: a.endpoint.map(Into::into), ..Default::default() },
+        }),
+    }];
+    if let Some(to) = a.to {
+        facts.push(Fact {
+            event_id: event_id("alloc-end", &[&allocation_id]),
+            observed_at: to,
+            body: FactBody::AllocationEnded(AllocationEnd { allocation_id, ended_at: to, reason: EndReason::Finished }),
+        });
+    }
+    facts
+}
+
+/// Last month's allocations, made to tie: equal starts, equal ends, open ends, equal fractions, a namespace that
+/// changed owner mid-month (records split with `#n` IDs), one nobody owns, a shared endpoint, two GPU classes.
+async fn last_month(env: &Env) -> Period {
+    let period = Period::containing(OffsetDateTime::now_utc()).prev().unwrap();
+    let start = period.start();
+    let (ns_nlp, ns_vision, ns_infra, ns_moved, ns_free) =
+        (Uuid::new_v4(), Uuid::new_v4(), Uuid::new_v4(), Uuid::new_v4(), Uuid::new_v4());
+    let long_ago = start - Duration::days(40);
+    let mut facts = vec![
+        namespace(ns_nlp, "nlp", Some("nlp"), long_ago),
+        namespace(ns_vision, "vision", Some("vision"), long_ago),
+        namespace(ns_infra, "infra", Some("infra"), long_ago),
+        namespace(ns_moved, "moved", Some("nlp"), long_ago),
+        namespace(ns_moved, "moved", Some("infra"), start + Duration::days(10)),
+        namespace(ns_free, "free", None, long_ago),
+    ];
+    let spaces = [(ns_nlp, "nlp"), (ns_vision, "vision"), (ns_infra, "infra"), (ns_moved, "moved"), (ns_free, "free")];
+    for i in 0..60u32 {
+        let ns = spaces[(i % 5) as usize];
+        // Starts repeat every 7 allocations, some before the month; ends repeat every 4, every sixth is open.
+        let from = start + Duration::hours(i64::from(i % 7) * 13 - 20);
+        let to = (i % 6 != 0).then(|| start + Duration::days(12) + Duration::hours(i64::from(i % 4) * 5));
+        let mode = match i % 4 {
+            0 => SharingMode::TimeSlice { replicas: 3 },
+            1 => SharingMode::TimeSlice { replicas: 7 },
+            _ => SharingMode::Exclusive,
+        };
+        facts.extend(allocation(&Alloc {
+            pod: format!("pod-{:02}", (i * 37) % 60),
+            ns,
+            model: if i % 3 == 0 { A100 } else { H100 },
+            mode: mode.clone(),
+            units: if matches!(mode, SharingMode::Exclusive) { 1 + i % 2 } else { 1 },
+            endpoint: (i % 9 == 0).then_some("chat"),
+            from,
+            to,
+        }));
+    }
+    send(env, facts).await;
+    let (s, v) = call(
+        env,
+        "POST",
+        &format!("/api/v1/periods/{period}/close"),
+        &env.admin,
+        Some(json!({"acknowledge": "test data"})),
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    period
+}
+
+/// The evidence answer as the endpoint computed it before the index: the bundle's records, filtered, stably sorted,
+/// reversed for descending, paged (details aside).
+fn from_bundle(
+    records: &[AllocationRecord],
+    visible: Option<&[Uuid]>,
+    q: &[(&str, String)],
+    page: usize,
+    per_page: usize,
+) -> (usize, Vec<Value>) {
+    let get = |k: &str| q.iter().find(|(n, _)| *n == k).map(|(_, v)| v.clone());
+    let tenant = get("tenant").map(|t| Uuid::parse_str(&t).unwrap());
+    let (class, endpoint) = (get("gpu_class"), get("endpoint"));
+    let sort = get("sort").unwrap_or_else(|| "start".into());
+    let mut rows: Vec<&AllocationRecord> = records
+        .iter()
+        .filter(|a| visible.is_none_or(|v| a.tenant.is_some_and(|t| v.contains(&t.as_uuid()))))
+        .filter(|a| tenant.is_none_or(|t| a.tenant.map(|x| x.as_uuid()) == Some(t)))
+        .filter(|a| class.as_deref().is_none_or(|c| a.gpu_class.as_deref() == Some(c)))
+        .filter(|a| endpoint.as_deref().is_none_or(|e| a.endpoint.as_deref() == Some(e)))
+        .collect();
+    let (descending, key) = match sort.strip_prefix('-') {
+        Some(k) => (true, k),
+        None => (false, sort.as_str()),
+    };
+    match key {
+        "start" => rows.sort_by(|a, b| a.start.cmp(&b.start).then_with(|| a.id.cmp(&b.id))),
+        "end" => rows.sort_by(|a, b| a.end.cmp(&b.end).then_with(|| a.id.cmp(&b.id))),
+        "fraction" => rows.sort_by(|a, b| a.fraction.cmp(&b.fraction).then_with(|| a.id.cmp(&b.id))),
+        "id" => rows.sort_by(|a, b| a.id.cmp(&b.id)),
+        other => panic!("{other}"),
+    }
+    if descending {
+        rows.reverse();
+    }
+    let rfc = gpuledger_core::time_fmt::rfc3339;
+    let page = rows
+        .iter()
+        .skip((page - 1) * per_page)
+        .take(per_page)
+        .map(|a| {
+            let mut v = json!({
+                "id": a.id, "tenant": a.tenant.map(|t| t.to_string()), "gpu_class": a.gpu_class,
+                "fraction": String::from(a.fraction), "start": rfc(a.start), "end": a.end.map(rfc),
+                "confidence": a.confidence.as_str(), "devices": a.devices,
+            });
+            if let Some(e) = &a.endpoint {
+                v["endpoint"] = json!(e);
+            }
+            v
+        })
+        .collect();
+    (rows.len(), page)
+}
+
+/// Every sort, filter, scope and a few pages: the index's answer is the bundle's.
+async fn compare_all(env: &Env, period: Period, records: &[AllocationRecord]) -> usize {
+    let research_tenants = [NLP, VISION];
+    let mut checked = 0;
+    let filters: Vec<Vec<(&str, String)>> = vec![
+        vec![],
+        vec![("tenant", NLP.to_string())],
+        vec![("tenant", INFRA.to_string())],
+        vec![("gpu_class", "A100-80GB".into())],
+        vec![("endpoint", "chat".into())],
+        vec![("tenant", NLP.to_string()), ("gpu_class", "H100-80GB".into())],
+        vec![("gpu_class", "none".into())],
+    ];
+    for sort in ["start", "-start", "end", "-end", "fraction", "-fraction", "id", "-id"] {
+        for filter in &filters {
+            for (token, visible) in [(&env.admin, None), (&env.research, Some(&research_tenants[..]))] {
+                for (page, per_page) in [(1, 7), (2, 7), (5, 7), (1, 1000), (40, 3)] {
+                    let mut q: Vec<(&str, String)> = filter.clone();
+                    q.push(("sort", sort.into()));
+                    let query: Vec<String> = q
+                        .iter()
+                        .map(|(k, v)| format!("{k}={v}"))
+                        .chain([format!("page={page}"), format!("per_page={per_page}")])
+                        .collect();
+                    let uri = format!("/api/v1/periods/{period}/evidence?{}", query.join("&"));
+                    let (s, got) = call(env, "GET", &uri, token, None).await;
+                    assert_eq!(s, StatusCode::OK, "{uri}: {got}");
+                    let (total, expected) = from_bundle(records, visible, &q, page, per_page);
+                    assert_eq!(got["total"], json!(total), "{uri}");
+                    assert_eq!((got["page"].clone(), got["per_page"].clone()), (json!(page), json!(per_page)));
+                    assert_eq!(got["sort"], sort, "{uri}");
+                    let rows: Vec<Value> = got["allocations"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .map(|r| {
+                            let mut r = r.clone();
+                            r.as_object_mut().unwrap().remove("detail");
+                            r
+                        })
+                        .collect();
+                    assert_eq!(rows, expected, "{uri}");
+                    checked += 1;
+                }
+            }
+        }
+    }
+    checked
+}
+
+async fn bundle_records(env: &Env, period: Period) -> Vec<AllocationRecord> {
+    let (s, bundle) = call(env, "GET", &format!("/api/v1/periods/{period}/bundle"), &env.admin, None).await;
+    assert_eq!(s, StatusCode::OK);
+    serde_json::from_value(bundle["inputs"]["allocations"].clone()).unwrap()
+}
+
+#[tokio::test]
+async fn closed_evidence_from_the_index_equals_the_bundle_for_every_sort_filter_and_scope() {
+    let env = env().await;
+    let period = last_month(&env).await;
+    let records = bundle_records(&env, period).await;
+    assert!(records.len() >= 60, "{} records", records.len());
+    assert!(records.iter().any(|a| a.id.contains('#')), "a record split at the owner change");
+    assert!(records.iter().any(|a| a.tenant.is_none()) && records.iter().any(|a| a.end.is_none()));
+    let su = common::admin_pool(&env.test_db).await;
+    let (n, source): (i32, String) =
+        sqlx::query_as("SELECT allocations, source FROM evidence_months WHERE org_id = $1 AND period = $2")
+            .bind(env.org.as_uuid())
+            .bind(period.first_day())
+            .fetch_one(&su)
+            .await
+            .unwrap();
+    assert_eq!((n as usize, source.as_str()), (records.len(), "close"), "written by the close");
+    let closes_before = gpuledger_server::close::COMPUTATIONS.load(std::sync::atomic::Ordering::Relaxed);
+    let checked = compare_all(&env, period, &records).await;
+    assert_eq!(checked, 8 * 7 * 2 * 5);
+    assert_eq!(
+        gpuledger_server::close::COMPUTATIONS.load(std::sync::atomic::Ordering::Relaxed),
+        closes_before,
+        "no ledger computed"
+    );
+    // Bad input is refused as before.
+    let (s, v) = call(&env, "GET", &format!("/api/v1/periods/{period}/evidence?sort=size"), &env.admin, None).await;
+    assert_eq!((s, v["field"].as_str()), (StatusCode::UNPROCESSABLE_ENTITY, Some("sort")), "{v}");
+    let (s, v) = call(&env, "GET", &format!("/api/v1/periods/{period}/evidence?tenant=x"), &env.admin, None).await;
+    assert_eq!((s, v["field"].as_str()), (StatusCode::UNPROCESSABLE_ENTITY, Some("tenant")), "{v}");
+
+    // A month closed before the index existed: built from its bundle by the first read, then the same answers.
+    sqlx::query("DELETE FROM evidence_months WHERE org_id = $1 AND period = $2")
+        .bind(env.org.as_uuid())
+        .bind(period.first_day())
+        .execute(&su)
+        .await
+        .unwrap();
+    let uri = format!("/api/v1/periods/{period}/evidence?sort=-end");
+    let first = call(&env, "GET", &uri, &env.research, None);
+    let second = call(&env, "GET", &uri, &env.research, None);
+    let ((s1, a1), (s2, a2)) = tokio::join!(first, second);
+    assert_eq!((s1, s2), (StatusCode::OK, StatusCode::OK));
+    assert_eq!(a1, a2, "concurrent first readers: one build, one answer");
+    let (rows, source): (i64, String) = sqlx::query_as(
+        "SELECT (SELECT count(*) FROM evidence_allocations a WHERE a.org_id = m.org_id AND a.period = m.period),
+                m.source FROM evidence_months m WHERE m.org_id = $1 AND m.period = $2",
+    )
+    .bind(env.org.as_uuid())
+    .bind(period.first_day())
+    .fetch_one(&su)
+    .await
+    .unwrap();
+    assert_eq!((rows as usize, source.as_str()), (records.len(), "bundle"));
+    assert_eq!(compare_all(&env, period, &records).await, 8 * 7 * 2 * 5);
+}
+
+#[tokio::test]
+async fn a_closed_months_forecast_is_its_stored_figures() {
+    let env = env().await;
+    let period = last_month(&env).await;
+    // A late fact for the closed month: today's computation would differ; the closed figure does not.
+    let ns = Uuid::new_v4();
+    let mut late = vec![namespace(ns, "late", Some("nlp"), period.start() - Duration::days(5))];
+    late.extend(allocation(&Alloc {
+        pod: "late".into(),
+        ns: (ns, "late"),
+        model: H100,
+        mode: SharingMode::Exclusive,
+        units: 4,
+        endpoint: None,
+        from: period.start() + Duration::days(2),
+        to: Some(period.start() + Duration::days(9)),
+    }));
+    send(&env, late).await;
+    let (s, ledger) = call(&env, "GET", &format!("/api/v1/ledger?period={period}"), &env.admin, None).await;
+    assert_eq!(s, StatusCode::OK, "{ledger}");
+    let before = gpuledger_server::close::COMPUTATIONS.load(std::sync::atomic::Ordering::Relaxed);
+    let (s, f) = call(&env, "GET", &format!("/api/v1/forecast?period={period}"), &env.admin, None).await;
+    assert_eq!(s, StatusCode::OK, "{f}");
+    assert_eq!(
+        gpuledger_server::close::COMPUTATIONS.load(std::sync::atomic::Ordering::Relaxed),
+        before,
+        "read, not computed"
+    );
+    assert_eq!(f["currency"], "USD");
+    assert_eq!(f["total"]["forecast"], ledger["total"], "{f}");
+    assert_eq!(f["total"]["to_date"], ledger["total"]);
+    // Per department and tenant: the sums of the closed lines, final.
+    let lines = ledger["lines"].as_array().unwrap();
+    let sum = |pick: &dyn Fn(&Value) -> bool| {
+        lines.iter().filter(|l| pick(l)).fold(gpuledger_core::decimal::Decimal::ZERO, |acc, l| {
+            acc.checked_add(&gpuledger_core::decimal::Decimal::parse(l["amount"].as_str().unwrap()).unwrap()).unwrap()
+        })
+    };
+    let departments = f["departments"].as_array().unwrap();
+    assert_eq!(departments.len(), 2, "{f}");
+    for d in departments {
+        let id = d["department_id"].as_str().unwrap();
+        let expected = sum(&|l: &Value| l["department_id"] == id);
+        assert_eq!(d["forecast"].as_str().unwrap(), expected.with_scale(2).unwrap().to_string(), "{d}");
+        assert_eq!(d["to_date"], d["forecast"]);
+        assert_eq!((d["method"].as_str(), d["confidence"].as_str()), (Some("final"), Some("high")));
+    }
+    for t in f["tenants"].as_array().unwrap() {
+        let id = t["tenant_id"].as_str().unwrap();
+        let expected = sum(&|l: &Value| l["tenant_id"] == id);
+        assert_eq!(t["forecast"].as_str().unwrap(), expected.with_scale(2).unwrap().to_string(), "{t}");
+        assert_eq!(t["method"], "final");
+    }
+    // A caller limited to Research sees Research only.
+    let (s, r) = call(&env, "GET", &format!("/api/v1/forecast?period={period}"), &env.research, None).await;
+    assert_eq!(s, StatusCode::OK, "{r}");
+    let names: Vec<&str> =
+        r["departments"].as_array().unwrap().iter().map(|d| d["department"].as_str().unwrap()).collect();
+    assert_eq!(names, ["Research"]);
+}
+
+/// Hourly rollups of `gpu` at `pct` over `[from, to)`.
+fn telemetry(gpu: &str, from: OffsetDateTime, to: OffsetDateTime, pct: f64) -> Vec<Fact> {
+    let mut out = Vec::new();
+    let mut t = from;
+    while t < to {
+        let end = (t + Duration::hours(1)).min(to);
+        out.push(Fact {
+            event_id: event_id("telemetry", &[gpu, &t.unix_timestamp().to_string(), &pct.to_string()]),
+            observed_at: end,
+            body: FactBody::Telemetry(TelemetryRollup {
+                node: "node-1".into(),
+                gpu_uuid: gpu.into(),
+                gpu_instance_id: None,
+                mig_profile: None,
+                window_start: t,
+                window_end: end,
+                samples: 360,
+                utilization_pct: Some(Stat { min: pct, avg: pct, max: pct }),
+                memory_used_mib: None,
+                power_w: None,
+                energy_j: None,
+                pod: None,
+            }),
+        });
+        t = end;
+    }
+    out
+}
+
+#[tokio::test]
+async fn idle_is_read_from_the_snapshot_and_equals_the_computed_answer() {
+    let env = env().await;
+    let now = OffsetDateTime::now_utc();
+    let now_min = now - Duration::seconds(i64::from(now.second())) - Duration::nanoseconds(i64::from(now.nanosecond()));
+    let since = now_min - Duration::hours(5);
+    let (ns_r, ns_p) = (Uuid::new_v4(), Uuid::new_v4());
+    let mut facts = vec![
+        namespace(ns_r, "research", Some("nlp"), now - Duration::days(60)),
+        namespace(ns_p, "platform", Some("infra"), now - Duration::days(60)),
+    ];
+    for (pod, ns) in [("notebook", (ns_r, "research")), ("idler", (ns_p, "platform")), ("dark", (ns_r, "research"))] {
+        facts.extend(allocation(&Alloc {
+            pod: pod.into(),
+            ns,
+            model: H100,
+            mode: SharingMode::Exclusive,
+            units: 1,
+            endpoint: None,
+            from: since,
+            to: None,
+        }));
+    }
+    facts.extend(telemetry("GPU-notebook-0", since, now_min - Duration::hours(3), 60.0));
+    facts.extend(telemetry("GPU-notebook-0", now_min - Duration::hours(3), now_min, 1.0));
+    facts.extend(telemetry("GPU-idler-0", since, now_min, 0.0));
+    send(&env, facts).await;
+    // Before the month's first snapshot: computed.
+    let (s, computed) = call(&env, "GET", "/api/v1/idle", &env.admin, None).await;
+    assert_eq!(s, StatusCode::OK, "{computed}");
+    assert_eq!(computed["items"].as_array().unwrap().len(), 2, "{computed}");
+    assert_eq!(computed["not_measured"], 1);
+    worker::refresh(&env.db, env.org, Wait::Block).await.unwrap();
+    let su = common::admin_pool(&env.test_db).await;
+    let as_of: OffsetDateTime =
+        sqlx::query_scalar("SELECT as_of FROM read_months WHERE org_id = $1 AND period = $2 AND idle IS NOT NULL")
+            .bind(env.org.as_uuid())
+            .bind(Period::containing(now).first_day())
+            .fetch_one(&su)
+            .await
+            .unwrap();
+    // The idle platform pod ends after the snapshot: the answer stays the snapshot's until the next one.
+    send(
+        &env,
+        vec![Fact {
+            event_id: event_id("alloc-end", &["idler/main/nvidia.com/gpu"]),
+            observed_at: now_min,
+            body: FactBody::AllocationEnded(AllocationEnd {
+                allocation_id: "idler/main/nvidia.com/gpu".into(),
+                ended_at: now_min,
+                reason: EndReason::Deleted,
+            }),
+        }],
+    )
+    .await;
+    let (s, stored) = call(&env, "GET", "/api/v1/idle", &env.admin, None).await;
+    assert_eq!(s, StatusCode::OK, "{stored}");
+    assert_eq!(stored["as_of"], gpuledger_core::time_fmt::rfc3339(as_of), "as of the snapshot");
+    let strip = |mut v: Value| {
+        v.as_object_mut().unwrap().remove("as_of");
+        v
+    };
+    assert_eq!(strip(stored.clone()), strip(computed.clone()), "the stored analysis is the computed one");
+    // Department scope still applies per caller.
+    let (s, scoped) = call(&env, "GET", "/api/v1/idle", &env.research, None).await;
+    assert_eq!(s, StatusCode::OK, "{scoped}");
+    let holders: Vec<&str> =
+        scoped["items"].as_array().unwrap().iter().map(|i| i["holder"].as_str().unwrap()).collect();
+    assert_eq!(holders, ["research/notebook"], "{scoped}");
+    assert_eq!(scoped["as_of"], stored["as_of"]);
+    // The next snapshot computes it again: the ended pod is no longer listed.
+    worker::refresh(&env.db, env.org, Wait::Block).await.unwrap();
+    let (_, next) = call(&env, "GET", "/api/v1/idle", &env.admin, None).await;
+    assert_ne!(next["as_of"], stored["as_of"]);
+    let holders: Vec<&str> = next["items"].as_array().unwrap().iter().map(|i| i["holder"].as_str().unwrap()).collect();
+    assert_eq!(holders, ["research/notebook"], "{next}");
+}
