@@ -114,7 +114,10 @@ async fn every_org_table_is_isolated_and_keyed_by_org() {
     .fetch_all(&admin)
     .await
     .unwrap();
-    assert_eq!(mover, vec![("telemetry_rollups".to_string(), "SELECT".to_string(), vec!["gpuledger_owner".to_string()])]);
+    assert_eq!(
+        mover,
+        vec![("telemetry_rollups".to_string(), "SELECT".to_string(), vec!["gpuledger_owner".to_string()])]
+    );
 
     // No table outside the allowlist escapes org_id.
     let untenanted: Vec<String> = sqlx::query_scalar(

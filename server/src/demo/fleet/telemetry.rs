@@ -3,8 +3,8 @@
 //! speed, with the same block encoding and sums (`crate::telemetry::store::pack`, core `HourSums`).
 //!
 //! A GPU's hour is shaped by how much of it was held that hour (the jobs' occupancy) and a busy level per job and
-//! hour; each minute varies around it (noise a real exporter shows), so the blocks compress as real ones would,
-//! not as constants. MIG instances report utilization and memory (no energy: DCGM has none per instance).
+//! hour; each minute's activity and power vary around it by ±5 % (noise a real exporter shows), memory stays where
+//! the job put it — so the blocks compress as real ones would, not as constants. MIG instances report utilization and memory (no energy: DCGM has none per instance).
 
 use std::sync::Arc;
 
@@ -128,11 +128,13 @@ impl Plan {
         let busy = if x < 0.08 { 0.02 } else { 0.35 + 0.6 * x };
         let util = occ * busy * 100.0;
         let mem_total = class.memory_mib as f64 * s.share;
+        // Memory is what the job allocated: steady through the hour, as frameworks hold it. Activity and power
+        // move around the hour's level from minute to minute (±5 %).
+        let mem = mem_total * occ * 0.55;
         for m in 0..60_u32 {
             let n = unit(self.seed ^ (u64::from(g) << 32) ^ (u64::from(h) << 8) ^ u64::from(m) ^ (s.gi as u64) << 56);
-            let u = (util * (0.85 + 0.3 * n)).min(100.0);
-            let (umin, umax) = (u * 0.6, (u * 1.3 + 2.0 * occ).min(100.0));
-            let mem = mem_total * occ * (0.55 + 0.02 * n);
+            let u = (util * (0.95 + 0.1 * n)).min(100.0);
+            let (umin, umax) = (u * 0.8, (u * 1.1 + occ).min(100.0));
             let q = |v: f64, scale: f64| (v * scale).round() as i64;
             let power = |u: f64| class.idle_w + (class.busy_w - class.idle_w) * u / 100.0;
             let start_ms = hour_ms + i64::from(m) * WINDOW_MS;
@@ -142,7 +144,7 @@ impl Plan {
                 end_ms: start_ms + WINDOW_MS,
                 samples: 6,
                 util: Some(Triple { min: q(umin, 10.0), avg: q(u, 10.0), max: q(umax, 10.0) }),
-                mem: Some(Triple { min: q(mem * 0.98, 1.0), avg: q(mem, 1.0), max: q(mem * 1.02, 1.0) }),
+                mem: Some(Triple { min: q(mem, 1.0), avg: q(mem, 1.0), max: q(mem, 1.0) }),
                 power: whole.then(|| Triple {
                     min: q(power(umin), 10.0),
                     avg: q(power(u), 10.0),
