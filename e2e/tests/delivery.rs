@@ -404,7 +404,9 @@ async fn kill_9_the_server_mid_stream_loses_and_duplicates_nothing() {
     eprintln!("fault-free run drained after {:?}", run_started.elapsed());
 
     // 19,000 rollups and 1,000 allocation facts for 500 allocations (50 of them vanished: estimated ends).
-    assert_eq!((faulty.telemetry.0, faulty.telemetry.1, faulty.telemetry.2), (19_000, 19_000, 19_000 * 60));
+    // Windows and samples summed over the device-hours; the hours and their blocks equal the fault-free run's below.
+    assert_eq!((faulty.telemetry.0, faulty.telemetry.2), (19_000, 19_000 * 60));
+    assert!(faulty.telemetry.1 > 0);
     assert_eq!((faulty.events.0, faulty.events.1), (1_000, 1_000));
     assert_eq!(faulty.intervals.len(), 500);
     assert_eq!(faulty.intervals.iter().filter(|r| r.ended_at.is_some()).count(), 500);
