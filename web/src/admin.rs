@@ -22,13 +22,13 @@ use crate::{
 };
 
 #[derive(Clone, serde::Serialize, serde::Deserialize)]
-enum Access {
+pub(crate) enum Access {
     SignIn(String),
     Forbidden,
     Admin(SessionView),
 }
 
-async fn admin(next: &str) -> Access {
+pub(crate) async fn admin(next: &str) -> Access {
     match crate::ui::session().await {
         None => Access::SignIn(format!("/login?next={next}")),
         Some(s) if s.has("admin") => Access::Admin(s),
@@ -42,7 +42,7 @@ fn handle() -> Result<PortalDataHandle, PortalError> {
 }
 
 /// `GET path` of the REST API, read as the contract's answer type.
-async fn api<T: serde::de::DeserializeOwned>(path: &str) -> Result<T, PortalError> {
+pub(crate) async fn api<T: serde::de::DeserializeOwned>(path: &str) -> Result<T, PortalError> {
     handle()?.0.api("GET", path.to_string(), None).await?.json::<T>()
 }
 
@@ -57,7 +57,7 @@ fn num(n: Option<i64>) -> String {
 }
 
 #[component]
-fn AdminNav() -> impl IntoView {
+pub(crate) fn AdminNav() -> impl IntoView {
     view! {
         <nav class="tabs" aria-label="Admin sections">
             <a href="/admin">"Clusters & tokens"</a>
@@ -65,6 +65,7 @@ fn AdminNav() -> impl IntoView {
             <a href="/admin/policies">"Cost policies & quotas"</a>
             <a href="/admin/inventory">"Inventory & tenancy"</a>
             <a href="/admin/notifications">"Idle & notifications"</a>
+            <a href="/admin/telemetry">"Telemetry coverage"</a>
             <a href="/admin/audit">"Audit log"</a>
             <a href="/admin/organization">"Organization"</a>
         </nav>

@@ -18,6 +18,7 @@ pub mod account;
 pub mod admin;
 pub mod foresight;
 pub mod showback;
+pub mod telemetry;
 pub mod ui;
 pub mod workflow;
 
@@ -79,6 +80,7 @@ pub fn App() -> impl IntoView {
                     <Route path=(StaticSegment("admin"), StaticSegment("policies")) view=admin::PoliciesPage ssr=SsrMode::Async />
                     <Route path=(StaticSegment("admin"), StaticSegment("inventory")) view=admin::InventoryPage ssr=SsrMode::Async />
                     <Route path=(StaticSegment("admin"), StaticSegment("audit")) view=admin::AuditPage ssr=SsrMode::Async />
+                    <Route path=(StaticSegment("admin"), StaticSegment("telemetry")) view=telemetry::TelemetryPage ssr=SsrMode::Async />
                     <Route path=(StaticSegment("admin"), StaticSegment("organization")) view=admin::OrganizationPage ssr=SsrMode::Async />
                     <Route path=(StaticSegment("admin"), StaticSegment("notifications")) view=foresight::NotificationsPage ssr=SsrMode::Async />
                     <Route path=StaticSegment("finance") view=account::FinancePage ssr=SsrMode::Async />

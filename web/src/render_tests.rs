@@ -241,6 +241,14 @@ fn admin_answer(path: &str) -> Option<Value> {
             updated_at: String::new(),
             updated_by: String::new(),
         })
+    } else if path.starts_with("/api/v1/telemetry/coverage") {
+        serde_json::to_value(gpuledger_api::telemetry::Coverage {
+            period: "2026-10".into(),
+            starts_at: "2026-10-01T00:00:00Z".into(),
+            ends_at: "2026-11-01T00:00:00Z".into(),
+            clusters: Vec::new(),
+            nodes: Vec::new(),
+        })
     } else if path.starts_with("/api/v1/policies") {
         serde_json::to_value(PolicyList { items: Vec::new(), total: 0 })
     } else if path.starts_with("/api/v1/quotas") {
@@ -271,7 +279,7 @@ async fn render(path: &str, data: impl PortalData) -> (String, Option<u16>) {
     (html, code)
 }
 
-const PAGES: [&str; 13] = [
+const PAGES: [&str; 14] = [
     "/departments",
     "/tenants/00000000-0000-0000-0000-000000000001",
     "/disputes",
@@ -285,6 +293,7 @@ const PAGES: [&str; 13] = [
     "/admin/audit",
     "/admin/organization",
     "/admin/notifications",
+    "/admin/telemetry",
 ];
 
 #[tokio::test]
@@ -310,6 +319,7 @@ async fn every_page_has_an_empty_state() {
         ("/admin/audit", "No records."),
         ("/admin/organization", "1000 facts per day"),
         ("/admin/notifications", "No webhooks yet."),
+        ("/admin/telemetry", "No telemetry and no allocations this month."),
     ];
     for (path, text) in cases {
         let (html, _) = render(path, signed_in(vec!["admin", "finance"])).await;
@@ -338,6 +348,7 @@ async fn role_pages_refuse_the_wrong_role_with_403() {
         "/admin/inventory",
         "/admin/audit",
         "/admin/organization",
+        "/admin/telemetry",
         "/close/2026-10",
     ] {
         let (html, status) = render(path, signed_in(vec!["viewer"])).await;
@@ -932,4 +943,33 @@ async fn an_inventory_change_is_previewed_with_a_save_button() {
     // Without a preview in the query there is no preview panel.
     let (html, _) = render("/admin/inventory", signed_in(vec!["admin"])).await;
     assert!(!html.contains("Save this change") && html.contains(r#"value="preview""#), "{html}");
+}
+
+/// The coverage page lists the nodes that need a look first, with what to do, and pages the rest.
+#[tokio::test]
+async fn telemetry_coverage_puts_silent_nodes_first_with_their_fix() {
+    let row = |node: &str, status: &str, fix: Option<&str>| {
+        json!({"cluster_id": "c", "cluster": "prod-east", "node": node, "gpus": 8, "mig_instances": 0,
+               "gpu_hours_held": "100.00", "gpu_hours_with_telemetry": if status == "silent" { "0.00" } else { "100.00" },
+               "windows": if status == "silent" { 0 } else { 6000 }, "median_window_secs": "60",
+               "bytes_full_resolution": 2_500_000, "bytes_hourly": 120_000, "status": status, "fix": fix})
+    };
+    let mut nodes: Vec<Value> = (0..150).map(|i| row(&format!("gpu-node-{i:03}"), "reporting", None)).collect();
+    nodes.push(row("gpu-node-zzz", "silent", Some("run the node agent")));
+    let coverage = json!({"period": "2026-10", "starts_at": "2026-10-01T00:00:00Z", "ends_at": "2026-11-01T00:00:00Z",
+                          "clusters": [row("x", "partial", Some("check the node agent"))], "nodes": nodes});
+    let fake = Fake {
+        roles: Some(vec!["admin"]),
+        fail: false,
+        answers: vec![("/api/v1/telemetry/coverage", coverage)],
+    };
+    let (html, status) = render("/admin/telemetry?period=2026-10", fake).await;
+    assert_eq!(status, None, "{html}");
+    assert!(html.contains("Nodes (151; 1 need a look)"), "{html}");
+    let silent = html.find("gpu-node-zzz").expect("the silent node is on the first page");
+    let first_reporting = html.find("gpu-node-000").expect("reporting nodes follow");
+    assert!(silent < first_reporting, "silent first");
+    assert!(html.contains("run the node agent") && html.contains("2.5 MB"), "{html}");
+    assert!(html.contains("page 1 of 2") && html.contains("page=2"), "{html}");
+    assert!(!html.contains("gpu-node-120"), "the second page's nodes are not on the first");
 }

@@ -566,76 +566,132 @@ pub struct CoverageRow {
 
 /// The month's coverage per cluster and node: telemetry from `telemetry_hours` (never the blocks), held hours from
 /// the allocations (open ones counted until `now`).
+///
+/// One hash aggregate over the month's hours by node and mean window length (whole seconds): the medians and the
+/// clusters' totals are made from those few groups here, so no sort of millions of hours is needed.
 pub async fn coverage(
     tx: &mut OrgTx,
     start: OffsetDateTime,
     end: OffsetDateTime,
     now: OffsetDateTime,
 ) -> Result<Vec<CoverageRow>, DbError> {
+    let org = tx.org().as_uuid();
     #[allow(clippy::type_complexity)]
-    let rows: Vec<(
-        Uuid,
-        String,
-        Option<String>,
-        i64,
-        i64,
-        i64,
-        i64,
-        i64,
-        i64,
-        Option<i64>,
-        Option<OffsetDateTime>,
-        String,
-    )> = sqlx::query_as(
-        "WITH t AS (
-             SELECT s.cluster_id, s.node,
-                    count(DISTINCT s.series_id) FILTER (WHERE s.gpu_instance_id = -1) AS gpus,
-                    count(DISTINCT s.series_id) FILTER (WHERE s.gpu_instance_id >= 0) AS instances,
-                    coalesce(sum(h.sampled_ms) FILTER (WHERE s.gpu_instance_id = -1), 0)::bigint AS gpu_ms,
-                    sum(h.windows)::bigint AS windows, count(*) AS hour_rows, sum(h.block_bytes)::bigint AS block_bytes,
-                    percentile_disc(0.5) WITHIN GROUP (ORDER BY h.sampled_ms / h.windows) AS median_ms,
-                    max(h.hour) AS last_hour
-               FROM telemetry_hours h
-               JOIN telemetry_series s ON s.org_id = h.org_id AND s.series_id = h.series_id
-              WHERE h.org_id = $1 AND s.org_id = $1 AND h.hour >= $2 AND h.hour < $3
-              GROUP BY GROUPING SETS ((s.cluster_id, s.node), (s.cluster_id))),
-         a AS (
-             SELECT cluster_id, node,
-                    sum(extract(epoch FROM least(coalesce(ended_at, $4), $3, $4) - greatest(started_at, $2))
-                        * fraction_num / fraction_den) / 3600 AS held
-               FROM allocation_intervals
-              WHERE org_id = $1 AND started_at < least($3, $4) AND (ended_at IS NULL OR ended_at > $2)
-                AND fraction_num IS NOT NULL AND node IS NOT NULL
-              GROUP BY GROUPING SETS ((cluster_id, node), (cluster_id)))
-         SELECT coalesce(t.cluster_id, a.cluster_id), c.name, coalesce(t.node, a.node),
-                coalesce(t.gpus, 0), coalesce(t.instances, 0), coalesce(t.gpu_ms, 0), coalesce(t.windows, 0),
-                coalesce(t.hour_rows, 0), coalesce(t.block_bytes, 0), t.median_ms::bigint, t.last_hour,
-                round(greatest(coalesce(a.held, 0), 0), 2)::text
-           FROM t FULL JOIN a ON a.cluster_id = t.cluster_id AND a.node IS NOT DISTINCT FROM t.node
-           JOIN clusters c ON c.org_id = $1 AND c.cluster_id = coalesce(t.cluster_id, a.cluster_id)
-          ORDER BY 2, 3 NULLS FIRST",
+    let groups: Vec<(Uuid, String, i64, i64, i64, i64, i64, i64, i64, Option<OffsetDateTime>)> = sqlx::query_as(
+        "SELECT s.cluster_id, s.node, (h.sampled_ms / h.windows / 1000)::bigint AS len_s,
+                count(*) FILTER (WHERE s.gpu_instance_id = -1), coalesce(sum(h.sampled_ms) FILTER (WHERE s.gpu_instance_id = -1), 0)::bigint,
+                sum(h.windows)::bigint, count(*), sum(h.block_bytes)::bigint, sum(h.sampled_ms)::bigint, max(h.hour)
+           FROM telemetry_hours h
+           JOIN telemetry_series s ON s.org_id = h.org_id AND s.series_id = h.series_id
+          WHERE h.org_id = $1 AND s.org_id = $1 AND h.hour >= $2 AND h.hour < $3
+          GROUP BY 1, 2, 3",
     )
-    .bind(tx.org().as_uuid())
+    .bind(org)
+    .bind(start)
+    .bind(end)
+    .fetch_all(tx.conn())
+    .await?;
+    // Devices that reported, per node (distinct series: a separate, small aggregate over the series of the hours).
+    let devices: Vec<(Uuid, String, i64, i64)> = sqlx::query_as(
+        "SELECT s.cluster_id, s.node, count(*) FILTER (WHERE s.gpu_instance_id = -1), count(*) FILTER (WHERE s.gpu_instance_id >= 0)
+           FROM telemetry_series s
+          WHERE s.org_id = $1 AND EXISTS (SELECT 1 FROM telemetry_hours h WHERE h.org_id = $1 AND h.series_id = s.series_id
+                                             AND h.hour >= $2 AND h.hour < $3)
+          GROUP BY 1, 2",
+    )
+    .bind(org)
+    .bind(start)
+    .bind(end)
+    .fetch_all(tx.conn())
+    .await?;
+    let held: Vec<(Uuid, Option<String>, String)> = sqlx::query_as(
+        "SELECT cluster_id, node,
+                round(greatest(sum(extract(epoch FROM least(coalesce(ended_at, $4), $3, $4) - greatest(started_at, $2))
+                      * fraction_num / fraction_den) / 3600, 0), 2)::text
+           FROM allocation_intervals
+          WHERE org_id = $1 AND started_at < least($3, $4) AND (ended_at IS NULL OR ended_at > $2)
+            AND fraction_num IS NOT NULL AND node IS NOT NULL
+          GROUP BY GROUPING SETS ((cluster_id, node), (cluster_id))",
+    )
+    .bind(org)
     .bind(start)
     .bind(end)
     .bind(now)
     .fetch_all(tx.conn())
     .await?;
-    Ok(rows
+    let names: HashMap<Uuid, String> =
+        sqlx::query_as::<_, (Uuid, String)>("SELECT cluster_id, name FROM clusters WHERE org_id = $1")
+            .bind(org)
+            .fetch_all(tx.conn())
+            .await?
+            .into_iter()
+            .collect();
+
+    #[derive(Default)]
+    struct Acc {
+        gpus: i64,
+        instances: i64,
+        gpu_ms: i64,
+        windows: i64,
+        hour_rows: i64,
+        block_bytes: i64,
+        last_hour: Option<OffsetDateTime>,
+        /// Hours per mean window length (s).
+        lengths: BTreeMap<i64, i64>,
+        held: Option<String>,
+    }
+    let mut acc: BTreeMap<(Uuid, Option<String>), Acc> = BTreeMap::new();
+    for (cluster, node, len_s, _whole_hours, gpu_ms, windows, hours, bytes, _ms, last) in groups {
+        for key in [(cluster, Some(node.clone())), (cluster, None)] {
+            let a = acc.entry(key).or_default();
+            a.gpu_ms += gpu_ms;
+            a.windows += windows;
+            a.hour_rows += hours;
+            a.block_bytes += bytes;
+            a.last_hour = a.last_hour.max(last);
+            *a.lengths.entry(len_s).or_default() += hours;
+        }
+    }
+    for (cluster, node, gpus, instances) in devices {
+        for key in [(cluster, Some(node.clone())), (cluster, None)] {
+            let a = acc.entry(key).or_default();
+            a.gpus += gpus;
+            a.instances += instances;
+        }
+    }
+    for (cluster, node, h) in held {
+        acc.entry((cluster, node)).or_default().held = Some(h);
+    }
+    let median = |lengths: &BTreeMap<i64, i64>| -> Option<i64> {
+        let total: i64 = lengths.values().sum();
+        let mut seen = 0;
+        for (len, n) in lengths {
+            seen += n;
+            if seen * 2 >= total {
+                return Some(len * 1_000);
+            }
+        }
+        None
+    };
+    let mut out: Vec<CoverageRow> = acc
         .into_iter()
-        .map(|r| CoverageRow {
-            cluster_id: r.0,
-            cluster: r.1,
-            node: r.2,
-            gpus: r.3,
-            mig_instances: r.4,
-            gpu_ms: r.5,
-            windows: r.6,
-            hour_rows: r.7,
-            block_bytes: r.8,
-            median_window_ms: r.9,
-            last_hour: r.10,
-            held_hours: r.11,
+        .filter_map(|((cluster_id, node), a)| {
+            Some(CoverageRow {
+                cluster_id,
+                cluster: names.get(&cluster_id)?.clone(),
+                node,
+                gpus: a.gpus,
+                mig_instances: a.instances,
+                gpu_ms: a.gpu_ms,
+                windows: a.windows,
+                hour_rows: a.hour_rows,
+                block_bytes: a.block_bytes,
+                median_window_ms: median(&a.lengths),
+                last_hour: a.last_hour,
+                held_hours: a.held.unwrap_or_else(|| "0.00".to_string()),
+            })
         })
-        .collect())
+        .collect();
+    out.sort_by(|a, b| (&a.cluster, &a.node).cmp(&(&b.cluster, &b.node)));
+    Ok(out)
 }
