@@ -1695,6 +1695,15 @@ fn cases() -> Vec<Case> {
             build: |_| page("/admin/audit"),
             control: control(AdminSession, 200, false),
         },
+        Case {
+            method: "GET",
+            route: "/admin/telemetry",
+            who: Sessions(&[AdminSession]),
+            denied: Page,
+            expect: Clean(200),
+            build: |_| page(format!("/admin/telemetry?period={CLOSED}")),
+            control: control(AdminSession, 200, false),
+        },
         // ---- portal forms that act through the REST API as the signed-in person
         Case {
             method: "POST",
