@@ -958,11 +958,8 @@ async fn telemetry_coverage_puts_silent_nodes_first_with_their_fix() {
     nodes.push(row("gpu-node-zzz", "silent", Some("run the node agent")));
     let coverage = json!({"period": "2026-10", "starts_at": "2026-10-01T00:00:00Z", "ends_at": "2026-11-01T00:00:00Z",
                           "clusters": [row("x", "partial", Some("check the node agent"))], "nodes": nodes});
-    let fake = Fake {
-        roles: Some(vec!["admin"]),
-        fail: false,
-        answers: vec![("/api/v1/telemetry/coverage", coverage)],
-    };
+    let fake =
+        Fake { roles: Some(vec!["admin"]), fail: false, answers: vec![("/api/v1/telemetry/coverage", coverage)] };
     let (html, status) = render("/admin/telemetry?period=2026-10", fake).await;
     assert_eq!(status, None, "{html}");
     assert!(html.contains("Nodes (151; 1 need a look)"), "{html}");
