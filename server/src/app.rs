@@ -151,6 +151,13 @@ async fn heavy_read(
             Err(e) => tracing::warn!(error = %e, "read model: analytics answer lookup failed"),
         }
     }
+    // A closed month's evidence and forecast are lookups too (the evidence index and the stored figures, written at
+    // close): no turn, once the month is known to be closed.
+    if let Some(period) = closed_lookup_period(&request)
+        && month_is_closed(&state, principal.org, period).await
+    {
+        return next.run(request).await;
+    }
     let permit = match state.limits.heavy.acquire(principal.org).await {
         Ok(p) => p,
         Err(e) => return e.into_response(),
@@ -196,6 +203,33 @@ fn analytics_key(request: &Request) -> Option<(gpuledger_core::Period, String)> 
     let normalized: String = form_urlencoded::Serializer::new(String::new()).extend_pairs(&pairs).finish();
     let key = format!("{}?{normalized}", request.uri().path());
     (key.len() <= 2000).then_some((period, key))
+}
+
+/// The month of a request that is a lookup when that month is closed: `GET /api/v1/periods/{period}/evidence` and
+/// `GET /api/v1/forecast?period=…`.
+fn closed_lookup_period(request: &Request) -> Option<gpuledger_core::Period> {
+    if request.method() != Method::GET {
+        return None;
+    }
+    let path = request.uri().path();
+    if let Some(p) = path.strip_prefix("/api/v1/periods/").and_then(|r| r.strip_suffix("/evidence")) {
+        return gpuledger_core::Period::parse(p).ok();
+    }
+    if path == "/api/v1/forecast" {
+        let query = request.uri().query().unwrap_or_default();
+        return form_urlencoded::parse(query.as_bytes())
+            .find(|(k, _)| k == "period")
+            .and_then(|(_, v)| gpuledger_core::Period::parse(&v).ok());
+    }
+    None
+}
+
+/// Whether `org` has closed `period` (false when it cannot tell: the request then takes its turn as usual).
+async fn month_is_closed(state: &AppState, org: gpuledger_core::ids::OrgId, period: gpuledger_core::Period) -> bool {
+    let Ok(mut tx) = state.db.begin_org(org).await else { return false };
+    let closed = matches!(crate::ledger::period_state(&mut tx, period).await.as_deref(), Ok("closed"));
+    let _ = tx.commit_quiet().await;
+    closed
 }
 
 /// An API key sent as a query parameter or header (`api_key`, `ApiKeyName`, …), as OData clients do.
