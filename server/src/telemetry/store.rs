@@ -123,9 +123,9 @@ pub async fn series_ids(
     Ok(ids)
 }
 
-/// Column vectors of `telemetry_hours` rows.
+/// Device-hours as column vectors: each hour's block (for `telemetry_windows`) and sums (for `telemetry_hours`).
 #[derive(Default)]
-struct HourRows {
+pub struct HourRows {
     series: Vec<i64>,
     hour: Vec<OffsetDateTime>,
     windows: Vec<i16>,
@@ -134,7 +134,8 @@ struct HourRows {
 }
 
 impl HourRows {
-    fn push(&mut self, series: i64, hour_ms: i64, windows: &[Window]) -> Result<(), DbError> {
+    /// Adds series `series`'s windows of hour `hour_ms` (sorted by start, one per start).
+    pub fn push(&mut self, series: i64, hour_ms: i64, windows: &[Window]) -> Result<(), DbError> {
         self.series.push(series);
         self.hour.push(at_ms(hour_ms));
         self.windows.push(i16::try_from(windows.len()).map_err(|_| DbError::Data("too many windows".into()))?);
@@ -148,8 +149,24 @@ fn int(v: i64) -> i32 {
     i32::try_from(v).unwrap_or(i32::MAX)
 }
 
+/// Inserts the hours' blocks where no block of that device-hour is stored yet; returns the device-hours inserted.
+pub async fn insert_blocks(tx: &mut OrgTx, rows: &HourRows) -> Result<Vec<(i64, OffsetDateTime)>, DbError> {
+    Ok(sqlx::query_as(
+        "INSERT INTO telemetry_windows (org_id, series_id, hour, windows, block)
+         SELECT $1, * FROM unnest($2::bigint[], $3::timestamptz[], $4::smallint[], $5::bytea[])
+         ON CONFLICT DO NOTHING RETURNING series_id, hour",
+    )
+    .bind(tx.org().as_uuid())
+    .bind(&rows.series)
+    .bind(&rows.hour)
+    .bind(&rows.windows)
+    .bind(&rows.blocks)
+    .fetch_all(tx.conn())
+    .await?)
+}
+
 /// Writes the hours' sums (inserting, or replacing an hour's sums by those of its whole merged block).
-async fn write_sums(tx: &mut OrgTx, rows: &HourRows) -> Result<(), DbError> {
+pub async fn write_sums(tx: &mut OrgTx, rows: &HourRows) -> Result<(), DbError> {
     let s = &rows.sums;
     let col = |f: fn(&HourSums) -> i64| s.iter().map(|x| int(f(x))).collect::<Vec<i32>>();
     let big = |f: fn(&HourSums) -> i64| s.iter().map(f).collect::<Vec<i64>>();
@@ -219,18 +236,7 @@ pub async fn store_windows(tx: &mut OrgTx, cluster: ClusterId, series: Vec<Serie
     for ((id, hour), ws) in &hours {
         fresh.push(*id, *hour, ws)?;
     }
-    let inserted: Vec<(i64, OffsetDateTime)> = sqlx::query_as(
-        "INSERT INTO telemetry_windows (org_id, series_id, hour, windows, block)
-         SELECT $1, * FROM unnest($2::bigint[], $3::timestamptz[], $4::smallint[], $5::bytea[])
-         ON CONFLICT DO NOTHING RETURNING series_id, hour",
-    )
-    .bind(org)
-    .bind(&fresh.series)
-    .bind(&fresh.hour)
-    .bind(&fresh.windows)
-    .bind(&fresh.blocks)
-    .fetch_all(tx.conn())
-    .await?;
+    let inserted = insert_blocks(tx, &fresh).await?;
     let mut added: u64 = 0;
     let inserted: std::collections::HashSet<(i64, i64)> = inserted.into_iter().map(|(s, h)| (s, unix_ms(h))).collect();
     let mut new_sums = HourRows::default();
@@ -350,8 +356,6 @@ pub struct HourRow {
     pub to: OffsetDateTime,
     /// Average utilization (%) over the windows that had one.
     pub util_avg_pct: Option<f64>,
-    /// Energy, whole joules (when any window had energy).
-    pub energy_j: Option<i64>,
 }
 
 /// Whole-GPU hours with energy that overlap `[start, end)`: the close's energy, one span per device-hour, devices
@@ -426,7 +430,6 @@ pub async fn utilization_hours(
                 from: at_ms(h + i64::from(f)),
                 to: at_ms(h + i64::from(t)),
                 util_avg_pct: (ms > 0).then(|| sum as f64 / f64::from(ms) / 10.0),
-                energy_j: None,
             }
         })
         .filter(|r| r.to > from)

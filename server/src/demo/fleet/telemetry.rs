@@ -8,10 +8,10 @@
 
 use std::sync::Arc;
 
-use gpuledger_core::telemetry::{HourSums, MS_PER_HOUR, Triple, Window};
+use gpuledger_core::telemetry::{MS_PER_HOUR, Triple, Window};
 
 use super::*;
-use crate::telemetry::store::{at_ms, pack};
+use crate::telemetry::store::{HourRows, insert_blocks, write_sums};
 
 /// The agents' window.
 pub const WINDOW_MS: i64 = 60_000;
@@ -39,16 +39,11 @@ pub struct Plan {
     occupancy: Vec<f32>,
 }
 
-/// A chunk ready to insert: column vectors of both tiers.
+/// A chunk ready to insert: its device-hours (blocks and sums, as ingest stores them) and how many windows.
 #[derive(Default)]
 pub struct Chunk {
-    pub series: Vec<i64>,
-    pub hour: Vec<OffsetDateTime>,
-    pub windows: Vec<i16>,
-    pub blocks: Vec<Vec<u8>>,
-    pub sums: Vec<HourSums>,
-    /// Windows in the chunk.
-    pub count: u64,
+    rows: HourRows,
+    count: u64,
 }
 
 impl Plan {
@@ -109,11 +104,7 @@ impl Plan {
             let hour_ms = self.start_ms + i64::from(h) * MS_PER_HOUR;
             windows.clear();
             self.hour_windows(s, h, hour_ms, &mut windows);
-            out.series.push(ids[si]);
-            out.hour.push(at_ms(hour_ms));
-            out.windows.push(windows.len() as i16);
-            out.blocks.push(pack(hour_ms, &windows)?);
-            out.sums.push(HourSums::of(hour_ms, &windows));
+            out.rows.push(ids[si], hour_ms, &windows)?;
             out.count += windows.len() as u64;
         }
         Ok(out)
@@ -198,47 +189,10 @@ pub async fn insert_series(
     Ok(ids)
 }
 
-/// Inserts a chunk into both tiers.
-pub async fn insert_chunk(tx: &mut OrgTx, o: Uuid, c: &Chunk) -> Result<(), DbError> {
-    sqlx::query(
-        "INSERT INTO telemetry_windows (org_id, series_id, hour, windows, block)
-         SELECT $1, * FROM unnest($2::bigint[], $3::timestamptz[], $4::smallint[], $5::bytea[])",
-    )
-    .bind(o)
-    .bind(&c.series)
-    .bind(&c.hour)
-    .bind(&c.windows)
-    .bind(&c.blocks)
-    .execute(tx.conn())
-    .await?;
-    let col =
-        |f: fn(&HourSums) -> i64| c.sums.iter().map(|x| i32::try_from(f(x)).unwrap_or(i32::MAX)).collect::<Vec<_>>();
-    sqlx::query(
-        "INSERT INTO telemetry_hours (org_id, series_id, hour, windows, samples, sampled_ms, span_from_ms, span_to_ms,
-             util_ms, util_sum, util_max, mem_max, power_max, energy_ms, energy_j, block_bytes)
-         SELECT $1, * FROM unnest($2::bigint[], $3::timestamptz[], $4::smallint[], $5::int[], $6::int[], $7::int[],
-             $8::int[], $9::int[], $10::bigint[], $11::smallint[], $12::int[], $13::int[], $14::int[], $15::bigint[],
-             $16::int[])",
-    )
-    .bind(o)
-    .bind(&c.series)
-    .bind(&c.hour)
-    .bind(&c.windows)
-    .bind(col(|x| x.samples))
-    .bind(col(|x| x.sampled_ms))
-    .bind(col(|x| x.span_from_ms))
-    .bind(col(|x| x.span_to_ms))
-    .bind(col(|x| x.util_ms))
-    .bind(c.sums.iter().map(|x| x.util_sum).collect::<Vec<_>>())
-    .bind(c.sums.iter().map(|x| i16::try_from(x.util_max).unwrap_or(i16::MAX)).collect::<Vec<_>>())
-    .bind(col(|x| x.mem_max))
-    .bind(col(|x| x.power_max))
-    .bind(col(|x| x.energy_ms))
-    .bind(c.sums.iter().map(|x| x.energy_j).collect::<Vec<_>>())
-    .bind(c.blocks.iter().map(|b| i32::try_from(b.len()).unwrap_or(i32::MAX)).collect::<Vec<_>>())
-    .execute(tx.conn())
-    .await?;
-    Ok(())
+/// Inserts a chunk into both tiers (the fleet's hours are new: nothing to merge).
+async fn insert_chunk(tx: &mut OrgTx, c: &Chunk) -> Result<(), DbError> {
+    insert_blocks(tx, &c.rows).await?;
+    write_sums(tx, &c.rows).await
 }
 
 /// Writes the whole plan, making the next chunk on the blocking pool while the last one is written.
@@ -267,7 +221,7 @@ pub async fn write_all(tx: &mut OrgTx, o: Uuid, w: &World, cluster_of: &[Uuid], 
             );
             next_log += (plan.device_hours() / 10).max(plan.chunk_len());
         }
-        insert_chunk(tx, o, &chunk).await?;
+        insert_chunk(tx, &chunk).await?;
         written += chunk.count;
     }
     tracing::info!("{label}: telemetry {} windows written", grouped(written as usize));
