@@ -48,6 +48,36 @@ pub struct Bundle {
     pub inventory: serde_json::Value,
 }
 
+/// A [`Bundle`] borrowed from its parts: serializes to exactly the same JSON, so a close writes its bundle straight
+/// into the compressor without copying a month of inputs into an owned `Bundle` first.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct BundleRef<'a> {
+    /// [`BUNDLE_FORMAT`].
+    pub format: &'a str,
+    /// Organization slug.
+    pub organization: &'a str,
+    /// The month.
+    pub period: Period,
+    /// When it was closed (RFC 3339, UTC).
+    pub closed_at: &'a str,
+    /// Who closed it.
+    pub closed_by: &'a str,
+    /// Policy version that priced it.
+    pub policy_version: u32,
+    /// Content hash of the inventory.
+    pub inventory_version: &'a str,
+    /// Hash of the previous closed period, if any.
+    pub previous_hash: Option<&'a str>,
+    /// The close hash.
+    pub hash: &'a str,
+    /// The lines as closed.
+    pub lines: &'a [LedgerLine],
+    /// Everything they were computed from.
+    pub inputs: &'a LedgerInput,
+    /// The approved inventory.
+    pub inventory: &'a serde_json::Value,
+}
+
 fn to_hex(bytes: &[u8]) -> String {
     const HEX: &[u8; 16] = b"0123456789abcdef";
     let mut s = String::with_capacity(bytes.len() * 2);

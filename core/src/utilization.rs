@@ -282,35 +282,76 @@ pub struct UtilizationReport {
     pub tenants: Vec<TenantUtilization>,
 }
 
-/// A device's telemetry as a disjoint, sorted timeline (nanoseconds since the Unix epoch).
+/// A device's telemetry as a disjoint, sorted timeline (nanoseconds since the Unix epoch; `i64` covers 1677–2262
+/// and keeps a month of a large fleet's device-hours at 24 bytes each).
 #[derive(Debug, Clone, Copy)]
 struct Segment {
-    start: i128,
-    end: i128,
+    start: i64,
+    end: i64,
     permille: u16,
 }
 
-fn index_samples(samples: &[ActivitySample]) -> HashMap<&str, Vec<Segment>> {
-    let mut by_device: HashMap<&str, Vec<Segment>> = HashMap::new();
-    for s in samples.iter().filter(|s| !s.window.is_empty()) {
-        by_device.entry(s.gpu_uuid.as_str()).or_default().push(Segment {
-            start: s.window.start().unix_timestamp_nanos(),
-            end: s.window.end().unix_timestamp_nanos(),
-            permille: s.utilization.permille(),
-        });
+/// Telemetry indexed by device for [`analyze_timelines`]: built one sample at a time, so a month of a large fleet
+/// (millions of device-hours) never exists as [`ActivitySample`]s, each with its own copy of the device's ID.
+#[derive(Debug, Clone, Default)]
+pub struct DeviceTimelines {
+    by_device: HashMap<String, Vec<Segment>>,
+}
+
+impl DeviceTimelines {
+    /// No telemetry yet.
+    pub fn new() -> Self {
+        Self::default()
     }
-    for segments in by_device.values_mut() {
-        segments.sort_unstable_by_key(|s| (s.start, s.end, s.permille));
-        // Overlapping windows: each keeps only what lies after everything before it.
-        let mut cursor = i128::MIN;
-        segments.retain_mut(|s| {
-            s.start = s.start.max(cursor);
-            let keep = s.start < s.end;
-            cursor = cursor.max(s.end);
-            keep
-        });
+
+    /// Adds what `device` measured over `window` (an empty window adds nothing). Errors: a window outside the
+    /// years 1677–2262.
+    pub fn push(&mut self, device: &str, window: Interval, utilization: Utilization) -> Result<(), DomainError> {
+        if window.is_empty() {
+            return Ok(());
+        }
+        let ns = |t: OffsetDateTime| {
+            i64::try_from(t.unix_timestamp_nanos())
+                .map_err(|_| DomainError::invalid("window", format!("{t} is outside the years 1677–2262")))
+        };
+        let segment = Segment { start: ns(window.start())?, end: ns(window.end())?, permille: utilization.permille() };
+        match self.by_device.get_mut(device) {
+            Some(v) => v.push(segment),
+            None => {
+                self.by_device.insert(device.to_string(), vec![segment]);
+            }
+        }
+        Ok(())
     }
-    by_device
+
+    /// Adds samples.
+    pub fn extend(&mut self, samples: &[ActivitySample]) -> Result<(), DomainError> {
+        for s in samples {
+            self.push(&s.gpu_uuid, s.window, s.utilization)?;
+        }
+        Ok(())
+    }
+
+    /// Devices with telemetry.
+    pub fn devices(&self) -> usize {
+        self.by_device.len()
+    }
+
+    /// Sorted per device, overlaps trimmed: each window keeps only what lies after everything before it.
+    fn sealed(mut self) -> HashMap<String, Vec<Segment>> {
+        for segments in self.by_device.values_mut() {
+            segments.sort_unstable_by_key(|s| (s.start, s.end, s.permille));
+            let mut cursor = i64::MIN;
+            segments.retain_mut(|s| {
+                s.start = s.start.max(cursor);
+                let keep = s.start < s.end;
+                cursor = cursor.max(s.end);
+                keep
+            });
+            segments.shrink_to_fit();
+        }
+        self.by_device
+    }
 }
 
 /// Intersection of two sorted lists of disjoint, non-touching intervals.
@@ -354,7 +395,7 @@ fn gpu_hours(fraction: Fraction, numer: i128, per: i128) -> Result<Fraction, Dom
 
 fn analyze_one(
     a: &HeldAllocation,
-    index: &HashMap<&str, Vec<Segment>>,
+    index: &HashMap<String, Vec<Segment>>,
     options: &UtilizationOptions,
 ) -> Result<Option<AllocationUtilization>, DomainError> {
     if let Some(end) = a.end
@@ -381,10 +422,10 @@ fn analyze_one(
     let mut idle_runs: Option<Vec<(i128, i128)>> = None;
     for device in &devices {
         let mut below: Vec<(i128, i128)> = Vec::new();
-        if let Some(segments) = index.get(device) {
-            let first = segments.partition_point(|seg| seg.end <= s);
-            for seg in segments[first..].iter().take_while(|seg| seg.start < e) {
-                let (lo, hi) = (seg.start.max(s), seg.end.min(e));
+        if let Some(segments) = index.get(*device) {
+            let first = segments.partition_point(|seg| i128::from(seg.end) <= s);
+            for seg in segments[first..].iter().take_while(|seg| i128::from(seg.start) < e) {
+                let (lo, hi) = (i128::from(seg.start).max(s), i128::from(seg.end).min(e));
                 let overlap = hi - lo;
                 active = overlap
                     .checked_mul(i128::from(seg.permille))
@@ -452,17 +493,25 @@ pub fn analyze_utilization(
     samples: &[ActivitySample],
     options: &UtilizationOptions,
 ) -> Result<UtilizationReport, DomainError> {
-    let index = index_samples(samples);
-    let mut rows = Vec::with_capacity(allocations.len());
-    for a in allocations {
-        if let Some(row) = analyze_one(a, &index, options)? {
-            rows.push(row);
-        }
-    }
-    rows.sort_unstable();
+    let mut timelines = DeviceTimelines::new();
+    timelines.extend(samples)?;
+    analyze_timelines(allocations, timelines, options, true)
+}
 
+/// [`analyze_utilization`] over telemetry already indexed by device. With `rows` false the report's `allocations`
+/// stay empty (the per-tenant sums are the same): a month's summary of a large fleet need not hold a row per
+/// allocation.
+pub fn analyze_timelines(
+    allocations: &[HeldAllocation],
+    timelines: DeviceTimelines,
+    options: &UtilizationOptions,
+    rows: bool,
+) -> Result<UtilizationReport, DomainError> {
+    let index = timelines.sealed();
+    let mut kept = Vec::with_capacity(if rows { allocations.len() } else { 0 });
     let mut tenants: BTreeMap<Option<TenantId>, TenantUtilization> = BTreeMap::new();
-    for row in &rows {
+    for a in allocations {
+        let Some(row) = analyze_one(a, &index, options)? else { continue };
         let t = tenants.entry(row.tenant).or_insert_with(|| TenantUtilization {
             tenant: row.tenant,
             allocations: 0,
@@ -480,8 +529,12 @@ pub fn analyze_utilization(
         t.observed_gpu_hours = t.observed_gpu_hours.checked_add(row.observed_gpu_hours)?;
         t.idle_gpu_hours = t.idle_gpu_hours.checked_add(row.idle_gpu_hours)?;
         t.confidence = t.confidence.combine(row.confidence);
+        if rows {
+            kept.push(row);
+        }
     }
-    Ok(UtilizationReport { allocations: rows, tenants: tenants.into_values().collect() })
+    kept.sort_unstable();
+    Ok(UtilizationReport { allocations: kept, tenants: tenants.into_values().collect() })
 }
 
 #[cfg(test)]

@@ -1048,6 +1048,42 @@ fn s11d_v1_and_v2_bundles_verify() {
     assert!(verify(&unknown).is_err());
 }
 
+/// The close writes its bundle through [`BundleRef`] (borrowed parts, no copy of the month): byte for byte the JSON
+/// of the owned [`Bundle`], which reads back equal.
+#[test]
+fn s11e_bundle_ref_writes_the_bundle() {
+    let mut inp = busy_month();
+    inp.policy.energy = Some(EnergyPrice { per_kwh: dec("0.20"), pue: None });
+    inp.energy = group_energy((0..5).map(|h| EnergyRecord {
+        gpu_uuid: "GPU-1".into(),
+        start: inp.period.start() + time::Duration::hours(h),
+        end: inp.period.start() + time::Duration::hours(h + 1),
+        joules: 1_000 + h as u64,
+    }));
+    let mut bundle = bundle_of(&inp, lines_of(&inp));
+    bundle.previous_hash = Some("abc".into());
+    bundle.inventory = serde_json::json!({"gpu_models": [{"model": "H100", "class": "H100-80GB"}]});
+    let borrowed = gpuledger_core::bundle::BundleRef {
+        format: &bundle.format,
+        organization: &bundle.organization,
+        period: bundle.period,
+        closed_at: &bundle.closed_at,
+        closed_by: &bundle.closed_by,
+        policy_version: bundle.policy_version,
+        inventory_version: &bundle.inventory_version,
+        previous_hash: bundle.previous_hash.as_deref(),
+        hash: &bundle.hash,
+        lines: &bundle.lines,
+        inputs: &bundle.inputs,
+        inventory: &bundle.inventory,
+    };
+    let written = serde_json::to_vec(&borrowed).unwrap();
+    assert_eq!(written, serde_json::to_vec(&bundle).unwrap());
+    let read: Bundle = serde_json::from_slice(&written).unwrap();
+    assert_eq!(read, bundle);
+    assert!(verify(&read).unwrap().ok());
+}
+
 #[test]
 fn s11c_busy_month_golden_totals() {
     let lines = lines_of(&busy_month());

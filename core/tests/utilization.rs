@@ -4,6 +4,7 @@
 use gpuledger_core::{
     ActivitySample, AllocationUtilization, Confidence, Fraction, HeldAllocation, Interval, Period, TenantId,
     Utilization, UtilizationOptions, analyze_utilization,
+    utilization::{DeviceTimelines, analyze_timelines},
 };
 use proptest::prelude::*;
 use time::OffsetDateTime;
@@ -338,5 +339,26 @@ proptest! {
             s2.swap(i, next(i + 1));
         }
         prop_assert_eq!(analyze_utilization(&a2, &s2, &opts).unwrap(), expected);
+    }
+
+    /// What the read model's month summary runs: the timelines built sample by sample, no allocation rows kept —
+    /// the same per-tenant sums as the full analysis.
+    #[test]
+    fn summary_without_rows_has_the_same_tenants(
+        specs in prop::collection::vec(alloc_spec(), 0..8),
+        samples in prop::collection::vec(sample_spec(), 0..30),
+        threshold in 0u8..=100,
+        min_idle in 0i64..120,
+    ) {
+        let (allocations, samples) = build(&specs, &samples);
+        let opts = options(threshold, min_idle);
+        let full = analyze_utilization(&allocations, &samples, &opts).unwrap();
+        let mut timelines = DeviceTimelines::new();
+        for s in &samples {
+            timelines.push(&s.gpu_uuid, s.window, s.utilization).unwrap();
+        }
+        let summary = analyze_timelines(&allocations, timelines, &opts, false).unwrap();
+        prop_assert!(summary.allocations.is_empty());
+        prop_assert_eq!(summary.tenants, full.tenants);
     }
 }

@@ -341,6 +341,15 @@ async fn compare_all(env: &Env, period: Period, records: &[AllocationRecord]) ->
                     assert_eq!(got["total"], json!(total), "{uri}");
                     assert_eq!((got["page"].clone(), got["per_page"].clone()), (json!(page), json!(per_page)));
                     assert_eq!(got["sort"], sort, "{uri}");
+                    // Every record is resolved to its workload in the store (its ID names the cluster), parts
+                    // under a later owner included.
+                    for r in got["allocations"].as_array().unwrap() {
+                        let id = r["id"].as_str().unwrap();
+                        let d = &r["detail"];
+                        assert!(d.is_object(), "{uri}: {id} has no detail: {r}");
+                        assert!(id.starts_with(&format!("{}/", d["cluster"].as_str().unwrap())), "{id}: {d}");
+                        assert!(!d["holder"].as_str().unwrap().is_empty(), "{id}: {d}");
+                    }
                     let rows: Vec<Value> = got["allocations"]
                         .as_array()
                         .unwrap()

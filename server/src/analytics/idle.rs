@@ -13,7 +13,7 @@ use axum::{Json, extract::State};
 use gpuledger_api::foresight::{IdleList, IdleReservation};
 use gpuledger_core::{
     Fraction, NANOS_PER_HOUR, Period, decimal::Decimal, interval::Interval, utilization::UtilizationOptions,
-    utilization::analyze_utilization,
+    utilization::analyze_timelines,
 };
 use time::{Duration, OffsetDateTime};
 use uuid::Uuid;
@@ -98,10 +98,10 @@ pub(crate) async fn idle_now(tx: &mut OrgTx, now: OffsetDateTime) -> Result<(Idl
             (format!("{cluster}/{alloc}"), (name, alloc, holder, class))
         })
         .collect();
-    let mut loaded = super::load(tx, window, None).await?;
+    let mut loaded = super::load(tx, window, None, super::Detail::Rows).await?;
     loaded.allocations.retain(|a| open.contains_key(&a.id));
-    let (allocations, samples) = (loaded.allocations, loaded.samples);
-    let report = tokio::task::spawn_blocking(move || analyze_utilization(&allocations, &samples, &options))
+    let (allocations, timelines) = (std::mem::take(&mut loaded.allocations), std::mem::take(&mut loaded.timelines));
+    let report = tokio::task::spawn_blocking(move || analyze_timelines(&allocations, timelines, &options, true))
         .await
         .map_err(internal)?
         .map_err(internal)?;

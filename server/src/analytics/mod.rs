@@ -27,8 +27,8 @@ use gpuledger_core::{
     ids::{GpuClass, MigInstance, TenantId},
     interval::Interval,
     utilization::{
-        ActivitySample, AllocationUtilization, HeldAllocation, TenantUtilization, Utilization, UtilizationOptions,
-        analyze_utilization,
+        ActivitySample, AllocationUtilization, DeviceTimelines, HeldAllocation, TenantUtilization, Utilization,
+        UtilizationOptions, analyze_timelines,
     },
 };
 use time::OffsetDateTime;
@@ -186,13 +186,22 @@ fn pct(u: Utilization) -> String {
 /// What the analysis needs, read in one organization-scoped transaction.
 struct Loaded {
     allocations: Vec<HeldAllocation>,
-    samples: Vec<ActivitySample>,
-    /// Core ID (`<cluster>/<allocation>`) → device IDs as stored.
+    /// Telemetry by device (hourly sums; soft-shared pods' own samples).
+    timelines: DeviceTimelines,
+    /// Core ID (`<cluster>/<allocation>`) → device IDs as stored (with [`Detail::Rows`] only).
     devices: HashMap<String, Vec<String>>,
     tenant_names: HashMap<Uuid, String>,
     without_fraction: u64,
-    /// Allocation → sharing mode (for the reason a figure is not measured).
+    /// Allocation → sharing mode (for the reason a figure is not measured; with [`Detail::Rows`] only).
     modes: HashMap<String, String>,
+}
+
+/// Whether the caller shows allocation rows (their stored devices and sharing modes are kept) or sums only (a
+/// month's summary: a million allocations need not carry them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Detail {
+    Rows,
+    Sums,
 }
 
 type AllocRow = (
@@ -257,26 +266,11 @@ fn telemetry_key(device: &str, mig: &HashMap<String, (String, Option<i32>)>) -> 
     device.to_string()
 }
 
-async fn load(tx: &mut OrgTx, window: Interval, tenant: Option<TenantId>) -> Result<Loaded, AppError> {
+async fn load(tx: &mut OrgTx, window: Interval, tenant: Option<TenantId>, detail: Detail) -> Result<Loaded, AppError> {
+    use futures::TryStreamExt;
     let (from, to) = (window.start(), window.end());
     let tenant_uuid = tenant.map(|t| t.as_uuid());
     let org = tx.org().as_uuid();
-    let rows: Vec<AllocRow> = sqlx::query_as(
-        "SELECT a.cluster_id, a.allocation_id, a.namespace_uid, a.fraction_num, a.fraction_den, a.started_at,
-                a.ended_at, a.device_ids, a.gpu_class, a.confidence, a.sharing_mode, a.holder_uid, a.node
-           FROM allocation_intervals a
-          WHERE a.org_id = $4 AND a.started_at < $2 AND (a.ended_at IS NULL OR a.ended_at > $1)
-            AND ($3::uuid IS NULL OR a.namespace_uid IN (
-                  SELECT o.namespace_uid FROM namespace_ownership o
-                   WHERE o.org_id = $4 AND o.tenant_id = $3 AND o.valid_from < $2
-                     AND (o.valid_to IS NULL OR o.valid_to > $1)))",
-    )
-    .bind(from)
-    .bind(to)
-    .bind(tenant_uuid)
-    .bind(org)
-    .fetch_all(tx.conn())
-    .await?;
 
     let mut owners: HashMap<Uuid, Vec<(OffsetDateTime, Option<OffsetDateTime>, Uuid)>> = HashMap::new();
     let ownership: Vec<(Uuid, OffsetDateTime, Option<OffsetDateTime>, Uuid)> = sqlx::query_as(
@@ -293,44 +287,63 @@ async fn load(tx: &mut OrgTx, window: Interval, tenant: Option<TenantId>) -> Res
         owners.entry(ns).or_default().push((valid_from, valid_to, tenant));
     }
 
-    let mig_ids: Vec<String> = rows
-        .iter()
-        .flat_map(|r| r.7.iter())
-        .filter(|d| d.starts_with("MIG-") && !d.starts_with("MIG-GPU-"))
-        .cloned()
-        .collect::<BTreeSet<_>>()
-        .into_iter()
-        .collect();
-    let mig: HashMap<String, (String, Option<i32>)> = if mig_ids.is_empty() {
-        HashMap::new()
-    } else {
-        sqlx::query_as::<_, (String, String, Option<i32>)>(
-            "SELECT m->>'uuid', min(d.gpu_uuid),
-                    min(CASE WHEN m->>'gpu_instance_id' ~ '^[0-9]{1,6}$' THEN (m->>'gpu_instance_id')::int END)
-               FROM devices d
-               CROSS JOIN LATERAL jsonb_array_elements(
-                   CASE WHEN jsonb_typeof(d.mig_devices) = 'array' THEN d.mig_devices ELSE '[]'::jsonb END) AS m
-              WHERE d.org_id = $2 AND m->>'uuid' = ANY($1)
-              GROUP BY 1",
-        )
-        .bind(&mig_ids)
-        .bind(org)
-        .fetch_all(tx.conn())
-        .await?
-        .into_iter()
-        .map(|(uuid, parent, gi)| (uuid, (parent, gi)))
-        .collect()
-    };
+    // Every MIG device of the organization's GPUs → its parent and GPU instance (one row per GPU: read whole, so
+    // the allocations can be streamed).
+    let mig: HashMap<String, (String, Option<i32>)> = sqlx::query_as::<_, (String, String, Option<i32>)>(
+        "SELECT m->>'uuid', min(d.gpu_uuid),
+                min(CASE WHEN m->>'gpu_instance_id' ~ '^[0-9]{1,6}$' THEN (m->>'gpu_instance_id')::int END)
+           FROM devices d
+           CROSS JOIN LATERAL jsonb_array_elements(
+               CASE WHEN jsonb_typeof(d.mig_devices) = 'array' THEN d.mig_devices ELSE '[]'::jsonb END) AS m
+          WHERE d.org_id = $1 AND m->>'uuid' LIKE 'MIG-%' AND m->>'uuid' NOT LIKE 'MIG-GPU-%'
+          GROUP BY 1",
+    )
+    .bind(org)
+    .fetch_all(tx.conn())
+    .await?
+    .into_iter()
+    .map(|(uuid, parent, gi)| (uuid, (parent, gi)))
+    .collect();
 
-    let mut allocations = Vec::with_capacity(rows.len());
-    let mut devices = HashMap::with_capacity(rows.len());
-    let mut gpus = BTreeSet::new();
+    let mut rows = sqlx::query_as::<_, AllocRow>(
+        "SELECT a.cluster_id, a.allocation_id, a.namespace_uid, a.fraction_num, a.fraction_den, a.started_at,
+                a.ended_at, a.device_ids, a.gpu_class, a.confidence, a.sharing_mode, a.holder_uid, a.node
+           FROM allocation_intervals a
+          WHERE a.org_id = $4 AND a.started_at < $2 AND (a.ended_at IS NULL OR a.ended_at > $1)
+            AND ($3::uuid IS NULL OR a.namespace_uid IN (
+                  SELECT o.namespace_uid FROM namespace_ownership o
+                   WHERE o.org_id = $4 AND o.tenant_id = $3 AND o.valid_from < $2
+                     AND (o.valid_to IS NULL OR o.valid_to > $1)))",
+    )
+    .bind(from)
+    .bind(to)
+    .bind(tenant_uuid)
+    .bind(org)
+    .fetch(tx.conn());
+
+    let mut allocations = Vec::new();
+    let mut devices = HashMap::new();
+    // Device keys are shared: a month holds a million allocations on a few thousand devices.
+    let mut keys: BTreeSet<String> = BTreeSet::new();
     let mut without_fraction = 0u64;
-    let mut modes = HashMap::with_capacity(rows.len());
+    let mut modes = HashMap::new();
     // Soft-shared pods: measured by their own processes' samples, keyed `pod:<cluster>/<uid>`.
     let mut soft_pods: Vec<SoftPod> = Vec::new();
-    for (cluster, allocation_id, ns, num, den, started_at, ended_at, device_ids, gpu_class, conf, mode, holder, node) in
-        rows
+    while let Some((
+        cluster,
+        allocation_id,
+        ns,
+        num,
+        den,
+        started_at,
+        ended_at,
+        device_ids,
+        gpu_class,
+        conf,
+        mode,
+        holder,
+        node,
+    )) = rows.try_next().await?
     {
         let (Some(num), Some(den)) = (num, den) else {
             without_fraction += 1;
@@ -353,8 +366,14 @@ async fn load(tx: &mut OrgTx, window: Interval, tenant: Option<TenantId>) -> Res
             ("soft_share", None) => Vec::new(),
             _ => device_ids.iter().map(|d| telemetry_key(d, &mig)).collect(),
         };
-        modes.insert(id.clone(), mode);
-        gpus.extend(parents.iter().filter(|k| !k.starts_with("pod:")).cloned());
+        if detail == Detail::Rows {
+            modes.insert(id.clone(), mode);
+        }
+        for k in parents.iter().filter(|k| !k.starts_with("pod:")) {
+            if !keys.contains(k) {
+                keys.insert(k.clone());
+            }
+        }
         let confidence = confidence(&conf)?;
         let gpu_class = gpu_class.and_then(|c| GpuClass::new(c).ok());
         let no_owners = Vec::new();
@@ -374,11 +393,15 @@ async fn load(tx: &mut OrgTx, window: Interval, tenant: Option<TenantId>) -> Res
                 confidence,
             });
         }
-        devices.insert(id, device_ids);
+        if detail == Detail::Rows {
+            devices.insert(id, device_ids);
+        }
     }
+    drop(rows);
+    allocations.shrink_to_fit();
 
     // Whole GPUs by UUID; MIG instances by (parent, GPU instance ID).
-    let (whole, instances): (Vec<String>, Vec<String>) = gpus.into_iter().partition(|k| !k.contains('#'));
+    let (whole, instances): (Vec<String>, Vec<String>) = keys.into_iter().partition(|k| !k.contains('#'));
     let parents: Vec<String> = instances
         .iter()
         .filter_map(|k| k.split_once('#').map(|(p, _)| p.to_string()))
@@ -386,29 +409,31 @@ async fn load(tx: &mut OrgTx, window: Interval, tenant: Option<TenantId>) -> Res
         .into_iter()
         .collect();
     let wanted_instances: BTreeSet<String> = instances.into_iter().collect();
-    // Hourly sums (the full-resolution tier is never read here): one sample per device-hour, its average.
-    let telemetry = if whole.is_empty() && parents.is_empty() {
-        Vec::new()
-    } else {
-        crate::telemetry::store::utilization_hours(tx, from, to, &whole, &parents).await?
-    };
-    let telemetry = telemetry.into_iter().filter_map(|r| {
-        let util = r.util_avg_pct? as f32;
-        if r.gpu_instance_id < 0 {
-            return Some((r.gpu_uuid, r.from, r.to, util));
-        }
-        let key = format!("{}#{}", r.gpu_uuid, r.gpu_instance_id);
-        wanted_instances.contains(&key).then_some((key, r.from, r.to, util))
-    });
-    let mut samples = Vec::new();
-    for (gpu_uuid, start, end, util) in telemetry {
-        // A NaN average is no sample; a window the table's CHECK allows is always valid.
-        let Some(utilization) = Utilization::from_pct_f32(util) else { continue };
-        let Ok(window) = Interval::new(start, end) else { continue };
-        samples.push(ActivitySample { gpu_uuid, window, utilization });
+    // Hourly sums (the full-resolution tier is never read here): one sample per device-hour, its average, straight
+    // into the device's timeline.
+    let mut timelines = DeviceTimelines::new();
+    if !whole.is_empty() || !parents.is_empty() {
+        let mut key = String::new();
+        crate::telemetry::store::utilization_hours(tx, from, to, &whole, &parents, |r| {
+            let Some(util) = r.util_avg_pct else { return Ok(()) };
+            // A NaN average is no sample; a window the table's CHECK allows is always valid.
+            let Some(utilization) = Utilization::from_pct_f32(util as f32) else { return Ok(()) };
+            let Ok(window) = Interval::new(r.from, r.to) else { return Ok(()) };
+            key.clear();
+            if r.gpu_instance_id < 0 {
+                key.push_str(&r.gpu_uuid);
+            } else {
+                use std::fmt::Write;
+                let _ = write!(key, "{}#{}", r.gpu_uuid, r.gpu_instance_id);
+                if !wanted_instances.contains(&key) {
+                    return Ok(());
+                }
+            }
+            timelines.push(&key, window, utilization).map_err(|e| crate::db::DbError::Data(e.to_string()))
+        })
+        .await?;
     }
-
-    samples.extend(pod_samples(tx, window, &soft_pods).await?);
+    timelines.extend(&pod_samples(tx, window, &soft_pods).await?).map_err(internal)?;
 
     let tenant_ids: Vec<Uuid> =
         allocations.iter().filter_map(|a| a.tenant.map(|t| t.as_uuid())).collect::<BTreeSet<_>>().into_iter().collect();
@@ -425,7 +450,7 @@ async fn load(tx: &mut OrgTx, window: Interval, tenant: Option<TenantId>) -> Res
         .into_iter()
         .collect()
     };
-    Ok(Loaded { allocations, samples, devices, modes, tenant_names, without_fraction })
+    Ok(Loaded { allocations, timelines, devices, modes, tenant_names, without_fraction })
 }
 
 fn tenant_json(t: &TenantUtilization, names: &HashMap<Uuid, String>) -> Result<api::TenantUtilization, AppError> {
@@ -607,12 +632,12 @@ async fn utilization(
     } else if let Some(tenant) = params.tenant {
         return Err(AppError::invalid("tenant", format!("no tenant {tenant} in this organization")));
     }
-    let loaded = load(&mut tx, window, params.tenant).await?;
+    let mut loaded = load(&mut tx, window, params.tenant, Detail::Rows).await?;
     tx.commit().await?;
 
     // Pure and CPU-bound: off the async workers.
-    let (allocations, samples) = (loaded.allocations, loaded.samples);
-    let report = tokio::task::spawn_blocking(move || analyze_utilization(&allocations, &samples, &options))
+    let (allocations, timelines) = (std::mem::take(&mut loaded.allocations), std::mem::take(&mut loaded.timelines));
+    let report = tokio::task::spawn_blocking(move || analyze_timelines(&allocations, timelines, &options, true))
         .await
         .map_err(internal)?
         .map_err(internal)?;
@@ -676,7 +701,7 @@ pub(crate) async fn utilization_summary(
     let (month, end) = month_so_far(period)?;
     let window = Interval::new(month.start(), end).map_err(internal)?;
     let options = UtilizationOptions::new(window);
-    let loaded = load(tx, window, None).await?;
+    let mut loaded = load(tx, window, None, Detail::Sums).await?;
     let departments: HashMap<Uuid, Uuid> =
         sqlx::query_as::<_, (Uuid, Uuid)>("SELECT tenant_id, department_id FROM tenants WHERE org_id = $1")
             .bind(tx.org().as_uuid())
@@ -684,8 +709,8 @@ pub(crate) async fn utilization_summary(
             .await?
             .into_iter()
             .collect();
-    let (allocations, samples) = (loaded.allocations, loaded.samples);
-    let report = tokio::task::spawn_blocking(move || analyze_utilization(&allocations, &samples, &options))
+    let (allocations, timelines) = (std::mem::take(&mut loaded.allocations), std::mem::take(&mut loaded.timelines));
+    let report = tokio::task::spawn_blocking(move || analyze_timelines(&allocations, timelines, &options, false))
         .await
         .map_err(internal)?
         .map_err(internal)?;

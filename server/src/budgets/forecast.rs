@@ -49,9 +49,12 @@ fn sums(ledger: &Ledger) -> Result<(Sums, Sums), AppError> {
     Ok((departments, tenants))
 }
 
-/// `input` with every allocation and quota cut at `now` (what the month has used so far).
-pub fn cut_at(input: &gpuledger_core::ledger::LedgerInput, now: OffsetDateTime) -> gpuledger_core::ledger::LedgerInput {
-    let mut input = input.clone();
+/// `input` with every allocation and quota cut at `now` (what the month has used so far). Takes the input: a month
+/// of a large fleet is not copied for it.
+pub fn cut_at(
+    mut input: gpuledger_core::ledger::LedgerInput,
+    now: OffsetDateTime,
+) -> gpuledger_core::ledger::LedgerInput {
     input.allocations.retain(|a| a.start < now);
     for a in &mut input.allocations {
         if a.end.is_none_or(|e| e > now) {
@@ -187,9 +190,10 @@ pub async fn compute(tx: &mut OrgTx, period: Period, now: OffsetDateTime) -> Res
                 let s = sums(&preview.ledger)?;
                 (now, currency, s.clone(), s)
             } else {
-                let input = cut_at(&preview.input, now);
+                let whole = sums(&preview.ledger)?;
+                let input = cut_at(preview.input, now);
                 let so_far = tokio::task::spawn_blocking(move || compute_ledger(&input)).await.map_err(internal)??;
-                (now, currency, sums(&preview.ledger)?, sums(&so_far)?)
+                (now, currency, whole, sums(&so_far)?)
             }
         }
     };

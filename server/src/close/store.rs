@@ -10,7 +10,7 @@ use flate2::{Compression, read::GzDecoder, write::GzEncoder};
 pub use gpuledger_api::close::CloseSummary;
 use gpuledger_core::{
     Period,
-    bundle::{BUNDLE_FORMAT, Bundle, close_hash},
+    bundle::{BUNDLE_FORMAT, Bundle, BundleRef, close_hash},
     ledger::{AdjustmentRecord, compute, late_adjustments, total},
 };
 use serde_json::json;
@@ -18,9 +18,13 @@ use std::io::{Read, Write};
 use time::{Date, OffsetDateTime};
 use uuid::Uuid;
 
-pub(crate) fn gz(bytes: &[u8]) -> Result<Vec<u8>, AppError> {
+/// JSON of `value` written straight into a gzip stream.
+pub(crate) fn gz_json<T: serde::Serialize>(value: &T) -> Result<Vec<u8>, AppError> {
     let mut e = GzEncoder::new(Vec::new(), Compression::fast());
-    e.write_all(bytes).map_err(|e| AppError::Internal(e.to_string()))?;
+    let mut w = std::io::BufWriter::with_capacity(1 << 16, &mut e);
+    serde_json::to_writer(&mut w, value).map_err(|e| AppError::Internal(format!("writing the bundle: {e}")))?;
+    w.flush().map_err(|e| AppError::Internal(format!("writing the bundle: {e}")))?;
+    drop(w);
     e.finish().map_err(|e| AppError::Internal(e.to_string()))
 }
 
@@ -44,8 +48,18 @@ pub async fn stored_bundle_json(tx: &mut OrgTx, period: Period) -> Result<Option
 
 /// The stored bundle of a closed period.
 pub async fn stored_bundle(tx: &mut OrgTx, period: Period) -> Result<Option<Bundle>, AppError> {
-    let Some(json) = stored_bundle_json(tx, period).await? else { return Ok(None) };
-    serde_json::from_slice(&json).map(Some).map_err(|e| AppError::Internal(format!("stored bundle of {period}: {e}")))
+    let org = tx.org().as_uuid();
+    let gz: Option<Vec<u8>> =
+        sqlx::query_scalar("SELECT bundle_gz FROM periods WHERE period = $1 AND state = 'closed' AND org_id = $2")
+            .bind(period.first_day())
+            .bind(org)
+            .fetch_optional(tx.conn())
+            .await?;
+    let Some(gz) = gz else { return Ok(None) };
+    // Read through the decompressor: the JSON of a large month is never held whole.
+    serde_json::from_reader(std::io::BufReader::with_capacity(1 << 16, GzDecoder::new(gz.as_slice())))
+        .map(Some)
+        .map_err(|e| AppError::Internal(format!("stored bundle of {period}: {e}")))
 }
 
 /// Late-data adjustments for every closed period before `period` whose facts changed after it closed.
@@ -128,21 +142,26 @@ pub(crate) async fn freeze(
     let hash = close_hash(period, policy_version, &inventory_version, previous_hash.as_deref(), lines);
     let (inventory_doc, _) = inventory(&mut tx).await?;
     let closed_at = gpuledger_core::time_fmt::rfc3339(now);
-    let bundle = Bundle {
-        format: BUNDLE_FORMAT.to_string(),
-        organization: slug.to_string(),
+    // Written straight into the compressor from borrowed parts: a month of inputs is never copied, and the JSON
+    // (hundreds of MB at 10,000 GPUs) never exists uncompressed.
+    let bundle = BundleRef {
+        format: BUNDLE_FORMAT,
+        organization: slug,
         period,
-        closed_at,
-        closed_by: actor.to_string(),
+        closed_at: &closed_at,
+        closed_by: actor,
         policy_version,
-        inventory_version: inventory_version.clone(),
-        previous_hash: previous_hash.clone(),
-        hash: hash.clone(),
-        lines: lines.clone(),
-        inputs: preview.input.clone(),
-        inventory: inventory_doc,
+        inventory_version: &inventory_version,
+        previous_hash: previous_hash.as_deref(),
+        hash: &hash,
+        lines,
+        inputs: &preview.input,
+        inventory: &inventory_doc,
     };
-    let json = serde_json::to_vec_pretty(&bundle).map_err(|e| AppError::Internal(e.to_string()))?;
+    let bundle_gz = gz_json(&bundle)?;
+    drop(inventory_doc);
+    tracing::info!(period = %period, allocations = preview.input.allocations.len(), bundle_bytes = bundle_gz.len(),
+                   rss_mib = crate::health::rss_mib(), peak_mib = crate::health::peak_rss_mib(), "close: lines computed, bundle written");
     let total_amount = total(lines)?;
     let currency = preview.input.policy.currency.clone();
 
@@ -278,7 +297,7 @@ pub(crate) async fn freeze(
     .bind(i32::try_from(lines.len()).unwrap_or(i32::MAX))
     .bind(total_amount.to_string())
     .bind(&currency)
-    .bind(gz(&json)?)
+    .bind(&bundle_gz)
     .bind(org.as_uuid())
     .execute(tx.conn())
     .await?;

@@ -86,7 +86,8 @@ pub async fn load_allocations(tx: &mut OrgTx, period: Period) -> Result<Vec<Allo
     .collect();
     // JIT compiles ~100 functions for these queries and costs more than it saves at this size.
     sqlx::query("SET LOCAL jit = off").execute(tx.conn()).await?;
-    let rows: Vec<AllocRow> = sqlx::query_as(
+    use futures::TryStreamExt;
+    let mut rows = sqlx::query_as::<_, AllocRow>(
         "SELECT c.name, a.allocation_id, a.fraction_num, a.fraction_den, a.gpu_class, a.started_at, a.ended_at,
                 a.confidence,
                 -- The allocation's devices, or kubelet's latest assignment kept on the interval by ingest.
@@ -102,22 +103,14 @@ pub async fn load_allocations(tx: &mut OrgTx, period: Period) -> Result<Vec<Allo
     .bind(start)
     .bind(end)
     .bind(org)
-    .fetch_all(tx.conn())
-    .await?;
-    // Ordered here rather than in SQL: a million-row sort spills to disk in PostgreSQL, not in memory here.
-    let mut rows = rows;
-    rows.sort_unstable_by(|x, y| (&x.0, &x.1, x.11).cmp(&(&y.0, &y.1, y.11)));
-    let mut out = Vec::with_capacity(rows.len());
-    let mut last_id = String::new();
-    let mut part = 0;
-    for (cluster, alloc, num, den, class, s, e, conf, devices, endpoint, tenant, of, ot, basis) in rows {
-        let id = format!("{cluster}/{alloc}");
-        if id == last_id {
-            part += 1;
-        } else {
-            part = 0;
-            last_id.clone_from(&id);
-        }
+    .fetch(tx.conn());
+    // Each row becomes its record as it arrives (a month at 10,000 GPUs is over a million rows: never held twice);
+    // beside it, what orders it: the length of its cluster's name (the ID's prefix) and its owner's start.
+    let mut out: Vec<AllocationRecord> = Vec::new();
+    let mut keys: Vec<(u32, Option<OffsetDateTime>)> = Vec::new();
+    while let Some((cluster, alloc, num, den, class, s, e, conf, devices, endpoint, tenant, of, ot, basis)) =
+        rows.try_next().await?
+    {
         // The part of the allocation under this owner.
         let (s2, e2) = match of {
             Some(of) => (
@@ -138,8 +131,10 @@ pub async fn load_allocations(tx: &mut OrgTx, period: Period) -> Result<Vec<Allo
             .collect();
         devices.sort();
         devices.dedup();
+        devices.shrink_to_fit();
+        keys.push((u32::try_from(cluster.len()).unwrap_or(u32::MAX), of));
         out.push(AllocationRecord {
-            id: if part == 0 { id } else { format!("{id}#{part}") },
+            id: format!("{cluster}/{alloc}"),
             tenant: tenant.map(TenantId::from_uuid),
             gpu_class: class,
             fraction: Fraction::new(i128::from(num), i128::from(den))?,
@@ -151,8 +146,48 @@ pub async fn load_allocations(tx: &mut OrgTx, period: Period) -> Result<Vec<Allo
             share_basis: basis.and_then(|b| b.parse().ok()),
         });
     }
+    drop(rows);
+    // Ordered here rather than in SQL (a million-row sort spills to disk in PostgreSQL, not in memory here): by
+    // cluster, allocation, then owner, through a permutation so the records are never copied.
+    let key = |i: u32| {
+        let (n, of) = keys[i as usize];
+        let id = out[i as usize].id.as_str();
+        (id.get(..n as usize).unwrap_or_default(), id.get(n as usize + 1..).unwrap_or_default(), of)
+    };
+    let mut order: Vec<u32> =
+        (0..u32::try_from(out.len()).map_err(|_| AppError::Internal("too many allocations".into()))?).collect();
+    order.sort_unstable_by(|&x, &y| key(x).cmp(&key(y)));
+    drop(keys);
+    permute(&mut out, &mut order);
+    // The parts of one allocation under successive owners are `#1`, `#2`, ….
+    let mut last_id = String::new();
+    let mut part = 0;
+    for a in &mut out {
+        if a.id == last_id {
+            part += 1;
+            a.id = format!("{}#{part}", a.id);
+        } else {
+            part = 0;
+            last_id.clone_from(&a.id);
+        }
+    }
     // Ownership rows that start after the allocation leave its earlier part unowned: not charged (shown in notes).
     Ok(out)
+}
+
+/// Reorders `v` in place so that its `p`-th element is the one that was at `order[p]` (`order` a permutation of
+/// `0..v.len()`; left as the identity).
+fn permute<T>(v: &mut [T], order: &mut [u32]) {
+    for i in 0..v.len().min(order.len()) {
+        let mut j = i;
+        while order[j] as usize != i {
+            let k = order[j] as usize;
+            v.swap(j, k);
+            order[j] = j as u32;
+            j = k;
+        }
+        order[j] = j as u32;
+    }
 }
 
 /// Everything the ledger of `period` is computed from, read now. Credits and late-data adjustments are added by
@@ -347,18 +382,24 @@ pub(crate) async fn evidence_details(
     ids: &[&str],
 ) -> Result<HashMap<String, EvidenceDetail>, AppError> {
     let org = tx.org().as_uuid();
-    let mut clusters = Vec::new();
-    let mut allocations = Vec::new();
+    // A record's ID is `<cluster name>/<allocation>` (`#n` after it for the part under the n-th later owner); the
+    // analytics' IDs carry the cluster's UUID instead. Either resolves.
+    let (mut keys, mut clusters, mut allocations) = (Vec::new(), Vec::new(), Vec::new());
     for id in ids {
-        if let Some((c, a)) = id.split_once('/')
-            && let Ok(c) = Uuid::parse_str(c)
-        {
-            clusters.push(c);
+        let base = match id.rsplit_once('#') {
+            Some((b, n)) if !n.is_empty() && n.bytes().all(|c| c.is_ascii_digit()) => b,
+            _ => id,
+        };
+        if let Some((c, a)) = base.split_once('/') {
+            keys.push(id.to_string());
+            clusters.push(c.to_string());
             allocations.push(a.to_string());
         }
     }
+    if keys.is_empty() {
+        return Ok(HashMap::new());
+    }
     type Row = (
-        Uuid,
         String,
         String,
         String,
@@ -372,52 +413,39 @@ pub(crate) async fn evidence_details(
         String,
     );
     let rows: Vec<Row> = sqlx::query_as(
-        "SELECT i.cluster_id, i.allocation_id, i.holder_kind, i.holder_name, i.namespace, i.container, i.node,
+        "SELECT DISTINCT ON (k.key) k.key, i.holder_kind, i.holder_name, i.namespace, i.container, i.node,
                 i.device_ids, i.sharing_mode, i.profile, i.gpu_model, c.name
-           FROM unnest($1::uuid[], $2::text[]) AS k (cluster_id, allocation_id)
-           JOIN allocation_intervals i ON i.cluster_id = k.cluster_id AND i.allocation_id = k.allocation_id
-           JOIN clusters c ON c.org_id = i.org_id AND c.cluster_id = i.cluster_id
-          WHERE i.org_id = $3",
+           FROM unnest($1::text[], $2::text[], $4::text[]) AS k (key, cluster, allocation_id)
+           JOIN clusters c ON c.org_id = $3 AND (c.name = k.cluster OR c.cluster_id::text = k.cluster)
+           JOIN allocation_intervals i ON i.org_id = $3 AND i.cluster_id = c.cluster_id
+                AND i.allocation_id = k.allocation_id
+          ORDER BY k.key, i.started_at DESC",
     )
+    .bind(&keys)
     .bind(&clusters)
-    .bind(&allocations)
     .bind(org)
+    .bind(&allocations)
     .fetch_all(tx.conn())
     .await?;
     Ok(rows
         .into_iter()
-        .map(
-            |(
-                cluster,
-                allocation,
-                kind,
-                name,
-                namespace,
-                container,
-                node,
-                devices,
-                mode,
-                profile,
-                model,
-                cluster_name,
-            )| {
-                (
-                    format!("{cluster}/{allocation}"),
-                    EvidenceDetail {
-                        cluster: cluster_name,
-                        holder_kind: kind,
-                        holder: name,
-                        namespace,
-                        container,
-                        node,
-                        device_ids: devices,
-                        sharing_mode: mode,
-                        profile,
-                        gpu_model: model,
-                    },
-                )
-            },
-        )
+        .map(|(key, kind, name, namespace, container, node, devices, mode, profile, model, cluster_name)| {
+            (
+                key,
+                EvidenceDetail {
+                    cluster: cluster_name,
+                    holder_kind: kind,
+                    holder: name,
+                    namespace,
+                    container,
+                    node,
+                    device_ids: devices,
+                    sharing_mode: mode,
+                    profile,
+                    gpu_model: model,
+                },
+            )
+        })
         .collect())
 }
 
@@ -624,4 +652,30 @@ pub(crate) async fn evidence_page(
             }
         })
         .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::permute;
+
+    #[test]
+    fn permute_applies_any_order_in_place() {
+        for n in 0..7_u32 {
+            // Every rotation and the reversal of 0..n.
+            let mut orders: Vec<Vec<u32>> = (0..n).map(|r| (0..n).map(|i| (i + r) % n).collect()).collect();
+            orders.push((0..n).rev().collect());
+            for order in orders {
+                let mut v: Vec<String> = (0..n).map(|i| format!("v{i}")).collect();
+                let want: Vec<String> = order.iter().map(|&i| format!("v{i}")).collect();
+                let mut o = order.clone();
+                permute(&mut v, &mut o);
+                assert_eq!(v, want, "order {order:?}");
+                assert!(o.iter().enumerate().all(|(i, &x)| x as usize == i));
+            }
+        }
+        // A permutation of several cycles.
+        let mut v = vec!['a', 'b', 'c', 'd', 'e', 'f'];
+        permute(&mut v, &mut [2, 0, 1, 5, 4, 3]);
+        assert_eq!(v, vec!['c', 'a', 'b', 'f', 'e', 'd']);
+    }
 }

@@ -173,8 +173,11 @@ async fn compute_and_store(tx: &mut OrgTx, extra: Option<Period>) -> Result<(), 
             Err(e) => return Err(e),
         };
         let notes = serde_json::to_value(&preview.ledger.notes).unwrap_or_default();
-        // The forecast's "to date": the same inputs cut at the snapshot's time (one more computation, no more reads).
-        let cut = crate::budgets::forecast::cut_at(&preview.input, now);
+        let crate::close::Preview { input, ledger, .. } = preview;
+        let (policy_version, currency) = (input.policy.version, input.policy.currency.clone());
+        // The forecast's "to date": the same inputs cut at the snapshot's time (one more computation, no more reads;
+        // the month's inputs are handed over, not copied).
+        let cut = crate::budgets::forecast::cut_at(input, now);
         let to_date = tokio::task::spawn_blocking(move || gpuledger_core::ledger::compute(&cut))
             .await
             .map_err(|e| AppError::Internal(e.to_string()))??;
@@ -202,10 +205,10 @@ async fn compute_and_store(tx: &mut OrgTx, extra: Option<Period>) -> Result<(), 
                 state: FigState::Provisional,
                 as_of: now,
                 compute_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
-                policy_version: preview.input.policy.version,
-                currency: &preview.input.policy.currency,
+                policy_version,
+                currency: &currency,
                 hash: None,
-                lines: &preview.ledger.lines,
+                lines: &ledger.lines,
                 notes,
                 to_date,
                 idle,

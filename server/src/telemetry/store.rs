@@ -398,15 +398,18 @@ pub async fn energy_hours(
 }
 
 /// Hours with utilization of the given whole GPUs and of the MIG instances of the given parents, overlapping
-/// `[from, to)` (hours starting up to a day before `from`, so a long window reaching in is seen).
+/// `[from, to)` (hours starting up to a day before `from`, so a long window reaching in is seen), handed to `each`
+/// as they arrive: a month of a large fleet is millions of device-hours, never held here.
 pub async fn utilization_hours(
     tx: &mut OrgTx,
     from: OffsetDateTime,
     to: OffsetDateTime,
     whole: &[String],
     parents: &[String],
-) -> Result<Vec<HourRow>, DbError> {
-    let rows: Vec<(String, i32, OffsetDateTime, i32, i32, i64, i32)> = sqlx::query_as(
+    mut each: impl FnMut(HourRow) -> Result<(), DbError>,
+) -> Result<(), DbError> {
+    use futures::TryStreamExt;
+    let mut rows = sqlx::query_as::<_, (String, i32, OffsetDateTime, i32, i32, i64, i32)>(
         "SELECT s.gpu_uuid, s.gpu_instance_id, h.hour, h.span_from_ms, h.span_to_ms, h.util_sum, h.util_ms
            FROM telemetry_series s JOIN telemetry_hours h ON h.org_id = s.org_id AND h.series_id = s.series_id
           WHERE s.org_id = $5 AND h.org_id = $5 AND h.util_ms > 0
@@ -418,22 +421,21 @@ pub async fn utilization_hours(
     .bind(whole)
     .bind(parents)
     .bind(tx.org().as_uuid())
-    .fetch_all(tx.conn())
-    .await?;
-    Ok(rows
-        .into_iter()
-        .map(|(gpu_uuid, gpu_instance_id, hour, f, t, sum, ms)| {
-            let h = unix_ms(hour);
-            HourRow {
-                gpu_uuid,
-                gpu_instance_id,
-                from: at_ms(h + i64::from(f)),
-                to: at_ms(h + i64::from(t)),
-                util_avg_pct: (ms > 0).then(|| sum as f64 / f64::from(ms) / 10.0),
-            }
-        })
-        .filter(|r| r.to > from)
-        .collect())
+    .fetch(tx.conn());
+    while let Some((gpu_uuid, gpu_instance_id, hour, f, t, sum, ms)) = rows.try_next().await? {
+        let h = unix_ms(hour);
+        let row = HourRow {
+            gpu_uuid,
+            gpu_instance_id,
+            from: at_ms(h + i64::from(f)),
+            to: at_ms(h + i64::from(t)),
+            util_avg_pct: (ms > 0).then(|| sum as f64 / f64::from(ms) / 10.0),
+        };
+        if row.to > from {
+            each(row)?;
+        }
+    }
+    Ok(())
 }
 
 /// A row stored before the tiers (`telemetry_rollups`), moved by the upkeep.
