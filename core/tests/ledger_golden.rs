@@ -1061,7 +1061,6 @@ fn s11e_bundle_ref_writes_the_bundle() {
         joules: 1_000 + h as u64,
     }));
     let mut bundle = bundle_of(&inp, lines_of(&inp));
-    bundle.previous_hash = Some("abc".into());
     bundle.inventory = serde_json::json!({"gpu_models": [{"model": "H100", "class": "H100-80GB"}]});
     let borrowed = gpuledger_core::bundle::BundleRef {
         format: &bundle.format,
