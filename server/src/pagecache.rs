@@ -55,15 +55,22 @@ fn cacheable_path(path: &str) -> Option<Kind> {
     if path == "/departments" || (path.starts_with("/tenants/") && !path["/tenants/".len()..].contains('/')) {
         return Some(Kind::Page);
     }
-    // The read model's lookups, and the OData feed of closed months' lines (they change only at a close).
-    const API: [&str; 5] = [
+    // The read model's lookups, the OData feed of closed months' lines (they change only at a close), the forecast
+    // (stored figures and budgets) and the evidence behind a month's lines (a closed month's index; an open month's
+    // answer reads live facts and says `no-store`, so it is never kept).
+    const API: [&str; 6] = [
         "/api/v1/ledger",
         "/api/v1/ledger/months",
         "/api/v1/ledger/summaries",
         "/api/v1/periods",
+        "/api/v1/forecast",
         "/odata/LedgerLines",
     ];
-    API.contains(&path).then_some(Kind::Api)
+    let evidence = path
+        .strip_prefix("/api/v1/periods/")
+        .and_then(|rest| rest.strip_suffix("/evidence"))
+        .is_some_and(|period| !period.is_empty() && !period.contains('/'));
+    (API.contains(&path) || evidence).then_some(Kind::Api)
 }
 
 /// The values a kept page carries in place of the reader's own, placed in the request for the render
@@ -309,13 +316,14 @@ struct Who {
 }
 
 /// The read model's generation of `org`, read in the reader's own transaction: it changes whenever a stored
-/// figure, summary, pending change or period does.
+/// figure, summary, pending change, period or budget does (budgets are only ever added).
 const GENERATION: &str = "SELECT concat_ws('|',
         (SELECT max(as_of)::text FROM read_months WHERE org_id = $1),
         (SELECT max(computed_at)::text FROM read_summaries WHERE org_id = $1),
         (SELECT since::text FROM read_dirty WHERE org_id = $1),
         (SELECT string_agg(period::text || state || coalesce(closed_at::text, ''), ',' ORDER BY period)
-           FROM periods WHERE org_id = $1))";
+           FROM periods WHERE org_id = $1),
+        (SELECT max(created_at)::text FROM budgets WHERE org_id = $1))";
 
 /// Who reads, and what the page is made from now.
 struct Reader {
@@ -365,7 +373,12 @@ pub async fn pages(State(state): State<AppState>, mut request: Request, next: Ne
         request.extensions_mut().insert(cache.markers.clone());
     }
     let response = next.run(request).await;
-    if response.status() != StatusCode::OK || response.headers().contains_key(header::SET_COOKIE) {
+    let no_store = response
+        .headers()
+        .get(header::CACHE_CONTROL)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.contains("no-store"));
+    if response.status() != StatusCode::OK || response.headers().contains_key(header::SET_COOKIE) || no_store {
         return response;
     }
     let (parts, body) = response.into_parts();
@@ -531,7 +544,12 @@ mod tests {
         assert_eq!(cacheable_path("/admin"), None);
         assert_eq!(cacheable_path("/disputes"), None);
         assert_eq!(cacheable_path("/odata/Allocations"), None, "raw facts change without a new generation");
-        assert_eq!(cacheable_path("/api/v1/periods/2026-11/evidence"), None);
+        // A month's evidence may be kept (an open month's answer says `no-store`), its bundle and close not.
+        assert_eq!(cacheable_path("/api/v1/periods/2026-11/evidence"), Some(Kind::Api));
+        assert_eq!(cacheable_path("/api/v1/forecast"), Some(Kind::Api));
+        assert_eq!(cacheable_path("/api/v1/periods/2026-11/bundle"), None);
+        assert_eq!(cacheable_path("/api/v1/periods//evidence"), None);
+        assert_eq!(cacheable_path("/api/v1/periods/a/b/evidence"), None);
     }
 
     #[test]

@@ -41,6 +41,8 @@ const INFRA: Uuid = Uuid::from_u128(0xb2);
 
 struct Env {
     app: axum::Router,
+    /// The app's kept answers (`pagecache`).
+    pages: std::sync::Arc<gpuledger_server::pagecache::PageCache>,
     db: Database,
     org: OrgId,
     agent: String,
@@ -97,8 +99,10 @@ async fn env() -> Env {
     let scoped = Scope::Export { departments: vec![DepartmentId::from_uuid(RESEARCH)] };
     let (_, research) = auth::create_token(&mut tx, &scoped, "research-bi", "test", None).await.unwrap();
     tx.commit().await.unwrap();
-    let app = app::router(AppState::new(db.clone(), None), &HttpOptions::default());
-    let env = Env { app, db, org, agent, admin, research, test_db };
+    let state = AppState::new(db.clone(), None);
+    let pages = state.pages.clone();
+    let app = app::router(state, &HttpOptions::default());
+    let env = Env { app, pages, db, org, agent, admin, research, test_db };
     let (s, v) = call(
         &env,
         "POST",
@@ -400,6 +404,21 @@ async fn closed_evidence_from_the_index_equals_the_bundle_for_every_sort_filter_
         closes_before,
         "no ledger computed"
     );
+    // A closed month's answer is kept: the same page again is not rendered again. An open month's (live facts)
+    // is rendered every time.
+    let renders = || env.pages.renders.load(std::sync::atomic::Ordering::Relaxed);
+    let uri = format!("/api/v1/periods/{period}/evidence?page=2&per_page=5");
+    let (s, first) = call(&env, "GET", &uri, &env.admin, None).await;
+    let before = renders();
+    let (s2, again) = call(&env, "GET", &uri, &env.admin, None).await;
+    assert_eq!((s, s2, renders()), (StatusCode::OK, StatusCode::OK, before), "kept");
+    assert_eq!(again, first);
+    let open = period.next().unwrap();
+    let uri = format!("/api/v1/periods/{open}/evidence?per_page=5");
+    for i in 1..=2 {
+        let (s, v) = call(&env, "GET", &uri, &env.admin, None).await;
+        assert_eq!((s, renders()), (StatusCode::OK, before + i), "{v}");
+    }
     // Bad input is refused as before.
     let (s, v) = call(&env, "GET", &format!("/api/v1/periods/{period}/evidence?sort=size"), &env.admin, None).await;
     assert_eq!((s, v["field"].as_str()), (StatusCode::UNPROCESSABLE_ENTITY, Some("sort")), "{v}");
@@ -491,6 +510,27 @@ async fn a_closed_months_forecast_is_its_stored_figures() {
     let names: Vec<&str> =
         r["departments"].as_array().unwrap().iter().map(|d| d["department"].as_str().unwrap()).collect();
     assert_eq!(names, ["Research"]);
+
+    // Kept per scope: the same reader again is answered without a render, the same answer.
+    let renders = || env.pages.renders.load(std::sync::atomic::Ordering::Relaxed);
+    let uri = format!("/api/v1/forecast?period={period}");
+    let before = renders();
+    let (s, again) = call(&env, "GET", &uri, &env.admin, None).await;
+    assert_eq!((s, renders()), (StatusCode::OK, before), "kept");
+    assert_eq!(again, f);
+    // A budget is a new generation: the next answer is rendered again and shows it.
+    let (s, v) = call(
+        &env,
+        "POST",
+        "/api/v1/budgets",
+        &env.admin,
+        Some(json!({"period": period.to_string(), "department": "Research", "amount": "12345.00"})),
+    )
+    .await;
+    assert_eq!(s, StatusCode::CREATED, "{v}");
+    let (s, with_budget) = call(&env, "GET", &uri, &env.admin, None).await;
+    assert_eq!((s, renders()), (StatusCode::OK, before + 1), "rendered again after the budget");
+    assert!(with_budget.to_string().contains("12345.00"), "{with_budget}");
 }
 
 /// Hourly rollups of `gpu` at `pct` over `[from, to)`.

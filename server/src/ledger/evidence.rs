@@ -149,7 +149,7 @@ pub(super) async fn evidence(
     p: Caller<ReadLedger>,
     Path(period): Path<String>,
     Params(q): Params<EvidenceQuery>,
-) -> Result<Json<Evidence>, AppError> {
+) -> Result<axum::response::Response, AppError> {
     let period = parse_period("period", &period)?;
     let per_page = q.per_page.unwrap_or(100).clamp(1, 1000) as usize;
     let page = q.page.unwrap_or(1).max(1) as usize;
@@ -209,7 +209,18 @@ pub(super) async fn evidence(
             a
         })
         .collect();
-    Ok(Json(Evidence { period: period.to_string(), total, page, per_page, sort: sort.to_string(), allocations }))
+    let answer =
+        Json(Evidence { period: period.to_string(), total, page, per_page, sort: sort.to_string(), allocations });
+    // A closed month's records never change: its answer may be kept (`crate::pagecache`). An open month's are
+    // read live from the facts, which change without a new read-model generation: never kept.
+    Ok(if closed {
+        axum::response::IntoResponse::into_response(answer)
+    } else {
+        axum::response::IntoResponse::into_response((
+            [(axum::http::header::CACHE_CONTROL, axum::http::HeaderValue::from_static("private, no-store"))],
+            answer,
+        ))
+    })
 }
 
 /// A page from the index, with the number of records the filter keeps.
