@@ -126,6 +126,8 @@ pub(crate) async fn freeze(
     now: OffsetDateTime,
 ) -> Result<CloseSummary, AppError> {
     let start = period.first_day();
+    // Before any lock: whoever holds a turn never waits for one (no cycle with the read model's lock).
+    let _turn = crate::limits::month_work().await?;
     let mut tx = db.begin_org(org).await?;
     let preview = preview(&mut tx, period).await?;
     let previous_hash: Option<String> = sqlx::query_scalar(

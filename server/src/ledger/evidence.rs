@@ -302,6 +302,8 @@ pub async fn build_from_bundle(
     org: gpuledger_core::ids::OrgId,
     period: Period,
 ) -> Result<bool, AppError> {
+    // A month's bundle decoded: month-sized work, in turn with the close and the read model's.
+    let _turn = crate::limits::month_work().await?;
     let mut tx = db.begin_org(org).await?;
     tx.allow_long_statements().await?;
     store::lock_evidence_build(&mut tx, period).await?;

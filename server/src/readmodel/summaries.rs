@@ -27,6 +27,7 @@ type Row = (&'static str, Option<Uuid>, Value);
 /// Computes and stores `org`'s summaries of `period` for the figures stored now. Returns `false` when another
 /// process is computing this organization's summaries, or the month has no figures.
 pub async fn compute(db: &Database, org: OrgId, period: Period) -> Result<bool, AppError> {
+    let _turn = crate::limits::month_work().await?;
     let mut tx = db.begin_org(org).await?;
     // The computations read a whole month of telemetry: the export's statement limit.
     tx.allow_long_statements().await?;

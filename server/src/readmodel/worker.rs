@@ -99,6 +99,9 @@ pub async fn refresh(db: &Database, org: OrgId, wait: Wait) -> Result<bool, AppE
 
 /// [`refresh`], including `extra` (an older open month a reader asked for) when it is open.
 pub async fn refresh_with(db: &Database, org: OrgId, wait: Wait, extra: Option<Period>) -> Result<bool, AppError> {
+    // A turn of this process's month-sized work, taken before the read model's lock (a close holding a turn may
+    // wait for that lock; nothing holding the lock waits for a turn).
+    let _turn = crate::limits::month_work().await?;
     let mut tx = db.begin_org(org).await?;
     // The computation reads a whole month: the export's statement limit.
     tx.allow_long_statements().await?;
