@@ -29,6 +29,21 @@ SET LOCAL citus.shard_count = 32;
 -- The guard triggers (append-only tables, cost policy and period guards) only look at OLD/NEW and raise: they are
 -- safe to run on the shards.
 SET LOCAL citus.enable_unsafe_triggers = on;
+-- Foreign keys to reference tables and between colocated tables need one connection per worker in a transaction
+-- that also creates shards: sequential mode keeps Citus from refusing the re-added keys below.
+SET LOCAL citus.multi_shard_modify_mode = 'sequential';
+
+-- ---------------------------------------------------------------- foreign keys out of the way
+-- Citus refuses a foreign key from a local table to a distributed one at every moment, and making `organizations` a
+-- reference table turns every local table that references it into a "Citus local table", which then can neither be
+-- distributed nor reference a distributed table. No order of the calls below avoids both, so every foreign key of
+-- the schema is dropped here and added back, unchanged, once every table is a Citus table (Citus checks each
+-- re-added key: colocated, distribution columns paired — and so do the CI stand-ins, scripts/ops/assert-distributed.sql).
+CREATE TEMP TABLE gpuledger_foreign_keys ON COMMIT DROP AS
+SELECT c.oid AS con, c.conrelid::regclass AS rel, c.conname, pg_get_constraintdef(c.oid) AS def
+  FROM pg_constraint c
+ WHERE c.contype = 'f' AND c.conparentid = 0 AND c.connamespace = 'public'::regnamespace;
+SELECT format('ALTER TABLE %s DROP CONSTRAINT %I', rel, conname) FROM gpuledger_foreign_keys ORDER BY con \gexec
 
 -- ---------------------------------------------------------------- reference table
 -- The tenancy root: small, read everywhere, and looked up by slug across organizations (gpuledger_org_id_by_slug),
@@ -143,5 +158,19 @@ SELECT create_distributed_table('telemetry_windows', 'org_id', colocate_with => 
 -- migration 27: the evidence index of closed months
 SELECT create_distributed_table('evidence_months', 'org_id', colocate_with => 'departments');
 SELECT create_distributed_table('evidence_allocations', 'org_id', colocate_with => 'departments');
+
+-- ---------------------------------------------------------------- foreign keys back, validated on the shards
+SELECT format('ALTER TABLE %s ADD CONSTRAINT %I %s', rel, conname, def) FROM gpuledger_foreign_keys ORDER BY con \gexec
+
+-- ---------------------------------------------------------------- roles the coordinator connects to workers as
+-- Citus opens its connections to the workers as the role running the statement: gpuledger_app (every request),
+-- gpuledger_directory (its SECURITY DEFINER functions write the reference table `organizations`) and gpuledger_owner
+-- (migrations run their DDL as it, and it owns the partition functions). Each must be allowed to log in on the
+-- workers; nobody else should: give them no password and let only the coordinator's address in (pg_hba.conf on the
+-- workers, or certificates / pg_dist_authinfo, docs/scaling.md "Connections between nodes"). ALTER ROLE is
+-- propagated to every node.
+-- (Only on Citus: the CI stand-ins run this file on a plain PostgreSQL shared with the tests.)
+SELECT format('ALTER ROLE %I LOGIN', r) FROM unnest(ARRAY['gpuledger_app', 'gpuledger_directory', 'gpuledger_owner']) r
+ WHERE EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'citus') \gexec
 
 COMMIT;
