@@ -9,8 +9,8 @@
 --   * distributed: every PRIMARY KEY / UNIQUE / EXCLUDE constraint and every unique index includes the
 --     distribution column (an EXCLUDE constraint with the equality operator on it);
 --   * every foreign key from a Citus table points at a table that is already a Citus table (so the order of the
---     script matters), and no local table references the table being distributed or made a reference table (real
---     Citus refuses the first and turns the second into a "Citus local table" that blocks the rest); distributed → distributed needs the same colocation group and the distribution column at the
+--     script matters), and no local table references a table being distributed (local tables that reference the
+--     reference table become "Citus local tables", which can be distributed only while nothing local references them); distributed → distributed needs the same colocation group and the distribution column at the
 --     same position on both sides, with no ON DELETE/UPDATE SET NULL / SET DEFAULT and no ON UPDATE CASCADE;
 --     distributed → reference is allowed; reference → distributed is not;
 --   * no row-level security policy of the table contains a subquery;
@@ -132,9 +132,11 @@ BEGIN
         END LOOP;
     END IF;
     PERFORM citus_stub.check_foreign_keys(p_rel, p_method, p_dist_col, p_colocation);
-    -- Foreign keys into this table from tables that are not Citus tables (yet).
+    -- Foreign keys into a distributed table from tables that are not Citus tables (yet). (Into a reference table
+    -- they are fine: Citus turns the referencing tables into Citus local tables, which can be distributed later as
+    -- long as no other local table references them — this rule, when they are.)
     FOR r IN SELECT conname, conrelid::regclass AS src FROM pg_constraint
-              WHERE confrelid = p_rel AND contype = 'f' AND conrelid <> p_rel AND conparentid = 0
+              WHERE confrelid = p_rel AND contype = 'f' AND conrelid <> p_rel AND conparentid = 0 AND p_method = 'hash'
                 AND NOT EXISTS (SELECT 1 FROM citus_stub.tables t WHERE t.rel = conrelid) LOOP
         PERFORM citus_stub.violation(p_rel, format('the local table %s references it (foreign key %s): Citus refuses a '
                                                    'foreign key from a local table to a distributed table, and turns a '

@@ -21,7 +21,7 @@
 //! migrated here and one migrated by `Migrator::run` are indistinguishable, and plain PostgreSQL never takes this path.
 
 use sqlx::{
-    Acquire, Connection, Executor, PgConnection,
+    Connection, Executor, PgConnection,
     migrate::{Migrate, MigrateError, Migrator},
 };
 use std::collections::HashMap;
@@ -53,15 +53,17 @@ pub async fn migrate(conn: &mut PgConnection, migrator: &Migrator, state: CitusS
     match state {
         CitusState::Absent => migrator.run(conn).await,
         CitusState::Coordinator => {
-            conn.execute("SET citus.enable_ddl_propagation = off; SET citus.propagate_set_commands = 'none'").await?;
+            (&mut *conn)
+                .execute("SET citus.enable_ddl_propagation = off; SET citus.propagate_set_commands = 'none'")
+                .await?;
             let result = migrator.run(&mut *conn).await;
-            conn.execute("RESET citus.enable_ddl_propagation; RESET citus.propagate_set_commands").await?;
+            (&mut *conn).execute("RESET citus.enable_ddl_propagation; RESET citus.propagate_set_commands").await?;
             result
         }
         CitusState::Distributed => {
-            conn.execute("SET citus.propagate_set_commands = 'none'").await?;
-            let result = run_statementwise(conn, migrator).await;
-            conn.execute("RESET citus.propagate_set_commands").await?;
+            (&mut *conn).execute("SET citus.propagate_set_commands = 'none'").await?;
+            let result = run_statementwise(&mut *conn, migrator).await;
+            (&mut *conn).execute("RESET citus.propagate_set_commands").await?;
             result
         }
     }
@@ -73,7 +75,7 @@ async fn run_statementwise(conn: &mut PgConnection, migrator: &Migrator) -> Resu
     if migrator.locking {
         conn.lock().await?;
     }
-    let result = async {
+    let result: Result<(), MigrateError> = async {
         if let Some(version) = conn.dirty_version().await? {
             return Err(MigrateError::Dirty(version));
         }
@@ -83,10 +85,10 @@ async fn run_statementwise(conn: &mut PgConnection, migrator: &Migrator) -> Resu
             .into_iter()
             .map(|m| (m.version, m.checksum.into_owned()))
             .collect();
-        if !migrator.ignore_missing {
-            if let Some(v) = applied.keys().find(|v| !migrator.iter().any(|m| m.version == **v)) {
-                return Err(MigrateError::VersionMissing(*v));
-            }
+        if !migrator.ignore_missing
+            && let Some(v) = applied.keys().find(|v| !migrator.iter().any(|m| m.version == **v))
+        {
+            return Err(MigrateError::VersionMissing(*v));
         }
         for migration in migrator.iter().filter(|m| !m.migration_type.is_down_migration()) {
             match applied.get(&migration.version) {
@@ -96,9 +98,10 @@ async fn run_statementwise(conn: &mut PgConnection, migrator: &Migrator) -> Resu
                 Some(_) => {}
                 None => {
                     let started = std::time::Instant::now();
-                    let mut tx = conn.begin().await?;
+                    let mut tx = Connection::begin(&mut *conn).await?;
                     for statement in split_statements(&migration.sql) {
-                        tx.execute(statement).await.map_err(|e| MigrateError::ExecuteMigration(e, migration.version))?;
+                        (&mut *tx)
+                            .execute(statement).await.map_err(|e| MigrateError::ExecuteMigration(e, migration.version))?;
                     }
                     // The row sqlx's own `apply` writes (sqlx-postgres 0.8, migrate.rs).
                     sqlx::query(
@@ -115,7 +118,7 @@ async fn run_statementwise(conn: &mut PgConnection, migrator: &Migrator) -> Resu
                     sqlx::query("UPDATE _sqlx_migrations SET execution_time = $1 WHERE version = $2")
                         .bind(elapsed)
                         .bind(migration.version)
-                        .execute(conn.acquire().await?)
+                        .execute(&mut *conn)
                         .await?;
                     tracing::info!(version = migration.version, description = %migration.description,
                         "migration applied statement by statement (Citus)");
