@@ -2,8 +2,9 @@
 -- rows of every table live on the same worker and each organization-scoped transaction can be routed to one shard
 -- group. `organizations` is the one reference table (copied to every node). See docs/scaling.md.
 --
--- When: once, on the coordinator, after `gpuledger-server migrate` has created the schema (on the coordinator, with the
--- citus extension created in the database) and before the server takes traffic. Run it as a superuser (or the
+-- When: on the coordinator, after `gpuledger-server migrate` has created the schema (on the coordinator, with the
+-- citus extension created in the database) and before the server takes traffic; and again after every upgrade's
+-- `migrate` (it skips what is distributed and distributes the tables new migrations created). Run it as a superuser (or the
 -- tables' owner, gpuledger_owner):
 --     psql "$OWNER_URL" -v ON_ERROR_STOP=1 -f deploy/citus/distribute.sql
 -- Existing rows are copied into the shards by create_distributed_table.
