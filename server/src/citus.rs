@@ -39,8 +39,9 @@ pub enum CitusState {
 
 /// Reads whether `conn` is a Citus coordinator, and whether anything is distributed yet.
 pub async fn state(conn: &mut PgConnection) -> Result<CitusState, sqlx::Error> {
-    let has: bool =
-        sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'citus')").fetch_one(&mut *conn).await?;
+    let has: bool = sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'citus')")
+        .fetch_one(&mut *conn)
+        .await?;
     if !has {
         return Ok(CitusState::Absent);
     }
@@ -79,12 +80,8 @@ async fn run_statementwise(conn: &mut PgConnection, migrator: &Migrator) -> Resu
         if let Some(version) = conn.dirty_version().await? {
             return Err(MigrateError::Dirty(version));
         }
-        let applied: HashMap<i64, Vec<u8>> = conn
-            .list_applied_migrations()
-            .await?
-            .into_iter()
-            .map(|m| (m.version, m.checksum.into_owned()))
-            .collect();
+        let applied: HashMap<i64, Vec<u8>> =
+            conn.list_applied_migrations().await?.into_iter().map(|m| (m.version, m.checksum.into_owned())).collect();
         if !migrator.ignore_missing
             && let Some(v) = applied.keys().find(|v| !migrator.iter().any(|m| m.version == **v))
         {
@@ -101,7 +98,9 @@ async fn run_statementwise(conn: &mut PgConnection, migrator: &Migrator) -> Resu
                     let mut tx = Connection::begin(&mut *conn).await?;
                     for statement in split_statements(&migration.sql) {
                         (&mut *tx)
-                            .execute(statement).await.map_err(|e| MigrateError::ExecuteMigration(e, migration.version))?;
+                            .execute(statement)
+                            .await
+                            .map_err(|e| MigrateError::ExecuteMigration(e, migration.version))?;
                     }
                     // The row sqlx's own `apply` writes (sqlx-postgres 0.8, migrate.rs).
                     sqlx::query(
