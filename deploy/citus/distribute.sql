@@ -2,8 +2,9 @@
 -- rows of every table live on the same worker and each organization-scoped transaction can be routed to one shard
 -- group. `organizations` is the one reference table (copied to every node). See docs/scaling.md.
 --
--- When: once, on the coordinator, after `gpuledger-server migrate` has created the schema (on the coordinator, with the
--- citus extension created in the database) and before the server takes traffic. Run it as a superuser (or the
+-- When: on the coordinator, after `gpuledger-server migrate` has created the schema (on the coordinator, with the
+-- citus extension created in the database) and before the server takes traffic; and again after every upgrade's
+-- `migrate` (it skips what is distributed and distributes the tables new migrations created). Run it as a superuser (or the
 -- tables' owner, gpuledger_owner):
 --     psql "$OWNER_URL" -v ON_ERROR_STOP=1 -f deploy/citus/distribute.sql
 -- Existing rows are copied into the shards by create_distributed_table.
@@ -29,119 +30,190 @@ SET LOCAL citus.shard_count = 32;
 -- The guard triggers (append-only tables, cost policy and period guards) only look at OLD/NEW and raise: they are
 -- safe to run on the shards.
 SET LOCAL citus.enable_unsafe_triggers = on;
+-- Foreign keys to reference tables and between colocated tables need one connection per worker in a transaction
+-- that also creates shards: sequential mode keeps Citus from refusing the re-added keys below.
+SET LOCAL citus.multi_shard_modify_mode = 'sequential';
+
+-- ---------------------------------------------------------------- run again after an upgrade
+-- This file may run again after `gpuledger-server migrate` added tables (docs/scaling.md, "Upgrading a distributed
+-- database"): tables already distributed (or the reference table) are skipped; tables a migration created since —
+-- local tables, or "Citus local tables" when they reference `organizations` — are distributed now.
+SET LOCAL citus.enable_ddl_propagation = off;  -- session-local helpers: nothing to propagate
+CREATE FUNCTION pg_temp.is_citus_table(t regclass) RETURNS boolean LANGUAGE plpgsql AS $f$
+DECLARE
+    found boolean := false;
+BEGIN
+    -- Real Citus only; the CI stand-ins have no pg_dist_partition and start from a schema with nothing distributed.
+    IF to_regclass('pg_catalog.pg_dist_partition') IS NOT NULL THEN
+        EXECUTE 'SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_dist_partition WHERE logicalrelid = $1
+                                   AND (partmethod = ''h'' OR repmodel = ''t''))' INTO found USING t;
+    END IF;
+    RETURN found;
+END
+$f$;
+CREATE FUNCTION pg_temp.distribute(t regclass, colocate_with text) RETURNS text LANGUAGE plpgsql AS $f$
+DECLARE
+    name text := t::text;  -- Citus may recreate the table (a new OID) while distributing it
+BEGIN
+    IF pg_temp.is_citus_table(t) THEN
+        RETURN name || ': already distributed';
+    END IF;
+    PERFORM create_distributed_table(t, 'org_id', colocate_with => colocate_with);
+    RETURN name || ': distributed';
+END
+$f$;
+CREATE FUNCTION pg_temp.reference(t regclass) RETURNS text LANGUAGE plpgsql AS $f$
+BEGIN
+    IF pg_temp.is_citus_table(t) THEN
+        RETURN t::text || ': already a reference table';
+    END IF;
+    PERFORM create_reference_table(t);
+    RETURN t::text || ': reference table';
+END
+$f$;
+SET LOCAL citus.enable_ddl_propagation = on;
+
+-- ---------------------------------------------------------------- foreign keys out of the way
+-- Citus refuses a foreign key from a local table (or a "Citus local table": a local table that references a
+-- reference table, which is what every tenant table becomes once `organizations` is one) to a distributed table, at
+-- every moment. So the keys between tenant tables whose referenced table is not distributed yet (all of them, the
+-- first time; after an upgrade, those of the new tables) are dropped here and added back, unchanged, once every
+-- table is distributed (Citus checks each re-added key: colocated, distribution columns paired — and so do the CI
+-- stand-ins, scripts/ops/assert-distributed.sql). Keys to `organizations` stay: distributed → reference is allowed.
+-- Names, not OIDs: Citus recreates a Citus local table that loses its last key to a reference table.
+CREATE TEMP TABLE gpuledger_foreign_keys ON COMMIT DROP AS
+SELECT c.oid AS con, format('%I', r.relname) AS rel, c.conname, pg_get_constraintdef(c.oid) AS def
+  FROM pg_constraint c JOIN pg_class r ON r.oid = c.conrelid
+ WHERE c.contype = 'f' AND c.conparentid = 0 AND c.connamespace = 'public'::regnamespace
+   AND c.confrelid <> 'organizations'::regclass AND NOT pg_temp.is_citus_table(c.confrelid);
+SELECT format('ALTER TABLE %s DROP CONSTRAINT %I', rel, conname) FROM gpuledger_foreign_keys ORDER BY con \gexec
 
 -- ---------------------------------------------------------------- reference table
 -- The tenancy root: small, read everywhere, and looked up by slug across organizations (gpuledger_org_id_by_slug),
 -- which a table distributed by org_id could not answer from one shard; its unique slug index does not include
 -- org_id, which a distributed table would not allow. Every tenant table's foreign key to it is distributed →
 -- reference, which Citus allows.
-SELECT create_reference_table('organizations');
+SELECT pg_temp.reference('organizations');
 
 -- ---------------------------------------------------------------- distributed by org_id, one colocation group
 -- Referenced tables come before the tables that reference them (Citus checks each foreign key when the referencing
 -- table is distributed). All foreign keys between these tables start with org_id on both sides.
 
 -- migration 2: business, orchestration, inventory, allocation evidence, people, tokens, audit
-SELECT create_distributed_table('departments',          'org_id', colocate_with => 'none');
-SELECT create_distributed_table('tenants',              'org_id', colocate_with => 'departments');
-SELECT create_distributed_table('clusters',             'org_id', colocate_with => 'departments');
-SELECT create_distributed_table('namespaces',           'org_id', colocate_with => 'departments');
-SELECT create_distributed_table('namespace_ownership',  'org_id', colocate_with => 'departments');
-SELECT create_distributed_table('gpu_classes',          'org_id', colocate_with => 'departments');
-SELECT create_distributed_table('gpu_models',           'org_id', colocate_with => 'departments');
-SELECT create_distributed_table('mig_profiles',         'org_id', colocate_with => 'departments');
-SELECT create_distributed_table('vgpu_profiles',        'org_id', colocate_with => 'departments');
-SELECT create_distributed_table('timeslice_policies',   'org_id', colocate_with => 'departments');
-SELECT create_distributed_table('allocation_events',    'org_id', colocate_with => 'departments');
-SELECT create_distributed_table('allocation_intervals', 'org_id', colocate_with => 'departments');
-SELECT create_distributed_table('users',                'org_id', colocate_with => 'departments');
-SELECT create_distributed_table('user_roles',           'org_id', colocate_with => 'departments');
-SELECT create_distributed_table('api_tokens',           'org_id', colocate_with => 'departments');
-SELECT create_distributed_table('audit_log',            'org_id', colocate_with => 'departments');
+SELECT pg_temp.distribute('departments', 'none');
+SELECT pg_temp.distribute('tenants', 'departments');
+SELECT pg_temp.distribute('clusters', 'departments');
+SELECT pg_temp.distribute('namespaces', 'departments');
+SELECT pg_temp.distribute('namespace_ownership', 'departments');
+SELECT pg_temp.distribute('gpu_classes', 'departments');
+SELECT pg_temp.distribute('gpu_models', 'departments');
+SELECT pg_temp.distribute('mig_profiles', 'departments');
+SELECT pg_temp.distribute('vgpu_profiles', 'departments');
+SELECT pg_temp.distribute('timeslice_policies', 'departments');
+SELECT pg_temp.distribute('allocation_events', 'departments');
+SELECT pg_temp.distribute('allocation_intervals', 'departments');
+SELECT pg_temp.distribute('users', 'departments');
+SELECT pg_temp.distribute('user_roles', 'departments');
+SELECT pg_temp.distribute('api_tokens', 'departments');
+SELECT pg_temp.distribute('audit_log', 'departments');
 
 -- migration 3: ingest. telemetry_rollups is partitioned by month: distributing the parent distributes every
 -- partition, and partitions created later (gpuledger_ensure_telemetry_partition) are distributed with it.
-SELECT create_distributed_table('devices',               'org_id', colocate_with => 'departments');
-SELECT create_distributed_table('nodes',                 'org_id', colocate_with => 'departments');
-SELECT create_distributed_table('telemetry_rollups',     'org_id', colocate_with => 'departments');
-SELECT create_distributed_table('data_quality_findings', 'org_id', colocate_with => 'departments');
+SELECT pg_temp.distribute('devices', 'departments');
+SELECT pg_temp.distribute('nodes', 'departments');
+SELECT pg_temp.distribute('telemetry_rollups', 'departments');
+SELECT pg_temp.distribute('data_quality_findings', 'departments');
 
 -- migration 4: the ledger
-SELECT create_distributed_table('cost_policies',  'org_id', colocate_with => 'departments');
-SELECT create_distributed_table('quotas',         'org_id', colocate_with => 'departments');
-SELECT create_distributed_table('periods',        'org_id', colocate_with => 'departments');
-SELECT create_distributed_table('ledger_lines',   'org_id', colocate_with => 'departments');
-SELECT create_distributed_table('adjustments',    'org_id', colocate_with => 'departments');
-SELECT create_distributed_table('disputes',       'org_id', colocate_with => 'departments');
-SELECT create_distributed_table('dispute_events', 'org_id', colocate_with => 'departments');
+SELECT pg_temp.distribute('cost_policies', 'departments');
+SELECT pg_temp.distribute('quotas', 'departments');
+SELECT pg_temp.distribute('periods', 'departments');
+SELECT pg_temp.distribute('ledger_lines', 'departments');
+SELECT pg_temp.distribute('adjustments', 'departments');
+SELECT pg_temp.distribute('disputes', 'departments');
+SELECT pg_temp.distribute('dispute_events', 'departments');
 
 -- migration 5: service usage
-SELECT create_distributed_table('service_usage', 'org_id', colocate_with => 'departments');
+SELECT pg_temp.distribute('service_usage', 'departments');
 
 -- migration 6: identity
-SELECT create_distributed_table('idp_settings',  'org_id', colocate_with => 'departments');
-SELECT create_distributed_table('role_mappings', 'org_id', colocate_with => 'departments');
-SELECT create_distributed_table('sessions',      'org_id', colocate_with => 'departments');
-SELECT create_distributed_table('oidc_logins',   'org_id', colocate_with => 'departments');
+SELECT pg_temp.distribute('idp_settings', 'departments');
+SELECT pg_temp.distribute('role_mappings', 'departments');
+SELECT pg_temp.distribute('sessions', 'departments');
+SELECT pg_temp.distribute('oidc_logins', 'departments');
 
 -- migration 7: agents' last contact, dispute numbers
-SELECT create_distributed_table('agent_contacts',  'org_id', colocate_with => 'departments');
-SELECT create_distributed_table('dispute_numbers', 'org_id', colocate_with => 'departments');
+SELECT pg_temp.distribute('agent_contacts', 'departments');
+SELECT pg_temp.distribute('dispute_numbers', 'departments');
 
 -- migration 9: usage records and endpoint aliases
-SELECT create_distributed_table('usage_records',    'org_id', colocate_with => 'departments');
-SELECT create_distributed_table('endpoint_aliases', 'org_id', colocate_with => 'departments');
+SELECT pg_temp.distribute('usage_records', 'departments');
+SELECT pg_temp.distribute('endpoint_aliases', 'departments');
 
 -- migration 10: training progress
-SELECT create_distributed_table('training_progress', 'org_id', colocate_with => 'departments');
+SELECT pg_temp.distribute('training_progress', 'departments');
 
 -- migration 11: model servers' own totals
-SELECT create_distributed_table('endpoint_totals', 'org_id', colocate_with => 'departments');
+SELECT pg_temp.distribute('endpoint_totals', 'departments');
 
 -- migration 14: the read model
-SELECT create_distributed_table('read_months', 'org_id', colocate_with => 'departments');
-SELECT create_distributed_table('read_lines',  'org_id', colocate_with => 'departments');
-SELECT create_distributed_table('read_dirty',  'org_id', colocate_with => 'departments');
-SELECT create_distributed_table('read_answers', 'org_id', colocate_with => 'departments');
+SELECT pg_temp.distribute('read_months', 'departments');
+SELECT pg_temp.distribute('read_lines', 'departments');
+SELECT pg_temp.distribute('read_dirty', 'departments');
+SELECT pg_temp.distribute('read_answers', 'departments');
 
 -- migration 15: the read model's summaries
-SELECT create_distributed_table('read_summaries', 'org_id', colocate_with => 'departments');
-SELECT create_distributed_table('read_summary_rows', 'org_id', colocate_with => 'departments');
-SELECT create_distributed_table('read_totals', 'org_id', colocate_with => 'departments');
+SELECT pg_temp.distribute('read_summaries', 'departments');
+SELECT pg_temp.distribute('read_summary_rows', 'departments');
+SELECT pg_temp.distribute('read_totals', 'departments');
 
 -- migration 16: organizations' settings, setup links, exports and daily ingest counts. The operator's own tables
 -- (operator_log, retired_slugs: no org_id, reached only through the operator's SECURITY DEFINER functions) stay
 -- local tables of the coordinator, where the CLI's operator commands run.
-SELECT create_distributed_table('org_settings', 'org_id', colocate_with => 'departments');
-SELECT create_distributed_table('setup_links',  'org_id', colocate_with => 'departments');
-SELECT create_distributed_table('org_exports',  'org_id', colocate_with => 'departments');
-SELECT create_distributed_table('ingest_daily', 'org_id', colocate_with => 'departments');
+SELECT pg_temp.distribute('org_settings', 'departments');
+SELECT pg_temp.distribute('setup_links', 'departments');
+SELECT pg_temp.distribute('org_exports', 'departments');
+SELECT pg_temp.distribute('ingest_daily', 'departments');
 
 -- migration 17: renames
-SELECT create_distributed_table('renames', 'org_id', colocate_with => 'departments');
+SELECT pg_temp.distribute('renames', 'departments');
 
 -- migration 18: rules for namespaces without labels
-SELECT create_distributed_table('namespace_rules', 'org_id', colocate_with => 'departments');
+SELECT pg_temp.distribute('namespace_rules', 'departments');
 
 -- migration 19: share bases for soft-shared GPUs
-SELECT create_distributed_table('share_bases', 'org_id', colocate_with => 'departments');
-SELECT create_distributed_table('close_acknowledgements', 'org_id', colocate_with => 'departments');
+SELECT pg_temp.distribute('share_bases', 'departments');
+SELECT pg_temp.distribute('close_acknowledgements', 'departments');
 
 -- migration 20: per-process GPU utilization
-SELECT create_distributed_table('process_windows', 'org_id', colocate_with => 'departments');
+SELECT pg_temp.distribute('process_windows', 'departments');
 
 -- migration 22: budgets and webhooks
-SELECT create_distributed_table('budgets', 'org_id', colocate_with => 'departments');
-SELECT create_distributed_table('webhooks', 'org_id', colocate_with => 'departments');
-SELECT create_distributed_table('webhook_deliveries', 'org_id', colocate_with => 'departments');
+SELECT pg_temp.distribute('budgets', 'departments');
+SELECT pg_temp.distribute('webhooks', 'departments');
+SELECT pg_temp.distribute('webhook_deliveries', 'departments');
 
 -- migration 26: telemetry in tiers (both tiers partitioned by month, like telemetry_rollups)
-SELECT create_distributed_table('telemetry_series',  'org_id', colocate_with => 'departments');
-SELECT create_distributed_table('telemetry_hours',   'org_id', colocate_with => 'departments');
-SELECT create_distributed_table('telemetry_windows', 'org_id', colocate_with => 'departments');
+SELECT pg_temp.distribute('telemetry_series', 'departments');
+SELECT pg_temp.distribute('telemetry_hours', 'departments');
+SELECT pg_temp.distribute('telemetry_windows', 'departments');
 
 -- migration 27: the evidence index of closed months
-SELECT create_distributed_table('evidence_months', 'org_id', colocate_with => 'departments');
-SELECT create_distributed_table('evidence_allocations', 'org_id', colocate_with => 'departments');
+SELECT pg_temp.distribute('evidence_months', 'departments');
+SELECT pg_temp.distribute('evidence_allocations', 'departments');
+
+-- ---------------------------------------------------------------- foreign keys back, validated on the shards
+SELECT format('ALTER TABLE %s ADD CONSTRAINT %I %s', rel, conname, def) FROM gpuledger_foreign_keys ORDER BY con \gexec
+
+-- ---------------------------------------------------------------- roles the coordinator connects to workers as
+-- Citus opens its connections to the workers as the role running the statement: gpuledger_app (every request),
+-- gpuledger_directory (its SECURITY DEFINER functions write the reference table `organizations`) and gpuledger_owner
+-- (migrations run their DDL as it, and it owns the partition functions). Each must be allowed to log in on the
+-- workers; nobody else should: give them no password and let only the coordinator's address in (pg_hba.conf on the
+-- workers, or certificates / pg_dist_authinfo, docs/scaling.md "Connections between nodes"). ALTER ROLE is
+-- propagated to every node.
+-- (Only on Citus: the CI stand-ins run this file on a plain PostgreSQL shared with the tests.)
+SELECT format('ALTER ROLE %I LOGIN', r) FROM unnest(ARRAY['gpuledger_app', 'gpuledger_directory', 'gpuledger_owner']) r
+ WHERE EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'citus') \gexec
 
 COMMIT;

@@ -19,6 +19,9 @@ BEGIN
         RAISE EXCEPTION 'deploy/citus/distribute.sql does not distribute these tenant tables (org_id column or RLS): %', missing
             USING HINT = 'add create_distributed_table(''<table>'', ''org_id'', colocate_with => ''departments'') after the tables it references';
     END IF;
+    -- Foreign keys added after the tables were distributed (distribute.sql drops every key first and adds it back
+    -- at the end) follow the same rules as those present at distribution time.
+    PERFORM citus_stub.check_foreign_keys(t.rel, t.method, t.dist_column, t.colocation) FROM citus_stub.tables t;
     SELECT coalesce(array_agg(DISTINCT rel::text ORDER BY rel::text), '{}') INTO found_blockers FROM citus_stub.blockers;
     IF found_blockers IS DISTINCT FROM (SELECT coalesce(array_agg(x ORDER BY x), '{}') FROM unnest(listed) x) THEN
         RAISE EXCEPTION 'known Citus blockers changed: listed {%}, found {%}', array_to_string(listed, ','),

@@ -9,7 +9,8 @@
 --   * distributed: every PRIMARY KEY / UNIQUE / EXCLUDE constraint and every unique index includes the
 --     distribution column (an EXCLUDE constraint with the equality operator on it);
 --   * every foreign key from a Citus table points at a table that is already a Citus table (so the order of the
---     script matters); distributed → distributed needs the same colocation group and the distribution column at the
+--     script matters), and no local table references a table being distributed (local tables that reference the
+--     reference table become "Citus local tables", which can be distributed only while nothing local references them); distributed → distributed needs the same colocation group and the distribution column at the
 --     same position on both sides, with no ON DELETE/UPDATE SET NULL / SET DEFAULT and no ON UPDATE CASCADE;
 --     distributed → reference is allowed; reference → distributed is not;
 --   * no row-level security policy of the table contains a subquery;
@@ -37,6 +38,51 @@ BEGIN
     ELSE
         RAISE EXCEPTION 'Citus would refuse %: %', p_rel, p_rule;
     END IF;
+END
+$$;
+
+-- The rules for the foreign keys from a Citus table: checked when it is distributed, and again by
+-- scripts/ops/assert-distributed.sql for keys added afterwards (distribute.sql re-adds every key at its end).
+CREATE FUNCTION citus_stub.check_foreign_keys(p_rel regclass, p_method text, p_dist_col text, p_colocation integer)
+RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+    r record;
+    att smallint;
+    pos integer;
+    ref citus_stub.tables;
+BEGIN
+    SELECT attnum INTO att FROM pg_attribute WHERE attrelid = p_rel AND attname = p_dist_col AND NOT attisdropped;
+    -- Foreign keys from this table.
+    FOR r IN SELECT conname, confrelid::regclass AS target, conkey, confkey, confupdtype, confdeltype
+               FROM pg_constraint WHERE conrelid = p_rel AND contype = 'f' AND confrelid <> p_rel LOOP
+        SELECT * INTO ref FROM citus_stub.tables WHERE rel = r.target;
+        IF NOT FOUND THEN
+            PERFORM citus_stub.violation(p_rel, format('foreign key %s references %s, which is not (yet) a distributed '
+                                                       'or reference table', r.conname, r.target));
+            CONTINUE;
+        END IF;
+        IF p_method = 'reference' AND ref.method = 'hash' THEN
+            PERFORM citus_stub.violation(p_rel, format('foreign key %s from a reference table to the distributed table %s',
+                                                       r.conname, r.target));
+        ELSIF p_method = 'hash' AND ref.method = 'hash' THEN
+            IF ref.colocation IS DISTINCT FROM p_colocation THEN
+                PERFORM citus_stub.violation(p_rel, format('foreign key %s references %s, which is not colocated',
+                                                           r.conname, r.target));
+            END IF;
+            pos := array_position(r.conkey, att);
+            IF pos IS NULL OR r.confkey[pos] IS DISTINCT FROM
+                   (SELECT attnum FROM pg_attribute WHERE attrelid = r.target AND attname = ref.dist_column) THEN
+                PERFORM citus_stub.violation(p_rel, format('foreign key %s to %s does not pair the distribution columns '
+                                                           '(%s → %s) at the same position', r.conname, r.target,
+                                                           p_dist_col, ref.dist_column));
+            END IF;
+        END IF;
+        IF p_method = 'hash' AND array_position(r.conkey, att) IS NOT NULL
+           AND (r.confdeltype IN ('n', 'd') OR r.confupdtype IN ('n', 'd', 'c')) THEN
+            PERFORM citus_stub.violation(p_rel, format('foreign key %s on the distribution column uses SET NULL / '
+                                                       'SET DEFAULT / ON UPDATE CASCADE', r.conname));
+        END IF;
+    END LOOP;
 END
 $$;
 
@@ -85,36 +131,18 @@ BEGIN
             END IF;
         END LOOP;
     END IF;
-    -- Foreign keys from this table.
-    FOR r IN SELECT conname, confrelid::regclass AS target, conkey, confkey, confupdtype, confdeltype
-               FROM pg_constraint WHERE conrelid = p_rel AND contype = 'f' AND confrelid <> p_rel LOOP
-        SELECT * INTO ref FROM citus_stub.tables WHERE rel = r.target;
-        IF NOT FOUND THEN
-            PERFORM citus_stub.violation(p_rel, format('foreign key %s references %s, which is not (yet) a distributed '
-                                                       'or reference table', r.conname, r.target));
-            CONTINUE;
-        END IF;
-        IF p_method = 'reference' AND ref.method = 'hash' THEN
-            PERFORM citus_stub.violation(p_rel, format('foreign key %s from a reference table to the distributed table %s',
-                                                       r.conname, r.target));
-        ELSIF p_method = 'hash' AND ref.method = 'hash' THEN
-            IF ref.colocation IS DISTINCT FROM p_colocation THEN
-                PERFORM citus_stub.violation(p_rel, format('foreign key %s references %s, which is not colocated',
-                                                           r.conname, r.target));
-            END IF;
-            pos := array_position(r.conkey, att);
-            IF pos IS NULL OR r.confkey[pos] IS DISTINCT FROM
-                   (SELECT attnum FROM pg_attribute WHERE attrelid = r.target AND attname = ref.dist_column) THEN
-                PERFORM citus_stub.violation(p_rel, format('foreign key %s to %s does not pair the distribution columns '
-                                                           '(%s → %s) at the same position', r.conname, r.target,
-                                                           p_dist_col, ref.dist_column));
-            END IF;
-        END IF;
-        IF p_method = 'hash' AND array_position(r.conkey, att) IS NOT NULL
-           AND (r.confdeltype IN ('n', 'd') OR r.confupdtype IN ('n', 'd', 'c')) THEN
-            PERFORM citus_stub.violation(p_rel, format('foreign key %s on the distribution column uses SET NULL / '
-                                                       'SET DEFAULT / ON UPDATE CASCADE', r.conname));
-        END IF;
+    PERFORM citus_stub.check_foreign_keys(p_rel, p_method, p_dist_col, p_colocation);
+    -- Foreign keys into a distributed table from tables that are not Citus tables (yet). (Into a reference table
+    -- they are fine: Citus turns the referencing tables into Citus local tables, which can be distributed later as
+    -- long as no other local table references them — this rule, when they are.)
+    FOR r IN SELECT conname, conrelid::regclass AS src FROM pg_constraint
+              WHERE confrelid = p_rel AND contype = 'f' AND conrelid <> p_rel AND conparentid = 0 AND p_method = 'hash'
+                AND NOT EXISTS (SELECT 1 FROM citus_stub.tables t WHERE t.rel = conrelid) LOOP
+        PERFORM citus_stub.violation(p_rel, format('the local table %s references it (foreign key %s): Citus refuses a '
+                                                   'foreign key from a local table to a distributed table, and turns a '
+                                                   'local table that references a reference table into a Citus local '
+                                                   'table, which can then be neither distributed nor reference one',
+                                                   r.src, r.conname));
     END LOOP;
     -- Row-level security policies: no subqueries.
     FOR r IN SELECT polname FROM pg_policy WHERE polrelid = p_rel

@@ -37,6 +37,9 @@ pub enum DbError {
     /// The URL could not be parsed.
     #[error("invalid database URL: {0}")]
     Url(String),
+    /// TLS to the database failed; the message names the setting to change.
+    #[error("{0}")]
+    Tls(String),
     /// A stored value could not be read back (a damaged telemetry block).
     #[error("stored data could not be read: {0}")]
     Data(String),
@@ -93,9 +96,36 @@ pub async fn connect_waiting(url: &str, wait: Duration) -> Result<PgConnection, 
                 tokio::time::sleep(pause).await;
                 pause = (pause * 2).min(Duration::from_secs(5));
             }
-            Err(e) => return Err(e.into()),
+            Err(e) => return Err(connect_error(e)),
         }
     }
+}
+
+/// A connection failure as the operator should read it: a refused TLS certificate names the `sslmode` setting to
+/// change instead of a bare `invalid peer certificate: UnsupportedCertVersion` (Citus turns SSL on with a self-signed
+/// X.509 v1 certificate when its extension is created; docs/scaling.md, "TLS to the coordinator").
+pub fn connect_error(e: sqlx::Error) -> DbError {
+    match e {
+        sqlx::Error::Tls(inner) => DbError::Tls(tls_advice(&inner.to_string())),
+        other => DbError::Sqlx(other),
+    }
+}
+
+/// The explanation of a TLS failure `detail`, naming the settings that fix it.
+pub fn tls_advice(detail: &str) -> String {
+    let certificate = detail.contains("certificate") || detail.contains("Cert");
+    let what = if certificate {
+        "the database server's TLS certificate was refused"
+    } else {
+        "the TLS handshake with the database failed"
+    };
+    format!(
+        "{what} ({detail}). Set sslmode in DATABASE_URL: `sslmode=verify-full&sslrootcert=/path/to/ca.pem` with a \
+         certificate your CA signed for the database's host name (production), or `sslmode=disable` on loopback or a \
+         network you trust. A Citus node uses a self-signed X.509 v1 certificate that it generates when the extension \
+         is created, which this server never accepts, not even under sslmode=prefer or require (docs/scaling.md, \
+         \"TLS to the coordinator\")"
+    )
 }
 
 /// Refused, reset, or "the database system is starting up" (57P03): worth waiting for.
@@ -109,8 +139,13 @@ fn transient(e: &sqlx::Error) -> bool {
 
 /// Applies the embedded migrations over a connection that may create roles and tables.
 pub async fn migrate(url: &str) -> Result<(), DbError> {
-    let mut conn = PgConnection::connect_with(&connect_options(url)?).await?;
-    MIGRATOR.run(&mut conn).await?;
+    let mut conn = PgConnection::connect_with(&connect_options(url)?).await.map_err(connect_error)?;
+    // On a Citus coordinator the files cannot be sent whole once tables are distributed (crate::citus).
+    let citus = crate::citus::state(&mut conn).await?;
+    if citus != crate::citus::CitusState::Absent {
+        tracing::info!(?citus, "migrating a Citus coordinator");
+    }
+    crate::citus::migrate(&mut conn, &MIGRATOR, citus).await?;
     conn.close().await?;
     Ok(())
 }
@@ -202,7 +237,7 @@ impl Database {
                 })
             });
         }
-        let pool = pool_options.connect_with(options).await?;
+        let pool = pool_options.connect_with(options).await.map_err(connect_error)?;
         let mut conn = pool.acquire().await?;
         let role = role_info(&mut conn).await?;
         drop(conn);

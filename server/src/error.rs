@@ -92,6 +92,10 @@ impl From<sqlx::Error> for AppError {
             sqlx::Error::PoolTimedOut | sqlx::Error::Io(_) | sqlx::Error::PoolClosed => {
                 Self::Unavailable("database unavailable".into())
             }
+            sqlx::Error::Database(d) if node_unavailable(d.code().as_deref(), d.message()) => {
+                tracing::warn!(error = %d.message(), "a database node is unavailable; answering 503");
+                Self::Unavailable("database unavailable".into())
+            }
             sqlx::Error::Database(d) => {
                 let constraint = d.constraint().unwrap_or("a constraint").to_string();
                 match d.code().as_deref() {
@@ -109,6 +113,20 @@ impl From<sqlx::Error> for AppError {
             _ => Self::Internal(e.to_string()),
         }
     }
+}
+
+/// The database (or, on Citus, the worker holding the organization's shards) cannot be reached right now: a
+/// connection exception (SQLSTATE class 08), a server shutting down or starting (57P01–57P03), or Citus's own
+/// words for a worker it could not reach (raised with other codes, e.g. `failure on connection marked as essential`).
+/// Such a request is answered 503 with `Retry-After`, never 500: organizations on the other workers are unaffected,
+/// and a retry succeeds once the worker is back (docs/scaling.md, "A worker lost").
+pub fn node_unavailable(code: Option<&str>, message: &str) -> bool {
+    let by_code = code.is_some_and(|c| c.starts_with("08") || matches!(c, "57P01" | "57P02" | "57P03"));
+    by_code
+        || message.contains("connection to the remote node")
+        || message.contains("failure on connection marked as essential")
+        || message.contains("could not establish any connections to the node")
+        || message.contains("connection not open")
 }
 
 impl AppError {
@@ -220,6 +238,15 @@ mod tests {
         assert_eq!(v["field"], "end");
         assert_eq!(v["status"], 422);
         assert_eq!(v["detail"], "end: before start");
+    }
+
+    #[test]
+    fn an_unreachable_node_is_unavailable_not_internal() {
+        assert!(node_unavailable(Some("08006"), "connection to the remote node 10.0.0.2:5432 failed"));
+        assert!(node_unavailable(Some("XX000"), "failure on connection marked as essential: 127.0.0.1:6433"));
+        assert!(node_unavailable(Some("57P01"), "terminating connection due to administrator command"));
+        assert!(!node_unavailable(Some("23505"), "duplicate key value violates unique constraint"));
+        assert!(!node_unavailable(Some("XX000"), "cache lookup failed"));
     }
 
     #[tokio::test]

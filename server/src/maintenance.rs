@@ -14,11 +14,17 @@ pub const INTERVAL: Duration = Duration::from_secs(600);
 /// Months ahead of the current one whose partitions exist at all times.
 pub const MONTHS_AHEAD: u8 = 2;
 
-/// One round: the partitions of last month through [`MONTHS_AHEAD`] months ahead, plus any month waiting in the
-/// default partition. Returns how many partitions it made.
+/// Months back from the current one whose partitions the upkeep makes: the agents' backfill window, and the demo's
+/// history (two months before its organization was created). On Citus a partition of a distributed table cannot be
+/// made inside an organization's transaction (`begin_org`; Citus refuses the placements it touches as "modified in
+/// this transaction by a different user"), so every month a request or the demo writes must come from here.
+pub const MONTHS_BACK: u8 = 3;
+
+/// One round: the partitions of [`MONTHS_BACK`] months back through [`MONTHS_AHEAD`] months ahead, plus any month
+/// waiting in the default partition. Returns how many partitions it made.
 pub async fn run_once(db: &Database, now: OffsetDateTime) -> Result<i32, DbError> {
     let this_month = now.date().replace_day(1).unwrap_or(now.date());
-    let from = add_months(this_month, -1);
+    let from = add_months(this_month, -i32::from(MONTHS_BACK));
     let through = add_months(this_month, i32::from(MONTHS_AHEAD));
     db.cross_org_maintenance().telemetry_partitions(from, through).await
 }

@@ -95,8 +95,15 @@ pub struct Created {
 pub async fn create(db: &Database, id: OrgId, slug: &str, name: &str, actor: &str) -> Result<Created, AppError> {
     validate_slug(slug)?;
     let name = validate_name("name", name)?;
+    // The organization row first, in its own transaction. On Citus `organizations` is a reference table written by
+    // gpuledger_directory (the SECURITY DEFINER door) over its own connections to the workers, and the rows below
+    // are written by gpuledger_app over others: a worker checks their foreign key to `organizations` against its
+    // copy, which shows the new row only once committed (docs/scaling.md, "Creating an organization"). Should what
+    // follows fail, `ensure` finds the organization and `org setup-link` completes its settings.
     let mut tx = db.begin_org(id).await?;
     store::create_org(&mut tx, slug, &name).await?;
+    tx.commit_quiet().await?;
+    let mut tx = db.begin_org(id).await?;
     store::init_settings(&mut tx, actor).await?;
     let (setup_token, setup_expires_at) = store::issue_setup_link(&mut tx, actor, SETUP_LINK_TTL).await?;
     let details = json!({"slug": slug, "name": name, "setup_link_expires_at": gpuledger_core::time_fmt::rfc3339(setup_expires_at)});
@@ -127,6 +134,7 @@ pub async fn resolve(db: &Database, slug: &str) -> Result<OrgId, AppError> {
 pub async fn new_setup_link(db: &Database, slug: &str, actor: &str) -> Result<Created, AppError> {
     let org = resolve(db, slug).await?;
     let mut tx = db.begin_org(org).await?;
+    store::init_settings(&mut tx, actor).await?;
     ensure_active(&mut tx).await?;
     let (setup_token, setup_expires_at) = store::issue_setup_link(&mut tx, actor, SETUP_LINK_TTL).await?;
     let details = json!({"setup_link_expires_at": gpuledger_core::time_fmt::rfc3339(setup_expires_at)});
