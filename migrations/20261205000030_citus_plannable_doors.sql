@@ -73,12 +73,9 @@ BEGIN
         EXECUTE format('INSERT INTO %I SELECT * FROM gpuledger_moving', part);
         TRUNCATE gpuledger_moving;
     END IF;
-    -- Citus only: a second statement making a partition in the same transaction is refused ("placements that were
-    -- modified in this transaction by a different user"), while one statement may make several. So on Citus the
-    -- first call makes the following months too, through two months ahead of now, and later calls find them made.
-    IF to_regclass('pg_catalog.pg_dist_partition') IS NOT NULL AND m_start < date_trunc('month', now()) + interval '2 months' THEN
-        PERFORM gpuledger_ensure_telemetry_partition((m_start + interval '1 month')::date);
-    END IF;
+    -- On Citus a second statement making a partition in the same transaction is refused ("placements that were
+    -- modified in this transaction by a different user"); one statement may make several. Callers make a range of
+    -- months in one call (gpuledger_maintain_telemetry_partitions: the upkeep, the demo).
 END
 $$;
 

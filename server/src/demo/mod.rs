@@ -133,18 +133,9 @@ pub async fn load_history(
     }
     // Telemetry lands in monthly partitions that ingest creates on first use; the agents run concurrently, so the
     // history's months are prepared up front rather than raced for.
-    {
-        let mut tx = db.begin_org(org).await?;
-        let (mut month, last) = (Period::containing(anchor), Period::containing(through));
-        while month <= last {
-            sqlx::query("SELECT gpuledger_ensure_telemetry_partition($1)")
-                .bind(month.first_day())
-                .execute(tx.conn())
-                .await?;
-            month = month.next()?;
-        }
-        tx.commit().await?;
-    }
+    // Through the upkeep's own door, one month per transaction (as `maintenance::run_once`): on Citus a partition of
+    // a distributed table cannot be made inside an organization's transaction, nor two in one.
+    db.cross_org_maintenance().telemetry_partitions(anchor.date(), through.date()).await?;
     // The binary removes its spools when it exits; this guard also when it is killed (a shutdown while loading).
     let spool_root = SpoolRoot(std::env::temp_dir().join(format!("gpuledger-demo-{}", Uuid::new_v4().simple())));
     let named: Vec<(&str, String)> = tokens.iter().map(|(_, name, token)| (*name, token.clone())).collect();
