@@ -3,7 +3,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use super::{
-    AllocationRecord, DERIVED_RATE_SCALE, Term,
+    AllocationRecord, DERIVED_RATE_SCALE, EnergySpan, Term,
     allocations::Gathered,
     arith::{clip, money, qty},
     context::Ctx,
@@ -25,10 +25,10 @@ pub(super) fn lines(
     let energy_share = &gathered.energy_share;
     let mut endpoint_energy_kwh: BTreeMap<String, Fraction> = BTreeMap::new();
     if let Some(price) = &policy.energy {
-        // Per device: (start ns, end ns, joules), by start.
-        let mut by_device: HashMap<&str, Vec<(i128, i128, u64)>> = HashMap::new();
+        // Per device: its spans by start, read in place (a month of a large fleet is millions of device-hours: no
+        // copy of them is made unless a device's spans come out of order, e.g. from a hand-edited bundle).
+        let mut by_device: HashMap<&str, std::borrow::Cow<'_, [EnergySpan]>> = HashMap::new();
         for d in &input.energy {
-            let v = by_device.entry(d.gpu_uuid.as_str()).or_default();
             for sp in &d.spans {
                 if sp.end_us <= sp.start_us {
                     return Err(DomainError::invalid_at(
@@ -36,11 +36,19 @@ pub(super) fn lines(
                         format!("window of {} ends before it starts", d.gpu_uuid),
                     ));
                 }
-                v.push((i128::from(sp.start_us) * 1_000, i128::from(sp.end_us) * 1_000, sp.joules));
+            }
+            match by_device.get_mut(d.gpu_uuid.as_str()) {
+                // The same device listed twice: its spans together.
+                Some(spans) => spans.to_mut().extend_from_slice(&d.spans),
+                None => {
+                    by_device.insert(d.gpu_uuid.as_str(), std::borrow::Cow::Borrowed(d.spans.as_slice()));
+                }
             }
         }
-        for v in by_device.values_mut() {
-            v.sort_by_key(|w| w.0);
+        for spans in by_device.values_mut() {
+            if !spans.is_sorted_by_key(|w| w.start_us) {
+                spans.to_mut().sort_by_key(|w| w.start_us);
+            }
         }
         // The allocation's device energy in whole millijoules (before its share).
         let attribute = |a: &AllocationRecord| -> Result<i128, DomainError> {
@@ -48,8 +56,9 @@ pub(super) fn lines(
             let mut mj = 0_i128;
             for d in &a.devices {
                 let Some(windows) = by_device.get(d.as_str()) else { continue };
-                let first = windows.partition_point(|w| w.1 <= s);
-                for &(ws, we, joules) in &windows[first..] {
+                let first = windows.partition_point(|w| i128::from(w.end_us) * 1_000 <= s);
+                for w in &windows[first..] {
+                    let (ws, we, joules) = (i128::from(w.start_us) * 1_000, i128::from(w.end_us) * 1_000, w.joules);
                     if ws >= e {
                         break;
                     }

@@ -20,7 +20,9 @@ use uuid::Uuid;
 
 /// JSON of `value` written straight into a gzip stream.
 pub(crate) fn gz_json<T: serde::Serialize>(value: &T) -> Result<Vec<u8>, AppError> {
-    let mut e = GzEncoder::new(Vec::new(), Compression::fast());
+    // Level 6: November at 10,000 GPUs (510 MB of JSON) is 48.3 MB in ~7 s of CPU, against 57.9 MB at level 1
+    // (target ≤ 50 MB; level 9 saves 3 MB more for 3× the time).
+    let mut e = GzEncoder::new(Vec::new(), Compression::default());
     let mut w = std::io::BufWriter::with_capacity(1 << 16, &mut e);
     serde_json::to_writer(&mut w, value).map_err(|e| AppError::Internal(format!("writing the bundle: {e}")))?;
     w.flush().map_err(|e| AppError::Internal(format!("writing the bundle: {e}")))?;
