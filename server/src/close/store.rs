@@ -64,6 +64,33 @@ pub async fn stored_bundle(tx: &mut OrgTx, period: Period) -> Result<Option<Bund
         .map_err(|e| AppError::Internal(format!("stored bundle of {period}: {e}")))
 }
 
+/// A closed period's bundle, its lines and policy only (the month's inputs are skipped as they are read, not held:
+/// at 10,000 GPUs they are a million allocation records).
+#[derive(serde::Deserialize)]
+struct StoredLines {
+    lines: Vec<gpuledger_core::ledger::LedgerLine>,
+    inputs: StoredPolicy,
+}
+
+#[derive(serde::Deserialize)]
+struct StoredPolicy {
+    policy: gpuledger_core::policy::CostPolicy,
+}
+
+async fn stored_lines(tx: &mut OrgTx, period: Period) -> Result<Option<StoredLines>, AppError> {
+    let org = tx.org().as_uuid();
+    let gz: Option<Vec<u8>> =
+        sqlx::query_scalar("SELECT bundle_gz FROM periods WHERE period = $1 AND state = 'closed' AND org_id = $2")
+            .bind(period.first_day())
+            .bind(org)
+            .fetch_optional(tx.conn())
+            .await?;
+    let Some(gz) = gz else { return Ok(None) };
+    serde_json::from_reader(std::io::BufReader::with_capacity(1 << 16, GzDecoder::new(gz.as_slice())))
+        .map(Some)
+        .map_err(|e| AppError::Internal(format!("stored bundle of {period}: {e}")))
+}
+
 /// Late-data adjustments for every closed period before `period` whose facts changed after it closed.
 pub(crate) async fn late_data(tx: &mut OrgTx, period: Period) -> Result<Vec<(Period, AdjustmentRecord)>, AppError> {
     let org = tx.org().as_uuid();
@@ -83,9 +110,9 @@ pub(crate) async fn late_data(tx: &mut OrgTx, period: Period) -> Result<Vec<(Per
     let mut out = Vec::new();
     for (d, _) in closed {
         let q = Period::from_date(d)?;
-        let Some(bundle) = stored_bundle(tx, q).await? else { continue };
+        let Some(bundle) = stored_lines(tx, q).await? else { continue };
         // Recompute the closed month with its own policy and today's facts.
-        let mut input = load_input(tx, q, bundle.inputs.policy.clone()).await?;
+        let mut input = load_input(tx, q, bundle.inputs.policy).await?;
         input.adjustments.clear();
         let recomputed = compute(&input)?.lines;
         let prefix = format!("{q}/");
