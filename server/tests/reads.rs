@@ -639,3 +639,23 @@ async fn idle_is_read_from_the_snapshot_and_equals_the_computed_answer() {
     let holders: Vec<&str> = next["items"].as_array().unwrap().iter().map(|i| i["holder"].as_str().unwrap()).collect();
     assert_eq!(holders, ["research/notebook"], "{next}");
 }
+
+/// Month-sized work takes turns in a process (`limits::month_work`): the open month's refresh waits while a close
+/// (here: the test holding the turn) runs, and goes on as soon as the turn is free.
+#[tokio::test]
+async fn month_sized_work_takes_turns() {
+    let env = env().await;
+    let turn = gpuledger_server::limits::month_work().await.unwrap();
+    let (db, org) = (env.db.clone(), env.org);
+    let refresh = tokio::spawn(async move {
+        gpuledger_server::readmodel::worker::refresh(&db, org, gpuledger_server::readmodel::worker::Wait::Block).await
+    });
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    assert!(!refresh.is_finished(), "the refresh waits for the turn");
+    drop(turn);
+    let done = tokio::time::timeout(std::time::Duration::from_secs(60), refresh).await.unwrap().unwrap();
+    assert!(done.unwrap(), "then refreshes");
+    // And the turn is free again.
+    let again = tokio::time::timeout(std::time::Duration::from_secs(5), gpuledger_server::limits::month_work()).await;
+    assert!(again.is_ok());
+}
