@@ -1,0 +1,349 @@
+//! Ingest through the endpoint at a fleet's cadence (issue 31, part 6): telemetry windows of `GL_BENCH_GPUS` GPUs
+//! (default 10,000) sent to `POST /api/v1/ingest/batches` of the release server — the whole path: HTTP, the agent
+//! token, gzip, the JSON limits, decoding, the organization's transaction, the tiers' merge — while a reader keeps
+//! asking for the ledger. The goal: ≥ 50× real time for a 10,000-GPU fleet, ≈ 8,300 windows/s.
+//!
+//! ```sh
+//! cargo bench -p gpuledger-server --bench ingest_http                         # 10,000 GPUs, 10 minutes of each shape
+//! GL_BENCH_GPUS=2000 GL_BENCH_MINUTES=5 cargo bench -p gpuledger-server --bench ingest_http
+//! ```
+//!
+//! The server is `demo --history false` on its own embedded PostgreSQL (a temporary directory, removed at the end):
+//! only the demo organization, no history. Two shapes, each `GL_BENCH_MINUTES` minutes of the fleet:
+//! - **node cadence**: what node agents send as they go, one request per node and minute (8 GPUs: 8 windows);
+//! - **catch-up**: an agent delivering its spool after an outage, 1,000 windows a request.
+//!
+//! `GL_BENCH_SENDERS` (default 8) requests are in flight at once. The reference is real time: the fleet's own rate
+//! (GPUs / 60 windows a second). Results are printed as markdown; see docs/benchmarks.md.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::{
+    io::Write,
+    net::TcpListener,
+    path::PathBuf,
+    process::{Child, Command, Stdio},
+    sync::{
+        Arc,
+        atomic::{AtomicBool, AtomicUsize, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use gpuledger_core::wire::{AgentInfo, Batch, Fact, FactBody, Stat, TelemetryRollup, WIRE_VERSION};
+use time::OffsetDateTime;
+use uuid::Uuid;
+
+const GPUS_PER_NODE: usize = 8;
+
+fn env_usize(name: &str, default: usize) -> usize {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+fn mix(mut x: u64) -> u64 {
+    x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
+}
+
+fn unit(x: u64) -> f64 {
+    (mix(x) >> 11) as f64 / (1u64 << 53) as f64
+}
+
+/// The server process and its directory, stopped and removed on drop.
+struct Server {
+    child: Child,
+    dir: PathBuf,
+    base: String,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        // SIGTERM lets it stop its embedded PostgreSQL.
+        let _ = Command::new("kill").arg("-TERM").arg(self.child.id().to_string()).status();
+        for _ in 0..100 {
+            if matches!(self.child.try_wait(), Ok(Some(_))) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let _ = self.child.kill();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn exe() -> &'static str {
+    env!("CARGO_BIN_EXE_gpuledger-server")
+}
+
+fn start() -> Server {
+    let dir = std::env::temp_dir().join(format!("gl-ingest-http-{}", Uuid::new_v4().simple()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let log = std::fs::File::create(dir.join("server.log")).unwrap();
+    let child = Command::new(exe())
+        .args(["demo", "--history", "false", "--listen", &format!("127.0.0.1:{port}"), "--data-dir"])
+        .arg(dir.join("data"))
+        .env_remove("DATABASE_URL")
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    Server { child, dir, base: format!("http://127.0.0.1:{port}") }
+}
+
+fn token(server: &Server, scope: &str) -> String {
+    let out = Command::new(exe())
+        .args(["token", "create", "--org", "demo", "--scope", scope, "--data-dir"])
+        .arg(server.dir.join("data"))
+        .env_remove("DATABASE_URL")
+        .stderr(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "token create {scope} failed");
+    String::from_utf8(out.stdout).unwrap().lines().last().unwrap().trim().to_string()
+}
+
+/// One window of GPU `g`, minute `m` (values vary like a busy fleet's).
+fn window(base: OffsetDateTime, g: usize, m: usize) -> Fact {
+    let start = base + time::Duration::minutes(m as i64);
+    let r = ((m * 1_000_003 + g) as u64) * 8;
+    let (util, mem, power) = (35.0 + 60.0 * unit(r), 20_000.0 + 55_000.0 * unit(r + 1), 150.0 + 500.0 * unit(r + 2));
+    let stat = |avg: f64, spread: f64, lo: f64, hi: f64| Stat {
+        min: (avg - spread).max(lo),
+        avg,
+        max: (avg + spread).min(hi),
+    };
+    let gpu = format!("GPU-{}", Uuid::from_u128(0x5a17_0000_0000_4000_8000_0000_0000_0000 | g as u128));
+    Fact {
+        event_id: format!("telemetry/{gpu}/-1/{}", start.unix_timestamp() / 60),
+        observed_at: start + time::Duration::seconds(62),
+        body: FactBody::Telemetry(TelemetryRollup {
+            node: format!("gpu-node-{:05}", g / GPUS_PER_NODE),
+            gpu_uuid: gpu,
+            gpu_instance_id: None,
+            mig_profile: None,
+            window_start: start,
+            window_end: start + time::Duration::minutes(1),
+            samples: 6,
+            utilization_pct: Some(stat(util, 5.0, 0.0, 100.0)),
+            memory_used_mib: Some(stat(mem, 0.0, 0.0, 81_559.0)),
+            power_w: Some(stat(power, 20.0, 60.0, 700.0)),
+            energy_j: Some((power * 60.0).round()),
+            pod: None,
+        }),
+    }
+}
+
+fn body(facts: Vec<Fact>) -> Vec<u8> {
+    let batch = Batch {
+        wire_version: WIRE_VERSION,
+        agent: AgentInfo { version: "bench".into(), mode: "node".into(), node: None, spool: None },
+        cluster: None,
+        facts,
+    };
+    let json = serde_json::to_vec(&batch).unwrap();
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    gz.write_all(&json).unwrap();
+    gz.finish().unwrap()
+}
+
+struct Shape {
+    name: &'static str,
+    /// Windows per request.
+    per_request: usize,
+}
+
+struct Outcome {
+    windows: usize,
+    requests: usize,
+    seconds: f64,
+    p50_ms: f64,
+    p99_ms: f64,
+    failed: usize,
+}
+
+/// Sends minutes `[from, from + minutes)` of `gpus` GPUs in requests of `shape.per_request` windows (whole nodes for
+/// the node cadence), `senders` at a time, in time order.
+#[allow(clippy::too_many_arguments)]
+async fn send(
+    base_url: &str,
+    token: &str,
+    gpus: usize,
+    base: OffsetDateTime,
+    from: usize,
+    minutes: usize,
+    shape: &Shape,
+    senders: usize,
+) -> Outcome {
+    // The requests, as (minute, first GPU, GPUs): prepared before timing.
+    let mut jobs: Vec<(usize, usize, usize)> = Vec::new();
+    for m in from..from + minutes {
+        let mut g = 0;
+        while g < gpus {
+            let n = shape.per_request.min(gpus - g);
+            jobs.push((m, g, n));
+            g += n;
+        }
+    }
+    let bodies: Arc<Vec<Vec<u8>>> =
+        Arc::new(jobs.iter().map(|&(m, g, n)| body((g..g + n).map(|g| window(base, g, m)).collect())).collect());
+    let next = Arc::new(AtomicUsize::new(0));
+    let failed = Arc::new(AtomicUsize::new(0));
+    let client = reqwest::Client::builder().pool_max_idle_per_host(senders).build().unwrap();
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..senders {
+        let (bodies, next, failed, client) = (bodies.clone(), next.clone(), failed.clone(), client.clone());
+        let url = format!("{base_url}/api/v1/ingest/batches");
+        let auth = format!("Bearer {token}");
+        tasks.push(tokio::spawn(async move {
+            let mut latencies = Vec::new();
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                let Some(b) = bodies.get(i) else { break };
+                let t = Instant::now();
+                // Retried as an agent would (503 with Retry-After while the server is busy), timed as a whole.
+                loop {
+                    let r = client
+                        .post(&url)
+                        .header("authorization", &auth)
+                        .header("content-type", "application/json")
+                        .header("content-encoding", "gzip")
+                        .body(b.clone())
+                        .send()
+                        .await;
+                    match r {
+                        Ok(r) if r.status().is_success() => break,
+                        Ok(r) if r.status().as_u16() == 503 || r.status().as_u16() == 429 => {
+                            tokio::time::sleep(Duration::from_millis(200)).await;
+                        }
+                        Ok(r) => {
+                            let status = r.status();
+                            let text = r.text().await.unwrap_or_default();
+                            eprintln!("request {i}: {status} {}", text.chars().take(300).collect::<String>());
+                            failed.fetch_add(1, Ordering::Relaxed);
+                            break;
+                        }
+                        Err(e) => {
+                            eprintln!("request {i}: {e}");
+                            failed.fetch_add(1, Ordering::Relaxed);
+                            break;
+                        }
+                    }
+                }
+                latencies.push(t.elapsed().as_secs_f64() * 1_000.0);
+            }
+            latencies
+        }));
+    }
+    let mut latencies = Vec::new();
+    for t in tasks {
+        latencies.extend(t.await.unwrap());
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    latencies.sort_by(f64::total_cmp);
+    let pick = |q: f64| latencies.get(((latencies.len() as f64 - 1.0) * q).round() as usize).copied().unwrap_or(0.0);
+    Outcome {
+        windows: gpus * minutes,
+        requests: jobs.len(),
+        seconds,
+        p50_ms: pick(0.5),
+        p99_ms: pick(0.99),
+        failed: failed.load(Ordering::Relaxed),
+    }
+}
+
+fn main() {
+    let gpus = env_usize("GL_BENCH_GPUS", 10_000).div_ceil(GPUS_PER_NODE) * GPUS_PER_NODE;
+    let minutes = env_usize("GL_BENCH_MINUTES", 10).max(1);
+    let senders = env_usize("GL_BENCH_SENDERS", 8).max(1);
+    let server = start();
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+    runtime.block_on(async {
+        let client = reqwest::Client::new();
+        let ready = Instant::now();
+        loop {
+            if let Ok(r) = client.get(format!("{}/readyz", server.base)).send().await
+                && r.status().is_success()
+            {
+                break;
+            }
+            assert!(ready.elapsed() < Duration::from_secs(300), "the server did not get ready (see its log)");
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    });
+    let agent = token(&server, "agent:bench-fleet");
+    let admin = token(&server, "admin");
+    // Windows of the last hours before now (this month's and last month's partitions exist from the start).
+    let now = OffsetDateTime::now_utc();
+    let base = (now - time::Duration::hours(6))
+        .replace_minute(0)
+        .unwrap()
+        .replace_second(0)
+        .unwrap()
+        .replace_nanosecond(0)
+        .unwrap();
+    let period = format!("{}-{:02}", now.year(), u8::from(now.month()));
+    runtime.block_on(async {
+        // A reader asking for the ledger all along (a stored read; the portal's showback reads the same figures).
+        let reading = Arc::new(AtomicBool::new(true));
+        let reads = Arc::new(AtomicUsize::new(0));
+        let reader = {
+            let (reading, reads) = (reading.clone(), reads.clone());
+            let url = format!("{}/api/v1/ledger?period={period}", server.base);
+            let auth = format!("Bearer {admin}");
+            tokio::spawn(async move {
+                let client = reqwest::Client::new();
+                let mut bad = 0;
+                while reading.load(Ordering::Relaxed) {
+                    match client.get(&url).header("authorization", &auth).send().await {
+                        Ok(r) if r.status().is_success() => {
+                            let _ = r.bytes().await;
+                            reads.fetch_add(1, Ordering::Relaxed);
+                        }
+                        _ => bad += 1,
+                    }
+                }
+                bad
+            })
+        };
+        println!(
+            "\n{gpus} GPUs ({} nodes), {minutes} minutes of the fleet per shape, {senders} requests in flight; real time is {:.0} windows/s\n",
+            gpus / GPUS_PER_NODE,
+            gpus as f64 / 60.0
+        );
+        println!("| shape | windows | requests | seconds | windows/s | × real time | request p50 ms | p99 ms | failed |");
+        println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+        let shapes = [
+            Shape { name: "node cadence (8 windows a request)", per_request: GPUS_PER_NODE },
+            Shape { name: "catch-up (1,000 windows a request)", per_request: 1_000 },
+        ];
+        let read_started = Instant::now();
+        for (i, shape) in shapes.iter().enumerate() {
+            let o = send(&server.base, &agent, gpus, base, i * minutes, minutes, shape, senders).await;
+            let rate = o.windows as f64 / o.seconds;
+            println!(
+                "| {} | {} | {} | {:.1} | {:.0} | {:.1} | {:.1} | {:.1} | {} |",
+                shape.name,
+                o.windows,
+                o.requests,
+                o.seconds,
+                rate,
+                rate / (gpus as f64 / 60.0),
+                o.p50_ms,
+                o.p99_ms,
+                o.failed
+            );
+            assert_eq!(o.failed, 0, "requests failed (see above)");
+        }
+        reading.store(false, Ordering::Relaxed);
+        let bad = reader.await.unwrap();
+        println!(
+            "\nledger reads meanwhile: {} ({:.0}/s), failed {bad}",
+            reads.load(Ordering::Relaxed),
+            reads.load(Ordering::Relaxed) as f64 / read_started.elapsed().as_secs_f64()
+        );
+        assert_eq!(bad, 0, "ledger reads failed while ingesting");
+    });
+}
