@@ -146,8 +146,14 @@ impl Op {
         if self.security {
             op.insert("security".into(), json!([{"token": []}, {"basic": []}, {"session": []}]));
         }
-        if !self.parameters.is_empty() {
-            op.insert("parameters".into(), Value::Array(self.parameters.clone()));
+        // Every `{name}` of the path is a required path parameter (a string; the handler says what it must be).
+        let mut parameters: Vec<Value> = path_names(self.path)
+            .filter(|name| !self.parameters.iter().any(|p| p["name"] == *name && p["in"] == "path"))
+            .map(|name| json!({"name": name, "in": "path", "required": true, "schema": {"type": "string"}}))
+            .collect();
+        parameters.extend(self.parameters.iter().cloned());
+        if !parameters.is_empty() {
+            op.insert("parameters".into(), Value::Array(parameters));
         }
         if let Some(content) = self.body.as_ref().and_then(|b| b.render(g)) {
             op.insert("requestBody".into(), json!({"required": true, "content": content}));
@@ -172,6 +178,11 @@ impl Op {
         op.insert("responses".into(), Value::Object(responses));
         Value::Object(op)
     }
+}
+
+/// The `{name}`s of a path template, in order.
+fn path_names(path: &str) -> impl Iterator<Item = &str> {
+    path.split('{').skip(1).filter_map(|rest| rest.split_once('}').map(|(name, _)| name))
 }
 
 /// The document.
@@ -695,6 +706,25 @@ mod tests {
         assert!(untyped.is_empty(), "operations without a typed success answer: {untyped:?}");
         let schemas = doc["components"]["schemas"].as_object().unwrap().len();
         assert!(schemas >= 30, "only {schemas} schemas");
+    }
+
+    #[test]
+    fn every_path_template_name_is_a_declared_path_parameter() {
+        let doc = document();
+        let mut checked = 0;
+        for (path, item) in doc["paths"].as_object().unwrap() {
+            let names: Vec<&str> = path_names(path).collect();
+            for (method, op) in item.as_object().unwrap() {
+                let declared: Vec<&str> = op["parameters"]
+                    .as_array()
+                    .map(|ps| ps.iter().filter(|p| p["in"] == "path").filter_map(|p| p["name"].as_str()).collect())
+                    .unwrap_or_default();
+                assert_eq!(declared, names, "{method} {path}");
+                checked += names.len();
+            }
+        }
+        assert!(checked >= 10, "{checked} path parameters");
+        assert_eq!(path_names("/a/{x}/b/{y}").collect::<Vec<_>>(), ["x", "y"]);
     }
 
     #[test]
