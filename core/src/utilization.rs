@@ -332,11 +332,6 @@ impl DeviceTimelines {
         Ok(())
     }
 
-    /// Devices with telemetry.
-    pub fn devices(&self) -> usize {
-        self.by_device.len()
-    }
-
     /// Sorted per device, overlaps trimmed: each window keeps only what lies after everything before it.
     fn sealed(mut self) -> HashMap<String, Vec<Segment>> {
         for segments in self.by_device.values_mut() {

@@ -23,6 +23,9 @@
 //! PostgreSQL's sum.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod support;
+use support::mix;
+
 use std::{
     io::Write,
     process::{Child, Command, Stdio},
@@ -48,14 +51,6 @@ fn env_usize(name: &str, default: usize) -> usize {
 
 fn id(kind: u128, n: usize) -> Uuid {
     Uuid::from_u128((kind << 96) | n as u128)
-}
-
-/// A deterministic pseudo-random number (splitmix64).
-fn mix(mut x: u64) -> u64 {
-    x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    x ^ (x >> 31)
 }
 
 async fn copy_rows(conn: &mut PgConnection, statement: &str, rows: impl Iterator<Item = String>) -> u64 {

@@ -17,6 +17,9 @@
 //! measured separately, in process. Results are printed as a markdown table; see `docs/benchmarks.md`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod support;
+use support::unit;
+
 use std::{
     io::Write,
     net::TcpListener,
@@ -189,18 +192,6 @@ fn command_output(program: &str, args: &[&str]) -> String {
 
 // ---------------------------------------------------------------------------------------------------------------
 // Test data.
-
-/// Deterministic pseudo-random numbers (splitmix64), so every run ingests the same rows.
-fn mix(mut x: u64) -> u64 {
-    x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    x ^ (x >> 31)
-}
-
-fn unit(x: u64) -> f64 {
-    (mix(x) >> 11) as f64 / (1u64 << 53) as f64
-}
 
 struct Fleet {
     gpus: Vec<String>,

@@ -36,32 +36,32 @@ pub(crate) fn gunzip(bytes: &[u8]) -> Result<Vec<u8>, AppError> {
     Ok(out)
 }
 
+/// The stored (gzipped) bundle of a closed period.
+async fn stored_gz(tx: &mut OrgTx, period: Period) -> Result<Option<Vec<u8>>, AppError> {
+    let org = tx.org().as_uuid();
+    Ok(sqlx::query_scalar("SELECT bundle_gz FROM periods WHERE period = $1 AND state = 'closed' AND org_id = $2")
+        .bind(period.first_day())
+        .bind(org)
+        .fetch_optional(tx.conn())
+        .await?)
+}
+
+/// `T` read from a stored bundle through the decompressor: the JSON of a large month is never held whole.
+async fn stored_as<T: serde::de::DeserializeOwned>(tx: &mut OrgTx, period: Period) -> Result<Option<T>, AppError> {
+    let Some(gz) = stored_gz(tx, period).await? else { return Ok(None) };
+    serde_json::from_reader(std::io::BufReader::with_capacity(1 << 16, GzDecoder::new(gz.as_slice())))
+        .map(Some)
+        .map_err(|e| AppError::Internal(format!("stored bundle of {period}: {e}")))
+}
+
 /// The stored bundle of a closed period, as JSON bytes.
 pub async fn stored_bundle_json(tx: &mut OrgTx, period: Period) -> Result<Option<Vec<u8>>, AppError> {
-    let org = tx.org().as_uuid();
-    let gz: Option<Vec<u8>> =
-        sqlx::query_scalar("SELECT bundle_gz FROM periods WHERE period = $1 AND state = 'closed' AND org_id = $2")
-            .bind(period.first_day())
-            .bind(org)
-            .fetch_optional(tx.conn())
-            .await?;
-    gz.map(|g| gunzip(&g)).transpose()
+    stored_gz(tx, period).await?.map(|g| gunzip(&g)).transpose()
 }
 
 /// The stored bundle of a closed period.
 pub async fn stored_bundle(tx: &mut OrgTx, period: Period) -> Result<Option<Bundle>, AppError> {
-    let org = tx.org().as_uuid();
-    let gz: Option<Vec<u8>> =
-        sqlx::query_scalar("SELECT bundle_gz FROM periods WHERE period = $1 AND state = 'closed' AND org_id = $2")
-            .bind(period.first_day())
-            .bind(org)
-            .fetch_optional(tx.conn())
-            .await?;
-    let Some(gz) = gz else { return Ok(None) };
-    // Read through the decompressor: the JSON of a large month is never held whole.
-    serde_json::from_reader(std::io::BufReader::with_capacity(1 << 16, GzDecoder::new(gz.as_slice())))
-        .map(Some)
-        .map_err(|e| AppError::Internal(format!("stored bundle of {period}: {e}")))
+    stored_as(tx, period).await
 }
 
 /// A closed period's bundle, its lines and policy only (the month's inputs are skipped as they are read, not held:
@@ -75,20 +75,6 @@ struct StoredLines {
 #[derive(serde::Deserialize)]
 struct StoredPolicy {
     policy: gpuledger_core::policy::CostPolicy,
-}
-
-async fn stored_lines(tx: &mut OrgTx, period: Period) -> Result<Option<StoredLines>, AppError> {
-    let org = tx.org().as_uuid();
-    let gz: Option<Vec<u8>> =
-        sqlx::query_scalar("SELECT bundle_gz FROM periods WHERE period = $1 AND state = 'closed' AND org_id = $2")
-            .bind(period.first_day())
-            .bind(org)
-            .fetch_optional(tx.conn())
-            .await?;
-    let Some(gz) = gz else { return Ok(None) };
-    serde_json::from_reader(std::io::BufReader::with_capacity(1 << 16, GzDecoder::new(gz.as_slice())))
-        .map(Some)
-        .map_err(|e| AppError::Internal(format!("stored bundle of {period}: {e}")))
 }
 
 /// Late-data adjustments for every closed period before `period` whose facts changed after it closed.
@@ -110,7 +96,7 @@ pub(crate) async fn late_data(tx: &mut OrgTx, period: Period) -> Result<Vec<(Per
     let mut out = Vec::new();
     for (d, _) in closed {
         let q = Period::from_date(d)?;
-        let Some(bundle) = stored_lines(tx, q).await? else { continue };
+        let Some(bundle) = stored_as::<StoredLines>(tx, q).await? else { continue };
         // Recompute the closed month with its own policy and today's facts.
         let mut input = load_input(tx, q, bundle.inputs.policy).await?;
         input.adjustments.clear();

@@ -413,13 +413,12 @@ pub(crate) async fn evidence_details(
         String,
     );
     let rows: Vec<Row> = sqlx::query_as(
-        "SELECT DISTINCT ON (k.key) k.key, i.holder_kind, i.holder_name, i.namespace, i.container, i.node,
+        "SELECT k.key, i.holder_kind, i.holder_name, i.namespace, i.container, i.node,
                 i.device_ids, i.sharing_mode, i.profile, i.gpu_model, c.name
            FROM unnest($1::text[], $2::text[], $4::text[]) AS k (key, cluster, allocation_id)
            JOIN clusters c ON c.org_id = $3 AND (c.name = k.cluster OR c.cluster_id::text = k.cluster)
            JOIN allocation_intervals i ON i.org_id = $3 AND i.cluster_id = c.cluster_id
-                AND i.allocation_id = k.allocation_id
-          ORDER BY k.key, i.started_at DESC",
+                AND i.allocation_id = k.allocation_id",
     )
     .bind(&keys)
     .bind(&clusters)
