@@ -112,4 +112,35 @@ BEGIN
 END
 $$;
 
+CREATE OR REPLACE FUNCTION gpuledger_maintain_telemetry_partitions(p_from date, p_through date) RETURNS integer
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
+DECLARE
+    m       date;
+    made    integer := 0;
+BEGIN
+    -- One maker at a time (the upkeep's task and the demo's loader): two makers taking the months' locks and their
+    -- parents' locks in different orders deadlocked.
+    PERFORM pg_advisory_xact_lock(hashtext('gpuledger_maintain_telemetry_partitions'));
+    IF p_through < p_from OR p_through > p_from + interval '10 years' THEN
+        RAISE EXCEPTION 'maintenance range % .. % is not a sensible one', p_from, p_through;
+    END IF;
+    FOR m IN
+        SELECT generate_series(date_trunc('month', p_from), date_trunc('month', p_through), interval '1 month')::date
+        UNION
+        SELECT DISTINCT date_trunc('month', window_start)::date FROM telemetry_rollups_default
+        UNION
+        SELECT DISTINCT date_trunc('month', hour)::date FROM telemetry_hours_default
+        UNION
+        SELECT DISTINCT date_trunc('month', hour)::date FROM telemetry_windows_default
+    LOOP
+        IF to_regclass(format('telemetry_rollups_%s', to_char(m, 'YYYYMM'))) IS NULL THEN
+            PERFORM gpuledger_ensure_telemetry_partition(m);
+            made := made + 1;
+        END IF;
+        made := made + gpuledger_ensure_telemetry_tier_partitions(m);
+    END LOOP;
+    RETURN made;
+END
+$$;
+
 RESET ROLE;
