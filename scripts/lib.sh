@@ -249,13 +249,19 @@ gl_ops_checks() {
   [ "$got" = "$(ls migrations/*.sql | wc -l)" ] || gl_die "ops checks: $got migrations recorded"
   echo "ops: migrations: $got applied with psql as sqlx would (twice on one cluster: existing roles are fine)"
 
-  # 2. Telemetry retention: two old months (all closed), the current month, the default partition.
+  # 2. Telemetry retention: two old months (all closed), a month within the kept months but past the full-resolution
+  # days (its blocks stripped, its sums kept), the current month, the default partition.
   now=$(date -u +%Y-%m)
+  local mid; mid=$(date -u -d "$now-01 -4 months" +%Y-%m)
   "${q[@]}" "$scratch" >/dev/null <<SQL
 SELECT gpuledger_create_org('00000000-0000-0000-0000-00000000000a', 'ops-a', 'Ops A');
 INSERT INTO clusters (org_id, cluster_id, name) VALUES ('00000000-0000-0000-0000-00000000000a', '00000000-0000-0000-0000-0000000000c1', 'c1');
 SELECT gpuledger_ensure_telemetry_partition(d) FROM unnest(ARRAY['2000-01-01', '2000-02-01', '$now-01']::date[]) d;
-SELECT gpuledger_ensure_telemetry_tier_partitions(d) FROM unnest(ARRAY['2000-01-01', '2000-02-01', '$now-01']::date[]) d;
+SELECT gpuledger_ensure_telemetry_tier_partitions(d) FROM unnest(ARRAY['2000-01-01', '2000-02-01', '$mid-01', '$now-01']::date[]) d;
+INSERT INTO telemetry_series (org_id, series_id, cluster_id, gpu_uuid, node) VALUES ('00000000-0000-0000-0000-00000000000a', 1, '00000000-0000-0000-0000-0000000000c1', 'GPU-1', 'n1');
+INSERT INTO telemetry_gpu_hours (org_id, series_id, hour, util_sum, energy_j, samples, sampled_ms, span_from_ms, span_to_ms, util_ms, mem_max, power_max, energy_ms, windows, util_max, block)
+SELECT '00000000-0000-0000-0000-00000000000a', 1, m, 0, 42000, 6, 60000, 0, 60000, 0, 0, 0, 60000, 1, 0, '\x0102'
+  FROM unnest(ARRAY['$mid-01', '$now-01']::timestamptz[]) m;
 INSERT INTO telemetry_rollups (org_id, cluster_id, gpu_uuid, window_start, window_end, node, samples, energy_j)
 SELECT '00000000-0000-0000-0000-00000000000a', '00000000-0000-0000-0000-0000000000c1', 'GPU-' || g, m + make_interval(mins => g),
        m + make_interval(mins => g + 1), 'n1', 6, 42000
@@ -263,17 +269,21 @@ SELECT '00000000-0000-0000-0000-00000000000a', '00000000-0000-0000-0000-00000000
 INSERT INTO periods (org_id, period, state, content_hash, bundle_gz, closed_at, closed_by)
 SELECT '00000000-0000-0000-0000-00000000000a', p, 'closed', 'ops-check', '\x00', now(), 'ops' FROM unnest(ARRAY['2000-01-01', '2000-02-01']::date[]) p;
 SQL
-  _gl_ops_parts() { "${q[@]}" "$scratch" -c "SELECT string_agg(inhrelid::regclass::text, ' ' ORDER BY inhrelid::regclass::text) FROM pg_inherits WHERE inhparent IN ('telemetry_rollups'::regclass, 'telemetry_hours'::regclass, 'telemetry_windows'::regclass)"; }
+  _gl_ops_parts() { "${q[@]}" "$scratch" -c "SELECT string_agg(inhrelid::regclass::text, ' ' ORDER BY inhrelid::regclass::text) FROM pg_inherits WHERE inhparent IN ('telemetry_rollups'::regclass, 'telemetry_gpu_hours'::regclass)"; }
   local before; before=$(_gl_ops_parts)
   deploy/scripts/telemetry-retention.sh --keep-months 13 "$scratch" > "$tmp/dry.txt" || { cat "$tmp/dry.txt"; gl_die "ops checks: telemetry-retention.sh dry run failed"; }
   [ "$(_gl_ops_parts)" = "$before" ] || gl_die "ops checks: the retention dry run changed the partitions"
-  grep -q 'would be dropped .*: telemetry_hours_200001 telemetry_hours_200002 telemetry_rollups_200001 telemetry_rollups_200002 telemetry_windows_200001 telemetry_windows_200002;' "$tmp/dry.txt" \
+  grep -q 'would be dropped .*: telemetry_gpu_hours_200001 telemetry_gpu_hours_200002 telemetry_rollups_200001 telemetry_rollups_200002;' "$tmp/dry.txt" \
     || { cat "$tmp/dry.txt"; gl_die "ops checks: the retention dry run did not list exactly the two old months"; }
+  grep -q "would have their full resolution stripped: telemetry_gpu_hours_${mid/-/};" "$tmp/dry.txt" \
+    || { cat "$tmp/dry.txt"; gl_die "ops checks: the retention dry run did not list $mid's full resolution to strip"; }
   deploy/scripts/telemetry-retention.sh --keep-months 13 --apply "$scratch" > "$tmp/apply.txt" || { cat "$tmp/apply.txt"; gl_die "ops checks: telemetry-retention.sh --apply failed"; }
   got=$(_gl_ops_parts)
-  [ "$got" = "telemetry_hours_${now/-/} telemetry_hours_default telemetry_rollups_${now/-/} telemetry_rollups_default telemetry_windows_${now/-/} telemetry_windows_default" ] \
-    || gl_die "ops checks: after retention the partitions are '$got' (expected the current month and the default)"
-  echo "ops: telemetry retention: dry run kept every partition; --apply dropped exactly 2000-01 and 2000-02, kept $now and the default"
+  [ "$got" = "telemetry_gpu_hours_${mid/-/} telemetry_gpu_hours_${now/-/} telemetry_gpu_hours_default telemetry_rollups_${now/-/} telemetry_rollups_default" ] \
+    || gl_die "ops checks: after retention the partitions are '$got' (expected $mid, the current month and the default)"
+  got=$("${q[@]}" "$scratch" -c "SELECT string_agg(to_char(hour, 'YYYY-MM') || ':' || (block IS NOT NULL) || ':' || energy_j, ' ' ORDER BY hour) FROM telemetry_gpu_hours")
+  [ "$got" = "$mid:false:42000 $now:true:42000" ] || gl_die "ops checks: after retention the GPU-hours are '$got' ($mid stripped of its block with its sums kept, $now whole)"
+  echo "ops: telemetry retention: dry run kept every partition; --apply dropped exactly 2000-01 and 2000-02, stripped $mid's full resolution (sums kept), kept $now and the default"
 
   # 3. Backup → restore into another database; the same tables and rows.
   out=$(deploy/scripts/backup.sh --out "$tmp/backup" "$scratch" 2>"$tmp/backup.err") || { cat "$tmp/backup.err"; gl_die "ops checks: backup.sh failed"; }

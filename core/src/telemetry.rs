@@ -459,6 +459,130 @@ pub fn decode(hour_ms: i64, bytes: &[u8]) -> Result<Vec<Window>, WindowError> {
     Ok(windows)
 }
 
+/// Highest MIG GPU instance ID kept (NVML numbers a GPU's instances from 0 and no GPU has more than a handful;
+/// 63 leaves room and lets an hour name its instances in one 64-bit mask).
+pub const MAX_GPU_INSTANCE_ID: i32 = 63;
+const GPU_HOUR_VERSION: u8 = 2;
+const INSTANCE_SUMS_VERSION: u8 = 1;
+
+/// A physical GPU's hour: its own windows (instance `-1`) and each MIG instance's, by GPU instance ID.
+pub type GpuHour = BTreeMap<i32, Vec<Window>>;
+
+/// Encodes a physical GPU's hour (the GPU's windows and its MIG instances') as one block: a version byte, the
+/// number of devices, then per device its instance ID and its windows' [`encode`]d bytes (length-prefixed). One
+/// block per GPU-hour instead of one per device-hour: the instances share the row, its key and its compression.
+pub fn encode_gpu_hour(hour_ms: i64, hour: &GpuHour) -> Vec<u8> {
+    let mut out = vec![GPU_HOUR_VERSION];
+    put(&mut out, hour.len() as u64);
+    for (gi, windows) in hour {
+        put_signed(&mut out, i64::from(*gi));
+        let body = encode(hour_ms, windows);
+        put(&mut out, body.len() as u64);
+        out.extend_from_slice(&body);
+    }
+    out
+}
+
+/// Decodes a block of [`encode_gpu_hour`].
+pub fn decode_gpu_hour(hour_ms: i64, bytes: &[u8]) -> Result<GpuHour, WindowError> {
+    let mut r = Reader { bytes, at: 0 };
+    if bytes.first() != Some(&GPU_HOUR_VERSION) {
+        return Err(WindowError::Damaged("unknown version"));
+    }
+    r.at = 1;
+    let n = r.get()?;
+    if n > (MAX_GPU_INSTANCE_ID + 2) as u64 {
+        return Err(WindowError::Damaged("too many devices"));
+    }
+    let mut out = GpuHour::new();
+    for _ in 0..n {
+        let gi = i32::try_from(r.get_signed()?).map_err(|_| WindowError::Damaged("instance"))?;
+        if !(-1..=MAX_GPU_INSTANCE_ID).contains(&gi) || out.contains_key(&gi) {
+            return Err(WindowError::Damaged("instance"));
+        }
+        let len = usize::try_from(r.get()?).map_err(|_| WindowError::Damaged("length"))?;
+        let end = r.at.checked_add(len).filter(|e| *e <= bytes.len()).ok_or(WindowError::Damaged("ends early"))?;
+        out.insert(gi, decode(hour_ms, &bytes[r.at..end])?);
+        r.at = end;
+    }
+    if r.at != bytes.len() {
+        return Err(WindowError::Damaged("trailing bytes"));
+    }
+    Ok(out)
+}
+
+/// The MIG instances' sums of a GPU-hour (instance ID → sums), as stored beside the GPU's own: varints, the
+/// instances in ID order. Readers that need them (utilization of an instance's holder) decode them; everything
+/// that prices reads the GPU's own columns.
+pub fn encode_instance_sums(sums: &BTreeMap<i32, HourSums>) -> Vec<u8> {
+    let mut out = vec![INSTANCE_SUMS_VERSION];
+    put(&mut out, sums.len() as u64);
+    for (gi, s) in sums {
+        put_signed(&mut out, i64::from(*gi));
+        for v in [
+            s.windows,
+            s.samples,
+            s.sampled_ms,
+            s.util_ms,
+            s.util_sum,
+            s.util_max,
+            s.mem_max,
+            s.power_max,
+            s.energy_ms,
+            s.energy_j,
+        ] {
+            put(&mut out, v.max(0) as u64);
+        }
+        put_signed(&mut out, s.span_from_ms);
+        put_signed(&mut out, s.span_to_ms);
+    }
+    out
+}
+
+/// Decodes [`encode_instance_sums`].
+pub fn decode_instance_sums(bytes: &[u8]) -> Result<Vec<(i32, HourSums)>, WindowError> {
+    let mut r = Reader { bytes, at: 0 };
+    if bytes.first() != Some(&INSTANCE_SUMS_VERSION) {
+        return Err(WindowError::Damaged("unknown version"));
+    }
+    r.at = 1;
+    let n = r.get()?;
+    if n > (MAX_GPU_INSTANCE_ID + 1) as u64 {
+        return Err(WindowError::Damaged("too many instances"));
+    }
+    let mut out = Vec::with_capacity(n as usize);
+    for _ in 0..n {
+        let gi = i32::try_from(r.get_signed()?).map_err(|_| WindowError::Damaged("instance"))?;
+        let mut v = [0_i64; 10];
+        for x in &mut v {
+            *x = i64::try_from(r.get()?).map_err(|_| WindowError::Damaged("sum"))?;
+        }
+        let [windows, samples, sampled_ms, util_ms, util_sum, util_max, mem_max, power_max, energy_ms, energy_j] = v;
+        let (span_from_ms, span_to_ms) = (r.get_signed()?, r.get_signed()?);
+        out.push((
+            gi,
+            HourSums {
+                windows,
+                samples,
+                sampled_ms,
+                span_from_ms,
+                span_to_ms,
+                util_ms,
+                util_sum,
+                util_max,
+                mem_max,
+                power_max,
+                energy_ms,
+                energy_j,
+            },
+        ));
+    }
+    if r.at != bytes.len() {
+        return Err(WindowError::Damaged("trailing bytes"));
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -545,6 +669,46 @@ mod tests {
         fn damaged_blocks_are_errors(bytes in proptest::collection::vec(any::<u8>(), 0..200)) {
             let _ = decode(HOUR, &bytes);
         }
+    }
+
+    proptest! {
+        #[test]
+        fn gpu_hours_and_instance_sums_round_trip(
+            devs in proptest::collection::btree_map(-1..=MAX_GPU_INSTANCE_ID, proptest::collection::vec(arb_window(), 0..20), 0..8)
+        ) {
+            let hour: GpuHour = devs.into_iter().map(|(gi, ws)| {
+                let mut kept = Vec::new();
+                merge(&mut kept, ws);
+                (gi, kept)
+            }).collect();
+            let bytes = encode_gpu_hour(HOUR, &hour);
+            prop_assert_eq!(&decode_gpu_hour(HOUR, &bytes).unwrap(), &hour);
+            let sums: BTreeMap<i32, HourSums> =
+                hour.iter().filter(|(gi, _)| **gi >= 0).map(|(gi, ws)| (*gi, HourSums::of(HOUR, ws))).collect();
+            let back = decode_instance_sums(&encode_instance_sums(&sums)).unwrap();
+            prop_assert_eq!(back.into_iter().collect::<BTreeMap<_, _>>(), sums);
+        }
+
+        #[test]
+        fn damaged_gpu_hours_are_errors(bytes in proptest::collection::vec(any::<u8>(), 0..200)) {
+            let _ = decode_gpu_hour(HOUR, &bytes);
+            let _ = decode_instance_sums(&bytes);
+        }
+    }
+
+    #[test]
+    fn a_gpu_hour_refuses_unknown_instances_and_trailing_bytes() {
+        let mut hour = GpuHour::new();
+        hour.insert(-1, Vec::new());
+        let mut bytes = encode_gpu_hour(HOUR, &hour);
+        assert_eq!(decode_gpu_hour(HOUR, &bytes).unwrap(), hour);
+        bytes.push(0);
+        assert_eq!(decode_gpu_hour(HOUR, &bytes), Err(WindowError::Damaged("trailing bytes")));
+        // Instance 64 is past the mask.
+        let mut out = vec![GPU_HOUR_VERSION, 1];
+        put_signed(&mut out, 64);
+        out.extend_from_slice(&[0]);
+        assert_eq!(decode_gpu_hour(HOUR, &out), Err(WindowError::Damaged("instance")));
     }
 
     #[test]

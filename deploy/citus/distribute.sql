@@ -202,6 +202,9 @@ SELECT pg_temp.distribute('telemetry_windows', 'departments');
 SELECT pg_temp.distribute('evidence_months', 'departments');
 SELECT pg_temp.distribute('evidence_allocations', 'departments');
 
+-- migration 31: one row per GPU-hour (partitioned by month)
+SELECT pg_temp.distribute('telemetry_gpu_hours', 'departments');
+
 -- ---------------------------------------------------------------- foreign keys back, validated on the shards
 SELECT format('ALTER TABLE %s ADD CONSTRAINT %I %s', rel, conname, def) FROM gpuledger_foreign_keys ORDER BY con \gexec
 

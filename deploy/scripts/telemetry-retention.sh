@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Telemetry retention: drops whole monthly partitions of the hourly tier (telemetry_hours, and telemetry_rollups
-# stored before the tiers) older than the kept months, and of the full-resolution tier (telemetry_windows) older than
-# the kept days. Dry run unless --apply. Touches nothing else: not the default partition, not any other table, never money (closed periods keep
+# Telemetry retention: drops whole monthly partitions of the GPU-hours (telemetry_gpu_hours; and the tables before it:
+# telemetry_hours, telemetry_windows, telemetry_rollups) older than the kept months, and strips the full-resolution
+# blocks out of GPU-hour months older than the kept days (the hours' sums stay). Dry run unless --apply. Touches nothing else: not the default partition, not any other table, never money (closed periods keep
 # their evidence bundles in periods.bundle_gz). See docs/operations.md "Telemetry retention".
 set -euo pipefail
 
@@ -13,15 +13,18 @@ usage: telemetry-retention.sh [--keep-months N] [--full-resolution-days D] [--no
   URL                 the database, as its owner or a superuser (default: $DATABASE_URL)
   --keep-months N     months kept before the current one (default 13: a year and a month for year-over-year
                       comparisons). A partition is dropped when its whole range ends on or before the first day of
-                      (current month − N months). Applies to telemetry_hours and telemetry_rollups.
+                      (current month − N months). Applies to telemetry_gpu_hours, telemetry_hours and
+                      telemetry_rollups.
   --full-resolution-days D
-                      days of full-resolution windows kept (telemetry_windows; default 62: the month before
-                      last stays whole through its close and disputes). A partition is dropped when its whole range
-                      ends on or before today − D days. Nothing reads it for money: the hourly tier keeps the sums.
+                      days of full-resolution windows kept (default 62: the month before last stays whole through
+                      its close and disputes). A month whose whole range ends on or before today − D days has its
+                      blocks stripped (telemetry_gpu_hours: block set to NULL, then the partition rewritten by
+                      VACUUM FULL) or, for telemetry_windows, is dropped. Nothing reads blocks for money: each
+                      GPU-hour keeps its exact sums.
   --now YYYY-MM       the current month (default: this month, UTC)
   --include-unclosed  also drop months that an organization with telemetry in them has not closed. Without it such
                       a partition is kept: the open ledger of that month still reads its energy.
-  --apply             drop the listed partitions (default: dry run, nothing changes)
+  --apply             drop (and strip) the listed partitions (default: dry run, nothing changes)
 
 Prints one line per partition (name, range, estimated rows, size, decision). Exit status 0 when the plan ran
 (applied or not), 1 on an error (e.g. a lock not obtained within 5 s; rerun later), 2 on wrong usage.
@@ -66,12 +69,14 @@ DECLARE
     orgs uuid[];
     o uuid;
     unclosed integer;
+    blocks_left boolean;
 BEGIN
     FOR r IN SELECT c.oid, c.relname::text AS name, pg_get_expr(c.relpartbound, c.oid) AS bound, c.reltuples,
                     i.inhparent::regclass::text AS parent
                FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
               WHERE i.inhparent IN (SELECT to_regclass(t) FROM unnest(ARRAY['public.telemetry_rollups',
-                                       'public.telemetry_hours', 'public.telemetry_windows']) t)
+                                       'public.telemetry_hours', 'public.telemetry_windows',
+                                       'public.telemetry_gpu_hours']) t)
               ORDER BY c.relname LOOP
         part := r.name; est_rows := CASE WHEN r.reltuples >= 0 THEN r.reltuples::bigint END; bytes := pg_total_relation_size(r.oid);
         from_ts := NULL; to_ts := NULL;
@@ -81,7 +86,7 @@ BEGIN
         END IF;
         from_ts := substring(r.bound FROM 'FROM \(''([^'']*)''\)')::timestamptz;
         to_ts := substring(r.bound FROM 'TO \(''([^'']*)''\)')::timestamptz;
-        IF r.name !~ '^telemetry_(rollups|hours|windows)_[0-9]{6}$' OR from_ts IS NULL OR to_ts IS NULL THEN
+        IF r.name !~ '^telemetry_(rollups|hours|windows|gpu_hours)_[0-9]{6}$' OR from_ts IS NULL OR to_ts IS NULL THEN
             decision := 'keep'; reason := 'not a monthly partition made by the server';
         ELSIF r.parent = 'telemetry_windows' THEN
             -- Full resolution: nothing that prices reads it (the hourly tier keeps the sums), so only its age counts.
@@ -89,6 +94,13 @@ BEGIN
                 decision := 'keep'; reason := 'full resolution within the kept days';
             ELSE
                 decision := 'drop'; reason := 'full resolution older than the kept days (the hourly tier keeps the sums)';
+            END IF;
+        ELSIF to_ts > p_cutoff AND r.parent = 'telemetry_gpu_hours' AND to_ts <= p_full_cutoff THEN
+            EXECUTE format('SELECT EXISTS (SELECT 1 FROM %I WHERE block IS NOT NULL)', r.name) INTO blocks_left;
+            IF blocks_left THEN
+                decision := 'strip'; reason := 'full resolution older than the kept days: blocks removed, the sums kept';
+            ELSE
+                decision := 'keep'; reason := 'within the kept months (full resolution already stripped)';
             END IF;
         ELSIF to_ts > p_cutoff THEN
             decision := 'keep'; reason := 'within the kept months';
@@ -133,24 +145,35 @@ SQL
 if grep -q '^ERROR|' <<<"$plan"; then grep '^ERROR|' <<<"$plan" | cut -d'|' -f2- >&2; exit 1; fi
 cutoff=$(grep '^CUTOFF|' <<<"$plan" | cut -d'|' -f2)
 echo "telemetry retention: now $now, keeping $keep months: partitions ending on or before $cutoff are dropped"
-drops=() freed=0
+drops=() strips=() freed=0
 while IFS='|' read -r _ part from to rows bytes decision reason; do
   range="[$from, $to)"; [ -z "$from" ] && range="(default)"
   printf '  %-26s %-26s ~%10s rows %12s bytes  %-4s  %s\n' "$part" "$range" "$rows" "$bytes" "$decision" "$reason"
   if [ "$decision" = drop ]; then drops+=("$part"); freed=$((freed + bytes)); fi
+  if [ "$decision" = strip ]; then strips+=("$part"); fi
 done < <(grep '^PART|' <<<"$plan")
 default_old=$(grep '^DEFAULT_OLD|' <<<"$plan" | cut -d'|' -f2)
 if [ "${default_old:-0}" != 0 ]; then
   echo "note: $default_old rows older than $cutoff sit in telemetry_rollups_default and are not removed; create their month's" \
        "partition (SELECT gpuledger_ensure_telemetry_partition('YYYY-MM-01')) to move them there, then rerun"
 fi
-if [ ${#drops[@]} -eq 0 ]; then echo "nothing to drop"; exit 0; fi
+if [ ${#drops[@]} -eq 0 ] && [ ${#strips[@]} -eq 0 ]; then echo "nothing to drop"; exit 0; fi
 if [ "$apply" = no ]; then
-  echo "dry run: ${#drops[@]} partition(s) would be dropped ($freed bytes): ${drops[*]}; rerun with --apply to drop them"
+  [ ${#drops[@]} -eq 0 ] || echo "dry run: ${#drops[@]} partition(s) would be dropped ($freed bytes): ${drops[*]}; rerun with --apply to drop them"
+  [ ${#strips[@]} -eq 0 ] || echo "dry run: ${#strips[@]} partition(s) would have their full resolution stripped: ${strips[*]}; rerun with --apply"
   exit 0
 fi
+for part in "${strips[@]}"; do
+  [[ $part =~ ^telemetry_gpu_hours_[0-9]{6}$ ]] || { echo "telemetry-retention.sh: refusing unexpected name $part" >&2; exit 1; }
+  # The blocks go, the sums stay; VACUUM FULL rewrites the month without the dead row versions (it locks only this
+  # old month's partition, which nothing prices from: a late window for it is refused anyway once stripped).
+  psql "$url" -X -q -v ON_ERROR_STOP=1 -c "SET lock_timeout = '5s'" \
+    -c "UPDATE public.$part SET block = NULL WHERE block IS NOT NULL" -c "VACUUM FULL public.$part" \
+    || { echo "telemetry-retention.sh: stripping $part failed (lock not obtained within 5 s? rerun later)" >&2; exit 1; }
+  echo "stripped $part"
+done
 for part in "${drops[@]}"; do
-  [[ $part =~ ^telemetry_(rollups|hours|windows)_[0-9]{6}$ ]] || { echo "telemetry-retention.sh: refusing unexpected name $part" >&2; exit 1; }
+  [[ $part =~ ^telemetry_(rollups|hours|windows|gpu_hours)_[0-9]{6}$ ]] || { echo "telemetry-retention.sh: refusing unexpected name $part" >&2; exit 1; }
   parent=${part%_*}
   # Dropping a partition locks the parent briefly (ingest waits); give up after 5 s rather than queue behind a long
   # query and block ingest behind us. The check and the drop are one transaction.
@@ -165,4 +188,4 @@ END
 \$\$" || { echo "telemetry-retention.sh: dropping $part failed (lock not obtained within 5 s? rerun later)" >&2; exit 1; }
   echo "dropped $part"
 done
-echo "applied: ${#drops[@]} partition(s) dropped ($freed bytes)"
+echo "applied: ${#drops[@]} partition(s) dropped ($freed bytes), ${#strips[@]} stripped of full resolution"

@@ -306,13 +306,12 @@ async fn ledger_state(url: &str) -> Ledger {
     // Windows in both tiers: the hours' counts and sums, and the full-resolution blocks (deterministic for a set of
     // windows, however and how often they arrived).
     let telemetry = sqlx::query_as(&format!(
-        "SELECT coalesce(sum(h.windows), 0)::bigint, count(*), coalesce(sum(h.samples), 0)::bigint,
-                coalesce(md5(string_agg(concat_ws('|', s.gpu_uuid, s.gpu_instance_id, s.node, h.hour, h.windows,
-                    h.sampled_ms, h.util_sum, h.util_max, h.power_max, h.energy_j, md5(w.block)), ','
-                    ORDER BY s.gpu_uuid, s.gpu_instance_id, h.hour)), '')
-           FROM telemetry_hours h
+        "SELECT coalesce(sum(h.windows + h.inst_windows), 0)::bigint, count(*), coalesce(sum(h.samples), 0)::bigint,
+                coalesce(md5(string_agg(concat_ws('|', s.gpu_uuid, s.node, h.hour, h.windows, h.sampled_ms,
+                    h.util_sum, h.util_max, h.power_max, h.energy_j, h.instances, h.inst_windows, md5(h.inst_sums),
+                    md5(h.block)), ',' ORDER BY s.gpu_uuid, h.hour)), '')
+           FROM telemetry_gpu_hours h
            JOIN telemetry_series s ON s.org_id = h.org_id AND s.series_id = h.series_id
-           JOIN telemetry_windows w ON w.org_id = h.org_id AND w.series_id = h.series_id AND w.hour = h.hour
           WHERE s.cluster_id = {cluster}"
     ))
     .fetch_one(&pool)
@@ -358,7 +357,7 @@ async fn kill_9_the_server_mid_stream_loses_and_duplicates_nothing() {
     // Everything acknowledged was committed; at most the one batch in flight was committed without its ack.
     let pool = sqlx::PgPool::connect(&db.admin_url).await.unwrap();
     let stored_at_kill: i64 = sqlx::query_scalar(
-        "SELECT (SELECT coalesce(sum(h.windows), 0) FROM telemetry_hours h JOIN telemetry_series s
+        "SELECT (SELECT coalesce(sum(h.windows + h.inst_windows), 0) FROM telemetry_gpu_hours h JOIN telemetry_series s
                    ON s.org_id = h.org_id AND s.series_id = h.series_id WHERE s.cluster_id = c.cluster_id)
               + (SELECT count(*) FROM allocation_events WHERE cluster_id = c.cluster_id)
            FROM clusters c WHERE name = 'deliv'",

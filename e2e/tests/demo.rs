@@ -127,6 +127,28 @@ where
     v
 }
 
+/// Windows in the demo organization's full-resolution blocks, decoded.
+async fn block_windows(pool: &PgPool) -> i64 {
+    let mut tx = pool.begin().await.unwrap();
+    let org: Uuid = sqlx::query_scalar("SELECT gpuledger_org_id_by_slug('demo')").fetch_one(&mut *tx).await.unwrap();
+    sqlx::query("SELECT set_config('app.org_id', $1, true)").bind(org.to_string()).execute(&mut *tx).await.unwrap();
+    let blocks: Vec<(time::OffsetDateTime, Vec<u8>)> =
+        sqlx::query_as("SELECT hour, block FROM telemetry_gpu_hours WHERE block IS NOT NULL")
+            .fetch_all(&mut *tx)
+            .await
+            .unwrap();
+    tx.commit().await.unwrap();
+    let mut n = 0;
+    for (hour, block) in blocks {
+        let mut raw = Vec::new();
+        std::io::Read::read_to_end(&mut flate2::read::DeflateDecoder::new(block.as_slice()), &mut raw).unwrap();
+        let hour_ms = (hour.unix_timestamp_nanos() / 1_000_000) as i64;
+        let devices = gpuledger_core::telemetry::decode_gpu_hour(hour_ms, &raw).unwrap();
+        n += devices.values().map(|ws| ws.len() as i64).sum::<i64>();
+    }
+    n
+}
+
 /// Row counts of what ingest stored, limited to what happened before `before` (an RFC 3339 time).
 async fn stored_counts(pool: &PgPool, before: &str) -> Vec<(&'static str, i64)> {
     let mut out = Vec::new();
@@ -135,7 +157,7 @@ async fn stored_counts(pool: &PgPool, before: &str) -> Vec<(&'static str, i64)> 
         ("intervals", "SELECT count(*) FROM allocation_intervals WHERE started_at < '{t}'"),
         (
             "telemetry",
-            "SELECT coalesce(sum(windows), 0)::int8 FROM telemetry_hours
+            "SELECT coalesce(sum(windows + inst_windows), 0)::int8 FROM telemetry_gpu_hours
               WHERE hour + make_interval(secs => span_to_ms / 1000.0) <= '{t}'",
         ),
         ("service_usage", "SELECT count(*) FROM service_usage WHERE window_end <= '{t}'"),
@@ -207,32 +229,32 @@ async fn the_demo_history_comes_from_the_agents_and_a_reload_stores_nothing_new(
     let (rows, expected): (i64, i64) = (
         demo_scalar(
             &pool,
-            "SELECT sum(h.windows)::int8 FROM telemetry_hours h JOIN telemetry_series s USING (org_id, series_id)
-              WHERE s.gpu_instance_id = -1",
+            "SELECT sum(h.windows)::int8 FROM telemetry_gpu_hours h",
         )
         .await,
         demo_scalar(
             &pool,
             "SELECT (count(DISTINCT s.gpu_uuid) * extract(epoch FROM max(h.hour + make_interval(secs => h.span_to_ms / 1000.0))
                      - min(h.hour + make_interval(secs => h.span_from_ms / 1000.0))) / 3600)::int8
-               FROM telemetry_hours h JOIN telemetry_series s USING (org_id, series_id) WHERE s.gpu_instance_id = -1",
+               FROM telemetry_gpu_hours h JOIN telemetry_series s USING (org_id, series_id) WHERE h.windows > 0",
         )
         .await,
     );
     assert_eq!(rows, expected, "one window per GPU per hour");
-    let full_resolution: i64 = demo_scalar(&pool, "SELECT sum(windows)::int8 FROM telemetry_windows").await;
-    let hourly: i64 = demo_scalar(&pool, "SELECT sum(windows)::int8 FROM telemetry_hours").await;
-    assert_eq!(full_resolution, hourly, "every window is in both tiers");
+    let full_resolution = block_windows(&pool).await;
+    let hourly: i64 = demo_scalar(&pool, "SELECT sum(windows + inst_windows)::int8 FROM telemetry_gpu_hours").await;
+    assert_eq!(full_resolution, hourly, "every window is in its hour's block and its sums");
     let inconsistent: i64 = demo_scalar(
         &pool,
-        "SELECT count(*) FROM telemetry_hours h
-          WHERE h.energy_ms > 0 AND h.hour > (SELECT min(hour) FROM telemetry_hours f WHERE f.series_id = h.series_id)
+        "SELECT count(*) FROM telemetry_gpu_hours h
+          WHERE h.energy_ms > 0 AND h.hour > (SELECT min(hour) FROM telemetry_gpu_hours f WHERE f.series_id = h.series_id)
             AND (h.energy_j = 0 OR h.energy_j > h.power_max / 10.0 * h.energy_ms / 1000.0 * 1.02)",
     )
     .await;
     assert_eq!(inconsistent, 0, "energy within the hour's highest power");
     // Idle time: GPU-hours that did almost nothing (free GPUs, and reservations left idle). Utilization in 0.1 %.
-    let idle_gpu_hours: i64 = demo_scalar(&pool, "SELECT count(*) FROM telemetry_hours WHERE util_max < 50").await;
+    let idle_gpu_hours: i64 =
+        demo_scalar(&pool, "SELECT count(*) FROM telemetry_gpu_hours WHERE windows > 0 AND util_max < 50").await;
     assert!(idle_gpu_hours > 100, "{idle_gpu_hours} idle GPU-hours");
     // It came over HTTP with agent credentials made for the purpose, revoked afterwards.
     let used_tokens: i64 = demo_scalar(

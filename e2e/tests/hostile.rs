@@ -48,8 +48,8 @@ fn telemetry_batch(start: &str, end: &str) -> Value {
 async fn digest(su: &sqlx::PgPool, org: Uuid) -> (i64, i64, String, i64) {
     sqlx::query_as(
         "SELECT (SELECT count(*) FROM allocation_events WHERE org_id = $1),
-                (SELECT count(*) FROM telemetry_hours WHERE org_id = $1),
-                coalesce((SELECT md5(string_agg(t::text, '|' ORDER BY t::text)) FROM telemetry_windows t WHERE org_id = $1), ''),
+                (SELECT count(*) FROM telemetry_gpu_hours WHERE org_id = $1),
+                coalesce((SELECT md5(string_agg(t::text, '|' ORDER BY t::text)) FROM telemetry_gpu_hours t WHERE org_id = $1), ''),
                 (SELECT count(*) FROM tenants WHERE org_id = $1)",
     )
     .bind(org)
@@ -168,7 +168,7 @@ async fn every_attack_is_refused_by_name_and_the_server_and_the_other_organizati
             answer(http.post(format!("{base}/api/v1/ingest/batches")).bearer_auth(&agent).json(&batch)).await;
         assert_eq!(status, 422, "{year}: {body}");
         assert_eq!(body["field"], "facts[0].window_start", "{body}");
-        for table in ["telemetry_rollups", "telemetry_hours", "telemetry_windows"] {
+        for table in ["telemetry_rollups", "telemetry_gpu_hours"] {
             let part: Option<String> = sqlx::query_scalar("SELECT to_regclass($1)::text")
                 .bind(format!("{table}_{year}01"))
                 .fetch_one(&su)

@@ -43,7 +43,7 @@ async fn simulated_node_delivers_inventory_and_rollups() {
     loop {
         let (devices, windows): (i64, i64) = sqlx::query_as(
             "SELECT (SELECT count(*) FROM devices WHERE node = 'gpu-node-7'),
-                    (SELECT coalesce(sum(h.windows), 0) / 8 FROM telemetry_hours h
+                    (SELECT coalesce(sum(h.windows), 0) / 8 FROM telemetry_gpu_hours h
                        JOIN telemetry_series s ON s.org_id = h.org_id AND s.series_id = h.series_id
                       WHERE s.node = 'gpu-node-7')::int8",
         )
@@ -65,7 +65,7 @@ async fn simulated_node_delivers_inventory_and_rollups() {
     assert!(status.success(), "{}", std::fs::read_to_string(dir.join("node.log")).unwrap_or_default());
     // Every hour has all 8 GPUs, with samples, utilization within 0–100 % (stored in 0.1 %) and positive energy.
     let rows: Vec<(i64, i32, i16, i64)> = sqlx::query_as(
-        "SELECT count(*), min(h.samples), max(h.util_max), min(h.energy_j) FROM telemetry_hours h
+        "SELECT count(*), min(h.samples), max(h.util_max), min(h.energy_j) FROM telemetry_gpu_hours h
            JOIN telemetry_series s ON s.org_id = h.org_id AND s.series_id = h.series_id
           WHERE s.node = 'gpu-node-7' AND h.energy_ms > 0 GROUP BY h.hour HAVING count(*) = 8",
     )

@@ -582,6 +582,13 @@ impl CrossOrgMaintenance<'_> {
         Ok(ids.into_iter().map(OrgId::from_uuid).collect())
     }
 
+    /// The organizations that still have telemetry in the tables before one row per GPU-hour (migration 31),
+    /// which the upkeep moves into `telemetry_gpu_hours`.
+    pub async fn old_tier_orgs(&self) -> Result<Vec<OrgId>, DbError> {
+        let ids: Vec<uuid::Uuid> = sqlx::query_scalar("SELECT gpuledger_old_tier_orgs()").fetch_all(self.pool).await?;
+        Ok(ids.into_iter().map(OrgId::from_uuid).collect())
+    }
+
     /// Makes the telemetry partitions of the months `from..=through` and of any month waiting in the default
     /// partition; returns how many it made.
     pub async fn telemetry_partitions(&self, from: time::Date, through: time::Date) -> Result<i32, DbError> {

@@ -54,6 +54,26 @@ pub async fn move_legacy_telemetry(db: &Database) -> Result<u64, DbError> {
     Ok(moved)
 }
 
+/// Moves telemetry stored one row per device-hour (migrations 26–30) into one row per GPU-hour, a chunk per
+/// transaction, deleting what it moved. Returns how many device-hours it moved.
+pub async fn move_old_tiers(db: &Database) -> Result<u64, DbError> {
+    let mut moved = 0;
+    for org in db.cross_org_maintenance().old_tier_orgs().await? {
+        let mut this_org = 0;
+        while this_org < LEGACY_PER_ROUND {
+            let mut tx = db.begin_org(org).await?;
+            let n = crate::telemetry::store::move_tiers(&mut tx, LEGACY_CHUNK).await?;
+            tx.commit().await?;
+            this_org += n;
+            if n == 0 {
+                break;
+            }
+        }
+        moved += this_org;
+    }
+    Ok(moved)
+}
+
 /// The first day of the month `n` months from `d`'s (core's month arithmetic; a year out of range keeps `d`).
 fn add_months(d: Date, n: i32) -> Date {
     gpuledger_core::Period::from_date(d).and_then(|p| p.add_months(n)).map_or(d, |p| p.first_day())
@@ -77,6 +97,13 @@ pub fn spawn(db: Database) -> Maintenance {
                 Ok(moved) => tracing::info!(moved, "telemetry windows stored before the tiers moved into them"),
                 Err(e) => {
                     tracing::warn!(error = %e, "moving telemetry into the tiers failed; retrying at the next round")
+                }
+            }
+            match move_old_tiers(&db).await {
+                Ok(0) => {}
+                Ok(moved) => tracing::info!(moved, "device-hours stored before one row per GPU-hour moved"),
+                Err(e) => {
+                    tracing::warn!(error = %e, "moving device-hours into GPU-hours failed; retrying at the next round")
                 }
             }
         }

@@ -31,8 +31,7 @@ async fn counts(db: &Database, org: gpuledger_core::ids::OrgId) -> Vec<(String, 
         "quotas",
         "allocation_intervals",
         "telemetry_series",
-        "telemetry_hours",
-        "telemetry_windows",
+        "telemetry_gpu_hours",
         "service_usage",
         "endpoint_totals",
         "cost_policies",
@@ -88,35 +87,46 @@ async fn a_small_fleet_has_every_mode_a_closed_last_month_and_loads_once() {
     assert_eq!(hash.map(|h| h.len()), Some(64), "closed with a hash");
     let bundle = close::stored_bundle(&mut tx, Period::parse("2026-10").unwrap()).await.unwrap().unwrap();
     assert!(bundle.inputs.allocations.len() > 100);
-    // Telemetry at the agents' cadence: every device-hour holds 60 windows of 60 s, MIG instances included, and
-    // each hour's stored sums are those of its full-resolution block.
-    let (hours, min_w, max_w, instances): (i64, i16, i16, i64) = sqlx::query_as(
-        "SELECT count(*), min(h.windows), max(h.windows), count(*) FILTER (WHERE s.gpu_instance_id >= 0)
-           FROM telemetry_hours h JOIN telemetry_series s USING (org_id, series_id) WHERE h.hour >= '2026-11-01'",
+    // Telemetry at the agents' cadence: every GPU-hour holds 60 windows of 60 s for the GPU and each of its MIG
+    // instances, and each hour's stored sums are those of its full-resolution block.
+    let (hours, min_w, max_w, mig_hours): (i64, i16, i16, i64) = sqlx::query_as(
+        "SELECT count(*), min(windows), max(windows), count(*) FILTER (WHERE instances <> 0)
+           FROM telemetry_gpu_hours WHERE hour >= '2026-11-01'",
     )
     .fetch_one(tx.conn())
     .await
     .unwrap();
-    assert!(hours > 0 && instances > 0, "{hours} hours, {instances} of MIG instances");
+    assert!(hours > 0 && mig_hours > 0, "{hours} hours, {mig_hours} with MIG instances");
     assert_eq!((min_w, max_w), (60, 60));
-    let sample: Vec<(OffsetDateTime, Vec<u8>, i64, i64, i64, i32)> = sqlx::query_as(
-        "SELECT w.hour, w.block, h.energy_j, h.util_sum, h.sampled_ms::bigint, h.mem_max FROM telemetry_windows w
-           JOIN telemetry_hours h USING (org_id, series_id, hour) ORDER BY w.series_id, w.hour LIMIT 500",
+    #[allow(clippy::type_complexity)]
+    let sample: Vec<(OffsetDateTime, Vec<u8>, i64, i64, i64, i32, i64, i32, Option<Vec<u8>>)> = sqlx::query_as(
+        "SELECT hour, block, energy_j, util_sum, sampled_ms::bigint, mem_max, instances, inst_windows, inst_sums
+           FROM telemetry_gpu_hours ORDER BY instances <> 0 DESC, series_id, hour LIMIT 500",
     )
     .fetch_all(tx.conn())
     .await
     .unwrap();
     assert_eq!(sample.len(), 500);
-    for (hour, block, energy_j, util_sum, sampled_ms, mem_max) in sample {
-        let windows = gpuledger_server::telemetry::store::unpack(hour, &block).unwrap();
+    for (hour, block, energy_j, util_sum, sampled_ms, mem_max, mask, inst_windows, inst) in sample {
+        let devices = gpuledger_server::telemetry::store::unpack_gpu_hour(hour, &block).unwrap();
         let hour_ms = (hour.unix_timestamp_nanos() / 1_000_000) as i64;
-        let sums = gpuledger_core::telemetry::HourSums::of(hour_ms, &windows);
+        let sums = gpuledger_core::telemetry::HourSums::of(hour_ms, &devices[&-1]);
         assert_eq!(
             (sums.energy_j, sums.util_sum, sums.sampled_ms, sums.mem_max),
             (energy_j, util_sum, sampled_ms, i64::from(mem_max)),
             "{hour}"
         );
-        assert!(windows.iter().all(|w| w.end_ms - w.start_ms == 60_000));
+        let stored: Vec<(i32, gpuledger_core::telemetry::HourSums)> =
+            inst.map(|b| gpuledger_core::telemetry::decode_instance_sums(&b).unwrap()).unwrap_or_default();
+        let from_block: Vec<(i32, gpuledger_core::telemetry::HourSums)> = devices
+            .iter()
+            .filter(|(gi, _)| **gi >= 0)
+            .map(|(gi, ws)| (*gi, gpuledger_core::telemetry::HourSums::of(hour_ms, ws)))
+            .collect();
+        assert_eq!(stored, from_block, "{hour}");
+        assert_eq!(from_block.iter().fold(0_i64, |m, (gi, _)| m | 1 << gi), mask);
+        assert_eq!(from_block.iter().map(|(_, s)| s.windows).sum::<i64>(), i64::from(inst_windows));
+        assert!(devices.values().flatten().all(|w| w.end_ms - w.start_ms == 60_000));
     }
 
     // This month: open, with lines for several departments, Research among them, and nothing unpriced.

@@ -471,7 +471,7 @@ async fn telemetry_lands_in_monthly_partitions_once() {
     assert_eq!(ack["stored"], 90);
     let (_, ack) = send(&env, &batch(facts)).await;
     assert_eq!(ack["stored"], 0, "duplicates are ignored");
-    // Both tiers, per partition: (partition, Σ windows) — one row per device-hour.
+    // Per partition: (partition, rows, Σ windows) — one row per GPU-hour.
     let per_partition = |table: &'static str| {
         let admin = env.admin.clone();
         async move {
@@ -485,10 +485,9 @@ async fn telemetry_lands_in_monthly_partitions_once() {
         }
     };
     // Ingest runs no DDL: the windows wait in the default partitions until the maintenance task makes their months.
-    assert_eq!(per_partition("telemetry_hours").await, vec![("telemetry_hours_default".to_string(), 2, 90)]);
-    assert_eq!(per_partition("telemetry_windows").await, vec![("telemetry_windows_default".to_string(), 2, 90)]);
+    assert_eq!(per_partition("telemetry_gpu_hours").await, vec![("telemetry_gpu_hours_default".to_string(), 2, 90)]);
     gpuledger_server::maintenance::run_once(&env.db, datetime!(2026-11-15 00:00 UTC)).await.unwrap();
-    for table in ["telemetry_hours", "telemetry_windows"] {
+    for table in ["telemetry_gpu_hours"] {
         assert_eq!(
             per_partition(table).await,
             vec![(format!("{table}_202610"), 1, 60), (format!("{table}_202611"), 1, 30)],
@@ -497,7 +496,7 @@ async fn telemetry_lands_in_monthly_partitions_once() {
     }
     // The hours' sums are exact: 60 windows of 15,000 J, 55.5 % each.
     let hour: (i64, i64, i64, i64, i32) = sqlx::query_as(
-        "SELECT energy_j, sampled_ms::bigint, util_sum, util_ms::bigint, util_max::int FROM telemetry_hours
+        "SELECT energy_j, sampled_ms::bigint, util_sum, util_ms::bigint, util_max::int FROM telemetry_gpu_hours
           WHERE hour = '2026-10-31 23:00Z'",
     )
     .fetch_one(&env.admin)
@@ -511,18 +510,27 @@ async fn telemetry_lands_in_monthly_partitions_once() {
     ];
     let (_, ack) = send(&env, &batch(late)).await;
     assert_eq!(ack["stored"], 1, "{ack}");
-    let nov: (i16, i64, i32) =
-        sqlx::query_as("SELECT windows, energy_j, span_to_ms FROM telemetry_hours WHERE hour = '2026-11-01 00:00Z'")
-            .fetch_one(&env.admin)
-            .await
-            .unwrap();
+    let nov: (i16, i64, i32) = sqlx::query_as(
+        "SELECT windows, energy_j, span_to_ms FROM telemetry_gpu_hours WHERE hour = '2026-11-01 00:00Z'",
+    )
+    .fetch_one(&env.admin)
+    .await
+    .unwrap();
     assert_eq!(nov, (31, 31 * 15_000, 36 * 60_000), "the late window at 00:35 extends its hour");
-    let blocks: i64 =
-        sqlx::query_scalar("SELECT sum(windows)::bigint FROM telemetry_windows").fetch_one(&env.admin).await.unwrap();
-    assert_eq!(blocks, 91);
+    // The blocks hold every window once.
+    let stored: Vec<(time::OffsetDateTime, Vec<u8>)> =
+        sqlx::query_as("SELECT hour, block FROM telemetry_gpu_hours").fetch_all(&env.admin).await.unwrap();
+    let in_blocks: usize = stored
+        .iter()
+        .map(|(h, b)| gpuledger_server::telemetry::store::unpack_gpu_hour(*h, b).unwrap()[&-1].len())
+        .sum();
+    assert_eq!(in_blocks, 91);
     // Retention dropped October's full resolution: a late window for that hour cannot be merged exactly, so it is
     // not kept and the hour's sums stand.
-    sqlx::query("DELETE FROM telemetry_windows WHERE hour = '2026-10-31 23:00Z'").execute(&env.admin).await.unwrap();
+    sqlx::query("UPDATE telemetry_gpu_hours SET block = NULL WHERE hour = '2026-10-31 23:00Z'")
+        .execute(&env.admin)
+        .await
+        .unwrap();
     let mut stale = rollup("GPU-aaaaaaaa-0000-0000-0000-000000000001", 10);
     if let FactBody::Telemetry(t) = &mut stale.body {
         t.window_start += time::Duration::seconds(30);
@@ -532,15 +540,16 @@ async fn telemetry_lands_in_monthly_partitions_once() {
     let (status, ack) = send(&env, &batch(vec![stale])).await;
     assert_eq!((status, ack["stored"].as_u64()), (StatusCode::OK, Some(0)), "{ack}");
     let oct: (i16, i64) =
-        sqlx::query_as("SELECT windows, energy_j FROM telemetry_hours WHERE hour = '2026-10-31 23:00Z'")
+        sqlx::query_as("SELECT windows, energy_j FROM telemetry_gpu_hours WHERE hour = '2026-10-31 23:00Z'")
             .fetch_one(&env.admin)
             .await
             .unwrap();
     assert_eq!(oct, (60, 900_000));
-    let blocks: i64 = sqlx::query_scalar("SELECT count(*) FROM telemetry_windows WHERE hour = '2026-10-31 23:00Z'")
-        .fetch_one(&env.admin)
-        .await
-        .unwrap();
+    let blocks: i64 =
+        sqlx::query_scalar("SELECT count(block) FROM telemetry_gpu_hours WHERE hour = '2026-10-31 23:00Z'")
+            .fetch_one(&env.admin)
+            .await
+            .unwrap();
     assert_eq!(blocks, 0);
     // Coverage of October: the node sent 60 windows of 60 s for one GPU-hour; no allocation held it.
     let mut tx = env.db.begin_org(env.org).await.unwrap();
@@ -557,7 +566,9 @@ async fn telemetry_lands_in_monthly_partitions_once() {
     assert_eq!(node.node.as_deref(), Some("node-1"));
     assert_eq!((node.gpus, node.windows, node.median_window_secs.as_deref()), (1, 60, Some("60")));
     assert_eq!((node.gpu_hours_with_telemetry.as_str(), node.gpu_hours_held.as_str()), ("1.00", "0.00"));
-    assert!(node.bytes_full_resolution > 0 && node.bytes_hourly > 0);
+    // October's full resolution was stripped above: only its sums are kept.
+    assert_eq!(node.bytes_full_resolution, 0);
+    assert!(node.bytes_hourly > 0);
     assert_eq!(cov.clusters.len(), 1);
     assert_eq!(cov.clusters[0].windows, 60);
     assert_eq!(cov.starts_at, "2026-10-01T00:00:00Z");
@@ -1593,7 +1604,7 @@ async fn telemetry_stored_before_the_tiers_moves_into_them() {
     let left: i64 = sqlx::query_scalar("SELECT count(*) FROM telemetry_rollups").fetch_one(&env.admin).await.unwrap();
     assert_eq!(left, 0);
     let (windows, energy, util_ms): (i64, i64, i64) = sqlx::query_as(
-        "SELECT sum(h.windows)::bigint, sum(h.energy_j)::bigint, sum(h.util_ms)::bigint FROM telemetry_hours h
+        "SELECT sum(h.windows)::bigint, sum(h.energy_j)::bigint, sum(h.util_ms)::bigint FROM telemetry_gpu_hours h
            JOIN telemetry_series s ON s.org_id = h.org_id AND s.series_id = h.series_id WHERE s.gpu_uuid = 'GPU-legacy'",
     )
     .fetch_one(&env.admin)
@@ -1603,4 +1614,183 @@ async fn telemetry_stored_before_the_tiers_moves_into_them() {
     // utilization.
     assert_eq!((windows, energy, util_ms), (90, 90 * 12_000, 89 * 60_000));
     assert_eq!(gpuledger_server::maintenance::move_legacy_telemetry(&env.db).await.unwrap(), 0);
+}
+
+fn mig_window(gpu: &str, gi: Option<u32>, minute: i64, util: f64) -> Fact {
+    let gi_text = gi.map_or("-".to_string(), |g| g.to_string());
+    Fact {
+        event_id: event_id("telemetry", &[gpu, &gi_text, &minute.to_string()]),
+        observed_at: datetime!(2026-11-02 10:00 UTC),
+        body: FactBody::Telemetry(TelemetryRollup {
+            node: "node-7".into(),
+            gpu_uuid: gpu.into(),
+            gpu_instance_id: gi,
+            mig_profile: gi.map(|_| "1g.10gb".to_string()),
+            window_start: datetime!(2026-11-02 09:00 UTC) + time::Duration::minutes(minute),
+            window_end: datetime!(2026-11-02 09:01 UTC) + time::Duration::minutes(minute),
+            samples: 6,
+            utilization_pct: Some(Stat { min: util, avg: util, max: util }),
+            memory_used_mib: Some(Stat { min: 1000.0, avg: 1000.0, max: 1000.0 }),
+            power_w: gi.is_none().then_some(Stat { min: 200.0, avg: 200.0, max: 200.0 }),
+            energy_j: gi.is_none().then_some(12_000.0),
+            pod: None,
+        }),
+    }
+}
+
+/// A MIG GPU's instances live in their GPU's row (one row per GPU-hour): each instance's windows and sums are its
+/// own, the GPU's energy stays the GPU's, late windows of one instance leave the others alone, coverage counts the
+/// instances, an instance past the mask is refused at the door, and an instance whose GPU never reported gets
+/// its GPU's series.
+#[tokio::test]
+async fn mig_instances_share_their_gpus_row() {
+    let env = env().await;
+    let gpu = "GPU-bbbbbbbb-0000-0000-0000-000000000007";
+    let mut facts: Vec<Fact> = (0..60).map(|m| mig_window(gpu, None, m, 0.0)).collect();
+    facts.extend((0..60).map(|m| mig_window(gpu, Some(1), m, 50.0)));
+    facts.extend((0..30).map(|m| mig_window(gpu, Some(9), m, 20.0)));
+    let (status, ack) = send(&env, &batch(facts)).await;
+    assert_eq!((status, ack["stored"].as_u64()), (StatusCode::OK, Some(150)), "{ack}");
+    // Late windows of instance 9 and a redelivery of instance 1's.
+    let late = vec![mig_window(gpu, Some(9), 40, 20.0), mig_window(gpu, Some(1), 3, 50.0)];
+    let (_, ack) = send(&env, &batch(late)).await;
+    assert_eq!(ack["stored"], 1, "{ack}");
+    #[allow(clippy::type_complexity)]
+    let rows: Vec<(i16, i64, i32, i64, i32, Vec<u8>, Vec<u8>, time::OffsetDateTime)> = sqlx::query_as(
+        "SELECT windows, energy_j, inst_windows, instances, inst_sampled_ms, inst_sums, block, hour FROM telemetry_gpu_hours",
+    )
+    .fetch_all(&env.admin)
+    .await
+    .unwrap();
+    assert_eq!(rows.len(), 1, "one row for the GPU and its instances");
+    let (windows, energy, inst_windows, mask, inst_ms, inst, block, hour) = rows.into_iter().next().unwrap();
+    assert_eq!((windows, energy, inst_windows, mask, inst_ms), (60, 720_000, 91, (1 << 1) | (1 << 9), 91 * 60_000));
+    let sums = gpuledger_core::telemetry::decode_instance_sums(&inst).unwrap();
+    assert_eq!(
+        sums.iter().map(|(gi, s)| (*gi, s.windows, s.util_avg_pct())).collect::<Vec<_>>(),
+        vec![(1, 60, Some(50.0)), (9, 31, Some(20.0))]
+    );
+    let kept = gpuledger_server::telemetry::store::unpack_gpu_hour(hour, &block).unwrap();
+    assert_eq!(kept.iter().map(|(gi, ws)| (*gi, ws.len())).collect::<Vec<_>>(), vec![(-1, 60), (1, 60), (9, 31)]);
+    // Coverage: one GPU, two instances, every window.
+    let mut tx = env.db.begin_org(env.org).await.unwrap();
+    let cov = gpuledger_server::telemetry::coverage(
+        &mut tx,
+        gpuledger_core::Period::parse("2026-11").unwrap(),
+        datetime!(2026-11-15 00:00 UTC),
+    )
+    .await
+    .unwrap();
+    tx.commit().await.unwrap();
+    let node = cov.nodes.iter().find(|n| n.node.as_deref() == Some("node-7")).unwrap();
+    assert_eq!((node.gpus, node.mig_instances, node.windows), (1, 2, 151), "{node:?}");
+    // An instance past the mask is refused by name.
+    let (status, ack) = send(&env, &batch(vec![mig_window(gpu, Some(64), 0, 1.0)])).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{ack}");
+    assert!(ack["field"].as_str().unwrap().ends_with("gpu_instance_id"), "{ack}");
+    // Instances of a GPU that never reported itself: the GPU's series is made, its own columns stay empty.
+    let other = "GPU-bbbbbbbb-0000-0000-0000-000000000008";
+    let (_, ack) = send(&env, &batch(vec![mig_window(other, Some(2), 0, 30.0)])).await;
+    assert_eq!(ack["stored"], 1, "{ack}");
+    let (windows, mask, gi): (i16, i64, i32) = sqlx::query_as(
+        "SELECT h.windows, h.instances, s.gpu_instance_id FROM telemetry_gpu_hours h
+           JOIN telemetry_series s USING (org_id, series_id) WHERE s.gpu_uuid = $1",
+    )
+    .bind(other)
+    .fetch_one(&env.admin)
+    .await
+    .unwrap();
+    assert_eq!((windows, mask, gi), (0, 1 << 2, -1));
+}
+
+/// Telemetry stored one row per device-hour (migrations 26–30) moves into one row per GPU-hour: blocks through the
+/// merge (exact, nothing counted twice), an hour whose block retention dropped as its sums, the old rows deleted.
+#[tokio::test]
+async fn device_hours_stored_before_move_into_gpu_hours() {
+    use std::io::Write;
+    let env = env().await;
+    let org = env.org.as_uuid();
+    let cluster: uuid::Uuid =
+        sqlx::query_scalar("SELECT cluster_id FROM clusters WHERE org_id = $1 AND name = 'gpu-east'")
+            .bind(org)
+            .fetch_one(&env.admin)
+            .await
+            .unwrap();
+    let ids: Vec<i64> = sqlx::query_scalar(
+        "INSERT INTO telemetry_series (org_id, cluster_id, gpu_uuid, gpu_instance_id, node, mig_profile)
+         VALUES ($1, $2, 'GPU-old', -1, 'node-3', NULL), ($1, $2, 'GPU-old', 4, 'node-3', '3g.40gb')
+         RETURNING series_id",
+    )
+    .bind(org)
+    .bind(cluster)
+    .fetch_all(&env.admin)
+    .await
+    .unwrap();
+    let hour = datetime!(2026-11-03 05:00 UTC);
+    let hour_ms = hour.unix_timestamp() * 1000;
+    let windows: Vec<gpuledger_core::telemetry::Window> = (0..60)
+        .map(|m| gpuledger_core::telemetry::Window {
+            start_ms: hour_ms + m * 60_000,
+            end_ms: hour_ms + (m + 1) * 60_000,
+            samples: 6,
+            util: Some(gpuledger_core::telemetry::Triple { min: 400, avg: 400, max: 400 }),
+            mem: None,
+            power: Some(gpuledger_core::telemetry::Triple { min: 2000, avg: 2000, max: 2000 }),
+            energy_j: Some(12_000),
+            pod: None,
+        })
+        .collect();
+    let mut z = flate2::write::DeflateEncoder::new(Vec::new(), flate2::Compression::fast());
+    z.write_all(&gpuledger_core::telemetry::encode(hour_ms, &windows)).unwrap();
+    let block = z.finish().unwrap();
+    let s = gpuledger_core::telemetry::HourSums::of(hour_ms, &windows);
+    // The GPU's hour with its block; the instance's hour (two hours later) as sums only.
+    for (series, h, with_block) in [(ids[0], hour, true), (ids[1], hour + time::Duration::hours(2), false)] {
+        sqlx::query(
+            "INSERT INTO telemetry_hours (org_id, series_id, hour, windows, samples, sampled_ms, span_from_ms, span_to_ms,
+                 util_ms, util_sum, util_max, mem_max, power_max, energy_ms, energy_j, block_bytes)
+             VALUES ($1, $2, $3, $4, $5, $6, 0, $6, $6, $7, 400, 0, 2000, $6, $8, 0)",
+        )
+        .bind(org)
+        .bind(series)
+        .bind(h)
+        .bind(s.windows as i16)
+        .bind(s.samples as i32)
+        .bind(s.sampled_ms as i32)
+        .bind(s.util_sum)
+        .bind(s.energy_j)
+        .execute(&env.admin)
+        .await
+        .unwrap();
+        if with_block {
+            sqlx::query(
+                "INSERT INTO telemetry_windows (org_id, series_id, hour, windows, block) VALUES ($1, $2, $3, 60, $4)",
+            )
+            .bind(org)
+            .bind(series)
+            .bind(h)
+            .bind(&block)
+            .execute(&env.admin)
+            .await
+            .unwrap();
+        }
+    }
+    gpuledger_server::maintenance::run_once(&env.db, datetime!(2026-11-15 00:00 UTC)).await.unwrap();
+    assert_eq!(gpuledger_server::maintenance::move_old_tiers(&env.db).await.unwrap(), 2);
+    let left: i64 =
+        sqlx::query_scalar("SELECT (SELECT count(*) FROM telemetry_hours) + (SELECT count(*) FROM telemetry_windows)")
+            .fetch_one(&env.admin)
+            .await
+            .unwrap();
+    assert_eq!(left, 0);
+    let rows: Vec<(time::OffsetDateTime, i16, i64, i64, i32, bool)> = sqlx::query_as(
+        "SELECT hour, windows, energy_j, instances, inst_windows, block IS NOT NULL FROM telemetry_gpu_hours
+          WHERE series_id = $1 ORDER BY hour",
+    )
+    .bind(ids[0])
+    .fetch_all(&env.admin)
+    .await
+    .unwrap();
+    assert_eq!(rows, vec![(hour, 60, 720_000, 0, 0, true), (hour + time::Duration::hours(2), 0, 0, 1 << 4, 60, false)]);
+    assert_eq!(gpuledger_server::maintenance::move_old_tiers(&env.db).await.unwrap(), 0);
 }

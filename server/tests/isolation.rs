@@ -97,6 +97,11 @@ async fn seed(db: &Database, slug: &str) -> OrgId {
             "INSERT INTO telemetry_windows (org_id, series_id, hour, windows, block) VALUES ($1, 900001, '2026-01-01 10:00Z', 1, '\\x00')",
             vec![o],
         ),
+        // One row per GPU-hour (migration 31).
+        (
+            "INSERT INTO telemetry_gpu_hours (org_id, series_id, hour, util_sum, energy_j, samples, sampled_ms, span_from_ms, span_to_ms, util_ms, mem_max, power_max, energy_ms, windows, util_max, block) VALUES ($1, 900001, '2026-01-01 10:00Z', 600000, 0, 6, 60000, 0, 60000, 60000, 0, 0, 0, 1, 10, '\\x00')",
+            vec![o],
+        ),
         (
             "INSERT INTO data_quality_findings (org_id, cluster_id, finding_id, kind, subject) VALUES ($1, $2, 'f1', 'agent_gap', 'spool')",
             vec![o, cluster],

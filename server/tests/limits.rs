@@ -163,8 +163,7 @@ async fn ingest_makes_no_partition_and_refuses_windows_before_the_backfill() {
     let partitions = || async {
         let names: Vec<String> = sqlx::query_scalar(
             "SELECT c.relname::text FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
-              WHERE i.inhparent IN ('telemetry_rollups'::regclass, 'telemetry_hours'::regclass,
-                                    'telemetry_windows'::regclass) ORDER BY 1",
+              WHERE i.inhparent IN ('telemetry_rollups'::regclass, 'telemetry_gpu_hours'::regclass) ORDER BY 1",
         )
         .fetch_all(&su)
         .await
@@ -178,7 +177,7 @@ async fn ingest_makes_no_partition_and_refuses_windows_before_the_backfill() {
     assert_eq!(status, StatusCode::OK, "{body}");
     assert_eq!(partitions().await, before, "ingest made a partition");
     let in_default: i64 =
-        sqlx::query_scalar("SELECT count(*) FROM telemetry_hours_default").fetch_one(&su).await.unwrap();
+        sqlx::query_scalar("SELECT count(*) FROM telemetry_gpu_hours_default").fetch_one(&su).await.unwrap();
     assert_eq!(in_default, 1);
     // Before the window, and in years 0001 / 1970: refused by name.
     for start in [
@@ -196,13 +195,13 @@ async fn ingest_makes_no_partition_and_refuses_windows_before_the_backfill() {
     assert!(made >= 4, "made {made}");
     let after = partitions().await;
     let now = OffsetDateTime::now_utc();
-    for table in ["telemetry_rollups", "telemetry_hours", "telemetry_windows"] {
+    for table in ["telemetry_rollups", "telemetry_gpu_hours"] {
         let month = |t: OffsetDateTime| format!("{table}_{:04}{:02}", t.year(), u8::from(t.month()));
         for t in [old, now, now + time::Duration::days(62)] {
             assert!(after.contains(&month(t)), "{} missing from {after:?}", month(t));
         }
     }
-    for table in ["telemetry_hours", "telemetry_windows"] {
+    for table in ["telemetry_gpu_hours"] {
         let in_default: i64 =
             sqlx::query_scalar(&format!("SELECT count(*) FROM {table}_default")).fetch_one(&su).await.unwrap();
         assert_eq!(in_default, 0, "{table}: the waiting row moved to its month");

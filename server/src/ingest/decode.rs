@@ -282,6 +282,15 @@ pub fn validate(batch: &Batch, window: Window) -> Result<(), AppError> {
                 if t.window_end <= t.window_start {
                     return Err(AppError::invalid(field("window_end"), "must be after window_start"));
                 }
+                if t.gpu_instance_id.is_some_and(|g| g > gpuledger_core::telemetry::MAX_GPU_INSTANCE_ID as u32) {
+                    return Err(AppError::invalid(
+                        field("gpu_instance_id"),
+                        format!(
+                            "is past {}: NVML numbers a GPU's MIG instances from 0 and no GPU has that many",
+                            gpuledger_core::telemetry::MAX_GPU_INSTANCE_ID
+                        ),
+                    ));
+                }
                 future("window_end", t.window_end)?;
                 past("window_start", t.window_start)?;
                 gpuledger_core::telemetry::Window::from_rollup(t).map_err(|e| match e {

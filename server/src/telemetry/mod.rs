@@ -15,11 +15,10 @@ use crate::{
     http::{Administer, Caller, Params, parse_period},
 };
 
-/// Bytes one `telemetry_hours` row takes on disk with its primary-key entry (measured on PostgreSQL 15 with
-/// `pg_total_relation_size` over a 10,000-GPU month: docs/scaling.md).
-pub const HOUR_ROW_BYTES: i64 = 170;
-/// Bytes one `telemetry_windows` row takes besides its block (tuple header, key, index entry; measured likewise).
-pub const WINDOWS_ROW_OVERHEAD_BYTES: i64 = 90;
+/// Bytes one `telemetry_gpu_hours` row takes on disk besides its block and its instances' sums (tuple header, key,
+/// the GPU's sums, primary-key entry; measured on PostgreSQL 15 with `pg_total_relation_size` over a demo month:
+/// docs/telemetry.md).
+pub const GPU_HOUR_ROW_BYTES: i64 = 180;
 /// Share of held hours below which a node's telemetry is `partial`.
 const PARTIAL_BELOW: f64 = 0.9;
 
@@ -95,8 +94,8 @@ pub async fn coverage(tx: &mut crate::db::OrgTx, period: Period, now: OffsetDate
                 .median_window_ms
                 .map(|ms| Decimal::from_scaled(i128::from(ms), 3).map(|d| d.normalized().to_string()))
                 .transpose()?,
-            bytes_full_resolution: u64::try_from(r.block_bytes + r.hour_rows * WINDOWS_ROW_OVERHEAD_BYTES).unwrap_or(0),
-            bytes_hourly: u64::try_from(r.hour_rows * HOUR_ROW_BYTES).unwrap_or(0),
+            bytes_full_resolution: u64::try_from(r.block_bytes).unwrap_or(0),
+            bytes_hourly: u64::try_from(r.hour_rows * GPU_HOUR_ROW_BYTES + r.inst_sums_bytes).unwrap_or(0),
             last_hour: r.last_hour.map(rfc3339).transpose()?,
             status,
             fix,

@@ -1,13 +1,16 @@
 //! SQL of the telemetry tiers: series, full-resolution blocks per device-hour, and the hours' exact sums.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::{Read, Write};
 
 use flate2::{Compression, read::DeflateDecoder, write::DeflateEncoder};
 use gpuledger_core::{
     ids::ClusterId,
     ledger::{DeviceEnergy, EnergySpan},
-    telemetry::{HourSums, Window, WindowError, decode, encode, merge},
+    telemetry::{
+        GpuHour, HourSums, MAX_GPU_INSTANCE_ID, Window, WindowError, decode, decode_gpu_hour, decode_instance_sums,
+        encode_gpu_hour, encode_instance_sums, merge,
+    },
 };
 use time::OffsetDateTime;
 use uuid::Uuid;
@@ -37,19 +40,25 @@ fn deflate(raw: &[u8]) -> Result<Vec<u8>, DbError> {
     e.finish().map_err(|e| DbError::Data(e.to_string()))
 }
 
-/// Decompresses and decodes a stored block.
+/// Decompresses and decodes a block stored one per device-hour (`telemetry_windows`, before migration 31).
 pub fn unpack(hour: OffsetDateTime, block: &[u8]) -> Result<Vec<Window>, DbError> {
+    let raw = inflate(hour, block)?;
+    decode(unix_ms(hour), &raw).map_err(|e| DbError::Data(format!("telemetry block of {hour}: {e}")))
+}
+
+/// Decompresses and decodes a stored GPU-hour block (the GPU's windows and its MIG instances').
+pub fn unpack_gpu_hour(hour: OffsetDateTime, block: &[u8]) -> Result<GpuHour, DbError> {
+    let raw = inflate(hour, block)?;
+    decode_gpu_hour(unix_ms(hour), &raw).map_err(|e| DbError::Data(format!("telemetry block of {hour}: {e}")))
+}
+
+fn inflate(hour: OffsetDateTime, block: &[u8]) -> Result<Vec<u8>, DbError> {
     let mut raw = Vec::new();
     DeflateDecoder::new(block)
         .take(MAX_BLOCK_BYTES)
         .read_to_end(&mut raw)
         .map_err(|e| DbError::Data(format!("telemetry block of {hour}: {e}")))?;
-    decode(unix_ms(hour), &raw).map_err(|e| DbError::Data(format!("telemetry block of {hour}: {e}")))
-}
-
-/// Compresses windows of one hour as stored.
-pub fn pack(hour_ms: i64, windows: &[Window]) -> Result<Vec<u8>, DbError> {
-    deflate(&encode(hour_ms, windows))
+    Ok(raw)
 }
 
 fn unix_ms(t: OffsetDateTime) -> i64 {
@@ -123,25 +132,75 @@ pub async fn series_ids(
     Ok(ids)
 }
 
-/// Device-hours as column vectors: each hour's block (for `telemetry_windows`) and sums (for `telemetry_hours`).
+/// GPU-hours as column vectors, as `telemetry_gpu_hours` stores them: each physical GPU-hour's own sums, its MIG
+/// instances' (a mask, totals and their encoded sums) and the block of them all.
 #[derive(Default)]
-pub struct HourRows {
+pub struct GpuHourRows {
     series: Vec<i64>,
     hour: Vec<OffsetDateTime>,
-    windows: Vec<i16>,
-    blocks: Vec<Vec<u8>>,
-    sums: Vec<HourSums>,
+    gpu: Vec<HourSums>,
+    instances: Vec<i64>,
+    inst_windows: Vec<i32>,
+    inst_ms: Vec<i32>,
+    inst_sums: Vec<Option<Vec<u8>>>,
+    blocks: Vec<Option<Vec<u8>>>,
+    /// Windows of each row (the GPU's and its instances').
+    windows: Vec<u64>,
 }
 
-impl HourRows {
-    /// Adds series `series`'s windows of hour `hour_ms` (sorted by start, one per start).
-    pub fn push(&mut self, series: i64, hour_ms: i64, windows: &[Window]) -> Result<(), DbError> {
+impl GpuHourRows {
+    /// Adds GPU `series`'s hour `hour_ms` (its own windows under instance -1, its MIG instances' under theirs;
+    /// each sorted by start, one per start).
+    pub fn push(&mut self, series: i64, hour_ms: i64, hour: &GpuHour) -> Result<(), DbError> {
+        let gpu = hour.get(&-1).map(|ws| HourSums::of(hour_ms, ws)).unwrap_or_default();
+        let inst: BTreeMap<i32, HourSums> = hour
+            .iter()
+            .filter(|(gi, ws)| **gi >= 0 && !ws.is_empty())
+            .map(|(gi, ws)| (*gi, HourSums::of(hour_ms, ws)))
+            .collect();
+        let block = deflate(&encode_gpu_hour(hour_ms, hour))?;
+        self.push_sums(series, hour_ms, gpu, &inst, Some(block))
+    }
+
+    /// Adds a GPU-hour from its sums (and its block, if it has one).
+    fn push_sums(
+        &mut self,
+        series: i64,
+        hour_ms: i64,
+        gpu: HourSums,
+        inst: &BTreeMap<i32, HourSums>,
+        block: Option<Vec<u8>>,
+    ) -> Result<(), DbError> {
+        let mut mask = 0_i64;
+        for gi in inst.keys() {
+            if !(0..=MAX_GPU_INSTANCE_ID).contains(gi) {
+                return Err(DbError::Data(format!("MIG instance {gi} is out of range")));
+            }
+            mask |= 1_i64 << gi;
+        }
+        if gpu.windows > i64::from(i16::MAX) {
+            return Err(DbError::Data("too many windows".into()));
+        }
         self.series.push(series);
         self.hour.push(at_ms(hour_ms));
-        self.windows.push(i16::try_from(windows.len()).map_err(|_| DbError::Data("too many windows".into()))?);
-        self.blocks.push(pack(hour_ms, windows)?);
-        self.sums.push(HourSums::of(hour_ms, windows));
+        self.gpu.push(gpu);
+        self.instances.push(mask);
+        self.inst_windows.push(int(inst.values().map(|s| s.windows).sum()));
+        self.inst_ms.push(int(inst.values().map(|s| s.sampled_ms).sum()));
+        self.inst_sums.push((mask != 0).then(|| encode_instance_sums(inst)));
+        self.blocks.push(block);
+        self.windows.push(u64::try_from(gpu.windows + inst.values().map(|s| s.windows).sum::<i64>()).unwrap_or(0));
         Ok(())
+    }
+
+    /// GPU-hours held.
+    pub fn len(&self) -> usize {
+        self.series.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.series.is_empty()
     }
 }
 
@@ -149,153 +208,162 @@ fn int(v: i64) -> i32 {
     i32::try_from(v).unwrap_or(i32::MAX)
 }
 
-/// Inserts the hours' blocks where no block of that device-hour is stored yet; returns the device-hours inserted.
-pub async fn insert_blocks(tx: &mut OrgTx, rows: &HourRows) -> Result<Vec<(i64, OffsetDateTime)>, DbError> {
-    Ok(sqlx::query_as(
-        "INSERT INTO telemetry_windows (org_id, series_id, hour, windows, block)
-         SELECT $1, * FROM unnest($2::bigint[], $3::timestamptz[], $4::smallint[], $5::bytea[])
-         ON CONFLICT DO NOTHING RETURNING series_id, hour",
-    )
-    .bind(tx.org().as_uuid())
-    .bind(&rows.series)
-    .bind(&rows.hour)
-    .bind(&rows.windows)
-    .bind(&rows.blocks)
-    .fetch_all(tx.conn())
-    .await?)
+/// Inserts GPU-hours; with `only_new`, those already stored are left as they are. Returns the GPU-hours inserted.
+pub async fn insert_gpu_hours(
+    tx: &mut OrgTx,
+    rows: &GpuHourRows,
+    only_new: bool,
+) -> Result<Vec<(i64, OffsetDateTime)>, DbError> {
+    let g = &rows.gpu;
+    let col = |f: fn(&HourSums) -> i64| g.iter().map(|x| int(f(x))).collect::<Vec<i32>>();
+    let big = |f: fn(&HourSums) -> i64| g.iter().map(f).collect::<Vec<i64>>();
+    let small = |f: fn(&HourSums) -> i64| g.iter().map(|x| i16::try_from(f(x)).unwrap_or(i16::MAX)).collect::<Vec<_>>();
+    let sql = format!(
+        "INSERT INTO telemetry_gpu_hours (org_id, series_id, hour, util_sum, energy_j, instances, samples, sampled_ms,
+             span_from_ms, span_to_ms, util_ms, mem_max, power_max, energy_ms, inst_windows, inst_sampled_ms, windows,
+             util_max, inst_sums, block)
+         SELECT $1, * FROM unnest($2::bigint[], $3::timestamptz[], $4::bigint[], $5::bigint[], $6::bigint[], $7::int[],
+             $8::int[], $9::int[], $10::int[], $11::int[], $12::int[], $13::int[], $14::int[], $15::int[], $16::int[],
+             $17::smallint[], $18::smallint[], $19::bytea[], $20::bytea[])
+         {} RETURNING series_id, hour",
+        if only_new { "ON CONFLICT DO NOTHING" } else { "" }
+    );
+    Ok(sqlx::query_as(&sql)
+        .bind(tx.org().as_uuid())
+        .bind(&rows.series)
+        .bind(&rows.hour)
+        .bind(big(|x| x.util_sum))
+        .bind(big(|x| x.energy_j))
+        .bind(&rows.instances)
+        .bind(col(|x| x.samples))
+        .bind(col(|x| x.sampled_ms))
+        .bind(col(|x| x.span_from_ms))
+        .bind(col(|x| x.span_to_ms))
+        .bind(col(|x| x.util_ms))
+        .bind(col(|x| x.mem_max))
+        .bind(col(|x| x.power_max))
+        .bind(col(|x| x.energy_ms))
+        .bind(&rows.inst_windows)
+        .bind(&rows.inst_ms)
+        .bind(small(|x| x.windows))
+        .bind(small(|x| x.util_max))
+        .bind(&rows.inst_sums)
+        .bind(&rows.blocks)
+        .fetch_all(tx.conn())
+        .await?)
 }
 
-/// Writes the hours' sums (inserting, or replacing an hour's sums by those of its whole merged block).
-pub async fn write_sums(tx: &mut OrgTx, rows: &HourRows) -> Result<(), DbError> {
-    let s = &rows.sums;
-    let col = |f: fn(&HourSums) -> i64| s.iter().map(|x| int(f(x))).collect::<Vec<i32>>();
-    let big = |f: fn(&HourSums) -> i64| s.iter().map(f).collect::<Vec<i64>>();
+/// Rewrites stored GPU-hours whole (sums and block) by those of their merged windows.
+async fn update_gpu_hours(tx: &mut OrgTx, rows: &GpuHourRows) -> Result<(), DbError> {
+    let g = &rows.gpu;
+    let col = |f: fn(&HourSums) -> i64| g.iter().map(|x| int(f(x))).collect::<Vec<i32>>();
+    let big = |f: fn(&HourSums) -> i64| g.iter().map(f).collect::<Vec<i64>>();
+    let small = |f: fn(&HourSums) -> i64| g.iter().map(|x| i16::try_from(f(x)).unwrap_or(i16::MAX)).collect::<Vec<_>>();
     sqlx::query(
-        "INSERT INTO telemetry_hours (org_id, series_id, hour, windows, samples, sampled_ms, span_from_ms, span_to_ms,
-             util_ms, util_sum, util_max, mem_max, power_max, energy_ms, energy_j, block_bytes)
-         SELECT $1, * FROM unnest($2::bigint[], $3::timestamptz[], $4::smallint[], $5::int[], $6::int[], $7::int[],
-             $8::int[], $9::int[], $10::bigint[], $11::smallint[], $12::int[], $13::int[], $14::int[], $15::bigint[],
-             $16::int[])
-         ON CONFLICT (org_id, series_id, hour) DO UPDATE SET block_bytes = EXCLUDED.block_bytes, windows = EXCLUDED.windows, samples = EXCLUDED.samples,
-             sampled_ms = EXCLUDED.sampled_ms, span_from_ms = EXCLUDED.span_from_ms,
-             span_to_ms = EXCLUDED.span_to_ms, util_ms = EXCLUDED.util_ms, util_sum = EXCLUDED.util_sum,
-             util_max = EXCLUDED.util_max, mem_max = EXCLUDED.mem_max, power_max = EXCLUDED.power_max,
-             energy_ms = EXCLUDED.energy_ms, energy_j = EXCLUDED.energy_j",
+        "UPDATE telemetry_gpu_hours t SET util_sum = u.util_sum, energy_j = u.energy_j, instances = u.instances,
+                samples = u.samples, sampled_ms = u.sampled_ms, span_from_ms = u.span_from_ms, span_to_ms = u.span_to_ms,
+                util_ms = u.util_ms, mem_max = u.mem_max, power_max = u.power_max, energy_ms = u.energy_ms,
+                inst_windows = u.inst_windows, inst_sampled_ms = u.inst_sampled_ms, windows = u.windows,
+                util_max = u.util_max, inst_sums = u.inst_sums, block = u.block
+           FROM unnest($2::bigint[], $3::timestamptz[], $4::bigint[], $5::bigint[], $6::bigint[], $7::int[], $8::int[],
+                $9::int[], $10::int[], $11::int[], $12::int[], $13::int[], $14::int[], $15::int[], $16::int[],
+                $17::smallint[], $18::smallint[], $19::bytea[], $20::bytea[])
+             AS u(series_id, hour, util_sum, energy_j, instances, samples, sampled_ms, span_from_ms, span_to_ms,
+                  util_ms, mem_max, power_max, energy_ms, inst_windows, inst_sampled_ms, windows, util_max, inst_sums,
+                  block)
+          WHERE t.org_id = $1 AND t.series_id = u.series_id AND t.hour = u.hour",
     )
     .bind(tx.org().as_uuid())
     .bind(&rows.series)
     .bind(&rows.hour)
-    .bind(&rows.windows)
+    .bind(big(|x| x.util_sum))
+    .bind(big(|x| x.energy_j))
+    .bind(&rows.instances)
     .bind(col(|x| x.samples))
     .bind(col(|x| x.sampled_ms))
     .bind(col(|x| x.span_from_ms))
     .bind(col(|x| x.span_to_ms))
     .bind(col(|x| x.util_ms))
-    .bind(big(|x| x.util_sum))
-    .bind(s.iter().map(|x| i16::try_from(x.util_max).unwrap_or(i16::MAX)).collect::<Vec<_>>())
     .bind(col(|x| x.mem_max))
     .bind(col(|x| x.power_max))
     .bind(col(|x| x.energy_ms))
-    .bind(big(|x| x.energy_j))
-    .bind(rows.blocks.iter().map(|b| int(b.len() as i64)).collect::<Vec<i32>>())
+    .bind(&rows.inst_windows)
+    .bind(&rows.inst_ms)
+    .bind(small(|x| x.windows))
+    .bind(small(|x| x.util_max))
+    .bind(&rows.inst_sums)
+    .bind(&rows.blocks)
     .execute(tx.conn())
     .await?;
     Ok(())
 }
 
-/// Stores windows in both tiers: each device-hour's block gains the windows it did not have (a redelivered window
-/// changes nothing) and its sums are those of the whole merged block. Returns how many windows were new.
+/// Stores windows: each GPU-hour's block gains the windows it did not have (a redelivered window changes nothing)
+/// and its sums are those of the whole merged block. A MIG instance's windows go into its GPU's hour (the GPU's
+/// series is made if only its instances reported). Returns how many windows were new.
 ///
-/// Concurrent batches touching the same hour are serialised on its block row: new hours are inserted first (a
+/// Concurrent batches touching the same GPU-hour are serialised on its row: new hours are inserted first (a
 /// concurrent insert of the same hour waits and then finds it), existing ones are locked `FOR UPDATE`, both in key
 /// order.
 pub async fn store_windows(tx: &mut OrgTx, cluster: ClusterId, series: Vec<SeriesWindows>) -> Result<u64, DbError> {
+    let (series, out_of_range): (Vec<SeriesWindows>, Vec<SeriesWindows>) =
+        series.into_iter().partition(|s| (-1..=MAX_GPU_INSTANCE_ID).contains(&s.gpu_instance_id));
+    if !out_of_range.is_empty() {
+        // Ingest refuses these at the door; only rows stored before the limit existed can get here.
+        tracing::warn!(devices = out_of_range.len(), "telemetry of MIG instances past {MAX_GPU_INSTANCE_ID}: not kept");
+    }
     if series.is_empty() {
         return Ok(0);
     }
-    let devices: Vec<(&str, i32, &str, Option<&str>)> = series
+    // The devices, and the GPUs of instances whose GPU itself sent nothing in this batch.
+    let mut devices: Vec<(&str, i32, &str, Option<&str>)> = series
         .iter()
         .map(|s| (s.gpu_uuid.as_str(), s.gpu_instance_id, s.node.as_str(), s.mig_profile.as_deref()))
         .collect();
-    let ids = series_ids(tx, cluster, &devices).await?;
-    // (series, hour ms) → its windows in this batch, merged (sorted, one per start).
-    let mut hours: BTreeMap<(i64, i64), Vec<Window>> = BTreeMap::new();
-    for (s, id) in series.into_iter().zip(ids) {
-        for w in s.windows {
-            hours.entry((id, w.hour_ms())).or_default().push(w);
+    let mut gpus: HashSet<&str> =
+        series.iter().filter(|s| s.gpu_instance_id < 0).map(|s| s.gpu_uuid.as_str()).collect();
+    for s in &series {
+        if s.gpu_instance_id >= 0 && gpus.insert(s.gpu_uuid.as_str()) {
+            devices.push((s.gpu_uuid.as_str(), -1, s.node.as_str(), None));
         }
     }
-    for ws in hours.values_mut() {
-        let batch = std::mem::take(ws);
-        merge(ws, batch);
+    let ids = series_ids(tx, cluster, &devices).await?;
+    let gpu_id: HashMap<&str, i64> =
+        devices.iter().zip(&ids).filter(|(d, _)| d.1 < 0).map(|(d, id)| (d.0, *id)).collect();
+    let parent: Vec<i64> = series
+        .iter()
+        .map(|s| gpu_id.get(s.gpu_uuid.as_str()).copied())
+        .collect::<Option<_>>()
+        .ok_or_else(|| DbError::Data("telemetry series of a GPU not stored".into()))?;
+    drop(devices);
+    // (GPU series, hour ms) → its devices' windows in this batch, merged (sorted, one per start).
+    let mut hours: BTreeMap<(i64, i64), GpuHour> = BTreeMap::new();
+    for (s, id) in series.into_iter().zip(parent) {
+        for w in s.windows {
+            hours.entry((id, w.hour_ms())).or_default().entry(s.gpu_instance_id).or_default().push(w);
+        }
     }
-    let org = tx.org().as_uuid();
+    for h in hours.values_mut() {
+        for ws in h.values_mut() {
+            let batch = std::mem::take(ws);
+            merge(ws, batch);
+        }
+    }
 
     // 1. Hours nobody stored yet: the batch's windows are the whole block.
-    let mut fresh = HourRows::default();
-    for ((id, hour), ws) in &hours {
-        fresh.push(*id, *hour, ws)?;
+    let mut fresh = GpuHourRows::default();
+    for ((id, hour), h) in &hours {
+        fresh.push(*id, *hour, h)?;
     }
-    let inserted = insert_blocks(tx, &fresh).await?;
+    let inserted: HashSet<(i64, i64)> =
+        insert_gpu_hours(tx, &fresh, true).await?.into_iter().map(|(s, h)| (s, unix_ms(h))).collect();
     let mut added: u64 = 0;
-    let inserted: std::collections::HashSet<(i64, i64)> = inserted.into_iter().map(|(s, h)| (s, unix_ms(h))).collect();
-    let mut new_sums = HourRows::default();
     for (i, key) in hours.keys().enumerate() {
         if inserted.contains(key) {
-            added += fresh.windows[i] as u64;
-            new_sums.series.push(fresh.series[i]);
-            new_sums.hour.push(fresh.hour[i]);
-            new_sums.windows.push(fresh.windows[i]);
-            new_sums.sums.push(fresh.sums[i]);
-            new_sums.blocks.push(std::mem::take(&mut fresh.blocks[i]));
+            added += fresh.windows[i];
         }
     }
-    if !new_sums.series.is_empty() {
-        // An hour whose sums exist but whose block did not had its full resolution dropped by retention: its
-        // windows cannot be merged exactly (a redelivery would count twice), so the hour's sums stand and the late
-        // windows are not kept.
-        let stale: Vec<(i64, OffsetDateTime)> = sqlx::query_as(
-            "SELECT h.series_id, h.hour FROM telemetry_hours h
-               JOIN unnest($2::bigint[], $3::timestamptz[]) AS k(s, h) ON h.series_id = k.s AND h.hour = k.h
-              WHERE h.org_id = $1",
-        )
-        .bind(org)
-        .bind(&new_sums.series)
-        .bind(&new_sums.hour)
-        .fetch_all(tx.conn())
-        .await?;
-        if !stale.is_empty() {
-            let (s, h): (Vec<i64>, Vec<OffsetDateTime>) = stale.iter().copied().unzip();
-            sqlx::query(
-                "DELETE FROM telemetry_windows w USING unnest($2::bigint[], $3::timestamptz[]) AS k(s, h)
-                  WHERE w.org_id = $1 AND w.series_id = k.s AND w.hour = k.h",
-            )
-            .bind(org)
-            .bind(&s)
-            .bind(&h)
-            .execute(tx.conn())
-            .await?;
-            let stale: std::collections::HashSet<(i64, i64)> =
-                stale.into_iter().map(|(s, h)| (s, unix_ms(h))).collect();
-            tracing::warn!(hours = stale.len(), "late telemetry for hours whose full resolution was dropped: not kept");
-            let mut kept = HourRows::default();
-            for i in 0..new_sums.series.len() {
-                if stale.contains(&(new_sums.series[i], unix_ms(new_sums.hour[i]))) {
-                    added -= new_sums.windows[i] as u64;
-                    continue;
-                }
-                kept.series.push(new_sums.series[i]);
-                kept.hour.push(new_sums.hour[i]);
-                kept.windows.push(new_sums.windows[i]);
-                kept.sums.push(new_sums.sums[i]);
-                kept.blocks.push(std::mem::take(&mut new_sums.blocks[i]));
-            }
-            new_sums = kept;
-        }
-    }
-    if !new_sums.series.is_empty() {
-        write_sums(tx, &new_sums).await?;
-    }
+    drop(fresh);
     if inserted.len() == hours.len() {
         return Ok(added);
     }
@@ -303,44 +371,44 @@ pub async fn store_windows(tx: &mut OrgTx, cluster: ClusterId, series: Vec<Serie
     // 2. Hours already stored: merge into their blocks.
     let (keep_s, keep_h): (Vec<i64>, Vec<OffsetDateTime>) =
         hours.keys().filter(|k| !inserted.contains(k)).map(|(s, h)| (*s, at_ms(*h))).unzip();
-    let stored: Vec<(i64, OffsetDateTime, Vec<u8>)> = sqlx::query_as(
-        "SELECT w.series_id, w.hour, w.block FROM telemetry_windows w
-           JOIN unnest($2::bigint[], $3::timestamptz[]) AS k(s, h) ON w.series_id = k.s AND w.hour = k.h
-          WHERE w.org_id = $1 ORDER BY w.series_id, w.hour FOR UPDATE OF w",
+    let stored: Vec<(i64, OffsetDateTime, Option<Vec<u8>>)> = sqlx::query_as(
+        "SELECT t.series_id, t.hour, t.block FROM telemetry_gpu_hours t
+           JOIN unnest($2::bigint[], $3::timestamptz[]) AS k(s, h) ON t.series_id = k.s AND t.hour = k.h
+          WHERE t.org_id = $1 ORDER BY t.series_id, t.hour FOR UPDATE OF t",
     )
-    .bind(org)
+    .bind(tx.org().as_uuid())
     .bind(&keep_s)
     .bind(&keep_h)
     .fetch_all(tx.conn())
     .await?;
-    let mut changed = HourRows::default();
+    let mut changed = GpuHourRows::default();
+    let mut stale = 0_usize;
     for (id, hour, block) in stored {
         let hour_ms = unix_ms(hour);
         let Some(new) = hours.remove(&(id, hour_ms)) else { continue };
-        let mut kept = unpack(hour, &block)?;
-        let n = merge(&mut kept, new);
+        let Some(block) = block else {
+            // The hour's full resolution was dropped by retention: its windows cannot be merged exactly (a
+            // redelivery would count twice), so the hour's sums stand and the late windows are not kept.
+            stale += 1;
+            continue;
+        };
+        let mut kept = unpack_gpu_hour(hour, &block)?;
+        let mut n = 0;
+        for (gi, ws) in new {
+            n += merge(kept.entry(gi).or_default(), ws);
+        }
         if n == 0 {
             continue;
         }
         added += n as u64;
         changed.push(id, hour_ms, &kept)?;
     }
-    if changed.series.is_empty() {
-        return Ok(added);
+    if stale > 0 {
+        tracing::warn!(hours = stale, "late telemetry for hours whose full resolution was dropped: not kept");
     }
-    sqlx::query(
-        "UPDATE telemetry_windows w SET windows = u.n, block = u.b
-           FROM unnest($2::bigint[], $3::timestamptz[], $4::smallint[], $5::bytea[]) AS u(s, h, n, b)
-          WHERE w.org_id = $1 AND w.series_id = u.s AND w.hour = u.h",
-    )
-    .bind(org)
-    .bind(&changed.series)
-    .bind(&changed.hour)
-    .bind(&changed.windows)
-    .bind(&changed.blocks)
-    .execute(tx.conn())
-    .await?;
-    write_sums(tx, &changed).await?;
+    if !changed.is_empty() {
+        update_gpu_hours(tx, &changed).await?;
+    }
     Ok(added)
 }
 
@@ -368,8 +436,8 @@ pub async fn energy_hours(
     use futures::TryStreamExt;
     let mut rows = sqlx::query_as::<_, (String, OffsetDateTime, i32, i32, i64)>(
         "SELECT s.gpu_uuid, h.hour, h.span_from_ms, h.span_to_ms, h.energy_j
-           FROM telemetry_hours h JOIN telemetry_series s ON s.org_id = h.org_id AND s.series_id = h.series_id
-          WHERE h.org_id = $3 AND s.org_id = $3 AND s.gpu_instance_id = -1 AND h.energy_ms > 0
+           FROM telemetry_gpu_hours h JOIN telemetry_series s ON s.org_id = h.org_id AND s.series_id = h.series_id
+          WHERE h.org_id = $3 AND s.org_id = $3 AND h.energy_ms > 0
             AND h.hour >= $1 - interval '1 day' AND h.hour < $2
             AND h.hour + make_interval(secs => h.span_to_ms / 1000.0) > $1
           ORDER BY s.gpu_uuid, h.hour",
@@ -409,12 +477,13 @@ pub async fn utilization_hours(
     mut each: impl FnMut(HourRow) -> Result<(), DbError>,
 ) -> Result<(), DbError> {
     use futures::TryStreamExt;
-    let mut rows = sqlx::query_as::<_, (String, i32, OffsetDateTime, i32, i32, i64, i32)>(
-        "SELECT s.gpu_uuid, s.gpu_instance_id, h.hour, h.span_from_ms, h.span_to_ms, h.util_sum, h.util_ms
-           FROM telemetry_series s JOIN telemetry_hours h ON h.org_id = s.org_id AND h.series_id = s.series_id
-          WHERE s.org_id = $5 AND h.org_id = $5 AND h.util_ms > 0
-            AND h.hour >= $1 - interval '1 day' AND h.hour < $2
-            AND ((s.gpu_instance_id = -1 AND s.gpu_uuid = ANY($3)) OR (s.gpu_instance_id >= 0 AND s.gpu_uuid = ANY($4)))",
+    #[allow(clippy::type_complexity)]
+    let mut rows = sqlx::query_as::<_, (String, bool, OffsetDateTime, i32, i32, i64, i32, Option<Vec<u8>>)>(
+        "SELECT s.gpu_uuid, h.util_ms > 0 AND s.gpu_uuid = ANY($3), h.hour, h.span_from_ms, h.span_to_ms, h.util_sum,
+                h.util_ms, CASE WHEN s.gpu_uuid = ANY($4) THEN h.inst_sums END
+           FROM telemetry_series s JOIN telemetry_gpu_hours h ON h.org_id = s.org_id AND h.series_id = s.series_id
+          WHERE s.org_id = $5 AND h.org_id = $5 AND h.hour >= $1 - interval '1 day' AND h.hour < $2
+            AND ((h.util_ms > 0 AND s.gpu_uuid = ANY($3)) OR (h.instances <> 0 AND s.gpu_uuid = ANY($4)))",
     )
     .bind(from)
     .bind(to)
@@ -422,17 +491,35 @@ pub async fn utilization_hours(
     .bind(parents)
     .bind(tx.org().as_uuid())
     .fetch(tx.conn());
-    while let Some((gpu_uuid, gpu_instance_id, hour, f, t, sum, ms)) = rows.try_next().await? {
+    while let Some((gpu_uuid, whole, hour, f, t, sum, ms, inst)) = rows.try_next().await? {
         let h = unix_ms(hour);
-        let row = HourRow {
-            gpu_uuid,
-            gpu_instance_id,
-            from: at_ms(h + i64::from(f)),
-            to: at_ms(h + i64::from(t)),
-            util_avg_pct: (ms > 0).then(|| sum as f64 / f64::from(ms) / 10.0),
-        };
-        if row.to > from {
-            each(row)?;
+        if let Some(inst) = inst {
+            let inst =
+                decode_instance_sums(&inst).map_err(|e| DbError::Data(format!("instance sums of {hour}: {e}")))?;
+            for (gi, s) in inst {
+                let row = HourRow {
+                    gpu_uuid: gpu_uuid.clone(),
+                    gpu_instance_id: gi,
+                    from: at_ms(h + s.span_from_ms),
+                    to: at_ms(h + s.span_to_ms),
+                    util_avg_pct: s.util_avg_pct(),
+                };
+                if s.util_ms > 0 && row.to > from {
+                    each(row)?;
+                }
+            }
+        }
+        if whole {
+            let row = HourRow {
+                gpu_uuid,
+                gpu_instance_id: -1,
+                from: at_ms(h + i64::from(f)),
+                to: at_ms(h + i64::from(t)),
+                util_avg_pct: (ms > 0).then(|| sum as f64 / f64::from(ms) / 10.0),
+            };
+            if row.to > from {
+                each(row)?;
+            }
         }
     }
     Ok(())
@@ -541,6 +628,194 @@ pub async fn move_legacy(tx: &mut OrgTx, limit: i64) -> Result<u64, DbError> {
     Ok(moved)
 }
 
+/// An hour of the tables before one row per GPU-hour (`telemetry_hours`, with its `telemetry_windows` block).
+#[derive(sqlx::FromRow)]
+struct OldHour {
+    series_id: i64,
+    hour: OffsetDateTime,
+    windows: i16,
+    samples: i32,
+    sampled_ms: i32,
+    span_from_ms: i32,
+    span_to_ms: i32,
+    util_ms: i32,
+    util_sum: i64,
+    util_max: i16,
+    mem_max: i32,
+    power_max: i32,
+    energy_ms: i32,
+    energy_j: i64,
+}
+
+impl OldHour {
+    fn sums(&self) -> HourSums {
+        HourSums {
+            windows: i64::from(self.windows),
+            samples: i64::from(self.samples),
+            sampled_ms: i64::from(self.sampled_ms),
+            span_from_ms: i64::from(self.span_from_ms),
+            span_to_ms: i64::from(self.span_to_ms),
+            util_ms: i64::from(self.util_ms),
+            util_sum: self.util_sum,
+            util_max: i64::from(self.util_max),
+            mem_max: i64::from(self.mem_max),
+            power_max: i64::from(self.power_max),
+            energy_ms: i64::from(self.energy_ms),
+            energy_j: self.energy_j,
+        }
+    }
+}
+
+/// Moves up to `limit` device-hours stored one row per device (migrations 26–30: `telemetry_hours` and its blocks
+/// in `telemetry_windows`) into `telemetry_gpu_hours`, deleting them in the same transaction. An hour with its
+/// block goes through the same merge as ingest (exact, whatever is already there); an hour whose block retention
+/// had dropped keeps its sums (where its GPU-hour is not stored yet: else the newer row stands and a warning says
+/// so). Returns how many device-hours it moved.
+pub async fn move_tiers(tx: &mut OrgTx, limit: i64) -> Result<u64, DbError> {
+    let org = tx.org().as_uuid();
+    let hours: Vec<OldHour> = sqlx::query_as(
+        "WITH picked AS (SELECT series_id, hour FROM telemetry_hours WHERE org_id = $1 LIMIT $2)
+         DELETE FROM telemetry_hours t USING picked p
+          WHERE t.org_id = $1 AND t.series_id = p.series_id AND t.hour = p.hour
+         RETURNING t.series_id, t.hour, t.windows, t.samples, t.sampled_ms, t.span_from_ms, t.span_to_ms, t.util_ms,
+                   t.util_sum, t.util_max, t.mem_max, t.power_max, t.energy_ms, t.energy_j",
+    )
+    .bind(org)
+    .bind(limit)
+    .fetch_all(tx.conn())
+    .await?;
+    if hours.is_empty() {
+        return Ok(0);
+    }
+    let (keys_s, keys_h): (Vec<i64>, Vec<OffsetDateTime>) = hours.iter().map(|h| (h.series_id, h.hour)).unzip();
+    let blocks: HashMap<(i64, i64), Vec<u8>> = sqlx::query_as::<_, (i64, OffsetDateTime, Vec<u8>)>(
+        "DELETE FROM telemetry_windows w USING unnest($2::bigint[], $3::timestamptz[]) AS k(s, h)
+          WHERE w.org_id = $1 AND w.series_id = k.s AND w.hour = k.h
+         RETURNING w.series_id, w.hour, w.block",
+    )
+    .bind(org)
+    .bind(&keys_s)
+    .bind(&keys_h)
+    .fetch_all(tx.conn())
+    .await?
+    .into_iter()
+    .map(|(s, h, b)| ((s, unix_ms(h)), b))
+    .collect();
+    #[allow(clippy::type_complexity)]
+    let series: HashMap<i64, (Uuid, String, i32, String, Option<String>)> =
+        sqlx::query_as::<_, (i64, Uuid, String, i32, String, Option<String>)>(
+            "SELECT series_id, cluster_id, gpu_uuid, gpu_instance_id, node, mig_profile FROM telemetry_series
+              WHERE org_id = $1 AND series_id = ANY($2)",
+        )
+        .bind(org)
+        .bind(&keys_s)
+        .fetch_all(tx.conn())
+        .await?
+        .into_iter()
+        .map(|(id, c, g, gi, n, p)| (id, (c, g, gi, n, p)))
+        .collect();
+    let moved = hours.len() as u64;
+    // With blocks: windows through the merge, per cluster. Without: sums, per GPU-hour.
+    let mut with_blocks: BTreeMap<Uuid, BTreeMap<(String, i32), SeriesWindows>> = BTreeMap::new();
+    let mut sums_only: BTreeMap<(Uuid, String, i64), BTreeMap<i32, HourSums>> = BTreeMap::new();
+    let mut nodes: HashMap<(Uuid, String), String> = HashMap::new();
+    for h in &hours {
+        let Some((cluster, gpu, gi, node, profile)) = series.get(&h.series_id) else { continue };
+        if !(-1..=MAX_GPU_INSTANCE_ID).contains(gi) {
+            continue;
+        }
+        let hour_ms = unix_ms(h.hour);
+        nodes.insert((*cluster, gpu.clone()), node.clone());
+        match blocks.get(&(h.series_id, hour_ms)) {
+            Some(block) => {
+                let windows = unpack(h.hour, block)?;
+                with_blocks
+                    .entry(*cluster)
+                    .or_default()
+                    .entry((gpu.clone(), *gi))
+                    .or_insert_with(|| SeriesWindows {
+                        gpu_uuid: gpu.clone(),
+                        gpu_instance_id: *gi,
+                        node: node.clone(),
+                        mig_profile: profile.clone(),
+                        windows: Vec::new(),
+                    })
+                    .windows
+                    .extend(windows);
+            }
+            None => {
+                sums_only.entry((*cluster, gpu.clone(), hour_ms)).or_default().insert(*gi, h.sums());
+            }
+        }
+    }
+    for (cluster, devices) in with_blocks {
+        store_windows(tx, ClusterId::from_uuid(cluster), devices.into_values().collect()).await?;
+    }
+    if !sums_only.is_empty() {
+        let mut by_cluster: BTreeMap<Uuid, Vec<(String, String)>> = BTreeMap::new();
+        for (cluster, gpu, _) in sums_only.keys() {
+            let node = nodes.get(&(*cluster, gpu.clone())).cloned().unwrap_or_default();
+            by_cluster.entry(*cluster).or_default().push((gpu.clone(), node));
+        }
+        let mut gpu_id: HashMap<(Uuid, String), i64> = HashMap::new();
+        for (cluster, mut gpus) in by_cluster {
+            gpus.sort();
+            gpus.dedup_by(|a, b| a.0 == b.0);
+            let devices: Vec<(&str, i32, &str, Option<&str>)> =
+                gpus.iter().map(|(g, n)| (g.as_str(), -1, n.as_str(), None)).collect();
+            // A GPU's own series keeps its node; one made here takes its instances'.
+            let ids = series_ids_keeping(tx, ClusterId::from_uuid(cluster), &devices).await?;
+            for ((g, _), id) in gpus.iter().zip(ids) {
+                gpu_id.insert((cluster, g.clone()), id);
+            }
+        }
+        let mut rows = GpuHourRows::default();
+        for ((cluster, gpu, hour_ms), mut devs) in sums_only {
+            let Some(id) = gpu_id.get(&(cluster, gpu)) else { continue };
+            let own = devs.remove(&-1).unwrap_or_default();
+            rows.push_sums(*id, hour_ms, own, &devs, None)?;
+        }
+        let inserted = insert_gpu_hours(tx, &rows, true).await?.len();
+        if inserted < rows.len() {
+            tracing::warn!(
+                hours = rows.len() - inserted,
+                "hours kept as sums only (full resolution dropped) whose GPU-hour is already stored: the stored one stands"
+            );
+        }
+    }
+    Ok(moved)
+}
+
+/// [`series_ids`] for GPUs named without a node of their own: an existing series keeps its node.
+async fn series_ids_keeping(
+    tx: &mut OrgTx,
+    cluster: ClusterId,
+    devices: &[(&str, i32, &str, Option<&str>)],
+) -> Result<Vec<i64>, DbError> {
+    let org = tx.org().as_uuid();
+    let gpu: Vec<&str> = devices.iter().map(|d| d.0).collect();
+    let stored: HashMap<String, (i64, String)> = sqlx::query_as::<_, (String, i64, String)>(
+        "SELECT gpu_uuid, series_id, node FROM telemetry_series
+          WHERE org_id = $1 AND cluster_id = $2 AND gpu_instance_id = -1 AND gpu_uuid = ANY($3)",
+    )
+    .bind(org)
+    .bind(cluster.as_uuid())
+    .bind(&gpu)
+    .fetch_all(tx.conn())
+    .await?
+    .into_iter()
+    .map(|(g, id, n)| (g, (id, n)))
+    .collect();
+    let named: Vec<(&str, i32, &str, Option<&str>)> = devices
+        .iter()
+        .map(|d| match stored.get(d.0) {
+            Some((_, n)) => (d.0, d.1, n.as_str(), d.3),
+            None => *d,
+        })
+        .collect();
+    series_ids(tx, cluster, &named).await
+}
+
 /// One cluster's (node `None`) or node's telemetry in a month, from the hourly tier and the allocations.
 pub struct CoverageRow {
     /// Cluster.
@@ -557,10 +832,12 @@ pub struct CoverageRow {
     pub gpu_ms: i64,
     /// Windows.
     pub windows: i64,
-    /// Hour rows (both tiers hold one per device-hour).
+    /// GPU-hour rows (one per physical GPU and hour, its MIG instances inside).
     pub hour_rows: i64,
     /// Σ block bytes.
     pub block_bytes: i64,
+    /// Σ bytes of the MIG instances' encoded sums.
+    pub inst_sums_bytes: i64,
     /// Median of the hours' mean window length, ms.
     pub median_window_ms: Option<i64>,
     /// Latest hour with telemetry.
@@ -569,10 +846,10 @@ pub struct CoverageRow {
     pub held_hours: String,
 }
 
-/// The month's coverage per cluster and node: telemetry from `telemetry_hours` (never the blocks), held hours from
+/// The month's coverage per cluster and node: telemetry from the GPU-hours' sums (never the blocks), held hours from
 /// the allocations (open ones counted until `now`).
 ///
-/// One hash aggregate over the month's hours by node and mean window length (whole seconds): the medians and the
+/// One hash aggregate over the month's GPU-hours by node and mean window length (whole seconds): the medians and the
 /// clusters' totals are made from those few groups here, so no sort of millions of hours is needed.
 pub async fn coverage(
     tx: &mut OrgTx,
@@ -583,10 +860,13 @@ pub async fn coverage(
     let org = tx.org().as_uuid();
     #[allow(clippy::type_complexity)]
     let groups: Vec<(Uuid, String, i64, i64, i64, i64, i64, i64, i64, Option<OffsetDateTime>)> = sqlx::query_as(
-        "SELECT s.cluster_id, s.node, (h.sampled_ms / h.windows / 1000)::bigint AS len_s,
-                count(*) FILTER (WHERE s.gpu_instance_id = -1), coalesce(sum(h.sampled_ms) FILTER (WHERE s.gpu_instance_id = -1), 0)::bigint,
-                sum(h.windows)::bigint, count(*), sum(h.block_bytes)::bigint, sum(h.sampled_ms)::bigint, max(h.hour)
-           FROM telemetry_hours h
+        "SELECT s.cluster_id, s.node,
+                ((h.sampled_ms::bigint + h.inst_sampled_ms) / (h.windows + h.inst_windows) / 1000)::bigint AS len_s,
+                count(*), coalesce(sum(h.sampled_ms), 0)::bigint, sum(h.windows + h.inst_windows)::bigint,
+                sum((h.windows > 0)::int + bit_count(h.instances::bit(64)))::bigint,
+                coalesce(sum(octet_length(h.block)), 0)::bigint, coalesce(sum(octet_length(h.inst_sums)), 0)::bigint,
+                max(h.hour)
+           FROM telemetry_gpu_hours h
            JOIN telemetry_series s ON s.org_id = h.org_id AND s.series_id = h.series_id
           WHERE h.org_id = $1 AND s.org_id = $1 AND h.hour >= $2 AND h.hour < $3
           GROUP BY 1, 2, 3",
@@ -596,12 +876,13 @@ pub async fn coverage(
     .bind(end)
     .fetch_all(tx.conn())
     .await?;
-    // Devices that reported, per node (distinct series: a separate, small aggregate over the series of the hours).
+    // Devices that reported, per node: the GPUs with windows of their own, and each GPU's distinct instances (the
+    // month's instance masks OR-ed together).
     let devices: Vec<(Uuid, String, i64, i64)> = sqlx::query_as(
-        "SELECT s.cluster_id, s.node, count(*) FILTER (WHERE s.gpu_instance_id = -1), count(*) FILTER (WHERE s.gpu_instance_id >= 0)
-           FROM telemetry_series s
-          WHERE s.org_id = $1 AND EXISTS (SELECT 1 FROM telemetry_hours h WHERE h.org_id = $1 AND h.series_id = s.series_id
-                                             AND h.hour >= $2 AND h.hour < $3)
+        "SELECT s.cluster_id, s.node, count(*) FILTER (WHERE m.own), coalesce(sum(bit_count(m.mask::bit(64))), 0)::bigint
+           FROM (SELECT series_id, bool_or(windows > 0) AS own, bit_or(instances) AS mask FROM telemetry_gpu_hours
+                  WHERE org_id = $1 AND hour >= $2 AND hour < $3 GROUP BY series_id) m
+           JOIN telemetry_series s ON s.org_id = $1 AND s.series_id = m.series_id
           GROUP BY 1, 2",
     )
     .bind(org)
@@ -640,19 +921,21 @@ pub async fn coverage(
         windows: i64,
         hour_rows: i64,
         block_bytes: i64,
+        inst_sums_bytes: i64,
         last_hour: Option<OffsetDateTime>,
-        /// Hours per mean window length (s).
+        /// Device-hours per mean window length (s).
         lengths: BTreeMap<i64, i64>,
         held: Option<String>,
     }
     let mut acc: BTreeMap<(Uuid, Option<String>), Acc> = BTreeMap::new();
-    for (cluster, node, len_s, _whole_hours, gpu_ms, windows, hours, bytes, _ms, last) in groups {
+    for (cluster, node, len_s, rows, gpu_ms, windows, hours, bytes, inst_bytes, last) in groups {
         for key in [(cluster, Some(node.clone())), (cluster, None)] {
             let a = acc.entry(key).or_default();
             a.gpu_ms += gpu_ms;
             a.windows += windows;
-            a.hour_rows += hours;
+            a.hour_rows += rows;
             a.block_bytes += bytes;
+            a.inst_sums_bytes += inst_bytes;
             a.last_hour = a.last_hour.max(last);
             *a.lengths.entry(len_s).or_default() += hours;
         }
@@ -691,6 +974,7 @@ pub async fn coverage(
                 windows: a.windows,
                 hour_rows: a.hour_rows,
                 block_bytes: a.block_bytes,
+                inst_sums_bytes: a.inst_sums_bytes,
                 median_window_ms: median(&a.lengths),
                 last_hour: a.last_hour,
                 held_hours: a.held.unwrap_or_else(|| "0.00".to_string()),

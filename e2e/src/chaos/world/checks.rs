@@ -94,12 +94,12 @@ impl World<'_> {
                         // one window per start).
                         let hour = *start - start.rem_euclid(3_600);
                         let blocks: Vec<Vec<u8>> = sqlx::query_scalar(
-                            "SELECT w.block FROM telemetry_windows w
-                               JOIN telemetry_series s ON s.org_id = w.org_id AND s.series_id = w.series_id
-                              WHERE s.gpu_uuid = $1 AND s.gpu_instance_id = $2 AND w.hour = to_timestamp($3)",
+                            "SELECT h.block FROM telemetry_gpu_hours h
+                               JOIN telemetry_series s ON s.org_id = h.org_id AND s.series_id = h.series_id
+                              WHERE s.gpu_uuid = $1 AND s.gpu_instance_id = -1 AND h.hour = to_timestamp($2)
+                                AND h.block IS NOT NULL",
                         )
                         .bind(gpu)
-                        .bind(*instance as i32)
                         .bind(hour as f64)
                         .fetch_all(&pool)
                         .await?;
@@ -107,9 +107,12 @@ impl World<'_> {
                         for b in &blocks {
                             let mut raw = Vec::new();
                             std::io::Read::read_to_end(&mut flate2::read::DeflateDecoder::new(b.as_slice()), &mut raw)?;
-                            let windows = gpuledger_core::telemetry::decode(hour * 1_000, &raw)
+                            let devices = gpuledger_core::telemetry::decode_gpu_hour(hour * 1_000, &raw)
                                 .map_err(|e| anyhow::anyhow!("block of {gpu}: {e}"))?;
-                            n += windows.iter().filter(|w| w.start_ms == *start * 1_000).count() as i64;
+                            n += devices
+                                .get(&(*instance as i32))
+                                .map_or(0, |ws| ws.iter().filter(|w| w.start_ms == *start * 1_000).count())
+                                as i64;
                         }
                         n
                     }

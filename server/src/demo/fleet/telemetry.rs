@@ -8,15 +8,15 @@
 
 use std::sync::Arc;
 
-use gpuledger_core::telemetry::{MS_PER_HOUR, Triple, Window};
+use gpuledger_core::telemetry::{GpuHour, MS_PER_HOUR, Triple, Window};
 
 use super::*;
-use crate::telemetry::store::{HourRows, insert_blocks, write_sums};
+use crate::telemetry::store::{GpuHourRows, insert_gpu_hours};
 
 /// The agents' window.
 pub const WINDOW_MS: i64 = 60_000;
-/// Device-hours generated and written per statement.
-const HOURS_PER_CHUNK: usize = 4_000;
+/// GPU-hours (each with its MIG instances) generated and written per statement.
+const HOURS_PER_CHUNK: usize = 2_000;
 
 /// One series of the fleet: a whole GPU (`gi` -1) or a MIG instance.
 #[derive(Clone)]
@@ -37,12 +37,14 @@ pub struct Plan {
     seed: u64,
     /// Share of each GPU held in each hour (GPU-major).
     occupancy: Vec<f32>,
+    /// Each GPU's series (its own, then its MIG instances').
+    of_gpu: Vec<Vec<usize>>,
 }
 
-/// A chunk ready to insert: its device-hours (blocks and sums, as ingest stores them) and how many windows.
+/// A chunk ready to insert: its GPU-hours (blocks and sums, as ingest stores them) and how many windows.
 #[derive(Default)]
 pub struct Chunk {
-    rows: HourRows,
+    rows: GpuHourRows,
     count: u64,
 }
 
@@ -60,7 +62,12 @@ impl Plan {
                 share: f64::from(mi.slices) / 7.0,
             });
         }
+        let mut of_gpu: Vec<Vec<usize>> = vec![Vec::new(); w.spec.gpus];
+        for (i, s) in series.iter().enumerate() {
+            of_gpu[s.gpu as usize].push(i);
+        }
         Plan {
+            of_gpu,
             series,
             class_of: (0..w.spec.gpus as u32).map(|g| w.nodes[(g / 8) as usize].class).collect(),
             hours: w.hours(),
@@ -75,12 +82,12 @@ impl Plan {
         self.series.len()
     }
 
-    /// Device-hours in all.
-    pub fn device_hours(&self) -> usize {
-        self.series.len() * self.hours as usize
+    /// GPU-hours in all.
+    pub fn gpu_hours(&self) -> usize {
+        self.of_gpu.len() * self.hours as usize
     }
 
-    /// Device-hours per chunk.
+    /// GPU-hours per chunk.
     pub fn chunk_len(&self) -> usize {
         HOURS_PER_CHUNK
     }
@@ -91,21 +98,25 @@ impl Plan {
         (s.gpu, s.gi, s.profile)
     }
 
-    /// The `c`-th chunk of device-hours (series-major), with `ids` the series' stored IDs.
+    /// The `c`-th chunk of GPU-hours (GPU-major), with `ids` the series' stored IDs.
     pub fn chunk(&self, c: usize, ids: &[i64]) -> Result<Chunk, DbError> {
         let hours = self.hours as usize;
         let mut out = Chunk::default();
         let first = c * HOURS_PER_CHUNK;
-        let last = (first + HOURS_PER_CHUNK).min(self.device_hours());
-        let mut windows = Vec::with_capacity(60);
+        let last = (first + HOURS_PER_CHUNK).min(self.gpu_hours());
+        let mut hour = GpuHour::new();
         for k in first..last {
-            let (si, h) = (k / hours, (k % hours) as u32);
-            let s = &self.series[si];
+            let (g, h) = (k / hours, (k % hours) as u32);
             let hour_ms = self.start_ms + i64::from(h) * MS_PER_HOUR;
-            windows.clear();
-            self.hour_windows(s, h, hour_ms, &mut windows);
-            out.rows.push(ids[si], hour_ms, &windows)?;
-            out.count += windows.len() as u64;
+            hour.clear();
+            for &si in &self.of_gpu[g] {
+                let s = &self.series[si];
+                let windows = hour.entry(s.gi).or_insert_with(|| Vec::with_capacity(60));
+                self.hour_windows(s, h, hour_ms, windows);
+                out.count += windows.len() as u64;
+            }
+            // A GPU's own series is its first (whole GPUs come first in the plan).
+            out.rows.push(ids[g], hour_ms, &hour)?;
         }
         Ok(out)
     }
@@ -189,17 +200,16 @@ pub async fn insert_series(
     Ok(ids)
 }
 
-/// Inserts a chunk into both tiers (the fleet's hours are new: nothing to merge).
+/// Inserts a chunk (the fleet's hours are new: nothing to merge).
 async fn insert_chunk(tx: &mut OrgTx, c: &Chunk) -> Result<(), DbError> {
-    insert_blocks(tx, &c.rows).await?;
-    write_sums(tx, &c.rows).await
+    insert_gpu_hours(tx, &c.rows, false).await.map(|_| ())
 }
 
 /// Writes the whole plan, making the next chunk on the blocking pool while the last one is written.
 pub async fn write_all(tx: &mut OrgTx, o: Uuid, w: &World, cluster_of: &[Uuid], label: &str) -> Result<u64, DbError> {
     let plan = Arc::new(Plan::of(w));
     let ids = Arc::new(insert_series(tx, o, w, cluster_of, &plan).await?);
-    let chunks = plan.device_hours().div_ceil(plan.chunk_len());
+    let chunks = plan.gpu_hours().div_ceil(plan.chunk_len());
     let make = |c: usize| {
         let (plan, ids) = (Arc::clone(&plan), Arc::clone(&ids));
         tokio::task::spawn_blocking(move || plan.chunk(c, &ids))
@@ -215,11 +225,11 @@ pub async fn write_all(tx: &mut OrgTx, o: Uuid, w: &World, cluster_of: &[Uuid], 
         }
         if c * plan.chunk_len() >= next_log {
             tracing::info!(
-                "{label}: telemetry {}/{} device-hours (60 s windows)",
+                "{label}: telemetry {}/{} GPU-hours (60 s windows)",
                 grouped(c * plan.chunk_len()),
-                grouped(plan.device_hours())
+                grouped(plan.gpu_hours())
             );
-            next_log += (plan.device_hours() / 10).max(plan.chunk_len());
+            next_log += (plan.gpu_hours() / 10).max(plan.chunk_len());
         }
         insert_chunk(tx, &chunk).await?;
         written += chunk.count;
