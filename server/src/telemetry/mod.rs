@@ -18,7 +18,7 @@ use crate::{
 /// Bytes one `telemetry_gpu_hours` row takes on disk besides its block and its instances' sums (tuple header, key,
 /// the GPU's sums, primary-key entry; measured on PostgreSQL 15 with `pg_total_relation_size` over a demo month:
 /// docs/telemetry.md).
-pub const GPU_HOUR_ROW_BYTES: i64 = 180;
+pub const GPU_HOUR_ROW_BYTES: i64 = 205;
 /// Share of held hours below which a node's telemetry is `partial`.
 const PARTIAL_BELOW: f64 = 0.9;
 
