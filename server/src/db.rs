@@ -194,6 +194,9 @@ impl Default for DbOptions {
 pub struct Database {
     pool: PgPool,
     options: DbOptions,
+    /// Whether the database is a Citus coordinator with distributed tables (set-based inserts take another form
+    /// there: `crate::bulk`). Read when the pool opens: distribute before starting the servers (docs/scaling.md).
+    distributed: bool,
 }
 
 /// Readiness as `/readyz` reports it.
@@ -240,6 +243,7 @@ impl Database {
         let pool = pool_options.connect_with(options).await.map_err(connect_error)?;
         let mut conn = pool.acquire().await?;
         let role = role_info(&mut conn).await?;
+        let distributed = crate::citus::state(&mut conn).await? == crate::citus::CitusState::Distributed;
         drop(conn);
         let reason = if role.superuser {
             Some("it is a superuser")
@@ -254,7 +258,12 @@ impl Database {
             pool.close().await;
             return Err(DbError::PrivilegedRole { role: role.name, reason: reason.into() });
         }
-        Ok(Self { pool, options: db_options })
+        Ok(Self { pool, options: db_options, distributed })
+    }
+
+    /// Whether the database is a distributed Citus coordinator.
+    pub fn distributed(&self) -> bool {
+        self.distributed
     }
 
     /// The limits this pool applies.
@@ -317,7 +326,7 @@ impl Database {
             millis(self.options.statement_timeout.max(self.options.export_statement_timeout)),
         );
         (&mut *tx).execute(set.as_str()).await?;
-        Ok(OrgTx { tx, org, long_timeout: self.options.export_statement_timeout })
+        Ok(OrgTx { tx, org, long_timeout: self.options.export_statement_timeout, distributed: self.distributed })
     }
 
     /// The only door that looks across organizations: resolving a slug and creating an organization, through
@@ -388,9 +397,15 @@ pub struct OrgTx {
     tx: Transaction<'static, Postgres>,
     org: OrgId,
     long_timeout: Duration,
+    distributed: bool,
 }
 
 impl OrgTx {
+    /// Whether the database is a distributed Citus coordinator (see `crate::bulk`).
+    pub fn distributed(&self) -> bool {
+        self.distributed
+    }
+
     /// The organization this transaction is scoped to.
     pub fn org(&self) -> OrgId {
         self.org

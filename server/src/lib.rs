@@ -6,6 +6,7 @@ pub mod app;
 pub mod audit;
 pub mod auth;
 pub mod budgets;
+pub mod bulk;
 pub mod citus;
 pub mod cli;
 pub mod close;

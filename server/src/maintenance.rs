@@ -42,7 +42,7 @@ pub async fn move_legacy_telemetry(db: &Database) -> Result<u64, DbError> {
         let mut this_org = 0;
         while this_org < LEGACY_PER_ROUND {
             let mut tx = db.begin_org(org).await?;
-            let n = crate::telemetry::store::move_legacy(&mut tx, LEGACY_CHUNK).await?;
+            let n = crate::telemetry::upgrade::move_legacy(&mut tx, LEGACY_CHUNK).await?;
             tx.commit().await?;
             this_org += n;
             if n == 0 {
@@ -62,7 +62,7 @@ pub async fn move_old_tiers(db: &Database) -> Result<u64, DbError> {
         let mut this_org = 0;
         while this_org < LEGACY_PER_ROUND {
             let mut tx = db.begin_org(org).await?;
-            let n = crate::telemetry::store::move_tiers(&mut tx, LEGACY_CHUNK).await?;
+            let n = crate::telemetry::upgrade::move_tiers(&mut tx, LEGACY_CHUNK).await?;
             tx.commit().await?;
             this_org += n;
             if n == 0 {

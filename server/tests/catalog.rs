@@ -70,6 +70,12 @@ async fn every_org_table_is_isolated_and_keyed_by_org() {
             assert_eq!(table, "webhooks", "{table}.{policy}: not the webhooks table");
             continue;
         }
+        if policy == "tier_mover" {
+            // The upkeep lists which organizations still have telemetry stored one row per device-hour through one
+            // SECURITY DEFINER function (migration 31): SELECT, owner only.
+            assert_eq!(table, "telemetry_hours", "{table}.{policy}: not the device-hour table");
+            continue;
+        }
         if policy == "legacy_mover" {
             // The upkeep lists which organizations still have telemetry stored before the tiers through one SECURITY
             // DEFINER function (migration 26): SELECT, owner only.
@@ -117,6 +123,16 @@ async fn every_org_table_is_isolated_and_keyed_by_org() {
     assert_eq!(
         mover,
         vec![("telemetry_rollups".to_string(), "SELECT".to_string(), vec!["gpuledger_owner".to_string()])]
+    );
+    let tier_mover: Vec<(String, String, Vec<String>)> = sqlx::query_as(
+        "SELECT tablename::text, cmd::text, roles::text[] FROM pg_policies WHERE policyname = 'tier_mover' ORDER BY 1",
+    )
+    .fetch_all(&admin)
+    .await
+    .unwrap();
+    assert_eq!(
+        tier_mover,
+        vec![("telemetry_hours".to_string(), "SELECT".to_string(), vec!["gpuledger_owner".to_string()])]
     );
 
     // No table outside the allowlist escapes org_id.

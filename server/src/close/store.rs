@@ -207,42 +207,48 @@ pub(crate) async fn freeze(
         cols3.1.push(l.explanation.clone());
         cols3.2.push(l.csv_row());
     }
-    sqlx::query(
-        "INSERT INTO ledger_lines (org_id, period, line_no, line_id, department_id, department, tenant_id, tenant, term,
-                                   gpu_class, quantity, unit, rate, amount, currency, confidence, policy_version,
-                                   evidence, corrects, explanation, canonical)
-         SELECT $1, $2, u.line_no, u.line_id, u.department_id, u.department, u.tenant_id, u.tenant, u.term, u.gpu_class,
-                u.quantity::numeric, u.unit, u.rate::numeric, u.amount::numeric, $3, u.confidence, $4, u.evidence,
-                u.corrects, u.explanation, u.canonical
-           FROM UNNEST($5::int[], $6::text[], $7::uuid[], $8::text[], $9::uuid[], $10::text[], $11::text[], $12::text[],
-                       $13::text[], $14::text[], $15::text[], $16::text[], $17::text[], $18::text[], $19::text[],
-                       $20::text[], $21::text[])
-                AS u(line_no, line_id, department_id, department, tenant_id, tenant, term, gpu_class, quantity, unit,
-                     rate, amount, confidence, evidence, corrects, explanation, canonical)",
-    )
-    .bind(org.as_uuid())
-    .bind(start)
-    .bind(&currency)
-    .bind(i32::try_from(policy_version).unwrap_or(i32::MAX))
-    .bind(&cols.0)
-    .bind(&cols.1)
-    .bind(&cols.2)
-    .bind(&cols.3)
-    .bind(&cols.4)
-    .bind(&cols.5)
-    .bind(&cols.6)
-    .bind(&cols2.0)
-    .bind(&cols2.1)
-    .bind(&cols2.2)
-    .bind(&cols2.3)
-    .bind(&cols2.4)
-    .bind(&cols2.5)
-    .bind(&cols2.6)
-    .bind(&cols3.0)
-    .bind(&cols3.1)
-    .bind(&cols3.2)
-    .execute(tx.conn())
-    .await?;
+    {
+        use crate::bulk::{col, constant};
+        let (o, version) = (org.as_uuid(), i32::try_from(policy_version).unwrap_or(i32::MAX));
+        crate::bulk::execute(
+            &mut tx,
+            &crate::bulk::Insert {
+                into:
+                    "INSERT INTO ledger_lines (org_id, period, line_no, line_id, department_id, department, tenant_id,
+                           tenant, term, gpu_class, quantity, unit, rate, amount, currency, confidence, policy_version,
+                           evidence, corrects, explanation, canonical)",
+                row: "$1, $2, {0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}, {8}::numeric, {9}, {10}::numeric, {11}::numeric,
+                      $3, {12}, $4, {13}, {14}, {15}, {16}",
+                consts: &[
+                    constant("uuid", &o),
+                    constant("date", &start),
+                    constant("text", &currency),
+                    constant("int", &version),
+                ],
+                cols: &[
+                    col("int", &cols.0),
+                    col("text", &cols.1),
+                    col("uuid", &cols.2),
+                    col("text", &cols.3),
+                    col("uuid", &cols.4),
+                    col("text", &cols.5),
+                    col("text", &cols.6),
+                    col("text", &cols2.0),
+                    col("text", &cols2.1),
+                    col("text", &cols2.2),
+                    col("text", &cols2.3),
+                    col("text", &cols2.4),
+                    col("text", &cols2.5),
+                    col("text", &cols2.6),
+                    col("text", &cols3.0),
+                    col("text", &cols3.1),
+                    col("text", &cols3.2),
+                ],
+                tail: "",
+            },
+        )
+        .await?;
+    }
     // The month's figures for every later read (pages, REST, exports): final, in the close's own transaction, taken
     // in turn with the read model's refreshes of this organization (so a snapshot computed meanwhile cannot race it).
     let (class, key) = crate::readmodel::worker::lock_key(org);

@@ -602,59 +602,61 @@ pub(super) async fn recompute_intervals(
         return Ok(());
     }
     // One statement for the whole batch (a row-per-statement upsert was the slowest part of ingest).
-    sqlx::query(
-        "INSERT INTO allocation_intervals (org_id, cluster_id, allocation_id, holder_kind, holder_uid, holder_name,
-            namespace, namespace_uid, container, node, resource, units, device_ids, gpu_model, gpu_class,
-            sharing_mode, profile, replicas, fraction_num, fraction_den, started_at, ended_at, end_estimated,
-            confidence, inventory_gap, share, share_basis, labels)
-         SELECT $1, $2, r.allocation_id, r.holder_kind, r.holder_uid, r.holder_name, r.namespace, r.namespace_uid,
-                r.container, r.node, r.resource, r.units, ARRAY(SELECT jsonb_array_elements_text(r.device_ids)),
-                r.gpu_model, r.gpu_class, r.sharing_mode, r.profile, r.replicas, r.fraction_num, r.fraction_den,
-                r.started_at, r.ended_at, r.end_estimated, r.confidence, r.inventory_gap, r.share, r.share_basis,
-                r.labels
-           FROM unnest($3::text[], $4::text[], $5::uuid[], $6::text[], $7::text[], $8::uuid[], $9::text[],
-                       $10::text[], $11::text[], $12::int[], $13::jsonb[], $14::text[], $15::text[], $16::text[],
-                       $17::text[], $18::int[], $19::int8[], $20::int8[], $21::timestamptz[], $22::timestamptz[],
-                       $23::bool[], $24::text[], $25::text[], $26::text[], $27::text[], $28::jsonb[])
-             AS r(allocation_id, holder_kind, holder_uid, holder_name, namespace, namespace_uid, container, node,
-                  resource, units, device_ids, gpu_model, gpu_class, sharing_mode, profile, replicas, fraction_num,
-                  fraction_den, started_at, ended_at, end_estimated, confidence, inventory_gap, share, share_basis, labels)
-         ON CONFLICT (org_id, cluster_id, allocation_id) DO UPDATE SET
-            namespace_uid = EXCLUDED.namespace_uid, gpu_class = EXCLUDED.gpu_class,
-            fraction_num = EXCLUDED.fraction_num, fraction_den = EXCLUDED.fraction_den,
-            ended_at = EXCLUDED.ended_at, end_estimated = EXCLUDED.end_estimated,
-            confidence = EXCLUDED.confidence, inventory_gap = EXCLUDED.inventory_gap, share = EXCLUDED.share,
-            share_basis = EXCLUDED.share_basis, updated_at = now()",
+    use crate::bulk::{col, constant, text_arrays};
+    let (o, c) = (org.as_uuid(), cluster.as_uuid());
+    let device_arrays: Vec<Vec<String>> = rows
+        .device_ids
+        .iter()
+        .map(|v| {
+            v.as_array().map(|a| a.iter().filter_map(|x| x.as_str().map(str::to_string)).collect()).unwrap_or_default()
+        })
+        .collect();
+    crate::bulk::execute(
+        tx,
+        &crate::bulk::Insert {
+            into: "INSERT INTO allocation_intervals (org_id, cluster_id, allocation_id, holder_kind, holder_uid,
+                       holder_name, namespace, namespace_uid, container, node, resource, units, device_ids, gpu_model,
+                       gpu_class, sharing_mode, profile, replicas, fraction_num, fraction_den, started_at, ended_at,
+                       end_estimated, confidence, inventory_gap, share, share_basis, labels)",
+            row: "$1, $2, {0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}, {8}, {9}, {10}, {11}, {12}, {13}, {14}, {15}, {16},
+                  {17}, {18}, {19}, {20}, {21}, {22}, {23}, {24}, {25}",
+            consts: &[constant("uuid", &o), constant("uuid", &c)],
+            cols: &[
+                col("text", &rows.allocation_id),
+                col("text", &rows.holder_kind),
+                col("uuid", &rows.holder_uid),
+                col("text", &rows.holder_name),
+                col("text", &rows.namespace),
+                col("uuid", &rows.namespace_uid),
+                col("text", &rows.container),
+                col("text", &rows.node),
+                col("text", &rows.resource),
+                col("int", &rows.units),
+                text_arrays(&rows.device_ids, &device_arrays),
+                col("text", &rows.gpu_model),
+                col("text", &rows.gpu_class),
+                col("text", &rows.sharing_mode),
+                col("text", &rows.profile),
+                col("int", &rows.replicas),
+                col("int8", &rows.fraction_num),
+                col("int8", &rows.fraction_den),
+                col("timestamptz", &rows.started_at),
+                col("timestamptz", &rows.ended_at),
+                col("bool", &rows.end_estimated),
+                col("text", &rows.confidence),
+                col("text", &rows.inventory_gap),
+                col("text", &rows.share),
+                col("text", &rows.share_basis),
+                col("jsonb", &rows.labels),
+            ],
+            tail: "ON CONFLICT (org_id, cluster_id, allocation_id) DO UPDATE SET
+                       namespace_uid = EXCLUDED.namespace_uid, gpu_class = EXCLUDED.gpu_class,
+                       fraction_num = EXCLUDED.fraction_num, fraction_den = EXCLUDED.fraction_den,
+                       ended_at = EXCLUDED.ended_at, end_estimated = EXCLUDED.end_estimated,
+                       confidence = EXCLUDED.confidence, inventory_gap = EXCLUDED.inventory_gap, share = EXCLUDED.share,
+                       share_basis = EXCLUDED.share_basis, updated_at = now()",
+        },
     )
-    .bind(org.as_uuid())
-    .bind(cluster.as_uuid())
-    .bind(&rows.allocation_id)
-    .bind(&rows.holder_kind)
-    .bind(&rows.holder_uid)
-    .bind(&rows.holder_name)
-    .bind(&rows.namespace)
-    .bind(&rows.namespace_uid)
-    .bind(&rows.container)
-    .bind(&rows.node)
-    .bind(&rows.resource)
-    .bind(&rows.units)
-    .bind(&rows.device_ids)
-    .bind(&rows.gpu_model)
-    .bind(&rows.gpu_class)
-    .bind(&rows.sharing_mode)
-    .bind(&rows.profile)
-    .bind(&rows.replicas)
-    .bind(&rows.fraction_num)
-    .bind(&rows.fraction_den)
-    .bind(&rows.started_at)
-    .bind(&rows.ended_at)
-    .bind(&rows.end_estimated)
-    .bind(&rows.confidence)
-    .bind(&rows.inventory_gap)
-    .bind(&rows.share)
-    .bind(&rows.share_basis)
-    .bind(&rows.labels)
-    .execute(tx.conn())
     .await?;
     assign_stored_devices(tx, cluster, &rows.allocation_id).await?;
     Ok(())

@@ -59,23 +59,32 @@ pub(super) async fn store_process_windows(
     for w in windows {
         pods.push(serde_json::to_value(&w.pods).map_err(|e| AppError::Internal(e.to_string()))?);
     }
-    let done = sqlx::query(
-        "INSERT INTO process_windows (org_id, cluster_id, node, gpu_uuid, window_start, window_end, samples, pods)
-         SELECT $1, $2, * FROM unnest($3::text[], $4::text[], $5::timestamptz[], $6::timestamptz[], $7::int[],
-                $8::jsonb[])
-         ON CONFLICT DO NOTHING",
+    use crate::bulk::{col, constant};
+    let (o, c) = (org.as_uuid(), cluster.as_uuid());
+    let nodes: Vec<String> = windows.iter().map(|w| w.node.clone()).collect();
+    let gpus: Vec<String> = windows.iter().map(|w| w.gpu_uuid.clone()).collect();
+    let starts: Vec<OffsetDateTime> = windows.iter().map(|w| w.window_start).collect();
+    let ends: Vec<OffsetDateTime> = windows.iter().map(|w| w.window_end).collect();
+    let samples: Vec<i32> = windows.iter().map(|w| i32::try_from(w.samples).unwrap_or(i32::MAX)).collect();
+    let done = crate::bulk::execute(
+        tx,
+        &crate::bulk::Insert {
+            into: "INSERT INTO process_windows (org_id, cluster_id, node, gpu_uuid, window_start, window_end, samples, pods)",
+            row: "$1, $2, {0}, {1}, {2}, {3}, {4}, {5}",
+            consts: &[constant("uuid", &o), constant("uuid", &c)],
+            cols: &[
+                col("text", &nodes),
+                col("text", &gpus),
+                col("timestamptz", &starts),
+                col("timestamptz", &ends),
+                col("int", &samples),
+                col("jsonb", &pods),
+            ],
+            tail: "ON CONFLICT DO NOTHING",
+        },
     )
-    .bind(org.as_uuid())
-    .bind(cluster.as_uuid())
-    .bind(windows.iter().map(|w| w.node.clone()).collect::<Vec<_>>())
-    .bind(windows.iter().map(|w| w.gpu_uuid.clone()).collect::<Vec<_>>())
-    .bind(windows.iter().map(|w| w.window_start).collect::<Vec<_>>())
-    .bind(windows.iter().map(|w| w.window_end).collect::<Vec<_>>())
-    .bind(windows.iter().map(|w| i32::try_from(w.samples).unwrap_or(i32::MAX)).collect::<Vec<_>>())
-    .bind(&pods)
-    .execute(tx.conn())
     .await?;
-    Ok(done.rows_affected())
+    Ok(done)
 }
 
 /// Stores `endpoint_totals` rows in one statement (validated: counts fit in i64, TTFT both or neither).
@@ -86,36 +95,50 @@ pub(super) async fn store_endpoint_totals(
     totals: &[&EndpointTotalsFact],
 ) -> Result<(), AppError> {
     let count = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
-    let col = |f: &dyn Fn(&EndpointTotalsFact) -> String| totals.iter().map(|t| f(t)).collect::<Vec<String>>();
+    let col_of = |f: &dyn Fn(&EndpointTotalsFact) -> String| totals.iter().map(|t| f(t)).collect::<Vec<String>>();
     let num = |f: &dyn Fn(&EndpointTotalsFact) -> u64| totals.iter().map(|t| count(f(t))).collect::<Vec<i64>>();
     let ttft: Vec<(Option<i64>, Option<i64>)> =
         totals.iter().map(|t| t.ttft_ms_sum.zip(t.ttft_count).map(|(s, c)| (count(s), count(c))).unzip()).collect();
-    sqlx::query(
-        "INSERT INTO endpoint_totals (org_id, cluster_id, endpoint, model, server, pod, window_start, window_end,
-                requests, input_tokens, output_tokens, ttft_ms_sum, ttft_count, queue_depth, restarted)
-         SELECT $1, $2, r.* FROM unnest($3::text[], $4::text[], $5::text[], $6::text[], $7::timestamptz[],
-                $8::timestamptz[], $9::int8[], $10::int8[], $11::int8[], $12::int8[], $13::int8[], $14::float8[],
-                $15::bool[])
-                AS r(endpoint, model, server, pod, window_start, window_end, requests, input_tokens, output_tokens,
-                     ttft_ms_sum, ttft_count, queue_depth, restarted)
-         ON CONFLICT DO NOTHING",
+    use crate::bulk::{col, constant};
+    let (o, c) = (org.as_uuid(), cluster.as_uuid());
+    let (endpoints, models, servers, pods) = (
+        col_of(&|t| t.endpoint.clone()),
+        col_of(&|t| t.model.clone()),
+        col_of(&|t| t.server.clone()),
+        col_of(&|t| t.pod.clone()),
+    );
+    let starts: Vec<OffsetDateTime> = totals.iter().map(|t| t.window_start).collect();
+    let ends: Vec<OffsetDateTime> = totals.iter().map(|t| t.window_end).collect();
+    let (requests, input, output) = (num(&|t| t.requests), num(&|t| t.input_tokens), num(&|t| t.output_tokens));
+    let ttft_sum: Vec<Option<i64>> = ttft.iter().map(|p| p.0).collect();
+    let ttft_count: Vec<Option<i64>> = ttft.iter().map(|p| p.1).collect();
+    let depth: Vec<Option<f64>> = totals.iter().map(|t| t.queue_depth).collect();
+    let restarted: Vec<bool> = totals.iter().map(|t| t.restarted).collect();
+    crate::bulk::execute(
+        tx,
+        &crate::bulk::Insert {
+            into: "INSERT INTO endpoint_totals (org_id, cluster_id, endpoint, model, server, pod, window_start,
+                       window_end, requests, input_tokens, output_tokens, ttft_ms_sum, ttft_count, queue_depth, restarted)",
+            row: "$1, $2, {0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}, {8}, {9}, {10}, {11}, {12}",
+            consts: &[constant("uuid", &o), constant("uuid", &c)],
+            cols: &[
+                col("text", &endpoints),
+                col("text", &models),
+                col("text", &servers),
+                col("text", &pods),
+                col("timestamptz", &starts),
+                col("timestamptz", &ends),
+                col("int8", &requests),
+                col("int8", &input),
+                col("int8", &output),
+                col("int8", &ttft_sum),
+                col("int8", &ttft_count),
+                col("float8", &depth),
+                col("bool", &restarted),
+            ],
+            tail: "ON CONFLICT DO NOTHING",
+        },
     )
-    .bind(org.as_uuid())
-    .bind(cluster.as_uuid())
-    .bind(col(&|t| t.endpoint.clone()))
-    .bind(col(&|t| t.model.clone()))
-    .bind(col(&|t| t.server.clone()))
-    .bind(col(&|t| t.pod.clone()))
-    .bind(totals.iter().map(|t| t.window_start).collect::<Vec<_>>())
-    .bind(totals.iter().map(|t| t.window_end).collect::<Vec<_>>())
-    .bind(num(&|t| t.requests))
-    .bind(num(&|t| t.input_tokens))
-    .bind(num(&|t| t.output_tokens))
-    .bind(ttft.iter().map(|p| p.0).collect::<Vec<_>>())
-    .bind(ttft.iter().map(|p| p.1).collect::<Vec<_>>())
-    .bind(totals.iter().map(|t| t.queue_depth).collect::<Vec<_>>())
-    .bind(totals.iter().map(|t| t.restarted).collect::<Vec<_>>())
-    .execute(tx.conn())
     .await?;
     Ok(())
 }
@@ -157,35 +180,52 @@ pub(super) async fn store_service_usage(
         ttft_count.push(pair.map(|(_, c)| count(c)));
     }
     // Rows new to the table whose tenant is not defined.
-    let unknown: Vec<(String, String, String, OffsetDateTime)> = sqlx::query_as(
-        "WITH inserted AS (
-            INSERT INTO service_usage (org_id, cluster_id, endpoint, model, tenant_name, tenant_id, window_start,
-                window_end, requests, input_tokens, output_tokens, ttft_ms_sum, ttft_count)
-            SELECT $1, $2, r.endpoint, r.model, r.tenant_name, t.tenant_id, r.window_start, r.window_end,
-                   r.requests, r.input_tokens, r.output_tokens, r.ttft_ms_sum, r.ttft_count
-              FROM unnest($3::text[], $4::text[], $5::text[], $6::timestamptz[], $7::timestamptz[], $8::int8[],
-                          $9::int8[], $10::int8[], $11::int8[], $12::int8[])
-                AS r(endpoint, model, tenant_name, window_start, window_end, requests, input_tokens, output_tokens,
-                     ttft_ms_sum, ttft_count)
-              LEFT JOIN tenants t ON t.org_id = $1 AND t.name = r.tenant_name
-            ON CONFLICT DO NOTHING
-            RETURNING endpoint, model, tenant_name, window_start, tenant_id)
-         SELECT endpoint, model, tenant_name, window_start FROM inserted WHERE tenant_id IS NULL",
+    // The tenants named, looked up first: Citus cannot push an insert whose rows join another table to a shard.
+    let names: Vec<&str> = {
+        let mut n: Vec<&str> = tenant.iter().map(String::as_str).collect();
+        n.sort_unstable();
+        n.dedup();
+        n
+    };
+    let known: std::collections::HashMap<String, uuid::Uuid> = sqlx::query_as::<_, (String, uuid::Uuid)>(
+        "SELECT name, tenant_id FROM tenants WHERE org_id = $1 AND name = ANY($2)",
     )
     .bind(org.as_uuid())
-    .bind(cluster.as_uuid())
-    .bind(&endpoint)
-    .bind(&model)
-    .bind(&tenant)
-    .bind(&start)
-    .bind(&end)
-    .bind(&requests)
-    .bind(&input)
-    .bind(&output)
-    .bind(&ttft_sum)
-    .bind(&ttft_count)
+    .bind(&names)
     .fetch_all(tx.conn())
+    .await?
+    .into_iter()
+    .collect();
+    let tenant_ids: Vec<Option<uuid::Uuid>> = tenant.iter().map(|t| known.get(t).copied()).collect();
+    let (o, c) = (org.as_uuid(), cluster.as_uuid());
+    use crate::bulk::{col, constant};
+    let inserted: Vec<(String, String, String, OffsetDateTime, Option<uuid::Uuid>)> = crate::bulk::returning(
+        tx,
+        &crate::bulk::Insert {
+            into:
+                "INSERT INTO service_usage (org_id, cluster_id, endpoint, model, tenant_name, tenant_id, window_start,
+                       window_end, requests, input_tokens, output_tokens, ttft_ms_sum, ttft_count)",
+            row: "$1, $2, {0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}, {8}, {9}, {10}",
+            consts: &[constant("uuid", &o), constant("uuid", &c)],
+            cols: &[
+                col("text", &endpoint),
+                col("text", &model),
+                col("text", &tenant),
+                col("uuid", &tenant_ids),
+                col("timestamptz", &start),
+                col("timestamptz", &end),
+                col("int8", &requests),
+                col("int8", &input),
+                col("int8", &output),
+                col("int8", &ttft_sum),
+                col("int8", &ttft_count),
+            ],
+            tail: "ON CONFLICT DO NOTHING RETURNING endpoint, model, tenant_name, window_start, tenant_id",
+        },
+    )
     .await?;
+    let unknown: Vec<(String, String, String, OffsetDateTime)> =
+        inserted.into_iter().filter(|r| r.4.is_none()).map(|(e, m, t, w, _)| (e, m, t, w)).collect();
     if unknown.is_empty() {
         return Ok(());
     }
@@ -211,22 +251,23 @@ pub(super) async fn store_service_usage(
         details.push(json!({ "reason": reason, "endpoint": u.endpoint, "model": u.model, "tenant": u.tenant }));
         flagged.push(FlaggedFact { event_id: (*event_id).to_string(), reason });
     }
-    sqlx::query(
-        "INSERT INTO data_quality_findings
-            (org_id, cluster_id, finding_id, kind, subject, occurred_from, occurred_to, details)
-         SELECT $1, $2, f.finding_id, 'unknown_tenant', f.subject, f.occurred_from, f.occurred_to, f.details
-           FROM unnest($3::text[], $4::text[], $5::timestamptz[], $6::timestamptz[], $7::jsonb[])
-             AS f(finding_id, subject, occurred_from, occurred_to, details)
-         ON CONFLICT DO NOTHING",
+    crate::bulk::execute(
+        tx,
+        &crate::bulk::Insert {
+            into: "INSERT INTO data_quality_findings
+                       (org_id, cluster_id, finding_id, kind, subject, occurred_from, occurred_to, details)",
+            row: "$1, $2, {0}, 'unknown_tenant', {1}, {2}, {3}, {4}",
+            consts: &[constant("uuid", &o), constant("uuid", &c)],
+            cols: &[
+                col("text", &ids),
+                col("text", &subjects),
+                col("timestamptz", &froms),
+                col("timestamptz", &tos),
+                col("jsonb", &details),
+            ],
+            tail: "ON CONFLICT DO NOTHING",
+        },
     )
-    .bind(org.as_uuid())
-    .bind(cluster.as_uuid())
-    .bind(&ids)
-    .bind(&subjects)
-    .bind(&froms)
-    .bind(&tos)
-    .bind(&details)
-    .execute(tx.conn())
     .await?;
     Ok(())
 }

@@ -526,30 +526,40 @@ pub(crate) async fn write_evidence_index(
         let at = c * CHUNK;
         let span = at..at + chunk.len();
         let devices: Vec<serde_json::Value> = chunk.iter().map(|a| serde_json::json!(a.devices)).collect();
-        sqlx::query(
-            "INSERT INTO evidence_allocations (org_id, period, start_rank, end_rank, fraction_rank, id_rank, allocation,
-                                               tenant_id, gpu_class, endpoint, fraction, starts_at, ends_at, confidence,
-                                               devices)
-             SELECT $1, $2, u.* FROM UNNEST($3::int[], $4::int[], $5::int[], $6::int[], $7::text[], $8::uuid[],
-                                            $9::text[], $10::text[], $11::text[], $12::timestamptz[],
-                                            $13::timestamptz[], $14::text[], $15::jsonb[]) AS u",
+        use crate::bulk::{col, constant};
+        let ids: Vec<&str> = chunk.iter().map(|a| a.id.as_str()).collect();
+        let tenants: Vec<Option<uuid::Uuid>> = chunk.iter().map(|a| a.tenant.map(|t| t.as_uuid())).collect();
+        let classes: Vec<Option<&str>> = chunk.iter().map(|a| a.gpu_class.as_deref()).collect();
+        let endpoints: Vec<Option<&str>> = chunk.iter().map(|a| a.endpoint.as_deref()).collect();
+        let fractions: Vec<String> = chunk.iter().map(|a| String::from(a.fraction)).collect();
+        let starts: Vec<time::OffsetDateTime> = chunk.iter().map(|a| a.start).collect();
+        let ends: Vec<Option<time::OffsetDateTime>> = chunk.iter().map(|a| a.end).collect();
+        let confidences: Vec<&str> = chunk.iter().map(|a| a.confidence.as_str()).collect();
+        crate::bulk::execute(
+            tx,
+            &crate::bulk::Insert {
+                into: "INSERT INTO evidence_allocations (org_id, period, start_rank, end_rank, fraction_rank, id_rank,
+                           allocation, tenant_id, gpu_class, endpoint, fraction, starts_at, ends_at, confidence, devices)",
+                row: "$1, $2, {0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}, {8}, {9}, {10}, {11}, {12}",
+                consts: &[constant("uuid", &org), constant("date", &start)],
+                cols: &[
+                    col("int", &rank_columns[0][span.clone()]),
+                    col("int", &rank_columns[1][span.clone()]),
+                    col("int", &rank_columns[2][span.clone()]),
+                    col("int", &rank_columns[3][span.clone()]),
+                    col("text", &ids),
+                    col("uuid", &tenants),
+                    col("text", &classes),
+                    col("text", &endpoints),
+                    col("text", &fractions),
+                    col("timestamptz", &starts),
+                    col("timestamptz", &ends),
+                    col("text", &confidences),
+                    col("jsonb", &devices),
+                ],
+                tail: "",
+            },
         )
-        .bind(org)
-        .bind(start)
-        .bind(&rank_columns[0][span.clone()])
-        .bind(&rank_columns[1][span.clone()])
-        .bind(&rank_columns[2][span.clone()])
-        .bind(&rank_columns[3][span])
-        .bind(chunk.iter().map(|a| a.id.as_str()).collect::<Vec<_>>())
-        .bind(chunk.iter().map(|a| a.tenant.map(|t| t.as_uuid())).collect::<Vec<_>>())
-        .bind(chunk.iter().map(|a| a.gpu_class.as_deref()).collect::<Vec<_>>())
-        .bind(chunk.iter().map(|a| a.endpoint.as_deref()).collect::<Vec<_>>())
-        .bind(chunk.iter().map(|a| String::from(a.fraction)).collect::<Vec<_>>())
-        .bind(chunk.iter().map(|a| a.start).collect::<Vec<_>>())
-        .bind(chunk.iter().map(|a| a.end).collect::<Vec<_>>())
-        .bind(chunk.iter().map(|a| a.confidence.as_str()).collect::<Vec<_>>())
-        .bind(&devices)
-        .execute(tx.conn())
         .await?;
     }
     Ok(true)

@@ -124,24 +124,27 @@ pub async fn store(tx: &mut OrgTx, f: &Figures<'_>) -> Result<(), AppError> {
             amount.push(l.amount.to_string());
             line.push(serde_json::to_value(l).map_err(|e| AppError::Internal(e.to_string()))?);
         }
-        sqlx::query(
-            "INSERT INTO read_lines (org_id, period, line_no, department_id, department, tenant_id, tenant, term, amount,
-                                     line)
-             SELECT $1, $2, u.no, u.dept_id, u.dept, u.tenant_id, u.tenant, u.term, u.amount::numeric, u.line
-               FROM UNNEST($3::int[], $4::uuid[], $5::text[], $6::uuid[], $7::text[], $8::text[], $9::text[], $10::jsonb[])
-                    AS u(no, dept_id, dept, tenant_id, tenant, term, amount, line)",
+        use crate::bulk::{col, constant};
+        crate::bulk::execute(
+            tx,
+            &crate::bulk::Insert {
+                into: "INSERT INTO read_lines (org_id, period, line_no, department_id, department, tenant_id, tenant,
+                           term, amount, line)",
+                row: "$1, $2, {0}, {1}, {2}, {3}, {4}, {5}, {6}::numeric, {7}",
+                consts: &[constant("uuid", &org), constant("date", &start)],
+                cols: &[
+                    col("int", &no),
+                    col("uuid", &dept_id),
+                    col("text", &dept),
+                    col("uuid", &tenant_id),
+                    col("text", &tenant),
+                    col("text", &term),
+                    col("text", &amount),
+                    col("jsonb", &line),
+                ],
+                tail: "",
+            },
         )
-        .bind(org)
-        .bind(start)
-        .bind(&no)
-        .bind(&dept_id)
-        .bind(&dept)
-        .bind(&tenant_id)
-        .bind(&tenant)
-        .bind(&term)
-        .bind(&amount)
-        .bind(&line)
-        .execute(tx.conn())
         .await?;
     }
     sqlx::query(

@@ -140,19 +140,18 @@ async fn store(
                 department.push(*d);
                 body.push(b);
             }
-            sqlx::query(
-                "INSERT INTO read_summary_rows (org_id, period, kind, row_no, section, department_id, body)
-                 SELECT $1, $2, $3, u.no, u.section, u.department, u.body
-                   FROM UNNEST($4::int[], $5::text[], $6::uuid[], $7::jsonb[]) AS u(no, section, department, body)",
+            use crate::bulk::{col, constant};
+            let kind: &str = kind;
+            crate::bulk::execute(
+                tx,
+                &crate::bulk::Insert {
+                    into: "INSERT INTO read_summary_rows (org_id, period, kind, row_no, section, department_id, body)",
+                    row: "$1, $2, $3, {0}, {1}, {2}, {3}",
+                    consts: &[constant("uuid", &org), constant("date", &start), constant("text", &kind)],
+                    cols: &[col("int", &no), col("text", &section), col("uuid", &department), col("jsonb", &body)],
+                    tail: "",
+                },
             )
-            .bind(org)
-            .bind(start)
-            .bind(*kind)
-            .bind(&no)
-            .bind(&section)
-            .bind(&department)
-            .bind(&body)
-            .execute(tx.conn())
             .await?;
         }
     }

@@ -2,6 +2,7 @@
 //! exact sums beside it (`store`); what each cluster and node sends and what keeping it costs (`coverage`).
 
 pub mod store;
+pub mod upgrade;
 
 use axum::{Json, Router, extract::State, routing::get};
 use gpuledger_api::telemetry::{Coverage, CoverageRow, CoverageStatus};

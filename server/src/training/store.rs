@@ -32,24 +32,28 @@ pub(crate) async fn insert_reports(
     let ats: Vec<OffsetDateTime> = reports.iter().map(|r| r.reported_at).collect();
     let steps: Vec<Option<i64>> = reports.iter().map(|r| big(r.steps)).collect();
     let samples: Vec<Option<i64>> = reports.iter().map(|r| big(r.samples)).collect();
-    Ok(sqlx::query(
-        "INSERT INTO training_progress (org_id, record_id, cluster_id, namespace, workload, reported_at, steps, samples)
-         SELECT $1, r.id, $2, r.ns, r.w, r.at, r.steps, r.samples
-           FROM unnest($3::text[], $4::text[], $5::text[], $6::timestamptz[], $7::int8[], $8::int8[])
-             AS r(id, ns, w, at, steps, samples)
-         ON CONFLICT (org_id, record_id) DO NOTHING",
+    use crate::bulk::{col, constant};
+    let (o, c) = (org.as_uuid(), cluster.as_uuid());
+    Ok(crate::bulk::execute(
+        tx,
+        &crate::bulk::Insert {
+            into:
+                "INSERT INTO training_progress (org_id, record_id, cluster_id, namespace, workload, reported_at, steps,
+                       samples)",
+            row: "$1, {0}, $2, {1}, {2}, {3}, {4}, {5}",
+            consts: &[constant("uuid", &o), constant("uuid", &c)],
+            cols: &[
+                col("text", &ids),
+                col("text", &namespaces),
+                col("text", &workloads),
+                col("timestamptz", &ats),
+                col("int8", &steps),
+                col("int8", &samples),
+            ],
+            tail: "ON CONFLICT (org_id, record_id) DO NOTHING",
+        },
     )
-    .bind(org.as_uuid())
-    .bind(cluster.as_uuid())
-    .bind(&ids)
-    .bind(&namespaces)
-    .bind(&workloads)
-    .bind(&ats)
-    .bind(&steps)
-    .bind(&samples)
-    .execute(tx.conn())
-    .await?
-    .rows_affected())
+    .await?)
 }
 
 pub(crate) type Reading = (Uuid, String, String, OffsetDateTime, Option<i64>, Option<i64>);
