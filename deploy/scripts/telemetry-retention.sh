@@ -100,7 +100,7 @@ BEGIN
             IF blocks_left THEN
                 decision := 'strip'; reason := 'full resolution older than the kept days: blocks removed, the sums kept';
             ELSE
-                decision := 'keep'; reason := 'within the kept months (full resolution already stripped)';
+                decision := 'keep'; reason := 'within the kept months (no full resolution left in it)';
             END IF;
         ELSIF to_ts > p_cutoff THEN
             decision := 'keep'; reason := 'within the kept months';

@@ -11,7 +11,7 @@
 //! The ledger prices an endpoint's service term from these records when it has any in the month (they are the
 //! per-tenant attribution), otherwise from the agents' model-server `service_usage` facts.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use axum::{
     Json, Router,
@@ -255,55 +255,102 @@ async fn post_records(
     }
     let col = |k: &str| cols.get(k).cloned().unwrap_or_default();
     let int = |k: &str| ints.get(k).cloned().unwrap_or_default();
-    // The tenant: by name, else by the endpoint's gateway-key alias, else by its team alias.
-    let inserted: Vec<(String, Option<Uuid>)> = sqlx::query_as(
-        "INSERT INTO usage_records (org_id, record_id, cluster_id, endpoint, model, model_version, tenant_name,
-                gateway_key, team, tenant_id, department_id, started_at, window_end, requests, input_tokens,
-                output_tokens, status, latency_ms, ttft_ms, trace_id, agent_session_id)
-         SELECT $1, r.record_id, $2, r.endpoint, r.model, r.model_version, r.tenant, r.gateway_key, r.team,
-                r.tenant_id, t.department_id, r.started_at, r.window_end, r.requests, r.input_tokens,
-                r.output_tokens, r.status, r.latency_ms, r.ttft_ms, r.trace_id, r.agent_session_id
-           FROM (SELECT r.*,
-                        COALESCE(
-                            (SELECT t.tenant_id FROM tenants t WHERE t.org_id = $1 AND t.name = r.tenant),
-                            (SELECT a.tenant_id FROM endpoint_aliases a
-                              WHERE a.org_id = $1 AND a.endpoint = r.endpoint AND a.kind = 'gateway_key'
-                                AND a.alias = r.gateway_key),
-                            (SELECT a.tenant_id FROM endpoint_aliases a
-                              WHERE a.org_id = $1 AND a.endpoint = r.endpoint AND a.kind = 'team'
-                                AND a.alias = r.team)) AS tenant_id
-                   FROM unnest($3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[], $9::text[],
-                               $10::timestamptz[], $11::timestamptz[], $12::int8[], $13::int8[], $14::int8[],
-                               $15::text[], $16::int8[], $17::int8[], $18::text[], $19::text[])
-                     AS r(record_id, endpoint, model, model_version, tenant, gateway_key, team, started_at,
-                          window_end, requests, input_tokens, output_tokens, status, latency_ms, ttft_ms, trace_id,
-                          agent_session_id)) r
-           -- The tenant's department: what department managers see the record under.
-           LEFT JOIN tenants t ON t.org_id = $1 AND t.tenant_id = r.tenant_id
-         ON CONFLICT (org_id, record_id) DO NOTHING
-         RETURNING record_id, tenant_id",
+    // The tenant: by name, else by the endpoint's gateway-key alias, else by its team alias; and its department
+    // (what department managers see the record under). Looked up first: Citus cannot push an insert whose rows
+    // join other tables to a shard (crate::bulk).
+    let org = principal.org.as_uuid();
+    let endpoints: Vec<&str> = records.iter().map(|r| r.endpoint.as_str()).collect();
+    let aliases: HashMap<(String, String, String), Uuid> = sqlx::query_as::<_, (String, String, String, Uuid)>(
+        "SELECT endpoint, kind, alias, tenant_id FROM endpoint_aliases
+          WHERE org_id = $1 AND endpoint = ANY($2) AND kind IN ('gateway_key', 'team')",
     )
-    .bind(principal.org.as_uuid())
-    .bind(cluster.as_uuid())
-    .bind(col("record_id"))
-    .bind(col("endpoint"))
-    .bind(col("model"))
-    .bind(col("model_version"))
-    .bind(col("tenant"))
-    .bind(col("gateway_key"))
-    .bind(col("team"))
-    .bind(&starts)
-    .bind(&ends)
-    .bind(int("requests"))
-    .bind(int("input_tokens"))
-    .bind(int("output_tokens"))
-    .bind(col("status"))
-    .bind(int("latency_ms"))
-    .bind(int("ttft_ms"))
-    .bind(col("trace_id"))
-    .bind(col("agent_session_id"))
+    .bind(org)
+    .bind(&endpoints)
+    .fetch_all(tx.conn())
+    .await?
+    .into_iter()
+    .map(|(e, k, a, t)| ((e, k, a), t))
+    .collect();
+    let names: Vec<&str> = records.iter().filter_map(|r| r.tenant.as_deref()).collect();
+    let alias_ids: Vec<Uuid> = aliases.values().copied().collect();
+    let tenants: Vec<(Uuid, String, Uuid)> = sqlx::query_as(
+        "SELECT tenant_id, name, department_id FROM tenants
+          WHERE org_id = $1 AND (name = ANY($2) OR tenant_id = ANY($3))",
+    )
+    .bind(org)
+    .bind(&names)
+    .bind(&alias_ids)
     .fetch_all(tx.conn())
     .await?;
+    let by_name: HashMap<&str, Uuid> = tenants.iter().map(|(id, n, _)| (n.as_str(), *id)).collect();
+    let department: HashMap<Uuid, Uuid> = tenants.iter().map(|(id, _, d)| (*id, *d)).collect();
+    let alias = |r: &UsageRecord, kind: &str, value: &Option<String>| {
+        value.as_ref().and_then(|v| aliases.get(&(r.endpoint.clone(), kind.to_string(), v.clone())).copied())
+    };
+    let tenant_ids: Vec<Option<Uuid>> = records
+        .iter()
+        .map(|r| {
+            r.tenant
+                .as_deref()
+                .and_then(|n| by_name.get(n).copied())
+                .or_else(|| alias(r, "gateway_key", &r.gateway_key))
+                .or_else(|| alias(r, "team", &r.team))
+        })
+        .collect();
+    let department_ids: Vec<Option<Uuid>> =
+        tenant_ids.iter().map(|t| t.and_then(|t| department.get(&t).copied())).collect();
+    let cluster_id = cluster.as_uuid();
+    let (record_id, endpoint, model, model_version, tenant, gateway_key, team, status, trace_id, agent_session_id) = (
+        col("record_id"),
+        col("endpoint"),
+        col("model"),
+        col("model_version"),
+        col("tenant"),
+        col("gateway_key"),
+        col("team"),
+        col("status"),
+        col("trace_id"),
+        col("agent_session_id"),
+    );
+    let (requests, input_tokens, output_tokens, latency_ms, ttft_ms) =
+        (int("requests"), int("input_tokens"), int("output_tokens"), int("latency_ms"), int("ttft_ms"));
+    let inserted: Vec<(String, Option<Uuid>)> = {
+        use crate::bulk::{col, constant};
+        crate::bulk::returning(
+            &mut tx,
+            &crate::bulk::Insert {
+                into: "INSERT INTO usage_records (org_id, record_id, cluster_id, endpoint, model, model_version,
+                           tenant_name, gateway_key, team, tenant_id, department_id, started_at, window_end, requests,
+                           input_tokens, output_tokens, status, latency_ms, ttft_ms, trace_id, agent_session_id)",
+                row: "$1, {0}, $2, {1}, {2}, {3}, {4}, {5}, {6}, {7}, {8}, {9}, {10}, {11}, {12}, {13}, {14}, {15},
+                      {16}, {17}, {18}",
+                consts: &[constant("uuid", &org), constant("uuid", &cluster_id)],
+                cols: &[
+                    col("text", &record_id),
+                    col("text", &endpoint),
+                    col("text", &model),
+                    col("text", &model_version),
+                    col("text", &tenant),
+                    col("text", &gateway_key),
+                    col("text", &team),
+                    col("uuid", &tenant_ids),
+                    col("uuid", &department_ids),
+                    col("timestamptz", &starts),
+                    col("timestamptz", &ends),
+                    col("int8", &requests),
+                    col("int8", &input_tokens),
+                    col("int8", &output_tokens),
+                    col("text", &status),
+                    col("int8", &latency_ms),
+                    col("int8", &ttft_ms),
+                    col("text", &trace_id),
+                    col("text", &agent_session_id),
+                ],
+                tail: "ON CONFLICT (org_id, record_id) DO NOTHING RETURNING record_id, tenant_id",
+            },
+        )
+        .await?
+    };
     tx.commit().await?;
     let unknown: Vec<UnknownCaller> = {
         let new_unknown: std::collections::HashSet<&str> =
