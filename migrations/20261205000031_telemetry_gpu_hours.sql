@@ -121,8 +121,8 @@ CREATE POLICY tier_mover ON telemetry_hours FOR SELECT TO gpuledger_owner USING 
 CREATE FUNCTION gpuledger_old_tier_orgs() RETURNS SETOF uuid
 LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = public, pg_temp AS $$
 BEGIN
-    RETURN QUERY SELECT o.org_id FROM organizations o
-                  WHERE EXISTS (SELECT 1 FROM telemetry_hours t WHERE t.org_id = o.org_id);
+    -- No correlated subquery over `organizations` (a reference table on Citus, which refuses that shape).
+    RETURN QUERY SELECT DISTINCT t.org_id FROM telemetry_hours t;
 END
 $$;
 REVOKE ALL ON FUNCTION gpuledger_old_tier_orgs() FROM PUBLIC;

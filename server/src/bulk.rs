@@ -7,6 +7,10 @@
 //! supported with row-level security`) — and the application role never bypasses it. So on a distributed database
 //! the same rows go as multi-row `INSERT … VALUES (…), (…)`, which Citus routes to the organization's shard (every
 //! row carries the same organization), chunked under PostgreSQL's 65,535-parameter limit.
+//!
+//! Two more rules every insert keeps for Citus: `ON CONFLICT … DO UPDATE SET` takes `EXCLUDED` values, never
+//! `now()` (Citus refuses functions that are not immutable there: a column's `DEFAULT now()` shows up in `EXCLUDED`),
+//! and no subquery inside the row (`subqueries are not supported within INSERT queries`).
 
 use sqlx::{
     Arguments, Encode, Postgres, Type,

@@ -430,27 +430,44 @@ async fn token_principal(db: &Database, token: &str, source: &str) -> Result<Pri
     let mut tx = db.begin_org(org).await?;
     // `last_used_at` is kept to the minute, and so is the `token.use` audit record written with it: a write (and
     // its WAL flush) on every request would double the commit cost of each ingest batch.
-    let row: Option<TokenRow> = sqlx::query_as(
-        "WITH t AS (
-            SELECT org_id, token_id, scope, cluster_id, department_ids, last_used_at FROM api_tokens
-             WHERE org_id = $3 AND secret_sha256 = $1 AND revoked_at IS NULL
-               AND (expires_at IS NULL OR expires_at > now())
-               AND EXISTS (SELECT 1 FROM organizations o WHERE o.org_id = $3 AND o.state = 'active')),
-         due AS (
-            SELECT org_id, token_id FROM t WHERE last_used_at IS NULL OR last_used_at < now() - interval '1 minute'),
-         touched AS (
-            UPDATE api_tokens SET last_used_at = now() WHERE org_id = $3 AND token_id IN (SELECT token_id FROM due)),
-         audited AS (
-            INSERT INTO audit_log (org_id, audit_id, actor, action, target, source)
-            SELECT org_id, gen_random_uuid(), 'token:' || token_id, 'token.use', token_id::text, $2 FROM due)
-         SELECT token_id, scope, cluster_id, department_ids,
-                (SELECT o.rate_limit_per_minute FROM organizations o WHERE o.org_id = $3) FROM t",
+    // Plain statements, not one statement with data-modifying CTEs: Citus runs such CTEs through intermediate results
+    // and would write the audit record with COPY, which row-level security refuses (docs/scaling.md).
+    let found: Option<(Uuid, String, Option<Uuid>, Vec<Uuid>, Option<i32>, bool)> = sqlx::query_as(
+        "SELECT t.token_id, t.scope, t.cluster_id, t.department_ids, o.rate_limit_per_minute,
+                t.last_used_at IS NULL OR t.last_used_at < now() - interval '1 minute'
+           FROM api_tokens t JOIN organizations o ON o.org_id = t.org_id
+          WHERE t.org_id = $2 AND o.org_id = $2 AND t.secret_sha256 = $1 AND t.revoked_at IS NULL
+            AND (t.expires_at IS NULL OR t.expires_at > now()) AND o.state = 'active'",
     )
     .bind(sha256(token))
-    .bind(source)
     .bind(org.as_uuid())
     .fetch_optional(tx.conn())
     .await?;
+    if let Some((token_id, _, _, _, _, true)) = &found {
+        // Re-checked under the row's lock: of two requests at once, one writes the record.
+        let touched: Option<Uuid> = sqlx::query_scalar(
+            "UPDATE api_tokens SET last_used_at = now()
+              WHERE org_id = $1 AND token_id = $2 AND (last_used_at IS NULL OR last_used_at < now() - interval '1 minute')
+             RETURNING token_id",
+        )
+        .bind(org.as_uuid())
+        .bind(token_id)
+        .fetch_optional(tx.conn())
+        .await?;
+        if touched.is_some() {
+            sqlx::query(
+                "INSERT INTO audit_log (org_id, audit_id, actor, action, target, source)
+                 VALUES ($1, gen_random_uuid(), $2, 'token.use', $3, $4)",
+            )
+            .bind(org.as_uuid())
+            .bind(format!("token:{token_id}"))
+            .bind(token_id.to_string())
+            .bind(source)
+            .execute(tx.conn())
+            .await?;
+        }
+    }
+    let row: Option<TokenRow> = found.map(|(t, s, c, d, r, _)| (t, s, c, d, r));
     if row.is_none()
         && let Some(suspended) = crate::orgs::suspension(&mut tx).await?
     {
@@ -462,16 +479,21 @@ async fn token_principal(db: &Database, token: &str, source: &str) -> Result<Pri
         // A token naming this organization that is not one of its live tokens (forged, revoked, expired): the
         // organization's admins see it. At most one record per client address and minute, and only for an
         // organization that exists, so forged tokens cannot flood anyone's audit log.
-        sqlx::query(
-            "INSERT INTO audit_log (org_id, audit_id, actor, action, target, source, reason)
-             SELECT $1, gen_random_uuid(), 'anonymous', 'token.refused', '', $2,
-                    'a token naming this organization is not one of its live tokens (forged, revoked or expired)'
-              WHERE EXISTS (SELECT 1 FROM organizations WHERE org_id = $1)",
-        )
-        .bind(org.as_uuid())
-        .bind(source)
-        .execute(tx.conn())
-        .await?;
+        let exists: bool = sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM organizations WHERE org_id = $1)")
+            .bind(org.as_uuid())
+            .fetch_one(tx.conn())
+            .await?;
+        if exists {
+            sqlx::query(
+                "INSERT INTO audit_log (org_id, audit_id, actor, action, target, source, reason)
+                 VALUES ($1, gen_random_uuid(), 'anonymous', 'token.refused', '', $2,
+                         'a token naming this organization is not one of its live tokens (forged, revoked or expired)')",
+            )
+            .bind(org.as_uuid())
+            .bind(source)
+            .execute(tx.conn())
+            .await?;
+        }
     }
     tx.commit_identity().await?;
     let (token_id, scope, cluster, departments, rate_limit) = row.ok_or(AppError::Unauthorized)?;

@@ -517,7 +517,7 @@ pub async fn upsert_user(tx: &mut OrgTx, subject: &str, email: Option<&str>, nam
         "INSERT INTO users (org_id, user_id, oidc_subject, email, display_name, last_login_at)
          VALUES ($1, $2, $3, $4, $5, now())
          ON CONFLICT (org_id, oidc_subject) DO UPDATE
-            SET email = EXCLUDED.email, display_name = EXCLUDED.display_name, last_login_at = now()
+            SET email = EXCLUDED.email, display_name = EXCLUDED.display_name, last_login_at = EXCLUDED.last_login_at
          RETURNING user_id",
     )
     .bind(org)

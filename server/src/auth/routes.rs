@@ -540,7 +540,7 @@ async fn put_provider(
          VALUES ($1, $2, $3, $4, $5, $6, $7)
          ON CONFLICT (org_id) DO UPDATE SET issuer = EXCLUDED.issuer, client_id = EXCLUDED.client_id,
              client_secret = EXCLUDED.client_secret, groups_claim = EXCLUDED.groups_claim, scopes = EXCLUDED.scopes,
-             updated_at = now(), updated_by = EXCLUDED.updated_by",
+             updated_at = EXCLUDED.updated_at, updated_by = EXCLUDED.updated_by",
     )
     .bind(org)
     .bind(&issuer)

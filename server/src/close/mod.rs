@@ -227,16 +227,22 @@ pub async fn close_period(
             Period::from_date(l)?
         )));
     }
+    // The stale cutoff by the database's clock, computed first: Citus refuses anything but immutable functions in the
+    // ON CONFLICT clause (`now()`, and timestamptz − interval, which depends on the time zone).
+    let stale_before: time::OffsetDateTime = sqlx::query_scalar("SELECT now() - $1::interval")
+        .bind(format!("{} seconds", STALE_CLOSING.whole_seconds()))
+        .fetch_one(tx.conn())
+        .await?;
     let won: Option<String> = sqlx::query_scalar(
         "INSERT INTO periods (org_id, period, state, closing_by, closing_since) VALUES ($1, $2, 'closing', $3, now())
-         ON CONFLICT (org_id, period) DO UPDATE SET state = 'closing', closing_by = $3, closing_since = now()
-          WHERE periods.state = 'open' OR (periods.state = 'closing' AND periods.closing_since < now() - $4::interval)
+         ON CONFLICT (org_id, period) DO UPDATE SET state = 'closing', closing_by = $3, closing_since = EXCLUDED.closing_since
+          WHERE periods.state = 'open' OR (periods.state = 'closing' AND periods.closing_since < $4)
          RETURNING state",
     )
     .bind(org.as_uuid())
     .bind(start)
     .bind(actor)
-    .bind(format!("{} seconds", STALE_CLOSING.whole_seconds()))
+    .bind(stale_before)
     .fetch_optional(tx.conn())
     .await?;
     if won.is_none() {

@@ -654,7 +654,7 @@ pub(super) async fn recompute_intervals(
                        fraction_num = EXCLUDED.fraction_num, fraction_den = EXCLUDED.fraction_den,
                        ended_at = EXCLUDED.ended_at, end_estimated = EXCLUDED.end_estimated,
                        confidence = EXCLUDED.confidence, inventory_gap = EXCLUDED.inventory_gap, share = EXCLUDED.share,
-                       share_basis = EXCLUDED.share_basis, updated_at = now()",
+                       share_basis = EXCLUDED.share_basis, updated_at = EXCLUDED.updated_at",
         },
     )
     .await?;

@@ -125,7 +125,7 @@ async fn record_contact(tx: &mut OrgTx, cluster: ClusterId, batch: &Batch) -> Re
                 spool_pending_facts, spool_pending_bytes, spool_dropped_facts, spool_disk_bytes, spool_max_bytes)
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
          ON CONFLICT (org_id, cluster_id, mode, node) DO UPDATE
-            SET version = EXCLUDED.version, last_seen_at = now(), last_batch_facts = EXCLUDED.last_batch_facts,
+            SET version = EXCLUDED.version, last_seen_at = EXCLUDED.last_seen_at, last_batch_facts = EXCLUDED.last_batch_facts,
                 lag_seconds = EXCLUDED.lag_seconds, spool_pending_facts = EXCLUDED.spool_pending_facts,
                 spool_pending_bytes = EXCLUDED.spool_pending_bytes, spool_dropped_facts = EXCLUDED.spool_dropped_facts,
                 spool_disk_bytes = EXCLUDED.spool_disk_bytes, spool_max_bytes = EXCLUDED.spool_max_bytes",

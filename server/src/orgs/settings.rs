@@ -115,7 +115,8 @@ async fn write(
     sqlx::query(
         "INSERT INTO org_settings (org_id, default_currency, retention_months, updated_by) VALUES ($1, $2, $3, $4)
          ON CONFLICT (org_id) DO UPDATE SET default_currency = EXCLUDED.default_currency,
-                retention_months = EXCLUDED.retention_months, updated_by = EXCLUDED.updated_by, updated_at = now()",
+                retention_months = EXCLUDED.retention_months, updated_by = EXCLUDED.updated_by,
+                updated_at = EXCLUDED.updated_at",
     )
     .bind(org)
     .bind(&body.default_currency)
