@@ -128,6 +128,11 @@ $$;
 REVOKE ALL ON FUNCTION gpuledger_old_tier_orgs() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION gpuledger_old_tier_orgs() TO gpuledger_app;
 
+-- The organization's ID also as `organizations.id`: the name operators' tools and ad-hoc queries reach for first
+-- (e.g. finding an organization's shard with get_shard_id_for_distribution_column on Citus). Generated, so the two
+-- can never disagree; every table keys by org_id.
+ALTER TABLE organizations ADD COLUMN id uuid GENERATED ALWAYS AS (org_id) STORED;
+
 RESET ROLE;
 
 -- Partitions of the months the tables before have.

@@ -365,11 +365,19 @@ async fn org_a_cannot_touch_org_b_in_any_table() {
         );
         tx.rollback().await.unwrap();
 
-        // INSERT a copy of A's own row labelled as B's: refused.
+        // INSERT a copy of A's own row labelled as B's: refused. (Generated columns are left to PostgreSQL.)
         let mut tx = db.begin_org(a).await.unwrap();
+        let cols: String = sqlx::query_scalar(
+            "SELECT string_agg(quote_ident(attname), ', ' ORDER BY attnum) FROM pg_attribute
+              WHERE attrelid = to_regclass($1) AND attnum > 0 AND NOT attisdropped AND attgenerated = ''",
+        )
+        .bind(format!("public.{table}"))
+        .fetch_one(tx.conn())
+        .await
+        .unwrap();
         let inserted = sqlx::query(&format!(
-            "INSERT INTO {table} SELECT (jsonb_populate_record(NULL::{table},
-                 to_jsonb(t) || jsonb_build_object('org_id', $1::uuid))).* FROM {table} t LIMIT 1"
+            "INSERT INTO {table} ({cols}) SELECT {cols} FROM (SELECT (jsonb_populate_record(NULL::{table},
+                 to_jsonb(t) || jsonb_build_object('org_id', $1::uuid))).* FROM {table} t LIMIT 1) r"
         ))
         .bind(b.as_uuid())
         .execute(tx.conn())

@@ -424,6 +424,8 @@ pub async fn require(db: &Database, headers: &HeaderMap, cap: Capability) -> Res
 
 /// (token id, scope, cluster, departments, the organization's API rate limit) of a live token.
 type TokenRow = (Uuid, String, Option<Uuid>, Vec<Uuid>, Option<i32>);
+/// A [`TokenRow`] and whether the token's last use is due to be recorded.
+type FoundToken = (Uuid, String, Option<Uuid>, Vec<Uuid>, Option<i32>, bool);
 
 async fn token_principal(db: &Database, token: &str, source: &str) -> Result<Principal, AppError> {
     let org = parse(token).ok_or(AppError::Unauthorized)?;
@@ -432,7 +434,8 @@ async fn token_principal(db: &Database, token: &str, source: &str) -> Result<Pri
     // its WAL flush) on every request would double the commit cost of each ingest batch.
     // Plain statements, not one statement with data-modifying CTEs: Citus runs such CTEs through intermediate results
     // and would write the audit record with COPY, which row-level security refuses (docs/scaling.md).
-    let found: Option<(Uuid, String, Option<Uuid>, Vec<Uuid>, Option<i32>, bool)> = sqlx::query_as(
+    // The live token, and whether its last use is a minute old (then it is touched and audited).
+    let found: Option<FoundToken> = sqlx::query_as(
         "SELECT t.token_id, t.scope, t.cluster_id, t.department_ids, o.rate_limit_per_minute,
                 t.last_used_at IS NULL OR t.last_used_at < now() - interval '1 minute'
            FROM api_tokens t JOIN organizations o ON o.org_id = t.org_id

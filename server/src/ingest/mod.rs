@@ -207,6 +207,19 @@ pub async fn store(tx: &mut OrgTx, org: OrgId, cluster: ClusterId, facts: &[Fact
         facts.iter().partition(|f| matches!(f.body, FactBody::Telemetry(_) | FactBody::ProcessTelemetry(_)));
     let mut stored = 0u64;
     let mut flagged = Vec::new();
+    // Matching allocations with device assignments takes the cluster's turn (intervals::lock_assignments), before
+    // this batch writes anything: taken later, two batches could each hold what the other waits for.
+    if other.iter().any(|f| {
+        matches!(
+            f.body,
+            FactBody::AllocationStarted(_)
+                | FactBody::AllocationEnded(_)
+                | FactBody::AllocationVanished(_)
+                | FactBody::DeviceAssigned(_)
+        )
+    }) {
+        intervals::lock_assignments(tx, cluster).await?;
+    }
 
     // 1. The evidence record: every non-telemetry fact as delivered, once.
     let new_events: Vec<(String, String, String)> = if other.is_empty() {
