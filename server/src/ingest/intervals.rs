@@ -231,6 +231,19 @@ pub(super) async fn assign_devices(tx: &mut OrgTx, cluster: ClusterId, assigned:
         if rows.is_empty() {
             continue;
         }
+        // The latest assignment of each pod container and resource, chosen here: as a `DISTINCT ON` subquery the
+        // statement could not be routed to one shard on Citus (it went to every shard).
+        let mut latest: HashMap<(Option<Uuid>, &str, &str, &str, &str), &Assigned> = HashMap::new();
+        for r in rows {
+            let key = (r.pod_uid, r.namespace.as_str(), r.pod.as_str(), r.container.as_str(), r.resource.as_str());
+            match latest.get(&key) {
+                Some(kept) if kept.at >= r.at => {}
+                _ => {
+                    latest.insert(key, r);
+                }
+            }
+        }
+        let rows: Vec<&Assigned> = latest.into_values().collect();
         let uids: Vec<Option<Uuid>> = rows.iter().map(|r| r.pod_uid).collect();
         let namespaces: Vec<&str> = rows.iter().map(|r| r.namespace.as_str()).collect();
         let pods: Vec<&str> = rows.iter().map(|r| r.pod.as_str()).collect();
@@ -243,10 +256,8 @@ pub(super) async fn assign_devices(tx: &mut OrgTx, cluster: ClusterId, assigned:
             "UPDATE allocation_intervals a
                 SET device_ids = ARRAY(SELECT jsonb_array_elements_text(u.devices)), devices_assigned_at = u.at,
                     updated_at = now()
-               FROM (SELECT DISTINCT ON (pod_uid, namespace, pod, container, resource) *
-                       FROM unnest($2::uuid[], $3::text[], $4::text[], $5::text[], $6::text[], $7::jsonb[],
-                                   $8::timestamptz[]) AS r(pod_uid, namespace, pod, container, resource, devices, at)
-                      ORDER BY pod_uid, namespace, pod, container, resource, at DESC) u
+               FROM unnest($2::uuid[], $3::text[], $4::text[], $5::text[], $6::text[], $7::jsonb[], $8::timestamptz[])
+                    AS u(pod_uid, namespace, pod, container, resource, devices, at)
               WHERE a.org_id = $9 AND a.cluster_id = $1 AND {match_sql} AND a.container = u.container
                 AND a.resource = u.resource
                 AND ((a.devices_assigned_at IS NULL AND cardinality(a.device_ids) = 0) OR a.devices_assigned_at < u.at)"
