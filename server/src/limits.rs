@@ -28,8 +28,10 @@ pub struct JsonLimits {
 
 impl JsonLimits {
     /// REST API bodies (policies, tenants, disputes, identity settings…): small documents typed by hand or by a
-    /// script. The largest real ones (a cost policy with a few dozen classes) have a few hundred values.
-    pub const API: Self = Self { max_depth: 16, max_string_bytes: 16 * 1024, max_items: 5_000, max_values: 50_000 };
+    /// script. The largest real ones (a cost policy with a few dozen classes) have a few hundred values. A string
+    /// may take 32 KiB as sent: the longest text the contract allows (2,000 characters) written as `\u` escapes
+    /// of astral characters (12 bytes each) still fits.
+    pub const API: Self = Self { max_depth: 16, max_string_bytes: 32 * 1024, max_items: 5_000, max_values: 50_000 };
 }
 
 /// A limit that was crossed.

@@ -2,8 +2,9 @@
 //! organization A's users and tokens for organization B's objects by ID.
 //!
 //! - A's credentials (admin, export, Platform-only export, agent and join tokens; admin, finance, Research manager
-//!   and viewer sessions) ask every route for B's objects: 404 for an object by ID (422 when the ID is a field of
-//!   the body or query), and list routes answer 200 with none of B's IDs or names in the body.
+//!   and viewer sessions) ask every route for B's objects: 404 for an object by ID, in the path or as a field of the
+//!   body or query (a few bodies are refused before the lookup: 422 for their form, 409 for a rule), and list
+//!   routes answer 200 with none of B's IDs or names in the body.
 //! - The Research manager asks for Platform's objects, the Platform export token for Research's: the same.
 //! - A credential without the route's capability is refused (401 without a credential, 403 otherwise): an export
 //!   token can't write, an agent token can't read.
@@ -514,7 +515,7 @@ fn cases() -> Vec<Case> {
             route: "/api/v1/identity/role-mappings",
             who: Admins,
             denied: Api,
-            expect: Status(422),
+            expect: Status(404),
             build: |t| {
                 with_json(
                     "/api/v1/identity/role-mappings",
@@ -549,7 +550,7 @@ fn cases() -> Vec<Case> {
             route: "/api/v1/tokens",
             who: Admins,
             denied: Api,
-            expect: Status(422),
+            expect: Status(404),
             build: |t| {
                 with_json(
                     "/api/v1/tokens",
@@ -648,7 +649,7 @@ fn cases() -> Vec<Case> {
             route: "/api/v1/quotas",
             who: AdminOrFinance,
             denied: Api,
-            expect: Status(422),
+            expect: Status(404),
             build: |t| {
                 with_json(
                     "/api/v1/quotas",
@@ -776,7 +777,7 @@ fn cases() -> Vec<Case> {
             route: "/api/v1/disputes",
             who: Participants,
             denied: Api,
-            expect: Status(422),
+            expect: Status(404),
             build: |t| {
                 with_json("/api/v1/disputes", json!({"period": CLOSED, "line_ids": [t.line], "reason": "probe"}))
             },
@@ -1057,7 +1058,7 @@ fn cases() -> Vec<Case> {
             route: "/api/v1/analytics/utilization",
             who: Readers,
             denied: Api,
-            expect: Status(422),
+            expect: Status(404),
             build: |t| get(format!("/api/v1/analytics/utilization?period={CLOSED}&tenant={}", t.tenant)),
             control: control(AdminToken, 200, true),
         },
@@ -1075,7 +1076,7 @@ fn cases() -> Vec<Case> {
             route: "/api/v1/analytics/inference",
             who: Readers,
             denied: Api,
-            expect: Status(422),
+            expect: Status(404),
             build: |t| get(format!("/api/v1/analytics/inference?period={CLOSED}&department={}", t.departments[0])),
             control: control(AdminToken, 200, true),
         },
@@ -1112,7 +1113,7 @@ fn cases() -> Vec<Case> {
             route: "/api/v1/tenants",
             who: Admins,
             denied: Api,
-            expect: Status(422),
+            expect: Status(404),
             // B's department, by ID: not found in A.
             build: |t| {
                 with_json(
@@ -1150,7 +1151,7 @@ fn cases() -> Vec<Case> {
             route: "/api/v1/inventory/profiles",
             who: AdminOrFinance,
             denied: Api,
-            expect: Status(422),
+            expect: Status(409),
             build: |_| {
                 with_json(
                     "/api/v1/inventory/profiles",
@@ -1164,7 +1165,7 @@ fn cases() -> Vec<Case> {
             route: "/api/v1/inventory/timeslicing",
             who: AdminOrFinance,
             denied: Api,
-            expect: Status(422),
+            expect: Status(404),
             // B's cluster, by name: not found in A.
             build: |t| {
                 with_json(
@@ -1180,7 +1181,7 @@ fn cases() -> Vec<Case> {
             route: "/api/v1/inventory/impact",
             who: AdminOrFinance,
             denied: Api,
-            expect: Status(422),
+            expect: Status(404),
             build: |t| {
                 with_json(
                     format!("/api/v1/inventory/impact?period={CLOSED}"),
@@ -1194,7 +1195,7 @@ fn cases() -> Vec<Case> {
             route: "/api/v1/inventory/share-basis",
             who: AdminOrFinance,
             denied: Api,
-            expect: Status(422),
+            expect: Status(404),
             // B's cluster, by name: not found in A.
             build: |t| {
                 with_json(
@@ -1238,7 +1239,7 @@ fn cases() -> Vec<Case> {
             route: "/api/v1/budgets",
             who: AdminOrFinance,
             denied: Api,
-            expect: Status(422),
+            expect: Status(404),
             // B's tenant, by ID: not a tenant of A.
             build: |t| {
                 with_json(
@@ -1273,7 +1274,7 @@ fn cases() -> Vec<Case> {
             who: AdminOrFinance,
             denied: Api,
             // B's receiver's address is no business of A's; an internal target is refused for everyone.
-            expect: Status(422),
+            expect: Status(409),
             build: |_| {
                 with_json(
                     "/api/v1/notifications/webhooks",
@@ -1344,7 +1345,7 @@ fn cases() -> Vec<Case> {
             route: "/api/v1/tenancy/namespace-rules",
             who: Admins,
             denied: Api,
-            expect: Status(422),
+            expect: Status(404),
             // B's tenant, by ID: not found in A.
             build: |t| {
                 with_json(
@@ -1369,7 +1370,7 @@ fn cases() -> Vec<Case> {
             route: "/api/v1/tenancy/reassignments",
             who: Admins,
             denied: Api,
-            expect: Status(422),
+            expect: Status(404),
             // B's cluster and tenant: not found in A.
             build: |t| {
                 with_json(
@@ -1385,7 +1386,7 @@ fn cases() -> Vec<Case> {
             route: "/api/v1/tenancy/ownership",
             who: Readers,
             denied: Api,
-            expect: Status(422),
+            expect: Status(404),
             build: |t| get(format!("/api/v1/tenancy/ownership?cluster={}&namespace=probe", t.cluster_name.clone()?)),
             control: None,
         },
@@ -1394,7 +1395,7 @@ fn cases() -> Vec<Case> {
             route: "/api/v1/analytics/sessions",
             who: Readers,
             denied: Api,
-            expect: Status(422),
+            expect: Status(404),
             build: |t| get(format!("/api/v1/analytics/sessions?period={CLOSED}&tenant={}", t.tenant)),
             control: control(AdminToken, 200, true),
         },
@@ -1455,7 +1456,7 @@ fn cases() -> Vec<Case> {
             route: "/api/v1/endpoints/{endpoint}/aliases",
             who: Admins,
             denied: Api,
-            expect: Status(422),
+            expect: Status(404),
             build: |t| {
                 with_json(
                     format!("/api/v1/endpoints/{}-llm/aliases", t.slug.trim_start_matches("org-")),
@@ -1480,7 +1481,7 @@ fn cases() -> Vec<Case> {
             route: "/admin/tokens",
             who: Admins,
             denied: Form,
-            expect: Status(422),
+            expect: Status(404),
             build: |t| with_form("/admin/tokens", format!("name=probe&scope=export&departments={}", t.departments[0])),
             control: None,
         },
@@ -1710,7 +1711,7 @@ fn cases() -> Vec<Case> {
             route: "/ui/disputes",
             who: Participants,
             denied: Form,
-            expect: Status(422),
+            expect: Status(404),
             build: |t| with_form("/ui/disputes", format!("period={CLOSED}&line={}&reason=probe", t.line)),
             control: control(AdminToken, 409, false),
         },
@@ -1812,7 +1813,7 @@ fn cases() -> Vec<Case> {
             route: "/ui/tenants",
             who: Admins,
             denied: Form,
-            expect: Status(422),
+            expect: Status(404),
             build: |t| with_form("/ui/tenants", format!("name=probe&department={}", t.departments[0])),
             control: None,
         },
@@ -1821,7 +1822,7 @@ fn cases() -> Vec<Case> {
             route: "/ui/inventory/{what}",
             who: AdminOrFinance,
             denied: Form,
-            expect: Status(422),
+            expect: Status(404),
             build: |t| {
                 with_form(
                     "/ui/inventory/timeslicing",
@@ -1835,7 +1836,7 @@ fn cases() -> Vec<Case> {
             route: "/ui/tenancy/rules",
             who: Admins,
             denied: Form,
-            expect: Status(422),
+            expect: Status(404),
             build: |t| {
                 with_form(
                     "/ui/tenancy/rules",
@@ -1862,7 +1863,7 @@ fn cases() -> Vec<Case> {
             route: "/ui/tenancy/reassign",
             who: Admins,
             denied: Form,
-            expect: Status(422),
+            expect: Status(404),
             build: |t| {
                 with_form(
                     "/ui/tenancy/reassign",
@@ -1880,7 +1881,7 @@ fn cases() -> Vec<Case> {
             route: "/ui/quotas",
             who: AdminOrFinance,
             denied: Form,
-            expect: Status(422),
+            expect: Status(404),
             build: |t| {
                 with_form(
                     "/ui/quotas",
