@@ -130,6 +130,29 @@ gl_ensure_python_clients() {
   export GL_PYTHON="$venv/bin/python"
 }
 
+# Schemathesis and openapi-spec-validator (issue 33), pinned, in a virtual environment of their own: the one the
+# acceptance check uses when it is there (same versions), else installed once. Exports GL_SCHEMATHESIS_BIN.
+GL_SCHEMATHESIS_PINS=('schemathesis==4.32.5' 'openapi-spec-validator==0.9.0')
+gl_ensure_schemathesis() {
+  local venv
+  for venv in "${XDG_CACHE_HOME:-$HOME/.cache}/glcheck-schemathesis-4.32.5" \
+              "${XDG_CACHE_HOME:-$HOME/.cache}/gpuledger-schemathesis"; do
+    if [ -x "$venv/bin/schemathesis" ] && [ -x "$venv/bin/openapi-spec-validator" ] \
+      && "$venv/bin/schemathesis" --version 2>/dev/null | grep -q '4\.32\.5'; then
+      export GL_SCHEMATHESIS_BIN="$venv/bin"
+      return
+    fi
+  done
+  command -v python3 >/dev/null 2>&1 || gl_apt_install python3 python3-venv
+  gl_say "installing ${GL_SCHEMATHESIS_PINS[*]} (pip, once, in $venv)"
+  rm -rf "$venv"
+  python3 -m venv "$venv" >/dev/null 2>&1 || { gl_apt_install python3-venv; python3 -m venv "$venv" >/dev/null; } \
+    || gl_die "python3 -m venv $venv failed"
+  "$venv/bin/pip" install -q "${GL_SCHEMATHESIS_PINS[@]}" >/dev/null \
+    || gl_die "pip install ${GL_SCHEMATHESIS_PINS[*]} failed (needs PyPI, or a venv with them at $venv)"
+  export GL_SCHEMATHESIS_BIN="$venv/bin"
+}
+
 # The deployment linters (issue 9): kubectl (renders the Kustomize overlays), and kubernetes-validate and checkov in
 # a virtual environment of their own (pinned; separate from the export tests' clients). Exports GL_DEPLOY_BIN.
 GL_DEPLOY_TOOLS_PINS=('kubernetes-validate==1.37.0' 'checkov==3.3.30')

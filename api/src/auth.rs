@@ -4,6 +4,8 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use crate::input::{HttpUrl, Int, Line, List, OidcScopes, TokenScope};
+
 /// `GET /api/v1/me`: who the caller is and what it may do.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct Me {
@@ -63,17 +65,19 @@ pub struct TokenInfo {
 }
 
 /// `POST /api/v1/tokens`: a new token.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(default, deny_unknown_fields)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct NewToken {
-    /// What it is for (1 to 200 characters).
-    pub name: String,
+    /// What it is for.
+    pub name: Line<200>,
     /// `admin`, `export`, `agent:CLUSTER` or `join:CLUSTER` (a new cluster name is registered).
-    pub scope: String,
-    /// Department names an export token is limited to (only for `export`).
-    pub departments: Vec<String>,
-    /// Days until it expires (1 to 3650); absent: never.
-    pub expires_in_days: Option<i64>,
+    pub scope: TokenScope,
+    /// Department names an export token is limited to (only for `export`: else 409).
+    #[serde(default)]
+    pub departments: List<Line<100>, 0, 100>,
+    /// Days until it expires; absent: never.
+    #[serde(default)]
+    pub expires_in_days: Option<Int<1, 3650>>,
 }
 
 /// `POST /api/v1/tokens` (201): the token created, the only time its secret is shown.
@@ -129,19 +133,23 @@ pub struct Provider {
 }
 
 /// `PUT /api/v1/identity/provider`: the provider to use (discovery at the issuer is checked).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(default, deny_unknown_fields)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct ProviderBody {
-    /// The issuer URL.
-    pub issuer: String,
+    /// The issuer URL (a trailing `/` is dropped). Which issuers may be reached is the operator's rule, and
+    /// discovery must succeed there (409 otherwise).
+    pub issuer: HttpUrl,
     /// The client registered for GPU Ledger.
-    pub client_id: String,
-    /// The client's secret; absent or empty keeps the stored one (required the first time unless mounted).
-    pub client_secret: Option<String>,
+    pub client_id: Line<400>,
+    /// The client's secret; absent keeps the stored one (required the first time unless mounted: else 409).
+    #[serde(default)]
+    pub client_secret: Option<Line<4096>>,
     /// The claim that lists the user's groups (default `groups`).
-    pub groups_claim: Option<String>,
+    #[serde(default)]
+    pub groups_claim: Option<Line<200>>,
     /// Requested scopes, space-separated, including `openid` (default `openid email profile groups`).
-    pub scopes: Option<String>,
+    #[serde(default)]
+    pub scopes: Option<OidcScopes>,
 }
 
 /// `GET/PUT /api/v1/identity/role-mappings`: which identity-provider group gets which role.
@@ -163,23 +171,50 @@ pub struct RoleMapping {
 }
 
 /// `PUT /api/v1/identity/role-mappings`: the mappings that replace all of them.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(default, deny_unknown_fields)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct RoleMappingsBody {
     /// The new mappings.
-    pub mappings: Vec<RoleMappingBody>,
+    pub mappings: List<RoleMappingBody, 0, 1000>,
 }
 
 /// One mapping of [`RoleMappingsBody`].
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(default, deny_unknown_fields)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct RoleMappingBody {
-    /// The group (1 to 400 characters).
-    pub group: String,
-    /// `admin`, `finance`, `department_manager` or `viewer`.
-    pub role: String,
-    /// The department's name: required for `department_manager`, refused for the others.
-    pub department: Option<String>,
+    /// The group.
+    pub group: Line<400>,
+    /// The role its members get.
+    pub role: RoleName,
+    /// The department's name: required for `department_manager`, refused for the others (409).
+    #[serde(default)]
+    pub department: Option<Line<100>>,
+}
+
+/// A role.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum RoleName {
+    /// Administers the organization.
+    Admin,
+    /// Prices, closes, approves credits.
+    Finance,
+    /// Manages one department.
+    DepartmentManager,
+    /// Reads.
+    Viewer,
+}
+
+impl RoleName {
+    /// As stored.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Admin => "admin",
+            Self::Finance => "finance",
+            Self::DepartmentManager => "department_manager",
+            Self::Viewer => "viewer",
+        }
+    }
 }
 
 /// `GET /api/v1/audit`: audit records, newest first.

@@ -5,6 +5,8 @@ use std::collections::BTreeMap;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use crate::input::Prose;
+
 /// What is recorded of a month that has a period row (absent for an open month nothing was recorded of).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct PeriodRecord {
@@ -75,9 +77,9 @@ pub struct CloseSummary {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CloseRequest {
-    /// Why the month may be closed as it is (1 to 2,000 characters); recorded and audited.
+    /// Why the month may be closed as it is; recorded and audited.
     #[serde(default)]
-    pub acknowledge: Option<String>,
+    pub acknowledge: Option<Prose<2000>>,
 }
 
 /// An acknowledgement given at close.

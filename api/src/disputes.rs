@@ -3,6 +3,13 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use crate::input::{Credit as CreditAmount, Line, List, Month, Note, Prose};
+
+/// Longest dispute text (reason, comment).
+pub const MAX_TEXT: usize = 4000;
+/// Most lines in one dispute.
+pub const MAX_LINES: usize = 500;
+
 /// A dispute as listed.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct DisputeSummary {
@@ -143,39 +150,50 @@ pub struct DisputeDetail {
 pub type DisputePage = crate::Page<DisputeSummary>;
 
 /// `POST /api/v1/disputes`: dispute lines of a closed period.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(default, deny_unknown_fields)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct OpenDispute {
-    /// The closed period (`YYYY-MM`).
-    pub period: String,
-    /// The disputed lines' IDs.
-    pub line_ids: Vec<String>,
+    /// The closed period.
+    pub period: Month,
+    /// The disputed lines' IDs, each once (lines that are not in the month's ledger: 404; lines of two departments
+    /// or currencies: 409).
+    #[schemars(extend("uniqueItems" = true))]
+    pub line_ids: List<Line<200>, 1, MAX_LINES>,
     /// Why.
-    pub reason: String,
+    pub reason: Prose<MAX_TEXT>,
 }
 
 /// `POST /api/v1/disputes/{id}/comments`.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(default, deny_unknown_fields)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct CommentRequest {
     /// The comment.
-    pub body: String,
+    pub body: Prose<MAX_TEXT>,
 }
 
 /// `POST /api/v1/disputes/{id}/accept`: accept with a credit awaiting finance's approval.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(default, deny_unknown_fields)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct AcceptRequest {
     /// Why.
-    pub reason: String,
-    /// The credit, a positive decimal string (at most the disputed amount).
-    pub credit_amount: Option<String>,
+    pub reason: Prose<MAX_TEXT>,
+    /// The credit (at most the disputed lines' total: else 409).
+    pub credit_amount: CreditAmount,
 }
 
-/// `POST /api/v1/disputes/{id}/reject`, `…/credit/approve`, `…/credit/reject`: a decision with its reason.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(default, deny_unknown_fields)]
+/// `POST /api/v1/disputes/{id}/reject`, `…/credit/reject`: a decision with its reason.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct ReasonRequest {
     /// Why.
-    pub reason: String,
+    pub reason: Prose<MAX_TEXT>,
+}
+
+/// `POST /api/v1/disputes/{id}/credit/approve`: the approval, with an optional reason (the body may be absent).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ApprovalRequest {
+    /// Why (may be empty).
+    #[serde(default)]
+    pub reason: Note<MAX_TEXT>,
 }

@@ -4,21 +4,26 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use crate::input::{HttpUrl, Line, List, Money, Month, present};
+
 /// `POST /api/v1/budgets`: a month's budget for one department or one tenant (by name or ID). Setting it again
 /// replaces the amount (the history is kept and audited).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(extend("oneOf" = [{"required": ["department"]}, {"required": ["tenant"]}]))]
 pub struct BudgetBody {
     /// A department's name or ID (exactly one of `department` and `tenant`).
-    #[serde(default)]
-    pub department: Option<String>,
+    #[serde(default, deserialize_with = "present", skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Line<100>")]
+    pub department: Option<Line<100>>,
     /// A tenant's name or ID.
-    #[serde(default)]
-    pub tenant: Option<String>,
-    /// `YYYY-MM`.
-    pub period: String,
-    /// The budget in the policy's currency, a decimal string with at most two decimals (`"12000.00"`).
-    pub amount: String,
+    #[serde(default, deserialize_with = "present", skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Line<100>")]
+    pub tenant: Option<Line<100>>,
+    /// The month.
+    pub period: Month,
+    /// The budget in the policy's currency (`"12000.00"`).
+    pub amount: Money,
 }
 
 /// One budget as it stands.
@@ -166,14 +171,57 @@ pub struct IdleList {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct WebhookBody {
-    /// Where to POST (https; loopback or private targets only where the operator allows them).
-    pub url: String,
-    /// Any of `budget.forecast_exceeded`, `idle.reservation`, `period.closed`, `dispute.opened`,
-    /// `dispute.resolved`.
-    pub events: Vec<String>,
+    /// Where to POST. Where it may point is the operator's rule (409): https, public addresses only, unless the
+    /// server allows loopback or private receivers.
+    pub url: HttpUrl,
+    /// The events to send (repeats are sent once).
+    pub events: List<WebhookEvent, 1, 20>,
     /// `json` (default: the event as JSON, signed) or `slack` (a Slack-compatible `{"text": …}` body, also signed).
     #[serde(default)]
-    pub format: Option<String>,
+    pub format: Option<WebhookFormat>,
+}
+
+/// An event a webhook can be sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum WebhookEvent {
+    /// A department's or tenant's forecast passes its budget.
+    #[serde(rename = "budget.forecast_exceeded")]
+    BudgetForecastExceeded,
+    /// A reservation has stayed idle.
+    #[serde(rename = "idle.reservation")]
+    IdleReservation,
+    /// A month was closed.
+    #[serde(rename = "period.closed")]
+    PeriodClosed,
+    /// A dispute was opened.
+    #[serde(rename = "dispute.opened")]
+    DisputeOpened,
+    /// A dispute was decided.
+    #[serde(rename = "dispute.resolved")]
+    DisputeResolved,
+}
+
+impl WebhookEvent {
+    /// As deliveries name it.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::BudgetForecastExceeded => "budget.forecast_exceeded",
+            Self::IdleReservation => "idle.reservation",
+            Self::PeriodClosed => "period.closed",
+            Self::DisputeOpened => "dispute.opened",
+            Self::DisputeResolved => "dispute.resolved",
+        }
+    }
+}
+
+/// How a webhook's body is written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum WebhookFormat {
+    /// The event as JSON.
+    Json,
+    /// A Slack-compatible `{"text": …}` body.
+    Slack,
 }
 
 /// A webhook as listed (its secret is never shown again).

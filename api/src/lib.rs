@@ -18,8 +18,10 @@ pub mod exports;
 pub mod foresight;
 pub mod health;
 pub mod ingest;
+pub mod input;
 pub mod ledger;
 pub mod orgs;
+pub mod params;
 pub mod policy;
 pub mod telemetry;
 pub mod tenancy;
@@ -62,6 +64,7 @@ mod tests {
         );
         assert!(e.contains("unknown field `extra`"), "{e}");
         assert!(serde_json::from_value::<auth::NewToken>(json!({"name": "a", "scpoe": "admin"})).is_err());
+        assert!(serde_json::from_value::<auth::NewToken>(json!({"name": "a", "scope": "admin", "x": 1})).is_err());
         assert!(
             serde_json::from_value::<policy::QuotaBody>(json!({"gpu_class": "c", "gpus": "1",
             "valid_from": "2026-01-01T00:00:00Z", "holder": "x"}))
@@ -73,6 +76,7 @@ mod tests {
         );
         // What is known parses, with the defaults the server relies on.
         let t: auth::NewToken = serde_json::from_value(json!({"name": "bi", "scope": "export"})).unwrap();
+        assert!(serde_json::from_value::<auth::NewToken>(json!({"name": "bi"})).is_err(), "the scope is required");
         assert!(t.departments.is_empty() && t.expires_in_days.is_none());
     }
 }

@@ -4,6 +4,8 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use crate::input::{Currency, Int, Line};
+
 /// `GET /api/v1/organization/settings` (and the answer of `PUT`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct OrganizationSettings {
@@ -40,10 +42,10 @@ pub struct OrganizationLimits {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SettingsBody {
-    /// Display name (1 to 200 characters).
-    pub display_name: String,
+    /// Display name.
+    pub display_name: Line<200>,
     /// ISO 4217 code: three uppercase letters.
-    pub default_currency: String,
-    /// Months of history to keep: 12 to 120.
-    pub retention_months: i32,
+    pub default_currency: Currency,
+    /// Months of history to keep.
+    pub retention_months: Int<12, 120>,
 }

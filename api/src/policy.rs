@@ -1,9 +1,13 @@
 //! Cost policies and quotas (`/api/v1/policies/…`, `/api/v1/quotas/…`).
 
-use std::collections::BTreeMap;
+use std::{borrow::Cow, collections::BTreeMap};
 
-use schemars::JsonSchema;
-use serde::{Deserialize, Serialize};
+use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
+use serde::{Deserialize, Deserializer, Serialize, de::Error as _};
+
+use crate::input::{
+    Currency, Gpus, Hours, Id, Instant, Line, List, Money, Month, Note, Percent, Pue, Rate, Weight, present,
+};
 
 /// `GET /api/v1/policies`: every cost policy version, newest first.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -46,16 +50,156 @@ pub struct PolicyVersion {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PolicyBody {
-    /// The first month it prices (`YYYY-MM`).
-    pub effective_from: String,
+    /// The first month it prices.
+    pub effective_from: Month,
     /// What changed and why.
     #[serde(default)]
-    pub note: String,
-    /// The policy: `{currency, classes[{gpu_class, guaranteed, borrowed}], energy{per_kwh, pue},
-    /// services[{endpoint, per_million_weighted_tokens?}], token_weights[{model, input, output}],
-    /// overhead{fixed[{name, amount}], unallocated_capacity, key{kind, shares?}}}`, decimals as strings; errors
-    /// name the field (`policy.classes[0].borrowed`).
-    pub policy: serde_json::Value,
+    pub note: Note<2000>,
+    /// The policy; errors name the field (`policy.classes[0].borrowed`). A class, endpoint or model listed twice,
+    /// or shares adding up to zero, are refused by the policy's rules (409).
+    pub policy: PolicyDocument,
+}
+
+/// A cost policy's content as the API reads it: the shape of `gpuledger_core::policy::CostPolicy`, each number
+/// within what the ledger stores and computes exactly.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PolicyDocument {
+    /// Ignored: the server numbers versions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<crate::input::Int<0, 2_147_483_647>>,
+    /// ISO 4217 code, e.g. `USD`.
+    pub currency: Currency,
+    /// Rates per GPU class, per GPU-hour.
+    #[serde(default)]
+    pub classes: List<ClassRatesInput, 0, 500>,
+    /// Energy price, when energy is charged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub energy: Option<EnergyInput>,
+    /// Shared model-serving endpoints priced by weighted productive work.
+    #[serde(default)]
+    pub services: List<ServiceInput, 0, 500>,
+    /// Token weights per model (`*` = any other model).
+    #[serde(default)]
+    pub token_weights: List<TokenWeightInput, 0, 500>,
+    /// The shared-overhead pool and its distribution key.
+    #[serde(default)]
+    pub overhead: OverheadInput,
+    /// When a reservation counts as idle (default: below 5 % for 2 hours).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle: Option<IdleInput>,
+}
+
+/// Rates of one GPU class.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ClassRatesInput {
+    /// GPU class (as in the approved inventory).
+    pub gpu_class: Line<100>,
+    /// Per guaranteed GPU-hour.
+    pub guaranteed: Rate,
+    /// Per borrowed GPU-hour.
+    pub borrowed: Rate,
+}
+
+/// Price of energy.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct EnergyInput {
+    /// Per kWh.
+    pub per_kwh: Rate,
+    /// Power usage effectiveness multiplier, when facility overhead is charged with the energy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pue: Option<Pue>,
+}
+
+/// How a shared endpoint is priced.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ServiceInput {
+    /// Endpoint name.
+    pub endpoint: Line<200>,
+    /// A fixed price per million weighted tokens; without it the endpoint's own cost is split.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub per_million_weighted_tokens: Option<Rate>,
+}
+
+/// Token weights of one model.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TokenWeightInput {
+    /// Model name, or `*` for any model without its own entry.
+    pub model: Line<200>,
+    /// Weight of an input token.
+    pub input: Weight,
+    /// Weight of an output token.
+    pub output: Weight,
+}
+
+/// The platform's shared costs and how they are distributed.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct OverheadInput {
+    /// Fixed monthly amounts.
+    #[serde(default)]
+    pub fixed: List<FixedCostInput, 0, 500>,
+    /// Add the cost of capacity nobody held or reserved.
+    #[serde(default)]
+    pub unallocated_capacity: bool,
+    /// Distribution key (default `allocated_gpu_hours`).
+    #[serde(default)]
+    pub key: OverheadKeyInput,
+}
+
+/// A fixed monthly cost.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct FixedCostInput {
+    /// What it is.
+    pub name: Line<200>,
+    /// Amount per month.
+    pub amount: Money,
+}
+
+/// How the overhead pool is distributed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum OverheadKeyInput {
+    /// Proportional to allocated GPU-hours.
+    AllocatedGpuHours {},
+    /// Equal shares among tenants.
+    Equal {},
+    /// Declared shares (normalized to their sum, which must be above zero: else 409).
+    FixedShares {
+        /// Tenant and share.
+        shares: List<FixedShareInput, 1, 1000>,
+    },
+}
+
+impl Default for OverheadKeyInput {
+    fn default() -> Self {
+        Self::AllocatedGpuHours {}
+    }
+}
+
+/// One tenant's declared share.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct FixedShareInput {
+    /// Tenant ID.
+    pub tenant: Id,
+    /// Share.
+    pub share: Weight,
+}
+
+/// When an allocation counts as idle.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct IdleInput {
+    /// Percent of activity below which time is idle.
+    pub threshold_pct: Percent,
+    /// Hours of idle time before a reservation is listed.
+    pub min_hours: Hours,
 }
 
 /// `POST /api/v1/policies/{version}/approve`: the approval's reason (the body may be absent).
@@ -64,7 +208,7 @@ pub struct PolicyBody {
 pub struct ApproveBody {
     /// Why it is approved (kept in the audit log).
     #[serde(default)]
-    pub reason: String,
+    pub reason: Note<2000>,
 }
 
 /// `GET /api/v1/quotas`: quotas by department, tenant, class and start.
@@ -106,22 +250,25 @@ pub struct Quota {
 /// `POST /api/v1/quotas`: a quota for exactly one of a tenant or a department.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(extend("oneOf" = [{"required": ["tenant"]}, {"required": ["department"]}]))]
 pub struct QuotaBody {
     /// The holder tenant's name or ID.
-    #[serde(default)]
-    pub tenant: Option<String>,
+    #[serde(default, deserialize_with = "present", skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Line<100>")]
+    pub tenant: Option<Line<100>>,
     /// The holder department's name or ID.
+    #[serde(default, deserialize_with = "present", skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Line<100>")]
+    pub department: Option<Line<100>>,
+    /// A GPU class of the approved inventory (else 409).
+    pub gpu_class: Line<100>,
+    /// Guaranteed GPUs.
+    pub gpus: Gpus,
+    /// Start.
+    pub valid_from: Instant,
+    /// End, after the start (else 409); absent: open-ended.
     #[serde(default)]
-    pub department: Option<String>,
-    /// A GPU class of the approved inventory.
-    pub gpu_class: String,
-    /// Guaranteed GPUs, a decimal string (at most 4 decimals, not negative).
-    pub gpus: String,
-    /// Start (RFC 3339).
-    pub valid_from: String,
-    /// End (RFC 3339), after the start; absent: open-ended.
-    #[serde(default)]
-    pub valid_to: Option<String>,
+    pub valid_to: Option<Instant>,
 }
 
 /// `POST /api/v1/quotas` (201): the quota created.
@@ -138,7 +285,45 @@ pub struct ImportKueueBody {
     /// ClusterQueue name → tenant or department name; by default a ClusterQueue named like a tenant (else a
     /// department) maps to it.
     #[serde(default)]
-    pub mappings: BTreeMap<String, String>,
+    pub mappings: KueueMappings,
+}
+
+/// ClusterQueue names (1 to 253 characters) to tenant or department names (1 to 100), at most 1,000, no control
+/// characters.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct KueueMappings(pub BTreeMap<String, String>);
+
+impl<'de> Deserialize<'de> for KueueMappings {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let raw = BTreeMap::<String, String>::deserialize(d)?;
+        if raw.len() > 1000 {
+            return Err(D::Error::custom(format!("{} mappings; at most 1000", raw.len())));
+        }
+        let mut out = BTreeMap::new();
+        for (k, v) in raw {
+            let key = Line::<253>::new(&k).map_err(|e| D::Error::custom(format!("{k:?}: {e}")))?;
+            let value = Line::<100>::new(&v).map_err(|e| D::Error::custom(format!("{k:?}: {e}")))?;
+            out.insert(key.into_inner(), value.into_inner());
+        }
+        Ok(Self(out))
+    }
+}
+
+impl JsonSchema for KueueMappings {
+    fn inline_schema() -> bool {
+        true
+    }
+    fn schema_name() -> Cow<'static, str> {
+        "KueueMappings".into()
+    }
+    fn json_schema(g: &mut SchemaGenerator) -> Schema {
+        json_schema!({
+            "type": "object",
+            "maxProperties": 1000,
+            "propertyNames": g.subschema_for::<Line<253>>(),
+            "additionalProperties": g.subschema_for::<Line<100>>(),
+        })
+    }
 }
 
 /// `POST /api/v1/quotas/import-kueue`: what was imported.

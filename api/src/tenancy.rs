@@ -4,6 +4,17 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use crate::input::{FractionText, Instant, Int, Line, NamespacePattern, Prose};
+
+/// Longest department, tenant, class, model or profile name.
+pub const MAX_NAME: usize = 100;
+/// Longest cluster name.
+pub const MAX_CLUSTER: usize = 200;
+/// Longest namespace name (a Kubernetes object name).
+pub const MAX_NAMESPACE: usize = 253;
+/// Longest reason kept with a tenancy change.
+pub const MAX_REASON: usize = 1000;
+
 /// A department, as `GET /api/v1/departments` lists it (by name).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct Department {
@@ -25,8 +36,8 @@ pub struct Department {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DepartmentBody {
-    /// Its name (1 to 100 characters, unique in the organization).
-    pub name: String,
+    /// Its name (unique in the organization).
+    pub name: Line<MAX_NAME>,
 }
 
 /// `POST /api/v1/departments` (201): the department created.
@@ -63,10 +74,10 @@ pub struct Tenant {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TenantBody {
-    /// Its name (1 to 100 characters, unique in the organization).
-    pub name: String,
+    /// Its name (unique in the organization).
+    pub name: Line<MAX_NAME>,
     /// Its department's name or ID.
-    pub department: String,
+    pub department: Line<MAX_NAME>,
 }
 
 /// `POST /api/v1/tenants` (201): the tenant created, with what it took over.
@@ -119,13 +130,36 @@ pub struct ShareBasisEntry {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ShareBasisBody {
-    /// A registered cluster's name; absent or null: the organization's default for every cluster.
+    /// A registered cluster's name or ID; absent or null: the organization's default for every cluster.
     #[serde(default)]
-    pub cluster: Option<String>,
-    /// `compute`, `memory` or `larger`.
-    pub basis: String,
-    /// When the version starts (RFC 3339).
-    pub valid_from: String,
+    pub cluster: Option<Line<MAX_CLUSTER>>,
+    /// Which share is paid.
+    pub basis: ShareBasisName,
+    /// When the version starts.
+    pub valid_from: Instant,
+}
+
+/// Which share a soft-shared allocation pays.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ShareBasisName {
+    /// Its compute share.
+    Compute,
+    /// Its memory share.
+    Memory,
+    /// The larger of the two.
+    Larger,
+}
+
+impl ShareBasisName {
+    /// As stored and answered.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Compute => "compute",
+            Self::Memory => "memory",
+            Self::Larger => "larger",
+        }
+    }
 }
 
 /// `POST /api/v1/inventory/share-basis` (201): the version added.
@@ -200,14 +234,14 @@ pub struct Timeslicing {
 #[serde(deny_unknown_fields)]
 pub struct ModelBody {
     /// The GPU model as the node labels and NVML name it (`NVIDIA H100 80GB HBM3`).
-    pub model: String,
+    pub model: Line<MAX_NAME>,
     /// Its price class; created if new (a policy must still price it).
-    pub gpu_class: String,
-    /// Its memory in MiB (positive), if known.
+    pub gpu_class: Line<MAX_NAME>,
+    /// Its memory in MiB, if known.
     #[serde(default)]
-    pub memory_mib: Option<i32>,
-    /// When the entry starts (RFC 3339); it ends the entry in force there.
-    pub valid_from: String,
+    pub memory_mib: Option<Int<1, 2_147_483_647>>,
+    /// When the entry starts; it ends the entry in force there.
+    pub valid_from: Instant,
 }
 
 /// `POST /api/v1/inventory/models` (201): the entry added.
@@ -224,17 +258,39 @@ pub struct CreatedModel {
 /// `POST /api/v1/inventory/profiles`: a MIG or vGPU profile's fraction from `valid_from` (admin or finance).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(extend("if" = {"properties": {"kind": {"const": "mig"}}},
+                  "then" = {"properties": {"profile": {"pattern": crate::input::MigProfileName::PATTERN}}}))]
 pub struct ProfileBody {
     /// `mig` or `vgpu`.
-    pub kind: String,
+    pub kind: ProfileKind,
     /// The GPU model.
-    pub model: String,
-    /// MIG (`3g.40gb`) or vGPU (`GRID_A100-40C`) profile.
-    pub profile: String,
-    /// The share of the whole GPU, exact: `3/7`, `1/2`, `0.25` (more than 0, at most 1).
-    pub fraction: String,
-    /// When the entry starts (RFC 3339).
-    pub valid_from: String,
+    pub model: Line<MAX_NAME>,
+    /// MIG (`3g.40gb`, the pattern of a MIG profile) or vGPU (`GRID_A100-40C`) profile.
+    pub profile: Line<MAX_NAME>,
+    /// The share of the whole GPU, exact: `3/7`, `1/2`, `0.25` (more than 0 and at most 1, else 409).
+    pub fraction: FractionText,
+    /// When the entry starts.
+    pub valid_from: Instant,
+}
+
+/// A GPU partitioning kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ProfileKind {
+    /// A MIG profile.
+    Mig,
+    /// A vGPU profile.
+    Vgpu,
+}
+
+impl ProfileKind {
+    /// As stored and answered.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Mig => "mig",
+            Self::Vgpu => "vgpu",
+        }
+    }
 }
 
 /// `POST /api/v1/inventory/profiles` (201): the entry added.
@@ -257,13 +313,13 @@ pub struct CreatedProfile {
 #[serde(deny_unknown_fields)]
 pub struct TimeslicingBody {
     /// A registered cluster's name.
-    pub cluster: String,
+    pub cluster: Line<MAX_CLUSTER>,
     /// The sharing configuration's name (the device plugin's config).
-    pub name: String,
-    /// Replicas per GPU (1 to 1024).
-    pub replicas: i32,
-    /// When the entry starts (RFC 3339).
-    pub valid_from: String,
+    pub name: Line<MAX_NAME>,
+    /// Replicas per GPU.
+    pub replicas: Int<1, 1024>,
+    /// When the entry starts.
+    pub valid_from: Instant,
 }
 
 /// `POST /api/v1/inventory/timeslicing` (201): the entry added.
@@ -284,15 +340,15 @@ pub struct CreatedTimeslicing {
 #[serde(deny_unknown_fields)]
 pub struct ReassignmentBody {
     /// The namespace's cluster (name or ID).
-    pub cluster: String,
+    pub cluster: Line<MAX_CLUSTER>,
     /// The namespace's name, as the agent reports it.
-    pub namespace: String,
+    pub namespace: Line<MAX_NAMESPACE>,
     /// The new owner (tenant name or ID).
-    pub tenant: String,
-    /// From when (RFC 3339, UTC or with an offset).
-    pub valid_from: String,
-    /// Why (kept in the audit log; required).
-    pub reason: String,
+    pub tenant: Line<MAX_NAME>,
+    /// From when (at most 366 days ahead, within the namespace's life: else 409).
+    pub valid_from: Instant,
+    /// Why (kept in the audit log).
+    pub reason: Prose<MAX_REASON>,
 }
 
 /// `POST /api/v1/tenancy/reassignments` (201): the ownership entry opened, and what it changes.
@@ -347,17 +403,21 @@ pub struct NamespaceOwnership {
 /// `PATCH /api/v1/departments/{department}`, `PATCH /api/v1/tenants/{tenant}` (admins): rename, retire, or both.
 /// A rename applies from now on (closed months keep the names frozen in their bundles; former names are kept); a
 /// retired department or tenant keeps its history and takes nothing new from `retired_from` on.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(extend("anyOf" = [
+    {"required": ["name"], "properties": {"name": {"type": "string"}}},
+    {"required": ["retired_from"], "properties": {"retired_from": {"type": "string"}}}
+]))]
 pub struct RenameOrRetire {
-    /// The new name (1 to 100 characters, unique in the organization).
+    /// The new name (unique in the organization).
     #[serde(default)]
-    pub name: Option<String>,
-    /// Retire from this instant (RFC 3339).
+    pub name: Option<Line<MAX_NAME>>,
+    /// Retire from this instant.
     #[serde(default)]
-    pub retired_from: Option<String>,
-    /// Why (kept in the audit log; required).
-    pub reason: String,
+    pub retired_from: Option<Instant>,
+    /// Why (kept in the audit log).
+    pub reason: Prose<MAX_REASON>,
 }
 
 /// `PATCH /api/v1/departments/{department}`, `PATCH /api/v1/tenants/{tenant}` (200): what changed.
@@ -383,18 +443,38 @@ pub struct Updated {
 pub struct NamespaceRuleBody {
     /// A cluster (name or ID); none: every cluster.
     #[serde(default)]
-    pub cluster: Option<String>,
+    pub cluster: Option<Line<MAX_CLUSTER>>,
     /// `exact` or `prefix`.
     #[serde(rename = "match")]
-    pub match_kind: String,
-    /// The name or prefix (a DNS label's characters, 1 to 63).
-    pub pattern: String,
+    pub match_kind: MatchKind,
+    /// The name or prefix.
+    pub pattern: NamespacePattern,
     /// The owner (tenant name or ID).
-    pub tenant: String,
-    /// From when (RFC 3339).
-    pub valid_from: String,
-    /// Why (kept in the audit log; required).
-    pub reason: String,
+    pub tenant: Line<MAX_NAME>,
+    /// From when.
+    pub valid_from: Instant,
+    /// Why (kept in the audit log).
+    pub reason: Prose<MAX_REASON>,
+}
+
+/// How a namespace rule matches names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum MatchKind {
+    /// The whole name.
+    Exact,
+    /// The name's start.
+    Prefix,
+}
+
+impl MatchKind {
+    /// As stored and answered.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Exact => "exact",
+            Self::Prefix => "prefix",
+        }
+    }
 }
 
 /// A rule for namespaces without labels.

@@ -3,6 +3,8 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use crate::input::{Line, List};
+
 /// A record kept without a tenant: its caller is not known yet.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct UnknownCaller {
@@ -52,8 +54,40 @@ pub struct Aliases {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AliasesRequest {
-    /// Every alias of the endpoint.
-    pub aliases: Vec<Alias>,
+    /// Every alias of the endpoint (an alias given twice: 409).
+    pub aliases: List<AliasBody, 0, 1000>,
+}
+
+/// One alias of [`AliasesRequest`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AliasBody {
+    /// What the records carry.
+    pub kind: AliasKind,
+    /// The gateway key or team name as the records carry it.
+    pub alias: Line<200>,
+    /// The tenant (name or ID).
+    pub tenant: Line<100>,
+}
+
+/// What an alias names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum AliasKind {
+    /// A gateway key.
+    GatewayKey,
+    /// A team.
+    Team,
+}
+
+impl AliasKind {
+    /// As stored and answered.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::GatewayKey => "gateway_key",
+            Self::Team => "team",
+        }
+    }
 }
 
 /// `PUT /api/v1/endpoints/{endpoint}/aliases`: what changed.

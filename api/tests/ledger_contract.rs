@@ -4,7 +4,7 @@
 
 use gpuledger_api::{
     close::{PeriodEntry, Periods},
-    disputes::{AcceptRequest, CommentRequest, DisputeDetail, OpenDispute, ReasonRequest},
+    disputes::{AcceptRequest, ApprovalRequest, CommentRequest, DisputeDetail, OpenDispute, ReasonRequest},
     ledger::{Ledger, Summaries},
     usage::AliasesRequest,
 };
@@ -72,6 +72,8 @@ fn request_bodies_refuse_unknown_fields() {
         )
         .is_err()
     );
-    // Missing fields default: the server's checks name them.
-    assert_eq!(serde_json::from_str::<ReasonRequest>("{}").unwrap().reason, "");
+    // A missing required field is refused by the type, naming it; an optional reason reads as empty.
+    let missing = serde_json::from_str::<ReasonRequest>("{}").unwrap_err().to_string();
+    assert!(missing.contains("missing field `reason`"), "{missing}");
+    assert_eq!(serde_json::from_str::<ApprovalRequest>("{}").unwrap().reason.as_str(), "");
 }

@@ -182,7 +182,7 @@ impl CostPolicy {
         }
         let mut seen = BTreeSet::new();
         for (i, c) in self.classes.iter().enumerate() {
-            if c.gpu_class.trim().is_empty() || c.gpu_class.len() > 100 {
+            if c.gpu_class.trim().is_empty() || c.gpu_class.chars().count() > 100 {
                 return Err(invalid(format!("classes[{i}].gpu_class"), "must be 1 to 100 characters"));
             }
             if !seen.insert(c.gpu_class.as_str()) {
@@ -209,7 +209,7 @@ impl CostPolicy {
         }
         let mut seen = BTreeSet::new();
         for (i, s) in self.services.iter().enumerate() {
-            if s.endpoint.trim().is_empty() || s.endpoint.len() > 200 {
+            if s.endpoint.trim().is_empty() || s.endpoint.chars().count() > 200 {
                 return Err(invalid(format!("services[{i}].endpoint"), "must be 1 to 200 characters"));
             }
             if !seen.insert(s.endpoint.as_str()) {

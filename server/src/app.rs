@@ -276,6 +276,7 @@ pub fn router(state: AppState, http: &HttpOptions) -> Router {
         .with_state(state)
         .layer(middleware::from_fn(csrf_guard))
         .layer(middleware::from_fn(form_limits))
+        .layer(middleware::from_fn(uri_guard))
         .layer(RequestBodyLimitLayer::new(http.body_limit))
         .layer(TimeoutLayer::with_status_code(StatusCode::REQUEST_TIMEOUT, http.request_timeout))
         .layer(middleware::from_fn(crate::metrics::track))
@@ -437,7 +438,8 @@ async fn form_limits(request: Request, next: Next) -> Response {
     next.run(Request::from_parts(parts, Body::from(bytes))).await
 }
 
-/// The form limits of [`form_limits`] on one body.
+/// The form limits of [`form_limits`] on one body, and the text class of the API (`gpuledger_api::input`): no
+/// control character in a field's name or value, except tab, line feed and carriage return in a value (a textarea).
 pub fn check_form(body: &[u8]) -> Result<(), AppError> {
     for (i, (k, v)) in form_urlencoded::parse(body).enumerate() {
         if i >= FORM_MAX_FIELDS {
@@ -449,8 +451,77 @@ pub fn check_form(body: &[u8]) -> Result<(), AppError> {
         if v.len() > FORM_MAX_VALUE_BYTES {
             return Err(AppError::invalid(k.into_owned(), format!("longer than {FORM_MAX_VALUE_BYTES} bytes")));
         }
+        if k.chars().any(char::is_control) {
+            return Err(AppError::invalid("form", "a field name with a control character"));
+        }
+        if let Some(c) = v.chars().find(|c| c.is_control() && !matches!(c, '\t' | '\n' | '\r')) {
+            return Err(AppError::invalid(
+                k.into_owned(),
+                format!("contains the control character U+{:04X}; no control characters", c as u32),
+            ));
+        }
     }
     Ok(())
+}
+
+/// The path-segment and query class outside the REST API (portal pages and forms, sign-in, setup links, OData):
+/// a path or query that is not UTF-8 once percent-decoded, or holds a control character, is refused (400) before
+/// any handler, page or query sees it. The REST API's own extractors (`PathParams`, `Params`) refuse them with 422
+/// naming the parameter, as its document says.
+async fn uri_guard(request: Request, next: Next) -> Response {
+    let uri = request.uri();
+    if uri.path().starts_with("/api/") {
+        return next.run(request).await;
+    }
+    if let Err(reason) = check_uri(uri.path(), uri.query()) {
+        let problem = serde_json::json!({"type": "about:blank", "title": "Bad Request", "status": 400,
+                                         "detail": reason});
+        return (
+            StatusCode::BAD_REQUEST,
+            [(header::CONTENT_TYPE, HeaderValue::from_static("application/problem+json"))],
+            problem.to_string(),
+        )
+            .into_response();
+    }
+    next.run(request).await
+}
+
+/// Why a request target is refused by [`uri_guard`], if it is.
+pub fn check_uri(path: &str, query: Option<&str>) -> Result<(), String> {
+    let decoded = percent_decode(path).ok_or("the path is not UTF-8 once percent-decoded")?;
+    if let Some(c) = decoded.chars().find(|c| c.is_control()) {
+        return Err(format!("the path holds the control character U+{:04X}", c as u32));
+    }
+    for (k, v) in form_urlencoded::parse(query.unwrap_or_default().as_bytes()) {
+        if let Some(c) = k.chars().chain(v.chars()).find(|c| c.is_control() || *c == char::REPLACEMENT_CHARACTER) {
+            return Err(format!(
+                "the query parameter {k:?} holds U+{:04X} (a control character or bytes that are not UTF-8)",
+                c as u32
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A path percent-decoded (`None` when the result is not UTF-8).
+fn percent_decode(path: &str) -> Option<String> {
+    let bytes = path.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: u8| (b as char).to_digit(16);
+        match (bytes[i], bytes.get(i + 1).copied().and_then(hex), bytes.get(i + 2).copied().and_then(hex)) {
+            (b'%', Some(h), Some(l)) => {
+                out.push(u8::try_from(h * 16 + l).unwrap_or(0));
+                i += 3;
+            }
+            (b, _, _) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8(out).ok()
 }
 
 fn form_urlencoded_field(body: &[u8], name: &str) -> Option<String> {

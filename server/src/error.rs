@@ -17,6 +17,25 @@ pub enum AppError {
         /// Why it was refused.
         reason: String,
     },
+    /// A well-formed request (one the API document allows) that a rule refuses: a rule between two of its fields
+    /// (`valid_to` after `valid_from`), or the organization's current data (a retired department, a month that has
+    /// not started). 409, naming the field.
+    #[error("{field}: {reason}")]
+    Refused {
+        /// The field or parameter the rule is about.
+        field: String,
+        /// The rule, and what to do.
+        reason: String,
+    },
+    /// What a field or parameter of a well-formed request names does not exist (or is not the caller's to see).
+    /// 404, naming the field.
+    #[error("{field}: {reason}")]
+    Unknown {
+        /// The field or parameter that names it.
+        field: String,
+        /// What was not found.
+        reason: String,
+    },
     /// No credentials, or credentials that are not valid.
     #[error("authentication required")]
     Unauthorized,
@@ -65,10 +84,36 @@ impl AppError {
         Self::Invalid { field: field.into(), reason: reason.into() }
     }
 
+    /// A well-formed request refused by a rule between its fields or by the organization's data (409).
+    pub fn refused(field: impl Into<String>, reason: impl Into<String>) -> Self {
+        Self::Refused { field: field.into(), reason: reason.into() }
+    }
+
+    /// What `field` names does not exist (404).
+    pub fn unknown(field: impl Into<String>, reason: impl Into<String>) -> Self {
+        Self::Unknown { field: field.into(), reason: reason.into() }
+    }
+
+    /// A ledger computation's refusal of the organization's stored data (a GPU class without a rate, an amount
+    /// beyond what the ledger holds): the data's conflict, not the request's form — 409, naming what to fix.
+    pub fn computing(e: gpuledger_core::DomainError) -> Self {
+        let (field, reason) = match &e {
+            gpuledger_core::DomainError::Invalid { field, reason } => ((*field).to_string(), reason.clone()),
+            gpuledger_core::DomainError::InvalidAt { path, reason } => (path.clone(), reason.clone()),
+            gpuledger_core::DomainError::Overflow { .. } => ("ledger".to_string(), e.to_string()),
+        };
+        Self::refused(
+            field,
+            format!("the month cannot be computed from the organization's data as it stands: {reason}"),
+        )
+    }
+
     /// The HTTP status this error answers with.
     pub fn status(&self) -> StatusCode {
         match self {
             Self::Invalid { .. } => StatusCode::UNPROCESSABLE_ENTITY,
+            Self::Refused { .. } => StatusCode::CONFLICT,
+            Self::Unknown { .. } => StatusCode::NOT_FOUND,
             Self::Unauthorized => StatusCode::UNAUTHORIZED,
             Self::Forbidden(_) => StatusCode::FORBIDDEN,
             Self::NotFound(_) => StatusCode::NOT_FOUND,
@@ -83,8 +128,9 @@ impl AppError {
 }
 
 /// The one place database errors become answers: an unavailable pool is 503, and integrity violations are the
-/// client's conflict or mistake, not a server error — a duplicate key (23505) or an overlapping range (23P01) is
-/// 409, a missing referenced row (23503) or a failed check (23514) 422. Handlers that can say it better replace the
+/// client's conflict or mistake, not a server error — a duplicate key (23505), an overlapping range (23P01) or a
+/// referenced row that is gone (23503) is 409 (the request met the stored data), a failed check (23514) 422 (a
+/// value the input classes should have refused). Handlers that can say it better replace the
 /// wording with [`AppError::on_conflict`] / [`AppError::on_invalid`] without matching SQLSTATE codes themselves.
 impl From<sqlx::Error> for AppError {
     fn from(e: sqlx::Error) -> Self {
@@ -102,7 +148,7 @@ impl From<sqlx::Error> for AppError {
                     Some("23505") => Self::Conflict(format!("an entry with the same key exists ({constraint})")),
                     Some("23P01") => Self::Conflict(format!("it overlaps an existing entry ({constraint})")),
                     Some("23503") => {
-                        Self::invalid("body", format!("it refers to something that does not exist ({constraint})"))
+                        Self::Conflict(format!("it refers to something that does not exist ({constraint})"))
                     }
                     Some("23514") => {
                         Self::invalid("body", format!("a value is out of its allowed range ({constraint})"))
@@ -134,14 +180,6 @@ impl AppError {
     pub fn on_conflict(self, detail: impl FnOnce() -> String) -> Self {
         match self {
             Self::Conflict(_) => Self::Conflict(detail()),
-            other => other,
-        }
-    }
-
-    /// A conflict reported as an invalid field instead (a value given twice in one request); others unchanged.
-    pub fn on_conflict_invalid(self, field: impl Into<String>, reason: impl Into<String>) -> Self {
-        match self {
-            Self::Conflict(_) => Self::invalid(field, reason),
             other => other,
         }
     }
@@ -186,7 +224,9 @@ impl IntoResponse for AppError {
     fn into_response(self) -> Response {
         let status = self.status();
         let (detail, field) = match &self {
-            Self::Invalid { field, reason } => (format!("{field}: {reason}"), Some(field.clone())),
+            Self::Invalid { field, reason } | Self::Refused { field, reason } | Self::Unknown { field, reason } => {
+                (format!("{field}: {reason}"), Some(field.clone()))
+            }
             Self::Internal(detail) => {
                 tracing::error!(error = %detail, "internal error");
                 ("an internal error occurred; it has been logged".to_string(), None)

@@ -5,6 +5,11 @@ use gpuledger_api::health::{Alive, Ready};
 
 use crate::{app::AppState, error::AppError};
 
+/// What these handlers take, for the API document.
+pub(crate) fn inputs() -> Vec<crate::openapi::Inputs> {
+    vec![crate::openapi::inputs("get", "/healthz", healthz), crate::openapi::inputs("get", "/readyz", readyz)]
+}
+
 /// `/healthz` and `/readyz`.
 pub fn router() -> Router<AppState> {
     Router::new().route("/healthz", get(healthz)).route("/readyz", get(readyz))

@@ -100,15 +100,19 @@ impl<T: serde::de::DeserializeOwned + Send> FromRequest<AppState> for JsonBody<T
     type Rejection = AppError;
 
     async fn from_request(request: Request, state: &AppState) -> Result<Self, AppError> {
-        let bytes = Bytes::from_request(request, state).await.map_err(|e| {
-            if e.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE {
-                AppError::PayloadTooLarge(format!("a JSON body larger than {} bytes", MAX_API_BODY_BYTES))
-            } else {
-                AppError::invalid("body", e.body_text())
-            }
-        })?;
-        json_body(&bytes).map(Self)
+        json_body(&body_bytes(request, state).await?).map(Self)
     }
+}
+
+/// A request's body, buffered within the server's limits; a body over them is a 413 problem document.
+pub async fn body_bytes(request: Request, state: &AppState) -> Result<Bytes, AppError> {
+    Bytes::from_request(request, state).await.map_err(|e| {
+        if e.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE {
+            AppError::PayloadTooLarge("the body is larger than the server takes".into())
+        } else {
+            AppError::invalid("body", e.body_text())
+        }
+    })
 }
 
 /// Largest JSON body of the REST API (agents' batches and gateways' usage records have their own limits).
@@ -178,8 +182,9 @@ pub fn query_params<T: serde::de::DeserializeOwned>(query: &str) -> Result<T, Ap
     serde_path_to_error::deserialize(de).map_err(|e| {
         let reason = e.inner().to_string();
         let path = e.path().to_string();
-        // serde reports an unknown parameter at the struct's root; name the parameter itself.
-        let field = match (path.as_str(), reason.strip_prefix("unknown field `")) {
+        // serde reports an unknown or a missing parameter at the struct's root; name the parameter itself.
+        let named = reason.strip_prefix("unknown field `").or_else(|| reason.strip_prefix("missing field `"));
+        let field = match (path.as_str(), named) {
             (".", Some(rest)) => rest.split('`').next().unwrap_or("query").to_string(),
             (".", None) => "query".to_string(),
             _ => path,
@@ -192,6 +197,60 @@ pub fn query_params<T: serde::de::DeserializeOwned>(query: &str) -> Result<T, Ap
         };
         AppError::invalid(field, reason)
     })
+}
+
+/// A path's `{name}` segments parsed strictly into `T` (a struct whose fields are named as the segments), before
+/// any handler runs: each value percent-decoded, then read by its field's type (the input classes of
+/// `gpuledger_api::input`), and every error a 422 problem naming the segment and the reason — a segment that is not
+/// UTF-8, holds a control character, or is not what its type says never reaches a handler, a query or a URI.
+#[derive(Debug)]
+pub struct PathParams<T>(pub T);
+
+impl<T: serde::de::DeserializeOwned + Send, S: Send + Sync> FromRequestParts<S> for PathParams<T> {
+    type Rejection = AppError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, AppError> {
+        let raw = axum::extract::RawPathParams::from_request_parts(parts, state).await.map_err(|e| {
+            let field = match &e {
+                axum::extract::rejection::RawPathParamsRejection::InvalidUtf8InPathParam(inner) => {
+                    inner.body_text().split('`').nth(1).unwrap_or("path").to_string()
+                }
+                _ => "path".to_string(),
+            };
+            AppError::invalid(field, "not UTF-8 text once percent-decoded")
+        })?;
+        path_params(raw.iter()).map(Self)
+    }
+}
+
+/// Parses a path's `(name, value)` segments as [`PathParams`] does.
+pub fn path_params<'a, T: serde::de::DeserializeOwned>(
+    segments: impl Iterator<Item = (&'a str, &'a str)>,
+) -> Result<T, AppError> {
+    // The segments are read as a query string is, so that numbers, months and texts parse by one set of rules.
+    let encoded = form_urlencoded::Serializer::new(String::new()).extend_pairs(segments).finish();
+    let de = serde_urlencoded::Deserializer::new(form_urlencoded::parse(encoded.as_bytes()));
+    serde_path_to_error::deserialize(de).map_err(|e| {
+        let path = e.path().to_string();
+        AppError::invalid(if path == "." { "path".to_string() } else { path }, e.inner().to_string())
+    })
+}
+
+/// A JSON request body that may be absent: an empty body (or only white space) reads as `T::default()`; otherwise
+/// as [`JsonBody`] reads it.
+#[derive(Debug)]
+pub struct OptionalJsonBody<T>(pub T);
+
+impl<T: serde::de::DeserializeOwned + Default + Send> FromRequest<AppState> for OptionalJsonBody<T> {
+    type Rejection = AppError;
+
+    async fn from_request(request: Request, state: &AppState) -> Result<Self, AppError> {
+        let bytes = body_bytes(request, state).await?;
+        if bytes.iter().all(u8::is_ascii_whitespace) {
+            return Ok(Self(T::default()));
+        }
+        json_body(&bytes).map(Self)
+    }
 }
 
 /// Parses a `YYYY-MM` parameter; the error names `field`.

@@ -36,7 +36,7 @@ pub async fn frozen_or_open(tx: &mut OrgTx, period: Period) -> Result<Month, App
     if crate::ledger::period_state(tx, period).await? == "closed"
         && let Some(bundle) = crate::close::stored_bundle(tx, period).await?
     {
-        let lines = compute(&bundle.inputs)?.lines;
+        let lines = compute(&bundle.inputs).map_err(AppError::computing)?.lines;
         return Ok(Month { closed: true, input: bundle.inputs, lines });
     }
     let preview = crate::close::preview(tx, period).await?;
@@ -49,7 +49,7 @@ pub async fn from_facts(tx: &mut OrgTx, period: Period) -> Result<Month, AppErro
     if crate::ledger::period_state(tx, period).await? == "closed" {
         let policy = approved_policy(tx, period).await?;
         let input = crate::ledger::load_input(tx, period, policy).await?;
-        let lines = compute(&input)?.lines;
+        let lines = compute(&input).map_err(AppError::computing)?.lines;
         return Ok(Month { closed: true, input, lines });
     }
     let preview = crate::close::preview(tx, period).await?;
@@ -74,7 +74,7 @@ pub async fn with_policy(tx: &mut OrgTx, month: &Month, policy: CostPolicy) -> R
         input.energy = crate::ledger::load_input(tx, input.period, policy.clone()).await?.energy;
     }
     input.policy = policy;
-    Ok(compute(&input)?.lines)
+    Ok(compute(&input).map_err(AppError::computing)?.lines)
 }
 
 fn zero() -> Result<Decimal, AppError> {

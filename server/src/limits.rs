@@ -28,8 +28,10 @@ pub struct JsonLimits {
 
 impl JsonLimits {
     /// REST API bodies (policies, tenants, disputes, identity settings…): small documents typed by hand or by a
-    /// script. The largest real ones (a cost policy with a few dozen classes) have a few hundred values.
-    pub const API: Self = Self { max_depth: 16, max_string_bytes: 16 * 1024, max_items: 5_000, max_values: 50_000 };
+    /// script. The largest real ones (a cost policy with a few dozen classes) have a few hundred values. A string
+    /// may take 32 KiB as sent: the longest text the contract allows (2,000 characters) written as `\u` escapes
+    /// of astral characters (12 bytes each) still fits.
+    pub const API: Self = Self { max_depth: 16, max_string_bytes: 32 * 1024, max_items: 5_000, max_values: 50_000 };
 }
 
 /// A limit that was crossed.
@@ -67,6 +69,9 @@ pub struct JsonGuard {
     stack: Vec<Frame>,
     in_string: bool,
     escape: bool,
+    /// Inside a `\u` escape: the hexadecimal digits read so far (a NUL, `\u0000`, is refused: PostgreSQL's text
+    /// cannot hold it, whatever field it is in).
+    unicode: Option<Vec<u8>>,
     string_bytes: usize,
     /// Collecting a key's bytes (first 64).
     key_bytes: Option<Vec<u8>>,
@@ -87,6 +92,7 @@ impl JsonGuard {
             stack: Vec::new(),
             in_string: false,
             escape: false,
+            unicode: None,
             string_bytes: 0,
             key_bytes: None,
             values: 0,
@@ -145,8 +151,20 @@ impl JsonGuard {
         }
         for &b in chunk {
             if self.in_string {
-                if self.escape {
+                if let Some(digits) = &mut self.unicode {
+                    digits.push(b);
+                    if digits.len() == 4 {
+                        let nul = digits.iter().all(|d| *d == b'0');
+                        self.unicode = None;
+                        if nul {
+                            return Err(self.fail("a NUL character (\\u0000) in a string".into()));
+                        }
+                    }
+                } else if self.escape {
                     self.escape = false;
+                    if b == b'u' {
+                        self.unicode = Some(Vec::with_capacity(4));
+                    }
                 } else if b == b'\\' {
                     self.escape = true;
                 } else if b == b'"' {
@@ -364,6 +382,21 @@ mod tests {
     }
 
     #[test]
+    fn a_nul_is_refused_wherever_it_is_and_only_a_nul() {
+        let hit = JsonGuard::check(JsonLimits::API, br#"{"agent":{"version":"1.2\u0000"}}"#).unwrap_err();
+        assert_eq!(hit.at, "agent.version");
+        assert!(hit.reason.contains("NUL"), "{hit:?}");
+        assert!(JsonGuard::check(JsonLimits::API, br#"{"k\u0000":1}"#).is_err(), "in a key too");
+        // An escaped backslash before `u0000` is text, not an escape; other escapes are fine.
+        JsonGuard::check(JsonLimits::API, br#"{"a":"\\u0000","b":"\u0001\u00e9\n"}"#).unwrap();
+        let doc = br#"{"a":"x\u0000"}"#;
+        for cut in 0..doc.len() {
+            let mut g = JsonGuard::new(JsonLimits::API);
+            assert!(g.feed(&doc[..cut]).and_then(|()| g.feed(&doc[cut..])).is_err(), "cut at {cut}");
+        }
+    }
+
+    #[test]
     fn escaped_quotes_do_not_end_strings() {
         let hit = JsonGuard::check(SMALL, br#"["\"\"\"\"\"\"\"\"\""]"#).unwrap_err();
         assert!(hit.reason.contains("longer than 8"), "{hit:?}");
@@ -380,12 +413,21 @@ mod tests {
             prop_assert!(g.stack.len() <= SMALL.max_depth);
         }
 
-        /// Valid JSON within the limits always passes; the same document with one more level of nesting than
-        /// allowed never does.
+        /// Valid JSON within the limits always passes unless a string holds a NUL; the same document with one
+        /// more level of nesting than allowed never does.
         #[test]
         fn valid_json_within_limits_passes(v in arb_json(3)) {
+            fn has_nul(v: &serde_json::Value) -> bool {
+                match v {
+                    serde_json::Value::String(s) => s.contains('\0'),
+                    serde_json::Value::Array(a) => a.iter().any(has_nul),
+                    serde_json::Value::Object(o) => o.iter().any(|(k, v)| k.contains('\0') || has_nul(v)),
+                    _ => false,
+                }
+            }
             let text = serde_json::to_vec(&v).unwrap();
-            prop_assert!(JsonGuard::check(JsonLimits::API, &text).is_ok());
+            prop_assert_eq!(JsonGuard::check(JsonLimits::API, &text).is_ok(), !has_nul(&v));
+            prop_assume!(!has_nul(&v));
             let mut deep = String::new();
             for _ in 0..JsonLimits::API.max_depth { deep.push('['); }
             deep.push_str(std::str::from_utf8(&text).unwrap());

@@ -61,6 +61,11 @@ pub fn router() -> Router<AppState> {
     Router::new().route("/metrics", get(metrics))
 }
 
+/// What the handler takes, for the API document.
+pub(crate) fn inputs() -> Vec<crate::openapi::Inputs> {
+    vec![crate::openapi::inputs("get", "/metrics", metrics)]
+}
+
 async fn metrics(State(state): State<AppState>, headers: HeaderMap) -> Result<Response, AppError> {
     let principal = auth::require(&state.db, &headers, Capability::ReadLedger).await?;
     let org_wide = principal.departments.is_none();

@@ -34,7 +34,7 @@ pub async fn lookup_id(tx: &mut OrgTx, table: &str, field: &str, name_or_id: &st
     };
     let org = tx.org().as_uuid();
     let id: Option<Uuid> = sqlx::query_scalar(sql).bind(name_or_id).bind(org).fetch_optional(tx.conn()).await?;
-    id.ok_or_else(|| AppError::invalid(field, format!("{name_or_id:?} is not a known {}", &table[..table.len() - 1])))
+    id.ok_or_else(|| AppError::unknown(field, format!("{name_or_id:?} is not a known {}", &table[..table.len() - 1])))
 }
 
 /// Gives a namespace owners from the rules for namespaces without labels, wherever its history has no owner:
@@ -168,7 +168,7 @@ pub async fn refuse_retired(
         sqlx::query_scalar(sql).bind(id).bind(tx.org().as_uuid()).fetch_one(tx.conn()).await?;
     match retired {
         Some(r) if r <= at => {
-            Err(AppError::invalid(field, format!("is retired since {}", gpuledger_core::time_fmt::rfc3339(r))))
+            Err(AppError::refused(field, format!("is retired since {}", gpuledger_core::time_fmt::rfc3339(r))))
         }
         _ => Ok(()),
     }

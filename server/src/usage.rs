@@ -15,11 +15,14 @@ use std::collections::{BTreeMap, HashMap};
 
 use axum::{
     Json, Router,
-    extract::{Path, State},
-    http::{HeaderMap, StatusCode},
+    extract::State,
+    http::StatusCode,
     routing::{post, put},
 };
-use gpuledger_api::usage::{Alias, Aliases, AliasesRequest, AliasesSet, UnknownCaller, UsageAck};
+use gpuledger_api::{
+    params::EndpointPath,
+    usage::{Alias, Aliases, AliasesRequest, AliasesSet, UnknownCaller, UsageAck},
+};
 use serde::Deserialize;
 use serde_json::json;
 use time::OffsetDateTime;
@@ -29,8 +32,18 @@ use crate::{
     app::AppState,
     auth,
     error::AppError,
-    http::{Administer, Caller, JsonBody},
+    http::{Administer, Caller, JsonBody, PathParams},
+    openapi::{Inputs, inputs as described},
 };
+
+/// What this feature's handlers take, for the API document.
+pub(crate) fn inputs() -> Vec<Inputs> {
+    vec![
+        described("post", "/api/v1/usage/records", post_records),
+        described("get", "/api/v1/endpoints/{endpoint}/aliases", get_aliases),
+        described("put", "/api/v1/endpoints/{endpoint}/aliases", put_aliases),
+    ]
+}
 
 /// Routes of this module.
 pub fn router() -> Router<AppState> {
@@ -212,13 +225,14 @@ fn big(v: u64) -> i64 {
 
 async fn post_records(
     State(state): State<AppState>,
-    headers: HeaderMap,
-    body: axum::body::Bytes,
+    request: axum::extract::Request,
 ) -> Result<Json<UsageAck>, AppError> {
-    let principal = auth::authenticate(&state.db, &headers).await?;
+    // The credential first: a caller that may not send records is refused whatever the body is.
+    let principal = auth::authenticate(&state.db, request.headers()).await?;
     let Some(cluster) = principal.agent_cluster() else {
         return Err(AppError::Forbidden("usage records are sent with an agent token (the gateway's cluster)".into()));
     };
+    let body = crate::http::body_bytes(request, &state).await?;
     let records = parse_records(&body, OffsetDateTime::now_utc())?;
     let mut tx = principal.begin(&state.db).await?;
     let n = records.len();
@@ -375,8 +389,9 @@ async fn post_records(
 async fn get_aliases(
     State(state): State<AppState>,
     p: Caller<Administer>,
-    Path(endpoint): Path<String>,
+    PathParams(path): PathParams<EndpointPath>,
 ) -> Result<Json<Aliases>, AppError> {
+    let endpoint = path.endpoint.into_inner();
     let mut tx = p.begin(&state.db).await?;
     let org = tx.org().as_uuid();
     let rows: Vec<(String, String, String)> = sqlx::query_as(
@@ -396,13 +411,10 @@ async fn get_aliases(
 async fn put_aliases(
     State(state): State<AppState>,
     p: Caller<Administer>,
-    Path(endpoint): Path<String>,
+    PathParams(path): PathParams<EndpointPath>,
     JsonBody(body): JsonBody<AliasesRequest>,
 ) -> Result<(StatusCode, Json<AliasesSet>), AppError> {
-    let endpoint = endpoint.trim().to_string();
-    if endpoint.is_empty() || endpoint.chars().count() > MAX_TEXT {
-        return Err(AppError::invalid("endpoint", format!("must be 1 to {MAX_TEXT} characters")));
-    }
+    let endpoint = path.endpoint.into_inner();
     let mut tx = p.begin(&state.db).await?;
     let org = tx.org().as_uuid();
     sqlx::query("DELETE FROM endpoint_aliases WHERE endpoint = $1 AND org_id = $2")
@@ -411,36 +423,33 @@ async fn put_aliases(
         .execute(tx.conn())
         .await?;
     for (i, a) in body.aliases.iter().enumerate() {
-        if !["gateway_key", "team"].contains(&a.kind.as_str()) {
-            return Err(AppError::invalid(format!("aliases[{i}].kind"), "must be gateway_key or team"));
-        }
-        if a.alias.trim().is_empty() || a.alias.chars().count() > MAX_TEXT {
-            return Err(AppError::invalid(
-                format!("aliases[{i}].alias"),
-                format!("must be 1 to {MAX_TEXT} characters"),
-            ));
-        }
         let tenant: Option<Uuid> = sqlx::query_scalar(
             "SELECT tenant_id FROM tenants WHERE (name = $1 OR tenant_id::text = $1) AND org_id = $2",
         )
-        .bind(a.tenant.trim())
+        .bind(a.tenant.as_str())
         .bind(org)
         .fetch_optional(tx.conn())
         .await?;
         let Some(tenant) = tenant else {
-            return Err(AppError::invalid(format!("aliases[{i}].tenant"), format!("no tenant {:?}", a.tenant)));
+            return Err(AppError::unknown(
+                format!("aliases[{i}].tenant"),
+                format!("no tenant {:?}", a.tenant.as_str()),
+            ));
         };
         sqlx::query(
             "INSERT INTO endpoint_aliases (org_id, endpoint, kind, alias, tenant_id) VALUES ($1, $2, $3, $4, $5)",
         )
         .bind(p.org.as_uuid())
         .bind(&endpoint)
-        .bind(&a.kind)
-        .bind(a.alias.trim())
+        .bind(a.kind.as_str())
+        .bind(a.alias.as_str())
         .bind(tenant)
         .execute(tx.conn())
         .await
-        .map_err(|e| AppError::from(e).on_conflict_invalid(format!("aliases[{i}].alias"), "given twice"))?;
+        .map_err(|e| match AppError::from(e) {
+            AppError::Conflict(_) => AppError::refused(format!("aliases[{i}].alias"), "given twice"),
+            other => other,
+        })?;
     }
     let attributed = sqlx::query(
         "UPDATE usage_records r SET tenant_id = a.tenant_id, department_id = t.department_id

@@ -2,8 +2,9 @@
 //! organization A's users and tokens for organization B's objects by ID.
 //!
 //! - A's credentials (admin, export, Platform-only export, agent and join tokens; admin, finance, Research manager
-//!   and viewer sessions) ask every route for B's objects: 404 for an object by ID (422 when the ID is a field of
-//!   the body or query), and list routes answer 200 with none of B's IDs or names in the body.
+//!   and viewer sessions) ask every route for B's objects: 404 for an object by ID, in the path or as a field of the
+//!   body or query (a few bodies are refused before the lookup: 422 for their form, 409 for a rule), and list
+//!   routes answer 200 with none of B's IDs or names in the body.
 //! - The Research manager asks for Platform's objects, the Platform export token for Research's: the same.
 //! - A credential without the route's capability is refused (401 without a credential, 403 otherwise): an export
 //!   token can't write, an agent token can't read.
@@ -16,9 +17,11 @@
 
 mod common;
 
+use common::routes::{portal_routes, server_routes};
+
 use std::{
     collections::{BTreeMap, BTreeSet},
-    path::{Path, PathBuf},
+    path::Path,
     time::Duration,
 };
 
@@ -514,7 +517,7 @@ fn cases() -> Vec<Case> {
             route: "/api/v1/identity/role-mappings",
             who: Admins,
             denied: Api,
-            expect: Status(422),
+            expect: Status(404),
             build: |t| {
                 with_json(
                     "/api/v1/identity/role-mappings",
@@ -549,7 +552,7 @@ fn cases() -> Vec<Case> {
             route: "/api/v1/tokens",
             who: Admins,
             denied: Api,
-            expect: Status(422),
+            expect: Status(404),
             build: |t| {
                 with_json(
                     "/api/v1/tokens",
@@ -648,7 +651,7 @@ fn cases() -> Vec<Case> {
             route: "/api/v1/quotas",
             who: AdminOrFinance,
             denied: Api,
-            expect: Status(422),
+            expect: Status(404),
             build: |t| {
                 with_json(
                     "/api/v1/quotas",
@@ -776,7 +779,7 @@ fn cases() -> Vec<Case> {
             route: "/api/v1/disputes",
             who: Participants,
             denied: Api,
-            expect: Status(422),
+            expect: Status(404),
             build: |t| {
                 with_json("/api/v1/disputes", json!({"period": CLOSED, "line_ids": [t.line], "reason": "probe"}))
             },
@@ -1057,7 +1060,7 @@ fn cases() -> Vec<Case> {
             route: "/api/v1/analytics/utilization",
             who: Readers,
             denied: Api,
-            expect: Status(422),
+            expect: Status(404),
             build: |t| get(format!("/api/v1/analytics/utilization?period={CLOSED}&tenant={}", t.tenant)),
             control: control(AdminToken, 200, true),
         },
@@ -1075,7 +1078,7 @@ fn cases() -> Vec<Case> {
             route: "/api/v1/analytics/inference",
             who: Readers,
             denied: Api,
-            expect: Status(422),
+            expect: Status(404),
             build: |t| get(format!("/api/v1/analytics/inference?period={CLOSED}&department={}", t.departments[0])),
             control: control(AdminToken, 200, true),
         },
@@ -1112,7 +1115,7 @@ fn cases() -> Vec<Case> {
             route: "/api/v1/tenants",
             who: Admins,
             denied: Api,
-            expect: Status(422),
+            expect: Status(404),
             // B's department, by ID: not found in A.
             build: |t| {
                 with_json(
@@ -1150,7 +1153,7 @@ fn cases() -> Vec<Case> {
             route: "/api/v1/inventory/profiles",
             who: AdminOrFinance,
             denied: Api,
-            expect: Status(422),
+            expect: Status(409),
             build: |_| {
                 with_json(
                     "/api/v1/inventory/profiles",
@@ -1164,7 +1167,7 @@ fn cases() -> Vec<Case> {
             route: "/api/v1/inventory/timeslicing",
             who: AdminOrFinance,
             denied: Api,
-            expect: Status(422),
+            expect: Status(404),
             // B's cluster, by name: not found in A.
             build: |t| {
                 with_json(
@@ -1180,7 +1183,7 @@ fn cases() -> Vec<Case> {
             route: "/api/v1/inventory/impact",
             who: AdminOrFinance,
             denied: Api,
-            expect: Status(422),
+            expect: Status(404),
             build: |t| {
                 with_json(
                     format!("/api/v1/inventory/impact?period={CLOSED}"),
@@ -1194,7 +1197,7 @@ fn cases() -> Vec<Case> {
             route: "/api/v1/inventory/share-basis",
             who: AdminOrFinance,
             denied: Api,
-            expect: Status(422),
+            expect: Status(404),
             // B's cluster, by name: not found in A.
             build: |t| {
                 with_json(
@@ -1238,7 +1241,7 @@ fn cases() -> Vec<Case> {
             route: "/api/v1/budgets",
             who: AdminOrFinance,
             denied: Api,
-            expect: Status(422),
+            expect: Status(404),
             // B's tenant, by ID: not a tenant of A.
             build: |t| {
                 with_json(
@@ -1273,7 +1276,7 @@ fn cases() -> Vec<Case> {
             who: AdminOrFinance,
             denied: Api,
             // B's receiver's address is no business of A's; an internal target is refused for everyone.
-            expect: Status(422),
+            expect: Status(409),
             build: |_| {
                 with_json(
                     "/api/v1/notifications/webhooks",
@@ -1344,7 +1347,7 @@ fn cases() -> Vec<Case> {
             route: "/api/v1/tenancy/namespace-rules",
             who: Admins,
             denied: Api,
-            expect: Status(422),
+            expect: Status(404),
             // B's tenant, by ID: not found in A.
             build: |t| {
                 with_json(
@@ -1369,7 +1372,7 @@ fn cases() -> Vec<Case> {
             route: "/api/v1/tenancy/reassignments",
             who: Admins,
             denied: Api,
-            expect: Status(422),
+            expect: Status(404),
             // B's cluster and tenant: not found in A.
             build: |t| {
                 with_json(
@@ -1385,7 +1388,7 @@ fn cases() -> Vec<Case> {
             route: "/api/v1/tenancy/ownership",
             who: Readers,
             denied: Api,
-            expect: Status(422),
+            expect: Status(404),
             build: |t| get(format!("/api/v1/tenancy/ownership?cluster={}&namespace=probe", t.cluster_name.clone()?)),
             control: None,
         },
@@ -1394,7 +1397,7 @@ fn cases() -> Vec<Case> {
             route: "/api/v1/analytics/sessions",
             who: Readers,
             denied: Api,
-            expect: Status(422),
+            expect: Status(404),
             build: |t| get(format!("/api/v1/analytics/sessions?period={CLOSED}&tenant={}", t.tenant)),
             control: control(AdminToken, 200, true),
         },
@@ -1455,7 +1458,7 @@ fn cases() -> Vec<Case> {
             route: "/api/v1/endpoints/{endpoint}/aliases",
             who: Admins,
             denied: Api,
-            expect: Status(422),
+            expect: Status(404),
             build: |t| {
                 with_json(
                     format!("/api/v1/endpoints/{}-llm/aliases", t.slug.trim_start_matches("org-")),
@@ -1480,7 +1483,7 @@ fn cases() -> Vec<Case> {
             route: "/admin/tokens",
             who: Admins,
             denied: Form,
-            expect: Status(422),
+            expect: Status(404),
             build: |t| with_form("/admin/tokens", format!("name=probe&scope=export&departments={}", t.departments[0])),
             control: None,
         },
@@ -1710,7 +1713,7 @@ fn cases() -> Vec<Case> {
             route: "/ui/disputes",
             who: Participants,
             denied: Form,
-            expect: Status(422),
+            expect: Status(404),
             build: |t| with_form("/ui/disputes", format!("period={CLOSED}&line={}&reason=probe", t.line)),
             control: control(AdminToken, 409, false),
         },
@@ -1812,7 +1815,7 @@ fn cases() -> Vec<Case> {
             route: "/ui/tenants",
             who: Admins,
             denied: Form,
-            expect: Status(422),
+            expect: Status(404),
             build: |t| with_form("/ui/tenants", format!("name=probe&department={}", t.departments[0])),
             control: None,
         },
@@ -1821,7 +1824,7 @@ fn cases() -> Vec<Case> {
             route: "/ui/inventory/{what}",
             who: AdminOrFinance,
             denied: Form,
-            expect: Status(422),
+            expect: Status(404),
             build: |t| {
                 with_form(
                     "/ui/inventory/timeslicing",
@@ -1835,7 +1838,7 @@ fn cases() -> Vec<Case> {
             route: "/ui/tenancy/rules",
             who: Admins,
             denied: Form,
-            expect: Status(422),
+            expect: Status(404),
             build: |t| {
                 with_form(
                     "/ui/tenancy/rules",
@@ -1862,7 +1865,7 @@ fn cases() -> Vec<Case> {
             route: "/ui/tenancy/reassign",
             who: Admins,
             denied: Form,
-            expect: Status(422),
+            expect: Status(404),
             build: |t| {
                 with_form(
                     "/ui/tenancy/reassign",
@@ -1880,7 +1883,7 @@ fn cases() -> Vec<Case> {
             route: "/ui/quotas",
             who: AdminOrFinance,
             denied: Form,
-            expect: Status(422),
+            expect: Status(404),
             build: |t| {
                 with_form(
                     "/ui/quotas",
@@ -2705,194 +2708,6 @@ async fn every_route_refuses_another_organizations_and_another_departments_objec
 }
 
 // ---------------------------------------------------------------- every route has a case
-
-fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
-        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
-        .map(|e| e.unwrap().path())
-        .collect();
-    entries.sort();
-    for p in entries {
-        if p.is_dir() {
-            rust_files(&p, out);
-        } else if p.extension().is_some_and(|e| e == "rs") {
-            out.push(p);
-        }
-    }
-}
-
-/// The text of a source file without its unit-test module (routers built in `#[cfg(test)]` are test fixtures).
-fn source(path: &Path) -> String {
-    let text = std::fs::read_to_string(path).unwrap();
-    let tests = text.match_indices("#[cfg(test)]").find(|(i, m)| text[i + m.len()..].trim_start().starts_with("mod "));
-    match tests {
-        Some((i, _)) => text[..i].to_string(),
-        None => text,
-    }
-}
-
-/// The text up to the parenthesis closing the one already open.
-fn until_close(s: &str) -> &str {
-    let mut depth = 1;
-    for (i, c) in s.char_indices() {
-        match c {
-            '(' => depth += 1,
-            ')' => {
-                depth -= 1;
-                if depth == 0 {
-                    return &s[..i];
-                }
-            }
-            _ => {}
-        }
-    }
-    s
-}
-
-/// The HTTP methods an axum method router expression (`get(a).post(b)`) answers.
-fn methods_in(expr: &str) -> Vec<&'static str> {
-    let mut out = Vec::new();
-    for (word, method) in [
-        ("get", "GET"),
-        ("post", "POST"),
-        ("put", "PUT"),
-        ("delete", "DELETE"),
-        ("patch", "PATCH"),
-        ("head", "HEAD"),
-        ("options", "OPTIONS"),
-        ("any", "ANY"),
-    ] {
-        let call = format!("{word}(");
-        let found = expr
-            .match_indices(&call)
-            .any(|(i, _)| expr[..i].chars().next_back().is_none_or(|c| !(c.is_alphanumeric() || c == '_')));
-        if found {
-            out.push(method);
-        }
-    }
-    out
-}
-
-/// (method, path, file) of every `.route("PATH", …)` in the server's source.
-fn server_routes(root: &Path) -> Vec<(String, String, String)> {
-    let mut files = Vec::new();
-    rust_files(&root.join("server/src"), &mut files);
-    let mut out = Vec::new();
-    for file in files {
-        let text = source(&file);
-        let rel = file.strip_prefix(root).unwrap().display().to_string();
-        for unsupported in [".nest(", ".nest_service(", ".route_service("] {
-            assert!(
-                !text.contains(unsupported),
-                "{rel} uses `{unsupported}`: the route scan of server/tests/cross_tenant.rs cannot see the paths it \
-                 serves; register full paths with `.route(\"/path\", …)` or teach `server_routes` about it"
-            );
-        }
-        for (i, _) in text.match_indices(".route(") {
-            let rest = text[i + ".route(".len()..].trim_start();
-            let Some(literal) = rest.strip_prefix('"') else {
-                panic!(
-                    "{rel}: a `.route(` whose path is not a string literal; the cross-tenant route scan needs literals"
-                )
-            };
-            let end = literal.find('"').unwrap();
-            let path = &literal[..end];
-            let methods = methods_in(until_close(&literal[end + 1..]));
-            assert!(!methods.is_empty(), "{rel}: route {path} answers no method the scan recognizes");
-            for m in methods {
-                out.push((m.to_string(), path.to_string(), rel.clone()));
-            }
-        }
-    }
-    out
-}
-
-/// One segment expression of a Leptos route path (`StaticSegment("x")`, `ParamSegment("id")`, …) as a path
-/// segment (`x`, `{id}`).
-fn leptos_segment(expr: &str, rel: &str) -> String {
-    let expr = expr.trim();
-    let literal = |e: &str| {
-        let start = e.find('"').unwrap_or_else(|| panic!("{rel}: cannot read the route segment {e}"));
-        let rest = &e[start + 1..];
-        rest[..rest.find('"').unwrap()].to_string()
-    };
-    if expr.starts_with("StaticSegment") {
-        literal(expr)
-    } else if expr.starts_with("ParamSegment") || expr.starts_with("OptionalParamSegment") {
-        format!("{{{}}}", literal(expr))
-    } else if expr.starts_with("WildcardSegment") {
-        format!("{{*{}}}", literal(expr))
-    } else {
-        panic!("{rel}: the cross-tenant route scan does not understand the route segment `{expr}`")
-    }
-}
-
-fn join_segments(segments: &[String]) -> String {
-    let parts: Vec<&str> = segments.iter().flat_map(|s| s.split('/')).filter(|s| !s.is_empty()).collect();
-    format!("/{}", parts.join("/"))
-}
-
-/// (GET, path, file) of every `<Route path=…>` of the portal.
-fn portal_routes(root: &Path) -> Vec<(String, String, String)> {
-    let mut files = Vec::new();
-    rust_files(&root.join("web/src"), &mut files);
-    let mut out = Vec::new();
-    for file in files {
-        let text = source(&file);
-        let rel = file.strip_prefix(root).unwrap().display().to_string();
-        assert!(
-            !text.contains("<ParentRoute"),
-            "{rel}: nested portal routes (`<ParentRoute`) are not understood by the route scan of \
-             server/tests/cross_tenant.rs; teach `portal_routes` to join their paths"
-        );
-        for (i, _) in text.match_indices("<Route") {
-            let tag = &text[i + "<Route".len()..];
-            if !tag.starts_with(char::is_whitespace) {
-                continue; // <Routes>, <Router>
-            }
-            let tag = &tag[..tag.find('>').unwrap_or(tag.len())];
-            let expr =
-                tag.split_once("path=").unwrap_or_else(|| panic!("{rel}: a <Route> without path=")).1.trim_start();
-            let path = if let Some(rest) = expr.strip_prefix("path!(") {
-                let lit = until_close(rest).trim().trim_matches('"');
-                let segs: Vec<String> = lit
-                    .split('/')
-                    .map(|s| match (s.strip_prefix(':'), s.strip_prefix('*')) {
-                        (Some(p), _) => format!("{{{p}}}"),
-                        (_, Some(w)) => format!("{{*{w}}}"),
-                        _ => s.to_string(),
-                    })
-                    .collect();
-                join_segments(&segs)
-            } else if let Some(rest) = expr.strip_prefix('(') {
-                let inner = until_close(rest);
-                let mut segs = Vec::new();
-                let mut depth = 0;
-                let mut start = 0;
-                for (j, c) in inner.char_indices() {
-                    match c {
-                        '(' => depth += 1,
-                        ')' => depth -= 1,
-                        ',' if depth == 0 => {
-                            segs.push(&inner[start..j]);
-                            start = j + 1;
-                        }
-                        _ => {}
-                    }
-                }
-                segs.push(&inner[start..]);
-                let segs: Vec<String> =
-                    segs.into_iter().filter(|s| !s.trim().is_empty()).map(|s| leptos_segment(s, &rel)).collect();
-                join_segments(&segs)
-            } else {
-                let end = expr.find(')').map_or(expr.len(), |e| e + 1);
-                join_segments(&[leptos_segment(&expr[..end], &rel)])
-            };
-            out.push(("GET".to_string(), path, rel.clone()));
-        }
-    }
-    out
-}
 
 #[test]
 fn every_route_has_a_case() {

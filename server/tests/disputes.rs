@@ -164,8 +164,21 @@ fn path(dispute: &Value, rest: &str) -> String {
     format!("/api/v1/disputes/{}{rest}", dispute["id"].as_str().unwrap())
 }
 
+/// Not what the API document says (422), naming the field.
 fn assert_invalid(status: StatusCode, body: &Value, field: &str) {
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    assert_eq!(body["field"], field, "{body}");
+}
+
+/// Well-formed, but refused by a rule or the stored data (409), naming the field.
+fn assert_refused(status: StatusCode, body: &Value, field: &str) {
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    assert_eq!(body["field"], field, "{body}");
+}
+
+/// Well-formed, but what the field names does not exist (404), naming the field.
+fn assert_unknown(status: StatusCode, body: &Value, field: &str) {
+    assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
     assert_eq!(body["field"], field, "{body}");
 }
 
@@ -213,7 +226,7 @@ async fn open_comment_accept_and_approve_a_credit() {
         Some(json!({"reason": "ok", "credit_amount": "2000.51"})),
     )
     .await;
-    assert_invalid(status, &body, "credit_amount");
+    assert_refused(status, &body, "credit_amount");
     assert!(body["detail"].as_str().unwrap().contains("2000.50"), "{body}");
     let (status, body) = call(&env, "POST", &path(&d, "/accept"), Some(admin), Some(json!({"reason": "ok"}))).await;
     assert_invalid(status, &body, "credit_amount");
@@ -382,8 +395,9 @@ async fn reject_and_credit_rejection() {
 
     let (status, body) = call(&env, "POST", &path(&d, "/reject"), Some(admin), Some(json!({"reason": "  "}))).await;
     assert_invalid(status, &body, "reason");
+    // The body is required (the document says so): without one, the problem names it.
     let (status, body) = call(&env, "POST", &path(&d, "/reject"), Some(admin), None).await;
-    assert_invalid(status, &body, "reason");
+    assert_invalid(status, &body, "body");
     let finance = env.a.finance.as_str();
     let (status, body) = call(&env, "POST", &path(&d, "/credit/approve"), Some(finance), None).await;
     assert_eq!(status, StatusCode::CONFLICT, "no credit before acceptance: {body}");
@@ -420,6 +434,9 @@ async fn reject_and_credit_rejection() {
     .await;
     assert_eq!(status, StatusCode::OK);
     let (status, body) = call(&env, "POST", &path(&d2, "/credit/reject"), Some(finance), None).await;
+    assert_invalid(status, &body, "body");
+    let (status, body) =
+        call(&env, "POST", &path(&d2, "/credit/reject"), Some(finance), Some(json!({"reason": " "}))).await;
     assert_invalid(status, &body, "reason");
     let (status, c) =
         call(&env, "POST", &path(&d2, "/credit/reject"), Some(finance), Some(json!({"reason": "budget closed"}))).await;
@@ -456,7 +473,7 @@ async fn opening_validates_and_names_the_field() {
     let env = env().await;
     let admin = env.a.admin.as_str();
     let (status, body) = open(&env, admin, &[BORROWED, "2026-10/borrowed/nobody/H100-80GB"], "why").await;
-    assert_invalid(status, &body, "line_ids[1]");
+    assert_unknown(status, &body, "line_ids[1]");
     assert!(body["detail"].as_str().unwrap().contains("nobody"), "{body}");
     let (status, body) = open(&env, admin, &[BORROWED], "   ").await;
     assert_invalid(status, &body, "reason");

@@ -142,9 +142,9 @@ async fn the_openapi_document_lists_only_routes_that_answer() {
     }
 }
 
-/// Integrity violations are mapped once, in `AppError`'s conversion from the database error: a duplicate key or an
-/// overlapping range is a 409 conflict naming the constraint, a missing referenced row or a failed check a 422 —
-/// never a 500 — whichever handler met them.
+/// Integrity violations are mapped once, in `AppError`'s conversion from the database error: a duplicate key, an
+/// overlapping range or a missing referenced row is a 409 conflict naming the constraint (the request met the stored
+/// data), a failed check a 422 — never a 500 — whichever handler met them.
 #[tokio::test]
 async fn database_integrity_violations_become_client_errors_in_one_place() {
     use gpuledger_server::error::AppError;
@@ -169,7 +169,7 @@ async fn database_integrity_violations_become_client_errors_in_one_place() {
     let overlap = error_of(&mut conn, "INSERT INTO o VALUES (tstzrange('2026-10-15', '2026-12-01'))").await;
     assert!(matches!(&overlap, AppError::Conflict(m) if m.contains("o_no_overlap")), "{overlap:?}");
     let missing = error_of(&mut conn, "INSERT INTO r VALUES (2)").await;
-    assert_eq!(missing.status(), StatusCode::UNPROCESSABLE_ENTITY, "{missing:?}");
+    assert!(matches!(&missing, AppError::Conflict(m) if m.contains("r_k_fkey")), "{missing:?}");
     let check = error_of(&mut conn, "INSERT INTO c VALUES (-1)").await;
     assert_eq!(check.status(), StatusCode::UNPROCESSABLE_ENTITY, "{check:?}");
     // A handler may say it in its own words; only a conflict is reworded.

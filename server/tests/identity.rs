@@ -127,19 +127,21 @@ async fn issuers_must_be_https_and_public_unless_the_operator_allows_otherwise()
     let (_, admin) = auth::create_token(&mut tx, &Scope::Admin, "admin", "test", None).await.unwrap();
     tx.commit().await.unwrap();
     let strict = app::router(AppState::new(db.clone(), None), &HttpOptions::default());
-    for (issuer, says) in [
-        ("http://idp.example.com", "https"),
-        ("http://127.0.0.1:1", "--oidc-allow-http-loopback"),
-        ("ftp://idp.example.com", "https"),
-        ("https://127.0.0.1:1", "--oidc-allow-private-issuer"),
-        ("https://10.1.2.3", "private"),
-        ("https://169.254.169.254", "link-local"),
-        ("https://[fd00::1]", "private"),
-        ("https://[::ffff:192.168.0.1]", "private"),
-        ("https://localhost:1", "--oidc-allow-private-issuer"),
+    // Not a URL of the document's form: 422; a well-formed one the operator's issuer rule refuses: 409.
+    let (invalid, refused) = (StatusCode::UNPROCESSABLE_ENTITY, StatusCode::CONFLICT);
+    for (issuer, says, expected) in [
+        ("http://idp.example.com", "https", refused),
+        ("http://127.0.0.1:1", "--oidc-allow-http-loopback", refused),
+        ("ftp://idp.example.com", "https", invalid),
+        ("https://127.0.0.1:1", "--oidc-allow-private-issuer", refused),
+        ("https://10.1.2.3", "private", refused),
+        ("https://169.254.169.254", "link-local", refused),
+        ("https://[fd00::1]", "private", refused),
+        ("https://[::ffff:192.168.0.1]", "private", refused),
+        ("https://localhost:1", "--oidc-allow-private-issuer", refused),
     ] {
         let (status, body) = put_issuer(&strict, &admin, issuer).await;
-        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{issuer}: {body}");
+        assert_eq!(status, expected, "{issuer}: {body}");
         assert_eq!(body["field"], "issuer", "{issuer}: {body}");
         assert!(body["detail"].as_str().unwrap().contains(says), "{issuer}: {body}");
     }
@@ -151,7 +153,7 @@ async fn issuers_must_be_https_and_public_unless_the_operator_allows_otherwise()
     };
     let lenient = app::router(AppState::with_auth(db, None, auth), &HttpOptions::default());
     let (status, body) = put_issuer(&lenient, &admin, "http://127.0.0.1:1").await;
-    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
     assert_eq!(body["detail"], "issuer: OpenID discovery at this issuer failed (the server log says why)");
 }
 

@@ -430,10 +430,14 @@ async fn an_inventory_preview_shows_the_change_and_saves_nothing() {
     assert_eq!(i["total"]["delta"], "0.00");
     assert!(i["note"].as_str().unwrap().contains("no amount changes"), "{i}");
 
-    // -- refusals name the field; an export token may not preview; no period is a 422
+    // -- refusals name the field; an export token may not preview; no period is a 422. More than one GPU is the
+    // inventory's rule (409); a fraction that is not one is the document's (422).
     let bad = json!({"profile": {"kind": "mig", "model": A100, "profile": "1g.10gb", "fraction": "9/7", "valid_from": "2026-10-01T00:00:00Z"}});
     let (status, p) = call(&env, Some(&env.admin), "POST", "/api/v1/inventory/impact?period=2026-10", Some(bad)).await;
-    assert_eq!((status, p["field"].as_str()), (StatusCode::UNPROCESSABLE_ENTITY, Some("fraction")), "{p}");
+    assert_eq!((status, p["field"].as_str()), (StatusCode::CONFLICT, Some("fraction")), "{p}");
+    let bad = json!({"profile": {"kind": "mig", "model": A100, "profile": "1g.10gb", "fraction": "1/0", "valid_from": "2026-10-01T00:00:00Z"}});
+    let (status, p) = call(&env, Some(&env.admin), "POST", "/api/v1/inventory/impact?period=2026-10", Some(bad)).await;
+    assert_eq!((status, p["field"].as_str()), (StatusCode::UNPROCESSABLE_ENTITY, Some("profile.fraction")), "{p}");
     let (status, p) =
         call(&env, Some(&env.admin), "POST", "/api/v1/inventory/impact?period=2026-10", Some(json!({"quota": {}})))
             .await;

@@ -230,7 +230,7 @@ async fn policy_quota_close_bundle_and_late_fact() {
         "gpus": "1", "valid_from": "2026-09-01T00:00:00Z"})),
     )
     .await;
-    assert_eq!((s, v["field"].as_str()), (StatusCode::UNPROCESSABLE_ENTITY, Some("tenant")), "{v}");
+    assert_eq!((s, v["field"].as_str()), (StatusCode::NOT_FOUND, Some("tenant")), "{v}");
     let (s, v, _) = call(
         &env,
         "POST",

@@ -193,7 +193,8 @@ async fn departments_tenants_and_inventory_are_added_in_the_portal() {
         "kind=mig&model=NVIDIA%20B200&profile=1g.23gb&fraction=9%2F7&valid_from=2026-11-01",
     )
     .await;
-    assert_eq!(refused.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", refused.body);
+    // More than one GPU: the inventory's rule refuses it (409), naming the field.
+    assert_eq!(refused.status, StatusCode::CONFLICT, "{}", refused.body);
     assert!(refused.body.contains("fraction"), "{}", refused.body);
     let added = post(
         "/ui/inventory/profiles",
@@ -217,13 +218,13 @@ async fn departments_tenants_and_inventory_are_added_in_the_portal() {
     let page = send(&app, get("/admin/inventory", Some(&admin))).await;
     assert!(page.body.contains("NVIDIA B200 1g.23gb"), "{}", page.body);
 
-    // "Reassign from…": a namespace no agent reported is refused, naming the field, with the way back.
+    // "Reassign from…": a cluster no agent reported is refused (404), naming the field, with the way back.
     let refused = post(
         "/ui/tenancy/reassign",
         "cluster=nowhere&namespace=nlp&tenant=arm-control&valid_from=2026-11-16T06%3A00&reason=moved",
     )
     .await;
-    assert_eq!(refused.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", refused.body);
+    assert_eq!(refused.status, StatusCode::NOT_FOUND, "{}", refused.body);
     assert!(refused.body.contains("cluster") && refused.body.contains("/admin/inventory"), "{}", refused.body);
 
     // A rule for namespaces without labels, and a rename, through their forms.

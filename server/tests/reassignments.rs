@@ -191,34 +191,40 @@ async fn a_reassignment_splits_an_open_month_and_corrects_a_closed_one_at_the_ne
     let before = ledger(&env, "2026-09").await;
     assert_eq!(amount(&before, "2026-09/borrowed/alpha/H100-80GB").as_deref(), Some("\"144.00\""), "{before:#}");
 
-    // -- bad requests name the field and change nothing
-    for (body, field) in [
-        (reassignment("gamma", "2026-09-11T06:00:00Z"), "tenant"),
-        (reassignment("beta", "2026-07-01T00:00:00Z"), "valid_from"),
-        (reassignment("beta", "11 Sep 2026"), "valid_from"),
+    // -- bad requests name the field and change nothing: not the document's form (422), naming what does not exist
+    // (404), or before the namespace existed (409)
+    let (invalid, unknown, refused) = (StatusCode::UNPROCESSABLE_ENTITY, StatusCode::NOT_FOUND, StatusCode::CONFLICT);
+    for (body, field, expected) in [
+        (reassignment("gamma", "2026-09-11T06:00:00Z"), "tenant", unknown),
+        (reassignment("beta", "2026-07-01T00:00:00Z"), "valid_from", refused),
+        (reassignment("beta", "11 Sep 2026"), "valid_from", invalid),
         (
             json!({"cluster": "c9", "namespace": "nlp", "tenant": "beta", "valid_from": "2026-09-11T06:00:00Z",
                 "reason": "x"}),
             "cluster",
+            unknown,
         ),
         (
             json!({"cluster": "c1", "namespace": "nope", "tenant": "beta", "valid_from": "2026-09-11T06:00:00Z",
                 "reason": "x"}),
             "namespace",
+            unknown,
         ),
         (
             json!({"cluster": "c1", "namespace": "nlp", "tenant": "beta", "valid_from": "2026-09-11T06:00:00Z",
                 "reason": "  "}),
             "reason",
+            invalid,
         ),
         (
             json!({"cluster": "c1", "namespace": "nlp", "tenant": "beta", "valid_from": "2026-09-11T06:00:00Z",
                 "reason": "x", "colour": "blue"}),
             "colour",
+            invalid,
         ),
     ] {
         let (s, v) = call(&env, "POST", "/api/v1/tenancy/reassignments", t, Some(body)).await;
-        assert_eq!((s, v["field"].as_str()), (StatusCode::UNPROCESSABLE_ENTITY, Some(field)), "{v}");
+        assert_eq!((s, v["field"].as_str()), (expected, Some(field)), "{v}");
     }
     let (s, _) = call(
         &env,
@@ -395,11 +401,12 @@ async fn renamed_and_retired_tenants_keep_their_history() {
     let (s, v) =
         call(&env, "POST", "/api/v1/tenancy/reassignments", t, Some(reassignment("alpha-2", "2026-10-15T00:00:00Z")))
             .await;
-    assert_eq!((s, v["field"].as_str()), (StatusCode::UNPROCESSABLE_ENTITY, Some("tenant")), "{v}");
+    // A retired tenant takes nothing new: the organization's data refuses it (409).
+    assert_eq!((s, v["field"].as_str()), (StatusCode::CONFLICT, Some("tenant")), "{v}");
     let quota =
         json!({"tenant": "alpha-2", "gpu_class": "H100-80GB", "gpus": "1", "valid_from": "2026-10-15T00:00:00Z"});
     let (s, v) = call(&env, "POST", "/api/v1/quotas", t, Some(quota)).await;
-    assert_eq!((s, v["field"].as_str()), (StatusCode::UNPROCESSABLE_ENTITY, Some("tenant")), "no quota after: {v}");
+    assert_eq!((s, v["field"].as_str()), (StatusCode::CONFLICT, Some("tenant")), "no quota after: {v}");
     let (s, v) = call(
         &env,
         "PATCH",
@@ -462,17 +469,19 @@ async fn rules_give_owners_to_namespaces_without_labels() {
     };
     assert!(history("ml-train").await.is_empty(), "no label, no rule: no owner");
     let rule = |m: &str, pattern: &str, tenant: &str, from: &str| json!({"match": m, "pattern": pattern, "tenant": tenant, "valid_from": from, "reason": "naming convention"});
-    for (body, field) in [
-        (rule("glob", "ml-", "beta", "2026-09-01T00:00:00Z"), "match"),
-        (rule("prefix", "ML_*", "beta", "2026-09-01T00:00:00Z"), "pattern"),
-        (rule("prefix", "ml-", "gamma", "2026-09-01T00:00:00Z"), "tenant"),
+    let (invalid, unknown) = (StatusCode::UNPROCESSABLE_ENTITY, StatusCode::NOT_FOUND);
+    for (body, field, expected) in [
+        (rule("glob", "ml-", "beta", "2026-09-01T00:00:00Z"), "match", invalid),
+        (rule("prefix", "ML_*", "beta", "2026-09-01T00:00:00Z"), "pattern", invalid),
+        (rule("prefix", "ml-", "gamma", "2026-09-01T00:00:00Z"), "tenant", unknown),
         (
             json!({"match": "prefix", "pattern": "ml-", "tenant": "beta", "valid_from": "2026-09-01T00:00:00Z"}),
             "reason",
+            invalid,
         ),
     ] {
         let (s, v) = call(&env, "POST", "/api/v1/tenancy/namespace-rules", t, Some(body)).await;
-        assert_eq!((s, v["field"].as_str()), (StatusCode::UNPROCESSABLE_ENTITY, Some(field)), "{v}");
+        assert_eq!((s, v["field"].as_str()), (expected, Some(field)), "{v}");
     }
 
     // A prefix rule gives every matching namespace without an owner to beta from its start.

@@ -244,7 +244,7 @@ async fn three_tenants_share_an_endpoint_and_their_service_lines_add_up_to_its_c
         json!({"aliases": [{"kind": "team", "alias": "x", "tenant": "nobody"}]}).to_string(),
     )
     .await;
-    assert_eq!((status, p["field"].as_str()), (StatusCode::UNPROCESSABLE_ENTITY, Some("aliases[0].tenant")), "{p}");
+    assert_eq!((status, p["field"].as_str()), (StatusCode::NOT_FOUND, Some("aliases[0].tenant")), "{p}");
 
     // The service lines: 2,000 + 2,000 + 2,000 weighted tokens of 6,000 → a third of 25.00 each, exactly.
     let ledger = ok("GET", "/api/v1/ledger?period=2026-10&term=service", Value::Null, StatusCode::OK).await;
@@ -327,11 +327,16 @@ async fn agent_sessions_get_their_share_of_the_tenants_lines() {
     assert_eq!(figures(&sessions[1]), ["sess-b", "0.000", "4.00", "150"].map(String::from), "{r:#}");
     assert_eq!((sessions[0]["requests"].as_u64(), sessions[0]["allocations"].as_u64()), (Some(2), Some(1)));
     assert_eq!(r["currency"], "USD");
-    // Refusals name the field.
-    for q in ["period=2026-10", "period=2026-10&tenant=nope", &format!("period=2026-10&tenant={}", Uuid::new_v4())] {
+    // Refusals name the field: a missing or malformed tenant (422), one the organization does not have (404).
+    let stranger = format!("period=2026-10&tenant={}", Uuid::new_v4());
+    for (q, expected) in [
+        ("period=2026-10", StatusCode::UNPROCESSABLE_ENTITY),
+        ("period=2026-10&tenant=nope", StatusCode::UNPROCESSABLE_ENTITY),
+        (stranger.as_str(), StatusCode::NOT_FOUND),
+    ] {
         let (status, p) =
             call(&env, &env.admin, "GET", &format!("/api/v1/analytics/sessions?{q}"), String::new()).await;
-        assert_eq!((status, p["field"].as_str()), (StatusCode::UNPROCESSABLE_ENTITY, Some("tenant")), "{q}: {p}");
+        assert_eq!((status, p["field"].as_str()), (expected, Some("tenant")), "{q}: {p}");
     }
 }
 

@@ -19,7 +19,7 @@ use gpuledger_core::{
 use time::OffsetDateTime;
 use uuid::Uuid;
 
-use super::{confidence, internal, month_so_far, param, rfc3339};
+use super::{confidence, internal, month_so_far, rfc3339};
 use crate::http::Params;
 use crate::{
     app::AppState,
@@ -43,30 +43,18 @@ fn opt(f: &Option<Fraction>, scale: u32) -> Result<Option<String>, AppError> {
 
 type UsageRow = (String, String, Uuid, i64, i64, i64, i64, i64);
 
-/// The inference report's query.
-#[derive(Debug, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(super) struct InferenceQuery {
-    period: Option<String>,
-    department: Option<String>,
-}
-
 pub(super) async fn inference(
     State(state): State<AppState>,
     principal: Caller<ReadLedger>,
-    Params(q): Params<InferenceQuery>,
+    Params(q): Params<gpuledger_api::params::InferenceParams>,
 ) -> Result<Json<Inference>, AppError> {
-    let period = param(&q.period).ok_or_else(|| AppError::invalid("period", "required (YYYY-MM)"))?;
-    let period = crate::http::parse_period("period", period)?;
-    let department = param(&q.department)
-        .filter(|d| !d.is_empty())
-        .map(|d| Uuid::parse_str(d).map_err(|e| AppError::invalid("department", e.to_string())))
-        .transpose()?;
+    let period = q.period.period();
+    let department = q.department.map(|d| d.uuid());
     let visible = principal.visible(&state.db).await?;
     if let Some(d) = department
         && !Visible::department(&visible, d)
     {
-        return Err(AppError::invalid("department", format!("no department {d} in this organization")));
+        return Err(AppError::unknown("department", format!("no department {d} in this organization")));
     }
     let tx = state.db.begin_org(principal.org).await?;
     Ok(Json(answer(tx, period, department, &visible).await?))
@@ -91,7 +79,7 @@ pub(crate) async fn answer(
                 .fetch_optional(tx.conn())
                 .await?;
         if exists.is_none() {
-            return Err(AppError::invalid("department", format!("no department {d} in this organization")));
+            return Err(AppError::unknown("department", format!("no department {d} in this organization")));
         }
     }
     let allocations: Vec<(String, i64, i64, OffsetDateTime, Option<OffsetDateTime>, String)> = sqlx::query_as(

@@ -40,7 +40,18 @@ use crate::{
     db::OrgTx,
     error::AppError,
     http::{Caller, ReadLedger},
+    openapi::{Inputs, inputs as described},
 };
+
+/// What this feature's handlers take, for the API document.
+pub(crate) fn inputs() -> Vec<Inputs> {
+    vec![
+        described("get", "/api/v1/analytics/utilization", utilization),
+        described("get", "/api/v1/idle", idle::idle),
+        described("get", "/api/v1/analytics/inference", inference::inference),
+        described("get", "/api/v1/analytics/sessions", sessions::sessions),
+    ]
+}
 
 mod idle;
 pub(crate) use idle::idle_now;
@@ -49,10 +60,6 @@ mod sessions;
 
 /// Decimal places of the hour figures in the answer.
 const HOURS_SCALE: u32 = 6;
-/// Largest page.
-const MAX_PER_PAGE: u64 = 1000;
-/// Largest accepted `min_idle_hours` (a year).
-const MAX_MIN_IDLE_HOURS: u64 = 366 * 24;
 
 /// `GET /api/v1/analytics/utilization`.
 pub fn router() -> Router<AppState> {
@@ -74,25 +81,6 @@ struct UtilizationParams {
     per_page: u64,
 }
 
-/// A query's parameters, checked: only `allowed` names, each at most once; values trimmed. Every analytics
-/// endpoint (and the training report) refuses the rest the same way.
-/// A query parameter's value, trimmed.
-pub(crate) fn param(value: &Option<String>) -> Option<&str> {
-    value.as_deref().map(str::trim)
-}
-
-/// The utilization report's query.
-#[derive(Debug, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-struct UtilizationQuery {
-    period: Option<String>,
-    tenant: Option<String>,
-    idle_threshold_pct: Option<String>,
-    min_idle_hours: Option<String>,
-    page: Option<String>,
-    per_page: Option<String>,
-}
-
 /// A month as analysed: its bounds, and its end cut to now (the current month runs to now; a future one is empty).
 pub(crate) fn month_so_far(period: Period) -> Result<(Interval, OffsetDateTime), AppError> {
     let month = period.interval().map_err(|e| AppError::invalid("period", e.to_string()))?;
@@ -100,60 +88,29 @@ pub(crate) fn month_so_far(period: Period) -> Result<(Interval, OffsetDateTime),
     Ok((month, to))
 }
 
-fn parse_params(q: &UtilizationQuery) -> Result<UtilizationParams, AppError> {
-    let get = |name: &str| match name {
-        "period" => param(&q.period),
-        "tenant" => param(&q.tenant),
-        "idle_threshold_pct" => param(&q.idle_threshold_pct),
-        "min_idle_hours" => param(&q.min_idle_hours),
-        "page" => param(&q.page),
-        _ => param(&q.per_page),
-    };
-    let period = get("period").ok_or_else(|| AppError::invalid("period", "required (YYYY-MM)"))?;
-    let period = Period::parse(period).map_err(|e| AppError::invalid("period", e.to_string()))?;
-    let tenant = get("tenant")
-        .map(|t| Uuid::parse_str(t).map(TenantId::from_uuid).map_err(|e| AppError::invalid("tenant", e.to_string())))
-        .transpose()?;
-    let threshold_pct = match get("idle_threshold_pct") {
+/// The report's parameters from its query (each bounded by the contract's types).
+fn parse_params(q: &gpuledger_api::params::UtilizationParams) -> Result<UtilizationParams, AppError> {
+    let threshold_pct = match &q.idle_threshold_pct {
         None => f64::from(gpuledger_core::utilization::DEFAULT_IDLE_THRESHOLD_PERMILLE) / 10.0,
-        Some(v) => {
-            let pct: f64 =
-                v.parse().map_err(|_| AppError::invalid("idle_threshold_pct", format!("{v:?} is not a number")))?;
-            if !pct.is_finite() || !(0.0..=100.0).contains(&pct) {
-                return Err(AppError::invalid("idle_threshold_pct", format!("{v} is not a percentage in 0..=100")));
-            }
-            pct
-        }
+        Some(v) => v.decimal().to_string().parse::<f64>().map_err(internal)?,
     };
-    let min_idle_nanos = match get("min_idle_hours") {
+    let min_idle_nanos = match &q.min_idle_hours {
         None => gpuledger_core::utilization::DEFAULT_MIN_IDLE_NANOS,
         Some(v) => {
-            let hours: Fraction = v.parse().map_err(|_| {
-                AppError::invalid("min_idle_hours", format!("{v:?} is not a non-negative number of hours"))
-            })?;
-            if hours > Fraction::from(MAX_MIN_IDLE_HOURS) {
-                return Err(AppError::invalid("min_idle_hours", format!("{v} is more than {MAX_MIN_IDLE_HOURS}")));
-            }
-            let nanos = hours.checked_mul_int(NANOS_PER_HOUR)?;
+            let nanos = v.decimal().value().checked_mul_int(NANOS_PER_HOUR)?;
             nanos.numer() / nanos.denom()
         }
     };
-    let count = |name: &str, default: u64, max: u64| -> Result<u64, AppError> {
-        match get(name) {
-            None => Ok(default),
-            Some(v) => match v.parse::<u64>() {
-                Ok(n) if (1..=max).contains(&n) => Ok(n),
-                _ => Err(AppError::invalid(name, format!("{v:?} is not a whole number in 1..={max}"))),
-            },
-        }
+    let count = |n: Option<gpuledger_api::input::Int<1, 1_000_000>>, default: u64| {
+        n.map_or(default, |n| u64::try_from(n.get()).unwrap_or(default))
     };
     Ok(UtilizationParams {
-        period,
-        tenant,
+        period: q.period.period(),
+        tenant: q.tenant.map(|t| TenantId::from_uuid(t.uuid())),
         threshold_pct,
         min_idle_nanos,
-        page: count("page", 1, u64::from(u32::MAX))?,
-        per_page: count("per_page", 100, MAX_PER_PAGE)?,
+        page: count(q.page, 1),
+        per_page: q.per_page.map_or(100, |n| u64::try_from(n.get()).unwrap_or(100)),
     })
 }
 
@@ -604,7 +561,7 @@ fn allocation_json(
 async fn utilization(
     State(state): State<AppState>,
     principal: Caller<ReadLedger>,
-    crate::http::Params(query): crate::http::Params<UtilizationQuery>,
+    crate::http::Params(query): crate::http::Params<gpuledger_api::params::UtilizationParams>,
 ) -> Result<Json<api::Utilization>, AppError> {
     let params = parse_params(&query)?;
 
@@ -627,10 +584,10 @@ async fn utilization(
                 .fetch_optional(tx.conn())
                 .await?;
         if exists.is_none() {
-            return Err(AppError::invalid("tenant", format!("no tenant {tenant} in this organization")));
+            return Err(AppError::unknown("tenant", format!("no tenant {tenant} in this organization")));
         }
     } else if let Some(tenant) = params.tenant {
-        return Err(AppError::invalid("tenant", format!("no tenant {tenant} in this organization")));
+        return Err(AppError::unknown("tenant", format!("no tenant {tenant} in this organization")));
     }
     let mut loaded = load(&mut tx, window, params.tenant, Detail::Rows).await?;
     tx.commit().await?;
@@ -737,12 +694,14 @@ mod tests {
     use super::*;
     use time::{Duration, macros::datetime};
 
-    fn q(s: &str) -> UtilizationQuery {
+    type Query = gpuledger_api::params::UtilizationParams;
+
+    fn q(s: &str) -> Query {
         crate::http::query_params(s).unwrap()
     }
 
     fn field(s: &str) -> String {
-        match crate::http::query_params::<UtilizationQuery>(s).and_then(|q| parse_params(&q)).unwrap_err() {
+        match crate::http::query_params::<Query>(s).and_then(|q| parse_params(&q)).unwrap_err() {
             AppError::Invalid { field, .. } => field,
             other => panic!("unexpected {other:?}"),
         }

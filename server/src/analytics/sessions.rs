@@ -16,7 +16,7 @@ use gpuledger_core::{Fraction, NANOS_PER_HOUR, ledger::Term};
 use time::OffsetDateTime;
 use uuid::Uuid;
 
-use super::{internal, month_so_far, param, rfc3339, split_by_owner};
+use super::{internal, month_so_far, rfc3339, split_by_owner};
 use crate::http::Params;
 use crate::{
     app::AppState,
@@ -50,27 +50,17 @@ fn dec(f: &Fraction, scale: u32) -> Result<String, AppError> {
 type RecordRow = (String, String, String, i64, i64, i64, Option<i64>);
 type AllocRow = (String, Option<Uuid>, i64, i64, Option<String>, OffsetDateTime, Option<OffsetDateTime>);
 
-/// The sessions report's query.
-#[derive(Debug, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(super) struct SessionsQuery {
-    period: Option<String>,
-    tenant: Option<String>,
-}
-
 pub(super) async fn sessions(
     State(state): State<AppState>,
     principal: Caller<ReadLedger>,
-    Params(q): Params<SessionsQuery>,
+    Params(q): Params<gpuledger_api::params::SessionsParams>,
 ) -> Result<Json<Sessions>, AppError> {
-    let period = crate::http::parse_period("period", param(&q.period).unwrap_or_default())?;
-    let tenant = param(&q.tenant)
-        .ok_or_else(|| AppError::invalid("tenant", "required (a tenant ID)"))
-        .and_then(|t| Uuid::parse_str(t).map_err(|e| AppError::invalid("tenant", e.to_string())))?;
+    let period = q.period.period();
+    let tenant = q.tenant.uuid();
     let (month, to) = month_so_far(period)?;
     let from = month.start();
     let visible = principal.visible(&state.db).await?;
-    let not_found = || AppError::invalid("tenant", format!("no tenant {tenant} in this organization"));
+    let not_found = || AppError::unknown("tenant", format!("no tenant {tenant} in this organization"));
     if !Visible::tenant(&visible, Some(tenant)) {
         return Err(not_found());
     }

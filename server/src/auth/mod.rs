@@ -184,7 +184,8 @@ pub enum Capability {
 }
 
 impl Capability {
-    fn needs(self) -> &'static str {
+    /// Who has it, for people (refusals and the API document say it).
+    pub fn needs(self) -> &'static str {
         match self {
             Self::ReadLedger => "a signed-in user, an admin token or an export token",
             Self::ManagePolicy => "the admin or finance role (or an admin token)",
@@ -628,6 +629,14 @@ pub async fn redeem_join_token(db: &Database, principal: &Principal) -> Result<(
     let (_, token) = create_token(&mut tx, &Scope::Agent { cluster }, &format!("joined {name}"), "join", None).await?;
     tx.commit().await?;
     Ok((token, name))
+}
+
+/// What this feature's handlers take, for the API document.
+pub(crate) fn inputs() -> Vec<crate::openapi::Inputs> {
+    let mut out = vec![crate::openapi::inputs("post", "/api/v1/agents/join", join)];
+    out.extend(routes::inputs());
+    out.extend(tokens::inputs());
+    out
 }
 
 /// `POST /api/v1/agents/join`: a join token in, the cluster credential out.

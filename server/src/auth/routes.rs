@@ -11,9 +11,12 @@ use axum::{
     response::{IntoResponse, Redirect, Response},
     routing::{get, post},
 };
-use gpuledger_api::auth::{
-    AuditLog, AuditRecord, Me, Organization, Provider, ProviderBody, ProviderSettings, RoleMapping, RoleMappings,
-    RoleMappingsBody,
+use gpuledger_api::{
+    auth::{
+        AuditLog, AuditRecord, Me, Organization, Provider, ProviderBody, ProviderSettings, RoleMapping, RoleMappings,
+        RoleMappingsBody,
+    },
+    params::AuditParams,
 };
 use gpuledger_core::ids::{DepartmentId, OrgId};
 use serde::Deserialize;
@@ -22,9 +25,8 @@ use time::OffsetDateTime;
 use uuid::Uuid;
 
 use super::{
-    Actor, Capability, Role,
+    Actor, Role,
     oidc::{self, LoginError},
-    require,
     session::{self, NewSession},
     source,
 };
@@ -34,7 +36,21 @@ use crate::{
     db::OrgTx,
     error::AppError,
     http::{Administer, Caller, JsonBody},
+    openapi::{Inputs, inputs as described},
 };
+
+/// What the identity administration handlers take, for the API document.
+pub(crate) fn inputs() -> Vec<Inputs> {
+    vec![
+        described("get", "/api/v1/me", me),
+        described("get", "/api/v1/identity/provider", get_provider),
+        described("put", "/api/v1/identity/provider", put_provider),
+        described("delete", "/api/v1/identity/provider", delete_provider),
+        described("get", "/api/v1/identity/role-mappings", get_mappings),
+        described("put", "/api/v1/identity/role-mappings", put_mappings),
+        described("get", "/api/v1/audit", audit_log),
+    ]
+}
 
 /// Routes of sign-in and identity administration.
 pub fn router() -> Router<AppState> {
@@ -494,26 +510,19 @@ async fn put_provider(
     headers: HeaderMap,
     JsonBody(r): JsonBody<ProviderBody>,
 ) -> Result<Json<ProviderSettings>, AppError> {
-    let issuer = r.issuer.trim().trim_end_matches('/').to_string();
-    state.auth.providers.check_issuer(&issuer).await.map_err(|reason| AppError::invalid("issuer", reason))?;
-    if r.client_id.trim().is_empty() {
-        return Err(AppError::invalid("client_id", "is required"));
-    }
-    let groups_claim = r.groups_claim.unwrap_or_else(|| "groups".into());
-    if groups_claim.trim().is_empty() {
-        return Err(AppError::invalid("groups_claim", "names the claim that lists the user's groups"));
-    }
-    let scopes = r.scopes.unwrap_or_else(|| "openid email profile groups".into());
-    if !scopes.split_whitespace().any(|s| s == "openid") {
-        return Err(AppError::invalid("scopes", "must include openid"));
-    }
+    // The form is the contract's (the body's types); where an issuer may be and whether discovery works there are
+    // the operator's rule and the provider's state: 409.
+    let issuer = r.issuer.as_str().trim_end_matches('/').to_string();
+    state.auth.providers.check_issuer(&issuer).await.map_err(|reason| AppError::refused("issuer", reason))?;
+    let groups_claim = r.groups_claim.map_or_else(|| "groups".to_string(), |g| g.into_inner());
+    let scopes = r.scopes.map_or_else(|| "openid email profile groups".to_string(), |s| s.as_str().trim().to_string());
     // What went wrong stays in the server log: the answer does not probe the network on the caller's behalf.
     state
         .auth
         .providers
         .check(&issuer)
         .await
-        .map_err(|_| AppError::invalid("issuer", "OpenID discovery at this issuer failed (the server log says why)"))?;
+        .map_err(|_| AppError::refused("issuer", "OpenID discovery at this issuer failed (the server log says why)"))?;
     let mut tx = p.begin(&state.db).await?;
     let org = tx.org().as_uuid();
     // The stored secret only: a secret read from the mounted directory is never copied into the database.
@@ -523,13 +532,13 @@ async fn put_provider(
         .await?;
     let slug: String = sqlx::query_scalar("SELECT slug FROM organizations").fetch_one(tx.conn()).await?;
     let mounted = oidc::mounted_secret(state.auth.providers.secrets_dir.as_deref(), &slug).is_some();
-    let secret = match (r.client_secret.filter(|s| !s.is_empty()), stored) {
+    let secret = match (r.client_secret.map(|s| s.into_inner()), stored) {
         (Some(s), _) => s,
         (None, Some(s)) => s,
         // Nothing stored, but the mounted directory has this organization's secret: store a marker, not it.
         (None, None) if mounted => MOUNTED_SECRET_MARKER.to_string(),
         (None, None) => {
-            return Err(AppError::invalid(
+            return Err(AppError::refused(
                 "client_secret",
                 format!("is required the first time (or mount it as `{slug}` in the server's --oidc-secrets-dir)"),
             ));
@@ -544,22 +553,27 @@ async fn put_provider(
     )
     .bind(org)
     .bind(&issuer)
-    .bind(r.client_id.trim())
+    .bind(r.client_id.as_str())
     .bind(&secret)
-    .bind(groups_claim.trim())
-    .bind(scopes.trim())
+    .bind(&groups_claim)
+    .bind(&scopes)
     .bind(p.actor())
     .execute(tx.conn())
     .await?;
     // The secret is never written to the audit log.
-    tx.audit_by(&p, "identity.provider.update", "idp", "", json!({"issuer": issuer, "client_id": r.client_id.trim()}))
-        .await?;
+    tx.audit_by(
+        &p,
+        "identity.provider.update",
+        "idp",
+        "",
+        json!({"issuer": issuer, "client_id": r.client_id.as_str()}),
+    )
+    .await?;
     tx.commit().await?;
     provider_settings(&state, &p, &headers).await.map(Json)
 }
 
-async fn delete_provider(State(state): State<AppState>, headers: HeaderMap) -> Result<StatusCode, AppError> {
-    let p = require(&state.db, &headers, Capability::Administer).await?;
+async fn delete_provider(State(state): State<AppState>, p: Caller<Administer>) -> Result<StatusCode, AppError> {
     let mut tx = p.begin(&state.db).await?;
     let org = tx.org().as_uuid();
     let removed =
@@ -605,14 +619,10 @@ async fn put_mappings(
     let org = tx.org().as_uuid();
     let mut rows = Vec::new();
     for (i, m) in r.mappings.iter().enumerate() {
-        let group = m.group.trim();
-        if group.is_empty() || group.len() > 400 {
-            return Err(AppError::invalid(format!("mappings[{i}].group"), "a group name of 1 to 400 characters"));
-        }
-        let role = Role::parse(m.role.trim()).ok_or_else(|| {
-            AppError::invalid(format!("mappings[{i}].role"), "one of admin, finance, department_manager, viewer")
-        })?;
-        let department = match (role, m.department.as_deref().map(str::trim).filter(|d| !d.is_empty())) {
+        let group = m.group.as_str();
+        let role = Role::parse(m.role.as_str())
+            .ok_or_else(|| AppError::Internal(format!("role {:?} has no Role", m.role.as_str())))?;
+        let department = match (role, m.department.as_deref()) {
             (Role::DepartmentManager, Some(name)) => {
                 let id: Option<Uuid> =
                     sqlx::query_scalar("SELECT department_id FROM departments WHERE org_id = $2 AND name = $1")
@@ -621,17 +631,17 @@ async fn put_mappings(
                         .fetch_optional(tx.conn())
                         .await?;
                 Some(id.ok_or_else(|| {
-                    AppError::invalid(format!("mappings[{i}].department"), format!("no department named {name:?}"))
+                    AppError::unknown(format!("mappings[{i}].department"), format!("no department named {name:?}"))
                 })?)
             }
             (Role::DepartmentManager, None) => {
-                return Err(AppError::invalid(
+                return Err(AppError::refused(
                     format!("mappings[{i}].department"),
                     "a department manager needs a department",
                 ));
             }
             (_, Some(_)) => {
-                return Err(AppError::invalid(
+                return Err(AppError::refused(
                     format!("mappings[{i}].department"),
                     "only department managers have a department",
                 ));
@@ -661,45 +671,17 @@ async fn put_mappings(
 
 // ---------------------------------------------------------------- audit log
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct AuditQuery {
-    limit: Option<i64>,
-    before: Option<String>,
-    action: Option<String>,
-    exclude: Option<String>,
-}
-
 /// `GET /api/v1/audit`: newest first, `limit` (1..=1000, default 100), `before` (RFC 3339) to page back, `action`
 /// to keep one action, `exclude` (comma-separated, at most 10) to leave routine ones out (the portal leaves out the
 /// once-a-minute `token.use` unless asked).
 async fn audit_log(
     State(state): State<AppState>,
     p: Caller<Administer>,
-    Params(q): Params<AuditQuery>,
+    Params(q): Params<AuditParams>,
 ) -> Result<Json<AuditLog>, AppError> {
-    let limit = q.limit.unwrap_or(100);
-    if !(1..=1000).contains(&limit) {
-        return Err(AppError::invalid("limit", "must be 1..=1000"));
-    }
-    let before = q
-        .before
-        .as_deref()
-        .map(|b| OffsetDateTime::parse(b, &time::format_description::well_known::Rfc3339))
-        .transpose()
-        .map_err(|e| AppError::invalid("before", format!("an RFC 3339 time: {e}")))?;
-    let exclude: Vec<String> = q
-        .exclude
-        .as_deref()
-        .unwrap_or_default()
-        .split(',')
-        .map(str::trim)
-        .filter(|a| !a.is_empty())
-        .map(str::to_string)
-        .collect();
-    if exclude.len() > 10 || exclude.iter().any(|a| a.len() > 64) {
-        return Err(AppError::invalid("exclude", "at most 10 actions of at most 64 characters, comma-separated"));
-    }
+    let limit = q.limit.map_or(100, |l| l.get());
+    let before = q.before.map(|b| b.at());
+    let exclude: Vec<String> = q.exclude.as_ref().map(|e| e.items().to_vec()).unwrap_or_default();
     let mut tx = p.begin(&state.db).await?;
     let org = tx.org().as_uuid();
     type Row = (OffsetDateTime, String, String, String, String, Value, String);

@@ -3,12 +3,15 @@
 
 use axum::{
     Json, Router,
-    body::Bytes,
-    extract::{Path, State},
-    http::{HeaderMap, StatusCode},
+    extract::{FromRequestParts, State},
+    http::{StatusCode, request::Parts},
     routing::{get, post},
 };
-use gpuledger_api::auth::{CreatedToken, NewToken, Revoked, TokenList};
+use gpuledger_api::{
+    auth::{CreatedToken, NewToken, Revoked, TokenList},
+    input::{Int, Line, TokenScope},
+    params::IdPath,
+};
 use gpuledger_core::{ids::DepartmentId, time_fmt::rfc3339};
 use serde_json::json;
 use time::OffsetDateTime;
@@ -19,8 +22,18 @@ use crate::{
     app::AppState,
     db::OrgTx,
     error::AppError,
-    http::{Administer, Caller},
+    http::{Administer, Caller, JsonBody, PathParams},
+    openapi::{Describe, Inputs, inputs as described},
 };
+
+/// What this feature's handlers take, for the API document.
+pub(crate) fn inputs() -> Vec<Inputs> {
+    vec![
+        described("get", "/api/v1/tokens", list),
+        described("post", "/api/v1/tokens", create),
+        described("post", "/api/v1/tokens/{id}/revoke", revoke),
+    ]
+}
 
 /// Routes under `/api/v1/tokens`.
 pub fn router() -> Router<AppState> {
@@ -31,7 +44,7 @@ pub fn router() -> Router<AppState> {
 /// department names for a department-scoped export token. Errors name the field.
 pub async fn parse_scope(tx: &mut OrgTx, scope: &str, departments: &[String]) -> Result<(Scope, bool), AppError> {
     if !departments.is_empty() && scope != "export" {
-        return Err(AppError::invalid("departments", "only export tokens can be limited to departments"));
+        return Err(AppError::refused("departments", "only export tokens can be limited to departments"));
     }
     let mut registered = false;
     let parsed = match scope {
@@ -46,7 +59,7 @@ pub async fn parse_scope(tx: &mut OrgTx, scope: &str, departments: &[String]) ->
                         .bind(org)
                         .fetch_optional(tx.conn())
                         .await?;
-                let id = id.ok_or_else(|| AppError::invalid("departments", format!("no department named {name:?}")))?;
+                let id = id.ok_or_else(|| AppError::unknown("departments", format!("no department named {name:?}")))?;
                 ids.push(DepartmentId::from_uuid(id));
             }
             Scope::Export { departments: ids }
@@ -68,17 +81,34 @@ pub async fn parse_scope(tx: &mut OrgTx, scope: &str, departments: &[String]) ->
     Ok((parsed, registered))
 }
 
-/// The rate limit comes first (before authentication and the body), so the extractors are called in order here.
+/// The client's turn at creating tokens: refused (429) before authentication and the body are read.
+struct CreateTurn;
+
+impl FromRequestParts<AppState> for CreateTurn {
+    type Rejection = AppError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, AppError> {
+        state.auth.limits.check("tokens", &source(&parts.headers))?;
+        Ok(Self)
+    }
+}
+
+impl Describe for CreateTurn {
+    fn describe(inputs: &mut Inputs) {
+        inputs.errors.insert(429);
+    }
+}
+
+/// The rate limit comes first (before authentication and the body): the extractors run in this order.
 async fn create(
     State(state): State<AppState>,
-    headers: HeaderMap,
-    body: Bytes,
+    _turn: CreateTurn,
+    p: Caller<Administer>,
+    JsonBody(request): JsonBody<NewToken>,
 ) -> Result<(StatusCode, Json<CreatedToken>), AppError> {
-    state.auth.limits.check("tokens", &source(&headers))?;
-    let p = super::require(&state.db, &headers, super::Capability::Administer).await?;
-    let request: NewToken = crate::http::json_body(&body)?;
-    let created =
-        create_for(&state, &p, &request.name, &request.scope, &request.departments, request.expires_in_days).await?;
+    let departments: Vec<String> = request.departments.iter().map(ToString::to_string).collect();
+    let days = request.expires_in_days.map(Int::get);
+    let created = create_for(&state, &p, &request.name, &request.scope, &departments, days).await?;
     Ok((StatusCode::CREATED, Json(created)))
 }
 
@@ -91,19 +121,21 @@ pub async fn create_for(
     departments: &[String],
     expires_in_days: Option<i64>,
 ) -> Result<CreatedToken, AppError> {
-    let name = name.trim();
-    if name.is_empty() || name.len() > 200 {
-        return Err(AppError::invalid("name", "a name of 1 to 200 characters says what the token is for"));
+    // The API's guards, for the portal's form too.
+    let name = Line::<200>::new(name).map_err(|reason| AppError::invalid("name", reason))?;
+    let scope = TokenScope::parse(scope.trim()).map_err(|reason| AppError::invalid("scope", reason))?;
+    for d in departments {
+        Line::<100>::new(d).map_err(|reason| AppError::invalid("departments", reason))?;
     }
-    let expires_at = match expires_in_days {
-        None => None,
-        Some(d) if (1..=3650).contains(&d) => Some(OffsetDateTime::now_utc() + time::Duration::days(d)),
-        Some(_) => {
+    let expires_at = match expires_in_days.map(Int::<1, 3650>::new).transpose() {
+        Ok(days) => days.map(|d| OffsetDateTime::now_utc() + time::Duration::days(d.get())),
+        Err(_) => {
             return Err(AppError::invalid("expires_in_days", "between 1 and 3650 days, or absent for no expiry"));
         }
     };
+    let name = name.as_str();
     let mut tx = p.begin(&state.db).await?;
-    let (scope, _) = parse_scope(&mut tx, scope.trim(), departments).await?;
+    let (scope, _) = parse_scope(&mut tx, scope.as_str(), departments).await?;
     let (token_id, token) = create_token(&mut tx, &scope, name, &p.actor(), expires_at).await?;
     tx.commit_quiet().await?; // credentials only: no figure changes
     Ok(CreatedToken {
@@ -184,8 +216,9 @@ pub async fn list_tokens(tx: &mut OrgTx) -> Result<Vec<TokenInfo>, AppError> {
 async fn revoke(
     State(state): State<AppState>,
     p: Caller<Administer>,
-    Path(id): Path<String>,
+    PathParams(path): PathParams<IdPath>,
 ) -> Result<Json<Revoked>, AppError> {
+    let id = path.id.to_string();
     revoke_for(&state, &p, &id).await?;
     Ok(Json(Revoked { token_id: id, revoked: true }))
 }

@@ -160,7 +160,7 @@ fn money(d: &Decimal) -> Result<String, AppError> {
 pub async fn compute(tx: &mut OrgTx, period: Period, now: OffsetDateTime) -> Result<Forecast, AppError> {
     let (start, end) = crate::ledger::bounds(period)?;
     if now < start {
-        return Err(AppError::invalid("period", format!("{period} has not started yet")));
+        return Err(AppError::refused("period", format!("{period} has not started yet")));
     }
     let over = now >= end;
     // The open month: the read model's snapshot (the run rate is its figures; "to date" was computed with it), as
@@ -192,7 +192,10 @@ pub async fn compute(tx: &mut OrgTx, period: Period, now: OffsetDateTime) -> Res
             } else {
                 let whole = sums(&preview.ledger)?;
                 let input = cut_at(preview.input, now);
-                let so_far = tokio::task::spawn_blocking(move || compute_ledger(&input)).await.map_err(internal)??;
+                let so_far = tokio::task::spawn_blocking(move || compute_ledger(&input))
+                    .await
+                    .map_err(internal)?
+                    .map_err(AppError::computing)?;
                 (now, currency, whole, sums(&so_far)?)
             }
         }

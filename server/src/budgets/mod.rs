@@ -6,9 +6,11 @@
 //! (`forecast`), the budget and whether the forecast passes it — see [`forecast`] for how.
 
 use axum::{Json, Router, extract::State, http::StatusCode, routing::get};
-use gpuledger_api::foresight::{Budget, BudgetBody, Budgets, Forecast};
+use gpuledger_api::{
+    foresight::{Budget, BudgetBody, Budgets, Forecast},
+    params::OptionalMonthParams,
+};
 use gpuledger_core::{Period, decimal::Decimal};
-use serde::Deserialize;
 use serde_json::json;
 use time::OffsetDateTime;
 use uuid::Uuid;
@@ -17,7 +19,8 @@ use crate::{
     app::AppState,
     db::OrgTx,
     error::AppError,
-    http::{Caller, JsonBody, ManagePolicy, Params, ReadLedger, parse_period},
+    http::{Caller, JsonBody, ManagePolicy, Params, ReadLedger},
+    openapi::{Inputs, inputs as described},
     store::lookup_id,
 };
 
@@ -30,34 +33,23 @@ pub fn router() -> Router<AppState> {
         .route("/api/v1/forecast", get(get_forecast))
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct PeriodQuery {
-    period: Option<String>,
+/// What this feature's handlers take, for the API document.
+pub(crate) fn inputs() -> Vec<Inputs> {
+    vec![
+        described("get", "/api/v1/budgets", list_budgets),
+        described("post", "/api/v1/budgets", set_budget),
+        described("get", "/api/v1/forecast", get_forecast),
+    ]
 }
 
-fn period_of(q: &PeriodQuery) -> Result<Period, AppError> {
-    match q.period.as_deref() {
-        Some(p) => parse_period("period", p),
-        None => Ok(Period::containing(OffsetDateTime::now_utc())),
-    }
+fn period_of(q: &OptionalMonthParams) -> Period {
+    q.period.map_or_else(|| Period::containing(OffsetDateTime::now_utc()), |m| m.period())
 }
 
-/// Largest budget accepted (a typo guard, not a policy): a trillion.
-const MAX_BUDGET: i128 = 1_000_000_000_000;
-
-/// Parses a budget amount: a plain decimal, at least 0, at most two decimals.
-pub(crate) fn parse_amount(s: &str) -> Result<Decimal, AppError> {
-    let amount = Decimal::parse(s.trim())
-        .map_err(|_| AppError::invalid("amount", format!("{s:?} is not a decimal number like 12000.00")))?;
-    if amount < Decimal::ZERO {
-        return Err(AppError::invalid("amount", "must not be negative"));
-    }
-    let amount = amount.with_scale(2).map_err(|_| AppError::invalid("amount", "at most two decimals (cents)"))?;
-    if amount > Decimal::from_scaled(MAX_BUDGET, 0).map_err(|e| AppError::Internal(e.to_string()))? {
-        return Err(AppError::invalid("amount", "is larger than 1,000,000,000,000"));
-    }
-    Ok(amount)
+/// A budget amount at two decimals (the contract's `Money`: not negative, at most 12 digits before the point and
+/// two after it).
+fn amount_of(body: &BudgetBody) -> Result<Decimal, AppError> {
+    body.amount.decimal().with_scale(2).map_err(|e| AppError::Internal(e.to_string()))
 }
 
 /// `POST /api/v1/budgets`.
@@ -66,10 +58,10 @@ async fn set_budget(
     p: Caller<ManagePolicy>,
     JsonBody(body): JsonBody<BudgetBody>,
 ) -> Result<(StatusCode, Json<Budget>), AppError> {
-    let period = parse_period("period", body.period.trim())?;
-    let amount = parse_amount(&body.amount)?;
-    let department = body.department.as_deref().map(str::trim).filter(|s| !s.is_empty());
-    let tenant = body.tenant.as_deref().map(str::trim).filter(|s| !s.is_empty());
+    let period = body.period.period();
+    let amount = amount_of(&body)?;
+    let department = body.department.as_deref();
+    let tenant = body.tenant.as_deref();
     let mut tx = p.begin(&state.db).await?;
     let (department_id, tenant_id) = match (department, tenant) {
         (Some(d), None) => (Some(lookup_id(&mut tx, "departments", "department", d).await?), None),
@@ -112,9 +104,9 @@ async fn set_budget(
 async fn list_budgets(
     State(state): State<AppState>,
     p: Caller<ReadLedger>,
-    Params(q): Params<PeriodQuery>,
+    Params(q): Params<OptionalMonthParams>,
 ) -> Result<Json<Budgets>, AppError> {
-    let period = period_of(&q)?;
+    let period = period_of(&q);
     let mut tx = p.begin(&state.db).await?;
     let mut items = budgets(&mut tx, period).await?;
     tx.commit_quiet().await?;
@@ -129,9 +121,9 @@ async fn list_budgets(
 async fn get_forecast(
     State(state): State<AppState>,
     p: Caller<ReadLedger>,
-    Params(q): Params<PeriodQuery>,
+    Params(q): Params<OptionalMonthParams>,
 ) -> Result<Json<Forecast>, AppError> {
-    let period = period_of(&q)?;
+    let period = period_of(&q);
     // The ledger is the organization's (overhead and quotas are shared out across departments): computed whole,
     // then cut to what the caller may see.
     let mut tx = state.db.begin_org(p.org).await?;

@@ -8,12 +8,15 @@
 
 use axum::{
     Json, Router,
-    extract::{Path, State},
+    extract::State,
     http::{HeaderValue, StatusCode, header},
     response::{IntoResponse, Response},
     routing::{get, post},
 };
-use gpuledger_api::close::{CloseRequest, Finding, Findings, PeriodEntry, PeriodRecord, Periods};
+use gpuledger_api::{
+    close::{CloseRequest, Finding, Findings, PeriodEntry, PeriodRecord, Periods},
+    params::PeriodPath,
+};
 use gpuledger_core::{
     Period,
     ledger::{AdjustmentRecord, Ledger, LedgerInput, compute},
@@ -26,13 +29,24 @@ use crate::{
     app::AppState,
     db::{Database, OrgTx},
     error::AppError,
-    http::{Caller, Close, ReadLedger, json_body, parse_period},
+    http::{Caller, Close, OptionalJsonBody, PathParams, ReadLedger},
     ledger::{approved_credits, load_input},
+    openapi::{Inputs, inputs as described},
     store::policy_for,
 };
 
 /// A `closing` state older than this is considered abandoned.
 pub const STALE_CLOSING: time::Duration = time::Duration::minutes(15);
+
+/// What this feature's handlers take, for the API document.
+pub(crate) fn inputs() -> Vec<Inputs> {
+    vec![
+        described("get", "/api/v1/periods", list_periods),
+        described("post", "/api/v1/periods/{period}/close", close_handler),
+        described("get", "/api/v1/periods/{period}/bundle", bundle_handler),
+        described("get", "/api/v1/periods/{period}/findings", findings_handler),
+    ]
+}
 
 /// Routes of this module.
 pub fn router() -> Router<AppState> {
@@ -49,9 +63,9 @@ pub fn router() -> Router<AppState> {
 async fn findings_handler(
     State(state): State<AppState>,
     p: Caller<ReadLedger>,
-    Path(period): Path<String>,
+    PathParams(path): PathParams<PeriodPath>,
 ) -> Result<Json<Findings>, AppError> {
-    let period = parse_period("period", &period)?;
+    let period = path.period.period();
     if p.departments.is_some() {
         return Err(AppError::Forbidden("data-quality findings cover the whole organization".into()));
     }
@@ -186,7 +200,7 @@ pub async fn preview(tx: &mut OrgTx, period: Period) -> Result<Preview, AppError
     let late = late_data(tx, period).await?;
     input.adjustments.extend(credits.iter().map(|(_, a)| a.clone()));
     input.adjustments.extend(late.iter().map(|(_, a)| a.clone()));
-    let ledger = compute(&input)?;
+    let ledger = compute(&input).map_err(AppError::computing)?;
     Ok(Preview { input, ledger, credits: credits.into_iter().map(|(id, _)| id).collect(), late })
 }
 
@@ -282,20 +296,12 @@ pub async fn close_period(
 async fn close_handler(
     State(state): State<AppState>,
     p: Caller<Close>,
-    Path(period): Path<String>,
-    body: axum::body::Bytes,
+    PathParams(path): PathParams<PeriodPath>,
+    OptionalJsonBody(request): OptionalJsonBody<CloseRequest>,
 ) -> Result<Json<CloseSummary>, AppError> {
-    let period = parse_period("period", &period)?;
+    let period = path.period.period();
     // The body is optional: an empty one closes a month that needs no acknowledgement.
-    let request: CloseRequest =
-        if body.iter().all(u8::is_ascii_whitespace) { CloseRequest::default() } else { json_body(&body)? };
-    let reason = match request.acknowledge.as_deref().map(str::trim) {
-        Some("") => return Err(AppError::invalid("acknowledge", "must say why (1 to 2,000 characters)")),
-        Some(r) if r.chars().count() > 2000 => {
-            return Err(AppError::invalid("acknowledge", "must be at most 2,000 characters"));
-        }
-        other => other.map(str::to_string),
-    };
+    let reason = request.acknowledge.map(|r| r.into_inner());
     let mut tx = state.db.begin_org(p.org).await?;
     let slug = org_slug(&mut tx).await?;
     let open = needs_acknowledgement(&mut tx, period).await?;
@@ -333,9 +339,9 @@ async fn close_handler(
 async fn bundle_handler(
     State(state): State<AppState>,
     p: Caller<ReadLedger>,
-    Path(period): Path<String>,
+    PathParams(path): PathParams<PeriodPath>,
 ) -> Result<Response, AppError> {
-    let period = parse_period("period", &period)?;
+    let period = path.period.period();
     if p.departments.is_some() {
         return Err(AppError::Forbidden(
             "the evidence bundle covers the whole organization; a caller limited to departments cannot take it".into(),

@@ -100,7 +100,7 @@ pub(crate) async fn late_data(tx: &mut OrgTx, period: Period) -> Result<Vec<(Per
         // Recompute the closed month with its own policy and today's facts.
         let mut input = load_input(tx, q, bundle.inputs.policy).await?;
         input.adjustments.clear();
-        let recomputed = compute(&input)?.lines;
+        let recomputed = compute(&input).map_err(AppError::computing)?.lines;
         let prefix = format!("{q}/");
         let already: Vec<AdjustmentRecord> = sqlx::query_as::<_, (String, String, Uuid, Option<Uuid>, String)>(
             "SELECT corrects, amount::text, department_id, tenant_id, gpu_class FROM adjustments

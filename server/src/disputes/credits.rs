@@ -1,22 +1,18 @@
 //! Finance's decision on an accepted dispute's credit: approve it (never by whoever accepted the dispute) or reject it.
 
-use axum::{
-    body::Bytes,
-    extract::{Path, State},
-    http::StatusCode,
-    response::Response,
-};
+use axum::{extract::State, http::StatusCode, response::Response};
+use gpuledger_api::params::DisputePath;
 use serde_json::json;
 
 use super::{
-    requests::{ReasonRequest, optional_text, parse_body, required_text},
+    requests::{ApprovalRequest, ReasonRequest},
     store::{lock, record, reply},
 };
 use crate::{
     app::AppState,
     auth::Principal,
     error::AppError,
-    http::{Caller, CreditApprove},
+    http::{Caller, CreditApprove, JsonBody, OptionalJsonBody, PathParams},
 };
 
 /// Finance's decision on an accepted dispute's credit.
@@ -30,14 +26,9 @@ async fn decide_credit(
     state: &AppState,
     principal: &Principal,
     key: &str,
-    body: &[u8],
+    reason: String,
     decision: CreditDecision,
 ) -> Result<Response, AppError> {
-    let request: ReasonRequest = parse_body(body)?;
-    let reason = match decision {
-        CreditDecision::Approve => optional_text("reason", &request.reason)?,
-        CreditDecision::Reject => required_text("reason", &request.reason)?,
-    };
     let verb = match decision {
         CreditDecision::Approve => "approve",
         CreditDecision::Reject => "reject",
@@ -115,18 +106,18 @@ async fn decide_credit(
 pub(super) async fn approve_credit(
     State(state): State<AppState>,
     principal: Caller<CreditApprove>,
-    Path(key): Path<String>,
-    body: Bytes,
+    PathParams(path): PathParams<DisputePath>,
+    OptionalJsonBody(request): OptionalJsonBody<ApprovalRequest>,
 ) -> Result<Response, AppError> {
-    decide_credit(&state, &principal, &key, &body, CreditDecision::Approve).await
+    decide_credit(&state, &principal, &path.id, request.reason.into_inner(), CreditDecision::Approve).await
 }
 
 /// `POST /api/v1/disputes/{id}/credit/reject`: finance refuses the credit (the dispute stays accepted).
 pub(super) async fn reject_credit(
     State(state): State<AppState>,
     principal: Caller<CreditApprove>,
-    Path(key): Path<String>,
-    body: Bytes,
+    PathParams(path): PathParams<DisputePath>,
+    JsonBody(request): JsonBody<ReasonRequest>,
 ) -> Result<Response, AppError> {
-    decide_credit(&state, &principal, &key, &body, CreditDecision::Reject).await
+    decide_credit(&state, &principal, &path.id, request.reason.into_inner(), CreditDecision::Reject).await
 }

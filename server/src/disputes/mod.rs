@@ -16,12 +16,12 @@ mod views;
 
 use axum::{
     Json, Router,
-    body::Bytes,
-    extract::{Path, State},
+    extract::State,
     http::StatusCode,
     response::Response,
     routing::{get, post},
 };
+use gpuledger_api::params::{DisputeListParams, DisputePath};
 use gpuledger_core::decimal::Decimal;
 use serde_json::json;
 use uuid::Uuid;
@@ -29,27 +29,34 @@ use uuid::Uuid;
 use crate::{
     app::AppState,
     error::AppError,
-    http::{Caller, DisputeParticipate, DisputeResolve, ReadLedger},
+    http::{Caller, DisputeParticipate, DisputeResolve, JsonBody, PathParams, ReadLedger},
+    openapi::{Inputs, inputs as described},
 };
 
 use crate::http::Params;
 use credits::{approve_credit, reject_credit};
 pub use gpuledger_api::disputes::{Credit, DisputeDetail, DisputeEvent, DisputePage, DisputeSummary, DisputedLine};
-use requests::{
-    AcceptRequest, CommentRequest, OpenRequest, ReasonRequest, check_line_ids, parse_body, parse_credit, parse_period,
-    required_text,
-};
+use requests::{AcceptRequest, CommentRequest, OpenRequest, ReasonRequest, check_line_ids, credit_of};
 pub use store::load;
 use store::{Locked, SUMMARY_SELECT, lock, record, reply, require_open, resolve_id};
 use views::SummaryRow;
 
-/// Longest reason or comment a dispute takes, in characters.
-pub const MAX_TEXT: usize = 4000;
-/// Most lines one dispute may name.
-pub const MAX_LINES: usize = 500;
-/// Largest page of the list.
-pub const MAX_PER_PAGE: i64 = 100;
+pub use gpuledger_api::disputes::{MAX_LINES, MAX_TEXT};
 const DEFAULT_PER_PAGE: i64 = 20;
+
+/// What this feature's handlers take, for the API document.
+pub(crate) fn inputs() -> Vec<Inputs> {
+    vec![
+        described("get", "/api/v1/disputes", list),
+        described("post", "/api/v1/disputes", open),
+        described("get", "/api/v1/disputes/{id}", show),
+        described("post", "/api/v1/disputes/{id}/comments", comment),
+        described("post", "/api/v1/disputes/{id}/accept", accept),
+        described("post", "/api/v1/disputes/{id}/reject", reject),
+        described("post", "/api/v1/disputes/{id}/credit/approve", credits::approve_credit),
+        described("post", "/api/v1/disputes/{id}/credit/reject", credits::reject_credit),
+    ]
+}
 
 /// The disputes API.
 pub fn router() -> Router<AppState> {
@@ -69,12 +76,12 @@ pub fn router() -> Router<AppState> {
 async fn open(
     State(state): State<AppState>,
     principal: Caller<DisputeParticipate>,
-    body: Bytes,
+    JsonBody(request): JsonBody<OpenRequest>,
 ) -> Result<Response, AppError> {
-    let request: OpenRequest = parse_body(&body)?;
-    let period = parse_period("period", &request.period)?;
-    check_line_ids(&request.line_ids)?;
-    let reason = required_text("reason", &request.reason)?;
+    let period = request.period.period();
+    let line_ids: Vec<String> = request.line_ids.iter().map(ToString::to_string).collect();
+    check_line_ids(&line_ids)?;
+    let reason = request.reason.as_str().to_string();
     let day = period.first_day();
     let who = principal.actor();
     let mut tx = principal.begin(&state.db).await?;
@@ -105,13 +112,13 @@ async fn open(
           ORDER BY line_id",
     )
     .bind(day)
-    .bind(&request.line_ids)
+    .bind(&line_ids)
     .bind(org)
     .fetch_all(tx.conn())
     .await?;
-    for (i, id) in request.line_ids.iter().enumerate() {
+    for (i, id) in line_ids.iter().enumerate() {
         if !found.iter().any(|(line, _, _)| line == id) {
-            return Err(AppError::invalid(
+            return Err(AppError::unknown(
                 format!("line_ids[{i}]"),
                 format!("no line {id:?} in the ledger of period {period}"),
             ));
@@ -121,7 +128,7 @@ async fn open(
     departments.sort_unstable();
     departments.dedup();
     let [department] = departments[..] else {
-        return Err(AppError::invalid(
+        return Err(AppError::refused(
             "line_ids",
             "the lines belong to different departments; dispute each department's lines separately",
         ));
@@ -130,7 +137,7 @@ async fn open(
     currencies.sort_unstable();
     currencies.dedup();
     if currencies.len() > 1 {
-        return Err(AppError::invalid(
+        return Err(AppError::refused(
             "line_ids",
             format!("the lines are in different currencies ({}); dispute them separately", currencies.join(", ")),
         ));
@@ -152,7 +159,7 @@ async fn open(
           LIMIT 1",
     )
     .bind(day)
-    .bind(&request.line_ids)
+    .bind(&line_ids)
     .bind(org)
     .fetch_optional(tx.conn())
     .await?;
@@ -182,20 +189,14 @@ async fn open(
     .bind(id)
     .bind(number)
     .bind(day)
-    .bind(&request.line_ids)
+    .bind(&line_ids)
     .bind(&reason)
     .bind(&who)
     .bind(department)
     .execute(tx.conn())
     .await?;
-    let locked = Locked {
-        id,
-        number,
-        period: day,
-        line_ids: request.line_ids.clone(),
-        state: "open".into(),
-        adjustment_id: None,
-    };
+    let locked =
+        Locked { id, number, period: day, line_ids: line_ids.clone(), state: "open".into(), adjustment_id: None };
     record(
         &mut tx,
         &who,
@@ -208,46 +209,16 @@ async fn open(
     reply(tx, id, StatusCode::CREATED).await
 }
 
-/// Filters of the list.
-#[derive(Debug, Default, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ListQuery {
-    state: Option<String>,
-    period: Option<String>,
-    page: Option<String>,
-    per_page: Option<String>,
-}
-
-fn parse_count(field: &str, value: Option<&str>, default: i64, max: i64) -> Result<i64, AppError> {
-    let Some(value) = value else {
-        return Ok(default);
-    };
-    value
-        .parse::<i64>()
-        .ok()
-        .filter(|n| (1..=max).contains(n))
-        .ok_or_else(|| AppError::invalid(field, format!("{value:?} is not a whole number from 1 to {max}")))
-}
-
 /// `GET /api/v1/disputes?state=&period=&page=&per_page=`: newest first.
 async fn list(
     State(state): State<AppState>,
     principal: Caller<ReadLedger>,
-    Params(query): Params<ListQuery>,
+    Params(query): Params<DisputeListParams>,
 ) -> Result<Json<DisputePage>, AppError> {
-    let state_filter = match query.state.as_deref() {
-        None | Some("") => None,
-        Some(s @ ("open" | "accepted" | "rejected")) => Some(s.to_string()),
-        Some(other) => {
-            return Err(AppError::invalid("state", format!("{other:?} is not one of open, accepted, rejected")));
-        }
-    };
-    let period_filter = match query.period.as_deref() {
-        None | Some("") => None,
-        Some(p) => Some(parse_period("period", p)?.first_day()),
-    };
-    let page = parse_count("page", query.page.as_deref(), 1, 1_000_000)?;
-    let per_page = parse_count("per_page", query.per_page.as_deref(), DEFAULT_PER_PAGE, MAX_PER_PAGE)?;
+    let state_filter = query.state.map(|s| s.as_str().to_string());
+    let period_filter = query.period.map(|p| p.period().first_day());
+    let page = query.page.map_or(1, |n| n.get());
+    let per_page = query.per_page.map_or(DEFAULT_PER_PAGE, |n| n.get());
 
     let mut tx = principal.begin(&state.db).await?;
     let org = tx.org().as_uuid();
@@ -277,8 +248,9 @@ async fn list(
 async fn show(
     State(state): State<AppState>,
     principal: Caller<ReadLedger>,
-    Path(key): Path<String>,
+    PathParams(path): PathParams<DisputePath>,
 ) -> Result<Json<DisputeDetail>, AppError> {
+    let key = path.id.into_inner();
     let mut tx = principal.begin(&state.db).await?;
     let id = resolve_id(&mut tx, &key).await?;
     let detail = load(&mut tx, id).await?.ok_or_else(|| AppError::NotFound(format!("no dispute {key:?}")))?;
@@ -290,11 +262,11 @@ async fn show(
 async fn comment(
     State(state): State<AppState>,
     principal: Caller<DisputeParticipate>,
-    Path(key): Path<String>,
-    body: Bytes,
+    PathParams(path): PathParams<DisputePath>,
+    JsonBody(request): JsonBody<CommentRequest>,
 ) -> Result<Response, AppError> {
-    let request: CommentRequest = parse_body(&body)?;
-    let text = required_text("body", &request.body)?;
+    let key = path.id.into_inner();
+    let text = request.body.into_inner();
     let mut tx = principal.begin(&state.db).await?;
     let dispute = lock(&mut tx, &key).await?;
     if dispute.state != "open" {
@@ -311,12 +283,12 @@ async fn comment(
 async fn accept(
     State(state): State<AppState>,
     principal: Caller<DisputeResolve>,
-    Path(key): Path<String>,
-    body: Bytes,
+    PathParams(path): PathParams<DisputePath>,
+    JsonBody(request): JsonBody<AcceptRequest>,
 ) -> Result<Response, AppError> {
-    let request: AcceptRequest = parse_body(&body)?;
-    let reason = required_text("reason", &request.reason)?;
-    let credit = parse_credit(request.credit_amount.as_deref())?;
+    let key = path.id.into_inner();
+    let reason = request.reason.as_str().to_string();
+    let credit = credit_of(&request)?;
     let who = principal.actor();
     let mut tx = principal.begin(&state.db).await?;
     let dispute = lock(&mut tx, &key).await?;
@@ -346,7 +318,7 @@ async fn accept(
     };
     let total = Decimal::parse(&total).map_err(|e| AppError::Internal(format!("disputed total {total:?}: {e}")))?;
     if credit > total {
-        return Err(AppError::invalid(
+        return Err(AppError::refused(
             "credit_amount",
             format!("{credit} {currency} is more than the disputed lines' total of {total} {currency}"),
         ));
@@ -401,11 +373,11 @@ async fn accept(
 async fn reject(
     State(state): State<AppState>,
     principal: Caller<DisputeResolve>,
-    Path(key): Path<String>,
-    body: Bytes,
+    PathParams(path): PathParams<DisputePath>,
+    JsonBody(request): JsonBody<ReasonRequest>,
 ) -> Result<Response, AppError> {
-    let request: ReasonRequest = parse_body(&body)?;
-    let reason = required_text("reason", &request.reason)?;
+    let key = path.id.into_inner();
+    let reason = request.reason.into_inner();
     let who = principal.actor();
     let mut tx = principal.begin(&state.db).await?;
     let dispute = lock(&mut tx, &key).await?;

@@ -39,7 +39,8 @@
 
 use std::borrow::Cow;
 
-use axum::{extract::State, http::HeaderMap, response::Response};
+use axum::{extract::State, response::Response};
+use gpuledger_api::params::{FocusParams, FocusVersion};
 use gpuledger_core::{
     decimal::Decimal,
     ledger::{LedgerLine, Term},
@@ -48,12 +49,12 @@ use serde_json::json;
 use time::OffsetDateTime;
 
 use super::{
-    CsvFilter, CsvQuery, audit_export,
+    CsvFilter, audit_export,
     cells::{self, Cell},
     csv_response, month_lines,
 };
-use crate::http::Params;
-use crate::{app::AppState, error::AppError, exports::reader};
+use crate::http::{Caller, Params, ReadLedger};
+use crate::{app::AppState, error::AppError};
 
 /// A FOCUS version this export writes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -678,16 +679,17 @@ pub fn write(v: Version, ctx: &Context, lines: &[LedgerLine]) -> Vec<u8> {
 /// `GET /api/v1/exports/focus.csv?period=YYYY-MM[&version=1.3|1.2|1.0][&department=UUID][&tenant=UUID]`.
 pub(super) async fn focus_csv(
     State(state): State<AppState>,
-    headers: HeaderMap,
-    Params(q): Params<CsvQuery>,
+    p: Caller<ReadLedger>,
+    Params(q): Params<FocusParams>,
 ) -> Result<Response, AppError> {
-    let p = reader(&state, &headers).await?;
-    let f = CsvFilter::parse(&q)?;
-    let version = match q.version.as_deref().filter(|v| !v.is_empty()) {
-        None => Version::DEFAULT,
-        Some(s) => Version::parse(s)
-            .ok_or_else(|| AppError::invalid("version", "FOCUS 1.3 (the default), 1.2 and 1.0 are offered"))?,
+    let f = CsvFilter::new(q.period, q.department, q.tenant);
+    let name = match q.version {
+        None => Version::DEFAULT.as_str(),
+        Some(FocusVersion::V1_3) => "1.3",
+        Some(FocusVersion::V1_2) => "1.2",
+        Some(FocusVersion::V1_0) => "1.0",
     };
+    let version = Version::parse(name).ok_or_else(|| AppError::Internal(format!("FOCUS {name} is not written")))?;
     let (lines, _closed) = month_lines(&state, &p, &f).await?;
     let mut tx = state.db.begin_org(p.org).await?;
     let org_name: String = sqlx::query_scalar("SELECT name FROM organizations WHERE org_id = $1")

@@ -24,19 +24,26 @@ use axum::{
     Router,
     body::{Body, Bytes},
     extract::State,
-    http::{HeaderMap, HeaderValue, header},
+    http::{HeaderValue, header},
     response::{IntoResponse, Response},
     routing::get,
 };
 use futures::TryStreamExt;
+use gpuledger_api::params::CsvParams;
 use gpuledger_core::{Period, ledger::LedgerLine};
-use serde::Deserialize;
 use serde_json::json;
 use tokio::sync::{mpsc, oneshot};
 use uuid::Uuid;
 
-use crate::http::Params;
-use crate::{app::AppState, auth::Principal, db::Database, error::AppError, http::parse_period, ledger::period_state};
+use crate::http::{Caller, Params, ReadLedger};
+use crate::{
+    app::AppState,
+    auth::Principal,
+    db::Database,
+    error::AppError,
+    ledger::period_state,
+    openapi::{Inputs, inputs as described},
+};
 use cells::Cell;
 use sources::{Select, Source};
 
@@ -90,20 +97,15 @@ const CHUNK: usize = 64 * 1024;
 /// Chunks buffered between the query and the socket: with [`CHUNK`], the most a download holds in memory.
 const CHANNEL_DEPTH: usize = 4;
 
-/// Requires a caller that may read the ledger; the exports take the principal from the headers themselves
-/// because the OData feed also accepts an API key in the URL.
-pub(crate) async fn reader(state: &AppState, headers: &HeaderMap) -> Result<Principal, AppError> {
-    crate::auth::require(&state.db, headers, crate::auth::Capability::ReadLedger).await
-}
-
-/// Query parameters of the CSV exports.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct CsvQuery {
-    period: Option<String>,
-    department: Option<String>,
-    tenant: Option<String>,
-    version: Option<String>,
+/// What this feature's REST handlers take, for the API document (`/odata` describes itself in `$metadata`).
+pub(crate) fn inputs() -> Vec<Inputs> {
+    vec![
+        described("get", "/api/v1/exports/ledger.csv", ledger_csv),
+        described("get", "/api/v1/exports/allocations.csv", allocations_csv),
+        described("get", "/api/v1/exports/usage.csv", usage_csv),
+        described("get", "/api/v1/exports/disputes.csv", disputes_csv),
+        described("get", "/api/v1/exports/focus.csv", focus::focus_csv),
+    ]
 }
 
 /// The validated filters of a CSV export.
@@ -114,18 +116,12 @@ pub(crate) struct CsvFilter {
 }
 
 impl CsvFilter {
-    fn parse(q: &CsvQuery) -> Result<Self, AppError> {
-        let period = parse_period(
-            "period",
-            q.period.as_deref().ok_or_else(|| AppError::invalid("period", "is required (YYYY-MM)"))?,
-        )?;
-        let uuid = |field: &str, v: &Option<String>| -> Result<Option<Uuid>, AppError> {
-            v.as_deref()
-                .filter(|s| !s.is_empty())
-                .map(|s| Uuid::try_parse(s).map_err(|_| AppError::invalid(field, "must be a UUID")))
-                .transpose()
-        };
-        Ok(Self { period, department: uuid("department", &q.department)?, tenant: uuid("tenant", &q.tenant)? })
+    fn new(
+        period: gpuledger_api::input::Month,
+        department: Option<gpuledger_api::input::Id>,
+        tenant: Option<gpuledger_api::input::Id>,
+    ) -> Self {
+        Self { period: period.period(), department: department.map(|d| d.uuid()), tenant: tenant.map(|t| t.uuid()) }
     }
 
     fn details(&self) -> serde_json::Value {
@@ -334,14 +330,13 @@ async fn audit_export(
 /// A table export: one month (and optionally one department or tenant) of a source, streamed.
 async fn table_csv(
     state: &AppState,
-    headers: &HeaderMap,
-    q: &CsvQuery,
+    p: &Principal,
+    q: CsvParams,
     source: &'static sources::Source,
     name: &str,
 ) -> Result<Response, AppError> {
-    let p = reader(state, headers).await?;
-    let f = CsvFilter::parse(q)?;
-    let body = table_body(state, &p, &f, source, name).await?;
+    let f = CsvFilter::new(q.period, q.department, q.tenant);
+    let body = table_body(state, p, &f, source, name).await?;
     Ok(csv_response(body, name, f.period))
 }
 
@@ -361,28 +356,28 @@ async fn table_body(
 /// changes, with their GPU-hours in the month.
 async fn allocations_csv(
     State(state): State<AppState>,
-    headers: HeaderMap,
-    Params(q): Params<CsvQuery>,
+    p: Caller<ReadLedger>,
+    Params(q): Params<CsvParams>,
 ) -> Result<Response, AppError> {
-    table_csv(&state, &headers, &q, &sources::ALLOCATIONS, "allocations").await
+    table_csv(&state, &p, q, &sources::ALLOCATIONS, "allocations").await
 }
 
 /// `GET /api/v1/exports/usage.csv?period=YYYY-MM`: shared endpoints' productive work per tenant and window.
 async fn usage_csv(
     State(state): State<AppState>,
-    headers: HeaderMap,
-    Params(q): Params<CsvQuery>,
+    p: Caller<ReadLedger>,
+    Params(q): Params<CsvParams>,
 ) -> Result<Response, AppError> {
-    table_csv(&state, &headers, &q, &sources::USAGE, "usage").await
+    table_csv(&state, &p, q, &sources::USAGE, "usage").await
 }
 
 /// `GET /api/v1/exports/disputes.csv?period=YYYY-MM`: disputes of the month's lines.
 async fn disputes_csv(
     State(state): State<AppState>,
-    headers: HeaderMap,
-    Params(q): Params<CsvQuery>,
+    p: Caller<ReadLedger>,
+    Params(q): Params<CsvParams>,
 ) -> Result<Response, AppError> {
-    table_csv(&state, &headers, &q, &sources::DISPUTES, "disputes").await
+    table_csv(&state, &p, q, &sources::DISPUTES, "disputes").await
 }
 
 /// `GET /api/v1/exports/ledger.csv?period=YYYY-MM`: one row per ledger line, the canonical columns. A closed month
@@ -390,11 +385,10 @@ async fn disputes_csv(
 /// organization, cut to what the caller may see).
 async fn ledger_csv(
     State(state): State<AppState>,
-    headers: HeaderMap,
-    Params(q): Params<CsvQuery>,
+    p: Caller<ReadLedger>,
+    Params(q): Params<CsvParams>,
 ) -> Result<Response, AppError> {
-    let p = reader(&state, &headers).await?;
-    let f = CsvFilter::parse(&q)?;
+    let f = CsvFilter::new(q.period, q.department, q.tenant);
     let mut tx = p.begin(&state.db).await?;
     let closed = period_state(&mut tx, f.period).await? == "closed";
     tx.commit().await?;

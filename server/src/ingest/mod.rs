@@ -12,7 +12,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-use axum::{Json, Router, body::Bytes, extract::State, http::HeaderMap, routing::post};
+use axum::{Json, Router, extract::State, routing::post};
 use gpuledger_core::{
     ids::{ClusterId, OrgId},
     wire::{
@@ -37,20 +37,28 @@ use intervals::{Assigned, assign_devices, recompute_intervals};
 pub(crate) use intervals::{reapply_namespaces_naming, recompute_for_inventory, recompute_soft_shares};
 use measurements::{store_endpoint_totals, store_process_windows, store_service_usage, store_telemetry};
 
+/// What the handler takes, for the API document (the batch is read by the handler itself: `Batch`).
+pub(crate) fn inputs() -> Vec<crate::openapi::Inputs> {
+    vec![crate::openapi::inputs("post", "/api/v1/ingest/batches", post_batch)]
+}
+
 /// `POST /api/v1/ingest/batches`.
 pub fn router() -> Router<AppState> {
     Router::new().route("/api/v1/ingest/batches", post(post_batch))
 }
 
+/// The credential is checked before the body is read: a caller that may not send facts is refused (403) whatever
+/// it sends, and a body over the limit is a problem document (413), like every API error.
 async fn post_batch(
     State(state): State<AppState>,
-    headers: HeaderMap,
-    body: Bytes,
+    request: axum::extract::Request,
 ) -> Result<Json<gpuledger_api::ingest::BatchAck>, AppError> {
+    let headers = request.headers().clone();
     let principal = auth::authenticate(&state.db, &headers).await?;
     let Some(cluster) = principal.agent_cluster() else {
         return Err(AppError::Forbidden("only agent tokens may send facts".into()));
     };
+    let body = crate::http::body_bytes(request, &state).await?;
     let batch = decode(&headers, &body, &state.limits.ingest)?;
     drop(body);
     let mut tx = state.db.begin_org(principal.org).await?;

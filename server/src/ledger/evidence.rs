@@ -8,13 +8,12 @@
 
 use std::{cmp::Ordering, collections::BTreeMap};
 
-use axum::{
-    Json,
-    extract::{Path, State},
+use axum::{Json, extract::State};
+use gpuledger_api::{
+    close::{Evidence, EvidenceAllocation},
+    params::{EvidenceParams, PeriodPath},
 };
-use gpuledger_api::close::{Evidence, EvidenceAllocation};
 use gpuledger_core::{Period, ledger::AllocationRecord};
-use serde::Deserialize;
 use time::OffsetDateTime;
 use uuid::Uuid;
 
@@ -24,7 +23,7 @@ use crate::{
     auth::Visible,
     db::Database,
     error::AppError,
-    http::{Caller, Params, ReadLedger, parse_period},
+    http::{Caller, Params, PathParams, ReadLedger},
 };
 
 /// An order the endpoint sorts by (ascending; descending is its exact reverse).
@@ -130,16 +129,9 @@ impl EvidenceFilter {
     }
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(super) struct EvidenceQuery {
-    tenant: Option<String>,
-    gpu_class: Option<String>,
-    endpoint: Option<String>,
-    /// `start` (default), `end`, `fraction`, `id`; `-` in front for descending.
-    sort: Option<String>,
-    page: Option<u32>,
-    per_page: Option<u32>,
+/// The sort as the answer names it (`-start`).
+fn sort_name(key: &str, descending: bool) -> String {
+    if descending { format!("-{key}") } else { key.to_string() }
 }
 
 /// The allocation records behind a line: from the evidence index for a closed period, from the store for an open
@@ -147,27 +139,23 @@ pub(super) struct EvidenceQuery {
 pub(super) async fn evidence(
     State(state): State<AppState>,
     p: Caller<ReadLedger>,
-    Path(period): Path<String>,
-    Params(q): Params<EvidenceQuery>,
+    PathParams(path): PathParams<PeriodPath>,
+    Params(q): Params<EvidenceParams>,
 ) -> Result<axum::response::Response, AppError> {
-    let period = parse_period("period", &period)?;
-    let per_page = q.per_page.unwrap_or(100).clamp(1, 1000) as usize;
-    let page = q.page.unwrap_or(1).max(1) as usize;
+    let period = path.period.period();
+    // Bounded by the contract: 1..=1000 records per page, pages from 1.
+    let per_page = q.per_page.map_or(100, |n| usize::try_from(n.get()).unwrap_or(100));
+    let page = q.page.map_or(1, |n| usize::try_from(n.get()).unwrap_or(1));
     let visible = p.visible(&state.db).await?;
-    let tenant = q
-        .tenant
-        .as_deref()
-        .map(|t| Uuid::parse_str(t).map_err(|_| AppError::invalid("tenant", "is not a UUID")))
-        .transpose()?;
-    let sort = q.sort.as_deref().unwrap_or("start");
-    let (descending, name) = match sort.strip_prefix('-') {
-        Some(k) => (true, k),
-        None => (false, sort),
+    let tenant = q.tenant.map(|t| t.uuid());
+    let (name, descending) = q.sort.map_or(("start", false), |s| s.key());
+    let key = SortKey::parse(name).ok_or_else(|| AppError::Internal(format!("sort key {name} has no order")))?;
+    let filter = EvidenceFilter {
+        tenant,
+        gpu_class: q.gpu_class.as_ref().map(ToString::to_string),
+        endpoint: q.endpoint.as_ref().map(ToString::to_string),
+        visible,
     };
-    let key = SortKey::parse(name).ok_or_else(|| {
-        AppError::invalid("sort", format!("start, end, fraction or id (with - for descending), not {name:?}"))
-    })?;
-    let filter = EvidenceFilter { tenant, gpu_class: q.gpu_class.clone(), endpoint: q.endpoint.clone(), visible };
     let offset = (page - 1).saturating_mul(per_page);
 
     // One transaction for the usual read (a closed, indexed month): its state, the index's head, the page and its
@@ -209,8 +197,14 @@ pub(super) async fn evidence(
             a
         })
         .collect();
-    let answer =
-        Json(Evidence { period: period.to_string(), total, page, per_page, sort: sort.to_string(), allocations });
+    let answer = Json(Evidence {
+        period: period.to_string(),
+        total,
+        page,
+        per_page,
+        sort: sort_name(name, descending),
+        allocations,
+    });
     // A closed month's records never change: its answer may be kept (`crate::pagecache`). An open month's are
     // read live from the facts, which change without a new read-model generation: never kept.
     Ok(if closed {

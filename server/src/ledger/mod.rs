@@ -3,17 +3,19 @@
 //! an open one — and the evidence behind them ([`evidence`]: a closed month's from the index written at close).
 
 use axum::{Json, Router, extract::State, routing::get};
-use gpuledger_api::ledger::{Ledger, MonthTotal, Months, Summaries};
+use gpuledger_api::{
+    ledger::{Ledger, MonthTotal, Months, Summaries},
+    params::{LedgerParams, MonthParams, MonthsParams},
+};
 use gpuledger_core::Period;
-use serde::Deserialize;
 use time::OffsetDateTime;
 
 use crate::http::Params;
 use crate::{
     app::AppState,
     error::AppError,
-    http::parse_period,
     http::{Caller, ReadLedger},
+    openapi::{Inputs, inputs as described},
 };
 
 mod evidence;
@@ -31,12 +33,14 @@ pub fn router() -> Router<AppState> {
         .route("/api/v1/periods/{period}/evidence", get(evidence::evidence))
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct MonthsQuery {
-    from: Option<String>,
-    to: Option<String>,
-    department: Option<String>,
+/// What this feature's handlers take, for the API document.
+pub(crate) fn inputs() -> Vec<Inputs> {
+    vec![
+        described("get", "/api/v1/ledger", get_ledger),
+        described("get", "/api/v1/ledger/months", get_months),
+        described("get", "/api/v1/ledger/summaries", get_summaries),
+        described("get", "/api/v1/periods/{period}/evidence", evidence::evidence),
+    ]
 }
 
 /// `GET /api/v1/ledger/months?from=YYYY-MM&to=YYYY-MM[&department=]`: each month's total as the caller may see it,
@@ -45,17 +49,15 @@ struct MonthsQuery {
 async fn get_months(
     State(state): State<AppState>,
     p: Caller<ReadLedger>,
-    Params(q): Params<MonthsQuery>,
+    Params(q): Params<MonthsParams>,
 ) -> Result<Json<Months>, AppError> {
-    let from =
-        parse_period("from", q.from.as_deref().ok_or_else(|| AppError::invalid("from", "is required (YYYY-MM)"))?)?;
-    let to = parse_period("to", q.to.as_deref().ok_or_else(|| AppError::invalid("to", "is required (YYYY-MM)"))?)?;
+    let (from, to) = (q.from.period(), q.to.period());
     let (start, end) = (from.first_day(), to.first_day());
     if end < start {
-        return Err(AppError::invalid("to", "is before from"));
+        return Err(AppError::refused("to", "is before from"));
     }
     if (end.year() - start.year()) * 12 + i32::from(u8::from(end.month())) - i32::from(u8::from(start.month())) >= 36 {
-        return Err(AppError::invalid("to", "at most 36 months at once"));
+        return Err(AppError::refused("to", "at most 36 months at once"));
     }
     let mut tx = p.begin(&state.db).await?;
     type MonthRow = (time::Date, Option<String>, Option<String>, Option<time::OffsetDateTime>);
@@ -72,7 +74,7 @@ async fn get_months(
     .bind(p.org.as_uuid())
     .bind(start)
     .bind(end)
-    .bind(&q.department)
+    .bind(q.department.as_deref())
     .bind(p.departments.as_ref().map(|d| d.iter().map(|d| d.as_uuid()).collect::<Vec<_>>()))
     .fetch_all(tx.conn())
     .await?;
@@ -90,12 +92,6 @@ async fn get_months(
     Ok(Json(Months { months }))
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct SummariesQuery {
-    period: Option<String>,
-}
-
 /// `GET /api/v1/ledger/summaries?period=YYYY-MM`: the month's stored utilization, inference and training
 /// summaries as the caller may see them (the department scope cuts the rows; endpoint totals and unattributed work
 /// are for organization-wide readers only), each with the `as_of` of the figures it goes with. A kind not computed
@@ -103,12 +99,9 @@ struct SummariesQuery {
 async fn get_summaries(
     State(state): State<AppState>,
     p: Caller<ReadLedger>,
-    Params(q): Params<SummariesQuery>,
+    Params(q): Params<MonthParams>,
 ) -> Result<Json<Summaries>, AppError> {
-    let period = parse_period(
-        "period",
-        q.period.as_deref().ok_or_else(|| AppError::invalid("period", "is required (YYYY-MM)"))?,
-    )?;
+    let period = q.period.period();
     let mut tx = p.begin(&state.db).await?;
     let answer = crate::readmodel::summaries::read(&mut tx, period).await?;
     tx.commit_quiet().await?;
@@ -121,31 +114,15 @@ pub fn bounds(period: Period) -> Result<(OffsetDateTime, OffsetDateTime), AppErr
     Ok((i.start(), i.end()))
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct LedgerQuery {
-    period: Option<String>,
-    tenant: Option<String>,
-    department: Option<String>,
-    term: Option<String>,
-    page: Option<u32>,
-    per_page: Option<u32>,
-}
-
 async fn get_ledger(
     State(state): State<AppState>,
     p: Caller<ReadLedger>,
-    Params(q): Params<LedgerQuery>,
+    Params(q): Params<LedgerParams>,
 ) -> Result<Json<Ledger>, AppError> {
-    let period = parse_period(
-        "period",
-        q.period.as_deref().ok_or_else(|| AppError::invalid("period", "is required (YYYY-MM)"))?,
-    )?;
-    let per_page = q.per_page.unwrap_or(1000);
-    if per_page == 0 || per_page > 10_000 {
-        return Err(AppError::invalid("per_page", "must be 1..=10000"));
-    }
-    let page = q.page.unwrap_or(1).max(1);
+    let period = q.period.period();
+    // Bounded by the contract: 1..=10000 lines per page, pages from 1.
+    let per_page = q.per_page.map_or(1000, |n| u32::try_from(n.get()).unwrap_or(1000));
+    let page = q.page.map_or(1, |n| u32::try_from(n.get()).unwrap_or(1));
     // Read, never recomputed: a closed month's figures were written by its close, an open month's are the refresh
     // worker's snapshot (computed for the whole organization — overhead is split across every tenant — and cut
     // here to the departments PostgreSQL shows the caller).
@@ -170,9 +147,9 @@ async fn get_ledger(
     };
     let filter = crate::readmodel::LineFilter {
         scope: p.departments.as_ref().map(|d| d.iter().map(|d| d.as_uuid()).collect()),
-        tenant: q.tenant.clone(),
-        department: q.department.clone(),
-        term: q.term.clone(),
+        tenant: q.tenant.as_ref().map(ToString::to_string),
+        department: q.department.as_ref().map(ToString::to_string),
+        term: q.term.map(|t| t.as_str().to_string()),
     };
     let offset = i64::from(page - 1) * i64::from(per_page);
     let found = crate::readmodel::lines(&mut tx, period, &filter, offset, i64::from(per_page)).await?;

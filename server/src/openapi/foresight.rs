@@ -2,7 +2,7 @@
 
 use gpuledger_api::{
     Items,
-    foresight::{Budget, BudgetBody, Budgets, CreatedWebhook, Delivery, Forecast, IdleList, Webhook, WebhookBody},
+    foresight::{Budget, Budgets, CreatedWebhook, Delivery, Forecast, IdleList, Webhook},
 };
 
 use gpuledger_api::telemetry::Coverage;
@@ -19,6 +19,8 @@ pub(super) fn operations() -> Vec<Op> {
              ?period=YYYY-MM (default: this month). Admins",
         )
         .token()
+        // The handler (server/src/telemetry) reads `period` as this type describes it: an optional YYYY-MM.
+        .query::<gpuledger_api::params::OptionalMonthParams>()
         .answers::<Coverage>(200, "Clusters and nodes, by name")
         .errors(&[401, 403, 422]),
         Op::get(
@@ -43,9 +45,8 @@ pub(super) fn operations() -> Vec<Op> {
             "Sets a month's budget: {department or tenant (name or ID), period, amount}. Admin or finance; audited",
         )
         .token()
-        .body::<BudgetBody>()
         .answers::<Budget>(201, "the budget as it stands")
-        .errors(&[401, 403, 422]),
+        .errors(&[401, 403, 404, 409, 422]),
         Op::get(
             "/api/v1/forecast",
             "The month so far and at its end, per department and tenant: to_date, forecast (the allocations still \
@@ -70,7 +71,6 @@ pub(super) fn operations() -> Vec<Op> {
              sha256=<hex HMAC-SHA256 of the body with the secret shown once in this answer>. Admin or finance",
         )
         .token()
-        .body::<WebhookBody>()
         .answers::<CreatedWebhook>(201, "the webhook and its secret (shown once)")
         .errors(&[401, 403, 409, 422]),
         Op::get(

@@ -5,13 +5,10 @@ use gpuledger_api::{
     policy::Impact,
     tenancy::{
         CreatedDepartment, CreatedModel, CreatedProfile, CreatedShareBasis, CreatedTenant, CreatedTimeslicing,
-        Department, DepartmentBody, Inventory, InventoryChange, ModelBody, NamespaceOwnership, NamespaceRule,
-        NamespaceRuleBody, ProfileBody, Reassignment, ReassignmentBody, RenameOrRetire, ShareBasisBody, Tenant,
-        TenantBody, TimeslicingBody, Updated,
+        Department, Inventory, NamespaceOwnership, NamespaceRule, Reassignment, Tenant, Updated,
     },
     usage,
 };
-use serde_json::json;
 
 use super::Op;
 
@@ -24,7 +21,6 @@ pub(super) fn operations() -> Vec<Op> {
             .errors(&[401]),
         Op::post("/api/v1/departments", "Create a department: {name}. Admins")
             .token()
-            .body::<DepartmentBody>()
             .answers::<CreatedDepartment>(201, "created")
             .errors(&[401, 403, 409, 422]),
         Op::get("/api/v1/tenants", "Tenants with their department and namespaces in force")
@@ -37,9 +33,8 @@ pub(super) fn operations() -> Vec<Op> {
              its name are taken over. Admins",
         )
         .token()
-        .body::<TenantBody>()
         .answers::<CreatedTenant>(201, "created")
-        .errors(&[401, 403, 409, 422]),
+        .errors(&[401, 403, 404, 409, 422]),
         Op::get(
             "/api/v1/inventory",
             "The approved GPU inventory: classes, models, MIG/vGPU profiles, time-slicing, with validity",
@@ -53,7 +48,6 @@ pub(super) fn operations() -> Vec<Op> {
              force; recomputes the allocations it concerns. Admin or finance",
         )
         .token()
-        .body::<ModelBody>()
         .answers::<CreatedModel>(201, "created")
         .errors(&[401, 403, 409, 422]),
         Op::post(
@@ -62,7 +56,6 @@ pub(super) fn operations() -> Vec<Op> {
              or finance",
         )
         .token()
-        .body::<ProfileBody>()
         .answers::<CreatedProfile>(201, "created")
         .errors(&[401, 403, 409, 422]),
         Op::post(
@@ -70,9 +63,8 @@ pub(super) fn operations() -> Vec<Op> {
             "A declared time-slicing policy: {cluster, name, replicas, valid_from}. Admin or finance",
         )
         .token()
-        .body::<TimeslicingBody>()
         .answers::<CreatedTimeslicing>(201, "created")
-        .errors(&[401, 403, 409, 422]),
+        .errors(&[401, 403, 404, 409, 422]),
         Op::post(
             "/api/v1/inventory/share-basis",
             "Which share soft-shared allocations (HAMi, Volcano vGPU, Run:ai, gpushare) pay from valid_from: \
@@ -80,9 +72,8 @@ pub(super) fn operations() -> Vec<Op> {
              finance",
         )
         .token()
-        .body::<ShareBasisBody>()
         .answers::<CreatedShareBasis>(201, "created; soft-shared allocations since valid_from priced again")
-        .errors(&[401, 403, 409, 422]),
+        .errors(&[401, 403, 404, 409, 422]),
         Op::post(
             "/api/v1/inventory/impact",
             "Preview an inventory change before saving it: ?period=YYYY-MM (required); body {model: ModelBody} | \
@@ -91,20 +82,17 @@ pub(super) fn operations() -> Vec<Op> {
              nothing is saved. Admin or finance",
         )
         .token()
-        .body::<InventoryChange>()
         .answers::<Impact>(200, "the comparison (nothing saved)")
-        .errors(&[401, 403, 409, 422]),
+        .errors(&[401, 403, 404, 409, 422]),
         Op::patch(
             "/api/v1/departments/{department}",
             "Rename and/or retire a department: {name?, retired_from?, reason}. Admins",
         )
         .token()
-        .body::<RenameOrRetire>()
         .answers::<Updated>(200, "what changed")
         .errors(&[401, 403, 404, 409, 422]),
         Op::patch("/api/v1/tenants/{tenant}", "Rename and/or retire a tenant: {name?, retired_from?, reason}. Admins")
             .token()
-            .body::<RenameOrRetire>()
             .answers::<Updated>(200, "what changed")
             .errors(&[401, 403, 404, 409, 422]),
         Op::post(
@@ -113,28 +101,24 @@ pub(super) fn operations() -> Vec<Op> {
              History is closed and reopened; closed months get corrections at the next close. Admins",
         )
         .token()
-        .body::<ReassignmentBody>()
         .answers::<Reassignment>(201, "the ownership entry opened")
-        .errors(&[401, 403, 409, 422]),
+        .errors(&[401, 403, 404, 409, 422]),
         Op::post(
             "/api/v1/tenancy/namespace-rules",
             "A rule for namespaces without labels: {cluster?, match (exact|prefix), pattern, tenant, valid_from, \
              reason}. Admins",
         )
         .token()
-        .body::<NamespaceRuleBody>()
         .answers::<NamespaceRule>(201, "the rule, with the namespaces it gave an owner to")
-        .errors(&[401, 403, 409, 422]),
+        .errors(&[401, 403, 404, 409, 422]),
         Op::get("/api/v1/tenancy/namespace-rules", "Rules for namespaces without labels, with their validity")
             .token()
             .answers::<Items<NamespaceRule>>(200, "{items}")
             .errors(&[401]),
         Op::get("/api/v1/tenancy/ownership", "A namespace's ownership history, oldest first")
             .token()
-            .parameter(json!({"name": "cluster", "in": "query", "required": true, "schema": {"type": "string"}}))
-            .parameter(json!({"name": "namespace", "in": "query", "required": true, "schema": {"type": "string"}}))
             .answers::<NamespaceOwnership>(200, "{cluster, namespace, namespace_uid, entries}")
-            .errors(&[401, 422]),
+            .errors(&[401, 404, 422]),
         Op::get("/api/v1/endpoints/{endpoint}/aliases", "An endpoint's gateway-key and team aliases. Admins")
             .token()
             .answers::<usage::Aliases>(200, "{endpoint, aliases}")
@@ -145,8 +129,7 @@ pub(super) fn operations() -> Vec<Op> {
              without a tenant that they resolve are attributed. Admins",
         )
         .token()
-        .body::<usage::AliasesRequest>()
         .answers::<usage::AliasesSet>(200, "{endpoint, aliases, attributed}")
-        .errors(&[401, 403, 422]),
+        .errors(&[401, 403, 404, 409, 422]),
     ]
 }

@@ -57,16 +57,12 @@ pub fn validate_slug(slug: &str) -> Result<(), AppError> {
     Ok(())
 }
 
-/// Checks an organization's display name: 1 to 200 characters, no control characters. Errors name `field`.
+/// Checks an organization's display name with the API's guard for it (`SettingsBody::display_name`): 1 to 200
+/// characters, no control characters, read trimmed. Errors name `field`.
 pub fn validate_name(field: &str, name: &str) -> Result<String, AppError> {
-    let name = name.trim();
-    if name.is_empty() || name.chars().count() > 200 {
-        return Err(AppError::invalid(field, "a name of 1 to 200 characters"));
-    }
-    if name.chars().any(char::is_control) {
-        return Err(AppError::invalid(field, "no control characters (tabs, line breaks) in a name"));
-    }
-    Ok(name.to_string())
+    gpuledger_api::input::Line::<200>::new(name)
+        .map(|n| n.into_inner())
+        .map_err(|reason| AppError::invalid(field, reason))
 }
 
 /// Who the operator is in the audit and operator logs: `operator:<OS user>` (`operator:cli` when unknown).

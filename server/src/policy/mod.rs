@@ -3,16 +3,18 @@
 
 use axum::{
     Json, Router,
-    extract::{Path, State},
+    extract::State,
     http::StatusCode,
     routing::{get, post},
 };
-use gpuledger_api::policy::{
-    ApproveBody, CreatedQuota, Impact, ImportKueueBody, KueueImport, PolicyBody, PolicyList, PolicyVersion, Quota,
-    QuotaBody, QuotaList,
+use gpuledger_api::{
+    params::{MonthParams, QuotaParams, VersionPath},
+    policy::{
+        ApproveBody, CreatedQuota, Impact, ImportKueueBody, KueueImport, PolicyBody, PolicyList, PolicyVersion, Quota,
+        QuotaBody, QuotaList,
+    },
 };
-use gpuledger_core::{Period, decimal::Decimal, policy::CostPolicy, time_fmt::rfc3339};
-use serde::Deserialize;
+use gpuledger_core::{Period, policy::CostPolicy, time_fmt::rfc3339};
 use serde_json::{Value, json};
 use time::{Date, OffsetDateTime};
 use uuid::Uuid;
@@ -21,9 +23,30 @@ use crate::http::Params;
 use crate::{
     app::AppState,
     error::AppError,
-    http::{Caller, JsonBody, ManagePolicy, ReadLedger, instant, json_body, parse_period},
+    http::{Caller, JsonBody, ManagePolicy, OptionalJsonBody, PathParams, ReadLedger},
+    openapi::{Inputs, inputs as described},
     store::lookup_id,
 };
+
+/// What this feature's handlers take, for the API document.
+pub(crate) fn inputs() -> Vec<Inputs> {
+    vec![
+        described("get", "/api/v1/policies", list_policies),
+        described("post", "/api/v1/policies", create_policy),
+        described("get", "/api/v1/policies/{version}", get_policy),
+        described("put", "/api/v1/policies/{version}", update_policy),
+        described("post", "/api/v1/policies/{version}/approve", approve_policy),
+        described("get", "/api/v1/policies/{version}/impact", policy_impact),
+        described("get", "/api/v1/quotas", list_quotas),
+        described("post", "/api/v1/quotas", create_quota),
+        described("post", "/api/v1/quotas/import-kueue", import_kueue),
+    ]
+}
+
+/// A version from its path, as the store keys it.
+fn version_of(path: &VersionPath) -> i32 {
+    i32::try_from(path.version.get()).unwrap_or(i32::MAX)
+}
 
 pub mod store;
 pub(crate) use store::holder_department;
@@ -80,13 +103,16 @@ fn policy_view(r: PolicyRow) -> Result<PolicyVersion, AppError> {
     })
 }
 
+/// The draft's month and policy. The document's form is the contract's (`PolicyDocument`, read by `JsonBody`);
+/// what remains are the policy's rules across entries (a class listed twice, shares adding up to zero): 409.
 fn parse_policy(body: &PolicyBody) -> Result<(Period, CostPolicy), AppError> {
-    let from = parse_period("effective_from", &body.effective_from)?;
-    let mut policy: CostPolicy = serde_path_to_error::deserialize(body.policy.clone())
-        .map_err(|e| AppError::invalid(format!("policy.{}", e.path()), e.inner().to_string()))?;
+    let from = body.effective_from.period();
+    let document = serde_json::to_value(&body.policy).map_err(|e| AppError::Internal(e.to_string()))?;
+    let mut policy: CostPolicy = serde_json::from_value(document)
+        .map_err(|e| AppError::Internal(format!("a policy the contract reads does not make a CostPolicy: {e}")))?;
     policy.version = 0;
     policy.validate().map_err(|e| match e.field() {
-        Some(f) => AppError::invalid(format!("policy.{f}"), e.to_string()),
+        Some(f) => AppError::refused(format!("policy.{f}"), e.to_string()),
         None => AppError::from(e),
     })?;
     Ok((from, policy))
@@ -108,8 +134,9 @@ async fn list_policies(State(state): State<AppState>, p: Caller<ReadLedger>) -> 
 async fn get_policy(
     State(state): State<AppState>,
     p: Caller<ReadLedger>,
-    Path(version): Path<i32>,
+    PathParams(path): PathParams<VersionPath>,
 ) -> Result<Json<PolicyVersion>, AppError> {
+    let version = version_of(&path);
     let mut tx = p.begin(&state.db).await?;
     let org = tx.org().as_uuid();
     let row: Option<PolicyRow> =
@@ -130,7 +157,7 @@ async fn create_policy(
     let (from, policy) = parse_policy(&body)?;
     let mut tx = p.begin(&state.db).await?;
     let org = tx.org().as_uuid();
-    let version = create_draft(&mut tx, &p.actor(), from, &policy, &body.note).await?;
+    let version = create_draft(&mut tx, &p.actor(), from, &policy, body.note.as_str()).await?;
     let row: PolicyRow =
         sqlx::query_as(&format!("SELECT {POLICY_COLUMNS} FROM cost_policies WHERE version = $1 AND org_id = $2"))
             .bind(version)
@@ -144,9 +171,10 @@ async fn create_policy(
 async fn update_policy(
     State(state): State<AppState>,
     p: Caller<ManagePolicy>,
-    Path(version): Path<i32>,
+    PathParams(path): PathParams<VersionPath>,
     JsonBody(body): JsonBody<PolicyBody>,
 ) -> Result<Json<PolicyVersion>, AppError> {
+    let version = version_of(&path);
     let (from, policy) = parse_policy(&body)?;
     let mut tx = p.begin(&state.db).await?;
     let org = tx.org().as_uuid();
@@ -174,11 +202,11 @@ async fn update_policy(
     .bind(doc)
     .bind(from.first_day())
     .bind(&policy.currency)
-    .bind(&body.note)
+    .bind(body.note.as_str())
     .bind(org)
     .execute(tx.conn())
     .await?;
-    tx.audit_by(&p, "policy.update", &format!("policy:{version}"), &body.note, json!({})).await?;
+    tx.audit_by(&p, "policy.update", &format!("policy:{version}"), body.note.as_str(), json!({})).await?;
     let row: PolicyRow =
         sqlx::query_as(&format!("SELECT {POLICY_COLUMNS} FROM cost_policies WHERE version = $1 AND org_id = $2"))
             .bind(version)
@@ -189,17 +217,17 @@ async fn update_policy(
     Ok(Json(policy_view(row)?))
 }
 
-/// The body is optional here, so it is read as bytes rather than with [`JsonBody`].
+/// The body is optional here.
 async fn approve_policy(
     State(state): State<AppState>,
     p: Caller<ManagePolicy>,
-    Path(version): Path<i32>,
-    body: axum::body::Bytes,
+    PathParams(path): PathParams<VersionPath>,
+    OptionalJsonBody(body): OptionalJsonBody<ApproveBody>,
 ) -> Result<Json<PolicyVersion>, AppError> {
-    let body: ApproveBody = if body.is_empty() { ApproveBody::default() } else { json_body(&body)? };
+    let version = version_of(&path);
     let mut tx = p.begin(&state.db).await?;
     let org = tx.org().as_uuid();
-    approve(&mut tx, &p.actor(), version, &body.reason).await?;
+    approve(&mut tx, &p.actor(), version, body.reason.as_str()).await?;
     let row: PolicyRow =
         sqlx::query_as(&format!("SELECT {POLICY_COLUMNS} FROM cost_policies WHERE version = $1 AND org_id = $2"))
             .bind(version)
@@ -208,12 +236,6 @@ async fn approve_policy(
             .await?;
     tx.commit().await?;
     Ok(Json(policy_view(row)?))
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ImpactQuery {
-    period: Option<String>,
 }
 
 /// `GET /api/v1/policies/{version}/impact?period=YYYY-MM`: the month computed with version `version` in place of
@@ -226,13 +248,11 @@ struct ImpactQuery {
 async fn policy_impact(
     State(state): State<AppState>,
     p: Caller<ReadLedger>,
-    Path(version): Path<i32>,
-    Params(q): Params<ImpactQuery>,
+    PathParams(path): PathParams<VersionPath>,
+    Params(q): Params<MonthParams>,
 ) -> Result<Json<Impact>, AppError> {
-    let period = parse_period(
-        "period",
-        q.period.as_deref().ok_or_else(|| AppError::invalid("period", "is required (YYYY-MM)"))?,
-    )?;
+    let version = version_of(&path);
+    let period = q.period.period();
     let mut tx = p.begin(&state.db).await?;
     let policy = store::policy_document(&mut tx, version).await?;
     tx.commit_quiet().await?;
@@ -289,25 +309,12 @@ type QuotaRow = (
     String,
 );
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct QuotaQuery {
-    #[serde(default)]
-    at: Option<String>,
-}
-
 async fn list_quotas(
     State(state): State<AppState>,
     p: Caller<ReadLedger>,
-    Params(q): Params<QuotaQuery>,
+    Params(q): Params<QuotaParams>,
 ) -> Result<Json<QuotaList>, AppError> {
-    let at = match q.at.as_deref() {
-        Some(s) => Some(
-            OffsetDateTime::parse(s, &time::format_description::well_known::Rfc3339)
-                .map_err(|e| AppError::invalid("at", format!("{s:?} is not an RFC 3339 time: {e}")))?,
-        ),
-        None => None,
-    };
+    let at = q.at.map(|t| t.at());
     let mut tx = p.begin(&state.db).await?;
     let org = tx.org().as_uuid();
     let rows: Vec<QuotaRow> = sqlx::query_as(
@@ -348,22 +355,16 @@ async fn create_quota(
     p: Caller<ManagePolicy>,
     JsonBody(body): JsonBody<QuotaBody>,
 ) -> Result<(StatusCode, Json<CreatedQuota>), AppError> {
-    let valid_from = instant("valid_from", &body.valid_from)?;
-    let valid_to = body.valid_to.as_deref().map(|t| instant("valid_to", t)).transpose()?;
-    let gpus = Decimal::parse(&body.gpus).map_err(|e| AppError::invalid("gpus", e.to_string()))?;
-    if gpus.is_negative() {
-        return Err(AppError::invalid("gpus", "must not be negative"));
-    }
-    if gpus.scale() > 4 {
-        return Err(AppError::invalid("gpus", "at most 4 decimals"));
-    }
+    let valid_from = body.valid_from.at();
+    let valid_to = body.valid_to.map(|t| t.at());
+    let gpus = body.gpus.decimal();
     if let Some(to) = valid_to
         && to <= valid_from
     {
-        return Err(AppError::invalid("valid_to", "must be after valid_from"));
+        return Err(AppError::refused("valid_to", "must be after valid_from"));
     }
     let mut tx = p.begin(&state.db).await?;
-    let (tenant, department) = match (&body.tenant, &body.department) {
+    let (tenant, department) = match (body.tenant.as_deref(), body.department.as_deref()) {
         (Some(t), None) => (Some(lookup_id(&mut tx, "tenants", "tenant", t).await?), None),
         (None, Some(d)) => (None, Some(lookup_id(&mut tx, "departments", "department", d).await?)),
         _ => return Err(AppError::invalid("tenant", "give exactly one of tenant or department")),
@@ -376,12 +377,15 @@ async fn create_quota(
     }
     let known: bool =
         sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM gpu_classes WHERE gpu_class = $1 AND org_id = $2)")
-            .bind(&body.gpu_class)
+            .bind(body.gpu_class.as_str())
             .bind(p.org.as_uuid())
             .fetch_one(tx.conn())
             .await?;
     if !known {
-        return Err(AppError::invalid("gpu_class", format!("{:?} is not in the approved inventory", body.gpu_class)));
+        return Err(AppError::refused(
+            "gpu_class",
+            format!("{:?} is not in the approved inventory", body.gpu_class.as_str()),
+        ));
     }
     let id = Uuid::new_v4();
     let scope = holder_department(&mut tx, tenant, department).await?;
@@ -394,7 +398,7 @@ async fn create_quota(
     .bind(id)
     .bind(tenant)
     .bind(department)
-    .bind(&body.gpu_class)
+    .bind(body.gpu_class.as_str())
     .bind(gpus.to_string())
     .bind(valid_from)
     .bind(valid_to)
@@ -411,15 +415,14 @@ async fn create_quota(
     Ok((StatusCode::CREATED, Json(CreatedQuota { quota_id: id.to_string() })))
 }
 
-/// The body is optional here, so it is read as bytes rather than with [`JsonBody`].
+/// The body is optional here.
 async fn import_kueue(
     State(state): State<AppState>,
     p: Caller<ManagePolicy>,
-    body: axum::body::Bytes,
+    OptionalJsonBody(body): OptionalJsonBody<ImportKueueBody>,
 ) -> Result<Json<KueueImport>, AppError> {
-    let body: ImportKueueBody = if body.is_empty() { ImportKueueBody::default() } else { json_body(&body)? };
     let mut tx = p.begin(&state.db).await?;
-    let out = import_kueue_quotas(&mut tx, &p.actor(), &body.mappings).await?;
+    let out = import_kueue_quotas(&mut tx, &p.actor(), &body.mappings.0).await?;
     tx.commit().await?;
     Ok(Json(out))
 }

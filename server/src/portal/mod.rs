@@ -8,10 +8,14 @@ use std::sync::Arc;
 
 use axum::{
     Form, Router,
-    extract::{Path, State},
+    extract::State,
     http::{HeaderMap, StatusCode},
     response::{Html, IntoResponse, Redirect, Response},
     routing::post,
+};
+use gpuledger_api::{
+    input::Line,
+    params::{IdPath, PeriodPath, VersionPath},
 };
 use gpuledger_core::ids::OrgId;
 use gpuledger_web::{
@@ -27,7 +31,44 @@ use crate::{
     auth::{self, Actor, Capability, Principal},
     db::{Database, DbError},
     error::AppError,
+    http::PathParams,
 };
+
+/// `/ui/disputes/{id}/{action}`: a dispute (UUID or number) and what the form does to it.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DisputeActionPath {
+    id: Line<100>,
+    action: DisputeAction,
+}
+
+/// The dispute forms.
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+enum DisputeAction {
+    Comment,
+    Accept,
+    Reject,
+    CreditApprove,
+    CreditReject,
+}
+
+/// A path the portal asks its own API for, with every byte a URI may not carry in a path or query percent-encoded
+/// (a dispute's number or name with a space or a quote is a 404 from the API, never an unbuildable request).
+fn uri_safe(path: &str) -> String {
+    let mut out = String::with_capacity(path.len());
+    for c in path.chars() {
+        if c.is_ascii_alphanumeric() || "-._~!$&'()*+,;=:@/?%".contains(c) {
+            out.push(c);
+        } else {
+            let mut buf = [0; 4];
+            for b in c.encode_utf8(&mut buf).bytes() {
+                out.push_str(&format!("%{b:02X}"));
+            }
+        }
+    }
+    out
+}
 
 mod admin_forms;
 use admin_forms::{
@@ -371,7 +412,7 @@ pub async fn call_api(
     body: Option<String>,
 ) -> Result<ApiAnswer, PortalError> {
     use tower::ServiceExt;
-    let mut request = axum::http::Request::builder().method(method).uri(path);
+    let mut request = axum::http::Request::builder().method(method).uri(uri_safe(path));
     // The caller's own credential, whichever it is (a session cookie, or a token for automation).
     for name in [
         axum::http::header::COOKIE,
@@ -511,14 +552,14 @@ async fn new_policy_form(State(state): State<AppState>, headers: HeaderMap, body
 async fn save_policy_form(
     State(state): State<AppState>,
     headers: HeaderMap,
-    Path(version): Path<String>,
+    PathParams(path): PathParams<VersionPath>,
     body: axum::body::Bytes,
 ) -> Response {
     let request = match policy_request(&pairs(&body)) {
         Ok(r) => r,
         Err(detail) => return form_refused(&detail, "/admin/policies"),
     };
-    let version = version.trim().to_string();
+    let version = path.version.get();
     let next = format!("/admin/policies#draft-{version}");
     via_api(&state, &headers, "PUT", &format!("/api/v1/policies/{version}"), request, "/admin/policies", |_| next).await
 }
@@ -569,8 +610,9 @@ async fn mappings_form(State(state): State<AppState>, headers: HeaderMap, body: 
 async fn approve_policy_form(
     State(state): State<AppState>,
     headers: HeaderMap,
-    Path(version): Path<String>,
+    PathParams(path): PathParams<VersionPath>,
 ) -> Response {
+    let version = path.version.get();
     via_api(
         &state,
         &headers,
@@ -638,24 +680,20 @@ async fn open_dispute_form(State(state): State<AppState>, headers: HeaderMap, bo
 async fn dispute_action_form(
     State(state): State<AppState>,
     headers: HeaderMap,
-    Path((id, action)): Path<(String, String)>,
+    PathParams(target): PathParams<DisputeActionPath>,
     body: axum::body::Bytes,
 ) -> Response {
     let f = pairs(&body);
-    let id = id.trim().to_string();
+    let id = target.id.into_inner();
     let back = format!("/disputes/{id}");
-    let (path, request) = match action.as_str() {
-        "comment" => ("comments", serde_json::json!({"body": field(&f, "body")})),
-        "accept" => {
+    let (path, request) = match target.action {
+        DisputeAction::Comment => ("comments", serde_json::json!({"body": field(&f, "body")})),
+        DisputeAction::Accept => {
             ("accept", serde_json::json!({"reason": field(&f, "reason"), "credit_amount": field(&f, "credit_amount")}))
         }
-        "reject" => ("reject", serde_json::json!({"reason": field(&f, "reason")})),
-        "credit-approve" => ("credit/approve", serde_json::json!({"reason": field(&f, "reason")})),
-        "credit-reject" => ("credit/reject", serde_json::json!({"reason": field(&f, "reason")})),
-        _ => {
-            return (StatusCode::NOT_FOUND, Html(gpuledger_web::account::form_error_document("no such action", &back)))
-                .into_response();
-        }
+        DisputeAction::Reject => ("reject", serde_json::json!({"reason": field(&f, "reason")})),
+        DisputeAction::CreditApprove => ("credit/approve", serde_json::json!({"reason": field(&f, "reason")})),
+        DisputeAction::CreditReject => ("credit/reject", serde_json::json!({"reason": field(&f, "reason")})),
     };
     let target = back.clone();
     via_api(&state, &headers, "POST", &format!("/api/v1/disputes/{id}/{path}"), request, &back, move |_| target).await
@@ -664,9 +702,10 @@ async fn dispute_action_form(
 async fn close_form(
     State(state): State<AppState>,
     headers: HeaderMap,
-    Path(period): Path<String>,
+    PathParams(path): PathParams<PeriodPath>,
     body: axum::body::Bytes,
 ) -> Response {
+    let period = path.period;
     let back = format!("/close/{period}");
     let target = back.clone();
     let f = pairs(&body);
@@ -774,7 +813,12 @@ async fn create_token_form(State(state): State<AppState>, headers: HeaderMap, Fo
     }
 }
 
-async fn revoke_token_form(State(state): State<AppState>, headers: HeaderMap, Path(id): Path<String>) -> Response {
+async fn revoke_token_form(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    PathParams(path): PathParams<IdPath>,
+) -> Response {
+    let id = path.id.to_string();
     let result = async {
         let p = auth::require(&state.db, &headers, Capability::Administer).await?;
         auth::tokens::revoke_for(&state, &p, &id).await

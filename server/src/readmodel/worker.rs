@@ -183,7 +183,8 @@ async fn compute_and_store(tx: &mut OrgTx, extra: Option<Period>) -> Result<(), 
         let cut = crate::budgets::forecast::cut_at(input, now);
         let to_date = tokio::task::spawn_blocking(move || gpuledger_core::ledger::compute(&cut))
             .await
-            .map_err(|e| AppError::Internal(e.to_string()))??;
+            .map_err(|e| AppError::Internal(e.to_string()))?
+            .map_err(AppError::computing)?;
         let to_date = Some(crate::budgets::forecast::sums_json(&to_date)?);
         // This month's idle reservations at the snapshot's time, so `GET /api/v1/idle` is a lookup too. Not worth
         // failing the snapshot for: without them the endpoint computes, as before.

@@ -6,21 +6,14 @@
 //! the same month without the change: nothing is saved, audited or marked for the read model.
 
 use axum::{Json, extract::State};
-use gpuledger_api::{policy::Impact, tenancy::InventoryChange};
-use serde::Deserialize;
+use gpuledger_api::{params::MonthParams, policy::Impact, tenancy::InventoryChange};
 
 use super::{write_model, write_profile, write_timeslicing};
 use crate::{
     app::AppState,
     error::AppError,
-    http::{Caller, JsonBody, ManagePolicy, Params, parse_period},
+    http::{Caller, JsonBody, ManagePolicy, Params},
 };
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(super) struct ImpactQuery {
-    period: Option<String>,
-}
 
 /// The preview (admin or finance, like the save endpoints). Both sides come from today's facts: an open month as
 /// its provisional figures are computed (credits and late-data corrections included), a closed month recomputed
@@ -28,13 +21,10 @@ pub(super) struct ImpactQuery {
 pub(super) async fn inventory_impact(
     State(state): State<AppState>,
     p: Caller<ManagePolicy>,
-    Params(q): Params<ImpactQuery>,
+    Params(q): Params<MonthParams>,
     JsonBody(change): JsonBody<InventoryChange>,
 ) -> Result<Json<Impact>, AppError> {
-    let period = parse_period(
-        "period",
-        q.period.as_deref().ok_or_else(|| AppError::invalid("period", "is required (YYYY-MM)"))?,
-    )?;
+    let period = q.period.period();
     let mut tx = p.begin(&state.db).await?;
     super::store::savepoint(&mut tx, "before_change").await?;
     // Written first, so a bad body is refused (422) before any computation.

@@ -19,12 +19,13 @@ use axum::{
     http::StatusCode,
     routing::{get, patch, post},
 };
+use gpuledger_api::input::MigProfileName;
 use gpuledger_api::{
     Items,
     tenancy::{
         CreatedDepartment, CreatedModel, CreatedProfile, CreatedTenant, CreatedTimeslicing, Department, DepartmentBody,
-        GpuClass, GpuModel, GpuProfile, Inventory, ModelBody, ProfileBody, ShareBasisEntry, Tenant, TenantBody,
-        Timeslicing, TimeslicingBody,
+        GpuClass, GpuModel, GpuProfile, Inventory, ModelBody, ProfileBody, ProfileKind, ShareBasisEntry, Tenant,
+        TenantBody, Timeslicing, TimeslicingBody,
     },
 };
 use gpuledger_core::Fraction;
@@ -35,8 +36,8 @@ use crate::{
     app::AppState,
     db::OrgTx,
     error::AppError,
-    http::instant,
     http::{Administer, Caller, JsonBody, ManagePolicy, ReadLedger},
+    openapi::{Inputs, inputs as described},
 };
 
 mod impact;
@@ -64,36 +65,32 @@ pub fn router() -> Router<AppState> {
         .route("/api/v1/tenancy/namespace-rules", get(rules::list_rules).post(rules::add_rule))
 }
 
+/// What this feature's handlers take, for the API document.
+pub(crate) fn inputs() -> Vec<Inputs> {
+    vec![
+        described("get", "/api/v1/departments", list_departments),
+        described("post", "/api/v1/departments", create_department),
+        described("patch", "/api/v1/departments/{department}", rename::patch_department),
+        described("get", "/api/v1/tenants", list_tenants),
+        described("post", "/api/v1/tenants", create_tenant),
+        described("patch", "/api/v1/tenants/{tenant}", rename::patch_tenant),
+        described("get", "/api/v1/inventory", get_inventory),
+        described("post", "/api/v1/inventory/models", add_model),
+        described("post", "/api/v1/inventory/profiles", add_profile),
+        described("post", "/api/v1/inventory/timeslicing", add_timeslicing),
+        described("post", "/api/v1/inventory/share-basis", sharing::add_basis),
+        described("post", "/api/v1/tenancy/reassignments", reassign::reassign),
+        described("get", "/api/v1/tenancy/ownership", reassign::ownership),
+        described("get", "/api/v1/tenancy/namespace-rules", rules::list_rules),
+        described("post", "/api/v1/tenancy/namespace-rules", rules::add_rule),
+        described("post", "/api/v1/inventory/impact", impact::inventory_impact),
+    ]
+}
+
 /// The inventory preview: it computes a month twice, so the server puts it behind the heavy-read turns
 /// (`app::api_routes`).
 pub fn impact_router() -> Router<AppState> {
     Router::new().route("/api/v1/inventory/impact", post(impact::inventory_impact))
-}
-
-/// Longest department, tenant, class or policy name.
-const MAX_NAME: usize = 100;
-
-/// Longest reason kept with a tenancy change.
-const MAX_REASON: usize = 1000;
-
-/// The `reason` of a tenancy change (audited): required, at most [`MAX_REASON`] characters.
-fn reason_field(value: &str) -> Result<&str, AppError> {
-    let reason = value.trim();
-    if reason.is_empty() || reason.chars().count() > MAX_REASON {
-        return Err(AppError::invalid("reason", format!("say why, in 1 to {MAX_REASON} characters")));
-    }
-    Ok(reason)
-}
-
-fn name_field(field: &str, value: &str) -> Result<String, AppError> {
-    let v = value.trim();
-    if v.is_empty() || v.chars().count() > MAX_NAME {
-        return Err(AppError::invalid(field, format!("must be 1 to {MAX_NAME} characters")));
-    }
-    if v.chars().any(char::is_control) {
-        return Err(AppError::invalid(field, "must not contain control characters"));
-    }
-    Ok(v.to_string())
 }
 
 /// A `timestamptz` column as the answers have always written it: PostgreSQL's JSON form
@@ -140,7 +137,7 @@ async fn create_department(
     p: Caller<Administer>,
     JsonBody(body): JsonBody<DepartmentBody>,
 ) -> Result<(StatusCode, Json<CreatedDepartment>), AppError> {
-    let name = name_field("name", &body.name)?;
+    let name = body.name.into_inner();
     let mut tx = p.begin(&state.db).await?;
     let id = Uuid::new_v4();
     sqlx::query("INSERT INTO departments (org_id, department_id, name) VALUES ($1, $2, $3)")
@@ -191,9 +188,9 @@ async fn create_tenant(
     p: Caller<Administer>,
     JsonBody(body): JsonBody<TenantBody>,
 ) -> Result<(StatusCode, Json<CreatedTenant>), AppError> {
-    let name = name_field("name", &body.name)?;
+    let name = body.name.into_inner();
     let mut tx = p.begin(&state.db).await?;
-    let department = crate::store::lookup_id(&mut tx, "departments", "department", body.department.trim()).await?;
+    let department = crate::store::lookup_id(&mut tx, "departments", "department", &body.department).await?;
     crate::store::refuse_retired(&mut tx, "departments", "department", department, time::OffsetDateTime::now_utc())
         .await?;
     let id = Uuid::new_v4();
@@ -375,12 +372,10 @@ async fn add_model(
 /// Validates and writes a GPU model entry in `tx` (recomputing the allocations it concerns), neither audited nor
 /// committed: the save and its preview ([`impact`]) share it.
 async fn write_model(tx: &mut OrgTx, body: &ModelBody) -> Result<Written<CreatedModel>, AppError> {
-    let valid_from = instant("valid_from", &body.valid_from)?;
-    let model = name_field("model", &body.model)?;
-    let class = name_field("gpu_class", &body.gpu_class)?;
-    if body.memory_mib.is_some_and(|m| m <= 0) {
-        return Err(AppError::invalid("memory_mib", "must be positive"));
-    }
+    let valid_from = body.valid_from.at();
+    let model = body.model.to_string();
+    let class = body.gpu_class.to_string();
+    let memory_mib = body.memory_mib.map(|m| i32::try_from(m.get()).unwrap_or(i32::MAX));
     let org = tx.org();
     sqlx::query("INSERT INTO gpu_classes (org_id, gpu_class) VALUES ($1, $2) ON CONFLICT DO NOTHING")
         .bind(org.as_uuid())
@@ -395,7 +390,7 @@ async fn write_model(tx: &mut OrgTx, body: &ModelBody) -> Result<Written<Created
     .bind(&model)
     .bind(valid_from)
     .bind(&class)
-    .bind(body.memory_mib)
+    .bind(memory_mib)
     .execute(tx.conn())
     .await?;
     let recomputed = crate::ingest::recompute_for_inventory(tx, org, &model, valid_from).await?;
@@ -421,28 +416,26 @@ async fn add_profile(
 /// Validates and writes a MIG or vGPU profile entry in `tx` (recomputing the allocations it concerns), neither
 /// audited nor committed: the save and its preview ([`impact`]) share it.
 async fn write_profile(tx: &mut OrgTx, body: &ProfileBody) -> Result<Written<CreatedProfile>, AppError> {
-    let valid_from = instant("valid_from", &body.valid_from)?;
-    let table = match body.kind.as_str() {
-        "mig" => "mig_profiles",
-        "vgpu" => "vgpu_profiles",
-        other => return Err(AppError::invalid("kind", format!("{other:?} is not mig or vgpu"))),
+    let valid_from = body.valid_from.at();
+    let table = match body.kind {
+        ProfileKind::Mig => "mig_profiles",
+        ProfileKind::Vgpu => "vgpu_profiles",
     };
-    let model = name_field("model", &body.model)?;
-    let profile = name_field("profile", &body.profile)?;
-    if body.kind == "mig" && profile.parse::<gpuledger_core::ids::MigProfile>().is_err() {
-        return Err(AppError::invalid("profile", format!("{profile:?} is not a MIG profile such as 3g.40gb")));
+    let model = body.model.to_string();
+    let profile = body.profile.to_string();
+    if body.kind == ProfileKind::Mig {
+        // The name's form is the contract's (422); a compute part larger than its GPU instance is the profile's rule.
+        MigProfileName::parse(&profile).map_err(|reason| AppError::invalid("profile", reason))?;
+        profile.parse::<gpuledger_core::ids::MigProfile>().map_err(|e| AppError::refused("profile", e.to_string()))?;
     }
-    let fraction: Fraction = body
-        .fraction
-        .trim()
-        .parse()
-        .map_err(|_| AppError::invalid("fraction", format!("{:?} is not a fraction such as 3/7", body.fraction)))?;
+    let fraction: Fraction =
+        body.fraction.parse().map_err(|e: gpuledger_core::DomainError| AppError::refused("fraction", e.to_string()))?;
     if fraction.is_zero() || fraction > Fraction::ONE {
-        return Err(AppError::invalid("fraction", "must be more than 0 and at most 1 (of one GPU)"));
+        return Err(AppError::refused("fraction", "must be more than 0 and at most 1 (of one GPU)"));
     }
     let (num, den) = (i64::try_from(fraction.numer()), i64::try_from(fraction.denom()));
     let (Ok(num), Ok(den)) = (num, den) else {
-        return Err(AppError::invalid("fraction", "numerator and denominator are too large"));
+        return Err(AppError::refused("fraction", "numerator and denominator are too large"));
     };
     let org = tx.org();
     close_open_entry(tx, table, &[("model", model.clone()), ("profile", profile.clone())], valid_from).await?;
@@ -460,10 +453,10 @@ async fn write_profile(tx: &mut OrgTx, body: &ProfileBody) -> Result<Written<Cre
     .await?;
     let recomputed = crate::ingest::recompute_for_inventory(tx, org, &model, valid_from).await?;
     Ok(Written {
-        target: format!("{}:{model}/{profile}", body.kind),
+        target: format!("{}:{model}/{profile}", body.kind.as_str()),
         details: json!({ "fraction": format!("{num}/{den}"), "valid_from": valid_from.unix_timestamp(), "recomputed": recomputed }),
         answer: CreatedProfile {
-            kind: body.kind.clone(),
+            kind: body.kind.as_str().to_string(),
             model,
             profile,
             fraction: format!("{num}/{den}"),
@@ -489,19 +482,17 @@ async fn add_timeslicing(
 /// Validates and writes a time-slicing declaration in `tx`, neither audited nor committed: the save and its
 /// preview ([`impact`]) share it.
 async fn write_timeslicing(tx: &mut OrgTx, body: &TimeslicingBody) -> Result<Written<CreatedTimeslicing>, AppError> {
-    let valid_from = instant("valid_from", &body.valid_from)?;
-    let name = name_field("name", &body.name)?;
-    if !(1..=1024).contains(&body.replicas) {
-        return Err(AppError::invalid("replicas", "must be 1 to 1024"));
-    }
+    let valid_from = body.valid_from.at();
+    let name = body.name.to_string();
+    let replicas = i32::try_from(body.replicas.get()).unwrap_or(i32::MAX);
     let org = tx.org().as_uuid();
     let cluster: Option<Uuid> = sqlx::query_scalar("SELECT cluster_id FROM clusters WHERE name = $1 AND org_id = $2")
-        .bind(body.cluster.trim())
+        .bind(body.cluster.as_str())
         .bind(org)
         .fetch_optional(tx.conn())
         .await?;
     let Some(cluster) = cluster else {
-        return Err(AppError::invalid("cluster", format!("no cluster named {:?}", body.cluster.trim())));
+        return Err(AppError::unknown("cluster", format!("no cluster named {:?}", body.cluster.as_str())));
     };
     close_open_entry(
         tx,
@@ -517,12 +508,12 @@ async fn write_timeslicing(tx: &mut OrgTx, body: &TimeslicingBody) -> Result<Wri
     .bind(cluster)
     .bind(&name)
     .bind(valid_from)
-    .bind(body.replicas)
+    .bind(replicas)
     .execute(tx.conn())
     .await?;
     Ok(Written {
-        target: format!("timeslicing:{}/{name}", body.cluster.trim()),
-        details: json!({ "replicas": body.replicas, "valid_from": valid_from.unix_timestamp() }),
-        answer: CreatedTimeslicing { cluster: body.cluster.trim().to_string(), name, replicas: body.replicas },
+        target: format!("timeslicing:{}/{name}", body.cluster.as_str()),
+        details: json!({ "replicas": replicas, "valid_from": valid_from.unix_timestamp() }),
+        answer: CreatedTimeslicing { cluster: body.cluster.to_string(), name, replicas },
     })
 }

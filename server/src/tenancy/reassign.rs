@@ -8,16 +8,18 @@
 //! for late data.
 
 use axum::{Json, extract::State, http::StatusCode};
-use gpuledger_api::tenancy::{NamespaceOwnership, OwnershipEntry, Reassignment, ReassignmentBody};
+use gpuledger_api::{
+    params::OwnershipParams,
+    tenancy::{NamespaceOwnership, OwnershipEntry, Reassignment, ReassignmentBody},
+};
 use gpuledger_core::{Period, time_fmt::rfc3339};
-use serde::Deserialize;
 use serde_json::json;
 
 use super::store;
 use crate::{
     app::AppState,
     error::AppError,
-    http::{Administer, Caller, JsonBody, Params, ReadLedger, instant},
+    http::{Administer, Caller, JsonBody, Params, ReadLedger},
 };
 
 /// How far ahead a change may be dated (a planned reorganization), in days.
@@ -28,29 +30,26 @@ pub(super) async fn reassign(
     p: Caller<Administer>,
     JsonBody(body): JsonBody<ReassignmentBody>,
 ) -> Result<(StatusCode, Json<Reassignment>), AppError> {
-    let from = instant("valid_from", body.valid_from.trim())?;
+    let from = body.valid_from.at();
     if from > time::OffsetDateTime::now_utc() + time::Duration::days(MAX_DAYS_AHEAD) {
-        return Err(AppError::invalid("valid_from", format!("more than {MAX_DAYS_AHEAD} days ahead")));
+        return Err(AppError::refused("valid_from", format!("more than {MAX_DAYS_AHEAD} days ahead")));
     }
-    let reason = super::reason_field(&body.reason)?;
-    if body.namespace.trim().is_empty() {
-        return Err(AppError::invalid("namespace", "is required"));
-    }
+    let reason = body.reason.as_str();
     let mut tx = p.begin(&state.db).await?;
-    let ns = store::namespace_at(&mut tx, body.cluster.trim(), body.namespace.trim(), from).await?;
+    let ns = store::namespace_at(&mut tx, &body.cluster, &body.namespace, from).await?;
     if from < ns.created_at {
-        return Err(AppError::invalid(
+        return Err(AppError::refused(
             "valid_from",
             format!("is before namespace {:?} was created ({})", ns.name, rfc3339(ns.created_at)),
         ));
     }
     if let Some(deleted) = ns.deleted_at.filter(|d| *d <= from) {
-        return Err(AppError::invalid(
+        return Err(AppError::refused(
             "valid_from",
             format!("is after namespace {:?} was deleted ({})", ns.name, rfc3339(deleted)),
         ));
     }
-    let tenant_id = crate::store::lookup_id(&mut tx, "tenants", "tenant", body.tenant.trim()).await?;
+    let tenant_id = crate::store::lookup_id(&mut tx, "tenants", "tenant", &body.tenant).await?;
     crate::store::refuse_retired(&mut tx, "tenants", "tenant", tenant_id, from).await?;
     let tenant: String = sqlx::query_scalar("SELECT name FROM tenants WHERE tenant_id = $1 AND org_id = $2")
         .bind(tenant_id)
@@ -84,23 +83,12 @@ pub(super) async fn reassign(
     Ok((StatusCode::CREATED, Json(answer)))
 }
 
-/// The ownership query: which namespace.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(super) struct OwnershipQuery {
-    cluster: Option<String>,
-    namespace: Option<String>,
-}
-
 pub(super) async fn ownership(
     State(state): State<AppState>,
     p: Caller<ReadLedger>,
-    Params(q): Params<OwnershipQuery>,
+    Params(q): Params<OwnershipParams>,
 ) -> Result<Json<NamespaceOwnership>, AppError> {
-    let cluster = q.cluster.as_deref().map(str::trim).filter(|s| !s.is_empty());
-    let cluster = cluster.ok_or_else(|| AppError::invalid("cluster", "is required (name or ID)"))?;
-    let namespace = q.namespace.as_deref().map(str::trim).filter(|s| !s.is_empty());
-    let namespace = namespace.ok_or_else(|| AppError::invalid("namespace", "is required"))?;
+    let (cluster, namespace) = (q.cluster.as_str(), q.namespace.as_str());
     let mut tx = p.begin(&state.db).await?;
     let ns = store::namespace_at(&mut tx, cluster, namespace, time::OffsetDateTime::now_utc()).await?;
     let entries = store::ownership_history(&mut tx, ns.uid).await?;

@@ -7,21 +7,20 @@
 //! Retiring is refused while something still depends on it after that instant: a tenant that owns a namespace, a
 //! department with an active tenant.
 
-use axum::{
-    Json,
-    extract::{Path, State},
+use axum::{Json, extract::State};
+use gpuledger_api::{
+    params::{DepartmentPath, TenantPath},
+    tenancy::{RenameOrRetire, Updated},
 };
-use gpuledger_api::tenancy::{RenameOrRetire, Updated};
 use serde_json::json;
 use time::OffsetDateTime;
 use uuid::Uuid;
 
-use super::name_field;
 use crate::{
     app::AppState,
     db::OrgTx,
     error::AppError,
-    http::{Administer, Caller, JsonBody, instant},
+    http::{Administer, Caller, JsonBody, PathParams},
 };
 
 /// What is being renamed or retired.
@@ -49,19 +48,19 @@ impl Kind {
 pub(super) async fn patch_department(
     State(state): State<AppState>,
     p: Caller<Administer>,
-    Path(key): Path<String>,
+    PathParams(path): PathParams<DepartmentPath>,
     JsonBody(body): JsonBody<RenameOrRetire>,
 ) -> Result<Json<Updated>, AppError> {
-    apply(&state, &p, Kind::Department, &key, body).await.map(Json)
+    apply(&state, &p, Kind::Department, &path.department, body).await.map(Json)
 }
 
 pub(super) async fn patch_tenant(
     State(state): State<AppState>,
     p: Caller<Administer>,
-    Path(key): Path<String>,
+    PathParams(path): PathParams<TenantPath>,
     JsonBody(body): JsonBody<RenameOrRetire>,
 ) -> Result<Json<Updated>, AppError> {
-    apply(&state, &p, Kind::Tenant, &key, body).await.map(Json)
+    apply(&state, &p, Kind::Tenant, &path.tenant, body).await.map(Json)
 }
 
 async fn apply(
@@ -71,14 +70,14 @@ async fn apply(
     key: &str,
     body: RenameOrRetire,
 ) -> Result<Updated, AppError> {
-    let reason = super::reason_field(&body.reason)?;
-    let name = body.name.as_deref().map(|n| name_field("name", n)).transpose()?;
-    let retired_from = body.retired_from.as_deref().map(|t| instant("retired_from", t.trim())).transpose()?;
+    let reason = body.reason.as_str();
+    let name = body.name.as_ref().map(ToString::to_string);
+    let retired_from = body.retired_from.map(|t| t.at());
     if name.is_none() && retired_from.is_none() {
         return Err(AppError::invalid("body", "give a new name, retired_from, or both"));
     }
     let mut tx = p.begin(&state.db).await?;
-    let id = crate::store::lookup_id(&mut tx, kind.table(), kind.word(), key.trim())
+    let id = crate::store::lookup_id(&mut tx, kind.table(), kind.word(), key)
         .await
         .map_err(|_| AppError::NotFound(format!("no {} {key:?} in this organization", kind.word())))?;
     let org = tx.org().as_uuid();

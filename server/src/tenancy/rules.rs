@@ -21,7 +21,7 @@ use super::close_open_entry;
 use crate::{
     app::AppState,
     error::AppError,
-    http::{Administer, Caller, JsonBody, ReadLedger, instant},
+    http::{Administer, Caller, JsonBody, ReadLedger},
 };
 
 /// A rule as stored: (ID, cluster name, match, pattern, tenant name, start, end).
@@ -32,29 +32,17 @@ pub(super) async fn add_rule(
     p: Caller<Administer>,
     JsonBody(body): JsonBody<NamespaceRuleBody>,
 ) -> Result<(StatusCode, Json<NamespaceRule>), AppError> {
-    let match_kind = match body.match_kind.trim() {
-        m @ ("exact" | "prefix") => m.to_string(),
-        other => return Err(AppError::invalid("match", format!("{other:?} is not one of exact, prefix"))),
-    };
-    let pattern = body.pattern.trim().to_string();
-    if pattern.is_empty()
-        || pattern.len() > 63
-        || !pattern.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
-    {
-        return Err(AppError::invalid(
-            "pattern",
-            "1 to 63 lowercase letters, digits or '-' (a namespace name's characters)",
-        ));
-    }
-    let from = instant("valid_from", body.valid_from.trim())?;
-    let reason = super::reason_field(&body.reason)?;
+    let match_kind = body.match_kind.as_str().to_string();
+    let pattern = body.pattern.to_string();
+    let from = body.valid_from.at();
+    let reason = body.reason.as_str();
     let mut tx = p.begin(&state.db).await?;
     let org = tx.org().as_uuid();
-    let cluster = match body.cluster.as_deref().map(str::trim).filter(|c| !c.is_empty()) {
+    let cluster = match body.cluster.as_deref() {
         None => None,
         Some(c) => Some(super::store::cluster_by_key(&mut tx, c).await?),
     };
-    let tenant_id = crate::store::lookup_id(&mut tx, "tenants", "tenant", body.tenant.trim()).await?;
+    let tenant_id = crate::store::lookup_id(&mut tx, "tenants", "tenant", &body.tenant).await?;
     crate::store::refuse_retired(&mut tx, "tenants", "tenant", tenant_id, from).await?;
     let tenant: String = sqlx::query_scalar("SELECT name FROM tenants WHERE tenant_id = $1 AND org_id = $2")
         .bind(tenant_id)

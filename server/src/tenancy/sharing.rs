@@ -14,7 +14,7 @@ use super::store::{add_share_basis, cluster_by_key};
 use crate::{
     app::AppState,
     error::AppError,
-    http::{Caller, JsonBody, ManagePolicy, instant},
+    http::{Caller, JsonBody, ManagePolicy},
 };
 
 pub(super) async fn add_basis(
@@ -22,13 +22,10 @@ pub(super) async fn add_basis(
     p: Caller<ManagePolicy>,
     JsonBody(body): JsonBody<ShareBasisBody>,
 ) -> Result<(StatusCode, Json<CreatedShareBasis>), AppError> {
-    let valid_from = instant("valid_from", &body.valid_from)?;
-    let basis: ShareBasis =
-        body.basis.trim().parse().map_err(|_| {
-            AppError::invalid("basis", format!("{:?} is not one of compute, memory, larger", body.basis))
-        })?;
+    let valid_from = body.valid_from.at();
+    let basis: ShareBasis = body.basis.as_str().parse().map_err(|_| AppError::Internal("share basis names".into()))?;
     let mut tx = p.begin(&state.db).await?;
-    let cluster: Option<(Uuid, String)> = match body.cluster.as_deref().map(str::trim).filter(|c| !c.is_empty()) {
+    let cluster: Option<(Uuid, String)> = match body.cluster.as_deref() {
         Some(key) => Some(cluster_by_key(&mut tx, key).await?),
         None => None,
     };

@@ -118,7 +118,7 @@ pub(crate) async fn cluster_by_key(tx: &mut OrgTx, key: &str) -> Result<(Uuid, S
         .bind(org)
         .fetch_optional(tx.conn())
         .await?
-        .ok_or_else(|| AppError::invalid("cluster", format!("{key:?} is not a registered cluster")))
+        .ok_or_else(|| AppError::unknown("cluster", format!("{key:?} is not a registered cluster")))
 }
 
 /// Appends a share-basis version for `cluster` (`None`: the organization's default) from `from`, closing the one
@@ -180,7 +180,7 @@ pub(crate) async fn namespace_at(
     .fetch_optional(tx.conn())
     .await?;
     let Some((uid, created_at, deleted_at)) = row else {
-        return Err(AppError::invalid(
+        return Err(AppError::unknown(
             "namespace",
             format!("no namespace {name:?} in cluster {cluster_name:?} has been reported by its agent"),
         ));

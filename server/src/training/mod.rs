@@ -12,7 +12,6 @@
 use axum::{
     Json, Router,
     extract::State,
-    http::HeaderMap,
     routing::{get, post},
 };
 use gpuledger_api::training::{ProgressAck, Training};
@@ -25,7 +24,16 @@ use crate::{
     auth,
     error::AppError,
     http::{Caller, ReadLedger},
+    openapi::{Inputs, inputs as described},
 };
+
+/// What this feature's handlers take, for the API document.
+pub(crate) fn inputs() -> Vec<Inputs> {
+    vec![
+        described("post", "/api/v1/training/progress", post_progress),
+        described("get", "/api/v1/analytics/training", training),
+    ]
+}
 
 pub mod store;
 pub use store::store_facts;
@@ -110,13 +118,14 @@ fn report_of(event_id: &str, t: &gpuledger_core::wire::TrainingProgressFact) -> 
 
 async fn post_progress(
     State(state): State<AppState>,
-    headers: HeaderMap,
-    body: axum::body::Bytes,
+    request: axum::extract::Request,
 ) -> Result<Json<ProgressAck>, AppError> {
-    let principal = auth::authenticate(&state.db, &headers).await?;
+    // The credential first: a caller that may not send progress is refused whatever the body is.
+    let principal = auth::authenticate(&state.db, request.headers()).await?;
     let Some(cluster) = principal.agent_cluster() else {
         return Err(AppError::Forbidden("training progress is sent with an agent token (the job's cluster)".into()));
     };
+    let body = crate::http::body_bytes(request, &state).await?;
     let reports = parse_reports(&body, OffsetDateTime::now_utc())?;
     let mut tx = principal.begin(&state.db).await?;
     let stored = insert_reports(&mut tx, principal.org, cluster, &reports).await?;
@@ -140,19 +149,12 @@ fn done(before: Option<i64>, readings: &[i64]) -> i64 {
     total
 }
 
-/// The training report's query.
-#[derive(Debug, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-struct TrainingQuery {
-    period: Option<String>,
-}
-
 async fn training(
     State(state): State<AppState>,
     principal: Caller<ReadLedger>,
-    Params(q): Params<TrainingQuery>,
+    Params(q): Params<gpuledger_api::params::MonthParams>,
 ) -> Result<Json<Training>, AppError> {
-    let period = crate::http::parse_period("period", q.period.as_deref().map(str::trim).unwrap_or_default())?;
+    let period = q.period.period();
     let visible = principal.visible(&state.db).await?;
     let tx = state.db.begin_org(principal.org).await?;
     let (period, rows) = workloads(tx, period, &visible).await?;

@@ -1,6 +1,8 @@
 //! Shared set-up: a fresh, migrated database per test, reached as the application role.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
+pub mod routes;
+
 use gpuledger_e2e::{TestDatabase, allow_app_login, fresh_database, with_cluster_lock};
 use gpuledger_server::db::{self, AppLogin, Database};
 
