@@ -69,8 +69,13 @@ pub struct Ledger {
     pub as_of: String,
     /// The open month's snapshot, not final.
     pub provisional: bool,
-    /// A provisional snapshot older than the refresh interval while facts changed since.
+    /// A provisional snapshot older than the refresh interval while facts changed since, or one the last refresh
+    /// could not replace (`refresh_failure`).
     pub stale: bool,
+    /// Why the open month's figures could not be brought up to date: these are the last good figures. Absent when
+    /// the last refresh succeeded (and for closed months).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refresh_failure: Option<RefreshFailure>,
     /// Sum of the lines matching the filters, a decimal string.
     pub total: String,
     /// Sum per charge term of the lines matching the filters.
@@ -85,6 +90,26 @@ pub struct Ledger {
     pub per_page: u32,
     /// The lines of this page, in ledger order.
     pub lines: Vec<LedgerLine>,
+}
+
+/// A refresh of the open months' figures that failed on the organization's data as it stands (or on a passing
+/// cause that persisted): a finding for the organization's admin, with what to do.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct RefreshFailure {
+    /// The first failure of this run of failures (RFC 3339).
+    pub since: String,
+    /// The latest attempt (RFC 3339).
+    pub last_attempt: String,
+    /// Attempts that failed in a row.
+    pub attempts: i32,
+    /// The month being computed when it failed (`YYYY-MM`), if known.
+    pub period: Option<String>,
+    /// The input the error names (a field, a policy, `figures` when none).
+    pub field: String,
+    /// Why, as the computation said.
+    pub reason: String,
+    /// What to do.
+    pub fix: String,
 }
 
 /// One month of `GET /api/v1/ledger/months`.

@@ -205,6 +205,9 @@ SELECT pg_temp.distribute('evidence_allocations', 'departments');
 -- migration 31: one row per GPU-hour (partitioned by month)
 SELECT pg_temp.distribute('telemetry_gpu_hours', 'departments');
 
+-- migration 32: why an organization's open months could not be refreshed
+SELECT pg_temp.distribute('read_failures', 'departments');
+
 -- ---------------------------------------------------------------- foreign keys back, validated on the shards
 SELECT format('ALTER TABLE %s ADD CONSTRAINT %I %s', rel, conname, def) FROM gpuledger_foreign_keys ORDER BY con \gexec
 

@@ -4,10 +4,12 @@
 //! - **What a page shows depends only on stored figures** (the read model) and on who reads it. The key is the
 //!   organization, the reader's roles and department scope, and the URL; the entry remembers the read model's
 //!   *generation* (when its figures, summaries, pending changes and periods last changed). A request's session is
-//!   checked against the database at least every [`SESSION_RECHECK`] (sign-out on this replica forgets it at once)
-//!   and its organization's generation at least every [`GENERATION_RECHECK`]: only the render and those two reads
-//!   are saved, so a new snapshot shows within a second and an ended session stops within two. When a check is due,
-//!   one request makes it while the others go on with the previous answer (for at most as long again), so readers
+//!   checked against the database at least every [`SESSION_RECHECK`] (sign-out, a token revoked or a credential
+//!   refused on this replica end it at once: `auth::revocations`) and its organization's generation at least every
+//!   [`GENERATION_RECHECK`]: only the render and those two reads are saved, so a new snapshot shows within a second
+//!   and a session ended or a token revoked on another replica stops within two. When a check is due,
+//!   one request makes it while the others go on with the previous answer (a credential's is due at half its bound,
+//!   so the bound holds; a generation's for at most as long again), so readers
 //!   arriving together do not all ask the database at once; after a commit of this process every request asks.
 //! - **Nothing personal is kept**: the page is rendered with markers in place of the reader's name and CSRF token,
 //!   and each answer puts the reader's own (escaped) values there, with a fresh CSP nonce.
@@ -38,7 +40,7 @@ use uuid::Uuid;
 
 use crate::{
     app::AppState,
-    auth::{Actor, session},
+    auth::{Actor, revocations, session},
     db::Database,
 };
 
@@ -212,17 +214,22 @@ impl PageCache {
         let id = digest(&credential);
         let known = {
             let sessions = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
-            sessions.get(&id).and_then(|(at, who, checking)| {
+            sessions.get(&id).and_then(|(at, who, checking, epoch)| {
                 let age = at.elapsed();
-                // Due: one request checks it again; the others go on with it meanwhile (at most twice as long),
-                // so fifty readers do not all ask the database at the same instant.
-                (age < SESSION_RECHECK || (age < 2 * SESSION_RECHECK && checking.swap(true, Ordering::AcqRel)))
-                    .then(|| who.clone())
+                // Due after half the bound: one request checks it again; the others go on with it meanwhile (until
+                // the bound), so fifty readers do not all ask the database at the same instant. A revocation by
+                // this process, or this credential refused here since the check, ends it at once.
+                let live = *epoch == revocations::epoch() && !revocations::refused_since(&id, *at);
+                (live
+                    && (age < SESSION_RECHECK / 2 || (age < SESSION_RECHECK && checking.swap(true, Ordering::AcqRel))))
+                .then(|| who.clone())
             })
         };
         let who = match known {
             Some(who) => who,
             None => {
+                let epoch = revocations::epoch();
+                let checked_at = Instant::now();
                 let principal = crate::auth::authenticate(db, headers).await.ok()?;
                 let org = principal.org;
                 let scope = crate::readmodel::scope_key(principal.departments.as_deref());
@@ -240,12 +247,13 @@ impl PageCache {
                 let who = Arc::new(who);
                 let mut sessions = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
                 if sessions.len() >= MAX_SESSIONS {
-                    sessions.retain(|_, (at, _, _)| at.elapsed() < SESSION_RECHECK);
+                    sessions.retain(|_, (at, ..)| at.elapsed() < SESSION_RECHECK);
                     if sessions.len() >= MAX_SESSIONS {
                         sessions.clear();
                     }
                 }
-                sessions.insert(id, (Instant::now(), who.clone(), Arc::new(AtomicBool::new(false))));
+                // The instant and epoch from before the check: a revocation during it is not missed.
+                sessions.insert(id, (checked_at, who.clone(), Arc::new(AtomicBool::new(false)), epoch));
                 who
             }
         };
@@ -286,8 +294,8 @@ impl PageCache {
     }
 }
 
-/// How long a checked session is taken as live without asking the database again (a session ended on another
-/// replica stops being served kept pages here within this).
+/// The longest a checked credential is taken as live without asking the database again: a session ended or a
+/// token revoked on another replica stops being served kept answers here within this (docs/security.md).
 pub const SESSION_RECHECK: Duration = Duration::from_secs(2);
 /// How long an organization's generation is taken as current when this process has committed nothing since (a
 /// snapshot stored by another replica shows within this; one of this process's own at once).
@@ -295,13 +303,13 @@ pub const GENERATION_RECHECK: Duration = Duration::from_secs(1);
 /// Most sessions (and organizations) remembered at once.
 const MAX_SESSIONS: usize = 50_000;
 
-fn digest(cookie: &str) -> [u8; 32] {
-    use sha2::{Digest, Sha256};
-    Sha256::digest(cookie.as_bytes()).into()
+fn digest(credential: &str) -> [u8; 32] {
+    revocations::digest(credential)
 }
 
-/// A credential checked at an instant, whom it names, and whether a request is checking it again now.
-type Checked = (Instant, Arc<Who>, Arc<AtomicBool>);
+/// A credential checked at an instant, whom it names, whether a request is checking it again now, and the revocation
+/// epoch before the check.
+type Checked = (Instant, Arc<Who>, Arc<AtomicBool>, u64);
 /// An organization's generation read at an instant, this process's commit count then, and whether a request is
 /// reading it again now.
 type Generation = (Instant, u64, String, Arc<AtomicBool>);
@@ -316,14 +324,16 @@ struct Who {
 }
 
 /// The read model's generation of `org`, read in the reader's own transaction: it changes whenever a stored
-/// figure, summary, pending change, period or budget does (budgets are only ever added).
+/// figure, summary, pending change, period or budget does (budgets are only ever added), and when a refresh fails or
+/// its failure is cleared.
 const GENERATION: &str = "SELECT concat_ws('|',
         (SELECT max(as_of)::text FROM read_months WHERE org_id = $1),
         (SELECT max(computed_at)::text FROM read_summaries WHERE org_id = $1),
         (SELECT since::text FROM read_dirty WHERE org_id = $1),
         (SELECT string_agg(period::text || state || coalesce(closed_at::text, ''), ',' ORDER BY period)
            FROM periods WHERE org_id = $1),
-        (SELECT max(created_at)::text FROM budgets WHERE org_id = $1))";
+        (SELECT max(created_at)::text FROM budgets WHERE org_id = $1),
+        (SELECT failed_at::text FROM read_failures WHERE org_id = $1))";
 
 /// Who reads, and what the page is made from now.
 struct Reader {

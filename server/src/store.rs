@@ -19,8 +19,12 @@ pub async fn policy_for(tx: &mut OrgTx, period: Period) -> Result<Option<CostPol
     .fetch_optional(tx.conn())
     .await?;
     let Some((version, doc)) = row else { return Ok(None) };
-    let mut policy: CostPolicy = serde_json::from_value(doc)
-        .map_err(|e| AppError::Internal(format!("stored cost policy {version} does not parse: {e}")))?;
+    let mut policy: CostPolicy = serde_json::from_value(doc).map_err(|e| {
+        AppError::refused(
+            "policy",
+            format!("cost policy {version} as stored cannot be read ({e}): approve a corrected policy for the month"),
+        )
+    })?;
     policy.version = u32::try_from(version).map_err(|_| AppError::Internal("negative policy version".into()))?;
     Ok(Some(policy))
 }

@@ -627,3 +627,158 @@ async fn summaries_and_pages_are_stored_once_and_cut_by_department() {
     let (s, _, body) = page(cookies[1].clone()).await;
     assert!(!body.contains("bob@acme.invalid"), "{s} {body}");
 }
+
+/// Issue 33 item 4: a kept answer ends at once on the replica that learns a credential ended — a token revoked
+/// here, or a token revoked elsewhere and then refused here on any path.
+#[tokio::test]
+async fn revoked_tokens_lose_their_kept_answers_at_once() {
+    let env = env().await;
+    let mut tx = env.db.begin_org(env.org).await.unwrap();
+    let (elsewhere_id, elsewhere) = auth::create_token(&mut tx, &Scope::export(), "bi-2", "test", None).await.unwrap();
+    let (here_id, here) = auth::create_token(&mut tx, &Scope::export(), "bi-3", "test", None).await.unwrap();
+    tx.commit().await.unwrap();
+    for token in [&elsewhere, &here] {
+        let (s, v, _) = call(&env, "GET", "/api/v1/periods", token, None).await;
+        assert_eq!(s, StatusCode::OK, "{v}");
+    }
+
+    // Revoked by another replica (straight in the database), then refused here on a path that keeps nothing.
+    sqlx::query("UPDATE api_tokens SET revoked_at = now() WHERE org_id = $1 AND token_id = $2")
+        .bind(env.org.as_uuid())
+        .bind(elsewhere_id)
+        .execute(&env.admin)
+        .await
+        .unwrap();
+    let (s, _, _) = call(&env, "GET", "/api/v1/analytics/utilization?period=2026-09", &elsewhere, None).await;
+    assert_eq!(s, StatusCode::UNAUTHORIZED);
+    let (s, v, _) = call(&env, "GET", "/api/v1/periods", &elsewhere, None).await;
+    assert_eq!(s, StatusCode::UNAUTHORIZED, "a credential refused here drops its kept identity: {v}");
+
+    // Revoked through this replica: its kept answers end with the revocation.
+    let (s, v, _) = call(&env, "POST", &format!("/api/v1/tokens/{here_id}/revoke"), &env.admin_token, None).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    let (s, v, _) = call(&env, "GET", "/api/v1/periods", &here, None).await;
+    assert_eq!(s, StatusCode::UNAUTHORIZED, "a token revoked here is refused at once: {v}");
+    // A live token is still served.
+    let (s, v, _) = call(&env, "GET", "/api/v1/periods", &env.export_token, None).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+}
+
+/// Issue 33 item 3: a stored value the computation cannot hold never poisons the read model's worker — the refresh
+/// failure is recorded for the admin (API and portal), the last good figures stay (marked stale), nothing is
+/// retried until something changes, and a correction clears it.
+#[tokio::test]
+async fn a_refresh_that_cannot_compute_is_a_finding_and_keeps_the_last_good_figures() {
+    use gpuledger_server::readmodel::worker::{self, Wait};
+    let env = env().await;
+    let t = &env.admin_token;
+    let o = env.org.as_uuid();
+    let month = gpuledger_core::Period::containing(OffsetDateTime::now_utc()).prev().unwrap();
+    let start = month.start();
+    let policy = json!({"effective_from": month.to_string(), "note": "rates", "policy": {
+        "currency": "USD", "classes": [{"gpu_class": "H100-80GB", "guaranteed": "2.00", "borrowed": "3.00"}],
+        "overhead": {"fixed": [], "key": {"kind": "equal"}}}});
+    let (s, v, _) = call(&env, "POST", "/api/v1/policies", t, Some(policy)).await;
+    assert_eq!(s, StatusCode::CREATED, "{v}");
+    let (s, v, _) = call(&env, "POST", &format!("/api/v1/policies/{}/approve", v["version"]), t, None).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    ingest(&env, vec![namespace(env.ns_alpha, "alpha-ns", "alpha")]).await;
+    ingest(&env, pod(env.ns_alpha, 2, start, start + time::Duration::hours(10))).await;
+    assert!(worker::refresh(&env.db, env.org, Wait::Block).await.unwrap());
+    let uri = format!("/api/v1/ledger?period={month}");
+    let (s, good, _) = call(&env, "GET", &uri, t, None).await;
+    assert_eq!(s, StatusCode::OK, "{good}");
+    assert!(good.get("refresh_failure").is_none(), "{good}");
+    assert_eq!(good["total"], "60.00", "2 GPUs × 10 h × 3.00 (no quota: borrowed): {good}");
+
+    // A policy stored before the door refused such rates (edited past the append-only guard, as the superuser).
+    let poison = |rate: &'static str| {
+        let admin = env.admin.clone();
+        async move {
+            let mut c = admin.acquire().await.unwrap();
+            sqlx::query("SET session_replication_role = replica").execute(&mut *c).await.unwrap();
+            sqlx::query(
+                "UPDATE cost_policies SET document = jsonb_set(document, '{classes,0,borrowed}', to_jsonb($2::text))
+                  WHERE org_id = $1 AND state = 'approved'",
+            )
+            .bind(o)
+            .bind(rate)
+            .execute(&mut *c)
+            .await
+            .unwrap();
+            sqlx::query("SET session_replication_role = origin").execute(&mut *c).await.unwrap();
+            sqlx::query("INSERT INTO read_dirty (org_id) VALUES ($1) ON CONFLICT DO NOTHING")
+                .bind(o)
+                .execute(&mut *c)
+                .await
+                .unwrap();
+        }
+    };
+    poison("100000000000000000000000000000000000.00").await;
+    let e = worker::refresh(&env.db, env.org, Wait::GiveWay).await.expect_err("the month cannot be computed");
+    assert_ne!(e.status(), StatusCode::INTERNAL_SERVER_ERROR, "{e}");
+    let (attempts, field): (i32, String) =
+        sqlx::query_as("SELECT attempts, field FROM read_failures WHERE org_id = $1")
+            .bind(o)
+            .fetch_one(&env.admin)
+            .await
+            .unwrap();
+    assert_eq!(attempts, 1);
+    assert!(!field.is_empty());
+    let due = env
+        .db
+        .cross_org_maintenance()
+        .read_refresh_due(std::time::Duration::ZERO, std::time::Duration::ZERO)
+        .await
+        .unwrap();
+    assert!(!due.contains(&env.org), "a lasting failure is not retried until something changes");
+
+    // The last good figures, marked stale, with the finding and its fix.
+    let (s, v, _) = call(&env, "GET", &uri, t, None).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(v["total"], good["total"], "{v}");
+    assert_eq!(v["stale"], true, "{v}");
+    let failure = &v["refresh_failure"];
+    assert_eq!(failure["attempts"], 1, "{v}");
+    // The open months are computed newest first: the current one fails first (the policy prices it too).
+    let current = gpuledger_core::Period::containing(OffsetDateTime::now_utc()).to_string();
+    assert!(failure["period"] == current || failure["period"] == month.to_string(), "{v}");
+    assert!(failure["reason"].as_str().is_some_and(|r| !r.is_empty()) && failure["fix"].is_string(), "{v}");
+    // The admin page shows it.
+    let cookie = {
+        let mut tx = env.db.begin_org(env.org).await.unwrap();
+        let user = oidc::upsert_user(&mut tx, "adm", Some("adm@acme.invalid"), "Adm").await.unwrap();
+        let new = session::NewSession {
+            user_id: user,
+            roles: vec![Role::Admin],
+            departments: Vec::new(),
+            id_token_hint: None,
+            source: "test".into(),
+        };
+        let c = session::create(&mut tx, &session::SessionSettings::default(), &new).await.unwrap();
+        tx.commit().await.unwrap();
+        c
+    };
+    let req = Request::builder()
+        .uri("/admin")
+        .header("cookie", format!("{}={cookie}", session::PLAIN_COOKIE))
+        .body(Body::empty())
+        .unwrap();
+    let page = env.app.clone().oneshot(req).await.unwrap();
+    assert_eq!(page.status(), StatusCode::OK);
+    let html = String::from_utf8(to_bytes(page.into_body(), 16 << 20).await.unwrap().to_vec()).unwrap();
+    assert!(html.contains("id=\"refresh-failure\"") && html.contains("could not be brought up to date"), "{html}");
+
+    // Corrected: the next change computes again, and the finding goes.
+    poison("3.00").await;
+    assert!(worker::refresh(&env.db, env.org, Wait::GiveWay).await.unwrap());
+    let (s, v, _) = call(&env, "GET", &uri, t, None).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert!(v.get("refresh_failure").is_none() && v["stale"] == false, "{v}");
+    let left: i64 = sqlx::query_scalar("SELECT count(*) FROM read_failures WHERE org_id = $1")
+        .bind(o)
+        .fetch_one(&env.admin)
+        .await
+        .unwrap();
+    assert_eq!(left, 0);
+}

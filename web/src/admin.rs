@@ -77,6 +77,8 @@ struct Home {
     session: SessionView,
     clusters: Vec<ClusterRow>,
     tokens: Vec<TokenRow>,
+    /// The read model's last refresh failure, if any.
+    failure: Option<gpuledger_api::ledger::RefreshFailure>,
 }
 
 /// `/admin`: clusters with their agents' last contact, adding a cluster (join token + install command), tokens.
@@ -94,8 +96,13 @@ pub fn AdminPage() -> impl IntoView {
                     Ok(h) => h.0.admin_clusters().await,
                     Err(e) => Err(e),
                 };
+                // Not worth failing the page for: the showback page says it too.
+                let failure = match &h {
+                    Some(h) => h.0.refresh_failure().await.ok().flatten(),
+                    None => None,
+                };
                 match (tokens, clusters) {
-                    (Ok(tokens), Ok(clusters)) => Ok(Home { session, clusters, tokens }),
+                    (Ok(tokens), Ok(clusters)) => Ok(Home { session, clusters, tokens, failure }),
                     (Err(e), _) | (_, Err(e)) => Err(Err(e)),
                 }
             }
@@ -111,6 +118,17 @@ pub fn AdminPage() -> impl IntoView {
                 Err(Err(e)) => error_panel(&e),
                 Ok(home) => view! {
                     <section class="panel"><h1>"Admin"</h1><AdminNav /></section>
+                    {home.failure.clone().map(|f| view! {
+                        <section class="panel">
+                            <p class="notice warning" id="refresh-failure" role="alert">
+                                <strong>"The open month's figures could not be brought up to date"</strong>
+                                {format!(" since {} ({} attempt{}; month {}): {}: {} ", f.since, f.attempts,
+                                    if f.attempts == 1 { "" } else { "s" }, f.period.clone().unwrap_or_default(),
+                                    f.field, f.reason)}
+                                <br />{f.fix.clone()}
+                            </p>
+                        </section>
+                    })}
                     <ClustersPanel csrf=home.session.csrf.clone() rows=home.clusters />
                     <TokensPanel session=home.session tokens=home.tokens />
                 }.into_any(),

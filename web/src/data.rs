@@ -276,6 +276,11 @@ pub trait PortalData: Send + Sync + 'static {
         Box::pin(async { Ok(Vec::new()) })
     }
 
+    /// Why the open months' figures could not be brought up to date, if the last refresh failed (admins).
+    fn refresh_failure(&self) -> BoxFuture<'_, Result<Option<gpuledger_api::ledger::RefreshFailure>, PortalError>> {
+        Box::pin(async { Ok(None) })
+    }
+
     /// The organization's API tokens (admins).
     fn tokens(&self) -> BoxFuture<'_, Result<Vec<TokenRow>, PortalError>> {
         Box::pin(async { Ok(Vec::new()) })

@@ -65,6 +65,8 @@ struct Showback {
     provisional: bool,
     /// Older than the staleness bound while changes wait.
     stale: bool,
+    /// Why the figures could not be brought up to date (the last good ones are shown).
+    refresh_failure: Option<gpuledger_api::ledger::RefreshFailure>,
     /// The utilization, inference and training summaries do not go with these figures yet.
     summaries_pending: bool,
     /// The open month's month-end forecast per department (in scope), with budgets.
@@ -233,6 +235,7 @@ async fn load_showback(
         as_of: ledger.as_ref().and_then(|l| readable_time(&l.as_of)),
         provisional: ledger.as_ref().is_some_and(|l| l.provisional),
         stale: ledger.as_ref().is_some_and(|l| l.stale),
+        refresh_failure: ledger.as_ref().and_then(|l| l.refresh_failure.clone()),
         summaries_pending,
         forecast,
         forecast_currency,
@@ -305,10 +308,20 @@ fn ShowbackView(sb: Showback) -> impl IntoView {
                 } else {
                     "Closed figures as of "
                 };
-                let stale = sb.stale.then_some(" — changes since then are being included; this page will show them shortly");
+                let stale = (sb.stale && sb.refresh_failure.is_none())
+                    .then_some(" — changes since then are being included; this page will show them shortly");
                 // `as_of` is already as people read it (`2026-12-01 14:05 UTC`); the element keeps it for machines too.
                 let datetime = t.strip_suffix(" UTC").map(|x| format!("{}Z", x.replacen(' ', "T", 1))).unwrap_or_default();
                 view! { <p class="muted as-of" id="as-of">{what}<time datetime=datetime>{t}</time>{stale}</p> }
+            })}
+            {sb.refresh_failure.clone().map(|f| view! {
+                <div class="notice warning" id="refresh-failure" role="alert">
+                    <p><strong>"These figures could not be brought up to date"</strong>
+                        {format!(" (since {}, {} attempt{}): ", readable_time(&f.since).unwrap_or(f.since.clone()),
+                            f.attempts, if f.attempts == 1 { "" } else { "s" })}
+                        {format!("{}: {}", f.field, f.reason)}</p>
+                    <p class="muted">{f.fix}</p>
+                </div>
             })}
             {sb.summaries_pending.then(|| view! {
                 <p class="muted" id="summaries-pending">

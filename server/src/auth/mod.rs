@@ -18,6 +18,7 @@
 pub mod limits;
 pub mod net;
 pub mod oidc;
+pub mod revocations;
 pub mod routes;
 pub mod session;
 pub mod tokens;
@@ -397,11 +398,19 @@ pub fn source(headers: &HeaderMap) -> String {
 /// refused, never passed over for a cookie — else the session cookie.
 pub async fn authenticate(db: &Database, headers: &HeaderMap) -> Result<Principal, AppError> {
     let source = source(headers);
+    // A credential refused here ends the identity kept for it at once (`revocations`), whichever path refused it.
+    let refused = |credential: &str, e: AppError| {
+        if matches!(e, AppError::Unauthorized) {
+            revocations::refused(revocations::digest(credential));
+        }
+        e
+    };
     let mut principal = if let Some(value) = headers.get(header::AUTHORIZATION) {
-        let token = value.to_str().ok().and_then(presented_token).ok_or(AppError::Unauthorized)?;
-        token_principal(db, &token, &source).await?
+        let presented = value.to_str().ok();
+        let token = presented.and_then(presented_token).ok_or(AppError::Unauthorized)?;
+        token_principal(db, &token, &source).await.map_err(|e| refused(presented.unwrap_or_default(), e))?
     } else if let Some(cookie) = session::cookie_value(headers) {
-        session::principal(db, &cookie).await?
+        session::principal(db, &cookie).await.map_err(|e| refused(&cookie, e))?
     } else {
         return Err(AppError::Unauthorized);
     };
@@ -628,6 +637,7 @@ pub async fn redeem_join_token(db: &Database, principal: &Principal) -> Result<(
         .await?;
     let (_, token) = create_token(&mut tx, &Scope::Agent { cluster }, &format!("joined {name}"), "join", None).await?;
     tx.commit().await?;
+    revocations::revoked();
     Ok((token, name))
 }
 

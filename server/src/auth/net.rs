@@ -3,29 +3,47 @@
 
 use std::net::{IpAddr, Ipv4Addr};
 
-/// Whether `ip` is loopback, private, link-local, unique-local, unspecified, shared (CGNAT), multicast or
-/// broadcast: an address an outside service has no business pointing the server at.
+/// Whether `ip` is loopback, private, link-local, unique-local, unspecified, shared (CGNAT), reserved, multicast or
+/// broadcast: an address an outside service has no business pointing the server at. IPv6 addresses that carry an
+/// IPv4 address inside them — NAT64 (`64:ff9b::/96`, local-use `64:ff9b:1::/48`), IPv4-compatible (`::a.b.c.d`),
+/// SIIT (`::ffff:0:a.b.c.d`), 6to4 (`2002::/16`), Teredo (`2001::/32`) — are internal whatever they carry: a translator
+/// or relay decides where they land, so `64:ff9b::a9fe:a9fe` would be the cloud metadata service. Only IPv4-mapped
+/// (`::ffff:a.b.c.d`) counts as its IPv4 address: a socket to it *is* a socket to that IPv4 address.
 pub fn is_internal(ip: IpAddr) -> bool {
     match ip {
         IpAddr::V4(v4) => is_internal_v4(v4),
         IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
             Some(v4) => is_internal_v4(v4),
             None => {
-                let first = v6.segments()[0];
+                let s = v6.segments();
+                let bits = u128::from(v6);
+                let within = |prefix: u128, len: u32| bits >> (128 - len) == prefix >> (128 - len);
                 v6.is_loopback()
                     || v6.is_unspecified()
                     || v6.is_multicast()
                     // fc00::/7 unique local, fe80::/10 link-local, fec0::/10 (deprecated) site-local.
-                    || (first & 0xfe00) == 0xfc00
-                    || (first & 0xffc0) == 0xfe80
-                    || (first & 0xffc0) == 0xfec0
+                    || (s[0] & 0xfe00) == 0xfc00
+                    || (s[0] & 0xffc0) == 0xfe80
+                    || (s[0] & 0xffc0) == 0xfec0
+                    // ::/96 IPv4-compatible (deprecated) and ::ffff:0:0:0/96 SIIT.
+                    || within(0, 96)
+                    || within(0xffff_0000_0000u128 << 32, 96)
+                    // 64:ff9b::/96 NAT64, 64:ff9b:1::/48 local-use NAT64.
+                    || within(0x0064_ff9bu128 << 96, 96)
+                    || within(0x0064_ff9b_0001u128 << 80, 48)
+                    // 2002::/16 6to4, 2001::/32 Teredo.
+                    || s[0] == 0x2002
+                    || (s[0] == 0x2001 && s[1] == 0)
+                    // 100::/64 discard-only, 2001:db8::/32 documentation.
+                    || within(0x0100u128 << 112, 64)
+                    || (s[0] == 0x2001 && s[1] == 0x0db8)
             }
         },
     }
 }
 
 fn is_internal_v4(ip: Ipv4Addr) -> bool {
-    let [a, b, ..] = ip.octets();
+    let [a, b, c, _] = ip.octets();
     ip.is_loopback()
         || ip.is_private()
         || ip.is_link_local()
@@ -35,6 +53,10 @@ fn is_internal_v4(ip: Ipv4Addr) -> bool {
         || a == 0
         // 100.64.0.0/10: carrier-grade NAT, internal to a provider's network.
         || (a == 100 && (64..128).contains(&b))
+        // 192.0.0.0/24 protocol assignments (NAT64 discovery, DS-Lite), 198.18.0.0/15 benchmarking, 240.0.0.0/4 reserved.
+        || (a == 192 && b == 0 && c == 0)
+        || (a == 198 && (b == 18 || b == 19))
+        || a >= 240
 }
 
 /// Whether a URL host (name or address literal, IPv6 with or without brackets) is a loopback one.
@@ -182,7 +204,25 @@ mod tests {
         ] {
             assert!(is_internal(ip(a)), "{a}");
         }
-        for a in ["8.8.8.8", "172.32.0.1", "100.128.0.1", "2606:4700::1111", "::ffff:1.1.1.1"] {
+        // Every IPv6 form that carries an IPv4 address inside, whatever it carries (issue 33 item 6).
+        for a in [
+            "64:ff9b::a9fe:a9fe",
+            "64:ff9b::8.8.8.8",
+            "64:ff9b:1::10.0.0.1",
+            "::169.254.169.254",
+            "::8.8.8.8",
+            "::ffff:0:127.0.0.1",
+            "2002:a9fe:a9fe::1",
+            "2001:0:4136:e378:8000:63bf:3fff:fdd2",
+            "100::1",
+            "2001:db8::1",
+            "198.18.0.1",
+            "192.0.0.170",
+            "240.0.0.1",
+        ] {
+            assert!(is_internal(ip(a)), "{a}");
+        }
+        for a in ["8.8.8.8", "172.32.0.1", "100.128.0.1", "2606:4700::1111", "::ffff:1.1.1.1", "2001:4860::8888"] {
             assert!(!is_internal(ip(a)), "{a}");
         }
         assert!(is_loopback_host("localhost") && is_loopback_host("127.0.0.5") && is_loopback_host("[::1]"));

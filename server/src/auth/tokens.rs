@@ -247,5 +247,7 @@ pub async fn revoke_for(state: &AppState, p: &super::Principal, id: &str) -> Res
         .await?;
     tx.audit_by(p, "token.revoke", &token_id.to_string(), "", json!({})).await?;
     tx.commit_quiet().await?; // credentials only: no figure changes
+    // Kept answers for this token end now on this replica (within `SESSION_RECHECK` on the others).
+    super::revocations::revoked();
     Ok(())
 }

@@ -153,6 +153,11 @@ async fn get_ledger(
     };
     let offset = i64::from(page - 1) * i64::from(per_page);
     let found = crate::readmodel::lines(&mut tx, period, &filter, offset, i64::from(per_page)).await?;
+    let refresh_failure = if head.state == crate::readmodel::FigState::Provisional {
+        crate::readmodel::failure(&mut tx).await?
+    } else {
+        None
+    };
     tx.commit_quiet().await?;
     // The notes count the whole organization's data: not for a caller limited to departments.
     let notes = if p.departments.is_some() || head.state == crate::readmodel::FigState::Closed {
@@ -163,8 +168,7 @@ async fn get_ledger(
     let max_age = state.limits.snapshot_max_age;
     let now = time::OffsetDateTime::now_utc();
     let stale = head.state == crate::readmodel::FigState::Provisional
-        && head.changed_since.is_some()
-        && now - head.as_of > max_age;
+        && (refresh_failure.is_some() || (head.changed_since.is_some() && now - head.as_of > max_age));
     Ok(Json(Ledger {
         period: period.to_string(),
         state: st,
@@ -174,6 +178,7 @@ async fn get_ledger(
         as_of: gpuledger_core::time_fmt::rfc3339(head.as_of),
         provisional: head.state == crate::readmodel::FigState::Provisional,
         stale,
+        refresh_failure,
         total: found.total,
         totals_by_term: found.totals_by_term,
         notes,

@@ -477,6 +477,21 @@ impl PortalData for DbPortalData {
         Box::pin(async move { self.tokens_for().await.map_err(portal_error) })
     }
 
+    fn refresh_failure(&self) -> BoxFuture<'_, Result<Option<gpuledger_api::ledger::RefreshFailure>, PortalError>> {
+        Box::pin(async move {
+            async {
+                let p = self.principal().await.ok_or(AppError::Unauthorized)?;
+                p.require(Capability::Administer)?;
+                let mut tx = p.begin(&self.db).await?;
+                let failure = crate::readmodel::failure(&mut tx).await?;
+                tx.commit_quiet().await?;
+                Ok::<_, AppError>(failure)
+            }
+            .await
+            .map_err(portal_error)
+        })
+    }
+
     fn periods(&self) -> BoxFuture<'_, Result<Vec<PeriodRow>, PortalError>> {
         Box::pin(async move { self.periods_for().await.map_err(portal_error) })
     }

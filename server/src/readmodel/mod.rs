@@ -206,6 +206,31 @@ pub async fn head(tx: &mut OrgTx, period: Period) -> Result<Option<MonthHead>, A
     }))
 }
 
+/// Why the last refresh of the organization's open months failed, if it did (`read_failures`, written by the
+/// worker; gone once a refresh succeeds).
+pub async fn failure(tx: &mut OrgTx) -> Result<Option<gpuledger_api::ledger::RefreshFailure>, AppError> {
+    type Row = (OffsetDateTime, OffsetDateTime, i32, Option<time::Date>, String, String);
+    let row: Option<Row> = sqlx::query_as(
+        "SELECT first_failed_at, failed_at, attempts, period, field, reason FROM read_failures WHERE org_id = $1",
+    )
+    .bind(tx.org().as_uuid())
+    .fetch_optional(tx.conn())
+    .await?;
+    Ok(row.map(|(since, last, attempts, period, field, reason)| gpuledger_api::ledger::RefreshFailure {
+        since: rfc3339(since),
+        last_attempt: rfc3339(last),
+        attempts,
+        period: period.and_then(|d| Period::from_date(d).ok()).map(|p| p.to_string()),
+        fix: format!(
+            "Correct what `{field}` names (for a cost policy: approve a corrected one covering the month; for a \
+             quota or a setting: change it to a value within its limits). The figures are computed again at the next \
+             change; until then these are the last good figures."
+        ),
+        field,
+        reason,
+    }))
+}
+
 /// The idle reservations stored with an open month's snapshot: the answer of `GET /api/v1/idle` for the whole
 /// organization at the snapshot's time, and each item's department (callers limited to departments see theirs).
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]

@@ -122,6 +122,14 @@ pub async fn refresh_with(db: &Database, org: OrgId, wait: Wait, extra: Option<P
     if !locked {
         return Ok(false);
     }
+    if wait == Wait::Block
+        && let Some(failed) = failure_standing(&mut tx).await?
+    {
+        // The last computation failed on the data as it stands and nothing changed since: computing again would
+        // fail the same way, so the reader gets that failure (what to fix), not another month-sized computation.
+        tx.commit_quiet().await?;
+        return Err(failed);
+    }
     if wait == Wait::Block {
         // Waited for another refresh: nothing to do when it left the figures current (no change since, and the
         // month asked for has figures).
@@ -144,30 +152,111 @@ pub async fn refresh_with(db: &Database, org: OrgId, wait: Wait, extra: Option<P
     let mut clear = db.begin_org(org).await?;
     sqlx::query("DELETE FROM read_dirty WHERE org_id = $1").bind(org.as_uuid()).execute(clear.conn()).await?;
     clear.commit_quiet().await?;
-    let result = compute_and_store(&mut tx, extra).await;
+    let mut computing = None;
+    let result = compute_and_store(&mut tx, extra, &mut computing).await;
     match result {
         Ok(()) => {
+            sqlx::query("DELETE FROM read_failures WHERE org_id = $1").bind(org.as_uuid()).execute(tx.conn()).await?;
             tx.commit_quiet().await?;
             Ok(true)
         }
         Err(e) => {
             drop(tx);
-            // Not lost: the organization stays due.
-            if let Ok(mut again) = db.begin_org(org).await {
-                let _ = super::mark_changed(&mut again).await;
-                let _ = again.commit_quiet().await;
-            }
+            record_failure(db, org, computing, &e).await;
             Err(e)
         }
     }
 }
 
-async fn compute_and_store(tx: &mut OrgTx, extra: Option<Period>) -> Result<(), AppError> {
+/// Failures in a row after which a passing cause (the database, a timeout) is no longer retried on every tick but
+/// waits, like a lasting one, for the next change.
+const RETRIES: i32 = 3;
+
+/// Whether `e` is the data's own (the same data fails the same way) rather than a passing cause.
+fn lasting(e: &AppError) -> bool {
+    matches!(
+        e,
+        AppError::Refused { .. }
+            | AppError::Invalid { .. }
+            | AppError::Unknown { .. }
+            | AppError::Conflict(_)
+            | AppError::NotFound(_)
+    )
+}
+
+/// Records why `org`'s open months could not be refreshed (an admin sees it with the figures; the last good
+/// snapshot stays, marked stale). A passing cause is retried on the next tick, at most [`RETRIES`] times in a row;
+/// a lasting one, and a passing one after that, only once something changes.
+async fn record_failure(db: &Database, org: OrgId, period: Option<Period>, e: &AppError) {
+    let (field, reason) = match e {
+        AppError::Refused { field, reason }
+        | AppError::Invalid { field, reason }
+        | AppError::Unknown { field, reason } => (field.clone(), reason.clone()),
+        AppError::Conflict(reason) | AppError::NotFound(reason) => ("figures".to_string(), reason.clone()),
+        // Details of an unexpected failure are for the server log, not the page.
+        AppError::Unavailable(_) => {
+            ("figures".to_string(), "the database was not available; it is tried again on its own".to_string())
+        }
+        _ => (
+            "figures".to_string(),
+            "an unexpected error stopped the computation (details in the server log)".to_string(),
+        ),
+    };
+    tracing::warn!(org = %org, period = ?period.map(|p| p.to_string()), error = %e, "read model refresh failed");
+    let recorded = async {
+        let mut tx = db.begin_org(org).await?;
+        let attempts: i32 = sqlx::query_scalar(
+            "INSERT INTO read_failures (org_id, first_failed_at, failed_at, attempts, period, field, reason)
+             VALUES ($1, now(), now(), 1, $2, left($3, 200), left($4, 2000))
+             ON CONFLICT (org_id) DO UPDATE SET failed_at = EXCLUDED.failed_at, attempts = read_failures.attempts + 1,
+                 period = EXCLUDED.period, field = EXCLUDED.field, reason = EXCLUDED.reason
+             RETURNING attempts",
+        )
+        .bind(org.as_uuid())
+        .bind(period.map(|p| p.first_day()))
+        .bind(&field)
+        .bind(&reason)
+        .fetch_one(tx.conn())
+        .await?;
+        if !lasting(e) && attempts < RETRIES {
+            super::mark_changed(&mut tx).await?;
+        }
+        tx.commit_quiet().await?;
+        Ok::<(), AppError>(())
+    };
+    if let Err(again) = recorded.await {
+        // Nothing could be written (the database is away): the organization stays due so nothing is lost.
+        tracing::warn!(org = %org, error = %again, "read model failure not recorded");
+        if let Ok(mut tx) = db.begin_org(org).await {
+            let _ = super::mark_changed(&mut tx).await;
+            let _ = tx.commit_quiet().await;
+        }
+    }
+}
+
+/// The recorded failure of the last refresh when nothing changed since (computing again would fail the same way).
+async fn failure_standing(tx: &mut OrgTx) -> Result<Option<AppError>, AppError> {
+    let row: Option<(String, String)> = sqlx::query_as(
+        "SELECT f.field, f.reason FROM read_failures f
+          WHERE f.org_id = $1 AND NOT EXISTS (SELECT 1 FROM read_dirty d WHERE d.org_id = $1)",
+    )
+    .bind(tx.org().as_uuid())
+    .fetch_optional(tx.conn())
+    .await?;
+    Ok(row.map(|(field, reason)| AppError::refused(field, reason)))
+}
+
+async fn compute_and_store(
+    tx: &mut OrgTx,
+    extra: Option<Period>,
+    computing: &mut Option<Period>,
+) -> Result<(), AppError> {
     // Whole microseconds, as PostgreSQL keeps `as_of`: what is computed "as of" it (the idle answer's own `as_of`)
     // then says the same instant as the stored figures.
     let now = OffsetDateTime::now_utc();
     let now = now.replace_nanosecond(now.nanosecond() / 1_000 * 1_000).unwrap_or(now);
     for period in open_months(tx, now, extra).await? {
+        *computing = Some(period);
         let started = Instant::now();
         let preview = match crate::close::preview(tx, period).await {
             Ok(p) => p,
@@ -244,7 +333,8 @@ pub fn spawn(db: Database, options: RefreshOptions) -> Worker {
                         tracing::info!(org = %org, ms = started.elapsed().as_millis() as u64, "read model refreshed")
                     }
                     Ok(false) => {}
-                    Err(e) => tracing::warn!(org = %org, error = %e, "read model refresh failed; retrying"),
+                    // Recorded for the organization's admin (`read_failures`); retried as `record_failure` says.
+                    Err(_) => {}
                 }
             }
             summarize_due(&db).await;
