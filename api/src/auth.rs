@@ -243,6 +243,16 @@ pub struct AuditRecord {
     pub details: serde_json::Value,
     /// The caller's address, where known (else empty).
     pub source: String,
+    /// Records this row stands for: 1, or a folded token's uses that day (`token_use=fold`).
+    #[serde(default = "one")]
+    pub count: i64,
+    /// A folded row's first use that day (RFC 3339); absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_at: Option<String>,
+}
+
+fn one() -> i64 {
+    1
 }
 
 /// `POST /api/v1/agents/join`: the cluster's agent credential, shown once.

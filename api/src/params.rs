@@ -307,6 +307,21 @@ pub struct AuditParams {
     pub action: Option<Line<64>>,
     /// Actions to leave out, comma-separated (at most 10 of at most 64 characters).
     pub exclude: Option<CommaList<10, 64>>,
+    /// How the routine `token.use` records (a token's use, at most once a minute) come: `each` record (the
+    /// default), `fold`ed into one row per token and UTC day with a `count`, or `hide`.
+    pub token_use: Option<TokenUse>,
+}
+
+/// How `GET /api/v1/audit` shows `token.use` records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum TokenUse {
+    /// Every record.
+    Each,
+    /// One row per token and UTC day: its latest use, with `count` and `first_at`.
+    Fold,
+    /// None.
+    Hide,
 }
 
 /// `GET /api/v1/quotas`.

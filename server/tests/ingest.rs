@@ -1579,6 +1579,63 @@ async fn routine_token_use_can_be_left_out_of_the_audit_log() {
     let (status, bad) = get(&format!("exclude={many}")).await;
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
     assert_eq!(bad["field"], "exclude");
+    let (status, bad) = get("token_use=sometimes").await;
+    assert_eq!((status, bad["field"].as_str()), (StatusCode::UNPROCESSABLE_ENTITY, Some("token_use")), "{bad}");
+
+    // Folded (issue 33 item 7): one row per token and UTC day with a count, each day once however the pages fall.
+    for (at, actor, action) in [
+        ("2025-01-01T10:00:00Z", "token:a", "token.use"),
+        ("2025-01-01T11:00:00Z", "token:a", "token.use"),
+        ("2025-01-01T12:00:00Z", "token:a", "token.use"),
+        ("2025-01-01T11:30:00Z", "token:b", "token.use"),
+        ("2025-01-01T11:45:00Z", "user:ada", "policy.approve"),
+        ("2025-01-02T09:00:00Z", "token:a", "token.use"),
+        ("2025-01-02T23:59:00Z", "token:a", "token.use"),
+    ] {
+        sqlx::query(
+            "INSERT INTO audit_log (org_id, audit_id, at, actor, action, target, source)
+             VALUES ($1, gen_random_uuid(), $2::timestamptz, $3, $4, $3, '192.0.2.1')",
+        )
+        .bind(env.org.as_uuid())
+        .bind(at)
+        .bind(actor)
+        .bind(action)
+        .execute(&env.admin)
+        .await
+        .unwrap();
+    }
+    let rows = |log: &Value| -> Vec<(String, String, i64)> {
+        log["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|i| {
+                (i["at"].as_str().unwrap().into(), i["actor"].as_str().unwrap().into(), i["count"].as_i64().unwrap())
+            })
+            .collect()
+    };
+    let (status, folded) = get("limit=1000&token_use=fold&before=2025-02-01T00:00:00Z").await;
+    assert_eq!(status, StatusCode::OK, "{folded}");
+    let r = |at: &str, who: &str, n: i64| (at.to_string(), who.to_string(), n);
+    let want = vec![
+        r("2025-01-02T23:59:00Z", "token:a", 2),
+        r("2025-01-01T12:00:00Z", "token:a", 3),
+        r("2025-01-01T11:45:00Z", "user:ada", 1),
+        r("2025-01-01T11:30:00Z", "token:b", 1),
+    ];
+    assert_eq!(rows(&folded), want, "{folded}");
+    assert_eq!(folded["items"][1]["first_at"], "2025-01-01T10:00:00Z", "{folded}");
+    // Two per page: the day of token a is not split by the cursor, nor shown twice.
+    let (_, first) = get("limit=2&token_use=fold&before=2025-02-01T00:00:00Z").await;
+    assert_eq!(rows(&first), want[..2].to_vec(), "{first}");
+    let next = first["next_before"].as_str().unwrap().to_string();
+    let (_, second) = get(&format!("limit=2&token_use=fold&before={next}")).await;
+    assert_eq!(rows(&second), want[2..].to_vec(), "{second}");
+    // Hidden, and every record (the default).
+    let (_, hidden) = get("limit=1000&token_use=hide&before=2025-02-01T00:00:00Z").await;
+    assert_eq!(rows(&hidden), vec![r("2025-01-01T11:45:00Z", "user:ada", 1)], "{hidden}");
+    let (_, each) = get("limit=1000&before=2025-02-01T00:00:00Z").await;
+    assert_eq!(rows(&each).len(), 7, "{each}");
 }
 
 /// Telemetry stored before the tiers (migration 26) is moved into them by the upkeep, through the same merge as

@@ -135,6 +135,11 @@ async fn seed(db: &Database, slug: &str) -> OrgId {
             vec![o, dept, tenant],
         ),
         ("INSERT INTO read_dirty (org_id) VALUES ($1) ON CONFLICT DO NOTHING", vec![o]),
+        // Why a refresh failed (migration 32).
+        (
+            "INSERT INTO read_failures (org_id, first_failed_at, failed_at, attempts, field, reason) VALUES ($1, now(), now(), 1, 'policy', 'r')",
+            vec![o],
+        ),
         // Former names of departments and tenants (migration 17).
         (
             "INSERT INTO renames (org_id, rename_id, kind, object_id, old_name, new_name, renamed_by) VALUES ($1, gen_random_uuid(), 'tenant', $2, 'old', 'new', 'test')",

@@ -791,8 +791,9 @@ pub fn AuditPage() -> impl IntoView {
                 let mut url = "/api/v1/audit?limit=100".to_string();
                 match action.clone().filter(|a| !a.is_empty()) {
                     Some(a) => url.push_str(&format!("&action={}", q(&a))),
-                    // Agents' once-a-minute token use would push everything else off the first page.
-                    None if !routine => url.push_str("&exclude=token.use"),
+                    // Agents' once-a-minute token use would push everything else off the first page: one row per
+                    // token and day, with a count, unless every use is asked for.
+                    None if !routine => url.push_str("&token_use=fold"),
                     None => {}
                 }
                 if let Some(b) = before.filter(|b| !b.is_empty()) {
@@ -827,12 +828,12 @@ pub fn AuditPage() -> impl IntoView {
                                 <button type="submit">"Filter"</button>
                             </form>
                             {(!routine && action.is_empty()).then(|| view! {
-                                <p class="muted" id="routine-hidden">"Routine token use (agents and exports, once a minute per token) is hidden; tick the box or filter by token.use to see it."</p>
+                                <p class="muted" id="routine-hidden">"Routine token use (agents and exports, once a minute per token) is folded into one row per token and day, with a count; tick the box to see every use."</p>
                             })}
                             {if items.is_empty() { view! { <p class="empty">"No records."</p> }.into_any() } else { view! {
                                 <table class="audit"><thead><tr><th>"When (UTC)"</th><th>"Who"</th><th>"What"</th><th>"On"</th><th>"Why"</th><th>"From"</th></tr></thead>
                                 <tbody>{items.iter().map(|r| view! {
-                                    <tr><td>{when(&r.at)}</td><td>{r.actor.clone()}</td><td>{r.action.clone()}</td><td>{r.target.clone()}</td><td>{r.reason.clone()}</td><td>{r.source.clone()}</td></tr>
+                                    <tr><td>{match &r.first_at { Some(first) if r.count > 1 => view! { {when(first)} " – " {when(&r.at)} }.into_any(), _ => when(&r.at) }}</td><td>{r.actor.clone()}</td><td>{r.action.clone()}{(r.count > 1).then(|| format!(" × {}", r.count))}</td><td>{r.target.clone()}</td><td>{r.reason.clone()}</td><td>{r.source.clone()}</td></tr>
                                 }).collect_view()}</tbody></table>
                             }.into_any() }}
                             {(!next.is_empty()).then(|| view! {

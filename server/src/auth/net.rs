@@ -27,7 +27,7 @@ pub fn is_internal(ip: IpAddr) -> bool {
                     || (s[0] & 0xffc0) == 0xfec0
                     // ::/96 IPv4-compatible (deprecated) and ::ffff:0:0:0/96 SIIT.
                     || within(0, 96)
-                    || within(0xffff_0000_0000u128 << 32, 96)
+                    || within(0xffff_0000u128 << 32, 96)
                     // 64:ff9b::/96 NAT64, 64:ff9b:1::/48 local-use NAT64.
                     || within(0x0064_ff9bu128 << 96, 96)
                     || within(0x0064_ff9b_0001u128 << 80, 48)

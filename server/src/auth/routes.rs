@@ -16,7 +16,7 @@ use gpuledger_api::{
         AuditLog, AuditRecord, Me, Organization, Provider, ProviderBody, ProviderSettings, RoleMapping, RoleMappings,
         RoleMappingsBody,
     },
-    params::AuditParams,
+    params::{AuditParams, TokenUse},
 };
 use gpuledger_core::ids::{DepartmentId, OrgId};
 use serde::Deserialize;
@@ -672,8 +672,8 @@ async fn put_mappings(
 // ---------------------------------------------------------------- audit log
 
 /// `GET /api/v1/audit`: newest first, `limit` (1..=1000, default 100), `before` (RFC 3339) to page back, `action`
-/// to keep one action, `exclude` (comma-separated, at most 10) to leave routine ones out (the portal leaves out the
-/// once-a-minute `token.use` unless asked).
+/// to keep one action, `exclude` (comma-separated, at most 10) to leave routine ones out, `token_use` (`each`,
+/// `fold`: one row per token and UTC day with a count — what the portal shows — or `hide`).
 async fn audit_log(
     State(state): State<AppState>,
     p: Caller<Administer>,
@@ -681,21 +681,37 @@ async fn audit_log(
 ) -> Result<Json<AuditLog>, AppError> {
     let limit = q.limit.map_or(100, |l| l.get());
     let before = q.before.map(|b| b.at());
-    let exclude: Vec<String> = q.exclude.as_ref().map(|e| e.items().to_vec()).unwrap_or_default();
+    let mut exclude: Vec<String> = q.exclude.as_ref().map(|e| e.items().to_vec()).unwrap_or_default();
+    let token_use = q.token_use.unwrap_or(TokenUse::Each);
+    let folding = token_use == TokenUse::Fold && q.action.as_deref().is_none_or(|a| a == "token.use");
+    if token_use == TokenUse::Hide || folding {
+        exclude.push("token.use".into());
+    }
     let mut tx = p.begin(&state.db).await?;
     let org = tx.org().as_uuid();
-    type Row = (OffsetDateTime, String, String, String, String, Value, String);
+    type Row = (OffsetDateTime, String, String, String, String, Value, String, i64, Option<OffsetDateTime>);
+    // A folded day is one row at its latest use, counted over the whole day: it comes once, on the page where that
+    // latest use falls (a day whose latest use is at or after `before` was on an earlier page), never split by the
+    // cursor.
     let rows: Vec<Row> = sqlx::query_as(
-        "SELECT at, actor, action, target, reason, details, source FROM audit_log
+        "SELECT at, actor, action, target, reason, details, source, 1::bigint, NULL::timestamptz FROM audit_log
           WHERE org_id = $4 AND ($1::timestamptz IS NULL OR at < $1) AND ($2::text IS NULL OR action = $2)
             AND action <> ALL($5)
-          ORDER BY at DESC, audit_id LIMIT $3",
+         UNION ALL
+         SELECT max(at), actor, 'token.use', target, '', '{}'::jsonb, max(source), count(*), min(at) FROM audit_log
+          WHERE org_id = $4 AND $6 AND action = 'token.use'
+            AND ($1::timestamptz IS NULL
+                 OR at < (date_trunc('day', $1::timestamptz AT TIME ZONE 'UTC') + interval '1 day') AT TIME ZONE 'UTC')
+          GROUP BY actor, target, date_trunc('day', at AT TIME ZONE 'UTC')
+          HAVING $1::timestamptz IS NULL OR max(at) < $1
+         ORDER BY 1 DESC, 2, 4 LIMIT $3",
     )
     .bind(before)
     .bind(q.action.as_deref())
     .bind(limit)
     .bind(org)
     .bind(&exclude)
+    .bind(folding)
     .fetch_all(tx.conn())
     .await?;
     tx.commit().await?;
@@ -703,7 +719,7 @@ async fn audit_log(
     let next = (rows.len() as i64 == limit).then(|| rows.last().map(|r| rfc(r.0))).flatten();
     let items = rows
         .into_iter()
-        .map(|(at, actor, action, target, reason, details, source)| AuditRecord {
+        .map(|(at, actor, action, target, reason, details, source, count, first)| AuditRecord {
             at: rfc(at),
             actor,
             action,
@@ -711,6 +727,8 @@ async fn audit_log(
             reason,
             details,
             source,
+            count,
+            first_at: first.map(rfc),
         })
         .collect();
     Ok(Json(AuditLog { items, next_before: next }))
