@@ -16,6 +16,7 @@ use crate::interval::Validity;
 
 /// How a GPU is shared by the allocation that holds (part of) it.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(tag = "mode", rename_all = "snake_case")]
 pub enum SharingMode {
     /// A whole GPU held by one pod (`nvidia.com/gpu` on a plain device).
@@ -23,6 +24,7 @@ pub enum SharingMode {
     /// A MIG instance of the given profile.
     Mig {
         /// The MIG profile, e.g. `1g.10gb`.
+        #[cfg_attr(feature = "schema", schemars(with = "String"))]
         profile: MigProfile,
     },
     /// One replica of a declared time-slicing policy.
@@ -33,6 +35,7 @@ pub enum SharingMode {
     /// A VM with a vGPU profile.
     Vgpu {
         /// The vGPU profile, e.g. `GRID_T4-1Q`.
+        #[cfg_attr(feature = "schema", schemars(with = "String"))]
         profile: VgpuProfile,
     },
     /// A VM with a whole device passed through.
@@ -45,9 +48,11 @@ pub enum SharingMode {
         scheduler: SoftScheduler,
         /// Share of the GPU's compute (streaming multiprocessors), in `(0, 1]`.
         #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[cfg_attr(feature = "schema", schemars(with = "Option<String>"))]
         compute: Option<Fraction>,
         /// Share of the GPU's memory as a fraction, in `(0, 1]`.
         #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[cfg_attr(feature = "schema", schemars(with = "Option<String>"))]
         memory: Option<Fraction>,
         /// Memory in MiB, when declared absolutely (a fraction once the model's memory is known).
         #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -56,6 +61,7 @@ pub enum SharingMode {
     /// A tenant's share of a shared model-serving endpoint, split by productive work.
     SharedEndpoint {
         /// The endpoint whose allocation is being split.
+        #[cfg_attr(feature = "schema", schemars(with = "uuid::Uuid"))]
         endpoint: EndpointId,
     },
 }
@@ -141,6 +147,7 @@ fn percent(f: &Fraction) -> String {
 
 /// The soft-sharing schedulers whose declarations the agents read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum SoftScheduler {
     /// HAMi (`nvidia.com/gpucores`, `nvidia.com/gpumem`, `nvidia.com/gpumem-percentage`).

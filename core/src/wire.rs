@@ -18,8 +18,10 @@ pub const MAX_FACTS_PER_BATCH: usize = 10_000;
 
 /// What an agent sends in one request.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct Batch {
     /// [`WIRE_VERSION`] of the sender.
+    #[cfg_attr(feature = "schema", schemars(range(min = WIRE_VERSION, max = WIRE_VERSION)))]
     pub wire_version: u32,
     /// Who sent it (for logs and diagnostics; the cluster comes from the credential, never from here).
     pub agent: AgentInfo,
@@ -28,11 +30,13 @@ pub struct Batch {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cluster: Option<String>,
     /// The facts, in any order.
+    #[cfg_attr(feature = "schema", schemars(length(max = MAX_FACTS_PER_BATCH)))]
     pub facts: Vec<Fact>,
 }
 
 /// The sending agent.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct AgentInfo {
     /// Agent version.
     pub version: String,
@@ -49,6 +53,7 @@ pub struct AgentInfo {
 
 /// An agent's spool, as reported with a batch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct SpoolState {
     /// Facts waiting to be delivered, this batch included.
     pub pending_facts: u64,
@@ -68,11 +73,13 @@ pub struct SpoolState {
 
 /// One fact: its identity, when the agent observed it, and what it says.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct Fact {
     /// Deterministic ID: the same transition of the same object always gets the same ID.
     pub event_id: String,
     /// When the agent observed it (informational; intervals use the object's own timestamps).
     #[serde(with = "time::serde::rfc3339")]
+    #[cfg_attr(feature = "schema", schemars(with = "String", extend("format" = "date-time")))]
     pub observed_at: OffsetDateTime,
     /// The content.
     #[serde(flatten)]
@@ -81,6 +88,7 @@ pub struct Fact {
 
 /// The kinds of fact.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum FactBody {
     /// A workload started holding GPU capacity.
@@ -143,6 +151,7 @@ impl FactBody {
 
 /// Labels that carry attribution (keys configurable in the agent; values as found).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct AttributionLabels {
     /// Tenant.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -163,6 +172,7 @@ pub struct AttributionLabels {
 
 /// What kind of object holds the capacity.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum Holder {
     /// A Kubernetes Pod.
@@ -175,6 +185,7 @@ pub enum Holder {
 
 /// A workload started holding GPU capacity.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct AllocationStart {
     /// Stable ID of this allocation: holder UID, container or device name, and resource.
     pub allocation_id: String,
@@ -209,6 +220,7 @@ pub struct AllocationStart {
     pub device_ids: Vec<String>,
     /// When it started holding the capacity (pod `status.startTime` or container `startedAt`).
     #[serde(with = "time::serde::rfc3339")]
+    #[cfg_attr(feature = "schema", schemars(with = "String", extend("format" = "date-time")))]
     pub started_at: OffsetDateTime,
     /// Attribution labels found on the holder.
     #[serde(default)]
@@ -217,6 +229,7 @@ pub struct AllocationStart {
 
 /// Why an allocation ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum EndReason {
     /// The container or VM finished (successfully or not).
@@ -227,11 +240,13 @@ pub enum EndReason {
 
 /// A workload stopped holding the capacity.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct AllocationEnd {
     /// The allocation that ended.
     pub allocation_id: String,
     /// From the object's own timestamps (`finishedAt`, `deletionTimestamp`).
     #[serde(with = "time::serde::rfc3339")]
+    #[cfg_attr(feature = "schema", schemars(with = "String", extend("format" = "date-time")))]
     pub ended_at: OffsetDateTime,
     /// Why.
     pub reason: EndReason,
@@ -239,16 +254,19 @@ pub struct AllocationEnd {
 
 /// An open allocation whose object vanished while no agent watched.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct AllocationVanished {
     /// The allocation.
     pub allocation_id: String,
     /// The last time the agent knew it existed: the estimated end.
     #[serde(with = "time::serde::rfc3339")]
+    #[cfg_attr(feature = "schema", schemars(with = "String", extend("format" = "date-time")))]
     pub last_seen_at: OffsetDateTime,
 }
 
 /// A namespace and its owner labels.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct NamespaceFact {
     /// Namespace UID.
     pub namespace_uid: Uuid,
@@ -256,20 +274,24 @@ pub struct NamespaceFact {
     pub name: String,
     /// `metadata.creationTimestamp`.
     #[serde(with = "time::serde::rfc3339")]
+    #[cfg_attr(feature = "schema", schemars(with = "String", extend("format" = "date-time")))]
     pub created_at: OffsetDateTime,
     /// `metadata.deletionTimestamp`, when being deleted.
     #[serde(default, with = "time::serde::rfc3339::option", skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "schema", schemars(with = "Option<String>", extend("format" = "date-time")))]
     pub deleted_at: Option<OffsetDateTime>,
     /// Owner labels (tenant, department).
     #[serde(default)]
     pub labels: AttributionLabels,
     /// Since when these labels hold (the observation time of the change).
     #[serde(with = "time::serde::rfc3339")]
+    #[cfg_attr(feature = "schema", schemars(with = "String", extend("format" = "date-time")))]
     pub labels_since: OffsetDateTime,
 }
 
 /// A GPU node and its sharing configuration.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct NodeFact {
     /// Node name.
     pub name: String,
@@ -300,6 +322,7 @@ pub struct NodeFact {
 
 /// A MIG instance on a physical GPU.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct MigDeviceFact {
     /// Profile, e.g. `1g.10gb`.
     pub profile: String,
@@ -315,6 +338,7 @@ pub struct MigDeviceFact {
 
 /// A physical GPU seen on a node.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct DeviceFact {
     /// Node (hostname).
     pub node: String,
@@ -341,6 +365,7 @@ pub struct DeviceFact {
 
 /// Which container holds which devices (kubelet pod-resources).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct DeviceAssignment {
     /// Node.
     pub node: String,
@@ -362,11 +387,13 @@ pub struct DeviceAssignment {
     /// When the assignment was observed. Written `assigned_at` on the wire: the enclosing [`Fact`] already has an
     /// `observed_at` key, and a flattened duplicate would make the fact unreadable (e.g. from the agent's spool).
     #[serde(rename = "assigned_at", with = "time::serde::rfc3339")]
+    #[cfg_attr(feature = "schema", schemars(with = "String", extend("format" = "date-time")))]
     pub observed_at: OffsetDateTime,
 }
 
 /// min / avg / max of one metric over a window.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct Stat {
     /// Smallest sample.
     pub min: f64,
@@ -378,6 +405,7 @@ pub struct Stat {
 
 /// Utilization of one device (or MIG instance) over a window: analytics only, never money by itself.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct TelemetryRollup {
     /// Node.
     pub node: String,
@@ -391,9 +419,11 @@ pub struct TelemetryRollup {
     pub mig_profile: Option<String>,
     /// Window start (inclusive).
     #[serde(with = "time::serde::rfc3339")]
+    #[cfg_attr(feature = "schema", schemars(with = "String", extend("format" = "date-time")))]
     pub window_start: OffsetDateTime,
     /// Window end (exclusive).
     #[serde(with = "time::serde::rfc3339")]
+    #[cfg_attr(feature = "schema", schemars(with = "String", extend("format" = "date-time")))]
     pub window_end: OffsetDateTime,
     /// Number of samples rolled up.
     pub samples: u32,
@@ -422,6 +452,7 @@ pub const MAX_PODS_PER_PROCESS_WINDOW: usize = 256;
 /// `nvmlDeviceGetProcessUtilization`). The window was sampled: a pod of the node that is not listed did nothing
 /// on this GPU (an empty `pods` is an idle GPU, not a missing measurement).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct ProcessTelemetry {
     /// Node.
     pub node: String,
@@ -429,9 +460,11 @@ pub struct ProcessTelemetry {
     pub gpu_uuid: String,
     /// Window start (inclusive).
     #[serde(with = "time::serde::rfc3339")]
+    #[cfg_attr(feature = "schema", schemars(with = "String", extend("format" = "date-time")))]
     pub window_start: OffsetDateTime,
     /// Window end (exclusive).
     #[serde(with = "time::serde::rfc3339")]
+    #[cfg_attr(feature = "schema", schemars(with = "String", extend("format" = "date-time")))]
     pub window_end: OffsetDateTime,
     /// Samplings of the GPU's processes in the window.
     pub samples: u32,
@@ -442,6 +475,7 @@ pub struct ProcessTelemetry {
 /// One pod's share of a GPU's work over a window: its processes' SM activity summed per sampling, then
 /// rolled up over the window's samplings (a sampling without its processes counts as 0).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct PodActivity {
     /// The pod's UID (from the processes' cgroups).
     pub pod_uid: Uuid,
@@ -454,6 +488,7 @@ pub struct PodActivity {
 
 /// A pod as an exporter labels it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct PodRef {
     /// Namespace.
     pub namespace: String,
@@ -469,6 +504,7 @@ pub struct PodRef {
 
 /// One resource's quota in a Kueue ClusterQueue flavor.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct QuotaEntry {
     /// ResourceFlavor name.
     pub flavor: String,
@@ -483,6 +519,7 @@ pub struct QuotaEntry {
 
 /// A Kueue ClusterQueue and its GPU quotas.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct QuotaFact {
     /// ClusterQueue name.
     pub cluster_queue: String,
@@ -495,11 +532,13 @@ pub struct QuotaFact {
     pub quotas: Vec<QuotaEntry>,
     /// Since when these quotas hold (creation on first sight, else when the change was seen).
     #[serde(with = "time::serde::rfc3339")]
+    #[cfg_attr(feature = "schema", schemars(with = "String", extend("format" = "date-time")))]
     pub since: OffsetDateTime,
 }
 
 /// Work a shared endpoint did for one tenant in a window: counter deltas, never rates.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct ServiceUsageFact {
     /// Endpoint name, as in the `endpoint` attribution label of its pods (e.g. `llm-shared`).
     pub endpoint: String,
@@ -509,9 +548,11 @@ pub struct ServiceUsageFact {
     pub tenant: String,
     /// Window start (inclusive).
     #[serde(with = "time::serde::rfc3339")]
+    #[cfg_attr(feature = "schema", schemars(with = "String", extend("format" = "date-time")))]
     pub window_start: OffsetDateTime,
     /// Window end (exclusive).
     #[serde(with = "time::serde::rfc3339")]
+    #[cfg_attr(feature = "schema", schemars(with = "String", extend("format" = "date-time")))]
     pub window_end: OffsetDateTime,
     /// Requests completed in the window.
     pub requests: u64,
@@ -530,6 +571,7 @@ pub struct ServiceUsageFact {
 
 /// A model-server pod's own counts for a window (counter deltas between two scrapes), whoever the requests were for.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct EndpointTotalsFact {
     /// Endpoint name, as in `service_usage` facts and usage records.
     pub endpoint: String,
@@ -541,9 +583,11 @@ pub struct EndpointTotalsFact {
     pub pod: String,
     /// Window start (the earlier scrape).
     #[serde(with = "time::serde::rfc3339")]
+    #[cfg_attr(feature = "schema", schemars(with = "String", extend("format" = "date-time")))]
     pub window_start: OffsetDateTime,
     /// Window end (the later scrape).
     #[serde(with = "time::serde::rfc3339")]
+    #[cfg_attr(feature = "schema", schemars(with = "String", extend("format" = "date-time")))]
     pub window_end: OffsetDateTime,
     /// Requests finished in the window.
     pub requests: u64,
@@ -568,6 +612,7 @@ pub struct EndpointTotalsFact {
 /// A training job's counters as its pod declares them (annotations `gpuledger.io/training-steps` and
 /// `gpuledger.io/training-samples`), cumulative; at least one is present.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct TrainingProgressFact {
     /// Namespace.
     pub namespace: String,
@@ -575,6 +620,7 @@ pub struct TrainingProgressFact {
     pub workload: String,
     /// When the agent read the counters.
     #[serde(with = "time::serde::rfc3339")]
+    #[cfg_attr(feature = "schema", schemars(with = "String", extend("format" = "date-time")))]
     pub reported_at: OffsetDateTime,
     /// Optimizer steps so far.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -586,12 +632,15 @@ pub struct TrainingProgressFact {
 
 /// Data the agent had to drop.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct GapFact {
     /// Start of the dropped range.
     #[serde(with = "time::serde::rfc3339")]
+    #[cfg_attr(feature = "schema", schemars(with = "String", extend("format" = "date-time")))]
     pub from: OffsetDateTime,
     /// End of the dropped range.
     #[serde(with = "time::serde::rfc3339")]
+    #[cfg_attr(feature = "schema", schemars(with = "String", extend("format" = "date-time")))]
     pub to: OffsetDateTime,
     /// Facts dropped.
     pub dropped: u64,
@@ -606,6 +655,7 @@ pub struct GapFact {
 
 /// One kind of fact a gap lost.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct GapKind {
     /// The facts' `kind` (`allocation_started`, `telemetry`, …).
     pub kind: String,
@@ -613,9 +663,11 @@ pub struct GapKind {
     pub count: u64,
     /// Earliest own time of those facts.
     #[serde(with = "time::serde::rfc3339")]
+    #[cfg_attr(feature = "schema", schemars(with = "String", extend("format" = "date-time")))]
     pub from: OffsetDateTime,
     /// Latest own time of those facts (the end of a window).
     #[serde(with = "time::serde::rfc3339")]
+    #[cfg_attr(feature = "schema", schemars(with = "String", extend("format" = "date-time")))]
     pub to: OffsetDateTime,
 }
 
@@ -629,6 +681,7 @@ pub const TELEMETRY_KINDS: [&str; 2] = ["telemetry", "process_telemetry"];
 /// with the IDs a re-list produced. It sends this once per gap; after an agent restart the memory is gone and no
 /// account comes (the gap stays unrecovered).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct GapRecovery {
     /// The gap fact's event ID.
     pub gap: String,
@@ -645,6 +698,7 @@ pub struct GapRecovery {
 
 /// One kind of a gap's dropped facts after a re-list.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct GapKindRecovery {
     /// The facts' `kind`, as in the gap's [`GapKind`].
     pub kind: String,
@@ -681,6 +735,7 @@ impl Fact {
 
 /// The server's answer to a batch: sent only after the facts are durably committed.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct BatchAck {
     /// Facts in the batch.
     pub received: u64,
@@ -693,6 +748,7 @@ pub struct BatchAck {
 
 /// A fact that was stored with a data-quality flag.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct FlaggedFact {
     /// Its event ID.
     pub event_id: String,

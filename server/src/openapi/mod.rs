@@ -122,9 +122,9 @@ impl Op {
         self.security = true;
         self
     }
-    /// A body the handler reads itself, as JSON described by the named hand-written component.
-    fn body_document(mut self, component: &'static str) -> Self {
-        self.body = Some(Content::Component(component));
+    /// A body the handler reads itself (gzip allowed, so no extractor declares it), as JSON of a type's schema.
+    fn body_json<T: JsonSchema>(mut self) -> Self {
+        self.body = Some(Content::Json(schema_of::<T>));
         self
     }
     /// A body the handler reads itself: newline-delimited JSON.
@@ -372,15 +372,6 @@ fn documents() -> Map<String, Value> {
         json!({"type": "object", "description": "An OpenAPI 3.1 document (https://spec.openapis.org/oas/v3.1.0)",
                "required": ["openapi", "info", "paths"]}),
     );
-    m.insert(
-        "Batch".into(),
-        json!({"type": "object", "required": ["wire_version", "agent", "facts"], "properties": {
-            "wire_version": {"type": "integer", "const": gpuledger_core::wire::WIRE_VERSION},
-            "agent": {"type": "object"},
-            "cluster": {"type": "string", "description": "Must match the credential's cluster when given."},
-            "facts": {"type": "array", "maxItems": gpuledger_core::wire::MAX_FACTS_PER_BATCH,
-                      "items": {"type": "object", "required": ["event_id", "observed_at", "kind"]}}}}),
-    );
     m
 }
 
@@ -424,7 +415,7 @@ fn ingest_ops() -> Vec<Op> {
              organization's daily ingest limit is reached; 403 while the organization is suspended",
         )
         .token()
-        .body_document("Batch")
+        .body_json::<gpuledger_core::wire::Batch>()
         .answers::<ingest::BatchAck>(200, "stored")
         .errors(&[401, 403, 413, 422, 429]),
         Op::post("/api/v1/agents/join", "Exchange a one-time join token for the cluster's agent credential")
