@@ -487,7 +487,8 @@ pub async fn run(
 ) -> anyhow::Result<Ended> {
     // Drops the spool made before this run are another run's business (it re-listed already, or will at start).
     // Gaps whose dropped facts the spool remembers: once this run's lists are done, the IDs they produced say which
-    // of those facts came back (a re-list after a drop; empty on a first start, the memory being this process's).
+    // of those facts came back (a re-list after a drop; on a start, the gaps an earlier process left in the spool
+    // directory, whose drops it may not have re-listed for).
     let (dropped_at_start, recovering) = {
         let spool = spool.lock().map_err(|_| anyhow::anyhow!("spool lock poisoned"))?;
         (spool.dropped_total(), spool.remembered_gaps())

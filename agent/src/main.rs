@@ -277,6 +277,11 @@ fn delivery(
         spool::SpoolConfig { max_bytes: args.spool_max_mib * 1024 * 1024, ..spool::SpoolConfig::default() },
     )?;
     spool.set_node(node.clone());
+    if node.is_some() {
+        // Node agents send no account of their gaps (docs/agent.md, "Recovered or lost"): remembering what they
+        // dropped would only fill the spool directory's `gaps` file.
+        spool.set_remember_cap(0);
+    }
     let recovery = spool.recovery();
     if recovery.truncated_bytes > 0 || recovery.corrupt_records > 0 {
         tracing::warn!(
@@ -326,7 +331,8 @@ async fn cluster(args: ClusterArgs) -> anyhow::Result<()> {
     let replicas = args.timeslice_replicas;
     // Every start re-sends the owner and quota facts it knows (same event IDs: stored once). Cheap, and a start may
     // follow a spool drop the killed process never re-listed for: its owner facts would otherwise stay lost (the
-    // fault simulator found namespaces' owners missing after a kill -9 between a drop and its re-list).
+    // fault simulator found namespaces' owners missing after a kill -9 between a drop and its re-list). The gaps such
+    // a drop left are remembered in the spool directory, so this start's re-list also accounts for them.
     let deriver = cluster::Deriver::relisting(state, keys.clone(), replicas);
     let client =
         kube::Client::try_default().await.context("connecting to the Kubernetes API (in-cluster or KUBECONFIG)")?;

@@ -6,53 +6,41 @@
 //!   records `[len: u32 LE][crc32 of payload: u32 LE][seq: u64 LE][payload]` with consecutive sequence
 //!   numbers;
 //! - `ack`: the highest acknowledged sequence number, replaced atomically;
+//! - `gaps`: what each gap not yet accounted for dropped (below), replaced atomically; `gaps.bad` is one that did
+//!   not read back, set aside;
 //! - `lock`: locked while a [`Spool`] is open, so two processes never write one spool.
 //!
 //! [`Spool::open`] validates every record: a torn or corrupt tail is cut off, and records lost inside an
 //! older segment are counted ([`Recovery`]). When the size cap is hit, the oldest segments go and a `gap`
 //! fact takes their place, so the ledger shows the hole instead of a silent zero.
 //!
-//! The spool also remembers, in memory only, the event IDs of the non-telemetry facts each gap dropped
+//! The spool also remembers the event IDs of the non-telemetry facts each gap dropped
 //! ([`Spool::remembered_gaps`]): after a re-list, [`Spool::recovery_facts`] compares them with the IDs the re-list
 //! produced and says per gap what came back (a `gap_recovered` fact). The memory is capped
-//! ([`MAX_REMEMBERED_IDS`]); an ID past the cap is forgotten and its fact counted lost, so such a gap is never
-//! claimed recovered. An agent restart forgets everything: its gaps stay unrecovered.
+//! ([`MAX_REMEMBERED_IDS`], [`MAX_REMEMBERED_GAPS`]); an ID past the cap is forgotten and its fact counted lost, so
+//! such a gap is never claimed recovered. It is kept in the `gaps` file (module `gaps`), rewritten at the end of an
+//! append that changed it, so an agent restart between a drop and its re-list still lets the re-list account for
+//! the gap, even one whose gap fact was delivered and left the spool. A `gaps` file that does not read back is set
+//! aside and its gaps forgotten: they stay unrecovered.
 
-use std::collections::{BTreeMap, HashSet, VecDeque};
+mod gaps;
+
+use std::collections::{HashSet, VecDeque};
 use std::fs::{self, File, OpenOptions, TryLockError};
 use std::io::{self, BufReader, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
-use gpuledger_core::wire::{Fact, FactBody, GapFact, GapKind, GapKindRecovery, GapRecovery, TELEMETRY_KINDS, event_id};
+use gpuledger_core::wire::{Fact, FactBody};
 use time::OffsetDateTime;
+
+use gaps::{GapMemory, GapTally};
+pub use gaps::{MAX_REMEMBERED_GAPS, MAX_REMEMBERED_IDS};
 
 /// Bytes before each payload: length, CRC and sequence number.
 const HEADER: usize = 16;
 /// Room kept for the gap fact written after a drop (its JSON, with a line per kind of fact dropped — at most the
 /// 14 kinds of the wire format, about 110 bytes each — stays under 2 KiB).
 const GAP_RESERVE: u64 = 2048;
-
-/// Most event IDs of dropped facts the spool remembers, all gaps together (about 100 bytes each: some 50 MB).
-pub const MAX_REMEMBERED_IDS: usize = 500_000;
-
-/// What one gap dropped, kept in memory for the re-list's comparison.
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
-struct Lost {
-    /// Kind and event ID of each non-telemetry fact this gap dropped itself (a fact dropped twice is here twice, as
-    /// it is counted); those of the gaps it took over stay with them.
-    ids: Vec<(&'static str, String)>,
-    /// Per kind: how many facts the gap dropped (telemetry included), as its gap fact says (taken-over gaps' too).
-    kinds: BTreeMap<String, u64>,
-    /// Dropped non-telemetry facts of its own whose IDs are not in `ids` (the memory cap).
-    forgotten: u64,
-    /// Dropped records of its own that did not read back as facts (no kind, no ID).
-    unaccounted: u64,
-    /// Earlier gap facts this one took over (folded): one of them may have reached the server before it was folded
-    /// (delivered, not yet acknowledged), so each is accounted for too, with this one.
-    folded: Vec<String>,
-    /// Taken over by a later gap fact: accounted for with it.
-    taken_over: bool,
-}
 
 /// Limits of a spool.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -179,12 +167,8 @@ pub struct Spool {
     recovery: Recovery,
     /// The node whose agent this is (node mode), named in gap facts.
     node: Option<String>,
-    /// Per gap fact (event ID) not yet accounted for by a re-list: what it dropped. Memory only.
-    lost: BTreeMap<String, Lost>,
-    /// IDs held in `lost`, all gaps together.
-    remembered: usize,
-    /// Cap on `remembered` ([`MAX_REMEMBERED_IDS`]).
-    remember_cap: usize,
+    /// What each gap not yet accounted for by a re-list dropped, kept in the `gaps` file.
+    gaps: GapMemory,
     _lock: File,
 }
 
@@ -253,6 +237,7 @@ impl Spool {
         // Never reuse an acknowledged sequence number, even if its record was cut off.
         let next_seq = segments.back().map_or(1, Segment::end).max(acked + 1);
         let disk_bytes = segments.iter().map(|s| s.size).sum();
+        let gaps = GapMemory::open(&dir);
         Ok(Self {
             dir,
             cfg,
@@ -264,9 +249,7 @@ impl Spool {
             dropped_total: 0,
             recovery,
             node: None,
-            lost: BTreeMap::new(),
-            remembered: 0,
-            remember_cap: MAX_REMEMBERED_IDS,
+            gaps,
             _lock: lock,
         })
     }
@@ -276,104 +259,26 @@ impl Spool {
         self.node = node;
     }
 
-    /// Caps how many dropped facts' event IDs the spool remembers (default [`MAX_REMEMBERED_IDS`]).
+    /// Caps how many dropped facts' event IDs the spool remembers (default and most: [`MAX_REMEMBERED_IDS`]); IDs
+    /// read back past a lower cap are forgotten (counted lost). 0 remembers no gap at all and removes the `gaps` file
+    /// at the next append: for node agents, which send no account.
     pub fn set_remember_cap(&mut self, cap: usize) {
-        self.remember_cap = cap;
+        self.gaps.set_cap(cap);
     }
 
-    /// The gaps (event IDs of their gap facts) whose dropped facts this process remembers and no re-list has
-    /// accounted for yet.
+    /// The gaps (event IDs of their gap facts) whose dropped facts the spool remembers — in this process or, through
+    /// the `gaps` file, an earlier one — and no re-list has accounted for yet.
     pub fn remembered_gaps(&self) -> Vec<String> {
-        self.lost.iter().filter(|(_, l)| !l.taken_over).map(|(id, _)| id.clone()).collect()
-    }
-
-    /// `gap` and every remembered gap fact it took over, directly or not.
-    fn family(&self, gap: &str) -> Vec<String> {
-        let mut family = vec![gap.to_string()];
-        let mut i = 0;
-        while let Some(id) = family.get(i) {
-            let next: Vec<String> = self.lost.get(id).map(|l| l.folded.clone()).unwrap_or_default();
-            for f in next {
-                if self.lost.contains_key(&f) && !family.contains(&f) {
-                    family.push(f);
-                }
-            }
-            i += 1;
-        }
-        family
+        self.gaps.gaps()
     }
 
     /// One `gap_recovered` fact for each of `gaps` still remembered: per kind it dropped, how many facts a re-list
     /// derived again (their event IDs are among `produced`) and how many stay lost (telemetry windows always do).
-    /// The gaps are forgotten: each is accounted for once.
+    /// The gaps are forgotten: each is accounted for once. The `gaps` file forgets them at the end of the next
+    /// append — the one spooling these facts — so a restart before they are spooled accounts for them again (same
+    /// event IDs, stored once).
     pub fn recovery_facts(&mut self, gaps: &[String], produced: &HashSet<String>, now: OffsetDateTime) -> Vec<Fact> {
-        let mut out = Vec::new();
-        for gap in gaps {
-            if !self.lost.contains_key(gap) {
-                continue;
-            }
-            // Each gap fact of the family, with what it dropped itself and what the gaps it took over dropped.
-            let family = self.family(gap);
-            for member in &family {
-                let Some(lost) = self.lost.get(member) else { continue };
-                let (mut recovered, mut forgotten, mut unaccounted): (BTreeMap<&str, u64>, u64, u64) =
-                    (BTreeMap::new(), 0, 0);
-                for part in self.family(member) {
-                    let Some(p) = self.lost.get(&part) else { continue };
-                    for (kind, id) in &p.ids {
-                        if produced.contains(id) {
-                            *recovered.entry(*kind).or_default() += 1;
-                        }
-                    }
-                    forgotten += p.forgotten;
-                    unaccounted += p.unaccounted;
-                }
-                let kinds = lost
-                    .kinds
-                    .iter()
-                    .map(|(kind, &count)| {
-                        let back = recovered.get(kind.as_str()).copied().unwrap_or(0).min(count);
-                        GapKindRecovery { kind: kind.clone(), recovered: back, lost: count - back }
-                    })
-                    .collect();
-                out.push(Fact {
-                    event_id: event_id("gap-recovered", &[member]),
-                    observed_at: now,
-                    body: FactBody::GapRecovered(GapRecovery { gap: member.clone(), kinds, forgotten, unaccounted }),
-                });
-            }
-            for member in family {
-                if let Some(l) = self.lost.remove(&member) {
-                    self.remembered -= l.ids.len();
-                }
-            }
-        }
-        out
-    }
-
-    /// Files what a gap dropped under its gap fact's ID; the earlier gap facts it folded are marked taken over.
-    fn remember(&mut self, gap_id: &str, tally: GapTally) {
-        let mut lost = Lost {
-            kinds: tally.kinds.iter().map(|(k, v)| (k.clone(), v.0)).collect(),
-            unaccounted: tally.unaccounted,
-            ids: tally.ids,
-            ..Lost::default()
-        };
-        // A folded gap from before this process started has no memory: its facts are in the kinds' counts and
-        // among no IDs, so they count as lost.
-        for old in &tally.folded {
-            if let Some(o) = self.lost.get_mut(old) {
-                o.taken_over = true;
-            }
-        }
-        lost.folded = tally.folded;
-        let room = self.remember_cap.saturating_sub(self.remembered);
-        if lost.ids.len() > room {
-            lost.forgotten += (lost.ids.len() - room) as u64;
-            lost.ids.truncate(room);
-        }
-        self.remembered += lost.ids.len();
-        self.lost.insert(gap_id.to_string(), lost);
+        self.gaps.recovery_facts(gaps, produced, now)
     }
 
     /// What opening found damaged.
@@ -403,6 +308,9 @@ impl Spool {
             let last = self.segments.back().map_or(0, |s| s.first);
             f.sync_data().map_err(at(&seg_path(&self.dir, last)))?;
         }
+        // Only once the records are durable: the gap fact before the memory of it, the accounts before the gaps
+        // they account for are forgotten. Nothing is written unless the memory changed.
+        self.gaps.persist();
         Ok(seqs)
     }
 
@@ -529,7 +437,7 @@ impl Spool {
         if self.disk_bytes + need <= self.cfg.max_bytes {
             return Ok(());
         }
-        let mut gap = GapTally { node: self.node.clone(), ..GapTally::default() };
+        let mut gap = GapTally::for_node(self.node.clone());
         // The last segment is the one being written: left alone.
         for i in 0..self.segments.len().saturating_sub(1) {
             if self.disk_bytes + need + GAP_RESERVE <= self.cfg.max_bytes {
@@ -564,7 +472,7 @@ impl Spool {
         }
         if let Some(fact) = gap.fact() {
             self.write_record(&serde_json::to_vec(&fact)?)?;
-            self.remember(&fact.event_id, gap);
+            self.gaps.remember(&fact.event_id, gap);
         }
         Ok(())
     }
@@ -717,137 +625,13 @@ fn read_ack(dir: &Path) -> Result<u64> {
     }
 }
 
-/// What the size cap dropped, for the gap fact.
-#[derive(Default)]
-struct GapTally {
-    seqs: Option<(u64, u64)>,
-    dropped: u64,
-    times: Option<(OffsetDateTime, OffsetDateTime)>,
-    /// Per kind: (count, earliest own time, latest own time).
-    kinds: BTreeMap<String, (u64, OffsetDateTime, OffsetDateTime)>,
-    node: Option<String>,
-    /// Kind and event ID of each dropped non-telemetry fact (for the re-list's comparison).
-    ids: Vec<(&'static str, String)>,
-    /// Earlier gap facts folded into this one (their remembered IDs move to it).
-    folded: Vec<String>,
-    /// Dropped records that did not read back as facts.
-    unaccounted: u64,
-}
-
-impl GapTally {
-    fn add(&mut self, first: u64, last: u64, count: u64, records: &[(u64, Vec<u8>)]) {
-        self.seqs = Some(self.seqs.map_or((first, last), |(f, _)| (f, last)));
-        self.dropped += count;
-        let mut read = 0;
-        for (_, payload) in records {
-            if payload.is_empty() {
-                continue;
-            }
-            let Ok(fact) = serde_json::from_slice::<Fact>(payload) else {
-                continue;
-            };
-            read += 1;
-            let (from, to) = match &fact.body {
-                // A dropped gap fact stands for the facts it counted: fold it into this one.
-                FactBody::Gap(g) => {
-                    self.folded.push(fact.event_id.clone());
-                    self.dropped += g.dropped.saturating_sub(1);
-                    for k in &g.kinds {
-                        self.kind(&k.kind, k.count, k.from, k.to);
-                    }
-                    if self.node.is_none() {
-                        self.node.clone_from(&g.node);
-                    }
-                    (g.from, g.to)
-                }
-                _ => {
-                    let (own_from, own_to) = fact.own_times();
-                    self.kind(fact.body.kind(), 1, own_from, own_to);
-                    self.remember(&fact);
-                    (fact.observed_at, fact.observed_at)
-                }
-            };
-            self.times = Some(self.times.map_or((from, to), |(f, t)| (f.min(from), t.max(to))));
-        }
-        // Records counted but not read as facts (a segment that did not read back, a record that is no fact).
-        self.unaccounted += count.saturating_sub(read);
-    }
-
-    /// Keeps a dropped non-telemetry fact's ID for the re-list's comparison (telemetry never comes back).
-    fn remember(&mut self, fact: &Fact) {
-        let kind = fact.body.kind();
-        if !TELEMETRY_KINDS.contains(&kind) {
-            self.ids.push((kind, fact.event_id.clone()));
-        }
-    }
-
-    /// An earlier gap fact taken over (compacted): its counts, kinds and times are this gap's too.
-    fn fold(&mut self, seq: u64, event_id: &str, g: &GapFact) {
-        self.folded.push(event_id.to_string());
-        self.seqs = Some(self.seqs.map_or((seq, seq), |(f, l)| (f.min(seq), l.max(seq))));
-        self.dropped += g.dropped;
-        for k in &g.kinds {
-            self.kind(&k.kind, k.count, k.from, k.to);
-        }
-        if self.node.is_none() {
-            self.node.clone_from(&g.node);
-        }
-        self.times = Some(self.times.map_or((g.from, g.to), |(f, t)| (f.min(g.from), t.max(g.to))));
-    }
-
-    /// One fact dropped on its own (a compacted record).
-    fn add_fact(&mut self, seq: u64, fact: &Fact) {
-        self.seqs = Some(self.seqs.map_or((seq, seq), |(f, l)| (f.min(seq), l.max(seq))));
-        self.dropped += 1;
-        let (own_from, own_to) = fact.own_times();
-        self.kind(fact.body.kind(), 1, own_from, own_to);
-        self.remember(fact);
-        let at = fact.observed_at;
-        self.times = Some(self.times.map_or((at, at), |(f, t)| (f.min(at), t.max(at))));
-    }
-
-    fn kind(&mut self, kind: &str, count: u64, from: OffsetDateTime, to: OffsetDateTime) {
-        let e = self.kinds.entry(kind.to_string()).or_insert((0, from, to));
-        e.0 += count;
-        e.1 = e.1.min(from);
-        e.2 = e.2.max(to);
-    }
-
-    fn fact(&self) -> Option<Fact> {
-        let (first, last) = self.seqs?;
-        let Some((from, to)) = self.times else {
-            tracing::warn!(dropped = self.dropped, "spool: dropped records without a readable time; no gap fact");
-            return None;
-        };
-        Some(Fact {
-            event_id: event_id("gap", &[&first.to_string(), &last.to_string()]),
-            observed_at: to,
-            body: FactBody::Gap(GapFact {
-                from,
-                to,
-                dropped: self.dropped,
-                kinds: self
-                    .kinds
-                    .iter()
-                    .map(|(kind, (count, from, to))| GapKind {
-                        kind: kind.clone(),
-                        count: *count,
-                        from: *from,
-                        to: *to,
-                    })
-                    .collect(),
-                node: self.node.clone(),
-            }),
-        })
-    }
-}
-
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
-    use gpuledger_core::wire::AllocationVanished;
-    use gpuledger_core::wire::GapKindRecovery;
+    use gpuledger_core::wire::{
+        AllocationVanished, EVENT_ID_MAX, GapFact, GapKind, GapKindRecovery, GapRecovery, event_id,
+    };
     use proptest::prelude::*;
     use std::collections::HashMap;
     use std::io::BufRead;
@@ -856,10 +640,10 @@ mod tests {
     use time::macros::datetime;
 
     /// A scratch directory, removed on drop.
-    struct TempDir(PathBuf);
+    pub(super) struct TempDir(pub(super) PathBuf);
 
     impl TempDir {
-        fn new(name: &str) -> Self {
+        pub(super) fn new(name: &str) -> Self {
             static N: AtomicU64 = AtomicU64::new(0);
             let n = N.fetch_add(1, Ordering::Relaxed);
             let p = std::env::temp_dir().join(format!("gpuledger-spool-{}-{name}-{n}", std::process::id()));
@@ -1146,11 +930,9 @@ mod tests {
     }
 
     /// Overflows a small spool with `facts` (nothing delivered): the event IDs of the facts it dropped, and the
-    /// pending gap facts.
+    /// pending gap facts. One batch: room is made record by record all the same, with one fsync instead of hundreds.
     fn overflow(s: &mut Spool, facts: &[Fact]) -> (HashSet<String>, Vec<(String, GapFact)>) {
-        for f in facts {
-            s.append_fact(f).unwrap();
-        }
+        s.append_facts(facts).unwrap();
         let pending = s.pending_facts(usize::MAX, u64::MAX).unwrap();
         let kept: HashSet<&str> = pending.iter().map(|(_, f)| f.event_id.as_str()).collect();
         let dropped = facts.iter().map(|f| f.event_id.clone()).filter(|id| !kept.contains(id.as_str())).collect();
@@ -1261,6 +1043,298 @@ mod tests {
         assert_eq!(recovered, 5, "only the IDs kept can be checked");
         assert_eq!((lost, forgotten), (allocations - 5, allocations - 5));
         assert!(accounts.iter().any(|r| r.forgotten > 0));
+    }
+
+    const GAPS_CFG: SpoolConfig = SpoolConfig { max_bytes: 16 * 1024, segment_bytes: 2048 };
+    const RE_LIST_AT: OffsetDateTime = datetime!(2026-12-02 08:00 UTC);
+
+    /// The event IDs of the allocation facts among `facts`: what a re-list that finds every object again produces.
+    fn allocation_ids(facts: &[Fact]) -> HashSet<String> {
+        facts.iter().filter(|f| matches!(f.body, FactBody::AllocationVanished(_))).map(|f| f.event_id.clone()).collect()
+    }
+
+    /// Allocation facts the accounts of `heads` (gaps not taken over) say came back.
+    fn recovered_allocations(facts: &[Fact], heads: &[String]) -> u64 {
+        recoveries(facts)
+            .iter()
+            .filter(|r| heads.contains(&r.gap))
+            .flat_map(|r| r.kinds.iter())
+            .filter(|k| k.kind == "allocation_vanished")
+            .map(|k| k.recovered)
+            .sum()
+    }
+
+    /// The memory of a drop survives a restart, also once the gap facts were delivered and left the spool: the
+    /// re-list after the restart accounts for each gap exactly as the process that dropped would have.
+    #[test]
+    fn remembered_gaps_survive_a_restart_after_their_gap_facts_were_delivered() {
+        let facts = mixed_facts(400);
+        let produced = allocation_ids(&facts);
+        // The same drops in a spool never restarted: what the accounts must say.
+        let twin = TempDir::new("gaps-twin");
+        let mut t = Spool::open(&twin.0, GAPS_CFG).unwrap();
+        overflow(&mut t, &facts);
+        let want = t.recovery_facts(&t.remembered_gaps(), &produced, RE_LIST_AT);
+
+        let dir = TempDir::new("gaps-restart");
+        let mut s = Spool::open(&dir.0, GAPS_CFG).unwrap();
+        let (dropped, _) = overflow(&mut s, &facts);
+        let remembered = s.remembered_gaps();
+        assert!(!remembered.is_empty());
+        // Delivered and acknowledged: the gap facts leave the spool.
+        s.ack(u64::MAX).unwrap();
+        assert_eq!(s.pending_count(), 0);
+        drop(s);
+
+        let mut s = Spool::open(&dir.0, GAPS_CFG).unwrap();
+        assert_eq!(s.remembered_gaps(), remembered);
+        let got = s.recovery_facts(&remembered, &produced, RE_LIST_AT);
+        assert_eq!(got, want);
+        let dropped_allocations = dropped.intersection(&produced).count() as u64;
+        assert!(dropped_allocations > 0);
+        assert_eq!(recovered_allocations(&got, &remembered), dropped_allocations, "every dropped allocation came back");
+    }
+
+    /// A gap a re-list accounted for is forgotten across a restart once its accounts are spooled, and only that gap;
+    /// a restart before they are spooled still remembers it (the accounts are given again, same event IDs).
+    #[test]
+    fn an_accounted_gap_is_forgotten_across_a_restart_once_its_accounts_are_spooled() {
+        let dir = TempDir::new("gaps-accounted");
+        let file = dir.0.join("gaps");
+        let facts = mixed_facts(800);
+        let produced = allocation_ids(&facts);
+        let mut s = Spool::open(&dir.0, GAPS_CFG).unwrap();
+        overflow(&mut s, &facts[..400]);
+        let first = s.remembered_gaps();
+        assert!(!first.is_empty() && file.exists());
+        // Delivered, then more drops: gaps of their own (nothing left to take over).
+        s.ack(u64::MAX).unwrap();
+        overflow(&mut s, &facts[400..]);
+        let all = s.remembered_gaps();
+        let second: Vec<String> = all.iter().filter(|g| !first.contains(g)).cloned().collect();
+        assert!(!second.is_empty() && first.iter().all(|g| all.contains(g)), "{first:?} {all:?}");
+
+        // Accounted for, but the process ends before the accounts are spooled.
+        let accounts = s.recovery_facts(&first, &produced, RE_LIST_AT);
+        assert!(!accounts.is_empty());
+        assert_eq!(s.remembered_gaps(), second);
+        drop(s);
+        let mut s = Spool::open(&dir.0, GAPS_CFG).unwrap();
+        assert_eq!(s.remembered_gaps(), all, "not yet forgotten on disk");
+        let again = s.recovery_facts(&first, &produced, RE_LIST_AT);
+        assert_eq!(again, accounts);
+        // Spooled this time (the backlog delivered first, so spooling them drops nothing).
+        s.ack(u64::MAX).unwrap();
+        s.append_facts(&again).unwrap();
+        drop(s);
+        let mut s = Spool::open(&dir.0, GAPS_CFG).unwrap();
+        assert_eq!(s.remembered_gaps(), second, "only the gaps accounted for are forgotten");
+        assert!(s.recovery_facts(&first, &produced, RE_LIST_AT).is_empty());
+        let rest = s.recovery_facts(&second, &produced, RE_LIST_AT);
+        assert!(!rest.is_empty());
+        s.ack(u64::MAX).unwrap();
+        s.append_facts(&rest).unwrap();
+        assert!(!file.exists(), "nothing left to remember");
+        drop(s);
+        let s = Spool::open(&dir.0, GAPS_CFG).unwrap();
+        assert!(s.remembered_gaps().is_empty());
+    }
+
+    /// A `gaps` file that does not read back never stops the spool: it is set aside as `gaps.bad` (as it was), its
+    /// gaps are forgotten (never claimed recovered), and the memory works again from the next drop.
+    #[test]
+    fn a_damaged_gaps_file_is_set_aside_and_its_gaps_forgotten() {
+        use super::gaps::frame;
+        fn hostile(gaps: serde_json::Value) -> Vec<u8> {
+            frame(&serde_json::to_vec(&serde_json::json!({ "gaps": gaps })).unwrap())
+        }
+        fn lost(ids: Vec<String>, folded: Vec<String>) -> serde_json::Value {
+            let n = ids.len();
+            serde_json::json!({"ids": {"allocation_vanished": ids}, "kinds": {"allocation_vanished": n},
+                "forgotten": 0, "unaccounted": 0, "folded": folded, "taken_over": false})
+        }
+        fn replace(d: &mut Vec<u8>, from: &str, to: &str) {
+            let s = String::from_utf8(d.clone()).unwrap();
+            assert!(s.contains(from), "{from} not in {s:.200}");
+            *d = s.replacen(from, to, 1).into_bytes();
+        }
+        type Damage = Box<dyn Fn(&mut Vec<u8>)>;
+        let damages: Vec<(&str, Damage)> = vec![
+            ("truncated", Box::new(|d| d.truncate(d.len() - 7))),
+            ("truncated in the header", Box::new(|d| d.truncate(12))),
+            ("empty", Box::new(|d| d.clear())),
+            ("a bit flipped", Box::new(|d| *d.last_mut().unwrap() ^= 0x01)),
+            ("a count changed", Box::new(|d| replace(d, "\"forgotten\":0", "\"forgotten\":1"))),
+            ("an ID changed", Box::new(|d| replace(d, "\"k/", "\"K/"))),
+            ("garbage", Box::new(|d| *d = b"\x00\xff\xfe garbage\n{{{".to_vec())),
+            ("another version", Box::new(|d| replace(d, "gpuledger-spool-gaps 1 ", "gpuledger-spool-gaps 2 "))),
+            ("another magic", Box::new(|d| replace(d, "gpuledger-spool-gaps", "gpuledger-spool-gapz"))),
+            ("checksummed but not the JSON", Box::new(|d| *d = frame(b"{\"gaps\": [1, 2"))),
+            ("an unknown field", Box::new(|d| *d = frame(br#"{"gaps":{},"extra":1}"#))),
+            ("a field missing", Box::new(|d| *d = hostile(serde_json::json!({"gap/1/2": {"ids": {}}})))),
+            ("a negative count", Box::new(|d| replace(d, "\"unaccounted\":0", "\"unaccounted\":-1"))),
+            (
+                "more IDs than the cap",
+                Box::new(|d| {
+                    // Written out by hand: half a million JSON values take long to build in a debug build.
+                    let ids: Vec<String> = (0..=MAX_REMEMBERED_IDS).map(|i| format!("\"v/{i}\"")).collect();
+                    let body = format!(
+                        r#"{{"gaps":{{"gap/1/2":{{"ids":{{"allocation_vanished":[{}]}},"kinds":{{}},"forgotten":0,"unaccounted":0,"folded":[],"taken_over":false}}}}}}"#,
+                        ids.join(",")
+                    );
+                    *d = frame(body.as_bytes());
+                }),
+            ),
+            (
+                "more gaps than the cap",
+                Box::new(|d| {
+                    let gaps: serde_json::Map<String, serde_json::Value> =
+                        (0..=MAX_REMEMBERED_GAPS).map(|i| (format!("gap/{i}/{i}"), lost(vec![], vec![]))).collect();
+                    *d = hostile(serde_json::Value::Object(gaps));
+                }),
+            ),
+            (
+                "an event ID too long",
+                Box::new(|d| *d = hostile(serde_json::json!({ "gap/1/2": lost(vec!["x".repeat(10_000)], vec![]) }))),
+            ),
+        ];
+        let facts = mixed_facts(800);
+        let produced: HashSet<String> = facts.iter().map(|f| f.event_id.clone()).collect();
+        // One overflowed spool, copied for each damage (overflowing takes hundreds of fsyncs).
+        let template = TempDir::new("gaps-bad-template");
+        let mut s = Spool::open(&template.0, GAPS_CFG).unwrap();
+        overflow(&mut s, &facts[..400]);
+        let remembered = s.remembered_gaps();
+        assert!(!remembered.is_empty());
+        drop(s);
+        for (name, damage) in damages {
+            let dir = TempDir::new("gaps-bad");
+            fs::create_dir_all(&dir.0).unwrap();
+            for entry in fs::read_dir(&template.0).unwrap() {
+                let path = entry.unwrap().path();
+                fs::copy(&path, dir.0.join(path.file_name().unwrap())).unwrap();
+            }
+            let file = dir.0.join("gaps");
+            let mut data = fs::read(&file).unwrap();
+            damage(&mut data);
+            fs::write(&file, &data).unwrap();
+
+            let mut s = Spool::open(&dir.0, GAPS_CFG).unwrap();
+            assert!(s.remembered_gaps().is_empty(), "{name}");
+            assert!(s.recovery_facts(&remembered, &produced, RE_LIST_AT).is_empty(), "{name}: never claimed recovered");
+            assert!(!file.exists(), "{name}");
+            assert!(fs::read(dir.0.join("gaps.bad")).unwrap() == data, "{name}: set aside as it was");
+            // The memory works again: later drops are remembered, across a restart too.
+            s.ack(u64::MAX).unwrap();
+            overflow(&mut s, &facts[400..]);
+            let later = s.remembered_gaps();
+            assert!(!later.is_empty(), "{name}");
+            drop(s);
+            assert_eq!(Spool::open(&dir.0, GAPS_CFG).unwrap().remembered_gaps(), later, "{name}");
+        }
+    }
+
+    /// The memory cap holds across a restart: the IDs read back count against it (later drops add none past it), a
+    /// lower cap trims them, and the file holds what the memory does.
+    #[test]
+    fn the_memory_cap_holds_across_a_restart() {
+        let dir = TempDir::new("gaps-cap");
+        let facts = mixed_facts(800);
+        let mut s = Spool::open(&dir.0, GAPS_CFG).unwrap();
+        s.set_remember_cap(5);
+        overflow(&mut s, &facts[..400]);
+        assert_eq!(s.gaps.remembered_ids(), 5);
+        drop(s);
+
+        let mut s = Spool::open(&dir.0, GAPS_CFG).unwrap();
+        s.set_remember_cap(5);
+        assert_eq!(s.gaps.remembered_ids(), 5);
+        let dropped_before = s.dropped_total();
+        overflow(&mut s, &facts[400..]);
+        assert!(s.dropped_total() > dropped_before, "more drops after the restart");
+        assert_eq!(s.gaps.remembered_ids(), 5, "the IDs read back count against the cap");
+        drop(s);
+
+        // Read back under the default cap: still 5, and a re-list producing every fact gets exactly those back.
+        let mut s = Spool::open(&dir.0, GAPS_CFG).unwrap();
+        assert_eq!(s.gaps.remembered_ids(), 5);
+        let heads = s.remembered_gaps();
+        let accounts = s.recovery_facts(&heads, &allocation_ids(&facts), RE_LIST_AT);
+        assert_eq!(recovered_allocations(&accounts, &heads), 5, "only the IDs kept can be checked");
+        let forgotten: u64 = recoveries(&accounts).iter().filter(|r| heads.contains(&r.gap)).map(|r| r.forgotten).sum();
+        assert!(forgotten > 0);
+        drop(s);
+
+        // A lower cap trims what was read back, on disk too.
+        let mut s = Spool::open(&dir.0, GAPS_CFG).unwrap();
+        assert_eq!(s.gaps.remembered_ids(), 5, "the accounts were never spooled");
+        s.set_remember_cap(2);
+        assert_eq!(s.gaps.remembered_ids(), 2);
+        s.append_fact(&fact(10_000)).unwrap();
+        drop(s);
+        let s = Spool::open(&dir.0, GAPS_CFG).unwrap();
+        assert_eq!(s.gaps.remembered_ids(), 2);
+    }
+
+    /// An event ID longer than the wire format makes them is forgotten (counted lost) rather than written: a reader
+    /// would refuse the whole file for it.
+    #[test]
+    fn an_id_the_file_could_not_hold_is_forgotten_not_written() {
+        let dir = TempDir::new("gaps-long-id");
+        let mut facts = mixed_facts(400);
+        for f in facts.iter_mut().filter(|f| matches!(f.body, FactBody::AllocationVanished(_))).take(3) {
+            f.event_id = "x".repeat(EVENT_ID_MAX + 1);
+        }
+        let mut s = Spool::open(&dir.0, GAPS_CFG).unwrap();
+        let (dropped, _) = overflow(&mut s, &facts);
+        assert!(dropped.contains(&"x".repeat(EVENT_ID_MAX + 1)), "the long IDs are among the dropped");
+        let ids = s.gaps.remembered_ids();
+        assert!(ids > 0);
+        drop(s);
+        let s = Spool::open(&dir.0, GAPS_CFG).unwrap();
+        assert!(!dir.0.join("gaps.bad").exists());
+        assert_eq!(s.gaps.remembered_ids(), ids);
+        let heads = s.remembered_gaps();
+        let mut s = s;
+        let accounts = s.recovery_facts(&heads, &allocation_ids(&facts), RE_LIST_AT);
+        let forgotten: u64 = recoveries(&accounts).iter().filter(|r| heads.contains(&r.gap)).map(|r| r.forgotten).sum();
+        assert_eq!(forgotten, 3);
+    }
+
+    /// Node agents send no account: with a cap of 0 nothing is remembered and no file is kept.
+    #[test]
+    fn with_a_cap_of_zero_nothing_is_remembered_or_written() {
+        let dir = TempDir::new("gaps-none");
+        let file = dir.0.join("gaps");
+        let facts = mixed_facts(800);
+        let mut s = Spool::open(&dir.0, GAPS_CFG).unwrap();
+        overflow(&mut s, &facts[..400]);
+        assert!(file.exists());
+        drop(s);
+        // A file from before: forgotten, and removed at the next append.
+        let mut s = Spool::open(&dir.0, GAPS_CFG).unwrap();
+        s.set_remember_cap(0);
+        assert!(s.remembered_gaps().is_empty());
+        overflow(&mut s, &facts[400..]);
+        assert!(s.remembered_gaps().is_empty());
+        assert!(!file.exists());
+        drop(s);
+        assert!(Spool::open(&dir.0, GAPS_CFG).unwrap().remembered_gaps().is_empty());
+    }
+
+    /// Past the cap on gaps, a new gap is not remembered (it stays unrecovered) and the gaps it took over keep their
+    /// own memory, each accounted for alone.
+    #[test]
+    fn past_the_gap_cap_a_new_gap_stays_unrecovered() {
+        let dir = TempDir::new("gaps-max");
+        let facts = mixed_facts(800);
+        let mut s = Spool::open(&dir.0, GAPS_CFG).unwrap();
+        overflow(&mut s, &facts[..400]);
+        let first = s.remembered_gaps();
+        // Full: every gap held (those taken over included).
+        s.gaps.set_max_gaps(s.gaps.len());
+        overflow(&mut s, &facts[400..]);
+        assert_eq!(s.remembered_gaps(), first, "the new gap is not remembered; the old ones are not taken over");
     }
 
     /// At the cap, telemetry goes before allocation facts (money before analytics), oldest first; the gap counts
