@@ -42,6 +42,7 @@ pub struct TenantUtilization {
     /// GPU-hours idle, a decimal string.
     pub idle_gpu_hours: String,
     /// `exact`, `modeled` or `estimated`.
+    #[schemars(with = "crate::states::Confidence")]
     pub confidence: String,
 }
 
@@ -90,6 +91,7 @@ pub struct AllocationUtilization {
     /// The idle stretches.
     pub idle_stretches: Vec<Stretch>,
     /// `exact`, `modeled` or `estimated`.
+    #[schemars(with = "crate::states::Confidence")]
     pub confidence: String,
     /// Why its utilization is not measured, when no sample covers it (never shown as 0 % busy); null when measured.
     #[serde(default)]
@@ -146,6 +148,7 @@ pub struct TenantInference {
     /// Mean time to first token, milliseconds (a decimal string).
     pub mean_ttft_ms: Option<String>,
     /// `exact`, `modeled` or `estimated`.
+    #[schemars(with = "crate::states::Confidence")]
     pub confidence: String,
     /// Why that confidence.
     pub confidence_reason: String,
@@ -167,6 +170,7 @@ pub struct EndpointInference {
     /// Mean time to first token, milliseconds (a decimal string).
     pub mean_ttft_ms: Option<String>,
     /// `exact`, `modeled` or `estimated`.
+    #[schemars(with = "crate::states::Confidence")]
     pub confidence: String,
 }
 

@@ -14,6 +14,7 @@ pub struct Me {
     /// The caller as the audit log names it (`user:ada@example.test`, `token:…`).
     pub actor: String,
     /// `user` (a browser session) or `token` (an API token).
+    #[schemars(with = "crate::states::CallerKind")]
     pub kind: String,
     /// A user's roles (`admin`, `finance`, `department_manager`, `viewer`), or a token's scope.
     pub roles: Vec<String>,
@@ -47,6 +48,7 @@ pub struct TokenInfo {
     /// What it is for.
     pub name: String,
     /// `admin`, `export`, `agent` or `join`.
+    #[schemars(with = "crate::states::TokenScope")]
     pub scope: String,
     /// The cluster of an agent or join token.
     pub cluster: Option<String>,
@@ -88,6 +90,7 @@ pub struct CreatedToken {
     /// What it is for.
     pub name: String,
     /// `admin`, `export`, `agent` or `join`.
+    #[schemars(with = "crate::states::TokenScope")]
     pub scope: String,
     /// The secret (`glt_…`): store it now, it is never shown again.
     pub token: String,
@@ -165,6 +168,7 @@ pub struct RoleMapping {
     /// The group as the provider's groups claim names it.
     pub group: String,
     /// `admin`, `finance`, `department_manager` or `viewer`.
+    #[schemars(with = "RoleName")]
     pub role: String,
     /// A department manager's department; null for the other roles.
     pub department: Option<String>,

@@ -36,6 +36,7 @@ pub struct PeriodEntry {
     /// The month (`YYYY-MM`).
     pub period: String,
     /// `open`, `closing` or `closed`.
+    #[schemars(with = "crate::states::PeriodState")]
     pub state: String,
     /// What was recorded of it.
     #[serde(flatten)]
@@ -166,6 +167,7 @@ pub struct EvidenceAllocation {
     #[serde(default)]
     pub end: Option<String>,
     /// `exact`, `modeled` or `estimated`.
+    #[schemars(with = "crate::states::Confidence")]
     pub confidence: String,
     /// The physical GPUs.
     #[serde(default)]

@@ -22,6 +22,7 @@ pub struct DisputeSummary {
     /// The disputed lines.
     pub line_ids: Vec<String>,
     /// `open`, `accepted` or `rejected`.
+    #[schemars(with = "crate::params::DisputeState")]
     pub state: String,
     /// Why it was opened.
     pub reason: String,
@@ -63,6 +64,7 @@ pub struct DisputedLine {
     /// The tenant's name.
     pub tenant: String,
     /// Charge term.
+    #[schemars(with = "crate::params::Term")]
     pub term: String,
     /// GPU class.
     pub gpu_class: String,
@@ -77,6 +79,7 @@ pub struct DisputedLine {
     /// Currency.
     pub currency: String,
     /// `exact`, `modeled` or `estimated`.
+    #[schemars(with = "crate::states::Confidence")]
     pub confidence: String,
     /// One sentence with its numbers.
     pub explanation: String,
@@ -105,6 +108,7 @@ pub struct Credit {
     /// The adjustment's ID.
     pub id: String,
     /// `pending_approval`, `approved`, `applied` or `rejected`.
+    #[schemars(with = "crate::states::AdjustmentState")]
     pub state: String,
     /// Signed amount, a decimal string (negative: a credit).
     pub amount: String,

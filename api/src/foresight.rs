@@ -83,6 +83,7 @@ pub struct ForecastRow {
     /// usual pace of a regular history), or `final` (the month is over).
     pub method: String,
     /// `high`, `medium` or `low`.
+    #[schemars(with = "crate::states::ForecastConfidence")]
     pub confidence: String,
     /// How the forecast was made, with its numbers.
     pub explanation: String,
@@ -267,6 +268,7 @@ pub struct Delivery {
     /// Event name.
     pub event: String,
     /// `pending`, `delivered` or `failed`.
+    #[schemars(with = "crate::states::DeliveryState")]
     pub state: String,
     /// Tries so far.
     pub attempts: u32,

@@ -26,6 +26,7 @@ pub struct LedgerLine {
     /// The tenant's name (empty for a department-level line).
     pub tenant: String,
     /// `guaranteed`, `borrowed`, `energy`, `service`, `overhead`, `credit` or `adjustment`.
+    #[schemars(with = "crate::params::Term")]
     pub term: String,
     /// The GPU class (empty when the line is not class-specific).
     pub gpu_class: String,
@@ -40,6 +41,7 @@ pub struct LedgerLine {
     /// Currency (ISO 4217).
     pub currency: String,
     /// `exact`, `modeled` or `estimated`: the weakest of its inputs.
+    #[schemars(with = "crate::states::Confidence")]
     pub confidence: String,
     /// The cost policy version that priced it.
     pub policy_version: u32,
@@ -58,6 +60,7 @@ pub struct Ledger {
     /// The month (`YYYY-MM`).
     pub period: String,
     /// `open`, `closing` or `closed`.
+    #[schemars(with = "crate::states::PeriodState")]
     pub state: String,
     /// The cost policy version that priced the figures.
     pub policy_version: Option<i32>,

@@ -23,6 +23,7 @@ pub mod ledger;
 pub mod orgs;
 pub mod params;
 pub mod policy;
+pub mod states;
 pub mod telemetry;
 pub mod tenancy;
 pub mod training;

@@ -18,6 +18,7 @@ pub struct OrganizationSettings {
     /// How many months of history the organization keeps (12 to 120).
     pub retention_months: i32,
     /// `active` or `suspended`.
+    #[schemars(with = "crate::states::OrgState")]
     pub state: String,
     /// Limits the operator set (read-only here).
     pub limits: OrganizationLimits,

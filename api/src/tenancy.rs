@@ -201,6 +201,7 @@ pub struct GpuModel {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct GpuProfile {
     /// `mig` or `vgpu`.
+    #[schemars(with = "ProfileKind")]
     pub kind: String,
     /// The GPU model.
     pub model: String,
@@ -297,6 +298,7 @@ impl ProfileKind {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct CreatedProfile {
     /// `mig` or `vgpu`.
+    #[schemars(with = "ProfileKind")]
     pub kind: String,
     /// The GPU model.
     pub model: String,

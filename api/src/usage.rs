@@ -34,6 +34,7 @@ pub struct UsageAck {
 #[serde(deny_unknown_fields)]
 pub struct Alias {
     /// `gateway_key` or `team`.
+    #[schemars(with = "AliasKind")]
     pub kind: String,
     /// The gateway key or team name as the records carry it.
     pub alias: String,
