@@ -206,6 +206,24 @@ fn mig_node_labels_become_a_node_fact() {
     assert_eq!(f["gpu_memory_mib"], 40960);
     assert_eq!(f["mig_strategy"], "mixed");
     assert!(f["allocatable"].as_object().unwrap().keys().any(|k| k.starts_with("nvidia.com/mig-")), "{f}");
+    // A kind cluster's node names no cloud machine: no provider ID (issue 35).
+    assert!(f.get("provider_id").is_none(), "{f}");
+}
+
+/// The same live node as an EKS node would be: `spec.providerID` is read as the cloud bill's name for the machine.
+#[test]
+fn a_cloud_nodes_provider_id_is_read() {
+    let text = std::fs::read_to_string(file("k8s", "node_live_runai_mig_3_instances.yaml")).unwrap();
+    assert!(text.contains("\nspec:\n"), "the fixture has a spec");
+    let eks = text.replacen("\nspec:\n", "\nspec:\n  providerID: aws:///us-west-2a/i-0f3c2b1a09d8e7f65\n", 1);
+    let dir = std::env::temp_dir().join(format!("gl-node-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("node_eks.yaml");
+    std::fs::write(&path, eks).unwrap();
+    let (facts, _) = inspect("node", &path, &[]);
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(facts.len(), 1);
+    assert_eq!(facts[0]["provider_id"], "aws:///us-west-2a/i-0f3c2b1a09d8e7f65", "{}", facts[0]);
 }
 
 #[test]

@@ -12,6 +12,7 @@
 pub mod analytics;
 pub mod auth;
 pub mod close;
+pub mod costs;
 pub mod common;
 pub mod disputes;
 pub mod exports;

@@ -13,6 +13,7 @@
 #![deny(missing_docs)]
 
 pub mod allocation;
+pub mod bill;
 pub mod bundle;
 pub mod confidence;
 pub mod decimal;
@@ -23,6 +24,7 @@ pub mod ids;
 pub mod interval;
 pub mod ledger;
 pub mod policy;
+pub mod provider;
 pub mod sharing;
 pub mod telemetry;
 pub mod time_fmt;

@@ -318,6 +318,11 @@ pub struct NodeFact {
     /// Allocatable GPU-like extended resources (`nvidia.com/gpu`, `nvidia.com/mig-…`) and their counts.
     #[serde(default)]
     pub allocatable: std::collections::BTreeMap<String, u32>,
+    /// `spec.providerID` (`aws:///zone/i-…`, `azure:///subscriptions/…`, `gce://project/zone/name`): how the cloud
+    /// bill names this machine. Absent on premises (and from agents before it was sent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "schema", schemars(length(max = crate::provider::MAX_RESOURCE_ID)))]
+    pub provider_id: Option<String>,
 }
 
 /// A MIG instance on a physical GPU.

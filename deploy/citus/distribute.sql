@@ -208,6 +208,10 @@ SELECT pg_temp.distribute('telemetry_gpu_hours', 'departments');
 -- migration 32: why an organization's open months could not be refreshed
 SELECT pg_temp.distribute('read_failures', 'departments');
 
+-- migration 34: the cloud bill's imports
+SELECT pg_temp.distribute('cost_imports', 'departments');
+SELECT pg_temp.distribute('cost_import_resources', 'departments');
+
 -- ---------------------------------------------------------------- foreign keys back, validated on the shards
 SELECT format('ALTER TABLE %s ADD CONSTRAINT %I %s', rel, conname, def) FROM gpuledger_foreign_keys ORDER BY con \gexec
 

@@ -100,6 +100,7 @@ pub fn api_routes(state: &AppState) -> Router<AppState> {
         .merge(crate::policy::router())
         .merge(crate::tenancy::router())
         .merge(crate::usage::router())
+        .merge(crate::costs::router())
         .merge(crate::disputes::router())
         .merge(crate::notifications::router())
         .merge(crate::orgs::settings::router())

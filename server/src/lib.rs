@@ -10,6 +10,7 @@ pub mod bulk;
 pub mod citus;
 pub mod cli;
 pub mod close;
+pub mod costs;
 pub mod db;
 pub mod demo;
 pub mod disputes;

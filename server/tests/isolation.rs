@@ -271,6 +271,14 @@ async fn seed(db: &Database, slug: &str) -> OrgId {
             "INSERT INTO oidc_logins (org_id, login_id, secret_sha256, state, nonce, pkce_verifier) VALUES ($1, $2, sha256($2::text::bytea), 's', 'n', 'v')",
             vec![o, Uuid::new_v4()],
         ),
+        (
+            "INSERT INTO cost_imports (org_id, period, import_id, imported_by, focus_version, currency, lines_read, lines_outside, matched_cost, unmatched_cost) VALUES ($1, '2026-01-01', $2, 'test', '1.2', 'USD', 1, 0, 1.00, 0)",
+            vec![o, Uuid::new_v4()],
+        ),
+        (
+            "INSERT INTO cost_import_resources (org_id, period, row_no, resource_id, resource_key, lines, effective_cost, billed_cost, cluster_id, node) VALUES ($1, '2026-01-01', 1, 'i-1', 'aws:i-1', 1, 1.00, 1.00, $2, 'n1')",
+            vec![o, cluster],
+        ),
     ];
     for (sql, binds) in statements {
         let mut q = sqlx::query(sql);

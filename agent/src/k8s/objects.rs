@@ -21,7 +21,14 @@ pub fn node_fact(v: &Value, observed_at: OffsetDateTime) -> Result<Option<Fact>,
     #[serde(default)]
     struct NodeObj {
         metadata: Meta,
+        spec: NodeSpec,
         status: NodeStatus,
+    }
+    #[derive(Deserialize, Default)]
+    #[serde(default)]
+    struct NodeSpec {
+        #[serde(rename = "providerID")]
+        provider_id: Option<String>,
     }
     #[derive(Deserialize, Default)]
     #[serde(default)]
@@ -53,6 +60,8 @@ pub fn node_fact(v: &Value, observed_at: OffsetDateTime) -> Result<Option<Fact>,
         sharing_strategy: labels.get("nvidia.com/gpu.sharing-strategy").cloned(),
         replicas: sharing.timeslice_replicas,
         allocatable,
+        // How the cloud bill names the machine (absent on premises); an empty one is no ID.
+        provider_id: node.spec.provider_id.filter(|p| !p.trim().is_empty()),
     };
     let rv = node.metadata.resource_version.clone().unwrap_or_default();
     Ok(Some(Fact {

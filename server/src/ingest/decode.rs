@@ -358,7 +358,21 @@ pub fn validate(batch: &Batch, window: Window) -> Result<(), AppError> {
                     .map_err(|(name, reason)| AppError::invalid(field(name), reason))?;
                 past("reported_at", t.reported_at)?;
             }
-            FactBody::NodeObserved(_) | FactBody::DeviceObserved(_) | FactBody::DeviceAssigned(_) => {}
+            FactBody::NodeObserved(n) => {
+                // Any form is kept (a cloud the matching does not know yet), but bounded and one line.
+                if let Some(p) = &n.provider_id
+                    && (p.is_empty() || p.len() > gpuledger_core::provider::MAX_RESOURCE_ID || p.chars().any(char::is_control))
+                {
+                    return Err(AppError::invalid(
+                        field("provider_id"),
+                        format!(
+                            "1 to {} characters without control characters (spec.providerID as Kubernetes has it)",
+                            gpuledger_core::provider::MAX_RESOURCE_ID
+                        ),
+                    ));
+                }
+            }
+            FactBody::DeviceObserved(_) | FactBody::DeviceAssigned(_) => {}
         }
     }
     // An end before its start inside one batch is refused up front (across batches it is flagged on store).

@@ -164,7 +164,7 @@ pub(super) async fn apply_node(
     let same: Option<bool> = sqlx::query_scalar(
         "SELECT node_uid = $2 AND gpu_product IS NOT DISTINCT FROM $3 AND gpu_count IS NOT DISTINCT FROM $4
                 AND mig_strategy IS NOT DISTINCT FROM $5 AND sharing_strategy IS NOT DISTINCT FROM $6
-                AND replicas IS NOT DISTINCT FROM $7 AND allocatable = $8
+                AND replicas IS NOT DISTINCT FROM $7 AND allocatable = $8 AND provider_id IS NOT DISTINCT FROM $11
            FROM nodes WHERE cluster_id = $9 AND name = $1 AND valid_to IS NULL AND org_id = $10",
     )
     .bind(&n.name)
@@ -177,6 +177,7 @@ pub(super) async fn apply_node(
     .bind(&allocatable)
     .bind(cluster.as_uuid())
     .bind(org.as_uuid())
+    .bind(&n.provider_id)
     .fetch_optional(tx.conn())
     .await?;
     if same == Some(true) {
@@ -194,8 +195,8 @@ pub(super) async fn apply_node(
     .await?;
     sqlx::query(
         "INSERT INTO nodes (org_id, cluster_id, name, valid_from, node_uid, gpu_product, gpu_count, mig_strategy,
-            sharing_strategy, replicas, allocatable)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) ON CONFLICT DO NOTHING",
+            sharing_strategy, replicas, allocatable, provider_id)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) ON CONFLICT DO NOTHING",
     )
     .bind(org.as_uuid())
     .bind(cluster.as_uuid())
@@ -208,6 +209,7 @@ pub(super) async fn apply_node(
     .bind(&n.sharing_strategy)
     .bind(n.replicas.map(|v| v as i32))
     .bind(&allocatable)
+    .bind(&n.provider_id)
     .execute(tx.conn())
     .await?;
     Ok(())

@@ -127,6 +127,11 @@ impl Op {
         self.body = Some(Content::Json(schema_of::<T>));
         self
     }
+    /// A body the handler reads itself: text of a media type (a CSV file).
+    fn body_text(mut self, media: &'static str) -> Self {
+        self.body = Some(Content::Text(media));
+        self
+    }
     /// A body the handler reads itself: newline-delimited JSON.
     fn body_ndjson(mut self) -> Self {
         self.body = Some(Content::Ndjson);
@@ -266,6 +271,7 @@ fn handler_inputs() -> BTreeMap<(&'static str, &'static str), Inputs> {
         crate::disputes::inputs(),
         crate::tenancy::inputs(),
         crate::usage::inputs(),
+        crate::costs::inputs(),
         crate::exports::inputs(),
         crate::budgets::inputs(),
         crate::notifications::inputs(),
@@ -401,9 +407,31 @@ fn operations() -> Vec<Op> {
     ops.extend(dispute_ops());
     ops.extend(tenancy::operations());
     ops.extend(usage_ops());
+    ops.extend(cost_ops());
     ops.extend(export_ops());
     ops.extend(foresight::operations());
     ops
+}
+
+/// The cloud bill: nodes with their provider IDs, a month's FOCUS import.
+fn cost_ops() -> Vec<Op> {
+    vec![
+        Op::get(
+            "/api/v1/inventory/nodes",
+            "The GPU nodes as their agents last reported them, with spec.providerID and the key a bill line matches",
+        )
+        .answers::<gpuledger_api::Items<gpuledger_api::costs::InventoryNode>>(200, "the nodes, by cluster and name"),
+        Op::get("/api/v1/costs/imports", "A month's imported cloud bill, matched to the GPU nodes (404: none imported)")
+            .answers::<gpuledger_api::costs::CostImport>(200, "the import"),
+        Op::post(
+            "/api/v1/costs/imports",
+            "Import a month's cloud bill: a FOCUS 1.0–1.3 CSV (gzip allowed), matched to the GPU nodes by resource ID; \
+             replaces the month's import; 409 for a closed month",
+        )
+        .body_text("text/csv")
+        .answers::<gpuledger_api::costs::CostImport>(200, "the import, matched")
+        .errors(&[413, 415]),
+    ]
 }
 
 /// Agents: batches and joining.
