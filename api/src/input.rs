@@ -731,6 +731,13 @@ pub fn present<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<O
     T::deserialize(d).map(Some)
 }
 
+/// `#[serde(default, deserialize_with = "clearable")]` on an `Option<Option<T>>`: a field a change may leave out
+/// (`None`: unchanged), clear (`null`: `Some(None)`) or set (`Some(Some(value))`), as JSON merge patch reads it.
+/// Serde alone reads `null` as absent; this keeps the two apart.
+pub fn clearable<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Option<Option<T>>, D::Error> {
+    Option::<T>::deserialize(d).map(Some)
+}
+
 /// A list of `MIN` to `MAX` items.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct List<T, const MIN: usize, const MAX: usize>(Vec<T>);

@@ -4,7 +4,10 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::input::{Currency, Int, Line};
+use crate::{
+    input::{Currency, Int, Line},
+    tenancy::MAX_ACCOUNT,
+};
 
 /// `GET /api/v1/organization/settings` (and the answer of `PUT`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -22,6 +25,12 @@ pub struct OrganizationSettings {
     pub state: String,
     /// Limits the operator set (read-only here).
     pub limits: OrganizationLimits,
+    /// The platform's own cost centre: the month's journal credits the recovered GPU cost to it (none: not set).
+    #[serde(default)]
+    pub platform_cost_center: Option<String>,
+    /// The platform's own general-ledger account the journal credits (none: not set; the journal says so).
+    #[serde(default)]
+    pub platform_gl_account: Option<String>,
     /// When the settings last changed (RFC 3339).
     pub updated_at: String,
     /// Who changed them last.
@@ -39,7 +48,8 @@ pub struct OrganizationLimits {
     pub ingest_facts_today: i64,
 }
 
-/// `PUT /api/v1/organization/settings`: the settings admins keep (all three, as the form sends them).
+/// `PUT /api/v1/organization/settings`: the settings admins keep (the first three always, as the form sends them;
+/// the platform's accounts left out: unchanged, `null`: cleared).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SettingsBody {
@@ -49,4 +59,12 @@ pub struct SettingsBody {
     pub default_currency: Currency,
     /// Months of history to keep.
     pub retention_months: Int<12, 120>,
+    /// The platform's cost centre the month's journal credits (`null` clears it).
+    #[serde(default, deserialize_with = "crate::input::clearable", skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<Line<MAX_ACCOUNT>>")]
+    pub platform_cost_center: Option<Option<Line<MAX_ACCOUNT>>>,
+    /// The platform's general-ledger account the month's journal credits (`null` clears it).
+    #[serde(default, deserialize_with = "crate::input::clearable", skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<Line<MAX_ACCOUNT>>")]
+    pub platform_gl_account: Option<Option<Line<MAX_ACCOUNT>>>,
 }

@@ -356,6 +356,26 @@ pub struct CsvParams {
     pub tenant: Option<Id>,
 }
 
+/// How a journal's debits are cut.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum JournalBy {
+    /// One debit per department (the default).
+    Department,
+    /// One debit per tenant within its department (department-level lines: the department's own row).
+    Tenant,
+}
+
+/// `GET /api/v1/exports/journal.csv`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct JournalParams {
+    /// The month (a closed one).
+    pub period: Month,
+    /// `department` (default) or `tenant`: one debit row per department, or per tenant within its department.
+    pub by: Option<JournalBy>,
+}
+
 /// A FOCUS version the export offers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
 pub enum FocusVersion {

@@ -30,7 +30,17 @@ pub struct Department {
     /// Names it had before, oldest first.
     #[serde(default)]
     pub former_names: Vec<String>,
+    /// The cost centre its journal rows are booked to (none: not set; its rows then carry a finding).
+    #[serde(default)]
+    pub cost_center: Option<String>,
+    /// The general-ledger account its journal debits go to (none: not set; its rows then carry a finding).
+    #[serde(default)]
+    pub gl_account: Option<String>,
 }
+
+/// Longest cost centre or general-ledger account code (SAP's cost centre is 10 characters, an Oracle accounting
+/// flexfield a few segments of up to 25: 64 holds either with room).
+pub const MAX_ACCOUNT: usize = 64;
 
 /// `POST /api/v1/departments`: a new department (admins).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -402,7 +412,7 @@ pub struct NamespaceOwnership {
     pub entries: Vec<OwnershipEntry>,
 }
 
-/// `PATCH /api/v1/departments/{department}`, `PATCH /api/v1/tenants/{tenant}` (admins): rename, retire, or both.
+/// `PATCH /api/v1/tenants/{tenant}` (admins; a department's change is [`DepartmentUpdate`]): rename, retire, or both.
 /// A rename applies from now on (closed months keep the names frozen in their bundles; former names are kept); a
 /// retired department or tenant keeps its history and takes nothing new from `retired_from` on.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -422,6 +432,36 @@ pub struct RenameOrRetire {
     pub reason: Prose<MAX_REASON>,
 }
 
+/// `PATCH /api/v1/departments/{department}` (admins): rename, retire, set its journal accounts, or several at once.
+/// `cost_center` and `gl_account`: left out, unchanged; `null`, cleared; a value, set (the month's journal debits
+/// the department to them).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[schemars(extend("anyOf" = [
+    {"required": ["name"], "properties": {"name": {"type": "string"}}},
+    {"required": ["retired_from"], "properties": {"retired_from": {"type": "string"}}},
+    {"required": ["cost_center"]},
+    {"required": ["gl_account"]}
+]))]
+pub struct DepartmentUpdate {
+    /// The new name (unique in the organization).
+    #[serde(default)]
+    pub name: Option<Line<MAX_NAME>>,
+    /// Retire from this instant.
+    #[serde(default)]
+    pub retired_from: Option<Instant>,
+    /// The cost centre its journal rows carry (`null` clears it).
+    #[serde(default, deserialize_with = "crate::input::clearable", skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<Line<MAX_ACCOUNT>>")]
+    pub cost_center: Option<Option<Line<MAX_ACCOUNT>>>,
+    /// The general-ledger account its journal debits go to (`null` clears it).
+    #[serde(default, deserialize_with = "crate::input::clearable", skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<Line<MAX_ACCOUNT>>")]
+    pub gl_account: Option<Option<Line<MAX_ACCOUNT>>>,
+    /// Why (kept in the audit log).
+    pub reason: Prose<MAX_REASON>,
+}
+
 /// `PATCH /api/v1/departments/{department}`, `PATCH /api/v1/tenants/{tenant}` (200): what changed.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct Updated {
@@ -435,6 +475,12 @@ pub struct Updated {
     /// Retired from (RFC 3339), when retired by this change.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retired_from: Option<String>,
+    /// A department's cost centre after this change (departments only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost_center: Option<String>,
+    /// A department's general-ledger account after this change (departments only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gl_account: Option<String>,
 }
 
 /// `POST /api/v1/tenancy/namespace-rules` (admins): namespaces without labels whose name is `pattern` (`exact`)

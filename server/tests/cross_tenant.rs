@@ -1045,6 +1045,15 @@ fn cases() -> Vec<Case> {
             build: |_| get(format!("/api/v1/exports/focus.csv?period={B_ONLY_CLOSED}&version=1.0")),
             control: control(ExportToken, 200, true),
         },
+        Case {
+            method: "GET",
+            route: "/api/v1/exports/journal.csv",
+            who: Readers,
+            denied: Api,
+            expect: Clean(200),
+            build: |_| get(format!("/api/v1/exports/journal.csv?period={CLOSED}&by=tenant")),
+            control: control(ExportToken, 200, true),
+        },
         // ---- analytics
         Case {
             method: "GET",
@@ -1856,6 +1865,22 @@ fn cases() -> Vec<Case> {
             build: |t| {
                 org_level(t).and_then(|t| {
                     with_form("/ui/tenancy/tenant", format!("tenant={}&name=probe-renamed&reason=probe", t.tenant))
+                })
+            },
+            control: None,
+        },
+        Case {
+            method: "POST",
+            route: "/ui/tenancy/department",
+            who: Admins,
+            denied: Form,
+            expect: Status(404),
+            build: |t| {
+                org_level(t).and_then(|t| {
+                    with_form(
+                        "/ui/tenancy/department",
+                        format!("department={}&gl_account=probe&cost_center=&reason=probe", t.departments[0]),
+                    )
                 })
             },
             control: None,

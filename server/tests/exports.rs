@@ -1475,3 +1475,249 @@ async fn allocations_csv_rust_plan_writes_the_sql_plan_rows() {
         assert_eq!(got, (hours.clone(), fraction.clone()), "{}/{} over {micros} µs", nums[i], dens[i]);
     }
 }
+
+// ---------------------------------------------------------------- journal (issue 35 item 3)
+
+/// The journal's columns, as docs/finance.md documents them.
+const JOURNAL_COLUMNS: &str = "entry_date,account,cost_center,department,tenant,debit,credit,currency,memo,close_hash";
+
+/// An exact decimal of a cell (empty: zero).
+fn dec(s: &str) -> gpuledger_core::decimal::Decimal {
+    if s.is_empty() {
+        gpuledger_core::decimal::Decimal::ZERO
+    } else {
+        gpuledger_core::decimal::Decimal::parse(s).unwrap()
+    }
+}
+
+/// Sums of the debit and credit columns (exact).
+fn journal_sums(
+    rows: &[BTreeMap<String, String>],
+) -> (gpuledger_core::decimal::Decimal, gpuledger_core::decimal::Decimal) {
+    let add = |col: &str| {
+        rows.iter().fold(gpuledger_core::decimal::Decimal::ZERO, |a, r| a.checked_add(&dec(&r[col])).unwrap())
+    };
+    (add("debit"), add("credit"))
+}
+
+/// The net of the department rows (debits less credits, the platform's rows left out).
+fn departments_net(rows: &[BTreeMap<String, String>]) -> gpuledger_core::decimal::Decimal {
+    rows.iter().filter(|r| !r["department"].is_empty()).fold(gpuledger_core::decimal::Decimal::ZERO, |a, r| {
+        a.checked_add(&dec(&r["debit"])).unwrap().checked_sub(&dec(&r["credit"])).unwrap()
+    })
+}
+
+/// Sets a department's accounts through its API.
+async fn set_accounts(env: &Env, department: Uuid, body: Value) -> Value {
+    ok_json(env, "PATCH", &format!("/api/v1/departments/{department}"), body).await
+}
+
+#[tokio::test]
+async fn journal_of_a_closed_month_balances_to_its_total_and_flags_missing_accounts() {
+    let env = env().await;
+    // Research: a GL account a spreadsheet would run as a formula; Platform: no account at all.
+    let set = set_accounts(
+        &env,
+        env.research,
+        json!({"cost_center": "CC-100", "gl_account": "=SUM(A1:A9)", "reason": "chart of accounts"}),
+    )
+    .await;
+    assert_eq!((set["cost_center"].as_str(), set["gl_account"].as_str()), (Some("CC-100"), Some("=SUM(A1:A9)")));
+    let settings = ok_json(
+        &env,
+        "PUT",
+        "/api/v1/organization/settings",
+        json!({"display_name": "Acme", "default_currency": "USD", "retention_months": 84,
+               "platform_gl_account": "4900-GPU", "platform_cost_center": "CC-PLAT"}),
+    )
+    .await;
+    assert_eq!(settings["platform_gl_account"], "4900-GPU");
+    let listed = get(&env, "/api/v1/departments", &env.admin).await.json();
+    let research = listed["items"].as_array().unwrap().iter().find(|d| d["name"] == "Research").unwrap().clone();
+    assert_eq!(
+        (research["cost_center"].as_str(), research["gl_account"].as_str()),
+        (Some("CC-100"), Some("=SUM(A1:A9)"))
+    );
+
+    let ledger = get(&env, "/api/v1/ledger?period=2026-09", &env.export).await.json();
+    let total = dec(ledger["total"].as_str().unwrap());
+    let hash = ledger["hash"].as_str().unwrap().to_string();
+    assert!(!total.is_negative() && total.scaled_units() > 0, "{ledger}");
+
+    // -- by department: two debits and the platform's credit; debits = credits = the month's total, exactly
+    let a = get(&env, "/api/v1/exports/journal.csv?period=2026-09", &env.export).await;
+    let raw = a.text();
+    let (header, rows) = csv_of(&a);
+    assert_eq!(header.join(","), JOURNAL_COLUMNS);
+    assert_eq!(rows.len(), 3, "{rows:?}");
+    let (debits, credits) = journal_sums(&rows);
+    assert_eq!((debits, credits), (total, total), "{rows:?}");
+    for r in &rows {
+        assert_eq!((r["entry_date"].as_str(), r["currency"].as_str()), ("2026-09-30", "USD"));
+        assert_eq!(r["close_hash"], hash);
+        assert_eq!(r["tenant"], "");
+        assert!(r["debit"].is_empty() != r["credit"].is_empty(), "one side per row: {r:?}");
+        for (k, v) in r {
+            assert!(!v.starts_with(FORMULA_START), "{k} = {v:?} starts a formula");
+        }
+    }
+    let row = |dept: &str| rows.iter().find(|r| r["department"] == dept).unwrap_or_else(|| panic!("{dept}: {rows:?}"));
+    // the formula-looking account is neutralized, as every text cell of the exports is
+    assert_eq!(
+        (row("Research")["account"].as_str(), row("Research")["cost_center"].as_str()),
+        ("'=SUM(A1:A9)", "CC-100")
+    );
+    assert!(raw.contains(",\"'=SUM(A1:A9)\",CC-100,Research,"), "{raw}");
+    // Platform has no account: its money is still there, the account empty, the memo and the header say so
+    let platform = row("Platform");
+    assert_eq!((platform["account"].as_str(), platform["cost_center"].as_str()), ("", ""));
+    assert!(!platform["debit"].is_empty(), "{platform:?}");
+    assert!(platform["memo"].contains("FINDING") && platform["memo"].contains("no gl_account"), "{platform:?}");
+    assert!(!row("Research")["memo"].contains("FINDING"), "{:?}", row("Research"));
+    let findings = a.header("x-gpuledger-findings");
+    assert!(
+        findings.contains(&env.platform.to_string()) && !findings.contains(&env.research.to_string()),
+        "{findings}"
+    );
+    let credit = rows.iter().find(|r| r["department"].is_empty()).unwrap();
+    assert_eq!((credit["account"].as_str(), credit["cost_center"].as_str()), ("4900-GPU", "CC-PLAT"));
+    assert_eq!(dec(&credit["credit"]), total);
+
+    // -- by tenant: a row per tenant within its department (names neutralized), still balanced to the total
+    let (_, by_tenant) = csv_of(&get(&env, "/api/v1/exports/journal.csv?period=2026-09&by=tenant", &env.export).await);
+    assert_eq!(journal_sums(&by_tenant), (total, total), "{by_tenant:?}");
+    assert_eq!(departments_net(&by_tenant), total);
+    assert!(by_tenant.len() > rows.len(), "{by_tenant:?}");
+    let tenants: BTreeSet<&str> = by_tenant.iter().map(|r| r["tenant"].as_str()).collect();
+    for want in ["alpha", &format!("'{EVIL_TENANT}"), &format!("'{OPS_TENANT}")] {
+        assert!(tenants.contains(want), "{want} in {tenants:?}");
+    }
+    let ledger_tenants: BTreeMap<String, i64> =
+        ledger["lines"].as_array().unwrap().iter().fold(BTreeMap::new(), |mut m, l| {
+            *m.entry(l["tenant"].as_str().unwrap().to_string()).or_default() += cents(l["amount"].as_str().unwrap());
+            m
+        });
+    let alpha = by_tenant.iter().find(|r| r["tenant"] == "alpha").unwrap();
+    assert_eq!(cents(&alpha["debit"]), ledger_tenants["alpha"], "{alpha:?}");
+
+    // -- a department-scoped token: its department's rows and a credit balancing those, its own total
+    let scoped_total =
+        dec(get(&env, "/api/v1/ledger?period=2026-09", &env.export_platform).await.json()["total"].as_str().unwrap());
+    let s = get(&env, "/api/v1/exports/journal.csv?period=2026-09", &env.export_platform).await;
+    let (_, scoped) = csv_of(&s);
+    assert_eq!(scoped.len(), 2, "{scoped:?}");
+    assert!(scoped.iter().all(|r| r["department"] == "Platform" || r["department"].is_empty()), "{scoped:?}");
+    assert_eq!(journal_sums(&scoped), (scoped_total, scoped_total));
+    assert!(scoped_total < total, "{scoped_total} of {total}");
+    assert!(!s.text().contains("Research"), "{}", s.text());
+
+    // -- the open month: 409 problem+json naming period and saying to close it first
+    let open = get(&env, "/api/v1/exports/journal.csv?period=2026-10", &env.export).await;
+    assert_eq!(open.status, StatusCode::CONFLICT, "{}", open.text());
+    assert!(open.header("content-type").starts_with("application/problem+json"), "{}", open.header("content-type"));
+    let problem = open.json();
+    assert!(problem.to_string().contains("\"period\"") && problem.to_string().contains("close it first"), "{problem}");
+    // a month not ended: 409 naming period as well; a bad `by`: 422 naming it
+    let future = get(&env, "/api/v1/exports/journal.csv?period=2099-01", &env.export).await;
+    assert_eq!(future.status, StatusCode::CONFLICT, "{}", future.text());
+    assert!(future.text().contains("period"), "{}", future.text());
+    let bad = get(&env, "/api/v1/exports/journal.csv?period=2026-09&by=cluster", &env.export).await;
+    assert_eq!(bad.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", bad.text());
+    assert!(bad.text().contains("by"), "{}", bad.text());
+    // agents read no ledger
+    let agent = get(&env, "/api/v1/exports/journal.csv?period=2026-09", &env.agent).await;
+    assert_eq!(agent.status, StatusCode::FORBIDDEN, "{}", agent.text());
+    // the download is audited with its findings
+    let audited: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM audit_log WHERE org_id = $1 AND action = 'export.journal_csv' AND details->'findings' <> '[]'",
+    )
+    .bind(env.org)
+    .fetch_one(&env.su)
+    .await
+    .unwrap();
+    assert!(audited >= 1);
+
+    // -- clearing an account (null) brings the finding back; a control character is refused naming the field
+    set_accounts(&env, env.research, json!({"gl_account": null, "reason": "moved"})).await;
+    let again = get(&env, "/api/v1/exports/journal.csv?period=2026-09", &env.export).await;
+    assert!(
+        again.header("x-gpuledger-findings").contains(&env.research.to_string()),
+        "{}",
+        again.header("x-gpuledger-findings")
+    );
+    let (_, rows) = csv_of(&again);
+    assert_eq!(journal_sums(&rows), (total, total));
+    let refused = send(
+        &env,
+        "PATCH",
+        &format!("/api/v1/departments/{}", env.research),
+        &bearer(&env.admin),
+        Some(json!({"cost_center": "CC\u{7}1", "reason": "x"})),
+    )
+    .await;
+    assert_eq!(refused.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", refused.text());
+    assert!(refused.text().contains("cost_center"), "{}", refused.text());
+}
+
+#[tokio::test]
+async fn journal_credits_a_department_whose_credits_exceed_its_charges() {
+    let env = env().await;
+    // Platform's whole September @ops charge is credited back in October, more than Platform's October charges.
+    let sept = get(&env, "/api/v1/ledger?period=2026-09", &env.export_platform).await.json();
+    let ops = sept["lines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|l| l["tenant"] == OPS_TENANT)
+        .max_by_key(|l| cents(l["amount"].as_str().unwrap()))
+        .unwrap()
+        .clone();
+    let d = ok_json(
+        &env,
+        "POST",
+        "/api/v1/disputes",
+        json!({"period": "2026-09", "line_ids": [ops["line_id"]], "reason": "the node was down"}),
+    )
+    .await;
+    let id = d["id"].as_str().unwrap().to_string();
+    ok_json(
+        &env,
+        "POST",
+        &format!("/api/v1/disputes/{id}/accept"),
+        json!({"reason": "down", "credit_amount": ops["amount"]}),
+    )
+    .await;
+    let session = vec![
+        ("cookie", format!("gl_session={}", env.cookie)),
+        ("x-csrf-token", session::csrf_for(&env.cookie)),
+        ("host", "localhost".to_string()),
+    ];
+    let a = send(&env, "POST", &format!("/api/v1/disputes/{id}/credit/approve"), &session, Some(json!({}))).await;
+    assert!(a.status.is_success(), "{} {}", a.status, a.text());
+    ok_json(&env, "POST", "/api/v1/periods/2026-10/close", json!({})).await;
+
+    let oct = get(&env, "/api/v1/ledger?period=2026-10", &env.export_platform).await.json();
+    let platform_total = dec(oct["total"].as_str().unwrap());
+    assert!(platform_total.is_negative(), "the test needs Platform below zero in October: {oct}");
+    let total = dec(get(&env, "/api/v1/ledger?period=2026-10", &env.export).await.json()["total"].as_str().unwrap());
+
+    set_accounts(&env, env.platform, json!({"cost_center": "CC-200", "gl_account": "6200", "reason": "coa"})).await;
+    let (_, rows) = csv_of(&get(&env, "/api/v1/exports/journal.csv?period=2026-10", &env.export).await);
+    let platform = rows.iter().find(|r| r["department"] == "Platform").unwrap();
+    assert!(platform["debit"].is_empty(), "{platform:?}");
+    assert_eq!(dec(&platform["credit"]), gpuledger_core::decimal::Decimal::ZERO.checked_sub(&platform_total).unwrap());
+    let (debits, credits) = journal_sums(&rows);
+    assert_eq!(debits, credits, "{rows:?}");
+    assert_eq!(departments_net(&rows), total, "{rows:?}");
+    for r in &rows {
+        assert_eq!(r["entry_date"], "2026-10-31");
+    }
+
+    // the Platform-scoped token: its negative department is balanced by a platform debit
+    let (_, scoped) = csv_of(&get(&env, "/api/v1/exports/journal.csv?period=2026-10", &env.export_platform).await);
+    assert_eq!(scoped.len(), 2, "{scoped:?}");
+    let balancing = scoped.iter().find(|r| r["department"].is_empty()).unwrap();
+    assert_eq!(dec(&balancing["debit"]), gpuledger_core::decimal::Decimal::ZERO.checked_sub(&platform_total).unwrap());
+    assert!(balancing["credit"].is_empty());
+    assert_eq!(journal_sums(&scoped).0, journal_sums(&scoped).1);
+}

@@ -245,6 +245,23 @@ async fn departments_tenants_and_inventory_are_added_in_the_portal() {
     assert!(page.body.contains("starts with arm-"), "the rule is listed: {}", page.body);
     assert!(page.body.contains("<td>arm-ctl</td>") && page.body.contains("arm-control"), "{}", page.body);
 
+    // A department's journal accounts (issue 35): set through its row's form, shown back; an empty field clears.
+    let saved =
+        post("/ui/tenancy/department", "department=Robotics&cost_center=CC-ROB&gl_account=6100-GPU&reason=coa").await;
+    assert_eq!(saved.status, StatusCode::SEE_OTHER, "{}", saved.body);
+    let page = send(&app, get("/admin/inventory", Some(&admin))).await;
+    assert!(page.body.contains("value=\"CC-ROB\"") && page.body.contains("value=\"6100-GPU\""), "{}", page.body);
+    let cleared =
+        post("/ui/tenancy/department", "department=Robotics&cost_center=&gl_account=6100-GPU&reason=coa").await;
+    assert_eq!(cleared.status, StatusCode::SEE_OTHER, "{}", cleared.body);
+    let page = send(&app, get("/admin/inventory", Some(&admin))).await;
+    assert!(!page.body.contains("CC-ROB") && page.body.contains("value=\"6100-GPU\""), "{}", page.body);
+    let long = "x".repeat(65);
+    let refused =
+        post("/ui/tenancy/department", &format!("department=Robotics&cost_center={long}&gl_account=&reason=coa")).await;
+    assert_eq!(refused.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", refused.body);
+    assert!(refused.body.contains("cost_center"), "{}", refused.body);
+
     // Finance may edit the inventory (it prices), not the tenancy.
     let (finance, _) = demo_login(&app, "finance").await;
     let finance_page = send(&app, get("/finance", Some(&finance))).await;

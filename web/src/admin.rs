@@ -674,6 +674,28 @@ pub fn InventoryPage() -> impl IntoView {
                                 <button type="submit">"Add tenant"</button>
                             </form>
                         }.into_any() }}
+                        {(!departments.is_empty()).then(|| view! {
+                            <h3>"Journal accounts"</h3>
+                            <p class="muted">"Each department's cost centre and GL account: the month's journal (" <code>"/api/v1/exports/journal.csv"</code> ") debits its showback to them. Empty: not set (its journal row keeps the money, with the account empty and a finding)."</p>
+                            <table id="department-accounts"><thead><tr><th>"Department"</th><th class="num">"Tenants"</th><th>"Cost centre"</th><th>"GL account"</th><th>"Why"</th><th></th></tr></thead>
+                            <tbody>{departments.iter().map(|d| {
+                                let form = format!("accounts-{}", d.department_id);
+                                view! {
+                                    <tr>
+                                        <td>{d.name.clone()}{d.retired_at.is_some().then_some(" (retired)")}</td>
+                                        <td class="num">{d.tenants}</td>
+                                        <td><input form=form.clone() name="cost_center" maxlength="64" size="12" value=d.cost_center.clone().unwrap_or_default() /></td>
+                                        <td><input form=form.clone() name="gl_account" maxlength="64" size="12" value=d.gl_account.clone().unwrap_or_default() /></td>
+                                        <td><input form=form.clone() name="reason" required=true size="16" placeholder="new chart of accounts" /></td>
+                                        <td><form method="post" action="/ui/tenancy/department" id=form.clone()>
+                                            <input type="hidden" name="csrf" value=csrf.clone() />
+                                            <input type="hidden" name="department" value=d.department_id.clone() />
+                                            <button type="submit">"Save accounts"</button>
+                                        </form></td>
+                                    </tr>
+                                }
+                            }).collect_view()}</tbody></table>
+                        })}
                         {(!tenants.is_empty()).then(|| view! {
                             <table><thead><tr><th>"Department"</th><th>"Tenant"</th><th class="num">"Namespaces now"</th><th>"Retired from"</th><th>"Formerly"</th></tr></thead>
                             <tbody>{tenants.iter().map(|t| view! {
@@ -852,8 +874,8 @@ fn limit(v: Option<i64>, unit: &str) -> String {
     v.map(|n| format!("{n} {unit}")).unwrap_or_else(|| "no limit".into())
 }
 
-/// `/admin/organization`: the organization's settings (display name, default currency, data retention) and, read-only,
-/// the limits its operator set.
+/// `/admin/organization`: the organization's settings (display name, default currency, data retention, the platform's
+/// journal account) and, read-only, the limits its operator set.
 #[component]
 pub fn OrganizationPage() -> impl IntoView {
     let data = async move {
@@ -885,6 +907,14 @@ pub fn OrganizationPage() -> impl IntoView {
                                 title="three uppercase letters, such as USD or EUR" value=s.default_currency.clone() /></label>
                             <label>"Data retention (months, 12 to 120) " <input name="retention_months" type="number" required=true min="12" max="120"
                                 value=s.retention_months.to_string() /></label>
+                            <fieldset>
+                                <legend>"Platform account (journal credits)"</legend>
+                                <p class="muted">"The month's journal (" <code>"/api/v1/exports/journal.csv"</code> ") debits each department's account and credits the platform's with what it recovered. Empty: not set (the journal still balances and says what is missing)."</p>
+                                <label>"GL account " <input name="platform_gl_account" maxlength="64" placeholder="4900-GPU-RECOVERY"
+                                    value=s.platform_gl_account.clone().unwrap_or_default() /></label>
+                                <label>"Cost centre " <input name="platform_cost_center" maxlength="64" placeholder="CC-PLATFORM"
+                                    value=s.platform_cost_center.clone().unwrap_or_default() /></label>
+                            </fieldset>
                             <button type="submit">"Save settings"</button>
                         </form>
                     </section>

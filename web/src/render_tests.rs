@@ -238,6 +238,8 @@ fn admin_answer(path: &str) -> Option<Value> {
                 ingest_facts_per_day: Some(1000),
                 ingest_facts_today: 3,
             },
+            platform_cost_center: None,
+            platform_gl_account: Some("4900-GPU".into()),
             updated_at: String::new(),
             updated_by: String::new(),
         })

@@ -24,6 +24,15 @@ pub const CLUSTERS: [(Uuid, &str); 2] = [
 const DEPARTMENTS: [(Uuid, &str); 3] =
     [(RESEARCH, "Research"), (PRODUCT, "Product"), (PLATFORM, "Platform Engineering")];
 
+/// The departments' journal accounts, in [`DEPARTMENTS`]' order: (cost centre, GL account) — IT services expense,
+/// per department's cost centre.
+const DEPARTMENT_ACCOUNTS: [(&str, &str); 3] =
+    [("CC-1100", "6420-GPU"), ("CC-1200", "6420-GPU"), ("CC-9100", "6420-GPU")];
+
+/// The platform's own account the demo's journal credits: (cost centre, GL account) — the internal recovery of GPU
+/// cost, against the platform team's cost centre.
+const PLATFORM_ACCOUNT: (&str, &str) = ("CC-9100", "6429-GPU-RECOVERY");
+
 /// Tenants: (ID, department, name). Namespaces name them in the `gpuledger.io/tenant` label; Kueue ClusterQueues
 /// carry the same names.
 pub const TENANTS: [(Uuid, Uuid, &str); 9] = [
@@ -86,11 +95,28 @@ pub async fn seed(db: &Database) -> Result<OrgId, crate::error::AppError> {
 async fn insert_all(tx: &mut OrgTx, o: Uuid) -> Result<(), DbError> {
     // A demo organization offers its local demo accounts until an identity provider is configured.
     sqlx::query("UPDATE organizations SET demo_login = true").execute(tx.conn()).await?;
-    for (id, name) in DEPARTMENTS {
-        sqlx::query("INSERT INTO departments (org_id, department_id, name) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING")
+    let mut first = false;
+    for ((id, name), (cost_center, gl_account)) in DEPARTMENTS.into_iter().zip(DEPARTMENT_ACCOUNTS) {
+        let added = sqlx::query(
+            "INSERT INTO departments (org_id, department_id, name, cost_center, gl_account) VALUES ($1, $2, $3, $4, $5)
+             ON CONFLICT DO NOTHING",
+        )
+        .bind(o)
+        .bind(id)
+        .bind(name)
+        .bind(cost_center)
+        .bind(gl_account)
+        .execute(tx.conn())
+        .await?;
+        first |= added.rows_affected() > 0;
+    }
+    if first {
+        // The platform's own account, which the demo's journal credits; set once, like the departments' (an admin's
+        // later change stays).
+        sqlx::query("UPDATE org_settings SET platform_cost_center = $2, platform_gl_account = $3 WHERE org_id = $1")
             .bind(o)
-            .bind(id)
-            .bind(name)
+            .bind(PLATFORM_ACCOUNT.0)
+            .bind(PLATFORM_ACCOUNT.1)
             .execute(tx.conn())
             .await?;
     }

@@ -5,6 +5,8 @@
 //!   socket; the allocations are joined and computed in Rust from the raw intervals, see [`allocations`]), RFC 4180, UTF-8, CRLF, timestamps in UTC ISO 8601, decimals exact with a `.`, text cells that a
 //!   spreadsheet would run as a formula prefixed with `'` (see [`cells`]).
 //! - `GET /api/v1/exports/focus.csv?period=YYYY-MM[&version=1.3|1.2|1.0]`: the month's ledger as FOCUS ([`focus`]).
+//! - `GET /api/v1/exports/journal.csv?period=YYYY-MM[&by=tenant]`: a closed month as balanced journal entries
+//!   ([`journal`]).
 //! - `/odata/`: the OData v4 service ([`odata`]): service document, `$metadata`, seven entity sets with
 //!   `$select`, `$filter`, `$orderby`, `$top`, `$skip`, `$count` and server-driven paging. Only API tokens
 //!   (HTTP Basic with the token as password, Bearer, or a Web API key) — never the portal's cookie.
@@ -17,8 +19,10 @@ mod allocations;
 mod cells;
 mod filter;
 mod focus;
+pub mod journal;
 pub(crate) mod odata;
 mod sources;
+pub mod store;
 
 use axum::{
     Router,
@@ -55,6 +59,7 @@ pub fn router() -> Router<AppState> {
         .route("/api/v1/exports/usage.csv", get(usage_csv))
         .route("/api/v1/exports/disputes.csv", get(disputes_csv))
         .route("/api/v1/exports/focus.csv", get(focus::focus_csv))
+        .route("/api/v1/exports/journal.csv", get(journal::journal_csv))
         .route("/odata", get(odata::service_document))
         .route("/odata/", get(odata::service_document))
         .route("/odata/$metadata", get(odata::metadata))
@@ -105,6 +110,7 @@ pub(crate) fn inputs() -> Vec<Inputs> {
         described("get", "/api/v1/exports/usage.csv", usage_csv),
         described("get", "/api/v1/exports/disputes.csv", disputes_csv),
         described("get", "/api/v1/exports/focus.csv", focus::focus_csv),
+        described("get", "/api/v1/exports/journal.csv", journal::journal_csv),
     ]
 }
 

@@ -517,8 +517,8 @@ fn organization_ops() -> Vec<Op> {
     vec![
         Op::get(
             "/api/v1/organization/settings",
-            "The organization's settings (display name, default currency, data retention) and the limits its operator \
-             set (read-only)",
+            "The organization's settings (display name, default currency, data retention, the platform's journal \
+             accounts) and the limits its operator set (read-only)",
         )
         .token()
         .answers::<OrganizationSettings>(200, "Settings")
@@ -526,7 +526,8 @@ fn organization_ops() -> Vec<Op> {
         Op::put(
             "/api/v1/organization/settings",
             "Change the settings admins keep: {display_name, default_currency (ISO 4217), retention_months (12 to \
-             120)}; audited. Limits are the operator's (`gpuledger-server org limits`).",
+             120), platform_cost_center?, platform_gl_account? (the journal's credit account; left out: unchanged, \
+             null: cleared)}; audited. Limits are the operator's (`gpuledger-server org limits`).",
         )
         .token()
         .answers::<OrganizationSettings>(200, "Settings")
@@ -802,6 +803,17 @@ fn export_ops() -> Vec<Op> {
              or 1.0",
             &[409],
         ),
+        Op::get(
+            "/api/v1/exports/journal.csv",
+            "A closed month as balanced double-entry journal lines: a debit per department (by=tenant: per tenant) \
+             to its cost centre and GL account, a balancing credit to the platform's; columns entry_date, account, \
+             cost_center, department, tenant, debit, credit, currency, memo, close_hash. Accounts not set keep their \
+             row (empty account, memo says so) and are listed in the X-GpuLedger-Findings header. 409 naming period \
+             while the month is not closed",
+        )
+        .token()
+        .answers_text(200, csv, "text/csv")
+        .errors(&[409]),
     ]
 }
 

@@ -86,7 +86,8 @@ pub(super) fn operations() -> Vec<Op> {
         .errors(&[401, 403, 404, 409, 422]),
         Op::patch(
             "/api/v1/departments/{department}",
-            "Rename and/or retire a department: {name?, retired_from?, reason}. Admins",
+            "Rename, retire and/or set the journal accounts of a department: {name?, retired_from?, cost_center?, \
+             gl_account?, reason} (an account null: cleared). Admins",
         )
         .token()
         .answers::<Updated>(200, "what changed")

@@ -1,8 +1,13 @@
-//! `GET|PUT /api/v1/organization/settings`: display name, default currency and data retention (admins write them),
-//! with the limits the operator set shown read-only. The portal's form is `/admin/organization`.
+//! `GET|PUT /api/v1/organization/settings`: display name, default currency, data retention and the platform's own
+//! journal accounts (admins write them), with the limits the operator set shown read-only. The portal's form is
+//! `/admin/organization`.
 
 use axum::{Json, Router, extract::State, routing::get};
-use gpuledger_api::orgs::{OrganizationLimits, OrganizationSettings, SettingsBody};
+use gpuledger_api::{
+    input::Line,
+    orgs::{OrganizationLimits, OrganizationSettings, SettingsBody},
+    tenancy::MAX_ACCOUNT,
+};
 use gpuledger_core::time_fmt::rfc3339;
 use serde_json::json;
 use time::OffsetDateTime;
@@ -39,6 +44,8 @@ type SettingsRow = (
     Option<OffsetDateTime>,
     Option<String>,
     i64,
+    Option<String>,
+    Option<String>,
 );
 
 /// The settings of `tx`'s organization (defaults when its settings row is missing).
@@ -48,7 +55,8 @@ pub async fn load(tx: &mut OrgTx) -> Result<OrganizationSettings, AppError> {
         "SELECT o.slug, o.name, o.state, o.rate_limit_per_minute, o.ingest_facts_per_day,
                 s.default_currency::text, s.retention_months, s.updated_at, s.updated_by,
                 coalesce((SELECT d.facts FROM ingest_daily d
-                           WHERE d.org_id = o.org_id AND d.day = (now() AT TIME ZONE 'UTC')::date), 0)
+                           WHERE d.org_id = o.org_id AND d.day = (now() AT TIME ZONE 'UTC')::date), 0),
+                s.platform_cost_center, s.platform_gl_account
            FROM organizations o LEFT JOIN org_settings s ON s.org_id = o.org_id
           WHERE o.org_id = $1",
     )
@@ -56,7 +64,8 @@ pub async fn load(tx: &mut OrgTx) -> Result<OrganizationSettings, AppError> {
     .fetch_optional(tx.conn())
     .await?
     .ok_or_else(|| AppError::NotFound("no such organization".into()))?;
-    let (slug, name, state, rate, ingest, currency, retention, updated_at, updated_by, today) = row;
+    let (slug, name, state, rate, ingest, currency, retention, updated_at, updated_by, today, cost_center, gl_account) =
+        row;
     Ok(OrganizationSettings {
         slug,
         display_name: name,
@@ -68,6 +77,8 @@ pub async fn load(tx: &mut OrgTx) -> Result<OrganizationSettings, AppError> {
             ingest_facts_per_day: ingest,
             ingest_facts_today: today,
         },
+        platform_cost_center: cost_center,
+        platform_gl_account: gl_account,
         updated_at: updated_at.map(rfc3339).unwrap_or_default(),
         updated_by: updated_by.unwrap_or_default(),
     })
@@ -94,16 +105,27 @@ async fn write(
         .bind(body.display_name.as_str())
         .execute(tx.conn())
         .await?;
+    // The platform's accounts: a field left out keeps what is stored ($5/$7 false), `null` clears it.
+    let (set_cost_center, cost_center) = account(body.platform_cost_center.as_ref());
+    let (set_gl_account, gl_account) = account(body.platform_gl_account.as_ref());
     sqlx::query(
-        "INSERT INTO org_settings (org_id, default_currency, retention_months, updated_by) VALUES ($1, $2, $3, $4)
+        "INSERT INTO org_settings (org_id, default_currency, retention_months, updated_by, platform_cost_center,
+                                   platform_gl_account)
+         VALUES ($1, $2, $3, $4, $6, $8)
          ON CONFLICT (org_id) DO UPDATE SET default_currency = EXCLUDED.default_currency,
                 retention_months = EXCLUDED.retention_months, updated_by = EXCLUDED.updated_by,
-                updated_at = EXCLUDED.updated_at",
+                updated_at = EXCLUDED.updated_at,
+                platform_cost_center = CASE WHEN $5 THEN $6 ELSE org_settings.platform_cost_center END,
+                platform_gl_account = CASE WHEN $7 THEN $8 ELSE org_settings.platform_gl_account END",
     )
     .bind(org)
     .bind(body.default_currency.as_str())
     .bind(retention_months)
     .bind(p.actor())
+    .bind(set_cost_center)
+    .bind(cost_center)
+    .bind(set_gl_account)
+    .bind(gl_account)
     .execute(tx.conn())
     .await?;
     let after = load(&mut tx).await?;
@@ -114,15 +136,27 @@ async fn write(
         "",
         json!({
             "before": {"display_name": before.display_name, "default_currency": before.default_currency,
-                       "retention_months": before.retention_months},
+                       "retention_months": before.retention_months,
+                       "platform_cost_center": before.platform_cost_center,
+                       "platform_gl_account": before.platform_gl_account},
             "after": {"display_name": after.display_name, "default_currency": after.default_currency,
-                      "retention_months": after.retention_months},
+                      "retention_months": after.retention_months,
+                      "platform_cost_center": after.platform_cost_center,
+                      "platform_gl_account": after.platform_gl_account},
         }),
     )
     .await?;
     // Settings change no figure of any month.
     tx.commit_quiet().await?;
     Ok(Json(after))
+}
+
+/// A clearable account field as the upsert binds it: whether to write it, and what (`None`: clear).
+fn account(field: Option<&Option<Line<MAX_ACCOUNT>>>) -> (bool, Option<&str>) {
+    match field {
+        None => (false, None),
+        Some(v) => (true, v.as_ref().map(|l| l.as_str())),
+    }
 }
 
 #[cfg(test)]
@@ -133,6 +167,22 @@ mod tests {
     fn body(name: &str, currency: &str, months: i32) -> Result<SettingsBody, AppError> {
         let v = json!({"display_name": name, "default_currency": currency, "retention_months": months});
         crate::http::json_body(v.to_string().as_bytes())
+    }
+
+    fn with_account(field: &str, value: serde_json::Value) -> Result<SettingsBody, AppError> {
+        let mut v = json!({"display_name": "Acme", "default_currency": "EUR", "retention_months": 24});
+        v[field] = value;
+        crate::http::json_body(v.to_string().as_bytes())
+    }
+
+    #[test]
+    fn platform_accounts_are_left_out_cleared_or_set() {
+        let left_out = body("Acme", "EUR", 24).unwrap();
+        assert_eq!(account(left_out.platform_gl_account.as_ref()), (false, None));
+        let cleared = with_account("platform_gl_account", serde_json::Value::Null).unwrap();
+        assert_eq!(account(cleared.platform_gl_account.as_ref()), (true, None));
+        let set = with_account("platform_cost_center", json!(" CC-9000 ")).unwrap();
+        assert_eq!(account(set.platform_cost_center.as_ref()), (true, Some("CC-9000")));
     }
 
     #[test]
@@ -147,6 +197,9 @@ mod tests {
             (body("Acme", "E1R", 24), "default_currency"),
             (body("Acme", "EUR", 11), "retention_months"),
             (body("Acme", "EUR", 121), "retention_months"),
+            (with_account("platform_gl_account", json!("4100\u{7}")), "platform_gl_account"),
+            (with_account("platform_cost_center", json!("x".repeat(65))), "platform_cost_center"),
+            (with_account("platform_cost_center", json!(12)), "platform_cost_center"),
         ] {
             let err = b.unwrap_err();
             assert!(matches!(&err, AppError::Invalid { field: f, .. } if f == field), "{field}: {err}");

@@ -24,6 +24,8 @@ pub(super) async fn settings_form(
         "display_name": field(&f, "display_name"),
         "default_currency": field(&f, "default_currency"),
         "retention_months": retention_months,
+        "platform_gl_account": clearable(&f, "platform_gl_account"),
+        "platform_cost_center": clearable(&f, "platform_cost_center"),
     });
     via_api(&state, &headers, "PUT", "/api/v1/organization/settings", request, back, |_| back.into()).await
 }
@@ -101,6 +103,28 @@ pub(super) async fn tenant_update_form(
     });
     let path = format!("/api/v1/tenants/{}", urlencoding_path(&field(&f, "tenant")));
     via_api(&state, &headers, "PATCH", &path, request, "/admin/inventory", |_| "/admin/inventory#tenancy".into()).await
+}
+
+/// A department's journal accounts (one form per row of the departments table): both fields, an empty one cleared.
+pub(super) async fn department_update_form(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Response {
+    let f = pairs(&body);
+    let request = serde_json::json!({
+        "cost_center": clearable(&f, "cost_center"),
+        "gl_account": clearable(&f, "gl_account"),
+        "reason": field(&f, "reason"),
+    });
+    let path = format!("/api/v1/departments/{}", urlencoding_path(&field(&f, "department")));
+    via_api(&state, &headers, "PATCH", &path, request, "/admin/inventory", |_| "/admin/inventory#tenancy".into()).await
+}
+
+/// A form field the API takes as "clear when `null`": an empty (or blank) field is `null`, anything else as typed.
+fn clearable(f: &[(String, String)], name: &str) -> serde_json::Value {
+    let v = field(f, name);
+    if v.trim().is_empty() { serde_json::Value::Null } else { serde_json::Value::String(v) }
 }
 
 /// A name as one path segment.

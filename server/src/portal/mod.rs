@@ -72,8 +72,8 @@ fn uri_safe(path: &str) -> String {
 
 mod admin_forms;
 use admin_forms::{
-    department_form, inventory_form, quota_form, reassign_form, rule_form, settings_form, tenant_form,
-    tenant_update_form,
+    department_form, department_update_form, inventory_form, quota_form, reassign_form, rule_form, settings_form,
+    tenant_form, tenant_update_form,
 };
 
 /// [`PortalData`] backed by the database, through organization-scoped transactions.
@@ -534,6 +534,7 @@ pub fn router() -> Router<AppState> {
         .route("/ui/tenancy/reassign", post(reassign_form))
         .route("/ui/tenancy/rules", post(rule_form))
         .route("/ui/tenancy/tenant", post(tenant_update_form))
+        .route("/ui/tenancy/department", post(department_update_form))
         .route("/ui/organization/settings", post(settings_form))
 }
 

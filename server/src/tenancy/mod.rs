@@ -114,7 +114,8 @@ async fn list_departments(
                 (SELECT count(*) FROM tenants t WHERE t.org_id = $1 AND t.department_id = d.department_id) AS tenants,
                 d.retired_at,
                 ARRAY(SELECT r.old_name FROM renames r WHERE r.org_id = $1 AND r.object_id = d.department_id
-                       ORDER BY r.renamed_at) AS former_names
+                       ORDER BY r.renamed_at) AS former_names,
+                d.cost_center, d.gl_account
            FROM departments d WHERE d.org_id = $1 ORDER BY d.name",
     )
     .await?;
@@ -127,6 +128,8 @@ async fn list_departments(
             tenants: r.tenants,
             retired_at: r.retired_at.map(gpuledger_core::time_fmt::rfc3339),
             former_names: r.former_names,
+            cost_center: r.cost_center,
+            gl_account: r.gl_account,
         })
         .collect();
     Ok(Json(Items { items }))

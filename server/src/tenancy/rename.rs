@@ -1,5 +1,6 @@
 //! Renaming and retiring departments and tenants: `PATCH /api/v1/departments/{department}` and
-//! `PATCH /api/v1/tenants/{tenant}` (admins), `{name?, retired_from?, reason}`.
+//! `PATCH /api/v1/tenants/{tenant}` (admins), `{name?, retired_from?, reason}`; a department's also sets its journal
+//! accounts, `{cost_center?, gl_account?}` (`null` clears one; the month's journal debits the department to them).
 //!
 //! A rename applies from now on: closed months keep the names frozen in their evidence bundles, open months are
 //! recomputed with the new one, and `renames` keeps every former name (append-only). A retired department or
@@ -10,7 +11,7 @@
 use axum::{Json, extract::State};
 use gpuledger_api::{
     params::{DepartmentPath, TenantPath},
-    tenancy::{RenameOrRetire, Updated},
+    tenancy::{DepartmentUpdate, RenameOrRetire, Updated},
 };
 use serde_json::json;
 use time::OffsetDateTime;
@@ -49,9 +50,16 @@ pub(super) async fn patch_department(
     State(state): State<AppState>,
     p: Caller<Administer>,
     PathParams(path): PathParams<DepartmentPath>,
-    JsonBody(body): JsonBody<RenameOrRetire>,
+    JsonBody(body): JsonBody<DepartmentUpdate>,
 ) -> Result<Json<Updated>, AppError> {
-    apply(&state, &p, Kind::Department, &path.department, body).await.map(Json)
+    let change = Change {
+        name: body.name.map(String::from),
+        retired_from: body.retired_from.map(|t| t.at()),
+        reason: body.reason.into_inner(),
+        cost_center: body.cost_center.map(|v| v.map(String::from)),
+        gl_account: body.gl_account.map(|v| v.map(String::from)),
+    };
+    apply(&state, &p, Kind::Department, &path.department, change).await.map(Json)
 }
 
 pub(super) async fn patch_tenant(
@@ -60,7 +68,23 @@ pub(super) async fn patch_tenant(
     PathParams(path): PathParams<TenantPath>,
     JsonBody(body): JsonBody<RenameOrRetire>,
 ) -> Result<Json<Updated>, AppError> {
-    apply(&state, &p, Kind::Tenant, &path.tenant, body).await.map(Json)
+    let change = Change {
+        name: body.name.map(String::from),
+        retired_from: body.retired_from.map(|t| t.at()),
+        reason: body.reason.into_inner(),
+        cost_center: None,
+        gl_account: None,
+    };
+    apply(&state, &p, Kind::Tenant, &path.tenant, change).await.map(Json)
+}
+
+/// One change, as both bodies read: the accounts are a department's only (`None`: unchanged, `Some(None)`: clear).
+struct Change {
+    name: Option<String>,
+    retired_from: Option<OffsetDateTime>,
+    reason: String,
+    cost_center: Option<Option<String>>,
+    gl_account: Option<Option<String>>,
 }
 
 async fn apply(
@@ -68,13 +92,19 @@ async fn apply(
     p: &Caller<Administer>,
     kind: Kind,
     key: &str,
-    body: RenameOrRetire,
+    c: Change,
 ) -> Result<Updated, AppError> {
-    let reason = body.reason.as_str();
-    let name = body.name.as_ref().map(ToString::to_string);
-    let retired_from = body.retired_from.map(|t| t.at());
-    if name.is_none() && retired_from.is_none() {
-        return Err(AppError::invalid("body", "give a new name, retired_from, or both"));
+    let reason = c.reason.as_str();
+    let (name, retired_from) = (c.name, c.retired_from);
+    let accounts = c.cost_center.is_some() || c.gl_account.is_some();
+    if name.is_none() && retired_from.is_none() && !accounts {
+        return Err(AppError::invalid(
+            "body",
+            match kind {
+                Kind::Department => "give a new name, retired_from, cost_center or gl_account",
+                Kind::Tenant => "give a new name, retired_from, or both",
+            },
+        ));
     }
     let mut tx = p.begin(&state.db).await?;
     let id = crate::store::lookup_id(&mut tx, kind.table(), kind.word(), key)
@@ -135,14 +165,37 @@ async fn apply(
         .await?;
         details["retired_from"] = json!(gpuledger_core::time_fmt::rfc3339(from));
     }
+    let mut after_accounts = (None, None);
+    if accounts {
+        let before = crate::tenancy::store::department_accounts(&mut tx, id).await?;
+        let after = crate::tenancy::store::set_department_accounts(
+            &mut tx,
+            id,
+            c.cost_center.as_ref().map(Option::as_deref),
+            c.gl_account.as_ref().map(Option::as_deref),
+        )
+        .await?;
+        details["accounts"] = json!({
+            "before": {"cost_center": before.0, "gl_account": before.1},
+            "after": {"cost_center": after.0, "gl_account": after.1},
+        });
+        after_accounts = after;
+    }
     let action = format!("{}.update", kind.word());
     tx.audit_by(p, &action, &format!("{}:{id}", kind.word()), reason, details.clone()).await?;
-    tx.commit().await?;
+    if details.get("renamed_to").is_none() && details.get("retired_from").is_none() {
+        // Only the journal accounts changed: no figure of any month does, so the open months are not recomputed.
+        tx.commit_quiet().await?;
+    } else {
+        tx.commit().await?;
+    }
     Ok(Updated {
         id: id.to_string(),
         name: current,
         renamed_to: details["renamed_to"].as_str().map(str::to_string),
         retired_from: details["retired_from"].as_str().map(str::to_string),
+        cost_center: after_accounts.0,
+        gl_account: after_accounts.1,
     })
 }
 

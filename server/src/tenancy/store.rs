@@ -21,6 +21,47 @@ pub(crate) struct DepartmentRow {
     pub(crate) tenants: i64,
     pub(crate) retired_at: Option<OffsetDateTime>,
     pub(crate) former_names: Vec<String>,
+    pub(crate) cost_center: Option<String>,
+    pub(crate) gl_account: Option<String>,
+}
+
+/// A department's journal accounts: its cost centre and general-ledger account.
+pub(crate) async fn department_accounts(
+    tx: &mut OrgTx,
+    department: Uuid,
+) -> Result<(Option<String>, Option<String>), AppError> {
+    let org = tx.org().as_uuid();
+    Ok(sqlx::query_as("SELECT cost_center, gl_account FROM departments WHERE org_id = $1 AND department_id = $2")
+        .bind(org)
+        .bind(department)
+        .fetch_one(tx.conn())
+        .await?)
+}
+
+/// Sets a department's journal accounts: `None` leaves one as it is, `Some(None)` clears it. Answers both as they
+/// are after the change.
+pub(crate) async fn set_department_accounts(
+    tx: &mut OrgTx,
+    department: Uuid,
+    cost_center: Option<Option<&str>>,
+    gl_account: Option<Option<&str>>,
+) -> Result<(Option<String>, Option<String>), AppError> {
+    let org = tx.org().as_uuid();
+    Ok(sqlx::query_as(
+        "UPDATE departments
+            SET cost_center = CASE WHEN $3 THEN $4 ELSE cost_center END,
+                gl_account = CASE WHEN $5 THEN $6 ELSE gl_account END
+          WHERE org_id = $1 AND department_id = $2
+         RETURNING cost_center, gl_account",
+    )
+    .bind(org)
+    .bind(department)
+    .bind(cost_center.is_some())
+    .bind(cost_center.flatten())
+    .bind(gl_account.is_some())
+    .bind(gl_account.flatten())
+    .fetch_one(tx.conn())
+    .await?)
 }
 
 /// A row of `GET /api/v1/tenants`.
