@@ -417,7 +417,7 @@ async fn without_an_organization_nothing_is_visible_or_writable() {
     assert_eq!(sqlstate(&err).as_deref(), Some("42501"), "{err}");
     // An empty setting fails closed too (NULLIF), rather than erroring on a cast.
     let mut tx = app.begin().await.unwrap();
-    sqlx::query("SELECT set_config('app.org_id', '', true)").execute(&mut *tx).await.unwrap();
+    set_local(&mut tx, "app.org_id", "").await;
     let n: i64 = sqlx::query_scalar("SELECT count(*) FROM departments").fetch_one(&mut *tx).await.unwrap();
     assert_eq!(n, 0);
 }
@@ -431,11 +431,8 @@ async fn a_rolled_back_setting_does_not_leak_to_the_next_user_of_the_connection(
     let pid_before: i32 = sqlx::query_scalar("SELECT pg_backend_pid()").fetch_one(&app).await.unwrap();
     {
         let mut tx = app.begin().await.unwrap();
-        sqlx::query("SELECT set_config('app.org_id', $1, true), set_config('app.dept_scope', 'all', true)")
-            .bind(a.as_uuid().to_string())
-            .execute(&mut *tx)
-            .await
-            .unwrap();
+        set_local(&mut tx, "app.org_id", &a.as_uuid().to_string()).await;
+        set_local(&mut tx, "app.dept_scope", "all").await;
         let n: i64 = sqlx::query_scalar("SELECT count(*) FROM departments").fetch_one(&mut *tx).await.unwrap();
         assert_eq!(n, 1, "inside the transaction A's row is visible");
         tx.rollback().await.unwrap();
@@ -534,15 +531,18 @@ async fn app_tx<'c>(
     dept_scope: Option<&str>,
 ) -> sqlx::Transaction<'c, sqlx::Postgres> {
     let mut tx = app.begin().await.unwrap();
-    sqlx::query("SELECT set_config('app.org_id', $1, true)")
-        .bind(org.as_uuid().to_string())
-        .execute(&mut *tx)
-        .await
-        .unwrap();
+    set_local(&mut tx, "app.org_id", &org.as_uuid().to_string()).await;
     if let Some(scope) = dept_scope {
-        sqlx::query("SELECT set_config('app.dept_scope', $1, true)").bind(scope).execute(&mut *tx).await.unwrap();
+        set_local(&mut tx, "app.dept_scope", scope).await;
     }
     tx
+}
+
+/// A transaction-scoped setting as the server makes it (`Database::begin_with`): `SET LOCAL`, which Citus forwards
+/// to the workers (`citus.propagate_set_commands = 'local'`) — `set_config(…, true)` is the same on PostgreSQL but
+/// stays on the coordinator, so a test written with it would see nothing on Citus's shards.
+async fn set_local(tx: &mut sqlx::Transaction<'_, sqlx::Postgres>, name: &str, value: &str) {
+    sqlx::query(&format!("SET LOCAL {name} = '{}'", value.replace('\'', "''"))).execute(&mut **tx).await.unwrap();
 }
 
 #[tokio::test]
