@@ -217,6 +217,18 @@ async fn copy_template(base: &str, template: &str, name: &str) -> Result<()> {
         sqlx::query(&statement).execute(&mut conn).await.with_context(|| format!("{statement} on {base}"))?;
     }
     conn.close().await?;
+    // Citus records the database itself among its distributed objects, by OID: point the copy's record at the copy,
+    // or adding a node later (server/tests/citus_rebalance.rs) looks for the template there.
+    let mut conn = sqlx::PgConnection::connect(&format!("{base}/{name}")).await?;
+    sqlx::query(
+        "UPDATE pg_catalog.pg_dist_object SET objid = (SELECT oid FROM pg_database WHERE datname = current_database())
+          WHERE classid = 'pg_database'::regclass AND objid = (SELECT oid FROM pg_database WHERE datname = $1)",
+    )
+    .bind(template)
+    .execute(&mut conn)
+    .await
+    .with_context(|| format!("pointing {name}'s Citus object record at itself on {base}"))?;
+    conn.close().await?;
     Ok(())
 }
 

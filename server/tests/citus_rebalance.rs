@@ -159,6 +159,32 @@ async fn figures(admin: &sqlx::PgPool, org: Uuid, before: OffsetDateTime) -> (i6
     .unwrap()
 }
 
+/// Copies of the `dept_scope` policies (on the coordinator, the shards and the workers' copies of the tables) that are
+/// not restrictive.
+async fn permissive_copies(coordinator: &mut PgConnection) -> i64 {
+    sqlx::query_scalar(
+        "WITH restrictive AS (
+           SELECT pol.polrelid::regclass AS rel, pol.polname FROM pg_policy pol
+             JOIN pg_dist_partition d ON d.logicalrelid = pol.polrelid
+            WHERE pol.polname = 'dept_scope' OR NOT pol.polpermissive)
+         SELECT count(*) FROM (
+           SELECT true AS success, CASE WHEN pol.polpermissive THEN 't' ELSE 'f' END AS result
+             FROM pg_policy pol JOIN pg_dist_partition d ON d.logicalrelid = pol.polrelid WHERE pol.polname = 'dept_scope'
+           UNION ALL
+           SELECT x.success, x.result FROM restrictive r, LATERAL run_command_on_shards(r.rel,
+                  format('SELECT polpermissive FROM pg_policy WHERE polrelid = %s::regclass AND polname = %L',
+                         '''%1$s''', r.polname)) x
+           UNION ALL
+           SELECT x.success, x.result FROM restrictive r, LATERAL run_command_on_workers(
+                  format('SELECT polpermissive FROM pg_policy WHERE polrelid = %L::regclass AND polname = %L',
+                         r.rel::text, r.polname)) x) c
+          WHERE NOT c.success OR c.result <> 'f'",
+    )
+    .fetch_one(coordinator)
+    .await
+    .unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 #[ignore = "needs the Citus cluster of scripts/citus-test (its spare worker), whose Citus job runs it"]
 async fn a_worker_added_and_rebalanced_under_load_loses_nothing() {
@@ -260,6 +286,20 @@ async fn a_worker_added_and_rebalanced_under_load_loses_nothing() {
         .fetch_one(&mut coordinator)
         .await
         .unwrap();
+    // Citus copied the policies onto the moved shards without AS RESTRICTIVE (deploy/citus/distribute.sql): the
+    // runbook runs distribute.sql again after a rebalance, and then every copy is restrictive again.
+    let permissive_after_move = permissive_copies(&mut coordinator).await;
+    let out = std::process::Command::new(gpuledger_e2e::find_program("psql").unwrap())
+        .args(["-X", "-q", "-v", "ON_ERROR_STOP=1", &test_db.admin_url, "-f"])
+        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/citus/distribute.sql"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "distribute.sql after the rebalance: {}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        permissive_copies(&mut coordinator).await,
+        0,
+        "restrictive policies left permissive after distribute.sql"
+    );
     coordinator.close().await.unwrap();
     tokio::time::sleep(Duration::from_secs(2)).await;
     stop.store(true, Ordering::Relaxed);
@@ -274,7 +314,8 @@ async fn a_worker_added_and_rebalanced_under_load_loses_nothing() {
     );
     eprintln!(
         "rebalance onto the third worker: {:.1} s, {on_new} shards moved there; requests during the run: {ok} answered 200, \
-         {unavailable} 503 + Retry-After (re-delivered), {failed} failed; pods delivered per organization: {delivered:?}",
+         {unavailable} 503 + Retry-After (re-delivered), {failed} failed; pods delivered per organization: {delivered:?}; \
+         restrictive policies left permissive by the move (repaired by distribute.sql): {permissive_after_move}",
         took.as_secs_f64()
     );
     let failures = failures.lock().await;
