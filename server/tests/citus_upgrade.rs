@@ -70,7 +70,7 @@ async fn shape(pool: &PgPool) -> Vec<(&'static str, BTreeSet<String>)> {
     let queries: [(&'static str, &str); 6] = [
         (
             "distributed tables (table, method, colocated with departments)",
-            "SELECT p.logicalrelid::regclass::text || ' ' || p.partmethod || ' ' ||
+            "SELECT p.logicalrelid::regclass::text || ' ' || p.partmethod::text || ' ' ||
                     (p.colocationid = (SELECT colocationid FROM pg_dist_partition
                                         WHERE logicalrelid = 'departments'::regclass))::text
                FROM pg_dist_partition p",
