@@ -249,12 +249,20 @@ async fn a_worker_added_and_rebalanced_under_load_loses_nothing() {
                 let b = batch(&pods, day);
                 day += time::Duration::hours(2);
                 let mut tries = 0;
+                let mut stored = true;
                 while call(&app, ingest_request(&agent, &b), &tally, &failures).await {
                     tries += 1;
-                    assert!(tries < 120, "a batch answered 503 for a minute");
+                    if tries >= 240 {
+                        // Two minutes of refusals: recorded, and the batch left out of the expected counts.
+                        failures.lock().await.push("a batch was refused for two minutes".into());
+                        stored = false;
+                        break;
+                    }
                     tokio::time::sleep(Duration::from_millis(500)).await;
                 }
-                delivered += PODS_PER_BATCH;
+                if stored {
+                    delivered += PODS_PER_BATCH;
+                }
                 let _retry = call(&app, read_request(&reader), &tally, &failures).await;
             }
             delivered
@@ -281,9 +289,11 @@ async fn a_worker_added_and_rebalanced_under_load_loses_nothing() {
     let mut coordinator = PgConnection::connect(&test_db.admin_url).await.unwrap();
     let started = Instant::now();
     sqlx::query("SELECT citus_add_node($1, $2)").bind(host).bind(port).execute(&mut coordinator).await.unwrap();
-    // The default transfer mode, as the runbook says (logical replication: writes wait only for each move's last
-    // catch-up). `GL_TEST_CITUS_TRANSFER_MODE=block_writes` measures the other one.
-    let mode = std::env::var("GL_TEST_CITUS_TRANSFER_MODE").unwrap_or_else(|_| "auto".into());
+    // `block_writes`: the default (`auto`, logical replication) never finishes here — PostgreSQL 15 refuses to
+    // replicate into a table with row-level security for Citus's subscription role ("cannot replicate into relation
+    // with row-level security enabled"), so the move retries forever (docs/scaling.md, "A worker added").
+    // `GL_TEST_CITUS_TRANSFER_MODE=auto` shows it.
+    let mode = std::env::var("GL_TEST_CITUS_TRANSFER_MODE").unwrap_or_else(|_| "block_writes".into());
     sqlx::query("SELECT rebalance_table_shards(shard_transfer_mode => $1::citus.shard_transfer_mode)")
         .bind(&mode)
         .execute(&mut coordinator)

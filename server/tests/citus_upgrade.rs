@@ -88,7 +88,7 @@ async fn shape(pool: &PgPool) -> Vec<(&'static str, BTreeSet<String>)> {
         ),
         (
             "policies",
-            "SELECT tablename || ' ' || policyname || ' ' || cmd || ' ' || array_to_string(roles, ',') || ' ' ||
+            "SELECT tablename || ' ' || policyname || ' ' || permissive || ' ' || cmd || ' ' || array_to_string(roles, ',') || ' ' ||
                     coalesce(qual, '') || ' ' || coalesce(with_check, '')
                FROM pg_policies WHERE schemaname = 'public'",
         ),
