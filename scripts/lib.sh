@@ -340,3 +340,109 @@ SQL
   unset PGOPTIONS
   echo "ops: database operations checks passed in $((SECONDS - started)) s"
 }
+
+# ---------------------------------------------------------------- a Citus cluster on loopback (issue 32)
+
+# Citus 13.2 in this machine's PostgreSQL: installed by scripts/citus-install when missing (root; ~4 min once per
+# machine, idempotent), or a clear error.
+gl_ensure_citus() {
+  local pgc lib share
+  pgc=$(command -v pg_config || echo /usr/lib/postgresql/15/bin/pg_config)
+  lib=$("$pgc" --pkglibdir 2>/dev/null || true); share=$("$pgc" --sharedir 2>/dev/null || true)
+  if [ -f "$lib/citus.so" ] && grep -q "default_version = '13.2" "$share/extension/citus.control" 2>/dev/null; then
+    return 0
+  fi
+  gl_is_root || gl_die "Citus 13.2 is not installed in $("$pgc" --version 2>/dev/null || echo PostgreSQL): run \
+scripts/citus-install as root (builds ../shared/tools/citus, ~4 min), or skip the Citus job with GL_CITUS=0"
+  gl_say "installing Citus 13.2.2 into PostgreSQL (scripts/citus-install; ~4 min, once per machine)"
+  scripts/citus-install >&2 || gl_die "scripts/citus-install failed: Citus is needed for the Citus job (GL_CITUS=0 skips it)"
+  grep -q "default_version = '13.2" "$share/extension/citus.control" 2>/dev/null \
+    || gl_die "scripts/citus-install ran but citus.control is not 13.2 ($share/extension/citus.control)"
+}
+
+# Starts a Citus coordinator and N workers (default 2) on loopback in DIR (owned by postgres when we are root), each
+# with shared_preload_libraries=citus and test-only durability off. Sets GL_CITUS_PORTS (coordinator first) and
+# GL_CITUS_DIR. Databases are made by gl_citus_database. Stop with gl_citus_stop.
+GL_CITUS_PORTS=(); GL_CITUS_DIR=""
+gl_citus_run() { if gl_is_root; then runuser -u postgres -- "$@"; else "$@"; fi; }
+gl_citus_port() { python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }
+gl_citus_node() { # dir name port: initdb + start one node
+  local dir=$1 name=$2 port=$3
+  gl_citus_run initdb -D "$dir/$name" -U postgres -A trust -E UTF8 --no-locale >/dev/null \
+    || gl_die "initdb of Citus node $name failed"
+  # Test-only: durability off for speed. max_worker_processes: Citus runs a maintenance daemon per database that
+  # has the extension, and the test job makes a database per test on every node.
+  gl_citus_run pg_ctl -D "$dir/$name" -l "$dir/$name.log" -w -t 60 -o "-p $port -k $dir -c listen_addresses=127.0.0.1 \
+-c shared_preload_libraries=citus -c max_connections=400 -c max_worker_processes=256 -c wal_level=logical \
+-c fsync=off -c synchronous_commit=off -c full_page_writes=off -c log_min_error_statement=log" start >/dev/null \
+    || { tail -20 "$dir/$name.log" >&2; gl_die "Citus node $name did not start"; }
+}
+gl_citus_start() { # dir [workers]
+  local dir=$1 n=${2:-2} i p
+  GL_CITUS_DIR=$dir; GL_CITUS_PORTS=()
+  mkdir -p "$dir"; chmod 755 "$dir"
+  if gl_is_root; then chown postgres "$dir"; fi
+  for i in $(seq 0 "$n"); do
+    p=$(gl_citus_port); GL_CITUS_PORTS+=("$p")
+    if [ "$i" = 0 ]; then gl_citus_node "$dir" coord "$p"; else gl_citus_node "$dir" "w$i" "$p"; fi
+  done
+}
+gl_citus_stop() {
+  local d
+  [ -n "$GL_CITUS_DIR" ] || return 0
+  for d in "$GL_CITUS_DIR"/*/; do
+    [ -f "$d/PG_VERSION" ] && gl_citus_run pg_ctl -D "$d" -m immediate stop >/dev/null 2>&1 || true
+  done
+}
+gl_citus_url() { # port [database]
+  printf 'postgres://postgres@127.0.0.1:%s/%s?sslmode=disable\n' "$1" "${2:-postgres}"
+}
+# Creates database NAME on every node of the cluster with the citus extension and the settings GPU Ledger needs
+# (docs/scaling.md, runbook step 1), and registers the workers in it on the coordinator.
+gl_citus_database() { # name
+  local name=$1 p sql
+  for p in "${GL_CITUS_PORTS[@]}"; do
+    psql -X -qAt -v ON_ERROR_STOP=1 "$(gl_citus_url "$p")" -c "CREATE DATABASE $name" >/dev/null
+    psql -X -qAt -v ON_ERROR_STOP=1 "$(gl_citus_url "$p" "$name")" -c "SET client_min_messages = warning" \
+      -c "CREATE EXTENSION citus" \
+      -c "ALTER DATABASE $name SET citus.propagate_set_commands = 'local'" \
+      -c "ALTER DATABASE $name SET citus.enable_unsafe_triggers = on" >/dev/null \
+      || gl_die "CREATE EXTENSION citus in $name on port $p failed"
+  done
+  sql="SELECT citus_set_coordinator_host('127.0.0.1', ${GL_CITUS_PORTS[0]});"
+  for p in "${GL_CITUS_PORTS[@]:1}"; do sql+="SELECT citus_add_node('127.0.0.1', $p);"; done
+  psql -X -qAt -v ON_ERROR_STOP=1 "$(gl_citus_url "${GL_CITUS_PORTS[0]}" "$name")" -c "$sql" >/dev/null \
+    || gl_die "registering the Citus nodes in $name failed"
+}
+# Fails unless every `dept_scope` (and any restrictive) row-level security policy of a distributed table is
+# restrictive on the coordinator, on each of its shards and on each worker's copy of the table (Citus 13.2 re-creates
+# policies without AS RESTRICTIVE; deploy/citus/distribute.sql repairs them). Prints how many copies were checked.
+gl_citus_policies_check() { # url
+  local out
+  out=$(psql -X -qAt -v ON_ERROR_STOP=1 "$1" <<'SQL'
+WITH restrictive AS (
+  SELECT pol.polrelid::regclass AS rel, pol.polname FROM pg_policy pol
+    JOIN pg_dist_partition d ON d.logicalrelid = pol.polrelid WHERE pol.polname = 'dept_scope' OR NOT pol.polpermissive
+), copies AS (
+  SELECT pol.polrelid::regclass AS rel, pol.polname, 'coordinator' AS copy, true AS success,
+         CASE WHEN pol.polpermissive THEN 't' ELSE 'f' END AS result
+    FROM pg_policy pol JOIN pg_dist_partition d ON d.logicalrelid = pol.polrelid WHERE pol.polname = 'dept_scope'
+  UNION ALL
+  SELECT r.rel, r.polname, 'shard ' || x.shardid AS copy, x.success, x.result FROM restrictive r,
+         LATERAL run_command_on_shards(r.rel, format('SELECT polpermissive FROM pg_policy WHERE polrelid = %s::regclass AND polname = %L',
+                                                     '''%1$s''', r.polname)) x
+  UNION ALL
+  SELECT r.rel, r.polname, 'worker ' || x.nodeport, x.success, x.result FROM restrictive r,
+         LATERAL run_command_on_workers(format('SELECT polpermissive FROM pg_policy WHERE polrelid = %L::regclass AND polname = %L',
+                                               r.rel::text, r.polname)) x
+)
+SELECT count(*) || ' ' || count(*) FILTER (WHERE NOT success OR result <> 'f') || ' ' ||
+       coalesce(string_agg(rel || '.' || polname || ' on ' || copy || ': ' || result, '; ') FILTER (WHERE NOT success OR result <> 'f'), '')
+  FROM copies;
+SQL
+) || gl_die "checking the policies on the shards failed"
+  local checked=${out%% *} rest=${out#* }; local bad=${rest%% *}
+  [ "$checked" -gt 0 ] || gl_die "no dept_scope policy found on the shards"
+  [ "$bad" = 0 ] || gl_die "restrictive policies are PERMISSIVE on $bad shard or worker copies (Citus drops AS RESTRICTIVE; run deploy/citus/distribute.sql again): ${rest#* }"
+  echo "citus: $checked shard and worker copies of restrictive policies checked: all restrictive"
+}

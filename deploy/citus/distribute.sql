@@ -227,3 +227,76 @@ SELECT format('ALTER ROLE %I LOGIN', r) FROM unnest(ARRAY['gpuledger_app', 'gpul
  WHERE EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'citus') \gexec
 
 COMMIT;
+
+-- ---------------------------------------------------------------- restrictive policies, on the shards too
+-- Citus 13.2 re-creates row-level security policies WITHOUT `AS RESTRICTIVE` wherever it writes them itself —
+-- CreatePolicyCommandForPolicy (commands/policy.c) never reads the policy's `permissive` flag: on every shard, on
+-- every worker's copy of the table, and on the coordinator's own table when distributing re-creates it (the tables
+-- that reference `organizations` became Citus local tables above and are rebuilt). Our `dept_scope` policies — the
+-- only restrictive ones (server/tests/catalog.rs) — are ANDed with `org_isolation`; made permissive they are ORed
+-- with it, so a row is visible when its organization matches OR its department is in scope: under the scope 'all',
+-- every organization's rows; within an organization, every department's rows whatever the scope. Found by the Citus
+-- job of scripts/test (server/tests/isolation.rs on a real cluster). So every `dept_scope` (and any restrictive)
+-- policy of a distributed table is re-created AS RESTRICTIVE on the coordinator's table, on each shard and on each
+-- worker's copy, after the COMMIT above (run_command_on_shards works over connections of its own, which see
+-- committed shards only). Shards Citus creates later copy it wrong again: run this file again after every shard
+-- move, rebalance or node added (docs/scaling.md). scripts/citus-test checks that every copy is restrictive.
+BEGIN;
+SET LOCAL citus.enable_ddl_propagation = off;  -- a helper here; the coordinator's tables are repaired without propagating
+CREATE FUNCTION pg_temp.restrict_dept_scope() RETURNS text LANGUAGE plpgsql AS $f$
+DECLARE
+    p record;
+    r record;
+    policy text;
+    policies integer := 0;
+    coordinator integer := 0;
+    shards integer := 0;
+    workers integer := 0;
+BEGIN
+    -- Real Citus only (the CI stand-ins distribute nothing).
+    IF to_regclass('pg_catalog.pg_dist_partition') IS NULL THEN
+        RETURN 'restrictive policies: not a Citus coordinator, nothing to do';
+    END IF;
+    FOR p IN
+        SELECT pol.polrelid::regclass AS rel, pol.polname, pol.polpermissive,
+               CASE pol.polcmd WHEN 'r' THEN 'SELECT' WHEN 'a' THEN 'INSERT' WHEN 'w' THEN 'UPDATE'
+                               WHEN 'd' THEN 'DELETE' ELSE 'ALL' END AS cmd,
+               CASE WHEN pol.polroles = '{0}' THEN 'PUBLIC'
+                    ELSE (SELECT string_agg(quote_ident(rolname), ', ') FROM pg_roles WHERE oid = ANY (pol.polroles)) END AS roles,
+               coalesce(' USING (' || pg_get_expr(pol.polqual, pol.polrelid) || ')', '') ||
+               coalesce(' WITH CHECK (' || pg_get_expr(pol.polwithcheck, pol.polrelid) || ')', '') AS exprs
+          FROM pg_policy pol JOIN pg_dist_partition d ON d.logicalrelid = pol.polrelid
+         WHERE pol.polname = 'dept_scope' OR NOT pol.polpermissive
+         ORDER BY 1, 2
+    LOOP
+        policies := policies + 1;
+        policy := format('DROP POLICY IF EXISTS %I ON @T@; CREATE POLICY %I ON @T@ AS RESTRICTIVE FOR %s TO %s',
+                         p.polname, p.polname, p.cmd, p.roles) || p.exprs;
+        IF p.polpermissive THEN
+            EXECUTE replace(policy, '@T@', p.rel::text);
+            coordinator := coordinator + 1;
+        END IF;
+        -- %1$s: the shard's name (run_command_on_shards formats the command with it).
+        FOR r IN EXECUTE 'SELECT * FROM run_command_on_shards($1, $2)'
+                 USING p.rel, replace(replace(policy, '%', '%%'), '@T@', '%1$s')
+        LOOP
+            IF NOT r.success THEN
+                RAISE EXCEPTION 'policy % of % on shard %: %', p.polname, p.rel, r.shardid, r.result;
+            END IF;
+            shards := shards + 1;
+        END LOOP;
+        FOR r IN EXECUTE 'SELECT * FROM run_command_on_workers($1)'
+                 USING 'SET citus.enable_ddl_propagation TO off; ' || replace(policy, '@T@', p.rel::text)
+        LOOP
+            IF NOT r.success THEN
+                RAISE EXCEPTION 'policy % of % on worker %:%: %', p.polname, p.rel, r.nodename, r.nodeport, r.result;
+            END IF;
+            workers := workers + 1;
+        END LOOP;
+    END LOOP;
+    RETURN format('restrictive policies: %s re-created AS RESTRICTIVE on %s shards and %s workers'' copies (%s on '
+                  'the coordinator had lost it)', policies, shards, workers, coordinator);
+END
+$f$;
+SELECT pg_temp.restrict_dept_scope();
+COMMIT;

@@ -173,14 +173,140 @@ pub struct TestDatabase {
     pub app_url: String,
 }
 
-/// Creates an empty database with a unique name.
+/// Creates an empty database with a unique name — or, on a Citus test cluster ([`citus`]), a copy of the
+/// migrated and distributed template database on every node.
 pub async fn fresh_database() -> Result<TestDatabase> {
     use sqlx::Connection;
     let cluster = cluster()?;
     let name = format!("gl_test_{}", uuid::Uuid::new_v4().simple());
-    let mut conn =
-        sqlx::PgConnection::connect(&cluster.url("postgres")).await.context("connecting to the test cluster")?;
-    sqlx::query(&format!("CREATE DATABASE {name}")).execute(&mut conn).await?;
+    if let Some(citus) = citus()? {
+        // The workers' copies first: the coordinator's copy routes to databases of its own name on the workers.
+        for worker in &citus.workers {
+            copy_template(worker, &citus.template, &name).await?;
+        }
+        copy_template(&cluster.base_url, &citus.template, &name).await?;
+    } else {
+        let mut conn =
+            sqlx::PgConnection::connect(&cluster.url("postgres")).await.context("connecting to the test cluster")?;
+        sqlx::query(&format!("CREATE DATABASE {name}")).execute(&mut conn).await?;
+        conn.close().await?;
+    }
+    Ok(TestDatabase { admin_url: cluster.url(&name), app_url: cluster.app_url(&name)?, name })
+}
+
+/// `CREATE DATABASE name TEMPLATE template` on the server `base`, with the template's own settings
+/// (`ALTER DATABASE … SET`, which PostgreSQL does not copy: Citus's `citus.propagate_set_commands` and
+/// `citus.enable_unsafe_triggers` are among them).
+async fn copy_template(base: &str, template: &str, name: &str) -> Result<()> {
+    use sqlx::Connection;
+    let mut conn = sqlx::PgConnection::connect(&format!("{base}/postgres"))
+        .await
+        .with_context(|| format!("connecting to {base}"))?;
+    let create = format!("CREATE DATABASE {name} TEMPLATE {template}");
+    sqlx::query(&create).execute(&mut conn).await.with_context(|| format!("{create} on {base}"))?;
+    let settings: Vec<String> = sqlx::query_scalar(
+        "SELECT unnest(s.setconfig) FROM pg_db_role_setting s JOIN pg_database d ON d.oid = s.setdatabase
+          WHERE d.datname = $1 AND s.setrole = 0",
+    )
+    .bind(template)
+    .fetch_all(&mut conn)
+    .await?;
+    for setting in settings {
+        let (key, value) = setting.split_once('=').with_context(|| format!("a database setting {setting:?}"))?;
+        let statement = format!("ALTER DATABASE {name} SET {key} = '{}'", value.replace('\'', "''"));
+        sqlx::query(&statement).execute(&mut conn).await.with_context(|| format!("{statement} on {base}"))?;
+    }
+    conn.close().await?;
+    // Citus records the database itself among its distributed objects, by OID: point the copy's record at the copy,
+    // or adding a node later (server/tests/citus_rebalance.rs) looks for the template there.
+    let mut conn = sqlx::PgConnection::connect(&format!("{base}/{name}")).await?;
+    sqlx::query(
+        "UPDATE pg_catalog.pg_dist_object SET objid = (SELECT oid FROM pg_database WHERE datname = current_database())
+          WHERE classid = 'pg_database'::regclass AND objid = (SELECT oid FROM pg_database WHERE datname = $1)",
+    )
+    .bind(template)
+    .execute(&mut conn)
+    .await
+    .with_context(|| format!("pointing {name}'s Citus object record at itself on {base}"))?;
+    conn.close().await?;
+    Ok(())
+}
+
+/// The Citus test cluster `scripts/citus-test` starts (docs/testing.md, "On Citus").
+#[derive(Debug, Clone)]
+pub struct CitusCluster {
+    /// Superuser URLs of the workers, without a database name (`postgres://postgres@127.0.0.1:PORT`).
+    pub workers: Vec<String>,
+    /// A database migrated to the head and distributed (`deploy/citus/distribute.sql`) that exists, identical, on
+    /// the coordinator and on every worker; [`fresh_database`] copies it on every node under one new name. Shard
+    /// metadata names shards, not databases, so identical copies stay consistent with each other.
+    pub template: String,
+}
+
+/// `Some` when the tests run against a Citus coordinator (`DATABASE_URL`) prepared by `scripts/citus-test`:
+/// `GL_TEST_CITUS_WORKERS` (the workers' superuser URLs, comma-separated, without a database name) and
+/// `GL_TEST_CITUS_TEMPLATE` (the template's name). One without the other is an error.
+pub fn citus() -> Result<Option<CitusCluster>> {
+    let workers = std::env::var("GL_TEST_CITUS_WORKERS").ok().filter(|w| !w.trim().is_empty());
+    let template = std::env::var("GL_TEST_CITUS_TEMPLATE").ok().filter(|t| !t.trim().is_empty());
+    match (workers, template) {
+        (None, None) => Ok(None),
+        (Some(workers), Some(template)) => {
+            if !template.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+                bail!("GL_TEST_CITUS_TEMPLATE must be a plain database name, not {template:?}");
+            }
+            let workers: Vec<String> = workers
+                .split(',')
+                .map(|w| w.trim().trim_end_matches('/').to_string())
+                .filter(|w| !w.is_empty())
+                .collect();
+            Ok(Some(CitusCluster { workers, template }))
+        }
+        _ => bail!("set both GL_TEST_CITUS_WORKERS and GL_TEST_CITUS_TEMPLATE (scripts/citus-test), or neither"),
+    }
+}
+
+/// On the Citus test cluster ([`citus`]): a new database on the coordinator and every worker with the `citus`
+/// extension, the settings GPU Ledger needs (`citus.propagate_set_commands = 'local'`,
+/// `citus.enable_unsafe_triggers = on`) and the workers registered — the runbook's step 1 (docs/scaling.md), before
+/// `migrate` and `deploy/citus/distribute.sql`. Not a copy of the template: for tests of migrating and distributing.
+pub async fn fresh_citus_database() -> Result<TestDatabase> {
+    use sqlx::Connection;
+    let cluster = cluster()?;
+    let citus = citus()?.context("not a Citus test cluster: run scripts/citus-test")?;
+    let name = format!("gl_test_{}", uuid::Uuid::new_v4().simple());
+    let host_port = |base: &str| -> Result<(String, u16)> {
+        let at = base.rsplit_once('@').map(|(_, h)| h).unwrap_or(base);
+        let (host, port) = at.rsplit_once(':').with_context(|| format!("no port in {base}"))?;
+        Ok((host.to_string(), port.parse().with_context(|| format!("port of {base}"))?))
+    };
+    let (coordinator_host, coordinator_port) = host_port(&cluster.base_url)?;
+    let bases: Vec<&str> = citus.workers.iter().map(String::as_str).chain([cluster.base_url.as_str()]).collect();
+    for base in &bases {
+        let mut conn = sqlx::PgConnection::connect(&format!("{base}/postgres")).await?;
+        sqlx::query(&format!("CREATE DATABASE {name}")).execute(&mut conn).await?;
+        conn.close().await?;
+        let mut conn = sqlx::PgConnection::connect(&format!("{base}/{name}")).await?;
+        for statement in [
+            "SET client_min_messages = warning".to_string(),
+            "CREATE EXTENSION citus".to_string(),
+            format!("ALTER DATABASE {name} SET citus.propagate_set_commands = 'local'"),
+            format!("ALTER DATABASE {name} SET citus.enable_unsafe_triggers = on"),
+        ] {
+            sqlx::query(&statement).execute(&mut conn).await.with_context(|| format!("{statement} on {base}"))?;
+        }
+        conn.close().await?;
+    }
+    let mut conn = sqlx::PgConnection::connect(&cluster.url(&name)).await?;
+    sqlx::query("SELECT citus_set_coordinator_host($1, $2)")
+        .bind(&coordinator_host)
+        .bind(i32::from(coordinator_port))
+        .execute(&mut conn)
+        .await?;
+    for worker in &citus.workers {
+        let (host, port) = host_port(worker)?;
+        sqlx::query("SELECT citus_add_node($1, $2)").bind(host).bind(i32::from(port)).execute(&mut conn).await?;
+    }
     conn.close().await?;
     Ok(TestDatabase { admin_url: cluster.url(&name), app_url: cluster.app_url(&name)?, name })
 }

@@ -96,6 +96,11 @@ async fn run_statementwise(conn: &mut PgConnection, migrator: &Migrator) -> Resu
                 None => {
                     let started = std::time::Instant::now();
                     let mut tx = Connection::begin(&mut *conn).await?;
+                    // One connection per worker for the whole migration: Citus refuses DDL on a function (CREATE
+                    // FUNCTION, propagated) after a statement that used parallel connections to a distributed table
+                    // in the same transaction — migration 31 failed so on a distributed database (found by
+                    // server/tests/citus_upgrade.rs).
+                    (&mut *tx).execute("SET LOCAL citus.multi_shard_modify_mode TO 'sequential'").await?;
                     for statement in split_statements(&migration.sql) {
                         (&mut *tx)
                             .execute(statement)

@@ -428,11 +428,27 @@ impl OrgTx {
     /// organization's open months as changed (`read_dirty`), so the read model's refresh worker recomputes them:
     /// no handler has to remember to say so (see [`OrgTx::commit_quiet`] for the writes that change no figures).
     pub async fn commit(mut self) -> Result<(), DbError> {
+        // On Citus the organization's rows are written on the worker that holds its shard group, and the
+        // coordinator's own transaction gets no ID: whether this transaction wrote is asked there too, by a statement
+        // routed to that shard group (Citus runs it on the connection that wrote, so it sees the same transaction).
+        // Without it no ingest on Citus marked the open months as changed (found by scripts/citus-test).
+        let wrote_on_worker = if self.distributed {
+            let (wrote, _): (bool, i64) = sqlx::query_as(
+                "SELECT pg_current_xact_id_if_assigned() IS NOT NULL, count(*) FROM read_dirty WHERE org_id = $1",
+            )
+            .bind(self.org.as_uuid())
+            .fetch_one(&mut *self.tx)
+            .await?;
+            wrote
+        } else {
+            false
+        };
         sqlx::query(
-            "INSERT INTO read_dirty (org_id) SELECT $1 WHERE pg_current_xact_id_if_assigned() IS NOT NULL
+            "INSERT INTO read_dirty (org_id) SELECT $1 WHERE $2 OR pg_current_xact_id_if_assigned() IS NOT NULL
              ON CONFLICT (org_id) DO NOTHING",
         )
         .bind(self.org.as_uuid())
+        .bind(wrote_on_worker)
         .execute(&mut *self.tx)
         .await?;
         self.tx.commit().await?;

@@ -51,11 +51,11 @@ type SettingsRow = (
 /// The settings of `tx`'s organization (defaults when its settings row is missing).
 pub async fn load(tx: &mut OrgTx) -> Result<OrganizationSettings, AppError> {
     let org = tx.org().as_uuid();
+    // Today's ingest count in a statement of its own: on Citus a correlated subquery is refused next to the reference
+    // table `organizations` (docs/scaling.md), and this page failed there with 500.
     let row: SettingsRow = sqlx::query_as(
         "SELECT o.slug, o.name, o.state, o.rate_limit_per_minute, o.ingest_facts_per_day,
-                s.default_currency::text, s.retention_months, s.updated_at, s.updated_by,
-                coalesce((SELECT d.facts FROM ingest_daily d
-                           WHERE d.org_id = o.org_id AND d.day = (now() AT TIME ZONE 'UTC')::date), 0),
+                s.default_currency::text, s.retention_months, s.updated_at, s.updated_by, 0::bigint,
                 s.platform_cost_center, s.platform_gl_account
            FROM organizations o LEFT JOIN org_settings s ON s.org_id = o.org_id
           WHERE o.org_id = $1",
@@ -64,8 +64,14 @@ pub async fn load(tx: &mut OrgTx) -> Result<OrganizationSettings, AppError> {
     .fetch_optional(tx.conn())
     .await?
     .ok_or_else(|| AppError::NotFound("no such organization".into()))?;
-    let (slug, name, state, rate, ingest, currency, retention, updated_at, updated_by, today, cost_center, gl_account) =
-        row;
+    let today: Option<i64> = sqlx::query_scalar(
+        "SELECT d.facts FROM ingest_daily d WHERE d.org_id = $1 AND d.day = (now() AT TIME ZONE 'UTC')::date",
+    )
+    .bind(org)
+    .fetch_optional(tx.conn())
+    .await?;
+    let (slug, name, state, rate, ingest, currency, retention, updated_at, updated_by, _, cost_center, gl_account) = row;
+    let today = today.unwrap_or(0);
     Ok(OrganizationSettings {
         slug,
         display_name: name,
