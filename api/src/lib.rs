@@ -12,8 +12,8 @@
 pub mod analytics;
 pub mod auth;
 pub mod close;
-pub mod costs;
 pub mod common;
+pub mod costs;
 pub mod disputes;
 pub mod exports;
 pub mod foresight;

@@ -101,6 +101,10 @@ pub struct ClassRatesInput {
     pub guaranteed: Rate,
     /// Per borrowed GPU-hour.
     pub borrowed: Rate,
+    /// Price the class at actual cost: the month's imported cloud bill for the nodes of this class spread over the
+    /// class's charged GPU-hours (`guaranteed` and `borrowed` are then the fallback for a month without a bill).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub actual_cost: bool,
 }
 
 /// Price of energy.

@@ -7,10 +7,7 @@
 //! `ServiceName`. Columns are found by name in any order; others are ignored. Costs are read exactly to 12
 //! decimals (a longer fraction, or an exponent as some exports write, is rounded there, half away from zero).
 
-use std::{
-    collections::HashMap,
-    io::BufRead,
-};
+use std::{collections::HashMap, io::BufRead};
 
 use time::{OffsetDateTime, format_description::well_known::Rfc3339};
 
@@ -96,11 +93,21 @@ pub fn read(input: impl BufRead, from: OffsetDateTime, to: OffsetDateTime) -> Re
             continue; // a blank line (a trailing newline twice)
         }
         read += 1;
+        // RFC 4180: every record has the header's fields. A record with more or fewer has lost its alignment (an
+        // unquoted comma in a cost, a cut line): reading on would put values under the wrong columns.
+        if row.len() != header.len() {
+            return Err(err(
+                line,
+                "body",
+                format!("{} fields where the header has {} (an unquoted comma or quote?)", row.len(), header.len()),
+            ));
+        }
         let field = |c: usize| row.get(c).map(String::as_str).unwrap_or("");
         if let Some(c) = c_start {
             let start = field(c).trim();
             if !start.is_empty() {
-                let at = parse_instant(start).ok_or_else(|| err(line, "ChargePeriodStart", "not an RFC 3339 instant"))?;
+                let at =
+                    parse_instant(start).ok_or_else(|| err(line, "ChargePeriodStart", "not an RFC 3339 instant"))?;
                 if at < from || at >= to {
                     outside += 1;
                     continue;
@@ -149,7 +156,8 @@ pub fn read(input: impl BufRead, from: OffsetDateTime, to: OffsetDateTime) -> Re
         };
         let r = &mut resources[i];
         r.lines += 1;
-        r.effective_cost = r.effective_cost.checked_add(&effective).map_err(|e| err(line, "EffectiveCost", e.to_string()))?;
+        r.effective_cost =
+            r.effective_cost.checked_add(&effective).map_err(|e| err(line, "EffectiveCost", e.to_string()))?;
         r.billed_cost = r.billed_cost.checked_add(&billed).map_err(|e| err(line, "BilledCost", e.to_string()))?;
     }
     Ok(BillSummary {

@@ -75,6 +75,16 @@ pub struct ClassRates {
     pub guaranteed: Decimal,
     /// Per borrowed GPU-hour (allocation above quota).
     pub borrowed: Decimal,
+    /// Price the class at **actual cost**: the month's imported cloud bill for the nodes holding this class's GPUs
+    /// (FOCUS EffectiveCost, commitment discounts included) is spread over the class's charged GPU-hours, so the
+    /// tenants split the real bill to the cent. `guaranteed` and `borrowed` are then the fallback for a month with no
+    /// bill imported (a finding says so). Absent when false, so earlier policies read and hash as they always did.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub actual_cost: bool,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 /// Price of energy.

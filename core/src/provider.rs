@@ -90,10 +90,9 @@ impl ResourceKey {
             // arn:aws:ec2:region:account:instance/i-…
             let fields: Vec<&str> = rest.splitn(5, ':').collect();
             return match fields.as_slice() {
-                [_, "ec2", _, _, resource] => resource
-                    .strip_prefix("instance/")
-                    .and_then(aws_instance)
-                    .map(|id| Self { cloud: Cloud::Aws, id }),
+                [_, "ec2", _, _, resource] => {
+                    resource.strip_prefix("instance/").and_then(aws_instance).map(|id| Self { cloud: Cloud::Aws, id })
+                }
                 _ => None,
             };
         }
@@ -103,7 +102,9 @@ impl ResourceKey {
         if r.to_ascii_lowercase().starts_with("/subscriptions/") {
             return azure_path(r).map(|id| Self { cloud: Cloud::Azure, id });
         }
-        let gce = r.strip_prefix("//compute.googleapis.com/").or_else(|| r.strip_prefix("https://www.googleapis.com/compute/v1/"));
+        let gce = r
+            .strip_prefix("//compute.googleapis.com/")
+            .or_else(|| r.strip_prefix("https://www.googleapis.com/compute/v1/"));
         let path = gce.unwrap_or(r);
         let parts: Vec<&str> = path.split('/').collect();
         if let ["projects", project, "zones", zone, "instances", name] = parts.as_slice()
@@ -181,7 +182,10 @@ mod tests {
         assert_eq!(bill(&vm["azure://".len()..].to_uppercase()), node);
         assert_eq!(bill(&vm["azure://".len()..].to_lowercase()), node);
         let single = "azure:///subscriptions/s1/resourceGroups/rg/providers/Microsoft.Compute/virtualMachines/gpu-vm-1";
-        assert_eq!(bill("/subscriptions/s1/resourcegroups/RG/providers/microsoft.compute/virtualmachines/GPU-VM-1"), key(single));
+        assert_eq!(
+            bill("/subscriptions/s1/resourcegroups/RG/providers/microsoft.compute/virtualmachines/GPU-VM-1"),
+            key(single)
+        );
         // A disk of the same group is not the VM.
         assert_eq!(bill("/subscriptions/s1/resourceGroups/rg/providers/Microsoft.Compute/disks/d1"), "");
     }
@@ -190,7 +194,10 @@ mod tests {
     fn gce_instances_match_with_or_without_the_host() {
         let node = key("gce://my-project/us-central1-a/gke-gpu-pool-1a2b");
         assert_eq!(node, "gcp:my-project/us-central1-a/gke-gpu-pool-1a2b");
-        assert_eq!(bill("//compute.googleapis.com/projects/my-project/zones/us-central1-a/instances/gke-gpu-pool-1a2b"), node);
+        assert_eq!(
+            bill("//compute.googleapis.com/projects/my-project/zones/us-central1-a/instances/gke-gpu-pool-1a2b"),
+            node
+        );
         assert_eq!(bill("projects/my-project/zones/us-central1-a/instances/gke-gpu-pool-1a2b"), node);
         assert_eq!(key("gce://only/two"), "");
     }

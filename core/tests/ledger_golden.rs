@@ -77,6 +77,7 @@ fn policy() -> CostPolicy {
         gpu_class: class.into(),
         guaranteed: dec(g),
         borrowed: dec(b),
+        actual_cost: false,
     };
     CostPolicy {
         version: 3,
@@ -121,6 +122,7 @@ fn input_for(period: Period, tenants: &[TenantId]) -> LedgerInput {
         service_usage: Vec::new(),
         endpoint_totals: Vec::new(),
         adjustments: Vec::new(),
+        actual_costs: Vec::new(),
     }
 }
 

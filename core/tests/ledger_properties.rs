@@ -14,8 +14,8 @@ use gpuledger_core::{
     decimal::{Decimal, floor_scaled},
     ids::{DepartmentId, TenantId},
     ledger::{
-        AllocationRecord, DepartmentRef, Ledger, LedgerInput, LedgerLine, QuotaHolder, QuotaRecord, TenantRef, Term,
-        compute, total,
+        ActualCost, AllocationRecord, DepartmentRef, Ledger, LedgerInput, LedgerLine, QuotaHolder, QuotaRecord,
+        TenantRef, Term, compute, total,
     },
     policy::{ClassRates, CostPolicy, FixedCost, FixedShare, OverheadKey, OverheadPolicy},
 };
@@ -212,7 +212,12 @@ fn build(case: &Case) -> LedgerInput {
             currency: "USD".into(),
             classes: CLASSES
                 .iter()
-                .map(|(c, g, b)| ClassRates { gpu_class: (*c).into(), guaranteed: dec(g), borrowed: dec(b) })
+                .map(|(c, g, b)| ClassRates {
+                    gpu_class: (*c).into(),
+                    guaranteed: dec(g),
+                    borrowed: dec(b),
+                    actual_cost: false,
+                })
                 .collect(),
             energy: None,
             services: Vec::new(),
@@ -251,6 +256,7 @@ fn build(case: &Case) -> LedgerInput {
         service_usage: Vec::new(),
         endpoint_totals: Vec::new(),
         adjustments: Vec::new(),
+        actual_costs: Vec::new(),
     }
 }
 
@@ -564,6 +570,55 @@ proptest! {
                 prop_assert_eq!(l.confidence, Confidence::Modeled);
             }
         }
+    }
+
+    /// A class priced at actual cost splits its bill to the cent: its guaranteed and borrowed lines add up to the
+    /// bill (rounded to cents) when anyone held the class, each within a cent of its hours' exact share; a bill no
+    /// hours could carry goes to the overhead pool; so the whole month (no other overhead) is the sum of the bills.
+    #[test]
+    fn actual_cost_splits_each_bill_to_the_cent(mut case in case(), bills in prop::array::uniform2(0i64..=100_000_000_000)) {
+        case.overhead = None;
+        let mut input = build(&case);
+        for c in &mut input.policy.classes {
+            c.actual_cost = true;
+        }
+        // Bills with 6 decimals (a FOCUS EffectiveCost has more than cents).
+        input.actual_costs = (0..CLASSES.len())
+            .map(|c| ActualCost { gpu_class: CLASSES[c].0.into(), cost: Decimal::from_scaled(i128::from(bills[c]), 6).unwrap(), nodes: 2 })
+            .collect();
+        let ledger = run(&input);
+        prop_assert!(ledger.notes.actual_cost_missing.is_empty());
+        let mut expected = Fraction::ZERO;
+        for c in 0..CLASSES.len() {
+            let bill = round(Fraction::new(i128::from(bills[c]), 1_000_000).unwrap(), 2).value();
+            expected = expected.checked_add(bill).unwrap();
+            let class_lines: Vec<&LedgerLine> = ledger
+                .lines
+                .iter()
+                .filter(|l| matches!(l.term, Term::Guaranteed | Term::Borrowed) && l.gpu_class == CLASSES[c].0)
+                .collect();
+            let hours = sum(class_lines.iter().map(|l| l.quantity.value()));
+            if hours.is_zero() {
+                continue;
+            }
+            prop_assert_eq!(sum(class_lines.iter().map(|l| l.amount.value())), bill, "class {} lines = its bill", c);
+            for l in class_lines {
+                let exact = bill.checked_mul(l.quantity.value()).unwrap().checked_div(hours).unwrap();
+                prop_assert!(near(l.amount.value(), exact, (1, 100)), "{} is not within a cent of {:?}", l.amount, exact);
+                prop_assert!(l.explanation.contains("cloud bill"), "{}", l.explanation);
+            }
+        }
+        prop_assert_eq!(total(&ledger.lines).unwrap().value(), expected, "the month is the bills");
+        // Without a bill the class keeps the policy's rates, and says so.
+        let mut no_bill = input.clone();
+        no_bill.actual_costs.clear();
+        let fallback = run(&no_bill);
+        prop_assert_eq!(fallback.notes.actual_cost_missing.len(), CLASSES.len());
+        let mut plain = no_bill.clone();
+        for c in &mut plain.policy.classes {
+            c.actual_cost = false;
+        }
+        prop_assert_eq!(&run(&plain).lines, &fallback.lines);
     }
 
     /// The same facts in any order give the same lines, notes and canonical rows.

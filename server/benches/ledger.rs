@@ -245,6 +245,7 @@ impl BenchWorld for World {
             service_usage,
             endpoint_totals,
             adjustments: Vec::new(),
+            actual_costs: Vec::new(),
         }
     }
 }

@@ -397,6 +397,20 @@ async fn csrf_guard(request: Request, next: Next) -> Response {
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.starts_with("application/x-www-form-urlencoded"));
+    // A portal upload (multipart/form-data, the cloud bill) carries the token in its action's query string: the
+    // guard does not read a file body to find a form field. Referrer-Policy same-origin keeps the URL on this site.
+    let is_upload = request
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("multipart/form-data"));
+    if is_upload && request.uri().path().starts_with("/ui/") {
+        let presented = request.uri().query().and_then(|q| form_urlencoded_field(q.as_bytes(), "csrf"));
+        if presented.as_deref() == Some(expected.as_str()) {
+            return next.run(request).await;
+        }
+        return refused().into_response();
+    }
     if !is_form {
         return refused().into_response();
     }

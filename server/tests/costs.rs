@@ -37,6 +37,7 @@ struct Env {
     agent: String,
     pool: sqlx::PgPool,
     org: OrgId,
+    db: gpuledger_server::db::Database,
     _db: gpuledger_e2e::TestDatabase,
 }
 
@@ -55,8 +56,8 @@ async fn env() -> Env {
         .execute(&pool)
         .await
         .unwrap();
-    let app = app::router(AppState::new(db, None), &HttpOptions::default());
-    Env { app, admin, export, agent, pool, org, _db: test_db }
+    let app = app::router(AppState::new(db.clone(), None), &HttpOptions::default());
+    Env { app, admin, export, agent, pool, org, db, _db: test_db }
 }
 
 async fn send(env: &Env, req: Request<Body>) -> (StatusCode, Value) {
@@ -71,7 +72,8 @@ fn get(uri: &str, token: &str) -> Request<Body> {
 }
 
 fn post_csv(uri: &str, token: &str, body: Vec<u8>, gzip: bool) -> Request<Body> {
-    let mut r = Request::post(uri).header("authorization", format!("Bearer {token}")).header("content-type", "text/csv");
+    let mut r =
+        Request::post(uri).header("authorization", format!("Bearer {token}")).header("content-type", "text/csv");
     if gzip {
         r = r.header("content-encoding", "gzip");
     }
@@ -133,14 +135,32 @@ fn bill(month: Period) -> String {
         ));
     };
     let at = |day: u8| format!("{}T{:02}:00:00Z", start.replace_day(day).unwrap(), day % 24);
-    line(at(1), "arn:aws:ec2:us-east-1:123456789012:instance/i-0abc123def4567890", "71234.56", "Amazon Elastic Compute Cloud", "p5.48xlarge, On Demand");
+    line(
+        at(1),
+        "arn:aws:ec2:us-east-1:123456789012:instance/i-0abc123def4567890",
+        "71234.56",
+        "Amazon Elastic Compute Cloud",
+        "p5.48xlarge, On Demand",
+    );
     line(at(2), "i-0fedcba9876543210", "1000.01", "Amazon Elastic Compute Cloud", "p5.48xlarge");
     line(at(3), "i-0FEDCBA9876543210", "0.000000000004", "Amazon Elastic Compute Cloud", "rounding");
     line(at(4), &AZURE["azure://".len()..].to_lowercase(), "52000.10", "Virtual Machines", "ND H100 v5");
-    line(at(5), "arn:aws:ec2:us-east-1:123456789012:instance/i-0notinthiscluster0", "999.99", "Amazon Elastic Compute Cloud", "another team's VM");
+    line(
+        at(5),
+        "arn:aws:ec2:us-east-1:123456789012:instance/i-0deadbeefcafe0001",
+        "999.99",
+        "Amazon Elastic Compute Cloud",
+        "another team's VM",
+    );
     line(at(6), "arn:aws:s3:::training-data", "12.34", "Amazon Simple Storage Service", "storage");
     line(at(7), "", "100", "AWS Support (Business)", "support, \"business\"");
-    line(format!("{end}T00:00:00Z"), "i-0abc123def4567890", "5555", "Amazon Elastic Compute Cloud", "next month: not counted");
+    line(
+        format!("{end}T00:00:00Z"),
+        "i-0abc123def4567890",
+        "5555",
+        "Amazon Elastic Compute Cloud",
+        "next month: not counted",
+    );
     out
 }
 
@@ -180,8 +200,14 @@ async fn a_focus_bill_is_matched_to_the_gpu_nodes_by_provider_id() {
     assert!(matched.contains(&("h100-e-01".into(), "71234.56".into())), "{matched:?}");
     assert!(matched.contains(&("h100-w-02".into(), "52000.10".into())), "{matched:?}");
     let findings = imp["findings"].as_array().unwrap();
-    let kinds = |k: &str| findings.iter().filter(|f| f["kind"] == k).map(|f| f["subject"].as_str().unwrap()).collect::<Vec<_>>();
-    assert_eq!(kinds("unclaimed_vm"), vec!["arn:aws:ec2:us-east-1:123456789012:instance/i-0notinthiscluster0"], "{imp:#}");
+    let kinds = |k: &str| {
+        findings.iter().filter(|f| f["kind"] == k).map(|f| f["subject"].as_str().unwrap()).collect::<Vec<_>>()
+    };
+    assert_eq!(
+        kinds("unclaimed_vm"),
+        vec!["arn:aws:ec2:us-east-1:123456789012:instance/i-0deadbeefcafe0001"],
+        "{imp:#}"
+    );
     assert_eq!(kinds("node_without_bill_line"), vec!["gpu-east/h100-e-03"], "{imp:#}");
     assert!(findings.iter().all(|f| f["fix"].as_str().is_some_and(|x| !x.is_empty())));
 
@@ -218,14 +244,21 @@ async fn a_focus_bill_is_matched_to_the_gpu_nodes_by_provider_id() {
     let (s, _) = send(&env, post_csv(&uri, &env.export, bill(month).into_bytes(), false)).await;
     assert_eq!(s, StatusCode::FORBIDDEN);
     let next = month.add_months(2).unwrap();
-    let (s, p) = send(&env, post_csv(&format!("/api/v1/costs/imports?period={next}"), &env.admin, bill(next).into_bytes(), false)).await;
+    let (s, p) = send(
+        &env,
+        post_csv(&format!("/api/v1/costs/imports?period={next}"), &env.admin, bill(next).into_bytes(), false),
+    )
+    .await;
     assert_eq!((s, p["field"].as_str()), (StatusCode::CONFLICT, Some("period")), "{p}");
-    sqlx::query("INSERT INTO periods (org_id, period, state, closed_at, closed_by) VALUES ($1, $2, 'closed', now(), 'test')")
-        .bind(env.org.as_uuid())
-        .bind(month.first_day())
-        .execute(&env.pool)
-        .await
-        .unwrap();
+    sqlx::query(
+        "INSERT INTO periods (org_id, period, state, closed_at, closed_by, content_hash, bundle_gz)
+         VALUES ($1, $2, 'closed', now(), 'test', 'h', '\\x00')",
+    )
+    .bind(env.org.as_uuid())
+    .bind(month.first_day())
+    .execute(&env.pool)
+    .await
+    .unwrap();
     let (s, p) = send(&env, post_csv(&uri, &env.admin, bill(month).into_bytes(), false)).await;
     assert_eq!((s, p["field"].as_str()), (StatusCode::CONFLICT, Some("period")), "a closed month never changes: {p}");
     let (s, _) = send(&env, get(&format!("/api/v1/costs/imports?period={next}"), &env.admin)).await;
@@ -267,4 +300,261 @@ async fn provider_ids_are_bounded_and_versioned() {
             .await
             .unwrap();
     assert_eq!(versions, vec![Some("aws:///z/i-12345678".into()), Some("aws:///z/i-87654321".into())]);
+}
+
+fn namespace_fact(uid: Uuid, name: &str, tenant: &str, at: OffsetDateTime) -> Fact {
+    use gpuledger_core::wire::{AttributionLabels, NamespaceFact};
+    Fact {
+        event_id: event_id("namespace", &[&uid.to_string(), "1"]),
+        observed_at: at,
+        body: FactBody::NamespaceObserved(NamespaceFact {
+            namespace_uid: uid,
+            name: name.into(),
+            created_at: at,
+            deleted_at: None,
+            labels: AttributionLabels { tenant: Some(tenant.into()), ..Default::default() },
+            labels_since: at,
+        }),
+    }
+}
+
+fn pod_facts(ns: Uuid, node: &str, units: u32, from: OffsetDateTime, to: OffsetDateTime) -> Vec<Fact> {
+    use gpuledger_core::{
+        sharing::SharingMode,
+        wire::{AllocationEnd, AllocationStart, AttributionLabels, EndReason, Holder},
+    };
+    let pod = Uuid::new_v4();
+    let allocation_id = format!("{pod}/main/nvidia.com/gpu");
+    vec![
+        Fact {
+            event_id: event_id("alloc-start", &[&allocation_id]),
+            observed_at: from,
+            body: FactBody::AllocationStarted(AllocationStart {
+                allocation_id: allocation_id.clone(),
+                holder: Holder::Pod,
+                holder_uid: pod,
+                holder_name: "trainer".into(),
+                namespace: "ns".into(),
+                namespace_uid: Some(ns),
+                container: Some("main".into()),
+                node: Some(node.into()),
+                resource: "nvidia.com/gpu".into(),
+                units,
+                mode: SharingMode::Exclusive,
+                gpu_model: Some("NVIDIA H100 80GB HBM3".into()),
+                device_ids: vec![],
+                started_at: from,
+                labels: AttributionLabels::default(),
+            }),
+        },
+        Fact {
+            event_id: event_id("alloc-end", &[&allocation_id]),
+            observed_at: to,
+            body: FactBody::AllocationEnded(AllocationEnd { allocation_id, ended_at: to, reason: EndReason::Finished }),
+        },
+    ]
+}
+
+async fn ingest_facts(env: &Env, facts: Vec<Fact>) {
+    let batch = Batch {
+        wire_version: WIRE_VERSION,
+        agent: AgentInfo { version: "test".into(), mode: "cluster".into(), node: None, spool: None },
+        cluster: None,
+        facts,
+    };
+    let req = Request::post("/api/v1/ingest/batches")
+        .header("authorization", format!("Bearer {}", env.agent))
+        .header("content-type", "application/json")
+        .body(Body::from(serde_json::to_vec(&batch).unwrap()))
+        .unwrap();
+    let (status, ack) = send(env, req).await;
+    assert_eq!(status, StatusCode::OK, "{ack}");
+}
+
+fn json_req(method: &str, uri: &str, token: &str, body: Value) -> Request<Body> {
+    Request::builder()
+        .method(method)
+        .uri(uri)
+        .header("authorization", format!("Bearer {token}"))
+        .header("content-type", "application/json")
+        .body(Body::from(body.to_string()))
+        .unwrap()
+}
+
+/// A class priced at actual cost: before the month's bill it is priced at the policy's fallback rates and a finding
+/// (and the close) says so; once the bill is in — uploaded through the portal's form as a signed-in admin — the
+/// matched nodes' EffectiveCost is split over the tenants' GPU-hours to the cent, and the closed month keeps it.
+#[tokio::test]
+async fn actual_cost_splits_the_imported_bill_over_the_gpu_hours_to_the_cent() {
+    let env = env().await;
+    let o = env.org.as_uuid();
+    let month = Period::containing(OffsetDateTime::now_utc()).prev().unwrap();
+    let t0 = month.start();
+    let research = Uuid::new_v4();
+    for sql in [
+        "INSERT INTO departments (org_id, department_id, name) VALUES ($1, $2, 'Research')",
+        "INSERT INTO tenants (org_id, tenant_id, department_id, name, created_at) VALUES ($1, gen_random_uuid(), $2, 'alpha', '2025-01-01')",
+        "INSERT INTO tenants (org_id, tenant_id, department_id, name, created_at) VALUES ($1, gen_random_uuid(), $2, 'beta', '2025-01-01')",
+    ] {
+        sqlx::query(sql).bind(o).bind(research).execute(&env.pool).await.unwrap();
+    }
+    sqlx::query("INSERT INTO gpu_classes (org_id, gpu_class) VALUES ($1, 'H100-80GB')")
+        .bind(o)
+        .execute(&env.pool)
+        .await
+        .unwrap();
+    sqlx::query("INSERT INTO gpu_models (org_id, model, valid_from, gpu_class) VALUES ($1, 'NVIDIA H100 80GB HBM3', '2025-01-01', 'H100-80GB')")
+        .bind(o)
+        .execute(&env.pool)
+        .await
+        .unwrap();
+    nodes(&env, t0).await;
+    // Each billed node holds H100s (as its device facts would say).
+    for (n, node) in ["h100-e-01", "h100-e-02", "h100-e-03"].iter().enumerate() {
+        for g in 0..8 {
+            sqlx::query(
+                "INSERT INTO devices (org_id, cluster_id, gpu_uuid, valid_from, node, model)
+                 SELECT $1, cluster_id, $2, $3, $4, 'NVIDIA H100 80GB HBM3' FROM clusters WHERE org_id = $1",
+            )
+            .bind(o)
+            .bind(format!("GPU-{n}-{g}"))
+            .bind(t0)
+            .bind(*node)
+            .execute(&env.pool)
+            .await
+            .unwrap();
+        }
+    }
+    let (ns_a, ns_b) = (Uuid::new_v4(), Uuid::new_v4());
+    let mut facts = vec![namespace_fact(ns_a, "alpha-ns", "alpha", t0), namespace_fact(ns_b, "beta-ns", "beta", t0)];
+    // alpha: 2 GPUs × 10 h; beta: 1 GPU × 24 h → 44 GPU-hours.
+    facts.extend(pod_facts(
+        ns_a,
+        "h100-e-01",
+        2,
+        t0 + time::Duration::days(2),
+        t0 + time::Duration::days(2) + time::Duration::hours(10),
+    ));
+    facts.extend(pod_facts(ns_b, "h100-e-02", 1, t0 + time::Duration::days(3), t0 + time::Duration::days(4)));
+    ingest_facts(&env, facts).await;
+    let policy = serde_json::json!({"effective_from": month.to_string(), "policy": {
+        "currency": "USD",
+        "classes": [{"gpu_class": "H100-80GB", "guaranteed": "2.00", "borrowed": "3.00", "actual_cost": true}]
+    }});
+    let (s, v) = send(&env, json_req("POST", "/api/v1/policies", &env.admin, policy)).await;
+    assert_eq!(s, StatusCode::CREATED, "{v}");
+    assert_eq!(v["document"]["classes"][0]["actual_cost"], true, "{v}");
+    let (s, v) =
+        send(&env, json_req("POST", "/api/v1/policies/1/approve", &env.admin, serde_json::json!({"reason": "bill"})))
+            .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+
+    // No bill yet: the fallback rates (20 h × 3.00 + 24 h × 3.00), a finding with its fix, and the close asks.
+    let ledger_uri = format!("/api/v1/ledger?period={month}");
+    let (s, before) = send(&env, get(&ledger_uri, &env.admin)).await;
+    assert_eq!(s, StatusCode::OK, "{before}");
+    assert_eq!(before["total"], "132.00", "{before:#}");
+    let (s, findings) = send(&env, get(&format!("/api/v1/periods/{month}/findings"), &env.admin)).await;
+    assert_eq!(s, StatusCode::OK, "{findings}");
+    let missing = findings["items"].as_array().unwrap().iter().find(|f| f["kind"] == "cloud_bill_missing").cloned();
+    let missing = missing.unwrap_or_else(|| panic!("no cloud_bill_missing finding: {findings:#}"));
+    assert!(missing["fix"].as_str().unwrap().contains("/api/v1/costs/imports"), "{missing}");
+    assert!(
+        findings["needs_acknowledgement"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r.as_str().unwrap().contains("no cloud bill")),
+        "{findings:#}"
+    );
+
+    // The portal's upload form, as a signed-in admin: without the CSRF token refused, with it imported.
+    let mut tx = env.db.begin_org(env.org).await.unwrap();
+    let user = auth::oidc::upsert_user(&mut tx, "admin-subject", Some("admin@acme.invalid"), "Admin").await.unwrap();
+    let new = auth::session::NewSession {
+        user_id: user,
+        roles: vec![auth::Role::Admin],
+        departments: Vec::new(),
+        id_token_hint: None,
+        source: "test".into(),
+    };
+    let cookie = auth::session::create(&mut tx, &auth::session::SessionSettings::default(), &new).await.unwrap();
+    tx.commit().await.unwrap();
+    let csv = "BillingAccountId,BillingCurrency,BillingPeriodStart,BillingPeriodEnd,ChargePeriodStart,ChargePeriodEnd,\
+               ChargeCategory,BilledCost,EffectiveCost,ResourceId,ServiceName\n"
+        .to_string()
+        + &format!(
+            "1,USD,{s},{e},{s},{e},Usage,120.00,100.00,i-0abc123def4567890,Amazon Elastic Compute Cloud\n\
+             1,USD,{s},{e},{s},{e},Usage,40.00,33.330000001,arn:aws:ec2:us-east-1:1:instance/i-0fedcba9876543210,Amazon Elastic Compute Cloud\n\
+             1,USD,{s},{e},{s},{e},Usage,9.99,9.99,i-0deadbeefcafe0001,Amazon Elastic Compute Cloud\n",
+            s = gpuledger_core::time_fmt::rfc3339(t0),
+            e = gpuledger_core::time_fmt::rfc3339(month.add_months(1).unwrap().start())
+        );
+    let boundary = "----glbill7MA4YWxkTrZu0gW";
+    let multipart = format!(
+        "--{boundary}\r\nContent-Disposition: form-data; name=\"bill\"; filename=\"focus.csv\"\r\nContent-Type: text/csv\r\n\r\n{csv}\r\n--{boundary}--\r\n"
+    );
+    let upload = |csrf: Option<String>| {
+        let mut uri = format!("/ui/costs/import?period={month}");
+        if let Some(c) = csrf {
+            uri.push_str(&format!("&csrf={c}"));
+        }
+        Request::post(uri)
+            .header("cookie", format!("gl_session={cookie}"))
+            .header("content-type", format!("multipart/form-data; boundary={boundary}"))
+            .body(Body::from(multipart.clone()))
+            .unwrap()
+    };
+    let (s, _) = send(&env, upload(None)).await;
+    assert_eq!(s, StatusCode::FORBIDDEN, "an upload without the session's CSRF token");
+    let response = env.app.clone().oneshot(upload(Some(auth::session::csrf_for(&cookie)))).await.unwrap();
+    assert_eq!(response.status(), StatusCode::SEE_OTHER);
+    let location = response.headers()["location"].to_str().unwrap().to_string();
+    assert_eq!(location, format!("/admin/costs?period={month}&imported=1"));
+    let page = env
+        .app
+        .clone()
+        .oneshot(Request::get(&location).header("cookie", format!("gl_session={cookie}")).body(Body::empty()).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(page.status(), StatusCode::OK);
+    let html = String::from_utf8(to_bytes(page.into_body(), 16 << 20).await.unwrap().to_vec()).unwrap();
+    assert!(html.contains("133.330000001 USD") && html.contains("9.99 USD"), "matched and unmatched on the page");
+    assert!(html.contains("i-0deadbeefcafe0001") && html.contains("unclaimed_vm"), "the finding on the page");
+
+    // The bill split over 44 GPU-hours: alpha 20/44 (6,060.45 cents) and beta 24/44 (7,272.55) of 133.33, the cent
+    // left over to the larger remainder, so 60.60 + 72.73 (once the read model's
+    // worker has refreshed the open month the import changed; run here at once).
+    use gpuledger_server::readmodel::worker;
+    assert!(worker::refresh(&env.db, env.org, worker::Wait::Block).await.unwrap());
+    let (s, after) = send(&env, get(&ledger_uri, &env.admin)).await;
+    assert_eq!(s, StatusCode::OK, "{after}");
+    assert_eq!(after["total"], "133.33", "{after:#}");
+    let amount = |tenant: &str| {
+        after["lines"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|l| l["tenant"] == tenant && l["term"] == "borrowed")
+            .unwrap()
+            .clone()
+    };
+    assert_eq!(amount("alpha")["amount"], "60.60", "{after:#}");
+    assert_eq!(amount("beta")["amount"], "72.73", "{after:#}");
+    assert!(amount("alpha")["explanation"].as_str().unwrap().contains("cloud bill 133.33 USD (2 nodes"), "{after:#}");
+    let (_, findings) = send(&env, get(&format!("/api/v1/periods/{month}/findings"), &env.admin)).await;
+    assert!(!findings["items"].as_array().unwrap().iter().any(|f| f["kind"] == "cloud_bill_missing"), "{findings:#}");
+    assert!(findings["items"].as_array().unwrap().iter().any(|f| f["kind"] == "unclaimed_vm"), "{findings:#}");
+
+    // Closed: the month keeps the split, and its bundle carries the bill it was split from.
+    let (s, closed) =
+        send(&env, json_req("POST", &format!("/api/v1/periods/{month}/close"), &env.admin, serde_json::json!({})))
+            .await;
+    assert_eq!(s, StatusCode::OK, "{closed}");
+    assert_eq!(closed["total"], "133.33", "{closed}");
+    let (s, bundle) = send(&env, get(&format!("/api/v1/periods/{month}/bundle"), &env.export)).await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(bundle["inputs"]["actual_costs"][0]["cost"], "133.330000001", "{}", bundle["inputs"]["actual_costs"]);
+    let b: gpuledger_core::bundle::Bundle = serde_json::from_value(bundle).unwrap();
+    gpuledger_core::bundle::verify(&b).unwrap();
 }

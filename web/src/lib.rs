@@ -80,6 +80,7 @@ pub fn App() -> impl IntoView {
                     <Route path=(StaticSegment("admin"), StaticSegment("policies")) view=admin::PoliciesPage ssr=SsrMode::Async />
                     <Route path=(StaticSegment("admin"), StaticSegment("inventory")) view=admin::InventoryPage ssr=SsrMode::Async />
                     <Route path=(StaticSegment("admin"), StaticSegment("audit")) view=admin::AuditPage ssr=SsrMode::Async />
+                    <Route path=(StaticSegment("admin"), StaticSegment("costs")) view=admin::CostsPage ssr=SsrMode::Async />
                     <Route path=(StaticSegment("admin"), StaticSegment("telemetry")) view=telemetry::TelemetryPage ssr=SsrMode::Async />
                     <Route path=(StaticSegment("admin"), StaticSegment("organization")) view=admin::OrganizationPage ssr=SsrMode::Async />
                     <Route path=(StaticSegment("admin"), StaticSegment("notifications")) view=foresight::NotificationsPage ssr=SsrMode::Async />

@@ -49,6 +49,22 @@ pub struct LedgerInput {
     /// Credits and corrections that land in this period.
     #[serde(default)]
     pub adjustments: Vec<AdjustmentRecord>,
+    /// The month's cloud bill per GPU class, for classes the policy prices at actual cost (from the month's
+    /// imported FOCUS bill: the matched nodes' EffectiveCost). Absent when empty, so earlier bundles hash as before.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub actual_costs: Vec<ActualCost>,
+}
+
+/// The part of a month's cloud bill that pays for one GPU class: the effective cost of the bill's lines for the nodes
+/// holding that class's GPUs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ActualCost {
+    /// GPU class.
+    pub gpu_class: String,
+    /// Sum of the matched nodes' EffectiveCost for the month (exact, as the bill wrote it).
+    pub cost: Decimal,
+    /// How many nodes it came from.
+    pub nodes: u32,
 }
 
 /// A department.

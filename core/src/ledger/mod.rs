@@ -15,10 +15,11 @@
 //! endpoint's cost) use the largest-remainder method so the distributed cents add up to the total exactly.
 //!
 //! [`compute`] runs one module per term, in this order (each adds its lines to a shared context):
-//! `guaranteed` → `allocations` (clips and pools the allocations the later terms read) → `borrowed` →
-//! `energy` → `service` → `overhead` → `adjustments`. `input`, `line` and `notes` hold the public types,
+//! `guaranteed` → `allocations` (clips and pools the allocations the later terms read) → `borrowed` → `actual`
+//! (a class priced at actual cost: its cloud bill spread over its charged hours) → `energy` → `service` → `overhead` → `adjustments`. `input`, `line` and `notes` hold the public types,
 //! `arith` the shared arithmetic (hours, clip, money, qty, distribute, lcm), `context` the shared state.
 
+mod actual;
 mod adjustments;
 mod allocations;
 mod arith;
@@ -39,8 +40,9 @@ use serde::{Deserialize, Serialize};
 pub use adjustments::late_adjustments;
 pub use arith::distribute;
 pub use input::{
-    AdjustmentKind, AdjustmentRecord, AllocationRecord, ClassCapacity, DepartmentRef, DeviceEnergy, EndpointTotal,
-    EnergyRecord, EnergySpan, LedgerInput, QuotaHolder, QuotaRecord, TenantRef, UsageRecord, group_energy,
+    ActualCost, AdjustmentKind, AdjustmentRecord, AllocationRecord, ClassCapacity, DepartmentRef, DeviceEnergy,
+    EndpointTotal, EnergyRecord, EnergySpan, LedgerInput, QuotaHolder, QuotaRecord, TenantRef, UsageRecord,
+    group_energy,
 };
 pub use line::{CSV_HEADER, LedgerLine, Term};
 pub use notes::{LedgerNotes, UnattributedService};
@@ -90,9 +92,10 @@ pub fn compute(input: &LedgerInput) -> Result<Ledger, DomainError> {
     guaranteed::lines(&mut ctx, period)?;
     let mut gathered = allocations::gather(&ctx, period, &priced_endpoints, &mut notes)?;
     let charged_ns = borrowed::lines(&mut ctx, period, &mut gathered)?;
+    let mut spread = actual::apply(&mut ctx, &gathered, &mut notes)?;
     let endpoint_energy_kwh = energy::lines(&mut ctx, period, &gathered, &priced_endpoints)?;
-    let service_remainders = service::lines(&mut ctx, &gathered, &endpoint_energy_kwh, &mut notes)?;
-    overhead::lines(&mut ctx, period, &gathered, &charged_ns, &service_remainders)?;
+    let service_remainders = service::lines(&mut ctx, &gathered, &endpoint_energy_kwh, &mut spread, &mut notes)?;
+    overhead::lines(&mut ctx, period, &gathered, &charged_ns, &service_remainders, &spread)?;
     adjustments::lines(&mut ctx)?;
 
     let mut lines = ctx.lines;

@@ -17,6 +17,10 @@ pub struct LedgerNotes {
     /// Shared endpoints' work that no tenant's usage accounts for (their model servers counted more).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub unattributed_service: Vec<UnattributedService>,
+    /// Classes the policy prices at actual cost for which the month has no imported bill: priced at the policy's
+    /// fallback rates instead (a finding: import the month's bill).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub actual_cost_missing: Vec<String>,
 }
 
 /// A shared endpoint's unattributed remainder in the period: what its model servers counted beyond the usage

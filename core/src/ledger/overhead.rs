@@ -21,6 +21,7 @@ pub(super) fn lines(
     gathered: &Gathered<'_>,
     charged_ns: &BTreeMap<String, Fraction>,
     service_remainders: &[(String, Decimal)],
+    spread: &super::actual::Spread,
 ) -> Result<(), DomainError> {
     let input = ctx.input;
     let policy = &input.policy;
@@ -37,6 +38,10 @@ pub(super) fn lines(
         pool = pool.checked_add(amount.value())?;
         pool_text.push(format!("unattributed work on {endpoint} {}", amount.grouped()));
     }
+    for (what, amount) in &spread.pool {
+        pool = pool.checked_add(amount.value())?;
+        pool_text.push(format!("{what} {}", amount.grouped()));
+    }
     if policy.overhead.unallocated_capacity {
         // One entry per class, in class order, whatever the order (or repetition) of the input's entries.
         let mut by_class: BTreeMap<&str, u32> = BTreeMap::new();
@@ -46,6 +51,9 @@ pub(super) fn lines(
         }
         for cap in by_class.into_iter().map(|(c, gpus)| ClassCapacity { gpu_class: c.to_string(), gpus }) {
             let Some(rates) = policy.rates(&cap.gpu_class) else { continue };
+            if spread.classes.contains(&cap.gpu_class) {
+                continue; // its idle capacity is inside the bill already spread over the class's hours
+            }
             let capacity_ns = Fraction::from_integer(period.duration_nanos())?.checked_mul_int(i128::from(cap.gpus))?;
             let endpoint_class_ns = endpoint_ns
                 .values()

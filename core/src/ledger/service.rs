@@ -53,6 +53,7 @@ pub(super) fn lines(
     ctx: &mut Ctx<'_>,
     gathered: &Gathered<'_>,
     endpoint_energy_kwh: &BTreeMap<String, Fraction>,
+    spread: &mut super::actual::Spread,
     notes: &mut LedgerNotes,
 ) -> Result<Vec<(String, Decimal)>, DomainError> {
     let input = ctx.input;
@@ -120,7 +121,16 @@ pub(super) fn lines(
         // The endpoint's own cost: its GPU-hours at the guaranteed rate of their class, plus their energy.
         let mut cost = Fraction::ZERO;
         let mut cost_text = Vec::new();
+        // The endpoint's part of cloud bills (classes priced at actual cost): when nobody's work can carry it (no
+        // usage, or the endpoint is priced per token) it joins the overhead pool, so the bill is never lost.
+        let mut bill_part = Fraction::ZERO;
         for (class, ns) in endpoint_ns.get(&svc.endpoint).into_iter().flatten() {
+            if let Some(part) = spread.endpoint_cost.get(&(svc.endpoint.clone(), class.clone())) {
+                cost = cost.checked_add(part.value())?;
+                bill_part = bill_part.checked_add(part.value())?;
+                cost_text.push(format!("{} {class} GPU-h of the cloud bill {}", qty(hours(*ns)?)?.grouped(), part));
+                continue;
+            }
             let rates = policy.rates(class).ok_or_else(|| {
                 DomainError::invalid_at(
                     "policy.classes",
@@ -135,6 +145,12 @@ pub(super) fn lines(
             let pue = price.pue.map_or(Fraction::ONE, |p| p.value());
             cost = cost.checked_add(kwh.checked_mul(price.per_kwh.value())?.checked_mul(pue)?)?;
             cost_text.push(format!("{} kWh", qty(*kwh)?.grouped()));
+        }
+        if !bill_part.is_zero() && (split_w.is_zero() || svc.per_million_weighted_tokens.is_some()) {
+            spread.pool.push((
+                format!("{}'s part of the cloud bill (not split by its work)", svc.endpoint),
+                money(bill_part)?,
+            ));
         }
         if split_w.is_zero() {
             if let Some((r, _)) = remainder {

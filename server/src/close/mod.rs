@@ -127,6 +127,7 @@ async fn findings_handler(
     .fetch_all(tx.conn())
     .await?;
     let overcommit = soft_overcommit(&mut tx, period, OffsetDateTime::now_utc()).await?;
+    let bill = crate::costs::findings(&mut tx, period).await?;
     let needs_acknowledgement = needs_acknowledgement(&mut tx, period).await?;
     let acknowledgements = acknowledgements(&mut tx, period).await?;
     tx.commit().await?;
@@ -161,6 +162,10 @@ async fn findings_handler(
     }
     for f in overcommit {
         *by_kind.entry("overcommit".into()).or_default() += 1;
+        items.insert(0, f);
+    }
+    for f in bill.into_iter().rev() {
+        *by_kind.entry(f.kind.clone()).or_default() += 1;
         items.insert(0, f);
     }
     Ok(Json(Findings {

@@ -407,11 +407,14 @@ pub(crate) async fn needs_acknowledgement(tx: &mut OrgTx, period: Period) -> Res
     .bind(tx.org().as_uuid())
     .fetch_all(tx.conn())
     .await?;
-    let energy_priced = match crate::store::policy_for(tx, period).await? {
-        Some(policy) => policy.energy.is_some(),
-        None => false,
-    };
+    let policy = crate::store::policy_for(tx, period).await?;
+    let energy_priced = policy.as_ref().is_some_and(|p| p.energy.is_some());
     open.extend(GapsToAcknowledge::of(findings.iter().map(|(d,)| d), energy_priced).reasons());
+    // Classes priced at actual cost without the month's bill are priced at the policy's fallback rates: closing
+    // says so on the record.
+    if let Some(missing) = crate::costs::bill_missing(tx, period, policy.as_ref()).await? {
+        open.push(missing);
+    }
     Ok(open)
 }
 

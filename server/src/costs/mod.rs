@@ -109,12 +109,37 @@ async fn post_import(
     Params(q): Params<ImportParams>,
     request: axum::extract::Request,
 ) -> Result<Json<CostImport>, AppError> {
-    let period = q.period.period();
-    let headers = request.headers().clone();
-    let gzip_header = headers
+    let gzip_header = request
+        .headers()
         .get(axum::http::header::CONTENT_ENCODING)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.trim().eq_ignore_ascii_case("gzip"));
+    let body = crate::http::body_bytes(request, &state).await?;
+    import_bill(&state, &p, q.period.period(), body, gzip_header).await.map(Json)
+}
+
+/// Imports `body` (a FOCUS CSV, gzipped when `gzip` or when it starts with gzip's magic bytes) as `period`'s cloud
+/// bill, replacing an earlier import of the month (audited), and answers the stored import with its findings. The
+/// REST handler and the portal's upload form both call it. A month that is not open, or has not begun, is refused.
+pub async fn import_bill(
+    state: &AppState,
+    p: &Caller<ManagePolicy>,
+    period: Period,
+    body: axum::body::Bytes,
+    gzip: bool,
+) -> Result<CostImport, AppError> {
+    if period.first_day() > time::OffsetDateTime::now_utc().date() {
+        return Err(AppError::refused("period", format!("{period} has not begun")));
+    }
+    if body.is_empty() {
+        return Err(AppError::invalid("body", "a FOCUS CSV is required (Content-Type: text/csv; gzip allowed)"));
+    }
+    let from = period.start();
+    let to = period.add_months(1)?.start();
+    let summary = tokio::task::spawn_blocking(move || read_bill(&body, gzip, from, to))
+        .await
+        .map_err(|e| AppError::Internal(e.to_string()))??;
+
     let mut tx = p.begin(&state.db).await?;
     let month_state = crate::ledger::period_state(&mut tx, period).await?;
     if month_state != "open" {
@@ -123,27 +148,12 @@ async fn post_import(
             format!("{period} is {month_state}: a closed month's costs never change (a correction comes as late data)"),
         ));
     }
-    if period.first_day() > time::OffsetDateTime::now_utc().date() {
-        return Err(AppError::refused("period", format!("{period} has not begun")));
-    }
-    tx.commit_quiet().await?;
-    let body = crate::http::body_bytes(request, &state).await?;
-    if body.is_empty() {
-        return Err(AppError::invalid("body", "a FOCUS CSV is required (Content-Type: text/csv; gzip allowed)"));
-    }
-    let from = period.start();
-    let to = period.add_months(1)?.start();
-    let summary = tokio::task::spawn_blocking(move || read_bill(&body, gzip_header, from, to))
-        .await
-        .map_err(|e| AppError::Internal(e.to_string()))??;
-
-    let mut tx = p.begin(&state.db).await?;
     let nodes = store::nodes_during(&mut tx, from, to).await?;
     let actor = p.actor();
     let (import, rows) = matched_rows(period, &actor, &summary, &nodes)?;
     let replaced = store::replace(&mut tx, &import, &rows).await?;
     tx.audit_by(
-        &p,
+        p,
         "costs.import",
         &format!("period:{period}"),
         "",
@@ -153,7 +163,7 @@ async fn post_import(
     .await?;
     let answer = load(&mut tx, period).await?;
     tx.commit().await?;
-    answer.map(Json).ok_or_else(|| AppError::Internal("the import just stored is not there".into()))
+    answer.ok_or_else(|| AppError::Internal("the import just stored is not there".into()))
 }
 
 /// Reads a body (gzipped or not) as a FOCUS CSV; errors name the line and column.
@@ -188,9 +198,7 @@ fn matched_rows<'a>(
 ) -> Result<(store::NewImport<'a>, Vec<store::NewResource>), AppError> {
     let by_key: std::collections::HashMap<String, &store::NodeRow> = nodes
         .iter()
-        .filter_map(|n| {
-            n.provider_id.as_deref().and_then(ResourceKey::from_provider_id).map(|k| (k.to_string(), n))
-        })
+        .filter_map(|n| n.provider_id.as_deref().and_then(ResourceKey::from_provider_id).map(|k| (k.to_string(), n)))
         .collect();
     // Each resource's sum is exact already; their total can only pass what a decimal holds with a hostile bill.
     let too_large = |e: gpuledger_core::DomainError| {
@@ -344,4 +352,68 @@ pub async fn load(tx: &mut crate::db::OrgTx, period: Period) -> Result<Option<Co
         unmatched,
         findings,
     }))
+}
+
+/// When `policy` prices classes at actual cost and `period` has no imported bill: the reason, for people (the
+/// classes are then priced at the policy's fallback rates).
+pub async fn bill_missing(
+    tx: &mut crate::db::OrgTx,
+    period: Period,
+    policy: Option<&gpuledger_core::policy::CostPolicy>,
+) -> Result<Option<String>, AppError> {
+    let classes: Vec<&str> = policy
+        .into_iter()
+        .flat_map(|p| p.classes.iter())
+        .filter(|c| c.actual_cost)
+        .map(|c| c.gpu_class.as_str())
+        .collect();
+    if classes.is_empty() || store::import(tx, period.first_day()).await?.is_some() {
+        return Ok(None);
+    }
+    Ok(Some(format!(
+        "no cloud bill imported for {period}: {} priced at actual cost, so at the policy's fallback rates",
+        classes.join(", ")
+    )))
+}
+
+/// The month's cloud-bill findings as data-quality findings (the month's findings page): a bill missing for classes
+/// priced at actual cost, and the import's own findings (VMs no GPU node names, GPU nodes without a bill line).
+pub async fn findings(
+    tx: &mut crate::db::OrgTx,
+    period: Period,
+) -> Result<Vec<gpuledger_api::close::Finding>, AppError> {
+    let policy = crate::store::policy_for(tx, period).await?;
+    let mut out = Vec::new();
+    if let Some(reason) = bill_missing(tx, period, policy.as_ref()).await? {
+        out.push(gpuledger_api::close::Finding {
+            cluster: String::new(),
+            kind: "cloud_bill_missing".into(),
+            subject: period.to_string(),
+            from: None,
+            to: None,
+            details: json!({ "reason": reason }),
+            fix: Some(format!(
+                "import the month's FOCUS bill (Admin → Cloud bill, or POST /api/v1/costs/imports?period={period}); \
+                 the open month is priced again from it"
+            )),
+        });
+    }
+    if let Some(import) = load(tx, period).await? {
+        for f in import.findings {
+            let cluster = match f.kind.as_str() {
+                "node_without_bill_line" => f.subject.split('/').next().unwrap_or_default().to_string(),
+                _ => String::new(),
+            };
+            out.push(gpuledger_api::close::Finding {
+                cluster,
+                kind: f.kind,
+                subject: f.subject,
+                from: None,
+                to: None,
+                details: json!({ "reason": f.detail }),
+                fix: Some(f.fix),
+            });
+        }
+    }
+    Ok(out)
 }

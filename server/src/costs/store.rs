@@ -236,3 +236,32 @@ pub async fn replace(tx: &mut OrgTx, import: &NewImport<'_>, rows: &[NewResource
     .await?;
     Ok(replaced)
 }
+
+/// One matched node of `period`'s import with the GPU class(es) of its devices during `[from, to)`: (class,
+/// effective cost of the node, the node's GPUs of that class, cluster ID, node). A node whose devices have no class
+/// in the inventory is left out (its allocations are unpriced findings already).
+pub async fn billed_node_classes(
+    tx: &mut OrgTx,
+    period: time::Date,
+    from: OffsetDateTime,
+    to: OffsetDateTime,
+) -> Result<Vec<(String, String, i64, Uuid, String)>, DbError> {
+    let org = tx.org().as_uuid();
+    Ok(sqlx::query_as(
+        "SELECT m.gpu_class, r.effective_cost::text, count(DISTINCT d.gpu_uuid), r.cluster_id, r.node
+           FROM cost_import_resources r
+           JOIN devices d ON d.org_id = r.org_id AND d.cluster_id = r.cluster_id AND d.node = r.node
+           JOIN gpu_models m ON m.org_id = d.org_id AND m.model = d.model
+                AND tstzrange(m.valid_from, m.valid_to) && tstzrange(d.valid_from, d.valid_to)
+          WHERE r.org_id = $1 AND d.org_id = $1 AND m.org_id = $1 AND r.period = $2 AND r.cluster_id IS NOT NULL
+            AND d.valid_from < $4 AND (d.valid_to IS NULL OR d.valid_to > $3)
+          GROUP BY m.gpu_class, r.effective_cost, r.cluster_id, r.node, r.row_no
+          ORDER BY r.cluster_id, r.node, m.gpu_class",
+    )
+    .bind(org)
+    .bind(period)
+    .bind(from)
+    .bind(to)
+    .fetch_all(tx.conn())
+    .await?)
+}

@@ -361,7 +361,9 @@ pub fn validate(batch: &Batch, window: Window) -> Result<(), AppError> {
             FactBody::NodeObserved(n) => {
                 // Any form is kept (a cloud the matching does not know yet), but bounded and one line.
                 if let Some(p) = &n.provider_id
-                    && (p.is_empty() || p.len() > gpuledger_core::provider::MAX_RESOURCE_ID || p.chars().any(char::is_control))
+                    && (p.is_empty()
+                        || p.len() > gpuledger_core::provider::MAX_RESOURCE_ID
+                        || p.chars().any(char::is_control))
                 {
                     return Err(AppError::invalid(
                         field("provider_id"),

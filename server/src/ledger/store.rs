@@ -317,6 +317,11 @@ pub async fn load_input(tx: &mut OrgTx, period: Period, policy: CostPolicy) -> R
     })
     .collect();
     let (_, inventory_version) = inventory(tx).await?;
+    let actual_costs = if policy.classes.iter().any(|c| c.actual_cost) {
+        actual_costs(tx, period, start, end).await?
+    } else {
+        Vec::new()
+    };
     Ok(LedgerInput {
         period,
         policy,
@@ -330,7 +335,54 @@ pub async fn load_input(tx: &mut OrgTx, period: Period, policy: CostPolicy) -> R
         service_usage,
         endpoint_totals,
         adjustments: Vec::new(),
+        actual_costs,
     })
+}
+
+/// The month's imported cloud bill per GPU class: each matched node's EffectiveCost goes to the class of its GPUs
+/// (split by GPU count in the rare node holding two classes, the last class taking the rounding remainder so the
+/// node's cost is kept exactly).
+async fn actual_costs(
+    tx: &mut OrgTx,
+    period: Period,
+    start: OffsetDateTime,
+    end: OffsetDateTime,
+) -> Result<Vec<gpuledger_core::ledger::ActualCost>, AppError> {
+    let rows = crate::costs::store::billed_node_classes(tx, period.first_day(), start, end).await?;
+    let mut by_class: std::collections::BTreeMap<String, (Decimal, u32)> = std::collections::BTreeMap::new();
+    let mut i = 0;
+    while i < rows.len() {
+        let (cluster, node) = (rows[i].3, &rows[i].4);
+        let mut j = i;
+        while j < rows.len() && rows[j].3 == cluster && &rows[j].4 == node {
+            j += 1;
+        }
+        let node_rows = &rows[i..j];
+        let cost = Decimal::parse(&node_rows[0].1)?;
+        let gpus: i64 = node_rows.iter().map(|r| r.2.max(0)).sum();
+        let mut given = Decimal::ZERO;
+        for (k, (class, _, n, _, _)) in node_rows.iter().enumerate() {
+            let part = if k + 1 == node_rows.len() || gpus == 0 {
+                cost.checked_sub(&given)?
+            } else {
+                Decimal::round(
+                    cost.value()
+                        .checked_mul_int(i128::from(*n))?
+                        .checked_div(gpuledger_core::Fraction::from_integer(i128::from(gpus))?)?,
+                    cost.scale().max(6),
+                )?
+            };
+            given = given.checked_add(&part)?;
+            let e = by_class.entry(class.clone()).or_insert((Decimal::ZERO, 0));
+            e.0 = e.0.checked_add(&part)?;
+            e.1 = e.1.saturating_add(1);
+        }
+        i = j;
+    }
+    Ok(by_class
+        .into_iter()
+        .map(|(gpu_class, (cost, nodes))| gpuledger_core::ledger::ActualCost { gpu_class, cost, nodes })
+        .collect())
 }
 
 /// Approved credits not yet applied, as adjustments landing in the next closed period.

@@ -421,8 +421,11 @@ fn cost_ops() -> Vec<Op> {
             "The GPU nodes as their agents last reported them, with spec.providerID and the key a bill line matches",
         )
         .answers::<gpuledger_api::Items<gpuledger_api::costs::InventoryNode>>(200, "the nodes, by cluster and name"),
-        Op::get("/api/v1/costs/imports", "A month's imported cloud bill, matched to the GPU nodes (404: none imported)")
-            .answers::<gpuledger_api::costs::CostImport>(200, "the import"),
+        Op::get(
+            "/api/v1/costs/imports",
+            "A month's imported cloud bill, matched to the GPU nodes (404: none imported)",
+        )
+        .answers::<gpuledger_api::costs::CostImport>(200, "the import"),
         Op::post(
             "/api/v1/costs/imports",
             "Import a month's cloud bill: a FOCUS 1.0–1.3 CSV (gzip allowed), matched to the GPU nodes by resource ID; \

@@ -70,7 +70,8 @@ pub async fn load(tx: &mut OrgTx) -> Result<OrganizationSettings, AppError> {
     .bind(org)
     .fetch_optional(tx.conn())
     .await?;
-    let (slug, name, state, rate, ingest, currency, retention, updated_at, updated_by, _, cost_center, gl_account) = row;
+    let (slug, name, state, rate, ingest, currency, retention, updated_at, updated_by, _, cost_center, gl_account) =
+        row;
     let today = today.unwrap_or(0);
     Ok(OrganizationSettings {
         slug,

@@ -224,3 +224,76 @@ pub(super) async fn quota_form(State(state): State<AppState>, headers: HeaderMap
     via_api(&state, &headers, "POST", "/api/v1/quotas", request, "/admin/policies", |_| "/admin/policies#quotas".into())
         .await
 }
+
+/// `/admin/costs`'s upload form (multipart/form-data: `period` and the `bill` file, a FOCUS CSV or its gzip): calls
+/// the cloud bill's service ([`crate::costs::import_bill`]) as the signed-in person, then shows the stored import.
+/// The CSRF token travels in the action's query string (the guard does not read file bodies).
+pub(super) async fn cost_import_form(
+    State(state): State<AppState>,
+    caller: Result<crate::http::Caller<crate::http::ManagePolicy>, crate::error::AppError>,
+    uri: axum::http::Uri,
+    mut multipart: axum::extract::Multipart,
+) -> Response {
+    let back = "/admin/costs";
+    let caller = match caller {
+        Ok(c) => c,
+        Err(crate::error::AppError::Unauthorized) => {
+            return Redirect::to(&format!("/login?next={back}")).into_response();
+        }
+        Err(e) => return form_refused_status(e.status(), &e.to_string(), back),
+    };
+    let mut period = uri
+        .query()
+        .and_then(|q| form_urlencoded::parse(q.as_bytes()).find(|(k, _)| k == "period").map(|(_, v)| v.into_owned()))
+        .unwrap_or_default();
+    let mut bill: Option<axum::body::Bytes> = None;
+    loop {
+        match multipart.next_field().await {
+            Ok(Some(f)) => {
+                let name = f.name().unwrap_or_default().to_string();
+                match name.as_str() {
+                    "period" => match f.text().await {
+                        Ok(t) if t.len() <= 16 => period = t.trim().to_string(),
+                        _ => return form_refused("period: a month like 2026-11", back),
+                    },
+                    "bill" => match f.bytes().await {
+                        Ok(b) => bill = Some(b),
+                        Err(e) => {
+                            return form_refused(&format!("bill: the file could not be read: {}", e.body_text()), back);
+                        }
+                    },
+                    _ => {}
+                }
+            }
+            Ok(None) => break,
+            Err(e) => {
+                return form_refused_status(
+                    e.status(),
+                    &format!("the upload could not be read: {}", e.body_text()),
+                    back,
+                );
+            }
+        }
+    }
+    let Ok(parsed) = gpuledger_core::Period::parse(&period) else {
+        return form_refused(&format!("period: a month like 2026-11; got {period:?}"), back);
+    };
+    let Some(bill) = bill.filter(|b| !b.is_empty()) else {
+        return form_refused("bill: choose the month's FOCUS CSV export (.csv or .csv.gz)", back);
+    };
+    match crate::costs::import_bill(&state, &caller, parsed, bill, false).await {
+        Ok(_) => Redirect::to(&format!("/admin/costs?period={parsed}&imported=1")).into_response(),
+        Err(e) => {
+            let message = match &e {
+                crate::error::AppError::Invalid { field, reason } => format!("{field}: {reason}"),
+                crate::error::AppError::Internal(_) => "an internal error occurred; it has been logged".into(),
+                other => other.to_string(),
+            };
+            form_refused_status(e.status(), &message, &format!("{back}?period={parsed}"))
+        }
+    }
+}
+
+fn form_refused_status(status: StatusCode, detail: &str, back: &str) -> Response {
+    (status, axum::response::Html(gpuledger_web::account::form_error_document(detail, back))).into_response()
+}

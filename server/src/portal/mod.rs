@@ -72,8 +72,8 @@ fn uri_safe(path: &str) -> String {
 
 mod admin_forms;
 use admin_forms::{
-    department_form, department_update_form, inventory_form, quota_form, reassign_form, rule_form, settings_form,
-    tenant_form, tenant_update_form,
+    cost_import_form, department_form, department_update_form, inventory_form, quota_form, reassign_form, rule_form,
+    settings_form, tenant_form, tenant_update_form,
 };
 
 /// [`PortalData`] backed by the database, through organization-scoped transactions.
@@ -536,6 +536,7 @@ pub fn router() -> Router<AppState> {
         .route("/ui/tenancy/tenant", post(tenant_update_form))
         .route("/ui/tenancy/department", post(department_update_form))
         .route("/ui/organization/settings", post(settings_form))
+        .route("/ui/costs/import", post(cost_import_form))
 }
 
 /// A refused form: the reason, naming the field, and the way back (the browser keeps what was typed).
