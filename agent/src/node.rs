@@ -546,6 +546,8 @@ pub struct NodeCollector {
     /// Device facts already produced (by content), so an unchanged inventory is not re-sent.
     devices: HashMap<String, String>,
     current_window: Option<OffsetDateTime>,
+    /// XID, retired-page and presence state of each GPU between scrapes (device faults).
+    faults: crate::metrics::faults::FaultWatch,
 }
 
 impl NodeCollector {
@@ -558,6 +560,7 @@ impl NodeCollector {
             window: time::Duration::seconds(i64::from(window_secs)),
             devices: HashMap::new(),
             current_window: None,
+            faults: crate::metrics::faults::FaultWatch::new(),
         }
     }
 
@@ -581,6 +584,9 @@ impl NodeCollector {
                 self.devices.insert(d.gpu_uuid.clone(), tag);
                 facts.push(dcgm::device_fact(&d, at));
             }
+        }
+        for f in self.faults.observe(&self.node, samples, at) {
+            facts.push(crate::metrics::faults::fault_fact(&f, at));
         }
         self.rollup.observe(samples, at);
         facts

@@ -16,6 +16,7 @@ pub mod common;
 pub mod costs;
 pub mod disputes;
 pub mod exports;
+pub mod faults;
 pub mod foresight;
 pub mod health;
 pub mod ingest;

@@ -89,6 +89,31 @@ pub struct PolicyDocument {
     /// When a reservation counts as idle (default: below 5 % for 2 hours).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub idle: Option<IdleInput>,
+    /// Which device faults earn a credit (default: XIDs 48, 79, 94, 95 and a GPU lost, 5 minutes of grace,
+    /// proposed for finance's approval).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub faults: Option<FaultsInput>,
+}
+
+/// When a device fault earns a credit.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct FaultsInput {
+    /// XID codes that open an outage (default 48, 79, 94, 95).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub xids: Option<List<crate::input::Int<1, 65_535>, 0, 256>>,
+    /// Whether a GPU gone from the bus opens one (default true).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device_lost: Option<bool>,
+    /// Whether retired memory pages open one (default false).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retired_pages: Option<bool>,
+    /// Minutes after the fault before hours count (default 5).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grace_minutes: Option<crate::input::Int<0, 1440>>,
+    /// Propose the credits for finance's approval (default true).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auto_propose: Option<bool>,
 }
 
 /// Rates of one GPU class.

@@ -19,6 +19,7 @@ pub mod confidence;
 pub mod decimal;
 pub mod efficiency;
 pub mod error;
+pub mod faults;
 pub mod fraction;
 pub mod ids;
 pub mod interval;

@@ -36,6 +36,10 @@ pub struct CostPolicy {
     /// document that keeps the defaults, so earlier policies read and hash as they always did.
     #[serde(default, skip_serializing_if = "IdlePolicy::is_default")]
     pub idle: IdlePolicy,
+    /// Which device faults earn a credit, after what grace, and whether credits are proposed (docs/finance.md).
+    /// Absent from a document that keeps the defaults.
+    #[serde(default, skip_serializing_if = "crate::faults::FaultPolicy::is_default")]
+    pub faults: crate::faults::FaultPolicy,
 }
 
 /// When an allocation holding GPUs counts as an idle reservation: activity below `threshold_pct` for at least
@@ -216,6 +220,15 @@ impl CostPolicy {
         let hours = self.idle.min_hours.value();
         if hours <= Fraction::ZERO || hours > Fraction::from_integer(24 * 31)? {
             return Err(invalid("idle.min_hours".into(), "must be above 0 and at most 744 (a month)"));
+        }
+        if self.faults.grace_minutes > 24 * 60 {
+            return Err(invalid("faults.grace_minutes".into(), "at most 1440 (a day)"));
+        }
+        if self.faults.xids.len() > 256 {
+            return Err(invalid("faults.xids".into(), "at most 256 codes"));
+        }
+        if let Some((i, x)) = self.faults.xids.iter().enumerate().find(|(_, x)| **x == 0 || **x > 65_535) {
+            return Err(invalid(format!("faults.xids[{i}]"), format!("{x} is not an XID code (1 to 65535)")));
         }
         let mut seen = BTreeSet::new();
         for (i, s) in self.services.iter().enumerate() {

@@ -124,6 +124,9 @@ pub enum FactBody {
     EndpointTotals(EndpointTotalsFact),
     /// A training job's cumulative progress, from its pod's annotations (the server shows work per GPU-hour).
     TrainingProgress(TrainingProgressFact),
+    /// A device fault the node agent saw (an XID error, a GPU gone from the bus, retired memory pages) or the end of
+    /// one (the device back): the server proposes credits for the hours allocations lost on it.
+    DeviceFault(DeviceFaultFact),
 }
 
 impl FactBody {
@@ -145,6 +148,7 @@ impl FactBody {
             Self::ServiceUsage(_) => "service_usage",
             Self::EndpointTotals(_) => "endpoint_totals",
             Self::TrainingProgress(_) => "training_progress",
+            Self::DeviceFault(_) => "device_fault",
         }
     }
 }
@@ -635,6 +639,56 @@ pub struct TrainingProgressFact {
     pub samples: Option<u64>,
 }
 
+/// What a node agent saw go wrong with a GPU (or go right again).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct DeviceFaultFact {
+    /// Node (hostname).
+    pub node: String,
+    /// `GPU-…` UUID of the physical GPU.
+    pub gpu_uuid: String,
+    /// What happened (`fault`, since `kind` names the fact's own kind on the wire).
+    pub fault: DeviceFaultKind,
+    /// The XID error code (`fault: xid`), as NVML and DCGM (`DCGM_FI_DEV_XID_ERRORS`) report it: e.g. 48 double-bit
+    /// ECC error, 79 fallen off the bus, 94 contained / 95 uncontained ECC error.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub xid: Option<u32>,
+    /// When the agent first saw it.
+    #[serde(with = "time::serde::rfc3339")]
+    #[cfg_attr(feature = "schema", schemars(with = "String", extend("format" = "date-time")))]
+    pub occurred_at: OffsetDateTime,
+    /// What the agent read, for people (`DCGM_FI_DEV_RETIRED_DBE 0 → 2`, NVML's `GPU is lost`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+}
+
+/// The kinds of [`DeviceFaultFact`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum DeviceFaultKind {
+    /// An XID error (its code in `xid`).
+    Xid,
+    /// The GPU disappeared: gone from the exporter's output, or NVML answers `NVML_ERROR_GPU_IS_LOST` (15).
+    DeviceLost,
+    /// Memory pages retired for double-bit ECC errors (the count rose).
+    RetiredPages,
+    /// The device is healthy again (back on the bus, its last XID cleared by a reset): ends the fault.
+    Recovered,
+}
+
+impl DeviceFaultKind {
+    /// Name as on the wire.
+    pub const fn as_str(&self) -> &'static str {
+        match self {
+            Self::Xid => "xid",
+            Self::DeviceLost => "device_lost",
+            Self::RetiredPages => "retired_pages",
+            Self::Recovered => "recovered",
+        }
+    }
+}
+
 /// Data the agent had to drop.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
@@ -731,6 +785,7 @@ impl Fact {
             FactBody::ServiceUsage(u) => (u.window_start, u.window_end),
             FactBody::EndpointTotals(t) => (t.window_start, t.window_end),
             FactBody::TrainingProgress(t) => at(t.reported_at),
+            FactBody::DeviceFault(f) => at(f.occurred_at),
             FactBody::NodeObserved(_) | FactBody::DeviceObserved(_) | FactBody::DeviceAssigned(_) => {
                 at(self.observed_at)
             }

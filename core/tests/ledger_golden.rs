@@ -88,6 +88,7 @@ fn policy() -> CostPolicy {
         token_weights: Vec::new(),
         overhead: Default::default(),
         idle: Default::default(),
+        faults: Default::default(),
     }
 }
 

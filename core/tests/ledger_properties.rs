@@ -224,6 +224,7 @@ fn build(case: &Case) -> LedgerInput {
             token_weights: Vec::new(),
             overhead,
             idle: Default::default(),
+            faults: Default::default(),
         },
         inventory_version: "inv".into(),
         departments: (0..case.departments).map(|d| DepartmentRef { id: did(d), name: format!("dept-{d}") }).collect(),

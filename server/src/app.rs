@@ -101,6 +101,7 @@ pub fn api_routes(state: &AppState) -> Router<AppState> {
         .merge(crate::tenancy::router())
         .merge(crate::usage::router())
         .merge(crate::costs::router())
+        .merge(crate::faults::router())
         .merge(crate::disputes::router())
         .merge(crate::notifications::router())
         .merge(crate::orgs::settings::router())

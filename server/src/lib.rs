@@ -17,6 +17,7 @@ pub mod disputes;
 pub mod embedded;
 pub mod error;
 pub mod exports;
+pub mod faults;
 pub mod health;
 pub mod http;
 pub mod impact;

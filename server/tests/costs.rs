@@ -558,3 +558,145 @@ async fn actual_cost_splits_the_imported_bill_over_the_gpu_hours_to_the_cent() {
     let b: gpuledger_core::bundle::Bundle = serde_json::from_value(bundle).unwrap();
     gpuledger_core::bundle::verify(&b).unwrap();
 }
+
+/// Issue 35 item 4: an XID 79 the node agent reported opens an outage on its GPU; the allocation holding that GPU
+/// (and another) lost one GPU's share from the fault plus the grace time until the device recovered; a credit for
+/// those hours at the class's borrowed rate is proposed, approved by finance (not by an admin), and applied by the
+/// month's close. A fault fact without its code is refused naming the field.
+#[tokio::test]
+async fn an_xid_79_produces_a_proposed_credit_for_the_right_hours() {
+    use gpuledger_core::wire::{DeviceFaultFact, DeviceFaultKind};
+    let env = env().await;
+    let o = env.org.as_uuid();
+    let month = Period::containing(OffsetDateTime::now_utc()).prev().unwrap();
+    let t0 = month.start() + time::Duration::days(2);
+    let research = Uuid::new_v4();
+    for sql in [
+        "INSERT INTO departments (org_id, department_id, name) VALUES ($1, $2, 'Research')",
+        "INSERT INTO tenants (org_id, tenant_id, department_id, name, created_at) VALUES ($1, gen_random_uuid(), $2, 'alpha', '2025-01-01')",
+    ] {
+        sqlx::query(sql).bind(o).bind(research).execute(&env.pool).await.unwrap();
+    }
+    sqlx::query("INSERT INTO gpu_classes (org_id, gpu_class) VALUES ($1, 'H100-80GB')")
+        .bind(o)
+        .execute(&env.pool)
+        .await
+        .unwrap();
+    sqlx::query("INSERT INTO gpu_models (org_id, model, valid_from, gpu_class) VALUES ($1, 'NVIDIA H100 80GB HBM3', '2025-01-01', 'H100-80GB')")
+        .bind(o)
+        .execute(&env.pool)
+        .await
+        .unwrap();
+    let ns = Uuid::new_v4();
+    let mut facts = vec![namespace_fact(ns, "alpha-ns", "alpha", month.start())];
+    // 2 GPUs for 10 h: 08:00–18:00 of the 3rd.
+    let mut pod = pod_facts(ns, "h100-e-01", 2, t0 + time::Duration::hours(8), t0 + time::Duration::hours(18));
+    if let FactBody::AllocationStarted(s) = &mut pod[0].body {
+        s.device_ids = vec!["GPU-aaaa".into(), "GPU-bbbb".into()];
+    }
+    facts.extend(pod);
+    let fault = |kind: DeviceFaultKind, xid: Option<u32>, at: OffsetDateTime| Fact {
+        event_id: event_id("device-fault", &["GPU-aaaa", kind.as_str(), &format!("{xid:?}"), &at.to_string()]),
+        observed_at: at,
+        body: FactBody::DeviceFault(DeviceFaultFact {
+            node: "h100-e-01".into(),
+            gpu_uuid: "GPU-aaaa".into(),
+            fault: kind,
+            xid,
+            occurred_at: at,
+            detail: Some("DCGM_FI_DEV_XID_ERRORS 0 → 79".into()),
+        }),
+    };
+    // XID 79 at 10:00, a repeat at 10:30 (the same outage), back at 13:00; an XID 13 later is not credited.
+    facts.push(fault(DeviceFaultKind::Xid, Some(79), t0 + time::Duration::hours(10)));
+    facts.push(fault(DeviceFaultKind::Xid, Some(79), t0 + time::Duration::minutes(630)));
+    facts.push(fault(DeviceFaultKind::Recovered, None, t0 + time::Duration::hours(13)));
+    facts.push(fault(DeviceFaultKind::Xid, Some(13), t0 + time::Duration::hours(15)));
+    ingest_facts(&env, facts).await;
+    let bad = Batch {
+        wire_version: WIRE_VERSION,
+        agent: AgentInfo { version: "test".into(), mode: "node".into(), node: Some("h100-e-01".into()), spool: None },
+        cluster: None,
+        facts: vec![fault(DeviceFaultKind::Xid, None, t0)],
+    };
+    let (s, p) = send(
+        &env,
+        Request::post("/api/v1/ingest/batches")
+            .header("authorization", format!("Bearer {}", env.agent))
+            .header("content-type", "application/json")
+            .body(Body::from(serde_json::to_vec(&bad).unwrap()))
+            .unwrap(),
+    )
+    .await;
+    assert_eq!((s, p["field"].as_str()), (StatusCode::UNPROCESSABLE_ENTITY, Some("facts[0].xid")), "{p}");
+    let policy = serde_json::json!({"effective_from": month.to_string(), "policy": {
+        "currency": "USD", "classes": [{"gpu_class": "H100-80GB", "guaranteed": "2.00", "borrowed": "3.00"}]
+    }});
+    let (s, v) = send(&env, json_req("POST", "/api/v1/policies", &env.admin, policy)).await;
+    assert_eq!(s, StatusCode::CREATED, "{v}");
+    let (s, v) =
+        send(&env, json_req("POST", "/api/v1/policies/1/approve", &env.admin, serde_json::json!({"reason": "ok"})))
+            .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+
+    // Lost: 10:05 (5 minutes of grace) to 13:00 on one of the allocation's two GPUs = 2 h 55 min = 2.916667
+    // GPU-hours × 3.00 = 8.75.
+    let (s, list) = send(&env, get(&format!("/api/v1/faults/credits?period={month}"), &env.admin)).await;
+    assert_eq!(s, StatusCode::OK, "{list}");
+    let items = list["items"].as_array().unwrap();
+    assert_eq!(items.len(), 1, "one outage (the repeat is the same one; XID 13 does not count): {list:#}");
+    let c = &items[0];
+    assert_eq!(
+        (c["state"].as_str(), c["xid"].as_u64(), c["gpu_uuid"].as_str()),
+        (Some("proposed"), Some(79), Some("GPU-aaaa")),
+        "{c}"
+    );
+    assert_eq!(c["lost_from"].as_str().unwrap(), gpuledger_core::time_fmt::rfc3339(t0 + time::Duration::minutes(605)));
+    assert_eq!(c["lost_to"].as_str().unwrap(), gpuledger_core::time_fmt::rfc3339(t0 + time::Duration::hours(13)));
+    assert_eq!(
+        (c["gpu_hours"].as_str(), c["amount"].as_str(), c["provisional"].as_bool()),
+        (Some("2.916667"), Some("8.75"), Some(false)),
+        "{c}"
+    );
+    assert_eq!((c["tenant"].as_str(), c["holder"].as_str()), (Some("alpha"), Some("ns/trainer")), "{c}");
+    assert!(c["description"].as_str().unwrap().contains("fallen off the bus"), "{c}");
+
+    // Finance approves (an admin token may not: separation of money from administration).
+    let decision = serde_json::json!({"fault_event_id": c["fault_event_id"], "allocation_id": c["allocation_id"], "reason": "node replaced"});
+    let (s, _) = send(&env, json_req("POST", "/api/v1/faults/credits/approve", &env.admin, decision.clone())).await;
+    assert_eq!(s, StatusCode::FORBIDDEN);
+    let mut tx = env.db.begin_org(env.org).await.unwrap();
+    let user = auth::oidc::upsert_user(&mut tx, "fin", Some("fin@acme.invalid"), "Fin").await.unwrap();
+    let new = auth::session::NewSession {
+        user_id: user,
+        roles: vec![auth::Role::Finance],
+        departments: Vec::new(),
+        id_token_hint: None,
+        source: "test".into(),
+    };
+    let cookie = auth::session::create(&mut tx, &auth::session::SessionSettings::default(), &new).await.unwrap();
+    tx.commit().await.unwrap();
+    let as_finance = |uri: &str, body: &Value| {
+        Request::post(uri)
+            .header("cookie", format!("gl_session={cookie}"))
+            .header("x-csrf-token", auth::session::csrf_for(&cookie))
+            .header("content-type", "application/json")
+            .body(Body::from(body.to_string()))
+            .unwrap()
+    };
+    let (s, approved) = send(&env, as_finance("/api/v1/faults/credits/approve", &decision)).await;
+    assert_eq!(s, StatusCode::OK, "{approved}");
+    assert_eq!(approved["state"], "approved");
+    assert!(approved["adjustment_id"].as_str().is_some(), "{approved}");
+    let (s, _) = send(&env, as_finance("/api/v1/faults/credits/approve", &decision)).await;
+    assert_eq!(s, StatusCode::CONFLICT, "decided once");
+
+    // The close applies it: 2 GPUs × 10 h × 3.00 = 60.00, less the 8.75 credit.
+    let (s, closed) =
+        send(&env, json_req("POST", &format!("/api/v1/periods/{month}/close"), &env.admin, serde_json::json!({})))
+            .await;
+    assert_eq!(s, StatusCode::OK, "{closed}");
+    assert_eq!(closed["total"], "51.25", "{closed}");
+    let (_, list) = send(&env, get(&format!("/api/v1/faults/credits?period={month}"), &env.admin)).await;
+    assert_eq!(list["items"][0]["state"], "approved", "{list}");
+}

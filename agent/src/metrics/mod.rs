@@ -5,12 +5,15 @@
 //!   [`TelemetryRollup`](gpuledger_core::wire::TelemetryRollup)s (utilization: analytics only, never money).
 //! - [`modelserver`]: vLLM, Triton, TGI and NIM scrapes → [`modelserver::ModelServerSnapshot`]s (productive work),
 //!   window totals (the `endpoint_totals` facts of [`crate::scrape`]; the server reconciles them with tenants' usage).
+//! - [`faults`]: DCGM's XID, retired-page and device-presence series → `device_fault` facts (credits when the
+//!   hardware failed).
 //! - [`discovery`]: model-server pods (by their annotations) → [`discovery::ScrapeTarget`]s.
 //!
 //! Nothing here reads a clock: scrape and observation times are parameters.
 
 pub mod dcgm;
 pub mod discovery;
+pub mod faults;
 pub mod modelserver;
 pub mod prom;
 

@@ -135,6 +135,7 @@ pub fn decode(headers: &HeaderMap, body: &[u8], limits: &IngestLimits) -> Result
             "service_usage" => FactBody::ServiceUsage(parse_at(&at, &mut de())?),
             "endpoint_totals" => FactBody::EndpointTotals(parse_at(&at, &mut de())?),
             "training_progress" => FactBody::TrainingProgress(parse_at(&at, &mut de())?),
+            "device_fault" => FactBody::DeviceFault(parse_at(&at, &mut de())?),
             other => {
                 return Err(AppError::invalid(format!("{at}.kind"), format!("unknown kind {other:?}")));
             }
@@ -373,6 +374,34 @@ pub fn validate(batch: &Batch, window: Window) -> Result<(), AppError> {
                         ),
                     ));
                 }
+            }
+            FactBody::DeviceFault(f) => {
+                let one_line =
+                    |v: &str, max: usize| !v.is_empty() && v.len() <= max && !v.chars().any(char::is_control);
+                if !one_line(&f.gpu_uuid, 128) {
+                    return Err(AppError::invalid(field("gpu_uuid"), "1 to 128 characters, one line (GPU-…)"));
+                }
+                if !one_line(&f.node, 253) {
+                    return Err(AppError::invalid(field("node"), "1 to 253 characters, one line"));
+                }
+                match (f.fault, f.xid) {
+                    (gpuledger_core::wire::DeviceFaultKind::Xid, Some(1..=65_535)) => {}
+                    (gpuledger_core::wire::DeviceFaultKind::Xid, _) => {
+                        return Err(AppError::invalid(field("xid"), "an XID fault needs its code (1 to 65535)"));
+                    }
+                    (_, Some(_)) => {
+                        return Err(AppError::invalid(field("xid"), "only an XID fault has a code"));
+                    }
+                    (_, None) => {}
+                }
+                if f.detail
+                    .as_deref()
+                    .is_some_and(|d| d.chars().count() > 1_000 || d.chars().any(|c| c.is_control() && c != '\t'))
+                {
+                    return Err(AppError::invalid(field("detail"), "at most 1,000 characters on one line"));
+                }
+                future("occurred_at", f.occurred_at)?;
+                past("occurred_at", f.occurred_at)?;
             }
             FactBody::DeviceObserved(_) | FactBody::DeviceAssigned(_) => {}
         }

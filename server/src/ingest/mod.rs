@@ -184,6 +184,7 @@ fn subject(body: &FactBody) -> String {
         FactBody::ServiceUsage(u) => subject_of_usage(u),
         FactBody::EndpointTotals(t) => format!("endpoint/{}/{}/{}", t.endpoint, t.pod, t.model),
         FactBody::TrainingProgress(t) => format!("training/{}/{}", t.namespace, t.workload),
+        FactBody::DeviceFault(f) => format!("fault/{}", f.gpu_uuid),
     }
 }
 
@@ -205,6 +206,7 @@ fn occurred_at(fact: &Fact) -> OffsetDateTime {
         FactBody::ServiceUsage(u) => u.window_start,
         FactBody::EndpointTotals(t) => t.window_start,
         FactBody::TrainingProgress(t) => t.reported_at,
+        FactBody::DeviceFault(f) => f.occurred_at,
         _ => fact.observed_at,
     }
 }

@@ -272,6 +272,7 @@ fn handler_inputs() -> BTreeMap<(&'static str, &'static str), Inputs> {
         crate::tenancy::inputs(),
         crate::usage::inputs(),
         crate::costs::inputs(),
+        crate::faults::inputs(),
         crate::exports::inputs(),
         crate::budgets::inputs(),
         crate::notifications::inputs(),
