@@ -62,6 +62,17 @@ pub struct Ledger {
     /// `open`, `closing` or `closed`.
     #[schemars(with = "crate::states::PeriodState")]
     pub state: String,
+    /// The month's first instant in the organization's calendar (local midnight of the 1st in `time_zone`; RFC 3339,
+    /// UTC). A closed month keeps the instants it closed with.
+    pub starts_at: String,
+    /// The first instant after the month (local midnight of the next 1st).
+    pub ends_at: String,
+    /// The IANA time zone the month is cut in (`UTC` by default; the organization's settings).
+    pub time_zone: String,
+    /// Where the month's charges begin when not at `starts_at`: the first month after a change of time zone
+    /// continues from the instant the previous (closed) month ended, so no hour is charged twice or lost.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub continues_from: Option<String>,
     /// The cost policy version that priced the figures.
     pub policy_version: Option<i32>,
     /// Currency of the lines (`null` when the month has none).

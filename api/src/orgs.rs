@@ -31,6 +31,9 @@ pub struct OrganizationSettings {
     /// The platform's own general-ledger account the journal credits (none: not set; the journal says so).
     #[serde(default)]
     pub platform_gl_account: Option<String>,
+    /// The IANA time zone whose calendar months are the organization's periods (default `UTC`): a period runs from
+    /// local midnight of the 1st. A change applies from the next open month; closed months keep theirs.
+    pub time_zone: String,
     /// When the settings last changed (RFC 3339).
     pub updated_at: String,
     /// Who changed them last.
@@ -67,4 +70,23 @@ pub struct SettingsBody {
     #[serde(default, deserialize_with = "crate::input::clearable", skip_serializing_if = "Option::is_none")]
     #[schemars(with = "Option<Line<MAX_ACCOUNT>>")]
     pub platform_gl_account: Option<Option<Line<MAX_ACCOUNT>>>,
+    /// IANA time zone (`Europe/Berlin`, `Asia/Tokyo`, `UTC`); left out: unchanged. Applies from the next open month.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_zone: Option<Line<64>>,
+    /// Read-only, accepted so that a GET answer can be sent back changed: must be the organization's own slug.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slug: Option<Line<100>>,
+    /// Read-only (set by the operator), accepted so that a GET answer can be sent back: must be the current state.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<crate::states::OrgState>")]
+    pub state: Option<Line<20>>,
+    /// Read-only (set by the operator): ignored.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limits: Option<OrganizationLimits>,
+    /// Read-only: ignored.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub updated_at: Option<crate::input::Note<64>>,
+    /// Read-only: ignored.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub updated_by: Option<crate::input::Note<400>>,
 }

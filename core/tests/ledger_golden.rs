@@ -124,6 +124,7 @@ fn input_for(period: Period, tenants: &[TenantId]) -> LedgerInput {
         endpoint_totals: Vec::new(),
         adjustments: Vec::new(),
         actual_costs: Vec::new(),
+        bounds: None,
     }
 }
 
@@ -1240,4 +1241,60 @@ fn s08b_energy_with_irregular_telemetry_windows_still_computes() {
     // overlap / window length, computed offline with exact rationals) it is 1,440,455.3 J = 0.400126 kWh;
     // × 0.20 = 0.080025 → 0.08
     assert_money(e, "0.400126", "kWh", "0.200000", "0.08");
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// The organization's calendar (issue 35 item 1): the month's instants come with the input.
+
+/// America/New_York's March 2027 starts at 05:00 UTC on the 1st and ends at 04:00 UTC on April 1st (the clocks go
+/// forward on the 14th): 743 hours, and a whole-month quota is charged 743 GPU-hours; Europe/Berlin's October 2026
+/// (the clocks go back on the 25th) has 745.
+#[test]
+fn a_dst_month_has_its_own_hours() {
+    use gpuledger_core::ledger::MonthBounds;
+    let cases = [
+        ("2027-03", datetime!(2027-03-01 05:00 UTC), datetime!(2027-04-01 04:00 UTC), "743.000000", "1560.30"),
+        ("2026-10", datetime!(2026-09-30 22:00 UTC), datetime!(2026-10-31 23:00 UTC), "745.000000", "1564.50"),
+    ];
+    for (month, starts_at, ends_at, hours, amount) in cases {
+        let zone = if month == "2027-03" { "America/New_York" } else { "Europe/Berlin" };
+        let mut inp = input_for(Period::parse(month).unwrap(), &[alpha()]);
+        inp.bounds = Some(MonthBounds { time_zone: zone.into(), starts_at, ends_at, continues_from: None });
+        inp.quotas.push(QuotaRecord {
+            id: "q".into(),
+            holder: QuotaHolder::Tenant(alpha()),
+            gpu_class: H100.into(),
+            gpus: dec("1"),
+            valid_from: datetime!(2026-01-01 00:00 UTC),
+            valid_to: None,
+        });
+        let lines = lines_of(&inp);
+        assert_money(&lines[0], hours, "GPU-hour", "2.10", amount);
+        // UTC's month has 744.
+        let mut utc = inp.clone();
+        utc.bounds = None;
+        assert_ne!(lines_of(&utc)[0].quantity.to_string(), hours);
+    }
+}
+
+/// A pod holding a GPU from 23:00 to 02:00 in Tokyo across midnight of the 1st: October (Asia/Tokyo) charges the hour
+/// before local midnight (14:00–15:00 UTC on October 31st), November the two after.
+#[test]
+fn a_pod_crossing_local_midnight_of_the_first_is_split_there() {
+    use gpuledger_core::ledger::MonthBounds;
+    let tokyo = |month: &str, s, e| {
+        let mut inp = input_for(Period::parse(month).unwrap(), &[alpha()]);
+        inp.bounds =
+            Some(MonthBounds { time_zone: "Asia/Tokyo".into(), starts_at: s, ends_at: e, continues_from: None });
+        inp.allocations.push(AllocationRecord {
+            start: datetime!(2026-10-31 14:00 UTC),
+            end: Some(datetime!(2026-10-31 17:00 UTC)),
+            ..alloc("c1/night", alpha(), H100, "1", 0, 1)
+        });
+        inp
+    };
+    let oct = lines_of(&tokyo("2026-10", datetime!(2026-09-30 15:00 UTC), datetime!(2026-10-31 15:00 UTC)));
+    let nov = lines_of(&tokyo("2026-11", datetime!(2026-10-31 15:00 UTC), datetime!(2026-11-30 15:00 UTC)));
+    assert_money(line(&oct, "2026-10/borrowed/alpha/H100-80GB"), "1.000000", "GPU-hour", "3.00", "3.00");
+    assert_money(line(&nov, "2026-11/borrowed/alpha/H100-80GB"), "2.000000", "GPU-hour", "3.00", "6.00");
 }

@@ -258,6 +258,7 @@ fn build(case: &Case) -> LedgerInput {
         endpoint_totals: Vec::new(),
         adjustments: Vec::new(),
         actual_costs: Vec::new(),
+        bounds: None,
     }
 }
 

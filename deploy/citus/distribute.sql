@@ -211,6 +211,7 @@ SELECT pg_temp.distribute('read_failures', 'departments');
 -- migration 34: the cloud bill's imports
 SELECT pg_temp.distribute('cost_imports', 'departments');
 SELECT pg_temp.distribute('cost_import_resources', 'departments');
+SELECT pg_temp.distribute('fault_credit_decisions', 'departments');
 
 -- ---------------------------------------------------------------- foreign keys back, validated on the shards
 SELECT format('ALTER TABLE %s ADD CONSTRAINT %I %s', rel, conname, def) FROM gpuledger_foreign_keys ORDER BY con \gexec

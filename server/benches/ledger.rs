@@ -246,6 +246,7 @@ impl BenchWorld for World {
             endpoint_totals,
             adjustments: Vec::new(),
             actual_costs: Vec::new(),
+            bounds: None,
         }
     }
 }

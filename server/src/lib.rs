@@ -7,6 +7,7 @@ pub mod audit;
 pub mod auth;
 pub mod budgets;
 pub mod bulk;
+pub mod calendar;
 pub mod citus;
 pub mod cli;
 pub mod close;

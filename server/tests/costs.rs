@@ -700,3 +700,165 @@ async fn an_xid_79_produces_a_proposed_credit_for_the_right_hours() {
     let (_, list) = send(&env, get(&format!("/api/v1/faults/credits?period={month}"), &env.admin)).await;
     assert_eq!(list["items"][0]["state"], "approved", "{list}");
 }
+
+/// Issue 35 item 1: the organization's calendar. An IANA zone in the settings (a bad name refused naming the field,
+/// the change audited); the open month starts at local midnight of the 1st; a DST month has its own hours
+/// (Europe/Berlin's October 2026: 745); a pod crossing local midnight of the 1st is split there; a closed month keeps
+/// its instants, and the month after a change of zone continues from where it ended.
+#[tokio::test]
+async fn months_follow_the_organizations_time_zone() {
+    let env = env().await;
+    let o = env.org.as_uuid();
+    let research = Uuid::new_v4();
+    for sql in [
+        "INSERT INTO departments (org_id, department_id, name) VALUES ($1, $2, 'Research')",
+        "INSERT INTO tenants (org_id, tenant_id, department_id, name, created_at) VALUES ($1, gen_random_uuid(), $2, 'alpha', '2025-01-01')",
+    ] {
+        sqlx::query(sql).bind(o).bind(research).execute(&env.pool).await.unwrap();
+    }
+    sqlx::query("INSERT INTO gpu_classes (org_id, gpu_class) VALUES ($1, 'H100-80GB')")
+        .bind(o)
+        .execute(&env.pool)
+        .await
+        .unwrap();
+    sqlx::query("INSERT INTO gpu_models (org_id, model, valid_from, gpu_class) VALUES ($1, 'NVIDIA H100 80GB HBM3', '2025-01-01', 'H100-80GB')")
+        .bind(o)
+        .execute(&env.pool)
+        .await
+        .unwrap();
+    let policy = serde_json::json!({"effective_from": "2026-01", "policy": {
+        "currency": "USD", "classes": [{"gpu_class": "H100-80GB", "guaranteed": "2.00", "borrowed": "3.00"}]
+    }});
+    let (s, v) = send(&env, json_req("POST", "/api/v1/policies", &env.admin, policy)).await;
+    assert_eq!(s, StatusCode::CREATED, "{v}");
+    let (s, v) =
+        send(&env, json_req("POST", "/api/v1/policies/1/approve", &env.admin, serde_json::json!({"reason": "ok"})))
+            .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    let ns = Uuid::new_v4();
+    // 23:00 October 31st to 02:00 November 1st in Tokyo (14:00–17:00 UTC).
+    let mut facts = vec![namespace_fact(ns, "alpha-ns", "alpha", time::macros::datetime!(2026-09-01 00:00 UTC))];
+    facts.extend(pod_facts(
+        ns,
+        "n1",
+        1,
+        time::macros::datetime!(2026-10-31 14:00 UTC),
+        time::macros::datetime!(2026-10-31 17:00 UTC),
+    ));
+    ingest_facts(&env, facts).await;
+
+    // The settings: a zone PostgreSQL does not know is refused naming the field; a GET answer sent back works.
+    let (s, settings) = send(&env, get("/api/v1/organization/settings", &env.admin)).await;
+    assert_eq!((s, settings["time_zone"].as_str()), (StatusCode::OK, Some("UTC")), "{settings}");
+    let put = |zone: &str| {
+        let mut b = settings.clone();
+        b["time_zone"] = Value::String(zone.into());
+        json_req("PUT", "/api/v1/organization/settings", &env.admin, b)
+    };
+    let (s, p) = send(&env, put("Mars/Olympus_Mons")).await;
+    assert_eq!((s, p["field"].as_str()), (StatusCode::UNPROCESSABLE_ENTITY, Some("time_zone")), "{p}");
+    let mut bad_slug = settings.clone();
+    bad_slug["slug"] = Value::String("other".into());
+    let (s, p) = send(&env, json_req("PUT", "/api/v1/organization/settings", &env.admin, bad_slug)).await;
+    assert_eq!((s, p["field"].as_str()), (StatusCode::CONFLICT, Some("slug")), "{p}");
+
+    use gpuledger_server::readmodel::worker;
+    let refresh = || worker::refresh(&env.db, env.org, worker::Wait::Block);
+    let borrowed = |ledger: &Value| {
+        ledger["lines"].as_array().unwrap().iter().find(|l| l["term"] == "borrowed").map(|l| l["quantity"].clone())
+    };
+
+    // Tokyo: the pod is split at local midnight — one hour in October, two in November.
+    let (s, v) = send(&env, put("Asia/Tokyo")).await;
+    assert_eq!((s, v["time_zone"].as_str()), (StatusCode::OK, Some("Asia/Tokyo")), "{v}");
+    refresh().await.unwrap();
+    let (s, oct) = send(&env, get("/api/v1/ledger?period=2026-10", &env.admin)).await;
+    assert_eq!(s, StatusCode::OK, "{oct}");
+    assert_eq!(
+        (oct["starts_at"].as_str(), oct["ends_at"].as_str()),
+        (Some("2026-09-30T15:00:00Z"), Some("2026-10-31T15:00:00Z")),
+        "{oct}"
+    );
+    assert_eq!(borrowed(&oct), Some(Value::from("1.000000")), "{oct:#}");
+    let (_, nov) = send(&env, get("/api/v1/ledger?period=2026-11", &env.admin)).await;
+    assert_eq!(borrowed(&nov), Some(Value::from("2.000000")), "{nov:#}");
+
+    // Europe/Berlin: October 2026 runs 22:00 UTC September 30th to 23:00 UTC October 31st — 745 hours; the whole
+    // pod is in it.
+    let (s, v) = send(&env, put("Europe/Berlin")).await;
+    assert_eq!((s, v["time_zone"].as_str()), (StatusCode::OK, Some("Europe/Berlin")), "{v}");
+    let (s, q) = send(
+        &env,
+        json_req(
+            "POST",
+            "/api/v1/quotas",
+            &env.admin,
+            serde_json::json!({"tenant": "alpha",
+        "gpu_class": "H100-80GB", "gpus": "1", "valid_from": "2026-01-01T00:00:00Z"}),
+        ),
+    )
+    .await;
+    assert_eq!(s, StatusCode::CREATED, "{q}");
+    refresh().await.unwrap();
+    let (s, oct) = send(&env, get("/api/v1/ledger?period=2026-10", &env.admin)).await;
+    assert_eq!(s, StatusCode::OK, "{oct}");
+    assert_eq!(
+        (oct["starts_at"].as_str(), oct["ends_at"].as_str()),
+        (Some("2026-09-30T22:00:00Z"), Some("2026-10-31T23:00:00Z")),
+        "{oct}"
+    );
+    assert_eq!(oct["time_zone"], "Europe/Berlin");
+    let guaranteed = oct["lines"].as_array().unwrap().iter().find(|l| l["term"] == "guaranteed").unwrap();
+    assert_eq!(guaranteed["quantity"], "745.000000", "{guaranteed}");
+    assert_eq!(borrowed(&oct), None, "inside alpha's quota: no borrowed hours");
+    let audit: Value = sqlx::query_scalar(
+        "SELECT details FROM audit_log WHERE org_id = $1 AND action = 'organization.settings' ORDER BY at DESC LIMIT 1",
+    )
+    .bind(o)
+    .fetch_one(&env.pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        (&audit["before"]["time_zone"], &audit["after"]["time_zone"]),
+        (&Value::from("Asia/Tokyo"), &Value::from("Europe/Berlin"))
+    );
+
+    // Close October under Berlin, then move to Tokyo: November is Tokyo's calendar month (it starts at 15:00 UTC
+    // October 31st) but continues from where Berlin's October ended (23:00 UTC), so no hour is charged twice.
+    let (s, closed) =
+        send(&env, json_req("POST", "/api/v1/periods/2026-10/close", &env.admin, serde_json::json!({}))).await;
+    assert_eq!(s, StatusCode::OK, "{closed}");
+    let (s, _) = send(&env, put("Asia/Tokyo")).await;
+    assert_eq!(s, StatusCode::OK);
+    refresh().await.unwrap();
+    let (_, oct) = send(&env, get("/api/v1/ledger?period=2026-10", &env.admin)).await;
+    assert_eq!(
+        (oct["starts_at"].as_str(), oct["time_zone"].as_str()),
+        (Some("2026-09-30T22:00:00Z"), Some("Europe/Berlin")),
+        "a closed month keeps its instants: {oct}"
+    );
+    let (s, nov) = send(&env, get("/api/v1/ledger?period=2026-11", &env.admin)).await;
+    assert_eq!(s, StatusCode::OK, "{nov}");
+    assert_eq!(
+        (nov["starts_at"].as_str(), nov["ends_at"].as_str(), nov["continues_from"].as_str(), nov["time_zone"].as_str()),
+        (Some("2026-10-31T15:00:00Z"), Some("2026-11-30T15:00:00Z"), Some("2026-10-31T23:00:00Z"), Some("Asia/Tokyo")),
+        "{nov}"
+    );
+    let guaranteed = nov["lines"].as_array().unwrap().iter().find(|l| l["term"] == "guaranteed").unwrap();
+    assert_eq!(
+        guaranteed["quantity"], "712.000000",
+        "from 23:00 UTC October 31st to 15:00 UTC November 30th: {guaranteed}"
+    );
+    // December is Tokyo's own month from its local midnight.
+    let (_, dec) = send(&env, get("/api/v1/ledger?period=2026-12", &env.admin)).await;
+    if dec["starts_at"].is_string() {
+        assert_eq!(dec["starts_at"], "2026-11-30T15:00:00Z", "{dec}");
+        assert!(dec.get("continues_from").is_none(), "{dec}");
+    }
+    // The closed month's bundle carries its instants and verifies.
+    let (s, bundle) = send(&env, get("/api/v1/periods/2026-10/bundle", &env.export)).await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(bundle["inputs"]["bounds"]["time_zone"], "Europe/Berlin", "{}", bundle["inputs"]["bounds"]);
+    let b: gpuledger_core::bundle::Bundle = serde_json::from_value(bundle).unwrap();
+    gpuledger_core::bundle::verify(&b).unwrap();
+}

@@ -279,6 +279,10 @@ async fn seed(db: &Database, slug: &str) -> OrgId {
             "INSERT INTO cost_import_resources (org_id, period, row_no, resource_id, resource_key, lines, effective_cost, billed_cost, cluster_id, node) VALUES ($1, '2026-01-01', 1, 'i-1', 'aws:i-1', 1, 1.00, 1.00, $2, 'n1')",
             vec![o, cluster],
         ),
+        (
+            "INSERT INTO fault_credit_decisions (org_id, fault_event_id, allocation_key, decision, decided_by, gpu_hours, amount) VALUES ($1, 'f1', 'c/a1', 'rejected', 'test', 1, 3.00)",
+            vec![o],
+        ),
     ];
     for (sql, binds) in statements {
         let mut q = sqlx::query(sql);

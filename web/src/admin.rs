@@ -909,6 +909,9 @@ pub fn OrganizationPage() -> impl IntoView {
                                 title="three uppercase letters, such as USD or EUR" value=s.default_currency.clone() /></label>
                             <label>"Data retention (months, 12 to 120) " <input name="retention_months" type="number" required=true min="12" max="120"
                                 value=s.retention_months.to_string() /></label>
+                            <label>"Time zone (IANA, e.g. Europe/Berlin) " <input name="time_zone" id="time-zone" maxlength="64" required=true
+                                pattern="[A-Za-z0-9/_+-]+" title="an IANA time zone such as Asia/Tokyo, Europe/Berlin or UTC" value=s.time_zone.clone() /></label>
+                            <p class="muted">"A period is this zone's calendar month, from local midnight of the 1st. A change applies from the next open month; closed months keep theirs (the first month after a change continues from where the last closed month ended, so no hour is charged twice or lost)."</p>
                             <fieldset>
                                 <legend>"Platform account (journal credits)"</legend>
                                 <p class="muted">"The month's journal (" <code>"/api/v1/exports/journal.csv"</code> ") debits each department's account and credits the platform's with what it recovered. Empty: not set (the journal still balances and says what is missing)."</p>

@@ -73,6 +73,9 @@ impl PortalData for Fake {
     fn api(&self, _method: &str, path: String, _body: Option<String>) -> BoxFuture<'_, Result<ApiAnswer, PortalError>> {
         let answer = if self.fail {
             ApiAnswer { status: 500, body: json!({"detail": "the database is unavailable"}) }
+        } else if path.starts_with("/api/v1/costs/imports") && !self.answers.iter().any(|(p, _)| path.starts_with(p)) {
+            // No bill imported for the month.
+            ApiAnswer { status: 404, body: json!({"detail": "period: no bill was imported"}) }
         } else {
             let body = self
                 .answers
@@ -240,6 +243,7 @@ fn admin_answer(path: &str) -> Option<Value> {
             },
             platform_cost_center: None,
             platform_gl_account: Some("4900-GPU".into()),
+            time_zone: "Europe/Berlin".into(),
             updated_at: String::new(),
             updated_by: String::new(),
         })
@@ -320,6 +324,8 @@ async fn every_page_has_an_empty_state() {
         ("/admin/inventory", "Nothing approved yet."),
         ("/admin/audit", "No records."),
         ("/admin/organization", "1000 facts per day"),
+        ("/admin/organization", "value=\"Europe/Berlin\""),
+        ("/admin/costs", "No bill imported for"),
         ("/admin/notifications", "No webhooks yet."),
         ("/admin/telemetry", "No telemetry and no allocations this month."),
     ];

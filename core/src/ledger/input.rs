@@ -53,6 +53,39 @@ pub struct LedgerInput {
     /// imported FOCUS bill: the matched nodes' EffectiveCost). Absent when empty, so earlier bundles hash as before.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub actual_costs: Vec<ActualCost>,
+    /// The month's instants when they are not UTC's calendar month: the organization's own time zone (local midnight
+    /// of the 1st to local midnight of the next 1st; a DST month has 743 or 745 hours), or a month that continues
+    /// where the previous closed month ended after a change of zone. Absent for a UTC month, so earlier bundles
+    /// hash as before.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bounds: Option<MonthBounds>,
+}
+
+/// A month's instants in the organization's calendar.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MonthBounds {
+    /// IANA time zone (`Asia/Tokyo`).
+    pub time_zone: String,
+    /// First instant.
+    #[serde(with = "time::serde::rfc3339")]
+    pub starts_at: OffsetDateTime,
+    /// First instant after it.
+    #[serde(with = "time::serde::rfc3339")]
+    pub ends_at: OffsetDateTime,
+    /// Where the charges begin when not at `starts_at`: the previous month closed at this instant, in the zone it
+    /// closed under (the first month after a change of zone; no hour charged twice, none lost).
+    #[serde(default, skip_serializing_if = "Option::is_none", with = "time::serde::rfc3339::option")]
+    pub continues_from: Option<OffsetDateTime>,
+}
+
+impl LedgerInput {
+    /// The instants the ledger covers: the month in the organization's calendar ([`MonthBounds`]), or UTC's.
+    pub fn interval(&self) -> Result<crate::interval::Interval, crate::error::DomainError> {
+        match &self.bounds {
+            Some(b) => crate::interval::Interval::new(b.continues_from.unwrap_or(b.starts_at), b.ends_at),
+            None => self.period.interval(),
+        }
+    }
 }
 
 /// The part of a month's cloud bill that pays for one GPU class: the effective cost of the bill's lines for the nodes

@@ -41,8 +41,8 @@ pub use adjustments::late_adjustments;
 pub use arith::distribute;
 pub use input::{
     ActualCost, AdjustmentKind, AdjustmentRecord, AllocationRecord, ClassCapacity, DepartmentRef, DeviceEnergy,
-    EndpointTotal, EnergyRecord, EnergySpan, LedgerInput, QuotaHolder, QuotaRecord, TenantRef, UsageRecord,
-    group_energy,
+    EndpointTotal, EnergyRecord, EnergySpan, LedgerInput, MonthBounds, QuotaHolder, QuotaRecord, TenantRef,
+    UsageRecord, group_energy,
 };
 pub use line::{CSV_HEADER, LedgerLine, Term};
 pub use notes::{LedgerNotes, UnattributedService};
@@ -70,7 +70,7 @@ pub struct Ledger {
 /// Computes a period's ledger. Errors name the input that made it impossible (e.g. a class with no rate).
 pub fn compute(input: &LedgerInput) -> Result<Ledger, DomainError> {
     input.policy.validate()?;
-    let period = input.period.interval()?;
+    let period = input.interval()?;
     let mut ctx = Ctx {
         input,
         tenants: input.tenants.iter().map(|t| (t.id, t)).collect(),

@@ -158,7 +158,7 @@ fn money(d: &Decimal) -> Result<String, AppError> {
 
 /// The forecast of `period` as of `now`, for the whole organization (callers cut it to their scope).
 pub async fn compute(tx: &mut OrgTx, period: Period, now: OffsetDateTime) -> Result<Forecast, AppError> {
-    let (start, end) = crate::ledger::bounds(period)?;
+    let (start, end) = crate::ledger::bounds(tx, period).await?;
     if now < start {
         return Err(AppError::refused("period", format!("{period} has not started yet")));
     }

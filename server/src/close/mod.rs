@@ -69,15 +69,14 @@ async fn findings_handler(
     if p.departments.is_some() {
         return Err(AppError::Forbidden("data-quality findings cover the whole organization".into()));
     }
-    let from = period.first_day();
-    let to = (period.next()?).first_day();
     let mut tx = p.begin(&state.db).await?;
+    let (from, to) = crate::ledger::bounds(&mut tx, period).await?;
     let org = tx.org().as_uuid();
     let counts: Vec<(String, i64)> = sqlx::query_as(
         "SELECT kind, count(*) FROM data_quality_findings
           WHERE org_id = $3
-            AND COALESCE(occurred_from, created_at) < ($2::date::timestamp AT TIME ZONE 'UTC')
-            AND COALESCE(occurred_to, occurred_from, created_at) >= ($1::date::timestamp AT TIME ZONE 'UTC')
+            AND COALESCE(occurred_from, created_at) < $2::timestamptz
+            AND COALESCE(occurred_to, occurred_from, created_at) >= $1::timestamptz
           GROUP BY kind ORDER BY kind",
     )
     .bind(from)
@@ -98,8 +97,8 @@ async fn findings_handler(
                 END)
            FROM data_quality_findings f JOIN clusters c ON c.org_id = f.org_id AND c.cluster_id = f.cluster_id
           WHERE f.org_id = $3
-            AND COALESCE(f.occurred_from, f.created_at) < ($2::date::timestamp AT TIME ZONE 'UTC')
-            AND COALESCE(f.occurred_to, f.occurred_from, f.created_at) >= ($1::date::timestamp AT TIME ZONE 'UTC')
+            AND COALESCE(f.occurred_from, f.created_at) < $2::timestamptz
+            AND COALESCE(f.occurred_to, f.occurred_from, f.created_at) >= $1::timestamptz
           ORDER BY COALESCE(f.occurred_from, f.created_at) DESC, f.finding_id LIMIT 200",
     )
     .bind(from)
@@ -117,8 +116,8 @@ async fn findings_handler(
                            ORDER BY a.started_at, a.allocation_id))[1:20]
            FROM allocation_intervals a JOIN clusters c ON c.org_id = a.org_id AND c.cluster_id = a.cluster_id
           WHERE a.org_id = $3 AND a.gpu_class IS NULL
-            AND a.started_at < ($2::date::timestamp AT TIME ZONE 'UTC')
-            AND (a.ended_at IS NULL OR a.ended_at > ($1::date::timestamp AT TIME ZONE 'UTC'))
+            AND a.started_at < $2::timestamptz
+            AND (a.ended_at IS NULL OR a.ended_at > $1::timestamptz)
           GROUP BY c.name, a.gpu_model, a.sharing_mode ORDER BY count(*) DESC, c.name, 2 LIMIT 200",
     )
     .bind(from)
@@ -227,13 +226,17 @@ pub async fn close_period(
     actor: &str,
     now: OffsetDateTime,
 ) -> Result<CloseSummary, AppError> {
-    let (_, end) = crate::ledger::bounds(period)?;
-    if end > now {
-        return Err(AppError::Conflict(format!("{period} has not ended yet; it can be closed from {end}")));
-    }
     let start = period.first_day();
     // Step 1: take the lock (open → closing) in its own committed transaction, so others see it.
     let mut tx = db.begin_org(org).await?;
+    // The month ends at local midnight of the next 1st in the organization's calendar.
+    let (_, end) = crate::ledger::bounds(&mut tx, period).await?;
+    if end > now {
+        return Err(AppError::Conflict(format!(
+            "{period} has not ended yet; it can be closed from {}",
+            gpuledger_core::time_fmt::rfc3339(end)
+        )));
+    }
     let later: Option<Date> =
         sqlx::query_scalar("SELECT max(period) FROM periods WHERE state = 'closed' AND period > $1 AND org_id = $2")
             .bind(start)

@@ -304,10 +304,18 @@ pub(crate) async fn freeze(
         .execute(tx.conn())
         .await?;
     }
+    // The instants the month closed with, as its bundle's input holds them (a UTC month: UTC's).
+    let (zone, starts_at, ends_at, continues_from) = match &preview.input.bounds {
+        Some(b) => (b.time_zone.clone(), b.starts_at, b.ends_at, b.continues_from),
+        None => {
+            let (s, e) = crate::ledger::utc_bounds(period)?;
+            (crate::calendar::UTC.to_string(), s, e, None)
+        }
+    };
     sqlx::query(
         "UPDATE periods SET state = 'closed', closed_at = $2, closed_by = $3, policy_version = $4, inventory_version = $5,
                 previous_hash = $6, content_hash = $7, line_count = $8, total_amount = $9::numeric, currency = $10,
-                bundle_gz = $11
+                bundle_gz = $11, time_zone = $13, starts_at = $14, ends_at = $15, continues_from = $16
           WHERE period = $1 AND state = 'closing' AND org_id = $12",
     )
     .bind(start)
@@ -322,6 +330,10 @@ pub(crate) async fn freeze(
     .bind(&currency)
     .bind(&bundle_gz)
     .bind(org.as_uuid())
+    .bind(&zone)
+    .bind(starts_at)
+    .bind(ends_at)
+    .bind(continues_from)
     .execute(tx.conn())
     .await?;
     tx.audit(actor,
@@ -368,13 +380,12 @@ pub async fn org_slug(tx: &mut OrgTx) -> Result<String, AppError> {
 /// What closing `period` needs acknowledged, for people: allocations overlapping the month that the ledger cannot
 /// price (no GPU class, or no approved fraction). Empty: nothing.
 pub(crate) async fn needs_acknowledgement(tx: &mut OrgTx, period: Period) -> Result<Vec<String>, AppError> {
-    let from = period.first_day();
-    let to = period.next()?.first_day();
+    let (from, to) = crate::ledger::bounds(tx, period).await?;
     let rows: Vec<(bool, i64)> = sqlx::query_as(
         "SELECT gpu_class IS NULL, count(*) FROM allocation_intervals
           WHERE org_id = $3 AND (gpu_class IS NULL OR fraction_num IS NULL) AND sharing_mode <> 'shared_endpoint'
-            AND started_at < ($2::date::timestamp AT TIME ZONE 'UTC')
-            AND (ended_at IS NULL OR ended_at > ($1::date::timestamp AT TIME ZONE 'UTC'))
+            AND started_at < $2::timestamptz
+            AND (ended_at IS NULL OR ended_at > $1::timestamptz)
           GROUP BY 1 ORDER BY 1 DESC",
     )
     .bind(from)
@@ -399,8 +410,8 @@ pub(crate) async fn needs_acknowledgement(tx: &mut OrgTx, period: Period) -> Res
     let findings: Vec<(serde_json::Value,)> = sqlx::query_as(
         "SELECT details FROM data_quality_findings
           WHERE org_id = $3 AND kind = 'agent_gap'
-            AND COALESCE(occurred_from, created_at) < ($2::date::timestamp AT TIME ZONE 'UTC')
-            AND COALESCE(occurred_to, occurred_from, created_at) >= ($1::date::timestamp AT TIME ZONE 'UTC')",
+            AND COALESCE(occurred_from, created_at) < $2::timestamptz
+            AND COALESCE(occurred_to, occurred_from, created_at) >= $1::timestamptz",
     )
     .bind(from)
     .bind(to)
@@ -539,8 +550,7 @@ pub(crate) async fn soft_overcommit(
         Fraction,
         allocation::{Holding, over_capacity},
     };
-    let from = period.first_day();
-    let to = period.next()?.first_day();
+    let (from, to) = crate::ledger::bounds(tx, period).await?;
     type Row =
         (String, String, Option<String>, Vec<String>, i64, i64, OffsetDateTime, Option<OffsetDateTime>, Option<i32>);
     let rows: Vec<Row> = sqlx::query_as(
@@ -549,8 +559,8 @@ pub(crate) async fn soft_overcommit(
                     AND n.name = a.node ORDER BY n.valid_from DESC LIMIT 1)
            FROM allocation_intervals a JOIN clusters c ON c.org_id = a.org_id AND c.cluster_id = a.cluster_id
           WHERE a.org_id = $3 AND a.sharing_mode = 'soft_share' AND a.fraction_num IS NOT NULL
-            AND a.started_at < ($2::date::timestamp AT TIME ZONE 'UTC')
-            AND (a.ended_at IS NULL OR a.ended_at > ($1::date::timestamp AT TIME ZONE 'UTC'))
+            AND a.started_at < $2::timestamptz
+            AND (a.ended_at IS NULL OR a.ended_at > $1::timestamptz)
           LIMIT 200000",
     )
     .bind(from)
@@ -587,7 +597,7 @@ pub(crate) async fn soft_overcommit(
             });
         }
     }
-    let until = now.min((to.midnight()).assume_utc());
+    let until = now.min(to);
     let found = over_capacity(&holdings, until)?;
     Ok(found
         .into_iter()

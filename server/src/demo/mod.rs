@@ -257,7 +257,7 @@ pub async fn prepare_fleet(db: &Database, org: OrgId, gpus: usize, now: OffsetDa
                      --data-dir for a synthetic fleet"
                 );
             }
-            let (start, _) = crate::ledger::bounds(last)?;
+            let (start, _) = crate::ledger::utc_bounds(last)?;
             let spec = fleet::FleetSpec::new(gpus, fleet::DEMO_SEED, start, cutoff(now));
             tracing::info!(gpus = spec.gpus, %start, through = %spec.through, "seeding {} GPUs: planning the fleet", fleet::grouped(spec.gpus));
             let world = tokio::task::spawn_blocking(move || fleet::World::generate(spec)).await?;

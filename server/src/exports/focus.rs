@@ -316,10 +316,15 @@ pub struct Context {
     pub org_id: String,
     /// Organization name (account, provider, publisher and invoice issuer).
     pub org_name: String,
+    /// The months' instants in the organization's calendar (`BillingPeriodStart`/`End` at local midnight); a month
+    /// not listed is UTC's.
+    pub months: std::collections::BTreeMap<gpuledger_core::Period, (OffsetDateTime, OffsetDateTime)>,
 }
 
-fn month_bounds(p: gpuledger_core::Period) -> (OffsetDateTime, OffsetDateTime) {
-    (p.start(), super::sources::next_month(p.start()))
+impl Context {
+    fn month_bounds(&self, p: gpuledger_core::Period) -> (OffsetDateTime, OffsetDateTime) {
+        self.months.get(&p).copied().unwrap_or_else(|| (p.start(), super::sources::next_month(p.start())))
+    }
 }
 
 /// FOCUS's ChargeDescription is ASCII only: the explanation with its symbols spelled in ASCII (`×` → `x`,
@@ -507,14 +512,14 @@ fn method_details(s: &Split) -> String {
 pub fn value<'l>(column: &str, v: Version, ctx: &'l Context, l: &'l LedgerLine, split: Option<&Split>) -> Cell<'l> {
     let split = if v == Version::V1_3 { split } else { None };
     let usage = category(l.term) == "Usage";
-    let (bill_start, bill_end) = month_bounds(l.period);
+    let (bill_start, bill_end) = ctx.month_bounds(l.period);
     // A correction's charge period is the month it corrects (`corrects` starts with that month).
     let (charge_start, charge_end) = match (l.term, l.corrects.as_deref()) {
         (Term::Adjustment, Some(c)) => c
             .split('/')
             .next()
             .and_then(|m| gpuledger_core::Period::parse(m).ok())
-            .map_or((bill_start, bill_end), month_bounds),
+            .map_or((bill_start, bill_end), |m| ctx.month_bounds(m)),
         _ => (bill_start, bill_end),
     };
     let holder_id = l.tenant_id.map_or_else(|| l.department_id.to_string(), |t| t.to_string());
@@ -696,12 +701,26 @@ pub(super) async fn focus_csv(
         .bind(p.org.as_uuid())
         .fetch_one(tx.conn())
         .await?;
+    // The billing period of each month the lines name (theirs, and the months corrections correct).
+    let mut months = std::collections::BTreeMap::new();
+    let mut wanted = std::collections::BTreeSet::from([f.period]);
+    for l in &lines {
+        if let Some(m) =
+            l.corrects.as_deref().and_then(|c| c.split('/').next()).and_then(|m| gpuledger_core::Period::parse(m).ok())
+        {
+            wanted.insert(m);
+        }
+    }
+    for m in wanted.into_iter().take(240) {
+        let b = crate::calendar::bounds(&mut tx, m).await?;
+        months.insert(m, (b.start, b.end));
+    }
     tx.commit().await?;
     let mut details = f.details();
     details["version"] = json!(version.as_str());
     details["lines"] = json!(lines.len());
     audit_export(&state.db, &p, "export.focus_csv", &f.period.to_string(), details).await?;
-    let ctx = Context { org_id: p.org.as_uuid().to_string(), org_name };
+    let ctx = Context { org_id: p.org.as_uuid().to_string(), org_name, months };
     let body = write(version, &ctx, &lines);
     Ok(csv_response(body.into(), &format!("focus-{}", version.as_str()), f.period))
 }
@@ -779,7 +798,7 @@ mod tests {
     }
 
     fn ctx() -> Context {
-        Context { org_id: "org".into(), org_name: "Org".into() }
+        Context { org_id: "org".into(), org_name: "Org".into(), months: Default::default() }
     }
 
     #[test]

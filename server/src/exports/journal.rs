@@ -241,9 +241,9 @@ pub(super) async fn journal_csv(
     let by_tenant = q.by == Some(JournalBy::Tenant);
     let mut tx = p.begin(&state.db).await?;
     let month_state = crate::ledger::period_state(&mut tx, period).await?;
+    let (_, end) = crate::ledger::bounds(&mut tx, period).await?;
     tx.commit_quiet().await?;
     if month_state != "closed" {
-        let (_, end) = crate::ledger::bounds(period)?;
         let why = if end > time::OffsetDateTime::now_utc() {
             format!(
                 "{period} has not ended yet; it can be closed from {}, and its journal read then",

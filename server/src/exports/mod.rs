@@ -74,7 +74,7 @@ pub fn router() -> Router<AppState> {
 pub fn copy_statement(set: &str, period: Period) -> Option<String> {
     let source = sources::by_set(set)?;
     let mut select = Select::new(source, false, true);
-    let (start, _) = crate::ledger::bounds(period).ok()?;
+    let (start, _) = crate::ledger::utc_bounds(period).ok()?;
     select.month(start);
     if !source.csv_order.is_empty() {
         select.order = vec![source.csv_order.to_string()];
@@ -169,7 +169,7 @@ impl Plan {
 
     /// The month's plan of `source` for the caller and the filters; `sql` forces the all-SQL plan.
     fn new(source: &'static Source, p: &Principal, f: &CsvFilter, sql: bool) -> Result<Self, AppError> {
-        let (start, _) = crate::ledger::bounds(f.period)?;
+        let (start, _) = crate::ledger::utc_bounds(f.period)?;
         if !sql && std::ptr::eq(source, &sources::ALLOCATIONS) {
             return Ok(Self::Allocations(allocations::Cut {
                 from: Some(start),

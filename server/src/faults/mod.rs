@@ -108,7 +108,7 @@ async fn proposals(
     now: OffsetDateTime,
     policy: &gpuledger_core::policy::CostPolicy,
 ) -> Result<Vec<Proposal>, AppError> {
-    let (start, end) = crate::ledger::bounds(period)?;
+    let (start, end) = crate::ledger::bounds(tx, period).await?;
     let now = now.min(end);
     // Every fault fact up to the month's end, per device (cluster, GPU): an outage may have begun before the month.
     let mut by_device: BTreeMap<(Uuid, String), (String, String, Vec<FaultEvent>)> = BTreeMap::new();

@@ -108,10 +108,17 @@ async fn get_summaries(
     Ok(Json(answer))
 }
 
-/// `[start, end)` of a period as timestamps.
-pub fn bounds(period: Period) -> Result<(OffsetDateTime, OffsetDateTime), AppError> {
+/// `[start, end)` of `period` as UTC's calendar month: for what is keyed by UTC months (the exports' month keys,
+/// the synthetic fleet's start), not for what a month charges (see [`bounds`]).
+pub fn utc_bounds(period: Period) -> Result<(OffsetDateTime, OffsetDateTime), AppError> {
     let i = period.interval()?;
     Ok((i.start(), i.end()))
+}
+
+/// `[start, end)` of what `period` charges in `tx`'s organization's calendar (`crate::calendar`): its zone's month,
+/// continuing from where the previous closed month ended after a change of zone.
+pub async fn bounds(tx: &mut crate::db::OrgTx, period: Period) -> Result<(OffsetDateTime, OffsetDateTime), AppError> {
+    Ok(crate::calendar::bounds(tx, period).await?.charged())
 }
 
 async fn get_ledger(
@@ -128,6 +135,7 @@ async fn get_ledger(
     // here to the departments PostgreSQL shows the caller).
     let mut tx = p.begin(&state.db).await?;
     let st = period_state(&mut tx, period).await?;
+    let calendar = crate::calendar::bounds(&mut tx, period).await?;
     let mut head = crate::readmodel::head(&mut tx, period).await?;
     if head.is_none() {
         // No figures of this month yet (a new month, a fresh start, a month closed before the read model): made once.
@@ -172,6 +180,10 @@ async fn get_ledger(
     Ok(Json(Ledger {
         period: period.to_string(),
         state: st,
+        starts_at: gpuledger_core::time_fmt::rfc3339(calendar.start),
+        ends_at: gpuledger_core::time_fmt::rfc3339(calendar.end),
+        time_zone: calendar.time_zone,
+        continues_from: calendar.continues_from.map(gpuledger_core::time_fmt::rfc3339),
         policy_version: head.policy_version,
         currency: if head.line_count > 0 { head.currency.clone() } else { None },
         hash: head.hash,

@@ -73,7 +73,7 @@ pub(crate) fn confidence(s: &str) -> Confidence {
 
 /// Allocation records of a period (split at namespace ownership changes) with devices resolved to physical GPUs.
 pub async fn load_allocations(tx: &mut OrgTx, period: Period) -> Result<Vec<AllocationRecord>, AppError> {
-    let (start, end) = bounds(period)?;
+    let (start, end) = bounds(tx, period).await?;
     let org = tx.org().as_uuid();
     let mig_parent: HashMap<String, String> = sqlx::query_as::<_, (String, String)>(
         "SELECT DISTINCT m->>'uuid', d.gpu_uuid FROM devices d, jsonb_array_elements(d.mig_devices) m
@@ -194,7 +194,8 @@ fn permute<T>(v: &mut [T], order: &mut [u32]) {
 /// the caller ([`pending_adjustments`]).
 #[allow(clippy::type_complexity)] // row tuples of plain queries
 pub async fn load_input(tx: &mut OrgTx, period: Period, policy: CostPolicy) -> Result<LedgerInput, AppError> {
-    let (start, end) = bounds(period)?;
+    let calendar = crate::calendar::bounds(tx, period).await?;
+    let (start, end) = calendar.charged();
     let org = tx.org().as_uuid();
     let departments = sqlx::query_as::<_, (Uuid, String)>(
         "SELECT department_id, name FROM departments WHERE org_id = $1 ORDER BY name",
@@ -336,6 +337,7 @@ pub async fn load_input(tx: &mut OrgTx, period: Period, policy: CostPolicy) -> R
         endpoint_totals,
         adjustments: Vec::new(),
         actual_costs,
+        bounds: calendar.for_input(period)?,
     })
 }
 

@@ -46,6 +46,7 @@ type SettingsRow = (
     i64,
     Option<String>,
     Option<String>,
+    Option<String>,
 );
 
 /// The settings of `tx`'s organization (defaults when its settings row is missing).
@@ -56,7 +57,7 @@ pub async fn load(tx: &mut OrgTx) -> Result<OrganizationSettings, AppError> {
     let row: SettingsRow = sqlx::query_as(
         "SELECT o.slug, o.name, o.state, o.rate_limit_per_minute, o.ingest_facts_per_day,
                 s.default_currency::text, s.retention_months, s.updated_at, s.updated_by, 0::bigint,
-                s.platform_cost_center, s.platform_gl_account
+                s.platform_cost_center, s.platform_gl_account, s.time_zone
            FROM organizations o LEFT JOIN org_settings s ON s.org_id = o.org_id
           WHERE o.org_id = $1",
     )
@@ -70,8 +71,21 @@ pub async fn load(tx: &mut OrgTx) -> Result<OrganizationSettings, AppError> {
     .bind(org)
     .fetch_optional(tx.conn())
     .await?;
-    let (slug, name, state, rate, ingest, currency, retention, updated_at, updated_by, _, cost_center, gl_account) =
-        row;
+    let (
+        slug,
+        name,
+        state,
+        rate,
+        ingest,
+        currency,
+        retention,
+        updated_at,
+        updated_by,
+        _,
+        cost_center,
+        gl_account,
+        zone,
+    ) = row;
     let today = today.unwrap_or(0);
     Ok(OrganizationSettings {
         slug,
@@ -86,6 +100,7 @@ pub async fn load(tx: &mut OrgTx) -> Result<OrganizationSettings, AppError> {
         },
         platform_cost_center: cost_center,
         platform_gl_account: gl_account,
+        time_zone: zone.unwrap_or_else(|| crate::calendar::UTC.to_string()),
         updated_at: updated_at.map(rfc3339).unwrap_or_default(),
         updated_by: updated_by.unwrap_or_default(),
     })
@@ -107,6 +122,24 @@ async fn write(
     let mut tx = p.begin(&state.db).await?;
     let before = load(&mut tx).await?;
     let org = tx.org().as_uuid();
+    // Read-only fields sent back from a GET: the slug and state must be what they are (the operator sets them).
+    if let Some(slug) = &body.slug
+        && slug.as_str() != before.slug
+    {
+        return Err(AppError::refused("slug", format!("read-only: the organization's slug is {:?}", before.slug)));
+    }
+    if let Some(st) = &body.state
+        && st.as_str() != before.state
+    {
+        return Err(AppError::refused("state", format!("read-only: set by the operator (now {})", before.state)));
+    }
+    let zone = match &body.time_zone {
+        Some(z) => {
+            crate::calendar::check_zone(&mut tx, "time_zone", z.as_str()).await?;
+            Some(z.as_str().to_string())
+        }
+        None => None,
+    };
     sqlx::query("UPDATE organizations SET name = $2 WHERE org_id = $1")
         .bind(org)
         .bind(body.display_name.as_str())
@@ -135,6 +168,14 @@ async fn write(
     .bind(gl_account)
     .execute(tx.conn())
     .await?;
+    if let Some(z) = &zone {
+        // A change of zone moves the open months' instants (audited below; the open months are refreshed).
+        sqlx::query("UPDATE org_settings SET time_zone = $2 WHERE org_id = $1")
+            .bind(org)
+            .bind(z)
+            .execute(tx.conn())
+            .await?;
+    }
     let after = load(&mut tx).await?;
     tx.audit_by(
         &p,
@@ -145,16 +186,21 @@ async fn write(
             "before": {"display_name": before.display_name, "default_currency": before.default_currency,
                        "retention_months": before.retention_months,
                        "platform_cost_center": before.platform_cost_center,
-                       "platform_gl_account": before.platform_gl_account},
+                       "platform_gl_account": before.platform_gl_account, "time_zone": before.time_zone},
             "after": {"display_name": after.display_name, "default_currency": after.default_currency,
                       "retention_months": after.retention_months,
                       "platform_cost_center": after.platform_cost_center,
-                      "platform_gl_account": after.platform_gl_account},
+                      "platform_gl_account": after.platform_gl_account, "time_zone": after.time_zone},
         }),
     )
     .await?;
-    // Settings change no figure of any month.
-    tx.commit_quiet().await?;
+    if before.time_zone != after.time_zone {
+        // The open months are cut elsewhere now: their figures are recomputed.
+        tx.commit().await?;
+    } else {
+        // These settings change no figure of any month.
+        tx.commit_quiet().await?;
+    }
     Ok(Json(after))
 }
 

@@ -20,13 +20,17 @@ pub(super) async fn settings_form(
     let Ok(retention_months) = months.parse::<i32>() else {
         return form_refused(&format!("retention_months: a whole number of months, 12 to 120; got {months:?}"), back);
     };
-    let request = serde_json::json!({
+    let mut request = serde_json::json!({
         "display_name": field(&f, "display_name"),
         "default_currency": field(&f, "default_currency"),
         "retention_months": retention_months,
         "platform_gl_account": clearable(&f, "platform_gl_account"),
         "platform_cost_center": clearable(&f, "platform_cost_center"),
     });
+    let zone = field(&f, "time_zone");
+    if !zone.is_empty() {
+        request["time_zone"] = serde_json::Value::String(zone);
+    }
     via_api(&state, &headers, "PUT", "/api/v1/organization/settings", request, back, |_| back.into()).await
 }
 

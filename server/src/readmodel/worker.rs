@@ -62,7 +62,8 @@ pub fn lock_key(org: OrgId) -> (i32, i32) {
 /// has provisional figures (a reader asked for it).
 async fn open_months(tx: &mut OrgTx, now: OffsetDateTime, extra: Option<Period>) -> Result<Vec<Period>, AppError> {
     let org = tx.org().as_uuid();
-    let current = Period::containing(now);
+    // This month in the organization's calendar (Tokyo's December begins nine hours before UTC's).
+    let current = crate::calendar::month_of(tx, now).await?;
     let mut months = vec![current];
     months.extend(extra.filter(|p| *p != current));
     if let Ok(prev) = current.prev() {
@@ -87,7 +88,7 @@ async fn open_months(tx: &mut OrgTx, now: OffsetDateTime, extra: Option<Period>)
             .await?;
     months.retain(|p| !closed.contains(&p.first_day()));
     // Months that have not begun yet have no figures.
-    months.retain(|p| p.first_day() <= now.date());
+    months.retain(|p| *p <= current);
     Ok(months)
 }
 
