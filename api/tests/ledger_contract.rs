@@ -28,7 +28,8 @@ fn ledger_answers_round_trip() {
     let mut credit = line();
     credit["corrects"] = json!("2026-09/borrowed/nlp/H100");
     round_trip::<Ledger>(json!({
-        "period": "2026-10", "state": "open", "policy_version": 1, "currency": "USD", "hash": null,
+        "period": "2026-10", "state": "open", "starts_at": "2026-09-30T15:00:00Z", "ends_at": "2026-10-31T15:00:00Z",
+        "time_zone": "Asia/Tokyo", "continues_from": "2026-09-30T22:00:00Z", "policy_version": 1, "currency": "USD", "hash": null,
         "as_of": "2026-10-05T00:00:00Z", "provisional": true, "stale": false, "total": "21.00",
         "totals_by_term": {"borrowed": "21.00"}, "notes": {"gaps": 1}, "count": 2, "page": 1, "per_page": 1000,
         "lines": [line(), credit]}));

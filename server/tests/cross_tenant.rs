@@ -1054,6 +1054,92 @@ fn cases() -> Vec<Case> {
             build: |_| get(format!("/api/v1/exports/journal.csv?period={CLOSED}&by=tenant")),
             control: control(ExportToken, 200, true),
         },
+        // ---- the cloud bill and fault credits: the caller's own organization only (B's nodes, import and faults
+        // never show; an import writes A's own month)
+        Case {
+            method: "GET",
+            route: "/api/v1/inventory/nodes",
+            who: Readers,
+            denied: Api,
+            expect: Clean(200),
+            build: |_| get("/api/v1/inventory/nodes"),
+            control: control(AdminToken, 200, false),
+        },
+        Case {
+            method: "GET",
+            route: "/api/v1/costs/imports",
+            who: AdminOrFinance,
+            denied: Api,
+            expect: Status(404),
+            build: |_| get(format!("/api/v1/costs/imports?period={CLOSED}")),
+            control: None,
+        },
+        Case {
+            method: "POST",
+            route: "/api/v1/costs/imports",
+            who: AdminOrFinance,
+            denied: Api,
+            expect: Status(422),
+            build: |t| {
+                org_level(t).and_then(|_| with_json(format!("/api/v1/costs/imports?period={CLOSED}"), json!({})))
+            },
+            control: None,
+        },
+        Case {
+            method: "GET",
+            route: "/api/v1/faults/credits",
+            who: OrgReaders,
+            denied: Api,
+            expect: Clean(200),
+            build: |_| get(format!("/api/v1/faults/credits?period={CLOSED}")),
+            control: control(AdminToken, 200, false),
+        },
+        Case {
+            method: "POST",
+            route: "/api/v1/faults/credits/approve",
+            who: CreditApprovers,
+            denied: Api,
+            expect: Status(404),
+            build: |_| {
+                with_json(
+                    "/api/v1/faults/credits/approve",
+                    json!({"fault_event_id": "probe", "allocation_id": "c/probe"}),
+                )
+            },
+            control: None,
+        },
+        Case {
+            method: "POST",
+            route: "/api/v1/faults/credits/reject",
+            who: CreditApprovers,
+            denied: Api,
+            expect: Status(404),
+            build: |_| {
+                with_json(
+                    "/api/v1/faults/credits/reject",
+                    json!({"fault_event_id": "probe", "allocation_id": "c/probe"}),
+                )
+            },
+            control: None,
+        },
+        Case {
+            method: "POST",
+            route: "/ui/costs/import",
+            who: AdminOrFinance,
+            denied: Form,
+            expect: Status(415),
+            build: |_| with_form(format!("/ui/costs/import?period={CLOSED}"), "bill=x"),
+            control: None,
+        },
+        Case {
+            method: "GET",
+            route: "/admin/costs",
+            who: Sessions(&[AdminSession]),
+            denied: Page,
+            expect: Clean(200),
+            build: |_| page("/admin/costs"),
+            control: control(AdminSession, 200, false),
+        },
         // ---- analytics
         Case {
             method: "GET",

@@ -185,7 +185,8 @@ fn complete(path: &str, over: Value) -> Value {
         v
     } else if path.starts_with("/api/v1/ledger") {
         let mut v = with(
-            json!({"period": period, "state": "open", "as_of": "2026-11-01T00:00:00Z", "provisional": false,
+            json!({"period": period, "state": "open", "starts_at": "2026-10-01T00:00:00Z", "ends_at": "2026-11-01T00:00:00Z",
+                   "time_zone": "UTC", "as_of": "2026-11-01T00:00:00Z", "provisional": false,
             "stale": false, "total": "0.00", "totals_by_term": {}, "count": 0, "page": 1, "per_page": 10000}),
             &over,
         );

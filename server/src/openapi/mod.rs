@@ -26,6 +26,7 @@ use crate::app::AppState;
 
 mod foresight;
 pub mod inputs;
+mod money;
 mod tenancy;
 
 pub use inputs::{Describe, Inputs, inputs};
@@ -408,34 +409,10 @@ fn operations() -> Vec<Op> {
     ops.extend(dispute_ops());
     ops.extend(tenancy::operations());
     ops.extend(usage_ops());
-    ops.extend(cost_ops());
+    ops.extend(money::operations());
     ops.extend(export_ops());
     ops.extend(foresight::operations());
     ops
-}
-
-/// The cloud bill: nodes with their provider IDs, a month's FOCUS import.
-fn cost_ops() -> Vec<Op> {
-    vec![
-        Op::get(
-            "/api/v1/inventory/nodes",
-            "The GPU nodes as their agents last reported them, with spec.providerID and the key a bill line matches",
-        )
-        .answers::<gpuledger_api::Items<gpuledger_api::costs::InventoryNode>>(200, "the nodes, by cluster and name"),
-        Op::get(
-            "/api/v1/costs/imports",
-            "A month's imported cloud bill, matched to the GPU nodes (404: none imported)",
-        )
-        .answers::<gpuledger_api::costs::CostImport>(200, "the import"),
-        Op::post(
-            "/api/v1/costs/imports",
-            "Import a month's cloud bill: a FOCUS 1.0–1.3 CSV (gzip allowed), matched to the GPU nodes by resource ID; \
-             replaces the month's import; 409 for a closed month",
-        )
-        .body_text("text/csv")
-        .answers::<gpuledger_api::costs::CostImport>(200, "the import, matched")
-        .errors(&[413, 415]),
-    ]
 }
 
 /// Agents: batches and joining.

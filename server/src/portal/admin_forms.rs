@@ -236,15 +236,23 @@ pub(super) async fn cost_import_form(
     State(state): State<AppState>,
     caller: Result<crate::http::Caller<crate::http::ManagePolicy>, crate::error::AppError>,
     uri: axum::http::Uri,
-    mut multipart: axum::extract::Multipart,
+    multipart: Result<axum::extract::Multipart, axum::extract::multipart::MultipartRejection>,
 ) -> Response {
     let back = "/admin/costs";
+    // Who asks first: a visitor without a session goes to sign in, whatever the body.
     let caller = match caller {
         Ok(c) => c,
         Err(crate::error::AppError::Unauthorized) => {
             return Redirect::to(&format!("/login?next={back}")).into_response();
         }
         Err(e) => return form_refused_status(e.status(), &e.to_string(), back),
+    };
+    let Ok(mut multipart) = multipart else {
+        return form_refused_status(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "bill: send the file as multipart/form-data (the Cloud bill page's form), or use POST /api/v1/costs/imports",
+            back,
+        );
     };
     let mut period = uri
         .query()

@@ -1,0 +1,47 @@
+//! Money's outside connections: the cloud bill in (nodes with their provider IDs, a month's FOCUS import) and credits
+//! when the hardware failed.
+
+use super::Op;
+
+/// The cloud bill and the fault credits.
+pub(super) fn operations() -> Vec<Op> {
+    let mut ops = vec![
+        Op::get(
+            "/api/v1/inventory/nodes",
+            "The GPU nodes as their agents last reported them, with spec.providerID and the key a bill line matches",
+        )
+        .answers::<gpuledger_api::Items<gpuledger_api::costs::InventoryNode>>(200, "the nodes, by cluster and name"),
+        Op::get(
+            "/api/v1/costs/imports",
+            "A month's imported cloud bill, matched to the GPU nodes (404: none imported)",
+        )
+        .answers::<gpuledger_api::costs::CostImport>(200, "the import"),
+        Op::post(
+            "/api/v1/costs/imports",
+            "Import a month's cloud bill: a FOCUS 1.0–1.3 CSV (gzip allowed), matched to the GPU nodes by resource ID; \
+             replaces the month's import; 409 for a closed month",
+        )
+        .body_text("text/csv")
+        .answers::<gpuledger_api::costs::CostImport>(200, "the import, matched")
+        .errors(&[413, 415]),
+    ];
+    ops.extend([
+        Op::get(
+            "/api/v1/faults/credits",
+            "The month's device faults (XID errors, GPUs lost) and the credits they earn the allocations that lost \
+             hours, with their evidence and state",
+        )
+        .answers::<gpuledger_api::faults::FaultCredits>(200, "the credits, by fault time"),
+        Op::post(
+            "/api/v1/faults/credits/approve",
+            "Finance approves a proposed fault credit: an adjustment the next close applies (409 while its hours still \
+             grow, or once decided)",
+        )
+        .answers::<gpuledger_api::faults::FaultCredit>(200, "the credit, approved")
+        .errors(&[404, 409]),
+        Op::post("/api/v1/faults/credits/reject", "Finance rejects a proposed fault credit, with the reason")
+            .answers::<gpuledger_api::faults::FaultCredit>(200, "the credit, rejected")
+            .errors(&[404, 409]),
+    ]);
+    ops
+}
