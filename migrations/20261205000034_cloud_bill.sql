@@ -7,7 +7,10 @@
 --    import (audited); a closed month's import is never changed.
 SET LOCAL ROLE gpuledger_owner;
 
-ALTER TABLE nodes ADD COLUMN provider_id text CHECK (length(provider_id) BETWEEN 1 AND 1024);
+-- Column and constraint apart, the constraint named: Citus refuses ADD COLUMN with an unnamed constraint on a
+-- distributed table (the upgrade path, server/tests/citus_upgrade.rs).
+ALTER TABLE nodes ADD COLUMN provider_id text;
+ALTER TABLE nodes ADD CONSTRAINT nodes_provider_id_ok CHECK (length(provider_id) BETWEEN 1 AND 1024);
 
 CREATE TABLE cost_imports (
     org_id          uuid        NOT NULL REFERENCES organizations (org_id),

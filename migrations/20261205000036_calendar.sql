@@ -8,16 +8,21 @@
 -- migration keep NULL there and are read as UTC months, which they were.
 SET LOCAL ROLE gpuledger_owner;
 
+ALTER TABLE org_settings ADD COLUMN time_zone text NOT NULL DEFAULT 'UTC';
 ALTER TABLE org_settings
-    ADD COLUMN time_zone text NOT NULL DEFAULT 'UTC'
-        CONSTRAINT org_settings_time_zone_ok CHECK (length(time_zone) BETWEEN 1 AND 64 AND time_zone ~ '^[A-Za-z0-9/_+-]+$');
+    ADD CONSTRAINT org_settings_time_zone_ok CHECK (length(time_zone) BETWEEN 1 AND 64 AND time_zone ~ '^[A-Za-z0-9/_+-]+$');
 
+-- Columns, then named constraints: Citus refuses ADD COLUMN with an unnamed constraint on a distributed table.
 ALTER TABLE periods
-    ADD COLUMN time_zone      text CHECK (length(time_zone) BETWEEN 1 AND 64),
+    ADD COLUMN time_zone      text,
     ADD COLUMN starts_at      timestamptz,
     ADD COLUMN ends_at        timestamptz,
-    ADD COLUMN continues_from timestamptz,
-    ADD CONSTRAINT periods_bounds_ok CHECK (starts_at IS NULL OR (ends_at > starts_at AND time_zone IS NOT NULL)),
+    ADD COLUMN continues_from timestamptz;
+-- One constraint per statement: Citus refuses ADD CONSTRAINT with other subcommands.
+ALTER TABLE periods ADD CONSTRAINT periods_time_zone_ok CHECK (length(time_zone) BETWEEN 1 AND 64);
+ALTER TABLE periods
+    ADD CONSTRAINT periods_bounds_ok CHECK (starts_at IS NULL OR (ends_at > starts_at AND time_zone IS NOT NULL));
+ALTER TABLE periods
     ADD CONSTRAINT periods_continues_ok CHECK (continues_from IS NULL OR (starts_at IS NOT NULL AND continues_from < ends_at));
 
 RESET ROLE;

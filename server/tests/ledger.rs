@@ -695,8 +695,10 @@ async fn a_refresh_that_cannot_compute_is_a_finding_and_keeps_the_last_good_figu
     let poison = |rate: &'static str| {
         let admin = env.admin.clone();
         async move {
-            let mut c = admin.acquire().await.unwrap();
-            sqlx::query("SET session_replication_role = replica").execute(&mut *c).await.unwrap();
+            // SET LOCAL in a transaction: on Citus only transaction-local settings reach the workers
+            // (citus.propagate_set_commands = 'local'), where the guard trigger runs.
+            let mut c = admin.begin().await.unwrap();
+            sqlx::query("SET LOCAL session_replication_role = replica").execute(&mut *c).await.unwrap();
             sqlx::query(
                 "UPDATE cost_policies SET document = jsonb_set(document, '{classes,0,borrowed}', to_jsonb($2::text))
                   WHERE org_id = $1 AND state = 'approved'",
@@ -706,10 +708,10 @@ async fn a_refresh_that_cannot_compute_is_a_finding_and_keeps_the_last_good_figu
             .execute(&mut *c)
             .await
             .unwrap();
-            sqlx::query("SET session_replication_role = origin").execute(&mut *c).await.unwrap();
+            c.commit().await.unwrap();
             sqlx::query("INSERT INTO read_dirty (org_id) VALUES ($1) ON CONFLICT DO NOTHING")
                 .bind(o)
-                .execute(&mut *c)
+                .execute(&admin)
                 .await
                 .unwrap();
         }
