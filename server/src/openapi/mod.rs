@@ -506,13 +506,13 @@ fn organization_ops() -> Vec<Op> {
         .errors(&[401, 403]),
         Op::put(
             "/api/v1/organization/settings",
-            "Change the settings admins keep: {display_name, default_currency (ISO 4217), retention_months (12 to \
-             120), platform_cost_center?, platform_gl_account? (the journal's credit account; left out: unchanged, \
-             null: cleared)}; audited. Limits are the operator's (`gpuledger-server org limits`).",
+            "Change the settings admins keep: {display_name, default_currency, retention_months (12–120), platform_cost_center?, \
+             platform_gl_account? (left out: unchanged, null: cleared), time_zone? (IANA, from the next open month)}; audited. \
+             A GET answer may come back: slug, state must match (409); limits, updated_* ignored; limits are the operator's.",
         )
         .token()
         .answers::<OrganizationSettings>(200, "Settings")
-        .errors(&[401, 403, 422]),
+        .errors(&[401, 403, 409, 422]),
     ]
 }
 

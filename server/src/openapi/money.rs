@@ -15,7 +15,8 @@ pub(super) fn operations() -> Vec<Op> {
             "/api/v1/costs/imports",
             "A month's imported cloud bill, matched to the GPU nodes (404: none imported)",
         )
-        .answers::<gpuledger_api::costs::CostImport>(200, "the import"),
+        .answers::<gpuledger_api::costs::CostImport>(200, "the import")
+        .errors(&[404]),
         Op::post(
             "/api/v1/costs/imports",
             "Import a month's cloud bill: a FOCUS 1.0–1.3 CSV (gzip allowed), matched to the GPU nodes by resource ID; \
@@ -23,7 +24,7 @@ pub(super) fn operations() -> Vec<Op> {
         )
         .body_text("text/csv")
         .answers::<gpuledger_api::costs::CostImport>(200, "the import, matched")
-        .errors(&[413, 415]),
+        .errors(&[409, 413, 415]),
     ];
     ops.extend([
         Op::get(
