@@ -91,8 +91,21 @@ pub struct PolicyDocument {
     pub idle: Option<IdleInput>,
     /// Which device faults earn a credit (default: XIDs 48, 79, 94, 95 and a GPU lost, 5 minutes of grace,
     /// proposed for finance's approval).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "object_only")]
     pub faults: Option<FaultsInput>,
+}
+
+/// An optional object field that is an object or null, never an array (serde reads a struct from a sequence, and a
+/// struct whose fields are all optional would take `[null, null]`).
+fn object_only<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
+where
+    D: Deserializer<'de>,
+    T: serde::de::DeserializeOwned,
+{
+    match Option::<serde_json::Map<String, serde_json::Value>>::deserialize(d)? {
+        None => Ok(None),
+        Some(m) => T::deserialize(serde_json::Value::Object(m)).map(Some).map_err(D::Error::custom),
+    }
 }
 
 /// When a device fault earns a credit.

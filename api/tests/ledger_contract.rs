@@ -78,3 +78,15 @@ fn request_bodies_refuse_unknown_fields() {
     assert!(missing.contains("missing field `reason`"), "{missing}");
     assert_eq!(serde_json::from_str::<ApprovalRequest>("{}").unwrap().reason.as_str(), "");
 }
+
+#[test]
+fn a_policys_fault_settings_are_an_object_or_nothing() {
+    use gpuledger_api::policy::PolicyDocument;
+    let doc = |faults: serde_json::Value| {
+        serde_json::from_value::<PolicyDocument>(json!({"currency": "USD", "faults": faults}))
+    };
+    assert!(doc(json!([null, null])).is_err(), "serde would read a struct from an array");
+    assert!(doc(json!({"grace_minutes": 10})).is_ok());
+    assert!(doc(serde_json::Value::Null).unwrap().faults.is_none());
+    assert!(doc(json!({"grace_minutes": 5000})).is_err());
+}

@@ -113,8 +113,8 @@ pub async fn month_of(tx: &mut OrgTx, at: OffsetDateTime) -> Result<Period, AppE
     Ok(Period::new(day.year(), day.month())?)
 }
 
-/// Whether PostgreSQL knows `name` as a time zone (IANA names such as `Europe/Berlin`, and `UTC`); a bad name is a
-/// 422 naming `field`.
+/// Whether PostgreSQL knows `name` as a time zone (IANA names such as `Europe/Berlin`, and `UTC`). A name it does not
+/// know is well-formed text refused by the zone database: 409 naming `field` (a field of the wrong type is 422).
 pub async fn check_zone(tx: &mut OrgTx, field: &str, name: &str) -> Result<(), AppError> {
     let plausible = !name.is_empty()
         && name.len() <= MAX_ZONE
@@ -125,7 +125,7 @@ pub async fn check_zone(tx: &mut OrgTx, field: &str, name: &str) -> Result<(), A
             .fetch_one(tx.conn())
             .await?;
     if !known {
-        return Err(AppError::invalid(
+        return Err(AppError::refused(
             field,
             format!("{name:?} is not an IANA time zone (such as Europe/Berlin or UTC)"),
         ));

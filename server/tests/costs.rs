@@ -756,7 +756,7 @@ async fn months_follow_the_organizations_time_zone() {
         json_req("PUT", "/api/v1/organization/settings", &env.admin, b)
     };
     let (s, p) = send(&env, put("Mars/Olympus_Mons")).await;
-    assert_eq!((s, p["field"].as_str()), (StatusCode::UNPROCESSABLE_ENTITY, Some("time_zone")), "{p}");
+    assert_eq!((s, p["field"].as_str()), (StatusCode::CONFLICT, Some("time_zone")), "{p}");
     let mut bad_slug = settings.clone();
     bad_slug["slug"] = Value::String("other".into());
     let (s, p) = send(&env, json_req("PUT", "/api/v1/organization/settings", &env.admin, bad_slug)).await;

@@ -199,7 +199,7 @@ impl Op {
             Some((schema, required)) => {
                 Some((json!({"application/json": {"schema": schema(&mut g.requests)}}), required))
             }
-            None => self.body.as_ref().and_then(|b| b.render(&mut g.requests)).map(|c| (c, true)),
+            None => self.body.as_ref().and_then(|b| b.render(&mut g.requests)).map(|c| (money::csv_upload(c), true)),
         };
         if let Some((content, required)) = body {
             op.insert("requestBody".into(), json!({"required": required, "content": content}));

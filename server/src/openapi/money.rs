@@ -1,7 +1,21 @@
 //! Money's outside connections: the cloud bill in (nodes with their provider IDs, a month's FOCUS import) and credits
 //! when the hardware failed.
 
+use serde_json::{Value, json};
+
 use super::Op;
+
+/// A CSV request body (the cloud bill) as the document states it: its smallest acceptable form, a header line with
+/// the four columns the import needs (a fuzzer's random text is no bill, and is refused with 422 naming the line
+/// and column; a provider's export has more columns and a line per charge, in any order).
+pub(super) fn csv_upload(mut content: Value) -> Value {
+    if let Some(schema) = content.get_mut("text/csv").and_then(|m| m.get_mut("schema")) {
+        *schema = json!({"type": "string", "pattern": "^BillingCurrency,BilledCost,EffectiveCost,ResourceId$",
+            "description": "A FOCUS 1.0–1.3 CSV export (gzip allowed): a header line naming at least these columns, \
+                            then one line per charge"});
+    }
+    content
+}
 
 /// The cloud bill and the fault credits.
 pub(super) fn operations() -> Vec<Op> {
