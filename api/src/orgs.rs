@@ -51,6 +51,22 @@ pub struct OrganizationLimits {
     pub ingest_facts_today: i64,
 }
 
+/// The limits of a GET answer sent back in a settings PUT: read strictly (the same three members, numbers or
+/// `null`) and then ignored — the operator sets them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct LimitsSentBack {
+    /// As in the GET answer.
+    #[serde(default)]
+    pub rate_limit_per_minute: Option<i64>,
+    /// As in the GET answer.
+    #[serde(default)]
+    pub ingest_facts_per_day: Option<i64>,
+    /// As in the GET answer.
+    #[serde(default)]
+    pub ingest_facts_today: Option<i64>,
+}
+
 /// `PUT /api/v1/organization/settings`: the settings admins keep (the first three always, as the form sends them;
 /// the platform's accounts left out: unchanged, `null`: cleared).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -82,7 +98,7 @@ pub struct SettingsBody {
     pub state: Option<Line<20>>,
     /// Read-only (set by the operator): ignored.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub limits: Option<OrganizationLimits>,
+    pub limits: Option<LimitsSentBack>,
     /// Read-only: ignored.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub updated_at: Option<crate::input::Note<64>>,

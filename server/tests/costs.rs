@@ -761,6 +761,12 @@ async fn months_follow_the_organizations_time_zone() {
     bad_slug["slug"] = Value::String("other".into());
     let (s, p) = send(&env, json_req("PUT", "/api/v1/organization/settings", &env.admin, bad_slug)).await;
     assert_eq!((s, p["field"].as_str()), (StatusCode::CONFLICT, Some("slug")), "{p}");
+    // The limits sent back are read strictly (then ignored): a member the answer never has is refused by name.
+    let mut extra = settings.clone();
+    extra["limits"]["burst"] = Value::from(5);
+    let (s, p) = send(&env, json_req("PUT", "/api/v1/organization/settings", &env.admin, extra)).await;
+    assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{p}");
+    assert!(p["detail"].as_str().unwrap().contains("burst"), "{p}");
 
     use gpuledger_server::readmodel::worker;
     let refresh = || worker::refresh(&env.db, env.org, worker::Wait::Block);
