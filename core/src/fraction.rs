@@ -299,11 +299,6 @@ impl Quantity {
     /// No GPU time.
     pub const ZERO: Quantity = Quantity(Fraction::ZERO);
 
-    /// Wraps an exact number of GPU-nanoseconds.
-    pub const fn from_gpu_nanos(gpu_nanos: Fraction) -> Self {
-        Self(gpu_nanos)
-    }
-
     /// `fraction` of a GPU held for `nanos` nanoseconds.
     pub fn held(fraction: Fraction, nanos: i128) -> Result<Self, DomainError> {
         fraction.checked_mul_int(nanos).map(Self)

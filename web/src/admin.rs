@@ -323,7 +323,7 @@ fn is_month(s: &str) -> bool {
 
 /// The month before this one, `YYYY-MM`.
 fn previous_month() -> String {
-    let now = time::OffsetDateTime::now_utc();
+    let now = crate::ui::now();
     let (y, m) = if now.month() == time::Month::January {
         (now.year() - 1, 12)
     } else {
@@ -514,7 +514,7 @@ pub fn PoliciesPage() -> impl IntoView {
 
 /// The month after this one, `YYYY-MM` (a new draft's default start).
 fn next_month() -> String {
-    let now = time::OffsetDateTime::now_utc();
+    let now = crate::ui::now();
     let (y, m) = if now.month() == time::Month::December {
         (now.year() + 1, 1)
     } else {
@@ -946,7 +946,7 @@ async fn bill_period(asked: Option<String>) -> String {
     if let Some(p) = asked.filter(|p| is_month(p)) {
         return p;
     }
-    let now = time::OffsetDateTime::now_utc();
+    let now = crate::ui::now();
     let this = format!("{:04}-{:02}", now.year(), u8::from(now.month()));
     let open = match handle() {
         Ok(h) => h.0.periods().await.ok().and_then(|rows| {

@@ -250,6 +250,12 @@ pub trait PortalData: Send + Sync + 'static {
         Box::pin(async { Err(PortalError { message: "the portal has no API configured".into() }) })
     }
 
+    /// The instant this request is rendered at: pages read the time from here, never from the wall clock, so a
+    /// render is reproducible (the server fixes it once per request).
+    fn now(&self) -> time::OffsetDateTime {
+        time::OffsetDateTime::now_utc()
+    }
+
     /// The signed-in person, if any.
     fn session(&self) -> BoxFuture<'_, Option<SessionView>> {
         Box::pin(async { None })

@@ -647,6 +647,11 @@ struct Times;
 const RAW: &str = "2026-12-01T14:05:09.123456Z";
 
 impl PortalData for Times {
+    /// Five days and an hour after [`RAW`]: a dispute opened then is "5 d" old, whenever the test runs.
+    fn now(&self) -> time::OffsetDateTime {
+        time::macros::datetime!(2026-12-06 15:05:09 UTC)
+    }
+
     fn overview(&self) -> BoxFuture<'_, Result<crate::Overview, PortalError>> {
         Box::pin(async { Err(PortalError { message: "overview down".into() }) })
     }
@@ -718,6 +723,11 @@ impl PortalData for Times {
         let body = if path.starts_with("/api/v1/audit") {
             json!({"items": [{"at": RAW, "actor": "pat", "action": "login.success", "target": "", "reason": "",
                               "details": {}, "source": "10.0.0.1"}], "next_before": null})
+        } else if path.starts_with("/api/v1/disputes?") {
+            json!({"items": [{"id": "d7", "number": 7, "state": "open", "period": "2026-11", "line_ids": [],
+                              "opened_at": RAW, "opened_by": "pat", "reason": "r", "disputed_amount": "10.00",
+                              "currency": "USD", "credit": null}],
+                   "total": 1, "page": 1, "per_page": 200})
         } else if path.starts_with("/api/v1/disputes/") {
             json!({"id": "d7", "number": 7, "state": "open", "period": "2026-11", "line_ids": [],
                    "opened_at": "2026-12-01T15:05:09+01:00", "opened_by": "pat", "reason": "r",
@@ -728,6 +738,17 @@ impl PortalData for Times {
         };
         Box::pin(async move { Ok(ApiAnswer { status: 200, body }) })
     }
+}
+
+/// Pages read the time from their data source, not the wall clock: the same render gives the same page.
+#[tokio::test]
+async fn pages_read_the_time_of_the_request_not_the_wall_clock() {
+    let (html, _) = render("/disputes", Times).await;
+    assert!(
+        html.contains(&format!(r#"<time datetime="{RAW}" title="opened 2026-12-01 14:05 UTC">5 d</time>"#)),
+        "{html}"
+    );
+    assert_eq!(html, render("/disputes", Times).await.0);
 }
 
 #[tokio::test]

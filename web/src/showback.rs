@@ -31,7 +31,7 @@ async fn default_period(asked: Option<String>) -> Result<(String, Vec<PeriodEntr
     let chosen = asked
         .filter(|p| !p.is_empty())
         .or_else(|| items.iter().find(|p| p.state == "closed").or_else(|| items.first()).map(|p| p.period.clone()));
-    let now = time::OffsetDateTime::now_utc();
+    let now = crate::ui::now();
     let current = format!("{:04}-{:02}", now.year(), u8::from(now.month()));
     Ok((chosen.unwrap_or(current), items))
 }
@@ -191,7 +191,7 @@ async fn load_showback(
         .unwrap_or_default();
     let summaries_pending = summaries.as_ref().is_none_or(|s| s.pending);
     // The open month looks ahead: month-end forecast against budgets, and what is idle right now.
-    let now = time::OffsetDateTime::now_utc();
+    let now = crate::ui::now();
     let current = format!("{:04}-{:02}", now.year(), u8::from(now.month()));
     let (forecast, forecast_currency, idle) = if period == current {
         let (rows, currency) = api_json::<Forecast>(format!("/api/v1/forecast?period={}", q(&period)))
@@ -729,7 +729,7 @@ fn TenantDetail(t: TenantView) -> impl IntoView {
 fn timeline(allocations: &[EvidenceAllocation]) -> AnyView {
     let parse = |t: &str| time::OffsetDateTime::parse(t, &time::format_description::well_known::Rfc3339).ok();
     let mut rows: BTreeMap<String, Vec<(time::OffsetDateTime, time::OffsetDateTime, String)>> = BTreeMap::new();
-    let now = time::OffsetDateTime::now_utc();
+    let now = crate::ui::now();
     for a in allocations {
         let Some(start) = parse(&a.start) else { continue };
         let end = a.end.as_deref().and_then(parse).unwrap_or(now);

@@ -2,9 +2,14 @@
 //! server-rendered, accessible SVG charts.
 
 use leptos::prelude::*;
-use serde_json::Value;
 
 use crate::data::{PortalDataHandle, PortalError};
+
+/// The instant the page is rendered at, from its data source ([`crate::data::PortalData::now`]); the wall clock
+/// only outside a render (no data source in context).
+pub fn now() -> time::OffsetDateTime {
+    use_context::<PortalDataHandle>().map_or_else(time::OffsetDateTime::now_utc, |h| h.0.now())
+}
 
 /// Renders `children` with what `future` resolves to, once it has (the page answers only then: every route renders
 /// with `SsrMode::Async`). Like Leptos's `Await`, but nothing is serialized into the page: the portal has no client
@@ -57,22 +62,6 @@ pub fn forbidden(what: &str) -> AnyView {
         </section>
     }
     .into_any()
-}
-
-/// `GET` on the REST API as the signed-in person.
-pub async fn api_get(path: String) -> Result<Value, PortalError> {
-    let handle = use_context::<PortalDataHandle>()
-        .ok_or_else(|| PortalError { message: "the portal has no data source configured".into() })?;
-    handle.0.api("GET", path, None).await?.ok()
-}
-
-/// A string field of a JSON value ("" when absent).
-pub fn s(v: &Value, key: &str) -> String {
-    match &v[key] {
-        Value::String(x) => x.clone(),
-        Value::Null => String::new(),
-        other => other.to_string(),
-    }
 }
 
 /// Percent-encodes a query parameter value.

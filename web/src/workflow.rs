@@ -22,7 +22,7 @@ fn age(opened_at: &str) -> String {
     let Ok(t) = time::OffsetDateTime::parse(opened_at, &time::format_description::well_known::Rfc3339) else {
         return String::new();
     };
-    let d = time::OffsetDateTime::now_utc() - t;
+    let d = crate::ui::now() - t;
     if d.whole_days() >= 1 { format!("{} d", d.whole_days()) } else { format!("{} h", d.whole_hours().max(0)) }
 }
 
@@ -368,7 +368,7 @@ pub fn ExportsPage() -> impl IntoView {
             {match data.clone() {
                 None => view! { <Redirect path="/login?next=/exports" /> }.into_any(),
                 Some(_) => {
-                    let now = time::OffsetDateTime::now_utc();
+                    let now = crate::ui::now();
                     let months = months_back(&format!("{:04}-{:02}", now.year(), u8::from(now.month())), 3);
                     view! {
                         <section class="panel">

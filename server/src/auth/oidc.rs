@@ -175,11 +175,6 @@ impl Default for Providers {
 }
 
 impl Providers {
-    /// Providers whose client secrets may come from files in `secrets_dir` (see [`settings`]).
-    pub fn with_secrets_dir(secrets_dir: Option<std::path::PathBuf>) -> Self {
-        Self::new(secrets_dir, IssuerPolicy::default())
-    }
-
     /// Providers with a secrets directory and an issuer policy.
     pub fn new(secrets_dir: Option<std::path::PathBuf>, policy: IssuerPolicy) -> Self {
         let http = reqwest::Client::builder()

@@ -86,6 +86,8 @@ pub struct DbPortalData {
     api: Option<Router>,
     demo_mode: bool,
     markers: Option<crate::pagecache::RenderMarkers>,
+    /// The request's instant: every page of one render reads the same time.
+    now: OffsetDateTime,
 }
 
 fn utc(t: OffsetDateTime) -> String {
@@ -113,7 +115,14 @@ impl DbPortalData {
             api: None,
             demo_mode: false,
             markers: None,
+            now: OffsetDateTime::now_utc(),
         }
+    }
+
+    /// Renders as at `now` (tests; the server takes the request's arrival).
+    pub fn at(mut self, now: OffsetDateTime) -> Self {
+        self.now = now;
+        self
     }
 
     /// The process runs `demo`: the login page may offer the demo accounts (see
@@ -448,6 +457,10 @@ pub async fn call_api(
 }
 
 impl PortalData for DbPortalData {
+    fn now(&self) -> OffsetDateTime {
+        self.now
+    }
+
     fn api(&self, method: &str, path: String, body: Option<String>) -> BoxFuture<'_, Result<ApiAnswer, PortalError>> {
         let method = method.to_string();
         Box::pin(async move { self.call_api(&method, &path, body).await })
