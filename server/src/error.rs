@@ -220,18 +220,32 @@ struct Problem {
     field: Option<String>,
 }
 
-impl IntoResponse for AppError {
-    fn into_response(self) -> Response {
-        let status = self.status();
-        let (detail, field) = match &self {
+impl AppError {
+    /// What a person is told (the problem document's `detail`, the portal's refusal): the field and the reason,
+    /// or the error's text; an internal error's cause only goes to the log, here.
+    pub fn detail(&self) -> String {
+        match self {
             Self::Invalid { field, reason } | Self::Refused { field, reason } | Self::Unknown { field, reason } => {
-                (format!("{field}: {reason}"), Some(field.clone()))
+                format!("{field}: {reason}")
             }
             Self::Internal(detail) => {
                 tracing::error!(error = %detail, "internal error");
-                ("an internal error occurred; it has been logged".to_string(), None)
+                "an internal error occurred; it has been logged".to_string()
             }
-            other => (other.to_string(), None),
+            other => other.to_string(),
+        }
+    }
+}
+
+impl IntoResponse for AppError {
+    fn into_response(self) -> Response {
+        let status = self.status();
+        let detail = self.detail();
+        let field = match &self {
+            Self::Invalid { field, .. } | Self::Refused { field, .. } | Self::Unknown { field, .. } => {
+                Some(field.clone())
+            }
+            _ => None,
         };
         let problem = Problem {
             kind: "about:blank",

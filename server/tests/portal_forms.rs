@@ -364,3 +364,31 @@ async fn a_drafts_impact_sits_above_its_approval_and_inventory_changes_preview_b
     assert_eq!(saved.status, StatusCode::SEE_OTHER, "{}", saved.body);
     assert_eq!(profiles().await, before + 1);
 }
+
+/// A form acts through its feature's service, which checks the caller's capability itself: a finance session may
+/// add a GPU model but not a department (403, the role named, nothing written); without a session, sign in first.
+#[tokio::test]
+async fn a_forms_service_checks_who_is_asking() {
+    let (test_db, db) = common::migrated().await;
+    let org = demo::seed(&db).await.unwrap();
+    let app = app::router(AppState::demo(db, org), &HttpOptions::default());
+    let su = common::admin_pool(&test_db).await;
+    let (finance, _) = demo_login(&app, "finance").await;
+    let csrf = gpuledger_server::auth::session::csrf_for(&finance);
+    let post = async |path: &str, fields: &str| {
+        send(&app, form(path, Some(&finance), &format!("csrf={csrf}&{fields}"), None)).await
+    };
+    let departments = async || -> i64 {
+        sqlx::query_scalar("SELECT count(*) FROM departments WHERE name = 'Robotics'").fetch_one(&su).await.unwrap()
+    };
+    let refused = post("/ui/departments", "name=Robotics").await;
+    assert_eq!(refused.status, StatusCode::FORBIDDEN, "{}", refused.body);
+    assert!(refused.body.contains("admin") && refused.body.contains(r#"href="/admin/inventory""#), "{}", refused.body);
+    assert_eq!(departments().await, 0, "a refused form writes nothing");
+    let added =
+        post("/ui/inventory/models", &format!("model={}&gpu_class=h100&valid_from=2020-01-01", enc("Lab GPU X"))).await;
+    assert_eq!(added.status, StatusCode::SEE_OTHER, "finance manages the inventory: {}", added.body);
+    let anonymous = send(&app, form("/ui/departments", None, "name=Robotics", None)).await;
+    assert_ne!(anonymous.status, StatusCode::OK, "{}", anonymous.body);
+    assert_eq!(departments().await, 0);
+}

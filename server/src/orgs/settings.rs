@@ -14,6 +14,7 @@ use time::OffsetDateTime;
 
 use crate::{
     app::AppState,
+    auth::{Capability, Principal},
     db::OrgTx,
     error::AppError,
     http::{Administer, Caller, JsonBody, ReadLedger},
@@ -22,14 +23,14 @@ use crate::{
 
 /// Routes of the organization's settings.
 pub fn router() -> Router<AppState> {
-    Router::new().route("/api/v1/organization/settings", get(read).put(write))
+    Router::new().route("/api/v1/organization/settings", get(read).put(put_settings))
 }
 
 /// What this feature's handlers take, for the API document.
 pub(crate) fn inputs() -> Vec<Inputs> {
     vec![
         described("get", "/api/v1/organization/settings", read),
-        described("put", "/api/v1/organization/settings", write),
+        described("put", "/api/v1/organization/settings", put_settings),
     ]
 }
 
@@ -113,11 +114,21 @@ async fn read(State(state): State<AppState>, p: Caller<ReadLedger>) -> Result<Js
     Ok(Json(settings))
 }
 
-async fn write(
+pub(super) async fn put_settings(
     State(state): State<AppState>,
     p: Caller<Administer>,
     JsonBody(body): JsonBody<SettingsBody>,
 ) -> Result<Json<OrganizationSettings>, AppError> {
+    Ok(Json(save(&state, &p, body).await?))
+}
+
+/// Saves the organization's settings (admins); a GET answer sent back is taken (read-only fields must match).
+pub(crate) async fn save(
+    state: &AppState,
+    p: &Principal,
+    body: SettingsBody,
+) -> Result<OrganizationSettings, AppError> {
+    p.require(Capability::Administer)?;
     let retention_months = i32::try_from(body.retention_months.get()).unwrap_or(i32::MAX);
     let mut tx = p.begin(&state.db).await?;
     let before = load(&mut tx).await?;
@@ -178,7 +189,7 @@ async fn write(
     }
     let after = load(&mut tx).await?;
     tx.audit_by(
-        &p,
+        p,
         "organization.settings",
         &after.slug,
         "",
@@ -201,7 +212,7 @@ async fn write(
         // These settings change no figure of any month.
         tx.commit_quiet().await?;
     }
-    Ok(Json(after))
+    Ok(after)
 }
 
 /// A clearable account field as the upsert binds it: whether to write it, and what (`None`: clear).

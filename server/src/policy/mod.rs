@@ -22,6 +22,7 @@ use uuid::Uuid;
 use crate::http::Params;
 use crate::{
     app::AppState,
+    auth::{Capability, Principal},
     error::AppError,
     http::{Caller, JsonBody, ManagePolicy, OptionalJsonBody, PathParams, ReadLedger},
     openapi::{Inputs, inputs as described},
@@ -38,7 +39,7 @@ pub(crate) fn inputs() -> Vec<Inputs> {
         described("post", "/api/v1/policies/{version}/approve", approve_policy),
         described("get", "/api/v1/policies/{version}/impact", policy_impact),
         described("get", "/api/v1/quotas", list_quotas),
-        described("post", "/api/v1/quotas", create_quota),
+        described("post", "/api/v1/quotas", post_quota),
         described("post", "/api/v1/quotas/import-kueue", import_kueue),
     ]
 }
@@ -58,7 +59,7 @@ pub fn router() -> Router<AppState> {
         .route("/api/v1/policies", get(list_policies).post(create_policy))
         .route("/api/v1/policies/{version}", get(get_policy).put(update_policy))
         .route("/api/v1/policies/{version}/approve", post(approve_policy))
-        .route("/api/v1/quotas", get(list_quotas).post(create_quota))
+        .route("/api/v1/quotas", get(list_quotas).post(post_quota))
         .route("/api/v1/quotas/import-kueue", post(import_kueue))
 }
 
@@ -350,11 +351,17 @@ async fn list_quotas(
     Ok(Json(QuotaList { total: items.len(), items }))
 }
 
-async fn create_quota(
+pub(super) async fn post_quota(
     State(state): State<AppState>,
     p: Caller<ManagePolicy>,
     JsonBody(body): JsonBody<QuotaBody>,
 ) -> Result<(StatusCode, Json<CreatedQuota>), AppError> {
+    Ok((StatusCode::CREATED, Json(create_quota(&state, &p, body).await?)))
+}
+
+/// Adds a quota (admin or finance).
+pub(crate) async fn create_quota(state: &AppState, p: &Principal, body: QuotaBody) -> Result<CreatedQuota, AppError> {
+    p.require(Capability::ManagePolicy)?;
     let valid_from = body.valid_from.at();
     let valid_to = body.valid_to.map(|t| t.at());
     let gpus = body.gpus.decimal();
@@ -410,9 +417,9 @@ async fn create_quota(
         AppError::from(e)
             .on_conflict(|| "an existing quota for this holder and class overlaps that validity; end it first".into())
     })?;
-    tx.audit_by(&p, "quota.create", &format!("quota:{id}"), "", json!({"gpus": gpus.to_string()})).await?;
+    tx.audit_by(p, "quota.create", &format!("quota:{id}"), "", json!({"gpus": gpus.to_string()})).await?;
     tx.commit().await?;
-    Ok((StatusCode::CREATED, Json(CreatedQuota { quota_id: id.to_string() })))
+    Ok(CreatedQuota { quota_id: id.to_string() })
 }
 
 /// The body is optional here.

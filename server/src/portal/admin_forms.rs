@@ -1,17 +1,28 @@
-//! The admin pages' forms for the organization, tenancy and inventory: each becomes one REST call (`via_api`).
+//! The admin pages' forms for the organization, tenancy and inventory: each calls its feature's service as the
+//! signed-in person ([`act`]), the function its REST operation calls.
 
-use super::{field, form_refused, pairs, via_api};
-use crate::app::AppState;
+use super::{
+    act::{act, refused, refused_with},
+    field, form_refused, pairs,
+};
+use crate::{
+    app::AppState,
+    error::AppError,
+    http::{Administer, Caller, ManagePolicy},
+    orgs::settings,
+    policy,
+    tenancy::service as tenancy,
+};
 use axum::{
     extract::{Path, State},
-    http::{HeaderMap, StatusCode},
+    http::StatusCode,
     response::{IntoResponse, Redirect, Response},
 };
 
 /// `/admin/organization`'s form: the settings through `PUT /api/v1/organization/settings` (its errors name the field).
 pub(super) async fn settings_form(
     State(state): State<AppState>,
-    headers: HeaderMap,
+    caller: Result<Caller<Administer>, AppError>,
     body: axum::body::Bytes,
 ) -> Response {
     let f = pairs(&body);
@@ -31,39 +42,47 @@ pub(super) async fn settings_form(
     if !zone.is_empty() {
         request["time_zone"] = serde_json::Value::String(zone);
     }
-    via_api(&state, &headers, "PUT", "/api/v1/organization/settings", request, back, |_| back.into()).await
+    act(caller, back, request, |p, body| async move { settings::save(&state, &p, body).await }, |_| back.into()).await
 }
 
 pub(super) async fn department_form(
     State(state): State<AppState>,
-    headers: HeaderMap,
+    caller: Result<Caller<Administer>, AppError>,
     body: axum::body::Bytes,
 ) -> Response {
     let f = pairs(&body);
     let request = serde_json::json!({ "name": field(&f, "name") });
-    via_api(&state, &headers, "POST", "/api/v1/departments", request, "/admin/inventory", |_| {
-        "/admin/inventory#tenancy".into()
-    })
+    act(
+        caller,
+        "/admin/inventory",
+        request,
+        |p, body| async move { tenancy::create_department(&state, &p, body).await },
+        |_| "/admin/inventory#tenancy".into(),
+    )
     .await
 }
 
 pub(super) async fn tenant_form(
     State(state): State<AppState>,
-    headers: HeaderMap,
+    caller: Result<Caller<Administer>, AppError>,
     body: axum::body::Bytes,
 ) -> Response {
     let f = pairs(&body);
     let request = serde_json::json!({ "name": field(&f, "name"), "department": field(&f, "department") });
-    via_api(&state, &headers, "POST", "/api/v1/tenants", request, "/admin/inventory", |_| {
-        "/admin/inventory#tenancy".into()
-    })
+    act(
+        caller,
+        "/admin/inventory",
+        request,
+        |p, body| async move { tenancy::create_tenant(&state, &p, body).await },
+        |_| "/admin/inventory#tenancy".into(),
+    )
     .await
 }
 
 /// "Reassign from…": a namespace to a tenant from a UTC instant, with the reason.
 pub(super) async fn reassign_form(
     State(state): State<AppState>,
-    headers: HeaderMap,
+    caller: Result<Caller<Administer>, AppError>,
     body: axum::body::Bytes,
 ) -> Response {
     let f = pairs(&body);
@@ -71,14 +90,22 @@ pub(super) async fn reassign_form(
         "cluster": field(&f, "cluster"), "namespace": field(&f, "namespace"), "tenant": field(&f, "tenant"),
         "valid_from": instant(&field(&f, "valid_from")), "reason": field(&f, "reason"),
     });
-    via_api(&state, &headers, "POST", "/api/v1/tenancy/reassignments", request, "/admin/inventory", |_| {
-        "/admin/inventory#ownership".into()
-    })
+    act(
+        caller,
+        "/admin/inventory",
+        request,
+        |p, body| async move { tenancy::reassign(&state, &p, body).await },
+        |_| "/admin/inventory#ownership".into(),
+    )
     .await
 }
 
 /// "Add rule": namespaces without labels whose name is or starts with a pattern → a tenant, from a date.
-pub(super) async fn rule_form(State(state): State<AppState>, headers: HeaderMap, body: axum::body::Bytes) -> Response {
+pub(super) async fn rule_form(
+    State(state): State<AppState>,
+    caller: Result<Caller<Administer>, AppError>,
+    body: axum::body::Bytes,
+) -> Response {
     let f = pairs(&body);
     let cluster = field(&f, "cluster");
     let request = serde_json::json!({
@@ -86,16 +113,20 @@ pub(super) async fn rule_form(State(state): State<AppState>, headers: HeaderMap,
         "pattern": field(&f, "pattern"), "tenant": field(&f, "tenant"),
         "valid_from": instant(&field(&f, "valid_from")), "reason": field(&f, "reason"),
     });
-    via_api(&state, &headers, "POST", "/api/v1/tenancy/namespace-rules", request, "/admin/inventory", |_| {
-        "/admin/inventory#ownership".into()
-    })
+    act(
+        caller,
+        "/admin/inventory",
+        request,
+        |p, body| async move { tenancy::add_rule(&state, &p, body).await },
+        |_| "/admin/inventory#ownership".into(),
+    )
     .await
 }
 
 /// "Rename / retire" a tenant: either or both.
 pub(super) async fn tenant_update_form(
     State(state): State<AppState>,
-    headers: HeaderMap,
+    caller: Result<Caller<Administer>, AppError>,
     body: axum::body::Bytes,
 ) -> Response {
     let f = pairs(&body);
@@ -105,14 +136,21 @@ pub(super) async fn tenant_update_form(
         "retired_from": (!retired.trim().is_empty()).then(|| instant(&retired)),
         "reason": field(&f, "reason"),
     });
-    let path = format!("/api/v1/tenants/{}", urlencoding_path(&field(&f, "tenant")));
-    via_api(&state, &headers, "PATCH", &path, request, "/admin/inventory", |_| "/admin/inventory#tenancy".into()).await
+    let Some(tenant) = segment(&f, "tenant") else { return form_refused("tenant: choose one", "/admin/inventory") };
+    act(
+        caller,
+        "/admin/inventory",
+        request,
+        |p, body| async move { tenancy::update_tenant(&state, &p, &tenant, body).await },
+        |_| "/admin/inventory#tenancy".into(),
+    )
+    .await
 }
 
 /// A department's journal accounts (one form per row of the departments table): both fields, an empty one cleared.
 pub(super) async fn department_update_form(
     State(state): State<AppState>,
-    headers: HeaderMap,
+    caller: Result<Caller<Administer>, AppError>,
     body: axum::body::Bytes,
 ) -> Response {
     let f = pairs(&body);
@@ -121,8 +159,17 @@ pub(super) async fn department_update_form(
         "gl_account": clearable(&f, "gl_account"),
         "reason": field(&f, "reason"),
     });
-    let path = format!("/api/v1/departments/{}", urlencoding_path(&field(&f, "department")));
-    via_api(&state, &headers, "PATCH", &path, request, "/admin/inventory", |_| "/admin/inventory#tenancy".into()).await
+    let Some(department) = segment(&f, "department") else {
+        return form_refused("department: choose one", "/admin/inventory");
+    };
+    act(
+        caller,
+        "/admin/inventory",
+        request,
+        |p, body| async move { tenancy::update_department(&state, &p, &department, body).await },
+        |_| "/admin/inventory#tenancy".into(),
+    )
+    .await
 }
 
 /// A form field the API takes as "clear when `null`": an empty (or blank) field is `null`, anything else as typed.
@@ -131,14 +178,10 @@ fn clearable(f: &[(String, String)], name: &str) -> serde_json::Value {
     if v.trim().is_empty() { serde_json::Value::Null } else { serde_json::Value::String(v) }
 }
 
-/// A name as one path segment.
-pub(super) fn urlencoding_path(s: &str) -> String {
-    s.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (b as char).to_string(),
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
+/// A form's choice of the object a change is about (a department's or tenant's name or ID), read as the REST
+/// path's segment is; `None` when empty.
+fn segment(f: &[(String, String)], name: &str) -> Option<String> {
+    Some(field(f, name)).filter(|v| !v.is_empty())
 }
 
 /// The fields of each inventory form, as the page's preview reads them back from its query string.
@@ -154,7 +197,7 @@ const INVENTORY_FIELDS: [(&str, &[&str]); 3] = [
 /// that saves it.
 pub(super) async fn inventory_form(
     State(state): State<AppState>,
-    headers: HeaderMap,
+    caller: Result<Caller<ManagePolicy>, AppError>,
     Path(what): Path<String>,
     body: axum::body::Bytes,
 ) -> Response {
@@ -171,30 +214,33 @@ pub(super) async fn inventory_form(
         return Redirect::to(&format!("/admin/inventory?{}#preview", query.finish())).into_response();
     }
     let from = instant(&field(&f, "valid_from"));
-    let (path, request) = match what.as_str() {
-        "models" => (
-            "/api/v1/inventory/models",
-            serde_json::json!({"model": field(&f, "model"), "gpu_class": field(&f, "gpu_class"), "valid_from": from}),
-        ),
-        "profiles" => (
-            "/api/v1/inventory/profiles",
-            serde_json::json!({"kind": field(&f, "kind"), "model": field(&f, "model"), "profile": field(&f, "profile"),
-                               "fraction": field(&f, "fraction"), "valid_from": from}),
-        ),
+    let back = "/admin/inventory";
+    fn next<T>(_: &T) -> String {
+        "/admin/inventory#inventory".into()
+    }
+    match what.as_str() {
+        "models" => {
+            let request = serde_json::json!({"model": field(&f, "model"), "gpu_class": field(&f, "gpu_class"), "valid_from": from});
+            act(caller, back, request, |p, body| async move { tenancy::add_model(&state, &p, body).await }, next).await
+        }
+        "profiles" => {
+            let request = serde_json::json!({"kind": field(&f, "kind"), "model": field(&f, "model"),
+                "profile": field(&f, "profile"), "fraction": field(&f, "fraction"), "valid_from": from});
+            act(caller, back, request, |p, body| async move { tenancy::add_profile(&state, &p, body).await }, next)
+                .await
+        }
         "timeslicing" => {
             let replicas = field(&f, "replicas");
             let Ok(replicas) = replicas.parse::<i32>() else {
-                return form_refused(&format!("replicas: {replicas:?} is not a whole number"), "/admin/inventory");
+                return form_refused(&format!("replicas: {replicas:?} is not a whole number"), back);
             };
-            (
-                "/api/v1/inventory/timeslicing",
-                serde_json::json!({"cluster": field(&f, "cluster"), "name": field(&f, "name"), "replicas": replicas,
-                                   "valid_from": from}),
-            )
+            let request = serde_json::json!({"cluster": field(&f, "cluster"), "name": field(&f, "name"),
+                "replicas": replicas, "valid_from": from});
+            act(caller, back, request, |p, body| async move { tenancy::add_timeslicing(&state, &p, body).await }, next)
+                .await
         }
-        _ => return (StatusCode::NOT_FOUND, "no such form").into_response(),
-    };
-    via_api(&state, &headers, "POST", path, request, "/admin/inventory", |_| "/admin/inventory#inventory".into()).await
+        _ => (StatusCode::NOT_FOUND, "no such form").into_response(),
+    }
 }
 
 /// A date (`YYYY-MM-DD`, midnight UTC) or a full RFC 3339 time, as the quotas API takes it.
@@ -208,7 +254,11 @@ pub(super) fn instant(value: &str) -> String {
     }
 }
 
-pub(super) async fn quota_form(State(state): State<AppState>, headers: HeaderMap, body: axum::body::Bytes) -> Response {
+pub(super) async fn quota_form(
+    State(state): State<AppState>,
+    caller: Result<Caller<ManagePolicy>, AppError>,
+    body: axum::body::Bytes,
+) -> Response {
     let f = pairs(&body);
     let holder = field(&f, "holder");
     let holder_kind = match field(&f, "holder_kind").as_str() {
@@ -225,8 +275,14 @@ pub(super) async fn quota_form(State(state): State<AppState>, headers: HeaderMap
     if !valid_to.is_empty() {
         request["valid_to"] = serde_json::Value::String(instant(&valid_to));
     }
-    via_api(&state, &headers, "POST", "/api/v1/quotas", request, "/admin/policies", |_| "/admin/policies#quotas".into())
-        .await
+    act(
+        caller,
+        "/admin/policies",
+        request,
+        |p, body| async move { policy::create_quota(&state, &p, body).await },
+        |_| "/admin/policies#quotas".into(),
+    )
+    .await
 }
 
 /// `/admin/costs`'s upload form (multipart/form-data: `period` and the `bill` file, a FOCUS CSV or its gzip): calls
@@ -242,13 +298,10 @@ pub(super) async fn cost_import_form(
     // Who asks first: a visitor without a session goes to sign in, whatever the body.
     let caller = match caller {
         Ok(c) => c,
-        Err(crate::error::AppError::Unauthorized) => {
-            return Redirect::to(&format!("/login?next={back}")).into_response();
-        }
-        Err(e) => return form_refused_status(e.status(), &e.to_string(), back),
+        Err(e) => return refused(e, back),
     };
     let Ok(mut multipart) = multipart else {
-        return form_refused_status(
+        return refused_with(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
             "bill: send the file as multipart/form-data (the Cloud bill page's form), or use POST /api/v1/costs/imports",
             back,
@@ -279,11 +332,7 @@ pub(super) async fn cost_import_form(
             }
             Ok(None) => break,
             Err(e) => {
-                return form_refused_status(
-                    e.status(),
-                    &format!("the upload could not be read: {}", e.body_text()),
-                    back,
-                );
+                return refused_with(e.status(), &format!("the upload could not be read: {}", e.body_text()), back);
             }
         }
     }
@@ -295,17 +344,6 @@ pub(super) async fn cost_import_form(
     };
     match crate::costs::import_bill(&state, &caller, parsed, bill, false).await {
         Ok(_) => Redirect::to(&format!("/admin/costs?period={parsed}&imported=1")).into_response(),
-        Err(e) => {
-            let message = match &e {
-                crate::error::AppError::Invalid { field, reason } => format!("{field}: {reason}"),
-                crate::error::AppError::Internal(_) => "an internal error occurred; it has been logged".into(),
-                other => other.to_string(),
-            };
-            form_refused_status(e.status(), &message, &format!("{back}?period={parsed}"))
-        }
+        Err(e) => refused(e, &format!("{back}?period={parsed}")),
     }
-}
-
-fn form_refused_status(status: StatusCode, detail: &str, back: &str) -> Response {
-    (status, axum::response::Html(gpuledger_web::account::form_error_document(detail, back))).into_response()
 }

@@ -70,6 +70,7 @@ fn uri_safe(path: &str) -> String {
     out
 }
 
+mod act;
 mod admin_forms;
 use admin_forms::{
     cost_import_form, department_form, department_update_form, inventory_form, quota_form, reassign_form, rule_form,

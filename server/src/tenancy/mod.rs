@@ -34,6 +34,7 @@ use uuid::Uuid;
 
 use crate::{
     app::AppState,
+    auth::{Capability, Principal},
     db::OrgTx,
     error::AppError,
     http::{Administer, Caller, JsonBody, ManagePolicy, ReadLedger},
@@ -51,38 +52,49 @@ pub(crate) use store::{DepartmentRow, ModelRow, ProfileRow, TenantRow, Timeslici
 /// Routes of this module.
 pub fn router() -> Router<AppState> {
     Router::new()
-        .route("/api/v1/departments", get(list_departments).post(create_department))
+        .route("/api/v1/departments", get(list_departments).post(post_department))
         .route("/api/v1/departments/{department}", patch(rename::patch_department))
-        .route("/api/v1/tenants", get(list_tenants).post(create_tenant))
+        .route("/api/v1/tenants", get(list_tenants).post(post_tenant))
         .route("/api/v1/tenants/{tenant}", patch(rename::patch_tenant))
         .route("/api/v1/inventory", get(get_inventory))
-        .route("/api/v1/inventory/models", post(add_model))
-        .route("/api/v1/inventory/profiles", post(add_profile))
-        .route("/api/v1/inventory/timeslicing", post(add_timeslicing))
+        .route("/api/v1/inventory/models", post(post_model))
+        .route("/api/v1/inventory/profiles", post(post_profile))
+        .route("/api/v1/inventory/timeslicing", post(post_timeslicing))
         .route("/api/v1/inventory/share-basis", post(sharing::add_basis))
-        .route("/api/v1/tenancy/reassignments", post(reassign::reassign))
+        .route("/api/v1/tenancy/reassignments", post(reassign::post_reassignment))
         .route("/api/v1/tenancy/ownership", get(reassign::ownership))
-        .route("/api/v1/tenancy/namespace-rules", get(rules::list_rules).post(rules::add_rule))
+        .route("/api/v1/tenancy/namespace-rules", get(rules::list_rules).post(rules::post_rule))
+}
+
+/// The feature's operations, typed: the REST handlers here and the portal's forms both call these, and each checks
+/// its caller's capability itself (issue 34's service layer).
+pub(crate) mod service {
+    pub(crate) use super::{
+        add_model, add_profile, add_timeslicing, create_department, create_tenant,
+        reassign::reassign,
+        rename::{update_department, update_tenant},
+        rules::add_rule,
+    };
 }
 
 /// What this feature's handlers take, for the API document.
 pub(crate) fn inputs() -> Vec<Inputs> {
     vec![
         described("get", "/api/v1/departments", list_departments),
-        described("post", "/api/v1/departments", create_department),
+        described("post", "/api/v1/departments", post_department),
         described("patch", "/api/v1/departments/{department}", rename::patch_department),
         described("get", "/api/v1/tenants", list_tenants),
-        described("post", "/api/v1/tenants", create_tenant),
+        described("post", "/api/v1/tenants", post_tenant),
         described("patch", "/api/v1/tenants/{tenant}", rename::patch_tenant),
         described("get", "/api/v1/inventory", get_inventory),
-        described("post", "/api/v1/inventory/models", add_model),
-        described("post", "/api/v1/inventory/profiles", add_profile),
-        described("post", "/api/v1/inventory/timeslicing", add_timeslicing),
+        described("post", "/api/v1/inventory/models", post_model),
+        described("post", "/api/v1/inventory/profiles", post_profile),
+        described("post", "/api/v1/inventory/timeslicing", post_timeslicing),
         described("post", "/api/v1/inventory/share-basis", sharing::add_basis),
-        described("post", "/api/v1/tenancy/reassignments", reassign::reassign),
+        described("post", "/api/v1/tenancy/reassignments", reassign::post_reassignment),
         described("get", "/api/v1/tenancy/ownership", reassign::ownership),
         described("get", "/api/v1/tenancy/namespace-rules", rules::list_rules),
-        described("post", "/api/v1/tenancy/namespace-rules", rules::add_rule),
+        described("post", "/api/v1/tenancy/namespace-rules", rules::post_rule),
         described("post", "/api/v1/inventory/impact", impact::inventory_impact),
     ]
 }
@@ -135,11 +147,20 @@ async fn list_departments(
     Ok(Json(Items { items }))
 }
 
-async fn create_department(
+pub(super) async fn post_department(
     State(state): State<AppState>,
     p: Caller<Administer>,
     JsonBody(body): JsonBody<DepartmentBody>,
 ) -> Result<(StatusCode, Json<CreatedDepartment>), AppError> {
+    Ok((StatusCode::CREATED, Json(create_department(&state, &p, body).await?)))
+}
+
+pub(crate) async fn create_department(
+    state: &AppState,
+    p: &Principal,
+    body: DepartmentBody,
+) -> Result<CreatedDepartment, AppError> {
+    p.require(Capability::Administer)?;
     let name = body.name.into_inner();
     let mut tx = p.begin(&state.db).await?;
     let id = Uuid::new_v4();
@@ -150,9 +171,9 @@ async fn create_department(
         .execute(tx.conn())
         .await
         .map_err(|e| AppError::from(e).on_conflict(|| format!("a department named {name:?} exists")))?;
-    tx.audit_by(&p, "department.create", &format!("department:{id}"), "", json!({ "name": name })).await?;
+    tx.audit_by(p, "department.create", &format!("department:{id}"), "", json!({ "name": name })).await?;
     tx.commit().await?;
-    Ok((StatusCode::CREATED, Json(CreatedDepartment { department_id: id.to_string(), name })))
+    Ok(CreatedDepartment { department_id: id.to_string(), name })
 }
 
 async fn list_tenants(State(state): State<AppState>, p: Caller<ReadLedger>) -> Result<Json<Items<Tenant>>, AppError> {
@@ -186,11 +207,20 @@ async fn list_tenants(State(state): State<AppState>, p: Caller<ReadLedger>) -> R
     Ok(Json(Items { items }))
 }
 
-async fn create_tenant(
+pub(super) async fn post_tenant(
     State(state): State<AppState>,
     p: Caller<Administer>,
     JsonBody(body): JsonBody<TenantBody>,
 ) -> Result<(StatusCode, Json<CreatedTenant>), AppError> {
+    Ok((StatusCode::CREATED, Json(create_tenant(&state, &p, body).await?)))
+}
+
+pub(crate) async fn create_tenant(
+    state: &AppState,
+    p: &Principal,
+    body: TenantBody,
+) -> Result<CreatedTenant, AppError> {
+    p.require(Capability::Administer)?;
     let name = body.name.into_inner();
     let mut tx = p.begin(&state.db).await?;
     let department = crate::store::lookup_id(&mut tx, "departments", "department", &body.department).await?;
@@ -229,7 +259,7 @@ async fn create_tenant(
     .await?
     .rows_affected();
     tx.audit_by(
-        &p,
+        p,
         "tenant.create",
         &format!("tenant:{id}"),
         "",
@@ -237,16 +267,13 @@ async fn create_tenant(
     )
     .await?;
     tx.commit().await?;
-    Ok((
-        StatusCode::CREATED,
-        Json(CreatedTenant {
-            tenant_id: id.to_string(),
-            name,
-            department_id: department.to_string(),
-            namespaces_mapped: namespaces,
-            usage_rows_attributed: usage,
-        }),
-    ))
+    Ok(CreatedTenant {
+        tenant_id: id.to_string(),
+        name,
+        department_id: department.to_string(),
+        namespaces_mapped: namespaces,
+        usage_rows_attributed: usage,
+    })
 }
 
 // ---------------------------------------------------------------- inventory
@@ -360,16 +387,21 @@ struct Written<T> {
     details: serde_json::Value,
 }
 
-async fn add_model(
+pub(super) async fn post_model(
     State(state): State<AppState>,
     p: Caller<ManagePolicy>,
     JsonBody(body): JsonBody<ModelBody>,
 ) -> Result<(StatusCode, Json<CreatedModel>), AppError> {
+    Ok((StatusCode::CREATED, Json(add_model(&state, &p, body).await?)))
+}
+
+pub(crate) async fn add_model(state: &AppState, p: &Principal, body: ModelBody) -> Result<CreatedModel, AppError> {
+    p.require(Capability::ManagePolicy)?;
     let mut tx = p.begin(&state.db).await?;
     let w = write_model(&mut tx, &body).await?;
-    tx.audit_by(&p, "inventory.model", &w.target, "", w.details).await?;
+    tx.audit_by(p, "inventory.model", &w.target, "", w.details).await?;
     tx.commit().await?;
-    Ok((StatusCode::CREATED, Json(w.answer)))
+    Ok(w.answer)
 }
 
 /// Validates and writes a GPU model entry in `tx` (recomputing the allocations it concerns), neither audited nor
@@ -404,16 +436,25 @@ async fn write_model(tx: &mut OrgTx, body: &ModelBody) -> Result<Written<Created
     })
 }
 
-async fn add_profile(
+pub(super) async fn post_profile(
     State(state): State<AppState>,
     p: Caller<ManagePolicy>,
     JsonBody(body): JsonBody<ProfileBody>,
 ) -> Result<(StatusCode, Json<CreatedProfile>), AppError> {
+    Ok((StatusCode::CREATED, Json(add_profile(&state, &p, body).await?)))
+}
+
+pub(crate) async fn add_profile(
+    state: &AppState,
+    p: &Principal,
+    body: ProfileBody,
+) -> Result<CreatedProfile, AppError> {
+    p.require(Capability::ManagePolicy)?;
     let mut tx = p.begin(&state.db).await?;
     let w = write_profile(&mut tx, &body).await?;
-    tx.audit_by(&p, "inventory.profile", &w.target, "", w.details).await?;
+    tx.audit_by(p, "inventory.profile", &w.target, "", w.details).await?;
     tx.commit().await?;
-    Ok((StatusCode::CREATED, Json(w.answer)))
+    Ok(w.answer)
 }
 
 /// Validates and writes a MIG or vGPU profile entry in `tx` (recomputing the allocations it concerns), neither
@@ -470,16 +511,25 @@ async fn write_profile(tx: &mut OrgTx, body: &ProfileBody) -> Result<Written<Cre
 
 /// Declared time-slicing policies (what a cluster's device plugin was configured with, for reviewers; each
 /// allocation carries the replica count its agent read, which is what prices it).
-async fn add_timeslicing(
+pub(super) async fn post_timeslicing(
     State(state): State<AppState>,
     p: Caller<ManagePolicy>,
     JsonBody(body): JsonBody<TimeslicingBody>,
 ) -> Result<(StatusCode, Json<CreatedTimeslicing>), AppError> {
+    Ok((StatusCode::CREATED, Json(add_timeslicing(&state, &p, body).await?)))
+}
+
+pub(crate) async fn add_timeslicing(
+    state: &AppState,
+    p: &Principal,
+    body: TimeslicingBody,
+) -> Result<CreatedTimeslicing, AppError> {
+    p.require(Capability::ManagePolicy)?;
     let mut tx = p.begin(&state.db).await?;
     let w = write_timeslicing(&mut tx, &body).await?;
-    tx.audit_by(&p, "inventory.timeslicing", &w.target, "", w.details).await?;
+    tx.audit_by(p, "inventory.timeslicing", &w.target, "", w.details).await?;
     tx.commit().await?;
-    Ok((StatusCode::CREATED, Json(w.answer)))
+    Ok(w.answer)
 }
 
 /// Validates and writes a time-slicing declaration in `tx`, neither audited nor committed: the save and its

@@ -18,6 +18,7 @@ use serde_json::json;
 use super::store;
 use crate::{
     app::AppState,
+    auth::{Capability, Principal},
     error::AppError,
     http::{Administer, Caller, JsonBody, Params, ReadLedger},
 };
@@ -25,11 +26,20 @@ use crate::{
 /// How far ahead a change may be dated (a planned reorganization), in days.
 const MAX_DAYS_AHEAD: i64 = 366;
 
-pub(super) async fn reassign(
+pub(super) async fn post_reassignment(
     State(state): State<AppState>,
     p: Caller<Administer>,
     JsonBody(body): JsonBody<ReassignmentBody>,
 ) -> Result<(StatusCode, Json<Reassignment>), AppError> {
+    Ok((StatusCode::CREATED, Json(reassign(&state, &p, body).await?)))
+}
+
+pub(crate) async fn reassign(
+    state: &AppState,
+    p: &Principal,
+    body: ReassignmentBody,
+) -> Result<Reassignment, AppError> {
+    p.require(Capability::Administer)?;
     let from = body.valid_from.at();
     if from > time::OffsetDateTime::now_utc() + time::Duration::days(MAX_DAYS_AHEAD) {
         return Err(AppError::refused("valid_from", format!("more than {MAX_DAYS_AHEAD} days ahead")));
@@ -70,7 +80,7 @@ pub(super) async fn reassign(
         corrected_at_next_close: closed,
     };
     tx.audit_by(
-        &p,
+        p,
         "tenancy.reassign",
         &format!("{}/{}", ns.cluster, ns.name),
         reason,
@@ -80,7 +90,7 @@ pub(super) async fn reassign(
     )
     .await?;
     tx.commit().await?;
-    Ok((StatusCode::CREATED, Json(answer)))
+    Ok(answer)
 }
 
 pub(super) async fn ownership(

@@ -19,6 +19,7 @@ use uuid::Uuid;
 
 use crate::{
     app::AppState,
+    auth::{Capability, Principal},
     db::OrgTx,
     error::AppError,
     http::{Administer, Caller, JsonBody, PathParams},
@@ -52,6 +53,17 @@ pub(super) async fn patch_department(
     PathParams(path): PathParams<DepartmentPath>,
     JsonBody(body): JsonBody<DepartmentUpdate>,
 ) -> Result<Json<Updated>, AppError> {
+    update_department(&state, &p, &path.department, body).await.map(Json)
+}
+
+/// Renames or retires a department, or sets its journal accounts (admins).
+pub(crate) async fn update_department(
+    state: &AppState,
+    p: &Principal,
+    department: &str,
+    body: DepartmentUpdate,
+) -> Result<Updated, AppError> {
+    p.require(Capability::Administer)?;
     let change = Change {
         name: body.name.map(String::from),
         retired_from: body.retired_from.map(|t| t.at()),
@@ -59,7 +71,7 @@ pub(super) async fn patch_department(
         cost_center: body.cost_center.map(|v| v.map(String::from)),
         gl_account: body.gl_account.map(|v| v.map(String::from)),
     };
-    apply(&state, &p, Kind::Department, &path.department, change).await.map(Json)
+    apply(state, p, Kind::Department, department, change).await
 }
 
 pub(super) async fn patch_tenant(
@@ -68,6 +80,17 @@ pub(super) async fn patch_tenant(
     PathParams(path): PathParams<TenantPath>,
     JsonBody(body): JsonBody<RenameOrRetire>,
 ) -> Result<Json<Updated>, AppError> {
+    update_tenant(&state, &p, &path.tenant, body).await.map(Json)
+}
+
+/// Renames or retires a tenant (admins).
+pub(crate) async fn update_tenant(
+    state: &AppState,
+    p: &Principal,
+    tenant: &str,
+    body: RenameOrRetire,
+) -> Result<Updated, AppError> {
+    p.require(Capability::Administer)?;
     let change = Change {
         name: body.name.map(String::from),
         retired_from: body.retired_from.map(|t| t.at()),
@@ -75,7 +98,7 @@ pub(super) async fn patch_tenant(
         cost_center: None,
         gl_account: None,
     };
-    apply(&state, &p, Kind::Tenant, &path.tenant, change).await.map(Json)
+    apply(state, p, Kind::Tenant, tenant, change).await
 }
 
 /// One change, as both bodies read: the accounts are a department's only (`None`: unchanged, `Some(None)`: clear).
@@ -87,13 +110,7 @@ struct Change {
     gl_account: Option<Option<String>>,
 }
 
-async fn apply(
-    state: &AppState,
-    p: &Caller<Administer>,
-    kind: Kind,
-    key: &str,
-    c: Change,
-) -> Result<Updated, AppError> {
+async fn apply(state: &AppState, p: &Principal, kind: Kind, key: &str, c: Change) -> Result<Updated, AppError> {
     let reason = c.reason.as_str();
     let (name, retired_from) = (c.name, c.retired_from);
     let accounts = c.cost_center.is_some() || c.gl_account.is_some();

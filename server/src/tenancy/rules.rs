@@ -20,6 +20,7 @@ use uuid::Uuid;
 use super::close_open_entry;
 use crate::{
     app::AppState,
+    auth::{Capability, Principal},
     error::AppError,
     http::{Administer, Caller, JsonBody, ReadLedger},
 };
@@ -27,11 +28,20 @@ use crate::{
 /// A rule as stored: (ID, cluster name, match, pattern, tenant name, start, end).
 type RuleRow = (Uuid, Option<String>, String, String, String, OffsetDateTime, Option<OffsetDateTime>);
 
-pub(super) async fn add_rule(
+pub(super) async fn post_rule(
     State(state): State<AppState>,
     p: Caller<Administer>,
     JsonBody(body): JsonBody<NamespaceRuleBody>,
 ) -> Result<(StatusCode, Json<NamespaceRule>), AppError> {
+    Ok((StatusCode::CREATED, Json(add_rule(&state, &p, body).await?)))
+}
+
+pub(crate) async fn add_rule(
+    state: &AppState,
+    p: &Principal,
+    body: NamespaceRuleBody,
+) -> Result<NamespaceRule, AppError> {
+    p.require(Capability::Administer)?;
     let match_kind = body.match_kind.as_str().to_string();
     let pattern = body.pattern.to_string();
     let from = body.valid_from.at();
@@ -116,7 +126,7 @@ pub(super) async fn add_rule(
         namespaces_given: given,
     };
     tx.audit_by(
-        &p,
+        p,
         "tenancy.namespace_rule",
         &format!("rule:{rule_id}"),
         reason,
@@ -125,7 +135,7 @@ pub(super) async fn add_rule(
     )
     .await?;
     tx.commit().await?;
-    Ok((StatusCode::CREATED, Json(rule)))
+    Ok(rule)
 }
 
 pub(super) async fn list_rules(
