@@ -21,11 +21,12 @@ use tower_http::{
     trace::TraceLayer,
 };
 
-pub use crate::state::AppState;
+pub use crate::state::{AppState, leptos_options};
 use crate::{
     auth::{self, AuthState, session},
     error::AppError,
     health, ingest, openapi,
+    pagecache::csp,
     portal::DbPortalData,
 };
 
@@ -42,11 +43,6 @@ impl Default for HttpOptions {
     fn default() -> Self {
         Self { request_timeout: Duration::from_secs(30), body_limit: 16 * 1024 * 1024 }
     }
-}
-
-/// Leptos options for a server-rendered portal (no client bundle yet).
-pub fn leptos_options() -> LeptosOptions {
-    LeptosOptions::builder().output_name(Arc::<str>::from("gpuledger")).build()
 }
 
 /// What every portal render gets in context: the data source and a way to set the response status.
@@ -105,7 +101,7 @@ pub fn api_routes(state: &AppState) -> Router<AppState> {
         .merge(crate::disputes::router())
         .merge(crate::notifications::router())
         .merge(crate::orgs::settings::router())
-        .merge(auth::router())
+        .merge(crate::access::router())
         .merge(openapi::router())
         .merge(heavy)
 }
@@ -143,7 +139,7 @@ async fn heavy_read(
     let key = cacheable.then(|| analytics_key(&request)).flatten();
     let mut store_as = None;
     if let Some((period, key)) = &key {
-        let scope = crate::readmodel::scope_key(principal.departments.as_deref());
+        let scope = crate::auth::scope_key(principal.departments.as_deref());
         match crate::readmodel::answer(&state.db, principal.org, *period, key, &scope).await {
             Ok(crate::readmodel::Answer::Hit(body)) => {
                 return ([(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))], body).into_response();
@@ -274,7 +270,7 @@ pub fn router(state: AppState, http: &HttpOptions) -> Router {
         .fallback(leptos_axum::render_app_to_stream_with_context(portal_context(&state), move || {
             shell(fallback_options.clone())
         }))
-        .layer(middleware::from_fn_with_state(state.clone(), crate::pagecache::pages))
+        .layer(middleware::from_fn_with_state((state.db.clone(), state.pages.clone()), crate::pagecache::pages))
         .with_state(state)
         .layer(middleware::from_fn(csrf_guard))
         .layer(middleware::from_fn(form_limits))
@@ -328,18 +324,6 @@ fn security_headers() -> SecurityHeaders {
                 ),
             ),
         ),
-    )
-}
-
-/// The content security policy; portal pages add their response's script nonce.
-pub(crate) fn csp(nonce: Option<&str>) -> String {
-    let scripts = match nonce {
-        Some(n) => format!("script-src 'self' 'nonce-{n}'"),
-        None => "script-src 'self'".to_string(),
-    };
-    format!(
-        "default-src 'self'; {scripts}; style-src 'self' 'unsafe-inline'; img-src 'self' data:; object-src 'none'; \
-         base-uri 'none'; frame-ancestors 'none'"
     )
 }
 

@@ -1,6 +1,7 @@
 //! GPU Ledger's server: HTTP application, database door, embedded default database, and CLI commands.
 #![deny(missing_docs)]
 
+pub mod access;
 pub mod analytics;
 pub mod app;
 pub mod audit;
@@ -14,6 +15,7 @@ pub mod close;
 pub mod costs;
 pub mod db;
 pub mod demo;
+pub mod describe;
 pub mod disputes;
 pub mod embedded;
 pub mod error;

@@ -20,10 +20,10 @@ use uuid::Uuid;
 
 use super::{hours, internal, rfc3339};
 use crate::{
-    app::AppState,
     db::OrgTx,
     error::AppError,
     http::{Caller, ReadLedger},
+    state::AppState,
 };
 
 /// How far back the analysis looks: an allocation idle for longer shows "idle since" at most this long ago.

@@ -19,10 +19,10 @@ use uuid::Uuid;
 use super::{internal, month_so_far, rfc3339, split_by_owner};
 use crate::http::Params;
 use crate::{
-    app::AppState,
     auth::Visible,
     error::AppError,
     http::{Caller, ReadLedger},
+    state::AppState,
 };
 
 #[derive(Default)]

@@ -16,11 +16,11 @@ use time::OffsetDateTime;
 use uuid::Uuid;
 
 use crate::{
-    app::AppState,
     db::OrgTx,
+    describe::{Inputs, inputs as described},
     error::AppError,
     http::{Caller, JsonBody, ManagePolicy, Params, ReadLedger},
-    openapi::{Inputs, inputs as described},
+    state::AppState,
     store::lookup_id,
 };
 

@@ -30,10 +30,10 @@ use gpuledger_core::{
 use serde_json::json;
 
 use crate::{
-    app::AppState,
+    describe::{Inputs, inputs as described},
     error::AppError,
     http::{Caller, ManagePolicy, Params, ReadLedger},
-    openapi::{Inputs, inputs as described},
+    state::AppState,
 };
 
 pub mod store;

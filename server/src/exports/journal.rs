@@ -32,7 +32,7 @@ use super::{
     store::{self, Accounts},
 };
 use crate::http::{Caller, Params, ReadLedger};
-use crate::{app::AppState, error::AppError};
+use crate::{error::AppError, state::AppState};
 
 /// The journal's columns, in order (a fixed name: importers map them).
 pub const COLUMNS: [&str; 10] = [

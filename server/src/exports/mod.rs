@@ -41,12 +41,12 @@ use uuid::Uuid;
 
 use crate::http::{Caller, Params, ReadLedger};
 use crate::{
-    app::AppState,
     auth::Principal,
     db::Database,
+    describe::{Inputs, inputs as described},
     error::AppError,
     ledger::period_state,
-    openapi::{Inputs, inputs as described},
+    state::AppState,
 };
 use cells::Cell;
 use sources::{Select, Source};

@@ -28,11 +28,11 @@ use time::{Duration, OffsetDateTime};
 use uuid::Uuid;
 
 use crate::{
-    app::AppState,
     auth::Principal,
+    describe::{Inputs, inputs as described},
     error::AppError,
     http::{Caller, CreditApprove, JsonBody, Params, ReadLedger},
-    openapi::{Inputs, inputs as described},
+    state::AppState,
 };
 
 pub mod store;

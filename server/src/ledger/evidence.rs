@@ -19,11 +19,11 @@ use uuid::Uuid;
 
 use super::store::{self, IndexHead};
 use crate::{
-    app::AppState,
     auth::Visible,
     db::Database,
     error::AppError,
     http::{Caller, Params, PathParams, ReadLedger},
+    state::AppState,
 };
 
 /// An order the endpoint sorts by (ascending; descending is its exact reverse).

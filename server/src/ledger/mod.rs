@@ -12,10 +12,10 @@ use time::OffsetDateTime;
 
 use crate::http::Params;
 use crate::{
-    app::AppState,
+    describe::{Inputs, inputs as described},
     error::AppError,
     http::{Caller, ReadLedger},
-    openapi::{Inputs, inputs as described},
+    state::AppState,
 };
 
 mod evidence;

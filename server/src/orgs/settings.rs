@@ -13,11 +13,11 @@ use serde_json::json;
 use time::OffsetDateTime;
 
 use crate::{
-    app::AppState,
     db::OrgTx,
+    describe::{Inputs, inputs as described},
     error::AppError,
     http::{Administer, Caller, JsonBody, ReadLedger},
-    openapi::{Inputs, inputs as described},
+    state::AppState,
 };
 
 /// Routes of the organization's settings.

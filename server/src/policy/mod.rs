@@ -21,10 +21,10 @@ use uuid::Uuid;
 
 use crate::http::Params;
 use crate::{
-    app::AppState,
+    describe::{Inputs, inputs as described},
     error::AppError,
     http::{Caller, JsonBody, ManagePolicy, OptionalJsonBody, PathParams, ReadLedger},
-    openapi::{Inputs, inputs as described},
+    state::AppState,
     store::lookup_id,
 };
 

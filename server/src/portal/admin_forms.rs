@@ -1,7 +1,7 @@
 //! The admin pages' forms for the organization, tenancy and inventory: each becomes one REST call (`via_api`).
 
 use super::{field, form_refused, pairs, via_api};
-use crate::app::AppState;
+use crate::state::AppState;
 use axum::{
     extract::{Path, State},
     http::{HeaderMap, StatusCode},

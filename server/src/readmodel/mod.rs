@@ -436,18 +436,6 @@ pub enum Answer {
     NoFigures,
 }
 
-/// The scope key of a caller: `all`, or its departments sorted.
-pub fn scope_key(departments: Option<&[gpuledger_core::ids::DepartmentId]>) -> String {
-    match departments {
-        None => "all".into(),
-        Some(list) => {
-            let mut ids: Vec<String> = list.iter().map(|d| d.as_uuid().to_string()).collect();
-            ids.sort();
-            ids.join(",")
-        }
-    }
-}
-
 /// Looks up the answer to `request` for `scope` valid for `period`'s current figures.
 pub async fn answer(
     db: &crate::db::Database,

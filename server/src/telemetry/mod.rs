@@ -11,9 +11,9 @@ use serde::Deserialize;
 use time::OffsetDateTime;
 
 use crate::{
-    app::AppState,
     error::AppError,
     http::{Administer, Caller, Params, parse_period},
+    state::AppState,
 };
 
 /// Bytes one `telemetry_gpu_hours` row takes on disk besides its block and its instances' sums (tuple header, key,

@@ -33,11 +33,11 @@ use serde_json::json;
 use uuid::Uuid;
 
 use crate::{
-    app::AppState,
     db::OrgTx,
+    describe::{Inputs, inputs as described},
     error::AppError,
     http::{Administer, Caller, JsonBody, ManagePolicy, ReadLedger},
-    openapi::{Inputs, inputs as described},
+    state::AppState,
 };
 
 mod impact;

@@ -17,9 +17,9 @@ use serde_json::json;
 
 use super::store;
 use crate::{
-    app::AppState,
     error::AppError,
     http::{Administer, Caller, JsonBody, Params, ReadLedger},
+    state::AppState,
 };
 
 /// How far ahead a change may be dated (a planned reorganization), in days.

@@ -18,10 +18,10 @@ use time::OffsetDateTime;
 use uuid::Uuid;
 
 use crate::{
-    app::AppState,
     db::OrgTx,
     error::AppError,
     http::{Administer, Caller, JsonBody, PathParams},
+    state::AppState,
 };
 
 /// What is being renamed or retired.
