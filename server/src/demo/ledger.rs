@@ -10,8 +10,8 @@ use crate::{
     close::close_period,
     db::Database,
     error::AppError,
-    ledger::period_state,
     policy::{approve, create_draft, import_kueue_quotas},
+    store::period_state,
 };
 
 /// Who the demo says did it, in audit trails.

@@ -45,8 +45,8 @@ use crate::{
     db::Database,
     describe::{Inputs, inputs as described},
     error::AppError,
-    ledger::period_state,
     state::AppState,
+    store::period_state,
 };
 use cells::Cell;
 use sources::{Select, Source};
@@ -449,7 +449,7 @@ async fn month_lines(state: &AppState, p: &Principal, f: &CsvFilter) -> Result<(
             f.period, f.period
         )));
     };
-    let closed = head.state == crate::readmodel::FigState::Closed;
+    let closed = head.state == crate::figures::FigState::Closed;
     let lines = lines.into_iter().filter(|l| f.keeps(l)).collect();
     Ok((lines, closed))
 }

@@ -279,7 +279,7 @@ pub async fn decide(
              ended or the device recovered",
         ));
     }
-    let month_state = crate::ledger::period_state(&mut tx, proposal.period).await?;
+    let month_state = crate::store::period_state(&mut tx, proposal.period).await?;
     let (Some(tenant), Some(department)) = (proposal.tenant_id, proposal.department_id) else {
         return Err(AppError::refused("allocation_id", "the allocation has no tenant: nobody was charged for it"));
     };

@@ -265,6 +265,7 @@ fn handler_inputs() -> BTreeMap<(&'static str, &'static str), Inputs> {
         crate::orgs::settings::inputs(),
         crate::policy::inputs(),
         crate::ledger::inputs(),
+        crate::readmodel::inputs(),
         crate::close::inputs(),
         crate::analytics::inputs(),
         crate::training::inputs(),

@@ -486,7 +486,7 @@ impl PortalData for DbPortalData {
                 let p = self.principal().await.ok_or(AppError::Unauthorized)?;
                 p.require(Capability::Administer)?;
                 let mut tx = p.begin(&self.db).await?;
-                let failure = crate::readmodel::failure(&mut tx).await?;
+                let failure = crate::figures::failure(&mut tx).await?;
                 tx.commit_quiet().await?;
                 Ok::<_, AppError>(failure)
             }
@@ -665,7 +665,7 @@ async fn via_api(
     back: &str,
     next: impl FnOnce(&serde_json::Value) -> String,
 ) -> Response {
-    let api = crate::app::api_routes(state).with_state(state.clone());
+    let api = crate::routes::api_routes(state).with_state(state.clone());
     match call_api(api, headers, method, path, Some(body.to_string())).await {
         Ok(answer) if (200..300).contains(&answer.status) => Redirect::to(&next(&answer.body)).into_response(),
         Ok(answer) if answer.status == 401 => Redirect::to(&format!("/login?next={back}")).into_response(),
