@@ -132,3 +132,16 @@ pub async fn check_zone(tx: &mut OrgTx, field: &str, name: &str) -> Result<(), A
     }
     Ok(())
 }
+
+/// `[start, end)` of `period` as UTC's calendar month: for what is keyed by UTC months (the exports' month keys,
+/// the synthetic fleet's start), not for what a month charges (see [`charged_bounds`]).
+pub fn utc_bounds(period: Period) -> Result<(OffsetDateTime, OffsetDateTime), AppError> {
+    let i = period.interval()?;
+    Ok((i.start(), i.end()))
+}
+
+/// `[start, end)` of what `period` charges in `tx`'s organization's calendar: its zone's month,
+/// continuing from where the previous closed month ended after a change of zone.
+pub async fn charged_bounds(tx: &mut OrgTx, period: Period) -> Result<(OffsetDateTime, OffsetDateTime), AppError> {
+    Ok(bounds(tx, period).await?.charged())
+}

@@ -195,7 +195,7 @@ pub struct Database {
     pool: PgPool,
     options: DbOptions,
     /// Whether the database is a Citus coordinator with distributed tables (set-based inserts take another form
-    /// there: `crate::bulk`). Read when the pool opens: distribute before starting the servers (docs/scaling.md).
+    /// there: the `bulk` module). Read when the pool opens: distribute before starting the servers (docs/scaling.md).
     distributed: bool,
 }
 
@@ -338,7 +338,7 @@ impl Database {
     /// The operator's door across organizations (`gpuledger-server org …`): the list of organizations and the
     /// operator log, through SECURITY DEFINER functions owned by `gpuledger_directory` that return nothing of any
     /// organization's data. Never called by a request handler; what the operator changes in one organization goes
-    /// through that organization's own transaction ([`crate::orgs`]).
+    /// through that organization's own transaction (the `orgs` module).
     pub fn cross_org_operator(&self) -> CrossOrgOperator<'_> {
         CrossOrgOperator { pool: &self.pool }
     }
@@ -382,7 +382,7 @@ fn millis(d: Duration) -> u128 {
     d.as_millis().max(1)
 }
 
-/// Commits of this process so far (any organization): a page kept by [`crate::pagecache`] asks the database for
+/// Commits of this process so far (any organization): a page kept by the page cache (`pagecache`) asks the database for
 /// its organization's generation again after any of them, so this process never serves a page older than its own
 /// last write.
 static COMMITS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
@@ -401,7 +401,7 @@ pub struct OrgTx {
 }
 
 impl OrgTx {
-    /// Whether the database is a distributed Citus coordinator (see `crate::bulk`).
+    /// Whether the database is a distributed Citus coordinator (see the `bulk` module).
     pub fn distributed(&self) -> bool {
         self.distributed
     }

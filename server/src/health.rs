@@ -3,11 +3,11 @@
 use axum::{Json, Router, extract::State, routing::get};
 use gpuledger_api::health::{Alive, Ready};
 
-use crate::{app::AppState, error::AppError};
+use crate::{error::AppError, state::AppState};
 
 /// What these handlers take, for the API document.
-pub(crate) fn inputs() -> Vec<crate::openapi::Inputs> {
-    vec![crate::openapi::inputs("get", "/healthz", healthz), crate::openapi::inputs("get", "/readyz", readyz)]
+pub(crate) fn inputs() -> Vec<crate::describe::Inputs> {
+    vec![crate::describe::inputs("get", "/healthz", healthz), crate::describe::inputs("get", "/readyz", readyz)]
 }
 
 /// `/healthz` and `/readyz`.

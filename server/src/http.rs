@@ -20,9 +20,9 @@ use gpuledger_core::Period;
 use time::OffsetDateTime;
 
 use crate::{
-    app::AppState,
     auth::{self, Capability, Principal},
     error::AppError,
+    state::AppState,
 };
 
 /// A capability an operation needs, as a type (so it is part of the handler's signature).

@@ -1,6 +1,7 @@
 //! GPU Ledger's server: HTTP application, database door, embedded default database, and CLI commands.
 #![deny(missing_docs)]
 
+pub mod access;
 pub mod analytics;
 pub mod app;
 pub mod audit;
@@ -14,11 +15,13 @@ pub mod close;
 pub mod costs;
 pub mod db;
 pub mod demo;
+pub mod describe;
 pub mod disputes;
 pub mod embedded;
 pub mod error;
 pub mod exports;
 pub mod faults;
+pub mod figures;
 pub mod health;
 pub mod http;
 pub mod impact;
@@ -35,6 +38,7 @@ pub mod pagecache;
 pub mod policy;
 pub mod portal;
 pub mod readmodel;
+pub mod routes;
 pub mod state;
 pub mod store;
 pub mod telemetry;

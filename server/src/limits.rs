@@ -7,7 +7,7 @@
 //! It does not validate JSON (serde does, afterwards, on a body known to be small enough); on invalid JSON it
 //! still terminates and stays bounded.
 
-use std::fmt::Write as _;
+use std::{fmt::Write as _, net::IpAddr};
 
 use gpuledger_core::ids::OrgId;
 
@@ -302,11 +302,110 @@ pub async fn month_work() -> Result<tokio::sync::SemaphorePermit<'static>, AppEr
     TURN.acquire().await.map_err(|e| AppError::Internal(format!("month work: {e}")))
 }
 
+/// What one batch may make the server decode (docs/security.md, "Limits").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IngestLimits {
+    /// Largest batch after decompression (`--ingest-max-decoded-bytes`). The agent sends at most 8 MiB.
+    pub max_decoded_bytes: u64,
+    /// Shape of the JSON: checked while it is inflated, before anything is parsed.
+    pub json: JsonLimits,
+}
+
+impl Default for IngestLimits {
+    fn default() -> Self {
+        Self {
+            max_decoded_bytes: DEFAULT_MAX_DECODED_BYTES,
+            // A fact nests 4 levels deep and has a few dozen values; labels and annotations are the longest
+            // strings (Kubernetes caps a label value at 63 bytes, all annotations together at 256 KiB).
+            json: JsonLimits {
+                max_depth: 16,
+                max_string_bytes: 64 * 1024,
+                max_items: gpuledger_core::wire::MAX_FACTS_PER_BATCH,
+                max_values: 100 * gpuledger_core::wire::MAX_FACTS_PER_BATCH,
+            },
+        }
+    }
+}
+
+/// Default of [`IngestLimits::max_decoded_bytes`]: four times the agent's own batch ceiling (8 MiB).
+pub const DEFAULT_MAX_DECODED_BYTES: u64 = 32 * 1024 * 1024;
+
+/// Where webhooks may point. By default an https URL whose host resolves to public addresses only, so an
+/// organization's admin cannot make the server call into the operator's network.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct OutboundPolicy {
+    /// `--webhook-allow-loopback` (on in `demo`): plain http and loopback addresses (a receiver on this machine).
+    pub allow_loopback: bool,
+    /// `--webhook-allow-private`: private, link-local and unique-local addresses (receivers inside the operator's
+    /// network).
+    pub allow_private: bool,
+}
+
+impl OutboundPolicy {
+    /// Checks the URL's form and an address-literal host; returns (host, port).
+    pub fn check_url(&self, url: &str) -> Result<(String, u16), String> {
+        let parsed = reqwest::Url::parse(url).map_err(|_| "is not a URL".to_string())?;
+        let host = parsed.host_str().filter(|h| !h.is_empty()).ok_or("has no host")?.to_string();
+        let loopback = crate::auth::net::is_loopback_host(&host);
+        match parsed.scheme() {
+            "https" => {}
+            "http" if loopback && self.allow_loopback => {}
+            "http" => {
+                return Err("must be an https URL (plain http only for a loopback receiver, with the server's \
+                            --webhook-allow-loopback)"
+                    .into());
+            }
+            _ => return Err("must be an https URL".into()),
+        }
+        if !parsed.username().is_empty() || parsed.password().is_some() || parsed.fragment().is_some() {
+            return Err("may not carry credentials or a fragment".into());
+        }
+        if url.len() > 2000 {
+            return Err("is longer than 2000 characters".into());
+        }
+        if let Ok(ip) = host.trim_start_matches('[').trim_end_matches(']').parse::<IpAddr>() {
+            self.check_address(ip)?;
+        }
+        Ok((host, parsed.port_or_known_default().unwrap_or(443)))
+    }
+
+    /// Refuses an internal address unless allowed.
+    pub fn check_address(&self, ip: IpAddr) -> Result<(), String> {
+        if !crate::auth::net::is_internal(ip) || self.allow_private || (self.allow_loopback && ip.is_loopback()) {
+            return Ok(());
+        }
+        Err(format!(
+            "resolves to {ip}, a loopback, private or link-local address (allowed only with the server's \
+             --webhook-allow-private, or --webhook-allow-loopback for loopback)"
+        ))
+    }
+
+    /// The whole check: the URL, then every address its host resolves to.
+    pub async fn check(&self, url: &str) -> Result<(), String> {
+        let (host, port) = self.check_url(url)?;
+        let host = host.trim_start_matches('[').trim_end_matches(']').to_string();
+        let addrs = tokio::net::lookup_host((host.as_str(), port))
+            .await
+            .map_err(|_| format!("has a host ({host}) that does not resolve"))?;
+        for addr in addrs {
+            self.check_address(addr.ip())?;
+        }
+        Ok(())
+    }
+}
+
+impl crate::auth::net::AddressPolicy for OutboundPolicy {
+    const WHAT: &'static str = "webhook";
+    fn check_address(&self, ip: IpAddr) -> Result<(), String> {
+        OutboundPolicy::check_address(self, ip)
+    }
+}
+
 /// The request limits a running server applies (flags of `serve` and `demo`; docs/security.md).
 #[derive(Debug)]
 pub struct ServerLimits {
     /// What an agent's batch may make the server decode.
-    pub ingest: crate::ingest::IngestLimits,
+    pub ingest: IngestLimits,
     /// How long before its cluster's registration a measured window may start (`--ingest-backfill-days`).
     pub backfill: time::Duration,
     /// Concurrent heavy reads per organization.
@@ -315,7 +414,7 @@ pub struct ServerLimits {
     /// waiting, say they are stale.
     pub snapshot_max_age: time::Duration,
     /// Where webhooks may point (`--webhook-allow-loopback`, `--webhook-allow-private`).
-    pub outbound: crate::notifications::OutboundPolicy,
+    pub outbound: OutboundPolicy,
 }
 
 /// Default of `--ingest-backfill-days`: a year and a month, so a cluster that joins can still send what it
@@ -328,11 +427,11 @@ pub const DEFAULT_HEAVY_READS_PER_ORG: usize = 4;
 impl Default for ServerLimits {
     fn default() -> Self {
         Self {
-            ingest: crate::ingest::IngestLimits::default(),
+            ingest: IngestLimits::default(),
             backfill: time::Duration::days(DEFAULT_BACKFILL_DAYS),
             heavy: HeavyReads::new(DEFAULT_HEAVY_READS_PER_ORG, std::time::Duration::from_secs(10)),
             snapshot_max_age: time::Duration::seconds(60),
-            outbound: crate::notifications::OutboundPolicy::default(),
+            outbound: OutboundPolicy::default(),
         }
     }
 }

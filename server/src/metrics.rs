@@ -44,10 +44,10 @@ use gpuledger_core::wire::BatchAck;
 use uuid::Uuid;
 
 use crate::{
-    app::AppState,
     auth::{self, Capability, session},
     db::OrgTx,
     error::AppError,
+    state::AppState,
 };
 
 /// The exposition format's content type.
@@ -62,8 +62,8 @@ pub fn router() -> Router<AppState> {
 }
 
 /// What the handler takes, for the API document.
-pub(crate) fn inputs() -> Vec<crate::openapi::Inputs> {
-    vec![crate::openapi::inputs("get", "/metrics", metrics)]
+pub(crate) fn inputs() -> Vec<crate::describe::Inputs> {
+    vec![crate::describe::inputs("get", "/metrics", metrics)]
 }
 
 async fn metrics(State(state): State<AppState>, headers: HeaderMap) -> Result<Response, AppError> {

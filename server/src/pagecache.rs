@@ -39,7 +39,6 @@ use gpuledger_core::ids::OrgId;
 use uuid::Uuid;
 
 use crate::{
-    app::AppState,
     auth::{Actor, revocations, session},
     db::Database,
 };
@@ -76,7 +75,7 @@ fn cacheable_path(path: &str) -> Option<Kind> {
 }
 
 /// The values a kept page carries in place of the reader's own, placed in the request for the render
-/// ([`crate::portal::DbPortalData`] shows them as the reader's name and CSRF token).
+/// (the portal's `DbPortalData` shows them as the reader's name and CSRF token).
 #[derive(Debug, Clone)]
 pub struct RenderMarkers {
     /// Stands for the reader's name.
@@ -232,7 +231,7 @@ impl PageCache {
                 let checked_at = Instant::now();
                 let principal = crate::auth::authenticate(db, headers).await.ok()?;
                 let org = principal.org;
-                let scope = crate::readmodel::scope_key(principal.departments.as_deref());
+                let scope = crate::auth::scope_key(principal.departments.as_deref());
                 let who = match principal.actor {
                     Actor::User { name, roles, csrf, .. } => {
                         let mut roles: Vec<&str> = roles.iter().map(|r| r.as_str()).collect();
@@ -343,17 +342,20 @@ struct Reader {
 }
 
 /// The middleware: serves kept pages of stored figures, and keeps what it renders.
-pub async fn pages(State(state): State<AppState>, mut request: Request, next: Next) -> Response {
+pub async fn pages(
+    State((db, cache)): State<(Database, Arc<PageCache>)>,
+    mut request: Request,
+    next: Next,
+) -> Response {
     let kind = match cacheable_path(request.uri().path()) {
         Some(kind) if request.method() == Method::GET => kind,
         _ => return next.run(request).await,
     };
     let uri = request.uri().path_and_query().map(|p| p.as_str().to_string()).unwrap_or_default();
     // No credential (or one that does not authenticate): the route itself answers (sign-in, 401).
-    let Some(reader) = state.pages.reader(&state.db, request.headers(), kind, &uri).await else {
+    let Some(reader) = cache.reader(&db, request.headers(), kind, &uri).await else {
         return next.run(request).await;
     };
-    let cache = &state.pages;
     let slot = cache.slot(&reader.key);
     let current = slot.page.lock().unwrap_or_else(|e| e.into_inner()).clone();
     let fresh = |p: &Page| p.generation == reader.generation && p.rendered_at.elapsed() < cache.ttl;
@@ -497,13 +499,25 @@ fn answer(page: &Page, reader: &Reader) -> Response {
     let headers = response.headers_mut();
     headers.extend(page.headers.clone());
     if page.pieces.iter().any(|p| matches!(p, Piece::Nonce))
-        && let Ok(csp) = HeaderValue::from_str(&crate::app::csp(Some(&nonce)))
+        && let Ok(csp) = HeaderValue::from_str(&csp(Some(&nonce)))
     {
         headers.insert(header::CONTENT_SECURITY_POLICY, csp);
     }
     // Personal (the reader's name and token are in it): never stored by a shared cache.
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("private, no-cache"));
     response
+}
+
+/// The content security policy; portal pages add their response's script nonce.
+pub(crate) fn csp(nonce: Option<&str>) -> String {
+    let scripts = match nonce {
+        Some(n) => format!("script-src 'self' 'nonce-{n}'"),
+        None => "script-src 'self'".to_string(),
+    };
+    format!(
+        "default-src 'self'; {scripts}; style-src 'self' 'unsafe-inline'; img-src 'self' data:; object-src 'none'; \
+         base-uri 'none'; frame-ancestors 'none'"
+    )
 }
 
 #[cfg(test)]

@@ -6,7 +6,7 @@ use axum::extract::FromRef;
 use gpuledger_core::ids::OrgId;
 use leptos::prelude::LeptosOptions;
 
-use crate::{app::leptos_options, auth::AuthState, db::Database};
+use crate::{auth::AuthState, db::Database};
 
 /// Shared state of every handler.
 #[derive(Clone)]
@@ -59,4 +59,9 @@ impl FromRef<AppState> for LeptosOptions {
     fn from_ref(state: &AppState) -> Self {
         state.leptos.clone()
     }
+}
+
+/// Leptos options for a server-rendered portal (no client bundle yet).
+pub fn leptos_options() -> LeptosOptions {
+    LeptosOptions::builder().output_name(Arc::<str>::from("gpuledger")).build()
 }

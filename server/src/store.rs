@@ -1,8 +1,10 @@
 //! SQL lookups several features share (kept here so no feature imports another's handlers for them). Every
 //! function runs inside the caller's organization-scoped transaction.
 
-use gpuledger_core::{Period, policy::CostPolicy};
+use flate2::read::GzDecoder;
+use gpuledger_core::{Period, bundle::Bundle, policy::CostPolicy};
 use serde_json::Value;
+use std::io::Read;
 use uuid::Uuid;
 
 use crate::{db::OrgTx, error::AppError};
@@ -176,6 +178,54 @@ pub async fn refuse_retired(
         }
         _ => Ok(()),
     }
+}
+
+/// A period's state: `open`, `closing` or `closed`.
+pub async fn period_state(tx: &mut OrgTx, period: Period) -> Result<String, AppError> {
+    let org = tx.org().as_uuid();
+    let s: Option<String> = sqlx::query_scalar("SELECT state FROM periods WHERE period = $1 AND org_id = $2")
+        .bind(period.first_day())
+        .bind(org)
+        .fetch_optional(tx.conn())
+        .await?;
+    Ok(s.unwrap_or_else(|| "open".into()))
+}
+
+pub(crate) fn gunzip(bytes: &[u8]) -> Result<Vec<u8>, AppError> {
+    let mut out = Vec::new();
+    GzDecoder::new(bytes).read_to_end(&mut out).map_err(|e| AppError::Internal(format!("stored bundle: {e}")))?;
+    Ok(out)
+}
+
+/// The stored (gzipped) bundle of a closed period.
+async fn stored_gz(tx: &mut OrgTx, period: Period) -> Result<Option<Vec<u8>>, AppError> {
+    let org = tx.org().as_uuid();
+    Ok(sqlx::query_scalar("SELECT bundle_gz FROM periods WHERE period = $1 AND state = 'closed' AND org_id = $2")
+        .bind(period.first_day())
+        .bind(org)
+        .fetch_optional(tx.conn())
+        .await?)
+}
+
+/// `T` read from a stored bundle through the decompressor: the JSON of a large month is never held whole.
+pub(crate) async fn stored_as<T: serde::de::DeserializeOwned>(
+    tx: &mut OrgTx,
+    period: Period,
+) -> Result<Option<T>, AppError> {
+    let Some(gz) = stored_gz(tx, period).await? else { return Ok(None) };
+    serde_json::from_reader(std::io::BufReader::with_capacity(1 << 16, GzDecoder::new(gz.as_slice())))
+        .map(Some)
+        .map_err(|e| AppError::Internal(format!("stored bundle of {period}: {e}")))
+}
+
+/// The stored bundle of a closed period, as JSON bytes.
+pub async fn stored_bundle_json(tx: &mut OrgTx, period: Period) -> Result<Option<Vec<u8>>, AppError> {
+    stored_gz(tx, period).await?.map(|g| gunzip(&g)).transpose()
+}
+
+/// The stored bundle of a closed period.
+pub async fn stored_bundle(tx: &mut OrgTx, period: Period) -> Result<Option<Bundle>, AppError> {
+    stored_as(tx, period).await
 }
 
 #[cfg(test)]

@@ -29,11 +29,11 @@ use time::OffsetDateTime;
 use uuid::Uuid;
 
 use crate::{
-    app::AppState,
     auth,
+    describe::{Inputs, inputs as described},
     error::AppError,
     http::{Administer, Caller, JsonBody, PathParams},
-    openapi::{Inputs, inputs as described},
+    state::AppState,
 };
 
 /// What this feature's handlers take, for the API document.

@@ -20,10 +20,10 @@ use uuid::Uuid;
 
 use super::{hours, internal, rfc3339};
 use crate::{
-    app::AppState,
     db::OrgTx,
     error::AppError,
     http::{Caller, ReadLedger},
+    state::AppState,
 };
 
 /// How far back the analysis looks: an allocation idle for longer shows "idle since" at most this long ago.
@@ -37,7 +37,7 @@ const RECENT: Duration = Duration::minutes(15);
 pub(super) async fn idle(State(state): State<AppState>, p: Caller<ReadLedger>) -> Result<Json<IdleList>, AppError> {
     let now = OffsetDateTime::now_utc();
     let mut tx = state.db.begin_org(p.org).await?;
-    let (mut list, departments) = match crate::readmodel::stored_idle(&mut tx, Period::containing(now)).await? {
+    let (mut list, departments) = match crate::figures::stored_idle(&mut tx, Period::containing(now)).await? {
         Some(stored) => (stored.list, stored.departments),
         None => idle_now(&mut tx, now).await?,
     };

@@ -22,11 +22,11 @@ use uuid::Uuid;
 use super::{confidence, internal, month_so_far, rfc3339};
 use crate::http::Params;
 use crate::{
-    app::AppState,
     auth::Visible,
     db::OrgTx,
     error::AppError,
     http::{Caller, ReadLedger},
+    state::AppState,
     store::policy_for,
 };
 

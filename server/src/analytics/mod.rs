@@ -35,12 +35,12 @@ use time::OffsetDateTime;
 use uuid::Uuid;
 
 use crate::{
-    app::AppState,
     auth::Visible,
     db::OrgTx,
+    describe::{Inputs, inputs as described},
     error::AppError,
     http::{Caller, ReadLedger},
-    openapi::{Inputs, inputs as described},
+    state::AppState,
 };
 
 /// What this feature's handlers take, for the API document.

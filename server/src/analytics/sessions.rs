@@ -19,10 +19,10 @@ use uuid::Uuid;
 use super::{internal, month_so_far, rfc3339, split_by_owner};
 use crate::http::Params;
 use crate::{
-    app::AppState,
     auth::Visible,
     error::AppError,
     http::{Caller, ReadLedger},
+    state::AppState,
 };
 
 #[derive(Default)]
@@ -106,8 +106,8 @@ pub(super) async fn sessions(
     .fetch_all(tx.conn())
     .await?;
     // The tenant's lines of the month, and the policy's token weights, as the ledger has them.
-    let (lines, policy) = if crate::ledger::period_state(&mut tx, period).await? == "closed" {
-        let b = crate::close::stored_bundle(&mut tx, period)
+    let (lines, policy) = if crate::store::period_state(&mut tx, period).await? == "closed" {
+        let b = crate::store::stored_bundle(&mut tx, period)
             .await?
             .ok_or_else(|| AppError::Internal("closed period without bundle".into()))?;
         (b.lines, Some(b.inputs.policy))

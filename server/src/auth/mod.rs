@@ -19,9 +19,8 @@ pub mod limits;
 pub mod net;
 pub mod oidc;
 pub mod revocations;
-pub mod routes;
 pub mod session;
-pub mod tokens;
+pub mod store;
 
 use axum::http::{HeaderMap, header};
 use base64::Engine;
@@ -420,7 +419,7 @@ pub async fn authenticate(db: &Database, headers: &HeaderMap) -> Result<Principa
     if let Some(limit) = principal.rate_limit_per_minute
         && principal.agent_cluster().is_none()
     {
-        crate::orgs::check_rate(principal.org, limit)?;
+        crate::auth::store::check_rate(principal.org, limit)?;
     }
     Ok(principal)
 }
@@ -482,7 +481,7 @@ async fn token_principal(db: &Database, token: &str, source: &str) -> Result<Pri
     }
     let row: Option<TokenRow> = found.map(|(t, s, c, d, r, _)| (t, s, c, d, r));
     if row.is_none()
-        && let Some(suspended) = crate::orgs::suspension(&mut tx).await?
+        && let Some(suspended) = crate::auth::store::suspension(&mut tx).await?
     {
         // A suspended organization's tokens are refused with the reason; nothing is written to its log.
         tx.rollback().await?;
@@ -641,27 +640,16 @@ pub async fn redeem_join_token(db: &Database, principal: &Principal) -> Result<(
     Ok((token, name))
 }
 
-/// What this feature's handlers take, for the API document.
-pub(crate) fn inputs() -> Vec<crate::openapi::Inputs> {
-    let mut out = vec![crate::openapi::inputs("post", "/api/v1/agents/join", join)];
-    out.extend(routes::inputs());
-    out.extend(tokens::inputs());
-    out
-}
-
-/// `POST /api/v1/agents/join`: a join token in, the cluster credential out.
-pub fn router() -> axum::Router<crate::app::AppState> {
-    axum::Router::new().route("/api/v1/agents/join", axum::routing::post(join)).merge(routes::router())
-}
-
-async fn join(
-    axum::extract::State(state): axum::extract::State<crate::app::AppState>,
-    headers: HeaderMap,
-) -> Result<axum::Json<gpuledger_api::auth::Joined>, AppError> {
-    state.auth.limits.check("join", &source(&headers))?;
-    let principal = authenticate(&state.db, &headers).await?;
-    let (token, cluster) = redeem_join_token(&state.db, &principal).await?;
-    Ok(axum::Json(gpuledger_api::auth::Joined { token, cluster }))
+/// The scope key of a caller: `all`, or its departments sorted.
+pub fn scope_key(departments: Option<&[gpuledger_core::ids::DepartmentId]>) -> String {
+    match departments {
+        None => "all".into(),
+        Some(list) => {
+            let mut ids: Vec<String> = list.iter().map(|d| d.as_uuid().to_string()).collect();
+            ids.sort();
+            ids.join(",")
+        }
+    }
 }
 
 /// Finds a cluster by name in `tx`'s organization, registering it when new.

@@ -1,7 +1,7 @@
-//! What this process learned about credentials ending, for the answers it keeps (`crate::pagecache`): a token
+//! What this process learned about credentials ending, for the answers it keeps (the page cache): a token
 //! revoked here ends every kept identity at once; a credential refused here (revoked or ended elsewhere, expired)
 //! ends its own kept identity at once, whichever path refused it. Other replicas learn within
-//! [`crate::pagecache::SESSION_RECHECK`] by asking the database again.
+//! the page cache's `SESSION_RECHECK` by asking the database again.
 
 use std::{
     collections::HashMap,

@@ -235,7 +235,7 @@ pub async fn principal_in(tx: &mut crate::db::OrgTx, cookie: &str) -> Result<Pri
     .await?;
     let Some((session_id, user_id, roles, departments, email, subject, rate_limit_per_minute)) = row else {
         // A session of a suspended organization is refused with the reason (it works again once resumed).
-        return Err(crate::orgs::suspension(tx).await?.unwrap_or(AppError::Unauthorized));
+        return Err(crate::auth::store::suspension(tx).await?.unwrap_or(AppError::Unauthorized));
     };
     let roles: Vec<Role> = roles.iter().filter_map(|r| Role::parse(r)).collect();
     if roles.is_empty() {

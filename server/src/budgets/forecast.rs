@@ -10,74 +10,21 @@
 //! - A month that is over (or closed) has `method: final` and its forecast is its figure: a closed month's as its
 //!   close stored it (the read model's month tables), an open month that is over computed now.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 
 use gpuledger_api::foresight::{Forecast, ForecastRow, ForecastTotal};
-use gpuledger_core::{
-    Period,
-    decimal::Decimal,
-    fraction::Fraction,
-    ledger::{Ledger, compute as compute_ledger},
-};
+use gpuledger_core::{Period, decimal::Decimal, fraction::Fraction, ledger::compute as compute_ledger};
 use time::OffsetDateTime;
 use uuid::Uuid;
 
-use crate::{db::OrgTx, error::AppError};
+use crate::{
+    db::OrgTx,
+    error::AppError,
+    figures::{Key, Sums, cut_at, sums},
+};
 
 fn internal(e: impl std::fmt::Display) -> AppError {
     AppError::Internal(e.to_string())
-}
-
-/// A row's key: (department ID, department, tenant (ID, name)).
-type Key = (Uuid, String, Option<(Uuid, String)>);
-/// Key → amount.
-type Sums = BTreeMap<Key, Decimal>;
-
-fn sums(ledger: &Ledger) -> Result<(Sums, Sums), AppError> {
-    let mut departments = Sums::new();
-    let mut tenants = Sums::new();
-    for l in &ledger.lines {
-        let d = (l.department_id.as_uuid(), l.department.clone(), None);
-        let v = departments.entry(d).or_insert(Decimal::ZERO);
-        *v = v.checked_add(&l.amount).map_err(internal)?;
-        if let Some(t) = l.tenant_id {
-            let k = (l.department_id.as_uuid(), l.department.clone(), Some((t.as_uuid(), l.tenant.clone())));
-            let v = tenants.entry(k).or_insert(Decimal::ZERO);
-            *v = v.checked_add(&l.amount).map_err(internal)?;
-        }
-    }
-    Ok((departments, tenants))
-}
-
-/// `input` with every allocation and quota cut at `now` (what the month has used so far). Takes the input: a month
-/// of a large fleet is not copied for it.
-pub fn cut_at(
-    mut input: gpuledger_core::ledger::LedgerInput,
-    now: OffsetDateTime,
-) -> gpuledger_core::ledger::LedgerInput {
-    input.allocations.retain(|a| a.start < now);
-    for a in &mut input.allocations {
-        if a.end.is_none_or(|e| e > now) {
-            a.end = Some(now);
-        }
-    }
-    input.quotas.retain(|q| q.valid_from < now);
-    for q in &mut input.quotas {
-        if q.valid_to.is_none_or(|e| e > now) {
-            q.valid_to = Some(now);
-        }
-    }
-    input
-}
-
-/// A ledger's amounts per department and per tenant, as stored with the open month's snapshot.
-pub fn sums_json(ledger: &Ledger) -> Result<serde_json::Value, AppError> {
-    let (departments, tenants) = sums(ledger)?;
-    let departments: serde_json::Map<String, serde_json::Value> =
-        departments.iter().map(|(k, v)| (k.0.to_string(), v.to_string().into())).collect();
-    let tenants: serde_json::Map<String, serde_json::Value> =
-        tenants.iter().filter_map(|(k, v)| k.2.as_ref().map(|(t, _)| (t.to_string(), v.to_string().into()))).collect();
-    Ok(serde_json::json!({ "departments": departments, "tenants": tenants }))
 }
 
 /// The open month's stored snapshot, when the read model has one with its "to date": (as of, run rate, to date).

@@ -521,7 +521,7 @@ async fn create_token(db: &Database, args: &TokenCreateArgs) -> anyhow::Result<S
         .await?
         .ok_or_else(|| anyhow::anyhow!("--org: no organization with slug {:?}", args.org))?;
     let mut tx = db.begin_org(org).await?;
-    let (scope, registered) = auth::tokens::parse_scope(&mut tx, args.scope.trim(), &args.departments)
+    let (scope, registered) = crate::access::tokens::parse_scope(&mut tx, args.scope.trim(), &args.departments)
         .await
         .map_err(|e| anyhow::anyhow!("--{e}"))?;
     if registered {

@@ -26,12 +26,12 @@ use time::{Date, OffsetDateTime};
 use uuid::Uuid;
 
 use crate::{
-    app::AppState,
     db::{Database, OrgTx},
+    describe::{Inputs, inputs as described},
     error::AppError,
     http::{Caller, Close, OptionalJsonBody, PathParams, ReadLedger},
     ledger::{approved_credits, load_input},
-    openapi::{Inputs, inputs as described},
+    state::AppState,
     store::policy_for,
 };
 

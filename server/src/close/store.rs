@@ -1,20 +1,22 @@
 //! SQL of this feature: reads and writes inside the caller's organization-scoped transaction.
 
 use super::preview;
+use crate::store::stored_as;
+pub use crate::store::{stored_bundle, stored_bundle_json};
 use crate::{
     db::{Database, OrgTx},
     error::AppError,
     ledger::{inventory, load_input},
 };
-use flate2::{Compression, read::GzDecoder, write::GzEncoder};
+use flate2::{Compression, write::GzEncoder};
 pub use gpuledger_api::close::CloseSummary;
 use gpuledger_core::{
     Period,
-    bundle::{BUNDLE_FORMAT, Bundle, BundleRef, close_hash},
+    bundle::{BUNDLE_FORMAT, BundleRef, close_hash},
     ledger::{AdjustmentRecord, compute, late_adjustments, total},
 };
 use serde_json::json;
-use std::io::{Read, Write};
+use std::io::Write;
 use time::{Date, OffsetDateTime};
 use uuid::Uuid;
 
@@ -28,40 +30,6 @@ pub(crate) fn gz_json<T: serde::Serialize>(value: &T) -> Result<Vec<u8>, AppErro
     w.flush().map_err(|e| AppError::Internal(format!("writing the bundle: {e}")))?;
     drop(w);
     e.finish().map_err(|e| AppError::Internal(e.to_string()))
-}
-
-pub(crate) fn gunzip(bytes: &[u8]) -> Result<Vec<u8>, AppError> {
-    let mut out = Vec::new();
-    GzDecoder::new(bytes).read_to_end(&mut out).map_err(|e| AppError::Internal(format!("stored bundle: {e}")))?;
-    Ok(out)
-}
-
-/// The stored (gzipped) bundle of a closed period.
-async fn stored_gz(tx: &mut OrgTx, period: Period) -> Result<Option<Vec<u8>>, AppError> {
-    let org = tx.org().as_uuid();
-    Ok(sqlx::query_scalar("SELECT bundle_gz FROM periods WHERE period = $1 AND state = 'closed' AND org_id = $2")
-        .bind(period.first_day())
-        .bind(org)
-        .fetch_optional(tx.conn())
-        .await?)
-}
-
-/// `T` read from a stored bundle through the decompressor: the JSON of a large month is never held whole.
-async fn stored_as<T: serde::de::DeserializeOwned>(tx: &mut OrgTx, period: Period) -> Result<Option<T>, AppError> {
-    let Some(gz) = stored_gz(tx, period).await? else { return Ok(None) };
-    serde_json::from_reader(std::io::BufReader::with_capacity(1 << 16, GzDecoder::new(gz.as_slice())))
-        .map(Some)
-        .map_err(|e| AppError::Internal(format!("stored bundle of {period}: {e}")))
-}
-
-/// The stored bundle of a closed period, as JSON bytes.
-pub async fn stored_bundle_json(tx: &mut OrgTx, period: Period) -> Result<Option<Vec<u8>>, AppError> {
-    stored_gz(tx, period).await?.map(|g| gunzip(&g)).transpose()
-}
-
-/// The stored bundle of a closed period.
-pub async fn stored_bundle(tx: &mut OrgTx, period: Period) -> Result<Option<Bundle>, AppError> {
-    stored_as(tx, period).await
 }
 
 /// A closed period's bundle, its lines and policy only (the month's inputs are skipped as they are read, not held:
@@ -251,13 +219,13 @@ pub(crate) async fn freeze(
     }
     // The month's figures for every later read (pages, REST, exports): final, in the close's own transaction, taken
     // in turn with the read model's refreshes of this organization (so a snapshot computed meanwhile cannot race it).
-    let (class, key) = crate::readmodel::worker::lock_key(org);
+    let (class, key) = crate::figures::lock_key(org);
     sqlx::query("SELECT pg_advisory_xact_lock($1, $2)").bind(class).bind(key).execute(tx.conn()).await?;
-    crate::readmodel::store(
+    crate::figures::store(
         &mut tx,
-        &crate::readmodel::Figures {
+        &crate::figures::Figures {
             period,
-            state: crate::readmodel::FigState::Closed,
+            state: crate::figures::FigState::Closed,
             as_of: now,
             compute_ms: 0,
             policy_version,

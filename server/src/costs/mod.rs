@@ -30,10 +30,10 @@ use gpuledger_core::{
 use serde_json::json;
 
 use crate::{
-    app::AppState,
+    describe::{Inputs, inputs as described},
     error::AppError,
     http::{Caller, ManagePolicy, Params, ReadLedger},
-    openapi::{Inputs, inputs as described},
+    state::AppState,
 };
 
 pub mod store;
@@ -141,7 +141,7 @@ pub async fn import_bill(
         .map_err(|e| AppError::Internal(e.to_string()))??;
 
     let mut tx = p.begin(&state.db).await?;
-    let month_state = crate::ledger::period_state(&mut tx, period).await?;
+    let month_state = crate::store::period_state(&mut tx, period).await?;
     if month_state != "open" {
         return Err(AppError::refused(
             "period",

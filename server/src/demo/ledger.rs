@@ -10,8 +10,8 @@ use crate::{
     close::close_period,
     db::Database,
     error::AppError,
-    ledger::period_state,
     policy::{approve, create_draft, import_kueue_quotas},
+    store::period_state,
 };
 
 /// Who the demo says did it, in audit trails.
@@ -152,7 +152,7 @@ pub async fn open_demo_dispute(db: &Database, org: OrgId, last: Period) -> Resul
     let (token_id, token) =
         crate::auth::create_token(&mut tx, &crate::auth::Scope::Admin, "demo dispute", DEMO_ACTOR, None).await?;
     tx.commit().await?;
-    let state = crate::app::AppState::new(db.clone(), Some(org));
+    let state = crate::state::AppState::new(db.clone(), Some(org));
     let app = crate::app::router(state, &crate::app::HttpOptions::default());
     let body = json!({
         "period": last.to_string(),

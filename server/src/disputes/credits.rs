@@ -9,10 +9,10 @@ use super::{
     store::{lock, record, reply},
 };
 use crate::{
-    app::AppState,
     auth::Principal,
     error::AppError,
     http::{Caller, CreditApprove, JsonBody, OptionalJsonBody, PathParams},
+    state::AppState,
 };
 
 /// Finance's decision on an accepted dispute's credit.

@@ -27,10 +27,10 @@ use serde_json::json;
 use uuid::Uuid;
 
 use crate::{
-    app::AppState,
+    describe::{Inputs, inputs as described},
     error::AppError,
     http::{Caller, DisputeParticipate, DisputeResolve, JsonBody, PathParams, ReadLedger},
-    openapi::{Inputs, inputs as described},
+    state::AppState,
 };
 
 use crate::http::Params;

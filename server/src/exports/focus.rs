@@ -54,7 +54,7 @@ use super::{
     csv_response, month_lines,
 };
 use crate::http::{Caller, Params, ReadLedger};
-use crate::{app::AppState, error::AppError};
+use crate::{error::AppError, state::AppState};
 
 /// A FOCUS version this export writes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -32,7 +32,7 @@ use super::{
     store::{self, Accounts},
 };
 use crate::http::{Caller, Params, ReadLedger};
-use crate::{app::AppState, error::AppError};
+use crate::{error::AppError, state::AppState};
 
 /// The journal's columns, in order (a fixed name: importers map them).
 pub const COLUMNS: [&str; 10] = [
@@ -240,7 +240,7 @@ pub(super) async fn journal_csv(
     let period = q.period.period();
     let by_tenant = q.by == Some(JournalBy::Tenant);
     let mut tx = p.begin(&state.db).await?;
-    let month_state = crate::ledger::period_state(&mut tx, period).await?;
+    let month_state = crate::store::period_state(&mut tx, period).await?;
     let (_, end) = crate::ledger::bounds(&mut tx, period).await?;
     tx.commit_quiet().await?;
     if month_state != "closed" {

@@ -41,12 +41,12 @@ use uuid::Uuid;
 
 use crate::http::{Caller, Params, ReadLedger};
 use crate::{
-    app::AppState,
     auth::Principal,
     db::Database,
+    describe::{Inputs, inputs as described},
     error::AppError,
-    ledger::period_state,
-    openapi::{Inputs, inputs as described},
+    state::AppState,
+    store::period_state,
 };
 use cells::Cell;
 use sources::{Select, Source};
@@ -449,7 +449,7 @@ async fn month_lines(state: &AppState, p: &Principal, f: &CsvFilter) -> Result<(
             f.period, f.period
         )));
     };
-    let closed = head.state == crate::readmodel::FigState::Closed;
+    let closed = head.state == crate::figures::FigState::Closed;
     let lines = lines.into_iter().filter(|l| f.keeps(l)).collect();
     Ok((lines, closed))
 }

@@ -28,9 +28,9 @@ use super::{
     sources::{ALLOCATIONS, Arg, Args, SETS, Select, Source, by_set},
 };
 use crate::{
-    app::AppState,
     auth::{Capability, Principal, require},
     error::AppError,
+    state::AppState,
 };
 
 /// Most entities in one answer.

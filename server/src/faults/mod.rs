@@ -28,11 +28,11 @@ use time::{Duration, OffsetDateTime};
 use uuid::Uuid;
 
 use crate::{
-    app::AppState,
     auth::Principal,
+    describe::{Inputs, inputs as described},
     error::AppError,
     http::{Caller, CreditApprove, JsonBody, Params, ReadLedger},
-    openapi::{Inputs, inputs as described},
+    state::AppState,
 };
 
 pub mod store;
@@ -279,7 +279,7 @@ pub async fn decide(
              ended or the device recovered",
         ));
     }
-    let month_state = crate::ledger::period_state(&mut tx, proposal.period).await?;
+    let month_state = crate::store::period_state(&mut tx, proposal.period).await?;
     let (Some(tenant), Some(department)) = (proposal.tenant_id, proposal.department_id) else {
         return Err(AppError::refused("allocation_id", "the allocation has no tenant: nobody was charged for it"));
     };

@@ -16,39 +16,11 @@ use time::{Duration, OffsetDateTime};
 
 use crate::{
     error::AppError,
-    limits::{JsonGuard, JsonLimits, LimitHit},
+    limits::{IngestLimits, JsonGuard, LimitHit},
 };
 
 /// How far in the future a timestamp may be (clock skew between agent and server).
 const MAX_FUTURE_SKEW: Duration = Duration::minutes(10);
-
-/// What one batch may make the server decode (docs/security.md, "Limits").
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct IngestLimits {
-    /// Largest batch after decompression (`--ingest-max-decoded-bytes`). The agent sends at most 8 MiB.
-    pub max_decoded_bytes: u64,
-    /// Shape of the JSON: checked while it is inflated, before anything is parsed.
-    pub json: JsonLimits,
-}
-
-impl Default for IngestLimits {
-    fn default() -> Self {
-        Self {
-            max_decoded_bytes: DEFAULT_MAX_DECODED_BYTES,
-            // A fact nests 4 levels deep and has a few dozen values; labels and annotations are the longest
-            // strings (Kubernetes caps a label value at 63 bytes, all annotations together at 256 KiB).
-            json: JsonLimits {
-                max_depth: 16,
-                max_string_bytes: 64 * 1024,
-                max_items: MAX_FACTS_PER_BATCH,
-                max_values: 100 * MAX_FACTS_PER_BATCH,
-            },
-        }
-    }
-}
-
-/// Default of [`IngestLimits::max_decoded_bytes`]: four times the agent's own batch ceiling (8 MiB).
-pub const DEFAULT_MAX_DECODED_BYTES: u64 = 32 * 1024 * 1024;
 
 /// Decompresses (gzip) and parses a batch; errors name the offending field. The JSON's shape is checked while it
 /// is inflated ([`JsonGuard`]), so a small body that expands to millions of values is refused after the first

@@ -22,7 +22,7 @@ use gpuledger_core::{
 };
 use time::OffsetDateTime;
 
-use crate::{app::AppState, auth, db::OrgTx, error::AppError};
+use crate::{auth, db::OrgTx, error::AppError, state::AppState};
 
 mod decode;
 mod gaps;
@@ -30,7 +30,8 @@ mod history;
 mod intervals;
 mod measurements;
 
-pub use decode::{DEFAULT_MAX_DECODED_BYTES, IngestLimits, Window, decode, validate};
+pub use crate::limits::{DEFAULT_MAX_DECODED_BYTES, IngestLimits};
+pub use decode::{Window, decode, validate};
 use history::{apply_device, apply_namespace, apply_node};
 pub use intervals::normalize_model;
 use intervals::{Assigned, assign_devices, recompute_intervals};
@@ -38,8 +39,8 @@ pub(crate) use intervals::{reapply_namespaces_naming, recompute_for_inventory, r
 use measurements::{store_endpoint_totals, store_process_windows, store_service_usage, store_telemetry};
 
 /// What the handler takes, for the API document (the batch is read by the handler itself: `Batch`).
-pub(crate) fn inputs() -> Vec<crate::openapi::Inputs> {
-    vec![crate::openapi::inputs("post", "/api/v1/ingest/batches", post_batch)]
+pub(crate) fn inputs() -> Vec<crate::describe::Inputs> {
+    vec![crate::describe::inputs("post", "/api/v1/ingest/batches", post_batch)]
 }
 
 /// `POST /api/v1/ingest/batches`.

@@ -19,11 +19,11 @@ use uuid::Uuid;
 
 use super::store::{self, IndexHead};
 use crate::{
-    app::AppState,
     auth::Visible,
     db::Database,
     error::AppError,
     http::{Caller, Params, PathParams, ReadLedger},
+    state::AppState,
 };
 
 /// An order the endpoint sorts by (ascending; descending is its exact reverse).
@@ -161,7 +161,7 @@ pub(super) async fn evidence(
     // One transaction for the usual read (a closed, indexed month): its state, the index's head, the page and its
     // details.
     let mut tx = state.db.begin_org(p.org).await?;
-    let closed = store::period_state(&mut tx, period).await? == "closed";
+    let closed = crate::store::period_state(&mut tx, period).await? == "closed";
     let mut head = if closed { store::evidence_head(&mut tx, period).await? } else { None };
     if closed && head.is_none() {
         // Closed before the index existed: built once from the bundle, then read like any other closed month. In a
@@ -180,7 +180,7 @@ pub(super) async fn evidence(
         None => {
             // An open month (or a closed one the index could not hold exactly): the records, sorted here.
             tx.allow_long_statements().await?;
-            let records = match crate::close::stored_bundle(&mut tx, period).await? {
+            let records = match crate::store::stored_bundle(&mut tx, period).await? {
                 Some(b) => b.inputs.allocations,
                 None => store::load_allocations(&mut tx, period).await?,
             };
@@ -305,7 +305,7 @@ pub async fn build_from_bundle(
         tx.commit_quiet().await?;
         return Ok(true);
     }
-    let Some(bundle) = crate::close::stored_bundle(&mut tx, period).await? else {
+    let Some(bundle) = crate::store::stored_bundle(&mut tx, period).await? else {
         tx.commit_quiet().await?;
         return Ok(false);
     };

@@ -1,202 +1,29 @@
-//! The ledger over HTTP: loads a period's inputs from the evidence store (RLS-scoped), computes the lines with
-//! `gpuledger_core::ledger`, and serves them — from the frozen lines for a closed period, computed on demand for
-//! an open one — and the evidence behind them ([`evidence`]: a closed month's from the index written at close).
+//! The ledger's inputs and evidence: loads a period's inputs from the evidence store (RLS-scoped) for
+//! `gpuledger_core::ledger` to compute the lines (the close and the read model's refresh worker do), and serves the
+//! evidence behind them ([`evidence`]: a closed month's from the index written at close). The lines themselves are
+//! served from the read model (`GET /api/v1/ledger…`, in the `readmodel` module).
 
-use axum::{Json, Router, extract::State, routing::get};
-use gpuledger_api::{
-    ledger::{Ledger, MonthTotal, Months, Summaries},
-    params::{LedgerParams, MonthParams, MonthsParams},
-};
-use gpuledger_core::Period;
-use time::OffsetDateTime;
+use axum::{Router, routing::get};
 
-use crate::http::Params;
 use crate::{
-    app::AppState,
-    error::AppError,
-    http::{Caller, ReadLedger},
-    openapi::{Inputs, inputs as described},
+    describe::{Inputs, inputs as described},
+    state::AppState,
 };
 
 mod evidence;
 pub mod store;
+pub use crate::calendar::{charged_bounds as bounds, utc_bounds};
+pub use crate::store::period_state;
 pub use evidence::build_from_bundle as build_evidence_index;
 pub(crate) use store::write_evidence_index;
-pub use store::{approved_credits, inventory, load_allocations, load_input, period_state};
+pub use store::{approved_credits, inventory, load_allocations, load_input};
 
 /// Routes of this module.
 pub fn router() -> Router<AppState> {
-    Router::new()
-        .route("/api/v1/ledger", get(get_ledger))
-        .route("/api/v1/ledger/months", get(get_months))
-        .route("/api/v1/ledger/summaries", get(get_summaries))
-        .route("/api/v1/periods/{period}/evidence", get(evidence::evidence))
+    Router::new().route("/api/v1/periods/{period}/evidence", get(evidence::evidence))
 }
 
 /// What this feature's handlers take, for the API document.
 pub(crate) fn inputs() -> Vec<Inputs> {
-    vec![
-        described("get", "/api/v1/ledger", get_ledger),
-        described("get", "/api/v1/ledger/months", get_months),
-        described("get", "/api/v1/ledger/summaries", get_summaries),
-        described("get", "/api/v1/periods/{period}/evidence", evidence::evidence),
-    ]
-}
-
-/// `GET /api/v1/ledger/months?from=YYYY-MM&to=YYYY-MM[&department=]`: each month's total as the caller may see it,
-/// from the stored per-department totals (one query for a whole trend); a month without figures says so
-/// (`total: null`).
-async fn get_months(
-    State(state): State<AppState>,
-    p: Caller<ReadLedger>,
-    Params(q): Params<MonthsParams>,
-) -> Result<Json<Months>, AppError> {
-    let (from, to) = (q.from.period(), q.to.period());
-    let (start, end) = (from.first_day(), to.first_day());
-    if end < start {
-        return Err(AppError::refused("to", "is before from"));
-    }
-    if (end.year() - start.year()) * 12 + i32::from(u8::from(end.month())) - i32::from(u8::from(start.month())) >= 36 {
-        return Err(AppError::refused("to", "at most 36 months at once"));
-    }
-    let mut tx = p.begin(&state.db).await?;
-    type MonthRow = (time::Date, Option<String>, Option<String>, Option<time::OffsetDateTime>);
-    let rows: Vec<MonthRow> = sqlx::query_as(
-        "SELECT g.period::date, m.state, (SELECT sum(t.total)::text FROM read_totals t
-                                         WHERE t.org_id = $1 AND t.period = m.period
-                                           AND ($4::text IS NULL OR t.department = $4 OR t.department_id::text = $4)
-                                           AND ($5::uuid[] IS NULL OR t.department_id = ANY($5))),
-                m.as_of
-           FROM generate_series($2::date, $3::date, interval '1 month') AS g(period)
-           LEFT JOIN read_months m ON m.org_id = $1 AND m.period = g.period::date
-          ORDER BY 1",
-    )
-    .bind(p.org.as_uuid())
-    .bind(start)
-    .bind(end)
-    .bind(q.department.as_deref())
-    .bind(p.departments.as_ref().map(|d| d.iter().map(|d| d.as_uuid()).collect::<Vec<_>>()))
-    .fetch_all(tx.conn())
-    .await?;
-    tx.commit_quiet().await?;
-    let months = rows
-        .into_iter()
-        .map(|(d, state, total, as_of)| {
-            let period = Period::from_date(d).map(|p| p.to_string()).unwrap_or_default();
-            // A month with figures but no line the caller sees totals 0.00; a month without figures has no total.
-            let total = state.as_ref().map(|_| total.unwrap_or_else(|| "0.00".into()));
-            let as_of = as_of.map(gpuledger_core::time_fmt::rfc3339);
-            MonthTotal { period, state, total, as_of }
-        })
-        .collect();
-    Ok(Json(Months { months }))
-}
-
-/// `GET /api/v1/ledger/summaries?period=YYYY-MM`: the month's stored utilization, inference and training
-/// summaries as the caller may see them (the department scope cuts the rows; endpoint totals and unattributed work
-/// are for organization-wide readers only), each with the `as_of` of the figures it goes with. A kind not computed
-/// yet is `null`, and `pending` says the worker has newer figures to summarize.
-async fn get_summaries(
-    State(state): State<AppState>,
-    p: Caller<ReadLedger>,
-    Params(q): Params<MonthParams>,
-) -> Result<Json<Summaries>, AppError> {
-    let period = q.period.period();
-    let mut tx = p.begin(&state.db).await?;
-    let answer = crate::readmodel::summaries::read(&mut tx, period).await?;
-    tx.commit_quiet().await?;
-    Ok(Json(answer))
-}
-
-/// `[start, end)` of `period` as UTC's calendar month: for what is keyed by UTC months (the exports' month keys,
-/// the synthetic fleet's start), not for what a month charges (see [`bounds`]).
-pub fn utc_bounds(period: Period) -> Result<(OffsetDateTime, OffsetDateTime), AppError> {
-    let i = period.interval()?;
-    Ok((i.start(), i.end()))
-}
-
-/// `[start, end)` of what `period` charges in `tx`'s organization's calendar (`crate::calendar`): its zone's month,
-/// continuing from where the previous closed month ended after a change of zone.
-pub async fn bounds(tx: &mut crate::db::OrgTx, period: Period) -> Result<(OffsetDateTime, OffsetDateTime), AppError> {
-    Ok(crate::calendar::bounds(tx, period).await?.charged())
-}
-
-async fn get_ledger(
-    State(state): State<AppState>,
-    p: Caller<ReadLedger>,
-    Params(q): Params<LedgerParams>,
-) -> Result<Json<Ledger>, AppError> {
-    let period = q.period.period();
-    // Bounded by the contract: 1..=10000 lines per page, pages from 1.
-    let per_page = q.per_page.map_or(1000, |n| u32::try_from(n.get()).unwrap_or(1000));
-    let page = q.page.map_or(1, |n| u32::try_from(n.get()).unwrap_or(1));
-    // Read, never recomputed: a closed month's figures were written by its close, an open month's are the refresh
-    // worker's snapshot (computed for the whole organization — overhead is split across every tenant — and cut
-    // here to the departments PostgreSQL shows the caller).
-    let mut tx = p.begin(&state.db).await?;
-    let st = period_state(&mut tx, period).await?;
-    let calendar = crate::calendar::bounds(&mut tx, period).await?;
-    let mut head = crate::readmodel::head(&mut tx, period).await?;
-    if head.is_none() {
-        // No figures of this month yet (a new month, a fresh start, a month closed before the read model): made once.
-        tx.commit_quiet().await?;
-        crate::readmodel::ensure(&state.db, p.org, period).await?;
-        tx = p.begin(&state.db).await?;
-        head = crate::readmodel::head(&mut tx, period).await?;
-    }
-    let Some(head) = head else {
-        if st == "closed" {
-            return Err(AppError::Internal(format!("closed period {period} has no stored figures")));
-        }
-        // Still nothing: no approved policy covers the month.
-        return Err(AppError::Conflict(format!(
-            "no approved cost policy covers {period}: approve one effective from {period} or earlier"
-        )));
-    };
-    let filter = crate::readmodel::LineFilter {
-        scope: p.departments.as_ref().map(|d| d.iter().map(|d| d.as_uuid()).collect()),
-        tenant: q.tenant.as_ref().map(ToString::to_string),
-        department: q.department.as_ref().map(ToString::to_string),
-        term: q.term.map(|t| t.as_str().to_string()),
-    };
-    let offset = i64::from(page - 1) * i64::from(per_page);
-    let found = crate::readmodel::lines(&mut tx, period, &filter, offset, i64::from(per_page)).await?;
-    let refresh_failure = if head.state == crate::readmodel::FigState::Provisional {
-        crate::readmodel::failure(&mut tx).await?
-    } else {
-        None
-    };
-    tx.commit_quiet().await?;
-    // The notes count the whole organization's data: not for a caller limited to departments.
-    let notes = if p.departments.is_some() || head.state == crate::readmodel::FigState::Closed {
-        None
-    } else {
-        Some(head.notes.clone()).filter(|n| !n.is_null())
-    };
-    let max_age = state.limits.snapshot_max_age;
-    let now = time::OffsetDateTime::now_utc();
-    let stale = head.state == crate::readmodel::FigState::Provisional
-        && (refresh_failure.is_some() || (head.changed_since.is_some() && now - head.as_of > max_age));
-    Ok(Json(Ledger {
-        period: period.to_string(),
-        state: st,
-        starts_at: gpuledger_core::time_fmt::rfc3339(calendar.start),
-        ends_at: gpuledger_core::time_fmt::rfc3339(calendar.end),
-        time_zone: calendar.time_zone,
-        continues_from: calendar.continues_from.map(gpuledger_core::time_fmt::rfc3339),
-        policy_version: head.policy_version,
-        currency: if head.line_count > 0 { head.currency.clone() } else { None },
-        hash: head.hash,
-        as_of: gpuledger_core::time_fmt::rfc3339(head.as_of),
-        provisional: head.state == crate::readmodel::FigState::Provisional,
-        stale,
-        refresh_failure,
-        total: found.total,
-        totals_by_term: found.totals_by_term,
-        notes,
-        count: found.count,
-        page,
-        per_page,
-        lines: found.lines,
-    }))
+    vec![described("get", "/api/v1/periods/{period}/evidence", evidence::evidence)]
 }

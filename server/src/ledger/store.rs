@@ -418,17 +418,6 @@ pub async fn approved_credits(tx: &mut OrgTx) -> Result<Vec<(Uuid, AdjustmentRec
         .collect()
 }
 
-/// A period's state: `open`, `closing` or `closed`.
-pub async fn period_state(tx: &mut OrgTx, period: Period) -> Result<String, AppError> {
-    let org = tx.org().as_uuid();
-    let s: Option<String> = sqlx::query_scalar("SELECT state FROM periods WHERE period = $1 AND org_id = $2")
-        .bind(period.first_day())
-        .bind(org)
-        .fetch_optional(tx.conn())
-        .await?;
-    Ok(s.unwrap_or_else(|| "open".into()))
-}
-
 /// What the store says about the workloads behind a page of evidence: pod or VM, namespace, node, devices,
 /// profile — keyed by `cluster/allocation`.
 pub(crate) async fn evidence_details(

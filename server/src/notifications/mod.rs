@@ -8,8 +8,6 @@
 //! log. Targets follow the identity provider's rule: https only, never a loopback, private or link-local address,
 //! unless the operator allows it ([`OutboundPolicy`]); `demo` allows loopback.
 
-use std::net::IpAddr;
-
 use axum::{
     Json, Router,
     extract::State,
@@ -26,86 +24,17 @@ use time::OffsetDateTime;
 use uuid::Uuid;
 
 use crate::{
-    app::AppState,
     db::OrgTx,
+    describe::{Inputs, inputs as described},
     error::AppError,
     http::{Caller, JsonBody, ManagePolicy, PathParams},
     notify::EVENTS,
-    openapi::{Inputs, inputs as described},
+    state::AppState,
 };
 
 pub mod worker;
 
-/// Where webhooks may point. By default an https URL whose host resolves to public addresses only, so an
-/// organization's admin cannot make the server call into the operator's network.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct OutboundPolicy {
-    /// `--webhook-allow-loopback` (on in `demo`): plain http and loopback addresses (a receiver on this machine).
-    pub allow_loopback: bool,
-    /// `--webhook-allow-private`: private, link-local and unique-local addresses (receivers inside the operator's
-    /// network).
-    pub allow_private: bool,
-}
-
-impl OutboundPolicy {
-    /// Checks the URL's form and an address-literal host; returns (host, port).
-    pub fn check_url(&self, url: &str) -> Result<(String, u16), String> {
-        let parsed = reqwest::Url::parse(url).map_err(|_| "is not a URL".to_string())?;
-        let host = parsed.host_str().filter(|h| !h.is_empty()).ok_or("has no host")?.to_string();
-        let loopback = crate::auth::net::is_loopback_host(&host);
-        match parsed.scheme() {
-            "https" => {}
-            "http" if loopback && self.allow_loopback => {}
-            "http" => {
-                return Err("must be an https URL (plain http only for a loopback receiver, with the server's \
-                            --webhook-allow-loopback)"
-                    .into());
-            }
-            _ => return Err("must be an https URL".into()),
-        }
-        if !parsed.username().is_empty() || parsed.password().is_some() || parsed.fragment().is_some() {
-            return Err("may not carry credentials or a fragment".into());
-        }
-        if url.len() > 2000 {
-            return Err("is longer than 2000 characters".into());
-        }
-        if let Ok(ip) = host.trim_start_matches('[').trim_end_matches(']').parse::<IpAddr>() {
-            self.check_address(ip)?;
-        }
-        Ok((host, parsed.port_or_known_default().unwrap_or(443)))
-    }
-
-    /// Refuses an internal address unless allowed.
-    pub fn check_address(&self, ip: IpAddr) -> Result<(), String> {
-        if !crate::auth::net::is_internal(ip) || self.allow_private || (self.allow_loopback && ip.is_loopback()) {
-            return Ok(());
-        }
-        Err(format!(
-            "resolves to {ip}, a loopback, private or link-local address (allowed only with the server's \
-             --webhook-allow-private, or --webhook-allow-loopback for loopback)"
-        ))
-    }
-
-    /// The whole check: the URL, then every address its host resolves to.
-    pub async fn check(&self, url: &str) -> Result<(), String> {
-        let (host, port) = self.check_url(url)?;
-        let host = host.trim_start_matches('[').trim_end_matches(']').to_string();
-        let addrs = tokio::net::lookup_host((host.as_str(), port))
-            .await
-            .map_err(|_| format!("has a host ({host}) that does not resolve"))?;
-        for addr in addrs {
-            self.check_address(addr.ip())?;
-        }
-        Ok(())
-    }
-}
-
-impl crate::auth::net::AddressPolicy for OutboundPolicy {
-    const WHAT: &'static str = "webhook";
-    fn check_address(&self, ip: IpAddr) -> Result<(), String> {
-        OutboundPolicy::check_address(self, ip)
-    }
-}
+pub use crate::limits::OutboundPolicy;
 
 /// What this feature's handlers take, for the API document.
 pub(crate) fn inputs() -> Vec<Inputs> {

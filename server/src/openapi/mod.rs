@@ -22,14 +22,13 @@ use gpuledger_api::{
 };
 use serde_json::{Map, Value, json};
 
-use crate::app::AppState;
+use crate::state::AppState;
 
 mod foresight;
-pub mod inputs;
 mod money;
 mod tenancy;
 
-pub use inputs::{Describe, Inputs, inputs};
+pub use crate::describe::{self as inputs, Describe, Inputs, inputs};
 
 /// `GET /api/v1/openapi.json`.
 pub fn router() -> Router<AppState> {
@@ -262,10 +261,11 @@ fn handler_inputs() -> BTreeMap<(&'static str, &'static str), Inputs> {
         crate::health::inputs(),
         crate::metrics::inputs(),
         crate::ingest::inputs(),
-        crate::auth::inputs(),
+        crate::access::inputs(),
         crate::orgs::settings::inputs(),
         crate::policy::inputs(),
         crate::ledger::inputs(),
+        crate::readmodel::inputs(),
         crate::close::inputs(),
         crate::analytics::inputs(),
         crate::training::inputs(),

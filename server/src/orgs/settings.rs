@@ -13,12 +13,12 @@ use serde_json::json;
 use time::OffsetDateTime;
 
 use crate::{
-    app::AppState,
     auth::{Capability, Principal},
     db::OrgTx,
+    describe::{Inputs, inputs as described},
     error::AppError,
     http::{Administer, Caller, JsonBody, ReadLedger},
-    openapi::{Inputs, inputs as described},
+    state::AppState,
 };
 
 /// Routes of the organization's settings.

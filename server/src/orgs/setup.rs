@@ -18,13 +18,13 @@ use serde_json::json;
 
 use super::store::{self, LinkUse};
 use crate::{
-    app::AppState,
     auth::{
         Role, oidc,
         session::{self, NewSession},
         source,
     },
     error::AppError,
+    state::AppState,
 };
 
 /// Where the first admin lands: the sign-in settings (identity provider, role mappings).
@@ -79,7 +79,7 @@ async fn consume(state: &AppState, headers: &HeaderMap, token: &str) -> Result<R
         return Ok(unknown());
     };
     let mut tx = state.db.begin_org(org).await?;
-    if store::state(&mut tx).await?.is_none() {
+    if crate::auth::store::state(&mut tx).await?.is_none() {
         return Ok(unknown());
     }
     super::ensure_active(&mut tx).await?;

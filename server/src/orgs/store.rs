@@ -161,15 +161,6 @@ pub(super) async fn counts(tx: &mut OrgTx) -> Result<(i64, i64, Option<OffsetDat
     .await?)
 }
 
-/// (slug, state) of `tx`'s organization, if it exists.
-pub(super) async fn state(tx: &mut OrgTx) -> Result<Option<(String, String)>, AppError> {
-    let org = tx.org().as_uuid();
-    Ok(sqlx::query_as("SELECT slug, state FROM organizations WHERE org_id = $1")
-        .bind(org)
-        .fetch_optional(tx.conn())
-        .await?)
-}
-
 /// Sets the state (operator's function); returns the previous one.
 pub(super) async fn set_state(tx: &mut OrgTx, state: &str, reason: &str) -> Result<String, AppError> {
     let org = tx.org().as_uuid();

@@ -21,11 +21,11 @@ use uuid::Uuid;
 
 use crate::http::Params;
 use crate::{
-    app::AppState,
     auth::{Capability, Principal},
+    describe::{Inputs, inputs as described},
     error::AppError,
     http::{Caller, JsonBody, ManagePolicy, OptionalJsonBody, PathParams, ReadLedger},
-    openapi::{Inputs, inputs as described},
+    state::AppState,
     store::lookup_id,
 };
 

@@ -6,11 +6,11 @@ use super::{
     field, form_refused, pairs,
 };
 use crate::{
-    app::AppState,
     error::AppError,
     http::{Administer, Caller, ManagePolicy},
     orgs::settings,
     policy,
+    state::AppState,
     tenancy::service as tenancy,
 };
 use axum::{

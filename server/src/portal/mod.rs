@@ -27,11 +27,11 @@ use time::OffsetDateTime;
 use tokio::sync::OnceCell;
 
 use crate::{
-    app::AppState,
     auth::{self, Actor, Capability, Principal},
     db::{Database, DbError},
     error::AppError,
     http::PathParams,
+    state::AppState,
 };
 
 /// `/ui/disputes/{id}/{action}`: a dispute (UUID or number) and what the form does to it.
@@ -127,7 +127,7 @@ impl DbPortalData {
     }
 
     /// The process runs `demo`: the login page may offer the demo accounts (see
-    /// [`auth::routes::demo_login_enabled`]).
+    /// [`crate::access::routes::demo_login_enabled`]).
     pub fn with_demo_mode(mut self, demo_mode: bool) -> Self {
         self.demo_mode = demo_mode;
         self
@@ -197,10 +197,13 @@ impl DbPortalData {
         let (slug, name): (String, String) =
             sqlx::query_as("SELECT slug, name FROM organizations").fetch_one(tx.conn()).await?;
         let provider = auth::oidc::settings(&mut tx, None).await?.map(|s| s.issuer);
-        let demo = auth::routes::demo_login_enabled(self.demo_mode, &mut tx).await?;
+        let demo = crate::access::routes::demo_login_enabled(self.demo_mode, &mut tx).await?;
         tx.commit().await?;
         let demo_accounts = if demo {
-            auth::routes::DEMO_ACCOUNTS.iter().map(|(r, label)| (r.as_str().to_string(), label.to_string())).collect()
+            crate::access::routes::DEMO_ACCOUNTS
+                .iter()
+                .map(|(r, label)| (r.as_str().to_string(), label.to_string()))
+                .collect()
         } else {
             Vec::new()
         };
@@ -211,7 +214,7 @@ impl DbPortalData {
         let p = self.principal().await.ok_or(AppError::Unauthorized)?;
         p.require(Capability::Administer)?;
         let mut tx = p.begin(&self.db).await?;
-        let tokens = auth::tokens::list_tokens(&mut tx).await?;
+        let tokens = crate::access::tokens::list_tokens(&mut tx).await?;
         tx.commit().await?;
         Ok(tokens
             .into_iter()
@@ -497,7 +500,7 @@ impl PortalData for DbPortalData {
                 let p = self.principal().await.ok_or(AppError::Unauthorized)?;
                 p.require(Capability::Administer)?;
                 let mut tx = p.begin(&self.db).await?;
-                let failure = crate::readmodel::failure(&mut tx).await?;
+                let failure = crate::figures::failure(&mut tx).await?;
                 tx.commit_quiet().await?;
                 Ok::<_, AppError>(failure)
             }
@@ -676,7 +679,7 @@ async fn via_api(
     back: &str,
     next: impl FnOnce(&serde_json::Value) -> String,
 ) -> Response {
-    let api = crate::app::api_routes(state).with_state(state.clone());
+    let api = crate::routes::api_routes(state).with_state(state.clone());
     match call_api(api, headers, method, path, Some(body.to_string())).await {
         Ok(answer) if (200..300).contains(&answer.status) => Redirect::to(&next(&answer.body)).into_response(),
         Ok(answer) if answer.status == 401 => Redirect::to(&format!("/login?next={back}")).into_response(),
@@ -780,7 +783,7 @@ async fn cluster_form(State(state): State<AppState>, headers: HeaderMap, Form(fo
         if name.is_empty() || name.len() > 200 || name.contains(char::is_whitespace) {
             return Err(AppError::invalid("name", "a cluster name of 1 to 200 characters, without spaces"));
         }
-        auth::tokens::create_for(&state, &p, &format!("join {name}"), &format!("join:{name}"), &[], None).await
+        crate::access::tokens::create_for(&state, &p, &format!("join {name}"), &format!("join:{name}"), &[], None).await
     }
     .await;
     match result {
@@ -829,7 +832,7 @@ async fn create_token_form(State(state): State<AppState>, headers: HeaderMap, Fo
             "" => None,
             d => Some(d.parse::<i64>().map_err(|_| AppError::invalid("expires_in_days", "a whole number of days"))?),
         };
-        auth::tokens::create_for(&state, &p, &form.name, scope, &departments, days).await
+        crate::access::tokens::create_for(&state, &p, &form.name, scope, &departments, days).await
     }
     .await;
     match result {
@@ -852,7 +855,7 @@ async fn revoke_token_form(
     let id = path.id.to_string();
     let result = async {
         let p = auth::require(&state.db, &headers, Capability::Administer).await?;
-        auth::tokens::revoke_for(&state, &p, &id).await
+        crate::access::tokens::revoke_for(&state, &p, &id).await
     }
     .await;
     match result {

@@ -207,8 +207,8 @@ pub async fn read(tx: &mut OrgTx, period: Period) -> Result<Summaries, AppError>
             let unattributed = rows.iter().find(|r| r.0 == kind && r.1 == "unattributed").map(|r| r.2.clone());
             v.insert("unattributed".into(), unattributed.unwrap_or(Value::Null));
         }
-        v.insert("as_of".into(), json!(super::rfc3339(*as_of)));
-        v.insert("computed_at".into(), json!(super::rfc3339(*computed_at)));
+        v.insert("as_of".into(), json!(gpuledger_core::time_fmt::rfc3339(*as_of)));
+        v.insert("computed_at".into(), json!(gpuledger_core::time_fmt::rfc3339(*computed_at)));
         let v = Value::Object(v);
         match kind {
             "utilization" => answer.utilization = Some(parsed(kind, v)?),

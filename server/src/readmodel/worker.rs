@@ -7,6 +7,9 @@ use std::time::{Duration, Instant};
 use gpuledger_core::{Period, ids::OrgId};
 use time::OffsetDateTime;
 
+use crate::figures::LOCK_CLASS;
+pub use crate::figures::lock_key;
+
 use super::{FigState, Figures, store};
 use crate::{
     db::{Database, OrgTx},
@@ -48,14 +51,6 @@ pub enum Wait {
     GiveWay,
     /// Wait for it (a read that found no figures at all).
     Block,
-}
-
-/// The advisory-lock key of an organization's refresh: a constant class, and the organization.
-const LOCK_CLASS: i32 = 0x4752; // "GR"
-
-/// The two-part advisory-lock key every replica takes to refresh `org` (`pg_advisory_xact_lock(class, key)`).
-pub fn lock_key(org: OrgId) -> (i32, i32) {
-    (LOCK_CLASS, org.as_uuid().as_u128() as i32)
 }
 
 /// The open months to refresh at `now`: this month, the previous one unless closed, and any month that already
@@ -270,12 +265,12 @@ async fn compute_and_store(
         let (policy_version, currency) = (input.policy.version, input.policy.currency.clone());
         // The forecast's "to date": the same inputs cut at the snapshot's time (one more computation, no more reads;
         // the month's inputs are handed over, not copied).
-        let cut = crate::budgets::forecast::cut_at(input, now);
+        let cut = crate::figures::cut_at(input, now);
         let to_date = tokio::task::spawn_blocking(move || gpuledger_core::ledger::compute(&cut))
             .await
             .map_err(|e| AppError::Internal(e.to_string()))?
             .map_err(AppError::computing)?;
-        let to_date = Some(crate::budgets::forecast::sums_json(&to_date)?);
+        let to_date = Some(crate::figures::sums_json(&to_date)?);
         // This month's idle reservations at the snapshot's time, so `GET /api/v1/idle` is a lookup too. Not worth
         // failing the snapshot for: without them the endpoint computes, as before.
         let idle = if period == Period::containing(now) {

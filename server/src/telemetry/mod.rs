@@ -11,9 +11,9 @@ use serde::Deserialize;
 use time::OffsetDateTime;
 
 use crate::{
-    app::AppState,
     error::AppError,
     http::{Administer, Caller, Params, parse_period},
+    state::AppState,
 };
 
 /// Bytes one `telemetry_gpu_hours` row takes on disk besides its block and its instances' sums (tuple header, key,
@@ -53,7 +53,7 @@ async fn get_coverage(
 
 /// The month's coverage (what the API answers and the portal page shows).
 pub async fn coverage(tx: &mut crate::db::OrgTx, period: Period, now: OffsetDateTime) -> Result<Coverage, AppError> {
-    let (start, end) = crate::ledger::bounds(tx, period).await?;
+    let (start, end) = crate::calendar::charged_bounds(tx, period).await?;
     let rows = store::coverage(tx, start, end, now).await?;
     let rfc3339 = |t: OffsetDateTime| gpuledger_core::time_fmt::try_rfc3339(t).map_err(AppError::from);
     let (mut clusters, mut nodes) = (Vec::new(), Vec::new());

@@ -1,6 +1,6 @@
 //! Moving telemetry stored in earlier forms into one row per GPU-hour: `telemetry_rollups` (before migration 26,
 //! one row per window) and `telemetry_hours` / `telemetry_windows` (migrations 26–30, one row per device-hour). The
-//! server's upkeep calls these a chunk per transaction (`crate::maintenance`), deleting what it moved.
+//! server's upkeep calls these a chunk per transaction (the `maintenance` module), deleting what it moved.
 
 use std::collections::{BTreeMap, HashMap};
 

@@ -10,9 +10,9 @@ use gpuledger_api::{params::MonthParams, policy::Impact, tenancy::InventoryChang
 
 use super::{write_model, write_profile, write_timeslicing};
 use crate::{
-    app::AppState,
     error::AppError,
     http::{Caller, JsonBody, ManagePolicy, Params},
+    state::AppState,
 };
 
 /// The preview (admin or finance, like the save endpoints). Both sides come from today's facts: an open month as

@@ -33,12 +33,12 @@ use serde_json::json;
 use uuid::Uuid;
 
 use crate::{
-    app::AppState,
     auth::{Capability, Principal},
     db::OrgTx,
+    describe::{Inputs, inputs as described},
     error::AppError,
     http::{Administer, Caller, JsonBody, ManagePolicy, ReadLedger},
-    openapi::{Inputs, inputs as described},
+    state::AppState,
 };
 
 mod impact;

@@ -17,10 +17,10 @@ use serde_json::json;
 
 use super::store;
 use crate::{
-    app::AppState,
     auth::{Capability, Principal},
     error::AppError,
     http::{Administer, Caller, JsonBody, Params, ReadLedger},
+    state::AppState,
 };
 
 /// How far ahead a change may be dated (a planned reorganization), in days.

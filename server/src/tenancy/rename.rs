@@ -18,11 +18,11 @@ use time::OffsetDateTime;
 use uuid::Uuid;
 
 use crate::{
-    app::AppState,
     auth::{Capability, Principal},
     db::OrgTx,
     error::AppError,
     http::{Administer, Caller, JsonBody, PathParams},
+    state::AppState,
 };
 
 /// What is being renamed or retired.

@@ -19,10 +19,10 @@ use uuid::Uuid;
 
 use super::close_open_entry;
 use crate::{
-    app::AppState,
     auth::{Capability, Principal},
     error::AppError,
     http::{Administer, Caller, JsonBody, ReadLedger},
+    state::AppState,
 };
 
 /// A rule as stored: (ID, cluster name, match, pattern, tenant name, start, end).

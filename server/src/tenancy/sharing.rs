@@ -12,9 +12,9 @@ use uuid::Uuid;
 
 use super::store::{add_share_basis, cluster_by_key};
 use crate::{
-    app::AppState,
     error::AppError,
     http::{Caller, JsonBody, ManagePolicy},
+    state::AppState,
 };
 
 pub(super) async fn add_basis(

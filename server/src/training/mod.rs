@@ -20,11 +20,11 @@ use time::OffsetDateTime;
 
 use crate::http::Params;
 use crate::{
-    app::AppState,
     auth,
+    describe::{Inputs, inputs as described},
     error::AppError,
     http::{Caller, ReadLedger},
-    openapi::{Inputs, inputs as described},
+    state::AppState,
 };
 
 /// What this feature's handlers take, for the API document.

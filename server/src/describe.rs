@@ -5,7 +5,7 @@
 //! statuses are the ones the code reads, and cannot drift from it.
 //!
 //! Each feature lists its handlers with [`inputs`] (a handler stays private to its feature; the feature hands out
-//! only what its signature describes), and [`super::document`] joins them to the operations' summaries and answers.
+//! only what its signature describes), and `crate::describe::document` joins them to the operations' summaries and answers.
 
 use std::collections::BTreeSet;
 
@@ -18,8 +18,8 @@ use gpuledger_api::schemars::{JsonSchema, SchemaGenerator};
 use serde_json::Value;
 
 use crate::{
-    app::AppState,
     http::{Caller, JsonBody, Need, OptionalJsonBody, Params, PathParams},
+    state::AppState,
 };
 
 /// A schema generator's entry point for one contract type.

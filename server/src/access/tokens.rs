@@ -17,13 +17,13 @@ use serde_json::json;
 use time::OffsetDateTime;
 use uuid::Uuid;
 
-use super::{Scope, create_token, ensure_cluster, source};
+use crate::auth::{Scope, create_token, ensure_cluster, source};
 use crate::{
-    app::AppState,
     db::OrgTx,
+    describe::{Describe, Inputs, inputs as described},
     error::AppError,
     http::{Administer, Caller, JsonBody, PathParams},
-    openapi::{Describe, Inputs, inputs as described},
+    state::AppState,
 };
 
 /// What this feature's handlers take, for the API document.
@@ -115,7 +115,7 @@ async fn create(
 /// Creates a token for an admin (API and portal form); the answer holds the token, the only time it is shown.
 pub async fn create_for(
     state: &AppState,
-    p: &super::Principal,
+    p: &crate::auth::Principal,
     name: &str,
     scope: &str,
     departments: &[String],
@@ -224,7 +224,7 @@ async fn revoke(
 }
 
 /// Revokes a token (idempotent); 404 when the organization has no such token.
-pub async fn revoke_for(state: &AppState, p: &super::Principal, id: &str) -> Result<(), AppError> {
+pub async fn revoke_for(state: &AppState, p: &crate::auth::Principal, id: &str) -> Result<(), AppError> {
     let token_id = Uuid::try_parse(id).map_err(|_| AppError::NotFound(format!("token {id}")))?;
     let mut tx = p.begin(&state.db).await?;
     let org = tx.org().as_uuid();
@@ -248,6 +248,6 @@ pub async fn revoke_for(state: &AppState, p: &super::Principal, id: &str) -> Res
     tx.audit_by(p, "token.revoke", &token_id.to_string(), "", json!({})).await?;
     tx.commit_quiet().await?; // credentials only: no figure changes
     // Kept answers for this token end now on this replica (within `SESSION_RECHECK` on the others).
-    super::revocations::revoked();
+    crate::auth::revocations::revoked();
     Ok(())
 }

@@ -24,7 +24,7 @@ use serde_json::{Value, json};
 use time::OffsetDateTime;
 use uuid::Uuid;
 
-use super::{
+use crate::auth::{
     Actor, Role,
     oidc::{self, LoginError},
     session::{self, NewSession},
@@ -32,11 +32,11 @@ use super::{
 };
 use crate::http::Params;
 use crate::{
-    app::AppState,
     db::OrgTx,
+    describe::{Inputs, inputs as described},
     error::AppError,
     http::{Administer, Caller, JsonBody},
-    openapi::{Inputs, inputs as described},
+    state::AppState,
 };
 
 /// What the identity administration handlers take, for the API document.
@@ -63,7 +63,7 @@ pub fn router() -> Router<AppState> {
         .route("/api/v1/identity/provider", get(get_provider).put(put_provider).delete(delete_provider))
         .route("/api/v1/identity/role-mappings", get(get_mappings).put(put_mappings))
         .route("/api/v1/audit", get(audit_log))
-        .merge(super::tokens::router())
+        .merge(crate::access::tokens::router())
 }
 
 /// The organization a sign-in is for: `?org=SLUG`, else the installation's featured one.
@@ -166,7 +166,7 @@ async fn login(
         return Ok(to_login("unknown_org"));
     };
     let mut tx = state.db.begin_org(org).await?;
-    if crate::orgs::suspension(&mut tx).await?.is_some() {
+    if crate::auth::store::suspension(&mut tx).await?.is_some() {
         return Ok(to_login("suspended"));
     }
     let Some(idp) = oidc::settings(&mut tx, state.auth.providers.secrets_dir.as_deref()).await? else {
@@ -258,7 +258,7 @@ async fn callback(
         }
     };
     let who = verified.email.clone().unwrap_or_else(|| verified.subject.clone());
-    if crate::orgs::suspension(&mut tx).await?.is_some() {
+    if crate::auth::store::suspension(&mut tx).await?.is_some() {
         tx.audit_from(
             &format!("user:{who}"),
             &from,
@@ -380,7 +380,7 @@ async fn demo_login(
         return Err(AppError::invalid("org", "no such organization"));
     };
     let mut tx = state.db.begin_org(org).await?;
-    crate::orgs::ensure_active(&mut tx).await?;
+    crate::auth::store::ensure_active(&mut tx).await?;
     if !demo_login_enabled(state.auth.demo_mode, &mut tx).await? {
         return Err(AppError::Forbidden(
             "the demo login is off for this organization (it has an identity provider, or is not a demo)".into(),
@@ -441,7 +441,7 @@ async fn logout(State(state): State<AppState>, headers: HeaderMap) -> Result<Res
 
 /// `GET /api/v1/me`: who the caller is and what it may do.
 async fn me(State(state): State<AppState>, headers: HeaderMap) -> Result<Json<Me>, AppError> {
-    let p = super::authenticate(&state.db, &headers).await?;
+    let p = crate::auth::authenticate(&state.db, &headers).await?;
     let mut tx = p.begin(&state.db).await?;
     let org = tx.org().as_uuid();
     let (slug, name): (String, String) =
@@ -480,7 +480,7 @@ async fn get_provider(
 /// The settings as admins see them; `headers` give the redirect URI's site.
 async fn provider_settings(
     state: &AppState,
-    p: &super::Principal,
+    p: &crate::auth::Principal,
     headers: &HeaderMap,
 ) -> Result<ProviderSettings, AppError> {
     let mut tx = p.begin(&state.db).await?;
@@ -593,7 +593,7 @@ async fn get_mappings(State(state): State<AppState>, p: Caller<Administer>) -> R
 }
 
 /// The mappings, by group, role and department.
-async fn role_mappings(state: &AppState, p: &super::Principal) -> Result<RoleMappings, AppError> {
+async fn role_mappings(state: &AppState, p: &crate::auth::Principal) -> Result<RoleMappings, AppError> {
     let mut tx = p.begin(&state.db).await?;
     let org = tx.org().as_uuid();
     let rows: Vec<(String, String, Option<String>)> = sqlx::query_as(
