@@ -194,6 +194,14 @@ impl From<crate::db::DbError> for AppError {
     }
 }
 
+/// A value the database holds that the contract's enum does not name (a state, a kind): the data or this binary is
+/// wrong, never the request — an internal error, never a guessed value.
+impl From<gpuledger_api::states::UnknownValue> for AppError {
+    fn from(e: gpuledger_api::states::UnknownValue) -> Self {
+        Self::Internal(format!("the database holds a value this release does not know: {e}"))
+    }
+}
+
 impl From<gpuledger_core::DomainError> for AppError {
     fn from(e: gpuledger_core::DomainError) -> Self {
         match &e {

@@ -236,7 +236,7 @@ fn admin_answer(path: &str) -> Option<Value> {
             display_name: "Acme Corp".into(),
             default_currency: "USD".into(),
             retention_months: 84,
-            state: "active".into(),
+            state: gpuledger_api::states::OrgState::Active,
             limits: OrganizationLimits {
                 rate_limit_per_minute: None,
                 ingest_facts_per_day: Some(1000),

@@ -2,7 +2,10 @@
 
 use super::bounds;
 use crate::{db::OrgTx, error::AppError};
-use gpuledger_api::close::EvidenceDetail;
+use gpuledger_api::{
+    close::EvidenceDetail,
+    states::{Confidence as ConfidenceAnswer, PeriodState, SharingModeName},
+};
 use gpuledger_core::{
     Confidence, Fraction, Period,
     bundle::sha256_hex,
@@ -15,6 +18,7 @@ use gpuledger_core::{
     policy::CostPolicy,
 };
 use serde_json::Value;
+use sqlx::types::Text;
 use std::collections::HashMap;
 use time::OffsetDateTime;
 use uuid::Uuid;
@@ -419,14 +423,15 @@ pub async fn approved_credits(tx: &mut OrgTx) -> Result<Vec<(Uuid, AdjustmentRec
 }
 
 /// A period's state: `open`, `closing` or `closed`.
-pub async fn period_state(tx: &mut OrgTx, period: Period) -> Result<String, AppError> {
+pub async fn period_state(tx: &mut OrgTx, period: Period) -> Result<PeriodState, AppError> {
     let org = tx.org().as_uuid();
-    let s: Option<String> = sqlx::query_scalar("SELECT state FROM periods WHERE period = $1 AND org_id = $2")
-        .bind(period.first_day())
-        .bind(org)
-        .fetch_optional(tx.conn())
-        .await?;
-    Ok(s.unwrap_or_else(|| "open".into()))
+    let s: Option<Text<PeriodState>> =
+        sqlx::query_scalar("SELECT state FROM periods WHERE period = $1 AND org_id = $2")
+            .bind(period.first_day())
+            .bind(org)
+            .fetch_optional(tx.conn())
+            .await?;
+    Ok(s.map_or(PeriodState::Open, |s| s.0))
 }
 
 /// What the store says about the workloads behind a page of evidence: pod or VM, namespace, node, devices,
@@ -461,7 +466,7 @@ pub(crate) async fn evidence_details(
         Option<String>,
         Option<String>,
         Vec<String>,
-        String,
+        Text<SharingModeName>,
         Option<String>,
         Option<String>,
         String,
@@ -482,7 +487,7 @@ pub(crate) async fn evidence_details(
     .await?;
     Ok(rows
         .into_iter()
-        .map(|(key, kind, name, namespace, container, node, devices, mode, profile, model, cluster_name)| {
+        .map(|(key, kind, name, namespace, container, node, devices, Text(mode), profile, model, cluster_name)| {
             (
                 key,
                 EvidenceDetail {
@@ -679,7 +684,7 @@ pub(crate) async fn evidence_page(
         String,
         OffsetDateTime,
         Option<OffsetDateTime>,
-        String,
+        Text<ConfidenceAnswer>,
         sqlx::types::Json<Vec<String>>,
         Option<String>,
     );
@@ -700,7 +705,7 @@ pub(crate) async fn evidence_page(
     let rfc3339 = gpuledger_core::time_fmt::rfc3339;
     Ok(rows
         .into_iter()
-        .map(|(id, tenant, gpu_class, fraction, start, end, confidence, devices, endpoint)| {
+        .map(|(id, tenant, gpu_class, fraction, start, end, Text(confidence), devices, endpoint)| {
             gpuledger_api::close::EvidenceAllocation {
                 id,
                 tenant: tenant.map(|t| t.to_string()),

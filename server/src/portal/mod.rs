@@ -208,7 +208,7 @@ impl DbPortalData {
             .map(|t| TokenRow {
                 id: t.token_id.to_string(),
                 name: t.name,
-                scope: t.scope,
+                scope: t.scope.0.as_str().to_string(),
                 cluster: t.cluster,
                 departments: t.departments,
                 created_by: t.created_by,
@@ -820,7 +820,7 @@ async fn create_token_form(State(state): State<AppState>, headers: HeaderMap, Fo
     .await;
     match result {
         Ok(created) => {
-            Html(gpuledger_web::account::token_created_document(&created.name, &created.scope, &created.token))
+            Html(gpuledger_web::account::token_created_document(&created.name, created.scope.as_str(), &created.token))
                 .into_response()
         }
         Err(AppError::Unauthorized) => Redirect::to("/login?next=/admin").into_response(),
