@@ -13,7 +13,6 @@ use gpuledger_api::{
     costs::CostImport,
     orgs::OrganizationSettings,
     policy::{Impact, PolicyList, QuotaList},
-    states::PolicyState,
     tenancy::{Department, NamespaceRule, Tenant},
 };
 
@@ -340,12 +339,9 @@ async fn impact_period(asked: Option<String>) -> String {
         return p;
     }
     let closed = match handle() {
-        Ok(h) => {
-            h.0.periods()
-                .await
-                .ok()
-                .and_then(|rows| rows.into_iter().filter(|r| r.state == "closed").map(|r| r.period).max())
-        }
+        Ok(h) => h.0.periods().await.ok().and_then(|rows| {
+            rows.into_iter().filter(|r| r.state == gpuledger_api::states::PeriodState::Closed).map(|r| r.period).max()
+        }),
         Err(_) => None,
     };
     closed.unwrap_or_else(previous_month)
@@ -401,7 +397,7 @@ pub fn PoliciesPage() -> impl IntoView {
                 let quotas: QuotaList = api("/api/v1/quotas").await.map_err(Err)?;
                 let period = impact_period(asked).await;
                 let mut impacts = Vec::new();
-                for d in policies.items.iter().filter(|p| p.state == PolicyState::Draft) {
+                for d in policies.items.iter().filter(|p| p.state == gpuledger_api::states::PolicyState::Draft) {
                     let answer: Result<Impact, PortalError> =
                         api(&format!("/api/v1/policies/{}/impact?period={}", d.version, q(&period))).await;
                     impacts.push((d.version, answer));
@@ -420,7 +416,7 @@ pub fn PoliciesPage() -> impl IntoView {
                 Err(Err(e)) => error_panel(&e),
                 Ok((session, policies, quotas, period, impacts)) => {
                     let items = policies.items;
-                    let approved = items.iter().find(|p| p.state == PolicyState::Approved).cloned();
+                    let approved = items.iter().find(|p| p.state == gpuledger_api::states::PolicyState::Approved).cloned();
                     let quota_rows = quotas.items;
                     view! {
                         <section class="panel"><h1>"Cost policies & quotas"</h1><AdminNav /></section>
@@ -429,7 +425,7 @@ pub fn PoliciesPage() -> impl IntoView {
                             {if items.is_empty() { view! { <p class="empty">"No cost policy yet: write the first one under “New draft” below."</p> }.into_any() } else { view! {
                                 <table><thead><tr><th>"Version"</th><th>"State"</th><th>"From"</th><th>"Note"</th><th>"Approved"</th><th></th></tr></thead>
                                 <tbody>{items.iter().map(|p| {
-                                    let draft = p.state == PolicyState::Draft;
+                                    let draft = p.state == gpuledger_api::states::PolicyState::Draft;
                                     let version = p.version.to_string();
                                     view! {
                                         <tr>
@@ -440,7 +436,7 @@ pub fn PoliciesPage() -> impl IntoView {
                                     }
                                 }).collect_view()}</tbody></table>
                             }.into_any() }}
-                            {items.iter().filter(|p| p.state == PolicyState::Draft).map(|d| {
+                            {items.iter().filter(|p| p.state == gpuledger_api::states::PolicyState::Draft).map(|d| {
                                 let base = approved.as_ref().map(|a| a.document.clone()).unwrap_or(Value::Null);
                                 let version = d.version.to_string();
                                 let impact = impacts.iter().find(|(v, _)| *v == d.version).map(|(_, i)| i.clone());
@@ -951,7 +947,10 @@ async fn bill_period(asked: Option<String>) -> String {
     let this = format!("{:04}-{:02}", now.year(), u8::from(now.month()));
     let open = match handle() {
         Ok(h) => h.0.periods().await.ok().and_then(|rows| {
-            rows.into_iter().filter(|r| r.state == "open" && r.period <= this).map(|r| r.period).min()
+            rows.into_iter()
+                .filter(|r| r.state == gpuledger_api::states::PeriodState::Open && r.period <= this)
+                .map(|r| r.period)
+                .min()
         }),
         Err(_) => None,
     };

@@ -706,7 +706,7 @@ impl PortalData for Times {
         Box::pin(async {
             Ok(vec![PeriodRow {
                 period: "2026-11".into(),
-                state: "closed".into(),
+                state: gpuledger_api::states::PeriodState::Closed,
                 total: Some("123456.70".into()),
                 currency: Some("USD".into()),
                 closed_at: Some(RAW.into()),

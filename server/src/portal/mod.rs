@@ -225,7 +225,13 @@ impl DbPortalData {
         p.require(Capability::ReadLedger)?;
         let mut tx = p.begin(&self.db).await?;
         let org = tx.org().as_uuid();
-        type Row = (time::Date, String, Option<String>, Option<String>, Option<OffsetDateTime>);
+        type Row = (
+            time::Date,
+            sqlx::types::Text<gpuledger_api::states::PeriodState>,
+            Option<String>,
+            Option<String>,
+            Option<OffsetDateTime>,
+        );
         let rows: Vec<Row> = sqlx::query_as(
             "SELECT period, state, total_amount::text, currency::text, closed_at FROM periods
               WHERE org_id = $1 ORDER BY period DESC",
@@ -239,7 +245,7 @@ impl DbPortalData {
             .into_iter()
             .map(|(period, state, total, currency, closed_at)| PeriodRow {
                 period: format!("{:04}-{:02}", period.year(), u8::from(period.month())),
-                state,
+                state: state.0,
                 total: if scoped { None } else { total },
                 currency,
                 closed_at: closed_at.map(utc),
