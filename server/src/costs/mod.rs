@@ -18,10 +18,7 @@ use std::io::Read;
 use axum::{Json, Router, extract::State, routing::get};
 use gpuledger_api::{
     Items,
-    costs::{
-        CostFinding, CostFindingKind, CostImport, ImportParams, InventoryNode, MatchedResource, NodesParams,
-        UnmatchedResource,
-    },
+    costs::{CostFinding, CostImport, ImportParams, InventoryNode, MatchedResource, NodesParams, UnmatchedResource},
 };
 use gpuledger_core::{
     Period,
@@ -297,7 +294,7 @@ pub async fn load(tx: &mut crate::db::OrgTx, period: Period) -> Result<Option<Co
                     && findings.len() < SHOWN_FINDINGS
                 {
                     findings.push(CostFinding {
-                        kind: CostFindingKind::UnclaimedVm,
+                        kind: gpuledger_api::costs::CostFindingKind::UnclaimedVm,
                         subject: id.clone(),
                         detail: format!(
                             "{} {} of {} ({} bill lines) for a virtual machine no GPU node of {period} names",
@@ -327,7 +324,7 @@ pub async fn load(tx: &mut crate::db::OrgTx, period: Period) -> Result<Option<Co
         missing += 1;
         if missing <= SHOWN_FINDINGS {
             findings.push(CostFinding {
-                kind: CostFindingKind::NodeWithoutBillLine,
+                kind: gpuledger_api::costs::CostFindingKind::NodeWithoutBillLine,
                 subject: format!("{}/{}", n.cluster, n.name),
                 detail: format!(
                     "GPU node {}/{} ({}) ran in {period} but the imported bill has no line for it",
@@ -404,8 +401,10 @@ pub async fn findings(
     if let Some(import) = load(tx, period).await? {
         for f in import.findings {
             let cluster = match f.kind {
-                CostFindingKind::NodeWithoutBillLine => f.subject.split('/').next().unwrap_or_default().to_string(),
-                CostFindingKind::UnclaimedVm => String::new(),
+                gpuledger_api::costs::CostFindingKind::NodeWithoutBillLine => {
+                    f.subject.split('/').next().unwrap_or_default().to_string()
+                }
+                gpuledger_api::costs::CostFindingKind::UnclaimedVm => String::new(),
             };
             out.push(gpuledger_api::close::Finding {
                 cluster,

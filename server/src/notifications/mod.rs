@@ -307,19 +307,17 @@ pub(crate) async fn delivery_log(tx: &mut OrgTx, id: Uuid) -> Result<Vec<Deliver
     .await?;
     Ok(rows
         .into_iter()
-        .map(|(id, event, sqlx::types::Text(state), attempts, status, error, created, delivered, next, payload)| {
-            Delivery {
-                delivery_id: id.to_string(),
-                next_attempt_at: (state == DeliveryState::Pending).then(|| gpuledger_core::time_fmt::rfc3339(next)),
-                event,
-                state,
-                attempts: u32::try_from(attempts).unwrap_or(0),
-                last_status: status.and_then(|s| u16::try_from(s).ok()),
-                last_error: error,
-                created_at: gpuledger_core::time_fmt::rfc3339(created),
-                delivered_at: delivered.map(gpuledger_core::time_fmt::rfc3339),
-                payload,
-            }
+        .map(|(id, event, state, attempts, status, error, created, delivered, next, payload)| Delivery {
+            delivery_id: id.to_string(),
+            next_attempt_at: (state.0 == DeliveryState::Pending).then(|| gpuledger_core::time_fmt::rfc3339(next)),
+            event,
+            state: state.0,
+            attempts: u32::try_from(attempts).unwrap_or(0),
+            last_status: status.and_then(|s| u16::try_from(s).ok()),
+            last_error: error,
+            created_at: gpuledger_core::time_fmt::rfc3339(created),
+            delivered_at: delivered.map(gpuledger_core::time_fmt::rfc3339),
+            payload,
         })
         .collect())
 }
