@@ -297,6 +297,16 @@ mod tests {
         assert!(!node_unavailable(Some("XX000"), "cache lookup failed"));
     }
 
+    #[test]
+    fn a_value_the_contract_does_not_name_is_internal() {
+        let unknown = "reopened".parse::<gpuledger_api::states::PeriodState>().unwrap_err();
+        let e = AppError::from(unknown.clone());
+        assert!(matches!(&e, AppError::Internal(d) if d.contains("\"reopened\" is not a PeriodState")), "{e}");
+        // As sqlx reports a `Text<PeriodState>` column it could not decode.
+        let decode = sqlx::Error::ColumnDecode { index: "\"state\"".into(), source: Box::new(unknown) };
+        assert_eq!(AppError::from(decode).status(), StatusCode::INTERNAL_SERVER_ERROR);
+    }
+
     #[tokio::test]
     async fn internal_hides_the_detail() {
         let response = AppError::Internal("password=hunter2".into()).into_response();
