@@ -42,8 +42,7 @@ pub struct TenantUtilization {
     /// GPU-hours idle, a decimal string.
     pub idle_gpu_hours: String,
     /// `exact`, `modeled` or `estimated`.
-    #[schemars(with = "crate::states::Confidence")]
-    pub confidence: String,
+    pub confidence: crate::states::Confidence,
 }
 
 /// A stretch of time (RFC 3339 bounds).
@@ -91,8 +90,7 @@ pub struct AllocationUtilization {
     /// The idle stretches.
     pub idle_stretches: Vec<Stretch>,
     /// `exact`, `modeled` or `estimated`.
-    #[schemars(with = "crate::states::Confidence")]
-    pub confidence: String,
+    pub confidence: crate::states::Confidence,
     /// Why its utilization is not measured, when no sample covers it (never shown as 0 % busy); null when measured.
     #[serde(default)]
     pub not_measured: Option<String>,
@@ -148,8 +146,7 @@ pub struct TenantInference {
     /// Mean time to first token, milliseconds (a decimal string).
     pub mean_ttft_ms: Option<String>,
     /// `exact`, `modeled` or `estimated`.
-    #[schemars(with = "crate::states::Confidence")]
-    pub confidence: String,
+    pub confidence: crate::states::Confidence,
     /// Why that confidence.
     pub confidence_reason: String,
 }
@@ -170,8 +167,7 @@ pub struct EndpointInference {
     /// Mean time to first token, milliseconds (a decimal string).
     pub mean_ttft_ms: Option<String>,
     /// `exact`, `modeled` or `estimated`.
-    #[schemars(with = "crate::states::Confidence")]
-    pub confidence: String,
+    pub confidence: crate::states::Confidence,
 }
 
 /// Work no tenant is known for.
@@ -224,7 +220,7 @@ pub struct SessionRow {
     /// Modeled cost, a decimal string (`null`: the tenant has no ledger lines).
     pub cost: Option<String>,
     /// Always `modeled`.
-    pub confidence: String,
+    pub confidence: crate::states::Confidence,
 }
 
 /// `GET /api/v1/analytics/sessions`: showback by AI-agent session within a tenant.

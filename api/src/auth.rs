@@ -14,8 +14,7 @@ pub struct Me {
     /// The caller as the audit log names it (`user:ada@example.test`, `token:…`).
     pub actor: String,
     /// `user` (a browser session) or `token` (an API token).
-    #[schemars(with = "crate::states::CallerKind")]
-    pub kind: String,
+    pub kind: crate::states::CallerKind,
     /// A user's roles (`admin`, `finance`, `department_manager`, `viewer`), or a token's scope.
     pub roles: Vec<String>,
     /// The organization's department names when the caller is limited to departments; null: the whole organization.
@@ -48,8 +47,7 @@ pub struct TokenInfo {
     /// What it is for.
     pub name: String,
     /// `admin`, `export`, `agent` or `join`.
-    #[schemars(with = "crate::states::TokenScope")]
-    pub scope: String,
+    pub scope: crate::states::TokenScope,
     /// The cluster of an agent or join token.
     pub cluster: Option<String>,
     /// The departments a limited export token may read (empty: all).
@@ -90,8 +88,7 @@ pub struct CreatedToken {
     /// What it is for.
     pub name: String,
     /// `admin`, `export`, `agent` or `join`.
-    #[schemars(with = "crate::states::TokenScope")]
-    pub scope: String,
+    pub scope: crate::states::TokenScope,
     /// The secret (`glt_…`): store it now, it is never shown again.
     pub token: String,
     /// When it expires (RFC 3339); null: never.
@@ -168,8 +165,7 @@ pub struct RoleMapping {
     /// The group as the provider's groups claim names it.
     pub group: String,
     /// `admin`, `finance`, `department_manager` or `viewer`.
-    #[schemars(with = "RoleName")]
-    pub role: String,
+    pub role: RoleName,
     /// A department manager's department; null for the other roles.
     pub department: Option<String>,
 }
@@ -209,17 +205,12 @@ pub enum RoleName {
     Viewer,
 }
 
-impl RoleName {
-    /// As stored.
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Self::Admin => "admin",
-            Self::Finance => "finance",
-            Self::DepartmentManager => "department_manager",
-            Self::Viewer => "viewer",
-        }
-    }
-}
+crate::states::names!(RoleName {
+    Admin => "admin",
+    Finance => "finance",
+    DepartmentManager => "department_manager",
+    Viewer => "viewer",
+});
 
 /// `GET /api/v1/audit`: audit records, newest first.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]

@@ -36,8 +36,7 @@ pub struct PeriodEntry {
     /// The month (`YYYY-MM`).
     pub period: String,
     /// `open`, `closing` or `closed`.
-    #[schemars(with = "crate::states::PeriodState")]
-    pub state: String,
+    pub state: crate::states::PeriodState,
     /// What was recorded of it.
     #[serde(flatten)]
     pub record: Option<PeriodRecord>,
@@ -126,7 +125,7 @@ pub struct Bundle {
 }
 
 /// What the store says about the workload behind an allocation.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct EvidenceDetail {
     /// The cluster's name.
     pub cluster: String,
@@ -142,8 +141,8 @@ pub struct EvidenceDetail {
     pub node: Option<String>,
     /// The devices as reported.
     pub device_ids: Vec<String>,
-    /// `exclusive`, `mig`, `vgpu`, `timeslice`….
-    pub sharing_mode: String,
+    /// `exclusive`, `mig`, `time_slice`, `vgpu`, `passthrough`, `shared_endpoint` or `soft_share`.
+    pub sharing_mode: crate::states::SharingModeName,
     /// The MIG or vGPU profile.
     pub profile: Option<String>,
     /// The GPU model.
@@ -167,8 +166,7 @@ pub struct EvidenceAllocation {
     #[serde(default)]
     pub end: Option<String>,
     /// `exact`, `modeled` or `estimated`.
-    #[schemars(with = "crate::states::Confidence")]
-    pub confidence: String,
+    pub confidence: crate::states::Confidence,
     /// The physical GPUs.
     #[serde(default)]
     pub devices: Vec<String>,
@@ -201,8 +199,9 @@ pub struct Evidence {
 pub struct Finding {
     /// The cluster's name.
     pub cluster: String,
-    /// `inventory_gap`, `agent_gap`, `overcommit`, `unknown_tenant`….
-    pub kind: String,
+    /// `inventory_gap`, `agent_gap`, `overcommit`, `unknown_tenant`, `unpriced`, `cloud_bill_missing`, `unclaimed_vm`
+    /// or `node_without_bill_line`.
+    pub kind: crate::states::FindingKind,
     /// What it concerns.
     pub subject: String,
     /// Since when (RFC 3339).

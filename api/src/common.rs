@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 pub struct Problem {
     /// Always `about:blank`: the status says what kind of problem it is.
     #[serde(rename = "type")]
-    pub kind: String,
+    pub kind: crate::states::ProblemType,
     /// The status's reason phrase (`Unprocessable Entity`).
     pub title: String,
     /// The HTTP status.

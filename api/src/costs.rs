@@ -112,8 +112,7 @@ pub struct UnmatchedResource {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct CostFinding {
     /// `unclaimed_vm` (a VM on the bill that no GPU node names) or `node_without_bill_line`.
-    #[schemars(with = "CostFindingKind")]
-    pub kind: String,
+    pub kind: CostFindingKind,
     /// The resource or node.
     pub subject: String,
     /// What was found, with its numbers.
@@ -131,3 +130,5 @@ pub enum CostFindingKind {
     /// A GPU node with a provider ID and no line on the bill.
     NodeWithoutBillLine,
 }
+
+crate::states::names!(CostFindingKind { UnclaimedVm => "unclaimed_vm", NodeWithoutBillLine => "node_without_bill_line" });

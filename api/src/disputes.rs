@@ -22,8 +22,7 @@ pub struct DisputeSummary {
     /// The disputed lines.
     pub line_ids: Vec<String>,
     /// `open`, `accepted` or `rejected`.
-    #[schemars(with = "crate::params::DisputeState")]
-    pub state: String,
+    pub state: crate::params::DisputeState,
     /// Why it was opened.
     pub reason: String,
     /// Who opened it.
@@ -64,8 +63,7 @@ pub struct DisputedLine {
     /// The tenant's name.
     pub tenant: String,
     /// Charge term.
-    #[schemars(with = "crate::params::Term")]
-    pub term: String,
+    pub term: crate::params::Term,
     /// GPU class.
     pub gpu_class: String,
     /// Quantity, a decimal string.
@@ -79,8 +77,7 @@ pub struct DisputedLine {
     /// Currency.
     pub currency: String,
     /// `exact`, `modeled` or `estimated`.
-    #[schemars(with = "crate::states::Confidence")]
-    pub confidence: String,
+    pub confidence: crate::states::Confidence,
     /// One sentence with its numbers.
     pub explanation: String,
 }
@@ -95,7 +92,7 @@ pub struct DisputeEvent {
     /// Who.
     pub actor: String,
     /// `opened`, `commented`, `accepted`, `rejected`, `credit_approved` or `credit_rejected`.
-    pub action: String,
+    pub action: crate::states::DisputeAction,
     /// Why (the reason or the comment).
     pub body: String,
     /// What else changed.
@@ -108,8 +105,7 @@ pub struct Credit {
     /// The adjustment's ID.
     pub id: String,
     /// `pending_approval`, `approved`, `applied` or `rejected`.
-    #[schemars(with = "crate::states::AdjustmentState")]
-    pub state: String,
+    pub state: crate::states::AdjustmentState,
     /// Signed amount, a decimal string (negative: a credit).
     pub amount: String,
     /// Currency.

@@ -34,8 +34,7 @@ pub struct FaultCredits {
 pub struct FaultCredit {
     /// `proposed` (awaiting finance), `approved` (an adjustment the next close applies), `rejected`, or `listed`
     /// (the policy proposes nothing: shown for the record).
-    #[schemars(with = "FaultCreditState")]
-    pub state: String,
+    pub state: FaultCreditState,
     /// The fault fact's event ID (the evidence; with `allocation_id`, what approval names).
     pub fault_event_id: String,
     /// `xid`, `device_lost` or `retired_pages`.
@@ -93,6 +92,13 @@ pub enum FaultCreditState {
     /// The policy proposes nothing: shown for the record.
     Listed,
 }
+
+crate::states::names!(FaultCreditState {
+    Proposed => "proposed",
+    Approved => "approved",
+    Rejected => "rejected",
+    Listed => "listed",
+});
 
 /// `POST /api/v1/faults/credits/approve` and `/reject`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]

@@ -81,10 +81,9 @@ pub struct ForecastRow {
     pub over_budget: bool,
     /// `run_rate` (the allocations still open priced to the month's end), `run_rate+history` (and new work at the
     /// usual pace of a regular history), or `final` (the month is over).
-    pub method: String,
+    pub method: crate::states::ForecastMethod,
     /// `high`, `medium` or `low`.
-    #[schemars(with = "crate::states::ForecastConfidence")]
-    pub confidence: String,
+    pub confidence: crate::states::ForecastConfidence,
     /// How the forecast was made, with its numbers.
     pub explanation: String,
 }
@@ -268,8 +267,7 @@ pub struct Delivery {
     /// Event name.
     pub event: String,
     /// `pending`, `delivered` or `failed`.
-    #[schemars(with = "crate::states::DeliveryState")]
-    pub state: String,
+    pub state: crate::states::DeliveryState,
     /// Tries so far.
     pub attempts: u32,
     /// The last HTTP status received.

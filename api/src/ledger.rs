@@ -26,8 +26,7 @@ pub struct LedgerLine {
     /// The tenant's name (empty for a department-level line).
     pub tenant: String,
     /// `guaranteed`, `borrowed`, `energy`, `service`, `overhead`, `credit` or `adjustment`.
-    #[schemars(with = "crate::params::Term")]
-    pub term: String,
+    pub term: crate::params::Term,
     /// The GPU class (empty when the line is not class-specific).
     pub gpu_class: String,
     /// Quantity, a decimal string (6 decimals).
@@ -41,8 +40,7 @@ pub struct LedgerLine {
     /// Currency (ISO 4217).
     pub currency: String,
     /// `exact`, `modeled` or `estimated`: the weakest of its inputs.
-    #[schemars(with = "crate::states::Confidence")]
-    pub confidence: String,
+    pub confidence: crate::states::Confidence,
     /// The cost policy version that priced it.
     pub policy_version: u32,
     /// Where its evidence is (an API path, a quota ID, the policy).
@@ -60,8 +58,7 @@ pub struct Ledger {
     /// The month (`YYYY-MM`).
     pub period: String,
     /// `open`, `closing` or `closed`.
-    #[schemars(with = "crate::states::PeriodState")]
-    pub state: String,
+    pub state: crate::states::PeriodState,
     /// The month's first instant in the organization's calendar (local midnight of the 1st in `time_zone`; RFC 3339,
     /// UTC). A closed month keeps the instants it closed with.
     pub starts_at: String,
@@ -131,8 +128,8 @@ pub struct RefreshFailure {
 pub struct MonthTotal {
     /// The month (`YYYY-MM`).
     pub period: String,
-    /// The state of its figures (`open`, `closed`…; `null`: no figures yet).
-    pub state: Option<String>,
+    /// The state of its figures (`provisional` or `closed`; `null`: no figures yet).
+    pub state: Option<crate::states::FiguresState>,
     /// Total of the lines the caller sees, a decimal string (`null`: no figures yet).
     pub total: Option<String>,
     /// When the figures were computed (RFC 3339).

@@ -21,8 +21,7 @@ pub struct OrganizationSettings {
     /// How many months of history the organization keeps (12 to 120).
     pub retention_months: i32,
     /// `active` or `suspended`.
-    #[schemars(with = "crate::states::OrgState")]
-    pub state: String,
+    pub state: crate::states::OrgState,
     /// Limits the operator set (read-only here).
     pub limits: OrganizationLimits,
     /// The platform's own cost centre: the month's journal credits the recovered GPU cost to it (none: not set).

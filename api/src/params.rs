@@ -90,17 +90,27 @@ pub enum Term {
     Adjustment,
 }
 
-impl Term {
-    /// As lines and exports write it.
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Self::Guaranteed => "guaranteed",
-            Self::Borrowed => "borrowed",
-            Self::Energy => "energy",
-            Self::Service => "service",
-            Self::Overhead => "overhead",
-            Self::Credit => "credit",
-            Self::Adjustment => "adjustment",
+crate::states::names!(Term {
+    Guaranteed => "guaranteed",
+    Borrowed => "borrowed",
+    Energy => "energy",
+    Service => "service",
+    Overhead => "overhead",
+    Credit => "credit",
+    Adjustment => "adjustment",
+});
+
+impl From<gpuledger_core::ledger::Term> for Term {
+    fn from(t: gpuledger_core::ledger::Term) -> Self {
+        use gpuledger_core::ledger::Term as T;
+        match t {
+            T::Guaranteed => Self::Guaranteed,
+            T::Borrowed => Self::Borrowed,
+            T::Energy => Self::Energy,
+            T::Service => Self::Service,
+            T::Overhead => Self::Overhead,
+            T::Credit => Self::Credit,
+            T::Adjustment => Self::Adjustment,
         }
     }
 }
@@ -268,16 +278,7 @@ pub enum DisputeState {
     Rejected,
 }
 
-impl DisputeState {
-    /// As stored and answered.
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Self::Open => "open",
-            Self::Accepted => "accepted",
-            Self::Rejected => "rejected",
-        }
-    }
-}
+crate::states::names!(DisputeState { Open => "open", Accepted => "accepted", Rejected => "rejected" });
 
 /// `GET /api/v1/disputes`.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, JsonSchema)]

@@ -24,8 +24,7 @@ pub struct PolicyVersion {
     /// The version number, from 1 per organization.
     pub version: i32,
     /// `draft`, `approved` or `superseded`.
-    #[schemars(with = "crate::states::PolicyState")]
-    pub state: String,
+    pub state: crate::states::PolicyState,
     /// The first month it prices (`YYYY-MM`).
     pub effective_from: String,
     /// Its currency (ISO 4217).

@@ -211,8 +211,7 @@ pub struct GpuModel {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct GpuProfile {
     /// `mig` or `vgpu`.
-    #[schemars(with = "ProfileKind")]
-    pub kind: String,
+    pub kind: ProfileKind,
     /// The GPU model.
     pub model: String,
     /// The profile (`3g.40gb`, `GRID_A100-40C`).
@@ -294,22 +293,13 @@ pub enum ProfileKind {
     Vgpu,
 }
 
-impl ProfileKind {
-    /// As stored and answered.
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Self::Mig => "mig",
-            Self::Vgpu => "vgpu",
-        }
-    }
-}
+crate::states::names!(ProfileKind { Mig => "mig", Vgpu => "vgpu" });
 
 /// `POST /api/v1/inventory/profiles` (201): the entry added.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct CreatedProfile {
     /// `mig` or `vgpu`.
-    #[schemars(with = "ProfileKind")]
-    pub kind: String,
+    pub kind: ProfileKind,
     /// The GPU model.
     pub model: String,
     /// The profile.

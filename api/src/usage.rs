@@ -34,8 +34,7 @@ pub struct UsageAck {
 #[serde(deny_unknown_fields)]
 pub struct Alias {
     /// `gateway_key` or `team`.
-    #[schemars(with = "AliasKind")]
-    pub kind: String,
+    pub kind: AliasKind,
     /// The gateway key or team name as the records carry it.
     pub alias: String,
     /// The tenant (name; in a request, a name or an ID).
@@ -81,15 +80,7 @@ pub enum AliasKind {
     Team,
 }
 
-impl AliasKind {
-    /// As stored and answered.
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Self::GatewayKey => "gateway_key",
-            Self::Team => "team",
-        }
-    }
-}
+crate::states::names!(AliasKind { GatewayKey => "gateway_key", Team => "team" });
 
 /// `PUT /api/v1/endpoints/{endpoint}/aliases`: what changed.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]

@@ -45,7 +45,7 @@ fn a_month_without_a_record_has_no_record_fields() {
          "policy_version": 1, "hash": "ab", "lines": 3, "total": "9.00", "currency": "USD", "previous_hash": null,
          "bundle": "/api/v1/periods/2026-10/bundle"}]});
     let typed: Periods = serde_json::from_value(periods.clone()).unwrap();
-    let open = PeriodEntry { period: "2026-11".into(), state: "open".into(), record: None };
+    let open = PeriodEntry { period: "2026-11".into(), state: gpuledger_api::states::PeriodState::Open, record: None };
     assert_eq!(serde_json::to_value(&open).unwrap(), periods["items"][0]);
     assert_eq!(serde_json::to_value(&typed.items[1]).unwrap(), periods["items"][1]);
 }

@@ -194,6 +194,14 @@ impl From<crate::db::DbError> for AppError {
     }
 }
 
+/// A value the database holds that the contract's enum does not name (a state, a kind): the data or this binary is
+/// wrong, never the request — an internal error, never a guessed value.
+impl From<gpuledger_api::states::UnknownValue> for AppError {
+    fn from(e: gpuledger_api::states::UnknownValue) -> Self {
+        Self::Internal(format!("the database holds a value this release does not know: {e}"))
+    }
+}
+
 impl From<gpuledger_core::DomainError> for AppError {
     fn from(e: gpuledger_core::DomainError) -> Self {
         match &e {
@@ -301,6 +309,16 @@ mod tests {
         assert!(node_unavailable(Some("57P01"), "terminating connection due to administrator command"));
         assert!(!node_unavailable(Some("23505"), "duplicate key value violates unique constraint"));
         assert!(!node_unavailable(Some("XX000"), "cache lookup failed"));
+    }
+
+    #[test]
+    fn a_value_the_contract_does_not_name_is_internal() {
+        let unknown = "reopened".parse::<gpuledger_api::states::PeriodState>().unwrap_err();
+        let e = AppError::from(unknown.clone());
+        assert!(matches!(&e, AppError::Internal(d) if d.contains("\"reopened\" is not a PeriodState")), "{e}");
+        // As sqlx reports a `Text<PeriodState>` column it could not decode.
+        let decode = sqlx::Error::ColumnDecode { index: "\"state\"".into(), source: Box::new(unknown) };
+        assert_eq!(AppError::from(decode).status(), StatusCode::INTERNAL_SERVER_ERROR);
     }
 
     #[tokio::test]

@@ -17,7 +17,7 @@ pub fn router() -> Router<AppState> {
 
 /// Alive: the process answers. Never touches the database, so a database outage does not restart pods.
 async fn healthz() -> Json<Alive> {
-    Json(Alive { status: "ok".into() })
+    Json(Alive { status: gpuledger_api::states::AliveStatus::Ok })
 }
 
 /// Ready: the database answers and its schema is the one this binary expects.
@@ -33,7 +33,7 @@ async fn readyz(State(state): State<AppState>) -> Result<Json<Ready>, AppError> 
             r.expected.map_or_else(|| "none".into(), |v| v.to_string()),
         )));
     }
-    Ok(Json(Ready { status: "ready".into(), schema_version: r.applied }))
+    Ok(Json(Ready { status: gpuledger_api::states::ReadyStatus::Ready, schema_version: r.applied }))
 }
 
 /// A startup step the server must finish before it is ready (the demo loading its history): while closed,

@@ -33,7 +33,7 @@ pub struct Month {
 /// The month as the ledger computes it: an open month as the refresh worker does ([`crate::close::preview`]), a
 /// closed month from the inputs its close froze (its stored bundle), so `lines` are its closed lines.
 pub async fn frozen_or_open(tx: &mut OrgTx, period: Period) -> Result<Month, AppError> {
-    if crate::store::period_state(tx, period).await? == "closed"
+    if crate::store::period_state(tx, period).await? == gpuledger_api::states::PeriodState::Closed
         && let Some(bundle) = crate::store::stored_bundle(tx, period).await?
     {
         let lines = compute(&bundle.inputs).map_err(AppError::computing)?.lines;
@@ -46,7 +46,7 @@ pub async fn frozen_or_open(tx: &mut OrgTx, period: Period) -> Result<Month, App
 /// The month from today's facts: an open month as [`frozen_or_open`] computes it, a closed month recomputed with
 /// its own policy and no adjustments (as the late-data check does), so a change to the facts shows in both.
 pub async fn from_facts(tx: &mut OrgTx, period: Period) -> Result<Month, AppError> {
-    if crate::store::period_state(tx, period).await? == "closed" {
+    if crate::store::period_state(tx, period).await? == gpuledger_api::states::PeriodState::Closed {
         let policy = approved_policy(tx, period).await?;
         let input = crate::ledger::load_input(tx, period, policy).await?;
         let lines = compute(&input).map_err(AppError::computing)?.lines;

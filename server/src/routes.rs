@@ -163,7 +163,8 @@ fn closed_lookup_period(request: &Request) -> Option<gpuledger_core::Period> {
 /// Whether `org` has closed `period` (false when it cannot tell: the request then takes its turn as usual).
 async fn month_is_closed(state: &AppState, org: gpuledger_core::ids::OrgId, period: gpuledger_core::Period) -> bool {
     let Ok(mut tx) = state.db.begin_org(org).await else { return false };
-    let closed = matches!(crate::store::period_state(&mut tx, period).await.as_deref(), Ok("closed"));
+    let closed =
+        matches!(crate::store::period_state(&mut tx, period).await, Ok(gpuledger_api::states::PeriodState::Closed));
     let _ = tx.commit_quiet().await;
     closed
 }

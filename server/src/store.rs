@@ -181,14 +181,15 @@ pub async fn refuse_retired(
 }
 
 /// A period's state: `open`, `closing` or `closed`.
-pub async fn period_state(tx: &mut OrgTx, period: Period) -> Result<String, AppError> {
+pub async fn period_state(tx: &mut OrgTx, period: Period) -> Result<gpuledger_api::states::PeriodState, AppError> {
     let org = tx.org().as_uuid();
-    let s: Option<String> = sqlx::query_scalar("SELECT state FROM periods WHERE period = $1 AND org_id = $2")
-        .bind(period.first_day())
-        .bind(org)
-        .fetch_optional(tx.conn())
-        .await?;
-    Ok(s.unwrap_or_else(|| "open".into()))
+    let s: Option<sqlx::types::Text<gpuledger_api::states::PeriodState>> =
+        sqlx::query_scalar("SELECT state FROM periods WHERE period = $1 AND org_id = $2")
+            .bind(period.first_day())
+            .bind(org)
+            .fetch_optional(tx.conn())
+            .await?;
+    Ok(s.map_or(gpuledger_api::states::PeriodState::Open, |s| s.0))
 }
 
 pub(crate) fn gunzip(bytes: &[u8]) -> Result<Vec<u8>, AppError> {

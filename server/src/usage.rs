@@ -21,7 +21,7 @@ use axum::{
 };
 use gpuledger_api::{
     params::EndpointPath,
-    usage::{Alias, Aliases, AliasesRequest, AliasesSet, UnknownCaller, UsageAck},
+    usage::{Alias, AliasKind, Aliases, AliasesRequest, AliasesSet, UnknownCaller, UsageAck},
 };
 use serde::Deserialize;
 use serde_json::json;
@@ -394,7 +394,7 @@ async fn get_aliases(
     let endpoint = path.endpoint.into_inner();
     let mut tx = p.begin(&state.db).await?;
     let org = tx.org().as_uuid();
-    let rows: Vec<(String, String, String)> = sqlx::query_as(
+    let rows: Vec<(sqlx::types::Text<AliasKind>, String, String)> = sqlx::query_as(
         "SELECT a.kind, a.alias, t.name FROM endpoint_aliases a JOIN tenants t USING (org_id, tenant_id)
           WHERE a.endpoint = $1 AND a.org_id = $2 ORDER BY a.kind, a.alias",
     )
@@ -403,7 +403,7 @@ async fn get_aliases(
     .fetch_all(tx.conn())
     .await?;
     tx.commit().await?;
-    let aliases = rows.into_iter().map(|(kind, alias, tenant)| Alias { kind, alias, tenant }).collect();
+    let aliases = rows.into_iter().map(|(kind, alias, tenant)| Alias { kind: kind.0, alias, tenant }).collect();
     Ok(Json(Aliases { endpoint, aliases }))
 }
 

@@ -539,3 +539,26 @@ async fn the_api_rate_limit_answers_429_naming_it_and_leaves_agents_to_their_dai
         assert_eq!(ingest(&app, &agent, 1).await.status, StatusCode::OK);
     }
 }
+
+/// A state the contract does not name, found in the database (here a token scope written past its `CHECK`), is an
+/// internal error: the answer is a 500 whose detail stays in the log, never a list with a guessed scope.
+#[tokio::test]
+async fn a_stored_value_the_contract_does_not_name_is_an_internal_error() {
+    let (test_db, db) = common::migrated().await;
+    let app = router(&db);
+    let acme = create(&db, "acme").await;
+    let (_, admin_token) = tokens(&db, acme.org).await;
+    let listed = call(&app, "GET", "/api/v1/tokens", Some(&admin_token), None).await;
+    assert_eq!(listed.status, StatusCode::OK, "{}", listed.body);
+    assert!(listed.json()["tokens"].as_array().unwrap().iter().any(|t| t["scope"] == "agent"));
+    let admin = common::admin_pool(&test_db).await;
+    sqlx::query("ALTER TABLE api_tokens DROP CONSTRAINT api_tokens_scope_check").execute(&admin).await.unwrap();
+    sqlx::query("UPDATE api_tokens SET scope = 'auditor', cluster_id = NULL WHERE org_id = $1 AND name = 'agent'")
+        .bind(acme.org.as_uuid())
+        .execute(&admin)
+        .await
+        .unwrap();
+    let poisoned = call(&app, "GET", "/api/v1/tokens", Some(&admin_token), None).await;
+    assert_eq!(poisoned.status, StatusCode::INTERNAL_SERVER_ERROR, "{}", poisoned.body);
+    assert!(!poisoned.body.contains("auditor"), "the detail stays in the log: {}", poisoned.body);
+}

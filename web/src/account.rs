@@ -306,7 +306,7 @@ fn PeriodsPanel(periods: Vec<PeriodRow>) -> impl IntoView {
                         <thead><tr><th>"Month"</th><th>"State"</th><th class="num">"Total"</th><th>"Closed"</th><th>"Evidence"</th></tr></thead>
                         <tbody>
                             {periods.into_iter().map(|p| {
-                                let bundle = (p.state == "closed").then(|| {
+                                let bundle = (p.state == gpuledger_api::states::PeriodState::Closed).then(|| {
                                     let href = format!("/api/v1/periods/{}/bundle", p.period);
                                     view! { <a href=href>"bundle"</a> }
                                 });
@@ -317,7 +317,7 @@ fn PeriodsPanel(periods: Vec<PeriodRow>) -> impl IntoView {
                                 view! {
                                     <tr>
                                         <td><a href=format!("/close/{}", p.period)>{p.period.clone()}</a></td>
-                                        <td>{p.state.clone()}</td>
+                                        <td>{p.state.as_str()}</td>
                                         <td class="num">{total}</td>
                                         <td>{when_or(p.closed_at.as_deref(), "")}</td>
                                         <td>{bundle}</td>

@@ -339,12 +339,9 @@ async fn impact_period(asked: Option<String>) -> String {
         return p;
     }
     let closed = match handle() {
-        Ok(h) => {
-            h.0.periods()
-                .await
-                .ok()
-                .and_then(|rows| rows.into_iter().filter(|r| r.state == "closed").map(|r| r.period).max())
-        }
+        Ok(h) => h.0.periods().await.ok().and_then(|rows| {
+            rows.into_iter().filter(|r| r.state == gpuledger_api::states::PeriodState::Closed).map(|r| r.period).max()
+        }),
         Err(_) => None,
     };
     closed.unwrap_or_else(previous_month)
@@ -400,7 +397,7 @@ pub fn PoliciesPage() -> impl IntoView {
                 let quotas: QuotaList = api("/api/v1/quotas").await.map_err(Err)?;
                 let period = impact_period(asked).await;
                 let mut impacts = Vec::new();
-                for d in policies.items.iter().filter(|p| p.state == "draft") {
+                for d in policies.items.iter().filter(|p| p.state == gpuledger_api::states::PolicyState::Draft) {
                     let answer: Result<Impact, PortalError> =
                         api(&format!("/api/v1/policies/{}/impact?period={}", d.version, q(&period))).await;
                     impacts.push((d.version, answer));
@@ -419,7 +416,7 @@ pub fn PoliciesPage() -> impl IntoView {
                 Err(Err(e)) => error_panel(&e),
                 Ok((session, policies, quotas, period, impacts)) => {
                     let items = policies.items;
-                    let approved = items.iter().find(|p| p.state == "approved").cloned();
+                    let approved = items.iter().find(|p| p.state == gpuledger_api::states::PolicyState::Approved).cloned();
                     let quota_rows = quotas.items;
                     view! {
                         <section class="panel"><h1>"Cost policies & quotas"</h1><AdminNav /></section>
@@ -428,18 +425,18 @@ pub fn PoliciesPage() -> impl IntoView {
                             {if items.is_empty() { view! { <p class="empty">"No cost policy yet: write the first one under “New draft” below."</p> }.into_any() } else { view! {
                                 <table><thead><tr><th>"Version"</th><th>"State"</th><th>"From"</th><th>"Note"</th><th>"Approved"</th><th></th></tr></thead>
                                 <tbody>{items.iter().map(|p| {
-                                    let draft = p.state == "draft";
+                                    let draft = p.state == gpuledger_api::states::PolicyState::Draft;
                                     let version = p.version.to_string();
                                     view! {
                                         <tr>
-                                            <td>{version.clone()}</td><td>{p.state.clone()}</td><td>{when(&p.effective_from)}</td><td>{p.note.clone()}</td>
+                                            <td>{version.clone()}</td><td>{p.state.as_str()}</td><td>{when(&p.effective_from)}</td><td>{p.note.clone()}</td>
                                             <td>{when_some(&p.approved_at)} " " {p.approved_by.clone().unwrap_or_default()}</td>
                                             <td>{draft.then(|| view! { <a href=format!("#draft-{version}")>"Impact & approval"</a> })}</td>
                                         </tr>
                                     }
                                 }).collect_view()}</tbody></table>
                             }.into_any() }}
-                            {items.iter().filter(|p| p.state == "draft").map(|d| {
+                            {items.iter().filter(|p| p.state == gpuledger_api::states::PolicyState::Draft).map(|d| {
                                 let base = approved.as_ref().map(|a| a.document.clone()).unwrap_or(Value::Null);
                                 let version = d.version.to_string();
                                 let impact = impacts.iter().find(|(v, _)| *v == d.version).map(|(_, i)| i.clone());
@@ -900,7 +897,7 @@ pub fn OrganizationPage() -> impl IntoView {
                     <section class="panel"><h1>"Organization"</h1><AdminNav /></section>
                     <section class="panel">
                         <h2>"Settings"</h2>
-                        <p class="muted">"Organization " <code>{s.slug.clone()}</code> " (" {s.state.clone()} "). "
+                        <p class="muted">"Organization " <code>{s.slug.clone()}</code> " (" {s.state.as_str()} "). "
                             {(!s.updated_by.is_empty()).then(|| format!("Last changed by {} at {} UTC.", s.updated_by, s.updated_at))}</p>
                         <form method="post" action="/ui/organization/settings" class="stack" id="settings-form">
                             <input type="hidden" name="csrf" value=session.csrf.clone() />
@@ -950,7 +947,10 @@ async fn bill_period(asked: Option<String>) -> String {
     let this = format!("{:04}-{:02}", now.year(), u8::from(now.month()));
     let open = match handle() {
         Ok(h) => h.0.periods().await.ok().and_then(|rows| {
-            rows.into_iter().filter(|r| r.state == "open" && r.period <= this).map(|r| r.period).min()
+            rows.into_iter()
+                .filter(|r| r.state == gpuledger_api::states::PeriodState::Open && r.period <= this)
+                .map(|r| r.period)
+                .min()
         }),
         Err(_) => None,
     };
@@ -1021,7 +1021,7 @@ pub fn CostsPage() -> impl IntoView {
                                 <h2>"Findings"</h2>
                                 {if b.findings.is_empty() { view! { <p class="empty">"Nothing to look at: every GPU node with a provider ID has bill lines and every virtual machine on the bill is a GPU node."</p> }.into_any() } else { view! {
                                     <ul class="findings">{b.findings.iter().map(|f| view! {
-                                        <li><strong>{f.kind.clone()}</strong>" "<code>{f.subject.clone()}</code>": "{f.detail.clone()}<br /><span class="muted">{f.fix.clone()}</span></li>
+                                        <li><strong>{f.kind.as_str()}</strong>" "<code>{f.subject.clone()}</code>": "{f.detail.clone()}<br /><span class="muted">{f.fix.clone()}</span></li>
                                     }).collect_view()}</ul>
                                 }.into_any() }}
                             </section>

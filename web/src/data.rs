@@ -113,7 +113,7 @@ pub struct PeriodRow {
     /// `YYYY-MM`.
     pub period: String,
     /// open, closing, closed.
-    pub state: String,
+    pub state: gpuledger_api::states::PeriodState,
     /// Total of a closed month.
     pub total: Option<String>,
     /// Its currency.

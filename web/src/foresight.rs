@@ -242,10 +242,10 @@ fn NotificationsView(n: Notifications) -> impl IntoView {
                             view! {
                                 <table class="deliveries"><thead><tr><th>"Queued"</th><th>"Event"</th><th>"State"</th><th class="num">"Tries"</th><th>"Last answer"</th><th>"Delivered / next try"</th></tr></thead>
                                 <tbody>{log.iter().map(|d| view! {
-                                    <tr class=d.state.clone()>
+                                    <tr class=d.state.as_str()>
                                         <td>{time_of(&d.created_at)}</td>
                                         <td>{d.event.clone()}</td>
-                                        <td>{d.state.clone()}</td>
+                                        <td>{d.state.as_str()}</td>
                                         <td class="num">{d.attempts}</td>
                                         <td>{match (&d.last_status, &d.last_error) {
                                             (_, Some(e)) => e.clone(),

@@ -236,7 +236,7 @@ fn admin_answer(path: &str) -> Option<Value> {
             display_name: "Acme Corp".into(),
             default_currency: "USD".into(),
             retention_months: 84,
-            state: "active".into(),
+            state: gpuledger_api::states::OrgState::Active,
             limits: OrganizationLimits {
                 rate_limit_per_minute: None,
                 ingest_facts_per_day: Some(1000),
@@ -711,7 +711,7 @@ impl PortalData for Times {
         Box::pin(async {
             Ok(vec![PeriodRow {
                 period: "2026-11".into(),
-                state: "closed".into(),
+                state: gpuledger_api::states::PeriodState::Closed,
                 total: Some("123456.70".into()),
                 currency: Some("USD".into()),
                 closed_at: Some(RAW.into()),

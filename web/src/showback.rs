@@ -8,6 +8,7 @@ use gpuledger_api::{
     close::{Evidence, EvidenceAllocation, PeriodEntry, Periods},
     foresight::{Forecast, ForecastRow, IdleList, IdleReservation},
     ledger::{Ledger, LedgerLine, Months, Summaries},
+    states::{Confidence as ConfidenceLevel, PeriodState},
     training::TrainingWorkload,
 };
 use leptos::prelude::*;
@@ -28,9 +29,9 @@ use crate::{
 /// The month to show: `?period=`, else the latest closed month, else the newest month with data.
 async fn default_period(asked: Option<String>) -> Result<(String, Vec<PeriodEntry>), PortalError> {
     let items = api_json::<Periods>("/api/v1/periods".into()).await?.items;
-    let chosen = asked
-        .filter(|p| !p.is_empty())
-        .or_else(|| items.iter().find(|p| p.state == "closed").or_else(|| items.first()).map(|p| p.period.clone()));
+    let chosen = asked.filter(|p| !p.is_empty()).or_else(|| {
+        items.iter().find(|p| p.state == PeriodState::Closed).or_else(|| items.first()).map(|p| p.period.clone())
+    });
     let now = crate::ui::now();
     let current = format!("{:04}-{:02}", now.year(), u8::from(now.month()));
     Ok((chosen.unwrap_or(current), items))
@@ -48,7 +49,7 @@ struct Showback {
     total: String,
     lines: Vec<LedgerLine>,
     by_term: Vec<(String, String)>,
-    by_tenant: Vec<(String, String, String, String)>,
+    by_tenant: Vec<(String, String, String, ConfidenceLevel)>,
     by_class: Vec<(String, String)>,
     trend: Vec<(String, String)>,
     utilization: Vec<TenantUtilization>,
@@ -110,23 +111,23 @@ async fn load_showback(
     };
     let mut terms: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for l in &lines {
-        terms.entry(l.term.clone()).or_default().push(l.amount.clone());
+        terms.entry(l.term.as_str().to_string()).or_default().push(l.amount.clone());
     }
     let by_term: Vec<(String, String)> = terms.into_iter().map(|(k, v)| (k, exact_sum(v))).collect();
     let total = exact_sum(lines.iter().map(|l| l.amount.clone()).collect());
-    let mut tenants: BTreeMap<(String, String), (Vec<String>, String)> = BTreeMap::new();
+    let mut tenants: BTreeMap<(String, String), (Vec<String>, ConfidenceLevel)> = BTreeMap::new();
     let mut classes: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    let rank = |c: &str| match c {
-        "estimated" => 2,
-        "modeled" => 1,
-        _ => 0,
+    let rank = |c: ConfidenceLevel| match c {
+        ConfidenceLevel::Estimated => 2,
+        ConfidenceLevel::Modeled => 1,
+        ConfidenceLevel::Exact => 0,
     };
     for l in &lines {
         let key = (l.tenant.clone(), l.tenant_id.clone().unwrap_or_default());
-        let e = tenants.entry(key).or_insert((Vec::new(), "exact".into()));
+        let e = tenants.entry(key).or_insert((Vec::new(), ConfidenceLevel::Exact));
         e.0.push(l.amount.clone());
-        if rank(&l.confidence) > rank(&e.1) {
-            e.1.clone_from(&l.confidence);
+        if rank(l.confidence) > rank(e.1) {
+            e.1 = l.confidence;
         }
         if !l.gpu_class.is_empty() {
             classes.entry(l.gpu_class.clone()).or_default().push(l.amount.clone());
@@ -210,13 +211,13 @@ async fn load_showback(
     } else {
         (Vec::new(), String::new(), Vec::new())
     };
-    let not_exact = lines.iter().filter(|l| l.confidence != "exact").count();
+    let not_exact = lines.iter().filter(|l| l.confidence != ConfidenceLevel::Exact).count();
     Ok(Showback {
         periods: items.iter().map(|p| p.period.clone()).collect(),
         period,
         department,
         departments,
-        state: ledger.as_ref().map(|l| l.state.clone()).unwrap_or_default(),
+        state: ledger.as_ref().map(|l| l.state.as_str().to_string()).unwrap_or_default(),
         hash: ledger.as_ref().and_then(|l| l.hash.clone()),
         currency,
         total,
@@ -367,7 +368,7 @@ fn ShowbackView(sb: Showback) -> impl IntoView {
                                         view! { <a href=href>{name.clone()}</a> }.into_any()
                                     }}</td>
                                     <td class="num">{format!("{} {}", grouped(amount), cur)}</td>
-                                    <td><Confidence level=conf.clone() /></td>
+                                    <td><Confidence level=*conf /></td>
                                 </tr>
                             }
                         }).collect_view()}</tbody>
@@ -403,7 +404,7 @@ fn ShowbackView(sb: Showback) -> impl IntoView {
                                         <td class="num">{hours(&u.idle_gpu_hours)}</td>
                                     }.into_any()
                                 }}
-                                <td><Confidence level=u.confidence.clone() /></td>
+                                <td><Confidence level=u.confidence /></td>
                             </tr>
                         }).collect_view()}</tbody>
                     </table>
@@ -478,7 +479,7 @@ fn InferencePanel(
                                 <td class="num">{hours(&t.gpu_hours)}</td>
                                 <td class="num">{or_dash(&t.tokens_per_gpu_hour)}</td>
                                 <td class="num">{ms(&t.mean_ttft_ms)}</td>
-                                <td><Confidence level=t.confidence.clone() reason=t.confidence_reason.clone() /></td>
+                                <td><Confidence level=t.confidence reason=t.confidence_reason.clone() /></td>
                             </tr>
                         }).collect_view()}</tbody>
                     </table>
@@ -496,7 +497,7 @@ fn InferencePanel(
                             <td class="num">{count(e.tokens)}</td>
                             <td class="num">{or_dash(&e.tokens_per_gpu_hour)}</td>
                             <td class="num">{ms(&e.mean_ttft_ms)}</td>
-                            <td><Confidence level=e.confidence.clone() /></td>
+                            <td><Confidence level=e.confidence /></td>
                         </tr>
                     }).collect_view()}</tbody>
                 </table>
@@ -575,14 +576,14 @@ pub fn TenantPage() -> impl IntoView {
                 .map(|v| v.sessions)
                 .unwrap_or_default();
         let can_dispute = session.roles.iter().any(|r| r == "department_manager" || r == "finance" || r == "admin")
-            && ledger.state == "closed";
+            && ledger.state == PeriodState::Closed;
         Ok(TenantView {
             tenant: lines.first().map(|l| l.tenant.clone()).unwrap_or_default(),
             tenant_id: id,
             period,
             currency: ledger.currency.clone().unwrap_or_default(),
             total: ledger.total.clone(),
-            state: ledger.state.clone(),
+            state: ledger.state.as_str().to_string(),
             lines,
             evidence,
             class,
@@ -643,10 +644,10 @@ fn TenantDetail(t: TenantView) -> impl IntoView {
                                 {t.can_dispute.then(|| view! {
                                     <td><input type="checkbox" name="line" value=id.clone() aria-label=format!("dispute {id}") /></td>
                                 })}
-                                <td>{l.term.clone()}</td>
+                                <td>{l.term.as_str()}</td>
                                 <td>{l.gpu_class.clone()}</td>
                                 <td class="num">{grouped(&l.amount)}</td>
-                                <td><Confidence level=l.confidence.clone() /></td>
+                                <td><Confidence level=l.confidence /></td>
                                 <td class="explanation">{l.explanation.clone()}<br /><small class="muted">{id.clone()}</small></td>
                             </tr>
                         }
@@ -673,19 +674,28 @@ fn TenantDetail(t: TenantView) -> impl IntoView {
                     <th class="num"><a href=sort_link("fraction")>"GPUs"</a></th><th>"Confidence"</th>
                 </tr></thead>
                 <tbody>{allocations.iter().map(|a| {
-                    let d = a.detail.clone().unwrap_or_default();
-                    let devices = d.device_ids.join(", ");
-                    let profile = d.profile.clone().unwrap_or_default();
+                    let (holder_kind, holder, cluster, namespace, node, devices, profile) = match &a.detail {
+                        Some(d) => (
+                            d.holder_kind.clone(),
+                            d.holder.clone(),
+                            d.cluster.clone(),
+                            d.namespace.clone(),
+                            d.node.clone().unwrap_or_default(),
+                            d.device_ids.join(", "),
+                            d.profile.clone().unwrap_or_default(),
+                        ),
+                        None => Default::default(),
+                    };
                     view! {
                         <tr>
-                            <td>{format!("{} {}", d.holder_kind, d.holder)}<br /><small class="muted">{d.cluster.clone()}</small></td>
-                            <td>{d.namespace.clone()}</td>
-                            <td>{d.node.clone().unwrap_or_default()}</td>
+                            <td>{format!("{holder_kind} {holder}")}<br /><small class="muted">{cluster}</small></td>
+                            <td>{namespace}</td>
+                            <td>{node}</td>
                             <td><small>{devices}</small>{(!profile.is_empty()).then(|| view! { <br /><small>{profile.clone()}</small> })}</td>
                             <td>{when(&a.start)}</td>
                             <td>{match &a.end { None => view! { "running" }.into_any(), Some(e) => when(e) }}</td>
                             <td class="num">{a.fraction.clone()}</td>
-                            <td><Confidence level=a.confidence.clone() /></td>
+                            <td><Confidence level=a.confidence /></td>
                         </tr>
                     }
                 }).collect_view()}</tbody>
@@ -715,7 +725,7 @@ fn TenantDetail(t: TenantView) -> impl IntoView {
                                 <td class="num">{ms(&x.mean_ttft_ms)}</td>
                                 <td class="num">{hours(&x.gpu_hours)}</td>
                                 <td class="num">{x.cost.as_deref().map_or_else(|| "—".to_string(), |c| format!("{} {}", grouped(c), t.currency))}</td>
-                                <td><Confidence level=x.confidence.clone() reason="Modeled: the tenant's service line is shared by weighted tokens and its GPU lines by GPU-hours at their average rate; energy, overhead and credits are not apportioned.".to_string() /></td>
+                                <td><Confidence level=x.confidence reason="Modeled: the tenant's service line is shared by weighted tokens and its GPU lines by GPU-hours at their average rate; energy, overhead and credits are not apportioned.".to_string() /></td>
                             </tr>
                         }).collect_view()}</tbody>
                     </table>

@@ -264,27 +264,26 @@ pub fn when_or(raw: Option<&str>, none: &str) -> AnyView {
 /// The mark next to a figure that is not exact, with its reason one click away (`<details>`, no script).
 #[component]
 pub fn Confidence(
-    /// `exact`, `modeled` or `estimated`.
-    level: String,
+    /// How exact the figure is.
+    level: gpuledger_api::states::Confidence,
     /// Why, when the answer says (else the level's general explanation).
     #[prop(optional)]
     reason: Option<String>,
 ) -> impl IntoView {
-    let general = match level.as_str() {
-        "modeled" => {
+    use gpuledger_api::states::Confidence as Level;
+    let general = match level {
+        Level::Modeled => {
             "Modeled: derived by a documented rule (e.g. a time-sliced share, an endpoint split by weighted tokens), not measured per workload."
         }
-        "estimated" => {
+        Level::Estimated => {
             "Estimated: part of the data is missing (an agent gap, an end time not yet observed); the figure is the best estimate and may be corrected after close."
         }
-        _ => "",
+        Level::Exact => return view! { <span class="conf exact" title="exact">""</span> }.into_any(),
     };
-    if level == "exact" || level.is_empty() {
-        return view! { <span class="conf exact" title="exact">""</span> }.into_any();
-    }
+    let level = level.as_str();
     view! {
         <details class=format!("conf {level}")>
-            <summary>{level.clone()}</summary>
+            <summary>{level}</summary>
             <p>{reason.unwrap_or_else(|| general.to_string())}</p>
         </details>
     }

@@ -5,6 +5,8 @@ use gpuledger_api::{
     close::Findings,
     disputes::{DisputeDetail as Dispute, DisputePage},
     ledger::Ledger,
+    params::DisputeState,
+    states::{AdjustmentState, FindingKind, PeriodState},
 };
 use leptos::prelude::*;
 use leptos_meta::Title;
@@ -64,7 +66,7 @@ pub fn DisputesPage() -> impl IntoView {
                                         <tr>
                                             <td><a href=format!("/disputes/{}", d.number)>{format!("#{}", d.number)}</a></td>
                                             <td>{d.period.clone()}</td>
-                                            <td>{d.state.clone()}</td>
+                                            <td>{d.state.as_str()}</td>
                                             <td>{d.credit_state.clone().unwrap_or_default()}</td>
                                             <td class="num">{format!("{} {}", grouped(d.disputed_amount.as_deref().unwrap_or_default()), d.currency.clone().unwrap_or_default())}</td>
                                             <td>{d.opened_by.clone()}</td>
@@ -113,11 +115,11 @@ pub fn DisputePage() -> impl IntoView {
 #[component]
 fn DisputeDetail(session: SessionView, d: Dispute) -> impl IntoView {
     let number = d.dispute.number.to_string();
-    let open = d.dispute.state == "open";
+    let open = d.dispute.state == DisputeState::Open;
     let decides = session.has("finance") || session.has("admin");
     let approves = session.has("finance");
     let participates = decides || session.has("department_manager");
-    let credit_pending = d.credit.as_ref().is_some_and(|c| c.state == "pending_approval");
+    let credit_pending = d.credit.as_ref().is_some_and(|c| c.state == AdjustmentState::PendingApproval);
     let action = |what: &str| format!("/ui/disputes/{number}/{what}");
     let csrf = session.csrf.clone();
     let (lines, events, credit) = (d.lines.clone(), d.events.clone(), d.credit.clone());
@@ -127,7 +129,7 @@ fn DisputeDetail(session: SessionView, d: Dispute) -> impl IntoView {
             <p><a href="/disputes">"← Disputes"</a></p>
             <h1>{format!("Dispute #{number}")}</h1>
             <dl>
-                <dt>"State"</dt><dd id="dispute-state">{d.state.clone()}</dd>
+                <dt>"State"</dt><dd id="dispute-state">{d.state.as_str()}</dd>
                 <dt>"Month"</dt><dd>{d.period.clone()}</dd>
                 <dt>"Opened"</dt><dd>{when(&d.opened_at)} " by " {d.opened_by.clone()}</dd>
                 <dt>"Reason"</dt><dd>{d.reason.clone()}</dd>
@@ -143,15 +145,15 @@ fn DisputeDetail(session: SessionView, d: Dispute) -> impl IntoView {
             <h2>"Disputed lines"</h2>
             <table class="lines"><thead><tr><th>"Tenant"</th><th>"Term"</th><th class="num">"Amount"</th><th>"Confidence"</th><th>"Explanation"</th></tr></thead>
                 <tbody>{lines.iter().map(|l| view! {
-                    <tr><td>{l.tenant.clone()}</td><td>{l.term.clone()}</td><td class="num">{grouped(&l.amount)}</td>
-                        <td><Confidence level=l.confidence.clone() /></td><td>{l.explanation.clone()}</td></tr>
+                    <tr><td>{l.tenant.clone()}</td><td>{l.term.as_str()}</td><td class="num">{grouped(&l.amount)}</td>
+                        <td><Confidence level=l.confidence /></td><td>{l.explanation.clone()}</td></tr>
                 }).collect_view()}</tbody>
             </table>
         </section>
         <section class="panel">
             <h2>"History"</h2>
             <ol class="thread">{events.iter().map(|e| view! {
-                <li><strong>{e.action.clone()}</strong> " · " {e.actor.clone()} " · " {when(&e.at)}
+                <li><strong>{e.action.as_str()}</strong> " · " {e.actor.clone()} " · " {when(&e.at)}
                     {let b = e.body.clone(); (!b.is_empty()).then(|| view! { <p>{b.clone()}</p> })}</li>
             }).collect_view()}</ol>
             {(open && participates).then(|| view! {
@@ -198,8 +200,8 @@ fn DisputeDetail(session: SessionView, d: Dispute) -> impl IntoView {
 
 /// A finding's reason for people, with the first allocations it names (at most three, then how many more); an
 /// agent gap says whether what it dropped came back.
-fn finding_why(kind: &str, details: &serde_json::Value) -> String {
-    if kind == "agent_gap" {
+fn finding_why(kind: FindingKind, details: &serde_json::Value) -> String {
+    if kind == FindingKind::AgentGap {
         return gap_why(details);
     }
     let reason = details["reason"].as_str().unwrap_or_default().to_string();
@@ -288,7 +290,7 @@ pub fn ClosePage() -> impl IntoView {
                     let needs_ack = findings.as_ref().map(|f| f.needs_acknowledgement.clone()).unwrap_or_default();
                     let acks = findings.as_ref().map(|f| f.acknowledgements.clone()).unwrap_or_default();
                     let finding_counts = findings.map(|f| f.by_kind).unwrap_or_default();
-                    let closed = ledger.state == "closed";
+                    let closed = ledger.state == PeriodState::Closed;
                     let cur = ledger.currency.clone().unwrap_or_default();
                     let total = ledger.total.clone();
                     let prev_total = before.as_ref().map(|b| b.total.clone()).unwrap_or_default();
@@ -298,7 +300,7 @@ pub fn ClosePage() -> impl IntoView {
                             <p><a href="/finance">"← Months"</a></p>
                             <h1>{format!("Close {period}")}</h1>
                             <dl>
-                                <dt>"State"</dt><dd id="period-state">{ledger.state.clone()}</dd>
+                                <dt>"State"</dt><dd id="period-state">{ledger.state.as_str()}</dd>
                                 <dt>"Total"</dt><dd>{format!("{} {cur}", grouped(&total))}</dd>
                                 <dt>{format!("Total {previous}")}</dt><dd>{format!("{} {cur}", grouped(&prev_total))}</dd>
                                 <dt>"Policy version"</dt><dd>{ledger.policy_version.map(|v| v.to_string()).unwrap_or_default()}</dd>
@@ -315,7 +317,7 @@ pub fn ClosePage() -> impl IntoView {
                                     <p>{finding_counts.iter().map(|(k, n)| format!("{k}: {n}")).collect::<Vec<_>>().join(" · ")}</p>
                                     <table class="findings"><thead><tr><th>"Kind"</th><th>"Cluster"</th><th>"Subject"</th><th>"From"</th><th>"To"</th><th>"Why"</th><th>"What to do"</th></tr></thead>
                                     <tbody>{finding_rows.iter().map(|f| view! {
-                                        <tr><td>{f.kind.clone()}</td><td>{f.cluster.clone()}</td><td>{f.subject.clone()}</td><td>{when(f.from.as_deref().unwrap_or_default())}</td><td>{when(f.to.as_deref().unwrap_or_default())}</td><td>{finding_why(&f.kind, &f.details)}</td><td>{f.fix.clone().unwrap_or_default()}</td></tr>
+                                        <tr><td>{f.kind.as_str()}</td><td>{f.cluster.clone()}</td><td>{f.subject.clone()}</td><td>{when(f.from.as_deref().unwrap_or_default())}</td><td>{when(f.to.as_deref().unwrap_or_default())}</td><td>{finding_why(f.kind, &f.details)}</td><td>{f.fix.clone().unwrap_or_default()}</td></tr>
                                     }).collect_view()}</tbody></table>
                                 }.into_any()
                             }}

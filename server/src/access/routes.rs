@@ -14,13 +14,15 @@ use axum::{
 use gpuledger_api::{
     auth::{
         AuditLog, AuditRecord, Me, Organization, Provider, ProviderBody, ProviderSettings, RoleMapping, RoleMappings,
-        RoleMappingsBody,
+        RoleMappingsBody, RoleName,
     },
     params::{AuditParams, TokenUse},
+    states::CallerKind,
 };
 use gpuledger_core::ids::{DepartmentId, OrgId};
 use serde::Deserialize;
 use serde_json::{Value, json};
+use sqlx::types::Text;
 use time::OffsetDateTime;
 use uuid::Uuid;
 
@@ -452,15 +454,15 @@ async fn me(State(state): State<AppState>, headers: HeaderMap) -> Result<Json<Me
         .await?;
     tx.commit_quiet().await?;
     let (kind, roles, csrf) = match &p.actor {
-        Actor::Token { scope, .. } => ("token", vec![scope.db_name().to_string()], None),
+        Actor::Token { scope, .. } => (CallerKind::Token, vec![scope.db_name().to_string()], None),
         Actor::User { roles, csrf, .. } => {
-            ("user", roles.iter().map(|r| r.as_str().to_string()).collect(), Some(csrf.clone()))
+            (CallerKind::User, roles.iter().map(|r| r.as_str().to_string()).collect(), Some(csrf.clone()))
         }
     };
     Ok(Json(Me {
         organization: Organization { slug, name },
         actor: p.actor(),
-        kind: kind.to_string(),
+        kind,
         roles,
         departments: p.departments.is_some().then_some(departments),
         csrf_token: csrf,
@@ -596,7 +598,7 @@ async fn get_mappings(State(state): State<AppState>, p: Caller<Administer>) -> R
 async fn role_mappings(state: &AppState, p: &crate::auth::Principal) -> Result<RoleMappings, AppError> {
     let mut tx = p.begin(&state.db).await?;
     let org = tx.org().as_uuid();
-    let rows: Vec<(String, String, Option<String>)> = sqlx::query_as(
+    let rows: Vec<(String, Text<RoleName>, Option<String>)> = sqlx::query_as(
         "SELECT m.group_name, m.role, d.name FROM role_mappings m
            LEFT JOIN departments d ON d.org_id = m.org_id AND d.department_id = m.department_id
           WHERE m.org_id = $1
@@ -606,7 +608,8 @@ async fn role_mappings(state: &AppState, p: &crate::auth::Principal) -> Result<R
     .fetch_all(tx.conn())
     .await?;
     tx.commit().await?;
-    let mappings = rows.into_iter().map(|(group, role, department)| RoleMapping { group, role, department }).collect();
+    let mappings =
+        rows.into_iter().map(|(group, Text(role), department)| RoleMapping { group, role, department }).collect();
     Ok(RoleMappings { mappings })
 }
 

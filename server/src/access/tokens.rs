@@ -141,7 +141,7 @@ pub async fn create_for(
     Ok(CreatedToken {
         token_id: token_id.to_string(),
         name: name.to_string(),
-        scope: scope.db_name().to_string(),
+        scope: scope.contract(),
         token,
         expires_at: expires_at.map(rfc3339),
     })
@@ -161,8 +161,8 @@ pub struct TokenInfo {
     pub token_id: Uuid,
     /// What it is for.
     pub name: String,
-    /// admin, export, agent, join.
-    pub scope: String,
+    /// admin, export, agent, join (an unknown one from the database fails the query).
+    pub scope: sqlx::types::Text<gpuledger_api::states::TokenScope>,
     /// The cluster of agent and join tokens.
     pub cluster: Option<String>,
     /// Departments of a limited export token.
@@ -184,7 +184,7 @@ impl From<TokenInfo> for gpuledger_api::auth::TokenInfo {
         Self {
             token_id: t.token_id.to_string(),
             name: t.name,
-            scope: t.scope,
+            scope: t.scope.0,
             cluster: t.cluster,
             departments: t.departments,
             created_by: t.created_by,

@@ -248,7 +248,7 @@ pub(crate) async fn answer(
             tokens_per_gpu_hour: opt(&t.tokens_per_gpu_hour, 0)?,
             output_tokens_per_gpu_hour: opt(&t.output_tokens_per_gpu_hour, 0)?,
             mean_ttft_ms: opt(&t.mean_ttft_ms, 0)?,
-            confidence: t.confidence.as_str().into(),
+            confidence: t.confidence.into(),
             confidence_reason: reason,
         });
     }
@@ -267,7 +267,7 @@ pub(crate) async fn answer(
                     tokens: e.tokens,
                     tokens_per_gpu_hour: opt(&e.tokens_per_gpu_hour, 0)?,
                     mean_ttft_ms: opt(&e.mean_ttft_ms, 0)?,
-                    confidence: e.confidence.as_str().into(),
+                    confidence: e.confidence.into(),
                 })
             })
             .collect::<Result<Vec<_>, AppError>>()?

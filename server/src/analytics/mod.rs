@@ -420,7 +420,7 @@ fn tenant_json(t: &TenantUtilization, names: &HashMap<Uuid, String>) -> Result<a
         active_equivalent_gpu_hours: hours(&t.active_equivalent_gpu_hours)?,
         observed_gpu_hours: hours(&t.observed_gpu_hours)?,
         idle_gpu_hours: hours(&t.idle_gpu_hours)?,
-        confidence: t.confidence.as_str().into(),
+        confidence: t.confidence.into(),
     })
 }
 
@@ -553,7 +553,7 @@ fn allocation_json(
         idle_gpu_hours: hours(&row.idle_gpu_hours)?,
         idle: row.idle,
         idle_stretches,
-        confidence: row.confidence.as_str().into(),
+        confidence: row.confidence.into(),
         not_measured,
     })
 }

@@ -106,19 +106,20 @@ pub(super) async fn sessions(
     .fetch_all(tx.conn())
     .await?;
     // The tenant's lines of the month, and the policy's token weights, as the ledger has them.
-    let (lines, policy) = if crate::store::period_state(&mut tx, period).await? == "closed" {
-        let b = crate::store::stored_bundle(&mut tx, period)
-            .await?
-            .ok_or_else(|| AppError::Internal("closed period without bundle".into()))?;
-        (b.lines, Some(b.inputs.policy))
-    } else {
-        match crate::close::preview(&mut tx, period).await {
-            Ok(p) => (p.ledger.lines, Some(p.input.policy)),
-            // No approved policy yet: work and hours, no cost.
-            Err(AppError::Conflict(_)) => (Vec::new(), None),
-            Err(e) => return Err(e),
-        }
-    };
+    let (lines, policy) =
+        if crate::store::period_state(&mut tx, period).await? == gpuledger_api::states::PeriodState::Closed {
+            let b = crate::store::stored_bundle(&mut tx, period)
+                .await?
+                .ok_or_else(|| AppError::Internal("closed period without bundle".into()))?;
+            (b.lines, Some(b.inputs.policy))
+        } else {
+            match crate::close::preview(&mut tx, period).await {
+                Ok(p) => (p.ledger.lines, Some(p.input.policy)),
+                // No approved policy yet: work and hours, no cost.
+                Err(AppError::Conflict(_)) => (Vec::new(), None),
+                Err(e) => return Err(e),
+            }
+        };
     tx.commit().await?;
 
     let mut owners: BTreeMap<Uuid, Vec<(OffsetDateTime, Option<OffsetDateTime>, Uuid)>> = BTreeMap::new();
@@ -223,7 +224,7 @@ pub(super) async fn sessions(
                 allocations: s.allocations,
                 gpu_hours: dec(&hours, 3)?,
                 cost: if lines.is_empty() { None } else { Some(dec(&cost, 2)?) },
-                confidence: "modeled".into(),
+                confidence: gpuledger_api::states::Confidence::Modeled,
             },
         ));
     }

@@ -87,6 +87,17 @@ impl Scope {
         }
     }
 
+    /// The scope as the contract answers it.
+    pub fn contract(&self) -> gpuledger_api::states::TokenScope {
+        use gpuledger_api::states::TokenScope as S;
+        match self {
+            Self::Admin => S::Admin,
+            Self::Export { .. } => S::Export,
+            Self::Agent { .. } => S::Agent,
+            Self::Join { .. } => S::Join,
+        }
+    }
+
     /// An export token of the whole organization.
     pub fn export() -> Self {
         Self::Export { departments: Vec::new() }

@@ -12,7 +12,10 @@
 
 use std::collections::HashMap;
 
-use gpuledger_api::foresight::{Forecast, ForecastRow, ForecastTotal};
+use gpuledger_api::{
+    foresight::{Forecast, ForecastRow, ForecastTotal},
+    states::{ForecastConfidence as Level, ForecastMethod as Method},
+};
 use gpuledger_core::{Period, decimal::Decimal, fraction::Fraction, ledger::compute as compute_ledger};
 use time::OffsetDateTime;
 use uuid::Uuid;
@@ -182,7 +185,7 @@ pub async fn compute(tx: &mut OrgTx, period: Period, now: OffsetDateTime) -> Res
         let so_far = to_date.0.get(&key).copied().unwrap_or(Decimal::ZERO);
         let rate = run_rate.0.get(&key).copied().unwrap_or(Decimal::ZERO).max(so_far);
         let (forecast, method, confidence, explanation) = if over {
-            (so_far, "final", "high", format!("{period} is over: its figure is final"))
+            (so_far, Method::Final, Level::High, format!("{period} is over: its figure is final"))
         } else {
             let pace = history.get(&key.0).and_then(|h| regular(h));
             match pace {
@@ -197,8 +200,8 @@ pub async fn compute(tx: &mut OrgTx, period: Period, now: OffsetDateTime) -> Res
                     .map_err(internal)?;
                     (
                         rate.max(at_pace),
-                        "run_rate+history",
-                        "high",
+                        Method::RunRateHistory,
+                        Level::High,
                         format!(
                             "to date {}; the allocations still open priced to the month's end give {}; the last three \
                              closed months were regular (mean {}), and at that pace the month ends at {}; the larger \
@@ -212,8 +215,8 @@ pub async fn compute(tx: &mut OrgTx, period: Period, now: OffsetDateTime) -> Res
                 }
                 None => (
                     rate,
-                    "run_rate",
-                    if elapsed < Fraction::new(1, 4).map_err(internal)? { "low" } else { "medium" },
+                    Method::RunRate,
+                    if elapsed < Fraction::new(1, 4).map_err(internal)? { Level::Low } else { Level::Medium },
                     format!(
                         "to date {}; the allocations still open priced to the month's end give {} (no regular history \
                          of three closed months to add new work by)",
@@ -233,8 +236,8 @@ pub async fn compute(tx: &mut OrgTx, period: Period, now: OffsetDateTime) -> Res
             forecast: money(&forecast)?,
             budget: budget.as_ref().map(money).transpose()?,
             over_budget: budget.is_some_and(|b| forecast > b),
-            method: method.into(),
-            confidence: confidence.into(),
+            method,
+            confidence,
             explanation,
         });
     }
@@ -253,8 +256,8 @@ pub async fn compute(tx: &mut OrgTx, period: Period, now: OffsetDateTime) -> Res
             forecast: money(&forecast)?,
             budget: budget.as_ref().map(money).transpose()?,
             over_budget: budget.is_some_and(|b| forecast > b),
-            method: if over { "final" } else { "run_rate" }.into(),
-            confidence: if over { "high" } else { "medium" }.into(),
+            method: if over { Method::Final } else { Method::RunRate },
+            confidence: if over { Level::High } else { Level::Medium },
             explanation: if over {
                 format!("{period} is over: its figure is final")
             } else {
@@ -369,8 +372,8 @@ mod tests {
             forecast: f.into(),
             budget: b.map(Into::into),
             over_budget: false,
-            method: "run_rate".into(),
-            confidence: "medium".into(),
+            method: gpuledger_api::states::ForecastMethod::RunRate,
+            confidence: gpuledger_api::states::ForecastConfidence::Medium,
             explanation: String::new(),
         };
         let t = total(&[row("1.10", "2.20", Some("5.00")), row("0.05", "3.00", None)]).unwrap();

@@ -127,7 +127,7 @@ async fn get_forecast(
     // The ledger is the organization's (overhead and quotas are shared out across departments): computed whole,
     // then cut to what the caller may see.
     let mut tx = state.db.begin_org(p.org).await?;
-    if crate::store::period_state(&mut tx, period).await? == "closed" {
+    if crate::store::period_state(&mut tx, period).await? == gpuledger_api::states::PeriodState::Closed {
         // A closed month's figures are read, never computed: stored by its close, or — closed before the read
         // model — from its bundle, once.
         tx.commit_quiet().await?;

@@ -16,6 +16,7 @@ use axum::{
 use gpuledger_api::{
     close::{CloseRequest, Finding, Findings, PeriodEntry, PeriodRecord, Periods},
     params::PeriodPath,
+    states::{FindingKind, PeriodState},
 };
 use gpuledger_core::{
     Period,
@@ -149,7 +150,7 @@ async fn findings_handler(
             0,
             Finding {
                 cluster,
-                kind: "unpriced".into(),
+                kind: FindingKind::Unpriced,
                 subject: if model.is_empty() { "unknown GPU model".into() } else { model },
                 from: Some(gpuledger_core::time_fmt::rfc3339(first)),
                 to: last.map(gpuledger_core::time_fmt::rfc3339),
@@ -164,7 +165,7 @@ async fn findings_handler(
         items.insert(0, f);
     }
     for f in bill.into_iter().rev() {
-        *by_kind.entry(f.kind.clone()).or_default() += 1;
+        *by_kind.entry(f.kind.as_str().to_string()).or_default() += 1;
         items.insert(0, f);
     }
     Ok(Json(Findings {
@@ -379,7 +380,7 @@ async fn list_periods(State(state): State<AppState>, p: Caller<ReadLedger>) -> R
     let org = tx.org().as_uuid();
     type Row = (
         Date,
-        String,
+        sqlx::types::Text<PeriodState>,
         Option<OffsetDateTime>,
         Option<String>,
         Option<i32>,
@@ -418,15 +419,19 @@ async fn list_periods(State(state): State<AppState>, p: Caller<ReadLedger>) -> R
             total: if scoped { None } else { r.7 },
             currency: r.8,
             previous_hash: r.9,
-            bundle: (r.1 == "closed").then(|| format!("/api/v1/periods/{period}/bundle")),
+            bundle: (r.1.0 == PeriodState::Closed).then(|| format!("/api/v1/periods/{period}/bundle")),
         };
-        known.insert(period, PeriodEntry { period: period.to_string(), state: r.1, record: Some(record) });
+        known.insert(period, PeriodEntry { period: period.to_string(), state: r.1.0, record: Some(record) });
     }
     if let Some(f) = first {
         let mut m = Period::from_date(f)?;
         while m <= current {
             // A month nothing was recorded of: its period and state only.
-            known.entry(m).or_insert_with(|| PeriodEntry { period: m.to_string(), state: "open".into(), record: None });
+            known.entry(m).or_insert_with(|| PeriodEntry {
+                period: m.to_string(),
+                state: PeriodState::Open,
+                record: None,
+            });
             m = m.next()?;
         }
     }

@@ -576,7 +576,7 @@ pub(crate) async fn soft_overcommit(
             let capacity = o.capacity.to_decimal_string(0).unwrap_or_else(|_| o.capacity.to_string());
             gpuledger_api::close::Finding {
                 cluster,
-                kind: "overcommit".into(),
+                kind: gpuledger_api::states::FindingKind::Overcommit,
                 subject: pool.clone(),
                 from: Some(gpuledger_core::time_fmt::rfc3339(o.start)),
                 to: Some(gpuledger_core::time_fmt::rfc3339(o.end)),

@@ -142,7 +142,7 @@ pub async fn import_bill(
 
     let mut tx = p.begin(&state.db).await?;
     let month_state = crate::store::period_state(&mut tx, period).await?;
-    if month_state != "open" {
+    if month_state != gpuledger_api::states::PeriodState::Open {
         return Err(AppError::refused(
             "period",
             format!("{period} is {month_state}: a closed month's costs never change (a correction comes as late data)"),
@@ -294,7 +294,7 @@ pub async fn load(tx: &mut crate::db::OrgTx, period: Period) -> Result<Option<Co
                     && findings.len() < SHOWN_FINDINGS
                 {
                     findings.push(CostFinding {
-                        kind: "unclaimed_vm".into(),
+                        kind: gpuledger_api::costs::CostFindingKind::UnclaimedVm,
                         subject: id.clone(),
                         detail: format!(
                             "{} {} of {} ({} bill lines) for a virtual machine no GPU node of {period} names",
@@ -324,7 +324,7 @@ pub async fn load(tx: &mut crate::db::OrgTx, period: Period) -> Result<Option<Co
         missing += 1;
         if missing <= SHOWN_FINDINGS {
             findings.push(CostFinding {
-                kind: "node_without_bill_line".into(),
+                kind: gpuledger_api::costs::CostFindingKind::NodeWithoutBillLine,
                 subject: format!("{}/{}", n.cluster, n.name),
                 detail: format!(
                     "GPU node {}/{} ({}) ran in {period} but the imported bill has no line for it",
@@ -387,7 +387,7 @@ pub async fn findings(
     if let Some(reason) = bill_missing(tx, period, policy.as_ref()).await? {
         out.push(gpuledger_api::close::Finding {
             cluster: String::new(),
-            kind: "cloud_bill_missing".into(),
+            kind: gpuledger_api::states::FindingKind::CloudBillMissing,
             subject: period.to_string(),
             from: None,
             to: None,
@@ -400,13 +400,15 @@ pub async fn findings(
     }
     if let Some(import) = load(tx, period).await? {
         for f in import.findings {
-            let cluster = match f.kind.as_str() {
-                "node_without_bill_line" => f.subject.split('/').next().unwrap_or_default().to_string(),
-                _ => String::new(),
+            let cluster = match f.kind {
+                gpuledger_api::costs::CostFindingKind::NodeWithoutBillLine => {
+                    f.subject.split('/').next().unwrap_or_default().to_string()
+                }
+                gpuledger_api::costs::CostFindingKind::UnclaimedVm => String::new(),
             };
             out.push(gpuledger_api::close::Finding {
                 cluster,
-                kind: f.kind,
+                kind: f.kind.into(),
                 subject: f.subject,
                 from: None,
                 to: None,

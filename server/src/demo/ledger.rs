@@ -110,7 +110,7 @@ pub async fn approve_and_close(
         let mut tx = db.begin_org(org).await?;
         let state = period_state(&mut tx, p).await?;
         tx.commit().await?;
-        if state != "closed" {
+        if state != gpuledger_api::states::PeriodState::Closed {
             // Closed now, after the history was written: a close stamped with the demo's start would take every fact
             // written since for a late one, and each refresh of the open month would recompute the closed month.
             let at = now.max(OffsetDateTime::now_utc());

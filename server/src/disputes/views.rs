@@ -1,8 +1,14 @@
 //! The rows the disputes API reads (a dispute as listed, its lines, events and credit), and how each becomes the
-//! contract's answer type (IDs and times as strings).
+//! contract's answer type (IDs and times as strings). States, terms and actions are read as the contract's enums
+//! ([`Text`]): a value the contract does not name fails the query (an internal error), never a guessed value.
 
-use gpuledger_api::disputes as api;
+use gpuledger_api::{
+    disputes as api,
+    params::{DisputeState, Term},
+    states::{AdjustmentState, Confidence, DisputeAction},
+};
 use serde_json::Value;
+use sqlx::types::Text;
 use time::OffsetDateTime;
 use uuid::Uuid;
 
@@ -18,7 +24,7 @@ pub struct SummaryRow {
     /// The disputed lines.
     pub line_ids: Vec<String>,
     /// `open`, `accepted` or `rejected`.
-    pub state: String,
+    pub state: Text<DisputeState>,
     /// Why it was opened.
     pub reason: String,
     /// Who opened it.
@@ -59,7 +65,7 @@ pub struct LineRow {
     /// Tenant name.
     pub tenant: String,
     /// Charge term.
-    pub term: String,
+    pub term: Text<Term>,
     /// GPU class.
     pub gpu_class: String,
     /// Quantity.
@@ -73,7 +79,7 @@ pub struct LineRow {
     /// Currency.
     pub currency: String,
     /// `exact`, `modeled` or `estimated`.
-    pub confidence: String,
+    pub confidence: Text<Confidence>,
     /// One sentence with its numbers.
     pub explanation: String,
 }
@@ -88,7 +94,7 @@ pub struct EventRow {
     /// Who.
     pub actor: String,
     /// `opened`, `commented`, `accepted`, `rejected`, `credit_approved` or `credit_rejected`.
-    pub action: String,
+    pub action: Text<DisputeAction>,
     /// Why (the reason or the comment).
     pub body: String,
     /// What else changed.
@@ -101,7 +107,7 @@ pub struct CreditRow {
     /// The adjustment's ID.
     pub id: Uuid,
     /// `pending_approval`, `approved`, `applied` or `rejected`.
-    pub state: String,
+    pub state: Text<AdjustmentState>,
     /// Signed amount (negative: a credit).
     pub amount: String,
     /// Currency.
@@ -139,7 +145,7 @@ impl From<SummaryRow> for api::DisputeSummary {
             number: r.number,
             period: r.period,
             line_ids: r.line_ids,
-            state: r.state,
+            state: r.state.0,
             reason: r.reason,
             opened_by: r.opened_by,
             opened_at: rfc3339(r.opened_at),
@@ -164,14 +170,14 @@ impl From<LineRow> for api::DisputedLine {
             department: r.department,
             tenant_id: r.tenant_id.map(|t| t.to_string()),
             tenant: r.tenant,
-            term: r.term,
+            term: r.term.0,
             gpu_class: r.gpu_class,
             quantity: r.quantity,
             unit: r.unit,
             rate: r.rate,
             amount: r.amount,
             currency: r.currency,
-            confidence: r.confidence,
+            confidence: r.confidence.0,
             explanation: r.explanation,
         }
     }
@@ -183,7 +189,7 @@ impl From<EventRow> for api::DisputeEvent {
             id: r.id.to_string(),
             at: rfc3339(r.at),
             actor: r.actor,
-            action: r.action,
+            action: r.action.0,
             body: r.body,
             details: r.details,
         }
@@ -194,7 +200,7 @@ impl From<CreditRow> for api::Credit {
     fn from(r: CreditRow) -> Self {
         Self {
             id: r.id.to_string(),
-            state: r.state,
+            state: r.state.0,
             amount: r.amount,
             currency: r.currency,
             tenant_id: r.tenant_id.map(|t| t.to_string()),

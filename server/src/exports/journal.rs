@@ -243,13 +243,13 @@ pub(super) async fn journal_csv(
     let month_state = crate::store::period_state(&mut tx, period).await?;
     let (_, end) = crate::ledger::bounds(&mut tx, period).await?;
     tx.commit_quiet().await?;
-    if month_state != "closed" {
+    if month_state != gpuledger_api::states::PeriodState::Closed {
         let why = if end > time::OffsetDateTime::now_utc() {
             format!(
                 "{period} has not ended yet; it can be closed from {}, and its journal read then",
                 gpuledger_core::time_fmt::rfc3339(end)
             )
-        } else if month_state == "closing" {
+        } else if month_state == gpuledger_api::states::PeriodState::Closing {
             format!("{period} is being closed: read its journal once the close has finished")
         } else {
             format!(

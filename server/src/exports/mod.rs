@@ -396,7 +396,7 @@ async fn ledger_csv(
 ) -> Result<Response, AppError> {
     let f = CsvFilter::new(q.period, q.department, q.tenant);
     let mut tx = p.begin(&state.db).await?;
-    let closed = period_state(&mut tx, f.period).await? == "closed";
+    let closed = period_state(&mut tx, f.period).await? == gpuledger_api::states::PeriodState::Closed;
     tx.commit().await?;
     if closed {
         let body = table_body(&state, &p, &f, &sources::LEDGER_LINES, "ledger").await?;

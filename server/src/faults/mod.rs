@@ -15,7 +15,7 @@ use axum::{
     extract::State,
     routing::{get, post},
 };
-use gpuledger_api::faults::{FaultCredit, FaultCreditDecision, FaultCredits, FaultCreditsParams};
+use gpuledger_api::faults::{FaultCredit, FaultCreditDecision, FaultCreditState, FaultCredits, FaultCreditsParams};
 use gpuledger_core::{
     Fraction, Period,
     decimal::Decimal,
@@ -126,8 +126,8 @@ async fn proposals(
     let mut wanted: Vec<String> = by_device.keys().map(|(_, g)| g.clone()).collect();
     wanted.extend(parents.iter().filter(|(_, p)| by_device.keys().any(|(_, g)| g == *p)).map(|(m, _)| m.clone()));
     let allocations = store::allocations_on(tx, &wanted, start, end).await?;
-    let decided: HashMap<(String, String), (String, Option<Uuid>)> =
-        store::decisions(tx).await?.into_iter().map(|(f, a, d, adj)| ((f, a), (d, adj))).collect();
+    let decided: HashMap<(String, String), (FaultCreditState, Option<Uuid>)> =
+        store::decisions(tx).await?.into_iter().map(|(f, a, d, adj)| ((f, a), (d.0, adj))).collect();
     let grace = Duration::minutes(i64::from(policy.faults.grace_minutes));
     let mut out = Vec::new();
     for ((cluster_id, gpu), (cluster, node, events)) in &by_device {
@@ -161,11 +161,11 @@ async fn proposals(
                 let provisional = outage.recovered_at.is_none_or(|r| r > now) && a.ended_at.is_none_or(|e| e > now);
                 let key = format!("{cluster}/{}", a.allocation_id);
                 let (state, adjustment) = match decided.get(&(outage.fault.event_id.clone(), key.clone())) {
-                    Some((d, adj)) => (d.clone(), adj.map(|u| u.to_string())),
+                    Some((d, adj)) => (*d, adj.map(|u| u.to_string())),
                     None if policy.faults.auto_propose && rate.is_some() && a.tenant_id.is_some() => {
-                        ("proposed".into(), None)
+                        (FaultCreditState::Proposed, None)
                     }
-                    None => ("listed".into(), None),
+                    None => (FaultCreditState::Listed, None),
                 };
                 let description = match (outage.fault.kind, outage.fault.xid) {
                     (DeviceFaultKind::Xid, Some(x)) => {
@@ -266,7 +266,7 @@ pub async fn decide(
         ));
     };
     let verb = if approve { "approve" } else { "reject" };
-    if proposal.answer.state != "proposed" {
+    if proposal.answer.state != FaultCreditState::Proposed {
         return Err(AppError::refused(
             "fault_event_id",
             format!("this credit is {}: only a proposed credit can be {verb}d", proposal.answer.state),
@@ -347,7 +347,7 @@ pub async fn decide(
     )
     .await?;
     tx.commit().await?;
-    proposal.answer.state = if approve { "approved".into() } else { "rejected".into() };
+    proposal.answer.state = if approve { FaultCreditState::Approved } else { FaultCreditState::Rejected };
     proposal.answer.adjustment_id = adjustment.map(|u| u.to_string());
     Ok(proposal.answer)
 }

@@ -1,6 +1,7 @@
 //! SQL of the fault credits: the device-fault facts (kept in `allocation_events` like every fact), the allocations on
 //! the faulted GPUs, and finance's decisions.
 
+use gpuledger_api::faults::FaultCreditState;
 use time::OffsetDateTime;
 use uuid::Uuid;
 
@@ -99,7 +100,9 @@ pub async fn allocations_on(
 }
 
 /// Finance's decision on one (fault, allocation): state, adjustment.
-pub async fn decisions(tx: &mut OrgTx) -> Result<Vec<(String, String, String, Option<Uuid>)>, DbError> {
+pub async fn decisions(
+    tx: &mut OrgTx,
+) -> Result<Vec<(String, String, sqlx::types::Text<FaultCreditState>, Option<Uuid>)>, DbError> {
     let org = tx.org().as_uuid();
     Ok(sqlx::query_as(
         "SELECT fault_event_id, allocation_key, decision, adjustment_id FROM fault_credit_decisions WHERE org_id = $1",

@@ -161,7 +161,7 @@ pub(super) async fn evidence(
     // One transaction for the usual read (a closed, indexed month): its state, the index's head, the page and its
     // details.
     let mut tx = state.db.begin_org(p.org).await?;
-    let closed = crate::store::period_state(&mut tx, period).await? == "closed";
+    let closed = crate::store::period_state(&mut tx, period).await? == gpuledger_api::states::PeriodState::Closed;
     let mut head = if closed { store::evidence_head(&mut tx, period).await? } else { None };
     if closed && head.is_none() {
         // Closed before the index existed: built once from the bundle, then read like any other closed month. In a
@@ -281,7 +281,7 @@ pub(crate) fn answer(a: &AllocationRecord) -> EvidenceAllocation {
         fraction: String::from(a.fraction),
         start: rfc3339(a.start),
         end: a.end.map(rfc3339),
-        confidence: a.confidence.as_str().to_string(),
+        confidence: a.confidence.into(),
         devices: a.devices.clone(),
         endpoint: a.endpoint.clone(),
         detail: None,

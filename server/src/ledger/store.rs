@@ -2,7 +2,10 @@
 
 use super::bounds;
 use crate::{db::OrgTx, error::AppError};
-use gpuledger_api::close::EvidenceDetail;
+use gpuledger_api::{
+    close::EvidenceDetail,
+    states::{Confidence as ConfidenceAnswer, SharingModeName},
+};
 use gpuledger_core::{
     Confidence, Fraction, Period,
     bundle::sha256_hex,
@@ -15,6 +18,7 @@ use gpuledger_core::{
     policy::CostPolicy,
 };
 use serde_json::Value;
+use sqlx::types::Text;
 use std::collections::HashMap;
 use time::OffsetDateTime;
 use uuid::Uuid;
@@ -450,7 +454,7 @@ pub(crate) async fn evidence_details(
         Option<String>,
         Option<String>,
         Vec<String>,
-        String,
+        Text<SharingModeName>,
         Option<String>,
         Option<String>,
         String,
@@ -471,7 +475,7 @@ pub(crate) async fn evidence_details(
     .await?;
     Ok(rows
         .into_iter()
-        .map(|(key, kind, name, namespace, container, node, devices, mode, profile, model, cluster_name)| {
+        .map(|(key, kind, name, namespace, container, node, devices, Text(mode), profile, model, cluster_name)| {
             (
                 key,
                 EvidenceDetail {
@@ -668,7 +672,7 @@ pub(crate) async fn evidence_page(
         String,
         OffsetDateTime,
         Option<OffsetDateTime>,
-        String,
+        Text<ConfidenceAnswer>,
         sqlx::types::Json<Vec<String>>,
         Option<String>,
     );
@@ -689,7 +693,7 @@ pub(crate) async fn evidence_page(
     let rfc3339 = gpuledger_core::time_fmt::rfc3339;
     Ok(rows
         .into_iter()
-        .map(|(id, tenant, gpu_class, fraction, start, end, confidence, devices, endpoint)| {
+        .map(|(id, tenant, gpu_class, fraction, start, end, Text(confidence), devices, endpoint)| {
             gpuledger_api::close::EvidenceAllocation {
                 id,
                 tenant: tenant.map(|t| t.to_string()),

@@ -18,6 +18,7 @@ use gpuledger_api::{
     Items,
     foresight::{CreatedWebhook, Delivery, Webhook, WebhookBody, WebhookFormat},
     params::IdPath,
+    states::DeliveryState,
 };
 use serde_json::{Value, json};
 use time::OffsetDateTime;
@@ -215,7 +216,7 @@ pub(crate) async fn delivery_log(tx: &mut OrgTx, id: Uuid) -> Result<Vec<Deliver
     type Row = (
         Uuid,
         String,
-        String,
+        sqlx::types::Text<DeliveryState>,
         i32,
         Option<i32>,
         Option<String>,
@@ -237,9 +238,9 @@ pub(crate) async fn delivery_log(tx: &mut OrgTx, id: Uuid) -> Result<Vec<Deliver
         .into_iter()
         .map(|(id, event, state, attempts, status, error, created, delivered, next, payload)| Delivery {
             delivery_id: id.to_string(),
-            next_attempt_at: (state == "pending").then(|| gpuledger_core::time_fmt::rfc3339(next)),
+            next_attempt_at: (state.0 == DeliveryState::Pending).then(|| gpuledger_core::time_fmt::rfc3339(next)),
             event,
-            state,
+            state: state.0,
             attempts: u32::try_from(attempts).unwrap_or(0),
             last_status: status.and_then(|s| u16::try_from(s).ok()),
             last_error: error,

@@ -37,7 +37,7 @@ pub(crate) fn inputs() -> Vec<Inputs> {
 type SettingsRow = (
     String,
     String,
-    String,
+    sqlx::types::Text<gpuledger_api::states::OrgState>,
     Option<i32>,
     Option<i64>,
     Option<String>,
@@ -93,7 +93,7 @@ pub async fn load(tx: &mut OrgTx) -> Result<OrganizationSettings, AppError> {
         display_name: name,
         default_currency: currency.unwrap_or_else(|| "USD".into()),
         retention_months: retention.unwrap_or(84),
-        state,
+        state: state.0,
         limits: OrganizationLimits {
             rate_limit_per_minute: rate.map(i64::from),
             ingest_facts_per_day: ingest,
@@ -140,7 +140,7 @@ pub(crate) async fn save(
         return Err(AppError::refused("slug", format!("read-only: the organization's slug is {:?}", before.slug)));
     }
     if let Some(st) = &body.state
-        && st.as_str() != before.state
+        && st.as_str() != before.state.as_str()
     {
         return Err(AppError::refused("state", format!("read-only: set by the operator (now {})", before.state)));
     }

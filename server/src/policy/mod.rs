@@ -91,7 +91,7 @@ const POLICY_COLUMNS: &str = "version, state, effective_from, currency::text, no
 fn policy_view(r: PolicyRow) -> Result<PolicyVersion, AppError> {
     Ok(PolicyVersion {
         version: r.0,
-        state: r.1,
+        state: r.1.parse()?,
         effective_from: Period::from_date(r.2)?.to_string(),
         currency: r.3,
         note: r.4,

@@ -221,7 +221,7 @@ impl DbPortalData {
             .map(|t| TokenRow {
                 id: t.token_id.to_string(),
                 name: t.name,
-                scope: t.scope,
+                scope: t.scope.0.as_str().to_string(),
                 cluster: t.cluster,
                 departments: t.departments,
                 created_by: t.created_by,
@@ -238,7 +238,13 @@ impl DbPortalData {
         p.require(Capability::ReadLedger)?;
         let mut tx = p.begin(&self.db).await?;
         let org = tx.org().as_uuid();
-        type Row = (time::Date, String, Option<String>, Option<String>, Option<OffsetDateTime>);
+        type Row = (
+            time::Date,
+            sqlx::types::Text<gpuledger_api::states::PeriodState>,
+            Option<String>,
+            Option<String>,
+            Option<OffsetDateTime>,
+        );
         let rows: Vec<Row> = sqlx::query_as(
             "SELECT period, state, total_amount::text, currency::text, closed_at FROM periods
               WHERE org_id = $1 ORDER BY period DESC",
@@ -252,7 +258,7 @@ impl DbPortalData {
             .into_iter()
             .map(|(period, state, total, currency, closed_at)| PeriodRow {
                 period: format!("{:04}-{:02}", period.year(), u8::from(period.month())),
-                state,
+                state: state.0,
                 total: if scoped { None } else { total },
                 currency,
                 closed_at: closed_at.map(utc),
@@ -837,7 +843,7 @@ async fn create_token_form(State(state): State<AppState>, headers: HeaderMap, Fo
     .await;
     match result {
         Ok(created) => {
-            Html(gpuledger_web::account::token_created_document(&created.name, &created.scope, &created.token))
+            Html(gpuledger_web::account::token_created_document(&created.name, created.scope.as_str(), &created.token))
                 .into_response()
         }
         Err(AppError::Unauthorized) => Redirect::to("/login?next=/admin").into_response(),

@@ -51,7 +51,12 @@ async fn get_months(
         return Err(AppError::refused("to", "at most 36 months at once"));
     }
     let mut tx = p.begin(&state.db).await?;
-    type MonthRow = (time::Date, Option<String>, Option<String>, Option<time::OffsetDateTime>);
+    type MonthRow = (
+        time::Date,
+        Option<sqlx::types::Text<gpuledger_api::states::FiguresState>>,
+        Option<String>,
+        Option<time::OffsetDateTime>,
+    );
     let rows: Vec<MonthRow> = sqlx::query_as(
         "SELECT g.period::date, m.state, (SELECT sum(t.total)::text FROM read_totals t
                                          WHERE t.org_id = $1 AND t.period = m.period
@@ -77,7 +82,7 @@ async fn get_months(
             // A month with figures but no line the caller sees totals 0.00; a month without figures has no total.
             let total = state.as_ref().map(|_| total.unwrap_or_else(|| "0.00".into()));
             let as_of = as_of.map(gpuledger_core::time_fmt::rfc3339);
-            MonthTotal { period, state, total, as_of }
+            MonthTotal { period, state: state.map(|s| s.0), total, as_of }
         })
         .collect();
     Ok(Json(Months { months }))
@@ -123,7 +128,7 @@ async fn get_ledger(
         head = super::head(&mut tx, period).await?;
     }
     let Some(head) = head else {
-        if st == "closed" {
+        if st == gpuledger_api::states::PeriodState::Closed {
             return Err(AppError::Internal(format!("closed period {period} has no stored figures")));
         }
         // Still nothing: no approved policy covers the month.

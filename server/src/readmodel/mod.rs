@@ -72,7 +72,7 @@ pub async fn backfill_closed(
 pub async fn ensure(db: &crate::db::Database, org: gpuledger_core::ids::OrgId, period: Period) -> Result<(), AppError> {
     let mut tx = db.begin_org(org).await?;
     let known = head(&mut tx, period).await?.is_some();
-    let closed = crate::store::period_state(&mut tx, period).await? == "closed";
+    let closed = crate::store::period_state(&mut tx, period).await? == gpuledger_api::states::PeriodState::Closed;
     tx.commit_quiet().await?;
     if known {
         return Ok(());

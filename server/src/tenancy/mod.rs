@@ -359,7 +359,7 @@ async fn get_inventory(State(state): State<AppState>, p: Caller<ReadLedger>) -> 
         profiles: profiles
             .into_iter()
             .map(|r| GpuProfile {
-                kind: r.kind,
+                kind: r.kind.0,
                 model: r.model,
                 profile: r.profile,
                 fraction: r.fraction,
@@ -500,7 +500,7 @@ async fn write_profile(tx: &mut OrgTx, body: &ProfileBody) -> Result<Written<Cre
         target: format!("{}:{model}/{profile}", body.kind.as_str()),
         details: json!({ "fraction": format!("{num}/{den}"), "valid_from": valid_from.unix_timestamp(), "recomputed": recomputed }),
         answer: CreatedProfile {
-            kind: body.kind.as_str().to_string(),
+            kind: body.kind,
             model,
             profile,
             fraction: format!("{num}/{den}"),

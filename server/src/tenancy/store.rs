@@ -89,7 +89,7 @@ pub(crate) struct ModelRow {
 /// A row of the inventory's profiles.
 #[derive(sqlx::FromRow)]
 pub(crate) struct ProfileRow {
-    pub(crate) kind: String,
+    pub(crate) kind: sqlx::types::Text<gpuledger_api::tenancy::ProfileKind>,
     pub(crate) model: String,
     pub(crate) profile: String,
     pub(crate) fraction: String,
