@@ -34,6 +34,7 @@ use crate::auth::{
 };
 use crate::http::Params;
 use crate::{
+    auth::{Capability, Principal},
     db::OrgTx,
     describe::{Inputs, inputs as described},
     error::AppError,
@@ -512,6 +513,16 @@ async fn put_provider(
     headers: HeaderMap,
     JsonBody(r): JsonBody<ProviderBody>,
 ) -> Result<Json<ProviderSettings>, AppError> {
+    Ok(Json(save_provider(&state, &p, &headers, r).await?))
+}
+
+pub(crate) async fn save_provider(
+    state: &AppState,
+    p: &Principal,
+    headers: &HeaderMap,
+    r: ProviderBody,
+) -> Result<ProviderSettings, AppError> {
+    p.require(Capability::Administer)?;
     // The form is the contract's (the body's types); where an issuer may be and whether discovery works there are
     // the operator's rule and the provider's state: 409.
     let issuer = r.issuer.as_str().trim_end_matches('/').to_string();
@@ -563,16 +574,10 @@ async fn put_provider(
     .execute(tx.conn())
     .await?;
     // The secret is never written to the audit log.
-    tx.audit_by(
-        &p,
-        "identity.provider.update",
-        "idp",
-        "",
-        json!({"issuer": issuer, "client_id": r.client_id.as_str()}),
-    )
-    .await?;
+    tx.audit_by(p, "identity.provider.update", "idp", "", json!({"issuer": issuer, "client_id": r.client_id.as_str()}))
+        .await?;
     tx.commit().await?;
-    provider_settings(&state, &p, &headers).await.map(Json)
+    provider_settings(state, p, headers).await
 }
 
 async fn delete_provider(State(state): State<AppState>, p: Caller<Administer>) -> Result<StatusCode, AppError> {
@@ -618,6 +623,15 @@ async fn put_mappings(
     p: Caller<Administer>,
     JsonBody(r): JsonBody<RoleMappingsBody>,
 ) -> Result<Json<RoleMappings>, AppError> {
+    Ok(Json(save_mappings(&state, &p, r).await?))
+}
+
+pub(crate) async fn save_mappings(
+    state: &AppState,
+    p: &Principal,
+    r: RoleMappingsBody,
+) -> Result<RoleMappings, AppError> {
+    p.require(Capability::Administer)?;
     let mut tx = p.begin(&state.db).await?;
     let org = tx.org().as_uuid();
     let mut rows = Vec::new();
@@ -667,9 +681,9 @@ async fn put_mappings(
         .execute(tx.conn())
         .await?;
     }
-    tx.audit_by(&p, "identity.role_mappings.update", "role_mappings", "", json!({"count": rows.len()})).await?;
+    tx.audit_by(p, "identity.role_mappings.update", "role_mappings", "", json!({"count": rows.len()})).await?;
     tx.commit().await?;
-    role_mappings(&state, &p).await.map(Json)
+    role_mappings(state, p).await
 }
 
 // ---------------------------------------------------------------- audit log

@@ -27,6 +27,7 @@ use time::{Date, OffsetDateTime};
 use uuid::Uuid;
 
 use crate::{
+    auth::{Capability, Principal},
     db::{Database, OrgTx},
     describe::{Inputs, inputs as described},
     error::AppError,
@@ -43,7 +44,7 @@ pub const STALE_CLOSING: time::Duration = time::Duration::minutes(15);
 pub(crate) fn inputs() -> Vec<Inputs> {
     vec![
         described("get", "/api/v1/periods", list_periods),
-        described("post", "/api/v1/periods/{period}/close", close_handler),
+        described("post", "/api/v1/periods/{period}/close", post_close),
         described("get", "/api/v1/periods/{period}/bundle", bundle_handler),
         described("get", "/api/v1/periods/{period}/findings", findings_handler),
     ]
@@ -53,7 +54,7 @@ pub(crate) fn inputs() -> Vec<Inputs> {
 pub fn router() -> Router<AppState> {
     Router::new()
         .route("/api/v1/periods", get(list_periods))
-        .route("/api/v1/periods/{period}/close", post(close_handler))
+        .route("/api/v1/periods/{period}/close", post(post_close))
         .route("/api/v1/periods/{period}/bundle", get(bundle_handler))
         .route("/api/v1/periods/{period}/findings", get(findings_handler))
 }
@@ -302,12 +303,22 @@ pub async fn close_period(
     }
 }
 
-async fn close_handler(
+async fn post_close(
     State(state): State<AppState>,
     p: Caller<Close>,
     PathParams(path): PathParams<PeriodPath>,
     OptionalJsonBody(request): OptionalJsonBody<CloseRequest>,
 ) -> Result<Json<CloseSummary>, AppError> {
+    Ok(Json(close_month(&state, &p, path, request).await?))
+}
+
+pub(crate) async fn close_month(
+    state: &AppState,
+    p: &Principal,
+    path: PeriodPath,
+    request: CloseRequest,
+) -> Result<CloseSummary, AppError> {
+    p.require(Capability::Close)?;
     let period = path.period.period();
     // The body is optional: an empty one closes a month that needs no acknowledgement.
     let reason = request.acknowledge.map(|r| r.into_inner());
@@ -333,7 +344,7 @@ async fn close_handler(
         let mut tx = p.begin(&state.db).await?;
         record_acknowledgement(&mut tx, period, &p.actor(), &reason, &open).await?;
         tx.audit_by(
-            &p,
+            p,
             "period.acknowledge",
             &format!("period:{period}"),
             "",
@@ -342,7 +353,7 @@ async fn close_handler(
         .await?;
         tx.commit().await?;
     }
-    Ok(Json(summary))
+    Ok(summary)
 }
 
 async fn bundle_handler(

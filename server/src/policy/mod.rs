@@ -33,10 +33,10 @@ use crate::{
 pub(crate) fn inputs() -> Vec<Inputs> {
     vec![
         described("get", "/api/v1/policies", list_policies),
-        described("post", "/api/v1/policies", create_policy),
+        described("post", "/api/v1/policies", post_policy),
         described("get", "/api/v1/policies/{version}", get_policy),
-        described("put", "/api/v1/policies/{version}", update_policy),
-        described("post", "/api/v1/policies/{version}/approve", approve_policy),
+        described("put", "/api/v1/policies/{version}", put_policy),
+        described("post", "/api/v1/policies/{version}/approve", post_approval),
         described("get", "/api/v1/policies/{version}/impact", policy_impact),
         described("get", "/api/v1/quotas", list_quotas),
         described("post", "/api/v1/quotas", post_quota),
@@ -56,9 +56,9 @@ pub use store::{approve, create_draft, import_kueue_quotas};
 /// Routes of this module.
 pub fn router() -> Router<AppState> {
     Router::new()
-        .route("/api/v1/policies", get(list_policies).post(create_policy))
-        .route("/api/v1/policies/{version}", get(get_policy).put(update_policy))
-        .route("/api/v1/policies/{version}/approve", post(approve_policy))
+        .route("/api/v1/policies", get(list_policies).post(post_policy))
+        .route("/api/v1/policies/{version}", get(get_policy).put(put_policy))
+        .route("/api/v1/policies/{version}/approve", post(post_approval))
         .route("/api/v1/quotas", get(list_quotas).post(post_quota))
         .route("/api/v1/quotas/import-kueue", post(import_kueue))
 }
@@ -150,11 +150,20 @@ async fn get_policy(
     Ok(Json(policy_view(row.ok_or_else(|| AppError::NotFound(format!("cost policy version {version}")))?)?))
 }
 
-async fn create_policy(
+async fn post_policy(
     State(state): State<AppState>,
     p: Caller<ManagePolicy>,
     JsonBody(body): JsonBody<PolicyBody>,
 ) -> Result<(StatusCode, Json<PolicyVersion>), AppError> {
+    Ok((StatusCode::CREATED, Json(create_policy(&state, &p, body).await?)))
+}
+
+pub(crate) async fn create_policy(
+    state: &AppState,
+    p: &Principal,
+    body: PolicyBody,
+) -> Result<PolicyVersion, AppError> {
+    p.require(Capability::ManagePolicy)?;
     let (from, policy) = parse_policy(&body)?;
     let mut tx = p.begin(&state.db).await?;
     let org = tx.org().as_uuid();
@@ -166,15 +175,25 @@ async fn create_policy(
             .fetch_one(tx.conn())
             .await?;
     tx.commit().await?;
-    Ok((StatusCode::CREATED, Json(policy_view(row)?)))
+    policy_view(row)
 }
 
-async fn update_policy(
+async fn put_policy(
     State(state): State<AppState>,
     p: Caller<ManagePolicy>,
     PathParams(path): PathParams<VersionPath>,
     JsonBody(body): JsonBody<PolicyBody>,
 ) -> Result<Json<PolicyVersion>, AppError> {
+    Ok(Json(update_policy(&state, &p, path, body).await?))
+}
+
+pub(crate) async fn update_policy(
+    state: &AppState,
+    p: &Principal,
+    path: VersionPath,
+    body: PolicyBody,
+) -> Result<PolicyVersion, AppError> {
+    p.require(Capability::ManagePolicy)?;
     let version = version_of(&path);
     let (from, policy) = parse_policy(&body)?;
     let mut tx = p.begin(&state.db).await?;
@@ -207,7 +226,7 @@ async fn update_policy(
     .bind(org)
     .execute(tx.conn())
     .await?;
-    tx.audit_by(&p, "policy.update", &format!("policy:{version}"), body.note.as_str(), json!({})).await?;
+    tx.audit_by(p, "policy.update", &format!("policy:{version}"), body.note.as_str(), json!({})).await?;
     let row: PolicyRow =
         sqlx::query_as(&format!("SELECT {POLICY_COLUMNS} FROM cost_policies WHERE version = $1 AND org_id = $2"))
             .bind(version)
@@ -215,16 +234,26 @@ async fn update_policy(
             .fetch_one(tx.conn())
             .await?;
     tx.commit().await?;
-    Ok(Json(policy_view(row)?))
+    policy_view(row)
 }
 
 /// The body is optional here.
-async fn approve_policy(
+async fn post_approval(
     State(state): State<AppState>,
     p: Caller<ManagePolicy>,
     PathParams(path): PathParams<VersionPath>,
     OptionalJsonBody(body): OptionalJsonBody<ApproveBody>,
 ) -> Result<Json<PolicyVersion>, AppError> {
+    Ok(Json(approve_policy(&state, &p, path, body).await?))
+}
+
+pub(crate) async fn approve_policy(
+    state: &AppState,
+    p: &Principal,
+    path: VersionPath,
+    body: ApproveBody,
+) -> Result<PolicyVersion, AppError> {
+    p.require(Capability::ManagePolicy)?;
     let version = version_of(&path);
     let mut tx = p.begin(&state.db).await?;
     let org = tx.org().as_uuid();
@@ -236,7 +265,7 @@ async fn approve_policy(
             .fetch_one(tx.conn())
             .await?;
     tx.commit().await?;
-    Ok(Json(policy_view(row)?))
+    policy_view(row)
 }
 
 /// `GET /api/v1/policies/{version}/impact?period=YYYY-MM`: the month computed with version `version` in place of

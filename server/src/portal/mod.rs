@@ -30,9 +30,10 @@ use crate::{
     auth::{self, Actor, Capability, Principal},
     db::{Database, DbError},
     error::AppError,
-    http::PathParams,
+    http::{Administer, Caller, ManagePolicy, PathParams},
     state::AppState,
 };
+use act::act;
 
 /// `/ui/disputes/{id}/{action}`: a dispute (UUID or number) and what the form does to it.
 #[derive(Debug, Deserialize)]
@@ -578,20 +579,28 @@ fn policy_request(f: &[(String, String)]) -> Result<serde_json::Value, String> {
     }))
 }
 
-async fn new_policy_form(State(state): State<AppState>, headers: HeaderMap, body: axum::body::Bytes) -> Response {
+async fn new_policy_form(
+    State(state): State<AppState>,
+    caller: Result<Caller<ManagePolicy>, AppError>,
+    body: axum::body::Bytes,
+) -> Response {
     let request = match policy_request(&pairs(&body)) {
         Ok(r) => r,
         Err(detail) => return form_refused(&detail, "/admin/policies"),
     };
-    via_api(&state, &headers, "POST", "/api/v1/policies", request, "/admin/policies", |p| {
-        format!("/admin/policies#draft-{}", p["version"].as_i64().unwrap_or_default())
-    })
+    act(
+        caller,
+        "/admin/policies",
+        request,
+        |p, body| async move { crate::policy::create_policy(&state, &p, body).await },
+        |v: &gpuledger_api::policy::PolicyVersion| format!("/admin/policies#draft-{}", v.version),
+    )
     .await
 }
 
 async fn save_policy_form(
     State(state): State<AppState>,
-    headers: HeaderMap,
+    caller: Result<Caller<ManagePolicy>, AppError>,
     PathParams(path): PathParams<VersionPath>,
     body: axum::body::Bytes,
 ) -> Response {
@@ -599,12 +608,23 @@ async fn save_policy_form(
         Ok(r) => r,
         Err(detail) => return form_refused(&detail, "/admin/policies"),
     };
-    let version = path.version.get();
-    let next = format!("/admin/policies#draft-{version}");
-    via_api(&state, &headers, "PUT", &format!("/api/v1/policies/{version}"), request, "/admin/policies", |_| next).await
+    let next = format!("/admin/policies#draft-{}", path.version.get());
+    act(
+        caller,
+        "/admin/policies",
+        request,
+        |p, body| async move { crate::policy::update_policy(&state, &p, path, body).await },
+        |_| next,
+    )
+    .await
 }
 
-async fn provider_form(State(state): State<AppState>, headers: HeaderMap, body: axum::body::Bytes) -> Response {
+async fn provider_form(
+    State(state): State<AppState>,
+    caller: Result<Caller<Administer>, AppError>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Response {
     let f = pairs(&body);
     let mut request = serde_json::json!({
         "issuer": field(&f, "issuer"), "client_id": field(&f, "client_id"), "groups_claim": field(&f, "groups_claim"),
@@ -613,9 +633,13 @@ async fn provider_form(State(state): State<AppState>, headers: HeaderMap, body: 
     if !secret.is_empty() {
         request["client_secret"] = serde_json::Value::String(secret);
     }
-    via_api(&state, &headers, "PUT", "/api/v1/identity/provider", request, "/admin/identity", |_| {
-        "/admin/identity".into()
-    })
+    act(
+        caller,
+        "/admin/identity",
+        request,
+        |p, body| async move { crate::access::routes::save_provider(&state, &p, &headers, body).await },
+        |_| "/admin/identity".into(),
+    )
     .await
 }
 
@@ -638,28 +662,33 @@ fn parse_mappings(text: &str) -> Vec<serde_json::Value> {
         .collect()
 }
 
-async fn mappings_form(State(state): State<AppState>, headers: HeaderMap, body: axum::body::Bytes) -> Response {
+async fn mappings_form(
+    State(state): State<AppState>,
+    caller: Result<Caller<Administer>, AppError>,
+    body: axum::body::Bytes,
+) -> Response {
     let f = pairs(&body);
     let request = serde_json::json!({ "mappings": parse_mappings(&field(&f, "mappings")) });
-    via_api(&state, &headers, "PUT", "/api/v1/identity/role-mappings", request, "/admin/identity", |_| {
-        "/admin/identity".into()
-    })
+    act(
+        caller,
+        "/admin/identity",
+        request,
+        |p, body| async move { crate::access::routes::save_mappings(&state, &p, body).await },
+        |_| "/admin/identity".into(),
+    )
     .await
 }
 
 async fn approve_policy_form(
     State(state): State<AppState>,
-    headers: HeaderMap,
+    caller: Result<Caller<ManagePolicy>, AppError>,
     PathParams(path): PathParams<VersionPath>,
 ) -> Response {
-    let version = path.version.get();
-    via_api(
-        &state,
-        &headers,
-        "POST",
-        &format!("/api/v1/policies/{version}/approve"),
-        serde_json::json!({}),
+    act(
+        caller,
         "/admin/policies",
+        serde_json::json!({}),
+        |p, body| async move { crate::policy::approve_policy(&state, &p, path, body).await },
         |_| "/admin/policies".into(),
     )
     .await
@@ -741,7 +770,7 @@ async fn dispute_action_form(
 
 async fn close_form(
     State(state): State<AppState>,
-    headers: HeaderMap,
+    caller: Result<Caller<crate::http::Close>, AppError>,
     PathParams(path): PathParams<PeriodPath>,
     body: axum::body::Bytes,
 ) -> Response {
@@ -755,7 +784,14 @@ async fn close_form(
     } else {
         serde_json::json!({ "acknowledge": acknowledge })
     };
-    via_api(&state, &headers, "POST", &format!("/api/v1/periods/{period}/close"), request, &back, move |_| target).await
+    act(
+        caller,
+        &back,
+        request,
+        |p, body| async move { crate::close::close_month(&state, &p, path, body).await },
+        move |_| target,
+    )
+    .await
 }
 
 #[cfg(test)]
