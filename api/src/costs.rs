@@ -51,6 +51,9 @@ pub struct ImportParams {
 pub struct CostImport {
     /// The month.
     pub period: String,
+    /// Imported after the month closed: its closed figures stand; where the policy prices a GPU class by the bill,
+    /// the next close books the difference as a late-data correction (the open month shows it now).
+    pub after_close: bool,
     /// When it was imported (RFC 3339), and by whom.
     pub imported_at: String,
     /// Who imported it.

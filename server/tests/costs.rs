@@ -259,8 +259,21 @@ async fn a_focus_bill_is_matched_to_the_gpu_nodes_by_provider_id() {
     .execute(&env.pool)
     .await
     .unwrap();
+    // A bill usually comes after its month closed: taken, and said so.
     let (s, p) = send(&env, post_csv(&uri, &env.admin, bill(month).into_bytes(), false)).await;
-    assert_eq!((s, p["field"].as_str()), (StatusCode::CONFLICT, Some("period")), "a closed month never changes: {p}");
+    assert_eq!((s, &p["after_close"]), (StatusCode::OK, &Value::Bool(true)), "a bill after the close: {p}");
+    let earlier = month.prev().unwrap();
+    sqlx::query(
+        "INSERT INTO periods (org_id, period, state, closing_by, closing_since) VALUES ($1, $2, 'closing', 'test', now())",
+    )
+    .bind(env.org.as_uuid())
+    .bind(earlier.first_day())
+    .execute(&env.pool)
+    .await
+    .unwrap();
+    let earlier_uri = format!("/api/v1/costs/imports?period={earlier}");
+    let (s, p) = send(&env, post_csv(&earlier_uri, &env.admin, bill(earlier).into_bytes(), false)).await;
+    assert_eq!((s, p["field"].as_str()), (StatusCode::CONFLICT, Some("period")), "a close is running: {p}");
     let (s, _) = send(&env, get(&format!("/api/v1/costs/imports?period={next}"), &env.admin)).await;
     assert_eq!(s, StatusCode::NOT_FOUND);
 }
@@ -557,6 +570,27 @@ async fn actual_cost_splits_the_imported_bill_over_the_gpu_hours_to_the_cent() {
     assert_eq!(bundle["inputs"]["actual_costs"][0]["cost"], "133.330000001", "{}", bundle["inputs"]["actual_costs"]);
     let b: gpuledger_core::bundle::Bundle = serde_json::from_value(bundle).unwrap();
     gpuledger_core::bundle::verify(&b).unwrap();
+
+    // The final bill comes after the close, 16.67 more: the closed month stands, the open month carries the
+    // difference as a late-data correction (booked at its close).
+    let corrected = csv.replace("40.00,33.330000001", "40.00,50.000000001");
+    assert_ne!(corrected, csv, "the bill's cost is in the file");
+    let import_uri = format!("/api/v1/costs/imports?period={month}");
+    let (s, again) = send(&env, post_csv(&import_uri, &env.admin, corrected.into_bytes(), false)).await;
+    assert_eq!((s, &again["after_close"]), (StatusCode::OK, &Value::Bool(true)), "{again}");
+    assert_eq!(again["matched_cost"], "150.000000001", "{again}");
+    let (_, still) = send(&env, get(&ledger_uri, &env.admin)).await;
+    assert_eq!(still["total"], "133.33", "a closed month never changes: {still}");
+    assert!(worker::refresh(&env.db, env.org, worker::Wait::Block).await.unwrap());
+    let next = month.next().unwrap();
+    let (s, open) = send(&env, get(&format!("/api/v1/ledger?period={next}"), &env.admin)).await;
+    assert_eq!(s, StatusCode::OK, "{open}");
+    use gpuledger_core::decimal::Decimal;
+    let late = open["lines"].as_array().unwrap().iter().filter(|l| l["term"] == "adjustment");
+    let sum = late
+        .map(|l| Decimal::parse(l["amount"].as_str().unwrap()).unwrap())
+        .fold(Decimal::parse("0").unwrap(), |a, b| a.checked_add(&b).unwrap());
+    assert_eq!(sum, Decimal::parse("16.67").unwrap(), "the late-data correction in {open:#}");
 }
 
 /// Issue 35 item 4: an XID 79 the node agent reported opens an outage on its GPU; the allocation holding that GPU

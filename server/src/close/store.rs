@@ -45,16 +45,20 @@ struct StoredPolicy {
     policy: gpuledger_core::policy::CostPolicy,
 }
 
-/// Late-data adjustments for every closed period before `period` whose facts changed after it closed.
+/// Late-data adjustments for every closed period before `period` whose facts (or cloud bill) changed after it
+/// closed.
 pub(crate) async fn late_data(tx: &mut OrgTx, period: Period) -> Result<Vec<(Period, AdjustmentRecord)>, AppError> {
     let org = tx.org().as_uuid();
     let closed: Vec<(Date, OffsetDateTime)> = sqlx::query_as(
         "SELECT p.period, p.closed_at FROM periods p
           WHERE p.org_id = $2 AND p.state = 'closed' AND p.period < $1
-            AND EXISTS (SELECT 1 FROM allocation_intervals a
-                         WHERE a.org_id = $2 AND a.updated_at > p.closed_at
-                           AND a.started_at < p.period + interval '1 month'
-                           AND (a.ended_at IS NULL OR a.ended_at > p.period))
+            AND (EXISTS (SELECT 1 FROM allocation_intervals a
+                          WHERE a.org_id = $2 AND a.updated_at > p.closed_at
+                            AND a.started_at < p.period + interval '1 month'
+                            AND (a.ended_at IS NULL OR a.ended_at > p.period))
+                 -- The month's cloud bill came after its close (actual-cost classes are repriced).
+                 OR EXISTS (SELECT 1 FROM cost_imports c
+                             WHERE c.org_id = $2 AND c.period = p.period AND c.imported_at > p.closed_at))
           ORDER BY p.period",
     )
     .bind(period.first_day())

@@ -7,11 +7,14 @@
 //!   (`gpuledger_core::bill`), matched to the nodes that existed in the month by resource key
 //!   (`gpuledger_core::provider`). The answer: lines read, `matched_cost`, `unmatched_cost` (EffectiveCost), the
 //!   matched resources, the costliest unmatched ones, and findings (VMs on the bill no node names; cloud nodes
-//!   without a bill line) with their fix. Re-importing a month replaces its import (audited `costs.import`); a
-//!   closed month's import is never changed (409).
+//!   without a bill line) with their fix. Re-importing a month replaces its import (audited `costs.import`). A bill
+//!   usually arrives days after its month ends, often after the close: a closed month takes it too (`after_close`
+//!   in the answer) — its closed figures stand, and where the policy prices a class by the bill the next close
+//!   books the difference as a late-data correction (the open month's figures show it at once). Only a month
+//!   whose close is running refuses it (409: try when it has finished).
 //! - `GET /api/v1/costs/imports?period=YYYY-MM`: the month's import as stored (404 when none).
 //!
-//! Pricing a GPU class at the bill's actual cost is not built yet (docs/finance.md says what is).
+//! Pricing a GPU class at the bill's actual cost: `gpuledger_core::ledger::actual` (docs/cloud-bill.md).
 
 use std::io::Read;
 
@@ -142,10 +145,10 @@ pub async fn import_bill(
 
     let mut tx = p.begin(&state.db).await?;
     let month_state = crate::store::period_state(&mut tx, period).await?;
-    if month_state != gpuledger_api::states::PeriodState::Open {
+    if month_state == gpuledger_api::states::PeriodState::Closing {
         return Err(AppError::refused(
             "period",
-            format!("{period} is {month_state}: a closed month's costs never change (a correction comes as late data)"),
+            format!("{period} is being closed: import its bill when the close has finished"),
         ));
     }
     let nodes = store::nodes_during(&mut tx, from, to).await?;
@@ -340,6 +343,7 @@ pub async fn load(tx: &mut crate::db::OrgTx, period: Period) -> Result<Option<Co
     }
     Ok(Some(CostImport {
         period: period.to_string(),
+        after_close: head.after_close,
         imported_at: rfc3339(head.imported_at),
         imported_by: head.imported_by,
         focus_version: head.focus_version,

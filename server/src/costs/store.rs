@@ -76,6 +76,8 @@ pub struct ImportRow {
     pub lines_read: i64,
     /// Lines outside the month.
     pub lines_outside: i64,
+    /// Imported after the month closed.
+    pub after_close: bool,
     /// Matched EffectiveCost (text: exact).
     pub matched_cost: String,
     /// Unmatched EffectiveCost.
@@ -108,8 +110,11 @@ pub async fn import(tx: &mut OrgTx, period: time::Date) -> Result<Option<ImportR
     let org = tx.org().as_uuid();
     Ok(sqlx::query_as(
         "SELECT imported_at, imported_by, focus_version, currency::text AS currency, lines_read, lines_outside,
-                matched_cost::text AS matched_cost, unmatched_cost::text AS unmatched_cost
-           FROM cost_imports WHERE org_id = $1 AND period = $2",
+                matched_cost::text AS matched_cost, unmatched_cost::text AS unmatched_cost,
+                EXISTS (SELECT 1 FROM periods p
+                         WHERE p.org_id = c.org_id AND p.period = c.period AND p.state = 'closed'
+                           AND p.closed_at < c.imported_at) AS after_close
+           FROM cost_imports c WHERE c.org_id = $1 AND c.period = $2",
     )
     .bind(org)
     .bind(period)

@@ -34,7 +34,8 @@ pub(super) fn operations() -> Vec<Op> {
         Op::post(
             "/api/v1/costs/imports",
             "Import a month's cloud bill: a FOCUS 1.0–1.3 CSV (gzip allowed), matched to the GPU nodes by resource ID; \
-             replaces the month's import; 409 for a closed month",
+             replaces the month's import. A closed month takes it too (`after_close`: its figures stand, a class priced \
+             by the bill is corrected at the next close); 409 for a month not begun or being closed",
         )
         .body_text("text/csv")
         .answers::<gpuledger_api::costs::CostImport>(200, "the import, matched")
