@@ -565,7 +565,7 @@ pub fn router() -> Router<AppState> {
 
 /// A refused form: the reason, naming the field, and the way back (the browser keeps what was typed).
 fn form_refused(detail: &str, back: &str) -> Response {
-    (StatusCode::UNPROCESSABLE_ENTITY, Html(gpuledger_web::account::form_error_document(detail, back))).into_response()
+    act::refused_with(StatusCode::UNPROCESSABLE_ENTITY, detail, back)
 }
 
 /// A draft's fields as the policies API takes them; the document is the policy as JSON text.
