@@ -57,14 +57,17 @@ pub struct OrganizationLimits {
 pub struct LimitsSentBack {
     /// As in the GET answer.
     #[serde(default)]
-    pub rate_limit_per_minute: Option<i64>,
+    pub rate_limit_per_minute: Option<AnyWhole>,
     /// As in the GET answer.
     #[serde(default)]
-    pub ingest_facts_per_day: Option<i64>,
+    pub ingest_facts_per_day: Option<AnyWhole>,
     /// As in the GET answer.
     #[serde(default)]
-    pub ingest_facts_today: Option<i64>,
+    pub ingest_facts_today: Option<AnyWhole>,
 }
+
+/// Any whole number a GET answer can hold (`2.0` included, as JSON Schema's integers are).
+pub type AnyWhole = crate::input::Int<{ i64::MIN }, { i64::MAX }>;
 
 /// `PUT /api/v1/organization/settings`: the settings admins keep (the first three always, as the form sends them;
 /// the platform's accounts left out: unchanged, `null`: cleared).

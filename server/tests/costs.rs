@@ -20,7 +20,7 @@ use gpuledger_server::{
     app::{self, AppState, HttpOptions},
     auth::{self, Scope},
 };
-use serde_json::Value;
+use serde_json::{Value, json};
 use time::OffsetDateTime;
 use tower::ServiceExt;
 use uuid::Uuid;
@@ -801,6 +801,13 @@ async fn months_follow_the_organizations_time_zone() {
     let (s, p) = send(&env, json_req("PUT", "/api/v1/organization/settings", &env.admin, extra)).await;
     assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{p}");
     assert!(p["detail"].as_str().unwrap().contains("burst"), "{p}");
+    // Whole numbers written as `N.0` are integers to JSON Schema (Schemathesis sends them): taken, limits and months.
+    let mut floats = settings.clone();
+    floats["limits"]["rate_limit_per_minute"] = json!(3652382.0);
+    floats["retention_months"] = json!(settings["retention_months"].as_i64().unwrap() as f64);
+    let (s, p) = send(&env, json_req("PUT", "/api/v1/organization/settings", &env.admin, floats)).await;
+    assert_eq!(s, StatusCode::OK, "{p}");
+    assert_eq!(p["limits"], settings["limits"], "the limits sent back are ignored");
 
     use gpuledger_server::readmodel::worker;
     let refresh = || worker::refresh(&env.db, env.org, worker::Wait::Block);
