@@ -220,16 +220,11 @@ pub(super) fn require_open(dispute: &Locked, what: &str) -> Result<(), AppError>
     )))
 }
 
-pub(super) async fn reply(mut tx: OrgTx, id: Uuid, status: StatusCode) -> Result<Response, AppError> {
+/// Commits `tx` and answers the dispute as it now stands.
+pub(super) async fn finish(mut tx: OrgTx, id: Uuid) -> Result<DisputeDetail, AppError> {
     let detail = load(&mut tx, id).await?.ok_or_else(|| AppError::Internal(format!("dispute {id} vanished")))?;
     tx.commit().await?;
-    let mut response = (status, Json(detail)).into_response();
-    if status == StatusCode::CREATED
-        && let Ok(location) = HeaderValue::from_str(&format!("/api/v1/disputes/{id}"))
-    {
-        response.headers_mut().insert(header::LOCATION, location);
-    }
-    Ok(response)
+    Ok(detail)
 }
 
 #[cfg(test)]

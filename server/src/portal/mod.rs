@@ -29,8 +29,9 @@ use tokio::sync::OnceCell;
 use crate::{
     auth::{self, Actor, Capability, Principal},
     db::{Database, DbError},
+    disputes::service as disputes,
     error::AppError,
-    http::{Administer, Caller, ManagePolicy, PathParams},
+    http::{Administer, Caller, ManagePolicy, PathParams, ReadLedger},
     state::AppState,
 };
 use act::act;
@@ -703,34 +704,12 @@ fn field(pairs: &[(String, String)], name: &str) -> String {
     pairs.iter().find(|(k, _)| k == name).map(|(_, v)| v.trim().to_string()).unwrap_or_default()
 }
 
-/// Runs a form's action through the REST API as the signed-in person; on success redirects to `next(answer)`,
-/// otherwise shows the API's problem with a way back.
-async fn via_api(
-    state: &AppState,
-    headers: &HeaderMap,
-    method: &str,
-    path: &str,
-    body: serde_json::Value,
-    back: &str,
-    next: impl FnOnce(&serde_json::Value) -> String,
+async fn open_dispute_form(
+    State(state): State<AppState>,
+    caller: Result<Caller<ReadLedger>, AppError>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
 ) -> Response {
-    let api = crate::routes::api_routes(state).with_state(state.clone());
-    match call_api(api, headers, method, path, Some(body.to_string())).await {
-        Ok(answer) if (200..300).contains(&answer.status) => Redirect::to(&next(&answer.body)).into_response(),
-        Ok(answer) if answer.status == 401 => Redirect::to(&format!("/login?next={back}")).into_response(),
-        Ok(answer) => {
-            let detail = answer.body["detail"].as_str().unwrap_or("the request was refused").to_string();
-            let status = StatusCode::from_u16(answer.status).unwrap_or(StatusCode::BAD_REQUEST);
-            (status, Html(gpuledger_web::account::form_error_document(&detail, back))).into_response()
-        }
-        Err(e) => {
-            (StatusCode::INTERNAL_SERVER_ERROR, Html(gpuledger_web::account::form_error_document(&e.message, back)))
-                .into_response()
-        }
-    }
-}
-
-async fn open_dispute_form(State(state): State<AppState>, headers: HeaderMap, body: axum::body::Bytes) -> Response {
     let f = pairs(&body);
     let lines: Vec<String> = f.iter().filter(|(k, _)| k == "line").map(|(_, v)| v.clone()).collect();
     let period = field(&f, "period");
@@ -740,32 +719,66 @@ async fn open_dispute_form(State(state): State<AppState>, headers: HeaderMap, bo
         .and_then(|r| r.find("/tenants/").map(|i| r[i..].to_string()))
         .unwrap_or_else(|| "/departments".into());
     let request = serde_json::json!({"period": period, "line_ids": lines, "reason": field(&f, "reason")});
-    via_api(&state, &headers, "POST", "/api/v1/disputes", request, &back, |d| {
-        format!("/disputes/{}", d["number"].as_i64().unwrap_or_default())
-    })
+    act(
+        caller,
+        &back,
+        request,
+        |p, body| async move { disputes::open_dispute(&state, &p, body).await },
+        |d: &gpuledger_api::disputes::DisputeDetail| format!("/disputes/{}", d.number),
+    )
     .await
 }
 
+/// A dispute's forms: each action's service checks who may (a participant comments, a resolver accepts or rejects,
+/// finance decides a credit).
 async fn dispute_action_form(
     State(state): State<AppState>,
-    headers: HeaderMap,
+    caller: Result<Caller<ReadLedger>, AppError>,
     PathParams(target): PathParams<DisputeActionPath>,
     body: axum::body::Bytes,
 ) -> Response {
     let f = pairs(&body);
     let id = target.id.into_inner();
     let back = format!("/disputes/{id}");
-    let (path, request) = match target.action {
-        DisputeAction::Comment => ("comments", serde_json::json!({"body": field(&f, "body")})),
-        DisputeAction::Accept => {
-            ("accept", serde_json::json!({"reason": field(&f, "reason"), "credit_amount": field(&f, "credit_amount")}))
+    let reason = || serde_json::json!({"reason": field(&f, "reason")});
+    let next = |_: &gpuledger_api::disputes::DisputeDetail| back.clone();
+    match target.action {
+        DisputeAction::Comment => {
+            let request = serde_json::json!({"body": field(&f, "body")});
+            act(caller, &back, request, |p, b| async move { disputes::add_comment(&state, &p, &id, b).await }, next)
+                .await
         }
-        DisputeAction::Reject => ("reject", serde_json::json!({"reason": field(&f, "reason")})),
-        DisputeAction::CreditApprove => ("credit/approve", serde_json::json!({"reason": field(&f, "reason")})),
-        DisputeAction::CreditReject => ("credit/reject", serde_json::json!({"reason": field(&f, "reason")})),
-    };
-    let target = back.clone();
-    via_api(&state, &headers, "POST", &format!("/api/v1/disputes/{id}/{path}"), request, &back, move |_| target).await
+        DisputeAction::Accept => {
+            let request =
+                serde_json::json!({"reason": field(&f, "reason"), "credit_amount": field(&f, "credit_amount")});
+            act(caller, &back, request, |p, b| async move { disputes::accept_dispute(&state, &p, &id, b).await }, next)
+                .await
+        }
+        DisputeAction::Reject => {
+            act(caller, &back, reason(), |p, b| async move { disputes::reject_dispute(&state, &p, &id, b).await }, next)
+                .await
+        }
+        DisputeAction::CreditApprove => {
+            act(
+                caller,
+                &back,
+                reason(),
+                |p, b| async move { disputes::approve_credit_of(&state, &p, &id, b).await },
+                next,
+            )
+            .await
+        }
+        DisputeAction::CreditReject => {
+            act(
+                caller,
+                &back,
+                reason(),
+                |p, b| async move { disputes::reject_credit_of(&state, &p, &id, b).await },
+                next,
+            )
+            .await
+        }
+    }
 }
 
 async fn close_form(
