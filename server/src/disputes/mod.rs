@@ -76,7 +76,7 @@ pub fn router() -> Router<AppState> {
 /// A dispute as the API answers it: `201 Created` with its `Location` (a new dispute, a new comment), or `200`.
 fn respond(detail: DisputeDetail, status: StatusCode) -> Response {
     use axum::{http::header, response::IntoResponse};
-    let location = format!("/api/v1/disputes/{}", detail.id);
+    let location = format!("/api/v1/disputes/{}", detail.dispute.id);
     let mut response = (status, Json(detail)).into_response();
     if status == StatusCode::CREATED
         && let Ok(location) = axum::http::HeaderValue::from_str(&location)
@@ -310,7 +310,7 @@ pub(crate) async fn add_comment(
     principal.require(Capability::DisputeParticipate)?;
     let text = request.body.into_inner();
     let mut tx = principal.begin(&state.db).await?;
-    let dispute = lock(&mut tx, &key).await?;
+    let dispute = lock(&mut tx, key).await?;
     if dispute.state != "open" {
         return Err(AppError::Conflict(format!(
             "dispute #{} is {}: comments are taken only while a dispute is open (its history stays readable)",
@@ -342,7 +342,7 @@ pub(crate) async fn accept_dispute(
     let credit = credit_of(&request)?;
     let who = principal.actor();
     let mut tx = principal.begin(&state.db).await?;
-    let dispute = lock(&mut tx, &key).await?;
+    let dispute = lock(&mut tx, key).await?;
     require_open(&dispute, "accepted")?;
     let org = tx.org().as_uuid();
 
@@ -440,7 +440,7 @@ pub(crate) async fn reject_dispute(
     let reason = request.reason.into_inner();
     let who = principal.actor();
     let mut tx = principal.begin(&state.db).await?;
-    let dispute = lock(&mut tx, &key).await?;
+    let dispute = lock(&mut tx, key).await?;
     require_open(&dispute, "rejected")?;
     let org = tx.org().as_uuid();
     sqlx::query(

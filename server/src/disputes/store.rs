@@ -1,11 +1,6 @@
 //! Disputes in the database: reading one with its lines, events and credit, finding and locking one by ID or
 //! number, recording each step in its history and the audit log, and answering with the stored state.
 
-use axum::{
-    Json,
-    http::{HeaderValue, StatusCode, header},
-    response::{IntoResponse, Response},
-};
 use serde_json::{Value, json};
 use time::Date;
 use uuid::Uuid;

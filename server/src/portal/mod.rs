@@ -13,10 +13,7 @@ use axum::{
     response::{Html, IntoResponse, Redirect, Response},
     routing::post,
 };
-use gpuledger_api::{
-    input::Line,
-    params::{IdPath, PeriodPath, VersionPath},
-};
+use gpuledger_api::params::{IdPath, PeriodPath, VersionPath};
 use gpuledger_core::ids::OrgId;
 use gpuledger_web::{
     ApiAnswer, LoginOptions, OrgSummary, Overview, PeriodRow, PortalData, PortalError, SessionView, TokenRow,
@@ -29,31 +26,11 @@ use tokio::sync::OnceCell;
 use crate::{
     auth::{self, Actor, Capability, Principal},
     db::{Database, DbError},
-    disputes::service as disputes,
     error::AppError,
-    http::{Administer, Caller, ManagePolicy, PathParams, ReadLedger},
+    http::{Administer, Caller, ManagePolicy, PathParams},
     state::AppState,
 };
 use act::act;
-
-/// `/ui/disputes/{id}/{action}`: a dispute (UUID or number) and what the form does to it.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct DisputeActionPath {
-    id: Line<100>,
-    action: DisputeAction,
-}
-
-/// The dispute forms.
-#[derive(Debug, Clone, Copy, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-enum DisputeAction {
-    Comment,
-    Accept,
-    Reject,
-    CreditApprove,
-    CreditReject,
-}
 
 /// A path the portal asks its own API for, with every byte a URI may not carry in a path or query percent-encoded
 /// (a dispute's number or name with a space or a quote is a 404 from the API, never an unbuildable request).
@@ -74,6 +51,7 @@ fn uri_safe(path: &str) -> String {
 
 mod act;
 mod admin_forms;
+mod dispute_forms;
 use admin_forms::{
     cost_import_form, department_form, department_update_form, inventory_form, quota_form, reassign_form, rule_form,
     settings_form, tenant_form, tenant_update_form,
@@ -543,8 +521,8 @@ pub fn router() -> Router<AppState> {
     Router::new()
         .route("/admin/tokens", post(create_token_form))
         .route("/admin/tokens/{id}/revoke", post(revoke_token_form))
-        .route("/ui/disputes", post(open_dispute_form))
-        .route("/ui/disputes/{id}/{action}", post(dispute_action_form))
+        .route("/ui/disputes", post(dispute_forms::open_dispute_form))
+        .route("/ui/disputes/{id}/{action}", post(dispute_forms::dispute_action_form))
         .route("/ui/periods/{period}/close", post(close_form))
         .route("/ui/clusters", post(cluster_form))
         .route("/ui/identity/provider", post(provider_form))
@@ -702,83 +680,6 @@ fn pairs(body: &[u8]) -> Vec<(String, String)> {
 
 fn field(pairs: &[(String, String)], name: &str) -> String {
     pairs.iter().find(|(k, _)| k == name).map(|(_, v)| v.trim().to_string()).unwrap_or_default()
-}
-
-async fn open_dispute_form(
-    State(state): State<AppState>,
-    caller: Result<Caller<ReadLedger>, AppError>,
-    headers: HeaderMap,
-    body: axum::body::Bytes,
-) -> Response {
-    let f = pairs(&body);
-    let lines: Vec<String> = f.iter().filter(|(k, _)| k == "line").map(|(_, v)| v.clone()).collect();
-    let period = field(&f, "period");
-    let back = headers
-        .get(axum::http::header::REFERER)
-        .and_then(|r| r.to_str().ok())
-        .and_then(|r| r.find("/tenants/").map(|i| r[i..].to_string()))
-        .unwrap_or_else(|| "/departments".into());
-    let request = serde_json::json!({"period": period, "line_ids": lines, "reason": field(&f, "reason")});
-    act(
-        caller,
-        &back,
-        request,
-        |p, body| async move { disputes::open_dispute(&state, &p, body).await },
-        |d: &gpuledger_api::disputes::DisputeDetail| format!("/disputes/{}", d.number),
-    )
-    .await
-}
-
-/// A dispute's forms: each action's service checks who may (a participant comments, a resolver accepts or rejects,
-/// finance decides a credit).
-async fn dispute_action_form(
-    State(state): State<AppState>,
-    caller: Result<Caller<ReadLedger>, AppError>,
-    PathParams(target): PathParams<DisputeActionPath>,
-    body: axum::body::Bytes,
-) -> Response {
-    let f = pairs(&body);
-    let id = target.id.into_inner();
-    let back = format!("/disputes/{id}");
-    let reason = || serde_json::json!({"reason": field(&f, "reason")});
-    let next = |_: &gpuledger_api::disputes::DisputeDetail| back.clone();
-    match target.action {
-        DisputeAction::Comment => {
-            let request = serde_json::json!({"body": field(&f, "body")});
-            act(caller, &back, request, |p, b| async move { disputes::add_comment(&state, &p, &id, b).await }, next)
-                .await
-        }
-        DisputeAction::Accept => {
-            let request =
-                serde_json::json!({"reason": field(&f, "reason"), "credit_amount": field(&f, "credit_amount")});
-            act(caller, &back, request, |p, b| async move { disputes::accept_dispute(&state, &p, &id, b).await }, next)
-                .await
-        }
-        DisputeAction::Reject => {
-            act(caller, &back, reason(), |p, b| async move { disputes::reject_dispute(&state, &p, &id, b).await }, next)
-                .await
-        }
-        DisputeAction::CreditApprove => {
-            act(
-                caller,
-                &back,
-                reason(),
-                |p, b| async move { disputes::approve_credit_of(&state, &p, &id, b).await },
-                next,
-            )
-            .await
-        }
-        DisputeAction::CreditReject => {
-            act(
-                caller,
-                &back,
-                reason(),
-                |p, b| async move { disputes::reject_credit_of(&state, &p, &id, b).await },
-                next,
-            )
-            .await
-        }
-    }
 }
 
 async fn close_form(
