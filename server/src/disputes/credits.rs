@@ -1,15 +1,17 @@
 //! Finance's decision on an accepted dispute's credit: approve it (never by whoever accepted the dispute) or reject it.
 
 use axum::{extract::State, http::StatusCode, response::Response};
+use gpuledger_api::disputes::DisputeDetail;
 use gpuledger_api::params::DisputePath;
 use serde_json::json;
 
 use super::{
     requests::{ApprovalRequest, ReasonRequest},
-    store::{lock, record, reply},
+    respond,
+    store::{finish, lock, record},
 };
 use crate::{
-    auth::Principal,
+    auth::{Capability, Principal},
     error::AppError,
     http::{Caller, CreditApprove, JsonBody, OptionalJsonBody, PathParams},
     state::AppState,
@@ -28,7 +30,8 @@ async fn decide_credit(
     key: &str,
     reason: String,
     decision: CreditDecision,
-) -> Result<Response, AppError> {
+) -> Result<DisputeDetail, AppError> {
+    principal.require(Capability::CreditApprove)?;
     let verb = match decision {
         CreditDecision::Approve => "approve",
         CreditDecision::Reject => "reject",
@@ -99,7 +102,7 @@ async fn decide_credit(
         }
     };
     record(&mut tx, &who, &dispute, action, &reason, json!({ "adjustment_id": adjustment, "amount": amount })).await?;
-    reply(tx, dispute.id, StatusCode::OK).await
+    finish(tx, dispute.id).await
 }
 
 /// `POST /api/v1/disputes/{id}/credit/approve`: finance approves the credit; the next close applies it.
@@ -109,7 +112,17 @@ pub(super) async fn approve_credit(
     PathParams(path): PathParams<DisputePath>,
     OptionalJsonBody(request): OptionalJsonBody<ApprovalRequest>,
 ) -> Result<Response, AppError> {
-    decide_credit(&state, &principal, &path.id, request.reason.into_inner(), CreditDecision::Approve).await
+    Ok(respond(approve_credit_of(&state, &principal, &path.id, request).await?, StatusCode::OK))
+}
+
+/// Finance approves an accepted dispute's credit (someone other than who accepted it).
+pub(crate) async fn approve_credit_of(
+    state: &AppState,
+    principal: &Principal,
+    key: &str,
+    request: ApprovalRequest,
+) -> Result<DisputeDetail, AppError> {
+    decide_credit(state, principal, key, request.reason.into_inner(), CreditDecision::Approve).await
 }
 
 /// `POST /api/v1/disputes/{id}/credit/reject`: finance refuses the credit (the dispute stays accepted).
@@ -119,5 +132,15 @@ pub(super) async fn reject_credit(
     PathParams(path): PathParams<DisputePath>,
     JsonBody(request): JsonBody<ReasonRequest>,
 ) -> Result<Response, AppError> {
-    decide_credit(&state, &principal, &path.id, request.reason.into_inner(), CreditDecision::Reject).await
+    Ok(respond(reject_credit_of(&state, &principal, &path.id, request).await?, StatusCode::OK))
+}
+
+/// Finance refuses an accepted dispute's credit (the dispute stays accepted).
+pub(crate) async fn reject_credit_of(
+    state: &AppState,
+    principal: &Principal,
+    key: &str,
+    request: ReasonRequest,
+) -> Result<DisputeDetail, AppError> {
+    decide_credit(state, principal, key, request.reason.into_inner(), CreditDecision::Reject).await
 }

@@ -27,6 +27,7 @@ use serde_json::json;
 use uuid::Uuid;
 
 use crate::{
+    auth::{Capability, Principal},
     describe::{Inputs, inputs as described},
     error::AppError,
     http::{Caller, DisputeParticipate, DisputeResolve, JsonBody, PathParams, ReadLedger},
@@ -38,7 +39,7 @@ use credits::{approve_credit, reject_credit};
 pub use gpuledger_api::disputes::{Credit, DisputeDetail, DisputeEvent, DisputePage, DisputeSummary, DisputedLine};
 use requests::{AcceptRequest, CommentRequest, OpenRequest, ReasonRequest, check_line_ids, credit_of};
 pub use store::load;
-use store::{Locked, SUMMARY_SELECT, lock, record, reply, require_open, resolve_id};
+use store::{Locked, SUMMARY_SELECT, finish, lock, record, require_open, resolve_id};
 use views::SummaryRow;
 
 pub use gpuledger_api::disputes::{MAX_LINES, MAX_TEXT};
@@ -72,12 +73,44 @@ pub fn router() -> Router<AppState> {
 
 // ---------------------------------------------------------------- handlers
 
+/// A dispute as the API answers it: `201 Created` with its `Location` (a new dispute, a new comment), or `200`.
+fn respond(detail: DisputeDetail, status: StatusCode) -> Response {
+    use axum::{http::header, response::IntoResponse};
+    let location = format!("/api/v1/disputes/{}", detail.dispute.id);
+    let mut response = (status, Json(detail)).into_response();
+    if status == StatusCode::CREATED
+        && let Ok(location) = axum::http::HeaderValue::from_str(&location)
+    {
+        response.headers_mut().insert(header::LOCATION, location);
+    }
+    response
+}
+
+/// The feature's operations, typed: the REST handlers here and the portal's forms call these, and each checks its
+/// caller's capability itself.
+pub(crate) mod service {
+    pub(crate) use super::{
+        accept_dispute, add_comment,
+        credits::{approve_credit_of, reject_credit_of},
+        open_dispute, reject_dispute,
+    };
+}
+
 /// `POST /api/v1/disputes`: opens a dispute on lines of a closed period.
 async fn open(
     State(state): State<AppState>,
     principal: Caller<DisputeParticipate>,
     JsonBody(request): JsonBody<OpenRequest>,
 ) -> Result<Response, AppError> {
+    Ok(respond(open_dispute(&state, &principal, request).await?, StatusCode::CREATED))
+}
+
+pub(crate) async fn open_dispute(
+    state: &AppState,
+    principal: &Principal,
+    request: OpenRequest,
+) -> Result<DisputeDetail, AppError> {
+    principal.require(Capability::DisputeParticipate)?;
     let period = request.period.period();
     let line_ids: Vec<String> = request.line_ids.iter().map(ToString::to_string).collect();
     check_line_ids(&line_ids)?;
@@ -206,7 +239,7 @@ async fn open(
         json!({ "period": period.to_string(), "line_ids": request.line_ids }),
     )
     .await?;
-    reply(tx, id, StatusCode::CREATED).await
+    finish(tx, id).await
 }
 
 /// `GET /api/v1/disputes?state=&period=&page=&per_page=`: newest first.
@@ -265,10 +298,19 @@ async fn comment(
     PathParams(path): PathParams<DisputePath>,
     JsonBody(request): JsonBody<CommentRequest>,
 ) -> Result<Response, AppError> {
-    let key = path.id.into_inner();
+    Ok(respond(add_comment(&state, &principal, &path.id, request).await?, StatusCode::CREATED))
+}
+
+pub(crate) async fn add_comment(
+    state: &AppState,
+    principal: &Principal,
+    key: &str,
+    request: CommentRequest,
+) -> Result<DisputeDetail, AppError> {
+    principal.require(Capability::DisputeParticipate)?;
     let text = request.body.into_inner();
     let mut tx = principal.begin(&state.db).await?;
-    let dispute = lock(&mut tx, &key).await?;
+    let dispute = lock(&mut tx, key).await?;
     if dispute.state != "open" {
         return Err(AppError::Conflict(format!(
             "dispute #{} is {}: comments are taken only while a dispute is open (its history stays readable)",
@@ -276,7 +318,7 @@ async fn comment(
         )));
     }
     record(&mut tx, &principal.actor(), &dispute, "commented", &text, json!({})).await?;
-    reply(tx, dispute.id, StatusCode::CREATED).await
+    finish(tx, dispute.id).await
 }
 
 /// `POST /api/v1/disputes/{id}/accept`: accepts with a credit that finance must then approve.
@@ -286,12 +328,21 @@ async fn accept(
     PathParams(path): PathParams<DisputePath>,
     JsonBody(request): JsonBody<AcceptRequest>,
 ) -> Result<Response, AppError> {
-    let key = path.id.into_inner();
+    Ok(respond(accept_dispute(&state, &principal, &path.id, request).await?, StatusCode::OK))
+}
+
+pub(crate) async fn accept_dispute(
+    state: &AppState,
+    principal: &Principal,
+    key: &str,
+    request: AcceptRequest,
+) -> Result<DisputeDetail, AppError> {
+    principal.require(Capability::DisputeResolve)?;
     let reason = request.reason.as_str().to_string();
     let credit = credit_of(&request)?;
     let who = principal.actor();
     let mut tx = principal.begin(&state.db).await?;
-    let dispute = lock(&mut tx, &key).await?;
+    let dispute = lock(&mut tx, key).await?;
     require_open(&dispute, "accepted")?;
     let org = tx.org().as_uuid();
 
@@ -366,7 +417,7 @@ async fn accept(
         json!({ "credit_amount": credit_text, "currency": currency, "adjustment_id": adjustment }),
     )
     .await?;
-    reply(tx, dispute.id, StatusCode::OK).await
+    finish(tx, dispute.id).await
 }
 
 /// `POST /api/v1/disputes/{id}/reject`: rejects with a reason.
@@ -376,11 +427,20 @@ async fn reject(
     PathParams(path): PathParams<DisputePath>,
     JsonBody(request): JsonBody<ReasonRequest>,
 ) -> Result<Response, AppError> {
-    let key = path.id.into_inner();
+    Ok(respond(reject_dispute(&state, &principal, &path.id, request).await?, StatusCode::OK))
+}
+
+pub(crate) async fn reject_dispute(
+    state: &AppState,
+    principal: &Principal,
+    key: &str,
+    request: ReasonRequest,
+) -> Result<DisputeDetail, AppError> {
+    principal.require(Capability::DisputeResolve)?;
     let reason = request.reason.into_inner();
     let who = principal.actor();
     let mut tx = principal.begin(&state.db).await?;
-    let dispute = lock(&mut tx, &key).await?;
+    let dispute = lock(&mut tx, key).await?;
     require_open(&dispute, "rejected")?;
     let org = tx.org().as_uuid();
     sqlx::query(
@@ -394,5 +454,5 @@ async fn reject(
     .execute(tx.conn())
     .await?;
     record(&mut tx, &who, &dispute, "rejected", &reason, json!({})).await?;
-    reply(tx, dispute.id, StatusCode::OK).await
+    finish(tx, dispute.id).await
 }

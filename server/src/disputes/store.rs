@@ -1,11 +1,6 @@
 //! Disputes in the database: reading one with its lines, events and credit, finding and locking one by ID or
 //! number, recording each step in its history and the audit log, and answering with the stored state.
 
-use axum::{
-    Json,
-    http::{HeaderValue, StatusCode, header},
-    response::{IntoResponse, Response},
-};
 use serde_json::{Value, json};
 use time::Date;
 use uuid::Uuid;
@@ -220,16 +215,11 @@ pub(super) fn require_open(dispute: &Locked, what: &str) -> Result<(), AppError>
     )))
 }
 
-pub(super) async fn reply(mut tx: OrgTx, id: Uuid, status: StatusCode) -> Result<Response, AppError> {
+/// Commits `tx` and answers the dispute as it now stands.
+pub(super) async fn finish(mut tx: OrgTx, id: Uuid) -> Result<DisputeDetail, AppError> {
     let detail = load(&mut tx, id).await?.ok_or_else(|| AppError::Internal(format!("dispute {id} vanished")))?;
     tx.commit().await?;
-    let mut response = (status, Json(detail)).into_response();
-    if status == StatusCode::CREATED
-        && let Ok(location) = HeaderValue::from_str(&format!("/api/v1/disputes/{id}"))
-    {
-        response.headers_mut().insert(header::LOCATION, location);
-    }
-    Ok(response)
+    Ok(detail)
 }
 
 #[cfg(test)]

@@ -13,10 +13,7 @@ use axum::{
     response::{Html, IntoResponse, Redirect, Response},
     routing::post,
 };
-use gpuledger_api::{
-    input::Line,
-    params::{IdPath, PeriodPath, VersionPath},
-};
+use gpuledger_api::params::{IdPath, PeriodPath, VersionPath};
 use gpuledger_core::ids::OrgId;
 use gpuledger_web::{
     ApiAnswer, LoginOptions, OrgSummary, Overview, PeriodRow, PortalData, PortalError, SessionView, TokenRow,
@@ -34,25 +31,6 @@ use crate::{
     state::AppState,
 };
 use act::act;
-
-/// `/ui/disputes/{id}/{action}`: a dispute (UUID or number) and what the form does to it.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct DisputeActionPath {
-    id: Line<100>,
-    action: DisputeAction,
-}
-
-/// The dispute forms.
-#[derive(Debug, Clone, Copy, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-enum DisputeAction {
-    Comment,
-    Accept,
-    Reject,
-    CreditApprove,
-    CreditReject,
-}
 
 /// A path the portal asks its own API for, with every byte a URI may not carry in a path or query percent-encoded
 /// (a dispute's number or name with a space or a quote is a 404 from the API, never an unbuildable request).
@@ -73,6 +51,7 @@ fn uri_safe(path: &str) -> String {
 
 mod act;
 mod admin_forms;
+mod dispute_forms;
 use admin_forms::{
     cost_import_form, department_form, department_update_form, inventory_form, quota_form, reassign_form, rule_form,
     settings_form, tenant_form, tenant_update_form,
@@ -542,8 +521,8 @@ pub fn router() -> Router<AppState> {
     Router::new()
         .route("/admin/tokens", post(create_token_form))
         .route("/admin/tokens/{id}/revoke", post(revoke_token_form))
-        .route("/ui/disputes", post(open_dispute_form))
-        .route("/ui/disputes/{id}/{action}", post(dispute_action_form))
+        .route("/ui/disputes", post(dispute_forms::open_dispute_form))
+        .route("/ui/disputes/{id}/{action}", post(dispute_forms::dispute_action_form))
         .route("/ui/periods/{period}/close", post(close_form))
         .route("/ui/clusters", post(cluster_form))
         .route("/ui/identity/provider", post(provider_form))
@@ -701,71 +680,6 @@ fn pairs(body: &[u8]) -> Vec<(String, String)> {
 
 fn field(pairs: &[(String, String)], name: &str) -> String {
     pairs.iter().find(|(k, _)| k == name).map(|(_, v)| v.trim().to_string()).unwrap_or_default()
-}
-
-/// Runs a form's action through the REST API as the signed-in person; on success redirects to `next(answer)`,
-/// otherwise shows the API's problem with a way back.
-async fn via_api(
-    state: &AppState,
-    headers: &HeaderMap,
-    method: &str,
-    path: &str,
-    body: serde_json::Value,
-    back: &str,
-    next: impl FnOnce(&serde_json::Value) -> String,
-) -> Response {
-    let api = crate::routes::api_routes(state).with_state(state.clone());
-    match call_api(api, headers, method, path, Some(body.to_string())).await {
-        Ok(answer) if (200..300).contains(&answer.status) => Redirect::to(&next(&answer.body)).into_response(),
-        Ok(answer) if answer.status == 401 => Redirect::to(&format!("/login?next={back}")).into_response(),
-        Ok(answer) => {
-            let detail = answer.body["detail"].as_str().unwrap_or("the request was refused").to_string();
-            let status = StatusCode::from_u16(answer.status).unwrap_or(StatusCode::BAD_REQUEST);
-            (status, Html(gpuledger_web::account::form_error_document(&detail, back))).into_response()
-        }
-        Err(e) => {
-            (StatusCode::INTERNAL_SERVER_ERROR, Html(gpuledger_web::account::form_error_document(&e.message, back)))
-                .into_response()
-        }
-    }
-}
-
-async fn open_dispute_form(State(state): State<AppState>, headers: HeaderMap, body: axum::body::Bytes) -> Response {
-    let f = pairs(&body);
-    let lines: Vec<String> = f.iter().filter(|(k, _)| k == "line").map(|(_, v)| v.clone()).collect();
-    let period = field(&f, "period");
-    let back = headers
-        .get(axum::http::header::REFERER)
-        .and_then(|r| r.to_str().ok())
-        .and_then(|r| r.find("/tenants/").map(|i| r[i..].to_string()))
-        .unwrap_or_else(|| "/departments".into());
-    let request = serde_json::json!({"period": period, "line_ids": lines, "reason": field(&f, "reason")});
-    via_api(&state, &headers, "POST", "/api/v1/disputes", request, &back, |d| {
-        format!("/disputes/{}", d["number"].as_i64().unwrap_or_default())
-    })
-    .await
-}
-
-async fn dispute_action_form(
-    State(state): State<AppState>,
-    headers: HeaderMap,
-    PathParams(target): PathParams<DisputeActionPath>,
-    body: axum::body::Bytes,
-) -> Response {
-    let f = pairs(&body);
-    let id = target.id.into_inner();
-    let back = format!("/disputes/{id}");
-    let (path, request) = match target.action {
-        DisputeAction::Comment => ("comments", serde_json::json!({"body": field(&f, "body")})),
-        DisputeAction::Accept => {
-            ("accept", serde_json::json!({"reason": field(&f, "reason"), "credit_amount": field(&f, "credit_amount")}))
-        }
-        DisputeAction::Reject => ("reject", serde_json::json!({"reason": field(&f, "reason")})),
-        DisputeAction::CreditApprove => ("credit/approve", serde_json::json!({"reason": field(&f, "reason")})),
-        DisputeAction::CreditReject => ("credit/reject", serde_json::json!({"reason": field(&f, "reason")})),
-    };
-    let target = back.clone();
-    via_api(&state, &headers, "POST", &format!("/api/v1/disputes/{id}/{path}"), request, &back, move |_| target).await
 }
 
 async fn close_form(
