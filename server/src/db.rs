@@ -176,6 +176,11 @@ pub struct DbOptions {
     pub statement_timeout: Duration,
     /// `statement_timeout` of exports, which read whole months ([`OrgTx::allow_long_statements`]).
     pub export_statement_timeout: Duration,
+    /// `lock_timeout` of every organization transaction: a statement that waits this long for a lock (a row
+    /// another request holds, a Citus shard being moved) gives up, and the request is answered 503 with
+    /// `Retry-After` — well before the HTTP request timeout, so a blocked write is never a 408 or a hang.
+    /// Turns taken on purpose ([`OrgTx::wait_for_turn`]) wait up to the statement limit instead.
+    pub lock_timeout: Duration,
 }
 
 impl Default for DbOptions {
@@ -185,6 +190,7 @@ impl Default for DbOptions {
             acquire_timeout: Duration::from_secs(3),
             statement_timeout: Duration::from_secs(30),
             export_statement_timeout: Duration::from_secs(300),
+            lock_timeout: Duration::from_secs(10),
         }
     }
 }
@@ -320,13 +326,21 @@ impl Database {
         // connection for long); a transaction left idle is ended by the server too.
         let set = format!(
             "SET LOCAL app.org_id = '{}'; SET LOCAL app.dept_scope = '{dept_scope}'; \
-             SET LOCAL statement_timeout = {}; SET LOCAL idle_in_transaction_session_timeout = {}",
+             SET LOCAL statement_timeout = {}; SET LOCAL idle_in_transaction_session_timeout = {}; \
+             SET LOCAL lock_timeout = {}",
             org.as_uuid().hyphenated(),
             millis(self.options.statement_timeout),
             millis(self.options.statement_timeout.max(self.options.export_statement_timeout)),
+            millis(self.options.lock_timeout),
         );
         (&mut *tx).execute(set.as_str()).await?;
-        Ok(OrgTx { tx, org, long_timeout: self.options.export_statement_timeout, distributed: self.distributed })
+        Ok(OrgTx {
+            tx,
+            org,
+            long_timeout: self.options.export_statement_timeout,
+            lock_timeout: self.options.lock_timeout,
+            distributed: self.distributed,
+        })
     }
 
     /// The only door that looks across organizations: resolving a slug and creating an organization, through
@@ -397,6 +411,7 @@ pub struct OrgTx {
     tx: Transaction<'static, Postgres>,
     org: OrgId,
     long_timeout: Duration,
+    lock_timeout: Duration,
     distributed: bool,
 }
 
@@ -421,6 +436,17 @@ impl OrgTx {
     pub async fn allow_long_statements(&mut self) -> Result<(), DbError> {
         let set = format!("SET LOCAL statement_timeout = {}", millis(self.long_timeout));
         (&mut *self.tx).execute(set.as_str()).await?;
+        Ok(())
+    }
+
+    /// Takes the transaction-scoped advisory lock `(class, key)`, waiting for whoever holds it (a refresh or a close
+    /// of the same organization, which may take a while) up to the statement limit rather than the short
+    /// `lock_timeout`; later statements are bound by `lock_timeout` again.
+    pub async fn wait_for_turn(&mut self, class: i32, key: i32) -> Result<(), DbError> {
+        (&mut *self.tx).execute("SET LOCAL lock_timeout = 0").await?;
+        sqlx::query("SELECT pg_advisory_xact_lock($1, $2)").bind(class).bind(key).execute(&mut *self.tx).await?;
+        let reset = format!("SET LOCAL lock_timeout = {}", millis(self.lock_timeout));
+        (&mut *self.tx).execute(reset.as_str()).await?;
         Ok(())
     }
 

@@ -142,6 +142,17 @@ impl From<sqlx::Error> for AppError {
                 tracing::warn!(error = %d.message(), "a database node is unavailable; answering 503");
                 Self::Unavailable("database unavailable".into())
             }
+            // A lock not granted within `lock_timeout` (another transaction's row, a Citus shard being moved with
+            // `block_writes`), or a statement past `statement_timeout`: the database is busy, not the request wrong —
+            // 503 with Retry-After, which agents honour by re-delivering (docs/scaling.md, "A worker added").
+            sqlx::Error::Database(d) if d.code().as_deref() == Some("55P03") => {
+                tracing::warn!(error = %d.message(), "a lock was not granted in time; answering 503");
+                Self::Unavailable("the organization's data is locked for a moment; try again".into())
+            }
+            sqlx::Error::Database(d) if d.code().as_deref() == Some("57014") => {
+                tracing::warn!(error = %d.message(), "a statement ran out of time; answering 503");
+                Self::Unavailable("the database took too long to answer; try again".into())
+            }
             sqlx::Error::Database(d) => {
                 let constraint = d.constraint().unwrap_or("a constraint").to_string();
                 match d.code().as_deref() {

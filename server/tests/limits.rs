@@ -89,6 +89,56 @@ async fn statements_are_bounded_in_time_and_exports_get_the_longer_bound() {
     tx.commit().await.unwrap();
 }
 
+/// A request blocked on a lock (a Citus shard moved with `block_writes` holds its writers like this) gives up after
+/// `lock_timeout` with 503 + Retry-After — well before the HTTP request timeout — and a turn taken on purpose
+/// (the read model's refresh lock) waits past `lock_timeout` for whoever holds it.
+#[tokio::test]
+async fn a_request_waiting_on_a_lock_gets_503_and_retry_after_and_turns_wait() {
+    let (test_db, _) = common::migrated().await;
+    let db = connect(
+        &test_db,
+        DbOptions {
+            statement_timeout: Duration::from_secs(5),
+            lock_timeout: Duration::from_millis(200),
+            ..DbOptions::default()
+        },
+    )
+    .await;
+    let (org, token) = org_with_token(&db, "locked", "admin").await;
+    let app = app::router(AppState::new(db.clone(), None), &HttpOptions::default());
+    let su = common::admin_pool(&test_db).await;
+    let mut holder = su.begin().await.unwrap();
+    sqlx::query("LOCK TABLE departments IN SHARE MODE").execute(&mut *holder).await.unwrap();
+    let started = Instant::now();
+    let (status, body, retry) =
+        call(&app, "POST", "/api/v1/departments", &token, Some(json!({"name": "Research"}))).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+    assert_eq!(retry.as_deref(), Some("2"));
+    assert!(body["detail"].as_str().unwrap().contains("locked"), "{body}");
+    assert!(started.elapsed() < Duration::from_secs(3), "answered after {:?}", started.elapsed());
+    holder.rollback().await.unwrap();
+    let (status, body, _) = call(&app, "POST", "/api/v1/departments", &token, Some(json!({"name": "Research"}))).await;
+    assert_eq!(status, StatusCode::CREATED, "nothing was half-done by the refused try: {body}");
+
+    // A turn: another transaction holds the advisory lock for 600 ms (three lock timeouts); the waiter gets it.
+    let (class, key) = (7, 42);
+    let mut holder = su.begin().await.unwrap();
+    sqlx::query("SELECT pg_advisory_xact_lock($1, $2)").bind(class).bind(key).execute(&mut *holder).await.unwrap();
+    let release = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        holder.rollback().await.unwrap();
+    });
+    let started = Instant::now();
+    let mut tx = db.begin_org(org).await.unwrap();
+    tx.wait_for_turn(class, key).await.unwrap();
+    assert!(started.elapsed() >= Duration::from_millis(500), "it waited for the holder: {:?}", started.elapsed());
+    // …and the statements after it are bound by lock_timeout again.
+    let lock_timeout: String = sqlx::query_scalar("SHOW lock_timeout").fetch_one(tx.conn()).await.unwrap();
+    assert_eq!(lock_timeout, "200ms");
+    tx.commit().await.unwrap();
+    release.await.unwrap();
+}
+
 #[tokio::test]
 async fn an_exhausted_pool_is_answered_at_once_with_503_and_retry_after() {
     let (test_db, _) = common::migrated().await;

@@ -163,6 +163,11 @@ pub struct ServeArgs {
     /// `statement_timeout` of exports (CSV, FOCUS, OData), which read whole months, in seconds.
     #[arg(long, env = "GPULEDGER_EXPORT_STATEMENT_TIMEOUT_SECS", default_value_t = 300)]
     pub export_statement_timeout_secs: u64,
+    /// PostgreSQL `lock_timeout` of every request's transaction, in milliseconds: a request waiting this long for
+    /// a lock (a Citus shard being moved, a row another request holds) is answered 503 with Retry-After. Kept below
+    /// the statement timeout.
+    #[arg(long, env = "GPULEDGER_LOCK_TIMEOUT_MS", default_value_t = 10_000)]
+    pub lock_timeout_ms: u64,
     /// Heavy reads (ledger previews, exports, OData pages, analytics) one organization may run at once; more
     /// wait up to 10 s, then get 503 with Retry-After.
     #[arg(long, env = "GPULEDGER_HEAVY_READS_PER_ORG", default_value_t = crate::limits::DEFAULT_HEAVY_READS_PER_ORG)]
@@ -218,6 +223,9 @@ impl ServeArgs {
             statement_timeout: Duration::from_secs(self.statement_timeout_secs.max(1)),
             export_statement_timeout: Duration::from_secs(
                 self.export_statement_timeout_secs.max(self.statement_timeout_secs).max(1),
+            ),
+            lock_timeout: Duration::from_millis(
+                self.lock_timeout_ms.clamp(1, self.statement_timeout_secs.max(1).saturating_mul(1000)),
             ),
         }
     }

@@ -224,7 +224,7 @@ pub(crate) async fn freeze(
     // The month's figures for every later read (pages, REST, exports): final, in the close's own transaction, taken
     // in turn with the read model's refreshes of this organization (so a snapshot computed meanwhile cannot race it).
     let (class, key) = crate::figures::lock_key(org);
-    sqlx::query("SELECT pg_advisory_xact_lock($1, $2)").bind(class).bind(key).execute(tx.conn()).await?;
+    tx.wait_for_turn(class, key).await?;
     crate::figures::store(
         &mut tx,
         &crate::figures::Figures {

@@ -528,7 +528,7 @@ pub(crate) async fn lock_evidence_build(tx: &mut OrgTx, period: Period) -> Resul
     // Class "GE"; the key mixes the organization and the month (a collision only makes two builds take turns).
     let month = period.first_day();
     let key = (tx.org().as_uuid().as_u128() as i32) ^ (month.year() * 12 + i32::from(u8::from(month.month())));
-    sqlx::query("SELECT pg_advisory_xact_lock($1, $2)").bind(0x4745_i32).bind(key).execute(tx.conn()).await?;
+    tx.wait_for_turn(0x4745_i32, key).await?;
     Ok(())
 }
 

@@ -111,7 +111,7 @@ pub async fn refresh_with(db: &Database, org: OrgId, wait: Wait, extra: Option<P
                 .await?
         }
         Wait::Block => {
-            sqlx::query("SELECT pg_advisory_xact_lock($1, $2)").bind(LOCK_CLASS).bind(key).execute(tx.conn()).await?;
+            tx.wait_for_turn(LOCK_CLASS, key).await?;
             true
         }
     };
