@@ -1,6 +1,7 @@
 //! A worker added under load on a real Citus cluster (issue 32, item 5; docs/scaling.md, "A worker added"): while
 //! agents of several organizations ingest and their admins read, a third worker is registered (`citus_add_node`)
-//! and the shards rebalanced onto it (`rebalance_table_shards`, logical replication). No request may fail except with
+//! and the shards rebalanced onto it (`rebalance_table_shards`, `block_writes`: writes to a moving shard wait, and give
+//! up after `lock_timeout` with 503). No request may fail except with
 //! 503 and `Retry-After` (the agent then re-delivers, as the real agent does); afterwards nothing is lost or counted
 //! twice — every organization's events and intervals are exactly the ones delivered — the rows written before the
 //! rebalance are unchanged, and shards live on the new worker.
@@ -104,6 +105,7 @@ async fn call(
     tally: &Tally,
     failures: &tokio::sync::Mutex<Vec<String>>,
 ) -> bool {
+    let (what, started) = (format!("{} {}", request.method(), request.uri().path()), Instant::now());
     let response = app.clone().oneshot(request).await.unwrap();
     let status = response.status();
     let retry_after = response.headers().contains_key(header::RETRY_AFTER);
@@ -122,7 +124,11 @@ async fn call(
             failures
                 .lock()
                 .await
-                .push(format!("{other} (Retry-After: {retry_after}): {}", String::from_utf8_lossy(&body)));
+                .push(format!(
+                    "{what}: {other} after {:.1} s (Retry-After: {retry_after}): {}",
+                    started.elapsed().as_secs_f64(),
+                    String::from_utf8_lossy(&body)
+                ));
             // A failure (the test fails at its end), and tried again as an agent keeps a batch in its spool, so that
             // the counts still say whether anything was lost or stored twice.
             true
