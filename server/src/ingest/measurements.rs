@@ -187,15 +187,7 @@ pub(super) async fn store_service_usage(
         n.dedup();
         n
     };
-    let known: std::collections::HashMap<String, uuid::Uuid> = sqlx::query_as::<_, (String, uuid::Uuid)>(
-        "SELECT name, tenant_id FROM tenants WHERE org_id = $1 AND name = ANY($2)",
-    )
-    .bind(org.as_uuid())
-    .bind(&names)
-    .fetch_all(tx.conn())
-    .await?
-    .into_iter()
-    .collect();
+    let known = super::store::tenants_named(tx, org, &names).await?;
     let tenant_ids: Vec<Option<uuid::Uuid>> = tenant.iter().map(|t| known.get(t).copied()).collect();
     let (o, c) = (org.as_uuid(), cluster.as_uuid());
     use crate::bulk::{col, constant};
