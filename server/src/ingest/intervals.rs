@@ -61,7 +61,9 @@ impl InventorySnapshot {
         }
         let model_rows = store::model_rows(tx).await?;
         let mut classes: HashMap<String, Vec<_>> = HashMap::new();
-        for (model, from, to, class, memory) in model_rows {
+        for store::ModelRow { model, valid_from: from, valid_to: to, gpu_class: class, memory_mib: memory } in
+            model_rows
+        {
             if let Some(mib) = memory.and_then(|m| u64::try_from(m).ok()) {
                 let entry = Validity::new(from, to)
                     .map(|valid| ModelMemory { gpu_model: normalize_model(&model), memory_mib: mib, valid })
@@ -215,7 +217,7 @@ pub(super) async fn assign_stored_devices(
         return Ok(());
     }
     let mut subjects = Vec::with_capacity(waiting.len() * 2);
-    for (uid, namespace, pod, container, _) in &waiting {
+    for store::AwaitingDevices { holder_uid: uid, namespace, holder_name: pod, container, .. } in &waiting {
         subjects.push(format!("{uid}/{container}"));
         subjects.push(format!("{namespace}/{pod}/{container}"));
     }
@@ -229,7 +231,7 @@ pub(super) async fn assign_stored_devices(
         }
     }
     let mut assigned = Vec::new();
-    for (uid, namespace, pod, container, resource) in waiting {
+    for store::AwaitingDevices { holder_uid: uid, namespace, holder_name: pod, container, resource } in waiting {
         let found = [format!("{uid}/{container}"), format!("{namespace}/{pod}/{container}")]
             .into_iter()
             .filter_map(|s| latest.get(&(s, resource.clone())))

@@ -229,25 +229,14 @@ pub async fn store(tx: &mut OrgTx, org: OrgId, cluster: ClusterId, facts: &[Fact
             times.push(occurred_at(f));
             payloads.push(serde_json::to_value(f).map_err(|e| AppError::Internal(e.to_string()))?);
         }
-        use crate::bulk::{col, constant};
-        let (o, c) = (org.as_uuid(), cluster.as_uuid());
-        crate::bulk::returning(
-            tx,
-            &crate::bulk::Insert {
-                into: "INSERT INTO allocation_events (org_id, cluster_id, event_id, kind, subject, occurred_at, payload)",
-                row: "$1, $2, {0}, {1}, {2}, {3}, {4}",
-                consts: &[constant("uuid", &o), constant("uuid", &c)],
-                cols: &[
-                    col("text", &ids),
-                    col("text", &kinds),
-                    col("text", &subjects),
-                    col("timestamptz", &times),
-                    col("jsonb", &payloads),
-                ],
-                tail: "ON CONFLICT DO NOTHING RETURNING event_id, kind, subject",
-            },
-        )
-        .await?
+        let columns = store::measurements::EventColumns {
+            ids: &ids,
+            kinds: &kinds,
+            subjects: &subjects,
+            times: &times,
+            payloads: &payloads,
+        };
+        store::measurements::insert_events(tx, org.as_uuid(), cluster.as_uuid(), &columns).await?
     };
     stored += new_events.len() as u64;
 

@@ -451,12 +451,21 @@ pub(super) async fn insert_fleet_marker(
     Ok(())
 }
 
-/// Writes telemetry series (made where new) and returns (cluster, GPU UUID, GPU instance, series ID) of each.
-pub(super) async fn upsert_series(
-    tx: &mut OrgTx,
-    o: Uuid,
-    cols: &SeriesCols<'_>,
-) -> Result<Vec<(Uuid, String, i32, i64)>, DbError> {
+/// A telemetry series' key and ID.
+#[derive(sqlx::FromRow)]
+pub(super) struct SeriesRow {
+    /// Cluster.
+    pub(super) cluster_id: Uuid,
+    /// Physical GPU.
+    pub(super) gpu_uuid: String,
+    /// MIG GPU instance (-1: the whole GPU).
+    pub(super) gpu_instance_id: i32,
+    /// The series' ID.
+    pub(super) series_id: i64,
+}
+
+/// Writes telemetry series (made where new) and returns each one's key and ID.
+pub(super) async fn upsert_series(tx: &mut OrgTx, o: Uuid, cols: &SeriesCols<'_>) -> Result<Vec<SeriesRow>, DbError> {
     let rows = sqlx::query_as(
         "INSERT INTO telemetry_series (org_id, cluster_id, gpu_uuid, gpu_instance_id, node, mig_profile)
          SELECT $1, * FROM unnest($2::uuid[], $3::text[], $4::int[], $5::text[], $6::text[])

@@ -179,7 +179,8 @@ pub async fn insert_series(
         cols.4.push(profile);
     }
     let rows = super::store::upsert_series(tx, o, &cols).await?;
-    let by_key: HashMap<(Uuid, String, i32), i64> = rows.into_iter().map(|(c, g, i, id)| ((c, g, i), id)).collect();
+    let by_key: HashMap<(Uuid, String, i32), i64> =
+        rows.into_iter().map(|r| ((r.cluster_id, r.gpu_uuid, r.gpu_instance_id), r.series_id)).collect();
     let mut ids = Vec::with_capacity(cols.0.len());
     for ((c, g), i) in cols.0.into_iter().zip(cols.1).zip(cols.2) {
         ids.push(*by_key.get(&(c, g, i)).ok_or_else(|| DbError::Data("telemetry series not stored".into()))?);

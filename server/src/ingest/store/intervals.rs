@@ -16,8 +16,20 @@ use crate::{
 /// An approved profile fraction: (kind `mig`/`vgpu`, model, profile, numerator, denominator, valid from, valid to).
 pub(crate) type ProfileRow = (String, String, String, i64, i64, OffsetDateTime, Option<OffsetDateTime>);
 
-/// An approved GPU model: (model, valid from, valid to, class, memory in MiB).
-pub(crate) type ModelRow = (String, OffsetDateTime, Option<OffsetDateTime>, String, Option<i32>);
+/// An approved GPU model.
+#[derive(sqlx::FromRow)]
+pub(crate) struct ModelRow {
+    /// The model's name as approved.
+    pub(crate) model: String,
+    /// From when.
+    pub(crate) valid_from: OffsetDateTime,
+    /// Until when (`None`: open).
+    pub(crate) valid_to: Option<OffsetDateTime>,
+    /// Its priced class.
+    pub(crate) gpu_class: String,
+    /// Its memory in MiB, if set.
+    pub(crate) memory_mib: Option<i32>,
+}
 
 /// The organization's approved MIG and vGPU profile fractions.
 pub(crate) async fn profile_rows(tx: &mut OrgTx) -> Result<Vec<ProfileRow>, DbError> {
@@ -122,13 +134,27 @@ pub(crate) async fn update_assigned_devices(
     Ok(())
 }
 
-/// Of `allocation_ids`, the container intervals still without devices: (holder UID, namespace, pod, container,
-/// resource).
+/// A container interval still without devices.
+#[derive(sqlx::FromRow)]
+pub(crate) struct AwaitingDevices {
+    /// The pod's UID.
+    pub(crate) holder_uid: Uuid,
+    /// Its namespace.
+    pub(crate) namespace: String,
+    /// The pod's name.
+    pub(crate) holder_name: String,
+    /// The container.
+    pub(crate) container: String,
+    /// The resource it requested.
+    pub(crate) resource: String,
+}
+
+/// Of `allocation_ids`, the container intervals still without devices.
 pub(crate) async fn intervals_awaiting_devices(
     tx: &mut OrgTx,
     cluster: ClusterId,
     allocation_ids: &[String],
-) -> Result<Vec<(Uuid, String, String, String, String)>, DbError> {
+) -> Result<Vec<AwaitingDevices>, DbError> {
     let org = tx.org().as_uuid();
     let rows = sqlx::query_as(
         "SELECT holder_uid, namespace, holder_name, container, resource FROM allocation_intervals

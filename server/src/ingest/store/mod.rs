@@ -3,6 +3,7 @@
 
 pub(crate) mod history;
 pub(crate) mod intervals;
+pub(crate) mod measurements;
 
 use std::collections::HashMap;
 
