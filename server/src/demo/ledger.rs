@@ -6,6 +6,7 @@ use gpuledger_core::{Period, ids::OrgId, policy::CostPolicy};
 use serde_json::json;
 use time::OffsetDateTime;
 
+use super::store;
 use crate::{
     close::close_period,
     db::Database,
@@ -81,26 +82,14 @@ pub async fn approve_and_close(
     let first = *periods.first().ok_or_else(|| AppError::Internal("no period to close".into()))?;
     let mut tx = db.begin_org(org).await?;
     let org_id = tx.org().as_uuid();
-    let approved: bool =
-        sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM cost_policies WHERE org_id = $1 AND state = 'approved')")
-            .bind(org_id)
-            .fetch_one(tx.conn())
-            .await?;
+    let approved = store::approved_policy_exists(&mut tx, org_id).await?;
     if !approved {
-        let classes: Vec<String> =
-            sqlx::query_scalar("SELECT gpu_class FROM gpu_classes WHERE org_id = $1 ORDER BY gpu_class")
-                .bind(org_id)
-                .fetch_all(tx.conn())
-                .await?;
+        let classes = store::gpu_classes(&mut tx, org_id).await?;
         let policy = demo_policy(&classes)?;
         let version = create_draft(&mut tx, DEMO_ACTOR, first, &policy, "Demo rates (sample data)").await?;
         approve(&mut tx, DEMO_ACTOR, version, "approved by finance for the demo").await?;
     }
-    let imported: bool =
-        sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM quotas WHERE org_id = $1 AND source = 'kueue')")
-            .bind(org_id)
-            .fetch_one(tx.conn())
-            .await?;
+    let imported = store::kueue_quotas_exist(&mut tx, org_id).await?;
     if import_quotas && !imported {
         import_kueue_quotas(&mut tx, DEMO_ACTOR, &Default::default()).await?;
     }
@@ -129,22 +118,12 @@ pub async fn open_demo_dispute(db: &Database, org: OrgId, last: Period) -> Resul
 
     let mut tx = db.begin_org(org).await?;
     let org_id = tx.org().as_uuid();
-    let exists: bool = sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM disputes WHERE org_id = $1)")
-        .bind(org_id)
-        .fetch_one(tx.conn())
-        .await?;
+    let exists = store::dispute_exists(&mut tx, org_id).await?;
     if exists {
         tx.commit().await?;
         return Ok(());
     }
-    let line: Option<String> = sqlx::query_scalar(
-        "SELECT line_id FROM ledger_lines WHERE org_id = $2 AND period = $1 AND term = 'borrowed'
-          ORDER BY amount DESC, line_id LIMIT 1",
-    )
-    .bind(last.first_day())
-    .bind(org_id)
-    .fetch_optional(tx.conn())
-    .await?;
+    let line = store::largest_borrowed_line(&mut tx, org_id, last).await?;
     let Some(line) = line else {
         tx.commit().await?;
         return Ok(());
@@ -168,11 +147,7 @@ pub async fn open_demo_dispute(db: &Database, org: OrgId, last: Period) -> Resul
     let response = app.oneshot(request).await.map_err(|e| AppError::Internal(e.to_string()))?;
     let status = response.status();
     let mut tx = db.begin_org(org).await?;
-    sqlx::query("UPDATE api_tokens SET revoked_at = now() WHERE org_id = $2 AND token_id = $1")
-        .bind(token_id)
-        .bind(org.as_uuid())
-        .execute(tx.conn())
-        .await?;
+    store::revoke_token(&mut tx, org.as_uuid(), token_id).await?;
     tx.commit().await?;
     if !status.is_success() {
         return Err(AppError::Internal(format!("opening the demo dispute answered {status}")));

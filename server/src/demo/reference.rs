@@ -5,6 +5,7 @@
 use gpuledger_core::ids::OrgId;
 use uuid::{Uuid, uuid};
 
+use super::store;
 use crate::db::{Database, DbError, OrgTx};
 
 /// The demo organization's slug (fixed name, see DESIGN.md).
@@ -92,114 +93,39 @@ pub async fn seed(db: &Database) -> Result<OrgId, crate::error::AppError> {
     Ok(org)
 }
 
+/// Inserts the reference data an administrator would set up, keeping what exists.
 async fn insert_all(tx: &mut OrgTx, o: Uuid) -> Result<(), DbError> {
     // A demo organization offers its local demo accounts until an identity provider is configured.
-    sqlx::query("UPDATE organizations SET demo_login = true").execute(tx.conn()).await?;
+    store::enable_demo_login(tx).await?;
     let mut first = false;
     for ((id, name), (cost_center, gl_account)) in DEPARTMENTS.into_iter().zip(DEPARTMENT_ACCOUNTS) {
-        let added = sqlx::query(
-            "INSERT INTO departments (org_id, department_id, name, cost_center, gl_account) VALUES ($1, $2, $3, $4, $5)
-             ON CONFLICT DO NOTHING",
-        )
-        .bind(o)
-        .bind(id)
-        .bind(name)
-        .bind(cost_center)
-        .bind(gl_account)
-        .execute(tx.conn())
-        .await?;
-        first |= added.rows_affected() > 0;
+        first |= store::insert_department(tx, o, id, name, cost_center, gl_account).await?;
     }
     if first {
         // The platform's own account, which the demo's journal credits; set once, like the departments' (an admin's
         // later change stays).
-        sqlx::query("UPDATE org_settings SET platform_cost_center = $2, platform_gl_account = $3 WHERE org_id = $1")
-            .bind(o)
-            .bind(PLATFORM_ACCOUNT.0)
-            .bind(PLATFORM_ACCOUNT.1)
-            .execute(tx.conn())
-            .await?;
+        store::set_platform_account(tx, o, PLATFORM_ACCOUNT.0, PLATFORM_ACCOUNT.1).await?;
     }
     for (id, department, name) in TENANTS {
-        sqlx::query(
-            "INSERT INTO tenants (org_id, tenant_id, department_id, name) VALUES ($1, $2, $3, $4)
-             ON CONFLICT DO NOTHING",
-        )
-        .bind(o)
-        .bind(id)
-        .bind(department)
-        .bind(name)
-        .execute(tx.conn())
-        .await?;
+        store::insert_tenant(tx, o, id, department, name).await?;
     }
     for (id, name) in CLUSTERS {
-        sqlx::query("INSERT INTO clusters (org_id, cluster_id, name) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING")
-            .bind(o)
-            .bind(id)
-            .bind(name)
-            .execute(tx.conn())
-            .await?;
+        store::insert_cluster(tx, o, id, name).await?;
     }
     let since = CATALOG_SINCE;
     for (class, description, models) in CLASSES {
-        sqlx::query(
-            "INSERT INTO gpu_classes (org_id, gpu_class, description) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING",
-        )
-        .bind(o)
-        .bind(class)
-        .bind(description)
-        .execute(tx.conn())
-        .await?;
+        store::insert_gpu_class(tx, o, class, description).await?;
         for (model, memory) in models {
-            sqlx::query(
-                "INSERT INTO gpu_models (org_id, model, valid_from, gpu_class, memory_mib) VALUES ($1, $2, $3, $4, $5)
-                 ON CONFLICT DO NOTHING",
-            )
-            .bind(o)
-            .bind(model)
-            .bind(since)
-            .bind(class)
-            .bind(memory)
-            .execute(tx.conn())
-            .await?;
+            store::insert_gpu_model(tx, o, model, since, class, *memory).await?;
         }
     }
     for (model, profile, num, den) in MIG_PROFILES {
-        sqlx::query(
-            "INSERT INTO mig_profiles (org_id, model, profile, valid_from, fraction_num, fraction_den)
-             VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING",
-        )
-        .bind(o)
-        .bind(model)
-        .bind(profile)
-        .bind(since)
-        .bind(num)
-        .bind(den)
-        .execute(tx.conn())
-        .await?;
+        store::insert_mig_profile(tx, o, model, profile, since, (num, den)).await?;
     }
     for (profile, num, den) in VGPU_PROFILES {
-        sqlx::query(
-            "INSERT INTO vgpu_profiles (org_id, model, profile, valid_from, fraction_num, fraction_den)
-             VALUES ($1, 'Tesla T4', $2, $3, $4, $5) ON CONFLICT DO NOTHING",
-        )
-        .bind(o)
-        .bind(profile)
-        .bind(since)
-        .bind(num)
-        .bind(den)
-        .execute(tx.conn())
-        .await?;
+        store::insert_t4_vgpu_profile(tx, o, profile, since, (num, den)).await?;
     }
     // The L4 pool's device plugin shares each GPU 4 ways (time-slicing, `nvidia.com/gpu`).
-    sqlx::query(
-        "INSERT INTO timeslice_policies (org_id, cluster_id, name, valid_from, replicas)
-         VALUES ($1, $2, 'l4-time-slicing', $3, 4) ON CONFLICT DO NOTHING",
-    )
-    .bind(o)
-    .bind(CLUSTERS[0].0)
-    .bind(since)
-    .execute(tx.conn())
-    .await?;
+    store::insert_l4_timeslice_policy(tx, o, CLUSTERS[0].0, since).await?;
     Ok(())
 }

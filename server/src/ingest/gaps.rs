@@ -82,31 +82,10 @@ pub(super) async fn store_gap(
         }
     }
     for (id, from, to, details) in rows {
-        sqlx::query(
-            "INSERT INTO data_quality_findings
-                (org_id, cluster_id, finding_id, kind, subject, occurred_from, occurred_to, details)
-             VALUES ($1, $2, $3, 'agent_gap', $4, $5, $6, $7) ON CONFLICT DO NOTHING",
-        )
-        .bind(org.as_uuid())
-        .bind(cluster.as_uuid())
-        .bind(&id)
-        .bind(&subject)
-        .bind(from)
-        .bind(to)
-        .bind(&details)
-        .execute(tx.conn())
-        .await?;
+        super::store::insert_agent_gap_finding(tx, org, cluster, &id, &subject, from, to, &details).await?;
     }
     // The agent's account of this gap came first (order independence): apply it now.
-    let stored: Option<(sqlx::types::Json<Fact>,)> = sqlx::query_as(
-        "SELECT payload FROM allocation_events
-          WHERE org_id = $1 AND cluster_id = $2 AND subject = $3 AND kind = 'gap_recovered' LIMIT 1",
-    )
-    .bind(org.as_uuid())
-    .bind(cluster.as_uuid())
-    .bind(event_id)
-    .fetch_optional(tx.conn())
-    .await?;
+    let stored = super::store::gap_recovered_fact(tx, org, cluster, event_id).await?;
     if let Some((sqlx::types::Json(Fact { observed_at, body: FactBody::GapRecovered(r), .. }),)) = stored {
         apply_recovery(tx, org, cluster, &r, observed_at).await?;
     }
@@ -124,33 +103,14 @@ pub(super) async fn apply_recovery(
     r: &GapRecovery,
     reported_at: OffsetDateTime,
 ) -> Result<(), AppError> {
-    // The gap's own finding (older agents: no months) or its months' (`<gap>@YYYY-MM`), compared by prefix rather
-    // than LIKE, whose wildcards an event ID may contain.
-    let findings: Vec<(String, Value)> = sqlx::query_as(
-        "SELECT finding_id, details FROM data_quality_findings
-          WHERE org_id = $1 AND cluster_id = $2 AND kind = 'agent_gap'
-            AND (finding_id = $3 OR left(finding_id, length($3) + 1) = $3 || '@')",
-    )
-    .bind(org.as_uuid())
-    .bind(cluster.as_uuid())
-    .bind(&r.gap)
-    .fetch_all(tx.conn())
-    .await?;
+    // The gap's own finding (older agents: no months) or its months' (`<gap>@YYYY-MM`).
+    let findings = super::store::agent_gap_findings(tx, org, cluster, &r.gap).await?;
     for (id, details) in findings {
         let updated = recovered_details(&details, r, reported_at);
         if updated == details {
             continue;
         }
-        sqlx::query(
-            "UPDATE data_quality_findings SET details = $4
-              WHERE org_id = $1 AND cluster_id = $2 AND finding_id = $3 AND kind = 'agent_gap'",
-        )
-        .bind(org.as_uuid())
-        .bind(cluster.as_uuid())
-        .bind(&id)
-        .bind(&updated)
-        .execute(tx.conn())
-        .await?;
+        super::store::update_agent_gap_details(tx, org, cluster, &id, &updated).await?;
     }
     Ok(())
 }

@@ -19,6 +19,7 @@ use time::OffsetDateTime;
 use uuid::Uuid;
 
 use super::history::apply_namespace;
+use super::store::intervals::{self as store, AssignedColumns, IntervalRows};
 use crate::{db::OrgTx, error::AppError};
 
 /// GPU model names differ by source (`NVIDIA-A100-SXM4-40GB` in node labels, `NVIDIA A100-SXM4-40GB` from the
@@ -43,18 +44,7 @@ pub(super) struct InventorySnapshot {
 
 impl InventorySnapshot {
     async fn load(tx: &mut OrgTx, cluster: ClusterId) -> Result<Self, AppError> {
-        type Row = (String, String, String, i64, i64, OffsetDateTime, Option<OffsetDateTime>);
-        let org = tx.org().as_uuid();
-        let rows: Vec<Row> = sqlx::query_as(
-            "SELECT 'mig', model, profile, fraction_num, fraction_den, valid_from, valid_to FROM mig_profiles
-              WHERE org_id = $1
-             UNION ALL
-             SELECT 'vgpu', model, profile, fraction_num, fraction_den, valid_from, valid_to FROM vgpu_profiles
-              WHERE org_id = $1",
-        )
-        .bind(org)
-        .fetch_all(tx.conn())
-        .await?;
+        let rows = store::profile_rows(tx).await?;
         let mut profiles = Inventory::new();
         for (kind, model, profile, num, den, from, to) in rows {
             let entry = (|| {
@@ -69,15 +59,11 @@ impl InventorySnapshot {
             .map_err(|e| AppError::Internal(format!("inventory row is invalid: {e}")))?;
             profiles.insert(entry).map_err(|e| AppError::Internal(format!("inventory is inconsistent: {e}")))?;
         }
-        type ModelRow = (String, OffsetDateTime, Option<OffsetDateTime>, String, Option<i32>);
-        let model_rows: Vec<ModelRow> = sqlx::query_as(
-            "SELECT model, valid_from, valid_to, gpu_class, memory_mib FROM gpu_models WHERE org_id = $1",
-        )
-        .bind(org)
-        .fetch_all(tx.conn())
-        .await?;
+        let model_rows = store::model_rows(tx).await?;
         let mut classes: HashMap<String, Vec<_>> = HashMap::new();
-        for (model, from, to, class, memory) in model_rows {
+        for store::ModelRow { model, valid_from: from, valid_to: to, gpu_class: class, memory_mib: memory } in
+            model_rows
+        {
             if let Some(mib) = memory.and_then(|m| u64::try_from(m).ok()) {
                 let entry = Validity::new(from, to)
                     .map(|valid| ModelMemory { gpu_model: normalize_model(&model), memory_mib: mib, valid })
@@ -121,14 +107,7 @@ impl InventorySnapshot {
 /// The share-basis versions that apply on `cluster`: its own, and the organization's where it has none of its own
 /// (an organization-wide version is cut around the cluster's versions).
 async fn share_bases_for(tx: &mut OrgTx, cluster: ClusterId) -> Result<Vec<ShareBasisVersion>, AppError> {
-    let rows: Vec<(bool, String, OffsetDateTime, Option<OffsetDateTime>)> = sqlx::query_as(
-        "SELECT cluster_id IS NOT NULL, basis, valid_from, valid_to FROM share_bases
-          WHERE org_id = $1 AND (cluster_id IS NULL OR cluster_id = $2) ORDER BY valid_from",
-    )
-    .bind(tx.org().as_uuid())
-    .bind(cluster.as_uuid())
-    .fetch_all(tx.conn())
-    .await?;
+    let rows = store::share_basis_rows(tx, cluster).await?;
     let bad = |e: gpuledger_core::error::DomainError| AppError::Internal(format!("share basis row is invalid: {e}"));
     let own: Vec<(OffsetDateTime, Option<OffsetDateTime>)> = rows.iter().filter(|r| r.0).map(|r| (r.2, r.3)).collect();
     let mut out = Vec::new();
@@ -162,37 +141,6 @@ async fn share_bases_for(tx: &mut OrgTx, cluster: ClusterId) -> Result<Vec<Share
     Ok(out)
 }
 
-/// Interval rows as columns, for one `unnest` upsert.
-#[derive(Default)]
-pub(super) struct IntervalRows {
-    pub(super) allocation_id: Vec<String>,
-    pub(super) holder_kind: Vec<Option<String>>,
-    pub(super) holder_uid: Vec<Uuid>,
-    pub(super) holder_name: Vec<String>,
-    pub(super) namespace: Vec<String>,
-    pub(super) namespace_uid: Vec<Option<Uuid>>,
-    pub(super) container: Vec<Option<String>>,
-    pub(super) node: Vec<Option<String>>,
-    pub(super) resource: Vec<String>,
-    pub(super) units: Vec<i32>,
-    pub(super) device_ids: Vec<serde_json::Value>,
-    pub(super) gpu_model: Vec<Option<String>>,
-    pub(super) gpu_class: Vec<Option<String>>,
-    pub(super) sharing_mode: Vec<String>,
-    pub(super) profile: Vec<Option<String>>,
-    pub(super) replicas: Vec<Option<i32>>,
-    pub(super) fraction_num: Vec<Option<i64>>,
-    pub(super) fraction_den: Vec<Option<i64>>,
-    pub(super) started_at: Vec<OffsetDateTime>,
-    pub(super) ended_at: Vec<Option<OffsetDateTime>>,
-    pub(super) end_estimated: Vec<bool>,
-    pub(super) confidence: Vec<String>,
-    pub(super) inventory_gap: Vec<Option<String>>,
-    pub(super) share: Vec<Option<String>>,
-    pub(super) share_basis: Vec<Option<String>>,
-    pub(super) labels: Vec<serde_json::Value>,
-}
-
 /// Takes, until the transaction ends, the cluster's turn at matching device assignments with allocations. A batch
 /// with a new allocation looks for assignments already stored; a batch with a new assignment looks for allocations
 /// already stored. Run at once, neither saw the other's uncommitted row and the assignment was lost (seen: the same
@@ -203,7 +151,7 @@ pub(super) async fn lock_assignments(tx: &mut OrgTx, cluster: ClusterId) -> Resu
     let id = cluster.as_uuid();
     let b = id.as_bytes();
     let key = i64::from_be_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]) ^ 0x6465_7669_6365_7321;
-    sqlx::query("SELECT pg_advisory_xact_lock($1)").bind(key).execute(tx.conn()).await?;
+    store::advisory_xact_lock(tx, key).await?;
     Ok(())
 }
 
@@ -225,9 +173,7 @@ pub(super) struct Assigned {
 pub(super) async fn assign_devices(tx: &mut OrgTx, cluster: ClusterId, assigned: &[Assigned]) -> Result<(), AppError> {
     lock_assignments(tx, cluster).await?;
     let (by_uid, by_name): (Vec<&Assigned>, Vec<&Assigned>) = assigned.iter().partition(|a| a.pod_uid.is_some());
-    for (rows, match_sql) in
-        [(by_uid, "a.holder_uid = u.pod_uid"), (by_name, "a.namespace = u.namespace AND a.holder_name = u.pod")]
-    {
+    for (rows, matched_by_uid) in [(by_uid, true), (by_name, false)] {
         if rows.is_empty() {
             continue;
         }
@@ -244,35 +190,16 @@ pub(super) async fn assign_devices(tx: &mut OrgTx, cluster: ClusterId, assigned:
             }
         }
         let rows: Vec<&Assigned> = latest.into_values().collect();
-        let uids: Vec<Option<Uuid>> = rows.iter().map(|r| r.pod_uid).collect();
-        let namespaces: Vec<&str> = rows.iter().map(|r| r.namespace.as_str()).collect();
-        let pods: Vec<&str> = rows.iter().map(|r| r.pod.as_str()).collect();
-        let containers: Vec<&str> = rows.iter().map(|r| r.container.as_str()).collect();
-        let resources: Vec<&str> = rows.iter().map(|r| r.resource.as_str()).collect();
-        let devices: Vec<serde_json::Value> = rows.iter().map(|r| serde_json::Value::from(r.devices.clone())).collect();
-        let ats: Vec<OffsetDateTime> = rows.iter().map(|r| r.at).collect();
-        let org = tx.org().as_uuid();
-        sqlx::query(&format!(
-            "UPDATE allocation_intervals a
-                SET device_ids = ARRAY(SELECT jsonb_array_elements_text(u.devices)), devices_assigned_at = u.at,
-                    updated_at = now()
-               FROM unnest($2::uuid[], $3::text[], $4::text[], $5::text[], $6::text[], $7::jsonb[], $8::timestamptz[])
-                    AS u(pod_uid, namespace, pod, container, resource, devices, at)
-              WHERE a.org_id = $9 AND a.cluster_id = $1 AND {match_sql} AND a.container = u.container
-                AND a.resource = u.resource
-                AND ((a.devices_assigned_at IS NULL AND cardinality(a.device_ids) = 0) OR a.devices_assigned_at < u.at)"
-        ))
-        .bind(cluster.as_uuid())
-        .bind(&uids)
-        .bind(&namespaces)
-        .bind(&pods)
-        .bind(&containers)
-        .bind(&resources)
-        .bind(&devices)
-        .bind(&ats)
-        .bind(org)
-        .execute(tx.conn())
-        .await?;
+        let columns = AssignedColumns {
+            uids: rows.iter().map(|r| r.pod_uid).collect(),
+            namespaces: rows.iter().map(|r| r.namespace.as_str()).collect(),
+            pods: rows.iter().map(|r| r.pod.as_str()).collect(),
+            containers: rows.iter().map(|r| r.container.as_str()).collect(),
+            resources: rows.iter().map(|r| r.resource.as_str()).collect(),
+            devices: rows.iter().map(|r| serde_json::Value::from(r.devices.clone())).collect(),
+            ats: rows.iter().map(|r| r.at).collect(),
+        };
+        store::update_assigned_devices(tx, cluster, matched_by_uid, &columns).await?;
     }
     Ok(())
 }
@@ -285,34 +212,16 @@ pub(super) async fn assign_stored_devices(
     allocation_ids: &[String],
 ) -> Result<(), AppError> {
     lock_assignments(tx, cluster).await?;
-    let org = tx.org().as_uuid();
-    let waiting: Vec<(Uuid, String, String, String, String)> = sqlx::query_as(
-        "SELECT holder_uid, namespace, holder_name, container, resource FROM allocation_intervals
-          WHERE cluster_id = $1 AND allocation_id = ANY($2) AND container IS NOT NULL
-            AND cardinality(device_ids) = 0 AND devices_assigned_at IS NULL AND org_id = $3",
-    )
-    .bind(cluster.as_uuid())
-    .bind(allocation_ids)
-    .bind(org)
-    .fetch_all(tx.conn())
-    .await?;
+    let waiting = store::intervals_awaiting_devices(tx, cluster, allocation_ids).await?;
     if waiting.is_empty() {
         return Ok(());
     }
     let mut subjects = Vec::with_capacity(waiting.len() * 2);
-    for (uid, namespace, pod, container, _) in &waiting {
+    for store::AwaitingDevices { holder_uid: uid, namespace, holder_name: pod, container, .. } in &waiting {
         subjects.push(format!("{uid}/{container}"));
         subjects.push(format!("{namespace}/{pod}/{container}"));
     }
-    let events: Vec<(String, Option<String>, serde_json::Value, OffsetDateTime)> = sqlx::query_as(
-        "SELECT subject, payload->>'resource', payload->'device_ids', occurred_at FROM allocation_events
-          WHERE cluster_id = $1 AND subject = ANY($2) AND kind = 'device_assigned' AND org_id = $3",
-    )
-    .bind(cluster.as_uuid())
-    .bind(&subjects)
-    .bind(org)
-    .fetch_all(tx.conn())
-    .await?;
+    let events = store::device_assignment_events(tx, cluster, &subjects).await?;
     // (subject, resource) → the latest assignment.
     let mut latest: HashMap<(String, String), (OffsetDateTime, serde_json::Value)> = HashMap::new();
     for (subject, resource, devices, at) in events {
@@ -322,7 +231,7 @@ pub(super) async fn assign_stored_devices(
         }
     }
     let mut assigned = Vec::new();
-    for (uid, namespace, pod, container, resource) in waiting {
+    for store::AwaitingDevices { holder_uid: uid, namespace, holder_name: pod, container, resource } in waiting {
         let found = [format!("{uid}/{container}"), format!("{namespace}/{pod}/{container}")]
             .into_iter()
             .filter_map(|s| latest.get(&(s, resource.clone())))
@@ -351,15 +260,7 @@ pub(crate) async fn recompute_for_inventory(
     model: &str,
     from: OffsetDateTime,
 ) -> Result<u64, AppError> {
-    let candidates: Vec<(Uuid, String, Option<String>, bool)> = sqlx::query_as(
-        "SELECT cluster_id, allocation_id, gpu_model, (fraction_num IS NULL OR gpu_class IS NULL)
-           FROM allocation_intervals
-          WHERE org_id = $2 AND (started_at >= $1 OR fraction_num IS NULL OR gpu_class IS NULL)",
-    )
-    .bind(from)
-    .bind(org.as_uuid())
-    .fetch_all(tx.conn())
-    .await?;
+    let candidates = store::inventory_candidates(tx, org, from).await?;
     let wanted = normalize_model(model);
     let concerned = candidates.into_iter().filter_map(|(cluster, allocation, gpu_model, gap)| {
         let same_model = gpu_model.as_deref().is_some_and(|m| normalize_model(m) == wanted);
@@ -377,16 +278,7 @@ pub(crate) async fn recompute_soft_shares(
     cluster: Option<Uuid>,
     from: OffsetDateTime,
 ) -> Result<u64, AppError> {
-    let candidates: Vec<(Uuid, String)> = sqlx::query_as(
-        "SELECT cluster_id, allocation_id FROM allocation_intervals
-          WHERE org_id = $1 AND sharing_mode = 'soft_share' AND (started_at >= $2 OR fraction_num IS NULL)
-            AND ($3::uuid IS NULL OR cluster_id = $3)",
-    )
-    .bind(org.as_uuid())
-    .bind(from)
-    .bind(cluster)
-    .fetch_all(tx.conn())
-    .await?;
+    let candidates = store::soft_share_candidates(tx, org, cluster, from).await?;
     recompute_by_cluster(tx, org, candidates).await
 }
 
@@ -418,15 +310,7 @@ async fn recompute_by_cluster(
 /// it, so namespaces labelled before the tenant existed are owned from when their labels said so. Returns how many
 /// namespaces it concerned.
 pub(crate) async fn reapply_namespaces_naming(tx: &mut OrgTx, org: OrgId, name: &str) -> Result<u64, AppError> {
-    let rows: Vec<(Uuid, String, serde_json::Value)> = sqlx::query_as(
-        "SELECT cluster_id, event_id, payload FROM allocation_events
-          WHERE org_id = $2 AND kind = 'namespace_observed' AND payload->'labels'->>'tenant' = $1
-          ORDER BY occurred_at, event_id",
-    )
-    .bind(name)
-    .bind(org.as_uuid())
-    .fetch_all(tx.conn())
-    .await?;
+    let rows = store::namespace_facts_naming(tx, org, name).await?;
     let mut namespaces = BTreeSet::new();
     let mut flagged = Vec::new();
     for (cluster, event_id, payload) in rows {
@@ -448,17 +332,7 @@ pub(super) async fn recompute_intervals(
     allocation_ids: &[String],
     flagged: &mut Vec<FlaggedFact>,
 ) -> Result<(), AppError> {
-    let rows: Vec<(String, String, serde_json::Value)> = sqlx::query_as(
-        "SELECT subject, event_id, payload FROM allocation_events
-          WHERE org_id = $1 AND cluster_id = $2 AND subject = ANY($3)
-            AND kind IN ('allocation_started', 'allocation_ended', 'allocation_vanished')
-          ORDER BY subject, event_id",
-    )
-    .bind(org.as_uuid())
-    .bind(cluster.as_uuid())
-    .bind(allocation_ids)
-    .fetch_all(tx.conn())
-    .await?;
+    let rows = store::allocation_facts(tx, org, cluster, allocation_ids).await?;
     #[derive(Default)]
     struct Facts {
         start: Option<(String, AllocationStart)>,
@@ -485,16 +359,7 @@ pub(super) async fn recompute_intervals(
     }
     let inventory = InventorySnapshot::load(tx, cluster).await?;
     // A passthrough VM's allocation names a PCI device resource, not a model: its node's GPU product label does.
-    let node_products: BTreeMap<String, String> = sqlx::query_as::<_, (String, String)>(
-        "SELECT DISTINCT ON (name) name, gpu_product FROM nodes
-          WHERE cluster_id = $1 AND gpu_product IS NOT NULL AND org_id = $2 ORDER BY name, valid_from DESC",
-    )
-    .bind(cluster.as_uuid())
-    .bind(org.as_uuid())
-    .fetch_all(tx.conn())
-    .await?
-    .into_iter()
-    .collect();
+    let node_products = store::node_products(tx, org, cluster).await?;
     let mut rows = IntervalRows::default();
     for (allocation_id, facts) in by_allocation {
         let Some((start_event, start)) = facts.start else {
@@ -573,32 +438,11 @@ pub(super) async fn recompute_intervals(
         };
         let namespace_uid = match start.namespace_uid {
             Some(uid) => Some(uid),
-            None => {
-                sqlx::query_scalar(
-                    "SELECT namespace_uid FROM namespaces WHERE cluster_id = $1 AND name = $2 AND created_at <= $3
-                   AND (deleted_at IS NULL OR deleted_at >= $3) AND org_id = $4 ORDER BY created_at DESC LIMIT 1",
-                )
-                .bind(cluster.as_uuid())
-                .bind(&start.namespace)
-                .bind(start.started_at)
-                .bind(org.as_uuid())
-                .fetch_optional(tx.conn())
-                .await?
-            }
+            None => store::namespace_uid_at(tx, org, cluster, &start.namespace, start.started_at).await?,
         };
         if let Some(reason) = &gap {
-            sqlx::query(
-                "INSERT INTO data_quality_findings (org_id, cluster_id, finding_id, kind, subject, occurred_from, details)
-                 VALUES ($1, $2, $3, 'inventory_gap', $4, $5, $6) ON CONFLICT DO NOTHING",
-            )
-            .bind(org.as_uuid())
-            .bind(cluster.as_uuid())
-            .bind(format!("inventory-gap/{allocation_id}"))
-            .bind(&allocation_id)
-            .bind(start.started_at)
-            .bind(json!({ "reason": reason, "gpu_model": start.gpu_model, "mode": start.mode }))
-            .execute(tx.conn())
-            .await?;
+            let details = json!({ "reason": reason, "gpu_model": start.gpu_model, "mode": start.mode });
+            store::insert_inventory_gap_finding(tx, org, cluster, &allocation_id, start.started_at, &details).await?;
         }
         rows.allocation_id.push(allocation_id);
         rows.holder_kind.push(serde_json::to_value(start.holder).ok().and_then(|v| v.as_str().map(str::to_string)));
@@ -630,63 +474,7 @@ pub(super) async fn recompute_intervals(
     if rows.allocation_id.is_empty() {
         return Ok(());
     }
-    // One statement for the whole batch (a row-per-statement upsert was the slowest part of ingest).
-    use crate::bulk::{col, constant, text_arrays};
-    let (o, c) = (org.as_uuid(), cluster.as_uuid());
-    let device_arrays: Vec<Vec<String>> = rows
-        .device_ids
-        .iter()
-        .map(|v| {
-            v.as_array().map(|a| a.iter().filter_map(|x| x.as_str().map(str::to_string)).collect()).unwrap_or_default()
-        })
-        .collect();
-    crate::bulk::execute(
-        tx,
-        &crate::bulk::Insert {
-            into: "INSERT INTO allocation_intervals (org_id, cluster_id, allocation_id, holder_kind, holder_uid,
-                       holder_name, namespace, namespace_uid, container, node, resource, units, device_ids, gpu_model,
-                       gpu_class, sharing_mode, profile, replicas, fraction_num, fraction_den, started_at, ended_at,
-                       end_estimated, confidence, inventory_gap, share, share_basis, labels)",
-            row: "$1, $2, {0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}, {8}, {9}, {10}, {11}, {12}, {13}, {14}, {15}, {16},
-                  {17}, {18}, {19}, {20}, {21}, {22}, {23}, {24}, {25}",
-            consts: &[constant("uuid", &o), constant("uuid", &c)],
-            cols: &[
-                col("text", &rows.allocation_id),
-                col("text", &rows.holder_kind),
-                col("uuid", &rows.holder_uid),
-                col("text", &rows.holder_name),
-                col("text", &rows.namespace),
-                col("uuid", &rows.namespace_uid),
-                col("text", &rows.container),
-                col("text", &rows.node),
-                col("text", &rows.resource),
-                col("int", &rows.units),
-                text_arrays(&rows.device_ids, &device_arrays),
-                col("text", &rows.gpu_model),
-                col("text", &rows.gpu_class),
-                col("text", &rows.sharing_mode),
-                col("text", &rows.profile),
-                col("int", &rows.replicas),
-                col("int8", &rows.fraction_num),
-                col("int8", &rows.fraction_den),
-                col("timestamptz", &rows.started_at),
-                col("timestamptz", &rows.ended_at),
-                col("bool", &rows.end_estimated),
-                col("text", &rows.confidence),
-                col("text", &rows.inventory_gap),
-                col("text", &rows.share),
-                col("text", &rows.share_basis),
-                col("jsonb", &rows.labels),
-            ],
-            tail: "ON CONFLICT (org_id, cluster_id, allocation_id) DO UPDATE SET
-                       namespace_uid = EXCLUDED.namespace_uid, gpu_class = EXCLUDED.gpu_class,
-                       fraction_num = EXCLUDED.fraction_num, fraction_den = EXCLUDED.fraction_den,
-                       ended_at = EXCLUDED.ended_at, end_estimated = EXCLUDED.end_estimated,
-                       confidence = EXCLUDED.confidence, inventory_gap = EXCLUDED.inventory_gap, share = EXCLUDED.share,
-                       share_basis = EXCLUDED.share_basis, updated_at = EXCLUDED.updated_at",
-        },
-    )
-    .await?;
+    store::upsert_intervals(tx, org, cluster, &rows).await?;
     assign_stored_devices(tx, cluster, &rows.allocation_id).await?;
     Ok(())
 }

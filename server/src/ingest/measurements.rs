@@ -10,7 +10,7 @@ use gpuledger_core::{
 use serde_json::json;
 use time::OffsetDateTime;
 
-use super::subject_of_usage;
+use super::{store::measurements as store, subject_of_usage};
 use crate::{
     db::OrgTx,
     error::AppError,
@@ -59,32 +59,20 @@ pub(super) async fn store_process_windows(
     for w in windows {
         pods.push(serde_json::to_value(&w.pods).map_err(|e| AppError::Internal(e.to_string()))?);
     }
-    use crate::bulk::{col, constant};
-    let (o, c) = (org.as_uuid(), cluster.as_uuid());
     let nodes: Vec<String> = windows.iter().map(|w| w.node.clone()).collect();
     let gpus: Vec<String> = windows.iter().map(|w| w.gpu_uuid.clone()).collect();
     let starts: Vec<OffsetDateTime> = windows.iter().map(|w| w.window_start).collect();
     let ends: Vec<OffsetDateTime> = windows.iter().map(|w| w.window_end).collect();
     let samples: Vec<i32> = windows.iter().map(|w| i32::try_from(w.samples).unwrap_or(i32::MAX)).collect();
-    let done = crate::bulk::execute(
-        tx,
-        &crate::bulk::Insert {
-            into: "INSERT INTO process_windows (org_id, cluster_id, node, gpu_uuid, window_start, window_end, samples, pods)",
-            row: "$1, $2, {0}, {1}, {2}, {3}, {4}, {5}",
-            consts: &[constant("uuid", &o), constant("uuid", &c)],
-            cols: &[
-                col("text", &nodes),
-                col("text", &gpus),
-                col("timestamptz", &starts),
-                col("timestamptz", &ends),
-                col("int", &samples),
-                col("jsonb", &pods),
-            ],
-            tail: "ON CONFLICT DO NOTHING",
-        },
-    )
-    .await?;
-    Ok(done)
+    let columns = store::ProcessWindowColumns {
+        nodes: &nodes,
+        gpus: &gpus,
+        starts: &starts,
+        ends: &ends,
+        samples: &samples,
+        pods: &pods,
+    };
+    Ok(store::insert_process_windows(tx, org.as_uuid(), cluster.as_uuid(), &columns).await?)
 }
 
 /// Stores `endpoint_totals` rows in one statement (validated: counts fit in i64, TTFT both or neither).
@@ -99,8 +87,6 @@ pub(super) async fn store_endpoint_totals(
     let num = |f: &dyn Fn(&EndpointTotalsFact) -> u64| totals.iter().map(|t| count(f(t))).collect::<Vec<i64>>();
     let ttft: Vec<(Option<i64>, Option<i64>)> =
         totals.iter().map(|t| t.ttft_ms_sum.zip(t.ttft_count).map(|(s, c)| (count(s), count(c))).unzip()).collect();
-    use crate::bulk::{col, constant};
-    let (o, c) = (org.as_uuid(), cluster.as_uuid());
     let (endpoints, models, servers, pods) = (
         col_of(&|t| t.endpoint.clone()),
         col_of(&|t| t.model.clone()),
@@ -114,32 +100,22 @@ pub(super) async fn store_endpoint_totals(
     let ttft_count: Vec<Option<i64>> = ttft.iter().map(|p| p.1).collect();
     let depth: Vec<Option<f64>> = totals.iter().map(|t| t.queue_depth).collect();
     let restarted: Vec<bool> = totals.iter().map(|t| t.restarted).collect();
-    crate::bulk::execute(
-        tx,
-        &crate::bulk::Insert {
-            into: "INSERT INTO endpoint_totals (org_id, cluster_id, endpoint, model, server, pod, window_start,
-                       window_end, requests, input_tokens, output_tokens, ttft_ms_sum, ttft_count, queue_depth, restarted)",
-            row: "$1, $2, {0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}, {8}, {9}, {10}, {11}, {12}",
-            consts: &[constant("uuid", &o), constant("uuid", &c)],
-            cols: &[
-                col("text", &endpoints),
-                col("text", &models),
-                col("text", &servers),
-                col("text", &pods),
-                col("timestamptz", &starts),
-                col("timestamptz", &ends),
-                col("int8", &requests),
-                col("int8", &input),
-                col("int8", &output),
-                col("int8", &ttft_sum),
-                col("int8", &ttft_count),
-                col("float8", &depth),
-                col("bool", &restarted),
-            ],
-            tail: "ON CONFLICT DO NOTHING",
-        },
-    )
-    .await?;
+    let columns = store::EndpointTotalColumns {
+        endpoints: &endpoints,
+        models: &models,
+        servers: &servers,
+        pods: &pods,
+        starts: &starts,
+        ends: &ends,
+        requests: &requests,
+        input: &input,
+        output: &output,
+        ttft_sum: &ttft_sum,
+        ttft_count: &ttft_count,
+        depth: &depth,
+        restarted: &restarted,
+    };
+    store::insert_endpoint_totals(tx, org.as_uuid(), cluster.as_uuid(), &columns).await?;
     Ok(())
 }
 
@@ -187,43 +163,23 @@ pub(super) async fn store_service_usage(
         n.dedup();
         n
     };
-    let known: std::collections::HashMap<String, uuid::Uuid> = sqlx::query_as::<_, (String, uuid::Uuid)>(
-        "SELECT name, tenant_id FROM tenants WHERE org_id = $1 AND name = ANY($2)",
-    )
-    .bind(org.as_uuid())
-    .bind(&names)
-    .fetch_all(tx.conn())
-    .await?
-    .into_iter()
-    .collect();
+    let known = super::store::tenants_named(tx, org, &names).await?;
     let tenant_ids: Vec<Option<uuid::Uuid>> = tenant.iter().map(|t| known.get(t).copied()).collect();
     let (o, c) = (org.as_uuid(), cluster.as_uuid());
-    use crate::bulk::{col, constant};
-    let inserted: Vec<(String, String, String, OffsetDateTime, Option<uuid::Uuid>)> = crate::bulk::returning(
-        tx,
-        &crate::bulk::Insert {
-            into:
-                "INSERT INTO service_usage (org_id, cluster_id, endpoint, model, tenant_name, tenant_id, window_start,
-                       window_end, requests, input_tokens, output_tokens, ttft_ms_sum, ttft_count)",
-            row: "$1, $2, {0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}, {8}, {9}, {10}",
-            consts: &[constant("uuid", &o), constant("uuid", &c)],
-            cols: &[
-                col("text", &endpoint),
-                col("text", &model),
-                col("text", &tenant),
-                col("uuid", &tenant_ids),
-                col("timestamptz", &start),
-                col("timestamptz", &end),
-                col("int8", &requests),
-                col("int8", &input),
-                col("int8", &output),
-                col("int8", &ttft_sum),
-                col("int8", &ttft_count),
-            ],
-            tail: "ON CONFLICT DO NOTHING RETURNING endpoint, model, tenant_name, window_start, tenant_id",
-        },
-    )
-    .await?;
+    let columns = store::ServiceUsageColumns {
+        endpoint: &endpoint,
+        model: &model,
+        tenant: &tenant,
+        tenant_ids: &tenant_ids,
+        start: &start,
+        end: &end,
+        requests: &requests,
+        input: &input,
+        output: &output,
+        ttft_sum: &ttft_sum,
+        ttft_count: &ttft_count,
+    };
+    let inserted = store::insert_service_usage(tx, o, c, &columns).await?;
     let unknown: Vec<(String, String, String, OffsetDateTime)> =
         inserted.into_iter().filter(|r| r.4.is_none()).map(|(e, m, t, w, _)| (e, m, t, w)).collect();
     if unknown.is_empty() {
@@ -251,23 +207,8 @@ pub(super) async fn store_service_usage(
         details.push(json!({ "reason": reason, "endpoint": u.endpoint, "model": u.model, "tenant": u.tenant }));
         flagged.push(FlaggedFact { event_id: (*event_id).to_string(), reason });
     }
-    crate::bulk::execute(
-        tx,
-        &crate::bulk::Insert {
-            into: "INSERT INTO data_quality_findings
-                       (org_id, cluster_id, finding_id, kind, subject, occurred_from, occurred_to, details)",
-            row: "$1, $2, {0}, 'unknown_tenant', {1}, {2}, {3}, {4}",
-            consts: &[constant("uuid", &o), constant("uuid", &c)],
-            cols: &[
-                col("text", &ids),
-                col("text", &subjects),
-                col("timestamptz", &froms),
-                col("timestamptz", &tos),
-                col("jsonb", &details),
-            ],
-            tail: "ON CONFLICT DO NOTHING",
-        },
-    )
-    .await?;
+    let findings =
+        store::UsageFindingColumns { ids: &ids, subjects: &subjects, froms: &froms, tos: &tos, details: &details };
+    store::insert_usage_findings(tx, o, c, &findings).await?;
     Ok(())
 }

@@ -29,6 +29,7 @@ mod gaps;
 mod history;
 mod intervals;
 mod measurements;
+mod store;
 
 pub use crate::limits::{DEFAULT_MAX_DECODED_BYTES, IngestLimits};
 pub use decode::{Window, decode, validate};
@@ -63,15 +64,7 @@ async fn post_batch(
     let batch = decode(&headers, &body, &state.limits.ingest)?;
     drop(body);
     let mut tx = state.db.begin_org(principal.org).await?;
-    let registered: Option<(String, OffsetDateTime, Option<i64>)> = sqlx::query_as(
-        "SELECT c.name, c.created_at, o.ingest_facts_per_day
-           FROM clusters c JOIN organizations o ON o.org_id = c.org_id
-          WHERE c.cluster_id = $1 AND c.org_id = $2",
-    )
-    .bind(cluster.as_uuid())
-    .bind(principal.org.as_uuid())
-    .fetch_optional(tx.conn())
-    .await?;
+    let registered = store::registered_cluster(&mut tx, principal.org, cluster).await?;
     let Some((name, registered_at, daily_limit)) = registered else {
         return Err(AppError::Forbidden("this credential's cluster is not registered".into()));
     };
@@ -126,35 +119,23 @@ async fn record_contact(tx: &mut OrgTx, cluster: ClusterId, batch: &Batch) -> Re
     let node = if mode == "node" { batch.agent.node.clone().unwrap_or_default() } else { String::new() };
     let newest = batch.facts.iter().map(|f| f.observed_at).max();
     let lag = newest.map(|t| (OffsetDateTime::now_utc() - t).whole_seconds().max(0));
-    let org = tx.org().as_uuid();
     let spool = batch.agent.spool;
     let big = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
-    sqlx::query(
-        "INSERT INTO agent_contacts (org_id, cluster_id, mode, node, version, last_batch_facts, lag_seconds,
-                spool_pending_facts, spool_pending_bytes, spool_dropped_facts, spool_disk_bytes, spool_max_bytes)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
-         ON CONFLICT (org_id, cluster_id, mode, node) DO UPDATE
-            SET version = EXCLUDED.version, last_seen_at = EXCLUDED.last_seen_at, last_batch_facts = EXCLUDED.last_batch_facts,
-                lag_seconds = EXCLUDED.lag_seconds, spool_pending_facts = EXCLUDED.spool_pending_facts,
-                spool_pending_bytes = EXCLUDED.spool_pending_bytes, spool_dropped_facts = EXCLUDED.spool_dropped_facts,
-                spool_disk_bytes = EXCLUDED.spool_disk_bytes, spool_max_bytes = EXCLUDED.spool_max_bytes",
-    )
-    .bind(org)
-    .bind(cluster.as_uuid())
-    .bind(mode)
-    .bind(node)
-    .bind(batch.agent.version.chars().take(100).collect::<String>())
-    .bind(i32::try_from(batch.facts.len()).unwrap_or(i32::MAX))
-    .bind(lag)
-    // What is still waiting once this batch is stored; an agent that does not report its spool leaves NULLs.
-    .bind(spool.map(|s| big(s.pending_facts.saturating_sub(batch.facts.len() as u64))))
-    .bind(spool.map(|s| big(s.pending_bytes)))
-    .bind(spool.map(|s| big(s.dropped_facts)))
-    // Older agents report no fill level (0): unknown, not empty.
-    .bind(spool.filter(|s| s.max_bytes > 0).map(|s| big(s.disk_bytes)))
-    .bind(spool.filter(|s| s.max_bytes > 0).map(|s| big(s.max_bytes)))
-    .execute(tx.conn())
-    .await?;
+    let contact = store::AgentContact {
+        mode,
+        node,
+        version: batch.agent.version.chars().take(100).collect::<String>(),
+        last_batch_facts: i32::try_from(batch.facts.len()).unwrap_or(i32::MAX),
+        lag_seconds: lag,
+        // What is still waiting once this batch is stored; an agent that does not report its spool leaves NULLs.
+        spool_pending_facts: spool.map(|s| big(s.pending_facts.saturating_sub(batch.facts.len() as u64))),
+        spool_pending_bytes: spool.map(|s| big(s.pending_bytes)),
+        spool_dropped_facts: spool.map(|s| big(s.dropped_facts)),
+        // Older agents report no fill level (0): unknown, not empty.
+        spool_disk_bytes: spool.filter(|s| s.max_bytes > 0).map(|s| big(s.disk_bytes)),
+        spool_max_bytes: spool.filter(|s| s.max_bytes > 0).map(|s| big(s.max_bytes)),
+    };
+    store::upsert_agent_contact(tx, cluster, &contact).await?;
     Ok(())
 }
 
@@ -248,25 +229,14 @@ pub async fn store(tx: &mut OrgTx, org: OrgId, cluster: ClusterId, facts: &[Fact
             times.push(occurred_at(f));
             payloads.push(serde_json::to_value(f).map_err(|e| AppError::Internal(e.to_string()))?);
         }
-        use crate::bulk::{col, constant};
-        let (o, c) = (org.as_uuid(), cluster.as_uuid());
-        crate::bulk::returning(
-            tx,
-            &crate::bulk::Insert {
-                into: "INSERT INTO allocation_events (org_id, cluster_id, event_id, kind, subject, occurred_at, payload)",
-                row: "$1, $2, {0}, {1}, {2}, {3}, {4}",
-                consts: &[constant("uuid", &o), constant("uuid", &c)],
-                cols: &[
-                    col("text", &ids),
-                    col("text", &kinds),
-                    col("text", &subjects),
-                    col("timestamptz", &times),
-                    col("jsonb", &payloads),
-                ],
-                tail: "ON CONFLICT DO NOTHING RETURNING event_id, kind, subject",
-            },
-        )
-        .await?
+        let columns = store::measurements::EventColumns {
+            ids: &ids,
+            kinds: &kinds,
+            subjects: &subjects,
+            times: &times,
+            payloads: &payloads,
+        };
+        store::measurements::insert_events(tx, org.as_uuid(), cluster.as_uuid(), &columns).await?
     };
     stored += new_events.len() as u64;
 

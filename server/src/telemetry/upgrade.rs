@@ -11,52 +11,17 @@ use gpuledger_core::{
 use time::OffsetDateTime;
 use uuid::Uuid;
 
-use super::store::{GpuHourRows, SeriesWindows, insert_gpu_hours, series_ids, store_windows, unix_ms, unpack};
+use super::store::{
+    GpuHourRows, SeriesWindows, insert_gpu_hours,
+    legacy::{self, OldHour},
+    series_ids, store_windows, unix_ms, unpack,
+};
 use crate::db::{DbError, OrgTx};
-
-/// A row stored before the tiers (`telemetry_rollups`), moved by the upkeep.
-#[derive(sqlx::FromRow)]
-struct LegacyRow {
-    cluster_id: Uuid,
-    gpu_uuid: String,
-    gpu_instance_id: i32,
-    window_start: OffsetDateTime,
-    window_end: OffsetDateTime,
-    node: String,
-    mig_profile: Option<String>,
-    samples: i32,
-    util_min: Option<f32>,
-    util_avg: Option<f32>,
-    util_max: Option<f32>,
-    mem_used_min: Option<f32>,
-    mem_used_avg: Option<f32>,
-    mem_used_max: Option<f32>,
-    power_min: Option<f32>,
-    power_avg: Option<f32>,
-    power_max: Option<f32>,
-    energy_j: Option<f64>,
-    pod_namespace: Option<String>,
-    pod_name: Option<String>,
-    pod_uid: Option<Uuid>,
-}
 
 /// Moves up to `limit` rows stored before the tiers into them (same merge as ingest; the moved rows are deleted in
 /// the same transaction). Returns how many rows it moved.
 pub async fn move_legacy(tx: &mut OrgTx, limit: i64) -> Result<u64, DbError> {
-    let rows: Vec<LegacyRow> = sqlx::query_as(
-        "WITH picked AS (SELECT cluster_id, gpu_uuid, gpu_instance_id, window_start FROM telemetry_rollups
-                          WHERE org_id = $1 LIMIT $2)
-         DELETE FROM telemetry_rollups t USING picked p
-          WHERE t.org_id = $1 AND t.cluster_id = p.cluster_id AND t.gpu_uuid = p.gpu_uuid
-            AND t.gpu_instance_id = p.gpu_instance_id AND t.window_start = p.window_start
-         RETURNING t.cluster_id, t.gpu_uuid, t.gpu_instance_id, t.window_start, t.window_end, t.node, t.mig_profile,
-            t.samples, t.util_min, t.util_avg, t.util_max, t.mem_used_min, t.mem_used_avg, t.mem_used_max,
-            t.power_min, t.power_avg, t.power_max, t.energy_j, t.pod_namespace, t.pod_name, t.pod_uid",
-    )
-    .bind(tx.org().as_uuid())
-    .bind(limit)
-    .fetch_all(tx.conn())
-    .await?;
+    let rows = legacy::take_legacy_rows(tx, limit).await?;
     let moved = rows.len() as u64;
     let mut by_cluster: BTreeMap<Uuid, BTreeMap<(String, i32), SeriesWindows>> = BTreeMap::new();
     for r in rows {
@@ -117,25 +82,6 @@ pub async fn move_legacy(tx: &mut OrgTx, limit: i64) -> Result<u64, DbError> {
     Ok(moved)
 }
 
-/// An hour of the tables before one row per GPU-hour (`telemetry_hours`, with its `telemetry_windows` block).
-#[derive(sqlx::FromRow)]
-struct OldHour {
-    series_id: i64,
-    hour: OffsetDateTime,
-    windows: i16,
-    samples: i32,
-    sampled_ms: i32,
-    span_from_ms: i32,
-    span_to_ms: i32,
-    util_ms: i32,
-    util_sum: i64,
-    util_max: i16,
-    mem_max: i32,
-    power_max: i32,
-    energy_ms: i32,
-    energy_j: i64,
-}
-
 impl OldHour {
     fn sums(&self) -> HourSums {
         HourSums {
@@ -161,48 +107,13 @@ impl OldHour {
 /// had dropped keeps its sums (where its GPU-hour is not stored yet: else the newer row stands and a warning says
 /// so). Returns how many device-hours it moved.
 pub async fn move_tiers(tx: &mut OrgTx, limit: i64) -> Result<u64, DbError> {
-    let org = tx.org().as_uuid();
-    let hours: Vec<OldHour> = sqlx::query_as(
-        "WITH picked AS (SELECT series_id, hour FROM telemetry_hours WHERE org_id = $1 LIMIT $2)
-         DELETE FROM telemetry_hours t USING picked p
-          WHERE t.org_id = $1 AND t.series_id = p.series_id AND t.hour = p.hour
-         RETURNING t.series_id, t.hour, t.windows, t.samples, t.sampled_ms, t.span_from_ms, t.span_to_ms, t.util_ms,
-                   t.util_sum, t.util_max, t.mem_max, t.power_max, t.energy_ms, t.energy_j",
-    )
-    .bind(org)
-    .bind(limit)
-    .fetch_all(tx.conn())
-    .await?;
+    let hours = legacy::take_old_hours(tx, limit).await?;
     if hours.is_empty() {
         return Ok(0);
     }
     let (keys_s, keys_h): (Vec<i64>, Vec<OffsetDateTime>) = hours.iter().map(|h| (h.series_id, h.hour)).unzip();
-    let blocks: HashMap<(i64, i64), Vec<u8>> = sqlx::query_as::<_, (i64, OffsetDateTime, Vec<u8>)>(
-        "DELETE FROM telemetry_windows w USING unnest($2::bigint[], $3::timestamptz[]) AS k(s, h)
-          WHERE w.org_id = $1 AND w.series_id = k.s AND w.hour = k.h
-         RETURNING w.series_id, w.hour, w.block",
-    )
-    .bind(org)
-    .bind(&keys_s)
-    .bind(&keys_h)
-    .fetch_all(tx.conn())
-    .await?
-    .into_iter()
-    .map(|(s, h, b)| ((s, unix_ms(h)), b))
-    .collect();
-    #[allow(clippy::type_complexity)]
-    let series: HashMap<i64, (Uuid, String, i32, String, Option<String>)> =
-        sqlx::query_as::<_, (i64, Uuid, String, i32, String, Option<String>)>(
-            "SELECT series_id, cluster_id, gpu_uuid, gpu_instance_id, node, mig_profile FROM telemetry_series
-              WHERE org_id = $1 AND series_id = ANY($2)",
-        )
-        .bind(org)
-        .bind(&keys_s)
-        .fetch_all(tx.conn())
-        .await?
-        .into_iter()
-        .map(|(id, c, g, gi, n, p)| (id, (c, g, gi, n, p)))
-        .collect();
+    let blocks = legacy::take_old_blocks(tx, &keys_s, &keys_h).await?;
+    let series = legacy::series_keys(tx, &keys_s).await?;
     let moved = hours.len() as u64;
     // With blocks: windows through the merge, per cluster. Without: sums, per GPU-hour.
     let mut with_blocks: BTreeMap<Uuid, BTreeMap<(String, i32), SeriesWindows>> = BTreeMap::new();
@@ -281,20 +192,8 @@ async fn series_ids_keeping(
     cluster: ClusterId,
     devices: &[(&str, i32, &str, Option<&str>)],
 ) -> Result<Vec<i64>, DbError> {
-    let org = tx.org().as_uuid();
     let gpu: Vec<&str> = devices.iter().map(|d| d.0).collect();
-    let stored: HashMap<String, (i64, String)> = sqlx::query_as::<_, (String, i64, String)>(
-        "SELECT gpu_uuid, series_id, node FROM telemetry_series
-          WHERE org_id = $1 AND cluster_id = $2 AND gpu_instance_id = -1 AND gpu_uuid = ANY($3)",
-    )
-    .bind(org)
-    .bind(cluster.as_uuid())
-    .bind(&gpu)
-    .fetch_all(tx.conn())
-    .await?
-    .into_iter()
-    .map(|(g, id, n)| (g, (id, n)))
-    .collect();
+    let stored = legacy::whole_gpu_series(tx, cluster, &gpu).await?;
     let named: Vec<(&str, i32, &str, Option<&str>)> = devices
         .iter()
         .map(|d| match stored.get(d.0) {

@@ -29,6 +29,7 @@ use super::reference::{CATALOG_SINCE, CLASSES as CATALOG, MIG_PROFILES, VGPU_PRO
 use crate::db::{Database, DbError, OrgTx};
 
 mod generate;
+mod store;
 mod telemetry;
 mod write;
 

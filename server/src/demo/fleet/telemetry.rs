@@ -168,7 +168,7 @@ pub async fn insert_series(
     cluster_of: &[Uuid],
     plan: &Plan,
 ) -> Result<Vec<i64>, DbError> {
-    let mut cols: (Vec<Uuid>, Vec<String>, Vec<i32>, Vec<String>, Vec<Option<&str>>) = Default::default();
+    let mut cols = super::store::SeriesCols::default();
     for i in 0..plan.series_count() {
         let (g, gi, profile) = plan.series_key(i);
         let node = &w.nodes[(g / 8) as usize];
@@ -178,21 +178,9 @@ pub async fn insert_series(
         cols.3.push(node_name(g / 8));
         cols.4.push(profile);
     }
-    let rows: Vec<(Uuid, String, i32, i64)> = sqlx::query_as(
-        "INSERT INTO telemetry_series (org_id, cluster_id, gpu_uuid, gpu_instance_id, node, mig_profile)
-         SELECT $1, * FROM unnest($2::uuid[], $3::text[], $4::int[], $5::text[], $6::text[])
-         ON CONFLICT (org_id, cluster_id, gpu_uuid, gpu_instance_id) DO UPDATE SET node = EXCLUDED.node
-         RETURNING cluster_id, gpu_uuid, gpu_instance_id, series_id",
-    )
-    .bind(o)
-    .bind(&cols.0)
-    .bind(&cols.1)
-    .bind(&cols.2)
-    .bind(&cols.3)
-    .bind(&cols.4)
-    .fetch_all(tx.conn())
-    .await?;
-    let by_key: HashMap<(Uuid, String, i32), i64> = rows.into_iter().map(|(c, g, i, id)| ((c, g, i), id)).collect();
+    let rows = super::store::upsert_series(tx, o, &cols).await?;
+    let by_key: HashMap<(Uuid, String, i32), i64> =
+        rows.into_iter().map(|r| ((r.cluster_id, r.gpu_uuid, r.gpu_instance_id), r.series_id)).collect();
     let mut ids = Vec::with_capacity(cols.0.len());
     for ((c, g), i) in cols.0.into_iter().zip(cols.1).zip(cols.2) {
         ids.push(*by_key.get(&(c, g, i)).ok_or_else(|| DbError::Data("telemetry series not stored".into()))?);

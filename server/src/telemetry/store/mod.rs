@@ -17,6 +17,8 @@ use uuid::Uuid;
 
 use crate::db::{DbError, OrgTx};
 
+pub(crate) mod legacy;
+
 /// One device's windows as an agent (or the upkeep) delivers them.
 pub struct SeriesWindows {
     /// Physical GPU UUID.

@@ -21,12 +21,14 @@ use axum::{
 };
 use gpuledger_api::{
     params::EndpointPath,
-    usage::{Alias, AliasKind, Aliases, AliasesRequest, AliasesSet, UnknownCaller, UsageAck},
+    usage::{Alias, Aliases, AliasesRequest, AliasesSet, UnknownCaller, UsageAck},
 };
 use serde::Deserialize;
 use serde_json::json;
 use time::OffsetDateTime;
 use uuid::Uuid;
+
+mod store;
 
 use crate::{
     auth,
@@ -274,28 +276,10 @@ async fn post_records(
     // join other tables to a shard (crate::bulk).
     let org = principal.org.as_uuid();
     let endpoints: Vec<&str> = records.iter().map(|r| r.endpoint.as_str()).collect();
-    let aliases: HashMap<(String, String, String), Uuid> = sqlx::query_as::<_, (String, String, String, Uuid)>(
-        "SELECT endpoint, kind, alias, tenant_id FROM endpoint_aliases
-          WHERE org_id = $1 AND endpoint = ANY($2) AND kind IN ('gateway_key', 'team')",
-    )
-    .bind(org)
-    .bind(&endpoints)
-    .fetch_all(tx.conn())
-    .await?
-    .into_iter()
-    .map(|(e, k, a, t)| ((e, k, a), t))
-    .collect();
+    let aliases = store::caller_aliases(&mut tx, org, &endpoints).await?;
     let names: Vec<&str> = records.iter().filter_map(|r| r.tenant.as_deref()).collect();
     let alias_ids: Vec<Uuid> = aliases.values().copied().collect();
-    let tenants: Vec<(Uuid, String, Uuid)> = sqlx::query_as(
-        "SELECT tenant_id, name, department_id FROM tenants
-          WHERE org_id = $1 AND (name = ANY($2) OR tenant_id = ANY($3))",
-    )
-    .bind(org)
-    .bind(&names)
-    .bind(&alias_ids)
-    .fetch_all(tx.conn())
-    .await?;
+    let tenants = store::tenants_named_or_with_ids(&mut tx, org, &names, &alias_ids).await?;
     let by_name: HashMap<&str, Uuid> = tenants.iter().map(|(id, n, _)| (n.as_str(), *id)).collect();
     let department: HashMap<Uuid, Uuid> = tenants.iter().map(|(id, _, d)| (*id, *d)).collect();
     let alias = |r: &UsageRecord, kind: &str, value: &Option<String>| {
@@ -314,57 +298,28 @@ async fn post_records(
     let department_ids: Vec<Option<Uuid>> =
         tenant_ids.iter().map(|t| t.and_then(|t| department.get(&t).copied())).collect();
     let cluster_id = cluster.as_uuid();
-    let (record_id, endpoint, model, model_version, tenant, gateway_key, team, status, trace_id, agent_session_id) = (
-        col("record_id"),
-        col("endpoint"),
-        col("model"),
-        col("model_version"),
-        col("tenant"),
-        col("gateway_key"),
-        col("team"),
-        col("status"),
-        col("trace_id"),
-        col("agent_session_id"),
-    );
-    let (requests, input_tokens, output_tokens, latency_ms, ttft_ms) =
-        (int("requests"), int("input_tokens"), int("output_tokens"), int("latency_ms"), int("ttft_ms"));
-    let inserted: Vec<(String, Option<Uuid>)> = {
-        use crate::bulk::{col, constant};
-        crate::bulk::returning(
-            &mut tx,
-            &crate::bulk::Insert {
-                into: "INSERT INTO usage_records (org_id, record_id, cluster_id, endpoint, model, model_version,
-                           tenant_name, gateway_key, team, tenant_id, department_id, started_at, window_end, requests,
-                           input_tokens, output_tokens, status, latency_ms, ttft_ms, trace_id, agent_session_id)",
-                row: "$1, {0}, $2, {1}, {2}, {3}, {4}, {5}, {6}, {7}, {8}, {9}, {10}, {11}, {12}, {13}, {14}, {15},
-                      {16}, {17}, {18}",
-                consts: &[constant("uuid", &org), constant("uuid", &cluster_id)],
-                cols: &[
-                    col("text", &record_id),
-                    col("text", &endpoint),
-                    col("text", &model),
-                    col("text", &model_version),
-                    col("text", &tenant),
-                    col("text", &gateway_key),
-                    col("text", &team),
-                    col("uuid", &tenant_ids),
-                    col("uuid", &department_ids),
-                    col("timestamptz", &starts),
-                    col("timestamptz", &ends),
-                    col("int8", &requests),
-                    col("int8", &input_tokens),
-                    col("int8", &output_tokens),
-                    col("text", &status),
-                    col("int8", &latency_ms),
-                    col("int8", &ttft_ms),
-                    col("text", &trace_id),
-                    col("text", &agent_session_id),
-                ],
-                tail: "ON CONFLICT (org_id, record_id) DO NOTHING RETURNING record_id, tenant_id",
-            },
-        )
-        .await?
+    let columns = store::RecordColumns {
+        record_id: col("record_id"),
+        endpoint: col("endpoint"),
+        model: col("model"),
+        model_version: col("model_version"),
+        tenant: col("tenant"),
+        gateway_key: col("gateway_key"),
+        team: col("team"),
+        tenant_ids,
+        department_ids,
+        starts,
+        ends,
+        requests: int("requests"),
+        input_tokens: int("input_tokens"),
+        output_tokens: int("output_tokens"),
+        status: col("status"),
+        latency_ms: int("latency_ms"),
+        ttft_ms: int("ttft_ms"),
+        trace_id: col("trace_id"),
+        agent_session_id: col("agent_session_id"),
     };
+    let inserted = store::insert_records(&mut tx, org, cluster_id, &columns).await?;
     tx.commit().await?;
     let unknown: Vec<UnknownCaller> = {
         let new_unknown: std::collections::HashSet<&str> =
@@ -394,14 +349,7 @@ async fn get_aliases(
     let endpoint = path.endpoint.into_inner();
     let mut tx = p.begin(&state.db).await?;
     let org = tx.org().as_uuid();
-    let rows: Vec<(sqlx::types::Text<AliasKind>, String, String)> = sqlx::query_as(
-        "SELECT a.kind, a.alias, t.name FROM endpoint_aliases a JOIN tenants t USING (org_id, tenant_id)
-          WHERE a.endpoint = $1 AND a.org_id = $2 ORDER BY a.kind, a.alias",
-    )
-    .bind(&endpoint)
-    .bind(org)
-    .fetch_all(tx.conn())
-    .await?;
+    let rows = store::endpoint_aliases(&mut tx, org, &endpoint).await?;
     tx.commit().await?;
     let aliases = rows.into_iter().map(|(kind, alias, tenant)| Alias { kind: kind.0, alias, tenant }).collect();
     Ok(Json(Aliases { endpoint, aliases }))
@@ -417,52 +365,23 @@ async fn put_aliases(
     let endpoint = path.endpoint.into_inner();
     let mut tx = p.begin(&state.db).await?;
     let org = tx.org().as_uuid();
-    sqlx::query("DELETE FROM endpoint_aliases WHERE endpoint = $1 AND org_id = $2")
-        .bind(&endpoint)
-        .bind(org)
-        .execute(tx.conn())
-        .await?;
+    store::delete_aliases(&mut tx, org, &endpoint).await?;
     for (i, a) in body.aliases.iter().enumerate() {
-        let tenant: Option<Uuid> = sqlx::query_scalar(
-            "SELECT tenant_id FROM tenants WHERE (name = $1 OR tenant_id::text = $1) AND org_id = $2",
-        )
-        .bind(a.tenant.as_str())
-        .bind(org)
-        .fetch_optional(tx.conn())
-        .await?;
+        let tenant = store::tenant_by_name_or_id(&mut tx, org, a.tenant.as_str()).await?;
         let Some(tenant) = tenant else {
             return Err(AppError::unknown(
                 format!("aliases[{i}].tenant"),
                 format!("no tenant {:?}", a.tenant.as_str()),
             ));
         };
-        sqlx::query(
-            "INSERT INTO endpoint_aliases (org_id, endpoint, kind, alias, tenant_id) VALUES ($1, $2, $3, $4, $5)",
-        )
-        .bind(p.org.as_uuid())
-        .bind(&endpoint)
-        .bind(a.kind.as_str())
-        .bind(a.alias.as_str())
-        .bind(tenant)
-        .execute(tx.conn())
-        .await
-        .map_err(|e| match AppError::from(e) {
-            AppError::Conflict(_) => AppError::refused(format!("aliases[{i}].alias"), "given twice"),
-            other => other,
-        })?;
+        store::insert_alias(&mut tx, p.org.as_uuid(), &endpoint, a.kind.as_str(), a.alias.as_str(), tenant)
+            .await
+            .map_err(|e| match AppError::from(e) {
+                AppError::Conflict(_) => AppError::refused(format!("aliases[{i}].alias"), "given twice"),
+                other => other,
+            })?;
     }
-    let attributed = sqlx::query(
-        "UPDATE usage_records r SET tenant_id = a.tenant_id, department_id = t.department_id
-           FROM endpoint_aliases a JOIN tenants t ON t.org_id = a.org_id AND t.tenant_id = a.tenant_id
-          WHERE r.tenant_id IS NULL AND r.endpoint = $1 AND r.org_id = $2 AND a.org_id = r.org_id
-            AND a.endpoint = r.endpoint
-            AND ((a.kind = 'gateway_key' AND a.alias = r.gateway_key) OR (a.kind = 'team' AND a.alias = r.team))",
-    )
-    .bind(&endpoint)
-    .bind(org)
-    .execute(tx.conn())
-    .await?
-    .rows_affected();
+    let attributed = store::attribute_by_aliases(&mut tx, org, &endpoint).await?;
     tx.audit_by(
         &p,
         "endpoint.aliases",

@@ -43,6 +43,8 @@ use base64::Engine;
 use gpuledger_core::wire::BatchAck;
 use uuid::Uuid;
 
+mod store;
+
 use crate::{
     auth::{self, Capability, session},
     db::OrgTx,
@@ -107,32 +109,10 @@ pub struct Workload {
     pub allocated_gpus: Option<f64>,
 }
 
-type WorkloadRow = (String, String, String, String, String, String, String, String, String, Option<f64>, bool);
-
 /// Open allocations grouped by their bounded labels. A department-scoped caller sees only workloads of tenants it
 /// may see (PostgreSQL hides the others' tenant rows; unattributed workloads are left out for it).
 async fn workloads(tx: &mut OrgTx, org_wide: bool) -> Result<Vec<Workload>, AppError> {
-    let org = tx.org().as_uuid();
-    let rows: Vec<WorkloadRow> = sqlx::query_as(
-        "SELECT c.name, a.namespace, a.holder_name, COALESCE(t.name, ''), COALESCE(d.name, ''),
-                COALESCE(a.labels->>'model', ''), COALESCE(a.gpu_class, ''), COALESCE(a.gpu_model, ''),
-                a.sharing_mode,
-                sum(a.fraction_num::float8 / a.fraction_den::float8),
-                bool_or(a.fraction_num IS NULL)
-           FROM allocation_intervals a
-           JOIN clusters c ON c.org_id = a.org_id AND c.cluster_id = a.cluster_id
-           LEFT JOIN namespace_ownership o ON o.org_id = a.org_id AND o.namespace_uid = a.namespace_uid
-                 AND o.valid_from <= now() AND (o.valid_to IS NULL OR o.valid_to > now())
-           LEFT JOIN tenants t ON t.org_id = o.org_id AND t.tenant_id = o.tenant_id
-           LEFT JOIN departments d ON d.org_id = t.org_id AND d.department_id = t.department_id
-          WHERE a.org_id = $2 AND a.ended_at IS NULL AND ($1 OR t.tenant_id IS NOT NULL)
-          GROUP BY 1, 2, 3, 4, 5, 6, 7, 8, 9
-          ORDER BY 1, 2, 3, 4, 5, 6, 7, 8, 9",
-    )
-    .bind(org_wide)
-    .bind(org)
-    .fetch_all(tx.conn())
-    .await?;
+    let rows = store::open_workloads(tx, org_wide).await?;
     Ok(rows
         .into_iter()
         .map(|(cluster, namespace, pod, tenant, department, model, gpu_class, gpu_model, sharing_mode, gpus, gap)| {
@@ -179,83 +159,19 @@ pub struct OrgGauges {
     pub spool_fill: Vec<(String, String, String, f64)>,
 }
 
+/// The organization's gauges, read in `tx`.
 async fn org_gauges(tx: &mut OrgTx) -> Result<OrgGauges, AppError> {
-    let org = tx.org().as_uuid();
-    let open_allocations = sqlx::query_as(
-        "SELECT c.name, a.sharing_mode, count(*) FROM allocation_intervals a
-           JOIN clusters c ON c.org_id = a.org_id AND c.cluster_id = a.cluster_id
-          WHERE a.org_id = $1 AND a.ended_at IS NULL GROUP BY 1, 2 ORDER BY 1, 2",
-    )
-    .bind(org)
-    .fetch_all(tx.conn())
-    .await?;
-    let contacts: Vec<(String, String, f64, Option<i64>)> = sqlx::query_as(
-        "SELECT c.name, g.mode, extract(epoch FROM max(g.last_seen_at))::float8, max(g.lag_seconds)
-           FROM agent_contacts g JOIN clusters c ON c.org_id = g.org_id AND c.cluster_id = g.cluster_id
-          WHERE g.org_id = $1
-          GROUP BY 1, 2 ORDER BY 1, 2",
-    )
-    .bind(org)
-    .fetch_all(tx.conn())
-    .await?;
-    let findings = sqlx::query_as(
-        "SELECT c.name, f.kind, count(*) FROM data_quality_findings f
-           JOIN clusters c ON c.org_id = f.org_id AND c.cluster_id = f.cluster_id
-          WHERE f.org_id = $1
-          GROUP BY 1, 2 ORDER BY 1, 2",
-    )
-    .bind(org)
-    .fetch_all(tx.conn())
-    .await?;
-    let periods = sqlx::query_as("SELECT state, count(*) FROM periods WHERE org_id = $1 GROUP BY 1 ORDER BY 1")
-        .bind(org)
-        .fetch_all(tx.conn())
-        .await?;
-    let disputes = sqlx::query_as("SELECT state, count(*) FROM disputes WHERE org_id = $1 GROUP BY 1 ORDER BY 1")
-        .bind(org)
-        .fetch_all(tx.conn())
-        .await?;
-    let open_sessions = sqlx::query_scalar(
-        "SELECT count(*) FROM sessions
-          WHERE org_id = $1 AND ended_at IS NULL AND expires_at > now() AND last_seen_at + idle_timeout > now()",
-    )
-    .bind(org)
-    .fetch_one(tx.conn())
-    .await?;
+    let open_allocations = store::open_allocations(tx).await?;
+    let contacts = store::agent_contacts(tx).await?;
+    let findings = store::findings_by_kind(tx).await?;
+    let periods = store::periods_by_state(tx).await?;
+    let disputes = store::disputes_by_state(tx).await?;
+    let open_sessions = store::open_sessions(tx).await?;
     let month = gpuledger_core::Period::containing(time::OffsetDateTime::now_utc()).first_day();
-    let budgets = sqlx::query_as(
-        "SELECT DISTINCT ON (b.department_id) d.name, b.amount::float8 FROM budgets b
-           JOIN departments d ON d.org_id = b.org_id AND d.department_id = b.department_id
-          WHERE b.org_id = $1 AND b.period = $2 AND b.department_id IS NOT NULL
-          ORDER BY b.department_id, b.created_at DESC",
-    )
-    .bind(org)
-    .bind(month)
-    .fetch_all(tx.conn())
-    .await?;
-    let projected = sqlx::query_as(
-        "SELECT t.department, sum(t.total)::float8 FROM read_totals t
-           JOIN read_months m ON m.org_id = t.org_id AND m.period = t.period AND m.state = 'provisional'
-          WHERE t.org_id = $1 AND t.period = $2 GROUP BY 1 ORDER BY 1",
-    )
-    .bind(org)
-    .bind(month)
-    .fetch_all(tx.conn())
-    .await?;
-    let deliveries =
-        sqlx::query_as("SELECT state, count(*) FROM webhook_deliveries WHERE org_id = $1 GROUP BY 1 ORDER BY 1")
-            .bind(org)
-            .fetch_all(tx.conn())
-            .await?;
-    let spool_fill = sqlx::query_as(
-        "SELECT c.name, g.mode, g.node, g.spool_disk_bytes::float8 / g.spool_max_bytes
-           FROM agent_contacts g JOIN clusters c ON c.org_id = g.org_id AND c.cluster_id = g.cluster_id
-          WHERE g.org_id = $1 AND g.spool_max_bytes > 0 AND g.spool_disk_bytes IS NOT NULL
-          ORDER BY 1, 2, 3",
-    )
-    .bind(org)
-    .fetch_all(tx.conn())
-    .await?;
+    let budgets = store::department_budgets(tx, month).await?;
+    let projected = store::projected_totals(tx, month).await?;
+    let deliveries = store::deliveries_by_state(tx).await?;
+    let spool_fill = store::spool_fill(tx).await?;
     Ok(OrgGauges {
         spool_fill,
         budgets,
