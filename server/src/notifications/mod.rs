@@ -167,17 +167,18 @@ pub(crate) async fn delivery_log(tx: &mut OrgTx, id: Uuid) -> Result<Vec<Deliver
     let rows = store::deliveries(tx, id).await?;
     Ok(rows
         .into_iter()
-        .map(|(id, event, state, attempts, status, error, created, delivered, next, payload)| Delivery {
-            delivery_id: id.to_string(),
-            next_attempt_at: (state.0 == DeliveryState::Pending).then(|| gpuledger_core::time_fmt::rfc3339(next)),
-            event,
-            state: state.0,
-            attempts: u32::try_from(attempts).unwrap_or(0),
-            last_status: status.and_then(|s| u16::try_from(s).ok()),
-            last_error: error,
-            created_at: gpuledger_core::time_fmt::rfc3339(created),
-            delivered_at: delivered.map(gpuledger_core::time_fmt::rfc3339),
-            payload,
+        .map(|r| Delivery {
+            delivery_id: r.delivery_id.to_string(),
+            next_attempt_at: (r.state.0 == DeliveryState::Pending)
+                .then(|| gpuledger_core::time_fmt::rfc3339(r.next_attempt_at)),
+            event: r.event,
+            state: r.state.0,
+            attempts: u32::try_from(r.attempts).unwrap_or(0),
+            last_status: r.last_status.and_then(|s| u16::try_from(s).ok()),
+            last_error: r.last_error,
+            created_at: gpuledger_core::time_fmt::rfc3339(r.created_at),
+            delivered_at: r.delivered_at.map(gpuledger_core::time_fmt::rfc3339),
+            payload: r.payload,
         })
         .collect())
 }

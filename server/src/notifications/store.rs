@@ -99,20 +99,20 @@ pub(super) async fn webhook_exists(tx: &mut OrgTx, id: Uuid) -> Result<bool, DbE
         .await?)
 }
 
-/// A delivery as logged: (id, event, state, attempts, last status, last error, created at, delivered at, next
-/// attempt at, payload).
-pub(super) type DeliveryRow = (
-    Uuid,
-    String,
-    sqlx::types::Text<DeliveryState>,
-    i32,
-    Option<i32>,
-    Option<String>,
-    OffsetDateTime,
-    Option<OffsetDateTime>,
-    OffsetDateTime,
-    Value,
-);
+/// A delivery as logged.
+#[derive(sqlx::FromRow)]
+pub(super) struct DeliveryRow {
+    pub(super) delivery_id: Uuid,
+    pub(super) event: String,
+    pub(super) state: sqlx::types::Text<DeliveryState>,
+    pub(super) attempts: i32,
+    pub(super) last_status: Option<i32>,
+    pub(super) last_error: Option<String>,
+    pub(super) created_at: OffsetDateTime,
+    pub(super) delivered_at: Option<OffsetDateTime>,
+    pub(super) next_attempt_at: OffsetDateTime,
+    pub(super) payload: Value,
+}
 
 /// Webhook `id`'s last 200 deliveries, newest first.
 pub(super) async fn deliveries(tx: &mut OrgTx, id: Uuid) -> Result<Vec<DeliveryRow>, DbError> {
@@ -147,8 +147,17 @@ pub(super) async fn month_has_budget(tx: &mut OrgTx, first_day: Date) -> Result<
         .await?)
 }
 
-/// A delivery due now: (id, event, payload, attempts, URL, secret, format).
-pub(super) type Due = (Uuid, String, Value, i32, String, String, String);
+/// A delivery due now, with where and how to send it.
+#[derive(sqlx::FromRow)]
+pub(super) struct Due {
+    pub(super) delivery_id: Uuid,
+    pub(super) event: String,
+    pub(super) payload: Value,
+    pub(super) attempts: i32,
+    pub(super) url: String,
+    pub(super) secret: String,
+    pub(super) format: String,
+}
 
 /// Up to 50 pending deliveries due now to active webhooks, oldest due first, locked (others' locked ones skipped).
 pub(super) async fn lock_due_deliveries(tx: &mut OrgTx) -> Result<Vec<Due>, DbError> {

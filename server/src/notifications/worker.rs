@@ -205,12 +205,12 @@ pub async fn deliver_due(
         tx.commit_quiet().await?;
         return Ok(0);
     }
-    let ids: Vec<Uuid> = due.iter().map(|d| d.0).collect();
+    let ids: Vec<Uuid> = due.iter().map(|d| d.delivery_id).collect();
     store::lease_deliveries(&mut tx, &ids, LEASE.as_seconds_f64()).await?;
     tx.commit_quiet().await?;
 
     let mut delivered = 0;
-    for (id, event, payload, attempts, url, secret, format) in due {
+    for store::Due { delivery_id: id, event, payload, attempts, url, secret, format } in due {
         let outcome = send(client, policy, id, &event, &payload, &url, &secret, &format).await;
         let attempts = attempts + 1;
         let mut tx = db.begin_org(org).await?;

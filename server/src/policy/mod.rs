@@ -72,17 +72,17 @@ pub fn impact_router() -> Router<AppState> {
 
 fn policy_view(r: store::PolicyRow) -> Result<PolicyVersion, AppError> {
     Ok(PolicyVersion {
-        version: r.0,
-        state: r.1.parse()?,
-        effective_from: Period::from_date(r.2)?.to_string(),
-        currency: r.3,
-        note: r.4,
-        document: r.5,
-        created_at: rfc3339(r.6),
-        created_by: r.7,
-        approved_at: r.8.map(rfc3339),
-        approved_by: r.9,
-        superseded_at: r.10.map(rfc3339),
+        version: r.version,
+        state: r.state.parse()?,
+        effective_from: Period::from_date(r.effective_from)?.to_string(),
+        currency: r.currency,
+        note: r.note,
+        document: r.document,
+        created_at: rfc3339(r.created_at),
+        created_by: r.created_by,
+        approved_at: r.approved_at.map(rfc3339),
+        approved_by: r.approved_by,
+        superseded_at: r.superseded_at.map(rfc3339),
     })
 }
 

@@ -250,21 +250,21 @@ pub async fn policy_document(tx: &mut OrgTx, version: i32) -> Result<Option<Cost
     Ok(Some(policy))
 }
 
-/// A cost policy version as stored: (version, state, effective from, currency, note, document, created at, created
-/// by, approved at, approved by, superseded at).
-pub(super) type PolicyRow = (
-    i32,
-    String,
-    Date,
-    String,
-    String,
-    Value,
-    OffsetDateTime,
-    String,
-    Option<OffsetDateTime>,
-    Option<String>,
-    Option<OffsetDateTime>,
-);
+/// A cost policy version as stored.
+#[derive(sqlx::FromRow)]
+pub(super) struct PolicyRow {
+    pub(super) version: i32,
+    pub(super) state: String,
+    pub(super) effective_from: Date,
+    pub(super) currency: String,
+    pub(super) note: String,
+    pub(super) document: Value,
+    pub(super) created_at: OffsetDateTime,
+    pub(super) created_by: String,
+    pub(super) approved_at: Option<OffsetDateTime>,
+    pub(super) approved_by: Option<String>,
+    pub(super) superseded_at: Option<OffsetDateTime>,
+}
 
 /// The columns of a [`PolicyRow`].
 const POLICY_COLUMNS: &str = "version, state, effective_from, currency::text, note, document, created_at, created_by, \
