@@ -10,6 +10,7 @@ use crate::{
 };
 
 pub mod routes;
+mod store;
 pub mod tokens;
 
 /// What this feature's handlers take, for the API document.

@@ -14,18 +14,18 @@ use axum::{
 use gpuledger_api::{
     auth::{
         AuditLog, AuditRecord, Me, Organization, Provider, ProviderBody, ProviderSettings, RoleMapping, RoleMappings,
-        RoleMappingsBody, RoleName,
+        RoleMappingsBody,
     },
     params::{AuditParams, TokenUse},
     states::CallerKind,
 };
 use gpuledger_core::ids::{DepartmentId, OrgId};
 use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::json;
 use sqlx::types::Text;
 use time::OffsetDateTime;
-use uuid::Uuid;
 
+use super::store;
 use crate::auth::{
     Actor, Role,
     oidc::{self, LoginError},
@@ -337,15 +337,7 @@ pub async fn demo_login_enabled(demo_mode: bool, tx: &mut OrgTx) -> Result<bool,
     if !demo_mode {
         return Ok(false);
     }
-    let org = tx.org().as_uuid();
-    let on: Option<bool> = sqlx::query_scalar(
-        "SELECT o.demo_login AND NOT EXISTS (SELECT 1 FROM idp_settings i WHERE i.org_id = $1)
-           FROM organizations o WHERE o.org_id = $1",
-    )
-    .bind(org)
-    .fetch_optional(tx.conn())
-    .await?;
-    Ok(on.unwrap_or(false))
+    Ok(store::demo_login_on(tx).await?.unwrap_or(false))
 }
 
 /// `POST /auth/demo`: signs in as one of the demo accounts (only while the organization has no provider).
@@ -393,13 +385,7 @@ async fn demo_login(
     let email = format!("{}@demo.invalid", role.as_str().replace('_', "-"));
     let user_id = oidc::upsert_user(&mut tx, &format!("demo:{}", role.as_str()), Some(&email), name).await?;
     let departments = if role == Role::DepartmentManager {
-        let org = tx.org().as_uuid();
-        let research: Option<Uuid> = sqlx::query_scalar(
-            "SELECT department_id FROM departments WHERE org_id = $1 ORDER BY (name = 'Research') DESC, name LIMIT 1",
-        )
-        .bind(org)
-        .fetch_optional(tx.conn())
-        .await?;
+        let research = store::demo_manager_department(&mut tx).await?;
         research.map(DepartmentId::from_uuid).into_iter().collect()
     } else {
         Vec::new()
@@ -446,13 +432,8 @@ async fn logout(State(state): State<AppState>, headers: HeaderMap) -> Result<Res
 async fn me(State(state): State<AppState>, headers: HeaderMap) -> Result<Json<Me>, AppError> {
     let p = crate::auth::authenticate(&state.db, &headers).await?;
     let mut tx = p.begin(&state.db).await?;
-    let org = tx.org().as_uuid();
-    let (slug, name): (String, String) =
-        sqlx::query_as("SELECT slug, name FROM organizations").fetch_one(tx.conn()).await?;
-    let departments: Vec<String> = sqlx::query_scalar("SELECT name FROM departments WHERE org_id = $1 ORDER BY name")
-        .bind(org)
-        .fetch_all(tx.conn())
-        .await?;
+    let (slug, name) = store::organization(&mut tx).await?;
+    let departments = store::department_names(&mut tx).await?;
     tx.commit_quiet().await?;
     let (kind, roles, csrf) = match &p.actor {
         Actor::Token { scope, .. } => (CallerKind::Token, vec![scope.db_name().to_string()], None),
@@ -537,13 +518,9 @@ pub(crate) async fn save_provider(
         .await
         .map_err(|_| AppError::refused("issuer", "OpenID discovery at this issuer failed (the server log says why)"))?;
     let mut tx = p.begin(&state.db).await?;
-    let org = tx.org().as_uuid();
     // The stored secret only: a secret read from the mounted directory is never copied into the database.
-    let stored: Option<String> = sqlx::query_scalar("SELECT client_secret FROM idp_settings WHERE org_id = $1")
-        .bind(org)
-        .fetch_optional(tx.conn())
-        .await?;
-    let slug: String = sqlx::query_scalar("SELECT slug FROM organizations").fetch_one(tx.conn()).await?;
+    let stored = store::stored_client_secret(&mut tx).await?;
+    let slug = store::organization_slug(&mut tx).await?;
     let mounted = oidc::mounted_secret(state.auth.providers.secrets_dir.as_deref(), &slug).is_some();
     let secret = match (r.client_secret.map(|s| s.into_inner()), stored) {
         (Some(s), _) => s,
@@ -557,22 +534,15 @@ pub(crate) async fn save_provider(
             ));
         }
     };
-    sqlx::query(
-        "INSERT INTO idp_settings (org_id, issuer, client_id, client_secret, groups_claim, scopes, updated_by)
-         VALUES ($1, $2, $3, $4, $5, $6, $7)
-         ON CONFLICT (org_id) DO UPDATE SET issuer = EXCLUDED.issuer, client_id = EXCLUDED.client_id,
-             client_secret = EXCLUDED.client_secret, groups_claim = EXCLUDED.groups_claim, scopes = EXCLUDED.scopes,
-             updated_at = EXCLUDED.updated_at, updated_by = EXCLUDED.updated_by",
-    )
-    .bind(org)
-    .bind(&issuer)
-    .bind(r.client_id.as_str())
-    .bind(&secret)
-    .bind(&groups_claim)
-    .bind(&scopes)
-    .bind(p.actor())
-    .execute(tx.conn())
-    .await?;
+    let row = store::ProviderRow {
+        issuer: &issuer,
+        client_id: r.client_id.as_str(),
+        client_secret: &secret,
+        groups_claim: &groups_claim,
+        scopes: &scopes,
+        updated_by: p.actor(),
+    };
+    store::upsert_provider(&mut tx, &row).await?;
     // The secret is never written to the audit log.
     tx.audit_by(p, "identity.provider.update", "idp", "", json!({"issuer": issuer, "client_id": r.client_id.as_str()}))
         .await?;
@@ -582,9 +552,7 @@ pub(crate) async fn save_provider(
 
 async fn delete_provider(State(state): State<AppState>, p: Caller<Administer>) -> Result<StatusCode, AppError> {
     let mut tx = p.begin(&state.db).await?;
-    let org = tx.org().as_uuid();
-    let removed =
-        sqlx::query("DELETE FROM idp_settings WHERE org_id = $1").bind(org).execute(tx.conn()).await?.rows_affected();
+    let removed = store::delete_provider(&mut tx).await?;
     if removed == 0 {
         return Err(AppError::NotFound("no identity provider is configured".into()));
     }
@@ -602,16 +570,7 @@ async fn get_mappings(State(state): State<AppState>, p: Caller<Administer>) -> R
 /// The mappings, by group, role and department.
 async fn role_mappings(state: &AppState, p: &crate::auth::Principal) -> Result<RoleMappings, AppError> {
     let mut tx = p.begin(&state.db).await?;
-    let org = tx.org().as_uuid();
-    let rows: Vec<(String, Text<RoleName>, Option<String>)> = sqlx::query_as(
-        "SELECT m.group_name, m.role, d.name FROM role_mappings m
-           LEFT JOIN departments d ON d.org_id = m.org_id AND d.department_id = m.department_id
-          WHERE m.org_id = $1
-          ORDER BY m.group_name, m.role, d.name",
-    )
-    .bind(org)
-    .fetch_all(tx.conn())
-    .await?;
+    let rows = store::role_mappings(&mut tx).await?;
     tx.commit().await?;
     let mappings =
         rows.into_iter().map(|(group, Text(role), department)| RoleMapping { group, role, department }).collect();
@@ -633,7 +592,6 @@ pub(crate) async fn save_mappings(
 ) -> Result<RoleMappings, AppError> {
     p.require(Capability::Administer)?;
     let mut tx = p.begin(&state.db).await?;
-    let org = tx.org().as_uuid();
     let mut rows = Vec::new();
     for (i, m) in r.mappings.iter().enumerate() {
         let group = m.group.as_str();
@@ -641,12 +599,7 @@ pub(crate) async fn save_mappings(
             .ok_or_else(|| AppError::Internal(format!("role {:?} has no Role", m.role.as_str())))?;
         let department = match (role, m.department.as_deref()) {
             (Role::DepartmentManager, Some(name)) => {
-                let id: Option<Uuid> =
-                    sqlx::query_scalar("SELECT department_id FROM departments WHERE org_id = $2 AND name = $1")
-                        .bind(name)
-                        .bind(org)
-                        .fetch_optional(tx.conn())
-                        .await?;
+                let id = store::department_by_name(&mut tx, name).await?;
                 Some(id.ok_or_else(|| {
                     AppError::unknown(format!("mappings[{i}].department"), format!("no department named {name:?}"))
                 })?)
@@ -667,19 +620,9 @@ pub(crate) async fn save_mappings(
         };
         rows.push((group.to_string(), role, department));
     }
-    sqlx::query("DELETE FROM role_mappings WHERE org_id = $1").bind(org).execute(tx.conn()).await?;
+    store::delete_role_mappings(&mut tx).await?;
     for (group, role, department) in &rows {
-        sqlx::query(
-            "INSERT INTO role_mappings (org_id, mapping_id, group_name, role, department_id) VALUES ($1, $2, $3, $4, $5)
-             ON CONFLICT DO NOTHING",
-        )
-        .bind(org)
-        .bind(Uuid::new_v4())
-        .bind(group)
-        .bind(role.as_str())
-        .bind(department)
-        .execute(tx.conn())
-        .await?;
+        store::insert_role_mapping(&mut tx, group, role.as_str(), *department).await?;
     }
     tx.audit_by(p, "identity.role_mappings.update", "role_mappings", "", json!({"count": rows.len()})).await?;
     tx.commit().await?;
@@ -705,32 +648,7 @@ async fn audit_log(
         exclude.push("token.use".into());
     }
     let mut tx = p.begin(&state.db).await?;
-    let org = tx.org().as_uuid();
-    type Row = (OffsetDateTime, String, String, String, String, Value, String, i64, Option<OffsetDateTime>);
-    // A folded day is one row at its latest use, counted over the whole day: it comes once, on the page where that
-    // latest use falls (a day whose latest use is at or after `before` was on an earlier page), never split by the
-    // cursor.
-    let rows: Vec<Row> = sqlx::query_as(
-        "SELECT at, actor, action, target, reason, details, source, 1::bigint, NULL::timestamptz FROM audit_log
-          WHERE org_id = $4 AND ($1::timestamptz IS NULL OR at < $1) AND ($2::text IS NULL OR action = $2)
-            AND action <> ALL($5)
-         UNION ALL
-         SELECT max(at), actor, 'token.use', target, '', '{}'::jsonb, max(source), count(*), min(at) FROM audit_log
-          WHERE org_id = $4 AND $6 AND action = 'token.use'
-            AND ($1::timestamptz IS NULL
-                 OR at < (date_trunc('day', $1::timestamptz AT TIME ZONE 'UTC') + interval '1 day') AT TIME ZONE 'UTC')
-          GROUP BY actor, target, date_trunc('day', at AT TIME ZONE 'UTC')
-          HAVING $1::timestamptz IS NULL OR max(at) < $1
-         ORDER BY 1 DESC, 2, 4 LIMIT $3",
-    )
-    .bind(before)
-    .bind(q.action.as_deref())
-    .bind(limit)
-    .bind(org)
-    .bind(&exclude)
-    .bind(folding)
-    .fetch_all(tx.conn())
-    .await?;
+    let rows = store::audit_page(&mut tx, before, q.action.as_deref(), &exclude, folding, limit).await?;
     tx.commit().await?;
     let rfc = |t: OffsetDateTime| gpuledger_core::time_fmt::rfc3339(t);
     let next = (rows.len() as i64 == limit).then(|| rows.last().map(|r| rfc(r.0))).flatten();

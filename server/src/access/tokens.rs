@@ -17,6 +17,7 @@ use serde_json::json;
 use time::OffsetDateTime;
 use uuid::Uuid;
 
+use super::store;
 use crate::auth::{Scope, create_token, ensure_cluster, source};
 use crate::{
     db::OrgTx,
@@ -50,15 +51,9 @@ pub async fn parse_scope(tx: &mut OrgTx, scope: &str, departments: &[String]) ->
     let parsed = match scope {
         "admin" => Scope::Admin,
         "export" => {
-            let org = tx.org().as_uuid();
             let mut ids = Vec::new();
             for name in departments {
-                let id: Option<Uuid> =
-                    sqlx::query_scalar("SELECT department_id FROM departments WHERE org_id = $2 AND name = $1")
-                        .bind(name)
-                        .bind(org)
-                        .fetch_optional(tx.conn())
-                        .await?;
+                let id = store::department_by_name(tx, name).await?;
                 let id = id.ok_or_else(|| AppError::unknown("departments", format!("no department named {name:?}")))?;
                 ids.push(DepartmentId::from_uuid(id));
             }
@@ -154,30 +149,7 @@ async fn list(State(state): State<AppState>, p: Caller<Administer>) -> Result<Js
     Ok(Json(TokenList { tokens: tokens.into_iter().map(Into::into).collect() }))
 }
 
-/// A token as admins see it (never its secret), as stored.
-#[derive(Debug, Clone, sqlx::FromRow)]
-pub struct TokenInfo {
-    /// Id.
-    pub token_id: Uuid,
-    /// What it is for.
-    pub name: String,
-    /// admin, export, agent, join (an unknown one from the database fails the query).
-    pub scope: sqlx::types::Text<gpuledger_api::states::TokenScope>,
-    /// The cluster of agent and join tokens.
-    pub cluster: Option<String>,
-    /// Departments of a limited export token.
-    pub departments: Vec<String>,
-    /// Who made it.
-    pub created_by: String,
-    /// When.
-    pub created_at: OffsetDateTime,
-    /// Expiry, if any.
-    pub expires_at: Option<OffsetDateTime>,
-    /// Last use (to the minute).
-    pub last_used_at: Option<OffsetDateTime>,
-    /// Revocation time, if revoked.
-    pub revoked_at: Option<OffsetDateTime>,
-}
+pub use super::store::{TokenInfo, list_tokens};
 
 impl From<TokenInfo> for gpuledger_api::auth::TokenInfo {
     fn from(t: TokenInfo) -> Self {
@@ -196,23 +168,6 @@ impl From<TokenInfo> for gpuledger_api::auth::TokenInfo {
     }
 }
 
-/// Every token of the organization, newest first.
-pub async fn list_tokens(tx: &mut OrgTx) -> Result<Vec<TokenInfo>, AppError> {
-    let org = tx.org().as_uuid();
-    Ok(sqlx::query_as(
-        "SELECT t.token_id, t.name, t.scope, c.name AS cluster,
-                ARRAY(SELECT d.name FROM departments d
-                       WHERE d.org_id = $1 AND d.department_id = ANY(t.department_ids) ORDER BY d.name) AS departments,
-                t.created_by, t.created_at, t.expires_at, t.last_used_at, t.revoked_at
-           FROM api_tokens t LEFT JOIN clusters c ON c.org_id = t.org_id AND c.cluster_id = t.cluster_id
-          WHERE t.org_id = $1
-          ORDER BY t.created_at DESC, t.token_id",
-    )
-    .bind(org)
-    .fetch_all(tx.conn())
-    .await?)
-}
-
 async fn revoke(
     State(state): State<AppState>,
     p: Caller<Administer>,
@@ -227,24 +182,12 @@ async fn revoke(
 pub async fn revoke_for(state: &AppState, p: &crate::auth::Principal, id: &str) -> Result<(), AppError> {
     let token_id = Uuid::try_parse(id).map_err(|_| AppError::NotFound(format!("token {id}")))?;
     let mut tx = p.begin(&state.db).await?;
-    let org = tx.org().as_uuid();
-    let found: Option<Option<OffsetDateTime>> =
-        sqlx::query_scalar("SELECT revoked_at FROM api_tokens WHERE org_id = $2 AND token_id = $1")
-            .bind(token_id)
-            .bind(org)
-            .fetch_optional(tx.conn())
-            .await?;
-    match found {
+    match store::token_revoked_at(&mut tx, token_id).await? {
         None => return Err(AppError::NotFound(format!("token {id}"))),
         Some(Some(_)) => return Ok(()),
         Some(None) => {}
     }
-    sqlx::query("UPDATE api_tokens SET revoked_at = now(), revoked_by = $2 WHERE org_id = $3 AND token_id = $1")
-        .bind(token_id)
-        .bind(p.actor())
-        .bind(org)
-        .execute(tx.conn())
-        .await?;
+    store::revoke_token(&mut tx, token_id, &p.actor()).await?;
     tx.audit_by(p, "token.revoke", &token_id.to_string(), "", json!({})).await?;
     tx.commit_quiet().await?; // credentials only: no figure changes
     // Kept answers for this token end now on this replica (within `SESSION_RECHECK` on the others).

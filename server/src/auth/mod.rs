@@ -317,15 +317,7 @@ impl Principal {
             return Ok(None);
         }
         let mut tx = self.begin(db).await?;
-        let org = tx.org().as_uuid();
-        let departments: Vec<Uuid> = sqlx::query_scalar("SELECT department_id FROM departments WHERE org_id = $1")
-            .bind(org)
-            .fetch_all(tx.conn())
-            .await?;
-        let tenants: Vec<Uuid> = sqlx::query_scalar("SELECT tenant_id FROM tenants WHERE org_id = $1")
-            .bind(org)
-            .fetch_all(tx.conn())
-            .await?;
+        let (departments, tenants) = store::visible_ids(&mut tx).await?;
         tx.commit_quiet().await?;
         Ok(Some(Visible { departments: departments.into_iter().collect(), tenants: tenants.into_iter().collect() }))
     }
@@ -444,8 +436,6 @@ pub async fn require(db: &Database, headers: &HeaderMap, cap: Capability) -> Res
 
 /// (token id, scope, cluster, departments, the organization's API rate limit) of a live token.
 type TokenRow = (Uuid, String, Option<Uuid>, Vec<Uuid>, Option<i32>);
-/// A [`TokenRow`] and whether the token's last use is due to be recorded.
-type FoundToken = (Uuid, String, Option<Uuid>, Vec<Uuid>, Option<i32>, bool);
 
 async fn token_principal(db: &Database, token: &str, source: &str) -> Result<Principal, AppError> {
     let org = parse(token).ok_or(AppError::Unauthorized)?;
@@ -455,39 +445,11 @@ async fn token_principal(db: &Database, token: &str, source: &str) -> Result<Pri
     // Plain statements, not one statement with data-modifying CTEs: Citus runs such CTEs through intermediate results
     // and would write the audit record with COPY, which row-level security refuses (docs/scaling.md).
     // The live token, and whether its last use is a minute old (then it is touched and audited).
-    let found: Option<FoundToken> = sqlx::query_as(
-        "SELECT t.token_id, t.scope, t.cluster_id, t.department_ids, o.rate_limit_per_minute,
-                t.last_used_at IS NULL OR t.last_used_at < now() - interval '1 minute'
-           FROM api_tokens t JOIN organizations o ON o.org_id = t.org_id
-          WHERE t.org_id = $2 AND o.org_id = $2 AND t.secret_sha256 = $1 AND t.revoked_at IS NULL
-            AND (t.expires_at IS NULL OR t.expires_at > now()) AND o.state = 'active'",
-    )
-    .bind(sha256(token))
-    .bind(org.as_uuid())
-    .fetch_optional(tx.conn())
-    .await?;
+    let found = store::live_token(&mut tx, sha256(token)).await?;
     if let Some((token_id, _, _, _, _, true)) = &found {
         // Re-checked under the row's lock: of two requests at once, one writes the record.
-        let touched: Option<Uuid> = sqlx::query_scalar(
-            "UPDATE api_tokens SET last_used_at = now()
-              WHERE org_id = $1 AND token_id = $2 AND (last_used_at IS NULL OR last_used_at < now() - interval '1 minute')
-             RETURNING token_id",
-        )
-        .bind(org.as_uuid())
-        .bind(token_id)
-        .fetch_optional(tx.conn())
-        .await?;
-        if touched.is_some() {
-            sqlx::query(
-                "INSERT INTO audit_log (org_id, audit_id, actor, action, target, source)
-                 VALUES ($1, gen_random_uuid(), $2, 'token.use', $3, $4)",
-            )
-            .bind(org.as_uuid())
-            .bind(format!("token:{token_id}"))
-            .bind(token_id.to_string())
-            .bind(source)
-            .execute(tx.conn())
-            .await?;
+        if store::touch_token_use(&mut tx, *token_id).await?.is_some() {
+            store::insert_token_use_audit(&mut tx, *token_id, source).await?;
         }
     }
     let row: Option<TokenRow> = found.map(|(t, s, c, d, r, _)| (t, s, c, d, r));
@@ -502,20 +464,8 @@ async fn token_principal(db: &Database, token: &str, source: &str) -> Result<Pri
         // A token naming this organization that is not one of its live tokens (forged, revoked, expired): the
         // organization's admins see it. At most one record per client address and minute, and only for an
         // organization that exists, so forged tokens cannot flood anyone's audit log.
-        let exists: bool = sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM organizations WHERE org_id = $1)")
-            .bind(org.as_uuid())
-            .fetch_one(tx.conn())
-            .await?;
-        if exists {
-            sqlx::query(
-                "INSERT INTO audit_log (org_id, audit_id, actor, action, target, source, reason)
-                 VALUES ($1, gen_random_uuid(), 'anonymous', 'token.refused', '', $2,
-                         'a token naming this organization is not one of its live tokens (forged, revoked or expired)')",
-            )
-            .bind(org.as_uuid())
-            .bind(source)
-            .execute(tx.conn())
-            .await?;
+        if store::org_exists(&mut tx).await? {
+            store::insert_token_refused_audit(&mut tx, source).await?;
         }
     }
     tx.commit_identity().await?;
@@ -584,39 +534,18 @@ pub async fn create_token(
         }
         (_, asked) => asked,
     };
-    let org = tx.org().as_uuid();
-    sqlx::query(
-        "INSERT INTO api_tokens (org_id, token_id, scope, cluster_id, name, secret_sha256, created_by, expires_at,
-                                 department_ids)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
-    )
-    .bind(org)
-    .bind(token_id)
-    .bind(scope.db_name())
-    .bind(cluster)
-    .bind(name)
-    .bind(sha256(&token))
-    .bind(created_by)
-    .bind(expires_at)
-    .bind(&departments)
-    .execute(tx.conn())
-    .await?;
-    sqlx::query(
-        "INSERT INTO audit_log (org_id, audit_id, actor, action, target, details)
-         VALUES ($1, $2, $3, 'token.create', $4, jsonb_build_object('scope', $5::text, 'cluster_id', $6::uuid,
-                 'name', $7::text, 'departments', $8::uuid[], 'expires_at', $9::timestamptz))",
-    )
-    .bind(org)
-    .bind(Uuid::new_v4())
-    .bind(created_by)
-    .bind(token_id.to_string())
-    .bind(scope.db_name())
-    .bind(cluster)
-    .bind(name)
-    .bind(&departments)
-    .bind(expires_at)
-    .execute(tx.conn())
-    .await?;
+    let record = store::NewToken {
+        token_id,
+        scope: scope.db_name(),
+        cluster,
+        name,
+        secret_sha256: sha256(&token),
+        created_by,
+        expires_at,
+        departments: &departments,
+    };
+    store::insert_token(tx, &record).await?;
+    store::insert_token_create_audit(tx, &record).await?;
     Ok((token_id, token))
 }
 
@@ -628,23 +557,11 @@ pub async fn redeem_join_token(db: &Database, principal: &Principal) -> Result<(
     };
     let (token_id, cluster) = (*token_id, *cluster);
     let mut tx = db.begin_org(principal.org).await?;
-    let org = tx.org().as_uuid();
     // Single use even under concurrency: only one exchange can flip revoked_at.
-    let revoked = sqlx::query(
-        "UPDATE api_tokens SET revoked_at = now() WHERE org_id = $2 AND token_id = $1 AND revoked_at IS NULL",
-    )
-    .bind(token_id)
-    .bind(org)
-    .execute(tx.conn())
-    .await?;
-    if revoked.rows_affected() != 1 {
+    if store::revoke_unrevoked_token(&mut tx, token_id).await? != 1 {
         return Err(AppError::Unauthorized);
     }
-    let name: String = sqlx::query_scalar("SELECT name FROM clusters WHERE org_id = $2 AND cluster_id = $1")
-        .bind(cluster.as_uuid())
-        .bind(org)
-        .fetch_one(tx.conn())
-        .await?;
+    let name = store::cluster_name(&mut tx, cluster.as_uuid()).await?;
     let (_, token) = create_token(&mut tx, &Scope::Agent { cluster }, &format!("joined {name}"), "join", None).await?;
     tx.commit().await?;
     revocations::revoked();
@@ -665,22 +582,11 @@ pub fn scope_key(departments: Option<&[gpuledger_core::ids::DepartmentId]>) -> S
 
 /// Finds a cluster by name in `tx`'s organization, registering it when new.
 pub async fn ensure_cluster(tx: &mut OrgTx, name: &str) -> Result<(ClusterId, bool), DbError> {
-    let org = tx.org().as_uuid();
-    let existing: Option<Uuid> = sqlx::query_scalar("SELECT cluster_id FROM clusters WHERE org_id = $2 AND name = $1")
-        .bind(name)
-        .bind(org)
-        .fetch_optional(tx.conn())
-        .await?;
-    if let Some(id) = existing {
+    if let Some(id) = store::cluster_by_name(tx, name).await? {
         return Ok((ClusterId::from_uuid(id), false));
     }
     let id = Uuid::new_v4();
-    sqlx::query("INSERT INTO clusters (org_id, cluster_id, name) VALUES ($1, $2, $3)")
-        .bind(org)
-        .bind(id)
-        .bind(name)
-        .execute(tx.conn())
-        .await?;
+    store::insert_cluster(tx, id, name).await?;
     Ok((ClusterId::from_uuid(id), true))
 }
 

@@ -18,9 +18,8 @@ use openidconnect::{
     core::{CoreAuthenticationFlow, CoreClient, CoreProviderMetadata},
 };
 use serde_json::Value;
-use uuid::Uuid;
 
-use super::{Role, sha256};
+use super::{Role, sha256, store};
 use crate::{
     db::{DbError, OrgTx},
     error::AppError,
@@ -48,16 +47,8 @@ pub struct IdpSettings {
 /// the stored one, so the secret need not be in the database. The file is named by the organization the
 /// transaction is scoped to: an organization's admins can never make the server send another's secret.
 pub async fn settings(tx: &mut OrgTx, secrets_dir: Option<&Path>) -> Result<Option<IdpSettings>, DbError> {
-    let org = tx.org().as_uuid();
-    let row: Option<(String, String, String, String, String, String)> = sqlx::query_as(
-        "SELECT i.issuer, i.client_id, i.client_secret, i.groups_claim, i.scopes, o.slug
-           FROM idp_settings i JOIN organizations o ON o.org_id = i.org_id
-          WHERE i.org_id = $1",
-    )
-    .bind(org)
-    .fetch_optional(tx.conn())
-    .await?;
-    Ok(row.map(|(issuer, client_id, stored, groups_claim, scopes, slug)| {
+    let row = store::idp_settings(tx).await?;
+    Ok(row.map(|store::IdpRow { issuer, client_id, client_secret: stored, groups_claim, scopes, slug }| {
         let (client_secret, client_secret_source) = match mounted_secret(secrets_dir, &slug) {
             Some(secret) => (secret, "file"),
             None => (stored, "database"),
@@ -333,20 +324,7 @@ pub async fn start(
     }
     let (url, state, nonce) = request.set_pkce_challenge(challenge).url();
     let (cookie, hash) = super::session::new_secret(tx.org());
-    let org = tx.org().as_uuid();
-    sqlx::query(
-        "INSERT INTO oidc_logins (org_id, login_id, secret_sha256, state, nonce, pkce_verifier, return_to)
-         VALUES ($1, $2, $3, $4, $5, $6, $7)",
-    )
-    .bind(org)
-    .bind(Uuid::new_v4())
-    .bind(hash)
-    .bind(state.secret())
-    .bind(nonce.secret())
-    .bind(verifier.secret())
-    .bind(return_to)
-    .execute(tx.conn())
-    .await?;
+    store::insert_pending_login(tx, hash, state.secret(), nonce.secret(), verifier.secret(), return_to).await?;
     Ok((url.to_string(), cookie))
 }
 
@@ -370,28 +348,13 @@ pub struct Verified {
 /// Consumes the pending login of `login_cookie` (once, whatever happens next) and returns its
 /// (state, nonce, verifier, return_to).
 pub async fn consume(tx: &mut OrgTx, login_cookie: &str) -> Result<(String, String, String, String), DbError> {
-    let org = tx.org().as_uuid();
-    let row: Option<(String, String, String, String)> = sqlx::query_as(
-        "UPDATE oidc_logins SET consumed_at = now()
-          WHERE org_id = $2 AND secret_sha256 = $1 AND consumed_at IS NULL
-            AND created_at > now() - interval '10 minutes'
-          RETURNING state, nonce, pkce_verifier, return_to",
-    )
-    .bind(sha256(login_cookie))
-    .bind(org)
-    .fetch_optional(tx.conn())
-    .await?;
+    let row = store::consume_pending_login(tx, sha256(login_cookie)).await?;
     row.ok_or(DbError::Sqlx(sqlx::Error::RowNotFound))
 }
 
 /// Whether `login_cookie` names a sign-in this organization started (used up or expired included).
 pub async fn was_issued(tx: &mut OrgTx, login_cookie: &str) -> Result<bool, DbError> {
-    let org = tx.org().as_uuid();
-    Ok(sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM oidc_logins WHERE org_id = $2 AND secret_sha256 = $1)")
-        .bind(sha256(login_cookie))
-        .bind(org)
-        .fetch_one(tx.conn())
-        .await?)
+    store::pending_login_exists(tx, sha256(login_cookie)).await
 }
 
 /// Finishes a sign-in: checks `state`, exchanges the code with the PKCE verifier, validates the ID token with
@@ -488,14 +451,7 @@ async fn userinfo_groups(
 
 /// The roles (and manager departments) the organization's mappings give these groups.
 pub async fn roles_for(tx: &mut OrgTx, groups: &[String]) -> Result<(Vec<Role>, Vec<DepartmentId>), DbError> {
-    let org = tx.org().as_uuid();
-    let rows: Vec<(String, Option<Uuid>)> = sqlx::query_as(
-        "SELECT role, department_id FROM role_mappings WHERE org_id = $2 AND group_name = ANY($1) ORDER BY role",
-    )
-    .bind(groups)
-    .bind(org)
-    .fetch_all(tx.conn())
-    .await?;
+    let rows = store::role_mappings_of_groups(tx, groups).await?;
     let mut roles: Vec<Role> = rows.iter().filter_map(|(r, _)| Role::parse(r)).collect();
     roles.sort();
     roles.dedup();
@@ -505,25 +461,7 @@ pub async fn roles_for(tx: &mut OrgTx, groups: &[String]) -> Result<(Vec<Role>, 
     Ok((roles, departments))
 }
 
-/// Creates or updates the user of a subject; returns its id.
-pub async fn upsert_user(tx: &mut OrgTx, subject: &str, email: Option<&str>, name: &str) -> Result<Uuid, DbError> {
-    let org = tx.org().as_uuid();
-    let id: Uuid = sqlx::query_scalar(
-        "INSERT INTO users (org_id, user_id, oidc_subject, email, display_name, last_login_at)
-         VALUES ($1, $2, $3, $4, $5, now())
-         ON CONFLICT (org_id, oidc_subject) DO UPDATE
-            SET email = EXCLUDED.email, display_name = EXCLUDED.display_name, last_login_at = EXCLUDED.last_login_at
-         RETURNING user_id",
-    )
-    .bind(org)
-    .bind(Uuid::new_v4())
-    .bind(subject)
-    .bind(email)
-    .bind(name)
-    .fetch_one(tx.conn())
-    .await?;
-    Ok(id)
-}
+pub use super::store::upsert_user;
 
 #[cfg(test)]
 mod tests {

@@ -10,7 +10,7 @@ use gpuledger_core::ids::{DepartmentId, OrgId};
 use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
-use super::{Actor, Principal, Role, random_secret, sha256};
+use super::{Actor, Principal, Role, random_secret, sha256, store};
 use crate::{
     db::{Database, DbError, OrgTx},
     error::AppError,
@@ -174,29 +174,21 @@ pub async fn create(tx: &mut OrgTx, settings: &SessionSettings, new: &NewSession
     let (value, hash) = new_secret(tx.org());
     let roles: Vec<&str> = new.roles.iter().map(|r| r.as_str()).collect();
     let departments: Vec<Uuid> = new.departments.iter().map(|d| d.as_uuid()).collect();
-    let org = tx.org().as_uuid();
-    sqlx::query(
-        "INSERT INTO sessions (org_id, session_id, secret_sha256, user_id, roles, department_ids, csrf_token,
-                               id_token_hint, source, expires_at, idle_timeout)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, now() + make_interval(secs => $10), make_interval(secs => $11))",
-    )
-    .bind(org)
-    .bind(Uuid::new_v4())
-    .bind(hash)
-    .bind(new.user_id)
-    .bind(&roles)
-    .bind(&departments)
-    .bind(csrf_for(&value))
-    .bind(&new.id_token_hint)
-    .bind(&new.source)
-    .bind(settings.absolute.whole_seconds() as f64)
-    .bind(settings.idle.whole_seconds() as f64)
-    .execute(tx.conn())
-    .await?;
+    let csrf = csrf_for(&value);
+    let record = store::SessionRecord {
+        secret_sha256: hash,
+        user_id: new.user_id,
+        roles: &roles,
+        departments: &departments,
+        csrf: &csrf,
+        id_token_hint: &new.id_token_hint,
+        source: &new.source,
+        absolute_secs: settings.absolute.whole_seconds() as f64,
+        idle_secs: settings.idle.whole_seconds() as f64,
+    };
+    store::insert_session(tx, &record).await?;
     Ok(value)
 }
-
-type SessionRow = (Uuid, Uuid, Vec<String>, Vec<Uuid>, Option<String>, String, Option<i32>);
 
 /// The principal of a live session cookie; 401 when it is unknown, tampered with, ended or timed out.
 pub async fn principal(db: &Database, cookie: &str) -> Result<Principal, AppError> {
@@ -215,24 +207,7 @@ pub async fn principal_in(tx: &mut crate::db::OrgTx, cookie: &str) -> Result<Pri
         return Err(AppError::Unauthorized);
     }
     // last_seen_at is written at most once a minute; the idle timeout is measured from it.
-    let row: Option<SessionRow> = sqlx::query_as(
-        "WITH s AS (
-            SELECT s.session_id, s.user_id, s.roles, s.department_ids, s.last_seen_at, u.email, u.oidc_subject
-              FROM sessions s JOIN users u ON u.org_id = s.org_id AND u.user_id = s.user_id
-             WHERE s.org_id = $2 AND s.secret_sha256 = $1 AND s.ended_at IS NULL AND s.expires_at > now()
-               AND s.last_seen_at > now() - s.idle_timeout
-               AND EXISTS (SELECT 1 FROM organizations o WHERE o.org_id = $2 AND o.state = 'active')),
-         touched AS (
-            UPDATE sessions SET last_seen_at = now()
-             WHERE org_id = $2
-               AND session_id IN (SELECT session_id FROM s WHERE last_seen_at < now() - interval '1 minute'))
-         SELECT session_id, user_id, roles, department_ids, email, oidc_subject,
-                (SELECT o.rate_limit_per_minute FROM organizations o WHERE o.org_id = $2) FROM s",
-    )
-    .bind(sha256(cookie))
-    .bind(org.as_uuid())
-    .fetch_optional(tx.conn())
-    .await?;
+    let row = store::live_session(tx, sha256(cookie)).await?;
     let Some((session_id, user_id, roles, departments, email, subject, rate_limit_per_minute)) = row else {
         // A session of a suspended organization is refused with the reason (it works again once resumed).
         return Err(crate::auth::store::suspension(tx).await?.unwrap_or(AppError::Unauthorized));
@@ -259,15 +234,7 @@ pub async fn principal_in(tx: &mut crate::db::OrgTx, cookie: &str) -> Result<Pri
 pub async fn end(db: &Database, cookie: &str) -> Result<Option<Option<String>>, AppError> {
     let Some((org, _)) = split(cookie) else { return Ok(None) };
     let mut tx = db.begin_org(org).await?;
-    let ended: Option<Option<String>> = sqlx::query_scalar(
-        "UPDATE sessions SET ended_at = now()
-          WHERE org_id = $2 AND secret_sha256 = $1 AND ended_at IS NULL
-          RETURNING id_token_hint",
-    )
-    .bind(sha256(cookie))
-    .bind(org.as_uuid())
-    .fetch_optional(tx.conn())
-    .await?;
+    let ended = store::end_session(&mut tx, sha256(cookie)).await?;
     tx.commit_quiet().await?;
     Ok(ended)
 }

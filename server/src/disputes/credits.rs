@@ -8,7 +8,7 @@ use serde_json::json;
 use super::{
     requests::{ApprovalRequest, ReasonRequest},
     respond,
-    store::{finish, lock, record},
+    store::{self, finish, lock, record},
 };
 use crate::{
     auth::{Capability, Principal},
@@ -45,14 +45,7 @@ async fn decide_credit(
             dispute.number, dispute.state
         )));
     };
-    let org = tx.org().as_uuid();
-    let credit: Option<(String, String, String)> = sqlx::query_as(
-        "SELECT state, amount::text, created_by FROM adjustments WHERE adjustment_id = $1 AND org_id = $2 FOR UPDATE",
-    )
-    .bind(adjustment)
-    .bind(org)
-    .fetch_optional(tx.conn())
-    .await?;
+    let credit = store::lock_credit(&mut tx, adjustment).await?;
     let Some((credit_state, amount, accepted_by)) = credit else {
         return Err(AppError::Internal(format!("the credit of dispute #{} is missing", dispute.number)));
     };
@@ -81,23 +74,11 @@ async fn decide_credit(
     }
     let action = match decision {
         CreditDecision::Approve => {
-            sqlx::query(
-                "UPDATE adjustments SET state = 'approved', approved_by = $2, approved_at = now()
-                  WHERE adjustment_id = $1 AND org_id = $3",
-            )
-            .bind(adjustment)
-            .bind(&who)
-            .bind(org)
-            .execute(tx.conn())
-            .await?;
+            store::mark_credit_approved(&mut tx, adjustment, &who).await?;
             "credit_approved"
         }
         CreditDecision::Reject => {
-            sqlx::query("UPDATE adjustments SET state = 'rejected' WHERE adjustment_id = $1 AND org_id = $2")
-                .bind(adjustment)
-                .bind(org)
-                .execute(tx.conn())
-                .await?;
+            store::mark_credit_rejected(&mut tx, adjustment).await?;
             "credit_rejected"
         }
     };

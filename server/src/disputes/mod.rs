@@ -39,8 +39,7 @@ use credits::{approve_credit, reject_credit};
 pub use gpuledger_api::disputes::{Credit, DisputeDetail, DisputeEvent, DisputePage, DisputeSummary, DisputedLine};
 use requests::{AcceptRequest, CommentRequest, OpenRequest, ReasonRequest, check_line_ids, credit_of};
 pub use store::load;
-use store::{Locked, SUMMARY_SELECT, finish, lock, record, require_open, resolve_id};
-use views::SummaryRow;
+use store::{Locked, finish, lock, record, require_open, resolve_id};
 
 pub use gpuledger_api::disputes::{MAX_LINES, MAX_TEXT};
 const DEFAULT_PER_PAGE: i64 = 20;
@@ -118,14 +117,8 @@ pub(crate) async fn open_dispute(
     let day = period.first_day();
     let who = principal.actor();
     let mut tx = principal.begin(&state.db).await?;
-    let org = tx.org().as_uuid();
 
-    let period_state: Option<String> =
-        sqlx::query_scalar("SELECT state FROM periods WHERE period = $1 AND org_id = $2")
-            .bind(day)
-            .bind(org)
-            .fetch_optional(tx.conn())
-            .await?;
+    let period_state = store::period_state(&mut tx, day).await?;
     match period_state.as_deref() {
         Some("closed") => {}
         Some(other) => {
@@ -139,16 +132,7 @@ pub(crate) async fn open_dispute(
             )));
         }
     }
-    let found: Vec<(String, String, Uuid)> = sqlx::query_as(
-        "SELECT line_id, currency::text, department_id FROM ledger_lines
-          WHERE period = $1 AND line_id = ANY ($2) AND org_id = $3
-          ORDER BY line_id",
-    )
-    .bind(day)
-    .bind(&line_ids)
-    .bind(org)
-    .fetch_all(tx.conn())
-    .await?;
+    let found = store::ledger_lines(&mut tx, day, &line_ids).await?;
     for (i, id) in line_ids.iter().enumerate() {
         if !found.iter().any(|(line, _, _)| line == id) {
             return Err(AppError::unknown(
@@ -177,25 +161,8 @@ pub(crate) async fn open_dispute(
     }
 
     // One opening at a time per organization: numbers stay dense and a line cannot be disputed twice at once.
-    sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended('gpuledger.disputes:' || $1::text, 0))")
-        .bind(principal.org.as_uuid())
-        .execute(tx.conn())
-        .await?;
-    let busy: Option<(i32, String, Option<String>, String)> = sqlx::query_as(
-        "SELECT d.number, d.state, a.state, u.line_id
-           FROM disputes d
-           LEFT JOIN adjustments a ON a.org_id = d.org_id AND a.adjustment_id = d.adjustment_id
-          CROSS JOIN LATERAL unnest(d.line_ids) AS u (line_id)
-          WHERE d.org_id = $3 AND d.period = $1 AND u.line_id = ANY ($2)
-            AND (d.state = 'open' OR (d.state = 'accepted' AND a.state IS DISTINCT FROM 'rejected'))
-          ORDER BY d.number
-          LIMIT 1",
-    )
-    .bind(day)
-    .bind(&line_ids)
-    .bind(org)
-    .fetch_optional(tx.conn())
-    .await?;
+    store::lock_openings(&mut tx).await?;
+    let busy = store::dispute_holding_lines(&mut tx, day, &line_ids).await?;
     if let Some((number, dispute_state, credit_state, line)) = busy {
         let why = if dispute_state == "open" {
             "which is still open".to_string()
@@ -205,29 +172,18 @@ pub(crate) async fn open_dispute(
         return Err(AppError::Conflict(format!("line {line:?} is already disputed in dispute #{number}, {why}")));
     }
     // The counter is organization-level: a department-scoped caller does not see other departments' disputes.
-    let number: i32 = sqlx::query_scalar(
-        "INSERT INTO dispute_numbers (org_id, last_number) VALUES ($1, 1)
-         ON CONFLICT (org_id) DO UPDATE SET last_number = dispute_numbers.last_number + 1
-         RETURNING last_number",
-    )
-    .bind(principal.org.as_uuid())
-    .fetch_one(tx.conn())
-    .await?;
+    let number = store::next_number(&mut tx).await?;
     let id = Uuid::new_v4();
-    sqlx::query(
-        "INSERT INTO disputes (org_id, dispute_id, number, period, line_ids, reason, opened_by, department_id)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
-    )
-    .bind(principal.org.as_uuid())
-    .bind(id)
-    .bind(number)
-    .bind(day)
-    .bind(&line_ids)
-    .bind(&reason)
-    .bind(&who)
-    .bind(department)
-    .execute(tx.conn())
-    .await?;
+    let new = store::NewDispute {
+        id,
+        number,
+        period: day,
+        line_ids: &line_ids,
+        reason: &reason,
+        opened_by: &who,
+        department,
+    };
+    store::insert_dispute(&mut tx, &new).await?;
     let locked =
         Locked { id, number, period: day, line_ids: line_ids.clone(), state: "open".into(), adjustment_id: None };
     record(
@@ -254,24 +210,9 @@ async fn list(
     let per_page = query.per_page.map_or(DEFAULT_PER_PAGE, |n| n.get());
 
     let mut tx = principal.begin(&state.db).await?;
-    let org = tx.org().as_uuid();
-    let filter = "AND ($2::text IS NULL OR d.state = $2) AND ($3::date IS NULL OR d.period = $3)";
-    let total: i64 = sqlx::query_scalar(&format!("SELECT count(*) FROM disputes d WHERE d.org_id = $1 {filter}"))
-        .bind(org)
-        .bind(&state_filter)
-        .bind(period_filter)
-        .fetch_one(tx.conn())
-        .await?;
-    let rows: Vec<SummaryRow> = sqlx::query_as(&format!(
-        "{SUMMARY_SELECT} {filter} ORDER BY d.opened_at DESC, d.number DESC LIMIT $4 OFFSET $5"
-    ))
-    .bind(org)
-    .bind(&state_filter)
-    .bind(period_filter)
-    .bind(per_page)
-    .bind((page - 1) * per_page)
-    .fetch_all(tx.conn())
-    .await?;
+    let total = store::count_disputes(&mut tx, state_filter.as_deref(), period_filter).await?;
+    let rows =
+        store::dispute_page(&mut tx, state_filter.as_deref(), period_filter, per_page, (page - 1) * per_page).await?;
     tx.commit().await?;
     let items = rows.into_iter().map(DisputeSummary::from).collect();
     Ok(Json(DisputePage { items, total, page, per_page }))
@@ -344,26 +285,10 @@ pub(crate) async fn accept_dispute(
     let mut tx = principal.begin(&state.db).await?;
     let dispute = lock(&mut tx, key).await?;
     require_open(&dispute, "accepted")?;
-    let org = tx.org().as_uuid();
 
-    let total: Option<String> = sqlx::query_scalar(
-        "SELECT sum(amount)::text FROM ledger_lines WHERE period = $1 AND line_id = ANY ($2) AND org_id = $3",
-    )
-    .bind(dispute.period)
-    .bind(&dispute.line_ids)
-    .bind(org)
-    .fetch_one(tx.conn())
-    .await?;
+    let total = store::lines_total(&mut tx, dispute.period, &dispute.line_ids).await?;
     let first = dispute.line_ids.first().ok_or_else(|| AppError::Internal("a dispute without lines".into()))?;
-    let line: Option<(Option<Uuid>, Uuid, String, String)> = sqlx::query_as(
-        "SELECT tenant_id, department_id, gpu_class, currency::text FROM ledger_lines
-          WHERE period = $1 AND line_id = $2 AND org_id = $3",
-    )
-    .bind(dispute.period)
-    .bind(first)
-    .bind(org)
-    .fetch_optional(tx.conn())
-    .await?;
+    let line = store::line_owner(&mut tx, dispute.period, first).await?;
     let (Some(total), Some((tenant, department, gpu_class, currency))) = (total, line) else {
         return Err(AppError::Internal(format!("the lines of dispute #{} are missing", dispute.number)));
     };
@@ -377,37 +302,20 @@ pub(crate) async fn accept_dispute(
 
     let adjustment = Uuid::new_v4();
     let credit_text = credit.to_string();
-    sqlx::query(
-        "INSERT INTO adjustments (org_id, adjustment_id, kind, state, tenant_id, department_id, gpu_class, amount,
-                                  currency, corrects, dispute_id, reason, created_by)
-         VALUES ($1, $2, 'credit', 'pending_approval', $3, $4, $5, -($6::numeric), $7, $8, $9, $10, $11)",
-    )
-    .bind(principal.org.as_uuid())
-    .bind(adjustment)
-    .bind(tenant)
-    .bind(department)
-    .bind(&gpu_class)
-    .bind(&credit_text)
-    .bind(&currency)
-    .bind(first)
-    .bind(dispute.id)
-    .bind(&reason)
-    .bind(&who)
-    .execute(tx.conn())
-    .await?;
-    sqlx::query(
-        "UPDATE disputes SET state = 'accepted', resolved_by = $2, resolved_at = now(), resolution = $3,
-                credit_amount = $4::numeric, adjustment_id = $5
-          WHERE dispute_id = $1 AND org_id = $6",
-    )
-    .bind(dispute.id)
-    .bind(&who)
-    .bind(&reason)
-    .bind(&credit_text)
-    .bind(adjustment)
-    .bind(org)
-    .execute(tx.conn())
-    .await?;
+    let new = store::NewCredit {
+        adjustment,
+        tenant,
+        department,
+        gpu_class: &gpu_class,
+        amount: &credit_text,
+        currency: &currency,
+        corrects: first,
+        dispute: dispute.id,
+        reason: &reason,
+        created_by: &who,
+    };
+    store::insert_credit(&mut tx, &new).await?;
+    store::mark_accepted(&mut tx, dispute.id, &who, &reason, &credit_text, adjustment).await?;
     record(
         &mut tx,
         &who,
@@ -442,17 +350,7 @@ pub(crate) async fn reject_dispute(
     let mut tx = principal.begin(&state.db).await?;
     let dispute = lock(&mut tx, key).await?;
     require_open(&dispute, "rejected")?;
-    let org = tx.org().as_uuid();
-    sqlx::query(
-        "UPDATE disputes SET state = 'rejected', resolved_by = $2, resolved_at = now(), resolution = $3
-          WHERE dispute_id = $1 AND org_id = $4",
-    )
-    .bind(dispute.id)
-    .bind(&who)
-    .bind(&reason)
-    .bind(org)
-    .execute(tx.conn())
-    .await?;
+    store::mark_rejected(&mut tx, dispute.id, &who, &reason).await?;
     record(&mut tx, &who, &dispute, "rejected", &reason, json!({})).await?;
     finish(tx, dispute.id).await
 }

@@ -13,7 +13,7 @@ use crate::{
 use gpuledger_api::disputes::DisputeDetail;
 
 /// Binds the organization as `$1`; a caller appends `AND …` conditions (from `$2`) and the rest of the statement.
-pub(super) const SUMMARY_SELECT: &str = "
+const SUMMARY_SELECT: &str = "
     SELECT d.dispute_id AS id, d.number, to_char(d.period, 'YYYY-MM') AS period, d.line_ids, d.state, d.reason,
            d.opened_by, d.opened_at, d.resolved_by, d.resolved_at, d.resolution,
            d.credit_amount::text AS credit_amount, d.adjustment_id, a.state AS credit_state,
@@ -220,6 +220,315 @@ pub(super) async fn finish(mut tx: OrgTx, id: Uuid) -> Result<DisputeDetail, App
     let detail = load(&mut tx, id).await?.ok_or_else(|| AppError::Internal(format!("dispute {id} vanished")))?;
     tx.commit().await?;
     Ok(detail)
+}
+
+/// The state of period `day` (`None`: the period has no row yet).
+pub(super) async fn period_state(tx: &mut OrgTx, day: Date) -> Result<Option<String>, DbError> {
+    let org = tx.org().as_uuid();
+    Ok(sqlx::query_scalar("SELECT state FROM periods WHERE period = $1 AND org_id = $2")
+        .bind(day)
+        .bind(org)
+        .fetch_optional(tx.conn())
+        .await?)
+}
+
+/// (line id, currency, department) of those of `line_ids` in the ledger of period `day`, by line id.
+pub(super) async fn ledger_lines(
+    tx: &mut OrgTx,
+    day: Date,
+    line_ids: &[String],
+) -> Result<Vec<(String, String, Uuid)>, DbError> {
+    let org = tx.org().as_uuid();
+    Ok(sqlx::query_as(
+        "SELECT line_id, currency::text, department_id FROM ledger_lines
+          WHERE period = $1 AND line_id = ANY ($2) AND org_id = $3
+          ORDER BY line_id",
+    )
+    .bind(day)
+    .bind(line_ids)
+    .bind(org)
+    .fetch_all(tx.conn())
+    .await?)
+}
+
+/// Waits for the organization's dispute-opening lock (held until the transaction ends).
+pub(super) async fn lock_openings(tx: &mut OrgTx) -> Result<(), DbError> {
+    let org = tx.org().as_uuid();
+    sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended('gpuledger.disputes:' || $1::text, 0))")
+        .bind(org)
+        .execute(tx.conn())
+        .await?;
+    Ok(())
+}
+
+/// The first dispute that still holds one of `line_ids` of period `day` (open, or accepted with a credit not
+/// rejected): (number, state, credit state, the line).
+pub(super) async fn dispute_holding_lines(
+    tx: &mut OrgTx,
+    day: Date,
+    line_ids: &[String],
+) -> Result<Option<(i32, String, Option<String>, String)>, DbError> {
+    let org = tx.org().as_uuid();
+    Ok(sqlx::query_as(
+        "SELECT d.number, d.state, a.state, u.line_id
+           FROM disputes d
+           LEFT JOIN adjustments a ON a.org_id = d.org_id AND a.adjustment_id = d.adjustment_id
+          CROSS JOIN LATERAL unnest(d.line_ids) AS u (line_id)
+          WHERE d.org_id = $3 AND d.period = $1 AND u.line_id = ANY ($2)
+            AND (d.state = 'open' OR (d.state = 'accepted' AND a.state IS DISTINCT FROM 'rejected'))
+          ORDER BY d.number
+          LIMIT 1",
+    )
+    .bind(day)
+    .bind(line_ids)
+    .bind(org)
+    .fetch_optional(tx.conn())
+    .await?)
+}
+
+/// Takes the organization's next dispute number.
+pub(super) async fn next_number(tx: &mut OrgTx) -> Result<i32, DbError> {
+    let org = tx.org().as_uuid();
+    Ok(sqlx::query_scalar(
+        "INSERT INTO dispute_numbers (org_id, last_number) VALUES ($1, 1)
+         ON CONFLICT (org_id) DO UPDATE SET last_number = dispute_numbers.last_number + 1
+         RETURNING last_number",
+    )
+    .bind(org)
+    .fetch_one(tx.conn())
+    .await?)
+}
+
+/// A new dispute's stored columns.
+pub(super) struct NewDispute<'a> {
+    /// Its id.
+    pub id: Uuid,
+    /// Its number.
+    pub number: i32,
+    /// The period's first day.
+    pub period: Date,
+    /// The disputed lines.
+    pub line_ids: &'a [String],
+    /// Why.
+    pub reason: &'a str,
+    /// Who opened it.
+    pub opened_by: &'a str,
+    /// The lines' department.
+    pub department: Uuid,
+}
+
+/// Inserts an open dispute.
+pub(super) async fn insert_dispute(tx: &mut OrgTx, d: &NewDispute<'_>) -> Result<(), DbError> {
+    let org = tx.org().as_uuid();
+    sqlx::query(
+        "INSERT INTO disputes (org_id, dispute_id, number, period, line_ids, reason, opened_by, department_id)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+    )
+    .bind(org)
+    .bind(d.id)
+    .bind(d.number)
+    .bind(d.period)
+    .bind(d.line_ids)
+    .bind(d.reason)
+    .bind(d.opened_by)
+    .bind(d.department)
+    .execute(tx.conn())
+    .await?;
+    Ok(())
+}
+
+/// The number of disputes in `state` (any when `None`) of `period` (any when `None`).
+pub(super) async fn count_disputes(tx: &mut OrgTx, state: Option<&str>, period: Option<Date>) -> Result<i64, DbError> {
+    let org = tx.org().as_uuid();
+    Ok(sqlx::query_scalar(&format!("SELECT count(*) FROM disputes d WHERE d.org_id = $1 {LIST_FILTER}"))
+        .bind(org)
+        .bind(state)
+        .bind(period)
+        .fetch_one(tx.conn())
+        .await?)
+}
+
+/// The filter of a list of disputes: `$2` the state, `$3` the period.
+const LIST_FILTER: &str = "AND ($2::text IS NULL OR d.state = $2) AND ($3::date IS NULL OR d.period = $3)";
+
+/// One page of disputes in `state` of `period` (any when `None`), newest first.
+pub(super) async fn dispute_page(
+    tx: &mut OrgTx,
+    state: Option<&str>,
+    period: Option<Date>,
+    per_page: i64,
+    offset: i64,
+) -> Result<Vec<SummaryRow>, DbError> {
+    let org = tx.org().as_uuid();
+    Ok(sqlx::query_as(&format!(
+        "{SUMMARY_SELECT} {LIST_FILTER} ORDER BY d.opened_at DESC, d.number DESC LIMIT $4 OFFSET $5"
+    ))
+    .bind(org)
+    .bind(state)
+    .bind(period)
+    .bind(per_page)
+    .bind(offset)
+    .fetch_all(tx.conn())
+    .await?)
+}
+
+/// The total of `line_ids` in the ledger of period `day`, as text (`None`: no such lines).
+pub(super) async fn lines_total(tx: &mut OrgTx, day: Date, line_ids: &[String]) -> Result<Option<String>, DbError> {
+    let org = tx.org().as_uuid();
+    Ok(sqlx::query_scalar(
+        "SELECT sum(amount)::text FROM ledger_lines WHERE period = $1 AND line_id = ANY ($2) AND org_id = $3",
+    )
+    .bind(day)
+    .bind(line_ids)
+    .bind(org)
+    .fetch_one(tx.conn())
+    .await?)
+}
+
+/// (tenant, department, GPU class, currency) of ledger line `line_id` of period `day`.
+pub(super) async fn line_owner(
+    tx: &mut OrgTx,
+    day: Date,
+    line_id: &str,
+) -> Result<Option<(Option<Uuid>, Uuid, String, String)>, DbError> {
+    let org = tx.org().as_uuid();
+    Ok(sqlx::query_as(
+        "SELECT tenant_id, department_id, gpu_class, currency::text FROM ledger_lines
+          WHERE period = $1 AND line_id = $2 AND org_id = $3",
+    )
+    .bind(day)
+    .bind(line_id)
+    .bind(org)
+    .fetch_optional(tx.conn())
+    .await?)
+}
+
+/// A credit adjustment pending approval, as an accepted dispute creates it.
+pub(super) struct NewCredit<'a> {
+    /// The adjustment's id.
+    pub adjustment: Uuid,
+    /// The disputed line's tenant.
+    pub tenant: Option<Uuid>,
+    /// Its department.
+    pub department: Uuid,
+    /// Its GPU class.
+    pub gpu_class: &'a str,
+    /// The credit (positive; stored negated).
+    pub amount: &'a str,
+    /// Its currency.
+    pub currency: &'a str,
+    /// The line it corrects.
+    pub corrects: &'a str,
+    /// The dispute.
+    pub dispute: Uuid,
+    /// Why.
+    pub reason: &'a str,
+    /// Who accepted.
+    pub created_by: &'a str,
+}
+
+/// Inserts the credit adjustment of an accepted dispute.
+pub(super) async fn insert_credit(tx: &mut OrgTx, c: &NewCredit<'_>) -> Result<(), DbError> {
+    let org = tx.org().as_uuid();
+    sqlx::query(
+        "INSERT INTO adjustments (org_id, adjustment_id, kind, state, tenant_id, department_id, gpu_class, amount,
+                                  currency, corrects, dispute_id, reason, created_by)
+         VALUES ($1, $2, 'credit', 'pending_approval', $3, $4, $5, -($6::numeric), $7, $8, $9, $10, $11)",
+    )
+    .bind(org)
+    .bind(c.adjustment)
+    .bind(c.tenant)
+    .bind(c.department)
+    .bind(c.gpu_class)
+    .bind(c.amount)
+    .bind(c.currency)
+    .bind(c.corrects)
+    .bind(c.dispute)
+    .bind(c.reason)
+    .bind(c.created_by)
+    .execute(tx.conn())
+    .await?;
+    Ok(())
+}
+
+/// Marks dispute `id` accepted by `who` with a credit of `credit` (adjustment `adjustment`).
+pub(super) async fn mark_accepted(
+    tx: &mut OrgTx,
+    id: Uuid,
+    who: &str,
+    resolution: &str,
+    credit: &str,
+    adjustment: Uuid,
+) -> Result<(), DbError> {
+    let org = tx.org().as_uuid();
+    sqlx::query(
+        "UPDATE disputes SET state = 'accepted', resolved_by = $2, resolved_at = now(), resolution = $3,
+                credit_amount = $4::numeric, adjustment_id = $5
+          WHERE dispute_id = $1 AND org_id = $6",
+    )
+    .bind(id)
+    .bind(who)
+    .bind(resolution)
+    .bind(credit)
+    .bind(adjustment)
+    .bind(org)
+    .execute(tx.conn())
+    .await?;
+    Ok(())
+}
+
+/// Marks dispute `id` rejected by `who`.
+pub(super) async fn mark_rejected(tx: &mut OrgTx, id: Uuid, who: &str, resolution: &str) -> Result<(), DbError> {
+    let org = tx.org().as_uuid();
+    sqlx::query(
+        "UPDATE disputes SET state = 'rejected', resolved_by = $2, resolved_at = now(), resolution = $3
+          WHERE dispute_id = $1 AND org_id = $4",
+    )
+    .bind(id)
+    .bind(who)
+    .bind(resolution)
+    .bind(org)
+    .execute(tx.conn())
+    .await?;
+    Ok(())
+}
+
+/// (state, amount, created by) of credit adjustment `adjustment`, locked for the decision.
+pub(super) async fn lock_credit(tx: &mut OrgTx, adjustment: Uuid) -> Result<Option<(String, String, String)>, DbError> {
+    let org = tx.org().as_uuid();
+    Ok(sqlx::query_as(
+        "SELECT state, amount::text, created_by FROM adjustments WHERE adjustment_id = $1 AND org_id = $2 FOR UPDATE",
+    )
+    .bind(adjustment)
+    .bind(org)
+    .fetch_optional(tx.conn())
+    .await?)
+}
+
+/// Marks credit adjustment `adjustment` approved by `who`.
+pub(super) async fn mark_credit_approved(tx: &mut OrgTx, adjustment: Uuid, who: &str) -> Result<(), DbError> {
+    let org = tx.org().as_uuid();
+    sqlx::query(
+        "UPDATE adjustments SET state = 'approved', approved_by = $2, approved_at = now()
+                  WHERE adjustment_id = $1 AND org_id = $3",
+    )
+    .bind(adjustment)
+    .bind(who)
+    .bind(org)
+    .execute(tx.conn())
+    .await?;
+    Ok(())
+}
+
+/// Marks credit adjustment `adjustment` rejected.
+pub(super) async fn mark_credit_rejected(tx: &mut OrgTx, adjustment: Uuid) -> Result<(), DbError> {
+    let org = tx.org().as_uuid();
+    sqlx::query("UPDATE adjustments SET state = 'rejected' WHERE adjustment_id = $1 AND org_id = $2")
+        .bind(adjustment)
+        .bind(org)
+        .execute(tx.conn())
+        .await?;
+    Ok(())
 }
 
 #[cfg(test)]

@@ -20,8 +20,7 @@ use gpuledger_api::{
     params::IdPath,
     states::DeliveryState,
 };
-use serde_json::{Value, json};
-use time::OffsetDateTime;
+use serde_json::json;
 use uuid::Uuid;
 
 use crate::{
@@ -33,6 +32,7 @@ use crate::{
     state::AppState,
 };
 
+mod store;
 pub mod worker;
 
 pub use crate::limits::OutboundPolicy;
@@ -82,25 +82,10 @@ async fn create(
     };
     let secret = new_secret();
     let mut tx = p.begin(&state.db).await?;
-    let count: i64 = sqlx::query_scalar("SELECT count(*) FROM webhooks WHERE org_id = $1 AND disabled_at IS NULL")
-        .bind(p.org.as_uuid())
-        .fetch_one(tx.conn())
-        .await?;
-    if count >= 20 {
+    if store::active_webhooks(&mut tx).await? >= 20 {
         return Err(AppError::Conflict("an organization has at most 20 active webhooks; disable one first".into()));
     }
-    let id: Uuid = sqlx::query_scalar(
-        "INSERT INTO webhooks (org_id, url, events, format, secret, created_by) VALUES ($1, $2, $3, $4, $5, $6)
-         RETURNING webhook_id",
-    )
-    .bind(p.org.as_uuid())
-    .bind(&url)
-    .bind(&events)
-    .bind(format)
-    .bind(&secret)
-    .bind(p.actor())
-    .fetch_one(tx.conn())
-    .await?;
+    let id = store::insert_webhook(&mut tx, &url, &events, format, &secret, &p.actor()).await?;
     tx.audit_by(
         &p,
         "webhook.create",
@@ -129,25 +114,11 @@ async fn disable(
 ) -> Result<Json<Webhook>, AppError> {
     let id = path.id.uuid();
     let mut tx = p.begin(&state.db).await?;
-    let done = sqlx::query(
-        "UPDATE webhooks SET disabled_at = now() WHERE org_id = $1 AND webhook_id = $2 AND disabled_at IS NULL",
-    )
-    .bind(p.org.as_uuid())
-    .bind(id)
-    .execute(tx.conn())
-    .await?;
-    if done.rows_affected() == 0 {
+    if store::disable_webhook(&mut tx, id).await? == 0 {
         return Err(AppError::NotFound(format!("no active webhook {id}")));
     }
     // What was still waiting is not sent after the webhook is off.
-    sqlx::query(
-        "UPDATE webhook_deliveries SET state = 'failed', last_error = 'webhook disabled'
-          WHERE org_id = $1 AND webhook_id = $2 AND state = 'pending'",
-    )
-    .bind(p.org.as_uuid())
-    .bind(id)
-    .execute(tx.conn())
-    .await?;
+    store::fail_pending_deliveries(&mut tx, id).await?;
     tx.audit_by(&p, "webhook.disable", &format!("webhook:{id}"), "", json!({})).await?;
     let webhook =
         webhooks(&mut tx, Some(id)).await?.into_iter().next().ok_or_else(|| AppError::NotFound("webhook".into()))?;
@@ -170,21 +141,7 @@ async fn deliveries(
 
 /// The organization's webhooks (or one), active first, newest first, with their delivery counts.
 pub(crate) async fn webhooks(tx: &mut OrgTx, one: Option<Uuid>) -> Result<Vec<Webhook>, AppError> {
-    type Row = (Uuid, String, Vec<String>, String, String, OffsetDateTime, Option<OffsetDateTime>, i64, i64, i64);
-    let rows: Vec<Row> = sqlx::query_as(
-        "SELECT w.webhook_id, w.url, w.events, w.format, w.created_by, w.created_at, w.disabled_at,
-                count(d.*) FILTER (WHERE d.state = 'delivered'), count(d.*) FILTER (WHERE d.state = 'pending'),
-                count(d.*) FILTER (WHERE d.state = 'failed')
-           FROM webhooks w
-           LEFT JOIN webhook_deliveries d ON d.org_id = w.org_id AND d.webhook_id = w.webhook_id
-          WHERE w.org_id = $1 AND ($2::uuid IS NULL OR w.webhook_id = $2)
-          GROUP BY w.webhook_id, w.url, w.events, w.format, w.created_by, w.created_at, w.disabled_at
-          ORDER BY w.disabled_at IS NOT NULL, w.created_at DESC",
-    )
-    .bind(tx.org().as_uuid())
-    .bind(one)
-    .fetch_all(tx.conn())
-    .await?;
+    let rows = store::webhooks(tx, one).await?;
     Ok(rows
         .into_iter()
         .map(|(id, url, events, format, by, at, disabled, delivered, pending, failed)| Webhook {
@@ -204,49 +161,24 @@ pub(crate) async fn webhooks(tx: &mut OrgTx, one: Option<Uuid>) -> Result<Vec<We
 
 /// One webhook's last 200 deliveries, newest first.
 pub(crate) async fn delivery_log(tx: &mut OrgTx, id: Uuid) -> Result<Vec<Delivery>, AppError> {
-    let exists: bool =
-        sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM webhooks WHERE org_id = $1 AND webhook_id = $2)")
-            .bind(tx.org().as_uuid())
-            .bind(id)
-            .fetch_one(tx.conn())
-            .await?;
-    if !exists {
+    if !store::webhook_exists(tx, id).await? {
         return Err(AppError::NotFound(format!("no webhook {id}")));
     }
-    type Row = (
-        Uuid,
-        String,
-        sqlx::types::Text<DeliveryState>,
-        i32,
-        Option<i32>,
-        Option<String>,
-        OffsetDateTime,
-        Option<OffsetDateTime>,
-        OffsetDateTime,
-        Value,
-    );
-    let rows: Vec<Row> = sqlx::query_as(
-        "SELECT delivery_id, event, state, attempts, last_status, last_error, created_at, delivered_at,
-                next_attempt_at, payload
-           FROM webhook_deliveries WHERE org_id = $1 AND webhook_id = $2 ORDER BY created_at DESC LIMIT 200",
-    )
-    .bind(tx.org().as_uuid())
-    .bind(id)
-    .fetch_all(tx.conn())
-    .await?;
+    let rows = store::deliveries(tx, id).await?;
     Ok(rows
         .into_iter()
-        .map(|(id, event, state, attempts, status, error, created, delivered, next, payload)| Delivery {
-            delivery_id: id.to_string(),
-            next_attempt_at: (state.0 == DeliveryState::Pending).then(|| gpuledger_core::time_fmt::rfc3339(next)),
-            event,
-            state: state.0,
-            attempts: u32::try_from(attempts).unwrap_or(0),
-            last_status: status.and_then(|s| u16::try_from(s).ok()),
-            last_error: error,
-            created_at: gpuledger_core::time_fmt::rfc3339(created),
-            delivered_at: delivered.map(gpuledger_core::time_fmt::rfc3339),
-            payload,
+        .map(|r| Delivery {
+            delivery_id: r.delivery_id.to_string(),
+            next_attempt_at: (r.state.0 == DeliveryState::Pending)
+                .then(|| gpuledger_core::time_fmt::rfc3339(r.next_attempt_at)),
+            event: r.event,
+            state: r.state.0,
+            attempts: u32::try_from(r.attempts).unwrap_or(0),
+            last_status: r.last_status.and_then(|s| u16::try_from(s).ok()),
+            last_error: r.last_error,
+            created_at: gpuledger_core::time_fmt::rfc3339(r.created_at),
+            delivered_at: r.delivered_at.map(gpuledger_core::time_fmt::rfc3339),
+            payload: r.payload,
         })
         .collect())
 }

@@ -13,7 +13,7 @@ use sha2::Sha256;
 use time::OffsetDateTime;
 use uuid::Uuid;
 
-use super::OutboundPolicy;
+use super::{OutboundPolicy, store};
 use crate::{db::Database, error::AppError, notify};
 
 /// Tries before a delivery is given up.
@@ -65,12 +65,7 @@ async fn conditions_due(db: &Database, org: OrgId, last: Option<OffsetDateTime>,
         return true;
     }
     let Ok(mut tx) = db.begin_org(org).await else { return true };
-    let changed: Result<bool, _> =
-        sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM budgets WHERE org_id = $1 AND created_at > $2)")
-            .bind(org.as_uuid())
-            .bind(last)
-            .fetch_one(tx.conn())
-            .await;
+    let changed = store::budget_created_since(&mut tx, last).await;
     let _ = tx.commit_quiet().await;
     changed.unwrap_or(true)
 }
@@ -121,11 +116,7 @@ pub async fn check_conditions(db: &Database, org: OrgId, now: OffsetDateTime) ->
     let mut queued = 0;
     let period = Period::containing(now);
     if notify::wanted(&mut tx, "budget.forecast_exceeded").await? {
-        let any: bool = sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM budgets WHERE org_id = $1 AND period = $2)")
-            .bind(org.as_uuid())
-            .bind(period.first_day())
-            .fetch_one(tx.conn())
-            .await?;
+        let any = store::month_has_budget(&mut tx, period.first_day()).await?;
         let forecast = if any {
             match crate::budgets::forecast::compute(&mut tx, period, now).await {
                 Ok(f) => Some(f),
@@ -201,9 +192,6 @@ pub async fn check_conditions(db: &Database, org: OrgId, now: OffsetDateTime) ->
     Ok(queued)
 }
 
-/// One delivery to try: (id, event, payload, attempts, url, secret, format).
-type Due = (Uuid, String, Value, i32, String, String, String);
-
 /// Sends the organization's due deliveries (at most 50 a round).
 pub async fn deliver_due(
     db: &Database,
@@ -212,71 +200,31 @@ pub async fn deliver_due(
     policy: OutboundPolicy,
 ) -> Result<u64, AppError> {
     let mut tx = db.begin_org(org).await?;
-    let due: Vec<Due> = sqlx::query_as(
-        "SELECT d.delivery_id, d.event, d.payload, d.attempts, w.url, w.secret, w.format
-           FROM webhook_deliveries d JOIN webhooks w ON w.org_id = d.org_id AND w.webhook_id = d.webhook_id
-          WHERE d.org_id = $1 AND d.state = 'pending' AND d.next_attempt_at <= now() AND w.disabled_at IS NULL
-          ORDER BY d.next_attempt_at LIMIT 50
-          FOR UPDATE OF d SKIP LOCKED",
-    )
-    .bind(org.as_uuid())
-    .fetch_all(tx.conn())
-    .await?;
+    let due = store::lock_due_deliveries(&mut tx).await?;
     if due.is_empty() {
         tx.commit_quiet().await?;
         return Ok(0);
     }
-    let ids: Vec<Uuid> = due.iter().map(|d| d.0).collect();
-    sqlx::query(
-        "UPDATE webhook_deliveries SET next_attempt_at = now() + make_interval(secs => $3)
-          WHERE org_id = $1 AND delivery_id = ANY($2)",
-    )
-    .bind(org.as_uuid())
-    .bind(&ids)
-    .bind(LEASE.as_seconds_f64())
-    .execute(tx.conn())
-    .await?;
+    let ids: Vec<Uuid> = due.iter().map(|d| d.delivery_id).collect();
+    store::lease_deliveries(&mut tx, &ids, LEASE.as_seconds_f64()).await?;
     tx.commit_quiet().await?;
 
     let mut delivered = 0;
-    for (id, event, payload, attempts, url, secret, format) in due {
+    for store::Due { delivery_id: id, event, payload, attempts, url, secret, format } in due {
         let outcome = send(client, policy, id, &event, &payload, &url, &secret, &format).await;
         let attempts = attempts + 1;
         let mut tx = db.begin_org(org).await?;
         match outcome {
             Ok(status) => {
                 delivered += 1;
-                sqlx::query(
-                    "UPDATE webhook_deliveries SET state = 'delivered', attempts = $3, last_status = $4,
-                            last_error = NULL, delivered_at = now()
-                      WHERE org_id = $1 AND delivery_id = $2",
-                )
-                .bind(org.as_uuid())
-                .bind(id)
-                .bind(attempts)
-                .bind(i32::from(status))
-                .execute(tx.conn())
-                .await?;
+                store::mark_delivered(&mut tx, id, attempts, i32::from(status)).await?;
             }
             Err((status, error)) => {
                 let give_up = attempts >= MAX_ATTEMPTS;
                 let wait = BACKOFF_SECS[usize::try_from(attempts - 1).unwrap_or(0).min(BACKOFF_SECS.len() - 1)];
                 tracing::info!(%org, delivery = %id, attempts, give_up, error, "webhook delivery failed");
-                sqlx::query(
-                    "UPDATE webhook_deliveries
-                        SET state = CASE WHEN $5 THEN 'failed' ELSE 'pending' END, attempts = $3, last_status = $4,
-                            last_error = left($6, 1000), next_attempt_at = now() + make_interval(secs => $7)
-                      WHERE org_id = $1 AND delivery_id = $2",
-                )
-                .bind(org.as_uuid())
-                .bind(id)
-                .bind(attempts)
-                .bind(status.map(i32::from))
-                .bind(give_up)
-                .bind(&error)
-                .bind(wait as f64)
-                .execute(tx.conn())
-                .await?;
+                store::mark_attempt_failed(&mut tx, id, attempts, status.map(i32::from), give_up, &error, wait as f64)
+                    .await?;
             }
         }
         tx.commit_quiet().await?;

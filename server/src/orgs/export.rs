@@ -19,7 +19,6 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use futures::TryStreamExt;
 use serde_json::json;
 use sha2::{Digest, Sha256};
 
@@ -70,18 +69,11 @@ pub async fn export(db: &Database, slug: &str, output: &Path, actor: &str) -> Re
         tx.audit(actor, "org.export", slug, "", json!({"output": output.display().to_string()})).await?;
         let fingerprint = store::fingerprint(&mut tx).await?;
         let org_uuid = org.as_uuid();
-        let (name, created_at, state): (String, time::OffsetDateTime, String) =
-            sqlx::query_as("SELECT name, created_at, state FROM organizations WHERE org_id = $1")
-                .bind(org_uuid)
-                .fetch_one(tx.conn())
-                .await?;
+        let (name, created_at, state) = store::organization(&mut tx).await?;
         let tables = store::org_tables(&mut tx).await?;
         let mut counts = serde_json::Map::new();
         for t in &tables {
-            let n: i64 = sqlx::query_scalar(&format!("SELECT count(*) FROM {} x WHERE x.org_id = $1", ident(t)))
-                .bind(org_uuid)
-                .fetch_one(tx.conn())
-                .await?;
+            let n = store::row_count(&mut tx, t).await?;
             counts.insert(t.clone(), json!(n));
         }
         let now = time::OffsetDateTime::now_utc();
@@ -105,25 +97,7 @@ pub async fn export(db: &Database, slug: &str, output: &Path, actor: &str) -> Re
                 .filter(|c| REDACTED.contains(&c.as_str()))
                 .map(|c| (c.clone(), serde_json::Value::Null))
                 .collect();
-            let order = if key.is_empty() {
-                String::new()
-            } else {
-                format!(" ORDER BY {}", key.iter().map(|k| format!("x.{}", ident(k))).collect::<Vec<_>>().join(", "))
-            };
-            let sql = format!(
-                "SELECT json_build_object('table', $2::text, 'row', to_jsonb(x) || $3::jsonb)::text FROM {} x \
-                 WHERE x.org_id = $1{order}",
-                ident(t)
-            );
-            let mut stream = sqlx::query_scalar::<_, String>(&sql)
-                .bind(org_uuid)
-                .bind(t)
-                .bind(serde_json::Value::Object(nulls))
-                .fetch(tx.conn());
-            while let Some(text) = stream.try_next().await? {
-                sink.line(&text)?;
-                rows += 1;
-            }
+            rows += store::export_rows(&mut tx, t, &key, nulls, |text| sink.line(text)).await?;
         }
         sink.line(&json!({"end": true, "rows": rows, "fingerprint": fingerprint}).to_string())?;
         let sha = sink.finish()?;
@@ -170,13 +144,9 @@ impl Sink {
 }
 
 /// A table or column name from the catalog, quoted as an SQL identifier.
-fn ident(name: &str) -> String {
-    format!("\"{}\"", name.replace('"', "\"\""))
-}
-
 #[cfg(test)]
 mod tests {
-    use super::ident;
+    use super::store::ident;
 
     #[test]
     fn identifiers_are_quoted() {

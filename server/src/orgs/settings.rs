@@ -10,8 +10,8 @@ use gpuledger_api::{
 };
 use gpuledger_core::time_fmt::rfc3339;
 use serde_json::json;
-use time::OffsetDateTime;
 
+use super::store;
 use crate::{
     auth::{Capability, Principal},
     db::OrgTx,
@@ -34,44 +34,12 @@ pub(crate) fn inputs() -> Vec<Inputs> {
     ]
 }
 
-type SettingsRow = (
-    String,
-    String,
-    sqlx::types::Text<gpuledger_api::states::OrgState>,
-    Option<i32>,
-    Option<i64>,
-    Option<String>,
-    Option<i32>,
-    Option<OffsetDateTime>,
-    Option<String>,
-    i64,
-    Option<String>,
-    Option<String>,
-    Option<String>,
-);
-
 /// The settings of `tx`'s organization (defaults when its settings row is missing).
 pub async fn load(tx: &mut OrgTx) -> Result<OrganizationSettings, AppError> {
-    let org = tx.org().as_uuid();
     // Today's ingest count in a statement of its own: on Citus a correlated subquery is refused next to the reference
     // table `organizations` (docs/scaling.md), and this page failed there with 500.
-    let row: SettingsRow = sqlx::query_as(
-        "SELECT o.slug, o.name, o.state, o.rate_limit_per_minute, o.ingest_facts_per_day,
-                s.default_currency::text, s.retention_months, s.updated_at, s.updated_by, 0::bigint,
-                s.platform_cost_center, s.platform_gl_account, s.time_zone
-           FROM organizations o LEFT JOIN org_settings s ON s.org_id = o.org_id
-          WHERE o.org_id = $1",
-    )
-    .bind(org)
-    .fetch_optional(tx.conn())
-    .await?
-    .ok_or_else(|| AppError::NotFound("no such organization".into()))?;
-    let today: Option<i64> = sqlx::query_scalar(
-        "SELECT d.facts FROM ingest_daily d WHERE d.org_id = $1 AND d.day = (now() AT TIME ZONE 'UTC')::date",
-    )
-    .bind(org)
-    .fetch_optional(tx.conn())
-    .await?;
+    let row = store::settings(tx).await?.ok_or_else(|| AppError::NotFound("no such organization".into()))?;
+    let today = store::ingested_today(tx).await?;
     let (
         slug,
         name,
@@ -132,7 +100,6 @@ pub(crate) async fn save(
     let retention_months = i32::try_from(body.retention_months.get()).unwrap_or(i32::MAX);
     let mut tx = p.begin(&state.db).await?;
     let before = load(&mut tx).await?;
-    let org = tx.org().as_uuid();
     // Read-only fields sent back from a GET: the slug and state must be what they are (the operator sets them).
     if let Some(slug) = &body.slug
         && slug.as_str() != before.slug
@@ -151,41 +118,22 @@ pub(crate) async fn save(
         }
         None => None,
     };
-    sqlx::query("UPDATE organizations SET name = $2 WHERE org_id = $1")
-        .bind(org)
-        .bind(body.display_name.as_str())
-        .execute(tx.conn())
-        .await?;
-    // The platform's accounts: a field left out keeps what is stored ($5/$7 false), `null` clears it.
-    let (set_cost_center, cost_center) = account(body.platform_cost_center.as_ref());
-    let (set_gl_account, gl_account) = account(body.platform_gl_account.as_ref());
-    sqlx::query(
-        "INSERT INTO org_settings (org_id, default_currency, retention_months, updated_by, platform_cost_center,
-                                   platform_gl_account)
-         VALUES ($1, $2, $3, $4, $6, $8)
-         ON CONFLICT (org_id) DO UPDATE SET default_currency = EXCLUDED.default_currency,
-                retention_months = EXCLUDED.retention_months, updated_by = EXCLUDED.updated_by,
-                updated_at = EXCLUDED.updated_at,
-                platform_cost_center = CASE WHEN $5 THEN $6 ELSE org_settings.platform_cost_center END,
-                platform_gl_account = CASE WHEN $7 THEN $8 ELSE org_settings.platform_gl_account END",
+    store::set_display_name(&mut tx, body.display_name.as_str()).await?;
+    // The platform's accounts: a field left out keeps what is stored, `null` clears it.
+    let cost_center = account(body.platform_cost_center.as_ref());
+    let gl_account = account(body.platform_gl_account.as_ref());
+    store::upsert_settings(
+        &mut tx,
+        body.default_currency.as_str(),
+        retention_months,
+        &p.actor(),
+        cost_center,
+        gl_account,
     )
-    .bind(org)
-    .bind(body.default_currency.as_str())
-    .bind(retention_months)
-    .bind(p.actor())
-    .bind(set_cost_center)
-    .bind(cost_center)
-    .bind(set_gl_account)
-    .bind(gl_account)
-    .execute(tx.conn())
     .await?;
     if let Some(z) = &zone {
         // A change of zone moves the open months' instants (audited below; the open months are refreshed).
-        sqlx::query("UPDATE org_settings SET time_zone = $2 WHERE org_id = $1")
-            .bind(org)
-            .bind(z)
-            .execute(tx.conn())
-            .await?;
+        store::set_time_zone(&mut tx, z).await?;
     }
     let after = load(&mut tx).await?;
     tx.audit_by(

@@ -337,6 +337,156 @@ pub async fn count_ingest(db: &Database, org: OrgId, facts: i64, limit: i64) -> 
     Ok(outcome)
 }
 
+/// An organization's settings as stored: (slug, name, state, rate limit, ingest limit, default currency, retention
+/// months, updated at, updated by, 0, platform cost centre, platform GL account, time zone).
+pub(super) type SettingsRow = (
+    String,
+    String,
+    sqlx::types::Text<gpuledger_api::states::OrgState>,
+    Option<i32>,
+    Option<i64>,
+    Option<String>,
+    Option<i32>,
+    Option<OffsetDateTime>,
+    Option<String>,
+    i64,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+);
+
+/// `tx`'s organization with its settings (their columns `NULL` when its settings row is missing).
+pub(super) async fn settings(tx: &mut OrgTx) -> Result<Option<SettingsRow>, AppError> {
+    let org = tx.org().as_uuid();
+    Ok(sqlx::query_as(
+        "SELECT o.slug, o.name, o.state, o.rate_limit_per_minute, o.ingest_facts_per_day,
+                s.default_currency::text, s.retention_months, s.updated_at, s.updated_by, 0::bigint,
+                s.platform_cost_center, s.platform_gl_account, s.time_zone
+           FROM organizations o LEFT JOIN org_settings s ON s.org_id = o.org_id
+          WHERE o.org_id = $1",
+    )
+    .bind(org)
+    .fetch_optional(tx.conn())
+    .await?)
+}
+
+/// The facts ingested today (UTC), if any were.
+pub(super) async fn ingested_today(tx: &mut OrgTx) -> Result<Option<i64>, AppError> {
+    let org = tx.org().as_uuid();
+    Ok(sqlx::query_scalar(
+        "SELECT d.facts FROM ingest_daily d WHERE d.org_id = $1 AND d.day = (now() AT TIME ZONE 'UTC')::date",
+    )
+    .bind(org)
+    .fetch_optional(tx.conn())
+    .await?)
+}
+
+/// Sets the organization's display name.
+pub(super) async fn set_display_name(tx: &mut OrgTx, name: &str) -> Result<(), AppError> {
+    let org = tx.org().as_uuid();
+    sqlx::query("UPDATE organizations SET name = $2 WHERE org_id = $1").bind(org).bind(name).execute(tx.conn()).await?;
+    Ok(())
+}
+
+/// Writes the organization's settings; each platform account is (whether to set it, its value): one not set keeps
+/// what is stored.
+pub(super) async fn upsert_settings(
+    tx: &mut OrgTx,
+    currency: &str,
+    retention_months: i32,
+    updated_by: &str,
+    (set_cost_center, cost_center): (bool, Option<&str>),
+    (set_gl_account, gl_account): (bool, Option<&str>),
+) -> Result<(), AppError> {
+    let org = tx.org().as_uuid();
+    sqlx::query(
+        "INSERT INTO org_settings (org_id, default_currency, retention_months, updated_by, platform_cost_center,
+                                   platform_gl_account)
+         VALUES ($1, $2, $3, $4, $6, $8)
+         ON CONFLICT (org_id) DO UPDATE SET default_currency = EXCLUDED.default_currency,
+                retention_months = EXCLUDED.retention_months, updated_by = EXCLUDED.updated_by,
+                updated_at = EXCLUDED.updated_at,
+                platform_cost_center = CASE WHEN $5 THEN $6 ELSE org_settings.platform_cost_center END,
+                platform_gl_account = CASE WHEN $7 THEN $8 ELSE org_settings.platform_gl_account END",
+    )
+    .bind(org)
+    .bind(currency)
+    .bind(retention_months)
+    .bind(updated_by)
+    .bind(set_cost_center)
+    .bind(cost_center)
+    .bind(set_gl_account)
+    .bind(gl_account)
+    .execute(tx.conn())
+    .await?;
+    Ok(())
+}
+
+/// Sets the organization's time zone.
+pub(super) async fn set_time_zone(tx: &mut OrgTx, zone: &str) -> Result<(), AppError> {
+    let org = tx.org().as_uuid();
+    sqlx::query("UPDATE org_settings SET time_zone = $2 WHERE org_id = $1")
+        .bind(org)
+        .bind(zone)
+        .execute(tx.conn())
+        .await?;
+    Ok(())
+}
+
+/// (name, created at, state) of `tx`'s organization.
+pub(super) async fn organization(tx: &mut OrgTx) -> Result<(String, OffsetDateTime, String), AppError> {
+    let org = tx.org().as_uuid();
+    Ok(sqlx::query_as("SELECT name, created_at, state FROM organizations WHERE org_id = $1")
+        .bind(org)
+        .fetch_one(tx.conn())
+        .await?)
+}
+
+/// `name` as a quoted SQL identifier.
+pub(super) fn ident(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}
+
+/// The organization's rows in `table`.
+pub(super) async fn row_count(tx: &mut OrgTx, table: &str) -> Result<i64, AppError> {
+    let org = tx.org().as_uuid();
+    Ok(sqlx::query_scalar(&format!("SELECT count(*) FROM {} x WHERE x.org_id = $1", ident(table)))
+        .bind(org)
+        .fetch_one(tx.conn())
+        .await?)
+}
+
+/// Hands each of the organization's rows in `table` to `each` as an export line (`{"table", "row"}`, the columns in
+/// `nulls` written as they are there), in `key` order; the number of rows.
+pub(super) async fn export_rows(
+    tx: &mut OrgTx,
+    table: &str,
+    key: &[String],
+    nulls: serde_json::Map<String, Value>,
+    mut each: impl FnMut(&str) -> Result<(), AppError>,
+) -> Result<i64, AppError> {
+    use futures::TryStreamExt;
+    let org = tx.org().as_uuid();
+    let order = if key.is_empty() {
+        String::new()
+    } else {
+        format!(" ORDER BY {}", key.iter().map(|k| format!("x.{}", ident(k))).collect::<Vec<_>>().join(", "))
+    };
+    let sql = format!(
+        "SELECT json_build_object('table', $2::text, 'row', to_jsonb(x) || $3::jsonb)::text FROM {} x \
+                 WHERE x.org_id = $1{order}",
+        ident(table)
+    );
+    let mut stream =
+        sqlx::query_scalar::<_, String>(&sql).bind(org).bind(table).bind(Value::Object(nulls)).fetch(tx.conn());
+    let mut rows = 0i64;
+    while let Some(text) = stream.try_next().await? {
+        each(&text)?;
+        rows += 1;
+    }
+    Ok(rows)
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]

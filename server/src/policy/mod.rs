@@ -15,8 +15,7 @@ use gpuledger_api::{
     },
 };
 use gpuledger_core::{Period, policy::CostPolicy, time_fmt::rfc3339};
-use serde_json::{Value, json};
-use time::{Date, OffsetDateTime};
+use serde_json::json;
 use uuid::Uuid;
 
 use crate::http::Params;
@@ -71,36 +70,19 @@ pub fn impact_router() -> Router<AppState> {
 
 // ---------------------------------------------------------------- policies
 
-type PolicyRow = (
-    i32,
-    String,
-    Date,
-    String,
-    String,
-    Value,
-    OffsetDateTime,
-    String,
-    Option<OffsetDateTime>,
-    Option<String>,
-    Option<OffsetDateTime>,
-);
-
-const POLICY_COLUMNS: &str = "version, state, effective_from, currency::text, note, document, created_at, created_by, \
-                              approved_at, approved_by, superseded_at";
-
-fn policy_view(r: PolicyRow) -> Result<PolicyVersion, AppError> {
+fn policy_view(r: store::PolicyRow) -> Result<PolicyVersion, AppError> {
     Ok(PolicyVersion {
-        version: r.0,
-        state: r.1.parse()?,
-        effective_from: Period::from_date(r.2)?.to_string(),
-        currency: r.3,
-        note: r.4,
-        document: r.5,
-        created_at: rfc3339(r.6),
-        created_by: r.7,
-        approved_at: r.8.map(rfc3339),
-        approved_by: r.9,
-        superseded_at: r.10.map(rfc3339),
+        version: r.version,
+        state: r.state.parse()?,
+        effective_from: Period::from_date(r.effective_from)?.to_string(),
+        currency: r.currency,
+        note: r.note,
+        document: r.document,
+        created_at: rfc3339(r.created_at),
+        created_by: r.created_by,
+        approved_at: r.approved_at.map(rfc3339),
+        approved_by: r.approved_by,
+        superseded_at: r.superseded_at.map(rfc3339),
     })
 }
 
@@ -121,12 +103,7 @@ fn parse_policy(body: &PolicyBody) -> Result<(Period, CostPolicy), AppError> {
 
 async fn list_policies(State(state): State<AppState>, p: Caller<ReadLedger>) -> Result<Json<PolicyList>, AppError> {
     let mut tx = p.begin(&state.db).await?;
-    let org = tx.org().as_uuid();
-    let rows: Vec<PolicyRow> =
-        sqlx::query_as(&format!("SELECT {POLICY_COLUMNS} FROM cost_policies WHERE org_id = $1 ORDER BY version DESC"))
-            .bind(org)
-            .fetch_all(tx.conn())
-            .await?;
+    let rows = store::policies(&mut tx).await?;
     tx.commit().await?;
     let items = rows.into_iter().map(policy_view).collect::<Result<Vec<_>, _>>()?;
     Ok(Json(PolicyList { total: items.len(), items }))
@@ -139,13 +116,7 @@ async fn get_policy(
 ) -> Result<Json<PolicyVersion>, AppError> {
     let version = version_of(&path);
     let mut tx = p.begin(&state.db).await?;
-    let org = tx.org().as_uuid();
-    let row: Option<PolicyRow> =
-        sqlx::query_as(&format!("SELECT {POLICY_COLUMNS} FROM cost_policies WHERE version = $1 AND org_id = $2"))
-            .bind(version)
-            .bind(org)
-            .fetch_optional(tx.conn())
-            .await?;
+    let row = store::find_policy(&mut tx, version).await?;
     tx.commit().await?;
     Ok(Json(policy_view(row.ok_or_else(|| AppError::NotFound(format!("cost policy version {version}")))?)?))
 }
@@ -166,14 +137,8 @@ pub(crate) async fn create_policy(
     p.require(Capability::ManagePolicy)?;
     let (from, policy) = parse_policy(&body)?;
     let mut tx = p.begin(&state.db).await?;
-    let org = tx.org().as_uuid();
     let version = create_draft(&mut tx, &p.actor(), from, &policy, body.note.as_str()).await?;
-    let row: PolicyRow =
-        sqlx::query_as(&format!("SELECT {POLICY_COLUMNS} FROM cost_policies WHERE version = $1 AND org_id = $2"))
-            .bind(version)
-            .bind(org)
-            .fetch_one(tx.conn())
-            .await?;
+    let row = store::policy_row(&mut tx, version).await?;
     tx.commit().await?;
     policy_view(row)
 }
@@ -197,13 +162,7 @@ pub(crate) async fn update_policy(
     let version = version_of(&path);
     let (from, policy) = parse_policy(&body)?;
     let mut tx = p.begin(&state.db).await?;
-    let org = tx.org().as_uuid();
-    let current: Option<String> =
-        sqlx::query_scalar("SELECT state FROM cost_policies WHERE version = $1 AND org_id = $2 FOR UPDATE")
-            .bind(version)
-            .bind(org)
-            .fetch_optional(tx.conn())
-            .await?;
+    let current = store::lock_policy_state(&mut tx, version).await?;
     match current.as_deref() {
         None => return Err(AppError::NotFound(format!("cost policy version {version}"))),
         Some("draft") => {}
@@ -214,25 +173,9 @@ pub(crate) async fn update_policy(
         }
     }
     let doc = serde_json::to_value(&policy).map_err(|e| AppError::Internal(e.to_string()))?;
-    sqlx::query(
-        "UPDATE cost_policies SET document = $2, effective_from = $3, currency = $4, note = $5
-          WHERE version = $1 AND org_id = $6",
-    )
-    .bind(version)
-    .bind(doc)
-    .bind(from.first_day())
-    .bind(&policy.currency)
-    .bind(body.note.as_str())
-    .bind(org)
-    .execute(tx.conn())
-    .await?;
+    store::update_draft(&mut tx, version, doc, from.first_day(), &policy.currency, body.note.as_str()).await?;
     tx.audit_by(p, "policy.update", &format!("policy:{version}"), body.note.as_str(), json!({})).await?;
-    let row: PolicyRow =
-        sqlx::query_as(&format!("SELECT {POLICY_COLUMNS} FROM cost_policies WHERE version = $1 AND org_id = $2"))
-            .bind(version)
-            .bind(org)
-            .fetch_one(tx.conn())
-            .await?;
+    let row = store::policy_row(&mut tx, version).await?;
     tx.commit().await?;
     policy_view(row)
 }
@@ -256,14 +199,8 @@ pub(crate) async fn approve_policy(
     p.require(Capability::ManagePolicy)?;
     let version = version_of(&path);
     let mut tx = p.begin(&state.db).await?;
-    let org = tx.org().as_uuid();
     approve(&mut tx, &p.actor(), version, body.reason.as_str()).await?;
-    let row: PolicyRow =
-        sqlx::query_as(&format!("SELECT {POLICY_COLUMNS} FROM cost_policies WHERE version = $1 AND org_id = $2"))
-            .bind(version)
-            .bind(org)
-            .fetch_one(tx.conn())
-            .await?;
+    let row = store::policy_row(&mut tx, version).await?;
     tx.commit().await?;
     policy_view(row)
 }
@@ -325,20 +262,6 @@ async fn policy_impact(
 
 // ---------------------------------------------------------------- quotas
 
-type QuotaRow = (
-    Uuid,
-    Option<Uuid>,
-    Option<String>,
-    Option<Uuid>,
-    Option<String>,
-    String,
-    String,
-    OffsetDateTime,
-    Option<OffsetDateTime>,
-    String,
-    String,
-);
-
 async fn list_quotas(
     State(state): State<AppState>,
     p: Caller<ReadLedger>,
@@ -346,20 +269,7 @@ async fn list_quotas(
 ) -> Result<Json<QuotaList>, AppError> {
     let at = q.at.map(|t| t.at());
     let mut tx = p.begin(&state.db).await?;
-    let org = tx.org().as_uuid();
-    let rows: Vec<QuotaRow> = sqlx::query_as(
-        "SELECT q.quota_id, q.tenant_id, t.name, COALESCE(q.department_id, t.department_id), d.name, q.gpu_class,
-                q.gpus::text, q.valid_from, q.valid_to, q.source, q.source_ref
-           FROM quotas q
-           LEFT JOIN tenants t ON t.org_id = q.org_id AND t.tenant_id = q.tenant_id
-           LEFT JOIN departments d ON d.org_id = q.org_id AND d.department_id = COALESCE(q.department_id, t.department_id)
-          WHERE q.org_id = $2 AND ($1::timestamptz IS NULL OR tstzrange(q.valid_from, q.valid_to) @> $1::timestamptz)
-          ORDER BY d.name, t.name NULLS FIRST, q.gpu_class, q.valid_from",
-    )
-    .bind(at)
-    .bind(org)
-    .fetch_all(tx.conn())
-    .await?;
+    let rows = store::quotas(&mut tx, at).await?;
     tx.commit().await?;
     let items: Vec<Quota> = rows
         .into_iter()
@@ -411,13 +321,7 @@ pub(crate) async fn create_quota(state: &AppState, p: &Principal, body: QuotaBod
     if let Some(d) = department {
         crate::store::refuse_retired(&mut tx, "departments", "department", d, valid_from).await?;
     }
-    let known: bool =
-        sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM gpu_classes WHERE gpu_class = $1 AND org_id = $2)")
-            .bind(body.gpu_class.as_str())
-            .bind(p.org.as_uuid())
-            .fetch_one(tx.conn())
-            .await?;
-    if !known {
+    if !store::gpu_class_known(&mut tx, body.gpu_class.as_str()).await? {
         return Err(AppError::refused(
             "gpu_class",
             format!("{:?} is not in the approved inventory", body.gpu_class.as_str()),
@@ -425,24 +329,18 @@ pub(crate) async fn create_quota(state: &AppState, p: &Principal, body: QuotaBod
     }
     let id = Uuid::new_v4();
     let scope = holder_department(&mut tx, tenant, department).await?;
-    sqlx::query(
-        "INSERT INTO quotas (org_id, quota_id, tenant_id, department_id, gpu_class, gpus, valid_from, valid_to, created_by,
-                             scope_department_id)
-         VALUES ($1, $2, $3, $4, $5, $6::numeric, $7, $8, $9, $10)",
-    )
-    .bind(p.org.as_uuid())
-    .bind(id)
-    .bind(tenant)
-    .bind(department)
-    .bind(body.gpu_class.as_str())
-    .bind(gpus.to_string())
-    .bind(valid_from)
-    .bind(valid_to)
-    .bind(p.actor())
-    .bind(scope)
-    .execute(tx.conn())
-    .await
-    .map_err(|e| {
+    let quota = store::NewQuota {
+        id,
+        tenant,
+        department,
+        gpu_class: body.gpu_class.as_str(),
+        gpus: gpus.to_string(),
+        valid_from,
+        valid_to,
+        created_by: p.actor(),
+        scope,
+    };
+    store::insert_quota(&mut tx, &quota).await.map_err(|e| {
         AppError::from(e)
             .on_conflict(|| "an existing quota for this holder and class overlaps that validity; end it first".into())
     })?;

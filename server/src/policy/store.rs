@@ -1,6 +1,9 @@
 //! SQL of this feature: reads and writes inside the caller's organization-scoped transaction.
 
-use crate::{db::OrgTx, error::AppError};
+use crate::{
+    db::{DbError, OrgTx},
+    error::AppError,
+};
 use gpuledger_api::policy::KueueImport;
 use gpuledger_core::{
     Period,
@@ -245,4 +248,177 @@ pub async fn policy_document(tx: &mut OrgTx, version: i32) -> Result<Option<Cost
         .map_err(|e| AppError::Internal(format!("stored cost policy {version} does not parse: {e}")))?;
     policy.version = u32::try_from(version).map_err(|_| AppError::Internal("negative policy version".into()))?;
     Ok(Some(policy))
+}
+
+/// A cost policy version as stored.
+#[derive(sqlx::FromRow)]
+pub(super) struct PolicyRow {
+    pub(super) version: i32,
+    pub(super) state: String,
+    pub(super) effective_from: Date,
+    pub(super) currency: String,
+    pub(super) note: String,
+    pub(super) document: Value,
+    pub(super) created_at: OffsetDateTime,
+    pub(super) created_by: String,
+    pub(super) approved_at: Option<OffsetDateTime>,
+    pub(super) approved_by: Option<String>,
+    pub(super) superseded_at: Option<OffsetDateTime>,
+}
+
+/// The columns of a [`PolicyRow`].
+const POLICY_COLUMNS: &str = "version, state, effective_from, currency::text, note, document, created_at, created_by, \
+                              approved_at, approved_by, superseded_at";
+
+/// Every cost policy version, newest first.
+pub(super) async fn policies(tx: &mut OrgTx) -> Result<Vec<PolicyRow>, DbError> {
+    let org = tx.org().as_uuid();
+    Ok(sqlx::query_as(&format!("SELECT {POLICY_COLUMNS} FROM cost_policies WHERE org_id = $1 ORDER BY version DESC"))
+        .bind(org)
+        .fetch_all(tx.conn())
+        .await?)
+}
+
+/// Cost policy version `version`, if it exists.
+pub(super) async fn find_policy(tx: &mut OrgTx, version: i32) -> Result<Option<PolicyRow>, DbError> {
+    let org = tx.org().as_uuid();
+    Ok(sqlx::query_as(&format!("SELECT {POLICY_COLUMNS} FROM cost_policies WHERE version = $1 AND org_id = $2"))
+        .bind(version)
+        .bind(org)
+        .fetch_optional(tx.conn())
+        .await?)
+}
+
+/// Cost policy version `version`, which exists (the caller just wrote it).
+pub(super) async fn policy_row(tx: &mut OrgTx, version: i32) -> Result<PolicyRow, DbError> {
+    let org = tx.org().as_uuid();
+    Ok(sqlx::query_as(&format!("SELECT {POLICY_COLUMNS} FROM cost_policies WHERE version = $1 AND org_id = $2"))
+        .bind(version)
+        .bind(org)
+        .fetch_one(tx.conn())
+        .await?)
+}
+
+/// The state of cost policy version `version`, locked for a change (`None`: no such version).
+pub(super) async fn lock_policy_state(tx: &mut OrgTx, version: i32) -> Result<Option<String>, DbError> {
+    let org = tx.org().as_uuid();
+    Ok(sqlx::query_scalar("SELECT state FROM cost_policies WHERE version = $1 AND org_id = $2 FOR UPDATE")
+        .bind(version)
+        .bind(org)
+        .fetch_optional(tx.conn())
+        .await?)
+}
+
+/// Replaces draft `version`'s document, start, currency and note.
+pub(super) async fn update_draft(
+    tx: &mut OrgTx,
+    version: i32,
+    document: Value,
+    effective_from: Date,
+    currency: &str,
+    note: &str,
+) -> Result<(), DbError> {
+    let org = tx.org().as_uuid();
+    sqlx::query(
+        "UPDATE cost_policies SET document = $2, effective_from = $3, currency = $4, note = $5
+          WHERE version = $1 AND org_id = $6",
+    )
+    .bind(version)
+    .bind(document)
+    .bind(effective_from)
+    .bind(currency)
+    .bind(note)
+    .bind(org)
+    .execute(tx.conn())
+    .await?;
+    Ok(())
+}
+
+/// A quota as listed: (id, tenant id, tenant, department id, department, GPU class, GPUs, start, end, source,
+/// source reference).
+pub(super) type QuotaRow = (
+    Uuid,
+    Option<Uuid>,
+    Option<String>,
+    Option<Uuid>,
+    Option<String>,
+    String,
+    String,
+    OffsetDateTime,
+    Option<OffsetDateTime>,
+    String,
+    String,
+);
+
+/// The quotas in force at `at` (every quota when `None`), by department, tenant, class and start.
+pub(super) async fn quotas(tx: &mut OrgTx, at: Option<OffsetDateTime>) -> Result<Vec<QuotaRow>, DbError> {
+    let org = tx.org().as_uuid();
+    Ok(sqlx::query_as(
+        "SELECT q.quota_id, q.tenant_id, t.name, COALESCE(q.department_id, t.department_id), d.name, q.gpu_class,
+                q.gpus::text, q.valid_from, q.valid_to, q.source, q.source_ref
+           FROM quotas q
+           LEFT JOIN tenants t ON t.org_id = q.org_id AND t.tenant_id = q.tenant_id
+           LEFT JOIN departments d ON d.org_id = q.org_id AND d.department_id = COALESCE(q.department_id, t.department_id)
+          WHERE q.org_id = $2 AND ($1::timestamptz IS NULL OR tstzrange(q.valid_from, q.valid_to) @> $1::timestamptz)
+          ORDER BY d.name, t.name NULLS FIRST, q.gpu_class, q.valid_from",
+    )
+    .bind(at)
+    .bind(org)
+    .fetch_all(tx.conn())
+    .await?)
+}
+
+/// Whether GPU class `class` is in the approved inventory.
+pub(super) async fn gpu_class_known(tx: &mut OrgTx, class: &str) -> Result<bool, DbError> {
+    let org = tx.org().as_uuid();
+    Ok(sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM gpu_classes WHERE gpu_class = $1 AND org_id = $2)")
+        .bind(class)
+        .bind(org)
+        .fetch_one(tx.conn())
+        .await?)
+}
+
+/// A new quota's stored columns.
+pub(super) struct NewQuota<'a> {
+    /// Its id.
+    pub id: Uuid,
+    /// The tenant holding it (or …).
+    pub tenant: Option<Uuid>,
+    /// … the department holding it.
+    pub department: Option<Uuid>,
+    /// The GPU class.
+    pub gpu_class: &'a str,
+    /// GPUs, as a decimal.
+    pub gpus: String,
+    /// Its start.
+    pub valid_from: OffsetDateTime,
+    /// Its end, if any.
+    pub valid_to: Option<OffsetDateTime>,
+    /// Who added it.
+    pub created_by: String,
+    /// The holder's department (what department-scoped readers see it under).
+    pub scope: Option<Uuid>,
+}
+
+/// Inserts a quota (an overlapping one of the same holder and class is a conflict).
+pub(super) async fn insert_quota(tx: &mut OrgTx, q: &NewQuota<'_>) -> Result<(), DbError> {
+    let org = tx.org().as_uuid();
+    sqlx::query(
+        "INSERT INTO quotas (org_id, quota_id, tenant_id, department_id, gpu_class, gpus, valid_from, valid_to, created_by,
+                             scope_department_id)
+         VALUES ($1, $2, $3, $4, $5, $6::numeric, $7, $8, $9, $10)",
+    )
+    .bind(org)
+    .bind(q.id)
+    .bind(q.tenant)
+    .bind(q.department)
+    .bind(q.gpu_class)
+    .bind(&q.gpus)
+    .bind(q.valid_from)
+    .bind(q.valid_to)
+    .bind(&q.created_by)
+    .bind(q.scope)
+    .execute(tx.conn())
+    .await?;
+    Ok(())
 }

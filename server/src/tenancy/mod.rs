@@ -41,13 +41,22 @@ use crate::{
     state::AppState,
 };
 
+// Defined before the modules: `store::inventory` writes its columns with it.
+/// A `timestamptz` column as the answers have always written it: PostgreSQL's JSON form
+/// (`2026-10-01T00:00:00+00:00`), so the strings stay exactly what clients compare.
+macro_rules! json_time {
+    ($column:literal) => {
+        concat!("to_jsonb(", $column, ") #>> '{}'")
+    };
+}
+
 mod impact;
 mod reassign;
 mod rename;
 mod rules;
 mod sharing;
 pub mod store;
-pub(crate) use store::{DepartmentRow, ModelRow, ProfileRow, TenantRow, TimeslicingRow, close_open_entry, rows};
+pub(crate) use store::close_open_entry;
 
 /// Routes of this module.
 pub fn router() -> Router<AppState> {
@@ -105,14 +114,6 @@ pub fn impact_router() -> Router<AppState> {
     Router::new().route("/api/v1/inventory/impact", post(impact::inventory_impact))
 }
 
-/// A `timestamptz` column as the answers have always written it: PostgreSQL's JSON form
-/// (`2026-10-01T00:00:00+00:00`), so the strings stay exactly what clients compare.
-macro_rules! json_time {
-    ($column:literal) => {
-        concat!("to_jsonb(", $column, ") #>> '{}'")
-    };
-}
-
 // ---------------------------------------------------------------- departments and tenants
 
 async fn list_departments(
@@ -120,17 +121,7 @@ async fn list_departments(
     p: Caller<ReadLedger>,
 ) -> Result<Json<Items<Department>>, AppError> {
     let mut tx = p.begin(&state.db).await?;
-    let items: Vec<DepartmentRow> = rows(
-        &mut tx,
-        "SELECT d.department_id, d.name,
-                (SELECT count(*) FROM tenants t WHERE t.org_id = $1 AND t.department_id = d.department_id) AS tenants,
-                d.retired_at,
-                ARRAY(SELECT r.old_name FROM renames r WHERE r.org_id = $1 AND r.object_id = d.department_id
-                       ORDER BY r.renamed_at) AS former_names,
-                d.cost_center, d.gl_account
-           FROM departments d WHERE d.org_id = $1 ORDER BY d.name",
-    )
-    .await?;
+    let items = store::departments(&mut tx).await?;
     tx.commit().await?;
     let items = items
         .into_iter()
@@ -164,11 +155,7 @@ pub(crate) async fn create_department(
     let name = body.name.into_inner();
     let mut tx = p.begin(&state.db).await?;
     let id = Uuid::new_v4();
-    sqlx::query("INSERT INTO departments (org_id, department_id, name) VALUES ($1, $2, $3)")
-        .bind(p.org.as_uuid())
-        .bind(id)
-        .bind(&name)
-        .execute(tx.conn())
+    store::names::insert_department(&mut tx, id, &name)
         .await
         .map_err(|e| AppError::from(e).on_conflict(|| format!("a department named {name:?} exists")))?;
     tx.audit_by(p, "department.create", &format!("department:{id}"), "", json!({ "name": name })).await?;
@@ -178,19 +165,7 @@ pub(crate) async fn create_department(
 
 async fn list_tenants(State(state): State<AppState>, p: Caller<ReadLedger>) -> Result<Json<Items<Tenant>>, AppError> {
     let mut tx = p.begin(&state.db).await?;
-    let items: Vec<TenantRow> = rows(
-        &mut tx,
-        "SELECT t.tenant_id, t.name, d.department_id, d.name AS department,
-                (SELECT count(*) FROM namespace_ownership o
-                  WHERE o.org_id = $1 AND o.tenant_id = t.tenant_id AND o.valid_to IS NULL) AS namespaces,
-                t.retired_at,
-                ARRAY(SELECT r.old_name FROM renames r WHERE r.org_id = $1 AND r.object_id = t.tenant_id
-                       ORDER BY r.renamed_at) AS former_names
-           FROM tenants t JOIN departments d ON d.org_id = t.org_id AND d.department_id = t.department_id
-          WHERE t.org_id = $1
-          ORDER BY d.name, t.name",
-    )
-    .await?;
+    let items = store::tenants(&mut tx).await?;
     tx.commit().await?;
     let items = items
         .into_iter()
@@ -227,37 +202,11 @@ pub(crate) async fn create_tenant(
     crate::store::refuse_retired(&mut tx, "departments", "department", department, time::OffsetDateTime::now_utc())
         .await?;
     let id = Uuid::new_v4();
-    sqlx::query("INSERT INTO tenants (org_id, tenant_id, department_id, name) VALUES ($1, $2, $3, $4)")
-        .bind(p.org.as_uuid())
-        .bind(id)
-        .bind(department)
-        .bind(&name)
-        .execute(tx.conn())
+    store::names::insert_tenant(&mut tx, id, department, &name)
         .await
         .map_err(|e| AppError::from(e).on_conflict(|| format!("a tenant named {name:?} exists")))?;
     let namespaces = crate::ingest::reapply_namespaces_naming(&mut tx, p.org, &name).await?;
-    let org = tx.org().as_uuid();
-    let mut usage = sqlx::query(
-        "UPDATE service_usage SET tenant_id = $1 WHERE tenant_name = $2 AND tenant_id IS NULL AND org_id = $3",
-    )
-    .bind(id)
-    .bind(&name)
-    .bind(org)
-    .execute(tx.conn())
-    .await?
-    .rows_affected();
-    // Usage records also carry the tenant's department (what department managers see them under).
-    usage += sqlx::query(
-        "UPDATE usage_records SET tenant_id = $1, department_id = $4
-          WHERE tenant_name = $2 AND tenant_id IS NULL AND org_id = $3",
-    )
-    .bind(id)
-    .bind(&name)
-    .bind(org)
-    .bind(department)
-    .execute(tx.conn())
-    .await?
-    .rows_affected();
+    let usage = store::names::attribute_usage(&mut tx, id, &name, department).await?;
     tx.audit_by(
         p,
         "tenant.create",
@@ -280,65 +229,11 @@ pub(crate) async fn create_tenant(
 
 async fn get_inventory(State(state): State<AppState>, p: Caller<ReadLedger>) -> Result<Json<Inventory>, AppError> {
     let mut tx = p.begin(&state.db).await?;
-    let classes: Vec<(String, String)> =
-        rows(&mut tx, "SELECT gpu_class, description FROM gpu_classes WHERE org_id = $1 ORDER BY gpu_class").await?;
-    let models: Vec<ModelRow> = rows(
-        &mut tx,
-        concat!(
-            "SELECT model, gpu_class, memory_mib, ",
-            json_time!("valid_from"),
-            " AS valid_from, ",
-            json_time!("valid_to"),
-            " AS valid_to FROM gpu_models WHERE org_id = $1 ORDER BY model, gpu_models.valid_from"
-        ),
-    )
-    .await?;
-    // Ordered by the stored start, not by its text.
-    let profiles: Vec<ProfileRow> = rows(
-        &mut tx,
-        concat!(
-            "SELECT kind, model, profile, fraction, valid_from, valid_to FROM (
-               SELECT 'mig' AS kind, model, profile, fraction_num || '/' || fraction_den AS fraction, ",
-            json_time!("valid_from"),
-            " AS valid_from, ",
-            json_time!("valid_to"),
-            " AS valid_to, valid_from AS starts FROM mig_profiles WHERE org_id = $1
-               UNION ALL
-               SELECT 'vgpu', model, profile, fraction_num || '/' || fraction_den, ",
-            json_time!("valid_from"),
-            ", ",
-            json_time!("valid_to"),
-            ", valid_from FROM vgpu_profiles WHERE org_id = $1) p
-             ORDER BY kind, model, profile, starts"
-        ),
-    )
-    .await?;
-    let timeslicing: Vec<TimeslicingRow> = rows(
-        &mut tx,
-        concat!(
-            "SELECT c.name AS cluster, t.name, t.replicas, ",
-            json_time!("t.valid_from"),
-            " AS valid_from, ",
-            json_time!("t.valid_to"),
-            " AS valid_to
-               FROM timeslice_policies t JOIN clusters c ON c.org_id = t.org_id AND c.cluster_id = t.cluster_id
-              WHERE t.org_id = $1
-              ORDER BY c.name, t.name, t.valid_from"
-        ),
-    )
-    .await?;
-    type BasisRow = (Option<String>, String, String, Option<String>);
-    let share_bases: Vec<BasisRow> = sqlx::query_as(concat!(
-        "SELECT c.name, b.basis, ",
-        json_time!("b.valid_from"),
-        ", ",
-        json_time!("b.valid_to"),
-        " FROM share_bases b LEFT JOIN clusters c ON c.org_id = b.org_id AND c.cluster_id = b.cluster_id
-          WHERE b.org_id = $1 ORDER BY c.name NULLS FIRST, b.valid_from"
-    ))
-    .bind(tx.org().as_uuid())
-    .fetch_all(tx.conn())
-    .await?;
+    let classes = store::inventory::gpu_classes(&mut tx).await?;
+    let models = store::inventory::gpu_models(&mut tx).await?;
+    let profiles = store::inventory::profiles(&mut tx).await?;
+    let timeslicing = store::inventory::timeslicing(&mut tx).await?;
+    let share_bases = store::inventory::share_bases(&mut tx).await?;
     tx.commit().await?;
     Ok(Json(Inventory {
         share_bases: share_bases
@@ -412,22 +307,9 @@ async fn write_model(tx: &mut OrgTx, body: &ModelBody) -> Result<Written<Created
     let class = body.gpu_class.to_string();
     let memory_mib = body.memory_mib.map(|m| i32::try_from(m.get()).unwrap_or(i32::MAX));
     let org = tx.org();
-    sqlx::query("INSERT INTO gpu_classes (org_id, gpu_class) VALUES ($1, $2) ON CONFLICT DO NOTHING")
-        .bind(org.as_uuid())
-        .bind(&class)
-        .execute(tx.conn())
-        .await?;
+    store::inventory::ensure_gpu_class(tx, &class).await?;
     close_open_entry(tx, "gpu_models", &[("model", model.clone())], valid_from).await?;
-    sqlx::query(
-        "INSERT INTO gpu_models (org_id, model, valid_from, gpu_class, memory_mib) VALUES ($1, $2, $3, $4, $5)",
-    )
-    .bind(org.as_uuid())
-    .bind(&model)
-    .bind(valid_from)
-    .bind(&class)
-    .bind(memory_mib)
-    .execute(tx.conn())
-    .await?;
+    store::inventory::insert_model(tx, &model, valid_from, &class, memory_mib).await?;
     let recomputed = crate::ingest::recompute_for_inventory(tx, org, &model, valid_from).await?;
     Ok(Written {
         target: format!("gpu_model:{model}"),
@@ -483,18 +365,7 @@ async fn write_profile(tx: &mut OrgTx, body: &ProfileBody) -> Result<Written<Cre
     };
     let org = tx.org();
     close_open_entry(tx, table, &[("model", model.clone()), ("profile", profile.clone())], valid_from).await?;
-    sqlx::query(&format!(
-        "INSERT INTO {table} (org_id, model, profile, valid_from, fraction_num, fraction_den)
-         VALUES ($1, $2, $3, $4, $5, $6)"
-    ))
-    .bind(org.as_uuid())
-    .bind(&model)
-    .bind(&profile)
-    .bind(valid_from)
-    .bind(num)
-    .bind(den)
-    .execute(tx.conn())
-    .await?;
+    store::inventory::insert_profile(tx, table, &model, &profile, valid_from, num, den).await?;
     let recomputed = crate::ingest::recompute_for_inventory(tx, org, &model, valid_from).await?;
     Ok(Written {
         target: format!("{}:{model}/{profile}", body.kind.as_str()),
@@ -538,13 +409,7 @@ async fn write_timeslicing(tx: &mut OrgTx, body: &TimeslicingBody) -> Result<Wri
     let valid_from = body.valid_from.at();
     let name = body.name.to_string();
     let replicas = i32::try_from(body.replicas.get()).unwrap_or(i32::MAX);
-    let org = tx.org().as_uuid();
-    let cluster: Option<Uuid> = sqlx::query_scalar("SELECT cluster_id FROM clusters WHERE name = $1 AND org_id = $2")
-        .bind(body.cluster.as_str())
-        .bind(org)
-        .fetch_optional(tx.conn())
-        .await?;
-    let Some(cluster) = cluster else {
+    let Some(cluster) = store::inventory::cluster_id_by_name(tx, body.cluster.as_str()).await? else {
         return Err(AppError::unknown("cluster", format!("no cluster named {:?}", body.cluster.as_str())));
     };
     close_open_entry(
@@ -554,16 +419,7 @@ async fn write_timeslicing(tx: &mut OrgTx, body: &TimeslicingBody) -> Result<Wri
         valid_from,
     )
     .await?;
-    sqlx::query(
-        "INSERT INTO timeslice_policies (org_id, cluster_id, name, valid_from, replicas) VALUES ($1, $2, $3, $4, $5)",
-    )
-    .bind(org)
-    .bind(cluster)
-    .bind(&name)
-    .bind(valid_from)
-    .bind(replicas)
-    .execute(tx.conn())
-    .await?;
+    store::inventory::insert_timeslicing(tx, cluster, &name, valid_from, replicas).await?;
     Ok(Written {
         target: format!("timeslicing:{}/{name}", body.cluster.as_str()),
         details: json!({ "replicas": replicas, "valid_from": valid_from.unix_timestamp() }),

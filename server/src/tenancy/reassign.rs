@@ -61,11 +61,7 @@ pub(crate) async fn reassign(
     }
     let tenant_id = crate::store::lookup_id(&mut tx, "tenants", "tenant", &body.tenant).await?;
     crate::store::refuse_retired(&mut tx, "tenants", "tenant", tenant_id, from).await?;
-    let tenant: String = sqlx::query_scalar("SELECT name FROM tenants WHERE tenant_id = $1 AND org_id = $2")
-        .bind(tenant_id)
-        .bind(tx.org().as_uuid())
-        .fetch_one(tx.conn())
-        .await?;
+    let tenant = store::names::tenant_name(&mut tx, tenant_id).await?;
     let (previous, until, closed) = store::reassign_namespace(&mut tx, ns.uid, tenant_id, from).await?;
     let closed =
         closed.into_iter().map(|d| Period::from_date(d).map(|p| p.to_string())).collect::<Result<Vec<_>, _>>()?;

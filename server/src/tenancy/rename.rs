@@ -17,6 +17,7 @@ use serde_json::json;
 use time::OffsetDateTime;
 use uuid::Uuid;
 
+use super::store::names;
 use crate::{
     auth::{Capability, Principal},
     db::OrgTx,
@@ -127,38 +128,13 @@ async fn apply(state: &AppState, p: &Principal, kind: Kind, key: &str, c: Change
     let id = crate::store::lookup_id(&mut tx, kind.table(), kind.word(), key)
         .await
         .map_err(|_| AppError::NotFound(format!("no {} {key:?} in this organization", kind.word())))?;
-    let org = tx.org().as_uuid();
-    let (current, retired): (String, Option<OffsetDateTime>) = sqlx::query_as(&format!(
-        "SELECT name, retired_at FROM {} WHERE {}_id = $1 AND org_id = $2 FOR UPDATE",
-        kind.table(),
-        kind.word()
-    ))
-    .bind(id)
-    .bind(org)
-    .fetch_one(tx.conn())
-    .await?;
+    let (current, retired) = names::lock_named(&mut tx, kind.table(), kind.word(), id).await?;
     let mut details = json!({ "id": id.to_string(), "name": current });
     if let Some(new) = name.filter(|n| *n != current) {
-        sqlx::query(&format!("UPDATE {} SET name = $1 WHERE {}_id = $2 AND org_id = $3", kind.table(), kind.word()))
-            .bind(&new)
-            .bind(id)
-            .bind(org)
-            .execute(tx.conn())
+        names::set_name(&mut tx, kind.table(), kind.word(), id, &new)
             .await
             .map_err(|e| AppError::from(e).on_conflict(|| format!("a {} named {new:?} exists", kind.word())))?;
-        sqlx::query(
-            "INSERT INTO renames (org_id, rename_id, kind, object_id, old_name, new_name, renamed_by)
-             VALUES ($1, $2, $3, $4, $5, $6, $7)",
-        )
-        .bind(org)
-        .bind(Uuid::new_v4())
-        .bind(kind.word())
-        .bind(id)
-        .bind(&current)
-        .bind(&new)
-        .bind(p.actor())
-        .execute(tx.conn())
-        .await?;
+        names::insert_rename(&mut tx, kind.word(), id, &current, &new, &p.actor()).await?;
         details["renamed_to"] = json!(new);
     }
     if let Some(from) = retired_from {
@@ -170,16 +146,7 @@ async fn apply(state: &AppState, p: &Principal, kind: Kind, key: &str, c: Change
             )));
         }
         still_needed(&mut tx, kind, id, from).await?;
-        sqlx::query(&format!(
-            "UPDATE {} SET retired_at = $1 WHERE {}_id = $2 AND org_id = $3",
-            kind.table(),
-            kind.word()
-        ))
-        .bind(from)
-        .bind(id)
-        .bind(org)
-        .execute(tx.conn())
-        .await?;
+        names::set_retired(&mut tx, kind.table(), kind.word(), id, from).await?;
         details["retired_from"] = json!(gpuledger_core::time_fmt::rfc3339(from));
     }
     let mut after_accounts = (None, None);
@@ -218,33 +185,9 @@ async fn apply(state: &AppState, p: &Principal, kind: Kind, key: &str, c: Change
 
 /// Refuses retiring while something still depends on it after `from`.
 async fn still_needed(tx: &mut OrgTx, kind: Kind, id: Uuid, from: OffsetDateTime) -> Result<(), AppError> {
-    let org = tx.org().as_uuid();
-    let blocking: Vec<String> = match kind {
-        Kind::Tenant => {
-            sqlx::query_scalar(
-                "SELECT DISTINCT n.name FROM namespace_ownership o
-                   JOIN namespaces n ON n.org_id = o.org_id AND n.namespace_uid = o.namespace_uid
-                  WHERE o.tenant_id = $1 AND o.org_id = $2 AND (o.valid_to IS NULL OR o.valid_to > $3)
-                    AND (n.deleted_at IS NULL OR n.deleted_at > $3)
-                  ORDER BY 1 LIMIT 10",
-            )
-            .bind(id)
-            .bind(org)
-            .bind(from)
-            .fetch_all(tx.conn())
-            .await?
-        }
-        Kind::Department => {
-            sqlx::query_scalar(
-                "SELECT name FROM tenants WHERE department_id = $1 AND org_id = $2
-                    AND (retired_at IS NULL OR retired_at > $3) ORDER BY 1 LIMIT 10",
-            )
-            .bind(id)
-            .bind(org)
-            .bind(from)
-            .fetch_all(tx.conn())
-            .await?
-        }
+    let blocking = match kind {
+        Kind::Tenant => names::namespaces_owned_after(tx, id, from).await?,
+        Kind::Department => names::tenants_active_after(tx, id, from).await?,
     };
     if blocking.is_empty() {
         return Ok(());

@@ -14,19 +14,15 @@ use gpuledger_api::{
 };
 use gpuledger_core::time_fmt::rfc3339;
 use serde_json::json;
-use time::OffsetDateTime;
 use uuid::Uuid;
 
-use super::close_open_entry;
+use super::{close_open_entry, store::rules};
 use crate::{
     auth::{Capability, Principal},
     error::AppError,
     http::{Administer, Caller, JsonBody, ReadLedger},
     state::AppState,
 };
-
-/// A rule as stored: (ID, cluster name, match, pattern, tenant name, start, end).
-type RuleRow = (Uuid, Option<String>, String, String, String, OffsetDateTime, Option<OffsetDateTime>);
 
 pub(super) async fn post_rule(
     State(state): State<AppState>,
@@ -47,18 +43,13 @@ pub(crate) async fn add_rule(
     let from = body.valid_from.at();
     let reason = body.reason.as_str();
     let mut tx = p.begin(&state.db).await?;
-    let org = tx.org().as_uuid();
     let cluster = match body.cluster.as_deref() {
         None => None,
         Some(c) => Some(super::store::cluster_by_key(&mut tx, c).await?),
     };
     let tenant_id = crate::store::lookup_id(&mut tx, "tenants", "tenant", &body.tenant).await?;
     crate::store::refuse_retired(&mut tx, "tenants", "tenant", tenant_id, from).await?;
-    let tenant: String = sqlx::query_scalar("SELECT name FROM tenants WHERE tenant_id = $1 AND org_id = $2")
-        .bind(tenant_id)
-        .bind(org)
-        .fetch_one(tx.conn())
-        .await?;
+    let tenant = super::store::names::tenant_name(&mut tx, tenant_id).await?;
     let cluster_key = cluster.as_ref().map_or_else(|| "*".to_string(), |(id, _)| id.to_string());
     close_open_entry(
         &mut tx,
@@ -72,43 +63,20 @@ pub(crate) async fn add_rule(
     )
     .await?;
     let rule_id = Uuid::new_v4();
-    sqlx::query(
-        "INSERT INTO namespace_rules (org_id, rule_id, cluster_id, match, pattern, tenant_id, valid_from, created_by)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
-    )
-    .bind(org)
-    .bind(rule_id)
-    .bind(cluster.as_ref().map(|c| c.0))
-    .bind(&match_kind)
-    .bind(&pattern)
-    .bind(tenant_id)
-    .bind(from)
-    .bind(p.actor())
-    .execute(tx.conn())
-    .await?;
-    let namespaces: Vec<Uuid> = sqlx::query_scalar(
-        "SELECT namespace_uid FROM namespaces
-          WHERE org_id = $1 AND ($2::uuid IS NULL OR cluster_id = $2)
-            AND (($3 = 'exact' AND name = $4) OR ($3 = 'prefix' AND starts_with(name, $4)))",
-    )
-    .bind(org)
-    .bind(cluster.as_ref().map(|c| c.0))
-    .bind(&match_kind)
-    .bind(&pattern)
-    .fetch_all(tx.conn())
-    .await?;
+    let new = rules::NewRule {
+        rule_id,
+        cluster: cluster.as_ref().map(|c| c.0),
+        match_kind: &match_kind,
+        pattern: &pattern,
+        tenant: tenant_id,
+        valid_from: from,
+        created_by: &p.actor(),
+    };
+    rules::insert_rule(&mut tx, &new).await?;
+    let namespaces = rules::namespaces_matching(&mut tx, cluster.as_ref().map(|c| c.0), &match_kind, &pattern).await?;
     // From its start the new rule competes with the rules in force: what a rule gave from before `from` is
     // closed there and the gap is filled again, most specific rule first.
-    sqlx::query(
-        "UPDATE namespace_ownership SET valid_to = $2
-          WHERE namespace_uid = ANY($1) AND source = 'rule' AND valid_from < $2 AND (valid_to IS NULL OR valid_to > $2)
-            AND org_id = $3",
-    )
-    .bind(&namespaces)
-    .bind(from)
-    .bind(org)
-    .execute(tx.conn())
-    .await?;
+    rules::end_rule_ownership(&mut tx, &namespaces, from).await?;
     let mut given = 0;
     for ns in namespaces {
         if crate::store::fill_from_rules(&mut tx, ns).await? > 0 {
@@ -143,16 +111,7 @@ pub(super) async fn list_rules(
     p: Caller<ReadLedger>,
 ) -> Result<Json<Items<NamespaceRule>>, AppError> {
     let mut tx = p.begin(&state.db).await?;
-    let rows: Vec<RuleRow> = sqlx::query_as(
-        "SELECT r.rule_id, c.name, r.match, r.pattern, t.name, r.valid_from, r.valid_to
-           FROM namespace_rules r
-           JOIN tenants t ON t.org_id = r.org_id AND t.tenant_id = r.tenant_id
-           LEFT JOIN clusters c ON c.org_id = r.org_id AND c.cluster_id = r.cluster_id
-          WHERE r.org_id = $1 ORDER BY r.pattern, r.match, c.name NULLS FIRST, r.valid_from",
-    )
-    .bind(tx.org().as_uuid())
-    .fetch_all(tx.conn())
-    .await?;
+    let rows = rules::rules(&mut tx).await?;
     tx.commit_quiet().await?;
     let items = rows
         .into_iter()

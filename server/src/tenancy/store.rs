@@ -1,4 +1,9 @@
-//! SQL of this feature: reads and writes inside the caller's organization-scoped transaction.
+//! SQL of this feature: reads and writes inside the caller's organization-scoped transaction. By concern:
+//! [`inventory`] (the GPU inventory), [`names`] (departments and tenants by name), [`rules`] (namespace rules).
+
+pub(crate) mod inventory;
+pub(crate) mod names;
+pub(crate) mod rules;
 
 use crate::{db::OrgTx, error::AppError};
 use time::OffsetDateTime;
@@ -23,6 +28,21 @@ pub(crate) struct DepartmentRow {
     pub(crate) former_names: Vec<String>,
     pub(crate) cost_center: Option<String>,
     pub(crate) gl_account: Option<String>,
+}
+
+/// Every department with its tenant count, former names and journal accounts, by name.
+pub(crate) async fn departments(tx: &mut OrgTx) -> Result<Vec<DepartmentRow>, AppError> {
+    rows(
+        tx,
+        "SELECT d.department_id, d.name,
+                (SELECT count(*) FROM tenants t WHERE t.org_id = $1 AND t.department_id = d.department_id) AS tenants,
+                d.retired_at,
+                ARRAY(SELECT r.old_name FROM renames r WHERE r.org_id = $1 AND r.object_id = d.department_id
+                       ORDER BY r.renamed_at) AS former_names,
+                d.cost_center, d.gl_account
+           FROM departments d WHERE d.org_id = $1 ORDER BY d.name",
+    )
+    .await
 }
 
 /// A department's journal accounts: its cost centre and general-ledger account.
@@ -74,6 +94,23 @@ pub(crate) struct TenantRow {
     pub(crate) namespaces: i64,
     pub(crate) retired_at: Option<OffsetDateTime>,
     pub(crate) former_names: Vec<String>,
+}
+
+/// Every tenant with its department, namespace count and former names, by department and name.
+pub(crate) async fn tenants(tx: &mut OrgTx) -> Result<Vec<TenantRow>, AppError> {
+    rows(
+        tx,
+        "SELECT t.tenant_id, t.name, d.department_id, d.name AS department,
+                (SELECT count(*) FROM namespace_ownership o
+                  WHERE o.org_id = $1 AND o.tenant_id = t.tenant_id AND o.valid_to IS NULL) AS namespaces,
+                t.retired_at,
+                ARRAY(SELECT r.old_name FROM renames r WHERE r.org_id = $1 AND r.object_id = t.tenant_id
+                       ORDER BY r.renamed_at) AS former_names
+           FROM tenants t JOIN departments d ON d.org_id = t.org_id AND d.department_id = t.department_id
+          WHERE t.org_id = $1
+          ORDER BY d.name, t.name",
+    )
+    .await
 }
 
 /// A row of the inventory's models.

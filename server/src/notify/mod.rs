@@ -8,6 +8,8 @@ use time::OffsetDateTime;
 
 use crate::{db::OrgTx, error::AppError};
 
+mod store;
+
 /// The events a webhook may subscribe to.
 pub const EVENTS: [&str; 5] =
     ["budget.forecast_exceeded", "idle.reservation", "period.closed", "dispute.opened", "dispute.resolved"];
@@ -29,28 +31,10 @@ pub async fn enqueue(
         "summary": summary,
         "data": data,
     });
-    let done = sqlx::query(
-        "INSERT INTO webhook_deliveries (org_id, webhook_id, event, dedupe_key, payload)
-         SELECT org_id, webhook_id, $2, $3, $4 FROM webhooks
-          WHERE org_id = $1 AND disabled_at IS NULL AND $2 = ANY(events)
-         ON CONFLICT (org_id, webhook_id, dedupe_key) DO NOTHING",
-    )
-    .bind(tx.org().as_uuid())
-    .bind(event)
-    .bind(key)
-    .bind(&payload)
-    .execute(tx.conn())
-    .await?;
-    Ok(done.rows_affected())
+    Ok(store::insert_deliveries(tx, event, key, &payload).await?)
 }
 
 /// Whether any active webhook of the organization wants `event` (so costly checks are skipped when none does).
 pub async fn wanted(tx: &mut OrgTx, event: &str) -> Result<bool, AppError> {
-    Ok(sqlx::query_scalar(
-        "SELECT EXISTS (SELECT 1 FROM webhooks WHERE org_id = $1 AND disabled_at IS NULL AND $2 = ANY(events))",
-    )
-    .bind(tx.org().as_uuid())
-    .bind(event)
-    .fetch_one(tx.conn())
-    .await?)
+    Ok(store::any_webhook_wants(tx, event).await?)
 }
