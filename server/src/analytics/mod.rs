@@ -214,7 +214,9 @@ async fn load(tx: &mut OrgTx, window: Interval, tenant: Option<TenantId>, detail
     let tenant_uuid = tenant.map(|t| t.as_uuid());
 
     let mut owners: HashMap<Uuid, Vec<(OffsetDateTime, Option<OffsetDateTime>, Uuid)>> = HashMap::new();
-    for (ns, valid_from, valid_to, tenant) in store::owners_between(tx, from, to).await? {
+    for store::OwnerRow { namespace_uid: ns, valid_from, valid_to, tenant_id: tenant } in
+        store::owners_between(tx, from, to).await?
+    {
         owners.entry(ns).or_default().push((valid_from, valid_to, tenant));
     }
 

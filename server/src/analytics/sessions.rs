@@ -85,11 +85,20 @@ pub(super) async fn sessions(
     tx.commit().await?;
 
     let mut owners: BTreeMap<Uuid, Vec<(OffsetDateTime, Option<OffsetDateTime>, Uuid)>> = BTreeMap::new();
-    for (ns, vf, vt, t) in ownership {
+    for store::OwnerRow { namespace_uid: ns, valid_from: vf, valid_to: vt, tenant_id: t } in ownership {
         owners.entry(ns).or_default().push((vf, vt, t));
     }
     let mut by: BTreeMap<String, Session> = BTreeMap::new();
-    for (session, endpoint, model, r, i, o, ttft) in records {
+    for store::RecordRow {
+        agent_session_id: session,
+        endpoint,
+        model,
+        requests: r,
+        input_tokens: i,
+        output_tokens: o,
+        ttft_ms: ttft,
+    } in records
+    {
         let s = by.entry(session).or_default();
         let count = |v: i64| u64::try_from(v).unwrap_or(0);
         s.requests += count(r);

@@ -7,8 +7,14 @@ use uuid::Uuid;
 
 use crate::{db::OrgTx, error::AppError};
 
-/// A namespace's owner over `[valid_from, valid_to)`: (namespace UID, valid from, valid to, tenant).
-pub(super) type OwnerRow = (Uuid, OffsetDateTime, Option<OffsetDateTime>, Uuid);
+/// A namespace's owner over `[valid_from, valid_to)`.
+#[derive(Debug, sqlx::FromRow)]
+pub(super) struct OwnerRow {
+    pub namespace_uid: Uuid,
+    pub valid_from: OffsetDateTime,
+    pub valid_to: Option<OffsetDateTime>,
+    pub tenant_id: Uuid,
+}
 
 /// Every namespace ownership overlapping `[from, to)`, by namespace and start.
 pub(super) async fn owners_between(
@@ -306,9 +312,17 @@ pub(super) async fn endpoint_counts(
     .await?)
 }
 
-/// A tenant's usage record of an agent session: (session, endpoint, model, requests, input tokens, output tokens,
-/// TTFT in ms).
-pub(super) type RecordRow = (String, String, String, i64, i64, i64, Option<i64>);
+/// A tenant's usage record of an agent session.
+#[derive(Debug, sqlx::FromRow)]
+pub(super) struct RecordRow {
+    pub agent_session_id: String,
+    pub endpoint: String,
+    pub model: String,
+    pub requests: i64,
+    pub input_tokens: i64,
+    pub output_tokens: i64,
+    pub ttft_ms: Option<i64>,
+}
 
 /// `tenant`'s usage records with an agent session that started in `[from, before)`.
 pub(super) async fn session_records(
