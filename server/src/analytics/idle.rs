@@ -79,16 +79,7 @@ pub(crate) async fn idle_now(tx: &mut OrgTx, now: OffsetDateTime) -> Result<(Idl
     };
 
     // Open allocations: who holds them, where.
-    type OpenRow = (Uuid, String, String, String, String, Option<String>);
-    let open: Vec<OpenRow> = sqlx::query_as(
-        "SELECT a.cluster_id, c.name, a.allocation_id, a.namespace || '/' || a.holder_name, a.resource, a.gpu_class
-           FROM allocation_intervals a JOIN clusters c ON c.org_id = a.org_id AND c.cluster_id = a.cluster_id
-          WHERE a.org_id = $1 AND a.ended_at IS NULL AND a.started_at < $2 AND a.fraction_num IS NOT NULL",
-    )
-    .bind(tx.org().as_uuid())
-    .bind(now)
-    .fetch_all(tx.conn())
-    .await?;
+    let open = super::store::open_allocations(tx, now).await?;
     if open.is_empty() {
         return Ok((head(Vec::new(), 0)?, Vec::new()));
     }
@@ -106,16 +97,11 @@ pub(crate) async fn idle_now(tx: &mut OrgTx, now: OffsetDateTime) -> Result<(Idl
         .map_err(internal)?
         .map_err(internal)?;
 
-    let tenants: HashMap<Uuid, (String, Uuid, String)> = sqlx::query_as::<_, (Uuid, String, Uuid, String)>(
-        "SELECT t.tenant_id, t.name, d.department_id, d.name FROM tenants t
-           JOIN departments d ON d.org_id = t.org_id AND d.department_id = t.department_id WHERE t.org_id = $1",
-    )
-    .bind(tx.org().as_uuid())
-    .fetch_all(tx.conn())
-    .await?
-    .into_iter()
-    .map(|(t, name, d, dname)| (t, (name, d, dname)))
-    .collect();
+    let tenants: HashMap<Uuid, (String, Uuid, String)> = super::store::tenants_with_departments(tx)
+        .await?
+        .into_iter()
+        .map(|t| (t.tenant_id, (t.tenant, t.department_id, t.department)))
+        .collect();
     let rates: HashMap<String, Decimal> = policy
         .as_ref()
         .map(|p| p.classes.iter().map(|c| (c.gpu_class.clone(), c.guaranteed)).collect())

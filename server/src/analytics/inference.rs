@@ -16,9 +16,9 @@ use gpuledger_core::{
     ids::TenantId,
     ledger::unattributed_work,
 };
-use time::OffsetDateTime;
 use uuid::Uuid;
 
+use super::store::{self, UsageRow};
 use super::{confidence, internal, month_so_far, rfc3339};
 use crate::http::Params;
 use crate::{
@@ -40,8 +40,6 @@ fn decimal(f: &Fraction, scale: u32) -> Result<String, AppError> {
 fn opt(f: &Option<Fraction>, scale: u32) -> Result<Option<String>, AppError> {
     f.as_ref().map(|f| decimal(f, scale)).transpose()
 }
-
-type UsageRow = (String, String, Uuid, i64, i64, i64, i64, i64);
 
 pub(super) async fn inference(
     State(state): State<AppState>,
@@ -70,82 +68,21 @@ pub(crate) async fn answer(
 ) -> Result<Inference, AppError> {
     let (month, to) = month_so_far(period)?;
     let from = month.start();
-    let org = tx.org().as_uuid();
-    if let Some(d) = department {
-        let exists: Option<Uuid> =
-            sqlx::query_scalar("SELECT department_id FROM departments WHERE org_id = $2 AND department_id = $1")
-                .bind(d)
-                .bind(org)
-                .fetch_optional(tx.conn())
-                .await?;
-        if exists.is_none() {
-            return Err(AppError::unknown("department", format!("no department {d} in this organization")));
-        }
+    if let Some(d) = department
+        && store::department_id(&mut tx, d).await?.is_none()
+    {
+        return Err(AppError::unknown("department", format!("no department {d} in this organization")));
     }
-    let allocations: Vec<(String, i64, i64, OffsetDateTime, Option<OffsetDateTime>, String)> = sqlx::query_as(
-        "SELECT labels->>'endpoint', fraction_num, fraction_den, started_at, ended_at, confidence
-           FROM allocation_intervals
-          WHERE org_id = $3 AND labels ? 'endpoint' AND fraction_num IS NOT NULL AND fraction_den IS NOT NULL
-            AND started_at < $2 AND (ended_at IS NULL OR ended_at > $1)",
-    )
-    .bind(from)
-    .bind(to)
-    .bind(org)
-    .fetch_all(tx.conn())
-    .await?;
-    let usage: Vec<UsageRow> = sqlx::query_as(
-        // The ledger's source: an endpoint's usage records when it has any this month, else its service_usage.
-        "SELECT endpoint, model, tenant_id, sum(requests)::bigint, sum(input_tokens)::bigint,
-                sum(output_tokens)::bigint, coalesce(sum(ttft_sum), 0)::bigint, coalesce(sum(ttft_count), 0)::bigint
-           FROM (SELECT endpoint, model, tenant_id, requests, input_tokens, output_tokens,
-                        ttft_ms * requests AS ttft_sum, CASE WHEN ttft_ms IS NULL THEN 0 ELSE requests END AS ttft_count
-                   FROM usage_records
-                  WHERE org_id = $3 AND tenant_id IS NOT NULL AND started_at >= $1 AND started_at < $2
-                 UNION ALL
-                 SELECT endpoint, model, tenant_id, requests, input_tokens, output_tokens, ttft_ms_sum, ttft_count
-                   FROM service_usage s
-                  WHERE s.org_id = $3 AND tenant_id IS NOT NULL AND window_start >= $1 AND window_start < $2
-                    AND NOT EXISTS (SELECT 1 FROM usage_records r
-                                     WHERE r.org_id = $3 AND r.endpoint = s.endpoint
-                                       AND r.started_at >= $1 AND r.started_at < $2)) u
-          GROUP BY endpoint, model, tenant_id ORDER BY endpoint, model, tenant_id",
-    )
-    .bind(from)
-    .bind(month.end())
-    .bind(org)
-    .fetch_all(tx.conn())
-    .await?;
-    let (unattributed_requests, unattributed_tokens): (i64, i64) = sqlx::query_as(
-        "SELECT coalesce(sum(requests), 0)::bigint, coalesce(sum(input_tokens + output_tokens), 0)::bigint
-           FROM service_usage WHERE org_id = $3 AND tenant_id IS NULL AND window_start >= $1 AND window_start < $2",
-    )
-    .bind(from)
-    .bind(month.end())
-    .bind(org)
-    .fetch_one(tx.conn())
-    .await?;
+    let allocations = store::endpoint_allocations(&mut tx, from, to).await?;
+    let usage: Vec<UsageRow> = store::tenant_usage(&mut tx, from, month.end()).await?;
+    let (unattributed_requests, unattributed_tokens) = store::unattributed_usage(&mut tx, from, month.end()).await?;
     // What the endpoints' model servers counted themselves (the agents' scrapes), for the unattributed remainder.
-    let counted: Vec<(String, String, i64, i64, i64)> = sqlx::query_as(
-        "SELECT endpoint, model, sum(requests)::bigint, sum(input_tokens)::bigint, sum(output_tokens)::bigint
-           FROM endpoint_totals WHERE org_id = $3 AND window_start >= $1 AND window_start < $2
-          GROUP BY endpoint, model",
-    )
-    .bind(from)
-    .bind(month.end())
-    .bind(org)
-    .fetch_all(tx.conn())
-    .await?;
-    let names: HashMap<Uuid, (String, Uuid, String)> = sqlx::query_as::<_, (Uuid, String, Uuid, String)>(
-        "SELECT t.tenant_id, t.name, d.department_id, d.name
-           FROM tenants t JOIN departments d ON d.org_id = t.org_id AND d.department_id = t.department_id
-          WHERE t.org_id = $1",
-    )
-    .bind(org)
-    .fetch_all(tx.conn())
-    .await?
-    .into_iter()
-    .map(|(t, name, d, dname)| (t, (name, d, dname)))
-    .collect();
+    let counted = store::endpoint_counts(&mut tx, from, month.end()).await?;
+    let names: HashMap<Uuid, (String, Uuid, String)> = store::tenants_with_departments(&mut tx)
+        .await?
+        .into_iter()
+        .map(|t| (t.tenant_id, (t.tenant, t.department_id, t.department)))
+        .collect();
     let policy = policy_for(&mut tx, period).await?;
     tx.commit().await?;
 

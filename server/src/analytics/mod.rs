@@ -57,6 +57,7 @@ mod idle;
 pub(crate) use idle::idle_now;
 mod inference;
 mod sessions;
+mod store;
 
 /// Decimal places of the hour figures in the answer.
 const HOURS_SCALE: u32 = 6;
@@ -161,22 +162,6 @@ enum Detail {
     Sums,
 }
 
-type AllocRow = (
-    Uuid,
-    String,
-    Option<Uuid>,
-    Option<i64>,
-    Option<i64>,
-    OffsetDateTime,
-    Option<OffsetDateTime>,
-    Vec<String>,
-    Option<String>,
-    String,
-    String,
-    Uuid,
-    Option<String>,
-);
-
 /// Splits `[start, end)` at the owners' validity boundaries: each piece with its tenant, `None` where no
 /// ownership row covers the time. `owners` are sorted by `valid_from` and do not overlap.
 fn split_by_owner(
@@ -227,56 +212,20 @@ async fn load(tx: &mut OrgTx, window: Interval, tenant: Option<TenantId>, detail
     use futures::TryStreamExt;
     let (from, to) = (window.start(), window.end());
     let tenant_uuid = tenant.map(|t| t.as_uuid());
-    let org = tx.org().as_uuid();
 
     let mut owners: HashMap<Uuid, Vec<(OffsetDateTime, Option<OffsetDateTime>, Uuid)>> = HashMap::new();
-    let ownership: Vec<(Uuid, OffsetDateTime, Option<OffsetDateTime>, Uuid)> = sqlx::query_as(
-        "SELECT namespace_uid, valid_from, valid_to, tenant_id FROM namespace_ownership
-          WHERE org_id = $3 AND valid_from < $2 AND (valid_to IS NULL OR valid_to > $1)
-          ORDER BY namespace_uid, valid_from",
-    )
-    .bind(from)
-    .bind(to)
-    .bind(org)
-    .fetch_all(tx.conn())
-    .await?;
-    for (ns, valid_from, valid_to, tenant) in ownership {
+    for store::OwnerRow { namespace_uid: ns, valid_from, valid_to, tenant_id: tenant } in
+        store::owners_between(tx, from, to).await?
+    {
         owners.entry(ns).or_default().push((valid_from, valid_to, tenant));
     }
 
     // Every MIG device of the organization's GPUs → its parent and GPU instance (one row per GPU: read whole, so
     // the allocations can be streamed).
-    let mig: HashMap<String, (String, Option<i32>)> = sqlx::query_as::<_, (String, String, Option<i32>)>(
-        "SELECT m->>'uuid', min(d.gpu_uuid),
-                min(CASE WHEN m->>'gpu_instance_id' ~ '^[0-9]{1,6}$' THEN (m->>'gpu_instance_id')::int END)
-           FROM devices d
-           CROSS JOIN LATERAL jsonb_array_elements(
-               CASE WHEN jsonb_typeof(d.mig_devices) = 'array' THEN d.mig_devices ELSE '[]'::jsonb END) AS m
-          WHERE d.org_id = $1 AND m->>'uuid' LIKE 'MIG-%' AND m->>'uuid' NOT LIKE 'MIG-GPU-%'
-          GROUP BY 1",
-    )
-    .bind(org)
-    .fetch_all(tx.conn())
-    .await?
-    .into_iter()
-    .map(|(uuid, parent, gi)| (uuid, (parent, gi)))
-    .collect();
+    let mig: HashMap<String, (String, Option<i32>)> =
+        store::mig_devices(tx).await?.into_iter().map(|(uuid, parent, gi)| (uuid, (parent, gi))).collect();
 
-    let mut rows = sqlx::query_as::<_, AllocRow>(
-        "SELECT a.cluster_id, a.allocation_id, a.namespace_uid, a.fraction_num, a.fraction_den, a.started_at,
-                a.ended_at, a.device_ids, a.gpu_class, a.confidence, a.sharing_mode, a.holder_uid, a.node
-           FROM allocation_intervals a
-          WHERE a.org_id = $4 AND a.started_at < $2 AND (a.ended_at IS NULL OR a.ended_at > $1)
-            AND ($3::uuid IS NULL OR a.namespace_uid IN (
-                  SELECT o.namespace_uid FROM namespace_ownership o
-                   WHERE o.org_id = $4 AND o.tenant_id = $3 AND o.valid_from < $2
-                     AND (o.valid_to IS NULL OR o.valid_to > $1)))",
-    )
-    .bind(from)
-    .bind(to)
-    .bind(tenant_uuid)
-    .bind(org)
-    .fetch(tx.conn());
+    let mut rows = store::held_between(tx, from, to, tenant_uuid);
 
     let mut allocations = Vec::new();
     let mut devices = HashMap::new();
@@ -286,21 +235,21 @@ async fn load(tx: &mut OrgTx, window: Interval, tenant: Option<TenantId>, detail
     let mut modes = HashMap::new();
     // Soft-shared pods: measured by their own processes' samples, keyed `pod:<cluster>/<uid>`.
     let mut soft_pods: Vec<SoftPod> = Vec::new();
-    while let Some((
-        cluster,
+    while let Some(store::HeldRow {
+        cluster_id: cluster,
         allocation_id,
-        ns,
-        num,
-        den,
+        namespace_uid: ns,
+        fraction_num: num,
+        fraction_den: den,
         started_at,
         ended_at,
         device_ids,
         gpu_class,
-        conf,
-        mode,
-        holder,
+        confidence: conf,
+        sharing_mode: mode,
+        holder_uid: holder,
         node,
-    )) = rows.try_next().await?
+    }) = rows.try_next().await?
     {
         let (Some(num), Some(den)) = (num, den) else {
             without_fraction += 1;
@@ -397,15 +346,7 @@ async fn load(tx: &mut OrgTx, window: Interval, tenant: Option<TenantId>, detail
     let tenant_names: HashMap<Uuid, String> = if tenant_ids.is_empty() {
         HashMap::new()
     } else {
-        sqlx::query_as::<_, (Uuid, String)>(
-            "SELECT tenant_id, name FROM tenants WHERE org_id = $2 AND tenant_id = ANY($1)",
-        )
-        .bind(&tenant_ids)
-        .bind(org)
-        .fetch_all(tx.conn())
-        .await?
-        .into_iter()
-        .collect()
+        store::tenant_names(tx, &tenant_ids).await?.into_iter().collect()
     };
     Ok(Loaded { allocations, timelines, devices, modes, tenant_names, without_fraction })
 }
@@ -445,26 +386,8 @@ async fn pod_samples(tx: &mut OrgTx, window: Interval, pods: &[SoftPod]) -> Resu
     let clusters: Vec<Uuid> = pods.iter().map(|p| p.cluster).collect::<BTreeSet<_>>().into_iter().collect();
     let nodes: Vec<String> = pods.iter().map(|p| p.node.clone()).collect::<BTreeSet<_>>().into_iter().collect();
     let uids: Vec<String> = pods.iter().filter_map(|p| p.key.rsplit('/').next().map(str::to_string)).collect();
-    let org = tx.org().as_uuid();
-    // (cluster, node, window start, window end, pod UID, the pod's SM %): one row per pod asked about, or one with
-    // no pod for a window none of them appears in.
-    type ProcessRow = (Uuid, String, OffsetDateTime, OffsetDateTime, Option<String>, Option<f64>);
-    let rows: Vec<ProcessRow> = sqlx::query_as(
-        "SELECT w.cluster_id, w.node, w.window_start, w.window_end, p->>'pod_uid',
-                CASE WHEN jsonb_typeof(p->'sm_pct'->'avg') = 'number' THEN (p->'sm_pct'->>'avg')::float8 END
-           FROM process_windows w
-           LEFT JOIN LATERAL jsonb_array_elements(w.pods) AS p ON p->>'pod_uid' = ANY($5)
-          WHERE w.org_id = $1 AND w.cluster_id = ANY($2) AND w.node = ANY($3)
-            AND w.window_start >= $4 - interval '1 day' AND w.window_start < $6 AND w.window_end > $4",
-    )
-    .bind(org)
-    .bind(&clusters)
-    .bind(&nodes)
-    .bind(window.start())
-    .bind(&uids)
-    .bind(window.end())
-    .fetch_all(tx.conn())
-    .await?;
+    // One row per pod asked about, or one with no pod for a window none of them appears in.
+    let rows = store::process_windows(tx, &clusters, &nodes, window.start(), &uids, window.end()).await?;
     // (cluster, node) → window → pod UID → summed SM %.
     type Windows = BTreeMap<(OffsetDateTime, OffsetDateTime), HashMap<String, f64>>;
     let mut by_node: HashMap<(Uuid, String), Windows> = HashMap::new();
@@ -577,13 +500,7 @@ async fn utilization(
     if let Some(tenant) = params.tenant
         && Visible::tenant(&visible, Some(tenant.as_uuid()))
     {
-        let exists: Option<Uuid> =
-            sqlx::query_scalar("SELECT tenant_id FROM tenants WHERE org_id = $2 AND tenant_id = $1")
-                .bind(tenant.as_uuid())
-                .bind(principal.org.as_uuid())
-                .fetch_optional(tx.conn())
-                .await?;
-        if exists.is_none() {
+        if store::tenant_id(&mut tx, tenant.as_uuid()).await?.is_none() {
             return Err(AppError::unknown("tenant", format!("no tenant {tenant} in this organization")));
         }
     } else if let Some(tenant) = params.tenant {
@@ -659,13 +576,7 @@ pub(crate) async fn utilization_summary(
     let window = Interval::new(month.start(), end).map_err(internal)?;
     let options = UtilizationOptions::new(window);
     let mut loaded = load(tx, window, None, Detail::Sums).await?;
-    let departments: HashMap<Uuid, Uuid> =
-        sqlx::query_as::<_, (Uuid, Uuid)>("SELECT tenant_id, department_id FROM tenants WHERE org_id = $1")
-            .bind(tx.org().as_uuid())
-            .fetch_all(tx.conn())
-            .await?
-            .into_iter()
-            .collect();
+    let departments: HashMap<Uuid, Uuid> = store::tenant_departments(tx).await?.into_iter().collect();
     let (allocations, timelines) = (std::mem::take(&mut loaded.allocations), std::mem::take(&mut loaded.timelines));
     let report = tokio::task::spawn_blocking(move || analyze_timelines(&allocations, timelines, &options, false))
         .await

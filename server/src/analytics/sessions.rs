@@ -16,7 +16,7 @@ use gpuledger_core::{Fraction, NANOS_PER_HOUR, ledger::Term};
 use time::OffsetDateTime;
 use uuid::Uuid;
 
-use super::{internal, month_so_far, rfc3339, split_by_owner};
+use super::{internal, month_so_far, rfc3339, split_by_owner, store};
 use crate::http::Params;
 use crate::{
     auth::Visible,
@@ -47,9 +47,6 @@ fn dec(f: &Fraction, scale: u32) -> Result<String, AppError> {
     f.to_decimal_string(scale).map_err(internal)
 }
 
-type RecordRow = (String, String, String, i64, i64, i64, Option<i64>);
-type AllocRow = (String, Option<Uuid>, i64, i64, Option<String>, OffsetDateTime, Option<OffsetDateTime>);
-
 pub(super) async fn sessions(
     State(state): State<AppState>,
     principal: Caller<ReadLedger>,
@@ -65,46 +62,11 @@ pub(super) async fn sessions(
         return Err(not_found());
     }
     let mut tx = state.db.begin_org(principal.org).await?;
-    let org = tx.org().as_uuid();
-    let name: Option<String> = sqlx::query_scalar("SELECT name FROM tenants WHERE org_id = $2 AND tenant_id = $1")
-        .bind(tenant)
-        .bind(org)
-        .fetch_optional(tx.conn())
-        .await?;
-    let Some(name) = name else { return Err(not_found()) };
-    let records: Vec<RecordRow> = sqlx::query_as(
-        "SELECT agent_session_id, endpoint, model, requests, input_tokens, output_tokens, ttft_ms
-           FROM usage_records
-          WHERE org_id = $4 AND tenant_id = $1 AND agent_session_id IS NOT NULL
-            AND started_at >= $2 AND started_at < $3",
-    )
-    .bind(tenant)
-    .bind(from)
-    .bind(month.end())
-    .bind(org)
-    .fetch_all(tx.conn())
-    .await?;
-    let allocations: Vec<AllocRow> = sqlx::query_as(
-        "SELECT labels->>'agent_session', namespace_uid, fraction_num, fraction_den, gpu_class, started_at, ended_at
-           FROM allocation_intervals
-          WHERE org_id = $3 AND labels->>'agent_session' IS NOT NULL
-            AND fraction_num IS NOT NULL AND fraction_den IS NOT NULL
-            AND started_at < $2 AND (ended_at IS NULL OR ended_at > $1)",
-    )
-    .bind(from)
-    .bind(to)
-    .bind(org)
-    .fetch_all(tx.conn())
-    .await?;
+    let Some(name) = store::tenant_name(&mut tx, tenant).await? else { return Err(not_found()) };
+    let records = store::session_records(&mut tx, tenant, from, month.end()).await?;
+    let allocations = store::session_allocations(&mut tx, from, to).await?;
     let namespaces: Vec<Uuid> = allocations.iter().filter_map(|a| a.1).collect::<BTreeSet<_>>().into_iter().collect();
-    let ownership: Vec<(Uuid, OffsetDateTime, Option<OffsetDateTime>, Uuid)> = sqlx::query_as(
-        "SELECT namespace_uid, valid_from, valid_to, tenant_id FROM namespace_ownership
-          WHERE org_id = $2 AND namespace_uid = ANY($1) ORDER BY namespace_uid, valid_from",
-    )
-    .bind(&namespaces)
-    .bind(org)
-    .fetch_all(tx.conn())
-    .await?;
+    let ownership = store::owners_of(&mut tx, &namespaces).await?;
     // The tenant's lines of the month, and the policy's token weights, as the ledger has them.
     let (lines, policy) =
         if crate::store::period_state(&mut tx, period).await? == gpuledger_api::states::PeriodState::Closed {
@@ -123,11 +85,20 @@ pub(super) async fn sessions(
     tx.commit().await?;
 
     let mut owners: BTreeMap<Uuid, Vec<(OffsetDateTime, Option<OffsetDateTime>, Uuid)>> = BTreeMap::new();
-    for (ns, vf, vt, t) in ownership {
+    for store::OwnerRow { namespace_uid: ns, valid_from: vf, valid_to: vt, tenant_id: t } in ownership {
         owners.entry(ns).or_default().push((vf, vt, t));
     }
     let mut by: BTreeMap<String, Session> = BTreeMap::new();
-    for (session, endpoint, model, r, i, o, ttft) in records {
+    for store::RecordRow {
+        agent_session_id: session,
+        endpoint,
+        model,
+        requests: r,
+        input_tokens: i,
+        output_tokens: o,
+        ttft_ms: ttft,
+    } in records
+    {
         let s = by.entry(session).or_default();
         let count = |v: i64| u64::try_from(v).unwrap_or(0);
         s.requests += count(r);

@@ -20,6 +20,7 @@ use gpuledger_core::{Period, decimal::Decimal, fraction::Fraction, ledger::compu
 use time::OffsetDateTime;
 use uuid::Uuid;
 
+use super::store::{self, LineSum};
 use crate::{
     db::OrgTx,
     error::AppError,
@@ -32,28 +33,13 @@ fn internal(e: impl std::fmt::Display) -> AppError {
 
 /// The open month's stored snapshot, when the read model has one with its "to date": (as of, run rate, to date).
 async fn stored(tx: &mut OrgTx, period: Period) -> Result<Option<(OffsetDateTime, Sums, Sums, Sums, Sums)>, AppError> {
-    let head: Option<(OffsetDateTime, serde_json::Value)> = sqlx::query_as(
-        "SELECT as_of, to_date FROM read_months
-          WHERE org_id = $1 AND period = $2 AND state = 'provisional' AND to_date IS NOT NULL",
-    )
-    .bind(tx.org().as_uuid())
-    .bind(period.first_day())
-    .fetch_optional(tx.conn())
-    .await?;
-    let Some((as_of, to_date)) = head else { return Ok(None) };
-    let rows: Vec<(Uuid, String, Option<Uuid>, String, String)> = sqlx::query_as(
-        "SELECT department_id, department, tenant_id, tenant, sum(amount)::text FROM read_lines
-          WHERE org_id = $1 AND period = $2 GROUP BY 1, 2, 3, 4",
-    )
-    .bind(tx.org().as_uuid())
-    .bind(period.first_day())
-    .fetch_all(tx.conn())
-    .await?;
+    let Some((as_of, to_date)) = store::snapshot_to_date(tx, period.first_day()).await? else { return Ok(None) };
+    let rows = store::line_sums(tx, period.first_day()).await?;
     let (mut rate_d, mut rate_t, mut so_far_d, mut so_far_t) = (Sums::new(), Sums::new(), Sums::new(), Sums::new());
     let amount = |v: &serde_json::Value| -> Result<Decimal, AppError> {
         v.as_str().map_or(Ok(Decimal::ZERO), |s| Decimal::parse(s).map_err(internal))
     };
-    for (d, dname, t, tname, sum) in rows {
+    for LineSum { department_id: d, department: dname, tenant_id: t, tenant: tname, sum } in rows {
         let sum = Decimal::parse(&sum).map_err(internal)?;
         let dk = (d, dname.clone(), None);
         let e = rate_d.entry(dk.clone()).or_insert(Decimal::ZERO);
@@ -73,24 +59,10 @@ async fn stored(tx: &mut OrgTx, period: Period) -> Result<Option<(OffsetDateTime
 /// tenant). `None` when the month is not closed or has no stored figures (closed before the read model and not
 /// read since: the caller computes).
 async fn closed(tx: &mut OrgTx, period: Period) -> Result<Option<(String, Sums, Sums)>, AppError> {
-    let currency: Option<Option<String>> = sqlx::query_scalar(
-        "SELECT currency::text FROM read_months WHERE org_id = $1 AND period = $2 AND state = 'closed'",
-    )
-    .bind(tx.org().as_uuid())
-    .bind(period.first_day())
-    .fetch_optional(tx.conn())
-    .await?;
-    let Some(currency) = currency else { return Ok(None) };
-    let rows: Vec<(Uuid, String, Option<Uuid>, String, String)> = sqlx::query_as(
-        "SELECT department_id, department, tenant_id, tenant, sum(amount)::text FROM read_lines
-          WHERE org_id = $1 AND period = $2 GROUP BY 1, 2, 3, 4",
-    )
-    .bind(tx.org().as_uuid())
-    .bind(period.first_day())
-    .fetch_all(tx.conn())
-    .await?;
+    let Some(currency) = store::closed_currency(tx, period.first_day()).await? else { return Ok(None) };
+    let rows = store::line_sums(tx, period.first_day()).await?;
     let (mut departments, mut tenants) = (Sums::new(), Sums::new());
-    for (d, dname, t, tname, sum) in rows {
+    for LineSum { department_id: d, department: dname, tenant_id: t, tenant: tname, sum } in rows {
         let sum = Decimal::parse(&sum).map_err(internal)?;
         let e = departments.entry((d, dname.clone(), None)).or_insert(Decimal::ZERO);
         *e = e.checked_add(&sum).map_err(internal)?;
@@ -125,12 +97,7 @@ pub async fn compute(tx: &mut OrgTx, period: Period, now: OffsetDateTime) -> Res
             (now, currency, s.clone(), s)
         }
         (Some((as_of, rate_d, rate_t, so_far_d, so_far_t)), None) => {
-            let currency: Option<String> =
-                sqlx::query_scalar("SELECT currency::text FROM read_months WHERE org_id = $1 AND period = $2")
-                    .bind(tx.org().as_uuid())
-                    .bind(period.first_day())
-                    .fetch_one(tx.conn())
-                    .await?;
+            let currency = store::figures_currency(tx, period.first_day()).await?;
             (as_of.max(start), currency.unwrap_or_default(), (rate_d, rate_t), (so_far_d, so_far_t))
         }
         (None, None) => {
@@ -305,17 +272,7 @@ pub fn total(rows: &[ForecastRow]) -> Result<ForecastTotal, AppError> {
 /// Each department's totals of the three closed months before `period` (from the stored month figures).
 async fn history(tx: &mut OrgTx, period: Period) -> Result<HashMap<Uuid, Vec<Decimal>>, AppError> {
     let from = period.add_months(-3).map_err(internal)?;
-    let rows: Vec<(Uuid, String)> = sqlx::query_as(
-        "SELECT t.department_id, t.total::text FROM read_totals t
-           JOIN read_months m ON m.org_id = t.org_id AND m.period = t.period AND m.state = 'closed'
-          WHERE t.org_id = $1 AND t.period >= $2 AND t.period < $3
-          ORDER BY t.period",
-    )
-    .bind(tx.org().as_uuid())
-    .bind(from.first_day())
-    .bind(period.first_day())
-    .fetch_all(tx.conn())
-    .await?;
+    let rows = store::closed_department_totals(tx, from.first_day(), period.first_day()).await?;
     let mut out: HashMap<Uuid, Vec<Decimal>> = HashMap::new();
     for (department, total) in rows {
         out.entry(department).or_default().push(Decimal::parse(&total).map_err(internal)?);

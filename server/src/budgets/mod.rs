@@ -13,7 +13,6 @@ use gpuledger_api::{
 use gpuledger_core::{Period, decimal::Decimal};
 use serde_json::json;
 use time::OffsetDateTime;
-use uuid::Uuid;
 
 use crate::{
     db::OrgTx,
@@ -25,6 +24,7 @@ use crate::{
 };
 
 pub mod forecast;
+mod store;
 
 /// Routes of this module.
 pub fn router() -> Router<AppState> {
@@ -71,18 +71,9 @@ async fn set_budget(
         }
         (None, None) => return Err(AppError::invalid("department", "is required (or tenant)")),
     };
-    let budget_id: Uuid = sqlx::query_scalar(
-        "INSERT INTO budgets (org_id, period, department_id, tenant_id, amount, created_by)
-         VALUES ($1, $2, $3, $4, $5::numeric, $6) RETURNING budget_id",
-    )
-    .bind(p.org.as_uuid())
-    .bind(period.first_day())
-    .bind(department_id)
-    .bind(tenant_id)
-    .bind(amount.to_string())
-    .bind(p.actor())
-    .fetch_one(tx.conn())
-    .await?;
+    let budget_id =
+        store::insert_budget(&mut tx, period.first_day(), department_id, tenant_id, &amount.to_string(), &p.actor())
+            .await?;
     tx.audit_by(
         &p,
         "budget.set",
@@ -147,21 +138,7 @@ async fn get_forecast(
 
 /// The latest budget per department and tenant of `period`, departments first.
 pub(crate) async fn budgets(tx: &mut OrgTx, period: Period) -> Result<Vec<Budget>, AppError> {
-    type Row = (Uuid, Option<Uuid>, Option<Uuid>, String, Option<String>, String, String, OffsetDateTime);
-    let rows: Vec<Row> = sqlx::query_as(
-        "SELECT DISTINCT ON (COALESCE(b.department_id, b.tenant_id))
-                b.budget_id, COALESCE(b.department_id, t.department_id), b.tenant_id, d.name, t.name,
-                b.amount::text, b.created_by, b.created_at
-           FROM budgets b
-           LEFT JOIN tenants t ON t.org_id = b.org_id AND t.tenant_id = b.tenant_id
-           JOIN departments d ON d.org_id = b.org_id AND d.department_id = COALESCE(b.department_id, t.department_id)
-          WHERE b.org_id = $1 AND b.period = $2
-          ORDER BY COALESCE(b.department_id, b.tenant_id), b.created_at DESC",
-    )
-    .bind(tx.org().as_uuid())
-    .bind(period.first_day())
-    .fetch_all(tx.conn())
-    .await?;
+    let rows = store::latest_budgets(tx, period.first_day()).await?;
     let mut items: Vec<Budget> = rows
         .into_iter()
         .map(|(id, department_id, tenant_id, department, tenant, amount, by, at)| Budget {

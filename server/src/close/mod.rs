@@ -23,7 +23,7 @@ use gpuledger_core::{
     ledger::{AdjustmentRecord, Ledger, LedgerInput, compute},
 };
 use serde_json::json;
-use time::{Date, OffsetDateTime};
+use time::OffsetDateTime;
 use uuid::Uuid;
 
 use crate::{
@@ -73,67 +73,17 @@ async fn findings_handler(
     }
     let mut tx = p.begin(&state.db).await?;
     let (from, to) = crate::ledger::bounds(&mut tx, period).await?;
-    let org = tx.org().as_uuid();
-    let counts: Vec<(String, i64)> = sqlx::query_as(
-        "SELECT kind, count(*) FROM data_quality_findings
-          WHERE org_id = $3
-            AND COALESCE(occurred_from, created_at) < $2::timestamptz
-            AND COALESCE(occurred_to, occurred_from, created_at) >= $1::timestamptz
-          GROUP BY kind ORDER BY kind",
-    )
-    .bind(from)
-    .bind(to)
-    .bind(org)
-    .fetch_all(tx.conn())
-    .await?;
-    let items: Vec<(sqlx::types::Json<Finding>,)> = sqlx::query_as(
-        "SELECT jsonb_build_object('cluster', c.name, 'kind', f.kind, 'subject', f.subject,
-                'from', f.occurred_from, 'to', f.occurred_to, 'details', f.details,
-                'fix', CASE f.kind
-                    WHEN 'inventory_gap' THEN 'add the GPU model''s class or the profile''s fraction under Admin → Inventory; the allocation is recomputed'
-                    WHEN 'unknown_tenant' THEN 'create the tenant under Admin → Inventory & tenancy, or correct the namespace''s label'
-                    WHEN 'agent_gap' THEN CASE WHEN f.details->'recovered' = 'true'::jsonb
-                        THEN 'nothing to do: every dropped fact that counts for money is stored (telemetry windows lost stay lost)'
-                        ELSE 'the agent dropped data while the server was unreachable and it did not come back; see docs/agent.md (spool) and the agent''s logs; closing asks for an acknowledgement' END
-                    WHEN 'overcommit' THEN 'check the node''s time-slicing or MIG declaration under Admin → Inventory'
-                END)
-           FROM data_quality_findings f JOIN clusters c ON c.org_id = f.org_id AND c.cluster_id = f.cluster_id
-          WHERE f.org_id = $3
-            AND COALESCE(f.occurred_from, f.created_at) < $2::timestamptz
-            AND COALESCE(f.occurred_to, f.occurred_from, f.created_at) >= $1::timestamptz
-          ORDER BY COALESCE(f.occurred_from, f.created_at) DESC, f.finding_id LIMIT 200",
-    )
-    .bind(from)
-    .bind(to)
-    .bind(org)
-    .fetch_all(tx.conn())
-    .await?;
+    let counts = periods::finding_counts(&mut tx, from, to).await?;
+    let mut items = periods::findings(&mut tx, from, to).await?;
     // Allocations with no GPU class are not priced: said here, live (they leave the list once the inventory names
     // their model), never only as a count in the ledger's notes.
-    type Unpriced = (String, String, String, i64, OffsetDateTime, Option<OffsetDateTime>, Vec<String>);
-    let unpriced: Vec<Unpriced> = sqlx::query_as(
-        "SELECT c.name, COALESCE(a.gpu_model, ''), a.sharing_mode, count(*), min(a.started_at),
-                CASE WHEN bool_or(a.ended_at IS NULL) THEN NULL ELSE max(a.ended_at) END,
-                (array_agg(a.namespace || '/' || a.holder_name || ' (' || a.allocation_id || ')'
-                           ORDER BY a.started_at, a.allocation_id))[1:20]
-           FROM allocation_intervals a JOIN clusters c ON c.org_id = a.org_id AND c.cluster_id = a.cluster_id
-          WHERE a.org_id = $3 AND a.gpu_class IS NULL
-            AND a.started_at < $2::timestamptz
-            AND (a.ended_at IS NULL OR a.ended_at > $1::timestamptz)
-          GROUP BY c.name, a.gpu_model, a.sharing_mode ORDER BY count(*) DESC, c.name, 2 LIMIT 200",
-    )
-    .bind(from)
-    .bind(to)
-    .bind(org)
-    .fetch_all(tx.conn())
-    .await?;
+    let unpriced = periods::unpriced(&mut tx, from, to).await?;
     let overcommit = soft_overcommit(&mut tx, period, OffsetDateTime::now_utc()).await?;
     let bill = crate::costs::findings(&mut tx, period).await?;
     let needs_acknowledgement = needs_acknowledgement(&mut tx, period).await?;
     let acknowledgements = acknowledgements(&mut tx, period).await?;
     tx.commit().await?;
     let mut by_kind: std::collections::BTreeMap<String, i64> = counts.into_iter().collect();
-    let mut items: Vec<Finding> = items.into_iter().map(|(v,)| v.0).collect();
     for (cluster, model, mode, n, first, last, named) in unpriced {
         *by_kind.entry("unpriced".into()).or_default() += n;
         let (reason, fix) = if model.is_empty() {
@@ -214,6 +164,7 @@ pub async fn preview(tx: &mut OrgTx, period: Period) -> Result<Preview, AppError
 pub use gpuledger_api::close::CloseSummary;
 
 pub mod store;
+use store::periods;
 pub(crate) use store::{
     acknowledgements, freeze, late_data, needs_acknowledgement, record_acknowledgement, soft_overcommit,
 };
@@ -239,12 +190,7 @@ pub async fn close_period(
             gpuledger_core::time_fmt::rfc3339(end)
         )));
     }
-    let later: Option<Date> =
-        sqlx::query_scalar("SELECT max(period) FROM periods WHERE state = 'closed' AND period > $1 AND org_id = $2")
-            .bind(start)
-            .bind(org.as_uuid())
-            .fetch_one(tx.conn())
-            .await?;
+    let later = periods::later_closed(&mut tx, start).await?;
     if let Some(l) = later {
         return Err(AppError::Conflict(format!(
             "{} is already closed; {period} can no longer be closed",
@@ -253,29 +199,10 @@ pub async fn close_period(
     }
     // The stale cutoff by the database's clock, computed first: Citus refuses anything but immutable functions in the
     // ON CONFLICT clause (`now()`, and timestamptz − interval, which depends on the time zone).
-    let stale_before: time::OffsetDateTime = sqlx::query_scalar("SELECT now() - $1::interval")
-        .bind(format!("{} seconds", STALE_CLOSING.whole_seconds()))
-        .fetch_one(tx.conn())
-        .await?;
-    let won: Option<String> = sqlx::query_scalar(
-        "INSERT INTO periods (org_id, period, state, closing_by, closing_since) VALUES ($1, $2, 'closing', $3, now())
-         ON CONFLICT (org_id, period) DO UPDATE SET state = 'closing', closing_by = $3, closing_since = EXCLUDED.closing_since
-          WHERE periods.state = 'open' OR (periods.state = 'closing' AND periods.closing_since < $4)
-         RETURNING state",
-    )
-    .bind(org.as_uuid())
-    .bind(start)
-    .bind(actor)
-    .bind(stale_before)
-    .fetch_optional(tx.conn())
-    .await?;
+    let stale_before = periods::database_time_ago(&mut tx, STALE_CLOSING).await?;
+    let won = periods::take_closing(&mut tx, start, actor, stale_before).await?;
     if won.is_none() {
-        let (st, by): (String, Option<String>) =
-            sqlx::query_as("SELECT state, closing_by FROM periods WHERE period = $1 AND org_id = $2")
-                .bind(start)
-                .bind(org.as_uuid())
-                .fetch_one(tx.conn())
-                .await?;
+        let (st, by) = periods::state_and_closer(&mut tx, start).await?;
         tx.rollback().await?;
         return Err(AppError::Conflict(match st.as_str() {
             "closed" => format!("{period} is already closed"),
@@ -288,14 +215,7 @@ pub async fn close_period(
         Ok(s) => Ok(s),
         Err(e) => {
             if let Ok(mut tx) = db.begin_org(org).await {
-                let _ = sqlx::query(
-                    "UPDATE periods SET state = 'open', closing_by = NULL, closing_since = NULL
-                      WHERE period = $1 AND state = 'closing' AND org_id = $2",
-                )
-                .bind(start)
-                .bind(org.as_uuid())
-                .execute(tx.conn())
-                .await;
+                let _ = periods::reopen_closing(&mut tx, start).await;
                 let _ = tx.commit().await;
             }
             Err(e)
@@ -383,56 +303,29 @@ async fn bundle_handler(
     Ok(response)
 }
 
-#[allow(clippy::type_complexity)]
 async fn list_periods(State(state): State<AppState>, p: Caller<ReadLedger>) -> Result<Json<Periods>, AppError> {
     // Organization totals are not shown to a caller limited to departments.
     let scoped = p.departments.is_some();
     let mut tx = p.begin(&state.db).await?;
-    let org = tx.org().as_uuid();
-    type Row = (
-        Date,
-        sqlx::types::Text<PeriodState>,
-        Option<OffsetDateTime>,
-        Option<String>,
-        Option<i32>,
-        Option<String>,
-        Option<i32>,
-        Option<String>,
-        Option<String>,
-        Option<String>,
-    );
-    let rows: Vec<Row> = sqlx::query_as(
-        "SELECT period, state, closed_at, closed_by, policy_version, content_hash, line_count, total_amount::text,
-                currency::text, previous_hash
-           FROM periods WHERE org_id = $1 ORDER BY period DESC",
-    )
-    .bind(org)
-    .fetch_all(tx.conn())
-    .await?;
-    let first: Option<Date> = sqlx::query_scalar(
-        "SELECT LEAST((SELECT min(effective_from) FROM cost_policies WHERE state <> 'draft' AND org_id = $1),
-                      (SELECT date_trunc('month', min(started_at))::date FROM allocation_intervals WHERE org_id = $1))",
-    )
-    .bind(org)
-    .fetch_one(tx.conn())
-    .await?;
+    let rows = periods::period_rows(&mut tx).await?;
+    let first = periods::first_month(&mut tx).await?;
     tx.commit().await?;
     let current = Period::containing(OffsetDateTime::now_utc());
     let mut known: std::collections::BTreeMap<Period, PeriodEntry> = std::collections::BTreeMap::new();
     for r in rows {
-        let period = Period::from_date(r.0)?;
+        let period = Period::from_date(r.period)?;
         let record = PeriodRecord {
-            closed_at: r.2.map(gpuledger_core::time_fmt::rfc3339),
-            closed_by: r.3,
-            policy_version: r.4,
-            hash: r.5,
-            lines: if scoped { None } else { r.6 },
-            total: if scoped { None } else { r.7 },
-            currency: r.8,
-            previous_hash: r.9,
-            bundle: (r.1.0 == PeriodState::Closed).then(|| format!("/api/v1/periods/{period}/bundle")),
+            closed_at: r.closed_at.map(gpuledger_core::time_fmt::rfc3339),
+            closed_by: r.closed_by,
+            policy_version: r.policy_version,
+            hash: r.content_hash,
+            lines: if scoped { None } else { r.line_count },
+            total: if scoped { None } else { r.total_amount },
+            currency: r.currency,
+            previous_hash: r.previous_hash,
+            bundle: (r.state.0 == PeriodState::Closed).then(|| format!("/api/v1/periods/{period}/bundle")),
         };
-        known.insert(period, PeriodEntry { period: period.to_string(), state: r.1.0, record: Some(record) });
+        known.insert(period, PeriodEntry { period: period.to_string(), state: r.state.0, record: Some(record) });
     }
     if let Some(f) = first {
         let mut m = Period::from_date(f)?;

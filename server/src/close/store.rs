@@ -1,5 +1,7 @@
 //! SQL of this feature: reads and writes inside the caller's organization-scoped transaction.
 
+pub(crate) mod periods;
+
 use super::preview;
 use crate::store::stored_as;
 pub use crate::store::{stored_bundle, stored_bundle_json};

@@ -70,24 +70,6 @@ pub(crate) const COLUMNS: [&str; 34] = [
     "Share",
 ];
 
-/// The raw columns of the organization `$3`'s intervals overlapping `[$1, $2)` (month start, next month start).
-const INTERVALS_SQL: &str = "SELECT a.cluster_id, a.allocation_id, a.started_at, a.ended_at, a.fraction_num,
-       a.fraction_den, a.holder_kind, a.holder_uid, a.holder_name, a.namespace, a.namespace_uid, a.container, a.node,
-       a.resource, a.units, a.device_ids, a.gpu_model, a.gpu_class, a.sharing_mode, a.profile, a.replicas,
-       a.labels->>'endpoint', a.end_estimated, a.confidence, a.inventory_gap, a.share
-  FROM allocation_intervals a
- WHERE a.org_id = $3 AND a.started_at < $2::timestamptz AND (a.ended_at IS NULL OR a.ended_at > $1::timestamptz)";
-
-/// Every namespace's owners, with tenant and department as the caller may see them (PostgreSQL's row-level
-/// security applies to each table, as in the SQL plan); `$1` is the organization.
-const OWNERS_SQL: &str =
-    "SELECT x.namespace_uid, x.valid_from, x.valid_to, t.tenant_id, t.name, d.department_id, d.name
-  FROM namespace_ownership x
-  LEFT JOIN tenants t ON t.org_id = x.org_id AND t.tenant_id = x.tenant_id
-  LEFT JOIN departments d ON d.org_id = t.org_id AND d.department_id = t.department_id
- WHERE x.org_id = $1
- ORDER BY x.namespace_uid, x.valid_from";
-
 /// One owner of a namespace over `[from, to)`.
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) struct Owner {
@@ -116,31 +98,7 @@ pub(crate) struct Dimensions {
 impl Dimensions {
     /// Reads them in the caller's transaction.
     pub async fn load(conn: &mut PgConnection) -> Result<Self, sqlx::Error> {
-        let (now, org): (OffsetDateTime, Option<Uuid>) =
-            sqlx::query_as("SELECT now(), NULLIF(current_setting('app.org_id', true), '')::uuid")
-                .fetch_one(&mut *conn)
-                .await?;
-        let mut clusters = HashMap::new();
-        let rows = sqlx::query("SELECT cluster_id, name FROM clusters WHERE org_id = $1")
-            .bind(org)
-            .fetch_all(&mut *conn)
-            .await?;
-        for r in rows {
-            clusters.insert(r.try_get::<Uuid, _>(0)?, r.try_get::<String, _>(1)?);
-        }
-        let mut owners: HashMap<Uuid, Vec<Owner>> = HashMap::new();
-        let mut rows = sqlx::query(OWNERS_SQL).bind(org).fetch(&mut *conn);
-        while let Some(r) = rows.try_next().await? {
-            owners.entry(r.try_get(0)?).or_default().push(Owner {
-                from: r.try_get(1)?,
-                to: r.try_get(2)?,
-                tenant_id: r.try_get(3)?,
-                tenant: r.try_get(4)?,
-                department_id: r.try_get(5)?,
-                department: r.try_get(6)?,
-            });
-        }
-        Ok(Self { clusters, owners, now: Some(now), org })
+        super::store::dimensions(conn).await
     }
 }
 
@@ -329,7 +287,8 @@ fn text(row: &PgRow, i: usize) -> Result<Cell<'_>, sqlx::Error> {
     Ok(row.try_get_unchecked::<Option<&str>, _>(i)?.map_or(Cell::Null, Cell::text))
 }
 
-/// One interval as PostgreSQL sent it ([`INTERVALS_SQL`]), and its cells that do not depend on the piece.
+/// One interval as PostgreSQL sent it ([`super::store::INTERVALS_SQL`]), and its cells that do not depend on the
+/// piece.
 struct Interval<'r> {
     cluster_id: Uuid,
     allocation_id: &'r str,
@@ -342,9 +301,9 @@ struct Interval<'r> {
 }
 
 impl<'r> Interval<'r> {
-    /// Decodes a row of [`INTERVALS_SQL`]; `fraction` and `devices` hold the text of those cells. (Without sqlx's
-    /// type check per value: the statement is this module's own and its column types are fixed by the schema;
-    /// values are still decoded and validated.)
+    /// Decodes a row of [`super::store::INTERVALS_SQL`]; `fraction` and `devices` hold the text of those cells.
+    /// (Without sqlx's type check per value: the statement is this feature's own and its column types are fixed by
+    /// the schema; values are still decoded and validated.)
     fn decode(row: &'r PgRow, fraction: &'r mut String, devices: &'r mut String) -> Result<Self, AppError> {
         let num: Option<i64> = row.try_get_unchecked(4)?;
         let den: Option<i64> = row.try_get_unchecked(5)?;
@@ -488,7 +447,7 @@ where
     let mut pieces: Vec<Piece<'_>> = Vec::with_capacity(4);
     let (mut hours, mut fraction, mut devices) = (String::new(), String::new(), String::new());
     let (from, before) = range_args(cut);
-    let mut rows = sqlx::query(INTERVALS_SQL).bind(from).bind(before).bind(dims.org).fetch(conn);
+    let mut rows = super::store::intervals(conn, from, before, dims.org);
     let mut started = false;
     loop {
         let row = rows.try_next().await?;
@@ -552,22 +511,7 @@ pub(crate) async fn odata_page(
     let mut position: Option<(Uuid, String, bool)> = after.as_ref().map(|(c, a, _)| (*c, a.clone(), true));
     let batch = i64::try_from(want + 1).unwrap_or(i64::MAX);
     loop {
-        let (sql, bound) = match &position {
-            None => (format!("{INTERVALS_SQL} ORDER BY a.cluster_id, a.allocation_id LIMIT $4"), None),
-            Some((c, a, inclusive)) => (
-                format!(
-                    "{INTERVALS_SQL} AND (a.cluster_id, a.allocation_id) {} ($5::uuid, $6::text)
-                     ORDER BY a.cluster_id, a.allocation_id LIMIT $4",
-                    if *inclusive { ">=" } else { ">" }
-                ),
-                Some((*c, a.clone())),
-            ),
-        };
-        let mut q = sqlx::query(&sql).bind(from).bind(before).bind(dims.org).bind(batch);
-        if let Some((c, a)) = &bound {
-            q = q.bind(*c).bind(a.as_str());
-        }
-        let rows = q.fetch_all(&mut *conn).await?;
+        let rows = super::store::interval_batch(&mut *conn, from, before, dims.org, batch, position.as_ref()).await?;
         let fetched = rows.len();
         for row in &rows {
             let Some(cluster) = dims.clusters.get(&row.try_get::<Uuid, _>(0)?) else { continue };

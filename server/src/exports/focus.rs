@@ -697,10 +697,7 @@ pub(super) async fn focus_csv(
     let version = Version::parse(name).ok_or_else(|| AppError::Internal(format!("FOCUS {name} is not written")))?;
     let (lines, _closed) = month_lines(&state, &p, &f).await?;
     let mut tx = state.db.begin_org(p.org).await?;
-    let org_name: String = sqlx::query_scalar("SELECT name FROM organizations WHERE org_id = $1")
-        .bind(p.org.as_uuid())
-        .fetch_one(tx.conn())
-        .await?;
+    let org_name = super::store::org_name(&mut tx).await?;
     // The billing period of each month the lines name (theirs, and the months corrections correct).
     let mut months = std::collections::BTreeMap::new();
     let mut wanted = std::collections::BTreeSet::from([f.period]);

@@ -234,8 +234,7 @@ async fn produce_csv(
     let mut tx = p.begin(db).await?;
     // Streams a whole month: the export's statement limit, not the request's.
     tx.allow_long_statements().await?;
-    sqlx::query("SET LOCAL TimeZone = 'UTC'").execute(tx.conn()).await?;
-    sqlx::query("SET LOCAL jit = off").execute(tx.conn()).await?;
+    store::export_session(&mut tx).await?;
     let mut buf = Vec::with_capacity(CHUNK + 4096);
     let select = match plan {
         Plan::Sql(select) => select,
@@ -261,7 +260,7 @@ async fn produce_csv(
     cells::csv_header(&mut buf, select.columns.iter().map(|c| c.csv_name()));
     let kinds: Vec<cells::Kind> = select.columns.iter().map(|c| c.kind).collect();
     {
-        let mut rows = select.args.bind(sqlx::query(&sql)).fetch(tx.conn());
+        let mut rows = store::select_stream(tx.conn(), &sql, &select.args);
         loop {
             let row = rows.try_next().await?;
             if let Some(s) = started.take() {

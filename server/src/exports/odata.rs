@@ -516,8 +516,7 @@ async fn prepare(state: &AppState, set: &str, headers: &HeaderMap, raw: Option<&
 async fn begin(state: &AppState, p: &Principal) -> Result<crate::db::OrgTx, ODataError> {
     let mut tx = p.begin(&state.db).await?;
     tx.allow_long_statements().await?;
-    sqlx::query("SET LOCAL TimeZone = 'UTC'").execute(tx.conn()).await?;
-    sqlx::query("SET LOCAL jit = off").execute(tx.conn()).await?;
+    super::store::export_session(&mut tx).await?;
     Ok(tx)
 }
 
@@ -607,7 +606,7 @@ async fn page(state: &AppState, set: &str, headers: &HeaderMap, raw: Option<&str
         }
         _ => {
             let rows =
-                if want == 0 { Vec::new() } else { select.args.bind(sqlx::query(&sql)).fetch_all(tx.conn()).await? };
+                if want == 0 { Vec::new() } else { super::store::select_rows(tx.conn(), &sql, &select.args).await? };
             let shown = rows.len().min(usize::try_from(want).unwrap_or(0));
             values.reserve(shown * 64 * select.columns.len());
             for (r, row) in rows.iter().take(shown).enumerate() {
@@ -643,14 +642,8 @@ async fn page(state: &AppState, set: &str, headers: &HeaderMap, raw: Option<&str
             (shown, next_key)
         }
     };
-    let total: Option<i64> = if o.count {
-        Some(count.1.bind(sqlx::query(&count.0)).fetch_one(tx.conn()).await.and_then(|r| {
-            use sqlx::Row;
-            r.try_get::<i64, _>(0)
-        })?)
-    } else {
-        None
-    };
+    let total: Option<i64> =
+        if o.count { Some(super::store::select_count(tx.conn(), &count.0, &count.1).await?) } else { None };
     if o.skiptoken.is_none() {
         let details =
             json!({"filter": o.filter, "select": o.select, "orderby": o.orderby, "top": o.top, "skip": o.skip});
@@ -719,10 +712,7 @@ pub(super) async fn count(
     let result: Result<Response, ODataError> = async {
         let Request { p, select, count, .. } = prepare(&state, &set, &headers, raw.as_deref()).await?;
         let mut tx = begin(&state, &p).await?;
-        let n: i64 = count.1.bind(sqlx::query(&count.0)).fetch_one(tx.conn()).await.and_then(|r| {
-            use sqlx::Row;
-            r.try_get::<i64, _>(0)
-        })?;
+        let n = super::store::select_count(tx.conn(), &count.0, &count.1).await?;
         tx.audit_by(&p, "export.odata", &format!("{}/$count", select.source.set), "", json!({})).await?;
         tx.commit().await?;
         let mut response = n.to_string().into_response();

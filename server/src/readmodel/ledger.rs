@@ -51,29 +51,8 @@ async fn get_months(
         return Err(AppError::refused("to", "at most 36 months at once"));
     }
     let mut tx = p.begin(&state.db).await?;
-    type MonthRow = (
-        time::Date,
-        Option<sqlx::types::Text<gpuledger_api::states::FiguresState>>,
-        Option<String>,
-        Option<time::OffsetDateTime>,
-    );
-    let rows: Vec<MonthRow> = sqlx::query_as(
-        "SELECT g.period::date, m.state, (SELECT sum(t.total)::text FROM read_totals t
-                                         WHERE t.org_id = $1 AND t.period = m.period
-                                           AND ($4::text IS NULL OR t.department = $4 OR t.department_id::text = $4)
-                                           AND ($5::uuid[] IS NULL OR t.department_id = ANY($5))),
-                m.as_of
-           FROM generate_series($2::date, $3::date, interval '1 month') AS g(period)
-           LEFT JOIN read_months m ON m.org_id = $1 AND m.period = g.period::date
-          ORDER BY 1",
-    )
-    .bind(p.org.as_uuid())
-    .bind(start)
-    .bind(end)
-    .bind(q.department.as_deref())
-    .bind(p.departments.as_ref().map(|d| d.iter().map(|d| d.as_uuid()).collect::<Vec<_>>()))
-    .fetch_all(tx.conn())
-    .await?;
+    let scope = p.departments.as_ref().map(|d| d.iter().map(|d| d.as_uuid()).collect::<Vec<_>>());
+    let rows = super::store::month_totals(&mut tx, start, end, q.department.as_deref(), scope).await?;
     tx.commit_quiet().await?;
     let months = rows
         .into_iter()

@@ -19,6 +19,7 @@ pub use crate::figures::{
 };
 
 pub mod ledger;
+mod store;
 pub mod summaries;
 pub mod worker;
 
@@ -40,12 +41,7 @@ pub async fn backfill_closed(
     let Some(bundle) = crate::store::stored_bundle(&mut tx, period).await? else {
         return Err(AppError::Internal(format!("closed period {period} has no bundle")));
     };
-    let closed_at: Option<OffsetDateTime> =
-        sqlx::query_scalar("SELECT closed_at FROM periods WHERE org_id = $1 AND period = $2")
-            .bind(org.as_uuid())
-            .bind(period.first_day())
-            .fetch_one(tx.conn())
-            .await?;
+    let closed_at = store::closed_at(&mut tx, period.first_day()).await?;
     store(
         &mut tx,
         &Figures {
@@ -94,12 +90,7 @@ pub async fn visible_lines(
     ensure(db, p.org, period).await?;
     let mut tx = p.begin(db).await?;
     let Some(h) = head(&mut tx, period).await? else { return Ok(None) };
-    let rows: Vec<sqlx::types::Json<LedgerLine>> =
-        sqlx::query_scalar("SELECT line FROM read_lines WHERE org_id = $1 AND period = $2 ORDER BY line_no")
-            .bind(p.org.as_uuid())
-            .bind(period.first_day())
-            .fetch_all(tx.conn())
-            .await?;
+    let rows = store::visible_lines(&mut tx, period.first_day()).await?;
     tx.commit_quiet().await?;
-    Ok(Some((h, rows.into_iter().map(|j| j.0).collect())))
+    Ok(Some((h, rows)))
 }

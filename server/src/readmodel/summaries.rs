@@ -10,6 +10,7 @@ use serde_json::{Value, json};
 use time::OffsetDateTime;
 use uuid::Uuid;
 
+use super::store;
 use crate::{
     db::{Database, OrgTx},
     error::AppError,
@@ -31,22 +32,10 @@ pub async fn compute(db: &Database, org: OrgId, period: Period) -> Result<bool, 
     let mut tx = db.begin_org(org).await?;
     // The computations read a whole month of telemetry: the export's statement limit.
     tx.allow_long_statements().await?;
-    let locked: bool = sqlx::query_scalar("SELECT pg_try_advisory_xact_lock($1, $2)")
-        .bind(LOCK_CLASS)
-        .bind(super::worker::lock_key(org).1)
-        .fetch_one(tx.conn())
-        .await?;
-    if !locked {
+    if !store::try_lock(&mut tx, LOCK_CLASS, super::worker::lock_key(org).1).await? {
         return Ok(false);
     }
-    let start = period.first_day();
-    let as_of: Option<OffsetDateTime> =
-        sqlx::query_scalar("SELECT as_of FROM read_months WHERE org_id = $1 AND period = $2")
-            .bind(org.as_uuid())
-            .bind(start)
-            .fetch_optional(tx.conn())
-            .await?;
-    let Some(as_of) = as_of else { return Ok(false) };
+    let Some(as_of) = store::figures_as_of(&mut tx, period.first_day()).await? else { return Ok(false) };
 
     let mut kinds: Vec<(&str, u64, Value, Vec<Row>)> = Vec::new();
     let started = Instant::now();
@@ -88,7 +77,7 @@ pub async fn compute(db: &Database, org: OrgId, period: Period) -> Result<bool, 
         workloads.into_iter().map(|(d, v)| Ok(("workloads", d, to_json(&v)?))).collect::<Result<_, AppError>>()?,
     ));
 
-    store(&mut tx, period, as_of, &kinds).await?;
+    store_summaries(&mut tx, period, as_of, &kinds).await?;
     tx.commit_quiet().await?;
     Ok(true)
 }
@@ -107,30 +96,17 @@ fn elapsed_ms(started: Instant) -> u64 {
     u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX)
 }
 
-async fn store(
+/// Replaces the stored summaries of `period` with `kinds` (each: kind, milliseconds taken, head, rows).
+async fn store_summaries(
     tx: &mut OrgTx,
     period: Period,
     as_of: OffsetDateTime,
     kinds: &[(&str, u64, Value, Vec<Row>)],
 ) -> Result<(), AppError> {
-    let (org, start) = (tx.org().as_uuid(), period.first_day());
-    sqlx::query("DELETE FROM read_summaries WHERE org_id = $1 AND period = $2")
-        .bind(org)
-        .bind(start)
-        .execute(tx.conn())
-        .await?;
+    let start = period.first_day();
+    store::delete_summaries(tx, start).await?;
     for (kind, ms, head, rows) in kinds {
-        sqlx::query(
-            "INSERT INTO read_summaries (org_id, period, kind, as_of, compute_ms, head) VALUES ($1, $2, $3, $4, $5, $6)",
-        )
-        .bind(org)
-        .bind(start)
-        .bind(*kind)
-        .bind(as_of)
-        .bind(i32::try_from(*ms).unwrap_or(i32::MAX))
-        .bind(head)
-        .execute(tx.conn())
-        .await?;
+        store::insert_summary(tx, start, kind, as_of, i32::try_from(*ms).unwrap_or(i32::MAX), head).await?;
         for (c, chunk) in rows.chunks(5_000).enumerate() {
             let mut no = Vec::with_capacity(chunk.len());
             let (mut section, mut department, mut body) = (Vec::new(), Vec::new(), Vec::new());
@@ -140,19 +116,7 @@ async fn store(
                 department.push(*d);
                 body.push(b);
             }
-            use crate::bulk::{col, constant};
-            let kind: &str = kind;
-            crate::bulk::execute(
-                tx,
-                &crate::bulk::Insert {
-                    into: "INSERT INTO read_summary_rows (org_id, period, kind, row_no, section, department_id, body)",
-                    row: "$1, $2, $3, {0}, {1}, {2}, {3}",
-                    consts: &[constant("uuid", &org), constant("date", &start), constant("text", &kind)],
-                    cols: &[col("int", &no), col("text", &section), col("uuid", &department), col("jsonb", &body)],
-                    tail: "",
-                },
-            )
-            .await?;
+            store::insert_summary_rows(tx, start, kind, &no, &section, &department, &body).await?;
         }
     }
     Ok(())
@@ -162,31 +126,15 @@ async fn store(
 /// one answer: per kind its answer-wide fields, its rows by section, and when it was computed; `null` for a kind
 /// not computed yet (the page says so).
 pub async fn read(tx: &mut OrgTx, period: Period) -> Result<Summaries, AppError> {
-    let (org, start) = (tx.org().as_uuid(), period.first_day());
-    let heads: Vec<(String, OffsetDateTime, OffsetDateTime, Value)> =
-        sqlx::query_as("SELECT kind, as_of, computed_at, head FROM read_summaries WHERE org_id = $1 AND period = $2")
-            .bind(org)
-            .bind(start)
-            .fetch_all(tx.conn())
-            .await?;
-    let rows: Vec<(String, String, Value)> = sqlx::query_as(
-        "SELECT kind, section, body FROM read_summary_rows WHERE org_id = $1 AND period = $2 ORDER BY kind, row_no",
-    )
-    .bind(org)
-    .bind(start)
-    .fetch_all(tx.conn())
-    .await?;
-    let figures: Option<OffsetDateTime> =
-        sqlx::query_scalar("SELECT as_of FROM read_months WHERE org_id = $1 AND period = $2")
-            .bind(org)
-            .bind(start)
-            .fetch_optional(tx.conn())
-            .await?;
+    let start = period.first_day();
+    let heads = store::summary_heads(tx, start).await?;
+    let rows = store::summary_rows(tx, start).await?;
+    let figures = store::figures_as_of(tx, start).await?;
     let mut answer =
         Summaries { period: period.to_string(), pending: false, utilization: None, inference: None, training: None };
     let mut pending = false;
     for kind in KINDS {
-        let Some((_, as_of, computed_at, head)) = heads.iter().find(|h| h.0 == kind) else {
+        let Some(store::SummaryHead { as_of, computed_at, head, .. }) = heads.iter().find(|h| h.kind == kind) else {
             pending = true;
             continue;
         };

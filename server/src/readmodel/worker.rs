@@ -56,7 +56,6 @@ pub enum Wait {
 /// The open months to refresh at `now`: this month, the previous one unless closed, and any month that already
 /// has provisional figures (a reader asked for it).
 async fn open_months(tx: &mut OrgTx, now: OffsetDateTime, extra: Option<Period>) -> Result<Vec<Period>, AppError> {
-    let org = tx.org().as_uuid();
     // This month in the organization's calendar (Tokyo's December begins nine hours before UTC's).
     let current = crate::calendar::month_of(tx, now).await?;
     let mut months = vec![current];
@@ -64,23 +63,13 @@ async fn open_months(tx: &mut OrgTx, now: OffsetDateTime, extra: Option<Period>)
     if let Ok(prev) = current.prev() {
         months.push(prev);
     }
-    let stored: Vec<time::Date> =
-        sqlx::query_scalar("SELECT period FROM read_months WHERE org_id = $1 AND state = 'provisional'")
-            .bind(org)
-            .fetch_all(tx.conn())
-            .await?;
-    for d in stored {
+    for d in store::provisional_months(tx).await? {
         let p = Period::from_date(d)?;
         if !months.contains(&p) {
             months.push(p);
         }
     }
-    let closed: Vec<time::Date> =
-        sqlx::query_scalar("SELECT period FROM periods WHERE org_id = $1 AND state = 'closed' AND period = ANY($2)")
-            .bind(org)
-            .bind(months.iter().map(|p| p.first_day()).collect::<Vec<_>>())
-            .fetch_all(tx.conn())
-            .await?;
+    let closed = store::closed_among(tx, months.iter().map(|p| p.first_day()).collect()).await?;
     months.retain(|p| !closed.contains(&p.first_day()));
     // Months that have not begun yet have no figures.
     months.retain(|p| *p <= current);
@@ -103,13 +92,7 @@ pub async fn refresh_with(db: &Database, org: OrgId, wait: Wait, extra: Option<P
     tx.allow_long_statements().await?;
     let (_, key) = lock_key(org);
     let locked: bool = match wait {
-        Wait::GiveWay => {
-            sqlx::query_scalar("SELECT pg_try_advisory_xact_lock($1, $2)")
-                .bind(LOCK_CLASS)
-                .bind(key)
-                .fetch_one(tx.conn())
-                .await?
-        }
+        Wait::GiveWay => store::try_lock(&mut tx, LOCK_CLASS, key).await?,
         Wait::Block => {
             tx.wait_for_turn(LOCK_CLASS, key).await?;
             true
@@ -130,15 +113,7 @@ pub async fn refresh_with(db: &Database, org: OrgId, wait: Wait, extra: Option<P
         // Waited for another refresh: nothing to do when it left the figures current (no change since, and the
         // month asked for has figures).
         let month = (extra.unwrap_or_else(|| Period::containing(OffsetDateTime::now_utc()))).first_day();
-        let current: bool = sqlx::query_scalar(
-            "SELECT NOT EXISTS (SELECT 1 FROM read_dirty WHERE org_id = $1)
-                AND EXISTS (SELECT 1 FROM read_months WHERE org_id = $1 AND period = $2)",
-        )
-        .bind(org.as_uuid())
-        .bind(month)
-        .fetch_one(tx.conn())
-        .await?;
-        if current {
+        if store::figures_current(&mut tx, month).await? {
             tx.commit_quiet().await?;
             return Ok(true);
         }
@@ -146,13 +121,13 @@ pub async fn refresh_with(db: &Database, org: OrgId, wait: Wait, extra: Option<P
     // Changes committed from here on mark the organization again: the next round includes them. (Cleared in its
     // own short transaction, so ingest never waits for this computation.)
     let mut clear = db.begin_org(org).await?;
-    sqlx::query("DELETE FROM read_dirty WHERE org_id = $1").bind(org.as_uuid()).execute(clear.conn()).await?;
+    store::clear_changed(&mut clear).await?;
     clear.commit_quiet().await?;
     let mut computing = None;
     let result = compute_and_store(&mut tx, extra, &mut computing).await;
     match result {
         Ok(()) => {
-            sqlx::query("DELETE FROM read_failures WHERE org_id = $1").bind(org.as_uuid()).execute(tx.conn()).await?;
+            store::clear_failure(&mut tx).await?;
             tx.commit_quiet().await?;
             Ok(true)
         }
@@ -201,19 +176,7 @@ async fn record_failure(db: &Database, org: OrgId, period: Option<Period>, e: &A
     tracing::warn!(org = %org, period = ?period.map(|p| p.to_string()), error = %e, "read model refresh failed");
     let recorded = async {
         let mut tx = db.begin_org(org).await?;
-        let attempts: i32 = sqlx::query_scalar(
-            "INSERT INTO read_failures (org_id, first_failed_at, failed_at, attempts, period, field, reason)
-             VALUES ($1, now(), now(), 1, $2, left($3, 200), left($4, 2000))
-             ON CONFLICT (org_id) DO UPDATE SET failed_at = EXCLUDED.failed_at, attempts = read_failures.attempts + 1,
-                 period = EXCLUDED.period, field = EXCLUDED.field, reason = EXCLUDED.reason
-             RETURNING attempts",
-        )
-        .bind(org.as_uuid())
-        .bind(period.map(|p| p.first_day()))
-        .bind(&field)
-        .bind(&reason)
-        .fetch_one(tx.conn())
-        .await?;
+        let attempts = store::record_failure(&mut tx, period.map(|p| p.first_day()), &field, &reason).await?;
         if !lasting(e) && attempts < RETRIES {
             super::mark_changed(&mut tx).await?;
         }
@@ -232,14 +195,7 @@ async fn record_failure(db: &Database, org: OrgId, period: Option<Period>, e: &A
 
 /// The recorded failure of the last refresh when nothing changed since (computing again would fail the same way).
 async fn failure_standing(tx: &mut OrgTx) -> Result<Option<AppError>, AppError> {
-    let row: Option<(String, String)> = sqlx::query_as(
-        "SELECT f.field, f.reason FROM read_failures f
-          WHERE f.org_id = $1 AND NOT EXISTS (SELECT 1 FROM read_dirty d WHERE d.org_id = $1)",
-    )
-    .bind(tx.org().as_uuid())
-    .fetch_optional(tx.conn())
-    .await?;
-    Ok(row.map(|(field, reason)| AppError::refused(field, reason)))
+    Ok(store::standing_failure(tx).await?.map(|(field, reason)| AppError::refused(field, reason)))
 }
 
 async fn compute_and_store(
@@ -287,7 +243,7 @@ async fn compute_and_store(
         } else {
             None
         };
-        store(
+        super::store(
             tx,
             &Figures {
                 period,

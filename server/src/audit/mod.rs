@@ -6,6 +6,8 @@ use uuid::Uuid;
 
 use crate::{auth::Principal, db::OrgTx, error::AppError};
 
+mod store;
+
 impl OrgTx {
     /// Writes an audit record for `actor` (`token:<id>`, `user:<e-mail>`, `demo`, …).
     pub async fn audit(
@@ -41,21 +43,6 @@ impl OrgTx {
         reason: &str,
         details: Value,
     ) -> Result<(), AppError> {
-        let org = self.org().as_uuid();
-        sqlx::query(
-            "INSERT INTO audit_log (org_id, audit_id, actor, action, target, reason, details, source)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
-        )
-        .bind(org)
-        .bind(Uuid::new_v4())
-        .bind(actor)
-        .bind(action)
-        .bind(target)
-        .bind(reason)
-        .bind(details)
-        .bind(source)
-        .execute(self.conn())
-        .await?;
-        Ok(())
+        store::insert_record(self, Uuid::new_v4(), actor, source, action, target, reason, details).await
     }
 }

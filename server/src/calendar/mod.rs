@@ -14,6 +14,8 @@ use time::OffsetDateTime;
 
 use crate::{db::OrgTx, error::AppError};
 
+mod store;
+
 /// The default zone.
 pub const UTC: &str = "UTC";
 /// Longest zone name kept (IANA names are at most ~30 characters).
@@ -60,29 +62,7 @@ impl Bounds {
 /// `period`'s instants for `tx`'s organization: a closed month's stored ones, else local midnight of the 1st (or
 /// the previous closed month's end) to local midnight of the next 1st in the organization's zone.
 pub async fn bounds(tx: &mut OrgTx, period: Period) -> Result<Bounds, AppError> {
-    let org = tx.org().as_uuid();
-    let row: (String, OffsetDateTime, OffsetDateTime, Option<OffsetDateTime>) = sqlx::query_as(
-        // A month closed before calendars existed has no stored instants: it closed under UTC.
-        "WITH z AS (SELECT COALESCE((SELECT time_zone FROM org_settings WHERE org_id = $1), 'UTC') AS tz),
-              closed AS (SELECT COALESCE(time_zone, 'UTC') AS time_zone, continues_from,
-                                COALESCE(starts_at, period::timestamp AT TIME ZONE 'UTC') AS starts_at,
-                                COALESCE(ends_at, (period + interval '1 month')::timestamp AT TIME ZONE 'UTC') AS ends_at
-                           FROM periods WHERE org_id = $1 AND period = $2 AND state = 'closed'),
-              prev AS (SELECT COALESCE(ends_at, (period + interval '1 month')::timestamp AT TIME ZONE 'UTC') AS ends_at
-                         FROM periods
-                        WHERE org_id = $1 AND period = ($2::date - interval '1 month')::date AND state = 'closed')
-         SELECT COALESCE((SELECT time_zone FROM closed), z.tz),
-                COALESCE((SELECT starts_at FROM closed), ($2::date::timestamp AT TIME ZONE z.tz)),
-                COALESCE((SELECT ends_at FROM closed), (($2::date + interval '1 month')::timestamp AT TIME ZONE z.tz)),
-                CASE WHEN EXISTS (SELECT 1 FROM closed) THEN (SELECT continues_from FROM closed)
-                     ELSE (SELECT ends_at FROM prev) END
-           FROM z",
-    )
-    .bind(org)
-    .bind(period.first_day())
-    .fetch_one(tx.conn())
-    .await?;
-    let (time_zone, start, end, prev_end) = row;
+    let (time_zone, start, end, prev_end) = store::month_instants(tx, period.first_day()).await?;
     // Only a previous month that ended elsewhere makes this one continue from it.
     let continues_from = prev_end.filter(|p| *p != start);
     if end <= start || continues_from.is_some_and(|c| c >= end) {
@@ -93,23 +73,12 @@ pub async fn bounds(tx: &mut OrgTx, period: Period) -> Result<Bounds, AppError> 
 
 /// The organization's zone now.
 pub async fn zone(tx: &mut OrgTx) -> Result<String, AppError> {
-    let org = tx.org().as_uuid();
-    let z: Option<String> = sqlx::query_scalar("SELECT time_zone FROM org_settings WHERE org_id = $1")
-        .bind(org)
-        .fetch_optional(tx.conn())
-        .await?;
-    Ok(z.unwrap_or_else(|| UTC.to_string()))
+    Ok(store::zone(tx).await?.unwrap_or_else(|| UTC.to_string()))
 }
 
 /// The month containing `at` in the organization's calendar (its zone now).
 pub async fn month_of(tx: &mut OrgTx, at: OffsetDateTime) -> Result<Period, AppError> {
-    let day: time::Date = sqlx::query_scalar(
-        "SELECT ($1::timestamptz AT TIME ZONE COALESCE((SELECT time_zone FROM org_settings WHERE org_id = $2), 'UTC'))::date",
-    )
-    .bind(at)
-    .bind(tx.org().as_uuid())
-    .fetch_one(tx.conn())
-    .await?;
+    let day = store::local_day(tx, at).await?;
     Ok(Period::new(day.year(), day.month())?)
 }
 
@@ -119,11 +88,7 @@ pub async fn check_zone(tx: &mut OrgTx, field: &str, name: &str) -> Result<(), A
     let plausible = !name.is_empty()
         && name.len() <= MAX_ZONE
         && name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'/' | b'_' | b'-' | b'+'));
-    let known = plausible
-        && sqlx::query_scalar::<_, bool>("SELECT EXISTS (SELECT 1 FROM pg_timezone_names WHERE name = $1)")
-            .bind(name)
-            .fetch_one(tx.conn())
-            .await?;
+    let known = plausible && store::zone_known(tx, name).await?;
     if !known {
         return Err(AppError::refused(
             field,

@@ -43,6 +43,8 @@ use crate::{
     db::Database,
 };
 
+mod store;
+
 /// What may be kept for a path: a portal page (rendered with markers, sessions only), or an API answer of stored
 /// figures (sessions and tokens).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -274,7 +276,7 @@ impl PageCache {
             None => {
                 let commits = crate::db::commits();
                 let mut tx = db.begin_org(org).await.ok()?;
-                let g: String = sqlx::query_scalar(GENERATION).bind(org.as_uuid()).fetch_one(tx.conn()).await.ok()?;
+                let g = store::generation(&mut tx).await.ok()?;
                 // Read only: ended without a commit, which would count as one.
                 tx.rollback().await.ok()?;
                 self.remember_generation(org, commits, &g);
@@ -321,18 +323,6 @@ struct Who {
     name: String,
     csrf: String,
 }
-
-/// The read model's generation of `org`, read in the reader's own transaction: it changes whenever a stored
-/// figure, summary, pending change, period or budget does (budgets are only ever added), and when a refresh fails or
-/// its failure is cleared.
-const GENERATION: &str = "SELECT concat_ws('|',
-        (SELECT max(as_of)::text FROM read_months WHERE org_id = $1),
-        (SELECT max(computed_at)::text FROM read_summaries WHERE org_id = $1),
-        (SELECT since::text FROM read_dirty WHERE org_id = $1),
-        (SELECT string_agg(period::text || state || coalesce(closed_at::text, ''), ',' ORDER BY period)
-           FROM periods WHERE org_id = $1),
-        (SELECT max(created_at)::text FROM budgets WHERE org_id = $1),
-        (SELECT failed_at::text FROM read_failures WHERE org_id = $1))";
 
 /// Who reads, and what the page is made from now.
 struct Reader {
