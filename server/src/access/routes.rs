@@ -13,7 +13,7 @@ use axum::{
 };
 use gpuledger_api::{
     auth::{
-        AuditLog, AuditRecord, Me, Organization, Provider, ProviderBody, ProviderSettings, RoleMapping, RoleMappings,
+        AuditAction, AuditLog, AuditRecord, Me, Organization, Provider, ProviderBody, ProviderSettings, RoleMapping, RoleMappings,
         RoleMappingsBody,
     },
     params::{AuditParams, TokenUse},
@@ -654,18 +654,22 @@ async fn audit_log(
     let next = (rows.len() as i64 == limit).then(|| rows.last().map(|r| rfc(r.0))).flatten();
     let items = rows
         .into_iter()
-        .map(|(at, actor, action, target, reason, details, source, count, first)| AuditRecord {
-            at: rfc(at),
-            actor,
-            action,
-            target,
-            reason,
-            details,
-            source,
-            count,
-            first_at: first.map(rfc),
+        .map(|(at, actor, action, target, reason, details, source, count, first)| {
+            // Only this server writes actions; one it cannot read back is the data's fault, never the caller's.
+            let action = AuditAction::new(action).map_err(|e| AppError::Internal(format!("the audit log holds {e}")))?;
+            Ok(AuditRecord {
+                at: rfc(at),
+                actor,
+                action,
+                target,
+                reason,
+                details,
+                source,
+                count,
+                first_at: first.map(rfc),
+            })
         })
-        .collect();
+        .collect::<Result<Vec<_>, AppError>>()?;
     Ok(Json(AuditLog { items, next_before: next }))
 }
 

@@ -343,7 +343,7 @@ pub fn AuditPage() -> impl IntoView {
                             {if items.is_empty() { view! { <p class="empty">"No records."</p> }.into_any() } else { view! {
                                 <table class="audit"><thead><tr><th>"When (UTC)"</th><th>"Who"</th><th>"What"</th><th>"On"</th><th>"Why"</th><th>"From"</th></tr></thead>
                                 <tbody>{items.iter().map(|r| view! {
-                                    <tr><td>{match &r.first_at { Some(first) if r.count > 1 => view! { {when(first)} " – " {when(&r.at)} }.into_any(), _ => when(&r.at) }}</td><td>{r.actor.clone()}</td><td>{r.action.clone()}{(r.count > 1).then(|| format!(" × {}", r.count))}</td><td>{r.target.clone()}</td><td>{r.reason.clone()}</td><td>{r.source.clone()}</td></tr>
+                                    <tr><td>{match &r.first_at { Some(first) if r.count > 1 => view! { {when(first)} " – " {when(&r.at)} }.into_any(), _ => when(&r.at) }}</td><td>{r.actor.clone()}</td><td>{r.action.to_string()}{(r.count > 1).then(|| format!(" × {}", r.count))}</td><td>{r.target.clone()}</td><td>{r.reason.clone()}</td><td>{r.source.clone()}</td></tr>
                                 }).collect_view()}</tbody></table>
                             }.into_any() }}
                             {(!next.is_empty()).then(|| view! {
