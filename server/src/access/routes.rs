@@ -481,7 +481,7 @@ async fn get_provider(
 }
 
 /// The settings as admins see them; `headers` give the redirect URI's site.
-async fn provider_settings(
+pub(crate) async fn provider_settings(
     state: &AppState,
     p: &crate::auth::Principal,
     headers: &HeaderMap,
@@ -600,7 +600,7 @@ async fn get_mappings(State(state): State<AppState>, p: Caller<Administer>) -> R
 }
 
 /// The mappings, by group, role and department.
-async fn role_mappings(state: &AppState, p: &crate::auth::Principal) -> Result<RoleMappings, AppError> {
+pub(crate) async fn role_mappings(state: &AppState, p: &crate::auth::Principal) -> Result<RoleMappings, AppError> {
     let mut tx = p.begin(&state.db).await?;
     let org = tx.org().as_uuid();
     let rows: Vec<(String, Text<RoleName>, Option<String>)> = sqlx::query_as(
@@ -696,6 +696,15 @@ async fn audit_log(
     p: Caller<Administer>,
     Params(q): Params<AuditParams>,
 ) -> Result<Json<AuditLog>, AppError> {
+    read_audit(&state, &p, q).await.map(Json)
+}
+
+/// The audit log (`GET /api/v1/audit`).
+pub(crate) async fn read_audit(
+    state: &AppState,
+    p: &crate::auth::Principal,
+    q: AuditParams,
+) -> Result<AuditLog, AppError> {
     let limit = q.limit.map_or(100, |l| l.get());
     let before = q.before.map(|b| b.at());
     let mut exclude: Vec<String> = q.exclude.as_ref().map(|e| e.items().to_vec()).unwrap_or_default();
@@ -748,7 +757,7 @@ async fn audit_log(
             first_at: first.map(rfc),
         })
         .collect();
-    Ok(Json(AuditLog { items, next_before: next }))
+    Ok(AuditLog { items, next_before: next })
 }
 
 #[cfg(test)]

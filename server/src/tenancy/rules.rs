@@ -142,6 +142,11 @@ pub(super) async fn list_rules(
     State(state): State<AppState>,
     p: Caller<ReadLedger>,
 ) -> Result<Json<Items<NamespaceRule>>, AppError> {
+    read_rules(&state, &p).await.map(Json)
+}
+
+/// The namespace rules (`GET /api/v1/tenancy/namespace-rules`).
+pub(crate) async fn read_rules(state: &AppState, p: &crate::auth::Principal) -> Result<Items<NamespaceRule>, AppError> {
     let mut tx = p.begin(&state.db).await?;
     let rows: Vec<RuleRow> = sqlx::query_as(
         "SELECT r.rule_id, c.name, r.match, r.pattern, t.name, r.valid_from, r.valid_to
@@ -167,5 +172,5 @@ pub(super) async fn list_rules(
             namespaces_given: 0,
         })
         .collect();
-    Ok(Json(Items { items }))
+    Ok(Items { items })
 }
