@@ -40,7 +40,8 @@ pub fn DisputesPage() -> impl IntoView {
             state: if state.is_empty() { None } else { Some(param("state", &state).map_err(Some)?) },
             period: None,
             page: None,
-            per_page: Some(whole("per_page", 200).map_err(Some)?),
+            // The contract's largest page (it refuses more).
+            per_page: Some(whole("per_page", 100).map_err(Some)?),
         };
         let list = read::<DisputePage>(Read::Disputes(params)).await.map_err(Some)?;
         Ok((state, list.items))

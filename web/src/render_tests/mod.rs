@@ -139,7 +139,7 @@ fn path_of(read: &Read) -> String {
         Read::Budgets(_) => "/api/v1/budgets".to_string(),
         Read::Webhooks() => "/api/v1/notifications/webhooks".to_string(),
         Read::Deliveries(p) => format!("/api/v1/notifications/webhooks/{}/deliveries", p.id),
-        Read::Disputes(_) => "/api/v1/disputes?per_page=200".to_string(),
+        Read::Disputes(p) => format!("/api/v1/disputes?per_page={}", p.per_page.map_or(20, |n| n.get())),
         Read::Dispute(p) => format!("/api/v1/disputes/{}", p.id),
         Read::Findings(p) => format!("/api/v1/periods/{}/findings", p.period),
         Read::Tenants() => "/api/v1/tenants".to_string(),
