@@ -244,7 +244,10 @@ impl AuditAction {
         if name.len() <= Self::MAX_LEN && name.split('.').all(word) {
             Ok(Self(name))
         } else {
-            Err(format!("{name:?} is not an audit action (dotted lower-case words, at most {} characters)", Self::MAX_LEN))
+            Err(format!(
+                "{name:?} is not an audit action (dotted lower-case words, at most {} characters)",
+                Self::MAX_LEN
+            ))
         }
     }
 

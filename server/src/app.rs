@@ -49,7 +49,7 @@ impl Default for HttpOptions {
 /// What every portal render gets in context: the data source and a way to set the response status.
 fn portal_context(state: &AppState) -> impl Fn() + Clone + Send + Sync + 'static {
     let (db, featured, demo_mode) = (state.db.clone(), state.featured_org, state.auth.demo_mode);
-    let api = api_routes(state).with_state(state.clone());
+    let services = state.clone();
     move || {
         // Per request: the data source reads as the person the request's session cookie names.
         let parts = use_context::<axum::http::request::Parts>();
@@ -58,7 +58,7 @@ fn portal_context(state: &AppState) -> impl Fn() + Clone + Send + Sync + 'static
         let headers = parts.map(|p| p.headers).unwrap_or_default();
         provide_context(PortalDataHandle::new(
             DbPortalData::for_request(db.clone(), featured, headers)
-                .with_api(api.clone())
+                .with_state(services.clone())
                 .with_demo_mode(demo_mode)
                 .with_markers(markers),
         ));

@@ -121,14 +121,11 @@ async fn call(
         }
         other => {
             tally.failed.fetch_add(1, Ordering::Relaxed);
-            failures
-                .lock()
-                .await
-                .push(format!(
-                    "{what}: {other} after {:.1} s (Retry-After: {retry_after}): {}",
-                    started.elapsed().as_secs_f64(),
-                    String::from_utf8_lossy(&body)
-                ));
+            failures.lock().await.push(format!(
+                "{what}: {other} after {:.1} s (Retry-After: {retry_after}): {}",
+                started.elapsed().as_secs_f64(),
+                String::from_utf8_lossy(&body)
+            ));
             // A failure (the test fails at its end), and tried again as an agent keeps a batch in its spool, so that
             // the counts still say whether anything was lost or stored twice.
             true

@@ -2,7 +2,10 @@
 
 use std::{future::Future, pin::Pin, sync::Arc};
 
+use gpuledger_api::params::MonthParams;
 use serde::{Deserialize, Serialize};
+
+use crate::reads::{Answer, Read, Refusal};
 
 /// Why the portal could not load its data; shown to the user as is, so it must be safe to show.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -203,38 +206,6 @@ pub struct OwnershipRow {
     pub source: String,
 }
 
-/// What the REST API answered to a page's in-process call.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ApiAnswer {
-    /// HTTP status.
-    pub status: u16,
-    /// The JSON body (a problem document on errors); a string for non-JSON answers.
-    pub body: serde_json::Value,
-}
-
-impl ApiAnswer {
-    /// The body when the call succeeded, else the problem's detail as a [`PortalError`].
-    pub fn ok(self) -> Result<serde_json::Value, PortalError> {
-        if (200..300).contains(&self.status) {
-            Ok(self.body)
-        } else {
-            let detail = serde_json::from_value::<gpuledger_api::Problem>(self.body)
-                .map(|p| p.detail)
-                .unwrap_or_else(|_| format!("HTTP {}", self.status));
-            Err(PortalError { message: detail })
-        }
-    }
-
-    /// The body as the contract's answer type `T` when the call succeeded, else the problem's detail. An answer
-    /// that does not match the contract is an error the page shows, never a page of blanks.
-    pub fn json<T: serde::de::DeserializeOwned>(self) -> Result<T, PortalError> {
-        let status = self.status;
-        serde_json::from_value(self.ok()?).map_err(|e| PortalError {
-            message: format!("the server's answer (HTTP {status}) did not match the API contract: {e}"),
-        })
-    }
-}
-
 /// A boxed, sendable future, so the trait stays object-safe.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
@@ -243,11 +214,23 @@ pub trait PortalData: Send + Sync + 'static {
     /// The landing page's overview.
     fn overview(&self) -> BoxFuture<'_, Result<Overview, PortalError>>;
 
-    /// Calls the REST API in-process as the signed-in person: `GET /api/v1/ledger?period=…` and so on. Pages
-    /// are thin clients of the same API as everyone else, with the same authorization and scoping.
-    fn api(&self, method: &str, path: String, body: Option<String>) -> BoxFuture<'_, Result<ApiAnswer, PortalError>> {
-        let _ = (method, path, body);
-        Box::pin(async { Err(PortalError { message: "the portal has no API configured".into() }) })
+    /// Answers a page's [`Read`] as the signed-in person: the server calls the feature's own service (the function
+    /// the REST handler calls), so a page sees exactly what the API would show that person — one authorization path,
+    /// one department scope. A refusal carries the operation's status and detail.
+    fn read(&self, read: Read) -> BoxFuture<'_, Result<Answer, Refusal>> {
+        let _ = read;
+        Box::pin(async { Err(Refusal { status: 500, detail: "the portal has no data source configured".into() }) })
+    }
+
+    /// The impact an inventory change would have on `period`'s figures, saving nothing (`POST
+    /// /api/v1/inventory/impact`; admins' "Preview impact").
+    fn inventory_impact(
+        &self,
+        period: MonthParams,
+        change: serde_json::Value,
+    ) -> BoxFuture<'_, Result<gpuledger_api::policy::Impact, Refusal>> {
+        let _ = (period, change);
+        Box::pin(async { Err(Refusal { status: 500, detail: "the portal has no data source configured".into() }) })
     }
 
     /// The instant this request is rendered at: pages read the time from here, never from the wall clock, so a
@@ -319,12 +302,4 @@ impl ResponseStatus {
     pub fn set(&self, code: u16) {
         (self.0)(code)
     }
-}
-
-/// `GET path` of the REST API, in process, read as the contract's answer type `T` (a problem's detail, or an
-/// answer that does not match the contract, is the error).
-pub async fn api_json<T: serde::de::DeserializeOwned>(path: String) -> Result<T, PortalError> {
-    let handle = leptos::prelude::use_context::<PortalDataHandle>()
-        .ok_or_else(|| PortalError { message: "the portal has no data source configured".into() })?;
-    handle.0.api("GET", path, None).await?.json::<T>()
 }

@@ -5,13 +5,15 @@
 use gpuledger_api::{
     Items,
     foresight::{Budgets, Delivery, ForecastRow, IdleList, IdleReservation, Webhook},
+    params::{IdPath, OptionalMonthParams},
 };
 use leptos::prelude::*;
 use leptos_meta::Title;
 use leptos_router::components::Redirect;
 
 use crate::{
-    data::{PortalError, api_json},
+    data::PortalError,
+    reads::{Read, param, read},
     ui::{Awaited, error_panel, forbidden, grouped, hours, readable_time, session},
 };
 
@@ -153,14 +155,13 @@ async fn load() -> Result<Notifications, Access> {
     if !(s.has("admin") || s.has("finance")) {
         return Err(Access::Forbidden);
     }
-    let idle = api_json::<IdleList>("/api/v1/idle".into()).await.map_err(Access::Error)?;
-    let budgets = api_json::<Budgets>("/api/v1/budgets".into()).await.map_err(Access::Error)?;
-    let hooks = api_json::<Items<Webhook>>("/api/v1/notifications/webhooks".into()).await.map_err(Access::Error)?;
+    let idle = read::<IdleList>(Read::Idle()).await.map_err(Access::Error)?;
+    let budgets = read::<Budgets>(Read::Budgets(OptionalMonthParams { period: None })).await.map_err(Access::Error)?;
+    let hooks = read::<Items<Webhook>>(Read::Webhooks()).await.map_err(Access::Error)?;
     let mut webhooks = Vec::with_capacity(hooks.items.len());
     for w in hooks.items {
-        let log = api_json::<Items<Delivery>>(format!("/api/v1/notifications/webhooks/{}/deliveries", w.webhook_id))
-            .await
-            .map_err(Access::Error)?;
+        let id = IdPath { id: param("id", &w.webhook_id).map_err(Access::Error)? };
+        let log = read::<Items<Delivery>>(Read::Deliveries(id)).await.map_err(Access::Error)?;
         webhooks.push((w, log.items.into_iter().take(20).collect()));
     }
     Ok(Notifications { idle, budgets, webhooks })

@@ -6,6 +6,7 @@
 
 pub mod data;
 pub mod pages;
+pub mod reads;
 
 use leptos::prelude::*;
 use leptos_meta::{MetaTags, Title, provide_meta_context};
@@ -23,8 +24,8 @@ pub mod ui;
 pub mod workflow;
 
 pub use data::{
-    ApiAnswer, LoginOptions, OrgSummary, Overview, PeriodRow, PortalData, PortalDataHandle, PortalError,
-    ResponseStatus, SessionView, TokenRow,
+    LoginOptions, OrgSummary, Overview, PeriodRow, PortalData, PortalDataHandle, PortalError, ResponseStatus,
+    SessionView, TokenRow,
 };
 
 /// The portal's stylesheet, inlined so the portal needs no asset pipeline.

@@ -7,7 +7,8 @@ use gpuledger_api::{
     analytics::{EndpointInference, SessionRow, Sessions, TenantInference, TenantUtilization, Unattributed},
     close::{Evidence, EvidenceAllocation, PeriodEntry, Periods},
     foresight::{Forecast, ForecastRow, IdleList, IdleReservation},
-    ledger::{Ledger, LedgerLine, Months, Summaries},
+    ledger::{LedgerLine, Months, Summaries},
+    params::{MonthParams, MonthsParams, OptionalMonthParams, SessionsParams},
     states::{Confidence as ConfidenceLevel, PeriodState},
     training::TrainingWorkload,
 };
@@ -19,7 +20,8 @@ use leptos_router::{
 };
 
 use crate::{
-    data::{PortalError, SessionView, api_json},
+    data::{PortalError, SessionView},
+    reads::{Read, month_ledger, param, read, tenant_evidence},
     ui::{
         BarChart, CHART_FONT_PX, Confidence, TrendChart, clipped, error_panel, grouped, hours, months_back, q,
         readable_time, session, set_status, sum_decimals, when,
@@ -28,7 +30,7 @@ use crate::{
 
 /// The month to show: `?period=`, else the latest closed month, else the newest month with data.
 async fn default_period(asked: Option<String>) -> Result<(String, Vec<PeriodEntry>), PortalError> {
-    let items = api_json::<Periods>("/api/v1/periods".into()).await?.items;
+    let items = read::<Periods>(Read::Periods()).await?.items;
     let chosen = asked.filter(|p| !p.is_empty()).or_else(|| {
         items.iter().find(|p| p.state == PeriodState::Closed).or_else(|| items.first()).map(|p| p.period.clone())
     });
@@ -85,12 +87,11 @@ async fn load_showback(
 ) -> Result<Showback, PortalError> {
     let (period, items) = default_period(period).await?;
     // A month no approved policy prices yet has no charges: say so, rather than fail the page.
-    let (ledger, notice) =
-        match api_json::<Ledger>(format!("/api/v1/ledger?period={}&per_page=10000", q(&period))).await {
-            Ok(v) => (Some(v), None),
-            Err(e) if e.message.contains("no approved cost policy") => (None, Some(e.message)),
-            Err(e) => return Err(e),
-        };
+    let (ledger, notice) = match month_ledger(&period, None, 10_000).await {
+        Ok(v) => (Some(v), None),
+        Err(e) if e.message.contains("no approved cost policy") => (None, Some(e.message)),
+        Err(e) => return Err(e),
+    };
     let all: &[LedgerLine] = ledger.as_ref().map_or(&[], |l| l.lines.as_slice());
     let mut departments: Vec<String> = all.iter().map(|l| l.department.clone()).collect();
     if let Some(mine) = &s_.departments {
@@ -101,7 +102,6 @@ async fn load_showback(
     // Managers default to their (first) department; organization-wide roles to everything.
     let department =
         department.filter(|d| !d.is_empty()).or_else(|| s_.departments.as_ref().and_then(|d| d.first().cloned()));
-    let filter = department.as_ref().map(|d| format!("&department={}", q(d))).unwrap_or_default();
     // One read of the month: the department is cut here (the API already cut what the caller may not see).
     let lines: Vec<LedgerLine> =
         all.iter().filter(|l| department.as_ref().is_none_or(|d| l.department == *d)).cloned().collect();
@@ -142,10 +142,15 @@ async fn load_showback(
     let back = months_back(&period, 6);
     let stored = match (back.first(), back.last()) {
         (Some(first), Some(last)) => {
-            api_json::<Months>(format!("/api/v1/ledger/months?from={first}&to={last}{filter}"))
-                .await
-                .map(|m| m.months)
-                .unwrap_or_default()
+            let months = async {
+                let params = MonthsParams {
+                    from: param("from", first)?,
+                    to: param("to", last)?,
+                    department: department.as_deref().map(|d| param("department", d)).transpose()?,
+                };
+                read::<Months>(Read::Months(params)).await
+            };
+            months.await.map(|m| m.months).unwrap_or_default()
         }
         _ => Vec::new(),
     };
@@ -160,7 +165,10 @@ async fn load_showback(
     }
     // The month's utilization, inference and training figures: stored summaries (computed once per month figures
     // by the server's worker, never on this read), cut to what the caller may see.
-    let summaries = api_json::<Summaries>(format!("/api/v1/ledger/summaries?period={}", q(&period))).await.ok();
+    let summaries = match param("period", &period) {
+        Ok(period) => read::<Summaries>(Read::Summaries(MonthParams { period })).await.ok(),
+        Err(_) => None,
+    };
     let in_department = |d: Option<&String>| department.as_ref().is_none_or(|want| d.is_none_or(|d| d == want));
     let utilization: Vec<TenantUtilization> = summaries
         .as_ref()
@@ -195,12 +203,12 @@ async fn load_showback(
     let now = crate::ui::now();
     let current = format!("{:04}-{:02}", now.year(), u8::from(now.month()));
     let (forecast, forecast_currency, idle) = if period == current {
-        let (rows, currency) = api_json::<Forecast>(format!("/api/v1/forecast?period={}", q(&period)))
-            .await
-            .map(|f| (f.departments, f.currency))
-            .unwrap_or_default();
+        let forecast = async {
+            read::<Forecast>(Read::Forecast(OptionalMonthParams { period: Some(param("period", &period)?) })).await
+        };
+        let (rows, currency) = forecast.await.map(|f| (f.departments, f.currency)).unwrap_or_default();
         let forecast = rows.into_iter().filter(|r| department.as_ref().is_none_or(|d| r.department == *d)).collect();
-        let idle = api_json::<IdleList>("/api/v1/idle".into())
+        let idle = read::<IdleList>(Read::Idle())
             .await
             .map(|l| l.items)
             .unwrap_or_default()
@@ -542,10 +550,7 @@ pub fn TenantPage() -> impl IntoView {
     let data = async move {
         let Some(session) = session().await else { return Err(None) };
         let (period, _) = default_period(period).await.map_err(Some)?;
-        let ledger =
-            api_json::<Ledger>(format!("/api/v1/ledger?period={}&tenant={}&per_page=10000", q(&period), q(&id)))
-                .await
-                .map_err(Some)?;
+        let ledger = month_ledger(&period, Some(&id), 10_000).await.map_err(Some)?;
         let lines = ledger.lines.clone();
         if lines.is_empty() {
             // Not visible (another organization's or department's) or no charges this month: one answer, which
@@ -558,23 +563,17 @@ pub fn TenantPage() -> impl IntoView {
         let page = page.and_then(|p| p.parse::<u32>().ok()).unwrap_or(1).max(1);
         let class = class.unwrap_or_default();
         let sort = sort.filter(|s| !s.is_empty()).unwrap_or_else(|| "start".into());
-        let mut evidence_url = format!(
-            "/api/v1/periods/{}/evidence?tenant={}&page={page}&per_page=25&sort={}",
-            q(&period),
-            q(&id),
-            q(&sort)
-        );
-        if !class.is_empty() {
-            evidence_url.push_str(&format!("&gpu_class={}", q(&class)));
-        }
-        let evidence =
-            if lines.is_empty() { None } else { Some(api_json::<Evidence>(evidence_url).await.map_err(Some)?) };
+        let evidence = if lines.is_empty() {
+            None
+        } else {
+            Some(tenant_evidence(&period, &id, &class, &sort, page).await.map_err(Some)?)
+        };
         // Agent sessions are analytics: a failure leaves the table out rather than the page.
-        let sessions =
-            api_json::<Sessions>(format!("/api/v1/analytics/sessions?period={}&tenant={}", q(&period), q(&id)))
-                .await
-                .map(|v| v.sessions)
-                .unwrap_or_default();
+        let sessions = async {
+            let params = SessionsParams { period: param("period", &period)?, tenant: param("tenant", &id)? };
+            read::<Sessions>(Read::Sessions(params)).await
+        };
+        let sessions = sessions.await.map(|v| v.sessions).unwrap_or_default();
         let can_dispute = session.roles.iter().any(|r| r == "department_manager" || r == "finance" || r == "admin")
             && ledger.state == PeriodState::Closed;
         Ok(TenantView {

@@ -8,7 +8,8 @@ use leptos_router::{components::Redirect, hooks::use_query_map};
 use gpuledger_api::telemetry::{Coverage, CoverageRow, CoverageStatus};
 
 use crate::{
-    admin::{Access, AdminNav, admin, api},
+    admin::{Access, AdminNav, admin},
+    reads::{Read, read},
     ui::{Awaited, error_panel, forbidden, q, when},
 };
 
@@ -61,11 +62,7 @@ pub fn TelemetryPage() -> impl IntoView {
     let data = async move {
         match admin("/admin/telemetry").await {
             Access::Admin(_) => {
-                let url = match &period {
-                    Some(p) => format!("/api/v1/telemetry/coverage?period={}", q(p)),
-                    None => "/api/v1/telemetry/coverage".to_string(),
-                };
-                let mut c: Coverage = api(&url).await.map_err(Err)?;
+                let mut c: Coverage = read(Read::Coverage(period.clone())).await.map_err(Err)?;
                 // Nodes that need a look first, then by cluster and node.
                 c.nodes.sort_by_key(|r| (r.status == CoverageStatus::Reporting, r.cluster.clone(), r.node.clone()));
                 Ok(c)

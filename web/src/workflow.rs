@@ -4,8 +4,7 @@ use crate::ui::Awaited;
 use gpuledger_api::{
     close::Findings,
     disputes::{DisputeDetail as Dispute, DisputePage},
-    ledger::Ledger,
-    params::DisputeState,
+    params::{DisputeListParams, DisputePath, DisputeState, PeriodPath},
     states::{AdjustmentState, FindingKind, PeriodState},
 };
 use leptos::prelude::*;
@@ -16,8 +15,9 @@ use leptos_router::{
 };
 
 use crate::{
-    data::{PortalError, SessionView, api_json},
-    ui::{Confidence, error_panel, grouped, months_back, q, readable_time, session, set_status, when},
+    data::{PortalError, SessionView},
+    reads::{Read, month_ledger, param, read, whole},
+    ui::{Confidence, error_panel, grouped, months_back, readable_time, session, set_status, when},
 };
 
 fn age(opened_at: &str) -> String {
@@ -36,8 +36,14 @@ pub fn DisputesPage() -> impl IntoView {
         if session().await.is_none() {
             return Err(None);
         }
-        let filter = if state.is_empty() { String::new() } else { format!("&state={}", q(&state)) };
-        let list = api_json::<DisputePage>(format!("/api/v1/disputes?per_page=200{filter}")).await.map_err(Some)?;
+        let params = DisputeListParams {
+            state: if state.is_empty() { None } else { Some(param("state", &state).map_err(Some)?) },
+            period: None,
+            page: None,
+            // The contract's largest page (it refuses more).
+            per_page: Some(whole("per_page", 100).map_err(Some)?),
+        };
+        let list = read::<DisputePage>(Read::Disputes(params)).await.map_err(Some)?;
         Ok((state, list.items))
     };
     view! {
@@ -90,7 +96,10 @@ pub fn DisputePage() -> impl IntoView {
     let id = use_params_map().with_untracked(|p| p.get("id")).unwrap_or_default();
     let data = async move {
         let Some(session) = session().await else { return Err(None) };
-        let d = api_json::<Dispute>(format!("/api/v1/disputes/{}", q(&id))).await;
+        let d = match param("id", &id) {
+            Ok(id) => read::<Dispute>(Read::Dispute(DisputePath { id })).await,
+            Err(e) => Err(e),
+        };
         match d {
             Ok(d) => Ok((session, d)),
             Err(_) => {
@@ -272,11 +281,14 @@ pub fn ClosePage() -> impl IntoView {
             set_status(403);
             return Err(Some(PortalError { message: "The close is for finance and admins.".into() }));
         }
-        let ledger =
-            api_json::<Ledger>(format!("/api/v1/ledger?period={}&per_page=1", q(&period))).await.map_err(Some)?;
+        // One line is enough: the totals cover every line.
+        let ledger = month_ledger(&period, None, 1).await.map_err(Some)?;
         let previous = months_back(&period, 2).into_iter().next().unwrap_or_default();
-        let before = api_json::<Ledger>(format!("/api/v1/ledger?period={}&per_page=1", q(&previous))).await.ok();
-        let findings = api_json::<Findings>(format!("/api/v1/periods/{}/findings", q(&period))).await.ok();
+        let before = month_ledger(&previous, None, 1).await.ok();
+        let findings = match param("period", &period) {
+            Ok(period) => read::<Findings>(Read::Findings(PeriodPath { period })).await.ok(),
+            Err(_) => None,
+        };
         Ok((session, period, previous, ledger, before, findings))
     };
     view! {

@@ -13,8 +13,8 @@ use axum::{
 };
 use gpuledger_api::{
     auth::{
-        AuditAction, AuditLog, AuditRecord, Me, Organization, Provider, ProviderBody, ProviderSettings, RoleMapping, RoleMappings,
-        RoleMappingsBody,
+        AuditAction, AuditLog, AuditRecord, Me, Organization, Provider, ProviderBody, ProviderSettings, RoleMapping,
+        RoleMappings, RoleMappingsBody,
     },
     params::{AuditParams, TokenUse},
     states::CallerKind,
@@ -462,7 +462,7 @@ async fn get_provider(
 }
 
 /// The settings as admins see them; `headers` give the redirect URI's site.
-async fn provider_settings(
+pub(crate) async fn provider_settings(
     state: &AppState,
     p: &crate::auth::Principal,
     headers: &HeaderMap,
@@ -568,7 +568,7 @@ async fn get_mappings(State(state): State<AppState>, p: Caller<Administer>) -> R
 }
 
 /// The mappings, by group, role and department.
-async fn role_mappings(state: &AppState, p: &crate::auth::Principal) -> Result<RoleMappings, AppError> {
+pub(crate) async fn role_mappings(state: &AppState, p: &crate::auth::Principal) -> Result<RoleMappings, AppError> {
     let mut tx = p.begin(&state.db).await?;
     let rows = store::role_mappings(&mut tx).await?;
     tx.commit().await?;
@@ -639,6 +639,15 @@ async fn audit_log(
     p: Caller<Administer>,
     Params(q): Params<AuditParams>,
 ) -> Result<Json<AuditLog>, AppError> {
+    read_audit(&state, &p, q).await.map(Json)
+}
+
+/// The audit log (`GET /api/v1/audit`).
+pub(crate) async fn read_audit(
+    state: &AppState,
+    p: &crate::auth::Principal,
+    q: AuditParams,
+) -> Result<AuditLog, AppError> {
     let limit = q.limit.map_or(100, |l| l.get());
     let before = q.before.map(|b| b.at());
     let mut exclude: Vec<String> = q.exclude.as_ref().map(|e| e.items().to_vec()).unwrap_or_default();
@@ -656,7 +665,8 @@ async fn audit_log(
         .into_iter()
         .map(|(at, actor, action, target, reason, details, source, count, first)| {
             // Only this server writes actions; one it cannot read back is the data's fault, never the caller's.
-            let action = AuditAction::new(action).map_err(|e| AppError::Internal(format!("the audit log holds {e}")))?;
+            let action =
+                AuditAction::new(action).map_err(|e| AppError::Internal(format!("the audit log holds {e}")))?;
             Ok(AuditRecord {
                 at: rfc(at),
                 actor,
@@ -670,7 +680,7 @@ async fn audit_log(
             })
         })
         .collect::<Result<Vec<_>, AppError>>()?;
-    Ok(Json(AuditLog { items, next_before: next }))
+    Ok(AuditLog { items, next_before: next })
 }
 
 #[cfg(test)]

@@ -35,6 +35,11 @@ const RECENT: Duration = Duration::minutes(15);
 /// snapshot's, within the snapshot's staleness bound while agents report), or computed now before the month's
 /// first snapshot.
 pub(super) async fn idle(State(state): State<AppState>, p: Caller<ReadLedger>) -> Result<Json<IdleList>, AppError> {
+    read_idle(&state, &p).await.map(Json)
+}
+
+/// Idle reservations now, cut to the caller's departments (`GET /api/v1/idle`).
+pub(crate) async fn read_idle(state: &AppState, p: &crate::auth::Principal) -> Result<IdleList, AppError> {
     let now = OffsetDateTime::now_utc();
     let mut tx = state.db.begin_org(p.org).await?;
     let (mut list, departments) = match crate::figures::stored_idle(&mut tx, Period::containing(now)).await? {
@@ -48,7 +53,7 @@ pub(super) async fn idle(State(state): State<AppState>, p: Caller<ReadLedger>) -
         let mut keep = keep.into_iter();
         list.items.retain(|_| keep.next().unwrap_or(false));
     }
-    Ok(Json(list))
+    Ok(list)
 }
 
 /// The organization's idle reservations now, with each item's department ID (for scoping and notifications).

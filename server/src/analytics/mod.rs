@@ -54,7 +54,8 @@ pub(crate) fn inputs() -> Vec<Inputs> {
 }
 
 mod idle;
-pub(crate) use idle::idle_now;
+pub(crate) use idle::{idle_now, read_idle};
+pub(crate) use sessions::read_sessions;
 mod inference;
 mod sessions;
 mod store;

@@ -52,6 +52,15 @@ pub(super) async fn sessions(
     principal: Caller<ReadLedger>,
     Params(q): Params<gpuledger_api::params::SessionsParams>,
 ) -> Result<Json<Sessions>, AppError> {
+    read_sessions(&state, &principal, q).await.map(Json)
+}
+
+/// A tenant's agent sessions of the month (`GET /api/v1/analytics/sessions`).
+pub(crate) async fn read_sessions(
+    state: &AppState,
+    principal: &crate::auth::Principal,
+    q: gpuledger_api::params::SessionsParams,
+) -> Result<Sessions, AppError> {
     let period = q.period.period();
     let tenant = q.tenant.uuid();
     let (month, to) = month_so_far(period)?;
@@ -200,7 +209,7 @@ pub(super) async fn sessions(
         ));
     }
     rows.sort_by_key(|r| std::cmp::Reverse(r.0));
-    Ok(Json(Sessions {
+    Ok(Sessions {
         period: period.to_string(),
         from: rfc3339(from)?,
         to: rfc3339(to)?,
@@ -211,5 +220,5 @@ pub(super) async fn sessions(
                 average guaranteed+borrowed rate per class; energy, overhead and credits not apportioned"
             .into(),
         sessions: rows.into_iter().map(|(_, v)| v).collect(),
-    }))
+    })
 }

@@ -97,6 +97,15 @@ async fn list_budgets(
     p: Caller<ReadLedger>,
     Params(q): Params<OptionalMonthParams>,
 ) -> Result<Json<Budgets>, AppError> {
+    read_budgets(&state, &p, q).await.map(Json)
+}
+
+/// The month's budgets the caller may see (`GET /api/v1/budgets`).
+pub(crate) async fn read_budgets(
+    state: &AppState,
+    p: &crate::auth::Principal,
+    q: OptionalMonthParams,
+) -> Result<Budgets, AppError> {
     let period = period_of(&q);
     let mut tx = p.begin(&state.db).await?;
     let mut items = budgets(&mut tx, period).await?;
@@ -105,7 +114,7 @@ async fn list_budgets(
         let scope: Vec<String> = scope.iter().map(ToString::to_string).collect();
         items.retain(|b| b.department_id.as_ref().is_some_and(|d| scope.contains(d)));
     }
-    Ok(Json(Budgets { period: period.to_string(), items }))
+    Ok(Budgets { period: period.to_string(), items })
 }
 
 /// `GET /api/v1/forecast?period=YYYY-MM` (default: this month).
@@ -114,6 +123,15 @@ async fn get_forecast(
     p: Caller<ReadLedger>,
     Params(q): Params<OptionalMonthParams>,
 ) -> Result<Json<Forecast>, AppError> {
+    read_forecast(&state, &p, q).await.map(Json)
+}
+
+/// The month-end forecast (`GET /api/v1/forecast`).
+pub(crate) async fn read_forecast(
+    state: &AppState,
+    p: &crate::auth::Principal,
+    q: OptionalMonthParams,
+) -> Result<Forecast, AppError> {
     let period = period_of(&q);
     // The ledger is the organization's (overhead and quotas are shared out across departments): computed whole,
     // then cut to what the caller may see.
@@ -133,7 +151,7 @@ async fn get_forecast(
         answer.tenants.retain(|t| scope.contains(&t.department_id));
         answer.total = forecast::total(&answer.departments)?;
     }
-    Ok(Json(answer))
+    Ok(answer)
 }
 
 /// The latest budget per department and tenant of `period`, departments first.

@@ -67,6 +67,15 @@ async fn findings_handler(
     p: Caller<ReadLedger>,
     PathParams(path): PathParams<PeriodPath>,
 ) -> Result<Json<Findings>, AppError> {
+    read_findings(&state, &p, path).await.map(Json)
+}
+
+/// The month's data-quality findings (`GET /api/v1/periods/{period}/findings`).
+pub(crate) async fn read_findings(
+    state: &AppState,
+    p: &crate::auth::Principal,
+    path: PeriodPath,
+) -> Result<Findings, AppError> {
     let period = path.period.period();
     if p.departments.is_some() {
         return Err(AppError::Forbidden("data-quality findings cover the whole organization".into()));
@@ -119,13 +128,13 @@ async fn findings_handler(
         *by_kind.entry(f.kind.as_str().to_string()).or_default() += 1;
         items.insert(0, f);
     }
-    Ok(Json(Findings {
+    Ok(Findings {
         period: period.to_string(),
         needs_acknowledgement,
         acknowledgements,
         by_kind: by_kind.into_iter().collect(),
         items,
-    }))
+    })
 }
 
 /// An open period's ledger as it would close now.
@@ -304,6 +313,11 @@ async fn bundle_handler(
 }
 
 async fn list_periods(State(state): State<AppState>, p: Caller<ReadLedger>) -> Result<Json<Periods>, AppError> {
+    read_periods(&state, &p).await.map(Json)
+}
+
+/// The months with their state and totals (`GET /api/v1/periods`), as the caller may see them.
+pub(crate) async fn read_periods(state: &AppState, p: &crate::auth::Principal) -> Result<Periods, AppError> {
     // Organization totals are not shown to a caller limited to departments.
     let scoped = p.departments.is_some();
     let mut tx = p.begin(&state.db).await?;
@@ -340,5 +354,5 @@ async fn list_periods(State(state): State<AppState>, p: Caller<ReadLedger>) -> R
         }
     }
     let items: Vec<PeriodEntry> = known.into_values().rev().collect();
-    Ok(Json(Periods { total: items.len(), items }))
+    Ok(Periods { total: items.len(), items })
 }

@@ -99,11 +99,20 @@ async fn get_import(
     p: Caller<ManagePolicy>,
     Params(q): Params<ImportParams>,
 ) -> Result<Json<CostImport>, AppError> {
+    read_import(&state, &p, q).await.map(Json)
+}
+
+/// The month's imported bill (`GET /api/v1/costs/imports`); 404 when none was imported.
+pub(crate) async fn read_import(
+    state: &AppState,
+    p: &crate::auth::Principal,
+    q: ImportParams,
+) -> Result<CostImport, AppError> {
     let period = q.period.period();
     let mut tx = p.begin(&state.db).await?;
     let answer = load(&mut tx, period).await?;
     tx.commit_quiet().await?;
-    answer.map(Json).ok_or_else(|| AppError::unknown("period", format!("no bill was imported for {period}")))
+    answer.ok_or_else(|| AppError::unknown("period", format!("no bill was imported for {period}")))
 }
 
 async fn post_import(

@@ -204,6 +204,15 @@ async fn list(
     principal: Caller<ReadLedger>,
     Params(query): Params<DisputeListParams>,
 ) -> Result<Json<DisputePage>, AppError> {
+    read_disputes(&state, &principal, query).await.map(Json)
+}
+
+/// A page of the disputes the caller may see (`GET /api/v1/disputes`).
+pub(crate) async fn read_disputes(
+    state: &AppState,
+    principal: &crate::auth::Principal,
+    query: DisputeListParams,
+) -> Result<DisputePage, AppError> {
     let state_filter = query.state.map(|s| s.as_str().to_string());
     let period_filter = query.period.map(|p| p.period().first_day());
     let page = query.page.map_or(1, |n| n.get());
@@ -215,7 +224,7 @@ async fn list(
         store::dispute_page(&mut tx, state_filter.as_deref(), period_filter, per_page, (page - 1) * per_page).await?;
     tx.commit().await?;
     let items = rows.into_iter().map(DisputeSummary::from).collect();
-    Ok(Json(DisputePage { items, total, page, per_page }))
+    Ok(DisputePage { items, total, page, per_page })
 }
 
 /// `GET /api/v1/disputes/{id}` (the UUID, or the number).
@@ -224,12 +233,21 @@ async fn show(
     principal: Caller<ReadLedger>,
     PathParams(path): PathParams<DisputePath>,
 ) -> Result<Json<DisputeDetail>, AppError> {
+    read_dispute(&state, &principal, path).await.map(Json)
+}
+
+/// One dispute by UUID or number (`GET /api/v1/disputes/{id}`).
+pub(crate) async fn read_dispute(
+    state: &AppState,
+    principal: &crate::auth::Principal,
+    path: DisputePath,
+) -> Result<DisputeDetail, AppError> {
     let key = path.id.into_inner();
     let mut tx = principal.begin(&state.db).await?;
     let id = resolve_id(&mut tx, &key).await?;
     let detail = load(&mut tx, id).await?.ok_or_else(|| AppError::NotFound(format!("no dispute {key:?}")))?;
     tx.commit().await?;
-    Ok(Json(detail))
+    Ok(detail)
 }
 
 /// `POST /api/v1/disputes/{id}/comments`: adds to the discussion while the dispute is open.

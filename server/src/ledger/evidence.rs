@@ -142,6 +142,28 @@ pub(super) async fn evidence(
     PathParams(path): PathParams<PeriodPath>,
     Params(q): Params<EvidenceParams>,
 ) -> Result<axum::response::Response, AppError> {
+    let (answer, closed) = read_evidence(&state, &p, path, q).await?;
+    let answer = Json(answer);
+    // A closed month's records never change: its answer may be kept (`crate::pagecache`). An open month's are
+    // read live from the facts, which change without a new read-model generation: never kept.
+    Ok(if closed {
+        axum::response::IntoResponse::into_response(answer)
+    } else {
+        axum::response::IntoResponse::into_response((
+            [(axum::http::header::CACHE_CONTROL, axum::http::HeaderValue::from_static("private, no-store"))],
+            answer,
+        ))
+    })
+}
+
+/// A page of the month's allocation records (`GET /api/v1/periods/{period}/evidence`), and whether the month is
+/// closed (its records then never change).
+pub(crate) async fn read_evidence(
+    state: &AppState,
+    p: &crate::auth::Principal,
+    path: PeriodPath,
+    q: EvidenceParams,
+) -> Result<(Evidence, bool), AppError> {
     let period = path.period.period();
     // Bounded by the contract: 1..=1000 records per page, pages from 1.
     let per_page = q.per_page.map_or(100, |n| usize::try_from(n.get()).unwrap_or(100));
@@ -197,24 +219,9 @@ pub(super) async fn evidence(
             a
         })
         .collect();
-    let answer = Json(Evidence {
-        period: period.to_string(),
-        total,
-        page,
-        per_page,
-        sort: sort_name(name, descending),
-        allocations,
-    });
-    // A closed month's records never change: its answer may be kept (`crate::pagecache`). An open month's are
-    // read live from the facts, which change without a new read-model generation: never kept.
-    Ok(if closed {
-        axum::response::IntoResponse::into_response(answer)
-    } else {
-        axum::response::IntoResponse::into_response((
-            [(axum::http::header::CACHE_CONTROL, axum::http::HeaderValue::from_static("private, no-store"))],
-            answer,
-        ))
-    })
+    let answer =
+        Evidence { period: period.to_string(), total, page, per_page, sort: sort_name(name, descending), allocations };
+    Ok((answer, closed))
 }
 
 /// A page from the index, with the number of records the filter keeps.

@@ -101,10 +101,15 @@ async fn create(
 }
 
 async fn list(State(state): State<AppState>, p: Caller<ManagePolicy>) -> Result<Json<Items<Webhook>>, AppError> {
+    read_webhooks(&state, &p).await.map(Json)
+}
+
+/// The organization's webhooks (`GET /api/v1/notifications/webhooks`).
+pub(crate) async fn read_webhooks(state: &AppState, p: &crate::auth::Principal) -> Result<Items<Webhook>, AppError> {
     let mut tx = p.begin(&state.db).await?;
     let items = webhooks(&mut tx, None).await?;
     tx.commit_quiet().await?;
-    Ok(Json(Items { items }))
+    Ok(Items { items })
 }
 
 async fn disable(
@@ -132,11 +137,20 @@ async fn deliveries(
     p: Caller<ManagePolicy>,
     PathParams(path): PathParams<IdPath>,
 ) -> Result<Json<Items<Delivery>>, AppError> {
+    read_deliveries(&state, &p, path).await.map(Json)
+}
+
+/// One webhook's delivery log (`GET /api/v1/notifications/webhooks/{id}/deliveries`).
+pub(crate) async fn read_deliveries(
+    state: &AppState,
+    p: &crate::auth::Principal,
+    path: IdPath,
+) -> Result<Items<Delivery>, AppError> {
     let id = path.id.uuid();
     let mut tx = p.begin(&state.db).await?;
     let items = delivery_log(&mut tx, id).await?;
     tx.commit_quiet().await?;
-    Ok(Json(Items { items }))
+    Ok(Items { items })
 }
 
 /// The organization's webhooks (or one), active first, newest first, with their delivery counts.

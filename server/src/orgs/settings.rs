@@ -76,10 +76,18 @@ pub async fn load(tx: &mut OrgTx) -> Result<OrganizationSettings, AppError> {
 }
 
 async fn read(State(state): State<AppState>, p: Caller<ReadLedger>) -> Result<Json<OrganizationSettings>, AppError> {
+    read_settings(&state, &p).await.map(Json)
+}
+
+/// The organization's settings (`GET /api/v1/organization/settings`).
+pub(crate) async fn read_settings(
+    state: &AppState,
+    p: &crate::auth::Principal,
+) -> Result<OrganizationSettings, AppError> {
     let mut tx = p.begin(&state.db).await?;
     let settings = load(&mut tx).await?;
     tx.rollback().await?;
-    Ok(Json(settings))
+    Ok(settings)
 }
 
 pub(super) async fn put_settings(

@@ -102,11 +102,16 @@ fn parse_policy(body: &PolicyBody) -> Result<(Period, CostPolicy), AppError> {
 }
 
 async fn list_policies(State(state): State<AppState>, p: Caller<ReadLedger>) -> Result<Json<PolicyList>, AppError> {
+    read_policies(&state, &p).await.map(Json)
+}
+
+/// The cost policy versions (`GET /api/v1/policies`).
+pub(crate) async fn read_policies(state: &AppState, p: &crate::auth::Principal) -> Result<PolicyList, AppError> {
     let mut tx = p.begin(&state.db).await?;
     let rows = store::policies(&mut tx).await?;
     tx.commit().await?;
     let items = rows.into_iter().map(policy_view).collect::<Result<Vec<_>, _>>()?;
-    Ok(Json(PolicyList { total: items.len(), items }))
+    Ok(PolicyList { total: items.len(), items })
 }
 
 async fn get_policy(
@@ -218,6 +223,16 @@ async fn policy_impact(
     PathParams(path): PathParams<VersionPath>,
     Params(q): Params<MonthParams>,
 ) -> Result<Json<Impact>, AppError> {
+    read_impact(&state, &p, path, q).await.map(Json)
+}
+
+/// A policy version's impact on a month (`GET /api/v1/policies/{version}/impact`).
+pub(crate) async fn read_impact(
+    state: &AppState,
+    p: &crate::auth::Principal,
+    path: VersionPath,
+    q: MonthParams,
+) -> Result<Impact, AppError> {
     let version = version_of(&path);
     let period = q.period.period();
     let mut tx = p.begin(&state.db).await?;
@@ -257,7 +272,7 @@ async fn policy_impact(
         scope: p.departments.as_deref(),
         note,
     })?;
-    Ok(Json(impact))
+    Ok(impact)
 }
 
 // ---------------------------------------------------------------- quotas
@@ -267,6 +282,15 @@ async fn list_quotas(
     p: Caller<ReadLedger>,
     Params(q): Params<QuotaParams>,
 ) -> Result<Json<QuotaList>, AppError> {
+    read_quotas(&state, &p, q).await.map(Json)
+}
+
+/// The quotas (`GET /api/v1/quotas`).
+pub(crate) async fn read_quotas(
+    state: &AppState,
+    p: &crate::auth::Principal,
+    q: QuotaParams,
+) -> Result<QuotaList, AppError> {
     let at = q.at.map(|t| t.at());
     let mut tx = p.begin(&state.db).await?;
     let rows = store::quotas(&mut tx, at).await?;
@@ -287,7 +311,7 @@ async fn list_quotas(
             source_ref: r.10,
         })
         .collect();
-    Ok(Json(QuotaList { total: items.len(), items }))
+    Ok(QuotaList { total: items.len(), items })
 }
 
 pub(super) async fn post_quota(

@@ -2,7 +2,8 @@
 //! revocation from the admin page).
 //!
 //! A data source is made per request with the request's headers: every read goes through the signed-in
-//! person's organization- and department-scoped transaction.
+//! person's organization- and department-scoped transaction. Pages' reads of the features are answered by the
+//! features' own services (`reads`), as the forms' writes are (`act`).
 
 use std::sync::Arc;
 
@@ -16,8 +17,9 @@ use axum::{
 use gpuledger_api::params::{IdPath, PeriodPath, VersionPath};
 use gpuledger_core::ids::OrgId;
 use gpuledger_web::{
-    ApiAnswer, LoginOptions, OrgSummary, Overview, PeriodRow, PortalData, PortalError, SessionView, TokenRow,
+    LoginOptions, OrgSummary, Overview, PeriodRow, PortalData, PortalError, SessionView, TokenRow,
     data::{BoxFuture, ClusterRow, InventoryRow, OwnershipRow},
+    reads::{Answer, Read, Refusal},
 };
 use serde::Deserialize;
 use time::OffsetDateTime;
@@ -32,26 +34,10 @@ use crate::{
 };
 use act::act;
 
-/// A path the portal asks its own API for, with every byte a URI may not carry in a path or query percent-encoded
-/// (a dispute's number or name with a space or a quote is a 404 from the API, never an unbuildable request).
-fn uri_safe(path: &str) -> String {
-    let mut out = String::with_capacity(path.len());
-    for c in path.chars() {
-        if c.is_ascii_alphanumeric() || "-._~!$&'()*+,;=:@/?%".contains(c) {
-            out.push(c);
-        } else {
-            let mut buf = [0; 4];
-            for b in c.encode_utf8(&mut buf).bytes() {
-                out.push_str(&format!("%{b:02X}"));
-            }
-        }
-    }
-    out
-}
-
 mod act;
 mod admin_forms;
 mod dispute_forms;
+mod reads;
 use admin_forms::{
     cost_import_form, department_form, department_update_form, inventory_form, quota_form, reassign_form, rule_form,
     settings_form, tenant_form, tenant_update_form,
@@ -64,7 +50,8 @@ pub struct DbPortalData {
     featured_org: Option<OrgId>,
     headers: HeaderMap,
     principal: Arc<OnceCell<Option<Principal>>>,
-    api: Option<Router>,
+    /// The server's state, for the features' services that answer pages' reads.
+    state: Option<AppState>,
     demo_mode: bool,
     markers: Option<crate::pagecache::RenderMarkers>,
     /// The request's instant: every page of one render reads the same time.
@@ -93,7 +80,7 @@ impl DbPortalData {
             featured_org,
             headers,
             principal: Arc::new(OnceCell::new()),
-            api: None,
+            state: None,
             demo_mode: false,
             markers: None,
             now: OffsetDateTime::now_utc(),
@@ -119,15 +106,11 @@ impl DbPortalData {
         self
     }
 
-    /// Lets pages call the REST API in-process, as the signed-in person (same authorization, same scoping).
-    pub fn with_api(mut self, api: Router) -> Self {
-        self.api = Some(api);
+    /// Lets pages read through the features' services (the functions the REST handlers call), as the request's
+    /// caller: same authorization, same scoping.
+    pub fn with_state(mut self, state: AppState) -> Self {
+        self.state = Some(state);
         self
-    }
-
-    async fn call_api(&self, method: &str, path: &str, body: Option<String>) -> Result<ApiAnswer, PortalError> {
-        let api = self.api.clone().ok_or_else(|| PortalError { message: "the portal has no API configured".into() })?;
-        call_api(api, &self.headers, method, path, body).await
     }
 
     /// The signed-in person (sessions only: the portal is for people), looked up once per request.
@@ -402,58 +385,21 @@ impl DbPortalData {
     }
 }
 
-/// Calls `api` with the browser's own session (cookie) and, for writes, the session's CSRF token.
-pub async fn call_api(
-    api: Router,
-    headers: &HeaderMap,
-    method: &str,
-    path: &str,
-    body: Option<String>,
-) -> Result<ApiAnswer, PortalError> {
-    use tower::ServiceExt;
-    let mut request = axum::http::Request::builder().method(method).uri(uri_safe(path));
-    // The caller's own credential, whichever it is (a session cookie, or a token for automation).
-    for name in [
-        axum::http::header::COOKIE,
-        axum::http::header::AUTHORIZATION,
-        axum::http::HeaderName::from_static(auth::PEER_HEADER),
-    ] {
-        if let Some(v) = headers.get(&name) {
-            request = request.header(name, v.clone());
-        }
-    }
-    if let Some(cookie) = auth::session::cookie_value(headers) {
-        request = request.header("x-csrf-token", auth::session::csrf_for(&cookie));
-    }
-    if body.is_some() {
-        request = request.header(axum::http::header::CONTENT_TYPE, "application/json");
-    }
-    let request = request.body(axum::body::Body::from(body.unwrap_or_default())).map_err(portal_error)?;
-    let response = api.oneshot(request).await.map_err(portal_error)?;
-    let status = response.status().as_u16();
-    let content_type = response
-        .headers()
-        .get(axum::http::header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("")
-        .to_string();
-    let bytes = axum::body::to_bytes(response.into_body(), 64 * 1024 * 1024).await.map_err(portal_error)?;
-    let body = if content_type.contains("json") {
-        serde_json::from_slice(&bytes).unwrap_or(serde_json::Value::Null)
-    } else {
-        serde_json::Value::String(String::from_utf8_lossy(&bytes).into_owned())
-    };
-    Ok(ApiAnswer { status, body })
-}
-
 impl PortalData for DbPortalData {
     fn now(&self) -> OffsetDateTime {
         self.now
     }
 
-    fn api(&self, method: &str, path: String, body: Option<String>) -> BoxFuture<'_, Result<ApiAnswer, PortalError>> {
-        let method = method.to_string();
-        Box::pin(async move { self.call_api(&method, &path, body).await })
+    fn read(&self, read: Read) -> BoxFuture<'_, Result<Answer, Refusal>> {
+        Box::pin(async move { self.answer(read).await.map_err(reads::refusal) })
+    }
+
+    fn inventory_impact(
+        &self,
+        period: gpuledger_api::params::MonthParams,
+        change: serde_json::Value,
+    ) -> BoxFuture<'_, Result<gpuledger_api::policy::Impact, Refusal>> {
+        Box::pin(async move { self.preview(period, change).await.map_err(reads::refusal) })
     }
 
     fn session(&self) -> BoxFuture<'_, Option<SessionView>> {

@@ -42,6 +42,15 @@ async fn get_months(
     p: Caller<ReadLedger>,
     Params(q): Params<MonthsParams>,
 ) -> Result<Json<Months>, AppError> {
+    read_months(&state, &p, q).await.map(Json)
+}
+
+/// Stored month totals (`GET /api/v1/ledger/months`).
+pub(crate) async fn read_months(
+    state: &AppState,
+    p: &crate::auth::Principal,
+    q: MonthsParams,
+) -> Result<Months, AppError> {
     let (from, to) = (q.from.period(), q.to.period());
     let (start, end) = (from.first_day(), to.first_day());
     if end < start {
@@ -64,7 +73,7 @@ async fn get_months(
             MonthTotal { period, state: state.map(|s| s.0), total, as_of }
         })
         .collect();
-    Ok(Json(Months { months }))
+    Ok(Months { months })
 }
 
 /// `GET /api/v1/ledger/summaries?period=YYYY-MM`: the month's stored utilization, inference and training
@@ -76,11 +85,20 @@ async fn get_summaries(
     p: Caller<ReadLedger>,
     Params(q): Params<MonthParams>,
 ) -> Result<Json<Summaries>, AppError> {
+    read_summaries(&state, &p, q).await.map(Json)
+}
+
+/// The month's stored summaries (`GET /api/v1/ledger/summaries`).
+pub(crate) async fn read_summaries(
+    state: &AppState,
+    p: &crate::auth::Principal,
+    q: MonthParams,
+) -> Result<Summaries, AppError> {
     let period = q.period.period();
     let mut tx = p.begin(&state.db).await?;
     let answer = super::summaries::read(&mut tx, period).await?;
     tx.commit_quiet().await?;
-    Ok(Json(answer))
+    Ok(answer)
 }
 
 async fn get_ledger(
@@ -88,6 +106,15 @@ async fn get_ledger(
     p: Caller<ReadLedger>,
     Params(q): Params<LedgerParams>,
 ) -> Result<Json<Ledger>, AppError> {
+    read_ledger(&state, &p, q).await.map(Json)
+}
+
+/// A page of the month's lines with its totals (`GET /api/v1/ledger`), as the caller may see them.
+pub(crate) async fn read_ledger(
+    state: &AppState,
+    p: &crate::auth::Principal,
+    q: LedgerParams,
+) -> Result<Ledger, AppError> {
     let period = q.period.period();
     // Bounded by the contract: 1..=10000 lines per page, pages from 1.
     let per_page = q.per_page.map_or(1000, |n| u32::try_from(n.get()).unwrap_or(1000));
@@ -136,7 +163,7 @@ async fn get_ledger(
     let now = time::OffsetDateTime::now_utc();
     let stale = head.state == super::FigState::Provisional
         && (refresh_failure.is_some() || (head.changed_since.is_some() && now - head.as_of > max_age));
-    Ok(Json(Ledger {
+    Ok(Ledger {
         period: period.to_string(),
         state: st,
         starts_at: gpuledger_core::time_fmt::rfc3339(calendar.start),
@@ -157,5 +184,5 @@ async fn get_ledger(
         page,
         per_page,
         lines: found.lines,
-    }))
+    })
 }

@@ -40,15 +40,24 @@ async fn get_coverage(
     p: Caller<Administer>,
     Params(q): Params<CoverageQuery>,
 ) -> Result<Json<Coverage>, AppError> {
+    read_coverage(&state, &p, q.period.as_deref()).await.map(Json)
+}
+
+/// The month's coverage (`GET /api/v1/telemetry/coverage`): `period` as given (`None`: this month).
+pub(crate) async fn read_coverage(
+    state: &AppState,
+    p: &crate::auth::Principal,
+    period: Option<&str>,
+) -> Result<Coverage, AppError> {
     let now = OffsetDateTime::now_utc();
-    let period = match q.period.as_deref() {
+    let period = match period {
         Some(s) => parse_period("period", s)?,
         None => Period::containing(now),
     };
     let mut tx = state.db.begin_org(p.org).await?;
     let answer = coverage(&mut tx, period, now).await?;
     tx.commit_quiet().await?;
-    Ok(Json(answer))
+    Ok(answer)
 }
 
 /// The month's coverage (what the API answers and the portal page shows).

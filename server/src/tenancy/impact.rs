@@ -24,6 +24,16 @@ pub(super) async fn inventory_impact(
     Params(q): Params<MonthParams>,
     JsonBody(change): JsonBody<InventoryChange>,
 ) -> Result<Json<Impact>, AppError> {
+    preview_inventory(&state, &p, q, change).await.map(Json)
+}
+
+/// An inventory change's impact on a month, nothing saved (`POST /api/v1/inventory/impact`).
+pub(crate) async fn preview_inventory(
+    state: &AppState,
+    p: &crate::auth::Principal,
+    q: MonthParams,
+    change: InventoryChange,
+) -> Result<Impact, AppError> {
     let period = q.period.period();
     let mut tx = p.begin(&state.db).await?;
     super::store::savepoint(&mut tx, "before_change").await?;
@@ -78,5 +88,5 @@ pub(super) async fn inventory_impact(
         scope: p.departments.as_deref(),
         note,
     })?;
-    Ok(Json(impact))
+    Ok(impact)
 }

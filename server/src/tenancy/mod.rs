@@ -80,9 +80,11 @@ pub fn router() -> Router<AppState> {
 pub(crate) mod service {
     pub(crate) use super::{
         add_model, add_profile, add_timeslicing, create_department, create_tenant,
+        impact::preview_inventory,
+        read_departments, read_tenants,
         reassign::reassign,
         rename::{update_department, update_tenant},
-        rules::add_rule,
+        rules::{add_rule, read_rules},
     };
 }
 
@@ -120,6 +122,14 @@ async fn list_departments(
     State(state): State<AppState>,
     p: Caller<ReadLedger>,
 ) -> Result<Json<Items<Department>>, AppError> {
+    read_departments(&state, &p).await.map(Json)
+}
+
+/// The departments with their tenant counts (`GET /api/v1/departments`).
+pub(crate) async fn read_departments(
+    state: &AppState,
+    p: &crate::auth::Principal,
+) -> Result<Items<Department>, AppError> {
     let mut tx = p.begin(&state.db).await?;
     let items = store::departments(&mut tx).await?;
     tx.commit().await?;
@@ -135,7 +145,7 @@ async fn list_departments(
             gl_account: r.gl_account,
         })
         .collect();
-    Ok(Json(Items { items }))
+    Ok(Items { items })
 }
 
 pub(super) async fn post_department(
@@ -164,6 +174,11 @@ pub(crate) async fn create_department(
 }
 
 async fn list_tenants(State(state): State<AppState>, p: Caller<ReadLedger>) -> Result<Json<Items<Tenant>>, AppError> {
+    read_tenants(&state, &p).await.map(Json)
+}
+
+/// The tenants with their departments (`GET /api/v1/tenants`).
+pub(crate) async fn read_tenants(state: &AppState, p: &crate::auth::Principal) -> Result<Items<Tenant>, AppError> {
     let mut tx = p.begin(&state.db).await?;
     let items = store::tenants(&mut tx).await?;
     tx.commit().await?;
@@ -179,7 +194,7 @@ async fn list_tenants(State(state): State<AppState>, p: Caller<ReadLedger>) -> R
             former_names: r.former_names,
         })
         .collect();
-    Ok(Json(Items { items }))
+    Ok(Items { items })
 }
 
 pub(super) async fn post_tenant(

@@ -110,6 +110,11 @@ pub(super) async fn list_rules(
     State(state): State<AppState>,
     p: Caller<ReadLedger>,
 ) -> Result<Json<Items<NamespaceRule>>, AppError> {
+    read_rules(&state, &p).await.map(Json)
+}
+
+/// The namespace rules (`GET /api/v1/tenancy/namespace-rules`).
+pub(crate) async fn read_rules(state: &AppState, p: &crate::auth::Principal) -> Result<Items<NamespaceRule>, AppError> {
     let mut tx = p.begin(&state.db).await?;
     let rows = rules::rules(&mut tx).await?;
     tx.commit_quiet().await?;
@@ -126,5 +131,5 @@ pub(super) async fn list_rules(
             namespaces_given: 0,
         })
         .collect();
-    Ok(Json(Items { items }))
+    Ok(Items { items })
 }

@@ -69,13 +69,13 @@ pub fn InventoryPage() -> impl IntoView {
             Access::Admin(session) => {
                 let preview = match preview {
                     Some(p) => {
-                        let path = format!("/api/v1/inventory/impact?period={}", q(&p.period));
-                        let impact = match handle() {
-                            Ok(h) => match h.0.api("POST", path, Some(p.body.to_string())).await {
-                                Ok(a) => a.json::<Impact>(),
-                                Err(e) => Err(e),
-                            },
-                            Err(e) => Err(e),
+                        let impact = match (handle(), param("period", &p.period)) {
+                            (Ok(h), Ok(period)) => {
+                                h.0.inventory_impact(MonthParams { period }, p.body.clone())
+                                    .await
+                                    .map_err(PortalError::from)
+                            }
+                            (Err(e), _) | (_, Err(e)) => Err(e),
                         };
                         Some((p, impact))
                     }
@@ -84,9 +84,9 @@ pub fn InventoryPage() -> impl IntoView {
                 let h = handle().map_err(Err)?;
                 let inventory = h.0.admin_inventory().await.map_err(Err)?;
                 let tenancy = h.0.admin_tenancy().await.map_err(Err)?;
-                let tenants: Items<Tenant> = api("/api/v1/tenants").await.map_err(Err)?;
-                let departments: Items<Department> = api("/api/v1/departments").await.map_err(Err)?;
-                let rules: Items<NamespaceRule> = api("/api/v1/tenancy/namespace-rules").await.map_err(Err)?;
+                let tenants: Items<Tenant> = read(Read::Tenants()).await.map_err(Err)?;
+                let departments: Items<Department> = read(Read::Departments()).await.map_err(Err)?;
+                let rules: Items<NamespaceRule> = read(Read::NamespaceRules()).await.map_err(Err)?;
                 Ok((session.csrf, inventory, tenancy, tenants.items, departments.items, rules.items, preview))
             }
             other => Err(Ok(other)),

@@ -17,8 +17,9 @@ use serde_json::Value;
 use gpuledger_api::{
     Items,
     auth::{AuditLog, ProviderSettings, RoleMappings},
-    costs::CostImport,
+    costs::{CostImport, ImportParams},
     orgs::OrganizationSettings,
+    params::{AuditParams, MonthParams, QuotaParams, TokenUse, VersionPath},
     policy::{Impact, PolicyList, QuotaList},
     tenancy::{Department, NamespaceRule, Tenant},
 };
@@ -26,6 +27,7 @@ use gpuledger_api::{
 use crate::{
     account::TokensPanel,
     data::{ClusterRow, PortalDataHandle, PortalError, SessionView, TokenRow},
+    reads::{Read, param, read, read_found, whole},
     ui::{error_panel, forbidden, q, when},
 };
 
@@ -47,11 +49,6 @@ pub(crate) async fn admin(next: &str) -> Access {
 fn handle() -> Result<PortalDataHandle, PortalError> {
     use_context::<PortalDataHandle>()
         .ok_or_else(|| PortalError { message: "the portal has no data source configured".into() })
-}
-
-/// `GET path` of the REST API, read as the contract's answer type.
-pub(crate) async fn api<T: serde::de::DeserializeOwned>(path: &str) -> Result<T, PortalError> {
-    handle()?.0.api("GET", path.to_string(), None).await?.json::<T>()
 }
 
 /// A time cell of an optional time (empty when absent).
@@ -237,8 +234,8 @@ pub fn IdentityPage() -> impl IntoView {
     let data = async move {
         match admin("/admin/identity").await {
             Access::Admin(session) => {
-                let provider: ProviderSettings = api("/api/v1/identity/provider").await.map_err(Err)?;
-                let mappings: RoleMappings = api("/api/v1/identity/role-mappings").await.map_err(Err)?;
+                let provider: ProviderSettings = read(Read::Provider()).await.map_err(Err)?;
+                let mappings: RoleMappings = read(Read::RoleMappings()).await.map_err(Err)?;
                 Ok((session, provider, mappings))
             }
             other => Err(Ok(other)),
@@ -298,18 +295,24 @@ pub fn AuditPage() -> impl IntoView {
     let data = async move {
         match admin("/admin/audit").await {
             Access::Admin(_) => {
-                let mut url = "/api/v1/audit?limit=100".to_string();
+                let mut params = AuditParams {
+                    limit: Some(whole("limit", 100).map_err(Err)?),
+                    before: None,
+                    action: None,
+                    exclude: None,
+                    token_use: None,
+                };
                 match action.clone().filter(|a| !a.is_empty()) {
-                    Some(a) => url.push_str(&format!("&action={}", q(&a))),
+                    Some(a) => params.action = Some(param("action", &a).map_err(Err)?),
                     // Agents' once-a-minute token use would push everything else off the first page: one row per
                     // token and day, with a count, unless every use is asked for.
-                    None if !routine => url.push_str("&token_use=fold"),
+                    None if !routine => params.token_use = Some(TokenUse::Fold),
                     None => {}
                 }
                 if let Some(b) = before.filter(|b| !b.is_empty()) {
-                    url.push_str(&format!("&before={}", q(&b)));
+                    params.before = Some(param("before", &b).map_err(Err)?);
                 }
-                let mut log: AuditLog = api(&url).await.map_err(Err)?;
+                let mut log: AuditLog = read(Read::Audit(params)).await.map_err(Err)?;
                 // Only what the page shows travels with it (the page's data is serialized into the HTML).
                 for item in &mut log.items {
                     item.details = Value::Null;

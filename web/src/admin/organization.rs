@@ -14,7 +14,7 @@ pub fn OrganizationPage() -> impl IntoView {
     let data = async move {
         match admin("/admin/organization").await {
             Access::Admin(session) => {
-                let settings: OrganizationSettings = api("/api/v1/organization/settings").await.map_err(Err)?;
+                let settings: OrganizationSettings = read(Read::Settings()).await.map_err(Err)?;
                 Ok((session, settings))
             }
             other => Err(Ok(other)),
@@ -101,16 +101,8 @@ pub fn CostsPage() -> impl IntoView {
         match admin("/admin/costs").await {
             Access::Admin(session) => {
                 let period = bill_period(asked).await;
-                let answer = handle()
-                    .map_err(Err)?
-                    .0
-                    .api("GET", format!("/api/v1/costs/imports?period={}", q(&period)), None)
-                    .await;
-                let import: Option<CostImport> = match answer {
-                    Ok(a) if a.status == 404 => None,
-                    Ok(a) => Some(a.json().map_err(Err)?),
-                    Err(e) => return Err(Err(e)),
-                };
+                let params = ImportParams { period: param("period", &period).map_err(Err)? };
+                let import: Option<CostImport> = read_found(Read::CostImport(params)).await.map_err(Err)?;
                 Ok((session, period, import))
             }
             other => Err(Ok(other)),

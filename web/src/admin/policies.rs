@@ -92,13 +92,16 @@ pub fn PoliciesPage() -> impl IntoView {
     let data = async move {
         match admin("/admin/policies").await {
             Access::Admin(session) => {
-                let policies: PolicyList = api("/api/v1/policies").await.map_err(Err)?;
-                let quotas: QuotaList = api("/api/v1/quotas").await.map_err(Err)?;
+                let policies: PolicyList = read(Read::Policies()).await.map_err(Err)?;
+                let quotas: QuotaList = read(Read::Quotas(QuotaParams { at: None })).await.map_err(Err)?;
                 let period = impact_period(asked).await;
                 let mut impacts = Vec::new();
                 for d in policies.items.iter().filter(|p| p.state == gpuledger_api::states::PolicyState::Draft) {
-                    let answer: Result<Impact, PortalError> =
-                        api(&format!("/api/v1/policies/{}/impact?period={}", d.version, q(&period))).await;
+                    let answer: Result<Impact, PortalError> = async {
+                        let version = VersionPath { version: whole("version", i64::from(d.version))? };
+                        read(Read::PolicyImpact(version, MonthParams { period: param("period", &period)? })).await
+                    }
+                    .await;
                     impacts.push((d.version, answer));
                 }
                 Ok((session, policies, quotas, period, impacts))

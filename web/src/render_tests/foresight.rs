@@ -66,7 +66,7 @@ async fn the_notifications_page_shows_idle_reservations_budgets_and_each_webhook
                 "created_by": "fin@example.test", "created_at": "2026-12-01T09:00:00Z"}]}),
             ),
             (
-                "/api/v1/notifications/webhooks/w1/deliveries",
+                "/api/v1/notifications/webhooks/00000000-0000-0000-0000-0000000000b1/deliveries",
                 json!({"items": [
                 {"delivery_id": "x", "event": "budget.forecast_exceeded", "state": "pending", "attempts": 2,
                  "last_status": 503, "last_error": "the receiver answered 503", "created_at": "2026-12-01T10:00:00Z",
@@ -74,7 +74,7 @@ async fn the_notifications_page_shows_idle_reservations_budgets_and_each_webhook
             ),
             (
                 "/api/v1/notifications/webhooks",
-                json!({"items": [{"webhook_id": "w1", "url": "https://hooks.example.test/gl",
+                json!({"items": [{"webhook_id": "00000000-0000-0000-0000-0000000000b1", "url": "https://hooks.example.test/gl",
                 "events": ["budget.forecast_exceeded"], "format": "slack", "created_by": "admin", "created_at": "2026-12-01T09:00:00Z",
                 "disabled_at": null, "delivered": 3, "pending": 1, "failed": 0}]}),
             ),

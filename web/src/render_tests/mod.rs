@@ -18,12 +18,13 @@ use gpuledger_api::{
 use crate::{
     App, PeriodRow, TokenRow,
     data::{
-        ApiAnswer, BoxFuture, ClusterRow, InventoryRow, OwnershipRow, PortalData, PortalDataHandle, PortalError,
-        ResponseStatus, SessionView,
+        BoxFuture, ClusterRow, InventoryRow, OwnershipRow, PortalData, PortalDataHandle, PortalError, ResponseStatus,
+        SessionView,
     },
+    reads::{Answer, Read, Refusal},
 };
 
-/// Answers API calls by path prefix; `fail` makes every call answer 500.
+/// Answers reads by the prefix of the REST path each stands for; `fail` makes every read answer 500.
 struct Fake {
     roles: Option<Vec<&'static str>>,
     fail: bool,
@@ -70,24 +71,100 @@ impl PortalData for Fake {
         })
     }
 
-    fn api(&self, _method: &str, path: String, _body: Option<String>) -> BoxFuture<'_, Result<ApiAnswer, PortalError>> {
-        let answer = if self.fail {
-            ApiAnswer { status: 500, body: json!({"detail": "the database is unavailable"}) }
+    fn read(&self, read: Read) -> BoxFuture<'_, Result<Answer, Refusal>> {
+        let answer = self.answer(&path_of(&read)).and_then(|body| typed(&read, body));
+        Box::pin(async move { answer })
+    }
+
+    fn inventory_impact(
+        &self,
+        period: gpuledger_api::params::MonthParams,
+        _change: Value,
+    ) -> BoxFuture<'_, Result<gpuledger_api::policy::Impact, Refusal>> {
+        let answer = self
+            .answer(&format!("/api/v1/inventory/impact?period={}", period.period))
+            .and_then(|body| serde_json::from_value(body).map_err(|e| Refusal { status: 500, detail: e.to_string() }));
+        Box::pin(async move { answer })
+    }
+}
+
+impl Fake {
+    /// The JSON body the REST API would answer at `path`.
+    fn answer(&self, path: &str) -> Result<Value, Refusal> {
+        if self.fail {
+            Err(Refusal { status: 500, detail: "the database is unavailable".into() })
         } else if path.starts_with("/api/v1/costs/imports") && !self.answers.iter().any(|(p, _)| path.starts_with(p)) {
             // No bill imported for the month.
-            ApiAnswer { status: 404, body: json!({"detail": "period: no bill was imported"}) }
+            Err(Refusal { status: 404, detail: "period: no bill was imported".into() })
         } else {
             let body = self
                 .answers
                 .iter()
                 .find(|(prefix, _)| path.starts_with(prefix))
                 .map(|(_, v)| v.clone())
-                .or_else(|| admin_answer(&path))
+                .or_else(|| admin_answer(path))
                 .unwrap_or(json!({"items": [], "lines": [], "mappings": []}));
-            ApiAnswer { status: 200, body: complete(&path, body) }
-        };
-        Box::pin(async move { Ok(answer) })
+            Ok(complete(path, body))
+        }
     }
+}
+
+/// The REST path (with its query) a read stands for: the key the fakes' answers are listed by.
+fn path_of(read: &Read) -> String {
+    let opt = |name: &str, v: Option<String>| v.map(|v| format!("&{name}={v}")).unwrap_or_default();
+    match read {
+        Read::Periods() => "/api/v1/periods".to_string(),
+        Read::Ledger(p) => format!(
+            "/api/v1/ledger?period={}{}{}",
+            p.period,
+            opt("tenant", p.tenant.as_ref().map(ToString::to_string)),
+            opt("per_page", p.per_page.map(|n| n.get().to_string()))
+        ),
+        Read::Months(p) => format!(
+            "/api/v1/ledger/months?from={}&to={}{}",
+            p.from,
+            p.to,
+            opt("department", p.department.as_ref().map(ToString::to_string))
+        ),
+        Read::Summaries(p) => format!("/api/v1/ledger/summaries?period={}", p.period),
+        Read::Forecast(p) => format!("/api/v1/forecast?{}", opt("period", p.period.map(|m| m.to_string()))),
+        Read::Idle() => "/api/v1/idle".to_string(),
+        Read::Evidence(path, p) => format!(
+            "/api/v1/periods/{}/evidence?{}{}",
+            path.period,
+            opt("tenant", p.tenant.as_ref().map(ToString::to_string)),
+            opt("gpu_class", p.gpu_class.as_ref().map(ToString::to_string))
+        ),
+        Read::Sessions(p) => format!("/api/v1/analytics/sessions?period={}&tenant={}", p.period, p.tenant),
+        Read::Budgets(_) => "/api/v1/budgets".to_string(),
+        Read::Webhooks() => "/api/v1/notifications/webhooks".to_string(),
+        Read::Deliveries(p) => format!("/api/v1/notifications/webhooks/{}/deliveries", p.id),
+        Read::Disputes(p) => format!("/api/v1/disputes?per_page={}", p.per_page.map_or(20, |n| n.get())),
+        Read::Dispute(p) => format!("/api/v1/disputes/{}", p.id),
+        Read::Findings(p) => format!("/api/v1/periods/{}/findings", p.period),
+        Read::Tenants() => "/api/v1/tenants".to_string(),
+        Read::Departments() => "/api/v1/departments".to_string(),
+        Read::NamespaceRules() => "/api/v1/tenancy/namespace-rules".to_string(),
+        Read::Policies() => "/api/v1/policies".to_string(),
+        Read::Quotas(_) => "/api/v1/quotas".to_string(),
+        Read::PolicyImpact(v, p) => format!("/api/v1/policies/{}/impact?period={}", v.version.get(), p.period),
+        Read::Settings() => "/api/v1/organization/settings".to_string(),
+        Read::CostImport(p) => format!("/api/v1/costs/imports?period={}", p.period),
+        Read::Provider() => "/api/v1/identity/provider".to_string(),
+        Read::RoleMappings() => "/api/v1/identity/role-mappings".to_string(),
+        Read::Audit(_) => "/api/v1/audit".to_string(),
+        Read::Coverage(p) => {
+            format!("/api/v1/telemetry/coverage{}", p.as_ref().map(|p| format!("?period={p}")).unwrap_or_default())
+        }
+    }
+}
+
+/// `body` as `read`'s typed answer; one that does not match the contract is an error, as the server's would be.
+fn typed(read: &Read, body: Value) -> Result<Answer, Refusal> {
+    Answer::from_json(read, body).map_err(|e| Refusal {
+        status: 500,
+        detail: format!("the server's answer (HTTP 200) did not match the API contract: {e}"),
+    })
 }
 
 /// `over`'s fields on top of `base`'s: a fake names what its test is about, the rest is a neutral default.

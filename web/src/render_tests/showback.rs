@@ -90,8 +90,8 @@ async fn showback_shows_inference_efficiency_with_its_reason_and_an_empty_state(
 
 #[tokio::test]
 async fn tenant_page_lists_agent_sessions_with_their_modeled_cost() {
-    let ledger = json!({"lines": [{"line_id": "a", "tenant": "nlp", "tenant_id": "t1", "department": "Research",
-        "term": "service", "gpu_class": "", "amount": "10.00", "confidence": "modeled", "explanation": "x"}],
+    let ledger = json!({"lines": [{"line_id": "a", "tenant": "nlp", "tenant_id": "00000000-0000-0000-0000-0000000000a1",
+        "department": "Research", "term": "service", "gpu_class": "", "amount": "10.00", "confidence": "modeled", "explanation": "x"}],
         "total": "10.00", "currency": "USD", "state": "open"});
     let fake = |sessions: Value| Fake {
         roles: Some(vec!["viewer"]),
@@ -104,11 +104,12 @@ async fn tenant_page_lists_agent_sessions_with_their_modeled_cost() {
     };
     let sessions = json!({"sessions": [{"session": "sess-a", "requests": 1200, "input_tokens": 200000,
         "output_tokens": 400000, "mean_ttft_ms": "150", "gpu_hours": "2.000", "cost": "13.00", "confidence": "modeled"}]});
-    let (html, _) = render("/tenants/t1?period=2026-10", fake(sessions)).await;
+    let (html, _) = render("/tenants/00000000-0000-0000-0000-0000000000a1?period=2026-10", fake(sessions)).await;
     assert!(html.contains("AI-agent sessions") && html.contains("<code>sess-a</code>"), "{html}");
     assert!(html.contains(">13.00 USD<") && html.contains(">1,200<") && html.contains(">150 ms<"), "{html}");
     assert!(html.contains("<summary>modeled</summary>"), "{html}");
-    let (html, _) = render("/tenants/t1?period=2026-10", fake(json!({"sessions": []}))).await;
+    let (html, _) =
+        render("/tenants/00000000-0000-0000-0000-0000000000a1?period=2026-10", fake(json!({"sessions": []}))).await;
     assert!(html.contains("No agent sessions this month."), "{html}");
 }
 

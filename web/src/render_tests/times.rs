@@ -80,7 +80,8 @@ impl PortalData for Times {
         })
     }
 
-    fn api(&self, _method: &str, path: String, _body: Option<String>) -> BoxFuture<'_, Result<ApiAnswer, PortalError>> {
+    fn read(&self, read: Read) -> BoxFuture<'_, Result<Answer, Refusal>> {
+        let path = path_of(&read);
         let body = if path.starts_with("/api/v1/audit") {
             json!({"items": [{"at": RAW, "actor": "pat", "action": "login.success", "target": "", "reason": "",
                               "details": {}, "source": "10.0.0.1"}], "next_before": null})
@@ -97,7 +98,8 @@ impl PortalData for Times {
         } else {
             json!({"items": []})
         };
-        Box::pin(async move { Ok(ApiAnswer { status: 200, body }) })
+        let answer = typed(&read, body);
+        Box::pin(async move { answer })
     }
 }
 
