@@ -1,5 +1,6 @@
 //! The REST API's routes: every feature's router, the reads that compute or stream a month behind their
-//! organization's heavy-read turns. The application (the `app` module) serves them; portal pages call them in-process.
+//! organization's heavy-read turns. The application (the `app` module) serves them; portal pages call the same
+//! read functions directly (`portal::reads`).
 
 use axum::{
     Router,
@@ -12,9 +13,8 @@ use axum::{
 
 use crate::{auth, error::AppError, ingest, openapi, state::AppState};
 
-/// The REST API's routes (also what portal pages call in-process, as the signed-in person). Reads that compute
-/// or stream a month (ledger, close, analytics, exports, metrics, what-if impacts) take a turn of their organization's share of
-/// heavy reads first ([`heavy_read`]).
+/// The REST API's routes. Reads that compute or stream a month (ledger, close, analytics, exports, metrics,
+/// what-if impacts) take a turn of their organization's share of heavy reads first ([`heavy_read`]).
 pub fn api_routes(state: &AppState) -> Router<AppState> {
     let heavy = Router::new()
         .merge(crate::analytics::router())
