@@ -207,65 +207,89 @@ fn DisputeDetail(session: SessionView, d: Dispute) -> impl IntoView {
     }
 }
 
+/// The details of a finding the close page explains, read as the server writes them (`ingest`, `ledger`): an
+/// unpriced finding's reason and first allocations, an agent gap's dropped and recovered kinds.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(default)]
+struct FindingDetails {
+    reason: String,
+    first: Vec<String>,
+    allocations: Option<i64>,
+    telemetry_lost: u64,
+    recovered: bool,
+    recovery: Option<GapRecovery>,
+    kinds: Vec<KindCounts>,
+    dropped: u64,
+}
+
+/// What a re-list brought back of an agent gap.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(default)]
+struct GapRecovery {
+    kinds: Vec<KindCounts>,
+}
+
+/// One kind of fact of an agent gap, with its counts.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(default)]
+struct KindCounts {
+    kind: String,
+    count: u64,
+    lost: u64,
+    recovered: u64,
+}
+
 /// A finding's reason for people, with the first allocations it names (at most three, then how many more); an
 /// agent gap says whether what it dropped came back.
 fn finding_why(kind: FindingKind, details: &serde_json::Value) -> String {
+    // Details the page cannot read are shown as no reason rather than hiding the finding.
+    let d: FindingDetails = serde_json::from_value(details.clone()).unwrap_or_default();
     if kind == FindingKind::AgentGap {
-        return gap_why(details);
+        return gap_why(&d);
     }
-    let reason = details["reason"].as_str().unwrap_or_default().to_string();
-    let named: Vec<&str> = details["first"].as_array().into_iter().flatten().filter_map(|v| v.as_str()).collect();
-    if named.is_empty() {
-        return reason;
+    if d.first.is_empty() {
+        return d.reason;
     }
-    let total = details["allocations"].as_i64().unwrap_or(named.len() as i64);
-    let shown = named.iter().take(3).copied().collect::<Vec<_>>().join(", ");
+    let named = &d.first;
+    let total = d.allocations.unwrap_or(named.len() as i64);
+    let shown = named.iter().take(3).map(String::as_str).collect::<Vec<_>>().join(", ");
     let more = total - named.len().min(3) as i64;
+    let reason = &d.reason;
     if more > 0 { format!("{reason} — {shown} and {more} more") } else { format!("{reason} — {shown}") }
 }
 
 /// An agent gap for people: recovered (nothing to acknowledge; telemetry windows lost named) or not (what stays
 /// lost, which closing the month must acknowledge).
-fn gap_why(d: &serde_json::Value) -> String {
-    // `kind: n` for each kind of `kinds` whose `field` is above 0.
-    let list = |kinds: &serde_json::Value, field: &str| -> Vec<String> {
-        kinds
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|k| Some((k["kind"].as_str()?, k[field].as_u64().filter(|n| *n > 0)?)))
-            .map(|(kind, n)| format!("{kind}: {n}"))
-            .collect()
+fn gap_why(d: &FindingDetails) -> String {
+    // `kind: n` for each kind whose count (chosen by `field`) is above 0.
+    let list = |kinds: &[KindCounts], field: fn(&KindCounts) -> u64| -> Vec<String> {
+        kinds.iter().filter(|k| field(k) > 0).map(|k| format!("{}: {}", k.kind, field(k))).collect()
     };
-    let windows = d["telemetry_lost"].as_u64().unwrap_or(0);
+    let windows = d.telemetry_lost;
     let telemetry = if windows > 0 {
         format!("; {windows} telemetry window(s) lost for good (utilization, and energy where it is priced)")
     } else {
         String::new()
     };
-    let accounted = d["recovery"].is_object();
-    if d["recovered"].as_bool() == Some(true) {
-        if accounted {
-            let back = list(&d["recovery"]["kinds"], "recovered");
+    let recovery = d.recovery.as_ref().map(|r| r.kinds.as_slice());
+    if d.recovered {
+        if let Some(kinds) = recovery {
+            let back = list(kinds, |k| k.recovered);
             format!("Recovered: a re-list stored the dropped facts again ({}){telemetry}", back.join(", "))
         } else {
             format!("Recovered: only telemetry windows were dropped{telemetry}")
         }
-    } else if accounted {
-        let lost = list(&d["recovery"]["kinds"], "lost");
-        let back = list(&d["recovery"]["kinds"], "recovered");
+    } else if let Some(kinds) = recovery {
+        let lost = list(kinds, |k| k.lost);
+        let back = list(kinds, |k| k.recovered);
         let back = if back.is_empty() { String::new() } else { format!("; recovered {}", back.join(", ")) };
         format!(
             "Not recovered: a re-list did not bring back {}{back} — closing needs an acknowledgement",
             lost.join(", ")
         )
     } else {
-        let dropped = list(&d["kinds"], "count");
-        let what = if dropped.is_empty() {
-            format!("{} fact(s)", d["dropped"].as_u64().unwrap_or(0))
-        } else {
-            dropped.join(", ")
-        };
+        let dropped = list(&d.kinds, |k| k.count);
+        let what = if dropped.is_empty() { format!("{} fact(s)", d.dropped) } else { dropped.join(", ") };
         format!("Not recovered: the agent dropped {what} — closing needs an acknowledgement")
     }
 }
