@@ -135,11 +135,24 @@ pub fn json_body<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, AppE
         return Err(AppError::invalid("body", "the body must be a JSON object"));
     }
     let de = &mut serde_json::Deserializer::from_slice(bytes);
-    serde_path_to_error::deserialize(de).map_err(|e| {
+    serde_path_to_error::deserialize::<_, T>(de).map_err(named)?;
+    // Read a second time from the parsed value, strictly: a nested struct sent as an array is refused as well (the
+    // first read is the one that refuses a repeated member, which a parsed value no longer shows).
+    let value: serde_json::Value =
+        serde_json::from_slice(bytes).map_err(|e| AppError::invalid("body", e.to_string()))?;
+    serde_path_to_error::deserialize(crate::strict_json::Strict(&value)).map_err(named)
+}
+
+/// A typed read's error as a 422 naming the member.
+fn named(e: serde_path_to_error::Error<serde_json::Error>) -> AppError {
+    {
         let path = e.path().to_string();
         let reason = e.inner().to_string();
-        // serde reports a missing field at the object that lacks it; name the field itself.
-        let missing = reason.strip_prefix("missing field `").and_then(|r| r.split('`').next());
+        // serde reports a missing or repeated field at the object that holds it; name the field itself.
+        let missing = ["missing field `", "duplicate field `"]
+            .iter()
+            .find_map(|prefix| reason.strip_prefix(prefix))
+            .and_then(|r| r.split('`').next());
         let field = match (path.as_str(), missing) {
             (".", Some(name)) => name.to_string(),
             (_, Some(name)) => format!("{path}.{name}"),
@@ -147,7 +160,7 @@ pub fn json_body<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, AppE
             _ => path,
         };
         AppError::invalid(field, reason)
-    })
+    }
 }
 
 /// Longest query string an API operation reads; longer ones are refused before parsing.
@@ -309,6 +322,10 @@ mod tests {
         assert_eq!(field(json_body::<B>(br#"{"name":"x","inner":{}}"#).unwrap_err()).0, "inner.amount");
         assert_eq!(field(json_body::<B>(br#"{"name":1}"#).unwrap_err()).0, "name");
         assert_eq!(field(json_body::<B>(b"[]").unwrap_err()).0, "body");
+        // serde would read `inner` positionally from an array; the contract says object.
+        let (at, reason) = field(json_body::<B>(br#"{"name":"x","inner":["1"]}"#).unwrap_err());
+        assert_eq!((at.as_str(), reason.contains("expected a JSON object")), ("inner", true), "{reason}");
+        assert_eq!(field(json_body::<B>(br#"{"name":"x","name":"y"}"#).unwrap_err()).0, "name");
         // A struct whose members all have defaults is still not read from an array (serde's sequence form).
         #[derive(Debug, serde::Deserialize)]
         struct AllDefault {

@@ -41,6 +41,7 @@ pub mod readmodel;
 pub mod routes;
 pub mod state;
 pub mod store;
+pub mod strict_json;
 pub mod telemetry;
 pub mod tenancy;
 pub mod training;
