@@ -4,11 +4,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use super::{
-    LedgerNotes, QuotaHolder,
-    arith::{clip, hours, qty},
-    context::Ctx,
-};
+use super::{LedgerNotes, QuotaHolder, arith::clip, context::Ctx};
 use crate::{
     confidence::Confidence,
     error::DomainError,
@@ -87,7 +83,7 @@ pub(super) fn gather<'a>(
     let mut slot_of: HashMap<(TenantId, &str), usize> = HashMap::new();
     let mut usage_slots: Vec<((TenantId, &str), usize, Usage)> = Vec::new();
     let mut energy_share: Vec<(usize, Fraction, usize)> = Vec::new(); // allocation → per-device fraction, slot
-    for (idx, a) in input.allocations.iter().enumerate() {
+    for (idx, a) in ctx.allocations.iter().enumerate() {
         if a.fraction.numer() <= 0 {
             return Err(DomainError::invalid_at(format!("allocations[{idx}].fraction"), "must be positive"));
         }
@@ -163,8 +159,5 @@ pub(super) fn gather<'a>(
     let pools: BTreeMap<(QuotaHolder, &str), Vec<Seg>> = pool_segs.into_iter().collect();
     let slot_keys: Vec<(TenantId, &str)> = usage_slots.iter().map(|(key, _, _)| *key).collect();
     let usage: BTreeMap<(TenantId, &str), Usage> = usage_slots.into_iter().map(|(k, _, u)| (k, u)).collect();
-    for (class, ns) in &unattributed {
-        notes.unattributed_gpu_hours.push((class.clone(), qty(hours(*ns)?)?));
-    }
     Ok(Gathered { pools, endpoint_ns, endpoint_conf, unattributed, slot_keys, usage, energy_share })
 }

@@ -120,14 +120,6 @@ pub(super) fn lines(
             }
         }
     }
-    // Quotas of holders with no allocation at all are reserved capacity too.
-    for q in &input.quotas {
-        let swept = pools.contains_key(&(q.holder, q.gpu_class.as_str()));
-        if !swept && let Some((s, e)) = clip(q.valid_from, q.valid_to, &period) {
-            let c = charged_ns.entry(q.gpu_class.clone()).or_insert(Fraction::ZERO);
-            *c = c.checked_add(Fraction::from_integer(e - s)?.checked_mul(q.gpus.value())?)?;
-        }
-    }
     for ((tenant, class), u) in usage.iter() {
         if u.borrowed_ns.is_zero() {
             continue;
@@ -157,6 +149,25 @@ pub(super) fn lines(
         ctx.lines.push(line);
     }
     Ok(charged_ns)
+}
+
+/// Adds to `charged_ns` the quotas of holders with no allocation at all (no pool was swept for them): reserved
+/// capacity too. Run once, after every part's pools were swept.
+pub(super) fn reserved_unswept(
+    quotas: &[super::QuotaRecord],
+    period: Interval,
+    swept: impl Fn(&super::QuotaHolder, &str) -> bool,
+    charged_ns: &mut BTreeMap<String, Fraction>,
+) -> Result<(), DomainError> {
+    for q in quotas {
+        if !swept(&q.holder, q.gpu_class.as_str())
+            && let Some((s, e)) = clip(q.valid_from, q.valid_to, &period)
+        {
+            let c = charged_ns.entry(q.gpu_class.clone()).or_insert(Fraction::ZERO);
+            *c = c.checked_add(Fraction::from_integer(e - s)?.checked_mul(q.gpus.value())?)?;
+        }
+    }
+    Ok(())
 }
 
 /// `"; soft shares priced by the larger of the compute and memory shares"` when soft-shared allocations are in the

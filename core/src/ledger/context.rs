@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{DepartmentRef, LedgerInput, LedgerLine, TenantRef, Term};
+use super::{AllocationRecord, DepartmentRef, DeviceEnergy, LedgerInput, LedgerLine, TenantRef, Term};
 use crate::{
     confidence::Confidence,
     decimal::Decimal,
@@ -12,12 +12,27 @@ use crate::{
 
 pub(super) struct Ctx<'a> {
     pub(super) input: &'a LedgerInput,
+    /// The allocations this pass reads: the input's, or one part of them (`LedgerParts`).
+    pub(super) allocations: &'a [AllocationRecord],
+    /// The device energy of those allocations' devices.
+    pub(super) energy: &'a [DeviceEnergy],
     pub(super) tenants: BTreeMap<TenantId, &'a TenantRef>,
     pub(super) departments: BTreeMap<DepartmentId, &'a DepartmentRef>,
     pub(super) lines: Vec<LedgerLine>,
 }
 
-impl Ctx<'_> {
+impl<'a> Ctx<'a> {
+    pub(super) fn new(input: &'a LedgerInput, allocations: &'a [AllocationRecord], energy: &'a [DeviceEnergy]) -> Self {
+        Ctx {
+            input,
+            allocations,
+            energy,
+            tenants: input.tenants.iter().map(|t| (t.id, t)).collect(),
+            departments: input.departments.iter().map(|d| (d.id, d)).collect(),
+            lines: Vec::new(),
+        }
+    }
+
     pub(super) fn base_line(
         &self,
         term: Term,

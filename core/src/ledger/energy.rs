@@ -28,7 +28,7 @@ pub(super) fn lines(
         // Per device: its spans by start, read in place (a month of a large fleet is millions of device-hours: no
         // copy of them is made unless a device's spans come out of order, e.g. from a hand-edited bundle).
         let mut by_device: HashMap<&str, std::borrow::Cow<'_, [EnergySpan]>> = HashMap::new();
-        for d in &input.energy {
+        for d in ctx.energy {
             for sp in &d.spans {
                 if sp.end_us <= sp.start_us {
                     return Err(DomainError::invalid_at(
@@ -87,7 +87,7 @@ pub(super) fn lines(
         let mut per_slot: Vec<(Vec<(Fraction, i128)>, Confidence)> =
             vec![(Vec::new(), Confidence::Exact); slot_keys.len()];
         for (idx, share, slot) in energy_share {
-            let a = &input.allocations[*idx];
+            let a = &ctx.allocations[*idx];
             let mj = attribute(a)?;
             if mj == 0 {
                 continue;
@@ -109,7 +109,7 @@ pub(super) fn lines(
             })?;
             joules.insert(*key, (j, conf));
         }
-        for a in &input.allocations {
+        for a in ctx.allocations {
             if let (Some(ep), Some(_)) = (a.endpoint.as_deref().filter(|e| priced_endpoints.contains(e)), &a.gpu_class)
                 && !a.devices.is_empty()
             {

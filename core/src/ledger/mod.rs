@@ -14,10 +14,12 @@
 //! rationals rounded once per line, half away from zero, to cents). Amounts that distribute a total (overhead, an
 //! endpoint's cost) use the largest-remainder method so the distributed cents add up to the total exactly.
 //!
-//! [`compute`] runs one module per term, in this order (each adds its lines to a shared context):
-//! `guaranteed` → `allocations` (clips and pools the allocations the later terms read) → `borrowed` → `actual`
-//! (a class priced at actual cost: its cloud bill spread over its charged hours) → `energy` → `service` → `overhead` → `adjustments`. `input`, `line` and `notes` hold the public types,
-//! `arith` the shared arithmetic (hours, clip, money, qty, distribute, lcm), `context` the shared state.
+//! [`compute`] runs one module per term (each adds its lines to a shared context): `guaranteed`; then per part of
+//! the allocations (`parts`, [`LedgerParts`]) `allocations` (clips and pools the allocations the later terms read),
+//! `borrowed` (swept per quota pool) and `energy`; then over the parts' exact sums `actual` (a class priced at actual
+//! cost: its cloud bill spread over its charged hours), `service`, `overhead` and `adjustments`. `input`, `line` and
+//! `notes` hold the public types, `arith` the shared arithmetic (hours, clip, money, qty, distribute, lcm),
+//! `context` the shared state.
 
 mod actual;
 mod adjustments;
@@ -31,9 +33,8 @@ mod input;
 mod line;
 mod notes;
 mod overhead;
+mod parts;
 mod service;
-
-use std::collections::BTreeSet;
 
 use serde::{Deserialize, Serialize};
 
@@ -46,10 +47,10 @@ pub use input::{
 };
 pub use line::{CSV_HEADER, LedgerLine, Term};
 pub use notes::{LedgerNotes, UnattributedService};
+pub use parts::LedgerParts;
 pub use service::{Work, unattributed_work};
 
 use crate::{decimal::Decimal, error::DomainError};
-use context::Ctx;
 
 /// Decimals of money amounts.
 pub const AMOUNT_SCALE: u32 = 2;
@@ -67,53 +68,13 @@ pub struct Ledger {
     pub notes: LedgerNotes,
 }
 
-/// Computes a period's ledger. Errors name the input that made it impossible (e.g. a class with no rate).
+/// Computes a period's ledger. Errors name the input that made it impossible (e.g. a class with no rate). The
+/// input's allocations are one part of [`LedgerParts`]: a caller that cannot hold the month at once adds them in
+/// parts and gets the same lines.
 pub fn compute(input: &LedgerInput) -> Result<Ledger, DomainError> {
-    input.policy.validate()?;
-    let period = input.interval()?;
-    let mut ctx = Ctx {
-        input,
-        tenants: input.tenants.iter().map(|t| (t.id, t)).collect(),
-        departments: input.departments.iter().map(|d| (d.id, d)).collect(),
-        lines: Vec::new(),
-    };
-    for t in &input.tenants {
-        if !ctx.departments.contains_key(&t.department) {
-            return Err(DomainError::invalid_at(
-                format!("tenants[{}].department", t.name),
-                format!("department {} is not listed", t.department),
-            ));
-        }
-    }
-    let policy = &input.policy;
-    let priced_endpoints: BTreeSet<&str> = policy.services.iter().map(|s| s.endpoint.as_str()).collect();
-    let mut notes = LedgerNotes::default();
-
-    guaranteed::lines(&mut ctx, period)?;
-    let mut gathered = allocations::gather(&ctx, period, &priced_endpoints, &mut notes)?;
-    let charged_ns = borrowed::lines(&mut ctx, period, &mut gathered)?;
-    let mut spread = actual::apply(&mut ctx, &gathered, &mut notes)?;
-    let endpoint_energy_kwh = energy::lines(&mut ctx, period, &gathered, &priced_endpoints)?;
-    let service_remainders = service::lines(&mut ctx, &gathered, &endpoint_energy_kwh, &mut spread, &mut notes)?;
-    overhead::lines(&mut ctx, period, &gathered, &charged_ns, &service_remainders, &spread)?;
-    adjustments::lines(&mut ctx)?;
-
-    let mut lines = ctx.lines;
-    lines.sort_by(|a, b| {
-        (&a.department, &a.tenant, a.term, &a.gpu_class, &a.line_id).cmp(&(
-            &b.department,
-            &b.tenant,
-            b.term,
-            &b.gpu_class,
-            &b.line_id,
-        ))
-    });
-    for w in lines.windows(2) {
-        if w[0].line_id == w[1].line_id {
-            return Err(DomainError::invalid_at("lines", format!("two lines have the ID {}", w[0].line_id)));
-        }
-    }
-    Ok(Ledger { lines, notes })
+    let mut parts = LedgerParts::new(input)?;
+    parts.add(&input.allocations, &input.energy)?;
+    parts.finish()
 }
 
 /// Sum of the amounts of some lines (signed: credits are negative).
