@@ -134,13 +134,15 @@ pub fn json_body<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, AppE
     if bytes.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
         return Err(AppError::invalid("body", "the body must be a JSON object"));
     }
-    let de = &mut serde_json::Deserializer::from_slice(bytes);
-    serde_path_to_error::deserialize::<_, T>(de).map_err(named)?;
-    // Read a second time from the parsed value, strictly: a nested struct sent as an array is refused as well (the
-    // first read is the one that refuses a repeated member, which a parsed value no longer shows).
-    let value: serde_json::Value =
-        serde_json::from_slice(bytes).map_err(|e| AppError::invalid("body", e.to_string()))?;
-    serde_path_to_error::deserialize(crate::strict_json::Strict(&value)).map_err(named)
+    let typed = || serde_path_to_error::deserialize::<_, T>(&mut serde_json::Deserializer::from_slice(bytes));
+    // Read strictly from the parsed value first: a struct sent as an array is refused where it is, at any depth. A
+    // body that does not parse is named by the typed read, which says where it broke.
+    let Ok(value) = serde_json::from_slice::<serde_json::Value>(bytes) else {
+        return Err(typed().err().map_or_else(|| AppError::invalid("body", "not JSON"), named));
+    };
+    serde_path_to_error::deserialize::<_, T>(crate::strict_json::Strict(&value)).map_err(named)?;
+    // Then from the text: a parsed value keeps only the last of a repeated member, the typed read refuses it.
+    typed().map_err(named)
 }
 
 /// A typed read's error as a 422 naming the member.
@@ -156,7 +158,8 @@ fn named(e: serde_path_to_error::Error<serde_json::Error>) -> AppError {
         let field = match (path.as_str(), missing) {
             (".", Some(name)) => name.to_string(),
             (_, Some(name)) => format!("{path}.{name}"),
-            (".", None) => "body".to_string(),
+            // `?`: a syntax error before any member was read.
+            (".", None) | ("?", None) => "body".to_string(),
             _ => path,
         };
         AppError::invalid(field, reason)
@@ -326,6 +329,13 @@ mod tests {
         let (at, reason) = field(json_body::<B>(br#"{"name":"x","inner":["1"]}"#).unwrap_err());
         assert_eq!((at.as_str(), reason.contains("expected a JSON object")), ("inner", true), "{reason}");
         assert_eq!(field(json_body::<B>(br#"{"name":"x","name":"y"}"#).unwrap_err()).0, "name");
+        // Refused as an array where it is, not as a failed positional read inside it (`inner[0]`).
+        let (at, reason) = field(json_body::<B>(br#"{"name":"x","inner":[1]}"#).unwrap_err());
+        assert_eq!((at.as_str(), reason.contains("expected a JSON object")), ("inner", true), "{reason}");
+        let (at, reason) = field(json_body::<B>(br#"{"name":"x","inner":{"amount":"1"}"#).unwrap_err());
+        assert!(reason.contains("EOF") && at == "body", "{at}: {reason}");
+        let (at, reason) = field(json_body::<B>(br#"{"name":"x","inner":{"amount":"1"},}"#).unwrap_err());
+        assert!(reason.contains("trailing comma") && at == "body", "{at}: {reason}");
         // A struct whose members all have defaults is still not read from an array (serde's sequence form).
         #[derive(Debug, serde::Deserialize)]
         struct AllDefault {
