@@ -211,7 +211,7 @@ fn allocation(a: &Alloc<'_>) -> Vec<Fact> {
 
 /// Last month's allocations, made to tie: equal starts, equal ends, open ends, equal fractions, a namespace that
 /// changed owner mid-month (records split with `#n` IDs), one nobody owns, a shared endpoint, two GPU classes.
-async fn last_month(env: &Env) -> Period {
+async fn seed_last_month(env: &Env) -> Period {
     let period = Period::containing(OffsetDateTime::now_utc()).prev().unwrap();
     let start = period.start();
     let (ns_nlp, ns_vision, ns_infra, ns_moved, ns_free) =
@@ -248,6 +248,11 @@ async fn last_month(env: &Env) -> Period {
         }));
     }
     send(env, facts).await;
+    period
+}
+
+async fn last_month(env: &Env) -> Period {
+    let period = seed_last_month(env).await;
     let (s, v) = call(
         env,
         "POST",
@@ -381,6 +386,8 @@ async fn bundle_records(env: &Env, period: Period) -> Vec<AllocationRecord> {
 
 #[tokio::test]
 async fn closed_evidence_from_the_index_equals_the_bundle_for_every_sort_filter_and_scope() {
+    // Closed in parts of one department each (unowned, Research, Platform): the ranks span the parts.
+    gpuledger_server::close::set_part_records(1);
     let env = env().await;
     let period = last_month(&env).await;
     let records = bundle_records(&env, period).await;
@@ -449,6 +456,44 @@ async fn closed_evidence_from_the_index_equals_the_bundle_for_every_sort_filter_
     .unwrap();
     assert_eq!((rows as usize, source.as_str()), (records.len(), "bundle"));
     assert_eq!(compare_all(&env, period, &records).await, 8 * 7 * 2 * 5);
+}
+
+#[tokio::test]
+async fn a_month_closed_in_parts_has_the_lines_and_records_of_the_whole_month() {
+    gpuledger_server::close::set_part_records(1);
+    let env = env().await;
+    let period = seed_last_month(&env).await;
+    // The month computed whole, as the open month's preview computes it.
+    let mut tx = env.db.begin_org(env.org).await.unwrap();
+    let whole = gpuledger_server::close::preview(&mut tx, period).await.unwrap();
+    tx.rollback().await.unwrap();
+    let (s, v) = call(
+        &env,
+        "POST",
+        &format!("/api/v1/periods/{period}/close"),
+        &env.admin,
+        Some(json!({"acknowledge": "test data"})),
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    let (s, bundle) = call(&env, "GET", &format!("/api/v1/periods/{period}/bundle"), &env.admin, None).await;
+    assert_eq!(s, StatusCode::OK);
+    let bundle: gpuledger_core::bundle::Bundle = serde_json::from_value(bundle).unwrap();
+    assert_eq!(bundle.lines, whole.ledger.lines, "the lines of the whole month");
+    assert!(bundle.lines.len() >= 5, "{} lines", bundle.lines.len());
+    // The same records, in the parts' order (department, cluster, allocation): `#1` numbered across departments.
+    let ids = |records: &[AllocationRecord]| {
+        let mut ids: Vec<String> = records.iter().map(|a| serde_json::to_string(a).unwrap()).collect();
+        ids.sort();
+        ids
+    };
+    assert_eq!(ids(&bundle.inputs.allocations), ids(&whole.input.allocations));
+    assert!(bundle.inputs.allocations.iter().any(|a| a.id.ends_with("#1")));
+    let mut header = whole.input.clone();
+    header.allocations = bundle.inputs.allocations.clone();
+    assert_eq!(bundle.inputs, header, "everything else as the whole month's input");
+    let verified = gpuledger_core::bundle::verify(&bundle).unwrap();
+    assert!(verified.ok(), "{verified:?}");
 }
 
 #[tokio::test]

@@ -174,10 +174,10 @@ pub use gpuledger_api::close::CloseSummary;
 
 pub mod store;
 use store::periods;
+pub use store::{PART_RECORDS, org_slug, set_part_records, stored_bundle, stored_bundle_json};
 pub(crate) use store::{
     acknowledgements, freeze, late_data, needs_acknowledgement, record_acknowledgement, soft_overcommit,
 };
-pub use store::{org_slug, stored_bundle, stored_bundle_json};
 
 /// Closes a period. Exactly one of several concurrent callers (on any replica) wins; the others get a conflict.
 pub async fn close_period(

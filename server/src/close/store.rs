@@ -2,7 +2,7 @@
 
 pub(crate) mod periods;
 
-use super::preview;
+use super::Preview;
 use crate::store::stored_as;
 pub use crate::store::{stored_bundle, stored_bundle_json};
 use crate::{
@@ -14,25 +14,12 @@ use flate2::{Compression, write::GzEncoder};
 pub use gpuledger_api::close::CloseSummary;
 use gpuledger_core::{
     Period,
-    bundle::{BUNDLE_FORMAT, BundleRef, close_hash},
-    ledger::{AdjustmentRecord, compute, late_adjustments, total},
+    bundle::{BUNDLE_FORMAT, BundleStream, BundleTail, close_hash},
+    ledger::{AdjustmentRecord, LedgerParts, compute, late_adjustments, total},
 };
 use serde_json::json;
-use std::io::Write;
 use time::{Date, OffsetDateTime};
 use uuid::Uuid;
-
-/// JSON of `value` written straight into a gzip stream.
-pub(crate) fn gz_json<T: serde::Serialize>(value: &T) -> Result<Vec<u8>, AppError> {
-    // Level 6: November at 10,000 GPUs (510 MB of JSON) is 48.3 MB in ~7 s of CPU, against 57.9 MB at level 1
-    // (target ≤ 50 MB; level 9 saves 3 MB more for 3× the time).
-    let mut e = GzEncoder::new(Vec::new(), Compression::default());
-    let mut w = std::io::BufWriter::with_capacity(1 << 16, &mut e);
-    serde_json::to_writer(&mut w, value).map_err(|e| AppError::Internal(format!("writing the bundle: {e}")))?;
-    w.flush().map_err(|e| AppError::Internal(format!("writing the bundle: {e}")))?;
-    drop(w);
-    e.finish().map_err(|e| AppError::Internal(e.to_string()))
-}
 
 /// A closed period's bundle, its lines and policy only (the month's inputs are skipped as they are read, not held:
 /// at 10,000 GPUs they are a million allocation records).
@@ -118,7 +105,6 @@ pub(crate) async fn freeze(
     // Before any lock: whoever holds a turn never waits for one (no cycle with the read model's lock).
     let _turn = crate::limits::month_work().await?;
     let mut tx = db.begin_org(org).await?;
-    let preview = preview(&mut tx, period).await?;
     let previous_hash: Option<String> = sqlx::query_scalar(
         "SELECT content_hash FROM periods WHERE state = 'closed' AND period < $1 AND org_id = $2
           ORDER BY period DESC LIMIT 1",
@@ -127,15 +113,17 @@ pub(crate) async fn freeze(
     .bind(org.as_uuid())
     .fetch_optional(tx.conn())
     .await?;
-    let lines = &preview.ledger.lines;
-    let policy_version = preview.input.policy.version;
-    let inventory_version = preview.input.inventory_version.clone();
-    let hash = close_hash(period, policy_version, &inventory_version, previous_hash.as_deref(), lines);
     let (inventory_doc, _) = inventory(&mut tx).await?;
     let closed_at = gpuledger_core::time_fmt::rfc3339(now);
-    // Written straight into the compressor from borrowed parts: a month of inputs is never copied, and the JSON
-    // (hundreds of MB at 10,000 GPUs) never exists uncompressed.
-    let bundle = BundleRef {
+    // The month is read, priced, written into its bundle and indexed a part at a time (whole departments, about
+    // [`PART_RECORDS`] allocation records): the memory is the part's, not the month's (docs/scaling.md).
+    let closing = in_parts(&mut tx, period).await?;
+    let header = &closing.header;
+    let lines = &closing.ledger.lines;
+    let policy_version = header.policy.version;
+    let inventory_version = header.inventory_version.clone();
+    let hash = close_hash(period, policy_version, &inventory_version, previous_hash.as_deref(), lines);
+    let tail = BundleTail {
         format: BUNDLE_FORMAT,
         organization: slug,
         period,
@@ -146,13 +134,15 @@ pub(crate) async fn freeze(
         previous_hash: previous_hash.as_deref(),
         hash: &hash,
         lines,
-        inputs: &preview.input,
         inventory: &inventory_doc,
     };
-    let bundle_gz = gz_json(&bundle)?;
+    let bundle_gz = finish_bundle(closing.bundle, &tail)?;
     drop(inventory_doc);
-    tracing::info!(period = %period, allocations = preview.input.allocations.len(), bundle_bytes = bundle_gz.len(),
+    tracing::info!(period = %period, allocations = closing.records, bundle_bytes = bundle_gz.len(),
                    rss_mib = crate::health::rss_mib(), peak_mib = crate::health::peak_rss_mib(), "close: lines computed, bundle written");
+    let preview =
+        Preview { input: closing.header, ledger: closing.ledger, credits: closing.credits, late: closing.late };
+    let lines = &preview.ledger.lines;
     let total_amount = total(lines)?;
     let currency = preview.input.policy.currency.clone();
 
@@ -246,7 +236,7 @@ pub(crate) async fn freeze(
     .await?;
     // The evidence behind the lines, indexed for paging (`GET /api/v1/periods/{period}/evidence`): the bundle's
     // own allocation records, in the close's transaction, so a closed month is never without it.
-    crate::ledger::write_evidence_index(&mut tx, period, &preview.input.allocations, "close").await?;
+    closing.evidence.finish(&mut tx, period).await?;
     // Credits land here; late-data corrections are recorded as applied adjustments pointing at what they correct.
     if !preview.credits.is_empty() {
         sqlx::query(
@@ -340,6 +330,108 @@ pub(crate) async fn freeze(
         policy_version,
         inventory_version,
     })
+}
+
+/// Allocation records per part of a close (whole departments: a larger one is one part) unless set otherwise.
+pub const PART_RECORDS: usize = 50_000;
+
+static PART_SIZE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(PART_RECORDS);
+
+/// Sets the records per part of the closes this process runs (tests cut small months into many parts with it; the
+/// lines do not depend on it).
+pub fn set_part_records(records: usize) {
+    PART_SIZE.store(records.max(1), std::sync::atomic::Ordering::Relaxed);
+}
+
+type BundleWriter = std::io::BufWriter<GzEncoder<Vec<u8>>>;
+
+/// A month computed in parts: its header (the input without allocations and energy), lines, the bundle written so
+/// far, the staged evidence index.
+struct Closing {
+    header: gpuledger_core::ledger::LedgerInput,
+    ledger: gpuledger_core::ledger::Ledger,
+    bundle: BundleStream<BundleWriter>,
+    evidence: crate::ledger::store::parts::EvidenceStage,
+    records: usize,
+    credits: Vec<Uuid>,
+    late: Vec<(Period, AdjustmentRecord)>,
+}
+
+fn bundle_error(e: impl std::fmt::Display) -> AppError {
+    AppError::Internal(format!("writing the bundle: {e}"))
+}
+
+/// Reads and prices `period` a part at a time, writing each part into the bundle and the evidence stage.
+async fn in_parts(tx: &mut OrgTx, period: Period) -> Result<Closing, AppError> {
+    super::COMPUTATIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let policy = crate::store::policy_for(tx, period).await?.ok_or_else(|| {
+        AppError::Conflict(format!(
+            "no approved cost policy covers {period}: approve one effective from {period} or earlier"
+        ))
+    })?;
+    let mut header = crate::ledger::store::load_header(tx, period, policy).await?;
+    let credits = crate::ledger::approved_credits(tx).await?;
+    let late = late_data(tx, period).await?;
+    header.adjustments.extend(credits.iter().map(|(_, a)| a.clone()));
+    header.adjustments.extend(late.iter().map(|(_, a)| a.clone()));
+    // Level 6: November at 10,000 GPUs (510 MB of JSON) is 48.3 MB in ~7 s of CPU, against 57.9 MB at level 1
+    // (target ≤ 50 MB; level 9 saves 3 MB more for 3× the time).
+    let out = std::io::BufWriter::with_capacity(1 << 16, GzEncoder::new(Vec::new(), Compression::default()));
+    let mut bundle = BundleStream::begin(out, &header).map_err(bundle_error)?;
+    let mut evidence = crate::ledger::store::parts::EvidenceStage::begin(tx, period, "close").await?;
+    let (from, to) = crate::ledger::bounds(tx, period).await?;
+    let energy_priced = header.policy.energy.is_some();
+    let mut records = 0;
+    let ledger = {
+        let mut ledger = LedgerParts::new(&header).map_err(AppError::computing)?;
+        let mut parts = crate::ledger::store::parts::AllocationParts::open(
+            tx,
+            period,
+            PART_SIZE.load(std::sync::atomic::Ordering::Relaxed),
+        )
+        .await?;
+        while let Some(part) = parts.next(tx).await? {
+            let mut energy = Vec::new();
+            if energy_priced {
+                let mut devices: Vec<String> = part.iter().flat_map(|a| a.devices.iter().cloned()).collect();
+                devices.sort_unstable();
+                devices.dedup();
+                crate::telemetry::store::energy_hours_each(tx, from, to, Some(&devices), |d| {
+                    energy.push(d);
+                    Ok(())
+                })
+                .await?;
+            }
+            ledger.add(&part, &energy).map_err(AppError::computing)?;
+            bundle.allocations(&part).map_err(bundle_error)?;
+            evidence.add(tx, period, &part).await?;
+            records += part.len();
+        }
+        if energy_priced {
+            // The bundle's energy: every device once, as the whole month's input holds it.
+            crate::telemetry::store::energy_hours_each(tx, from, to, None, |d| {
+                bundle.energy(&d).map_err(|e| crate::db::DbError::Data(e.to_string()))
+            })
+            .await?;
+        }
+        ledger.finish().map_err(AppError::computing)?
+    };
+    Ok(Closing {
+        header,
+        ledger,
+        bundle,
+        evidence,
+        records,
+        credits: credits.into_iter().map(|(id, _)| id).collect(),
+        late,
+    })
+}
+
+/// The rest of the bundle after its inputs, and the compressed document.
+fn finish_bundle(bundle: BundleStream<BundleWriter>, tail: &BundleTail<'_>) -> Result<Vec<u8>, AppError> {
+    let out = bundle.finish(tail).map_err(bundle_error)?;
+    let gz = out.into_inner().map_err(|e| bundle_error(e.error()))?;
+    gz.finish().map_err(bundle_error)
 }
 
 /// The organization's slug (for the bundle).

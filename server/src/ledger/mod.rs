@@ -16,7 +16,6 @@ pub use crate::calendar::{charged_bounds as bounds, utc_bounds};
 pub use crate::store::period_state;
 pub use evidence::build_from_bundle as build_evidence_index;
 pub(crate) use evidence::read_evidence;
-pub(crate) use store::write_evidence_index;
 pub use store::{approved_credits, inventory, load_allocations, load_input};
 
 /// Routes of this module.

@@ -466,6 +466,23 @@ pub async fn energy_hours(
     start: OffsetDateTime,
     end: OffsetDateTime,
 ) -> Result<Vec<DeviceEnergy>, DbError> {
+    let mut out = Vec::new();
+    energy_hours_each(tx, start, end, None, |d| {
+        out.push(d);
+        Ok(())
+    })
+    .await?;
+    Ok(out)
+}
+
+/// [`energy_hours`] of some devices (`None`: every device), handed to `each` a device at a time as they arrive.
+pub async fn energy_hours_each(
+    tx: &mut OrgTx,
+    start: OffsetDateTime,
+    end: OffsetDateTime,
+    devices: Option<&[String]>,
+    mut each: impl FnMut(DeviceEnergy) -> Result<(), DbError>,
+) -> Result<(), DbError> {
     use futures::TryStreamExt;
     let mut rows = sqlx::query_as::<_, (String, OffsetDateTime, i32, i32, i64)>(
         "SELECT s.gpu_uuid, h.hour, h.span_from_ms, h.span_to_ms, h.energy_j
@@ -473,13 +490,19 @@ pub async fn energy_hours(
           WHERE h.org_id = $3 AND s.org_id = $3 AND h.energy_ms > 0
             AND h.hour >= $1 - interval '1 day' AND h.hour < $2
             AND h.hour + make_interval(secs => h.span_to_ms / 1000.0) > $1
+            AND ($4::text[] IS NULL OR s.gpu_uuid = ANY($4))
           ORDER BY s.gpu_uuid, h.hour",
     )
     .bind(start)
     .bind(end)
     .bind(tx.org().as_uuid())
+    .bind(devices)
     .fetch(tx.conn());
-    let mut out: Vec<DeviceEnergy> = Vec::new();
+    let mut device: Option<DeviceEnergy> = None;
+    let done = |mut d: DeviceEnergy| {
+        d.spans.sort_by_key(|s| (s.start_us, s.end_us, s.joules));
+        d
+    };
     while let Some((gpu, hour, from, to, j)) = rows.try_next().await? {
         let h = unix_ms(hour) * 1_000;
         let span = EnergySpan {
@@ -487,15 +510,19 @@ pub async fn energy_hours(
             end_us: h + i64::from(to) * 1_000,
             joules: u64::try_from(j).unwrap_or(0),
         };
-        match out.last_mut() {
+        match &mut device {
             Some(d) if d.gpu_uuid == gpu => d.spans.push(span),
-            _ => out.push(DeviceEnergy { gpu_uuid: gpu, spans: vec![span] }),
+            _ => {
+                if let Some(d) = device.replace(DeviceEnergy { gpu_uuid: gpu, spans: vec![span] }) {
+                    each(done(d))?;
+                }
+            }
         }
     }
-    for d in &mut out {
-        d.spans.sort_by_key(|s| (s.start_us, s.end_us, s.joules));
+    if let Some(d) = device {
+        each(done(d))?;
     }
-    Ok(out)
+    Ok(())
 }
 
 /// Hours with utilization of the given whole GPUs and of the MIG instances of the given parents, overlapping

@@ -1,6 +1,8 @@
 //! SQL of this feature: reads and writes inside the caller's organization-scoped transaction.
 
 use super::bounds;
+
+pub(crate) mod parts;
 use crate::{db::OrgTx, error::AppError};
 use gpuledger_api::{
     close::EvidenceDetail,
@@ -75,80 +77,97 @@ pub(crate) fn confidence(s: &str) -> Confidence {
     }
 }
 
-/// Allocation records of a period (split at namespace ownership changes) with devices resolved to physical GPUs.
-pub async fn load_allocations(tx: &mut OrgTx, period: Period) -> Result<Vec<AllocationRecord>, AppError> {
-    let (start, end) = bounds(tx, period).await?;
-    let org = tx.org().as_uuid();
-    let mig_parent: HashMap<String, String> = sqlx::query_as::<_, (String, String)>(
+/// MIG device UUID → its physical GPU's, for every device the organization has seen.
+pub(crate) async fn mig_parents(tx: &mut OrgTx) -> Result<HashMap<String, String>, AppError> {
+    Ok(sqlx::query_as::<_, (String, String)>(
         "SELECT DISTINCT m->>'uuid', d.gpu_uuid FROM devices d, jsonb_array_elements(d.mig_devices) m
           WHERE d.org_id = $1 AND m ? 'uuid'",
     )
-    .bind(org)
+    .bind(tx.org().as_uuid())
     .fetch_all(tx.conn())
     .await?
     .into_iter()
-    .collect();
-    // JIT compiles ~100 functions for these queries and costs more than it saves at this size.
-    sqlx::query("SET LOCAL jit = off").execute(tx.conn()).await?;
-    use futures::TryStreamExt;
-    let mut rows = sqlx::query_as::<_, AllocRow>(
-        "SELECT c.name, a.allocation_id, a.fraction_num, a.fraction_den, a.gpu_class, a.started_at, a.ended_at,
-                a.confidence,
-                -- The allocation's devices, or kubelet's latest assignment kept on the interval by ingest.
-                a.device_ids,
-                a.labels->>'endpoint', o.tenant_id, o.valid_from, o.valid_to, a.share_basis
-           FROM allocation_intervals a
+    .collect())
+}
+
+/// The select list of an allocation record's row ([`AllocRow`]), over `allocation_intervals a`, `clusters c` and the
+/// owner `namespace_ownership o`.
+pub(crate) const ALLOC_COLUMNS: &str = "c.name, a.allocation_id, a.fraction_num, a.fraction_den, a.gpu_class,
+    a.started_at, a.ended_at, a.confidence,
+    -- The allocation's devices, or kubelet's latest assignment kept on the interval by ingest.
+    a.device_ids,
+    a.labels->>'endpoint', o.tenant_id, o.valid_from, o.valid_to, a.share_basis";
+
+/// Where the month's allocation rows come from: `$1`/`$2` the month's charged bounds, `$3` the organization; a row
+/// per allocation and owner overlapping it (none: one row without owner).
+pub(crate) const ALLOC_FROM: &str = "FROM allocation_intervals a
            JOIN clusters c ON c.org_id = a.org_id AND c.cluster_id = a.cluster_id
            LEFT JOIN namespace_ownership o ON o.org_id = a.org_id AND o.namespace_uid = a.namespace_uid
                  AND tstzrange(o.valid_from, o.valid_to) && tstzrange(a.started_at, a.ended_at)
           WHERE a.org_id = $3 AND a.fraction_num IS NOT NULL
-            AND a.started_at < $2 AND (a.ended_at IS NULL OR a.ended_at > $1)",
-    )
-    .bind(start)
-    .bind(end)
-    .bind(org)
-    .fetch(tx.conn());
+            AND a.started_at < $2 AND (a.ended_at IS NULL OR a.ended_at > $1)";
+
+/// One row as its record (ID without the `#n` of a later owner's part), with the length of its cluster's name and
+/// its owner's start (what orders the parts of one allocation).
+pub(crate) fn to_record(
+    row: AllocRow,
+    mig_parent: &HashMap<String, String>,
+) -> Result<(AllocationRecord, u32, Option<OffsetDateTime>), AppError> {
+    let (cluster, alloc, num, den, class, s, e, conf, devices, endpoint, tenant, of, ot, basis) = row;
+    // The part of the allocation under this owner.
+    let (s2, e2) = match of {
+        Some(of) => (
+            s.max(of),
+            match (e, ot) {
+                (Some(e), Some(ot)) => Some(e.min(ot)),
+                (Some(e), None) => Some(e),
+                (None, ot) => ot,
+            },
+        ),
+        None => (s, e),
+    };
+    // Time-sliced replicas are named `UUID::N`; MIG devices resolve to their physical GPU.
+    let mut devices: Vec<String> = devices
+        .into_iter()
+        .map(|d| d.split("::").next().unwrap_or_default().to_string())
+        .map(|d| mig_parent.get(&d).cloned().unwrap_or(d))
+        .collect();
+    devices.sort();
+    devices.dedup();
+    devices.shrink_to_fit();
+    let record = AllocationRecord {
+        id: format!("{cluster}/{alloc}"),
+        tenant: tenant.map(TenantId::from_uuid),
+        gpu_class: class,
+        fraction: Fraction::new(i128::from(num), i128::from(den))?,
+        start: s2,
+        end: e2,
+        confidence: confidence(&conf),
+        devices,
+        endpoint,
+        share_basis: basis.and_then(|b| b.parse().ok()),
+    };
+    Ok((record, u32::try_from(cluster.len()).unwrap_or(u32::MAX), of))
+}
+
+/// Allocation records of a period (split at namespace ownership changes) with devices resolved to physical GPUs.
+pub async fn load_allocations(tx: &mut OrgTx, period: Period) -> Result<Vec<AllocationRecord>, AppError> {
+    let (start, end) = bounds(tx, period).await?;
+    let org = tx.org().as_uuid();
+    let mig_parent = mig_parents(tx).await?;
+    // JIT compiles ~100 functions for these queries and costs more than it saves at this size.
+    sqlx::query("SET LOCAL jit = off").execute(tx.conn()).await?;
+    use futures::TryStreamExt;
+    let sql = format!("SELECT {ALLOC_COLUMNS} {ALLOC_FROM}");
+    let mut rows = sqlx::query_as::<_, AllocRow>(&sql).bind(start).bind(end).bind(org).fetch(tx.conn());
     // Each row becomes its record as it arrives (a month at 10,000 GPUs is over a million rows: never held twice);
     // beside it, what orders it: the length of its cluster's name (the ID's prefix) and its owner's start.
     let mut out: Vec<AllocationRecord> = Vec::new();
     let mut keys: Vec<(u32, Option<OffsetDateTime>)> = Vec::new();
-    while let Some((cluster, alloc, num, den, class, s, e, conf, devices, endpoint, tenant, of, ot, basis)) =
-        rows.try_next().await?
-    {
-        // The part of the allocation under this owner.
-        let (s2, e2) = match of {
-            Some(of) => (
-                s.max(of),
-                match (e, ot) {
-                    (Some(e), Some(ot)) => Some(e.min(ot)),
-                    (Some(e), None) => Some(e),
-                    (None, ot) => ot,
-                },
-            ),
-            None => (s, e),
-        };
-        // Time-sliced replicas are named `UUID::N`; MIG devices resolve to their physical GPU.
-        let mut devices: Vec<String> = devices
-            .into_iter()
-            .map(|d| d.split("::").next().unwrap_or_default().to_string())
-            .map(|d| mig_parent.get(&d).cloned().unwrap_or(d))
-            .collect();
-        devices.sort();
-        devices.dedup();
-        devices.shrink_to_fit();
-        keys.push((u32::try_from(cluster.len()).unwrap_or(u32::MAX), of));
-        out.push(AllocationRecord {
-            id: format!("{cluster}/{alloc}"),
-            tenant: tenant.map(TenantId::from_uuid),
-            gpu_class: class,
-            fraction: Fraction::new(i128::from(num), i128::from(den))?,
-            start: s2,
-            end: e2,
-            confidence: confidence(&conf),
-            devices,
-            endpoint,
-            share_basis: basis.and_then(|b| b.parse().ok()),
-        });
+    while let Some(row) = rows.try_next().await? {
+        let (record, cluster_len, owner_from) = to_record(row, &mig_parent)?;
+        keys.push((cluster_len, owner_from));
+        out.push(record);
     }
     drop(rows);
     // Ordered here rather than in SQL (a million-row sort spills to disk in PostgreSQL, not in memory here): by
@@ -198,6 +217,19 @@ fn permute<T>(v: &mut [T], order: &mut [u32]) {
 /// the caller ([`pending_adjustments`]).
 #[allow(clippy::type_complexity)] // row tuples of plain queries
 pub async fn load_input(tx: &mut OrgTx, period: Period, policy: CostPolicy) -> Result<LedgerInput, AppError> {
+    let mut input = load_header(tx, period, policy).await?;
+    input.allocations = load_allocations(tx, period).await?;
+    if input.policy.energy.is_some() {
+        // One span per device-hour (bundle format 2): the hour's exact joules over the span its windows cover.
+        let (start, end) = bounds(tx, period).await?;
+        input.energy = crate::telemetry::store::energy_hours(tx, start, end).await?;
+    }
+    Ok(input)
+}
+
+/// [`load_input`] without its allocations and energy (what a close in parts reads part by part).
+#[allow(clippy::type_complexity)] // row tuples of plain queries
+pub async fn load_header(tx: &mut OrgTx, period: Period, policy: CostPolicy) -> Result<LedgerInput, AppError> {
     let calendar = crate::calendar::bounds(tx, period).await?;
     let (start, end) = calendar.charged();
     let org = tx.org().as_uuid();
@@ -265,13 +297,6 @@ pub async fn load_input(tx: &mut OrgTx, period: Period, policy: CostPolicy) -> R
         })
     })
     .collect::<Result<Vec<_>, AppError>>()?;
-    let allocations = load_allocations(tx, period).await?;
-    let energy = if policy.energy.is_some() {
-        // One span per device-hour (bundle format 2): the hour's exact joules over the span its windows cover.
-        crate::telemetry::store::energy_hours(tx, start, end).await?
-    } else {
-        Vec::new()
-    };
     let service_usage = sqlx::query_as::<_, (String, String, Uuid, i64, i64, i64)>(
         // An endpoint's gateway usage records, when it has any this month, are its per-tenant attribution;
         // otherwise the agents' model-server `service_usage` facts are.
@@ -335,8 +360,8 @@ pub async fn load_input(tx: &mut OrgTx, period: Period, policy: CostPolicy) -> R
         tenants,
         capacity,
         quotas,
-        allocations,
-        energy,
+        allocations: Vec::new(),
+        energy: Vec::new(),
         service_usage,
         endpoint_totals,
         adjustments: Vec::new(),
