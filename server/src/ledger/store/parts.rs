@@ -56,23 +56,23 @@ impl AllocationParts {
         let (start, end) = crate::ledger::bounds(tx, period).await?;
         let mig_parent = mig_parents(tx).await?;
         sqlx::query("SET LOCAL jit = off").execute(tx.conn()).await?;
-        // A cursor takes no parameters: the values are the month's bounds and the organization, never a caller's text.
-        let from = ALLOC_FROM
-            .replace("$1", &literal(start))
-            .replace("$2", &literal(end))
-            .replace("$3", &format!("'{}'::uuid", tx.org().as_uuid()));
-        let (joins, filter) = from.split_once("WHERE").unwrap_or((from.as_str(), "true"));
+        let (joins, filter) = ALLOC_FROM.split_once("WHERE").unwrap_or((ALLOC_FROM, "true"));
+        // A cursor takes no parameters: `$1`–`$3` are replaced by the month's bounds and the organization as literals
+        // (values of ours, never a caller's text).
         let sql = format!(
             "DECLARE {CURSOR} NO SCROLL CURSOR FOR
              SELECT t.department_id,
                     row_number() OVER (PARTITION BY c.name, a.allocation_id ORDER BY o.valid_from NULLS FIRST) - 1,
                     {ALLOC_COLUMNS}
                {joins}
-               LEFT JOIN tenants t ON t.org_id = a.org_id AND t.tenant_id = o.tenant_id
+               LEFT JOIN tenants t ON t.org_id = $3 AND t.tenant_id = o.tenant_id
               WHERE {filter}
               ORDER BY t.department_id NULLS FIRST, c.name COLLATE \"C\", a.allocation_id COLLATE \"C\",
                        o.valid_from NULLS FIRST"
-        );
+        )
+        .replace("$1", &literal(start))
+        .replace("$2", &literal(end))
+        .replace("$3", &format!("'{}'::uuid", tx.org().as_uuid()));
         sqlx::query(&sql).execute(tx.conn()).await?;
         Ok(Self { mig_parent, pending: VecDeque::new(), exhausted: false, target: target.max(1) })
     }
