@@ -567,73 +567,18 @@ pub(crate) async fn write_evidence_index(
     records: &[AllocationRecord],
     source: &str,
 ) -> Result<bool, AppError> {
-    use super::evidence::{SortKey, groups, ranks};
     let whole_micros = |t: OffsetDateTime| t.nanosecond().is_multiple_of(1_000);
     if !records.iter().all(|a| whole_micros(a.start) && a.end.is_none_or(whole_micros)) {
         tracing::warn!(period = %period, "evidence index not written: an instant finer than microseconds");
         return Ok(false);
     }
-    let Ok(count) = i32::try_from(records.len()) else { return Ok(false) };
-    let mut rank_columns = Vec::with_capacity(SortKey::ALL.len());
-    for key in SortKey::ALL {
-        let Some(r) = ranks(records, key) else { return Ok(false) };
-        rank_columns.push(r);
+    if i32::try_from(records.len()).is_err() {
+        return Ok(false);
     }
-    let org = tx.org().as_uuid();
-    let start = period.first_day();
-    let groups: Vec<StoredGroup> = groups(records).into_iter().map(|((t, c, e), n)| (t, c, e, n)).collect();
-    sqlx::query(
-        "INSERT INTO evidence_months (org_id, period, allocations, groups, source) VALUES ($1, $2, $3, $4, $5)",
-    )
-    .bind(org)
-    .bind(start)
-    .bind(count)
-    .bind(sqlx::types::Json(&groups))
-    .bind(source)
-    .execute(tx.conn())
-    .await?;
-    // Set-based, in chunks: a month at 10,000 GPUs has over a million records.
-    const CHUNK: usize = 10_000;
-    for (c, chunk) in records.chunks(CHUNK).enumerate() {
-        let at = c * CHUNK;
-        let span = at..at + chunk.len();
-        let devices: Vec<serde_json::Value> = chunk.iter().map(|a| serde_json::json!(a.devices)).collect();
-        use crate::bulk::{col, constant};
-        let ids: Vec<&str> = chunk.iter().map(|a| a.id.as_str()).collect();
-        let tenants: Vec<Option<uuid::Uuid>> = chunk.iter().map(|a| a.tenant.map(|t| t.as_uuid())).collect();
-        let classes: Vec<Option<&str>> = chunk.iter().map(|a| a.gpu_class.as_deref()).collect();
-        let endpoints: Vec<Option<&str>> = chunk.iter().map(|a| a.endpoint.as_deref()).collect();
-        let fractions: Vec<String> = chunk.iter().map(|a| String::from(a.fraction)).collect();
-        let starts: Vec<time::OffsetDateTime> = chunk.iter().map(|a| a.start).collect();
-        let ends: Vec<Option<time::OffsetDateTime>> = chunk.iter().map(|a| a.end).collect();
-        let confidences: Vec<&str> = chunk.iter().map(|a| a.confidence.as_str()).collect();
-        crate::bulk::execute(
-            tx,
-            &crate::bulk::Insert {
-                into: "INSERT INTO evidence_allocations (org_id, period, start_rank, end_rank, fraction_rank, id_rank,
-                           allocation, tenant_id, gpu_class, endpoint, fraction, starts_at, ends_at, confidence, devices)",
-                row: "$1, $2, {0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}, {8}, {9}, {10}, {11}, {12}",
-                consts: &[constant("uuid", &org), constant("date", &start)],
-                cols: &[
-                    col("int", &rank_columns[0][span.clone()]),
-                    col("int", &rank_columns[1][span.clone()]),
-                    col("int", &rank_columns[2][span.clone()]),
-                    col("int", &rank_columns[3][span.clone()]),
-                    col("text", &ids),
-                    col("uuid", &tenants),
-                    col("text", &classes),
-                    col("text", &endpoints),
-                    col("text", &fractions),
-                    col("timestamptz", &starts),
-                    col("timestamptz", &ends),
-                    col("text", &confidences),
-                    col("jsonb", &devices),
-                ],
-                tail: "",
-            },
-        )
-        .await?;
-    }
+    // The close's own path, in one part: the records at provisional ranks, then ranked in SQL.
+    let mut stage = parts::EvidenceStage::begin(tx, period, source).await?;
+    stage.add(tx, period, records).await?;
+    stage.finish(tx, period).await?;
     Ok(true)
 }
 
