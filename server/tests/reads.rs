@@ -496,6 +496,106 @@ async fn a_month_closed_in_parts_has_the_lines_and_records_of_the_whole_month() 
     assert!(verified.ok(), "{verified:?}");
 }
 
+/// The open month's snapshot is computed a part of whole departments at a time (issue 31; part size 1 here): its
+/// lines are the whole month's preview and its "to date" sums are the whole month cut at the snapshot's time — with
+/// energy priced, on devices that departments share, and allocations still running.
+#[tokio::test]
+async fn the_open_months_snapshot_computed_in_parts_equals_the_whole_month() {
+    gpuledger_server::close::set_part_records(1);
+    let env = env().await;
+    let now = OffsetDateTime::now_utc();
+    let period = Period::containing(now);
+    let (s, v) = call(
+        &env,
+        "POST",
+        "/api/v1/policies",
+        &env.admin,
+        Some(json!({
+            "effective_from": period.to_string(), "note": "energy priced",
+            "policy": {"currency": "USD", "energy": {"per_kwh": "0.12", "pue": "1.3"}, "classes": [
+                {"gpu_class": "H100-80GB", "guaranteed": "3.00", "borrowed": "2.00"},
+                {"gpu_class": "A100-80GB", "guaranteed": "1.50", "borrowed": "1.25"}]}
+        })),
+    )
+    .await;
+    assert_eq!(s, StatusCode::CREATED, "{v}");
+    let (s, v) = call(&env, "POST", "/api/v1/policies/2/approve", &env.admin, Some(json!({"reason": "ok"}))).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    let long_ago = now - Duration::days(60);
+    let spaces =
+        [(Uuid::new_v4(), "nlp"), (Uuid::new_v4(), "vision"), (Uuid::new_v4(), "infra"), (Uuid::new_v4(), "free")];
+    let mut facts: Vec<Fact> =
+        spaces.iter().map(|(uid, name)| namespace(*uid, name, (*name != "free").then_some(*name), long_ago)).collect();
+    for i in 0..24i64 {
+        let from = now - Duration::minutes(30 + 17 * i);
+        let mut started = allocation(&Alloc {
+            pod: format!("part-{i:02}"),
+            ns: spaces[(i % 4) as usize],
+            model: if i % 3 == 0 { A100 } else { H100 },
+            mode: SharingMode::TimeSlice { replicas: 8 },
+            units: 1,
+            endpoint: None,
+            from,
+            // Every fourth is still running.
+            to: (i % 4 != 1).then(|| now - Duration::minutes(5 * i)),
+        });
+        // Three devices, each shared by every department's workloads.
+        if let FactBody::AllocationStarted(a) = &mut started[0].body {
+            a.device_ids = vec![format!("GPU-shared-{}", i % 3)];
+        }
+        facts.extend(started);
+    }
+    for d in 0..3 {
+        let mut windows = telemetry(&format!("GPU-shared-{d}"), now - Duration::hours(10), now, 50.0);
+        for w in &mut windows {
+            if let FactBody::Telemetry(t) = &mut w.body {
+                let secs = (t.window_end - t.window_start).as_seconds_f64();
+                t.power_w = Some(Stat { min: 250.0, avg: 300.0 + f64::from(d) * 10.0, max: 350.0 });
+                t.energy_j = Some((300.0 + f64::from(d) * 10.0) * secs);
+            }
+        }
+        facts.extend(windows);
+    }
+    send(&env, facts).await;
+    worker::refresh(&env.db, env.org, Wait::Block).await.unwrap();
+    let mut tx = env.db.begin_org(env.org).await.unwrap();
+    let whole = gpuledger_server::close::preview(&mut tx, period).await.unwrap();
+    tx.rollback().await.unwrap();
+    assert!(whole.input.allocations.len() >= 24, "{}", whole.input.allocations.len());
+    assert!(!whole.input.energy.is_empty());
+    let (s, ledger) =
+        call(&env, "GET", &format!("/api/v1/ledger?period={period}&per_page=10000"), &env.admin, None).await;
+    assert_eq!(s, StatusCode::OK, "{ledger}");
+    let mut stored: Vec<(String, String)> = ledger["lines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| (l["line_id"].as_str().unwrap().to_string(), l["amount"].as_str().unwrap().to_string()))
+        .collect();
+    let mut expected: Vec<(String, String)> =
+        whole.ledger.lines.iter().map(|l| (l.line_id.clone(), l.amount.with_scale(2).unwrap().to_string())).collect();
+    stored.sort();
+    expected.sort();
+    assert_eq!(stored, expected, "the snapshot's lines are the whole month's");
+    assert!(ledger["lines"].as_array().unwrap().iter().any(|l| l["term"] == "energy"), "{ledger}");
+    let departments: std::collections::BTreeSet<&str> =
+        ledger["lines"].as_array().unwrap().iter().filter_map(|l| l["department"].as_str()).collect();
+    assert!(departments.len() >= 2, "several parts: {departments:?}");
+    // "To date": the whole month cut at the snapshot's time.
+    let su = common::admin_pool(&env.test_db).await;
+    let (as_of, to_date): (OffsetDateTime, Value) =
+        sqlx::query_as("SELECT as_of, to_date FROM read_months WHERE org_id = $1 AND period = $2")
+            .bind(env.org.as_uuid())
+            .bind(period.first_day())
+            .fetch_one(&su)
+            .await
+            .unwrap();
+    let cut = gpuledger_server::figures::cut_at(whole.input, as_of);
+    let so_far = gpuledger_core::ledger::compute(&cut).unwrap();
+    assert_eq!(to_date, gpuledger_server::figures::sums_json(&so_far).unwrap());
+    assert_ne!(to_date, gpuledger_server::figures::sums_json(&whole.ledger).unwrap(), "running allocations cut");
+}
+
 #[tokio::test]
 async fn a_closed_months_forecast_is_its_stored_figures() {
     let env = env().await;

@@ -176,7 +176,8 @@ pub mod store;
 use store::periods;
 pub use store::{PART_RECORDS, org_slug, set_part_records, stored_bundle, stored_bundle_json};
 pub(crate) use store::{
-    acknowledgements, freeze, late_data, needs_acknowledgement, record_acknowledgement, soft_overcommit,
+    PartsPreview, acknowledgements, freeze, late_data, needs_acknowledgement, preview_in_parts, record_acknowledgement,
+    soft_overcommit,
 };
 
 /// Closes a period. Exactly one of several concurrent callers (on any replica) wins; the others get a conflict.

@@ -1,6 +1,9 @@
 //! SQL of this feature: reads and writes inside the caller's organization-scoped transaction.
 
 pub(crate) mod periods;
+mod preview;
+
+pub(crate) use preview::{PartsPreview, preview_in_parts};
 
 use super::Preview;
 use crate::store::stored_as;
@@ -391,17 +394,7 @@ async fn in_parts(tx: &mut OrgTx, period: Period) -> Result<Closing, AppError> {
         )
         .await?;
         while let Some(part) = parts.next(tx).await? {
-            let mut energy = Vec::new();
-            if energy_priced {
-                let mut devices: Vec<String> = part.iter().flat_map(|a| a.devices.iter().cloned()).collect();
-                devices.sort_unstable();
-                devices.dedup();
-                crate::telemetry::store::energy_hours_each(tx, from, to, Some(&devices), |d| {
-                    energy.push(d);
-                    Ok(())
-                })
-                .await?;
-            }
+            let energy = if energy_priced { part_energy(tx, from, to, &part).await? } else { Vec::new() };
             ledger.add(&part, &energy).map_err(AppError::computing)?;
             bundle.allocations(&part).map_err(bundle_error)?;
             evidence.add(tx, period, &part).await?;
@@ -425,6 +418,25 @@ async fn in_parts(tx: &mut OrgTx, period: Period) -> Result<Closing, AppError> {
         credits: credits.into_iter().map(|(id, _)| id).collect(),
         late,
     })
+}
+
+/// The energy of a part's devices over `from..to`, every device once.
+async fn part_energy(
+    tx: &mut OrgTx,
+    from: OffsetDateTime,
+    to: OffsetDateTime,
+    part: &[gpuledger_core::ledger::AllocationRecord],
+) -> Result<Vec<gpuledger_core::ledger::DeviceEnergy>, AppError> {
+    let mut devices: Vec<String> = part.iter().flat_map(|a| a.devices.iter().cloned()).collect();
+    devices.sort_unstable();
+    devices.dedup();
+    let mut energy = Vec::new();
+    crate::telemetry::store::energy_hours_each(tx, from, to, Some(&devices), |d| {
+        energy.push(d);
+        Ok(())
+    })
+    .await?;
+    Ok(energy)
 }
 
 /// The rest of the bundle after its inputs, and the compressed document.

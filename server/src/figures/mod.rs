@@ -173,12 +173,7 @@ pub fn sums(ledger: &Ledger) -> Result<(Sums, Sums), AppError> {
 /// `input` with every allocation and quota cut at `now` (what the month has used so far). Takes the input: a month
 /// of a large fleet is not copied for it.
 pub fn cut_at(mut input: LedgerInput, now: OffsetDateTime) -> LedgerInput {
-    input.allocations.retain(|a| a.start < now);
-    for a in &mut input.allocations {
-        if a.end.is_none_or(|e| e > now) {
-            a.end = Some(now);
-        }
-    }
+    cut_allocations(&mut input.allocations, now);
     input.quotas.retain(|q| q.valid_from < now);
     for q in &mut input.quotas {
         if q.valid_to.is_none_or(|e| e > now) {
@@ -186,6 +181,17 @@ pub fn cut_at(mut input: LedgerInput, now: OffsetDateTime) -> LedgerInput {
         }
     }
     input
+}
+
+/// `allocations` cut at `now`: those begun before it, ending at it at the latest (a part of a month, as
+/// [`cut_at`] cuts a whole one).
+pub fn cut_allocations(allocations: &mut Vec<gpuledger_core::ledger::AllocationRecord>, now: OffsetDateTime) {
+    allocations.retain(|a| a.start < now);
+    for a in allocations {
+        if a.end.is_none_or(|e| e > now) {
+            a.end = Some(now);
+        }
+    }
 }
 
 /// A ledger's amounts per department and per tenant, as stored with the open month's snapshot.

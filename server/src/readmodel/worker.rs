@@ -210,22 +210,17 @@ async fn compute_and_store(
     for period in open_months(tx, now, extra).await? {
         *computing = Some(period);
         let started = Instant::now();
-        let preview = match crate::close::preview(tx, period).await {
+        // A part of whole departments at a time, the month and its "to date" cut from the same reads: the memory
+        // is a part's, not the month's (docs/scaling.md, "The streamed close").
+        let preview = match crate::close::preview_in_parts(tx, period, now).await {
             Ok(p) => p,
             // No approved policy covers the month: there is nothing to show but that (the pages say so).
             Err(AppError::Conflict(_)) => continue,
             Err(e) => return Err(e),
         };
         let notes = serde_json::to_value(&preview.ledger.notes).unwrap_or_default();
-        let crate::close::Preview { input, ledger, .. } = preview;
-        let (policy_version, currency) = (input.policy.version, input.policy.currency.clone());
-        // The forecast's "to date": the same inputs cut at the snapshot's time (one more computation, no more reads;
-        // the month's inputs are handed over, not copied).
-        let cut = crate::figures::cut_at(input, now);
-        let to_date = tokio::task::spawn_blocking(move || gpuledger_core::ledger::compute(&cut))
-            .await
-            .map_err(|e| AppError::Internal(e.to_string()))?
-            .map_err(AppError::computing)?;
+        let crate::close::PartsPreview { header, ledger, to_date } = preview;
+        let (policy_version, currency) = (header.policy.version, header.policy.currency.clone());
         let to_date = Some(crate::figures::sums_json(&to_date)?);
         // This month's idle reservations at the snapshot's time, so `GET /api/v1/idle` is a lookup too. Not worth
         // failing the snapshot for: without them the endpoint computes, as before.

@@ -1,0 +1,65 @@
+//! An open month computed a part at a time, as the close computes it (docs/scaling.md, "The streamed close"): the
+//! refresh worker's snapshot and its "to date" cut hold a part's allocations, never the month's.
+
+use gpuledger_core::{
+    Period,
+    ledger::{Ledger, LedgerInput, LedgerParts},
+};
+use time::OffsetDateTime;
+
+use super::{PART_SIZE, late_data, part_energy};
+use crate::{db::OrgTx, error::AppError};
+
+/// An open month's ledger as it would close now, and the same month cut at the snapshot's time.
+pub(crate) struct PartsPreview {
+    /// The month's input without its allocations and energy (policy, tenants, quotas, adjustments, …).
+    pub header: LedgerInput,
+    /// The month's lines as they would close now.
+    pub ledger: Ledger,
+    /// The lines of what the month has used so far (every allocation and quota cut at the snapshot's time): the
+    /// forecast's "to date".
+    pub to_date: Ledger,
+}
+
+/// Computes `period` with the approved policy, approved credits and late-data adjustments — the figures
+/// [`crate::close::preview`] computes — reading and pricing its allocations a part of whole departments at a time,
+/// and, from the same parts, the month cut at `now`.
+pub(crate) async fn preview_in_parts(
+    tx: &mut OrgTx,
+    period: Period,
+    now: OffsetDateTime,
+) -> Result<PartsPreview, AppError> {
+    crate::close::COMPUTATIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let policy = crate::store::policy_for(tx, period).await?.ok_or_else(|| {
+        AppError::Conflict(format!(
+            "no approved cost policy covers {period}: approve one effective from {period} or earlier"
+        ))
+    })?;
+    let mut header = crate::ledger::store::load_header(tx, period, policy).await?;
+    let credits = crate::ledger::approved_credits(tx).await?;
+    let late = late_data(tx, period).await?;
+    header.adjustments.extend(credits.into_iter().map(|(_, a)| a));
+    header.adjustments.extend(late.into_iter().map(|(_, a)| a));
+    // The header holds no allocations: cutting it cuts the quotas.
+    let cut_header = crate::figures::cut_at(header.clone(), now);
+    let (from, to) = crate::ledger::bounds(tx, period).await?;
+    let energy_priced = header.policy.energy.is_some();
+    let (ledger, to_date) = {
+        let mut whole = LedgerParts::new(&header).map_err(AppError::computing)?;
+        let mut so_far = LedgerParts::new(&cut_header).map_err(AppError::computing)?;
+        let mut parts = crate::ledger::store::parts::AllocationParts::open(
+            tx,
+            period,
+            PART_SIZE.load(std::sync::atomic::Ordering::Relaxed),
+        )
+        .await?;
+        while let Some(mut part) = parts.next(tx).await? {
+            let energy = if energy_priced { part_energy(tx, from, to, &part).await? } else { Vec::new() };
+            whole.add(&part, &energy).map_err(AppError::computing)?;
+            crate::figures::cut_allocations(&mut part, now);
+            so_far.add(&part, &energy).map_err(AppError::computing)?;
+        }
+        (whole.finish().map_err(AppError::computing)?, so_far.finish().map_err(AppError::computing)?)
+    };
+    Ok(PartsPreview { header, ledger, to_date })
+}
