@@ -11,14 +11,14 @@ pub use crate::store::{stored_bundle, stored_bundle_json};
 use crate::{
     db::{Database, OrgTx},
     error::AppError,
-    ledger::{inventory, load_input},
+    ledger::inventory,
 };
 use flate2::{Compression, write::GzEncoder};
 pub use gpuledger_api::close::CloseSummary;
 use gpuledger_core::{
     Period,
     bundle::{BUNDLE_FORMAT, BundleStream, BundleTail, close_hash},
-    ledger::{AdjustmentRecord, LedgerParts, compute, late_adjustments, total},
+    ledger::{AdjustmentRecord, LedgerParts, late_adjustments, total},
 };
 use serde_json::json;
 use time::{Date, OffsetDateTime};
@@ -61,10 +61,11 @@ pub(crate) async fn late_data(tx: &mut OrgTx, period: Period) -> Result<Vec<(Per
     for (d, _) in closed {
         let q = Period::from_date(d)?;
         let Some(bundle) = stored_as::<StoredLines>(tx, q).await? else { continue };
-        // Recompute the closed month with its own policy and today's facts.
-        let mut input = load_input(tx, q, bundle.inputs.policy).await?;
-        input.adjustments.clear();
-        let recomputed = compute(&input).map_err(AppError::computing)?.lines;
+        // Recompute the closed month with its own policy and today's facts, a part of whole departments at a time
+        // (a late fact for a month of a large fleet costs a part's memory, not the month's).
+        let mut header = crate::ledger::store::load_header(tx, q, bundle.inputs.policy).await?;
+        header.adjustments.clear();
+        let recomputed = preview::price_in_parts(tx, q, &header, None).await?.0.lines;
         let prefix = format!("{q}/");
         let already: Vec<AdjustmentRecord> = sqlx::query_as::<_, (String, String, Uuid, Option<Uuid>, String)>(
             "SELECT corrects, amount::text, department_id, tenant_id, gpu_class FROM adjustments

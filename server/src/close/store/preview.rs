@@ -42,24 +42,43 @@ pub(crate) async fn preview_in_parts(
     header.adjustments.extend(late.into_iter().map(|(_, a)| a));
     // The header holds no allocations: cutting it cuts the quotas.
     let cut_header = crate::figures::cut_at(header.clone(), now);
+    let (ledger, to_date) = price_in_parts(tx, period, &header, Some((&cut_header, now))).await?;
+    let to_date = to_date.ok_or_else(|| AppError::Internal("the month cut at the snapshot was not priced".into()))?;
+    Ok(PartsPreview { header, ledger, to_date })
+}
+
+/// `period` priced with `header` (an input without allocations and energy) a part of whole departments at a time;
+/// with `cut`, from the same reads, also the month cut at an instant (`cut`'s header: `header` cut there).
+pub(super) async fn price_in_parts(
+    tx: &mut OrgTx,
+    period: Period,
+    header: &LedgerInput,
+    cut: Option<(&LedgerInput, OffsetDateTime)>,
+) -> Result<(Ledger, Option<Ledger>), AppError> {
     let (from, to) = crate::ledger::bounds(tx, period).await?;
     let energy_priced = header.policy.energy.is_some();
-    let (ledger, to_date) = {
-        let mut whole = LedgerParts::new(&header).map_err(AppError::computing)?;
-        let mut so_far = LedgerParts::new(&cut_header).map_err(AppError::computing)?;
-        let mut parts = crate::ledger::store::parts::AllocationParts::open(
-            tx,
-            period,
-            PART_SIZE.load(std::sync::atomic::Ordering::Relaxed),
-        )
-        .await?;
-        while let Some(mut part) = parts.next(tx).await? {
-            let energy = if energy_priced { part_energy(tx, from, to, &part).await? } else { Vec::new() };
-            whole.add(&part, &energy).map_err(AppError::computing)?;
-            crate::figures::cut_allocations(&mut part, now);
-            so_far.add(&part, &energy).map_err(AppError::computing)?;
-        }
-        (whole.finish().map_err(AppError::computing)?, so_far.finish().map_err(AppError::computing)?)
+    let mut whole = LedgerParts::new(header).map_err(AppError::computing)?;
+    let mut so_far = match cut {
+        Some((cut_header, at)) => Some((LedgerParts::new(cut_header).map_err(AppError::computing)?, at)),
+        None => None,
     };
-    Ok(PartsPreview { header, ledger, to_date })
+    let mut parts = crate::ledger::store::parts::AllocationParts::open(
+        tx,
+        period,
+        PART_SIZE.load(std::sync::atomic::Ordering::Relaxed),
+    )
+    .await?;
+    while let Some(mut part) = parts.next(tx).await? {
+        let energy = if energy_priced { part_energy(tx, from, to, &part).await? } else { Vec::new() };
+        whole.add(&part, &energy).map_err(AppError::computing)?;
+        if let Some((ledger, at)) = &mut so_far {
+            crate::figures::cut_allocations(&mut part, *at);
+            ledger.add(&part, &energy).map_err(AppError::computing)?;
+        }
+    }
+    let so_far = match so_far {
+        Some((ledger, _)) => Some(ledger.finish().map_err(AppError::computing)?),
+        None => None,
+    };
+    Ok((whole.finish().map_err(AppError::computing)?, so_far))
 }
