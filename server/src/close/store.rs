@@ -392,13 +392,14 @@ async fn in_parts(tx: &mut OrgTx, period: Period) -> Result<Closing, AppError> {
             tx,
             period,
             PART_SIZE.load(std::sync::atomic::Ordering::Relaxed),
+            true,
         )
         .await?;
-        while let Some(part) = parts.next(tx).await? {
+        while let Some((part, ranks)) = parts.next_ranked(tx).await? {
             let energy = if energy_priced { part_energy(tx, from, to, &part).await? } else { Vec::new() };
             ledger.add(&part, &energy).map_err(AppError::computing)?;
             bundle.allocations(&part).map_err(bundle_error)?;
-            evidence.add(tx, period, &part).await?;
+            evidence.add(tx, period, &part, &ranks).await?;
             records += part.len();
         }
         if energy_priced {

@@ -4,7 +4,7 @@
 //! its own transaction — or, for a month closed before the index existed, built once from the month's bundle by the
 //! first request that asks (in a transaction of its own). An open month's records are read from the store and
 //! sorted here. Both give the same answer: the index stores each record's position in every order this module
-//! sorts by ([`SortKey::cmp`], ranked in SQL by `store::parts::EvidenceStage`), and the totals come from the same
+//! sorts by ([`SortKey::cmp`]; the close's cursor ranks the same orders in SQL, `store::parts::AllocationParts`), and the totals come from the same
 //! predicate ([`EvidenceFilter`]).
 
 use std::{cmp::Ordering, collections::BTreeMap};
@@ -42,7 +42,6 @@ pub(crate) enum SortKey {
 
 impl SortKey {
     /// Every order, in the index's column order.
-    #[cfg(test)]
     pub(crate) const ALL: [SortKey; 4] = [SortKey::Start, SortKey::End, SortKey::Fraction, SortKey::Id];
 
     fn parse(name: &str) -> Option<SortKey> {
@@ -79,7 +78,6 @@ impl SortKey {
 
 /// Each record's 1-based position in `key`'s order over all of `records` (a stable sort: ties keep the order of
 /// `records`). `None` when there are more records than an `integer` column holds.
-#[cfg(test)]
 pub(crate) fn ranks(records: &[AllocationRecord], key: SortKey) -> Option<Vec<i32>> {
     let mut order: Vec<usize> = (0..records.len()).collect();
     order.sort_by(|&i, &j| key.cmp(&records[i], &records[j]));

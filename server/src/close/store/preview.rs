@@ -66,6 +66,7 @@ pub(super) async fn price_in_parts(
         tx,
         period,
         PART_SIZE.load(std::sync::atomic::Ordering::Relaxed),
+        false,
     )
     .await?;
     while let Some(mut part) = parts.next(tx).await? {

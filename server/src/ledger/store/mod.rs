@@ -575,9 +575,16 @@ pub(crate) async fn write_evidence_index(
     if i32::try_from(records.len()).is_err() {
         return Ok(false);
     }
-    // The close's own path, in one part: the records at provisional ranks, then ranked in SQL.
+    // The close's own path, in one part; the ranks from the records in memory (the bundle holds them all here).
+    let mut ranks: Vec<parts::Ranks> = vec![[0; 4]; records.len()];
+    for (k, key) in super::evidence::SortKey::ALL.into_iter().enumerate() {
+        let Some(by_key) = super::evidence::ranks(records, key) else { return Ok(false) };
+        for (r, rank) in ranks.iter_mut().zip(by_key) {
+            r[k] = rank;
+        }
+    }
     let mut stage = parts::EvidenceStage::begin(tx, period, source).await?;
-    stage.add(tx, period, records).await?;
+    stage.add(tx, period, records, &ranks).await?;
     stage.finish(tx, period).await?;
     Ok(true)
 }

@@ -1,5 +1,7 @@
 //! A month read in parts for the close (docs/scaling.md, "The streamed close"): allocation records in parts of whole
-//! departments from a cursor in the close's transaction, and the evidence index staged part by part and ranked once.
+//! departments from a cursor in the close's transaction — with, for the close, each record's position in the evidence
+//! index's four orders over the whole month, ranked by PostgreSQL in the same query — and the index written part by
+//! part at those final ranks.
 
 use std::collections::{HashMap, VecDeque};
 
@@ -10,7 +12,10 @@ use uuid::Uuid;
 use super::{ALLOC_COLUMNS, ALLOC_FROM, AllocRow, mig_parents, to_record};
 use crate::{db::OrgTx, error::AppError};
 
+/// The cursors, one name per shape: the driver keeps a `FETCH`'s row description by its text, per connection, so
+/// the same name with other columns would be read with the first shape's.
 const CURSOR: &str = "gl_close_allocations";
+const CURSOR_RANKED: &str = "gl_close_allocations_ranked";
 /// Rows per `FETCH`.
 const FETCH: usize = 5_000;
 
@@ -40,10 +45,24 @@ type PartRow = (
 /// in its owners' order, as [`super::load_allocations`] numbers it.
 pub(crate) struct AllocationParts {
     mig_parent: HashMap<String, String>,
-    pending: VecDeque<(Option<Uuid>, AllocationRecord)>,
+    pending: VecDeque<(Option<Uuid>, AllocationRecord, Ranks)>,
     exhausted: bool,
     target: usize,
+    cursor: &'static str,
 }
+
+/// A record's 1-based positions over the whole month in the evidence index's orders (`evidence::SortKey::ALL`:
+/// start, end, fraction, ID); zeros when the parts were opened without them.
+pub(crate) type Ranks = [i32; 4];
+
+/// The four orders of `evidence::SortKey::cmp` over the cursor's rows `q` (a record's ID, start and end as
+/// `to_record` makes them; IDs byte for byte, an open end first, fractions by value — PostgreSQL's numeric division
+/// keeps at least 16 significant digits, the exact order for any fraction a record holds).
+const RANKS: &str = "ARRAY[
+    row_number() OVER (ORDER BY greatest(q.started_at, q.valid_from), q.record_id COLLATE \"C\"),
+    row_number() OVER (ORDER BY least(q.ended_at, q.valid_to) NULLS FIRST, q.record_id COLLATE \"C\"),
+    row_number() OVER (ORDER BY q.fraction_num::numeric / q.fraction_den::numeric, q.record_id COLLATE \"C\"),
+    row_number() OVER (ORDER BY q.record_id COLLATE \"C\")]::int4[]";
 
 fn literal(t: OffsetDateTime) -> String {
     format!("'{}'::timestamptz", gpuledger_core::time_fmt::rfc3339(t))
@@ -51,75 +70,111 @@ fn literal(t: OffsetDateTime) -> String {
 
 impl AllocationParts {
     /// Opens the cursor over `period`'s allocations; parts hold about `target` records (a department larger than
-    /// that is one part).
-    pub(crate) async fn open(tx: &mut OrgTx, period: Period, target: usize) -> Result<Self, AppError> {
+    /// that is one part). With `ranked`, each record comes with its [`Ranks`] (five sorts of the month in
+    /// PostgreSQL instead of one: the close's evidence index, written once at its final ranks).
+    pub(crate) async fn open(tx: &mut OrgTx, period: Period, target: usize, ranked: bool) -> Result<Self, AppError> {
         let (start, end) = crate::ledger::bounds(tx, period).await?;
         let mig_parent = mig_parents(tx).await?;
         sqlx::query("SET LOCAL jit = off").execute(tx.conn()).await?;
+        if ranked {
+            // The month's sorts (a million rows at 10,000 GPUs) in memory rather than in temporary files.
+            sqlx::query("SET LOCAL work_mem = '256MB'").execute(tx.conn()).await?;
+        }
         let (joins, filter) = ALLOC_FROM.split_once("WHERE").unwrap_or((ALLOC_FROM, "true"));
-        // A cursor takes no parameters: `$1`–`$3` are replaced by the month's bounds and the organization as literals
-        // (values of ours, never a caller's text).
-        let sql = format!(
-            "DECLARE {CURSOR} NO SCROLL CURSOR FOR
-             SELECT t.department_id,
-                    row_number() OVER (PARTITION BY c.name, a.allocation_id ORDER BY o.valid_from NULLS FIRST) - 1,
+        // The record's ID: `cluster/allocation`, and `#n` for the part under a later owner (`to_record` and `next`).
+        let rows = format!(
+            "SELECT t.department_id,
+                    row_number() OVER (PARTITION BY c.name, a.allocation_id ORDER BY o.valid_from NULLS FIRST) - 1 AS n,
                     {ALLOC_COLUMNS}
                {joins}
                LEFT JOIN tenants t ON t.org_id = $3 AND t.tenant_id = o.tenant_id
-              WHERE {filter}
-              ORDER BY t.department_id NULLS FIRST, c.name COLLATE \"C\", a.allocation_id COLLATE \"C\",
-                       o.valid_from NULLS FIRST"
-        )
-        .replace("$1", &literal(start))
-        .replace("$2", &literal(end))
-        .replace("$3", &format!("'{}'::uuid", tx.org().as_uuid()));
+              WHERE {filter}"
+        );
+        let order = "ORDER BY q.department_id NULLS FIRST, q.name COLLATE \"C\", q.allocation_id COLLATE \"C\",
+                              q.valid_from NULLS FIRST";
+        let select = if ranked {
+            format!(
+                "SELECT q.*, {RANKS}
+                   FROM (SELECT r.*, r.name || '/' || r.allocation_id
+                                     || CASE WHEN r.n > 0 THEN '#' || r.n ELSE '' END AS record_id
+                           FROM ({rows}) r) q
+                  {order}"
+            )
+        } else {
+            format!("SELECT q.* FROM ({rows}) q {order}")
+        };
+        // A cursor takes no parameters: `$1`–`$3` are replaced by the month's bounds and the organization as literals
+        // (values of ours, never a caller's text).
+        let cursor = if ranked { CURSOR_RANKED } else { CURSOR };
+        let sql = format!("DECLARE {cursor} NO SCROLL CURSOR FOR {select}")
+            .replace("$1", &literal(start))
+            .replace("$2", &literal(end))
+            .replace("$3", &format!("'{}'::uuid", tx.org().as_uuid()));
         sqlx::query(&sql).execute(tx.conn()).await?;
-        Ok(Self { mig_parent, pending: VecDeque::new(), exhausted: false, target: target.max(1) })
+        Ok(Self { mig_parent, pending: VecDeque::new(), exhausted: false, target: target.max(1), cursor })
     }
 
     /// The next part, or `None` after the last (the cursor is then closed).
     pub(crate) async fn next(&mut self, tx: &mut OrgTx) -> Result<Option<Vec<AllocationRecord>>, AppError> {
+        Ok(self.next_ranked(tx).await?.map(|(part, _)| part))
+    }
+
+    /// The next part with each record's [`Ranks`], or `None` after the last (the cursor is then closed).
+    pub(crate) async fn next_ranked(
+        &mut self,
+        tx: &mut OrgTx,
+    ) -> Result<Option<(Vec<AllocationRecord>, Vec<Ranks>)>, AppError> {
+        use sqlx::{FromRow, Row};
         let mut part: Vec<AllocationRecord> = Vec::new();
+        let mut ranks: Vec<Ranks> = Vec::new();
         let mut department: Option<Option<Uuid>> = None;
         loop {
-            while let Some((d, _)) = self.pending.front() {
+            while let Some((d, _, _)) = self.pending.front() {
                 if part.len() >= self.target && department != Some(*d) {
-                    return Ok(Some(part));
+                    return Ok(Some((part, ranks)));
                 }
-                if let Some((d, r)) = self.pending.pop_front() {
+                if let Some((d, r, k)) = self.pending.pop_front() {
                     department = Some(d);
                     part.push(r);
+                    ranks.push(k);
                 }
             }
             if self.exhausted {
-                return Ok((!part.is_empty()).then_some(part));
+                return Ok((!part.is_empty()).then_some((part, ranks)));
             }
-            let rows: Vec<PartRow> =
-                sqlx::query_as(&format!("FETCH {FETCH} FROM {CURSOR}")).fetch_all(tx.conn()).await?;
+            let rows = sqlx::query(&format!("FETCH {FETCH} FROM {}", self.cursor)).fetch_all(tx.conn()).await?;
             if rows.len() < FETCH {
                 self.exhausted = true;
-                sqlx::query(&format!("CLOSE {CURSOR}")).execute(tx.conn()).await?;
+                sqlx::query(&format!("CLOSE {}", self.cursor)).execute(tx.conn()).await?;
             }
-            for (d, n, cluster, alloc, num, den, class, s, e, conf, devices, endpoint, tenant, of, ot, basis) in rows {
+            for row in rows {
+                let (d, n, cluster, alloc, num, den, class, s, e, conf, devices, endpoint, tenant, of, ot, basis) =
+                    PartRow::from_row(&row)?;
+                // The ranks follow the record's columns (and its ID) when the cursor has them.
+                let k: Ranks = match self.cursor {
+                    CURSOR_RANKED => {
+                        let k: Vec<i32> = row.try_get(17)?;
+                        k.try_into().map_err(|_| AppError::Internal("a record without its four ranks".into()))?
+                    }
+                    _ => [0; 4],
+                };
                 let row: AllocRow =
                     (cluster, alloc, num, den, class, s, e, conf, devices, endpoint, tenant, of, ot, basis);
                 let (mut record, _, _) = to_record(row, &self.mig_parent)?;
                 if n > 0 {
                     record.id = format!("{}#{n}", record.id);
                 }
-                self.pending.push_back((d, record));
+                self.pending.push_back((d, record, k));
             }
         }
     }
 }
 
-/// Ranks a record holds until the month is ranked: above any final rank (a month has fewer records), so the
-/// table's unique ranks hold at every step.
-const UNRANKED: i64 = 1_000_000_000;
-
-/// The evidence index of a month being closed, written part by part (each record at a provisional rank) and ranked
-/// once at the end: the ranks are the table's keys and need the whole month. (Staging in a temporary table does not
-/// work on Citus: a distributed `INSERT … SELECT` from a local table is a `COPY`, which row-level security refuses.)
+/// The evidence index of a month being closed, written part by part at each record's final ranks (the ranks are the
+/// table's keys and need the whole month: the close's cursor computes them, [`AllocationParts::open`]). Tried before:
+/// staging in a temporary table (a distributed `INSERT … SELECT` from a local table is a `COPY`, which row-level
+/// security refuses on Citus), and provisional ranks set by one `UPDATE` at the end (every row written twice through
+/// six indexes: 49 s for 1.1 M records, past the statement limit).
 pub(crate) struct EvidenceStage {
     records: i64,
     groups: std::collections::BTreeMap<crate::ledger::evidence::GroupKey, u64>,
@@ -139,26 +194,26 @@ impl EvidenceStage {
         Ok(Self { records: 0, groups: Default::default() })
     }
 
-    /// Writes one part's records.
+    /// Writes one part's records at their ranks (`ranks[i]` is `records[i]`'s).
     pub(crate) async fn add(
         &mut self,
         tx: &mut OrgTx,
         period: Period,
         records: &[AllocationRecord],
+        ranks: &[Ranks],
     ) -> Result<(), AppError> {
+        if ranks.len() != records.len() || ranks.iter().flatten().any(|r| *r < 1) {
+            return Err(AppError::Internal("evidence records without their ranks".into()));
+        }
         for (key, n) in crate::ledger::evidence::groups(records) {
             *self.groups.entry(key).or_default() += n;
         }
         let (org, start) = (tx.org().as_uuid(), period.first_day());
         const CHUNK: usize = 10_000;
-        for chunk in records.chunks(CHUNK) {
+        for (chunk, ranks) in records.chunks(CHUNK).zip(ranks.chunks(CHUNK)) {
             use crate::bulk::{col, constant};
-            let first = UNRANKED + self.records;
-            let ranks: Vec<i32> =
-                (0..chunk.len())
-                    .map(|i| i32::try_from(first + i as i64))
-                    .collect::<Result<_, _>>()
-                    .map_err(|_| AppError::Internal("more allocation records than the evidence index ranks".into()))?;
+            let rank = |k: usize| ranks.iter().map(|r| r[k]).collect::<Vec<i32>>();
+            let (by_start, by_end, by_fraction, by_id) = (rank(0), rank(1), rank(2), rank(3));
             self.records += i64::try_from(chunk.len()).unwrap_or(i64::MAX);
             let ids: Vec<&str> = chunk.iter().map(|a| a.id.as_str()).collect();
             let tenants: Vec<Option<Uuid>> = chunk.iter().map(|a| a.tenant.map(|t| t.as_uuid())).collect();
@@ -174,10 +229,13 @@ impl EvidenceStage {
                 &crate::bulk::Insert {
                     into: "INSERT INTO evidence_allocations (org_id, period, start_rank, end_rank, fraction_rank, id_rank,
                                allocation, tenant_id, gpu_class, endpoint, fraction, starts_at, ends_at, confidence, devices)",
-                    row: "$1, $2, {0}, {0}, {0}, {0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}, {8}, {9}",
+                    row: "$1, $2, {0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}, {8}, {9}, {10}, {11}, {12}",
                     consts: &[constant("uuid", &org), constant("date", &start)],
                     cols: &[
-                        col("int", &ranks),
+                        col("int", &by_start),
+                        col("int", &by_end),
+                        col("int", &by_fraction),
+                        col("int", &by_id),
                         col("text", &ids),
                         col("uuid", &tenants),
                         col("text", &classes),
@@ -196,9 +254,7 @@ impl EvidenceStage {
         Ok(())
     }
 
-    /// Sets the month's counts and every record's ranks: the orders of `evidence::SortKey::cmp` — IDs compared byte
-    /// for byte (`COLLATE "C"`), an open end first, fractions by value (PostgreSQL's numeric division keeps at least
-    /// 16 significant digits: the exact order for any fraction a record holds).
+    /// Sets the month's counts.
     pub(crate) async fn finish(self, tx: &mut OrgTx, period: Period) -> Result<(), AppError> {
         let count = i32::try_from(self.records)
             .map_err(|_| AppError::Internal("more allocation records than the evidence index counts".into()))?;
@@ -211,23 +267,6 @@ impl EvidenceStage {
             .bind(sqlx::types::Json(&groups))
             .execute(tx.conn())
             .await?;
-        sqlx::query(
-            "UPDATE evidence_allocations e
-                SET start_rank = r.s, end_rank = r.en, fraction_rank = r.f, id_rank = r.i
-               FROM (SELECT allocation,
-                            (row_number() OVER (ORDER BY starts_at, allocation COLLATE \"C\"))::int AS s,
-                            (row_number() OVER (ORDER BY ends_at NULLS FIRST, allocation COLLATE \"C\"))::int AS en,
-                            (row_number() OVER (ORDER BY split_part(fraction, '/', 1)::numeric
-                                 / coalesce(nullif(split_part(fraction, '/', 2), ''), '1')::numeric,
-                                 allocation COLLATE \"C\"))::int AS f,
-                            (row_number() OVER (ORDER BY allocation COLLATE \"C\"))::int AS i
-                       FROM evidence_allocations WHERE org_id = $1 AND period = $2) r
-              WHERE e.org_id = $1 AND e.period = $2 AND e.allocation = r.allocation",
-        )
-        .bind(org)
-        .bind(start)
-        .execute(tx.conn())
-        .await?;
         Ok(())
     }
 }
