@@ -404,7 +404,7 @@ async fn in_parts(tx: &mut OrgTx, period: Period) -> Result<Closing, AppError> {
         }
         if energy_priced {
             // The bundle's energy: every device once, as the whole month's input holds it.
-            crate::telemetry::store::energy_hours_each(tx, from, to, None, |d| {
+            crate::telemetry::store::energy_hours_each(tx, from, to, |d| {
                 bundle.energy(&d).map_err(|e| crate::db::DbError::Data(e.to_string()))
             })
             .await?;
@@ -422,23 +422,25 @@ async fn in_parts(tx: &mut OrgTx, period: Period) -> Result<Closing, AppError> {
     })
 }
 
-/// The energy of a part's devices over `from..to`, every device once.
+/// The energy a part's allocations reach: their devices' hours within their windows (clipped to `from..to`),
+/// every device once.
 async fn part_energy(
     tx: &mut OrgTx,
     from: OffsetDateTime,
     to: OffsetDateTime,
     part: &[gpuledger_core::ledger::AllocationRecord],
 ) -> Result<Vec<gpuledger_core::ledger::DeviceEnergy>, AppError> {
-    let mut devices: Vec<String> = part.iter().flat_map(|a| a.devices.iter().cloned()).collect();
-    devices.sort_unstable();
-    devices.dedup();
-    let mut energy = Vec::new();
-    crate::telemetry::store::energy_hours_each(tx, from, to, Some(&devices), |d| {
-        energy.push(d);
-        Ok(())
-    })
-    .await?;
-    Ok(energy)
+    let mut windows: std::collections::BTreeMap<String, Vec<(OffsetDateTime, OffsetDateTime)>> = Default::default();
+    for a in part {
+        let (s, e) = (a.start.max(from), a.end.unwrap_or(to).min(to));
+        if s >= e {
+            continue;
+        }
+        for d in &a.devices {
+            windows.entry(d.clone()).or_default().push((s, e));
+        }
+    }
+    Ok(crate::telemetry::store::energy_hours_in(tx, from, to, &windows).await?)
 }
 
 /// The rest of the bundle after its inputs, and the compressed document.
