@@ -7,7 +7,7 @@ use gpuledger_core::{
 };
 use time::OffsetDateTime;
 
-use super::{PART_SIZE, late_data, part_energy};
+use super::{PART_SIZE, late_data, month_energy};
 use crate::{db::OrgTx, error::AppError};
 
 /// An open month's ledger as it would close now, and the same month cut at the snapshot's time.
@@ -56,7 +56,7 @@ pub(super) async fn price_in_parts(
     cut: Option<(&LedgerInput, OffsetDateTime)>,
 ) -> Result<(Ledger, Option<Ledger>), AppError> {
     let (from, to) = crate::ledger::bounds(tx, period).await?;
-    let energy_priced = header.policy.energy.is_some();
+    let energy = month_energy(tx, header, from, to).await?;
     let mut whole = LedgerParts::new(header).map_err(AppError::computing)?;
     let mut so_far = match cut {
         Some((cut_header, at)) => Some((LedgerParts::new(cut_header).map_err(AppError::computing)?, at)),
@@ -70,7 +70,6 @@ pub(super) async fn price_in_parts(
     )
     .await?;
     while let Some(mut part) = parts.next(tx).await? {
-        let energy = if energy_priced { part_energy(tx, from, to, &part).await? } else { Vec::new() };
         whole.add(&part, &energy).map_err(AppError::computing)?;
         if let Some((ledger, at)) = &mut so_far {
             crate::figures::cut_allocations(&mut part, *at);

@@ -19,7 +19,7 @@ use crate::db::{DbError, OrgTx};
 mod energy;
 pub(crate) mod legacy;
 
-pub use energy::{energy_hours, energy_hours_each, energy_hours_in};
+pub use energy::{energy_hours, energy_hours_each};
 
 /// One device's windows as an agent (or the upkeep) delivers them.
 pub struct SeriesWindows {
