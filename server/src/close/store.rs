@@ -368,8 +368,16 @@ fn bundle_error(e: impl std::fmt::Display) -> AppError {
     AppError::Internal(format!("writing the bundle: {e}"))
 }
 
-/// Reads and prices `period` a part at a time, writing each part into the bundle and the evidence stage.
-async fn in_parts(tx: &mut OrgTx, period: Period) -> Result<Closing, AppError> {
+/// An open month's header as the close and the refresh price it: the approved policy covering it, the input
+/// without allocations and energy, approved credits and late-data adjustments added (returned beside it too).
+#[allow(clippy::type_complexity)]
+async fn priced_header(
+    tx: &mut OrgTx,
+    period: Period,
+) -> Result<
+    (gpuledger_core::ledger::LedgerInput, Vec<(Uuid, AdjustmentRecord)>, Vec<(Period, AdjustmentRecord)>),
+    AppError,
+> {
     super::COMPUTATIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let policy = crate::store::policy_for(tx, period).await?.ok_or_else(|| {
         AppError::Conflict(format!(
@@ -381,6 +389,12 @@ async fn in_parts(tx: &mut OrgTx, period: Period) -> Result<Closing, AppError> {
     let late = late_data(tx, period).await?;
     header.adjustments.extend(credits.iter().map(|(_, a)| a.clone()));
     header.adjustments.extend(late.iter().map(|(_, a)| a.clone()));
+    Ok((header, credits, late))
+}
+
+/// Reads and prices `period` a part at a time, writing each part into the bundle and the evidence stage.
+async fn in_parts(tx: &mut OrgTx, period: Period) -> Result<Closing, AppError> {
+    let (header, credits, late) = priced_header(tx, period).await?;
     // Level 6: November at 10,000 GPUs (510 MB of JSON) is 48.3 MB in ~7 s of CPU, against 57.9 MB at level 1
     // (target ≤ 50 MB; level 9 saves 3 MB more for 3× the time).
     let out = std::io::BufWriter::with_capacity(1 << 16, GzEncoder::new(Vec::new(), Compression::default()));

@@ -7,7 +7,7 @@ use gpuledger_core::{
 };
 use time::OffsetDateTime;
 
-use super::{PART_SIZE, late_data, month_energy};
+use super::{PART_SIZE, month_energy, priced_header};
 use crate::{db::OrgTx, error::AppError};
 
 /// An open month's ledger as it would close now, and the same month cut at the snapshot's time.
@@ -29,17 +29,7 @@ pub(crate) async fn preview_in_parts(
     period: Period,
     now: OffsetDateTime,
 ) -> Result<PartsPreview, AppError> {
-    crate::close::COMPUTATIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let policy = crate::store::policy_for(tx, period).await?.ok_or_else(|| {
-        AppError::Conflict(format!(
-            "no approved cost policy covers {period}: approve one effective from {period} or earlier"
-        ))
-    })?;
-    let mut header = crate::ledger::store::load_header(tx, period, policy).await?;
-    let credits = crate::ledger::approved_credits(tx).await?;
-    let late = late_data(tx, period).await?;
-    header.adjustments.extend(credits.into_iter().map(|(_, a)| a));
-    header.adjustments.extend(late.into_iter().map(|(_, a)| a));
+    let (header, _, _) = priced_header(tx, period).await?;
     // The header holds no allocations: cutting it cuts the quotas.
     let cut_header = crate::figures::cut_at(header.clone(), now);
     let (ledger, to_date) = price_in_parts(tx, period, &header, Some((&cut_header, now))).await?;

@@ -19,26 +19,6 @@ const CURSOR_RANKED: &str = "gl_close_allocations_ranked";
 /// Rows per `FETCH`.
 const FETCH: usize = 5_000;
 
-/// A row of the cursor: the owner's department, the part number of the allocation under this owner, the record's row.
-type PartRow = (
-    Option<Uuid>,
-    i64,
-    String,
-    String,
-    i64,
-    i64,
-    Option<String>,
-    OffsetDateTime,
-    Option<OffsetDateTime>,
-    String,
-    Vec<String>,
-    Option<String>,
-    Option<Uuid>,
-    Option<OffsetDateTime>,
-    Option<OffsetDateTime>,
-    Option<String>,
-);
-
 /// A month's allocation records in parts of whole departments (every quota pool in one part), read from a cursor
 /// in the caller's transaction so that other statements run between parts. Records arrive ordered by department
 /// (unowned first), cluster and allocation; an allocation split at an ownership change is numbered `#1`, `#2`, …
@@ -83,9 +63,8 @@ impl AllocationParts {
         let (joins, filter) = ALLOC_FROM.split_once("WHERE").unwrap_or((ALLOC_FROM, "true"));
         // The record's ID: `cluster/allocation`, and `#n` for the part under a later owner (`to_record` and `next`).
         let rows = format!(
-            "SELECT t.department_id,
-                    row_number() OVER (PARTITION BY c.name, a.allocation_id ORDER BY o.valid_from NULLS FIRST) - 1 AS n,
-                    {ALLOC_COLUMNS}
+            "SELECT {ALLOC_COLUMNS}, t.department_id,
+                    row_number() OVER (PARTITION BY c.name, a.allocation_id ORDER BY o.valid_from NULLS FIRST) - 1 AS n
                {joins}
                LEFT JOIN tenants t ON t.org_id = $3 AND t.tenant_id = o.tenant_id
               WHERE {filter}"
@@ -148,9 +127,10 @@ impl AllocationParts {
                 sqlx::query(&format!("CLOSE {}", self.cursor)).execute(tx.conn()).await?;
             }
             for row in rows {
-                let (d, n, cluster, alloc, num, den, class, s, e, conf, devices, endpoint, tenant, of, ot, basis) =
-                    PartRow::from_row(&row)?;
-                // The ranks follow the record's columns (and its ID) when the cursor has them.
+                // The record's columns, then its owner's department and `#n`.
+                let alloc_row = AllocRow::from_row(&row)?;
+                let (d, n): (Option<Uuid>, i64) = (row.try_get(14)?, row.try_get(15)?);
+                // The ranks follow those (and the record's ID) when the cursor has them.
                 let k: Ranks = match self.cursor {
                     CURSOR_RANKED => {
                         let k: Vec<i32> = row.try_get(17)?;
@@ -158,9 +138,7 @@ impl AllocationParts {
                     }
                     _ => [0; 4],
                 };
-                let row: AllocRow =
-                    (cluster, alloc, num, den, class, s, e, conf, devices, endpoint, tenant, of, ot, basis);
-                let (mut record, _, _) = to_record(row, &self.mig_parent)?;
+                let (mut record, _, _) = to_record(alloc_row, &self.mig_parent)?;
                 if n > 0 {
                     record.id = format!("{}#{n}", record.id);
                 }
