@@ -1,5 +1,6 @@
 //! SQL of this feature: reads and writes inside the caller's organization-scoped transaction.
 
+mod energy;
 pub(crate) mod periods;
 mod preview;
 
@@ -392,6 +393,17 @@ async fn priced_header(
     Ok((header, credits, late))
 }
 
+/// Where a close's time went (its log line): the cursor's reads, the energy (the month's pass and each part's
+/// hours), pricing, the bundle's writing, the evidence index's writing.
+#[derive(Default)]
+struct Took {
+    read: std::time::Duration,
+    energy: std::time::Duration,
+    price: std::time::Duration,
+    bundle: std::time::Duration,
+    evidence: std::time::Duration,
+}
+
 /// Reads and prices `period` a part at a time, writing each part into the bundle and the evidence stage.
 async fn in_parts(tx: &mut OrgTx, period: Period) -> Result<Closing, AppError> {
     let (header, credits, late) = priced_header(tx, period).await?;
@@ -401,7 +413,10 @@ async fn in_parts(tx: &mut OrgTx, period: Period) -> Result<Closing, AppError> {
     let mut bundle = BundleStream::begin(out, &header).map_err(bundle_error)?;
     let mut evidence = crate::ledger::store::parts::EvidenceStage::begin(tx, period, "close").await?;
     let (from, to) = crate::ledger::bounds(tx, period).await?;
-    let energy = month_energy(tx, &header, from, to).await?;
+    let mut took = Took::default();
+    let t = std::time::Instant::now();
+    let energy = energy::MonthEnergy::read(tx, &header, from, to).await?;
+    took.energy += t.elapsed();
     let mut records = 0;
     let ledger = {
         let mut ledger = LedgerParts::new(&header).map_err(AppError::computing)?;
@@ -412,18 +427,37 @@ async fn in_parts(tx: &mut OrgTx, period: Period) -> Result<Closing, AppError> {
             true,
         )
         .await?;
-        while let Some((part, ranks)) = parts.next_ranked(tx).await? {
-            ledger.add(&part, &energy).map_err(AppError::computing)?;
+        loop {
+            let t = std::time::Instant::now();
+            let Some((part, ranks)) = parts.next_ranked(tx).await? else { break };
+            took.read += t.elapsed();
+            let t = std::time::Instant::now();
+            let part_energy = energy.for_part(&part)?;
+            took.energy += t.elapsed();
+            let t = std::time::Instant::now();
+            ledger.add(&part, &part_energy).map_err(AppError::computing)?;
+            took.price += t.elapsed();
+            let t = std::time::Instant::now();
             bundle.allocations(&part).map_err(bundle_error)?;
+            took.bundle += t.elapsed();
+            let t = std::time::Instant::now();
             evidence.add(tx, period, &part, &ranks).await?;
+            took.evidence += t.elapsed();
             records += part.len();
         }
         // The bundle's energy: every device once, as the whole month's input holds it.
-        for d in &energy {
-            bundle.energy(d).map_err(bundle_error)?;
-        }
-        ledger.finish().map_err(AppError::computing)?
+        let t = std::time::Instant::now();
+        energy.each(|d| bundle.energy(d).map_err(bundle_error))?;
+        took.bundle += t.elapsed();
+        let t = std::time::Instant::now();
+        let ledger = ledger.finish().map_err(AppError::computing)?;
+        took.price += t.elapsed();
+        ledger
     };
+    tracing::info!(period = %period, read_ms = took.read.as_millis() as u64, energy_ms = took.energy.as_millis() as u64,
+                   energy_hours = energy.hours(), price_ms = took.price.as_millis() as u64,
+                   bundle_ms = took.bundle.as_millis() as u64, evidence_ms = took.evidence.as_millis() as u64,
+                   "close: the month's parts read, priced and written");
     Ok(Closing {
         header,
         ledger,
@@ -433,23 +467,6 @@ async fn in_parts(tx: &mut OrgTx, period: Period) -> Result<Closing, AppError> {
         credits: credits.into_iter().map(|(id, _)| id).collect(),
         late,
     })
-}
-
-/// The month's energy when the policy prices it: every device-hour with energy, read once in one ordered pass and
-/// handed to every part (24 bytes a device-hour: 173 MB at 10,000 GPUs). Read per part instead, it cost the month's
-/// hours for every part — a department's workloads move across the fleet, so a part's devices are most devices —
-/// or, limited to the hours a part's windows reach, an index probe per window: 4–6 s a part at 1,000 GPUs against
-/// 2.5 s for the whole month in one pass (docs/scaling.md).
-async fn month_energy(
-    tx: &mut OrgTx,
-    header: &gpuledger_core::ledger::LedgerInput,
-    from: OffsetDateTime,
-    to: OffsetDateTime,
-) -> Result<Vec<gpuledger_core::ledger::DeviceEnergy>, AppError> {
-    if header.policy.energy.is_none() {
-        return Ok(Vec::new());
-    }
-    Ok(crate::telemetry::store::energy_hours(tx, from, to).await?)
 }
 
 /// The rest of the bundle after its inputs, and the compressed document.

@@ -7,7 +7,7 @@ use gpuledger_core::{
 };
 use time::OffsetDateTime;
 
-use super::{PART_SIZE, month_energy, priced_header};
+use super::{PART_SIZE, energy::MonthEnergy, priced_header};
 use crate::{db::OrgTx, error::AppError};
 
 /// An open month's ledger as it would close now, and the same month cut at the snapshot's time.
@@ -46,7 +46,7 @@ pub(super) async fn price_in_parts(
     cut: Option<(&LedgerInput, OffsetDateTime)>,
 ) -> Result<(Ledger, Option<Ledger>), AppError> {
     let (from, to) = crate::ledger::bounds(tx, period).await?;
-    let energy = month_energy(tx, header, from, to).await?;
+    let energy = MonthEnergy::read(tx, header, from, to).await?;
     let mut whole = LedgerParts::new(header).map_err(AppError::computing)?;
     let mut so_far = match cut {
         Some((cut_header, at)) => Some((LedgerParts::new(cut_header).map_err(AppError::computing)?, at)),
@@ -60,10 +60,12 @@ pub(super) async fn price_in_parts(
     )
     .await?;
     while let Some(mut part) = parts.next(tx).await? {
-        whole.add(&part, &energy).map_err(AppError::computing)?;
+        // The cut part reaches no hour the whole part does not.
+        let part_energy = energy.for_part(&part)?;
+        whole.add(&part, &part_energy).map_err(AppError::computing)?;
         if let Some((ledger, at)) = &mut so_far {
             crate::figures::cut_allocations(&mut part, *at);
-            ledger.add(&part, &energy).map_err(AppError::computing)?;
+            ledger.add(&part, &part_energy).map_err(AppError::computing)?;
         }
     }
     let so_far = match so_far {
