@@ -94,6 +94,7 @@ impl MonthEnergy {
         if header.policy.energy.is_none() {
             return Ok(Self { file: None, devices: Vec::new(), by_uuid: HashMap::new() });
         }
+        let started = std::time::Instant::now();
         let mut spill = Spill::new()?;
         let mut failed: Option<AppError> = None;
         crate::telemetry::store::energy_hours_each(tx, from, to, |d| {
@@ -105,10 +106,17 @@ impl MonthEnergy {
             Ok(())
         })
         .await?;
-        match failed {
-            Some(e) => Err(e),
-            None => spill.finish(),
+        if let Some(e) = failed {
+            return Err(e);
         }
+        let month = spill.finish()?;
+        tracing::info!(
+            devices = month.devices.len(),
+            hours = month.hours(),
+            ms = started.elapsed().as_millis() as u64,
+            "the month's energy read once, spilled to a temporary file"
+        );
+        Ok(month)
     }
 
     /// Device-hours in the file.
