@@ -1,6 +1,6 @@
 //! A ledger computed in parts (`LedgerParts`, what a close of a large fleet does to hold one part of the month at a
 //! time) gives exactly the lines and notes of `compute` over the whole input, however the allocations are cut by
-//! department and in whatever order the parts come — with every term in play: quotas of tenants and departments,
+//! department and GPU class and in whatever order the parts come — with every term in play: quotas of tenants and departments,
 //! devices shared across departments with their energy, a priced shared endpoint split by tokens, hours nobody
 //! owned, a class priced at actual cost, and overhead with unallocated capacity.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -250,7 +250,8 @@ fn mix(x: &mut u64) -> u64 {
     *x >> 33
 }
 
-/// The allocations cut into parts: one per department (in a shuffled order), the unpooled ones (endpoints', nobody's)
+/// The allocations cut into parts: one per department and GPU class (departments in a shuffled order) — as the
+/// close cuts them, a quota pooling a department's tenants per class — the unpooled ones (endpoints', nobody's)
 /// spread at random; each part with the energy of only the devices it uses.
 fn parts(case: &Case, input: &LedgerInput) -> Vec<(Vec<AllocationRecord>, Vec<DeviceEnergy>)> {
     let mut seed = case.seed;
@@ -258,15 +259,15 @@ fn parts(case: &Case, input: &LedgerInput) -> Vec<(Vec<AllocationRecord>, Vec<De
     for i in (1..order.len()).rev() {
         order.swap(i, (mix(&mut seed) as usize) % (i + 1));
     }
-    let mut cut: Vec<Vec<AllocationRecord>> = vec![Vec::new(); case.departments];
+    let mut cut: BTreeMap<(usize, Option<String>), Vec<AllocationRecord>> = BTreeMap::new();
     for (a, r) in case.allocs.iter().zip(&input.allocations) {
         let part = match a.tenant {
             Some(t) if !a.endpoint => order[case.tenant_dept[t]],
             _ => (mix(&mut seed) as usize) % case.departments,
         };
-        cut[part].push(r.clone());
+        cut.entry((part, r.gpu_class.clone())).or_default().push(r.clone());
     }
-    cut.into_iter()
+    cut.into_values()
         .map(|allocations| {
             let used: BTreeSet<&str> = allocations.iter().flat_map(|a| a.devices.iter().map(String::as_str)).collect();
             let energy = input.energy.iter().filter(|d| used.contains(d.gpu_uuid.as_str())).cloned().collect();

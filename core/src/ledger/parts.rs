@@ -5,8 +5,8 @@
 //! class) usage, the shared endpoints' and unowned GPU-nanoseconds, the charged GPU-nanoseconds per class and the
 //! endpoints' kWh. Sums of exact fractions do not depend on their order, and every rounding (a pool's sweep, an
 //! allocation's millijoules) stays inside one part, so the lines are byte-identical to [`super::compute`] of the whole
-//! input, however it is cut — as long as each quota pool's allocations are in one part (cut by department: a
-//! department's quota pools its tenants), which [`LedgerParts::add`] checks.
+//! input, however it is cut — as long as each quota pool's allocations are in one part (cut by department and GPU
+//! class: a department's quota pools its tenants, per class), which [`LedgerParts::add`] checks.
 
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -19,17 +19,22 @@ const CURSOR_RANKED: &str = "gl_close_allocations_ranked";
 /// Rows per `FETCH`.
 const FETCH: usize = 5_000;
 
-/// A month's allocation records in parts of whole departments (every quota pool in one part), read from a cursor
-/// in the caller's transaction so that other statements run between parts. Records arrive ordered by department
-/// (unowned first), cluster and allocation; an allocation split at an ownership change is numbered `#1`, `#2`, …
-/// in its owners' order, as [`super::load_allocations`] numbers it.
+/// A month's allocation records in parts of whole quota pools — every record of a department and GPU class in one
+/// part, since a quota pools its department's tenants per class — read from a cursor in the caller's transaction so
+/// that other statements run between parts. Records arrive ordered by department (unowned first), GPU class,
+/// cluster and allocation; an allocation split at an ownership change is numbered `#1`, `#2`, … in its owners'
+/// order, as [`super::load_allocations`] numbers it. (Cut by department alone, a part was the largest department:
+/// it grew with the fleet.)
 pub(crate) struct AllocationParts {
     mig_parent: HashMap<String, String>,
-    pending: VecDeque<(Option<Uuid>, AllocationRecord, Ranks)>,
+    pending: VecDeque<(PartKey, AllocationRecord, Ranks)>,
     exhausted: bool,
     target: usize,
     cursor: &'static str,
 }
+
+/// What a part holds whole: a department (`None`: unowned) and a GPU class (`None`: unpriced).
+type PartKey = (Option<Uuid>, Option<String>);
 
 /// A record's 1-based positions over the whole month in the evidence index's orders (`evidence::SortKey::ALL`:
 /// start, end, fraction, ID); zeros when the parts were opened without them.
@@ -49,8 +54,8 @@ fn literal(t: OffsetDateTime) -> String {
 }
 
 impl AllocationParts {
-    /// Opens the cursor over `period`'s allocations; parts hold about `target` records (a department larger than
-    /// that is one part). With `ranked`, each record comes with its [`Ranks`] (five sorts of the month in
+    /// Opens the cursor over `period`'s allocations; parts hold about `target` records (a department's class larger
+    /// than that is one part). With `ranked`, each record comes with its [`Ranks`] (five sorts of the month in
     /// PostgreSQL instead of one: the close's evidence index, written once at its final ranks).
     pub(crate) async fn open(tx: &mut OrgTx, period: Period, target: usize, ranked: bool) -> Result<Self, AppError> {
         let (start, end) = crate::ledger::bounds(tx, period).await?;
@@ -69,8 +74,8 @@ impl AllocationParts {
                LEFT JOIN tenants t ON t.org_id = $3 AND t.tenant_id = o.tenant_id
               WHERE {filter}"
         );
-        let order = "ORDER BY q.department_id NULLS FIRST, q.name COLLATE \"C\", q.allocation_id COLLATE \"C\",
-                              q.valid_from NULLS FIRST";
+        let order = "ORDER BY q.department_id NULLS FIRST, q.gpu_class COLLATE \"C\" NULLS FIRST, q.name COLLATE \"C\",
+                              q.allocation_id COLLATE \"C\", q.valid_from NULLS FIRST";
         let select = if ranked {
             format!(
                 "SELECT q.*, {RANKS}
@@ -106,14 +111,16 @@ impl AllocationParts {
         use sqlx::{FromRow, Row};
         let mut part: Vec<AllocationRecord> = Vec::new();
         let mut ranks: Vec<Ranks> = Vec::new();
-        let mut department: Option<Option<Uuid>> = None;
+        let mut pool: Option<PartKey> = None;
         loop {
-            while let Some((d, _, _)) = self.pending.front() {
-                if part.len() >= self.target && department != Some(*d) {
+            while let Some((key, _, _)) = self.pending.front() {
+                if part.len() >= self.target && pool.as_ref() != Some(key) {
                     return Ok(Some((part, ranks)));
                 }
-                if let Some((d, r, k)) = self.pending.pop_front() {
-                    department = Some(d);
+                if let Some((key, r, k)) = self.pending.pop_front() {
+                    if pool.as_ref() != Some(&key) {
+                        pool = Some(key);
+                    }
                     part.push(r);
                     ranks.push(k);
                 }
@@ -142,7 +149,8 @@ impl AllocationParts {
                 if n > 0 {
                     record.id = format!("{}#{n}", record.id);
                 }
-                self.pending.push_back((d, record, k));
+                let key = (d, record.gpu_class.clone());
+                self.pending.push_back((key, record, k));
             }
         }
     }
