@@ -98,6 +98,40 @@ impl AllocationParts {
         Ok(Self { mig_parent, pending: VecDeque::new(), exhausted: false, target: target.max(1), cursor })
     }
 
+    /// Reads the cursor's next rows into the queue (the first call waits for the month's sorts; it may run while
+    /// another connection reads something else, see `close::store::in_parts`).
+    pub(crate) async fn fetch(&mut self, tx: &mut OrgTx) -> Result<(), AppError> {
+        use sqlx::{FromRow, Row};
+        if self.exhausted {
+            return Ok(());
+        }
+        let rows = sqlx::query(&format!("FETCH {FETCH} FROM {}", self.cursor)).fetch_all(tx.conn()).await?;
+        if rows.len() < FETCH {
+            self.exhausted = true;
+            sqlx::query(&format!("CLOSE {}", self.cursor)).execute(tx.conn()).await?;
+        }
+        for row in rows {
+            // The record's columns, then its owner's department and `#n`.
+            let alloc_row = AllocRow::from_row(&row)?;
+            let (d, n): (Option<Uuid>, i64) = (row.try_get(14)?, row.try_get(15)?);
+            // The ranks follow those (and the record's ID) when the cursor has them.
+            let k: Ranks = match self.cursor {
+                CURSOR_RANKED => {
+                    let k: Vec<i32> = row.try_get(17)?;
+                    k.try_into().map_err(|_| AppError::Internal("a record without its four ranks".into()))?
+                }
+                _ => [0; 4],
+            };
+            let (mut record, _, _) = to_record(alloc_row, &self.mig_parent)?;
+            if n > 0 {
+                record.id = format!("{}#{n}", record.id);
+            }
+            let key = (d, record.gpu_class.clone());
+            self.pending.push_back((key, record, k));
+        }
+        Ok(())
+    }
+
     /// The next part, or `None` after the last (the cursor is then closed).
     pub(crate) async fn next(&mut self, tx: &mut OrgTx) -> Result<Option<Vec<AllocationRecord>>, AppError> {
         Ok(self.next_ranked(tx).await?.map(|(part, _)| part))
@@ -108,7 +142,6 @@ impl AllocationParts {
         &mut self,
         tx: &mut OrgTx,
     ) -> Result<Option<(Vec<AllocationRecord>, Vec<Ranks>)>, AppError> {
-        use sqlx::{FromRow, Row};
         let mut part: Vec<AllocationRecord> = Vec::new();
         let mut ranks: Vec<Ranks> = Vec::new();
         let mut pool: Option<PartKey> = None;
@@ -128,30 +161,7 @@ impl AllocationParts {
             if self.exhausted {
                 return Ok((!part.is_empty()).then_some((part, ranks)));
             }
-            let rows = sqlx::query(&format!("FETCH {FETCH} FROM {}", self.cursor)).fetch_all(tx.conn()).await?;
-            if rows.len() < FETCH {
-                self.exhausted = true;
-                sqlx::query(&format!("CLOSE {}", self.cursor)).execute(tx.conn()).await?;
-            }
-            for row in rows {
-                // The record's columns, then its owner's department and `#n`.
-                let alloc_row = AllocRow::from_row(&row)?;
-                let (d, n): (Option<Uuid>, i64) = (row.try_get(14)?, row.try_get(15)?);
-                // The ranks follow those (and the record's ID) when the cursor has them.
-                let k: Ranks = match self.cursor {
-                    CURSOR_RANKED => {
-                        let k: Vec<i32> = row.try_get(17)?;
-                        k.try_into().map_err(|_| AppError::Internal("a record without its four ranks".into()))?
-                    }
-                    _ => [0; 4],
-                };
-                let (mut record, _, _) = to_record(alloc_row, &self.mig_parent)?;
-                if n > 0 {
-                    record.id = format!("{}#{n}", record.id);
-                }
-                let key = (d, record.gpu_class.clone());
-                self.pending.push_back((key, record, k));
-            }
+            self.fetch(tx).await?;
         }
     }
 }
