@@ -69,8 +69,10 @@ impl Spill {
     }
 }
 
+/// The temporary directory full or unwritable: the server's condition, not the request's (nothing was changed; the
+/// operator gives the directory room, docs/operations.md).
 fn spill_error(e: std::io::Error) -> AppError {
-    AppError::Internal(format!("the month's energy in its temporary file: {e}"))
+    AppError::Unavailable(format!("the month's energy in its temporary file: {e}"))
 }
 
 /// An unnamed file in the temporary directory: created new, its name removed at once (the open file stays until it
