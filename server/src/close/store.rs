@@ -406,6 +406,21 @@ struct Took {
     evidence: std::time::Duration,
 }
 
+/// `period`'s allocation records in parts of the size this process closes with (`ranked`: with their evidence ranks).
+async fn month_parts(
+    tx: &mut OrgTx,
+    period: Period,
+    ranked: bool,
+) -> Result<crate::ledger::store::parts::AllocationParts, AppError> {
+    crate::ledger::store::parts::AllocationParts::open(
+        tx,
+        period,
+        PART_SIZE.load(std::sync::atomic::Ordering::Relaxed),
+        ranked,
+    )
+    .await
+}
+
 /// Reads and prices `period` a part at a time, writing each part into the bundle and the evidence stage.
 async fn in_parts(db: &Database, tx: &mut OrgTx, period: Period) -> Result<Closing, AppError> {
     let started = std::time::Instant::now();
@@ -418,13 +433,7 @@ async fn in_parts(db: &Database, tx: &mut OrgTx, period: Period) -> Result<Closi
     let (from, to) = crate::ledger::bounds(tx, period).await?;
     let mut took = Took::default();
     let mut records = 0;
-    let mut parts = crate::ledger::store::parts::AllocationParts::open(
-        tx,
-        period,
-        PART_SIZE.load(std::sync::atomic::Ordering::Relaxed),
-        true,
-    )
-    .await?;
+    let mut parts = month_parts(tx, period, true).await?;
     // The cursor's first rows wait for the month's sorts in PostgreSQL (~25 s at 10,000 GPUs); meanwhile the month's
     // energy is read on a second connection of the organization, its sort and decoding on the other core. (Its rows
     // are as committed when it starts, a moment after the close's own reads began: the bundle holds the energy the
@@ -439,12 +448,13 @@ async fn in_parts(db: &Database, tx: &mut OrgTx, period: Period) -> Result<Closi
     };
     let read_energy = async |etx: &mut OrgTx| {
         let t = std::time::Instant::now();
-        etx.allow_long_statements().await?;
         let energy = energy::MonthEnergy::read(etx, &header, from, to).await?;
         Ok::<_, AppError>((energy, t.elapsed()))
     };
     let (energy, first) = match second {
         Some(mut etx) => {
+            // The close's own statement limit (`freeze`), on this connection too.
+            etx.allow_long_statements().await?;
             let (energy, first) = tokio::join!(read_energy(&mut etx), first_rows(tx, &mut parts));
             etx.rollback().await?;
             (energy?, first?)

@@ -19,7 +19,8 @@ use crate::{db::OrgTx, error::AppError};
 const SPAN_BYTES: usize = 24;
 
 /// A month's device energy in a temporary file, devices in the order the database gave them (by UUID), each
-/// device's spans by start.
+/// device's spans by start. The default is no energy (a policy that does not price it).
+#[derive(Default)]
 pub(crate) struct MonthEnergy {
     file: Option<File>,
     /// Devices in file order: UUID, first span's index, spans.
@@ -36,11 +37,7 @@ struct Spill {
 
 impl Spill {
     fn new() -> Result<Self, AppError> {
-        Ok(Self {
-            w: BufWriter::with_capacity(1 << 16, unnamed_file()?),
-            out: MonthEnergy { file: None, devices: Vec::new(), by_uuid: HashMap::new() },
-            at: 0,
-        })
+        Ok(Self { w: BufWriter::with_capacity(1 << 16, unnamed_file()?), out: MonthEnergy::default(), at: 0 })
     }
 
     /// Appends a device (its spans by start).
@@ -94,7 +91,7 @@ impl MonthEnergy {
         to: OffsetDateTime,
     ) -> Result<Self, AppError> {
         if header.policy.energy.is_none() {
-            return Ok(Self { file: None, devices: Vec::new(), by_uuid: HashMap::new() });
+            return Ok(Self::default());
         }
         let started = std::time::Instant::now();
         let mut spill = Spill::new()?;

@@ -7,7 +7,7 @@ use gpuledger_core::{
 };
 use time::OffsetDateTime;
 
-use super::{PART_SIZE, energy::MonthEnergy, priced_header};
+use super::{energy::MonthEnergy, priced_header};
 use crate::{db::OrgTx, error::AppError};
 
 /// An open month's ledger as it would close now, and the same month cut at the snapshot's time.
@@ -52,13 +52,7 @@ pub(super) async fn price_in_parts(
         Some((cut_header, at)) => Some((LedgerParts::new(cut_header).map_err(AppError::computing)?, at)),
         None => None,
     };
-    let mut parts = crate::ledger::store::parts::AllocationParts::open(
-        tx,
-        period,
-        PART_SIZE.load(std::sync::atomic::Ordering::Relaxed),
-        false,
-    )
-    .await?;
+    let mut parts = super::month_parts(tx, period, false).await?;
     while let Some(mut part) = parts.next(tx).await? {
         // The cut part reaches no hour the whole part does not.
         let part_energy = energy.for_part(&part)?;

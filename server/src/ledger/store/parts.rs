@@ -151,9 +151,7 @@ impl AllocationParts {
                     return Ok(Some((part, ranks)));
                 }
                 if let Some((key, r, k)) = self.pending.pop_front() {
-                    if pool.as_ref() != Some(&key) {
-                        pool = Some(key);
-                    }
+                    pool = Some(key);
                     part.push(r);
                     ranks.push(k);
                 }
