@@ -285,6 +285,9 @@ INSERT INTO telemetry_series (org_id, series_id, cluster_id, gpu_uuid, node) VAL
 INSERT INTO telemetry_gpu_hours (org_id, series_id, hour, util_sum, energy_j, samples, sampled_ms, span_from_ms, span_to_ms, util_ms, mem_max, power_max, energy_ms, windows, util_max, block)
 SELECT '00000000-0000-0000-0000-00000000000a', 1, m, 0, 42000, 6, 60000, 0, 60000, 0, 0, 0, 60000, 1, 0, '\x0102'
   FROM unnest(ARRAY['$mid-01', '$now-01']::timestamptz[]) m;
+INSERT INTO telemetry_coverage_days (org_id, series_id, windows, gpu_ms, block_bytes, inst_bytes, instances, last_hour, day, len_s, hours, device_hours, own)
+SELECT '00000000-0000-0000-0000-00000000000a', 1, 1, 60000, 2, 0, 0, m, (m AT TIME ZONE 'UTC')::date, 60, 1, 1, true
+  FROM unnest(ARRAY['2000-01-01', '$mid-01', '$now-01']::timestamptz[]) m;
 INSERT INTO telemetry_rollups (org_id, cluster_id, gpu_uuid, window_start, window_end, node, samples, energy_j)
 SELECT '00000000-0000-0000-0000-00000000000a', '00000000-0000-0000-0000-0000000000c1', 'GPU-' || g, m + make_interval(mins => g),
        m + make_interval(mins => g + 1), 'n1', 6, 42000
@@ -306,6 +309,8 @@ SQL
     || gl_die "ops checks: after retention the partitions are '$got' (expected $mid, the current month and the default)"
   got=$("${q[@]}" "$scratch" -c "SELECT string_agg(to_char(hour, 'YYYY-MM') || ':' || (block IS NOT NULL) || ':' || energy_j, ' ' ORDER BY hour) FROM telemetry_gpu_hours")
   [ "$got" = "$mid:false:42000 $now:true:42000" ] || gl_die "ops checks: after retention the GPU-hours are '$got' ($mid stripped of its block with its sums kept, $now whole)"
+  got=$("${q[@]}" "$scratch" -c "SELECT string_agg(to_char(day, 'YYYY-MM') || ':' || block_bytes, ' ' ORDER BY day) FROM telemetry_coverage_days")
+  [ "$got" = "$mid:0 $now:2" ] || gl_die "ops checks: after retention the coverage days are '$got' (2000-01 dropped, $mid's block bytes 0, $now's kept)"
   echo "ops: telemetry retention: dry run kept every partition; --apply dropped exactly 2000-01 and 2000-02, stripped $mid's full resolution (sums kept), kept $now and the default"
 
   # 3. Backup → restore into another database; the same tables and rows.

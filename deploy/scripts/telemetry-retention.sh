@@ -168,7 +168,11 @@ for part in "${strips[@]}"; do
   # The blocks go, the sums stay; VACUUM FULL rewrites the month without the dead row versions (it locks only this
   # old month's partition, which nothing prices from: a late window for it is refused anyway once stripped).
   psql "$url" -X -q -v ON_ERROR_STOP=1 -c "SET lock_timeout = '5s'" \
-    -c "UPDATE public.$part SET block = NULL WHERE block IS NOT NULL" -c "VACUUM FULL public.$part" \
+    -c "BEGIN" -c "UPDATE public.$part SET block = NULL WHERE block IS NOT NULL" \
+    -c "SELECT gpuledger_telemetry_coverage_retention(lower(r), upper(r), false) FROM (SELECT daterange(
+          substring(pg_get_expr(relpartbound, oid) FROM 'FROM \(''([^'']*)''\)')::timestamptz::date,
+          substring(pg_get_expr(relpartbound, oid) FROM 'TO \(''([^'']*)''\)')::timestamptz::date) r
+          FROM pg_class WHERE oid = 'public.$part'::regclass) x" -c "COMMIT" -c "VACUUM FULL public.$part" \
     || { echo "telemetry-retention.sh: stripping $part failed (lock not obtained within 5 s? rerun later)" >&2; exit 1; }
   echo "stripped $part"
 done
@@ -182,6 +186,13 @@ BEGIN
     IF NOT EXISTS (SELECT 1 FROM pg_inherits WHERE inhrelid = to_regclass('public.$part')
                       AND inhparent = 'public.$parent'::regclass) THEN
         RAISE EXCEPTION '$part is no longer a partition of $parent';
+    END IF;
+    IF '$parent' = 'telemetry_gpu_hours' THEN
+        -- The coverage of the dropped month goes with it.
+        PERFORM gpuledger_telemetry_coverage_retention(lower(r), upper(r), true) FROM (SELECT daterange(
+            substring(pg_get_expr(relpartbound, oid) FROM 'FROM \(''([^'']*)''\)')::timestamptz::date,
+            substring(pg_get_expr(relpartbound, oid) FROM 'TO \(''([^'']*)''\)')::timestamptz::date) r
+            FROM pg_class WHERE oid = 'public.$part'::regclass) x;
     END IF;
     DROP TABLE public.$part;
 END

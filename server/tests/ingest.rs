@@ -537,6 +537,11 @@ async fn telemetry_lands_in_monthly_partitions_once() {
         .execute(&env.admin)
         .await
         .unwrap();
+    // As deploy/scripts/telemetry-retention.sh does: the month's coverage keeps no block bytes.
+    sqlx::query("SELECT gpuledger_telemetry_coverage_retention('2026-10-01', '2026-11-01', false)")
+        .execute(&env.admin)
+        .await
+        .unwrap();
     let mut stale = rollup("GPU-aaaaaaaa-0000-0000-0000-000000000001", 10);
     if let FactBody::Telemetry(t) = &mut stale.body {
         t.window_start += time::Duration::seconds(30);

@@ -12,13 +12,15 @@ use gpuledger_core::{
     },
 };
 use time::OffsetDateTime;
-use uuid::Uuid;
 
 use crate::db::{DbError, OrgTx};
 
+mod coverage;
 mod energy;
 pub(crate) mod legacy;
 
+use coverage::{CoverageDelta, HourCoverage};
+pub use coverage::{CoverageRow, coverage};
 pub use energy::{energy_hours, energy_hours_each};
 
 /// One device's windows as an agent (or the upkeep) delivers them.
@@ -218,6 +220,20 @@ impl GpuHourRows {
     pub fn is_empty(&self) -> bool {
         self.series.is_empty()
     }
+
+    /// What row `i` counts in its day's coverage, as stored.
+    fn coverage(&self, i: usize) -> HourCoverage {
+        let g = &self.gpu[i];
+        HourCoverage {
+            windows: g.windows.min(i64::from(i16::MAX)),
+            inst_windows: i64::from(self.inst_windows[i]),
+            sampled_ms: i64::from(int(g.sampled_ms)),
+            inst_sampled_ms: i64::from(self.inst_ms[i]),
+            instances: self.instances[i],
+            block_bytes: self.blocks[i].as_ref().map_or(0, |b| b.len() as i64),
+            inst_bytes: self.inst_sums[i].as_ref().map_or(0, |b| b.len() as i64),
+        }
+    }
 }
 
 fn int(v: i64) -> i32 {
@@ -249,7 +265,7 @@ pub async fn insert_gpu_hours(
         col32(|x| x.energy_ms),
     );
     let (windows, util_max) = (small(|x| x.windows), small(|x| x.util_max));
-    crate::bulk::returning(
+    let inserted: Vec<(i64, OffsetDateTime)> = crate::bulk::returning(
         tx,
         &crate::bulk::Insert {
             into: "INSERT INTO telemetry_gpu_hours (org_id, series_id, hour, util_sum, energy_j, instances, samples,
@@ -285,7 +301,18 @@ pub async fn insert_gpu_hours(
             },
         },
     )
-    .await
+    .await?;
+    // The days' coverage, in the same transaction.
+    let at: HashMap<(i64, OffsetDateTime), usize> =
+        rows.series.iter().zip(&rows.hour).enumerate().map(|(i, (s, h))| ((*s, *h), i)).collect();
+    let mut delta = CoverageDelta::default();
+    for (series, hour) in &inserted {
+        if let Some(&i) = at.get(&(*series, *hour)) {
+            delta.add(*series, *hour, &rows.coverage(i));
+        }
+    }
+    delta.apply(tx).await?;
+    Ok(inserted)
 }
 
 /// Rewrites stored GPU-hours whole (sums and block) by those of their merged windows.
@@ -406,8 +433,11 @@ pub async fn store_windows(tx: &mut OrgTx, cluster: ClusterId, series: Vec<Serie
     // 2. Hours already stored: merge into their blocks.
     let (keep_s, keep_h): (Vec<i64>, Vec<OffsetDateTime>) =
         hours.keys().filter(|k| !inserted.contains(k)).map(|(s, h)| (*s, at_ms(*h))).unzip();
-    let stored: Vec<(i64, OffsetDateTime, Option<Vec<u8>>)> = sqlx::query_as(
-        "SELECT t.series_id, t.hour, t.block FROM telemetry_gpu_hours t
+    #[allow(clippy::type_complexity)]
+    let stored: Vec<(i64, OffsetDateTime, Option<Vec<u8>>, i16, i32, i32, i32, i64, Option<i32>)> = sqlx::query_as(
+        "SELECT t.series_id, t.hour, t.block, t.windows, t.inst_windows, t.sampled_ms, t.inst_sampled_ms, t.instances,
+                octet_length(t.inst_sums)
+           FROM telemetry_gpu_hours t
            JOIN unnest($2::bigint[], $3::timestamptz[]) AS k(s, h) ON t.series_id = k.s AND t.hour = k.h
           WHERE t.org_id = $1 ORDER BY t.series_id, t.hour FOR UPDATE OF t",
     )
@@ -417,8 +447,9 @@ pub async fn store_windows(tx: &mut OrgTx, cluster: ClusterId, series: Vec<Serie
     .fetch_all(tx.conn())
     .await?;
     let mut changed = GpuHourRows::default();
+    let mut coverage = CoverageDelta::default();
     let mut stale = 0_usize;
-    for (id, hour, block) in stored {
+    for (id, hour, block, windows, inst_windows, sampled_ms, inst_sampled_ms, instances, inst_bytes) in stored {
         let hour_ms = unix_ms(hour);
         let Some(new) = hours.remove(&(id, hour_ms)) else { continue };
         let Some(block) = block else {
@@ -437,12 +468,28 @@ pub async fn store_windows(tx: &mut OrgTx, cluster: ClusterId, series: Vec<Serie
         }
         added += n as u64;
         changed.push(id, hour_ms, &kept)?;
+        // The hour as it was leaves its day's coverage; as it is now, it comes in.
+        coverage.remove(
+            id,
+            hour,
+            &HourCoverage {
+                windows: i64::from(windows),
+                inst_windows: i64::from(inst_windows),
+                sampled_ms: i64::from(sampled_ms),
+                inst_sampled_ms: i64::from(inst_sampled_ms),
+                instances,
+                block_bytes: block.len() as i64,
+                inst_bytes: i64::from(inst_bytes.unwrap_or(0)),
+            },
+        );
+        coverage.add(id, hour, &changed.coverage(changed.len() - 1));
     }
     if stale > 0 {
         tracing::warn!(hours = stale, "late telemetry for hours whose full resolution was dropped: not kept");
     }
     if !changed.is_empty() {
         update_gpu_hours(tx, &changed).await?;
+        coverage.apply(tx).await?;
     }
     Ok(added)
 }
@@ -519,173 +566,4 @@ pub async fn utilization_hours(
         }
     }
     Ok(())
-}
-
-/// One cluster's (node `None`) or node's telemetry in a month, from the hourly tier and the allocations.
-pub struct CoverageRow {
-    /// Cluster.
-    pub cluster_id: Uuid,
-    /// Cluster name.
-    pub cluster: String,
-    /// Node (None: the cluster's total).
-    pub node: Option<String>,
-    /// Whole GPUs that reported.
-    pub gpus: i64,
-    /// MIG instances that reported.
-    pub mig_instances: i64,
-    /// Whole-GPU milliseconds covered by windows.
-    pub gpu_ms: i64,
-    /// Windows.
-    pub windows: i64,
-    /// GPU-hour rows (one per physical GPU and hour, its MIG instances inside).
-    pub hour_rows: i64,
-    /// Σ block bytes.
-    pub block_bytes: i64,
-    /// Σ bytes of the MIG instances' encoded sums.
-    pub inst_sums_bytes: i64,
-    /// Median of the hours' mean window length, ms.
-    pub median_window_ms: Option<i64>,
-    /// Latest hour with telemetry.
-    pub last_hour: Option<OffsetDateTime>,
-    /// GPU-equivalent hours held by allocations (decimal text, exact).
-    pub held_hours: String,
-}
-
-/// The month's coverage per cluster and node: telemetry from the GPU-hours' sums (never the blocks), held hours from
-/// the allocations (open ones counted until `now`).
-///
-/// One hash aggregate over the month's GPU-hours by node and mean window length (whole seconds): the medians and the
-/// clusters' totals are made from those few groups here, so no sort of millions of hours is needed.
-pub async fn coverage(
-    tx: &mut OrgTx,
-    start: OffsetDateTime,
-    end: OffsetDateTime,
-    now: OffsetDateTime,
-) -> Result<Vec<CoverageRow>, DbError> {
-    let org = tx.org().as_uuid();
-    #[allow(clippy::type_complexity)]
-    let groups: Vec<(Uuid, String, i64, i64, i64, i64, i64, i64, i64, Option<OffsetDateTime>)> = sqlx::query_as(
-        "SELECT s.cluster_id, s.node,
-                ((h.sampled_ms::bigint + h.inst_sampled_ms) / (h.windows + h.inst_windows) / 1000)::bigint AS len_s,
-                count(*), coalesce(sum(h.sampled_ms), 0)::bigint, sum(h.windows + h.inst_windows)::bigint,
-                sum((h.windows > 0)::int + bit_count(h.instances::bit(64)))::bigint,
-                coalesce(sum(octet_length(h.block)), 0)::bigint, coalesce(sum(octet_length(h.inst_sums)), 0)::bigint,
-                max(h.hour)
-           FROM telemetry_gpu_hours h
-           JOIN telemetry_series s ON s.org_id = h.org_id AND s.series_id = h.series_id
-          WHERE h.org_id = $1 AND s.org_id = $1 AND h.hour >= $2 AND h.hour < $3
-          GROUP BY 1, 2, 3",
-    )
-    .bind(org)
-    .bind(start)
-    .bind(end)
-    .fetch_all(tx.conn())
-    .await?;
-    // Devices that reported, per node: the GPUs with windows of their own, and each GPU's distinct instances (the
-    // month's instance masks OR-ed together).
-    let devices: Vec<(Uuid, String, i64, i64)> = sqlx::query_as(
-        "SELECT s.cluster_id, s.node, count(*) FILTER (WHERE m.own), coalesce(sum(bit_count(m.mask::bit(64))), 0)::bigint
-           FROM (SELECT series_id, bool_or(windows > 0) AS own, bit_or(instances) AS mask FROM telemetry_gpu_hours
-                  WHERE org_id = $1 AND hour >= $2 AND hour < $3 GROUP BY series_id) m
-           JOIN telemetry_series s ON s.org_id = $1 AND s.series_id = m.series_id
-          GROUP BY 1, 2",
-    )
-    .bind(org)
-    .bind(start)
-    .bind(end)
-    .fetch_all(tx.conn())
-    .await?;
-    let held: Vec<(Uuid, Option<String>, String)> = sqlx::query_as(
-        "SELECT cluster_id, node,
-                round(greatest(sum(extract(epoch FROM least(coalesce(ended_at, $4), $3, $4) - greatest(started_at, $2))
-                      * fraction_num / fraction_den) / 3600, 0), 2)::text
-           FROM allocation_intervals
-          WHERE org_id = $1 AND started_at < least($3, $4) AND (ended_at IS NULL OR ended_at > $2)
-            AND fraction_num IS NOT NULL AND node IS NOT NULL
-          GROUP BY GROUPING SETS ((cluster_id, node), (cluster_id))",
-    )
-    .bind(org)
-    .bind(start)
-    .bind(end)
-    .bind(now)
-    .fetch_all(tx.conn())
-    .await?;
-    let names: HashMap<Uuid, String> =
-        sqlx::query_as::<_, (Uuid, String)>("SELECT cluster_id, name FROM clusters WHERE org_id = $1")
-            .bind(org)
-            .fetch_all(tx.conn())
-            .await?
-            .into_iter()
-            .collect();
-
-    #[derive(Default)]
-    struct Acc {
-        gpus: i64,
-        instances: i64,
-        gpu_ms: i64,
-        windows: i64,
-        hour_rows: i64,
-        block_bytes: i64,
-        inst_sums_bytes: i64,
-        last_hour: Option<OffsetDateTime>,
-        /// Device-hours per mean window length (s).
-        lengths: BTreeMap<i64, i64>,
-        held: Option<String>,
-    }
-    let mut acc: BTreeMap<(Uuid, Option<String>), Acc> = BTreeMap::new();
-    for (cluster, node, len_s, rows, gpu_ms, windows, hours, bytes, inst_bytes, last) in groups {
-        for key in [(cluster, Some(node.clone())), (cluster, None)] {
-            let a = acc.entry(key).or_default();
-            a.gpu_ms += gpu_ms;
-            a.windows += windows;
-            a.hour_rows += rows;
-            a.block_bytes += bytes;
-            a.inst_sums_bytes += inst_bytes;
-            a.last_hour = a.last_hour.max(last);
-            *a.lengths.entry(len_s).or_default() += hours;
-        }
-    }
-    for (cluster, node, gpus, instances) in devices {
-        for key in [(cluster, Some(node.clone())), (cluster, None)] {
-            let a = acc.entry(key).or_default();
-            a.gpus += gpus;
-            a.instances += instances;
-        }
-    }
-    for (cluster, node, h) in held {
-        acc.entry((cluster, node)).or_default().held = Some(h);
-    }
-    let median = |lengths: &BTreeMap<i64, i64>| -> Option<i64> {
-        let total: i64 = lengths.values().sum();
-        let mut seen = 0;
-        for (len, n) in lengths {
-            seen += n;
-            if seen * 2 >= total {
-                return Some(len * 1_000);
-            }
-        }
-        None
-    };
-    let mut out: Vec<CoverageRow> = acc
-        .into_iter()
-        .filter_map(|((cluster_id, node), a)| {
-            Some(CoverageRow {
-                cluster_id,
-                cluster: names.get(&cluster_id)?.clone(),
-                node,
-                gpus: a.gpus,
-                mig_instances: a.instances,
-                gpu_ms: a.gpu_ms,
-                windows: a.windows,
-                hour_rows: a.hour_rows,
-                block_bytes: a.block_bytes,
-                inst_sums_bytes: a.inst_sums_bytes,
-                median_window_ms: median(&a.lengths),
-                last_hour: a.last_hour,
-                held_hours: a.held.unwrap_or_else(|| "0.00".to_string()),
-            })
-        })
-        .collect();
-    out.sort_by(|a, b| (&a.cluster, &a.node).cmp(&(&b.cluster, &b.node)));
-    Ok(out)
 }
