@@ -458,6 +458,44 @@ async fn closed_evidence_from_the_index_equals_the_bundle_for_every_sort_filter_
     assert_eq!(compare_all(&env, period, &records).await, 8 * 7 * 2 * 5);
 }
 
+/// The close writes its evidence index on its second connection, beside it (the test above); with no connection
+/// to spare it writes the index in its own transaction instead — the same index either way.
+#[tokio::test]
+async fn without_a_spare_connection_the_close_writes_its_evidence_index_itself() {
+    gpuledger_server::close::set_part_records(1);
+    let env = env().await;
+    let period = seed_last_month(&env).await;
+    // Every connection of the pool but one taken: the close gets that one, and no second within its 2 s.
+    let mut held = Vec::new();
+    while let Ok(Ok(tx)) = tokio::time::timeout(std::time::Duration::from_millis(500), env.db.begin_org(env.org)).await
+    {
+        held.push(tx);
+    }
+    let spare = held.pop().unwrap();
+    drop(spare);
+    let (s, v) = call(
+        &env,
+        "POST",
+        &format!("/api/v1/periods/{period}/close"),
+        &env.admin,
+        Some(json!({"acknowledge": "test data"})),
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    drop(held);
+    let records = bundle_records(&env, period).await;
+    let su = common::admin_pool(&env.test_db).await;
+    let (n, source): (i32, String) =
+        sqlx::query_as("SELECT allocations, source FROM evidence_months WHERE org_id = $1 AND period = $2")
+            .bind(env.org.as_uuid())
+            .bind(period.first_day())
+            .fetch_one(&su)
+            .await
+            .unwrap();
+    assert_eq!((n as usize, source.as_str()), (records.len(), "close"), "written by the close");
+    assert_eq!(compare_all(&env, period, &records).await, 8 * 7 * 2 * 5);
+}
+
 #[tokio::test]
 async fn a_month_closed_in_parts_has_the_lines_and_records_of_the_whole_month() {
     gpuledger_server::close::set_part_records(1);

@@ -1,6 +1,7 @@
 //! SQL of this feature: reads and writes inside the caller's organization-scoped transaction.
 
 mod energy;
+mod evidence;
 mod gz;
 pub(crate) mod periods;
 mod preview;
@@ -243,8 +244,9 @@ pub(crate) async fn freeze(
     )
     .await?;
     // The evidence behind the lines, indexed for paging (`GET /api/v1/periods/{period}/evidence`): the bundle's
-    // own allocation records, in the close's transaction, so a closed month is never without it.
-    closing.evidence.finish(&mut tx, period).await?;
+    // own allocation records, finished here or committed right after the close (`evidence`).
+    let mut evidence = closing.evidence;
+    evidence.before_commit(&mut tx, period).await?;
     // Credits land here; late-data corrections are recorded as applied adjustments pointing at what they correct.
     if !preview.credits.is_empty() {
         sqlx::query(
@@ -328,6 +330,7 @@ pub(crate) async fn freeze(
     )
     .await?;
     tx.commit().await?;
+    evidence.after_commit(period).await;
     Ok(CloseSummary {
         period: period.to_string(),
         lines: lines.len(),
@@ -359,7 +362,7 @@ struct Closing {
     header: gpuledger_core::ledger::LedgerInput,
     ledger: gpuledger_core::ledger::Ledger,
     bundle: BundleStream<BundleWriter>,
-    evidence: crate::ledger::store::parts::EvidenceStage,
+    evidence: evidence::EvidenceDone,
     records: usize,
     credits: Vec<Uuid>,
     late: Vec<(Period, AdjustmentRecord)>,
@@ -429,7 +432,6 @@ async fn in_parts(db: &Database, tx: &mut OrgTx, period: Period) -> Result<Closi
     // (target ≤ 50 MB; level 9 saves 3 MB more for 3× the time).
     let out = gz::ThreadedGz::new().map_err(bundle_error)?;
     let mut bundle = BundleStream::begin(out, &header).map_err(bundle_error)?;
-    let mut evidence = crate::ledger::store::parts::EvidenceStage::begin(tx, period, "close").await?;
     let (from, to) = crate::ledger::bounds(tx, period).await?;
     let mut took = Took::default();
     let mut records = 0;
@@ -451,19 +453,20 @@ async fn in_parts(db: &Database, tx: &mut OrgTx, period: Period) -> Result<Closi
         let energy = energy::MonthEnergy::read(etx, &header, from, to).await?;
         Ok::<_, AppError>((energy, t.elapsed()))
     };
-    let (energy, first) = match second {
+    let (energy, first, beside) = match second {
         Some(mut etx) => {
             // The close's own statement limit (`freeze`), on this connection too.
             etx.allow_long_statements().await?;
             let (energy, first) = tokio::join!(read_energy(&mut etx), first_rows(tx, &mut parts));
-            etx.rollback().await?;
-            (energy?, first?)
+            (energy?, first?, Some(etx))
         }
         None => {
             let first = first_rows(tx, &mut parts).await?;
-            (read_energy(tx).await?, first)
+            (read_energy(tx).await?, first, None)
         }
     };
+    // The evidence index is then written on that second connection, beside the close (`evidence`).
+    let mut evidence = evidence::EvidenceSink::begin(tx, beside, period).await?;
     let (energy, energy_took) = energy;
     took.energy += energy_took;
     took.read += first;
@@ -482,10 +485,10 @@ async fn in_parts(db: &Database, tx: &mut OrgTx, period: Period) -> Result<Closi
             let t = std::time::Instant::now();
             bundle.allocations(&part).map_err(bundle_error)?;
             took.bundle += t.elapsed();
-            let t = std::time::Instant::now();
-            evidence.add(tx, period, &part, &ranks).await?;
-            took.evidence += t.elapsed();
             records += part.len();
+            let t = std::time::Instant::now();
+            evidence.add(tx, period, part, ranks).await?;
+            took.evidence += t.elapsed();
         }
         // The bundle's energy: every device once, as the whole month's input holds it.
         let t = std::time::Instant::now();
@@ -496,6 +499,10 @@ async fn in_parts(db: &Database, tx: &mut OrgTx, period: Period) -> Result<Closi
         took.price += t.elapsed();
         ledger
     };
+    // The writer beside the close finishing its last parts (time the close waits for it, counted as the index's).
+    let t = std::time::Instant::now();
+    let evidence = evidence.finish(period).await;
+    took.evidence += t.elapsed();
     tracing::info!(period = %period, ms = started.elapsed().as_millis() as u64, read_ms = took.read.as_millis() as u64, energy_ms = took.energy.as_millis() as u64,
                    energy_hours = energy.hours(), price_ms = took.price.as_millis() as u64,
                    bundle_ms = took.bundle.as_millis() as u64, evidence_ms = took.evidence.as_millis() as u64,
