@@ -29,58 +29,41 @@ CREATE TABLE telemetry_coverage_days (
 SELECT gpuledger_isolate('telemetry_coverage_days');
 GRANT SELECT, INSERT, UPDATE ON telemetry_coverage_days TO gpuledger_app;
 
+-- Retention and the backfill below work on every organization's rows at once, as the owner: this policy lets
+-- the owner (never the app) see and change them without an organization's setting — which plain PostgreSQL could
+-- take per organization with set_config, but which a Citus coordinator does not send to its workers' shards.
+CREATE POLICY coverage_keeper ON telemetry_coverage_days FOR ALL TO gpuledger_owner USING (true) WITH CHECK (true);
+
 -- Retention's step on this table for the months [p_from, p_to): strip (blocks gone: their bytes are 0) or drop (rows
--- gone). Every organization, one at a time (its rows are visible only as itself).
+-- gone). Returns the rows changed.
 CREATE FUNCTION gpuledger_telemetry_coverage_retention(p_from date, p_to date, p_drop boolean) RETURNS bigint
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
 DECLARE
-    o uuid;
-    n bigint := 0;
-    k bigint;
+    n bigint;
 BEGIN
-    FOR o IN WITH RECURSIVE x AS (
-                 SELECT (SELECT org_id FROM telemetry_series ORDER BY org_id LIMIT 1) AS id
-                 UNION ALL SELECT (SELECT org_id FROM telemetry_series WHERE org_id > x.id ORDER BY org_id LIMIT 1)
-                   FROM x WHERE x.id IS NOT NULL)
-             SELECT id FROM x WHERE id IS NOT NULL LOOP
-        PERFORM set_config('app.org_id', o::text, true);
-        IF p_drop THEN
-            DELETE FROM telemetry_coverage_days WHERE org_id = o AND day >= p_from AND day < p_to;
-        ELSE
-            UPDATE telemetry_coverage_days SET block_bytes = 0
-             WHERE org_id = o AND day >= p_from AND day < p_to AND block_bytes <> 0;
-        END IF;
-        GET DIAGNOSTICS k = ROW_COUNT;
-        n := n + k;
-    END LOOP;
-    PERFORM set_config('app.org_id', '', true);
+    IF p_drop THEN
+        DELETE FROM telemetry_coverage_days WHERE day >= p_from AND day < p_to;
+    ELSE
+        UPDATE telemetry_coverage_days SET block_bytes = 0 WHERE day >= p_from AND day < p_to AND block_bytes <> 0;
+    END IF;
+    GET DIAGNOSTICS n = ROW_COUNT;
     RETURN n;
 END
 $$;
 REVOKE ALL ON FUNCTION gpuledger_telemetry_coverage_retention(date, date, boolean) FROM PUBLIC;
--- The loose scan above reads organization IDs of telemetry_series as the owner.
-CREATE POLICY coverage_retention ON telemetry_series FOR SELECT TO gpuledger_owner USING (true);
 
--- The GPU-hours stored before this migration, each organization as itself.
-DO $$
-DECLARE
-    o uuid;
-BEGIN
-    FOR o IN SELECT DISTINCT org_id FROM telemetry_series LOOP
-        PERFORM set_config('app.org_id', o::text, true);
-        INSERT INTO telemetry_coverage_days (org_id, series_id, windows, gpu_ms, block_bytes, inst_bytes, instances,
-                                             last_hour, day, len_s, hours, device_hours, own)
-        SELECT o, series_id, sum(windows + inst_windows), sum(sampled_ms), coalesce(sum(octet_length(block)), 0),
-               coalesce(sum(octet_length(inst_sums)), 0), bit_or(instances), max(hour), (hour AT TIME ZONE 'UTC')::date,
-               ((sampled_ms::bigint + inst_sampled_ms) / (windows + inst_windows) / 1000)::int, count(*),
-               sum((windows > 0)::int + bit_count(instances::bit(64))), bool_or(windows > 0)
-          FROM telemetry_gpu_hours
-         WHERE org_id = o
-         GROUP BY series_id, (hour AT TIME ZONE 'UTC')::date,
-                  ((sampled_ms::bigint + inst_sampled_ms) / (windows + inst_windows) / 1000)::int;
-    END LOOP;
-    PERFORM set_config('app.org_id', '', true);
-END
-$$;
+-- The GPU-hours stored before this migration: every organization's, read through a policy that lives only for this
+-- statement's transaction.
+CREATE POLICY coverage_backfill ON telemetry_gpu_hours FOR SELECT TO gpuledger_owner USING (true);
+INSERT INTO telemetry_coverage_days (org_id, series_id, windows, gpu_ms, block_bytes, inst_bytes, instances, last_hour,
+                                     day, len_s, hours, device_hours, own)
+SELECT org_id, series_id, sum(windows + inst_windows), sum(sampled_ms), coalesce(sum(octet_length(block)), 0),
+       coalesce(sum(octet_length(inst_sums)), 0), bit_or(instances), max(hour), (hour AT TIME ZONE 'UTC')::date,
+       ((sampled_ms::bigint + inst_sampled_ms) / (windows + inst_windows) / 1000)::int, count(*),
+       sum((windows > 0)::int + bit_count(instances::bit(64))), bool_or(windows > 0)
+  FROM telemetry_gpu_hours
+ GROUP BY org_id, series_id, (hour AT TIME ZONE 'UTC')::date,
+          ((sampled_ms::bigint + inst_sampled_ms) / (windows + inst_windows) / 1000)::int;
+DROP POLICY coverage_backfill ON telemetry_gpu_hours;
 
 RESET ROLE;

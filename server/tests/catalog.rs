@@ -85,6 +85,12 @@ async fn every_org_table_is_isolated_and_keyed_by_org() {
             assert_eq!(table, "telemetry_hours", "{table}.{policy}: not the device-hour table");
             continue;
         }
+        if policy == "coverage_keeper" {
+            // Telemetry retention zeroes or deletes every organization's coverage days of a month through one
+            // SECURITY DEFINER function (migration 39): owner only (checked below).
+            assert_eq!(table, "telemetry_coverage_days", "{table}.{policy}: not the coverage table");
+            continue;
+        }
         if policy == "legacy_mover" {
             // The upkeep lists which organizations still have telemetry stored before the tiers through one SECURITY
             // DEFINER function (migration 26): SELECT, owner only.
@@ -144,6 +150,22 @@ async fn every_org_table_is_isolated_and_keyed_by_org() {
         tier_mover,
         vec![("telemetry_hours".to_string(), "SELECT".to_string(), vec!["gpuledger_owner".to_string()])]
     );
+    let keeper: Vec<(String, String, Vec<String>)> = sqlx::query_as(
+        "SELECT tablename::text, cmd::text, roles::text[] FROM pg_policies WHERE policyname = 'coverage_keeper'",
+    )
+    .fetch_all(&admin)
+    .await
+    .unwrap();
+    assert_eq!(
+        keeper,
+        vec![("telemetry_coverage_days".to_string(), "ALL".to_string(), vec!["gpuledger_owner".to_string()])]
+    );
+    // The migration's backfill policy lived only for its transaction.
+    let backfill: i64 = sqlx::query_scalar("SELECT count(*) FROM pg_policies WHERE policyname = 'coverage_backfill'")
+        .fetch_one(&admin)
+        .await
+        .unwrap();
+    assert_eq!(backfill, 0);
 
     // No table outside the allowlist escapes org_id.
     let untenanted: Vec<String> = sqlx::query_scalar(

@@ -121,6 +121,24 @@ async fn days_hold_what_the_gpu_hours_sum_to_and_the_month_reads_them() {
         }
     }
 
+    // The migration's backfill (the GPU-hours stored before it) gives the same days from the GPU-hours alone: its
+    // statements, from the migration file, run as the migration runs them.
+    let migration = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../migrations/20261206000039_telemetry_coverage_days.sql"),
+    )
+    .unwrap();
+    let from = migration.find("CREATE POLICY coverage_backfill").unwrap();
+    let to = migration.find("RESET ROLE;").unwrap();
+    sqlx::query("DELETE FROM telemetry_coverage_days").execute(&admin).await.unwrap();
+    let mut conn = admin.acquire().await.unwrap();
+    sqlx::raw_sql(&format!("BEGIN; SET LOCAL ROLE gpuledger_owner; {} COMMIT;", &migration[from..to]))
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+    drop(conn);
+    assert_days_exact(&admin, "the migration's backfill").await;
+
     // The month's coverage in UTC and in a zone whose month starts and ends mid-day, against the GPU-hours summed
     // directly over the month's instants.
     for zone in ["UTC", "Asia/Kolkata"] {

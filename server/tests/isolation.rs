@@ -102,6 +102,11 @@ async fn seed(db: &Database, slug: &str) -> OrgId {
             "INSERT INTO telemetry_gpu_hours (org_id, series_id, hour, util_sum, energy_j, samples, sampled_ms, span_from_ms, span_to_ms, util_ms, mem_max, power_max, energy_ms, windows, util_max, block) VALUES ($1, 900001, '2026-01-01 10:00Z', 600000, 0, 6, 60000, 0, 60000, 60000, 0, 0, 0, 1, 10, '\\x00')",
             vec![o],
         ),
+        // Coverage per GPU and day (migration 39).
+        (
+            "INSERT INTO telemetry_coverage_days (org_id, series_id, windows, gpu_ms, block_bytes, inst_bytes, instances, last_hour, day, len_s, hours, device_hours, own) VALUES ($1, 900001, 1, 60000, 1, 0, 0, '2026-01-01 10:00Z', '2026-01-01', 60, 1, 1, true)",
+            vec![o],
+        ),
         (
             "INSERT INTO data_quality_findings (org_id, cluster_id, finding_id, kind, subject) VALUES ($1, $2, 'f1', 'agent_gap', 'spool')",
             vec![o, cluster],
