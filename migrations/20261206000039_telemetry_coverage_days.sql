@@ -25,7 +25,9 @@ CREATE TABLE telemetry_coverage_days (
     device_hours integer     NOT NULL,   -- Σ (the GPU reported) + (its instances that reported)
     own          boolean     NOT NULL,   -- the GPU itself reported in some hour
     PRIMARY KEY (org_id, day, series_id, len_s)
-);
+) WITH (fillfactor = 50);
+-- Ingest updates a GPU's day with every merged batch (a row a minute per GPU at the agents' cadence): half of each
+-- page left free keeps those updates heap-only (no new key entry, the old version pruned in place).
 SELECT gpuledger_isolate('telemetry_coverage_days');
 GRANT SELECT, INSERT, UPDATE ON telemetry_coverage_days TO gpuledger_app;
 
