@@ -93,24 +93,24 @@ impl CoverageDelta {
     /// Writes the changes (one statement; rows in key order, so concurrent writers lock them in the same order).
     pub async fn apply(self, tx: &mut OrgTx) -> Result<(), DbError> {
         use crate::bulk::{col, constant};
-        let n = self.0.len();
-        if n == 0 {
+        if self.0.is_empty() {
             return Ok(());
         }
-        let mut c = (
-            Vec::with_capacity(n),
-            Vec::with_capacity(n),
-            Vec::with_capacity(n),
-            Vec::with_capacity(n),
-            Vec::with_capacity(n),
-            Vec::with_capacity(n),
-            Vec::with_capacity(n),
-            Vec::with_capacity(n),
-            Vec::with_capacity(n),
-            Vec::with_capacity(n),
-            Vec::with_capacity(n),
-            Vec::with_capacity(n),
-        );
+        #[allow(clippy::type_complexity)]
+        let mut c: (
+            Vec<i64>,
+            Vec<i64>,
+            Vec<i64>,
+            Vec<i64>,
+            Vec<i64>,
+            Vec<i64>,
+            Vec<OffsetDateTime>,
+            Vec<Date>,
+            Vec<i32>,
+            Vec<i32>,
+            Vec<i32>,
+            Vec<bool>,
+        ) = Default::default();
         for ((day, series, len_s), d) in self.0 {
             let Some(last) = d.last_hour else { continue };
             c.0.push(series);
