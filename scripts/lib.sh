@@ -49,6 +49,13 @@ gl_ensure_tools() {
   gl_ensure_postgres
 }
 
+# Builds the binaries the scripts run with exactly scripts/test's selection (`--workspace --all-targets`): building
+# only some packages' binaries resolves features without the tests' dev-dependencies, and cargo then builds sqlx,
+# leptos and the server a second time (~2.5 min and ~2 GB on CI each time) — after scripts/test's own build a no-op.
+gl_build_workspace() {
+  cargo build --quiet --workspace --all-targets "$@" || gl_die "cargo build --workspace --all-targets failed"
+}
+
 gl_ensure_nextest() {
   if ! cargo nextest --version >/dev/null 2>&1; then
     gl_say "installing cargo-nextest (cargo install, once)"
