@@ -12,12 +12,12 @@ use axum::{
 };
 use gpuledger_core::{
     Period,
-    ids::{DepartmentId, OrgId},
+    ids::{DepartmentId, MigProfile, OrgId},
     ledger::AllocationRecord,
     sharing::SharingMode,
     wire::{
-        AgentInfo, AllocationEnd, AllocationStart, AttributionLabels, Batch, EndReason, Fact, FactBody, Holder,
-        NamespaceFact, Stat, TelemetryRollup, WIRE_VERSION, event_id,
+        AgentInfo, AllocationEnd, AllocationStart, AttributionLabels, Batch, DeviceFact, EndReason, Fact, FactBody,
+        Holder, MigDeviceFact, NamespaceFact, Stat, TelemetryRollup, WIRE_VERSION, event_id,
     },
 };
 use gpuledger_server::{
@@ -93,6 +93,15 @@ async fn env() -> Env {
             .await
             .unwrap();
     }
+    sqlx::query(
+        "INSERT INTO mig_profiles (org_id, model, profile, valid_from, fraction_num, fraction_den)
+         VALUES ($1, $2, '3g.40gb', '2025-01-01', 3, 7)",
+    )
+    .bind(o)
+    .bind(H100)
+    .execute(tx.conn())
+    .await
+    .unwrap();
     let (cluster, _) = auth::ensure_cluster(&mut tx, "gpu-east").await.unwrap();
     let (_, agent) = auth::create_token(&mut tx, &Scope::Agent { cluster }, "agent", "test", None).await.unwrap();
     let (_, admin) = auth::create_token(&mut tx, &Scope::Admin, "admin", "test", None).await.unwrap();
@@ -174,6 +183,8 @@ struct Alloc<'a> {
     endpoint: Option<&'a str>,
     from: OffsetDateTime,
     to: Option<OffsetDateTime>,
+    /// The device IDs the allocation names (default: one GPU per unit).
+    devices: Option<Vec<String>>,
 }
 
 fn allocation(a: &Alloc<'_>) -> Vec<Fact> {
@@ -194,7 +205,10 @@ fn allocation(a: &Alloc<'_>) -> Vec<Fact> {
             units: a.units,
             mode: a.mode.clone(),
             gpu_model: Some(a.model.into()),
-            device_ids: (0..a.units).map(|d| format!("GPU-{}-{d}", a.pod)).collect(),
+            device_ids: a
+                .devices
+                .clone()
+                .unwrap_or_else(|| (0..a.units).map(|d| format!("GPU-{}-{d}", a.pod)).collect()),
             started_at: a.from,
             labels: AttributionLabels { endpoint: a.endpoint.map(Into::into), ..Default::default() },
         }),
@@ -245,6 +259,51 @@ async fn seed_last_month(env: &Env) -> Period {
             endpoint: (i % 9 == 0).then_some("chat"),
             from,
             to,
+            devices: None,
+        }));
+    }
+    // Devices as agents name them: two MIG slices of one GPU (the records name the GPU, once), and two time-sliced
+    // replicas of one GPU held by one pod (`UUID::N`: the GPU, once).
+    facts.push(Fact {
+        event_id: event_id("device", &["GPU-mig-parent"]),
+        observed_at: long_ago,
+        body: FactBody::DeviceObserved(DeviceFact {
+            node: "node-1".into(),
+            gpu_uuid: "GPU-mig-parent".into(),
+            model: H100.into(),
+            index: Some(3),
+            memory_mib: Some(81_559),
+            mig_enabled: true,
+            mig_devices: ["MIG-b", "MIG-a"]
+                .iter()
+                .enumerate()
+                .map(|(i, uuid)| MigDeviceFact {
+                    profile: "3g.40gb".into(),
+                    gpu_instance_id: i as u32 + 1,
+                    compute_instance_id: Some(0),
+                    uuid: Some((*uuid).into()),
+                })
+                .collect(),
+            vgpu_profile: None,
+        }),
+    });
+    let mig = SharingMode::Mig { profile: MigProfile::new("3g.40gb").unwrap() };
+    let extra: [(&str, SharingMode, u32, Vec<&str>); 3] = [
+        ("mig-one", mig.clone(), 1, vec!["MIG-a"]),
+        ("mig-two", mig, 1, vec!["MIG-b"]),
+        ("replicas", SharingMode::TimeSlice { replicas: 4 }, 2, vec!["GPU-shared::1", "GPU-shared::0"]),
+    ];
+    for (pod, mode, units, devices) in extra {
+        facts.extend(allocation(&Alloc {
+            pod: pod.into(),
+            ns: spaces[0],
+            model: H100,
+            mode,
+            units,
+            endpoint: None,
+            from: start + Duration::hours(3),
+            to: Some(start + Duration::days(2)),
+            devices: Some(devices.into_iter().map(Into::into).collect()),
         }));
     }
     send(env, facts).await;
@@ -394,6 +453,11 @@ async fn closed_evidence_from_the_index_equals_the_bundle_for_every_sort_filter_
     assert!(records.len() >= 60, "{} records", records.len());
     assert!(records.iter().any(|a| a.id.contains('#')), "a record split at the owner change");
     assert!(records.iter().any(|a| a.tenant.is_none()) && records.iter().any(|a| a.end.is_none()));
+    // Devices resolved as the bundle resolves them: MIG slices to their GPU, replicas `UUID::N` to one GPU.
+    let devices = |pod: &str| records.iter().find(|a| a.id.contains(pod)).map(|a| a.devices.clone());
+    assert_eq!(devices("/mig-one/"), Some(vec!["GPU-mig-parent".to_string()]));
+    assert_eq!(devices("/mig-two/"), Some(vec!["GPU-mig-parent".to_string()]));
+    assert_eq!(devices("/replicas/"), Some(vec!["GPU-shared".to_string()]));
     let su = common::admin_pool(&env.test_db).await;
     let (n, source): (i32, String) =
         sqlx::query_as("SELECT allocations, source FROM evidence_months WHERE org_id = $1 AND period = $2")
@@ -576,6 +640,7 @@ async fn the_open_months_snapshot_computed_in_parts_equals_the_whole_month() {
             from,
             // Every fourth is still running.
             to: (i % 4 != 1).then(|| now - Duration::minutes(5 * i)),
+            devices: None,
         });
         // Three devices, each shared by every department's workloads.
         if let FactBody::AllocationStarted(a) = &mut started[0].body {
@@ -650,6 +715,7 @@ async fn a_closed_months_forecast_is_its_stored_figures() {
         endpoint: None,
         from: period.start() + Duration::days(2),
         to: Some(period.start() + Duration::days(9)),
+        devices: None,
     }));
     send(&env, late).await;
     let (s, ledger) = call(&env, "GET", &format!("/api/v1/ledger?period={period}"), &env.admin, None).await;
@@ -766,6 +832,7 @@ async fn idle_is_read_from_the_snapshot_and_equals_the_computed_answer() {
             endpoint: None,
             from: since,
             to: None,
+            devices: None,
         }));
     }
     facts.extend(telemetry("GPU-notebook-0", since, now_min - Duration::hours(3), 60.0));
