@@ -437,10 +437,7 @@ async fn in_parts(db: &Database, tx: &mut OrgTx, period: Period) -> Result<Closi
     let mut records = 0;
     // The evidence index written by PostgreSQL beside the close, from the snapshot the close's parts are then read
     // from (`reader`, without ranks); failing that, the close ranks its parts and a writer takes them (`evidence`).
-    let (in_sql, mut reader) = match evidence::EvidenceSink::in_sql(db, tx, period).await {
-        Some((sink, reader)) => (Some(sink), Some(reader)),
-        None => (None, None),
-    };
+    let (in_sql, mut reader) = evidence::EvidenceSink::in_sql(db, tx, period).await.unzip();
     let mut parts = month_parts(reader.as_mut().unwrap_or(&mut *tx), period, in_sql.is_none()).await?;
     // The cursor's first rows wait for the month's sorts in PostgreSQL (~25 s at 10,000 GPUs ranked); meanwhile the
     // month's energy is read on another connection of the organization (the close's own when the parts come from the

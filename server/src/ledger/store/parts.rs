@@ -36,6 +36,9 @@ pub(crate) struct AllocationParts {
 /// What a part holds whole: a department (`None`: unowned) and a GPU class (`None`: unpriced).
 type PartKey = (Option<Uuid>, Option<String>);
 
+/// Records of a (tenant, GPU class, endpoint) group as PostgreSQL counts them.
+type GroupCount = (Option<Uuid>, Option<String>, Option<String>, i64);
+
 /// A record's 1-based positions over the whole month in the evidence index's orders (`evidence::SortKey::ALL`:
 /// start, end, fraction, ID); zeros when the parts were opened without them.
 pub(crate) type Ranks = [i32; 4];
@@ -283,7 +286,7 @@ impl EvidenceStage {
             .execute(tx.conn())
             .await?
             .rows_affected();
-        let groups: Vec<(Option<Uuid>, Option<String>, Option<String>, i64)> = sqlx::query_as(
+        let groups: Vec<GroupCount> = sqlx::query_as(
             "SELECT tenant_id, gpu_class, endpoint, count(*) FROM evidence_allocations
               WHERE org_id = $1 AND period = $2 GROUP BY 1, 2, 3",
         )
