@@ -303,39 +303,14 @@ impl Database {
     /// Like [`Database::begin_org`], in one `REPEATABLE READ` snapshot: every statement sees the organization as it
     /// was at the transaction's first read (an export and the fingerprint it records read the same rows).
     pub async fn begin_org_snapshot(&self, org: OrgId) -> Result<OrgTx, DbError> {
-        self.begin_in(org, "all", Some("BEGIN ISOLATION LEVEL REPEATABLE READ".into())).await
-    }
-
-    /// Like [`Database::begin_org_snapshot`], and exports its snapshot (`pg_export_snapshot`) so that other
-    /// transactions of the organization can read exactly the same rows ([`Database::begin_org_at_snapshot`]) while
-    /// this one stays open. Plain PostgreSQL only: a Citus coordinator's snapshot does not reach its workers.
-    pub async fn begin_org_exporting(&self, org: OrgId) -> Result<(OrgTx, ExportedSnapshot), DbError> {
-        let mut tx = self.begin_org_snapshot(org).await?;
-        let id: String = sqlx::query_scalar("SELECT pg_export_snapshot()").fetch_one(tx.conn()).await?;
-        Ok((tx, ExportedSnapshot(id)))
-    }
-
-    /// A `REPEATABLE READ` transaction of the organization that sees exactly what the exporting transaction
-    /// ([`Database::begin_org_exporting`], still open) sees.
-    pub async fn begin_org_at_snapshot(&self, org: OrgId, snapshot: &ExportedSnapshot) -> Result<OrgTx, DbError> {
-        // The identifier is PostgreSQL's own (hex digits and dashes); checked so it can never quote its way out.
-        if snapshot.0.is_empty() || !snapshot.0.chars().all(|c| c.is_ascii_hexdigit() || c == '-') {
-            return Err(DbError::Data(format!("not a snapshot identifier: {:?}", snapshot.0)));
-        }
-        let begin = format!("BEGIN ISOLATION LEVEL REPEATABLE READ; SET TRANSACTION SNAPSHOT '{}'", snapshot.0);
-        self.begin_in(org, "all", Some(begin.into())).await
+        self.begin_in(org, "all", Some("BEGIN ISOLATION LEVEL REPEATABLE READ")).await
     }
 
     async fn begin_with(&self, org: OrgId, dept_scope: &str) -> Result<OrgTx, DbError> {
         self.begin_in(org, dept_scope, None).await
     }
 
-    async fn begin_in(
-        &self,
-        org: OrgId,
-        dept_scope: &str,
-        begin: Option<std::borrow::Cow<'static, str>>,
-    ) -> Result<OrgTx, DbError> {
+    async fn begin_in(&self, org: OrgId, dept_scope: &str, begin: Option<&'static str>) -> Result<OrgTx, DbError> {
         let mut tx = match begin {
             Some(statement) => self.pool.begin_with(statement).await?,
             None => self.pool.begin().await?,
@@ -430,10 +405,6 @@ static COMMITS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new
 pub fn commits() -> u64 {
     COMMITS.load(std::sync::atomic::Ordering::Acquire)
 }
-
-/// A snapshot exported by [`Database::begin_org_exporting`], valid while its transaction is open.
-#[derive(Debug, Clone)]
-pub struct ExportedSnapshot(String);
 
 /// A transaction with `app.org_id` set for its lifetime.
 pub struct OrgTx {

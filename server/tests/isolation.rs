@@ -904,39 +904,3 @@ async fn a_department_scope_that_is_unset_empty_or_malformed_shows_no_department
         assert_eq!(n, expected, "departments under {scope}");
     }
 }
-
-#[tokio::test]
-async fn a_transaction_at_an_exported_snapshot_reads_what_the_exporter_reads_in_its_organization_only() {
-    // The close's evidence index is written by one statement beside the close, at the snapshot the close's own
-    // cursor reads: ingest committing meanwhile must change neither.
-    let (_test_db, db) = common::migrated().await;
-    let (a, _b) = (seed(&db, "org-a").await, seed(&db, "org-b").await);
-    async fn departments(tx: &mut OrgTx) -> i64 {
-        sqlx::query_scalar("SELECT count(*) FROM departments").fetch_one(tx.conn()).await.unwrap()
-    }
-    let (mut exporter, snapshot) = db.begin_org_exporting(a).await.unwrap();
-    assert_eq!(departments(&mut exporter).await, 1);
-    let mut later = db.begin_org(a).await.unwrap();
-    sqlx::query("INSERT INTO departments (org_id, department_id, name) VALUES ($1, $2, 'Later')")
-        .bind(a.as_uuid())
-        .bind(Uuid::new_v4())
-        .execute(later.conn())
-        .await
-        .unwrap();
-    later.commit().await.unwrap();
-    let mut importer = db.begin_org_at_snapshot(a, &snapshot).await.unwrap();
-    assert_eq!(departments(&mut importer).await, 1, "the exporter's snapshot, not the commit after it");
-    assert_eq!(departments(&mut exporter).await, 1);
-    let mut now = db.begin_org(a).await.unwrap();
-    assert_eq!(departments(&mut now).await, 2, "a transaction of its own sees the commit");
-    // Still the organization's door: B's department is not among what the importer sees.
-    let names: Vec<String> =
-        sqlx::query_scalar("SELECT name FROM departments").fetch_all(importer.conn()).await.unwrap();
-    assert_eq!(names, vec!["Research".to_string()]);
-    let org: String =
-        sqlx::query_scalar("SELECT current_setting('app.org_id')").fetch_one(importer.conn()).await.unwrap();
-    assert_eq!(org, a.as_uuid().to_string());
-    // Once the exporter ended, its snapshot can no longer be imported.
-    drop((importer, exporter));
-    assert!(db.begin_org_at_snapshot(a, &snapshot).await.is_err(), "an ended snapshot is refused");
-}

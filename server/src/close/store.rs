@@ -435,21 +435,14 @@ async fn in_parts(db: &Database, tx: &mut OrgTx, period: Period) -> Result<Closi
     let (from, to) = crate::ledger::bounds(tx, period).await?;
     let mut took = Took::default();
     let mut records = 0;
-    // The evidence index written by PostgreSQL beside the close, from the snapshot the close's parts are then read
-    // from (`reader`, without ranks); failing that, the close ranks its parts and a writer takes them (`evidence`).
-    let (in_sql, mut reader) = evidence::EvidenceSink::in_sql(db, tx, period).await.unzip();
-    let mut parts = month_parts(reader.as_mut().unwrap_or(&mut *tx), period, in_sql.is_none()).await?;
-    // The cursor's first rows wait for the month's sorts in PostgreSQL (~25 s at 10,000 GPUs ranked); meanwhile the
-    // month's energy is read on another connection of the organization (the close's own when the parts come from the
-    // reader), its sort and decoding on the other core. (Its rows are as committed when it starts, a moment after
-    // the close's own reads began: the bundle holds the energy the lines were priced with either way.)
+    let mut parts = month_parts(tx, period, true).await?;
+    // The cursor's first rows wait for the month's sorts in PostgreSQL (~25 s at 10,000 GPUs); meanwhile the month's
+    // energy is read on a second connection of the organization, its sort and decoding on the other core. (Its rows
+    // are as committed when it starts, a moment after the close's own reads began: the bundle holds the energy the
+    // lines were priced with either way.)
     // A pool without a connection to spare (a one-connection pool, all taken): the same, one after the other.
-    let second = match reader {
-        Some(_) => None,
-        None => {
-            tokio::time::timeout(std::time::Duration::from_secs(2), db.begin_org(tx.org())).await.ok().transpose()?
-        }
-    };
+    let second =
+        tokio::time::timeout(std::time::Duration::from_secs(2), db.begin_org(tx.org())).await.ok().transpose()?;
     let first_rows = async |tx: &mut OrgTx, parts: &mut crate::ledger::store::parts::AllocationParts| {
         let t = std::time::Instant::now();
         parts.fetch(tx).await?;
@@ -460,27 +453,20 @@ async fn in_parts(db: &Database, tx: &mut OrgTx, period: Period) -> Result<Closi
         let energy = energy::MonthEnergy::read(etx, &header, from, to).await?;
         Ok::<_, AppError>((energy, t.elapsed()))
     };
-    let (energy, first, beside) = match (reader.as_mut(), second) {
-        (Some(r), _) => {
-            let (energy, first) = tokio::join!(read_energy(tx), first_rows(r, &mut parts));
-            (energy?, first?, None)
-        }
-        (None, Some(mut etx)) => {
+    let (energy, first, beside) = match second {
+        Some(mut etx) => {
             // The close's own statement limit (`freeze`), on this connection too.
             etx.allow_long_statements().await?;
             let (energy, first) = tokio::join!(read_energy(&mut etx), first_rows(tx, &mut parts));
             (energy?, first?, Some(etx))
         }
-        (None, None) => {
+        None => {
             let first = first_rows(tx, &mut parts).await?;
             (read_energy(tx).await?, first, None)
         }
     };
-    // Without the statement beside it, the evidence index is written on that second connection (`evidence`).
-    let mut evidence = match in_sql {
-        Some(sink) => sink,
-        None => evidence::EvidenceSink::begin(tx, beside, period).await?,
-    };
+    // The evidence index is then written on that second connection, beside the close (`evidence`).
+    let mut evidence = evidence::EvidenceSink::begin(tx, beside, period).await?;
     let (energy, energy_took) = energy;
     took.energy += energy_took;
     took.read += first;
@@ -488,7 +474,7 @@ async fn in_parts(db: &Database, tx: &mut OrgTx, period: Period) -> Result<Closi
         let mut ledger = LedgerParts::new(&header).map_err(AppError::computing)?;
         loop {
             let t = std::time::Instant::now();
-            let Some((part, ranks)) = parts.next_ranked(reader.as_mut().unwrap_or(&mut *tx)).await? else { break };
+            let Some((part, ranks)) = parts.next_ranked(tx).await? else { break };
             took.read += t.elapsed();
             let t = std::time::Instant::now();
             let part_energy = energy.for_part(&part)?;
@@ -515,7 +501,7 @@ async fn in_parts(db: &Database, tx: &mut OrgTx, period: Period) -> Result<Closi
     };
     // The writer beside the close finishing its last parts (time the close waits for it, counted as the index's).
     let t = std::time::Instant::now();
-    let evidence = evidence.finish(period, records).await;
+    let evidence = evidence.finish(period).await;
     took.evidence += t.elapsed();
     tracing::info!(period = %period, ms = started.elapsed().as_millis() as u64, read_ms = took.read.as_millis() as u64, energy_ms = took.energy.as_millis() as u64,
                    energy_hours = energy.hours(), price_ms = took.price.as_millis() as u64,

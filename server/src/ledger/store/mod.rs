@@ -77,26 +77,19 @@ pub(crate) fn confidence(s: &str) -> Confidence {
     }
 }
 
-/// MIG device UUID → its physical GPU's (`$1` the organization's `devices`; a MIG UUID listed under two GPUs goes to
-/// the first by UUID), one row per MIG device.
-const MIG_PARENTS: &str = "SELECT DISTINCT ON (m->>'uuid') m->>'uuid' AS uuid, d.gpu_uuid AS parent
-     FROM devices d, jsonb_array_elements(d.mig_devices) m
-    WHERE d.org_id = $3 AND m ? 'uuid'
-    ORDER BY m->>'uuid', d.gpu_uuid";
-
-/// [`MIG_PARENTS`] as one JSON object `m` (MIG UUID → GPU UUID), for statements that resolve devices in SQL.
-pub(crate) fn mig_map_sql() -> String {
-    format!("SELECT coalesce(jsonb_object_agg(p.uuid, p.parent), '{{}}'::jsonb) AS m FROM ({MIG_PARENTS}) p")
-}
-
-/// MIG device UUID → its physical GPU's, for every device the organization has seen.
+/// MIG device UUID → its physical GPU's, for every device the organization has seen (a MIG UUID listed under two
+/// GPUs goes to the first by UUID, the same every time, not to whichever row came last).
 pub(crate) async fn mig_parents(tx: &mut OrgTx) -> Result<HashMap<String, String>, AppError> {
-    Ok(sqlx::query_as::<_, (String, String)>(&MIG_PARENTS.replace("$3", "$1"))
-        .bind(tx.org().as_uuid())
-        .fetch_all(tx.conn())
-        .await?
-        .into_iter()
-        .collect())
+    Ok(sqlx::query_as::<_, (String, String)>(
+        "SELECT DISTINCT ON (m->>'uuid') m->>'uuid', d.gpu_uuid FROM devices d, jsonb_array_elements(d.mig_devices) m
+          WHERE d.org_id = $1 AND m ? 'uuid'
+          ORDER BY m->>'uuid', d.gpu_uuid",
+    )
+    .bind(tx.org().as_uuid())
+    .fetch_all(tx.conn())
+    .await?
+    .into_iter()
+    .collect())
 }
 
 /// The select list of an allocation record's row ([`AllocRow`]), over `allocation_intervals a`, `clusters c` and the
@@ -105,7 +98,7 @@ pub(crate) const ALLOC_COLUMNS: &str = "c.name, a.allocation_id, a.fraction_num,
     a.started_at, a.ended_at, a.confidence,
     -- The allocation's devices, or kubelet's latest assignment kept on the interval by ingest.
     a.device_ids,
-    a.labels->>'endpoint' AS endpoint, o.tenant_id, o.valid_from, o.valid_to, a.share_basis";
+    a.labels->>'endpoint', o.tenant_id, o.valid_from, o.valid_to, a.share_basis";
 
 /// Where the month's allocation rows come from: `$1`/`$2` the month's charged bounds, `$3` the organization; a row
 /// per allocation and owner overlapping it (none: one row without owner).

@@ -9,7 +9,7 @@ use gpuledger_core::{Period, ledger::AllocationRecord};
 use time::OffsetDateTime;
 use uuid::Uuid;
 
-use super::{ALLOC_COLUMNS, ALLOC_FROM, AllocRow, mig_map_sql, mig_parents, to_record};
+use super::{ALLOC_COLUMNS, ALLOC_FROM, AllocRow, mig_parents, to_record};
 use crate::{db::OrgTx, error::AppError};
 
 /// The cursors, one name per shape: the driver keeps a `FETCH`'s row description by its text, per connection, so
@@ -36,9 +36,6 @@ pub(crate) struct AllocationParts {
 /// What a part holds whole: a department (`None`: unowned) and a GPU class (`None`: unpriced).
 type PartKey = (Option<Uuid>, Option<String>);
 
-/// Records of a (tenant, GPU class, endpoint) group as PostgreSQL counts them.
-type GroupCount = (Option<Uuid>, Option<String>, Option<String>, i64);
-
 /// A record's 1-based positions over the whole month in the evidence index's orders (`evidence::SortKey::ALL`:
 /// start, end, fraction, ID); zeros when the parts were opened without them.
 pub(crate) type Ranks = [i32; 4];
@@ -51,20 +48,6 @@ const RANKS: &str = "ARRAY[
     row_number() OVER (ORDER BY least(q.ended_at, q.valid_to) NULLS FIRST, q.record_id COLLATE \"C\"),
     row_number() OVER (ORDER BY q.fraction_num::numeric / q.fraction_den::numeric, q.record_id COLLATE \"C\"),
     row_number() OVER (ORDER BY q.record_id COLLATE \"C\")]::int4[]";
-
-/// The month's records with their `#n` and ID, as the cursor's rows `q` (`$1`–`$3`: bounds and organization).
-fn month_rows() -> String {
-    let (joins, filter) = ALLOC_FROM.split_once("WHERE").unwrap_or((ALLOC_FROM, "true"));
-    format!(
-        "SELECT r.*, r.name || '/' || r.allocation_id || CASE WHEN r.n > 0 THEN '#' || r.n ELSE '' END AS record_id
-           FROM (SELECT {ALLOC_COLUMNS}, t.department_id,
-                        row_number() OVER (PARTITION BY c.name, a.allocation_id ORDER BY o.valid_from NULLS FIRST) - 1
-                          AS n
-                   {joins}
-                   LEFT JOIN tenants t ON t.org_id = $3 AND t.tenant_id = o.tenant_id
-                  WHERE {filter}) r"
-    )
-}
 
 fn literal(t: OffsetDateTime) -> String {
     format!("'{}'::timestamptz", gpuledger_core::time_fmt::rfc3339(t))
@@ -82,12 +65,25 @@ impl AllocationParts {
             // The month's sorts (a million rows at 10,000 GPUs) in memory rather than in temporary files.
             sqlx::query("SET LOCAL work_mem = '256MB'").execute(tx.conn()).await?;
         }
+        let (joins, filter) = ALLOC_FROM.split_once("WHERE").unwrap_or((ALLOC_FROM, "true"));
         // The record's ID: `cluster/allocation`, and `#n` for the part under a later owner (`to_record` and `next`).
-        let rows = month_rows();
+        let rows = format!(
+            "SELECT {ALLOC_COLUMNS}, t.department_id,
+                    row_number() OVER (PARTITION BY c.name, a.allocation_id ORDER BY o.valid_from NULLS FIRST) - 1 AS n
+               {joins}
+               LEFT JOIN tenants t ON t.org_id = $3 AND t.tenant_id = o.tenant_id
+              WHERE {filter}"
+        );
         let order = "ORDER BY q.department_id NULLS FIRST, q.gpu_class COLLATE \"C\" NULLS FIRST, q.name COLLATE \"C\",
                               q.allocation_id COLLATE \"C\", q.valid_from NULLS FIRST";
         let select = if ranked {
-            format!("SELECT q.*, {RANKS} FROM ({rows}) q {order}")
+            format!(
+                "SELECT q.*, {RANKS}
+                   FROM (SELECT r.*, r.name || '/' || r.allocation_id
+                                     || CASE WHEN r.n > 0 THEN '#' || r.n ELSE '' END AS record_id
+                           FROM ({rows}) r) q
+                  {order}"
+            )
         } else {
             format!("SELECT q.* FROM ({rows}) q {order}")
         };
@@ -250,55 +246,6 @@ impl EvidenceStage {
             .await?;
         }
         Ok(())
-    }
-
-    /// Writes the whole month's records at their ranks in one `INSERT … SELECT`: PostgreSQL reads the month's
-    /// allocations, makes each record as [`to_record`] does (the `#n` of a later owner's part, the start and end
-    /// within the owner's time, the fraction reduced, devices cut at `::` and resolved to their MIG parent, sorted
-    /// byte-wise without duplicates) and ranks them ([`RANKS`]' orders). No record passes through the server. The
-    /// close runs it in a transaction that sees the very snapshot its cursor reads (`Database::begin_org_at_snapshot`),
-    /// so the index holds the bundle's records; it compares the count. Returns the records written.
-    pub(crate) async fn fill_from_month(&mut self, tx: &mut OrgTx, period: Period) -> Result<i64, AppError> {
-        let (start, end) = crate::ledger::bounds(tx, period).await?;
-        sqlx::query("SET LOCAL jit = off").execute(tx.conn()).await?;
-        sqlx::query("SET LOCAL work_mem = '256MB'").execute(tx.conn()).await?;
-        let (rows, mig_map) = (month_rows(), mig_map_sql());
-        let sql = format!(
-            "INSERT INTO evidence_allocations (org_id, period, start_rank, end_rank, fraction_rank, id_rank,
-                    allocation, tenant_id, gpu_class, endpoint, fraction, starts_at, ends_at, confidence, devices)
-             SELECT $3, $4, k[1], k[2], k[3], k[4], record_id, tenant_id, gpu_class, endpoint,
-                    CASE WHEN fraction_den / g = 1 THEN (fraction_num / g)::text
-                         ELSE (fraction_num / g)::text || '/' || (fraction_den / g)::text END,
-                    s, e, CASE WHEN confidence IN ('exact', 'modeled') THEN confidence ELSE 'estimated' END,
-                    to_jsonb(ARRAY(SELECT DISTINCT coalesce(mig.m ->> split_part(u, '::', 1), split_part(u, '::', 1))
-                                            COLLATE \"C\" AS d
-                                     FROM unnest(device_ids) u ORDER BY d))
-               FROM (SELECT q.*, {RANKS} AS k, greatest(q.started_at, q.valid_from) AS s,
-                            least(q.ended_at, q.valid_to) AS e, gcd(q.fraction_num, q.fraction_den) AS g
-                       FROM ({rows}) q) w,
-                    ({mig_map}) mig"
-        );
-        let written = sqlx::query(&sql)
-            .bind(start)
-            .bind(end)
-            .bind(tx.org().as_uuid())
-            .bind(period.first_day())
-            .execute(tx.conn())
-            .await?
-            .rows_affected();
-        let groups: Vec<GroupCount> = sqlx::query_as(
-            "SELECT tenant_id, gpu_class, endpoint, count(*) FROM evidence_allocations
-              WHERE org_id = $1 AND period = $2 GROUP BY 1, 2, 3",
-        )
-        .bind(tx.org().as_uuid())
-        .bind(period.first_day())
-        .fetch_all(tx.conn())
-        .await?;
-        for (t, c, e, n) in groups {
-            *self.groups.entry((t, c, e)).or_default() += u64::try_from(n).unwrap_or(0);
-        }
-        self.records = i64::try_from(written).unwrap_or(i64::MAX);
-        Ok(self.records)
     }
 
     /// Sets the month's counts.
