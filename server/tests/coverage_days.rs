@@ -3,6 +3,7 @@
 //! redeliveries, MIG instances, window lengths that change an hour's mean) the days hold exactly what the GPU-hours
 //! sum to, and the month's coverage (UTC or another zone, whose month has partial days at its edges) equals a direct
 //! sum over the month's GPU-hours.
+//! Also the close's energy read from the same GPU-hours (one device per UUID, in UUID order).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -194,4 +195,64 @@ async fn days_hold_what_the_gpu_hours_sum_to_and_the_month_reads_them() {
         .await
         .unwrap();
     assert_days_exact(&admin, "after the drop").await;
+}
+
+/// The close's energy read from the GPU-hours: every device once, in UUID byte order, its hours by start — also
+/// when one GPU UUID reports from two clusters (two series, one device) — and the same spans as one statement
+/// sorting the month's hours by UUID gives.
+#[tokio::test]
+async fn the_months_energy_has_each_device_once_in_uuid_order() {
+    let (test_db, db) = common::migrated().await;
+    let org = demo::seed(&db).await.unwrap();
+    let admin = common::admin_pool(&test_db).await;
+    sqlx::query("DELETE FROM telemetry_gpu_hours").execute(&admin).await.unwrap();
+    let base = datetime!(2026-11-30 20:00 UTC).unix_timestamp() * 1000;
+    // Clusters and UUIDs chosen so that neither series IDs nor clusters give the UUIDs' order.
+    for (cluster, uuids) in [("en-west", ["GPU-c", "GPU-b"]), ("en-east", ["GPU-b", "GPU-a"])] {
+        let mut tx = db.begin_org(org).await.unwrap();
+        let (cluster, _) = auth::ensure_cluster(&mut tx, cluster).await.unwrap();
+        let series = uuids
+            .iter()
+            .enumerate()
+            .map(|(i, uuid)| SeriesWindows {
+                gpu_uuid: uuid.to_string(),
+                gpu_instance_id: -1,
+                node: "node-0".into(),
+                mig_profile: None,
+                // Hours on both sides of the month's end; the two clusters' windows of GPU-b interleave.
+                windows: (0..7).map(|h| window(base + h * 3_600_000 + i as i64 * 60_000, 60_000, true, 400)).collect(),
+            })
+            .collect();
+        store_windows(&mut tx, cluster, series).await.unwrap();
+        tx.commit().await.unwrap();
+    }
+    let (start, end) = (datetime!(2026-11-01 00:00 UTC), datetime!(2026-12-01 00:00 UTC));
+    let mut tx = db.begin_org(org).await.unwrap();
+    let got = gpuledger_server::telemetry::store::energy_hours(&mut tx, start, end).await.unwrap();
+    tx.commit().await.unwrap();
+    let names: Vec<&str> = got.iter().map(|d| d.gpu_uuid.as_str()).collect();
+    assert_eq!(names, ["GPU-a", "GPU-b", "GPU-c"]);
+    assert_eq!(got[1].spans.len(), 2 * got[0].spans.len(), "GPU-b's hours from both clusters");
+    let rows: Vec<(String, OffsetDateTime, i32, i32, i64)> = sqlx::query_as(
+        "SELECT s.gpu_uuid, h.hour, h.span_from_ms, h.span_to_ms, h.energy_j
+           FROM telemetry_gpu_hours h JOIN telemetry_series s USING (org_id, series_id)
+          WHERE h.energy_ms > 0 AND h.hour < $2 AND h.hour + make_interval(secs => h.span_to_ms / 1000.0) > $1
+          ORDER BY s.gpu_uuid COLLATE \"C\", h.hour + make_interval(secs => h.span_from_ms / 1000.0), h.span_to_ms",
+    )
+    .bind(start)
+    .bind(end)
+    .fetch_all(&admin)
+    .await
+    .unwrap();
+    assert_eq!(rows.len(), got.iter().map(|d| d.spans.len()).sum::<usize>());
+    let flat: Vec<(String, i64, i64, u64)> =
+        got.iter().flat_map(|d| d.spans.iter().map(|s| (d.gpu_uuid.clone(), s.start_us, s.end_us, s.joules))).collect();
+    let expected: Vec<(String, i64, i64, u64)> = rows
+        .into_iter()
+        .map(|(uuid, hour, from, to, j)| {
+            let h = i64::try_from(hour.unix_timestamp_nanos() / 1_000).unwrap();
+            (uuid, h + i64::from(from) * 1_000, h + i64::from(to) * 1_000, u64::try_from(j).unwrap())
+        })
+        .collect();
+    assert_eq!(flat, expected);
 }

@@ -51,7 +51,7 @@ async fn a_small_fleet_has_every_mode_a_closed_last_month_and_loads_once() {
     let (_test_db, db) = common::migrated().await;
     let org = demo::seed(&db).await.unwrap();
     let now = datetime!(2026-11-20 15:42:10 UTC);
-    demo::prepare_fleet(&db, org, 40, now).await.unwrap();
+    demo::prepare_fleet(&db, org, 40, None, now).await.unwrap();
 
     let mut tx = db.begin_org(org).await.unwrap();
     let modes: Vec<String> = sqlx::query_scalar("SELECT DISTINCT sharing_mode FROM allocation_intervals ORDER BY 1")
@@ -152,9 +152,59 @@ async fn a_small_fleet_has_every_mode_a_closed_last_month_and_loads_once() {
 
     // A second start finds the fleet: nothing new is stored.
     let before = counts(&db, org).await;
-    demo::prepare_fleet(&db, org, 40, now + time::Duration::hours(3)).await.unwrap();
+    demo::prepare_fleet(&db, org, 40, None, now + time::Duration::hours(3)).await.unwrap();
     assert_eq!(counts(&db, org).await, before);
     // The agents' history is not mixed into a fleet.
     let refused = demo::load_history(&db, org, "http://127.0.0.1:9", now, false).await.unwrap_err();
     assert!(refused.to_string().contains("synthetic demo fleet"), "{refused}");
+}
+
+/// October's closed lines: (tenant's name, term, amount) as text, in order.
+async fn october_lines(db: &Database, org: gpuledger_core::ids::OrgId) -> Vec<(String, String, String)> {
+    let mut tx = db.begin_org(org).await.unwrap();
+    let lines: Vec<(String, String, String)> = sqlx::query_as(
+        "SELECT coalesce(t.name, '-'), l.term, l.amount::text
+           FROM ledger_lines l LEFT JOIN tenants t USING (org_id, tenant_id)
+          WHERE l.period = '2026-10-01' ORDER BY 1, 2, 3",
+    )
+    .fetch_all(tx.conn())
+    .await
+    .unwrap();
+    tx.commit().await.unwrap();
+    lines
+}
+
+#[tokio::test]
+async fn full_resolution_days_keeps_blocks_of_the_last_days_only_and_prices_the_same() {
+    let now = datetime!(2026-11-20 15:42:10 UTC);
+    let (_a, full) = common::migrated().await;
+    let org = demo::seed(&full).await.unwrap();
+    demo::prepare_fleet(&full, org, 40, None, now).await.unwrap();
+    let (_b, short) = common::migrated().await;
+    assert_eq!(demo::seed(&short).await.unwrap(), org);
+    demo::prepare_fleet(&short, org, 40, Some(3), now).await.unwrap();
+
+    // Hours from three days before the fleet's last hour keep their block; earlier ones their sums only, as the
+    // retention job leaves them.
+    let from = datetime!(2026-11-17 15:00 UTC);
+    let mut tx = short.begin_org(org).await.unwrap();
+    let (old_blocks, old_hours, new_missing, new_hours, min_w): (i64, i64, i64, i64, i16) = sqlx::query_as(
+        "SELECT count(*) FILTER (WHERE hour < $1 AND block IS NOT NULL), count(*) FILTER (WHERE hour < $1),
+                count(*) FILTER (WHERE hour >= $1 AND block IS NULL), count(*) FILTER (WHERE hour >= $1),
+                min(windows)
+           FROM telemetry_gpu_hours",
+    )
+    .bind(from)
+    .fetch_one(tx.conn())
+    .await
+    .unwrap();
+    tx.commit().await.unwrap();
+    assert_eq!(old_blocks, 0);
+    assert!(old_hours > 0 && new_hours > 0, "{old_hours} older hours, {new_hours} recent ones");
+    assert_eq!(new_missing, 0);
+    assert_eq!(min_w, 60, "every hour keeps its sums");
+    // The close reads hours, never blocks: October is priced the same.
+    let lines = october_lines(&full, org).await;
+    assert!(!lines.is_empty());
+    assert_eq!(october_lines(&short, org).await, lines);
 }

@@ -306,6 +306,11 @@ pub struct DemoArgs {
     /// per data directory; 10,000 GPUs take minutes (`/readyz` answers 503 until then).
     #[arg(long, env = "GPULEDGER_DEMO_GPUS", value_parser = clap::value_parser!(u64).range(40..=100_000))]
     pub gpus: Option<u64>,
+    /// With `--gpus`: keep the fleet's full-resolution windows only for its last this-many days, as the retention
+    /// job run with `--full-resolution-days N` would have left them (the hourly sums stay for every hour). Unset:
+    /// every hour keeps its windows. For fleets larger than the disk (100,000 GPUs need ~80 GB with every block).
+    #[arg(long, env = "GPULEDGER_DEMO_FULL_RESOLUTION_DAYS", requires = "gpus", value_parser = clap::value_parser!(u32).range(0..=366))]
+    pub full_resolution_days: Option<u32>,
 }
 
 /// The default data directory for the embedded database.
@@ -475,8 +480,14 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             // The demo's clock: everything below takes `now` from here.
             let now = time::OffsetDateTime::now_utc();
             let gpus = args.gpus.map(|g| usize::try_from(g).unwrap_or(demo::fleet::MAX_GPUS));
-            serve(&cli, &args.serve, data_dir, Some(DemoRun { now, reload: args.reload, history: args.history, gpus }))
-                .await
+            let run = DemoRun {
+                now,
+                reload: args.reload,
+                history: args.history,
+                gpus,
+                full_resolution_days: args.full_resolution_days,
+            };
+            serve(&cli, &args.serve, data_dir, Some(run)).await
         }
     }
 }
@@ -554,6 +565,8 @@ struct DemoRun {
     history: bool,
     /// `--gpus`: a synthetic fleet instead of the agents' history.
     gpus: Option<usize>,
+    /// `--full-resolution-days`: the fleet's windows kept for its last N days only.
+    full_resolution_days: Option<u32>,
 }
 
 async fn serve(cli: &Cli, args: &ServeArgs, data_dir: PathBuf, demo: Option<DemoRun>) -> anyhow::Result<()> {
@@ -646,7 +659,7 @@ async fn serve_demo(
         }
         loaded = async {
             match run.gpus {
-                Some(gpus) => demo::prepare_fleet(db, org, gpus, run.now).await,
+                Some(gpus) => demo::prepare_fleet(db, org, gpus, run.full_resolution_days, run.now).await,
                 None => demo::prepare(db, org, &base_url, run.now, run.reload).await,
             }
         } => {

@@ -200,7 +200,14 @@ pub async fn prepare(
 /// Seeds the demo organization with a synthetic fleet of `gpus` GPUs (see [`fleet`]) from the start of last month
 /// to `now`'s hour, unless an earlier run did, then approves the policy, closes last month through the real close
 /// path and opens the demo dispute. Idempotent: a second run finds the fleet and only checks the ledger is closed.
-pub async fn prepare_fleet(db: &Database, org: OrgId, gpus: usize, now: OffsetDateTime) -> anyhow::Result<()> {
+/// `full_resolution_days`: hours older than that many days before `now` are written with their sums only.
+pub async fn prepare_fleet(
+    db: &Database,
+    org: OrgId,
+    gpus: usize,
+    full_resolution_days: Option<u32>,
+    now: OffsetDateTime,
+) -> anyhow::Result<()> {
     let started = Instant::now();
     let last = gpuledger_core::Period::containing(now).prev()?;
     match fleet::loaded_marker(db, org).await? {
@@ -230,7 +237,10 @@ pub async fn prepare_fleet(db: &Database, org: OrgId, gpus: usize, now: OffsetDa
                 );
             }
             let (start, _) = crate::ledger::utc_bounds(last)?;
-            let spec = fleet::FleetSpec::new(gpus, fleet::DEMO_SEED, start, cutoff(now));
+            let spec = fleet::FleetSpec {
+                full_resolution_from: full_resolution_days.map(|d| cutoff(now) - time::Duration::days(i64::from(d))),
+                ..fleet::FleetSpec::new(gpus, fleet::DEMO_SEED, start, cutoff(now))
+            };
             tracing::info!(gpus = spec.gpus, %start, through = %spec.through, "seeding {} GPUs: planning the fleet", fleet::grouped(spec.gpus));
             let world = tokio::task::spawn_blocking(move || fleet::World::generate(spec)).await?;
             tracing::info!(

@@ -240,6 +240,9 @@ pub struct FleetSpec {
     pub through: OffsetDateTime,
     /// Telemetry rollup window, hours (1 as the agents send; longer windows keep very large fleets quick to load).
     pub window_h: i64,
+    /// Hours before this instant keep their sums only, no full-resolution block (what the retention job leaves
+    /// past `--full-resolution-days`); `None`: every hour keeps its block.
+    pub full_resolution_from: Option<OffsetDateTime>,
 }
 
 impl FleetSpec {
@@ -247,7 +250,7 @@ impl FleetSpec {
     /// GPUs, 4-hour windows above (an hourly month of 10,000 GPUs is 7 million rows).
     pub fn new(gpus: usize, seed: u64, start: OffsetDateTime, through: OffsetDateTime) -> Self {
         let gpus = gpus.clamp(MIN_GPUS, MAX_GPUS).div_ceil(8) * 8;
-        Self { gpus, seed, start, through, window_h: if gpus <= 2_000 { 1 } else { 4 } }
+        Self { gpus, seed, start, through, window_h: if gpus <= 2_000 { 1 } else { 4 }, full_resolution_from: None }
     }
 
     /// When namespaces, ownership, devices and quotas begin (well before the data).

@@ -39,6 +39,8 @@ pub struct Plan {
     occupancy: Vec<f32>,
     /// Each GPU's series (its own, then its MIG instances').
     of_gpu: Vec<Vec<usize>>,
+    /// Hours from this one on keep their full-resolution block (earlier ones their sums only).
+    first_block_hour: u32,
 }
 
 /// A chunk ready to insert: its GPU-hours (blocks and sums, as ingest stores them) and how many windows.
@@ -74,6 +76,10 @@ impl Plan {
             start_ms: unix(w.spec.start) * 1_000,
             seed: w.spec.seed,
             occupancy: w.occupancy_hourly(),
+            first_block_hour: w.spec.full_resolution_from.map_or(0, |from| {
+                let h = (from - w.spec.start).whole_hours().max(0);
+                u32::try_from(h).unwrap_or(u32::MAX)
+            }),
         }
     }
 
@@ -116,7 +122,11 @@ impl Plan {
                 out.count += windows.len() as u64;
             }
             // A GPU's own series is its first (whole GPUs come first in the plan).
-            out.rows.push(ids[g], hour_ms, &hour)?;
+            if h >= self.first_block_hour {
+                out.rows.push(ids[g], hour_ms, &hour)?;
+            } else {
+                out.rows.push_without_block(ids[g], hour_ms, &hour)?;
+            }
         }
         Ok(out)
     }

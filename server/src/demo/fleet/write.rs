@@ -207,6 +207,7 @@ pub async fn load(db: &Database, org: OrgId, world: &World, actor: &str) -> Resu
     let details = json!({
         "gpus": spec.gpus, "seed": spec.seed, "start": fmt(spec.start), "through": fmt(spec.through),
         "window_hours": spec.window_h, "loaded": loaded,
+        "full_resolution_from": spec.full_resolution_from.map(fmt),
     });
     store::insert_fleet_marker(&mut tx, o, actor, FLEET_ACTION, FLEET_VERSION, &details).await?;
     tracing::info!("{label}: committing…");

@@ -166,18 +166,31 @@ pub struct GpuHourRows {
     windows: Vec<u64>,
 }
 
+/// A GPU-hour's sums: the GPU's own (instance -1) and each MIG instance's with windows.
+fn hour_sums(hour_ms: i64, hour: &GpuHour) -> (HourSums, BTreeMap<i32, HourSums>) {
+    let gpu = hour.get(&-1).map(|ws| HourSums::of(hour_ms, ws)).unwrap_or_default();
+    let inst = hour
+        .iter()
+        .filter(|(gi, ws)| **gi >= 0 && !ws.is_empty())
+        .map(|(gi, ws)| (*gi, HourSums::of(hour_ms, ws)))
+        .collect();
+    (gpu, inst)
+}
+
 impl GpuHourRows {
     /// Adds GPU `series`'s hour `hour_ms` (its own windows under instance -1, its MIG instances' under theirs;
     /// each sorted by start, one per start).
     pub fn push(&mut self, series: i64, hour_ms: i64, hour: &GpuHour) -> Result<(), DbError> {
-        let gpu = hour.get(&-1).map(|ws| HourSums::of(hour_ms, ws)).unwrap_or_default();
-        let inst: BTreeMap<i32, HourSums> = hour
-            .iter()
-            .filter(|(gi, ws)| **gi >= 0 && !ws.is_empty())
-            .map(|(gi, ws)| (*gi, HourSums::of(hour_ms, ws)))
-            .collect();
+        let (gpu, inst) = hour_sums(hour_ms, hour);
         let block = deflate(&encode_gpu_hour(hour_ms, hour))?;
         self.push_sums(series, hour_ms, gpu, &inst, Some(block))
+    }
+
+    /// As [`push`](Self::push), keeping the hour's sums only: the row retention leaves once it dropped the
+    /// hour's full resolution (the demo fleet's `--full-resolution-days`).
+    pub fn push_without_block(&mut self, series: i64, hour_ms: i64, hour: &GpuHour) -> Result<(), DbError> {
+        let (gpu, inst) = hour_sums(hour_ms, hour);
+        self.push_sums(series, hour_ms, gpu, &inst, None)
     }
 
     /// Adds a GPU-hour from its sums (and its block, if it has one).
