@@ -216,6 +216,9 @@ SELECT pg_temp.distribute('fault_credit_decisions', 'departments');
 -- migration 39: telemetry coverage per GPU and day
 SELECT pg_temp.distribute('telemetry_coverage_days', 'departments');
 
+-- migration 40: the evidence index's orders as chunks of a permutation
+SELECT pg_temp.distribute('evidence_orders', 'departments');
+
 -- ---------------------------------------------------------------- foreign keys back, validated on the shards
 SELECT format('ALTER TABLE %s ADD CONSTRAINT %I %s', rel, conname, def) FROM gpuledger_foreign_keys ORDER BY con \gexec
 

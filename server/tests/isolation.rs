@@ -208,6 +208,11 @@ async fn seed(db: &Database, slug: &str) -> OrgId {
             "INSERT INTO evidence_allocations (org_id, period, start_rank, end_rank, fraction_rank, id_rank, allocation, tenant_id, fraction, starts_at, confidence) VALUES ($1, '2026-01-01', 1, 1, 1, 1, 'c/a', $2, '1', now(), 'exact')",
             vec![o, tenant],
         ),
+        // Its orders (migration 40).
+        (
+            "INSERT INTO evidence_orders (org_id, period, sort, chunk, start_ranks) VALUES ($1, '2026-01-01', 1, 0, '{1}')",
+            vec![o],
+        ),
         // Organizations' settings, setup links, exports and daily ingest counts (migration 16).
         ("INSERT INTO org_settings (org_id, updated_by) VALUES ($1, 'test') ON CONFLICT DO NOTHING", vec![o]),
         (
@@ -501,7 +506,7 @@ async fn append_only_tables_refuse_changes_even_within_the_organization() {
     let (_test_db, db) = common::migrated().await;
     let a = seed(&db, "org-a").await;
     // The evidence index is written once, at its final ranks, by the close (migration 38).
-    for table in ["allocation_events", "audit_log", "evidence_allocations"] {
+    for table in ["allocation_events", "audit_log", "evidence_allocations", "evidence_orders"] {
         let update = match table {
             "evidence_allocations" => "UPDATE evidence_allocations SET start_rank = start_rank".to_string(),
             _ => format!("UPDATE {table} SET org_id = org_id"),

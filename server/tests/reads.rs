@@ -445,8 +445,10 @@ async fn bundle_records(env: &Env, period: Period) -> Vec<AllocationRecord> {
 
 #[tokio::test]
 async fn closed_evidence_from_the_index_equals_the_bundle_for_every_sort_filter_and_scope() {
-    // Closed in parts of one department each (unowned, Research, Platform): the ranks span the parts.
+    // Closed in parts of one department each (unowned, Research, Platform): the ranks span the parts. The orders
+    // other than `start` in chunks of 5 ranks, so that pages of 7 (and of 1,000, and deep ones) cross chunks.
     gpuledger_server::close::set_part_records(1);
+    gpuledger_server::close::set_evidence_order_chunk(5);
     let env = env().await;
     let period = last_month(&env).await;
     let records = bundle_records(&env, period).await;

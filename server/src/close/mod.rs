@@ -173,6 +173,7 @@ pub async fn preview(tx: &mut OrgTx, period: Period) -> Result<Preview, AppError
 pub use gpuledger_api::close::CloseSummary;
 
 pub mod store;
+pub use crate::ledger::store::parts::set_order_chunk as set_evidence_order_chunk;
 use store::periods;
 pub use store::{PART_RECORDS, org_slug, set_part_records, stored_bundle, stored_bundle_json};
 pub(crate) use store::{

@@ -66,6 +66,16 @@ impl SortKey {
     }
 
     /// The index column holding each record's position in this order.
+    /// Its number in `evidence_orders` (`None` for `start`, the index's own key).
+    pub(crate) fn order_no(self) -> Option<i16> {
+        match self {
+            SortKey::Start => None,
+            SortKey::End => Some(1),
+            SortKey::Fraction => Some(2),
+            SortKey::Id => Some(3),
+        }
+    }
+
     pub(crate) fn column(self) -> &'static str {
         match self {
             SortKey::Start => "start_rank",

@@ -631,19 +631,56 @@ pub(crate) async fn evidence_page(
     if f.visible.is_some() {
         predicates.push_str(" AND tenant_id = ANY($6)");
     }
-    // With nothing filtered the ranks are 1..n in each order, so a page is a range of ranks (no rows skipped).
-    let (predicates, skip) = if f.is_everything() {
-        let bound = if r.descending { format!(" AND {col} <= $7 - $8") } else { format!(" AND {col} > $8") };
-        (bound, 0)
-    } else {
-        (predicates, r.offset)
+    const COLS: &str = "e.allocation, e.tenant_id, e.gpu_class, e.fraction, e.starts_at, e.ends_at, e.confidence,
+                        e.devices, e.endpoint";
+    // Orders other than `start` are chunks of a permutation (`evidence_orders`, migration 40): each entry a start
+    // rank, the primary key of the record. `$11` is the order, `$12`–`$13` a range of its ranks.
+    const ORDERED: &str =
+        "evidence_orders o CROSS JOIN LATERAL unnest(o.start_ranks) WITH ORDINALITY AS u (start_rank, i)
+                           JOIN evidence_allocations e
+                             ON e.org_id = o.org_id AND e.period = o.period AND e.start_rank = u.start_rank";
+    let chunk = i64::from(parts::order_chunk());
+    let (mut lo, mut hi) = (0_i64, 0_i64);
+    let filtered = || {
+        format!(
+            "SELECT {COLS} FROM evidence_allocations e WHERE org_id = $1 AND period = $2{predicates}
+              ORDER BY {col} {dir} LIMIT $9 OFFSET $10"
+        )
     };
-    let sql = format!(
-        "SELECT allocation, tenant_id, gpu_class, fraction, starts_at, ends_at, confidence, devices, endpoint
-           FROM evidence_allocations
-          WHERE org_id = $1 AND period = $2{predicates}
-          ORDER BY {col} {dir} LIMIT $9 OFFSET $10"
-    );
+    let sql = match (r.key.order_no(), f.is_everything()) {
+        // With nothing filtered the ranks are 1..n in each order, so a page is a range of ranks (no rows skipped).
+        (None, true) => {
+            let bound = if r.descending { format!(" AND {col} <= $7 - $8") } else { format!(" AND {col} > $8") };
+            format!(
+                "SELECT {COLS} FROM evidence_allocations e WHERE org_id = $1 AND period = $2{bound} ORDER BY {col} {dir} LIMIT $9"
+            )
+        }
+        (Some(_), true) => {
+            (lo, hi) = if r.descending {
+                ((r.month_records - r.offset - r.limit + 1).max(1), r.month_records - r.offset)
+            } else {
+                (r.offset + 1, (r.offset + r.limit).min(r.month_records))
+            };
+            format!(
+                "SELECT {COLS} FROM {ORDERED}
+                  WHERE o.org_id = $1 AND o.period = $2 AND o.sort = $11
+                    AND o.chunk BETWEEN ($12 - 1) / {chunk} AND ($13 - 1) / {chunk}
+                    AND o.chunk * {chunk} + u.i BETWEEN $12 AND $13
+                  ORDER BY o.chunk {dir}, u.i {dir}"
+            )
+        }
+        // By start, the primary key's order; a tenant's or an endpoint's records (few) found by their index and
+        // sorted.
+        (None, false) => filtered(),
+        (Some(_), false) if f.tenant.is_some() || f.endpoint.is_some() => filtered(),
+        // A GPU class or a department's tenants are a large share of the month: its order walked chunk by chunk
+        // (an incremental sort within each chunk), stopping once the page is full.
+        (Some(_), false) => format!(
+            "SELECT {COLS} FROM {ORDERED}
+              WHERE o.org_id = $1 AND o.period = $2 AND o.sort = $11{predicates}
+              ORDER BY o.chunk {dir}, u.i {dir} LIMIT $9 OFFSET $10"
+        ),
+    };
     type Row = (
         String,
         Option<Uuid>,
@@ -666,7 +703,10 @@ pub(crate) async fn evidence_page(
         .bind(r.month_records)
         .bind(r.offset)
         .bind(r.limit)
-        .bind(skip)
+        .bind(r.offset)
+        .bind(r.key.order_no().unwrap_or(0))
+        .bind(lo)
+        .bind(hi)
         .fetch_all(tx.conn())
         .await?;
     let rfc3339 = gpuledger_core::time_fmt::rfc3339;

@@ -18,6 +18,20 @@ const CURSOR: &str = "gl_close_allocations";
 const CURSOR_RANKED: &str = "gl_close_allocations_ranked";
 /// Rows per `FETCH`.
 const FETCH: usize = 5_000;
+/// Start ranks per row of `evidence_orders` (a row stays under PostgreSQL's 2 kB out-of-line threshold; at most
+/// 256, the table's check).
+static ORDER_CHUNK: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(256);
+
+/// Start ranks per row of `evidence_orders` written and read by this process.
+pub(crate) fn order_chunk() -> i32 {
+    ORDER_CHUNK.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Sets the start ranks per row of `evidence_orders` (1 to 256) for this process: tests cut small months' orders
+/// into many chunks with it, so that pages cross chunks. The answers do not depend on it.
+pub fn set_order_chunk(ranks: i32) {
+    ORDER_CHUNK.store(ranks.clamp(1, 256), std::sync::atomic::Ordering::Relaxed);
+}
 
 /// A month's allocation records in parts of whole quota pools — every record of a department and GPU class in one
 /// part, since a quota pools its department's tenants per class — read from a cursor in the caller's transaction so
@@ -248,7 +262,9 @@ impl EvidenceStage {
         Ok(())
     }
 
-    /// Sets the month's counts.
+    /// Sets the month's counts and writes its orders other than `start` (`evidence_orders`: each order's start
+    /// ranks, [`ORDER_CHUNK`] to a row) from the ranks just written — one pass over the month's records per order,
+    /// in place of three unique indexes kept up record by record (migration 40).
     pub(crate) async fn finish(self, tx: &mut OrgTx, period: Period) -> Result<(), AppError> {
         let count = i32::try_from(self.records)
             .map_err(|_| AppError::Internal("more allocation records than the evidence index counts".into()))?;
@@ -261,6 +277,17 @@ impl EvidenceStage {
             .bind(sqlx::types::Json(&groups))
             .execute(tx.conn())
             .await?;
+        for key in super::super::evidence::SortKey::ALL {
+            let Some(sort) = key.order_no() else { continue };
+            let sql = format!(
+                "INSERT INTO evidence_orders (org_id, period, sort, chunk, start_ranks)
+                 SELECT $1, $2, $3, ({col} - 1) / $4, array_agg(start_rank ORDER BY {col})
+                   FROM evidence_allocations WHERE org_id = $1 AND period = $2
+                  GROUP BY ({col} - 1) / $4",
+                col = key.column()
+            );
+            sqlx::query(&sql).bind(org).bind(start).bind(sort).bind(order_chunk()).execute(tx.conn()).await?;
+        }
         Ok(())
     }
 }
