@@ -13,8 +13,10 @@ CREATE TABLE evidence_orders (
     -- Ranks chunk * 256 + 1 … chunk * 256 + 256 in that order.
     chunk           integer     NOT NULL CHECK (chunk >= 0),
     start_ranks     integer[]   NOT NULL CHECK (cardinality(start_ranks) BETWEEN 1 AND 256),
-    PRIMARY KEY (org_id, period, sort, chunk),
-    FOREIGN KEY (org_id, period) REFERENCES evidence_months (org_id, period) ON DELETE CASCADE
+    -- No foreign key to evidence_months: on a distributed database (an upgrade, docs/scaling.md) this table is
+    -- local until distribute.sql runs again, and Citus refuses a key from a local table to a distributed one.
+    -- Nothing deletes a month's index but an operator (with its orders) and the organization's erasure.
+    PRIMARY KEY (org_id, period, sort, chunk)
 );
 
 SELECT gpuledger_isolate('evidence_orders');

@@ -499,12 +499,14 @@ async fn closed_evidence_from_the_index_equals_the_bundle_for_every_sort_filter_
     assert_eq!((s, v["field"].as_str()), (StatusCode::UNPROCESSABLE_ENTITY, Some("tenant")), "{v}");
 
     // A month closed before the index existed: built from its bundle by the first read, then the same answers.
-    sqlx::query("DELETE FROM evidence_months WHERE org_id = $1 AND period = $2")
-        .bind(env.org.as_uuid())
-        .bind(period.first_day())
-        .execute(&su)
-        .await
-        .unwrap();
+    for table in ["evidence_orders", "evidence_months"] {
+        sqlx::query(&format!("DELETE FROM {table} WHERE org_id = $1 AND period = $2"))
+            .bind(env.org.as_uuid())
+            .bind(period.first_day())
+            .execute(&su)
+            .await
+            .unwrap();
+    }
     let uri = format!("/api/v1/periods/{period}/evidence?sort=-end");
     let first = call(&env, "GET", &uri, &env.research, None);
     let second = call(&env, "GET", &uri, &env.research, None);
