@@ -265,6 +265,30 @@ async fn policy_quota_close_bundle_and_late_fact() {
     assert_eq!(line(&sept, "2026-09/overhead/alpha")["amount"], "50.00");
     assert_eq!(sept["totals_by_term"]["borrowed"], "102.00");
 
+    // -- a close that stopped holds the month until its lease runs out: the answer says since when and until when
+    sqlx::query(
+        "INSERT INTO periods (org_id, period, state, closing_by, closing_since)
+              VALUES ($1, '2026-09-01', 'closing', 'a stopped close', now() - interval '5 minutes')
+         ON CONFLICT (org_id, period) DO UPDATE SET state = 'closing', closing_by = EXCLUDED.closing_by,
+                                                    closing_since = EXCLUDED.closing_since",
+    )
+    .bind(env.org.as_uuid())
+    .execute(&env.admin)
+    .await
+    .unwrap();
+    let (s, v, _) = call(&env, "POST", "/api/v1/periods/2026-09/close", t, None).await;
+    let detail = v["detail"].as_str().unwrap_or_default();
+    assert_eq!(s, StatusCode::CONFLICT, "{v}");
+    assert!(
+        detail.contains("being closed by a stopped close since ") && detail.contains("can be closed again from "),
+        "{v}"
+    );
+    sqlx::query("UPDATE periods SET state = 'open', closing_by = NULL, closing_since = NULL WHERE org_id = $1 AND period = '2026-09-01'")
+        .bind(env.org.as_uuid())
+        .execute(&env.admin)
+        .await
+        .unwrap();
+
     // -- two concurrent closes: exactly one wins, the other is told why
     let close = || call(&env, "POST", "/api/v1/periods/2026-09/close", t, None);
     let ((s1, v1, _), (s2, v2, _)) = tokio::join!(close(), close());

@@ -913,3 +913,55 @@ async fn month_sized_work_takes_turns() {
     let again = tokio::time::timeout(std::time::Duration::from_secs(5), gpuledger_server::limits::month_work()).await;
     assert!(again.is_ok());
 }
+
+/// Each order of a month's evidence as the sequence of start ranks its chunks hold, read as the superuser.
+async fn orders_of(su: &sqlx::PgPool, env: &Env, period: Period) -> Vec<(i16, Vec<i32>)> {
+    let rows: Vec<(i16, i32, Vec<i32>)> = sqlx::query_as(
+        "SELECT sort, chunk, start_ranks FROM evidence_orders WHERE org_id = $1 AND period = $2 ORDER BY 1, 2",
+    )
+    .bind(env.org.as_uuid())
+    .bind(period.first_day())
+    .fetch_all(su)
+    .await
+    .unwrap();
+    let mut out: Vec<(i16, Vec<i32>)> = Vec::new();
+    for (sort, _, ranks) in rows {
+        match out.last_mut() {
+            Some((s, all)) if *s == sort => all.extend(ranks),
+            _ => out.push((sort, ranks)),
+        }
+    }
+    out
+}
+
+/// Migration 40's backfill (the orders of the months indexed before it, from their rank columns) gives the orders
+/// the close writes: the same permutation of start ranks in each order, whatever the chunk size.
+#[tokio::test]
+async fn the_migrations_orders_backfill_gives_the_orders_the_close_writes() {
+    gpuledger_server::close::set_part_records(1);
+    gpuledger_server::close::set_evidence_order_chunk(3);
+    let env = env().await;
+    let period = last_month(&env).await;
+    let su = common::admin_pool(&env.test_db).await;
+    let written = orders_of(&su, &env, period).await;
+    let n = bundle_records(&env, period).await.len();
+    assert_eq!(written.iter().map(|(s, r)| (*s, r.len())).collect::<Vec<_>>(), [(1, n), (2, n), (3, n)]);
+    for (_, ranks) in &written {
+        let mut sorted = ranks.clone();
+        sorted.sort_unstable();
+        assert_eq!(sorted, (1..=n as i32).collect::<Vec<_>>(), "a permutation of the start ranks");
+    }
+    sqlx::query("DELETE FROM evidence_orders").execute(&su).await.unwrap();
+    // The migration's statements, from its file, as the migration runs them (as the owner, policies and all).
+    let migration = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../migrations/20261207000040_evidence_orders.sql"),
+    )
+    .unwrap();
+    let from = migration.find("CREATE POLICY orders_backfill_read").unwrap();
+    let to = migration.find("DROP INDEX").unwrap();
+    let mut tx = su.begin().await.unwrap();
+    sqlx::query("SET LOCAL ROLE gpuledger_owner").execute(&mut *tx).await.unwrap();
+    sqlx::raw_sql(&migration[from..to]).execute(&mut *tx).await.unwrap();
+    tx.commit().await.unwrap();
+    assert_eq!(orders_of(&su, &env, period).await, written);
+}

@@ -213,10 +213,18 @@ pub async fn close_period(
     let stale_before = periods::database_time_ago(&mut tx, STALE_CLOSING).await?;
     let won = periods::take_closing(&mut tx, start, actor, stale_before).await?;
     if won.is_none() {
-        let (st, by) = periods::state_and_closer(&mut tx, start).await?;
+        let (st, by, since) = periods::state_and_closer(&mut tx, start).await?;
         tx.rollback().await?;
-        return Err(AppError::Conflict(match st.as_str() {
-            "closed" => format!("{period} is already closed"),
+        let rfc3339 = gpuledger_core::time_fmt::rfc3339;
+        return Err(AppError::Conflict(match (st.as_str(), since) {
+            ("closed", _) => format!("{period} is already closed"),
+            // A close that stopped (its process ended) holds the month until the lease runs out: say when.
+            (_, Some(since)) => format!(
+                "{period} is being closed by {} since {}; if that close stopped, the month can be closed again from {}",
+                by.unwrap_or_default(),
+                rfc3339(since),
+                rfc3339(since + STALE_CLOSING)
+            ),
             _ => format!("{period} is being closed by {} right now", by.unwrap_or_default()),
         }));
     }

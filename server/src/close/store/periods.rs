@@ -125,9 +125,12 @@ pub(crate) async fn take_closing(
     .await?)
 }
 
-/// The state of the month starting `start`, and who is closing it.
-pub(crate) async fn state_and_closer(tx: &mut OrgTx, start: Date) -> Result<(String, Option<String>), AppError> {
-    Ok(sqlx::query_as("SELECT state, closing_by FROM periods WHERE period = $1 AND org_id = $2")
+/// The state of the month starting `start`, who is closing it and since when.
+pub(crate) async fn state_and_closer(
+    tx: &mut OrgTx,
+    start: Date,
+) -> Result<(String, Option<String>, Option<OffsetDateTime>), AppError> {
+    Ok(sqlx::query_as("SELECT state, closing_by, closing_since FROM periods WHERE period = $1 AND org_id = $2")
         .bind(start)
         .bind(tx.org().as_uuid())
         .fetch_one(tx.conn())

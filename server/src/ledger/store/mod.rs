@@ -638,7 +638,7 @@ pub(crate) async fn evidence_page(
     const ORDERED: &str =
         "evidence_orders o CROSS JOIN LATERAL unnest(o.start_ranks) WITH ORDINALITY AS u (start_rank, i)
                            JOIN evidence_allocations e
-                             ON e.org_id = o.org_id AND e.period = o.period AND e.start_rank = u.start_rank";
+                             ON e.org_id = $1 AND e.period = o.period AND e.start_rank = u.start_rank";
     let chunk = i64::from(parts::order_chunk());
     let (mut lo, mut hi) = (0_i64, 0_i64);
     let filtered = || {
