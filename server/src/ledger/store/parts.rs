@@ -280,10 +280,13 @@ impl EvidenceStage {
         for key in super::super::evidence::SortKey::ALL {
             let Some(sort) = key.order_no() else { continue };
             let sql = format!(
+                // The organization and month from the rows themselves, grouped by: on Citus an `INSERT … SELECT`
+                // that fills the distribution column from its source stays on the organization's shard; filled from
+                // a parameter it goes through the coordinator as a COPY, which row-level security refuses.
                 "INSERT INTO evidence_orders (org_id, period, sort, chunk, start_ranks)
-                 SELECT $1, $2, $3, ({col} - 1) / $4, array_agg(start_rank ORDER BY {col})
+                 SELECT org_id, period, $3, ({col} - 1) / $4, array_agg(start_rank ORDER BY {col})
                    FROM evidence_allocations WHERE org_id = $1 AND period = $2
-                  GROUP BY ({col} - 1) / $4",
+                  GROUP BY org_id, period, ({col} - 1) / $4",
                 col = key.column()
             );
             sqlx::query(&sql).bind(org).bind(start).bind(sort).bind(order_chunk()).execute(tx.conn()).await?;
