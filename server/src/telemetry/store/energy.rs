@@ -33,9 +33,11 @@ pub async fn energy_hours_each(
     // The organization's series in UUID order (byte order; a UUID seen in two clusters is one device, `k`), and for
     // each in turn its hours by the primary key: the rows arrive in the device order the bundle wants with nothing
     // sorted. (Sorting the month's hours by UUID text in one statement — millions of rows at 10,000 GPUs, a UUID
-    // sent with each — cost twice as much: docs/benchmarks.md, run K.)
+    // sent with each — cost twice as much: docs/scaling.md, "The evidence orders and a sort-free energy pass".)
     let mut series: Vec<(i64, String)> =
-        sqlx::query_as("SELECT series_id, gpu_uuid FROM telemetry_series WHERE org_id = $1")
+        // Whole GPUs' series only: a GPU-hour row is keyed by its GPU's series (MIG instances' sums ride in it), so
+        // an instance's series would be an index probe that finds nothing — most of the probes in a MIG-heavy fleet.
+        sqlx::query_as("SELECT series_id, gpu_uuid FROM telemetry_series WHERE org_id = $1 AND gpu_instance_id = -1")
             .bind(tx.org().as_uuid())
             .fetch_all(tx.conn())
             .await?;
