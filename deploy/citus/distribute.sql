@@ -219,6 +219,9 @@ SELECT pg_temp.distribute('telemetry_coverage_days', 'departments');
 -- migration 40: the evidence index's orders as chunks of a permutation
 SELECT pg_temp.distribute('evidence_orders', 'departments');
 
+-- migration 41: closed months' bundles in chunks
+SELECT pg_temp.distribute('period_bundle_chunks', 'departments');
+
 -- ---------------------------------------------------------------- foreign keys back, validated on the shards
 SELECT format('ALTER TABLE %s ADD CONSTRAINT %I %s', rel, conname, def) FROM gpuledger_foreign_keys ORDER BY con \gexec
 

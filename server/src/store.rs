@@ -4,7 +4,6 @@
 use flate2::read::GzDecoder;
 use gpuledger_core::{Period, bundle::Bundle, policy::CostPolicy};
 use serde_json::Value;
-use std::io::Read;
 use uuid::Uuid;
 
 use crate::{db::OrgTx, error::AppError};
@@ -192,20 +191,67 @@ pub async fn period_state(tx: &mut OrgTx, period: Period) -> Result<gpuledger_ap
     Ok(s.map_or(gpuledger_api::states::PeriodState::Open, |s| s.0))
 }
 
-pub(crate) fn gunzip(bytes: &[u8]) -> Result<Vec<u8>, AppError> {
-    let mut out = Vec::new();
-    GzDecoder::new(bytes).read_to_end(&mut out).map_err(|e| AppError::Internal(format!("stored bundle: {e}")))?;
-    Ok(out)
+/// How a closed period's bundle is stored: in the period's row (months closed before migration 41), or in chunks
+/// (`period_bundle_chunks`, written by the close from its temporary file so that its memory does not grow with the
+/// fleet).
+pub(crate) enum StoredBundle {
+    /// The whole gzip stream.
+    Inline(Vec<u8>),
+    /// `chunks` rows `0..chunks` of the gzip stream, `bytes` in all.
+    Chunks { chunks: i32, bytes: i64 },
 }
 
-/// The stored (gzipped) bundle of a closed period.
-async fn stored_gz(tx: &mut OrgTx, period: Period) -> Result<Option<Vec<u8>>, AppError> {
+/// Where `period`'s bundle is, if the period is closed.
+pub(crate) async fn bundle_layout(tx: &mut OrgTx, period: Period) -> Result<Option<StoredBundle>, AppError> {
     let org = tx.org().as_uuid();
-    Ok(sqlx::query_scalar("SELECT bundle_gz FROM periods WHERE period = $1 AND state = 'closed' AND org_id = $2")
-        .bind(period.first_day())
-        .bind(org)
-        .fetch_optional(tx.conn())
-        .await?)
+    type Row = (Option<Vec<u8>>, Option<i32>, Option<i64>);
+    let row: Option<Row> = sqlx::query_as(
+        "SELECT bundle_gz, bundle_chunks, bundle_bytes FROM periods WHERE period = $1 AND state = 'closed' AND org_id = $2",
+    )
+    .bind(period.first_day())
+    .bind(org)
+    .fetch_optional(tx.conn())
+    .await?;
+    match row {
+        None => Ok(None),
+        Some((Some(gz), _, _)) => Ok(Some(StoredBundle::Inline(gz))),
+        Some((None, Some(chunks), Some(bytes))) => Ok(Some(StoredBundle::Chunks { chunks, bytes })),
+        Some(_) => Err(AppError::Internal(format!("closed period {period} has no bundle stored"))),
+    }
+}
+
+/// Chunk `seq` of `period`'s bundle.
+pub(crate) async fn bundle_chunk(tx: &mut OrgTx, period: Period, seq: i32) -> Result<Vec<u8>, AppError> {
+    let org = tx.org().as_uuid();
+    let chunk: Option<Vec<u8>> =
+        sqlx::query_scalar("SELECT bytes FROM period_bundle_chunks WHERE org_id = $1 AND period = $2 AND seq = $3")
+            .bind(org)
+            .bind(period.first_day())
+            .bind(seq)
+            .fetch_optional(tx.conn())
+            .await?;
+    chunk.ok_or_else(|| AppError::Internal(format!("the bundle of {period} lacks its chunk {seq}")))
+}
+
+/// The stored (gzipped) bundle of a closed period, whole.
+async fn stored_gz(tx: &mut OrgTx, period: Period) -> Result<Option<Vec<u8>>, AppError> {
+    match bundle_layout(tx, period).await? {
+        None => Ok(None),
+        Some(StoredBundle::Inline(gz)) => Ok(Some(gz)),
+        Some(StoredBundle::Chunks { chunks, bytes }) => {
+            let mut gz = Vec::with_capacity(usize::try_from(bytes).unwrap_or(0));
+            for seq in 0..chunks {
+                gz.extend_from_slice(&bundle_chunk(tx, period, seq).await?);
+            }
+            if gz.len() as i64 != bytes {
+                return Err(AppError::Internal(format!(
+                    "the bundle of {period} holds {} bytes in its chunks, not the {bytes} it was closed with",
+                    gz.len()
+                )));
+            }
+            Ok(Some(gz))
+        }
+    }
 }
 
 /// `T` read from a stored bundle through the decompressor: the JSON of a large month is never held whole. Decoded
@@ -223,11 +269,6 @@ pub(crate) async fn stored_as<T: serde::de::DeserializeOwned + Send + 'static>(
     })
     .await
     .map_err(|e| AppError::Internal(format!("stored bundle of {period}: {e}")))?
-}
-
-/// The stored bundle of a closed period, as JSON bytes.
-pub async fn stored_bundle_json(tx: &mut OrgTx, period: Period) -> Result<Option<Vec<u8>>, AppError> {
-    stored_gz(tx, period).await?.map(|g| gunzip(&g)).transpose()
 }
 
 /// The stored bundle of a closed period.

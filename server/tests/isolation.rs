@@ -213,6 +213,11 @@ async fn seed(db: &Database, slug: &str) -> OrgId {
             "INSERT INTO evidence_orders (org_id, period, sort, chunk, start_ranks) VALUES ($1, '2026-01-01', 1, 0, '{1}')",
             vec![o],
         ),
+        // Closed months' bundles in chunks (migration 41).
+        (
+            "INSERT INTO period_bundle_chunks (org_id, period, seq, bytes) VALUES ($1, '2026-01-01', 0, '\\x1f8b')",
+            vec![o],
+        ),
         // Organizations' settings, setup links, exports and daily ingest counts (migration 16).
         ("INSERT INTO org_settings (org_id, updated_by) VALUES ($1, 'test') ON CONFLICT DO NOTHING", vec![o]),
         (
@@ -506,7 +511,7 @@ async fn append_only_tables_refuse_changes_even_within_the_organization() {
     let (_test_db, db) = common::migrated().await;
     let a = seed(&db, "org-a").await;
     // The evidence index is written once, at its final ranks, by the close (migration 38).
-    for table in ["allocation_events", "audit_log", "evidence_allocations", "evidence_orders"] {
+    for table in ["allocation_events", "audit_log", "evidence_allocations", "evidence_orders", "period_bundle_chunks"] {
         let update = match table {
             "evidence_allocations" => "UPDATE evidence_allocations SET start_rank = start_rank".to_string(),
             _ => format!("UPDATE {table} SET org_id = org_id"),

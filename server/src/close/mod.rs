@@ -9,8 +9,7 @@
 use axum::{
     Json, Router,
     extract::State,
-    http::{HeaderValue, StatusCode, header},
-    response::{IntoResponse, Response},
+    response::Response,
     routing::{get, post},
 };
 use gpuledger_api::{
@@ -172,10 +171,11 @@ pub async fn preview(tx: &mut OrgTx, period: Period) -> Result<Preview, AppError
 /// What a close produced (the contract's answer of the close).
 pub use gpuledger_api::close::CloseSummary;
 
+mod download;
 pub mod store;
 pub use crate::ledger::store::parts::set_order_chunk as set_evidence_order_chunk;
 use store::periods;
-pub use store::{PART_RECORDS, org_slug, set_part_records, stored_bundle, stored_bundle_json};
+pub use store::{BUNDLE_CHUNK_BYTES, PART_RECORDS, org_slug, set_bundle_chunk_bytes, set_part_records, stored_bundle};
 pub(crate) use store::{
     PartsPreview, acknowledgements, freeze, late_data, needs_acknowledgement, preview_in_parts, record_acknowledgement,
     soft_overcommit,
@@ -306,20 +306,7 @@ async fn bundle_handler(
             "the evidence bundle covers the whole organization; a caller limited to departments cannot take it".into(),
         ));
     }
-    let mut tx = p.begin(&state.db).await?;
-    let json = stored_bundle_json(&mut tx, period).await?;
-    let slug = org_slug(&mut tx).await?;
-    tx.commit().await?;
-    let json = json.ok_or_else(|| {
-        AppError::NotFound(format!("{period} is not closed: only a closed period has an evidence bundle"))
-    })?;
-    let mut response = (StatusCode::OK, json).into_response();
-    let h = response.headers_mut();
-    h.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    if let Ok(v) = HeaderValue::from_str(&format!("attachment; filename=\"gpuledger-{slug}-{period}.bundle.json\"")) {
-        h.insert(header::CONTENT_DISPOSITION, v);
-    }
-    Ok(response)
+    download::respond(&state.db, &p, period).await
 }
 
 async fn list_periods(State(state): State<AppState>, p: Caller<ReadLedger>) -> Result<Json<Periods>, AppError> {

@@ -10,7 +10,7 @@ pub(crate) use preview::{PartsPreview, preview_in_parts};
 
 use super::Preview;
 use crate::store::stored_as;
-pub use crate::store::{stored_bundle, stored_bundle_json};
+pub use crate::store::stored_bundle;
 use crate::{
     db::{Database, OrgTx},
     error::AppError,
@@ -145,9 +145,10 @@ pub(crate) async fn freeze(
         lines,
         inventory: &inventory_doc,
     };
-    let bundle_gz = finish_bundle(closing.bundle, &tail)?;
+    let (bundle_file, bundle_bytes) = finish_bundle(closing.bundle, &tail)?;
     drop(inventory_doc);
-    tracing::info!(period = %period, allocations = closing.records, bundle_bytes = bundle_gz.len(),
+    let bundle_chunks = store_bundle(&mut tx, period, bundle_file, bundle_bytes).await?;
+    tracing::info!(period = %period, allocations = closing.records, bundle_bytes, bundle_chunks,
                    rss_mib = crate::health::rss_mib(), peak_mib = crate::health::peak_rss_mib(), "close: lines computed, bundle written");
     let preview =
         Preview { input: closing.header, ledger: closing.ledger, credits: closing.credits, late: closing.late };
@@ -289,7 +290,8 @@ pub(crate) async fn freeze(
     sqlx::query(
         "UPDATE periods SET state = 'closed', closed_at = $2, closed_by = $3, policy_version = $4, inventory_version = $5,
                 previous_hash = $6, content_hash = $7, line_count = $8, total_amount = $9::numeric, currency = $10,
-                bundle_gz = $11, time_zone = $13, starts_at = $14, ends_at = $15, continues_from = $16
+                bundle_chunks = $11, bundle_bytes = $17, time_zone = $13, starts_at = $14, ends_at = $15,
+                continues_from = $16
           WHERE period = $1 AND state = 'closing' AND org_id = $12",
     )
     .bind(start)
@@ -302,12 +304,13 @@ pub(crate) async fn freeze(
     .bind(i32::try_from(lines.len()).unwrap_or(i32::MAX))
     .bind(total_amount.to_string())
     .bind(&currency)
-    .bind(&bundle_gz)
+    .bind(bundle_chunks)
     .bind(org.as_uuid())
     .bind(&zone)
     .bind(starts_at)
     .bind(ends_at)
     .bind(continues_from)
+    .bind(i64::try_from(bundle_bytes).unwrap_or(i64::MAX))
     .execute(tx.conn())
     .await?;
     tx.audit(actor,
@@ -430,7 +433,7 @@ async fn in_parts(db: &Database, tx: &mut OrgTx, period: Period) -> Result<Closi
     let (header, credits, late) = priced_header(tx, period).await?;
     // Level 6: November at 10,000 GPUs (510 MB of JSON) is 48.3 MB in ~7 s of CPU, against 57.9 MB at level 1
     // (target ≤ 50 MB; level 9 saves 3 MB more for 3× the time).
-    let out = gz::ThreadedGz::new().map_err(bundle_error)?;
+    let out = gz::ThreadedGz::new(energy::unnamed_file()?).map_err(bundle_error)?;
     let mut bundle = BundleStream::begin(out, &header).map_err(bundle_error)?;
     let (from, to) = crate::ledger::bounds(tx, period).await?;
     let mut took = Took::default();
@@ -518,9 +521,50 @@ async fn in_parts(db: &Database, tx: &mut OrgTx, period: Period) -> Result<Closi
     })
 }
 
-/// The rest of the bundle after its inputs, and the compressed document.
-fn finish_bundle(bundle: BundleStream<BundleWriter>, tail: &BundleTail<'_>) -> Result<Vec<u8>, AppError> {
+/// The rest of the bundle after its inputs, and the compressed document (its temporary file and length).
+fn finish_bundle(bundle: BundleStream<BundleWriter>, tail: &BundleTail<'_>) -> Result<(std::fs::File, u64), AppError> {
     bundle.finish(tail).map_err(bundle_error)?.finish().map_err(bundle_error)
+}
+
+/// Bytes of a stored bundle chunk: small enough that a chunk in flight is nothing beside a part, large enough that a
+/// 100,000-GPU month (~460 MB) is a few hundred rows. At most 1 MiB (migration 41's check).
+pub const BUNDLE_CHUNK_BYTES: usize = 1 << 20;
+
+static CHUNK_BYTES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(BUNDLE_CHUNK_BYTES);
+
+/// Sets the bytes per stored bundle chunk of the closes this process runs (tests cut small bundles into several
+/// chunks with it), at most [`BUNDLE_CHUNK_BYTES`].
+pub fn set_bundle_chunk_bytes(bytes: usize) {
+    CHUNK_BYTES.store(bytes.clamp(1, BUNDLE_CHUNK_BYTES), std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Stores the compressed bundle from its file in chunks of [`BUNDLE_CHUNK_BYTES`] (`period_bundle_chunks`, in the
+/// close's transaction: the month is closed with all of them or none); returns how many.
+async fn store_bundle(tx: &mut OrgTx, period: Period, mut file: std::fs::File, len: u64) -> Result<i32, AppError> {
+    use std::io::Read;
+    let org = tx.org().as_uuid();
+    let mut seq: i32 = 0;
+    let mut left = len;
+    let chunk = CHUNK_BYTES.load(std::sync::atomic::Ordering::Relaxed);
+    let mut buf = vec![0_u8; chunk];
+    // A gzip stream is never empty (its header): a closed month has at least one chunk.
+    while left > 0 {
+        let n = usize::try_from(left).unwrap_or(usize::MAX).min(chunk);
+        file.read_exact(&mut buf[..n]).map_err(bundle_error)?;
+        sqlx::query("INSERT INTO period_bundle_chunks (org_id, period, seq, bytes) VALUES ($1, $2, $3, $4)")
+            .bind(org)
+            .bind(period.first_day())
+            .bind(seq)
+            .bind(&buf[..n])
+            .execute(tx.conn())
+            .await?;
+        left -= n as u64;
+        seq = seq.checked_add(1).ok_or_else(|| AppError::Internal("bundle of too many chunks".into()))?;
+    }
+    if seq == 0 {
+        return Err(AppError::Internal("the bundle's compressed stream is empty".into()));
+    }
+    Ok(seq)
 }
 
 /// The organization's slug (for the bundle).

@@ -69,13 +69,13 @@ impl Spill {
 /// The temporary directory full or unwritable: the server's condition, not the request's (nothing was changed; the
 /// operator gives the directory room, docs/operations.md).
 fn spill_error(e: std::io::Error) -> AppError {
-    AppError::Unavailable(format!("the month's energy in its temporary file: {e}"))
+    AppError::Unavailable(format!("the month's energy or bundle in a temporary file: {e}"))
 }
 
 /// An unnamed file in the temporary directory: created new, its name removed at once (the open file stays until it
-/// is dropped, and nothing is left behind if the process dies).
-fn unnamed_file() -> Result<File, AppError> {
-    let path = std::env::temp_dir().join(format!("gpuledger-energy-{}", uuid::Uuid::new_v4()));
+/// is dropped, and nothing is left behind if the process dies). The month's energy and the compressed bundle.
+pub(super) fn unnamed_file() -> Result<File, AppError> {
+    let path = std::env::temp_dir().join(format!("gpuledger-close-{}", uuid::Uuid::new_v4()));
     let file = std::fs::OpenOptions::new().read(true).write(true).create_new(true).open(&path).map_err(spill_error)?;
     std::fs::remove_file(&path).map_err(spill_error)?;
     Ok(file)
