@@ -1,6 +1,7 @@
 //! A ledger computed in parts (`LedgerParts`, what a close of a large fleet does to hold one part of the month at a
-//! time) gives exactly the lines and notes of `compute` over the whole input, however the allocations are cut by
-//! department and GPU class and in whatever order the parts come — with every term in play: quotas of tenants and departments,
+//! time: each quota pool swept as its allocations come, in start order) gives exactly the lines and notes of
+//! `compute` over the whole input (each pool swept at once), however the start-ordered allocations are cut into parts
+//! — with every term in play: quotas of tenants and departments,
 //! devices shared across departments with their energy, a priced shared endpoint split by tokens, hours nobody
 //! owned, a class priced at actual cost, and overhead with unallocated capacity.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -250,30 +251,27 @@ fn mix(x: &mut u64) -> u64 {
     *x >> 33
 }
 
-/// The allocations cut into parts: one per department and GPU class (departments in a shuffled order) — as the
-/// close cuts them, a quota pooling a department's tenants per class — the unpooled ones (endpoints', nobody's)
-/// spread at random; each part with the energy of only the devices it uses.
+/// The allocations in start order (as the close's cursor gives them; ties in a shuffled order) cut into parts of
+/// random sizes — a quota pool's allocations across many parts — each part with the energy of only the devices it
+/// uses.
 fn parts(case: &Case, input: &LedgerInput) -> Vec<(Vec<AllocationRecord>, Vec<DeviceEnergy>)> {
     let mut seed = case.seed;
-    let mut order: Vec<usize> = (0..case.departments).collect();
-    for i in (1..order.len()).rev() {
-        order.swap(i, (mix(&mut seed) as usize) % (i + 1));
+    let period_start = input.interval().unwrap().start();
+    let mut order: Vec<(OffsetDateTime, u64, usize)> =
+        input.allocations.iter().enumerate().map(|(i, a)| (a.start.max(period_start), mix(&mut seed), i)).collect();
+    order.sort();
+    let mut out = Vec::new();
+    let mut at = 0;
+    while at < order.len() {
+        let n = 1 + (mix(&mut seed) as usize) % 6;
+        let allocations: Vec<AllocationRecord> =
+            order[at..(at + n).min(order.len())].iter().map(|(_, _, i)| input.allocations[*i].clone()).collect();
+        at += n;
+        let used: BTreeSet<&str> = allocations.iter().flat_map(|a| a.devices.iter().map(String::as_str)).collect();
+        let energy = input.energy.iter().filter(|d| used.contains(d.gpu_uuid.as_str())).cloned().collect();
+        out.push((allocations, energy));
     }
-    let mut cut: BTreeMap<(usize, Option<String>), Vec<AllocationRecord>> = BTreeMap::new();
-    for (a, r) in case.allocs.iter().zip(&input.allocations) {
-        let part = match a.tenant {
-            Some(t) if !a.endpoint => order[case.tenant_dept[t]],
-            _ => (mix(&mut seed) as usize) % case.departments,
-        };
-        cut.entry((part, r.gpu_class.clone())).or_default().push(r.clone());
-    }
-    cut.into_values()
-        .map(|allocations| {
-            let used: BTreeSet<&str> = allocations.iter().flat_map(|a| a.devices.iter().map(String::as_str)).collect();
-            let energy = input.energy.iter().filter(|d| used.contains(d.gpu_uuid.as_str())).cloned().collect();
-            (allocations, energy)
-        })
-        .collect()
+    out
 }
 
 proptest! {
@@ -305,17 +303,19 @@ proptest! {
 }
 
 #[test]
-fn a_quota_pool_cut_across_two_parts_is_refused() {
+fn a_pools_allocations_out_of_start_order_are_refused() {
     let case = Case {
         tenant_dept: vec![0, 0],
         departments: 1,
-        allocs: (0..2)
-            .map(|t| Alloc {
+        allocs: [(10, 20), (5, 30)]
+            .into_iter()
+            .enumerate()
+            .map(|(t, (start, end))| Alloc {
                 tenant: Some(t),
                 class: 0,
                 fraction: 0,
-                start: 10,
-                end: Some(20),
+                start,
+                end: Some(end),
                 devices: vec![],
                 endpoint: false,
             })
@@ -328,17 +328,23 @@ fn a_quota_pool_cut_across_two_parts_is_refused() {
         seed: 0,
     };
     let input = build(&case);
-    assert!(compute(&input).is_ok());
+    let whole: BTreeMap<String, Decimal> =
+        compute(&input).unwrap().lines.into_iter().map(|l| (l.line_id, l.amount)).collect();
+    // The department's quota pools both tenants: the second allocation started before the first.
     let mut ledger = LedgerParts::new(&input).unwrap();
     ledger.add(&input.allocations[..1], &[]).unwrap();
     let err = ledger.add(&input.allocations[1..], &[]).unwrap_err().to_string();
-    assert!(err.contains("in two parts"), "{err}");
-    // Cut by tenant, the pool of the department's quota is in both; whole, the department is one part.
-    let mut ledger = LedgerParts::new(&input).unwrap();
-    ledger.add(&input.allocations, &[]).unwrap();
-    let by_parts: BTreeMap<String, Decimal> =
-        ledger.finish().unwrap().lines.into_iter().map(|l| (l.line_id, l.amount)).collect();
-    let whole: BTreeMap<String, Decimal> =
-        compute(&input).unwrap().lines.into_iter().map(|l| (l.line_id, l.amount)).collect();
-    assert_eq!(by_parts, whole);
+    assert!(err.contains("start order"), "{err}");
+    // In start order, in one part or in two, the lines are the whole's.
+    let lines = |parts: &[&[AllocationRecord]]| -> BTreeMap<String, Decimal> {
+        let mut ledger = LedgerParts::new(&input).unwrap();
+        for p in parts {
+            ledger.add(p, &[]).unwrap();
+        }
+        ledger.finish().unwrap().lines.into_iter().map(|l| (l.line_id, l.amount)).collect()
+    };
+    let ordered = [input.allocations[1].clone(), input.allocations[0].clone()];
+    assert_eq!(lines(&[&ordered]), whole);
+    assert_eq!(lines(&[&ordered[..1], &ordered[1..]]), whole);
+    assert!(whole.keys().any(|k| k.contains("/borrowed/")), "the pool borrowed: {whole:?}");
 }

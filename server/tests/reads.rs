@@ -587,7 +587,9 @@ async fn a_month_closed_in_parts_has_the_lines_and_records_of_the_whole_month() 
     let bundle: gpuledger_core::bundle::Bundle = serde_json::from_value(bundle).unwrap();
     assert_eq!(bundle.lines, whole.ledger.lines, "the lines of the whole month");
     assert!(bundle.lines.len() >= 5, "{} lines", bundle.lines.len());
-    // The same records, in the parts' order (department, cluster, allocation): `#1` numbered across departments.
+    // The same records, in the parts' order — start order, which the sweep of a quota pool across parts needs —
+    // with `#1` numbered as the whole month numbers it.
+    assert!(bundle.inputs.allocations.windows(2).all(|w| w[0].start <= w[1].start), "the parts came in start order");
     let ids = |records: &[AllocationRecord]| {
         let mut ids: Vec<String> = records.iter().map(|a| serde_json::to_string(a).unwrap()).collect();
         ids.sort();
@@ -602,7 +604,7 @@ async fn a_month_closed_in_parts_has_the_lines_and_records_of_the_whole_month() 
     assert!(verified.ok(), "{verified:?}");
 }
 
-/// The open month's snapshot is computed a part of whole departments at a time (issue 31; part size 1 here): its
+/// The open month's snapshot is computed a part at a time (issue 31; part size 1 here): its
 /// lines are the whole month's preview and its "to date" sums are the whole month cut at the snapshot's time — with
 /// energy priced, on devices that departments share, and allocations still running.
 #[tokio::test]

@@ -12,19 +12,57 @@ use crate::{
     confidence::Confidence, decimal::Decimal, error::DomainError, fraction::Fraction, ids::TenantId, interval::Interval,
 };
 
-/// Adds the energy lines and returns the kWh attributed to each priced shared endpoint.
-pub(super) fn lines(
-    ctx: &mut Ctx<'_>,
+/// A (tenant, class)'s energy so far: its allocations' millijoules summed per device share (each allocation's rounded
+/// to whole millijoules), and the weakest confidence among the allocations that drew any. Sums of parts merge
+/// exactly: the joules are computed from the merged sums.
+#[derive(Clone)]
+pub(super) struct SlotEnergy {
+    sums: Vec<(Fraction, i128)>,
+    conf: Confidence,
+}
+
+impl Default for SlotEnergy {
+    fn default() -> Self {
+        Self { sums: Vec::new(), conf: Confidence::Exact }
+    }
+}
+
+impl SlotEnergy {
+    fn add(&mut self, share: Fraction, mj: i128, conf: Confidence) -> Result<(), DomainError> {
+        match self.sums.iter_mut().find(|(s, _)| *s == share) {
+            Some((_, sum)) => *sum = sum.checked_add(mj).ok_or_else(|| DomainError::overflow("energy"))?,
+            None => self.sums.push((share, mj)),
+        }
+        self.conf = self.conf.combine(conf);
+        Ok(())
+    }
+
+    /// Adds another part's energy of the same (tenant, class).
+    pub(super) fn merge(&mut self, other: SlotEnergy) -> Result<(), DomainError> {
+        for (share, mj) in other.sums {
+            self.add(share, mj, other.conf)?;
+        }
+        self.conf = self.conf.combine(other.conf);
+        Ok(())
+    }
+}
+
+/// Attributes the devices' energy to the allocations of `gathered`: per usage slot (in `slot_keys` order), and the
+/// kWh of each priced shared endpoint. Nothing when the policy does not price energy.
+#[allow(clippy::type_complexity)]
+pub(super) fn attribute(
+    ctx: &Ctx<'_>,
     period: Interval,
     gathered: &Gathered<'_>,
     priced_endpoints: &BTreeSet<&str>,
-) -> Result<BTreeMap<String, Fraction>, DomainError> {
+) -> Result<(Vec<SlotEnergy>, BTreeMap<String, Fraction>), DomainError> {
     let input = ctx.input;
     let policy = &input.policy;
     let slot_keys = &gathered.slot_keys;
     let energy_share = &gathered.energy_share;
     let mut endpoint_energy_kwh: BTreeMap<String, Fraction> = BTreeMap::new();
-    if let Some(price) = &policy.energy {
+    let mut per_slot: Vec<SlotEnergy> = Vec::new();
+    if policy.energy.is_some() {
         // Per device: its spans by start, read in place (a month of a large fleet is millions of device-hours: no
         // copy of them is made unless a device's spans come out of order, e.g. from a hand-edited bundle).
         let mut by_device: HashMap<&str, std::borrow::Cow<'_, [EnergySpan]>> = HashMap::new();
@@ -84,30 +122,14 @@ pub(super) fn lines(
         };
         // Per (tenant, class): millijoules summed per distinct per-device share, then converted once (exactly
         // Σ millijoules / 1000 × share over its allocations).
-        let mut per_slot: Vec<(Vec<(Fraction, i128)>, Confidence)> =
-            vec![(Vec::new(), Confidence::Exact); slot_keys.len()];
+        per_slot = vec![SlotEnergy::default(); slot_keys.len()];
         for (idx, share, slot) in energy_share {
             let a = &ctx.allocations[*idx];
             let mj = attribute(a)?;
             if mj == 0 {
                 continue;
             }
-            let (sums, conf) = &mut per_slot[*slot];
-            match sums.iter_mut().find(|(s, _)| s == share) {
-                Some((_, sum)) => *sum = sum.checked_add(mj).ok_or_else(|| DomainError::overflow("energy"))?,
-                None => sums.push((*share, mj)),
-            }
-            *conf = conf.combine(a.confidence);
-        }
-        let mut joules: BTreeMap<(TenantId, &str), (Fraction, Confidence)> = BTreeMap::new();
-        for (key, (sums, conf)) in slot_keys.iter().zip(per_slot) {
-            if sums.is_empty() {
-                continue;
-            }
-            let j = sums.iter().try_fold(Fraction::ZERO, |acc, (share, mj)| {
-                acc.checked_add(Fraction::new(*mj, 1000)?.checked_mul(*share)?)
-            })?;
-            joules.insert(*key, (j, conf));
+            per_slot[*slot].add(*share, mj, a.confidence)?;
         }
         for a in ctx.allocations {
             if let (Some(ep), Some(_)) = (a.endpoint.as_deref().filter(|e| priced_endpoints.contains(e)), &a.gpu_class)
@@ -118,6 +140,24 @@ pub(super) fn lines(
                 let v = endpoint_energy_kwh.entry(ep.to_string()).or_insert(Fraction::ZERO);
                 *v = v.checked_add(j.checked_div(Fraction::from_integer(3_600_000)?)?)?;
             }
+        }
+    }
+    Ok((per_slot, endpoint_energy_kwh))
+}
+
+/// The energy lines, from each (tenant, class)'s energy.
+pub(super) fn lines(ctx: &mut Ctx<'_>, energy: &BTreeMap<(TenantId, String), SlotEnergy>) -> Result<(), DomainError> {
+    let policy = &ctx.input.policy;
+    if let Some(price) = &policy.energy {
+        let mut joules: BTreeMap<(TenantId, &str), (Fraction, Confidence)> = BTreeMap::new();
+        for ((tenant, class), e) in energy {
+            if e.sums.is_empty() {
+                continue;
+            }
+            let j = e.sums.iter().try_fold(Fraction::ZERO, |acc, (share, mj)| {
+                acc.checked_add(Fraction::new(*mj, 1000)?.checked_mul(*share)?)
+            })?;
+            joules.insert((*tenant, class.as_str()), (j, e.conf));
         }
         let pue = price.pue.map_or(Fraction::ONE, |p| p.value());
         let unit_price = price.per_kwh.value().checked_mul(pue)?;
@@ -144,5 +184,5 @@ pub(super) fn lines(
             ctx.lines.push(line);
         }
     }
-    Ok(endpoint_energy_kwh)
+    Ok(())
 }

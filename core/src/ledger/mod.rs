@@ -73,7 +73,7 @@ pub struct Ledger {
 /// parts and gets the same lines.
 pub fn compute(input: &LedgerInput) -> Result<Ledger, DomainError> {
     let mut parts = LedgerParts::new(input)?;
-    parts.add(&input.allocations, &input.energy)?;
+    parts.add_whole(&input.allocations, &input.energy)?;
     parts.finish()
 }
 

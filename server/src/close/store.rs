@@ -63,8 +63,8 @@ pub(crate) async fn late_data(tx: &mut OrgTx, period: Period) -> Result<Vec<(Per
     for (d, _) in closed {
         let q = Period::from_date(d)?;
         let Some(bundle) = stored_as::<StoredLines>(tx, q).await? else { continue };
-        // Recompute the closed month with its own policy and today's facts, a part of whole departments at a time
-        // (a late fact for a month of a large fleet costs a part's memory, not the month's).
+        // Recompute the closed month with its own policy and today's facts, a part at a time (a late fact for a
+        // month of a large fleet costs a part's memory, not the month's).
         let mut header = crate::ledger::store::load_header(tx, q, bundle.inputs.policy).await?;
         header.adjustments.clear();
         let recomputed = preview::price_in_parts(tx, q, &header, None).await?.0.lines;
@@ -124,8 +124,8 @@ pub(crate) async fn freeze(
     .await?;
     let (inventory_doc, _) = inventory(&mut tx).await?;
     let closed_at = gpuledger_core::time_fmt::rfc3339(now);
-    // The month is read, priced, written into its bundle and indexed a part at a time (whole departments, about
-    // [`PART_RECORDS`] allocation records): the memory is the part's, not the month's (docs/scaling.md).
+    // The month is read, priced, written into its bundle and indexed a part at a time ([`PART_RECORDS`] allocation
+    // records in start order): the memory is the part's, not the month's (docs/scaling.md).
     let closing = in_parts(db, &mut tx, period).await?;
     let header = &closing.header;
     let lines = &closing.ledger.lines;
@@ -346,7 +346,7 @@ pub(crate) async fn freeze(
     })
 }
 
-/// Allocation records per part of a close (whole departments: a larger one is one part) unless set otherwise.
+/// Allocation records per part of a close (in start order) unless set otherwise.
 pub const PART_RECORDS: usize = 50_000;
 
 static PART_SIZE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(PART_RECORDS);

@@ -210,7 +210,7 @@ async fn compute_and_store(
     for period in open_months(tx, now, extra).await? {
         *computing = Some(period);
         let started = Instant::now();
-        // A part of whole departments at a time, the month and its "to date" cut from the same reads: the memory
+        // A part (in start order) at a time, the month and its "to date" cut from the same reads: the memory
         // is a part's, not the month's (docs/scaling.md, "The streamed close").
         let preview = match crate::close::preview_in_parts(tx, period, now).await {
             Ok(p) => p,

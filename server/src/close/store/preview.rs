@@ -22,7 +22,7 @@ pub(crate) struct PartsPreview {
 }
 
 /// Computes `period` with the approved policy, approved credits and late-data adjustments — the figures
-/// [`crate::close::preview`] computes — reading and pricing its allocations a part of whole departments at a time,
+/// [`crate::close::preview`] computes — reading and pricing its allocations a part (in start order) at a time,
 /// and, from the same parts, the month cut at `now`.
 pub(crate) async fn preview_in_parts(
     tx: &mut OrgTx,
@@ -37,7 +37,7 @@ pub(crate) async fn preview_in_parts(
     Ok(PartsPreview { header, ledger, to_date })
 }
 
-/// `period` priced with `header` (an input without allocations and energy) a part of whole departments at a time;
+/// `period` priced with `header` (an input without allocations and energy) a part (in start order) at a time;
 /// with `cut`, from the same reads, also the month cut at an instant (`cut`'s header: `header` cut there).
 pub(super) async fn price_in_parts(
     tx: &mut OrgTx,

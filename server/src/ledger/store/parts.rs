@@ -1,5 +1,5 @@
-//! A month read in parts for the close (docs/scaling.md, "The streamed close"): allocation records in parts of whole
-//! departments from a cursor in the close's transaction — with, for the close, each record's position in the evidence
+//! A month read in parts for the close (docs/scaling.md, "The streamed close"): allocation records in start order, in
+//! parts of a fixed size, from a cursor in the close's transaction — with, for the close, each record's position in the evidence
 //! index's four orders over the whole month, ranked by PostgreSQL in the same query — and the index written part by
 //! part at those final ranks.
 
@@ -33,22 +33,19 @@ pub fn set_order_chunk(ranks: i32) {
     ORDER_CHUNK.store(ranks.clamp(1, 256), std::sync::atomic::Ordering::Relaxed);
 }
 
-/// A month's allocation records in parts of whole quota pools — every record of a department and GPU class in one
-/// part, since a quota pools its department's tenants per class — read from a cursor in the caller's transaction so
-/// that other statements run between parts. Records arrive ordered by department (unowned first), GPU class,
-/// cluster and allocation; an allocation split at an ownership change is numbered `#1`, `#2`, … in its owners'
-/// order, as [`super::load_allocations`] numbers it. (Cut by department alone, a part was the largest department:
-/// it grew with the fleet.)
+/// A month's allocation records in parts of `target` records, in start order (the record's start: the allocation's,
+/// or its owner's from when the namespace changed hands) — what `LedgerParts` needs to sweep each quota pool as its
+/// allocations come — read from a cursor in the caller's transaction so that other statements run between parts. An
+/// allocation split at an ownership change is numbered `#1`, `#2`, … in its owners' order, as
+/// [`super::load_allocations`] numbers it. (Cut by department and class before, a part was the largest
+/// department's class: at 100,000 GPUs half a million records, the close's memory growing with the fleet.)
 pub(crate) struct AllocationParts {
     mig_parent: HashMap<String, String>,
-    pending: VecDeque<(PartKey, AllocationRecord, Ranks)>,
+    pending: VecDeque<(AllocationRecord, Ranks)>,
     exhausted: bool,
     target: usize,
     cursor: &'static str,
 }
-
-/// What a part holds whole: a department (`None`: unowned) and a GPU class (`None`: unpriced).
-type PartKey = (Option<Uuid>, Option<String>);
 
 /// A record's 1-based positions over the whole month in the evidence index's orders (`evidence::SortKey::ALL`:
 /// start, end, fraction, ID); zeros when the parts were opened without them.
@@ -68,8 +65,7 @@ fn literal(t: OffsetDateTime) -> String {
 }
 
 impl AllocationParts {
-    /// Opens the cursor over `period`'s allocations; parts hold about `target` records (a department's class larger
-    /// than that is one part). With `ranked`, each record comes with its [`Ranks`] (five sorts of the month in
+    /// Opens the cursor over `period`'s allocations; parts hold `target` records (the last fewer). With `ranked`, each record comes with its [`Ranks`] (five sorts of the month in
     /// PostgreSQL instead of one: the close's evidence index, written once at its final ranks).
     pub(crate) async fn open(tx: &mut OrgTx, period: Period, target: usize, ranked: bool) -> Result<Self, AppError> {
         let (start, end) = crate::ledger::bounds(tx, period).await?;
@@ -82,24 +78,26 @@ impl AllocationParts {
         let (joins, filter) = ALLOC_FROM.split_once("WHERE").unwrap_or((ALLOC_FROM, "true"));
         // The record's ID: `cluster/allocation`, and `#n` for the part under a later owner (`to_record` and `next`).
         let rows = format!(
-            "SELECT {ALLOC_COLUMNS}, t.department_id,
+            "SELECT {ALLOC_COLUMNS},
                     row_number() OVER (PARTITION BY c.name, a.allocation_id ORDER BY o.valid_from NULLS FIRST) - 1 AS n
                {joins}
-               LEFT JOIN tenants t ON t.org_id = $3 AND t.tenant_id = o.tenant_id
               WHERE {filter}"
         );
-        let order = "ORDER BY q.department_id NULLS FIRST, q.gpu_class COLLATE \"C\" NULLS FIRST, q.name COLLATE \"C\",
-                              q.allocation_id COLLATE \"C\", q.valid_from NULLS FIRST";
+        // Start order (the ranked cursor's start rank, so that PostgreSQL sorts once for both).
         let select = if ranked {
             format!(
                 "SELECT q.*, {RANKS}
                    FROM (SELECT r.*, r.name || '/' || r.allocation_id
                                      || CASE WHEN r.n > 0 THEN '#' || r.n ELSE '' END AS record_id
                            FROM ({rows}) r) q
-                  {order}"
+                  ORDER BY greatest(q.started_at, q.valid_from), q.record_id COLLATE \"C\""
             )
         } else {
-            format!("SELECT q.* FROM ({rows}) q {order}")
+            format!(
+                "SELECT q.* FROM ({rows}) q
+                  ORDER BY greatest(q.started_at, q.valid_from), q.name COLLATE \"C\", q.allocation_id COLLATE \"C\",
+                           q.valid_from NULLS FIRST"
+            )
         };
         // A cursor takes no parameters: `$1`–`$3` are replaced by the month's bounds and the organization as literals
         // (values of ours, never a caller's text).
@@ -125,13 +123,13 @@ impl AllocationParts {
             sqlx::query(&format!("CLOSE {}", self.cursor)).execute(tx.conn()).await?;
         }
         for row in rows {
-            // The record's columns, then its owner's department and `#n`.
+            // The record's columns, then its `#n`.
             let alloc_row = AllocRow::from_row(&row)?;
-            let (d, n): (Option<Uuid>, i64) = (row.try_get(14)?, row.try_get(15)?);
+            let n: i64 = row.try_get(14)?;
             // The ranks follow those (and the record's ID) when the cursor has them.
             let k: Ranks = match self.cursor {
                 CURSOR_RANKED => {
-                    let k: Vec<i32> = row.try_get(17)?;
+                    let k: Vec<i32> = row.try_get(16)?;
                     k.try_into().map_err(|_| AppError::Internal("a record without its four ranks".into()))?
                 }
                 _ => [0; 4],
@@ -140,8 +138,7 @@ impl AllocationParts {
             if n > 0 {
                 record.id = format!("{}#{n}", record.id);
             }
-            let key = (d, record.gpu_class.clone());
-            self.pending.push_back((key, record, k));
+            self.pending.push_back((record, k));
         }
         Ok(())
     }
@@ -158,17 +155,15 @@ impl AllocationParts {
     ) -> Result<Option<(Vec<AllocationRecord>, Vec<Ranks>)>, AppError> {
         let mut part: Vec<AllocationRecord> = Vec::new();
         let mut ranks: Vec<Ranks> = Vec::new();
-        let mut pool: Option<PartKey> = None;
         loop {
-            while let Some((key, _, _)) = self.pending.front() {
-                if part.len() >= self.target && pool.as_ref() != Some(key) {
-                    return Ok(Some((part, ranks)));
-                }
-                if let Some((key, r, k)) = self.pending.pop_front() {
-                    pool = Some(key);
-                    part.push(r);
-                    ranks.push(k);
-                }
+            while part.len() < self.target
+                && let Some((r, k)) = self.pending.pop_front()
+            {
+                part.push(r);
+                ranks.push(k);
+            }
+            if part.len() >= self.target {
+                return Ok(Some((part, ranks)));
             }
             if self.exhausted {
                 return Ok((!part.is_empty()).then_some((part, ranks)));
