@@ -197,11 +197,8 @@ pub async fn prepare(
     Ok(())
 }
 
-/// Seeds the demo organization with a synthetic fleet of `gpus` GPUs (see [`fleet`]) from the start of last month
-/// to `now`'s hour, unless an earlier run did, then approves the policy, closes last month through the real close
-/// path and opens the demo dispute. Idempotent: a second run finds the fleet and only checks the ledger is closed.
-/// `full_resolution_days`: hours older than that many days before `now` are written with their sums only.
-pub async fn prepare_fleet(
+/// The fleet of [`prepare_fleet`] written (unless an earlier run did), nothing closed.
+pub async fn load_fleet(
     db: &Database,
     org: OrgId,
     gpus: usize,
@@ -257,6 +254,23 @@ pub async fn prepare_fleet(
             tracing::info!(?loaded, seconds = started.elapsed().as_secs_f64(), "demo fleet loaded");
         }
     }
+    Ok(())
+}
+
+/// Seeds the demo organization with a synthetic fleet of `gpus` GPUs (see [`fleet`]) from the start of last month
+/// to `now`'s hour, unless an earlier run did, then approves the policy, closes last month through the real close
+/// path and opens the demo dispute. Idempotent: a second run finds the fleet and only checks the ledger is closed.
+/// `full_resolution_days`: hours older than that many days before `now` are written with their sums only.
+pub async fn prepare_fleet(
+    db: &Database,
+    org: OrgId,
+    gpus: usize,
+    full_resolution_days: Option<u32>,
+    now: OffsetDateTime,
+) -> anyhow::Result<()> {
+    let started = Instant::now();
+    let last = gpuledger_core::Period::containing(now).prev()?;
+    load_fleet(db, org, gpus, full_resolution_days, now).await?;
     tracing::info!(period = %last, "closing last month's ledger");
     ledger::approve_and_close(db, org, now, &[last], false).await?;
     ledger::open_demo_dispute(db, org, last).await?;
