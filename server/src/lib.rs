@@ -39,6 +39,7 @@ pub mod policy;
 pub mod portal;
 pub mod readmodel;
 pub mod routes;
+mod scratch;
 pub mod state;
 pub mod store;
 pub mod strict_json;

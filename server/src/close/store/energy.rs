@@ -17,15 +17,22 @@ use crate::{db::OrgTx, error::AppError};
 
 /// Bytes of one span in the file: start and end (Unix µs) and joules, little-endian.
 const SPAN_BYTES: usize = 24;
+/// Spans per mark of a device's sparse index: a part reads the blocks its records' hours can reach, not the device's
+/// month (parts in start order each touch most devices of the fleet for a few hours). 16 B a mark: at 64 spans, a
+/// month of 744 hours is 12 marks, ~190 B a device.
+const STRIDE: usize = if cfg!(test) { 3 } else { 64 };
 
 /// A month's device energy in a temporary file, devices in the order the database gave them (by UUID), each
 /// device's spans by start. The default is no energy (a policy that does not price it).
 #[derive(Default)]
 pub(crate) struct MonthEnergy {
     file: Option<File>,
-    /// Devices in file order: UUID, first span's index, spans.
-    devices: Vec<(String, u64, usize)>,
+    /// Devices in file order: UUID, first span's index, spans, first mark's index.
+    devices: Vec<(String, u64, usize, usize)>,
     by_uuid: HashMap<String, usize>,
+    /// Per device, for each block of [`STRIDE`] spans: the first span's start, and the latest end of the spans before
+    /// the block (µs; `i64::MIN` for the first block).
+    marks: Vec<(i64, i64)>,
 }
 
 /// A [`MonthEnergy`] being written, a device at a time.
@@ -54,8 +61,16 @@ impl Spill {
                 self.w.write_all(&word).map_err(spill_error)?;
             }
         }
+        let first_mark = self.out.marks.len();
+        let mut ended = i64::MIN;
+        for (i, sp) in d.spans.iter().enumerate() {
+            if i % STRIDE == 0 {
+                self.out.marks.push((sp.start_us, ended));
+            }
+            ended = ended.max(sp.end_us);
+        }
         self.out.by_uuid.insert(d.gpu_uuid.clone(), self.out.devices.len());
-        self.out.devices.push((d.gpu_uuid, self.at, d.spans.len()));
+        self.out.devices.push((d.gpu_uuid, self.at, d.spans.len(), first_mark));
         self.at += d.spans.len() as u64;
         Ok(())
     }
@@ -72,13 +87,9 @@ fn spill_error(e: std::io::Error) -> AppError {
     AppError::Unavailable(format!("the month's energy or bundle in a temporary file: {e}"))
 }
 
-/// An unnamed file in the temporary directory: created new, its name removed at once (the open file stays until it
-/// is dropped, and nothing is left behind if the process dies). The month's energy and the compressed bundle.
+/// An unnamed temporary file for the close (the month's energy, the compressed bundle).
 pub(super) fn unnamed_file() -> Result<File, AppError> {
-    let path = std::env::temp_dir().join(format!("gpuledger-close-{}", uuid::Uuid::new_v4()));
-    let file = std::fs::OpenOptions::new().read(true).write(true).create_new(true).open(&path).map_err(spill_error)?;
-    std::fs::remove_file(&path).map_err(spill_error)?;
-    Ok(file)
+    crate::scratch::unnamed_file("close").map_err(spill_error)
 }
 
 impl MonthEnergy {
@@ -120,14 +131,41 @@ impl MonthEnergy {
 
     /// Device-hours in the file.
     pub(crate) fn hours(&self) -> u64 {
-        self.devices.iter().map(|(_, _, n)| *n as u64).sum()
+        self.devices.iter().map(|(_, _, n, _)| *n as u64).sum()
     }
 
     /// One device's spans, read from the file.
     fn spans(&self, device: usize, buf: &mut Vec<u8>) -> Result<Vec<EnergySpan>, AppError> {
-        let (Some(file), Some((_, first, n))) = (self.file.as_ref(), self.devices.get(device)) else {
+        let n = self.devices.get(device).map_or(0, |d| d.2);
+        self.spans_in(device, 0..n, buf)
+    }
+
+    /// The spans of one device that can overlap `[lo, hi)` (µs): the blocks from the last one that nothing before
+    /// reaches past `lo` to the first that starts at or after `hi` — a superset, the caller filters.
+    fn spans_near(&self, device: usize, lo: i64, hi: i64, buf: &mut Vec<u8>) -> Result<Vec<EnergySpan>, AppError> {
+        let Some((_, _, n, first_mark)) = self.devices.get(device) else { return Ok(Vec::new()) };
+        let marks = &self.marks[*first_mark..*first_mark + n.div_ceil(STRIDE)];
+        // Blocks whose earlier spans all end by `lo` (the first block always: nothing before it).
+        let from = marks.partition_point(|(_, ended)| *ended <= lo).saturating_sub(1);
+        // Blocks starting at or after `hi` and everything after them (spans are in start order).
+        let to = marks.partition_point(|(start, _)| *start < hi);
+        self.spans_in(device, from * STRIDE..(to * STRIDE).min(*n), buf)
+    }
+
+    /// Spans `range` of one device (indexes among its spans).
+    fn spans_in(
+        &self,
+        device: usize,
+        range: std::ops::Range<usize>,
+        buf: &mut Vec<u8>,
+    ) -> Result<Vec<EnergySpan>, AppError> {
+        let (Some(file), Some((_, first, _, _))) = (self.file.as_ref(), self.devices.get(device)) else {
             return Ok(Vec::new());
         };
+        if range.is_empty() {
+            return Ok(Vec::new());
+        }
+        let (first, n) = (*first + range.start as u64, range.len());
         buf.resize(n * SPAN_BYTES, 0);
         let mut f = file;
         f.seek(SeekFrom::Start(first * SPAN_BYTES as u64)).map_err(spill_error)?;
@@ -183,7 +221,8 @@ impl MonthEnergy {
             }
             let mut keep = Vec::new();
             let mut k = 0;
-            for sp in self.spans(device, &mut buf)? {
+            let (lo, hi) = (merged.first().map_or(0, |m| m.0), merged.last().map_or(0, |m| m.1));
+            for sp in self.spans_near(device, lo, hi, &mut buf)? {
                 while k < merged.len() && merged[k].1 <= sp.start_us {
                     k += 1;
                 }
@@ -201,7 +240,7 @@ impl MonthEnergy {
     /// Every device's energy, a device at a time in file order (the bundle's energy).
     pub(crate) fn each(&self, mut f: impl FnMut(&DeviceEnergy) -> Result<(), AppError>) -> Result<(), AppError> {
         let mut buf = Vec::new();
-        for (i, (uuid, _, _)) in self.devices.iter().enumerate() {
+        for (i, (uuid, _, _, _)) in self.devices.iter().enumerate() {
             f(&DeviceEnergy { gpu_uuid: uuid.clone(), spans: self.spans(i, &mut buf)? })?;
         }
         Ok(())

@@ -21,7 +21,7 @@ pub(crate) mod legacy;
 
 use coverage::{CoverageDelta, HourCoverage};
 pub use coverage::{CoverageRow, coverage};
-pub use energy::{energy_hours, energy_hours_each};
+pub use energy::{energy_hours, energy_hours_each, utilization_hours_each};
 
 /// One device's windows as an agent (or the upkeep) delivers them.
 pub struct SeriesWindows {
