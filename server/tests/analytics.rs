@@ -42,6 +42,8 @@ struct Env {
     agent: String,
     admin: String,
     export: String,
+    db: gpuledger_server::db::Database,
+    org: OrgId,
     _db: gpuledger_e2e::TestDatabase,
 }
 
@@ -96,9 +98,11 @@ async fn env() -> Env {
     let (_, admin) = auth::create_token(&mut tx, &Scope::Admin, "admin", "test", None).await.unwrap();
     let (_, export) = auth::create_token(&mut tx, &Scope::export(), "powerbi", "test", None).await.unwrap();
     tx.commit().await.unwrap();
-    let app =
-        app::router(AppState::new(db, None), &HttpOptions { body_limit: 4 * 1024 * 1024, ..HttpOptions::default() });
-    Env { app, agent, admin, export, _db: test_db }
+    let app = app::router(
+        AppState::new(db.clone(), None),
+        &HttpOptions { body_limit: 4 * 1024 * 1024, ..HttpOptions::default() },
+    );
+    Env { app, agent, admin, export, db, org, _db: test_db }
 }
 
 fn namespace(uid: Uuid, tenant: &str, since: OffsetDateTime) -> Fact {
@@ -399,6 +403,27 @@ async fn idle_reservations_and_active_equivalent_hours_by_hand() {
     let (_, _, r) = get(&env, Some(&env.admin), "period=2026-09").await;
     assert_eq!(r["total"], 1);
     assert_eq!(numbers(row(&r, &c, "alpha")), ["2.000000", "0.000000", "2.000000", "2.000000", "2.000000"]);
+
+    summaries_equal_the_report(&env, &report).await;
+}
+
+/// The month's summary per tenant (the read model's, computed a chunk of allocations at a time with the hours of
+/// their devices from a temporary file) equals the report's tenants — the month held whole — however it is cut.
+async fn summaries_equal_the_report(env: &Env, report: &Value) {
+    for chunk in [1, 2, 50_000] {
+        gpuledger_server::analytics::set_summary_chunk(chunk);
+        let mut tx = env.db.begin_org(env.org).await.unwrap();
+        let (head, rows) = gpuledger_server::analytics::utilization_summary(
+            &mut tx,
+            gpuledger_core::Period::parse("2026-10").unwrap(),
+        )
+        .await
+        .unwrap();
+        tx.commit().await.unwrap();
+        let tenants: Vec<Value> = rows.into_iter().map(|(_, t)| serde_json::to_value(t).unwrap()).collect();
+        assert_eq!(Value::Array(tenants), report["tenants"], "chunks of {chunk}");
+        assert_eq!(serde_json::to_value(&head).unwrap()["without_fraction"], report["without_fraction"]);
+    }
 }
 
 /// A soft share of `pct` % of a GPU's compute, held by pod `uid` on `node`.
@@ -495,6 +520,7 @@ async fn soft_shared_pods_are_measured_by_their_own_processes() {
     assert_eq!(numbers(rc), ["1.000000", "0.000000", "0.000000", "0.000000", "0.000000"]);
     let why = rc["not_measured"].as_str().unwrap();
     assert!(why.contains("per-process samples"), "{why}");
+    summaries_equal_the_report(&env, &report).await;
 }
 
 #[tokio::test]

@@ -54,8 +54,12 @@ pub(crate) fn inputs() -> Vec<Inputs> {
 }
 
 mod idle;
+mod spill;
+mod summary;
 pub(crate) use idle::{idle_now, read_idle};
 pub(crate) use sessions::read_sessions;
+pub use summary::utilization_summary;
+pub use summary::{SUMMARY_CHUNK, set_summary_chunk};
 mod inference;
 mod sessions;
 mod store;
@@ -147,20 +151,12 @@ struct Loaded {
     allocations: Vec<HeldAllocation>,
     /// Telemetry by device (hourly sums; soft-shared pods' own samples).
     timelines: DeviceTimelines,
-    /// Core ID (`<cluster>/<allocation>`) → device IDs as stored (with [`Detail::Rows`] only).
+    /// Core ID (`<cluster>/<allocation>`) → device IDs as stored.
     devices: HashMap<String, Vec<String>>,
     tenant_names: HashMap<Uuid, String>,
     without_fraction: u64,
-    /// Allocation → sharing mode (for the reason a figure is not measured; with [`Detail::Rows`] only).
+    /// Allocation → sharing mode (for the reason a figure is not measured).
     modes: HashMap<String, String>,
-}
-
-/// Whether the caller shows allocation rows (their stored devices and sharing modes are kept) or sums only (a
-/// month's summary: a million allocations need not carry them).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Detail {
-    Rows,
-    Sums,
 }
 
 /// Splits `[start, end)` at the owners' validity boundaries: each piece with its tenant, `None` where no
@@ -209,25 +205,115 @@ fn telemetry_key(device: &str, mig: &HashMap<String, (String, Option<i32>)>) -> 
     device.to_string()
 }
 
-async fn load(tx: &mut OrgTx, window: Interval, tenant: Option<TenantId>, detail: Detail) -> Result<Loaded, AppError> {
+/// What turns the month's allocation intervals into analysis rows: their namespaces' owners over the window and the
+/// MIG devices' parents (one row per GPU: read whole, so that the allocations can be streamed).
+struct Pieces {
+    from: OffsetDateTime,
+    to: OffsetDateTime,
+    tenant: Option<TenantId>,
+    owners: HashMap<Uuid, Vec<(OffsetDateTime, Option<OffsetDateTime>, Uuid)>>,
+    mig: HashMap<String, (String, Option<i32>)>,
+}
+
+/// One allocation interval as analysis rows.
+struct Held {
+    id: String,
+    mode: String,
+    device_ids: Vec<String>,
+    /// The telemetry keys its rows read (`pod:…` for a soft share's own samples).
+    keys: Vec<String>,
+    soft: Option<SoftPod>,
+    rows: Vec<HeldAllocation>,
+}
+
+/// An allocation interval read for the analysis.
+enum Converted {
+    /// No approved fraction: counted, not measured.
+    WithoutFraction,
+    /// Nothing of it in the window.
+    Outside,
+    Held(Box<Held>),
+}
+
+impl Pieces {
+    async fn read(tx: &mut OrgTx, window: Interval, tenant: Option<TenantId>) -> Result<Self, AppError> {
+        let (from, to) = (window.start(), window.end());
+        let mut owners: HashMap<Uuid, Vec<(OffsetDateTime, Option<OffsetDateTime>, Uuid)>> = HashMap::new();
+        for store::OwnerRow { namespace_uid: ns, valid_from, valid_to, tenant_id: tenant } in
+            store::owners_between(tx, from, to).await?
+        {
+            owners.entry(ns).or_default().push((valid_from, valid_to, tenant));
+        }
+        let mig: HashMap<String, (String, Option<i32>)> =
+            store::mig_devices(tx).await?.into_iter().map(|(uuid, parent, gi)| (uuid, (parent, gi))).collect();
+        Ok(Self { from, to, tenant, owners, mig })
+    }
+
+    fn held(&self, row: store::HeldRow) -> Result<Converted, AppError> {
+        let store::HeldRow {
+            cluster_id: cluster,
+            allocation_id,
+            namespace_uid: ns,
+            fraction_num: num,
+            fraction_den: den,
+            started_at,
+            ended_at,
+            device_ids,
+            gpu_class,
+            confidence: conf,
+            sharing_mode: mode,
+            holder_uid: holder,
+            node,
+        } = row;
+        let (Some(num), Some(den)) = (num, den) else { return Ok(Converted::WithoutFraction) };
+        let fraction = Fraction::new(i128::from(num), i128::from(den)).map_err(internal)?;
+        let (start, end) = (started_at.max(self.from), ended_at.map_or(self.to, |e| e.min(self.to)));
+        if start >= end {
+            return Ok(Converted::Outside);
+        }
+        let id = format!("{cluster}/{allocation_id}");
+        // A soft share's GPU is busy with every pod on it: its own activity needs per-process samples, so the
+        // device's utilization is not credited to it.
+        let (keys, soft) = match (mode.as_str(), node) {
+            ("soft_share", Some(node)) => {
+                let key = format!("pod:{cluster}/{holder}");
+                (vec![key.clone()], Some(SoftPod { cluster, node, key, fraction }))
+            }
+            ("soft_share", None) => (Vec::new(), None),
+            _ => (device_ids.iter().map(|d| telemetry_key(d, &self.mig)).collect(), None),
+        };
+        let confidence = confidence(&conf)?;
+        let gpu_class = gpu_class.and_then(|c| GpuClass::new(c).ok());
+        let no_owners = Vec::new();
+        let ns_owners = ns.and_then(|ns| self.owners.get(&ns)).unwrap_or(&no_owners);
+        let mut rows = Vec::new();
+        for (piece_start, piece_end, piece_tenant) in split_by_owner(start, end, ns_owners) {
+            if self.tenant.is_some() && piece_tenant != self.tenant {
+                continue;
+            }
+            rows.push(HeldAllocation {
+                id: id.clone(),
+                tenant: piece_tenant,
+                gpu_class: gpu_class.clone(),
+                fraction,
+                start: piece_start,
+                end: Some(piece_end),
+                devices: keys.clone(),
+                confidence,
+            });
+        }
+        Ok(Converted::Held(Box::new(Held { id, mode, device_ids, keys, soft, rows })))
+    }
+}
+
+/// The window's allocations (of `tenant`'s namespaces, when given) and every hour of their devices, held whole: for
+/// answers with allocation rows. A month's sums over the organization are [`summarize`]d in chunks instead.
+async fn load(tx: &mut OrgTx, window: Interval, tenant: Option<TenantId>) -> Result<Loaded, AppError> {
     use futures::TryStreamExt;
     let (from, to) = (window.start(), window.end());
     let tenant_uuid = tenant.map(|t| t.as_uuid());
-
-    let mut owners: HashMap<Uuid, Vec<(OffsetDateTime, Option<OffsetDateTime>, Uuid)>> = HashMap::new();
-    for store::OwnerRow { namespace_uid: ns, valid_from, valid_to, tenant_id: tenant } in
-        store::owners_between(tx, from, to).await?
-    {
-        owners.entry(ns).or_default().push((valid_from, valid_to, tenant));
-    }
-
-    // Every MIG device of the organization's GPUs → its parent and GPU instance (one row per GPU: read whole, so
-    // the allocations can be streamed).
-    let mig: HashMap<String, (String, Option<i32>)> =
-        store::mig_devices(tx).await?.into_iter().map(|(uuid, parent, gi)| (uuid, (parent, gi))).collect();
-
+    let pieces = Pieces::read(tx, window, tenant).await?;
     let mut rows = store::held_between(tx, from, to, tenant_uuid);
-
     let mut allocations = Vec::new();
     let mut devices = HashMap::new();
     // Device keys are shared: a month holds a million allocations on a few thousand devices.
@@ -236,73 +322,24 @@ async fn load(tx: &mut OrgTx, window: Interval, tenant: Option<TenantId>, detail
     let mut modes = HashMap::new();
     // Soft-shared pods: measured by their own processes' samples, keyed `pod:<cluster>/<uid>`.
     let mut soft_pods: Vec<SoftPod> = Vec::new();
-    while let Some(store::HeldRow {
-        cluster_id: cluster,
-        allocation_id,
-        namespace_uid: ns,
-        fraction_num: num,
-        fraction_den: den,
-        started_at,
-        ended_at,
-        device_ids,
-        gpu_class,
-        confidence: conf,
-        sharing_mode: mode,
-        holder_uid: holder,
-        node,
-    }) = rows.try_next().await?
-    {
-        let (Some(num), Some(den)) = (num, den) else {
-            without_fraction += 1;
-            continue;
-        };
-        let fraction = Fraction::new(i128::from(num), i128::from(den)).map_err(internal)?;
-        let (start, end) = (started_at.max(from), ended_at.map_or(to, |e| e.min(to)));
-        if start >= end {
-            continue;
-        }
-        let id = format!("{cluster}/{allocation_id}");
-        // A soft share's GPU is busy with every pod on it: its own activity needs per-process samples, so the
-        // device's utilization is not credited to it.
-        let parents: Vec<String> = match (mode.as_str(), node) {
-            ("soft_share", Some(node)) => {
-                let key = format!("pod:{cluster}/{holder}");
-                soft_pods.push(SoftPod { cluster, node, key: key.clone(), fraction });
-                vec![key]
+    while let Some(row) = rows.try_next().await? {
+        let held = match pieces.held(row)? {
+            Converted::WithoutFraction => {
+                without_fraction += 1;
+                continue;
             }
-            ("soft_share", None) => Vec::new(),
-            _ => device_ids.iter().map(|d| telemetry_key(d, &mig)).collect(),
+            Converted::Outside => continue,
+            Converted::Held(h) => *h,
         };
-        if detail == Detail::Rows {
-            modes.insert(id.clone(), mode);
-        }
-        for k in parents.iter().filter(|k| !k.starts_with("pod:")) {
+        soft_pods.extend(held.soft);
+        modes.insert(held.id.clone(), held.mode);
+        for k in held.keys.iter().filter(|k| !k.starts_with("pod:")) {
             if !keys.contains(k) {
                 keys.insert(k.clone());
             }
         }
-        let confidence = confidence(&conf)?;
-        let gpu_class = gpu_class.and_then(|c| GpuClass::new(c).ok());
-        let no_owners = Vec::new();
-        let ns_owners = ns.and_then(|ns| owners.get(&ns)).unwrap_or(&no_owners);
-        for (piece_start, piece_end, piece_tenant) in split_by_owner(start, end, ns_owners) {
-            if tenant.is_some() && piece_tenant != tenant {
-                continue;
-            }
-            allocations.push(HeldAllocation {
-                id: id.clone(),
-                tenant: piece_tenant,
-                gpu_class: gpu_class.clone(),
-                fraction,
-                start: piece_start,
-                end: Some(piece_end),
-                devices: parents.clone(),
-                confidence,
-            });
-        }
-        if detail == Detail::Rows {
-            devices.insert(id, device_ids);
-        }
+        allocations.extend(held.rows);
+        devices.insert(held.id, held.device_ids);
     }
     drop(rows);
     allocations.shrink_to_fit();
@@ -507,7 +544,7 @@ async fn utilization(
     } else if let Some(tenant) = params.tenant {
         return Err(AppError::unknown("tenant", format!("no tenant {tenant} in this organization")));
     }
-    let mut loaded = load(&mut tx, window, params.tenant, Detail::Rows).await?;
+    let mut loaded = load(&mut tx, window, params.tenant).await?;
     tx.commit().await?;
 
     // Pure and CPU-bound: off the async workers.
@@ -564,35 +601,6 @@ fn answer_head(
         basis: "analytics only: utilization is never billed".into(),
         without_fraction,
     })
-}
-
-/// The month's utilization per tenant over the whole organization, with the default idle threshold: what the read
-/// model stores as the month's utilization summary. Returns the answer-wide fields and, per tenant, its
-/// department (`None`: work no tenant owned) and its row as [`utilization`] answers it.
-pub(crate) async fn utilization_summary(
-    tx: &mut OrgTx,
-    period: Period,
-) -> Result<(api::UtilizationHead, Vec<(Option<Uuid>, api::TenantUtilization)>), AppError> {
-    let (month, end) = month_so_far(period)?;
-    let window = Interval::new(month.start(), end).map_err(internal)?;
-    let options = UtilizationOptions::new(window);
-    let mut loaded = load(tx, window, None, Detail::Sums).await?;
-    let departments: HashMap<Uuid, Uuid> = store::tenant_departments(tx).await?.into_iter().collect();
-    let (allocations, timelines) = (std::mem::take(&mut loaded.allocations), std::mem::take(&mut loaded.timelines));
-    let report = tokio::task::spawn_blocking(move || analyze_timelines(&allocations, timelines, &options, false))
-        .await
-        .map_err(internal)?
-        .map_err(internal)?;
-    let mut tenants: Vec<&TenantUtilization> = report.tenants.iter().collect();
-    tenants.sort_by_key(|t| std::cmp::Reverse(t.idle_gpu_hours));
-    let rows = tenants
-        .iter()
-        .map(|t| {
-            let department = t.tenant.and_then(|id| departments.get(&id.as_uuid()).copied());
-            Ok((department, tenant_json(t, &loaded.tenant_names)?))
-        })
-        .collect::<Result<Vec<_>, AppError>>()?;
-    Ok((answer_head(period, window, &options, loaded.without_fraction)?, rows))
 }
 
 /// The month's inference answer over the whole organization (see [`inference::answer`]).
