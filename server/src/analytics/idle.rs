@@ -94,8 +94,9 @@ pub(crate) async fn idle_now(tx: &mut OrgTx, now: OffsetDateTime) -> Result<(Idl
             (format!("{cluster}/{alloc}"), (name, alloc, holder, class))
         })
         .collect();
-    let mut loaded = super::load(tx, window, None).await?;
-    loaded.allocations.retain(|a| open.contains_key(&a.id));
+    // Only the open allocations, and their devices' hours since the earliest of them started.
+    let keep = |id: &str| open.contains_key(id);
+    let mut loaded = super::load(tx, window, None, Some(&keep)).await?;
     let (allocations, timelines) = (std::mem::take(&mut loaded.allocations), std::mem::take(&mut loaded.timelines));
     let report = tokio::task::spawn_blocking(move || analyze_timelines(&allocations, timelines, &options, true))
         .await

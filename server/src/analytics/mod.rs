@@ -306,9 +306,13 @@ impl Pieces {
     }
 }
 
-/// The window's allocations (of `tenant`'s namespaces, when given) and every hour of their devices, held whole: for
-/// answers with allocation rows. A month's sums over the organization are [`summarize`]d in chunks instead.
-async fn load(tx: &mut OrgTx, window: Interval, tenant: Option<TenantId>) -> Result<Loaded, AppError> {
+/// Which allocation intervals [`load`] keeps, by `<cluster>/<allocation>` (all of them: `None`).
+type Only<'a> = Option<&'a (dyn Fn(&str) -> bool + Sync)>;
+
+/// The window's allocations (of `tenant`'s namespaces, when given; those `only` keeps) and the hours of their devices
+/// since the earliest of them started, held whole: for answers with allocation rows. A month's sums over the
+/// organization are summarized in chunks instead (`summary`).
+async fn load(tx: &mut OrgTx, window: Interval, tenant: Option<TenantId>, only: Only<'_>) -> Result<Loaded, AppError> {
     use futures::TryStreamExt;
     let (from, to) = (window.start(), window.end());
     let tenant_uuid = tenant.map(|t| t.as_uuid());
@@ -323,6 +327,9 @@ async fn load(tx: &mut OrgTx, window: Interval, tenant: Option<TenantId>) -> Res
     // Soft-shared pods: measured by their own processes' samples, keyed `pod:<cluster>/<uid>`.
     let mut soft_pods: Vec<SoftPod> = Vec::new();
     while let Some(row) = rows.try_next().await? {
+        if only.is_some_and(|keep| !keep(&format!("{}/{}", row.cluster_id, row.allocation_id))) {
+            continue;
+        }
         let held = match pieces.held(row)? {
             Converted::WithoutFraction => {
                 without_fraction += 1;
@@ -343,6 +350,8 @@ async fn load(tx: &mut OrgTx, window: Interval, tenant: Option<TenantId>) -> Res
     }
     drop(rows);
     allocations.shrink_to_fit();
+    // No hour before the earliest allocation kept is read (the open allocations of a month's end: days, not the month).
+    let from = allocations.iter().map(|a| a.start).min().map_or(from, |s| s.max(from));
 
     // Whole GPUs by UUID; MIG instances by (parent, GPU instance ID).
     let (whole, instances): (Vec<String>, Vec<String>) = keys.into_iter().partition(|k| !k.contains('#'));
@@ -544,7 +553,7 @@ async fn utilization(
     } else if let Some(tenant) = params.tenant {
         return Err(AppError::unknown("tenant", format!("no tenant {tenant} in this organization")));
     }
-    let mut loaded = load(&mut tx, window, params.tenant).await?;
+    let mut loaded = load(&mut tx, window, params.tenant, None).await?;
     tx.commit().await?;
 
     // Pure and CPU-bound: off the async workers.
