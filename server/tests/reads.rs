@@ -587,8 +587,9 @@ async fn a_month_closed_in_parts_has_the_lines_and_records_of_the_whole_month() 
     let bundle: gpuledger_core::bundle::Bundle = serde_json::from_value(bundle).unwrap();
     assert_eq!(bundle.lines, whole.ledger.lines, "the lines of the whole month");
     assert!(bundle.lines.len() >= 5, "{} lines", bundle.lines.len());
-    // The same records, in the parts' order — start order, which the sweep of a quota pool across parts needs —
-    // with `#1` numbered as the whole month numbers it.
+    // The same records, in the parts' order — start order, which the sweep of a quota pool across parts needs (a
+    // part of one record here; within a larger part the bundle has them by ID) — with `#1` numbered as the whole
+    // month numbers it.
     assert!(bundle.inputs.allocations.windows(2).all(|w| w[0].start <= w[1].start), "the parts came in start order");
     let ids = |records: &[AllocationRecord]| {
         let mut ids: Vec<String> = records.iter().map(|a| serde_json::to_string(a).unwrap()).collect();
