@@ -407,11 +407,28 @@ async fn idle_reservations_and_active_equivalent_hours_by_hand() {
     summaries_equal_the_report(&env, &report).await;
 }
 
-/// The month's summary per tenant (the read model's, computed a chunk of allocations at a time with the hours of
-/// their devices from a temporary file) equals the report's tenants — the month held whole — however it is cut.
+/// The month's report and its summary per tenant (the read model's) are computed a chunk of allocations at a time,
+/// with the hours of their devices from a temporary file: the same answers however the month is cut (`report` was
+/// asked for in one chunk), and pages reach the 100,000 most idle rows.
 async fn summaries_equal_the_report(env: &Env, report: &Value) {
+    let (status, _, refused) = get(env, Some(&env.admin), "period=2026-10&page=1001&per_page=100").await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{refused}");
+    assert_eq!(refused["field"], "page", "{refused}");
     for chunk in [1, 2, 50_000] {
         gpuledger_server::analytics::set_summary_chunk(chunk);
+        for query in ["period=2026-10", "period=2026-10&per_page=1&page=2"] {
+            let (status, _, again) = get(env, Some(&env.admin), query).await;
+            assert_eq!(status, StatusCode::OK, "{again}");
+            let (_, _, whole) = {
+                gpuledger_server::analytics::set_summary_chunk(1_000_000);
+                let w = get(env, Some(&env.admin), query).await;
+                gpuledger_server::analytics::set_summary_chunk(chunk);
+                w
+            };
+            assert_eq!(again, whole, "{query} in chunks of {chunk}");
+        }
+        let (_, _, again) = get(env, Some(&env.admin), "period=2026-10").await;
+        assert_eq!(&again, report, "chunks of {chunk}");
         let mut tx = env.db.begin_org(env.org).await.unwrap();
         let (head, rows) = gpuledger_server::analytics::utilization_summary(
             &mut tx,

@@ -28,7 +28,7 @@ use gpuledger_core::{
     interval::Interval,
     utilization::{
         ActivitySample, AllocationUtilization, DeviceTimelines, HeldAllocation, TenantUtilization, Utilization,
-        UtilizationOptions, analyze_timelines,
+        UtilizationOptions,
     },
 };
 use time::OffsetDateTime;
@@ -153,10 +153,6 @@ struct Loaded {
     timelines: DeviceTimelines,
     /// Core ID (`<cluster>/<allocation>`) → device IDs as stored.
     devices: HashMap<String, Vec<String>>,
-    tenant_names: HashMap<Uuid, String>,
-    without_fraction: u64,
-    /// Allocation → sharing mode (for the reason a figure is not measured).
-    modes: HashMap<String, String>,
 }
 
 /// Splits `[start, end)` at the owners' validity boundaries: each piece with its tenant, `None` where no
@@ -310,8 +306,8 @@ impl Pieces {
 type Only<'a> = Option<&'a (dyn Fn(&str) -> bool + Sync)>;
 
 /// The window's allocations (of `tenant`'s namespaces, when given; those `only` keeps) and the hours of their devices
-/// since the earliest of them started, held whole: for answers with allocation rows. A month's sums over the
-/// organization are summarized in chunks instead (`summary`).
+/// since the earliest of them started, held whole: the open month's idle reservations (its open allocations). The
+/// month's report and summaries are analysed in chunks instead (`summary::in_chunks`).
 async fn load(tx: &mut OrgTx, window: Interval, tenant: Option<TenantId>, only: Only<'_>) -> Result<Loaded, AppError> {
     use futures::TryStreamExt;
     let (from, to) = (window.start(), window.end());
@@ -322,8 +318,6 @@ async fn load(tx: &mut OrgTx, window: Interval, tenant: Option<TenantId>, only: 
     let mut devices = HashMap::new();
     // Device keys are shared: a month holds a million allocations on a few thousand devices.
     let mut keys: BTreeSet<String> = BTreeSet::new();
-    let mut without_fraction = 0u64;
-    let mut modes = HashMap::new();
     // Soft-shared pods: measured by their own processes' samples, keyed `pod:<cluster>/<uid>`.
     let mut soft_pods: Vec<SoftPod> = Vec::new();
     while let Some(row) = rows.try_next().await? {
@@ -331,15 +325,10 @@ async fn load(tx: &mut OrgTx, window: Interval, tenant: Option<TenantId>, only: 
             continue;
         }
         let held = match pieces.held(row)? {
-            Converted::WithoutFraction => {
-                without_fraction += 1;
-                continue;
-            }
-            Converted::Outside => continue,
+            Converted::WithoutFraction | Converted::Outside => continue,
             Converted::Held(h) => *h,
         };
         soft_pods.extend(held.soft);
-        modes.insert(held.id.clone(), held.mode);
         for k in held.keys.iter().filter(|k| !k.starts_with("pod:")) {
             if !keys.contains(k) {
                 keys.insert(k.clone());
@@ -388,14 +377,7 @@ async fn load(tx: &mut OrgTx, window: Interval, tenant: Option<TenantId>, only: 
     }
     timelines.extend(&pod_samples(tx, window, &soft_pods).await?).map_err(internal)?;
 
-    let tenant_ids: Vec<Uuid> =
-        allocations.iter().filter_map(|a| a.tenant.map(|t| t.as_uuid())).collect::<BTreeSet<_>>().into_iter().collect();
-    let tenant_names: HashMap<Uuid, String> = if tenant_ids.is_empty() {
-        HashMap::new()
-    } else {
-        store::tenant_names(tx, &tenant_ids).await?.into_iter().collect()
-    };
-    Ok(Loaded { allocations, timelines, devices, modes, tenant_names, without_fraction })
+    Ok(Loaded { allocations, timelines, devices })
 }
 
 fn tenant_json(t: &TenantUtilization, names: &HashMap<Uuid, String>) -> Result<api::TenantUtilization, AppError> {
@@ -553,37 +535,47 @@ async fn utilization(
     } else if let Some(tenant) = params.tenant {
         return Err(AppError::unknown("tenant", format!("no tenant {tenant} in this organization")));
     }
-    let mut loaded = load(&mut tx, window, params.tenant, None).await?;
+    // The rows a page can show are kept, not the month's (the analysis a chunk of allocations at a time).
+    let keep = params.page.saturating_mul(params.per_page);
+    if keep > summary::MAX_PAGED_ROWS {
+        return Err(AppError::invalid(
+            "page",
+            format!(
+                "pages reach the {} most idle rows (page × per_page ≤ {}): ask for a tenant's rows, or a higher \
+                 idle threshold, to see others",
+                summary::MAX_PAGED_ROWS,
+                summary::MAX_PAGED_ROWS
+            ),
+        ));
+    }
+    let sees = |t: Option<TenantId>| Visible::tenant(&visible, t.map(|t| t.as_uuid()));
+    let chunked = summary::in_chunks(
+        &mut tx,
+        window,
+        params.tenant,
+        &options,
+        usize::try_from(keep).unwrap_or(usize::MAX),
+        &sees,
+    )
+    .await?;
     tx.commit().await?;
 
-    // Pure and CPU-bound: off the async workers.
-    let (allocations, timelines) = (std::mem::take(&mut loaded.allocations), std::mem::take(&mut loaded.timelines));
-    let report = tokio::task::spawn_blocking(move || analyze_timelines(&allocations, timelines, &options, true))
-        .await
-        .map_err(internal)?
-        .map_err(internal)?;
-
-    // A caller limited to departments sees its tenants' rows only.
-    let mut rows: Vec<&AllocationUtilization> =
-        report.allocations.iter().filter(|r| Visible::tenant(&visible, r.tenant.map(|t| t.as_uuid()))).collect();
-    // Most idle first; ties keep the report's order (by allocation, then time).
-    rows.sort_by_key(|r| std::cmp::Reverse(r.idle_gpu_hours));
-    let mut tenants: Vec<&TenantUtilization> =
-        report.tenants.iter().filter(|t| Visible::tenant(&visible, t.tenant.map(|t| t.as_uuid()))).collect();
+    // A caller limited to departments sees its tenants only; the most idle first.
+    let mut tenants: Vec<&TenantUtilization> = chunked.tenants.iter().filter(|t| sees(t.tenant)).collect();
     tenants.sort_by_key(|t| std::cmp::Reverse(t.idle_gpu_hours));
-
-    let total = rows.len() as u64;
     let skip = usize::try_from((params.page - 1).saturating_mul(params.per_page)).unwrap_or(usize::MAX);
-    let take = usize::try_from(params.per_page).unwrap_or(usize::MAX);
-    let allocations = rows
+    let page: Vec<&(AllocationUtilization, Vec<String>, String)> = chunked.rows.iter().skip(skip).collect();
+    let devices: HashMap<String, Vec<String>> = page.iter().map(|(r, d, _)| (r.id.clone(), d.clone())).collect();
+    let modes: HashMap<String, String> = page.iter().map(|(r, _, m)| (r.id.clone(), m.clone())).collect();
+    let allocations = page
         .iter()
-        .skip(skip)
-        .take(take)
-        .map(|r| allocation_json(r, &loaded.devices, &loaded.modes, &loaded.tenant_names))
+        .map(|(r, _, _)| allocation_json(r, &devices, &modes, &chunked.names))
         .collect::<Result<Vec<_>, AppError>>()?;
-    let tenants = tenants.iter().map(|t| tenant_json(t, &loaded.tenant_names)).collect::<Result<Vec<_>, AppError>>()?;
+    let tenants = tenants.iter().map(|t| tenant_json(t, &chunked.names)).collect::<Result<Vec<_>, AppError>>()?;
+    let total = chunked.total;
+    let loaded_without_fraction = chunked.without_fraction;
     Ok(Json(api::Utilization {
-        head: answer_head(params.period, window, &options, loaded.without_fraction)?,
+        head: answer_head(params.period, window, &options, loaded_without_fraction)?,
         tenants,
         allocations,
         total,

@@ -10,7 +10,10 @@ use gpuledger_core::{
     Period,
     ids::TenantId,
     interval::Interval,
-    utilization::{DeviceTimelines, HeldAllocation, TenantUtilization, UtilizationOptions, analyze_timelines},
+    utilization::{
+        AllocationUtilization, DeviceTimelines, HeldAllocation, TenantUtilization, UtilizationOptions,
+        UtilizationReport, analyze_timelines,
+    },
 };
 use uuid::Uuid;
 
@@ -56,47 +59,140 @@ fn add_tenants(
     Ok(())
 }
 
+/// Rows kept for an answer's pages at most (page × per_page, the most idle first): the rows of a month of a large
+/// fleet are not held, only those a page can show.
+pub const MAX_PAGED_ROWS: u64 = 100_000;
+
+/// A row kept for a page, with what its rendering needs: ordered most idle first, then as the report orders rows.
+struct Kept {
+    row: AllocationUtilization,
+    devices: Vec<String>,
+    mode: String,
+}
+
+impl Kept {
+    fn key(&self) -> (std::cmp::Reverse<gpuledger_core::Fraction>, &AllocationUtilization) {
+        (std::cmp::Reverse(self.row.idle_gpu_hours), &self.row)
+    }
+}
+
+impl PartialEq for Kept {
+    fn eq(&self, other: &Self) -> bool {
+        self.key() == other.key()
+    }
+}
+
+impl Eq for Kept {}
+
+impl PartialOrd for Kept {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Kept {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.key().cmp(&other.key())
+    }
+}
+
+/// What [`in_chunks`] gives.
+pub(super) struct Chunked {
+    /// Per tenant (every tenant's; the caller filters what it may see), by tenant.
+    pub(super) tenants: Vec<TenantUtilization>,
+    pub(super) names: HashMap<Uuid, String>,
+    pub(super) without_fraction: u64,
+    /// The most idle rows the caller may see, most idle first (at most the number asked for), with their stored
+    /// devices and sharing modes.
+    pub(super) rows: Vec<(AllocationUtilization, Vec<String>, String)>,
+    /// Rows the caller may see, in all.
+    pub(super) total: u64,
+}
+
+/// Rows' visibility to the caller, by tenant.
+pub(super) type SeesTenant<'a> = &'a (dyn Fn(Option<TenantId>) -> bool + Sync);
+
+/// Accumulates chunks' results.
+struct Acc<'a> {
+    totals: BTreeMap<Option<TenantId>, TenantUtilization>,
+    keep: usize,
+    kept: std::collections::BinaryHeap<Kept>,
+    total: u64,
+    sees: SeesTenant<'a>,
+}
+
+impl Acc<'_> {
+    fn add(
+        &mut self,
+        report: UtilizationReport,
+        info: &HashMap<String, (Vec<String>, String)>,
+    ) -> Result<(), AppError> {
+        add_tenants(&mut self.totals, report.tenants)?;
+        for row in report.allocations {
+            if !(self.sees)(row.tenant) {
+                continue;
+            }
+            self.total += 1;
+            if self.keep == 0 {
+                continue;
+            }
+            let candidate = (std::cmp::Reverse(row.idle_gpu_hours), &row);
+            if self.kept.len() >= self.keep && self.kept.peek().is_some_and(|worst| candidate >= worst.key()) {
+                continue;
+            }
+            let (devices, mode) = info.get(&row.id).cloned().unwrap_or_default();
+            self.kept.push(Kept { row, devices, mode });
+            if self.kept.len() > self.keep {
+                self.kept.pop();
+            }
+        }
+        Ok(())
+    }
+}
+
 /// Analyses one chunk with the hours its devices held (off the async workers: reading them and the analysis are
 /// CPU-bound).
 async fn analyze_chunk(
     timelines: &std::sync::Arc<spill::Timelines>,
     chunk: Vec<HeldAllocation>,
     options: &UtilizationOptions,
-    totals: &mut BTreeMap<Option<TenantId>, TenantUtilization>,
-) -> Result<(), AppError> {
-    if chunk.is_empty() {
-        return Ok(());
-    }
+    rows: bool,
+) -> Result<UtilizationReport, AppError> {
     let (timelines, options) = (timelines.clone(), *options);
-    let report = tokio::task::spawn_blocking(move || {
+    tokio::task::spawn_blocking(move || {
         let t = timelines.for_chunk(&chunk)?;
-        analyze_timelines(&chunk, t, &options, false).map_err(internal)
+        analyze_timelines(&chunk, t, &options, rows).map_err(internal)
     })
     .await
-    .map_err(internal)??;
-    add_tenants(totals, report.tenants)
+    .map_err(internal)?
 }
 
-/// The month's per-tenant sums over the whole organization, a chunk of allocations at a time (the month's timelines
-/// in a temporary file, `spill`): the same sums as [`analyze_timelines`] over [`load`], in a chunk's memory.
-/// Returns the tenants (by tenant), their names, and the intervals without an approved fraction.
-async fn summarize(
+/// The window's analysis (of `tenant`'s namespaces, when given) a chunk of allocations at a time (the window's
+/// timelines in a temporary file, `spill`): the per-tenant sums and the `keep` most idle rows `sees` lets through,
+/// as [`analyze_timelines`] over [`super::load`] gives them, in a chunk's memory.
+pub(super) async fn in_chunks(
     tx: &mut OrgTx,
     window: Interval,
+    tenant: Option<TenantId>,
     options: &UtilizationOptions,
-) -> Result<(Vec<TenantUtilization>, HashMap<Uuid, String>, u64), AppError> {
+    keep: usize,
+    sees: SeesTenant<'_>,
+) -> Result<Chunked, AppError> {
     use futures::TryStreamExt;
     let (from, to) = (window.start(), window.end());
     let timelines = std::sync::Arc::new(spill::Timelines::read(tx, from, to).await?);
-    let pieces = Pieces::read(tx, window, None).await?;
+    let pieces = Pieces::read(tx, window, tenant).await?;
     let size = CHUNK.load(std::sync::atomic::Ordering::Relaxed);
-    let mut totals: BTreeMap<Option<TenantId>, TenantUtilization> = BTreeMap::new();
+    let rows = keep > 0;
+    let mut acc = Acc { totals: BTreeMap::new(), keep, kept: Default::default(), total: 0, sees };
     let (mut chunk, mut soft, mut soft_pods) = (Vec::new(), Vec::new(), Vec::new());
+    // Devices and modes of the chunk's allocations (of the soft shares', kept to the end), for the kept rows.
+    let (mut info, mut soft_info) = (HashMap::new(), HashMap::new());
     let mut without_fraction = 0u64;
     let mut tenant_ids: BTreeSet<Uuid> = BTreeSet::new();
     {
-        let mut rows = store::held_between(tx, from, to, None);
-        while let Some(row) = rows.try_next().await? {
+        let mut stream = store::held_between(tx, from, to, tenant.map(|t| t.as_uuid()));
+        while let Some(row) = stream.try_next().await? {
             let held = match pieces.held(row)? {
                 Converted::WithoutFraction => {
                     without_fraction += 1;
@@ -107,28 +203,37 @@ async fn summarize(
             };
             tenant_ids.extend(held.rows.iter().filter_map(|a| a.tenant.map(|t| t.as_uuid())));
             // Soft shares are measured by their pods' own samples, read at the end (few).
-            match held.soft {
+            let (into, into_info) = match held.soft {
                 Some(pod) => {
                     soft_pods.push(pod);
-                    soft.extend(held.rows);
+                    (&mut soft, &mut soft_info)
                 }
-                None => chunk.extend(held.rows),
+                None => (&mut chunk, &mut info),
+            };
+            into.extend(held.rows);
+            if rows {
+                into_info.insert(held.id, (held.device_ids, held.mode));
             }
             if chunk.len() >= size {
-                analyze_chunk(&timelines, std::mem::take(&mut chunk), options, &mut totals).await?;
+                let report = analyze_chunk(&timelines, std::mem::take(&mut chunk), options, rows).await?;
+                acc.add(report, &info)?;
+                info.clear();
             }
         }
     }
-    analyze_chunk(&timelines, chunk, options, &mut totals).await?;
+    if !chunk.is_empty() {
+        let report = analyze_chunk(&timelines, chunk, options, rows).await?;
+        acc.add(report, &info)?;
+    }
     if !soft.is_empty() {
         let mut t = DeviceTimelines::new();
         t.extend(&pod_samples(tx, window, &soft_pods).await?).map_err(internal)?;
         let options = *options;
-        let report = tokio::task::spawn_blocking(move || analyze_timelines(&soft, t, &options, false))
+        let report = tokio::task::spawn_blocking(move || analyze_timelines(&soft, t, &options, rows))
             .await
             .map_err(internal)?
             .map_err(internal)?;
-        add_tenants(&mut totals, report.tenants)?;
+        acc.add(report, &soft_info)?;
     }
     let tenant_ids: Vec<Uuid> = tenant_ids.into_iter().collect();
     let names: HashMap<Uuid, String> = if tenant_ids.is_empty() {
@@ -136,11 +241,19 @@ async fn summarize(
     } else {
         store::tenant_names(tx, &tenant_ids).await?.into_iter().collect()
     };
-    Ok((totals.into_values().collect(), names, without_fraction))
+    let mut kept = acc.kept.into_vec();
+    kept.sort_unstable();
+    Ok(Chunked {
+        tenants: acc.totals.into_values().collect(),
+        names,
+        without_fraction,
+        rows: kept.into_iter().map(|k| (k.row, k.devices, k.mode)).collect(),
+        total: acc.total,
+    })
 }
 
 /// The month's utilization per tenant over the whole organization, for the read model's summaries: computed a chunk
-/// of allocations at a time ([`summarize`]).
+/// of allocations at a time ([`in_chunks`]).
 pub async fn utilization_summary(
     tx: &mut OrgTx,
     period: Period,
@@ -148,7 +261,7 @@ pub async fn utilization_summary(
     let (month, end) = month_so_far(period)?;
     let window = Interval::new(month.start(), end).map_err(internal)?;
     let options = UtilizationOptions::new(window);
-    let (tenants, names, without_fraction) = summarize(tx, window, &options).await?;
+    let Chunked { tenants, names, without_fraction, .. } = in_chunks(tx, window, None, &options, 0, &|_| true).await?;
     let departments: HashMap<Uuid, Uuid> = store::tenant_departments(tx).await?.into_iter().collect();
     let mut tenants: Vec<&TenantUtilization> = tenants.iter().collect();
     tenants.sort_by_key(|t| std::cmp::Reverse(t.idle_gpu_hours));
