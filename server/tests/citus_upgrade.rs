@@ -127,18 +127,31 @@ async fn shard_foreign_keys(worker: &str, name: &str) -> i64 {
 #[tokio::test]
 #[ignore = "needs the Citus cluster of scripts/citus-test, whose Citus job runs it"]
 async fn a_database_distributed_migrations_ago_upgrades_to_the_head() {
+    upgrade_from(DISTRIBUTED_AFTER).await;
+}
+
+/// From the migration before the evidence orders (40: a backfill `INSERT … SELECT` from a distributed table into a
+/// local one, through policies created and dropped in its file) and the bundle chunks (41: a check constraint of the
+/// distributed `periods` dropped and added), with a closed month's evidence index and bundle in place.
+#[tokio::test]
+#[ignore = "needs the Citus cluster of scripts/citus-test, whose Citus job runs it"]
+async fn a_database_distributed_before_the_evidence_orders_upgrades_to_the_head() {
+    upgrade_from(20261206000039).await;
+}
+
+async fn upgrade_from(distributed_after: i64) {
     let citus_cluster = gpuledger_e2e::citus().unwrap().expect("GL_TEST_CITUS_*: run scripts/citus-test");
     let test_db = fresh_citus_database().await.unwrap();
     let admin = sqlx::postgres::PgPoolOptions::new().max_connections(2).connect(&test_db.admin_url).await.unwrap();
 
-    // 1. Migrated to DISTRIBUTED_AFTER on the coordinator (a fresh coordinator: nothing distributed yet), then
+    // 1. Migrated to `distributed_after` on the coordinator (a fresh coordinator: nothing distributed yet), then
     //    distributed with the file of that time.
     let all = Migrator::new(repo().join("migrations")).await.unwrap();
     let head = all.iter().map(|m| m.version).max().unwrap();
-    let later: Vec<i64> = all.iter().map(|m| m.version).filter(|v| *v > DISTRIBUTED_AFTER).collect();
-    assert!(later.len() >= 3, "the upgrade must apply migrations: {later:?}");
+    let later: Vec<i64> = all.iter().map(|m| m.version).filter(|v| *v > distributed_after).collect();
+    assert!(!later.is_empty(), "the upgrade must apply migrations: {later:?}");
     let mut earlier = Migrator::new(repo().join("migrations")).await.unwrap();
-    earlier.migrations = Cow::Owned(all.iter().filter(|m| m.version <= DISTRIBUTED_AFTER).cloned().collect());
+    earlier.migrations = Cow::Owned(all.iter().filter(|m| m.version <= distributed_after).cloned().collect());
     with_cluster_lock(async {
         let mut conn = PgConnection::connect(&test_db.admin_url).await?;
         assert_eq!(citus::state(&mut conn).await?, CitusState::Coordinator);
@@ -167,13 +180,17 @@ async fn a_database_distributed_migrations_ago_upgrades_to_the_head() {
             .execute(&admin)
             .await
             .unwrap();
+        let tenant = Uuid::new_v4();
         sqlx::query("INSERT INTO tenants (org_id, tenant_id, department_id, name) VALUES ($1, $2, $3, 'nlp')")
             .bind(org)
-            .bind(Uuid::new_v4())
+            .bind(tenant)
             .bind(department)
             .execute(&admin)
             .await
             .unwrap();
+        if distributed_after >= 20261204000027 && org == a {
+            closed_month_with_evidence(&admin, org, tenant).await;
+        }
         sqlx::query("INSERT INTO clusters (org_id, cluster_id, name) VALUES ($1, $2, 'gpu-1')")
             .bind(org)
             .bind(Uuid::new_v4())
@@ -209,7 +226,9 @@ async fn a_database_distributed_migrations_ago_upgrades_to_the_head() {
             "{what} differ after the upgrade: missing {missing:?}, extra {extra:?}"
         );
     }
-    for table in ["evidence_months", "evidence_allocations", "telemetry_gpu_hours"] {
+    for table in
+        ["evidence_months", "evidence_allocations", "telemetry_gpu_hours", "evidence_orders", "period_bundle_chunks"]
+    {
         let shards: i64 = sqlx::query_scalar("SELECT count(*) FROM citus_shards WHERE table_name = $1::regclass")
             .bind(table)
             .fetch_one(&admin)
@@ -304,4 +323,61 @@ async fn a_database_distributed_migrations_ago_upgrades_to_the_head() {
     .await
     .unwrap();
     assert_eq!((clusters, ids), (4, 3), "two clusters per earlier organization; organizations.id filled for all three");
+    if distributed_after >= 20261204000027 {
+        // Migration 40 filled the month's orders from its ranks; 41 kept its bundle where it was.
+        let mut tx = app.begin_org(OrgId::from_uuid(a)).await.unwrap();
+        let orders: Vec<(i16, i32, Vec<i32>)> = sqlx::query_as(
+            "SELECT sort, chunk, start_ranks FROM evidence_orders WHERE org_id = $1 ORDER BY sort, chunk",
+        )
+        .bind(a)
+        .fetch_all(tx.conn())
+        .await
+        .unwrap();
+        assert_eq!(orders, vec![(1, 0, vec![2, 3, 1]), (2, 0, vec![3, 1, 2]), (3, 0, vec![1, 3, 2])]);
+        let bundle: (Option<Vec<u8>>, Option<i32>) =
+            sqlx::query_as("SELECT bundle_gz, bundle_chunks FROM periods WHERE org_id = $1 AND period = '2026-01-01'")
+                .bind(a)
+                .fetch_one(tx.conn())
+                .await
+                .unwrap();
+        assert_eq!(bundle, (Some(b"\x1f\x8b".to_vec()), None));
+        tx.commit().await.unwrap();
+    }
+}
+
+/// A closed January with its bundle in the period's row and an evidence index of three records whose orders differ
+/// (start ranks 1–3; by end 2, 3, 1; by fraction 3, 1, 2; by ID 1, 3, 2).
+async fn closed_month_with_evidence(admin: &PgPool, org: Uuid, tenant: Uuid) {
+    sqlx::query(
+        "INSERT INTO periods (org_id, period, state, closed_at, content_hash, bundle_gz)
+         VALUES ($1, '2026-01-01', 'closed', now(), 'h', '\\x1f8b')",
+    )
+    .bind(org)
+    .execute(admin)
+    .await
+    .unwrap();
+    sqlx::query(
+        "INSERT INTO evidence_months (org_id, period, allocations, source) VALUES ($1, '2026-01-01', 3, 'close')",
+    )
+    .bind(org)
+    .execute(admin)
+    .await
+    .unwrap();
+    // (start rank, end rank, fraction rank, ID rank)
+    for (s, e, f, i) in [(1, 3, 2, 1), (2, 1, 3, 3), (3, 2, 1, 2)] {
+        sqlx::query(
+            "INSERT INTO evidence_allocations (org_id, period, start_rank, end_rank, fraction_rank, id_rank, allocation,
+                                               tenant_id, fraction, starts_at, confidence)
+             VALUES ($1, '2026-01-01', $2, $3, $4, $5, 'c/a' || $2, $6, '1', now(), 'exact')",
+        )
+        .bind(org)
+        .bind(s)
+        .bind(e)
+        .bind(f)
+        .bind(i)
+        .bind(tenant)
+        .execute(admin)
+        .await
+        .unwrap();
+    }
 }
