@@ -124,18 +124,15 @@ async fn shard_foreign_keys(worker: &str, name: &str) -> i64 {
     n
 }
 
+/// From migration 26 (before the evidence index's tables, the PL/pgSQL doors, the per-GPU telemetry hours and
+/// `organizations.id`), then from 39 (before the evidence orders — 40: a backfill `INSERT … SELECT` from a
+/// distributed table into a local one, through policies created and dropped in its file — and the bundle chunks —
+/// 41: a check constraint of the distributed `periods` dropped and added), with a closed month's evidence index and
+/// bundle in place. One after the other: two fresh Citus databases made at once on the same nodes collide.
 #[tokio::test]
 #[ignore = "needs the Citus cluster of scripts/citus-test, whose Citus job runs it"]
 async fn a_database_distributed_migrations_ago_upgrades_to_the_head() {
     upgrade_from(DISTRIBUTED_AFTER, &["evidence_months", "telemetry_gpu_hours"]).await;
-}
-
-/// From the migration before the evidence orders (40: a backfill `INSERT … SELECT` from a distributed table into a
-/// local one, through policies created and dropped in its file) and the bundle chunks (41: a check constraint of the
-/// distributed `periods` dropped and added), with a closed month's evidence index and bundle in place.
-#[tokio::test]
-#[ignore = "needs the Citus cluster of scripts/citus-test, whose Citus job runs it"]
-async fn a_database_distributed_before_the_evidence_orders_upgrades_to_the_head() {
     upgrade_from(20261206000039, &["evidence_orders", "period_bundle_chunks"]).await;
 }
 
