@@ -23,8 +23,6 @@ use crate::{db::OrgTx, error::AppError};
 
 /// Bytes of a segment in the file: start and end (Unix ms), per-mille utilization, little-endian.
 const SEG_BYTES: usize = 18;
-/// Segments per mark of a device's sparse index.
-const STRIDE: usize = if cfg!(test) { 3 } else { 64 };
 
 fn spill_error(e: std::io::Error) -> AppError {
     AppError::Unavailable(format!("the month's utilization in its temporary file: {e}"))
@@ -36,8 +34,8 @@ pub(super) struct Timelines {
     file: Option<File>,
     /// Telemetry key (`uuid`, `uuid#gi`) → first segment, segments, first mark.
     keys: HashMap<String, (u64, usize, usize)>,
-    /// Per key, for each block of [`STRIDE`] segments: the first one's start, and the latest end before the block.
-    marks: Vec<(i64, i64)>,
+    /// Each key's segments indexed sparsely.
+    index: crate::scratch::SparseIndex,
 }
 
 /// Milliseconds since the epoch, rounded down.
@@ -71,13 +69,8 @@ impl Timelines {
             for (gi, mut segs) in by_key {
                 segs.sort_unstable();
                 let key = if gi < 0 { uuid.to_string() } else { format!("{uuid}#{gi}") };
-                let first_mark = out.marks.len();
-                let mut ended = i64::MIN;
-                for (i, (s, e, p)) in segs.iter().enumerate() {
-                    if i % STRIDE == 0 {
-                        out.marks.push((*s, ended));
-                    }
-                    ended = ended.max(*e);
+                let first_mark = out.index.mark(segs.iter().map(|(s, e, _)| (*s, *e)));
+                for (s, e, p) in &segs {
                     let mut rec = [0_u8; SEG_BYTES];
                     rec[..8].copy_from_slice(&s.to_le_bytes());
                     rec[8..16].copy_from_slice(&e.to_le_bytes());
@@ -114,9 +107,7 @@ impl Timelines {
         let (Some(file), Some((first, n, first_mark))) = (self.file.as_ref(), self.keys.get(key)) else {
             return Ok(Vec::new());
         };
-        let marks = &self.marks[*first_mark..*first_mark + n.div_ceil(STRIDE)];
-        let from = marks.partition_point(|(_, ended)| *ended <= lo).saturating_sub(1) * STRIDE;
-        let to = (marks.partition_point(|(start, _)| *start < hi) * STRIDE).min(*n);
+        let std::ops::Range { start: from, end: to } = self.index.near(*first_mark, *n, lo, hi);
         if from >= to {
             return Ok(Vec::new());
         }
@@ -149,22 +140,11 @@ impl Timelines {
         }
         let mut out = DeviceTimelines::new();
         let mut buf = Vec::new();
-        for (device, mut spans) in held {
-            spans.sort_unstable();
-            let mut merged: Vec<(i64, i64)> = Vec::with_capacity(spans.len());
-            for (s, e) in spans {
-                match merged.last_mut() {
-                    Some(last) if s <= last.1 => last.1 = last.1.max(e),
-                    _ => merged.push((s, e)),
-                }
-            }
-            let (lo, hi) = (merged.first().map_or(0, |m| m.0), merged.last().map_or(0, |m| m.1));
-            let mut k = 0;
+        for (device, spans) in held {
+            let mut reach = crate::scratch::Reach::new(spans);
+            let (lo, hi) = reach.bounds();
             for (s, e, p) in self.near(device, lo, hi, &mut buf)? {
-                while k < merged.len() && merged[k].1 <= s {
-                    k += 1;
-                }
-                if k < merged.len() && merged[k].0 < e {
+                if reach.hits(s, e) {
                     let window = Interval::new(at(s)?, at(e)?).map_err(super::internal)?;
                     let u = Utilization::from_permille(p).map_err(super::internal)?;
                     out.push(device, window, u).map_err(super::internal)?;

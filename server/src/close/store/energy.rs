@@ -17,10 +17,6 @@ use crate::{db::OrgTx, error::AppError};
 
 /// Bytes of one span in the file: start and end (Unix µs) and joules, little-endian.
 const SPAN_BYTES: usize = 24;
-/// Spans per mark of a device's sparse index: a part reads the blocks its records' hours can reach, not the device's
-/// month (parts in start order each touch most devices of the fleet for a few hours). 16 B a mark: at 64 spans, a
-/// month of 744 hours is 12 marks, ~190 B a device.
-const STRIDE: usize = if cfg!(test) { 3 } else { 64 };
 
 /// A month's device energy in a temporary file, devices in the order the database gave them (by UUID), each
 /// device's spans by start. The default is no energy (a policy that does not price it).
@@ -30,9 +26,9 @@ pub(crate) struct MonthEnergy {
     /// Devices in file order: UUID, first span's index, spans, first mark's index.
     devices: Vec<(String, u64, usize, usize)>,
     by_uuid: HashMap<String, usize>,
-    /// Per device, for each block of [`STRIDE`] spans: the first span's start, and the latest end of the spans before
-    /// the block (µs; `i64::MIN` for the first block).
-    marks: Vec<(i64, i64)>,
+    /// Each device's spans indexed sparsely: a part reads the blocks its records' hours can reach, not the device's
+    /// month (parts in start order each touch most devices of the fleet for a few hours).
+    index: crate::scratch::SparseIndex,
 }
 
 /// A [`MonthEnergy`] being written, a device at a time.
@@ -61,14 +57,7 @@ impl Spill {
                 self.w.write_all(&word).map_err(spill_error)?;
             }
         }
-        let first_mark = self.out.marks.len();
-        let mut ended = i64::MIN;
-        for (i, sp) in d.spans.iter().enumerate() {
-            if i % STRIDE == 0 {
-                self.out.marks.push((sp.start_us, ended));
-            }
-            ended = ended.max(sp.end_us);
-        }
+        let first_mark = self.out.index.mark(d.spans.iter().map(|sp| (sp.start_us, sp.end_us)));
         self.out.by_uuid.insert(d.gpu_uuid.clone(), self.out.devices.len());
         self.out.devices.push((d.gpu_uuid, self.at, d.spans.len(), first_mark));
         self.at += d.spans.len() as u64;
@@ -140,16 +129,10 @@ impl MonthEnergy {
         self.spans_in(device, 0..n, buf)
     }
 
-    /// The spans of one device that can overlap `[lo, hi)` (µs): the blocks from the last one that nothing before
-    /// reaches past `lo` to the first that starts at or after `hi` — a superset, the caller filters.
+    /// The spans of one device that can overlap `[lo, hi)` (µs), by the sparse index — a superset, the caller filters.
     fn spans_near(&self, device: usize, lo: i64, hi: i64, buf: &mut Vec<u8>) -> Result<Vec<EnergySpan>, AppError> {
         let Some((_, _, n, first_mark)) = self.devices.get(device) else { return Ok(Vec::new()) };
-        let marks = &self.marks[*first_mark..*first_mark + n.div_ceil(STRIDE)];
-        // Blocks whose earlier spans all end by `lo` (the first block always: nothing before it).
-        let from = marks.partition_point(|(_, ended)| *ended <= lo).saturating_sub(1);
-        // Blocks starting at or after `hi` and everything after them (spans are in start order).
-        let to = marks.partition_point(|(start, _)| *start < hi);
-        self.spans_in(device, from * STRIDE..(to * STRIDE).min(*n), buf)
+        self.spans_in(device, self.index.near(*first_mark, *n, lo, hi), buf)
     }
 
     /// Spans `range` of one device (indexes among its spans).
@@ -209,27 +192,11 @@ impl MonthEnergy {
         }
         let mut buf = Vec::new();
         let mut out = Vec::with_capacity(held.len());
-        for (device, mut spans) in held {
-            spans.sort_unstable();
-            // Merged, so that each hour is kept once and the scan below is one pass.
-            let mut merged: Vec<(i64, i64)> = Vec::with_capacity(spans.len());
-            for (s, e) in spans {
-                match merged.last_mut() {
-                    Some(last) if s <= last.1 => last.1 = last.1.max(e),
-                    _ => merged.push((s, e)),
-                }
-            }
-            let mut keep = Vec::new();
-            let mut k = 0;
-            let (lo, hi) = (merged.first().map_or(0, |m| m.0), merged.last().map_or(0, |m| m.1));
-            for sp in self.spans_near(device, lo, hi, &mut buf)? {
-                while k < merged.len() && merged[k].1 <= sp.start_us {
-                    k += 1;
-                }
-                if k < merged.len() && merged[k].0 < sp.end_us {
-                    keep.push(sp);
-                }
-            }
+        for (device, spans) in held {
+            let mut reach = crate::scratch::Reach::new(spans);
+            let (lo, hi) = reach.bounds();
+            let mut keep = self.spans_near(device, lo, hi, &mut buf)?;
+            keep.retain(|sp| reach.hits(sp.start_us, sp.end_us));
             if !keep.is_empty() {
                 out.push(DeviceEnergy { gpu_uuid: self.devices[device].0.clone(), spans: keep });
             }

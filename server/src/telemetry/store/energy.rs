@@ -22,21 +22,12 @@ pub async fn energy_hours(
     Ok(out)
 }
 
-/// [`energy_hours`], handed to `each` a device at a time as they arrive (devices by UUID, byte order).
-pub async fn energy_hours_each(
-    tx: &mut OrgTx,
-    start: OffsetDateTime,
-    end: OffsetDateTime,
-    mut each: impl FnMut(DeviceEnergy) -> Result<(), DbError>,
-) -> Result<(), DbError> {
-    use futures::TryStreamExt;
-    // The organization's series in UUID order (byte order; a UUID seen in two clusters is one device, `k`), and for
-    // each in turn its hours by the primary key: the rows arrive in the device order the bundle wants with nothing
-    // sorted. (Sorting the month's hours by UUID text in one statement — millions of rows at 10,000 GPUs, a UUID
-    // sent with each — cost twice as much: docs/scaling.md, "The evidence orders and a sort-free energy pass".)
+/// The organization's whole-GPU series in UUID order (byte order): the GPUs' UUIDs, and per series its ID and its
+/// GPU's index among them (`k`: a UUID seen in two clusters is one device). Whole GPUs only: a GPU-hour row is keyed
+/// by its GPU's series (MIG instances' sums ride in it), so an instance's series would be an index probe that finds
+/// nothing — most of the probes in a MIG-heavy fleet.
+async fn gpus_in_uuid_order(tx: &mut OrgTx) -> Result<(Vec<String>, Vec<i64>, Vec<i32>), DbError> {
     let mut series: Vec<(i64, String)> =
-        // Whole GPUs' series only: a GPU-hour row is keyed by its GPU's series (MIG instances' sums ride in it), so
-        // an instance's series would be an index probe that finds nothing — most of the probes in a MIG-heavy fleet.
         sqlx::query_as("SELECT series_id, gpu_uuid FROM telemetry_series WHERE org_id = $1 AND gpu_instance_id = -1")
             .bind(tx.org().as_uuid())
             .fetch_all(tx.conn())
@@ -50,6 +41,22 @@ pub async fn energy_hours_each(
         ids.push(id);
         ks.push(i32::try_from(uuids.len() - 1).map_err(|_| DbError::Data("too many telemetry series".into()))?);
     }
+    Ok((uuids, ids, ks))
+}
+
+/// [`energy_hours`], handed to `each` a device at a time as they arrive (devices by UUID, byte order).
+pub async fn energy_hours_each(
+    tx: &mut OrgTx,
+    start: OffsetDateTime,
+    end: OffsetDateTime,
+    mut each: impl FnMut(DeviceEnergy) -> Result<(), DbError>,
+) -> Result<(), DbError> {
+    use futures::TryStreamExt;
+    // The organization's series in UUID order, and for each in turn its hours by the primary key: the rows arrive in
+    // the device order the bundle wants with nothing sorted. (Sorting the month's hours by UUID text in one statement
+    // — millions of rows at 10,000 GPUs, a UUID sent with each — cost twice as much: docs/scaling.md, "The evidence
+    // orders and a sort-free energy pass".)
+    let (uuids, ids, ks) = gpus_in_uuid_order(tx).await?;
     // A nested loop over the arrays in their order (the lateral reference makes it one).
     let mut rows = sqlx::query_as::<_, (i32, OffsetDateTime, i32, i32, i64)>(
         "SELECT m.k, h.hour, h.span_from_ms, h.span_to_ms, h.energy_j
@@ -111,20 +118,7 @@ pub async fn utilization_hours_each(
     mut each: impl FnMut(&str, Vec<super::HourRow>) -> Result<(), DbError>,
 ) -> Result<(), DbError> {
     use futures::TryStreamExt;
-    let mut series: Vec<(i64, String)> =
-        sqlx::query_as("SELECT series_id, gpu_uuid FROM telemetry_series WHERE org_id = $1 AND gpu_instance_id = -1")
-            .bind(tx.org().as_uuid())
-            .fetch_all(tx.conn())
-            .await?;
-    series.sort_unstable_by(|a, b| a.1.cmp(&b.1).then(a.0.cmp(&b.0)));
-    let (mut uuids, mut ids, mut ks) = (Vec::<String>::new(), Vec::with_capacity(series.len()), Vec::new());
-    for (id, uuid) in series {
-        if uuids.last() != Some(&uuid) {
-            uuids.push(uuid);
-        }
-        ids.push(id);
-        ks.push(i32::try_from(uuids.len() - 1).map_err(|_| DbError::Data("too many telemetry series".into()))?);
-    }
+    let (uuids, ids, ks) = gpus_in_uuid_order(tx).await?;
     #[allow(clippy::type_complexity)]
     let mut rows = sqlx::query_as::<_, (i32, OffsetDateTime, i32, i32, i64, i32, Option<Vec<u8>>)>(
         "SELECT m.k, h.hour, h.span_from_ms, h.span_to_ms, h.util_sum, h.util_ms, h.inst_sums
