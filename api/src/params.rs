@@ -238,10 +238,11 @@ pub struct UtilizationParams {
     pub idle_threshold_pct: Option<crate::input::Threshold>,
     /// Hours of idle time before an allocation is listed (default 1).
     pub min_idle_hours: Option<crate::input::IdleHours>,
-    /// The page of allocations (default 1).
-    pub page: Option<PageNumber>,
+    /// The page of allocations (default 1). Pages reach the 100,000 most idle rows (1,000 pages of 100): the
+    /// month's rows are not held, only those a page can show; ask for a tenant's rows to see others.
+    pub page: Option<Int<1, 1000>>,
     /// Allocations per page (default 100).
-    pub per_page: Option<Int<1, 1000>>,
+    pub per_page: Option<Int<1, 100>>,
 }
 
 /// `GET /api/v1/analytics/inference`.

@@ -107,15 +107,12 @@ fn parse_params(q: &gpuledger_api::params::UtilizationParams) -> Result<Utilizat
             nanos.numer() / nanos.denom()
         }
     };
-    let count = |n: Option<gpuledger_api::input::Int<1, 1_000_000>>, default: u64| {
-        n.map_or(default, |n| u64::try_from(n.get()).unwrap_or(default))
-    };
     Ok(UtilizationParams {
         period: q.period.period(),
         tenant: q.tenant.map(|t| TenantId::from_uuid(t.uuid())),
         threshold_pct,
         min_idle_nanos,
-        page: count(q.page, 1),
+        page: q.page.map_or(1, |n| u64::try_from(n.get()).unwrap_or(1)),
         per_page: q.per_page.map_or(100, |n| u64::try_from(n.get()).unwrap_or(100)),
     })
 }
@@ -535,7 +532,9 @@ async fn utilization(
     } else if let Some(tenant) = params.tenant {
         return Err(AppError::unknown("tenant", format!("no tenant {tenant} in this organization")));
     }
-    // The rows a page can show are kept, not the month's (the analysis a chunk of allocations at a time).
+    // The rows a page can show are kept, not the month's (the analysis a chunk of allocations at a time). The
+    // parameters' bounds (page ≤ 1,000, per_page ≤ 100) keep this within the cap; checked again so that widening
+    // either bound cannot lift it.
     let keep = params.page.saturating_mul(params.per_page);
     if keep > summary::MAX_PAGED_ROWS {
         return Err(AppError::invalid(
@@ -644,6 +643,11 @@ mod tests {
         assert_eq!(field("period=2026-10&min_idle_hours=100000"), "min_idle_hours");
         assert_eq!(field("period=2026-10&page=0"), "page");
         assert_eq!(field("period=2026-10&per_page=5000"), "per_page");
+        // Pages reach the 100,000 most idle rows, and the parameters' bounds say so (1,000 pages of 100).
+        assert_eq!(field("period=2026-10&page=1001"), "page");
+        assert_eq!(field("period=2026-10&per_page=101"), "per_page");
+        let p = parse_params(&q("period=2026-10&page=1000&per_page=100")).unwrap();
+        assert!(p.page * p.per_page <= summary::MAX_PAGED_ROWS);
         assert_eq!(field("period=2026-10&colour=blue"), "colour");
         assert_eq!(field("period=2026-10&period=2026-11"), "period");
     }
