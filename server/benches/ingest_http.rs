@@ -4,16 +4,21 @@
 //! asking for the organization's months. The goal: ≥ 50× real time for a 10,000-GPU fleet, ≈ 8,300 windows/s.
 //!
 //! ```sh
-//! cargo bench -p gpuledger-server --bench ingest_http                         # 10,000 GPUs, 10 minutes of each shape
+//! cargo bench -p gpuledger-server --bench ingest_http                         # 10,000 GPUs: 10 minutes, then 125 caught up
 //! GL_BENCH_GPUS=2000 GL_BENCH_MINUTES=5 cargo bench -p gpuledger-server --bench ingest_http
 //! ```
 //!
 //! The server is `demo --history false` on its own embedded PostgreSQL (a temporary directory, removed at the end):
-//! only the demo organization, no history. Two shapes, each `GL_BENCH_MINUTES` minutes of the fleet:
-//! - **node cadence**: what node agents send as they go, one request per node and minute (8 GPUs: 8 windows);
-//! - **catch-up**: an agent delivering its spool after an outage, 1,000 windows a request.
+//! only the demo organization, no history. Each request is what a node agent sends: one node's windows (8 GPUs), its
+//! name and spool state. Two shapes:
+//! - **node cadence**: as the agents go, one request per node and minute (8 windows), `GL_BENCH_MINUTES` minutes of
+//!   the fleet (default 10; 1,440 is the issue's day);
+//! - **catch-up**: every node delivering its spool after an outage, 125 minutes a request (1,000 windows),
+//!   `GL_BENCH_CATCHUP_MINUTES` minutes of the fleet (default 125).
 //!
-//! `GL_BENCH_SENDERS` (default 8) requests are in flight at once. The reference is real time: the fleet's own rate
+//! `GL_BENCH_SENDERS` (default 8) requests are in flight at once. `GL_BENCH_DATABASE_URL` (a superuser's URL of an
+//! empty database) runs it on a PostgreSQL of your own instead, e.g. one with `pg_stat_statements` to see where the
+//! time goes. The reference is real time: the fleet's own rate
 //! (GPUs / 60 windows a second). Results are printed as markdown; see docs/benchmarks.md.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -32,7 +37,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use gpuledger_core::wire::{AgentInfo, Batch, Fact, FactBody, Stat, TelemetryRollup, WIRE_VERSION};
+use gpuledger_core::wire::{AgentInfo, Batch, Fact, FactBody, SpoolState, Stat, TelemetryRollup, WIRE_VERSION};
 use time::OffsetDateTime;
 use uuid::Uuid;
 
@@ -64,6 +69,11 @@ impl Drop for Server {
     }
 }
 
+/// `DATABASE_URL` for the server, when `GL_BENCH_DATABASE_URL` names a database of the caller's.
+fn database() -> Option<(&'static str, String)> {
+    std::env::var("GL_BENCH_DATABASE_URL").ok().map(|url| ("DATABASE_URL", url))
+}
+
 fn exe() -> &'static str {
     env!("CARGO_BIN_EXE_gpuledger-server")
 }
@@ -77,6 +87,7 @@ fn start() -> Server {
         .args(["demo", "--history", "false", "--listen", &format!("127.0.0.1:{port}"), "--data-dir"])
         .arg(dir.join("data"))
         .env_remove("DATABASE_URL")
+        .envs(database())
         .stdout(log.try_clone().unwrap())
         .stderr(log)
         .spawn()
@@ -89,6 +100,7 @@ fn token(server: &Server, scope: &str) -> String {
         .args(["token", "create", "--org", "demo", "--scope", scope, "--data-dir"])
         .arg(server.dir.join("data"))
         .env_remove("DATABASE_URL")
+        .envs(database())
         .stderr(Stdio::null())
         .output()
         .unwrap();
@@ -127,10 +139,22 @@ fn window(base: OffsetDateTime, g: usize, m: usize) -> Fact {
     }
 }
 
-fn body(facts: Vec<Fact>) -> Vec<u8> {
+/// A node agent's request: its node's windows, with its name and spool as the agent reports them.
+fn body(node: usize, facts: Vec<Fact>, pending: usize) -> Vec<u8> {
     let batch = Batch {
         wire_version: WIRE_VERSION,
-        agent: AgentInfo { version: "bench".into(), mode: "node".into(), node: None, spool: None },
+        agent: AgentInfo {
+            version: "bench".into(),
+            mode: "node".into(),
+            node: Some(format!("gpu-node-{node:05}")),
+            spool: Some(SpoolState {
+                pending_facts: pending as u64,
+                pending_bytes: pending as u64 * 400,
+                dropped_facts: 0,
+                disk_bytes: 64 << 20,
+                max_bytes: 512 << 20,
+            }),
+        },
         cluster: None,
         facts,
     };
@@ -142,8 +166,10 @@ fn body(facts: Vec<Fact>) -> Vec<u8> {
 
 struct Shape {
     name: &'static str,
-    /// Windows per request.
-    per_request: usize,
+    /// Minutes of each node's windows per request: 1 as an agent sends as it goes, more when it delivers its spool.
+    minutes_per_request: usize,
+    /// Minutes of the fleet sent.
+    minutes: usize,
 }
 
 struct Outcome {
@@ -155,31 +181,38 @@ struct Outcome {
     failed: usize,
 }
 
-/// Sends minutes `[from, from + minutes)` of `gpus` GPUs in requests of `shape.per_request` windows (whole nodes for
-/// the node cadence), `senders` at a time, in time order.
-#[allow(clippy::too_many_arguments)]
+/// Sends minutes `[from, from + shape.minutes)` of `gpus` GPUs as their nodes' agents would: each request one node's
+/// GPUs over `shape.minutes_per_request` minutes, the fleet's nodes taking turns, `senders` requests at a time.
 async fn send(
     base_url: &str,
     token: &str,
     gpus: usize,
     base: OffsetDateTime,
     from: usize,
-    minutes: usize,
     shape: &Shape,
     senders: usize,
 ) -> Outcome {
-    // The requests, as (minute, first GPU, GPUs): prepared before timing.
+    // The requests, as (node, first minute, minutes): prepared before timing.
     let mut jobs: Vec<(usize, usize, usize)> = Vec::new();
-    for m in from..from + minutes {
-        let mut g = 0;
-        while g < gpus {
-            let n = shape.per_request.min(gpus - g);
-            jobs.push((m, g, n));
-            g += n;
+    let mut m = from;
+    while m < from + shape.minutes {
+        let n = shape.minutes_per_request.min(from + shape.minutes - m);
+        for node in 0..gpus / GPUS_PER_NODE {
+            jobs.push((node, m, n));
         }
+        m += n;
     }
-    let bodies: Arc<Vec<Vec<u8>>> =
-        Arc::new(jobs.iter().map(|&(m, g, n)| body((g..g + n).map(|g| window(base, g, m)).collect())).collect());
+    let bodies: Arc<Vec<Vec<u8>>> = Arc::new(
+        jobs.iter()
+            .map(|&(node, m, n)| {
+                let facts = (m..m + n)
+                    .flat_map(|m| (node * GPUS_PER_NODE..(node + 1) * GPUS_PER_NODE).map(move |g| window(base, g, m)))
+                    .collect::<Vec<_>>();
+                let pending = (from + shape.minutes - m) * GPUS_PER_NODE;
+                body(node, facts, pending)
+            })
+            .collect(),
+    );
     let next = Arc::new(AtomicUsize::new(0));
     let failed = Arc::new(AtomicUsize::new(0));
     let client = reqwest::Client::builder().pool_max_idle_per_host(senders).build().unwrap();
@@ -237,7 +270,7 @@ async fn send(
     latencies.sort_by(f64::total_cmp);
     let pick = |q: f64| latencies.get(((latencies.len() as f64 - 1.0) * q).round() as usize).copied().unwrap_or(0.0);
     Outcome {
-        windows: gpus * minutes,
+        windows: gpus * shape.minutes,
         requests: jobs.len(),
         seconds,
         p50_ms: pick(0.5),
@@ -250,6 +283,7 @@ fn main() {
     let gpus = env_usize("GL_BENCH_GPUS", 10_000).div_ceil(GPUS_PER_NODE) * GPUS_PER_NODE;
     let minutes = env_usize("GL_BENCH_MINUTES", 10).max(1);
     let senders = env_usize("GL_BENCH_SENDERS", 8).max(1);
+    let catch_up = env_usize("GL_BENCH_CATCHUP_MINUTES", 125).max(1);
     let server = start();
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
     runtime.block_on(async {
@@ -269,7 +303,7 @@ fn main() {
     let admin = token(&server, "admin");
     // Windows of the last hours before now (this month's and last month's partitions exist from the start).
     let now = OffsetDateTime::now_utc();
-    let base = (now - time::Duration::hours(6))
+    let base = (now - time::Duration::minutes((minutes + catch_up + 60) as i64))
         .replace_minute(0)
         .unwrap()
         .replace_second(0)
@@ -312,19 +346,21 @@ fn main() {
             })
         };
         println!(
-            "\n{gpus} GPUs ({} nodes), {minutes} minutes of the fleet per shape, {senders} requests in flight; real time is {:.0} windows/s\n",
+            "\n{gpus} GPUs ({} nodes), {minutes} minutes of the fleet at node cadence, {catch_up} caught up, {senders} requests in flight; real time is {:.0} windows/s\n",
             gpus / GPUS_PER_NODE,
             gpus as f64 / 60.0
         );
         println!("| shape | windows | requests | seconds | windows/s | × real time | request p50 ms | p99 ms | failed |");
         println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
         let shapes = [
-            Shape { name: "node cadence (8 windows a request)", per_request: GPUS_PER_NODE },
-            Shape { name: "catch-up (1,000 windows a request)", per_request: 1_000 },
+            Shape { name: "node cadence (a node's 8 windows a request)", minutes_per_request: 1, minutes },
+            Shape { name: "catch-up (a node's spool: 125 minutes, 1,000 windows a request)", minutes_per_request: 125, minutes: catch_up },
         ];
         let read_started = Instant::now();
-        for (i, shape) in shapes.iter().enumerate() {
-            let o = send(&server.base, &agent, gpus, base, i * minutes, minutes, shape, senders).await;
+        let mut from = 0;
+        for shape in &shapes {
+            let o = send(&server.base, &agent, gpus, base, from, shape, senders).await;
+            from += shape.minutes;
             let rate = o.windows as f64 / o.seconds;
             println!(
                 "| {} | {} | {} | {:.1} | {:.0} | {:.1} | {:.1} | {:.1} | {} |",
