@@ -1,9 +1,8 @@
 //! SQL of the telemetry tiers: series, full-resolution blocks per device-hour, and the hours' exact sums.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::io::{Read, Write};
 
-use flate2::{Compression, read::DeflateDecoder, write::DeflateEncoder};
+use flate2::{Compress, Compression, Decompress, FlushCompress, FlushDecompress, Status};
 use gpuledger_core::{
     ids::ClusterId,
     telemetry::{
@@ -40,12 +39,32 @@ pub struct SeriesWindows {
 /// Most bytes a decompressed block may have (3,600 windows of the widest kind fit many times over).
 const MAX_BLOCK_BYTES: u64 = 4 << 20;
 
-fn deflate(raw: &[u8]) -> Result<Vec<u8>, DbError> {
-    let mut e = DeflateEncoder::new(Vec::with_capacity(raw.len() / 2), Compression::fast());
-    e.write_all(raw).map_err(|e| DbError::Data(e.to_string()))?;
-    e.finish().map_err(|e| DbError::Data(e.to_string()))
+thread_local! {
+    // A compressor's state is ~300 KB (its dictionary and hash chains) and a decompressor's ~40 KB: made anew for
+    // each block, they were allocated, zeroed and freed once per GPU-hour written or read — at a fleet's cadence a
+    // large part of ingest's CPU. One of each per thread, reset between blocks.
+    static COMPRESS: std::cell::RefCell<Compress> = std::cell::RefCell::new(Compress::new(Compression::fast(), false));
+    static DECOMPRESS: std::cell::RefCell<Decompress> = std::cell::RefCell::new(Decompress::new(false));
 }
 
+fn deflate(raw: &[u8]) -> Result<Vec<u8>, DbError> {
+    COMPRESS.with(|c| {
+        let mut c = c.borrow_mut();
+        c.reset();
+        let mut out = Vec::with_capacity(raw.len() / 2 + 64);
+        loop {
+            let read = usize::try_from(c.total_in()).unwrap_or(usize::MAX).min(raw.len());
+            let status = c
+                .compress_vec(&raw[read..], &mut out, FlushCompress::Finish)
+                .map_err(|e| DbError::Data(format!("compressing a telemetry block: {e}")))?;
+            match status {
+                Status::StreamEnd => return Ok(out),
+                // The output is full: room for more, and go on.
+                Status::Ok | Status::BufError => out.reserve(out.capacity().max(64)),
+            }
+        }
+    })
+}
 /// Decompresses and decodes a block stored one per device-hour (`telemetry_windows`, before migration 31).
 pub fn unpack(hour: OffsetDateTime, block: &[u8]) -> Result<Vec<Window>, DbError> {
     let raw = inflate(hour, block)?;
@@ -59,12 +78,32 @@ pub fn unpack_gpu_hour(hour: OffsetDateTime, block: &[u8]) -> Result<GpuHour, Db
 }
 
 fn inflate(hour: OffsetDateTime, block: &[u8]) -> Result<Vec<u8>, DbError> {
-    let mut raw = Vec::new();
-    DeflateDecoder::new(block)
-        .take(MAX_BLOCK_BYTES)
-        .read_to_end(&mut raw)
-        .map_err(|e| DbError::Data(format!("telemetry block of {hour}: {e}")))?;
-    Ok(raw)
+    let damaged = |why: &str| DbError::Data(format!("telemetry block of {hour}: {why}"));
+    DECOMPRESS.with(|d| {
+        let mut d = d.borrow_mut();
+        d.reset(false);
+        let mut raw = Vec::with_capacity(block.len().saturating_mul(3).clamp(256, 64 << 10));
+        loop {
+            let read = usize::try_from(d.total_in()).unwrap_or(usize::MAX).min(block.len());
+            let before = (d.total_in(), d.total_out());
+            let status = d
+                .decompress_vec(&block[read..], &mut raw, FlushDecompress::None)
+                .map_err(|e| damaged(&e.to_string()))?;
+            if status == Status::StreamEnd {
+                return Ok(raw);
+            }
+            if raw.len() as u64 >= MAX_BLOCK_BYTES {
+                return Err(damaged("larger than a block can be"));
+            }
+            if raw.len() == raw.capacity() {
+                let room = raw.capacity().max(256).min((MAX_BLOCK_BYTES as usize).saturating_sub(raw.len()));
+                raw.reserve(room);
+            } else if (d.total_in(), d.total_out()) == before {
+                // Room left, nothing read or written: the input ended before the stream did.
+                return Err(damaged("ends early"));
+            }
+        }
+    })
 }
 
 pub(crate) fn unix_ms(t: OffsetDateTime) -> i64 {
@@ -76,6 +115,31 @@ pub fn at_ms(ms: i64) -> OffsetDateTime {
     OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000).unwrap_or(OffsetDateTime::UNIX_EPOCH)
 }
 
+/// The stored series of these (GPU, MIG instance) keys: (GPU, instance, series ID, node, MIG profile).
+async fn lookup_series<'a>(
+    tx: &mut OrgTx,
+    cluster: ClusterId,
+    keys: impl Iterator<Item = (&'a str, i32)>,
+) -> Result<Vec<(String, i32, i64, String, Option<String>)>, DbError> {
+    let (gpu, gi): (Vec<&str>, Vec<i32>) = keys.unzip();
+    Ok(sqlx::query_as(
+        "SELECT k.g, k.i, s.series_id, s.node, s.mig_profile
+           FROM unnest($3::text[], $4::int[]) AS k(g, i)
+           CROSS JOIN LATERAL (SELECT series_id, node, mig_profile FROM telemetry_series s
+                                WHERE s.org_id = $1 AND s.cluster_id = $2 AND s.gpu_uuid = k.g
+                                  AND s.gpu_instance_id = k.i
+                               -- Not flattened into a join: without statistics the planner scanned every
+                               -- series once per key; kept apart, it is one probe of the unique key per device.
+                               OFFSET 0) s",
+    )
+    .bind(tx.org().as_uuid())
+    .bind(cluster.as_uuid())
+    .bind(&gpu)
+    .bind(&gi)
+    .fetch_all(tx.conn())
+    .await?)
+}
+
 /// The series IDs of the devices, made where new; a device reported from another node (or with another MIG
 /// profile) is updated to the latest.
 pub async fn series_ids(
@@ -84,44 +148,39 @@ pub async fn series_ids(
     devices: &[(&str, i32, &str, Option<&str>)],
 ) -> Result<Vec<i64>, DbError> {
     let org = tx.org().as_uuid();
-    let gpu: Vec<&str> = devices.iter().map(|d| d.0).collect();
-    let gi: Vec<i32> = devices.iter().map(|d| d.1).collect();
-    let node: Vec<&str> = devices.iter().map(|d| d.2).collect();
-    let profile: Vec<Option<&str>> = devices.iter().map(|d| d.3).collect();
-    // In key order, so concurrent batches making the same series wait on each other instead of deadlocking.
-    let mut order: Vec<usize> = (0..devices.len()).collect();
-    order.sort_by_key(|&i| (gpu[i], gi[i]));
-    fn pick<T: Copy>(v: &[T], order: &[usize]) -> Vec<T> {
-        order.iter().map(|&i| v[i]).collect()
-    }
-    let (s_gpu, s_gi, s_node, s_profile) =
-        (pick(&gpu, &order), pick(&gi, &order), pick(&node, &order), pick(&profile, &order));
     let cluster_id = cluster.as_uuid();
-    crate::bulk::execute(
-        tx,
-        &crate::bulk::Insert {
-            into: "INSERT INTO telemetry_series (org_id, cluster_id, gpu_uuid, gpu_instance_id, node, mig_profile)",
-            row: "$1, $2, {0}, {1}, {2}, {3}",
-            consts: &[crate::bulk::constant("uuid", &org), crate::bulk::constant("uuid", &cluster_id)],
-            cols: &[
-                crate::bulk::col("text", &s_gpu),
-                crate::bulk::col("int", &s_gi),
-                crate::bulk::col("text", &s_node),
-                crate::bulk::col("text", &s_profile),
-            ],
-            tail: "ON CONFLICT DO NOTHING",
-        },
-    )
-    .await?;
-    let rows: Vec<(String, i32, i64, String, Option<String>)> = sqlx::query_as(
-        "SELECT gpu_uuid, gpu_instance_id, series_id, node, mig_profile FROM telemetry_series
-          WHERE org_id = $1 AND cluster_id = $2 AND gpu_uuid = ANY($3)",
-    )
-    .bind(org)
-    .bind(cluster.as_uuid())
-    .bind(&gpu)
-    .fetch_all(tx.conn())
-    .await?;
+    // Known devices are looked up by their whole key, one index probe each (a plan that holds whatever the
+    // statistics say: a young table without them once got a scan of every series per batch); only the devices not
+    // found are inserted (in key order, so concurrent batches making the same series wait on each other instead of
+    // deadlocking), then looked up.
+    let mut rows = lookup_series(tx, cluster, devices.iter().map(|d| (d.0, d.1))).await?;
+    let missing: BTreeMap<(&str, i32), (&str, Option<&str>)> = {
+        let known: HashSet<(&str, i32)> = rows.iter().map(|r| (r.0.as_str(), r.1)).collect();
+        devices.iter().filter(|d| !known.contains(&(d.0, d.1))).map(|d| ((d.0, d.1), (d.2, d.3))).collect()
+    };
+    if !missing.is_empty() {
+        let s_gpu: Vec<&str> = missing.keys().map(|k| k.0).collect();
+        let s_gi: Vec<i32> = missing.keys().map(|k| k.1).collect();
+        let s_node: Vec<&str> = missing.values().map(|v| v.0).collect();
+        let s_profile: Vec<Option<&str>> = missing.values().map(|v| v.1).collect();
+        crate::bulk::execute(
+            tx,
+            &crate::bulk::Insert {
+                into: "INSERT INTO telemetry_series (org_id, cluster_id, gpu_uuid, gpu_instance_id, node, mig_profile)",
+                row: "$1, $2, {0}, {1}, {2}, {3}",
+                consts: &[crate::bulk::constant("uuid", &org), crate::bulk::constant("uuid", &cluster_id)],
+                cols: &[
+                    crate::bulk::col("text", &s_gpu),
+                    crate::bulk::col("int", &s_gi),
+                    crate::bulk::col("text", &s_node),
+                    crate::bulk::col("text", &s_profile),
+                ],
+                tail: "ON CONFLICT DO NOTHING",
+            },
+        )
+        .await?;
+        rows.extend(lookup_series(tx, cluster, missing.keys().copied()).await?);
+    }
     let found: HashMap<(&str, i32), (i64, &str, Option<&str>)> =
         rows.iter().map(|(g, i, s, n, p)| ((g.as_str(), *i), (*s, n.as_str(), p.as_deref()))).collect();
     let mut ids = Vec::with_capacity(devices.len());
@@ -346,7 +405,10 @@ async fn update_gpu_hours(tx: &mut OrgTx, rows: &GpuHourRows) -> Result<(), DbEr
              AS u(series_id, hour, util_sum, energy_j, instances, samples, sampled_ms, span_from_ms, span_to_ms,
                   util_ms, mem_max, power_max, energy_ms, inst_windows, inst_sampled_ms, windows, util_max, inst_sums,
                   block)
-          WHERE t.org_id = $1 AND t.series_id = u.series_id AND t.hour = u.hour",
+          WHERE t.org_id = $1 AND t.series_id = u.series_id AND t.hour = u.hour
+            -- The keys again as lists: an index condition on the primary key whatever the join's plan (a young
+            -- partition without statistics once got every hour scanned).
+            AND t.series_id = ANY($2) AND t.hour = ANY($3)",
     )
     .bind(tx.org().as_uuid())
     .bind(&rows.series)
@@ -448,11 +510,17 @@ pub async fn store_windows(tx: &mut OrgTx, cluster: ClusterId, series: Vec<Serie
         hours.keys().filter(|k| !inserted.contains(k)).map(|(s, h)| (*s, at_ms(*h))).unzip();
     #[allow(clippy::type_complexity)]
     let stored: Vec<(i64, OffsetDateTime, Option<Vec<u8>>, i16, i32, i32, i32, i64, Option<i32>)> = sqlx::query_as(
+        // One primary-key probe per hour, in key order (the keys come sorted): locks taken in the same order by
+        // every batch, and a plan that does not depend on statistics (a month's partition is young at its start).
         "SELECT t.series_id, t.hour, t.block, t.windows, t.inst_windows, t.sampled_ms, t.inst_sampled_ms, t.instances,
-                octet_length(t.inst_sums)
-           FROM telemetry_gpu_hours t
-           JOIN unnest($2::bigint[], $3::timestamptz[]) AS k(s, h) ON t.series_id = k.s AND t.hour = k.h
-          WHERE t.org_id = $1 ORDER BY t.series_id, t.hour FOR UPDATE OF t",
+                t.inst_bytes
+           FROM unnest($2::bigint[], $3::timestamptz[]) AS k(s, h)
+           CROSS JOIN LATERAL (
+                SELECT t.series_id, t.hour, t.block, t.windows, t.inst_windows, t.sampled_ms, t.inst_sampled_ms,
+                       t.instances, octet_length(t.inst_sums) AS inst_bytes
+                  FROM telemetry_gpu_hours t
+                 WHERE t.org_id = $1 AND t.series_id = k.s AND t.hour = k.h
+                   FOR UPDATE) t",
     )
     .bind(tx.org().as_uuid())
     .bind(&keep_s)
@@ -579,4 +647,56 @@ pub async fn utilization_hours(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bytes(seed: u64, n: usize) -> Vec<u8> {
+        // Compressible but varied: runs of a few values, as encoded windows are.
+        let mut x = seed;
+        (0..n)
+            .map(|i| {
+                x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+                if i % 7 == 0 { (x >> 56) as u8 } else { (i % 13) as u8 }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn blocks_round_trip_through_the_reused_compressor_as_small_as_a_fresh_ones() {
+        let hour = at_ms(0);
+        // Sizes around the output's first capacity and past it, one after the other on the same thread's state.
+        for (seed, n) in [(1, 0), (2, 1), (3, 100), (4, 5_000), (5, 200_000), (6, 37), (7, 1_000_000)] {
+            let raw = bytes(seed, n);
+            let packed = deflate(&raw).unwrap();
+            let mut fresh = flate2::write::DeflateEncoder::new(Vec::new(), Compression::fast());
+            std::io::Write::write_all(&mut fresh, &raw).unwrap();
+            let fresh = fresh.finish().unwrap();
+            // Not byte for byte a new encoder's stream (that one is fed in pieces), as small.
+            assert!(
+                packed.len() <= fresh.len() + fresh.len() / 20 + 16,
+                "{n} bytes: {} vs {}",
+                packed.len(),
+                fresh.len()
+            );
+            assert_eq!(inflate(hour, &packed).unwrap(), raw, "{n} bytes");
+        }
+    }
+
+    #[test]
+    fn a_damaged_or_oversized_block_is_an_error_and_the_next_block_still_reads() {
+        let hour = at_ms(0);
+        let raw = bytes(9, 50_000);
+        let packed = deflate(&raw).unwrap();
+        let cut = inflate(hour, &packed[..packed.len() / 2]).unwrap_err();
+        assert!(cut.to_string().contains("ends early"), "{cut}");
+        assert!(inflate(hour, &[0xff, 0xff, 0xff]).is_err());
+        // A block that inflates past the limit is refused, not read whole.
+        let bomb = deflate(&vec![0_u8; MAX_BLOCK_BYTES as usize + 10]).unwrap();
+        let big = inflate(hour, &bomb).unwrap_err();
+        assert!(big.to_string().contains("larger than a block can be"), "{big}");
+        assert_eq!(inflate(hour, &packed).unwrap(), raw, "the state is reset after an error");
+    }
 }
