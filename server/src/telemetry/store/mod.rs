@@ -651,6 +651,7 @@ pub async fn utilization_hours(
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
 
     fn bytes(seed: u64, n: usize) -> Vec<u8> {
