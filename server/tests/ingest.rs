@@ -1862,3 +1862,63 @@ async fn device_hours_stored_before_move_into_gpu_hours() {
     assert_eq!(rows, vec![(hour, 60, 720_000, 0, 0, true), (hour + time::Duration::hours(2), 0, 0, 1 << 4, 60, false)]);
     assert_eq!(gpuledger_server::maintenance::move_old_tiers(&env.db).await.unwrap(), 0);
 }
+
+/// An agent's token is kept for a second (`auth::agents`): revoked through this process it is refused at once, an
+/// organization suspended here refuses at once, and a token revoked by another process (straight in the database) is
+/// refused once the second is over — never later.
+#[tokio::test]
+async fn a_kept_agent_token_ends_with_its_revocation() {
+    let env = env().await;
+    let t0 = datetime!(2026-10-05 08:00 UTC);
+    let body = |i: u128| {
+        let b =
+            batch(vec![start(Uuid::from_u128(i), env.ns_uid, "nvidia.com/gpu", 1, SharingMode::Exclusive, H100, t0)]);
+        serde_json::to_vec(&b).unwrap()
+    };
+    let mut tx = env.db.begin_org(env.org).await.unwrap();
+    let (cluster, _) = auth::ensure_cluster(&mut tx, "gpu-east").await.unwrap();
+    let (elsewhere_id, elsewhere) =
+        auth::create_token(&mut tx, &Scope::Agent { cluster }, "agent-2", "test", None).await.unwrap();
+    tx.commit().await.unwrap();
+    for token in [&env.agent_token, &elsewhere] {
+        assert_eq!(post(&env, Some(token), body(1), false).await.0, StatusCode::OK);
+    }
+
+    // Revoked by another process: refused after at most `AGENT_RECHECK`, whatever it was answered before.
+    sqlx::query("UPDATE api_tokens SET revoked_at = now() WHERE org_id = $1 AND token_id = $2")
+        .bind(env.org.as_uuid())
+        .bind(elsewhere_id)
+        .execute(&env.admin)
+        .await
+        .unwrap();
+    tokio::time::sleep(auth::agents::AGENT_RECHECK + std::time::Duration::from_millis(100)).await;
+    let (status, problem) = post(&env, Some(&elsewhere), body(2), false).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "{problem}");
+
+    // Suspended by this process: the kept token is asked about again at once.
+    assert_eq!(post(&env, Some(&env.agent_token), body(3), false).await.0, StatusCode::OK);
+    let slug: String = sqlx::query_scalar("SELECT slug FROM organizations WHERE org_id = $1")
+        .bind(env.org.as_uuid())
+        .fetch_one(&env.admin)
+        .await
+        .unwrap();
+    assert!(gpuledger_server::orgs::set_state(&env.db, &slug, true, "test", "operator").await.unwrap());
+    let (status, problem) = post(&env, Some(&env.agent_token), body(4), false).await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{problem}");
+    assert!(gpuledger_server::orgs::set_state(&env.db, &slug, false, "", "operator").await.unwrap());
+    assert_eq!(post(&env, Some(&env.agent_token), body(5), false).await.0, StatusCode::OK);
+
+    // Revoked through this process: refused at once.
+    let token_id: Uuid = sqlx::query_scalar(
+        "SELECT token_id FROM api_tokens WHERE org_id = $1 AND name = 'agent' AND revoked_at IS NULL",
+    )
+    .bind(env.org.as_uuid())
+    .fetch_one(&env.admin)
+    .await
+    .unwrap();
+    let admin = gpuledger_server::auth::Principal::for_token(env.org, Uuid::new_v4(), Scope::Admin);
+    let state = AppState::new(env.db.clone(), Some(env.org));
+    gpuledger_server::access::tokens::revoke_for(&state, &admin, &token_id.to_string()).await.unwrap();
+    let (status, problem) = post(&env, Some(&env.agent_token), body(6), false).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "{problem}");
+}

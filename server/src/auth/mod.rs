@@ -15,6 +15,7 @@
 //! A token reads `glt_<org id, 32 hex>_<secret, 64 hex>`; a session cookie `<org id, 32 hex>.<secret, 64 hex>`.
 //! Only SHA-256 hashes of either are stored. See docs/security.md.
 
+pub mod agents;
 pub mod limits;
 pub mod net;
 pub mod oidc;

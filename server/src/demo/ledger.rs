@@ -149,6 +149,7 @@ pub async fn open_demo_dispute(db: &Database, org: OrgId, last: Period) -> Resul
     let mut tx = db.begin_org(org).await?;
     store::revoke_token(&mut tx, org.as_uuid(), token_id).await?;
     tx.commit().await?;
+    crate::auth::revocations::revoked();
     if !status.is_success() {
         return Err(AppError::Internal(format!("opening the demo dispute answered {status}")));
     }

@@ -137,6 +137,7 @@ pub async fn load_history(
         let ids: Vec<Uuid> = tokens.iter().map(|(id, _, _)| *id).collect();
         store::revoke_tokens(&mut tx, org.as_uuid(), &ids).await?;
         tx.commit().await?;
+        crate::auth::revocations::revoked();
     }
     let totals = result?;
     let fmt = |t: OffsetDateTime| gpuledger_core::time_fmt::rfc3339(t);

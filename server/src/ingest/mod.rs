@@ -56,7 +56,7 @@ async fn post_batch(
     request: axum::extract::Request,
 ) -> Result<Json<gpuledger_api::ingest::BatchAck>, AppError> {
     let headers = request.headers().clone();
-    let principal = auth::authenticate(&state.db, &headers).await?;
+    let principal = auth::agents::authenticate_agent(&state.db, &headers).await?;
     let Some(cluster) = principal.agent_cluster() else {
         return Err(AppError::Forbidden("only agent tokens may send facts".into()));
     };

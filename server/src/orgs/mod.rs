@@ -183,6 +183,8 @@ pub async fn set_state(db: &Database, slug: &str, suspend: bool, reason: &str, a
     tx.audit(actor, action, slug, reason, details.clone()).await?;
     store::operator_log(&mut tx, actor, action, slug, json!({"from": previous, "to": state, "reason": reason})).await?;
     tx.commit_quiet().await?;
+    // Identities this process keeps (pages, agents' tokens) are checked again at once.
+    crate::auth::revocations::revoked();
     Ok(true)
 }
 
