@@ -1885,12 +1885,7 @@ async fn a_kept_agent_token_ends_with_its_revocation() {
     }
 
     // Revoked by another process: refused after at most `AGENT_RECHECK`, whatever it was answered before.
-    sqlx::query("UPDATE api_tokens SET revoked_at = now() WHERE org_id = $1 AND token_id = $2")
-        .bind(env.org.as_uuid())
-        .bind(elsewhere_id)
-        .execute(&env.admin)
-        .await
-        .unwrap();
+    common::revoke_elsewhere(&env.admin, env.org.as_uuid(), elsewhere_id).await;
     tokio::time::sleep(auth::agents::AGENT_RECHECK + std::time::Duration::from_millis(100)).await;
     let (status, problem) = post(&env, Some(&elsewhere), body(2), false).await;
     assert_eq!(status, StatusCode::UNAUTHORIZED, "{problem}");

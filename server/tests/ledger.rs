@@ -699,12 +699,7 @@ async fn revoked_tokens_lose_their_kept_answers_at_once() {
     }
 
     // Revoked by another replica (straight in the database), then refused here on a path that keeps nothing.
-    sqlx::query("UPDATE api_tokens SET revoked_at = now() WHERE org_id = $1 AND token_id = $2")
-        .bind(env.org.as_uuid())
-        .bind(elsewhere_id)
-        .execute(&env.admin)
-        .await
-        .unwrap();
+    common::revoke_elsewhere(&env.admin, env.org.as_uuid(), elsewhere_id).await;
     let (s, _, _) = call(&env, "GET", "/api/v1/analytics/utilization?period=2026-09", &elsewhere, None).await;
     assert_eq!(s, StatusCode::UNAUTHORIZED);
     let (s, v, _) = call(&env, "GET", "/api/v1/periods", &elsewhere, None).await;

@@ -18,7 +18,8 @@ use crate::{db::Database, error::AppError};
 
 /// How long an agent's principal is used without asking the database again.
 pub const AGENT_RECHECK: Duration = Duration::from_secs(1);
-/// Most credentials kept (agents' tokens are one or a few per cluster); past it the map is emptied.
+/// Most credentials kept (agents' tokens are one or a few per cluster); past it the stale ones are dropped, and if
+/// that is not enough, all.
 const MAX_KEPT: usize = 10_000;
 
 struct Kept {
@@ -36,24 +37,26 @@ pub async fn authenticate_agent(db: &Database, headers: &HeaderMap) -> Result<Pr
         return authenticate(db, headers).await;
     };
     let digest = revocations::digest(credential);
-    let epoch = revocations::epoch();
     {
         let guard = KEPT.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(kept) = guard.as_ref().and_then(|m| m.get(&digest))
-            && kept.epoch == epoch
             && kept.checked.elapsed() < AGENT_RECHECK
-            && !revocations::refused_since(&digest, kept.checked)
+            && revocations::live(&digest, kept.checked, kept.epoch)
         {
             return Ok(Principal { source: source(headers), ..kept.principal.clone() });
         }
     }
-    let checked = Instant::now();
+    // The instant and epoch from before the check: a revocation during it is not missed.
+    let (checked, epoch) = (Instant::now(), revocations::epoch());
     let principal = authenticate(db, headers).await?;
     if principal.agent_cluster().is_some() {
         let mut guard = KEPT.lock().unwrap_or_else(PoisonError::into_inner);
         let map = guard.get_or_insert_with(HashMap::new);
         if map.len() >= MAX_KEPT {
-            map.clear();
+            map.retain(|_, k| k.checked.elapsed() < AGENT_RECHECK);
+            if map.len() >= MAX_KEPT {
+                map.clear();
+            }
         }
         map.insert(digest, Kept { principal: principal.clone(), checked, epoch });
     }

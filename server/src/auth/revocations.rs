@@ -53,6 +53,12 @@ pub fn refused(credential: [u8; 32]) {
     map.insert(credential, Instant::now());
 }
 
+/// Whether an identity kept for `credential`, checked at `checked` under revocation epoch `epoch`, may still be used:
+/// no revocation by this process since, and the credential not refused here since.
+pub fn live(credential: &[u8; 32], checked: Instant, epoch: u64) -> bool {
+    epoch == self::epoch() && !refused_since(credential, checked)
+}
+
 /// Whether `credential` was refused by this process at or after `since`.
 pub fn refused_since(credential: &[u8; 32], since: Instant) -> bool {
     let guard = REFUSED.lock().unwrap_or_else(|e| e.into_inner());

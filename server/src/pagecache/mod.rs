@@ -220,7 +220,7 @@ impl PageCache {
                 // Due after half the bound: one request checks it again; the others go on with it meanwhile (until
                 // the bound), so fifty readers do not all ask the database at the same instant. A revocation by
                 // this process, or this credential refused here since the check, ends it at once.
-                let live = *epoch == revocations::epoch() && !revocations::refused_since(&id, *at);
+                let live = revocations::live(&id, *at, *epoch);
                 (live
                     && (age < SESSION_RECHECK / 2 || (age < SESSION_RECHECK && checking.swap(true, Ordering::AcqRel))))
                 .then(|| who.clone())

@@ -25,6 +25,17 @@ pub async fn admin_pool(test_db: &TestDatabase) -> sqlx::PgPool {
     sqlx::postgres::PgPoolOptions::new().max_connections(2).connect(&test_db.admin_url).await.expect("admin pool")
 }
 
+/// Revokes token `token_id` of organization `org` straight in the database, as another replica (or the operator's
+/// CLI) does: this process is not told.
+pub async fn revoke_elsewhere(admin: &sqlx::PgPool, org: uuid::Uuid, token_id: uuid::Uuid) {
+    sqlx::query("UPDATE api_tokens SET revoked_at = now() WHERE org_id = $1 AND token_id = $2")
+        .bind(org)
+        .bind(token_id)
+        .execute(admin)
+        .await
+        .unwrap();
+}
+
 // ---- a browser's requests through the router (portal pages, forms, demo sign-in)
 
 use axum::{
