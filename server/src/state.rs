@@ -23,6 +23,8 @@ pub struct AppState {
     pub limits: Arc<crate::limits::ServerLimits>,
     /// Rendered pages of stored figures ([`crate::pagecache`]).
     pub pages: Arc<crate::pagecache::PageCache>,
+    /// Agents' telemetry batches waiting for their cluster's group commit ([`crate::ingest::Groups`]).
+    pub ingest: Arc<crate::ingest::Groups>,
 }
 
 impl AppState {
@@ -45,6 +47,7 @@ impl AppState {
             auth: Arc::new(auth),
             limits: Arc::new(crate::limits::ServerLimits::default()),
             pages: Arc::new(crate::pagecache::PageCache::default()),
+            ingest: Arc::new(crate::ingest::Groups::default()),
         }
     }
 

@@ -1,6 +1,6 @@
 //! Storing measurements: telemetry rollups, endpoint totals and service usage reported by agents.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 use gpuledger_core::{
     ids::{ClusterId, OrgId},
@@ -14,7 +14,7 @@ use super::{store::measurements as store, subject_of_usage};
 use crate::{
     db::OrgTx,
     error::AppError,
-    telemetry::store::{SeriesWindows, store_windows},
+    telemetry::store::{SeriesWindows, WindowKey, store_windows_noting},
 };
 
 /// Stores telemetry windows in the tiers (`crate::telemetry::store`); returns how many were new.
@@ -23,12 +23,32 @@ pub(super) async fn store_telemetry(
     cluster: ClusterId,
     rollups: &[&TelemetryRollup],
 ) -> Result<u64, AppError> {
+    store_telemetry_noting(tx, cluster, rollups, None).await
+}
+
+/// A rollup's window key, as [`store_windows_noting`] notes the new ones.
+pub(super) fn window_key(t: &TelemetryRollup) -> Result<WindowKey, AppError> {
+    let window = Window::from_rollup(t).map_err(|e| AppError::invalid("window", e.to_string()))?;
+    Ok((t.gpu_uuid.clone(), instance(t), window.start_ms))
+}
+
+fn instance(t: &TelemetryRollup) -> i32 {
+    t.gpu_instance_id.map_or(-1, |v| i32::try_from(v).unwrap_or(i32::MAX))
+}
+
+/// [`store_telemetry`], noting the keys of the windows that were new.
+pub(super) async fn store_telemetry_noting(
+    tx: &mut OrgTx,
+    cluster: ClusterId,
+    rollups: &[&TelemetryRollup],
+    new: Option<&mut HashSet<WindowKey>>,
+) -> Result<u64, AppError> {
     // One entry per device; the node and MIG profile of its latest window.
     let mut series: BTreeMap<(&str, i32), SeriesWindows> = BTreeMap::new();
     for t in rollups {
         // Checked when the batch was decoded; a window that still does not fit is refused with its field there.
         let window = Window::from_rollup(t).map_err(|e| AppError::invalid("window", e.to_string()))?;
-        let gi = t.gpu_instance_id.map_or(-1, |v| i32::try_from(v).unwrap_or(i32::MAX));
+        let gi = instance(t);
         let s = series.entry((t.gpu_uuid.as_str(), gi)).or_insert_with(|| SeriesWindows {
             gpu_uuid: t.gpu_uuid.clone(),
             gpu_instance_id: gi,
@@ -42,7 +62,7 @@ pub(super) async fn store_telemetry(
         }
         s.windows.push(window);
     }
-    Ok(store_windows(tx, cluster, series.into_values().collect()).await?)
+    Ok(store_windows_noting(tx, cluster, series.into_values().collect(), new).await?)
 }
 
 /// Stores per-process GPU windows (one row per GPU and window; the pods as JSON), idempotent by key.
@@ -51,6 +71,7 @@ pub(super) async fn store_process_windows(
     org: OrgId,
     cluster: ClusterId,
     windows: &[&ProcessTelemetry],
+    new: Option<&mut HashSet<(String, i128)>>,
 ) -> Result<u64, AppError> {
     if windows.is_empty() {
         return Ok(0);
@@ -72,7 +93,12 @@ pub(super) async fn store_process_windows(
         samples: &samples,
         pods: &pods,
     };
-    Ok(store::insert_process_windows(tx, org.as_uuid(), cluster.as_uuid(), &columns).await?)
+    Ok(store::insert_process_windows(tx, org.as_uuid(), cluster.as_uuid(), &columns, new).await?)
+}
+
+/// A process window's key as stored: (GPU UUID, start in Unix µs — what the database keeps of the instant).
+pub(super) fn process_window_key(t: &ProcessTelemetry) -> (String, i128) {
+    (t.gpu_uuid.clone(), t.window_start.unix_timestamp_nanos() / 1000)
 }
 
 /// Stores `endpoint_totals` rows in one statement (validated: counts fit in i64, TTFT both or neither).

@@ -26,6 +26,7 @@ use crate::{auth, db::OrgTx, error::AppError, state::AppState};
 
 mod decode;
 mod gaps;
+mod group;
 mod history;
 mod intervals;
 mod measurements;
@@ -33,6 +34,7 @@ mod store;
 
 pub use crate::limits::{DEFAULT_MAX_DECODED_BYTES, IngestLimits};
 pub use decode::{Window, decode, validate};
+pub use group::{CONCURRENT_GROUPS, Groups};
 use history::{apply_device, apply_namespace, apply_node};
 pub use intervals::normalize_model;
 use intervals::{Assigned, assign_devices, recompute_intervals};
@@ -63,24 +65,11 @@ async fn post_batch(
     let body = crate::http::body_bytes(request, &state).await?;
     let batch = decode(&headers, &body, &state.limits.ingest)?;
     drop(body);
-    let mut tx = state.db.begin_org(principal.org).await?;
-    let registered = store::registered_cluster(&mut tx, principal.org, cluster).await?;
-    let Some((name, registered_at, daily_limit)) = registered else {
-        return Err(AppError::Forbidden("this credential's cluster is not registered".into()));
+    let ack = if group::joins(&batch) {
+        group::submit(&state, principal.org, cluster, batch).await?
+    } else {
+        store_alone(&state, principal.org, cluster, &batch, false).await?
     };
-    if let Some(claimed) = &batch.cluster
-        && name != *claimed
-    {
-        return Err(AppError::Forbidden(format!("this credential belongs to cluster {name:?}, not {claimed:?}")));
-    }
-    let window = Window { now: OffsetDateTime::now_utc(), floor: registered_at - state.limits.backfill };
-    validate(&batch, window)?;
-    if let Some(limit) = daily_limit {
-        check_daily_limit(&state, principal.org, batch.facts.len(), limit).await?;
-    }
-    let ack = store(&mut tx, principal.org, cluster, &batch.facts).await?;
-    record_contact(&mut tx, cluster, &batch).await?;
-    tx.commit().await?;
     // The agents read core's ack; the contract's mirrors it field for field.
     let flagged = ack
         .flagged
@@ -88,6 +77,56 @@ async fn post_batch(
         .map(|f| gpuledger_api::ingest::FlaggedFact { event_id: f.event_id, reason: f.reason })
         .collect();
     Ok(Json(gpuledger_api::ingest::BatchAck { received: ack.received, stored: ack.stored, flagged }))
+}
+
+/// The registered cluster a credential names: (name, registered at, the organization's daily ingest limit).
+type Registered = (String, OffsetDateTime, Option<i64>);
+
+async fn registered(tx: &mut OrgTx, org: OrgId, cluster: ClusterId) -> Result<Registered, AppError> {
+    store::registered_cluster(tx, org, cluster)
+        .await?
+        .ok_or_else(|| AppError::Forbidden("this credential's cluster is not registered".into()))
+}
+
+/// Admits a batch before anything of it is stored: the cluster it claims, its facts' times, and the organization's
+/// daily volume (counted here, unless `counted` already).
+async fn admit(
+    state: &AppState,
+    org: OrgId,
+    batch: &Batch,
+    (name, registered_at, daily_limit): &Registered,
+    counted: bool,
+) -> Result<(), AppError> {
+    if let Some(claimed) = &batch.cluster
+        && name != claimed
+    {
+        return Err(AppError::Forbidden(format!("this credential belongs to cluster {name:?}, not {claimed:?}")));
+    }
+    let window = Window { now: OffsetDateTime::now_utc(), floor: *registered_at - state.limits.backfill };
+    validate(batch, window)?;
+    if let Some(limit) = daily_limit
+        && !counted
+    {
+        check_daily_limit(state, org, batch.facts.len(), *limit).await?;
+    }
+    Ok(())
+}
+
+/// Admits and stores one batch in its own transaction; answers after the commit.
+async fn store_alone(
+    state: &AppState,
+    org: OrgId,
+    cluster: ClusterId,
+    batch: &Batch,
+    counted: bool,
+) -> Result<BatchAck, AppError> {
+    let mut tx = state.db.begin_org(org).await?;
+    let registered = registered(&mut tx, org, cluster).await?;
+    admit(state, org, batch, &registered, counted).await?;
+    let ack = store(&mut tx, org, cluster, &batch.facts).await?;
+    store::upsert_agent_contacts(&mut tx, cluster, &[contact(batch)]).await?;
+    tx.commit().await?;
+    Ok(ack)
 }
 
 /// Counts a batch against the organization's daily ingest volume (set by the operator, `org limits`); over it, the
@@ -113,15 +152,15 @@ async fn check_daily_limit(state: &AppState, org: OrgId, facts: usize, limit: i6
     }
 }
 
-/// Remembers the agent's contact: version, batch size and lag (now minus the newest observation).
-async fn record_contact(tx: &mut OrgTx, cluster: ClusterId, batch: &Batch) -> Result<(), AppError> {
+/// The agent's contact a batch makes: version, batch size and lag (now minus the newest observation).
+fn contact(batch: &Batch) -> store::AgentContact {
     let mode = if batch.agent.mode == "node" { "node" } else { "cluster" };
     let node = if mode == "node" { batch.agent.node.clone().unwrap_or_default() } else { String::new() };
     let newest = batch.facts.iter().map(|f| f.observed_at).max();
     let lag = newest.map(|t| (OffsetDateTime::now_utc() - t).whole_seconds().max(0));
     let spool = batch.agent.spool;
     let big = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
-    let contact = store::AgentContact {
+    store::AgentContact {
         mode,
         node,
         version: batch.agent.version.chars().take(100).collect::<String>(),
@@ -134,9 +173,7 @@ async fn record_contact(tx: &mut OrgTx, cluster: ClusterId, batch: &Batch) -> Re
         // Older agents report no fill level (0): unknown, not empty.
         spool_disk_bytes: spool.filter(|s| s.max_bytes > 0).map(|s| big(s.disk_bytes)),
         spool_max_bytes: spool.filter(|s| s.max_bytes > 0).map(|s| big(s.max_bytes)),
-    };
-    store::upsert_agent_contact(tx, cluster, &contact).await?;
-    Ok(())
+    }
 }
 
 /// What a fact is about: the key under which derived state is recomputed.
@@ -257,7 +294,7 @@ pub async fn store(tx: &mut OrgTx, org: OrgId, cluster: ClusterId, facts: &[Fact
                 _ => None,
             })
             .collect();
-        stored += store_process_windows(tx, org, cluster, &windows).await?;
+        stored += store_process_windows(tx, org, cluster, &windows, None).await?;
     }
 
     // 2b. Service usage: its own table, idempotent by its key (the events above already count it as stored).

@@ -202,6 +202,10 @@ pub struct OrgCounters {
     pub facts_stored: u64,
     /// Facts stored with a data-quality flag.
     pub facts_flagged: u64,
+    /// Transactions of telemetry batches stored together (`crate::ingest`'s group commit).
+    pub ingest_groups: u64,
+    /// Batches stored in those transactions.
+    pub ingest_grouped_batches: u64,
 }
 
 static COUNTERS: LazyLock<Mutex<HashMap<Uuid, OrgCounters>>> = LazyLock::new(|| Mutex::new(HashMap::new()));
@@ -210,6 +214,14 @@ static STARTED: LazyLock<SystemTime> = LazyLock::new(SystemTime::now);
 fn counters() -> MutexGuard<'static, HashMap<Uuid, OrgCounters>> {
     // A panic while holding the lock leaves plain numbers behind: still usable.
     COUNTERS.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Counts a group commit of `batches` telemetry batches for `org`.
+pub fn count_ingest_group(org: Uuid, batches: usize) {
+    let mut all = counters();
+    let c = all.entry(org).or_default();
+    c.ingest_groups += 1;
+    c.ingest_grouped_batches += batches as u64;
 }
 
 /// A copy of an organization's counters (zero when it made no request yet).
@@ -486,6 +498,18 @@ pub fn render(workloads: &[Workload], gauges: Option<&OrgGauges>, counters: &Org
     e.sample("gpuledger_ingest_facts_stored_total", &[], counters.facts_stored as f64);
     e.family("gpuledger_ingest_facts_flagged_total", "counter", "Facts stored with a data-quality flag.");
     e.sample("gpuledger_ingest_facts_flagged_total", &[], counters.facts_flagged as f64);
+    e.family(
+        "gpuledger_ingest_group_commits_total",
+        "counter",
+        "Transactions that stored agents' telemetry batches together (group commit).",
+    );
+    e.sample("gpuledger_ingest_group_commits_total", &[], counters.ingest_groups as f64);
+    e.family(
+        "gpuledger_ingest_grouped_batches_total",
+        "counter",
+        "Telemetry batches stored by those transactions (÷ commits: batches per transaction).",
+    );
+    e.sample("gpuledger_ingest_grouped_batches_total", &[], counters.ingest_grouped_batches as f64);
     e.out
 }
 

@@ -72,25 +72,32 @@ pub(crate) async fn insert_process_windows(
     o: Uuid,
     c: Uuid,
     w: &ProcessWindowColumns<'_>,
+    new: Option<&mut std::collections::HashSet<(String, i128)>>,
 ) -> Result<u64, DbError> {
-    crate::bulk::execute(
-        tx,
-        &crate::bulk::Insert {
-            into: "INSERT INTO process_windows (org_id, cluster_id, node, gpu_uuid, window_start, window_end, samples, pods)",
-            row: "$1, $2, {0}, {1}, {2}, {3}, {4}, {5}",
-            consts: &[constant("uuid", &o), constant("uuid", &c)],
-            cols: &[
-                col("text", w.nodes),
-                col("text", w.gpus),
-                col("timestamptz", w.starts),
-                col("timestamptz", w.ends),
-                col("int", w.samples),
-                col("jsonb", w.pods),
-            ],
-            tail: "ON CONFLICT DO NOTHING",
-        },
-    )
-    .await
+    let consts = [constant("uuid", &o), constant("uuid", &c)];
+    let cols = [
+        col("text", w.nodes),
+        col("text", w.gpus),
+        col("timestamptz", w.starts),
+        col("timestamptz", w.ends),
+        col("int", w.samples),
+        col("jsonb", w.pods),
+    ];
+    let insert = |tail| crate::bulk::Insert {
+        into: "INSERT INTO process_windows (org_id, cluster_id, node, gpu_uuid, window_start, window_end, samples, pods)",
+        row: "$1, $2, {0}, {1}, {2}, {3}, {4}, {5}",
+        consts: &consts,
+        cols: &cols,
+        tail,
+    };
+    let Some(new) = new else {
+        return crate::bulk::execute(tx, &insert("ON CONFLICT DO NOTHING")).await;
+    };
+    let rows: Vec<(String, OffsetDateTime)> =
+        crate::bulk::returning(tx, &insert("ON CONFLICT DO NOTHING RETURNING gpu_uuid, window_start")).await?;
+    let stored = rows.len() as u64;
+    new.extend(rows.into_iter().map(|(g, at)| (g, at.unix_timestamp_nanos() / 1000)));
+    Ok(stored)
 }
 
 /// Model servers' totals, as columns.

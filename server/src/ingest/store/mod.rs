@@ -56,32 +56,49 @@ pub(crate) struct AgentContact {
     pub(crate) spool_max_bytes: Option<i64>,
 }
 
-/// Records an agent's contact with `cluster` (one row per agent, replaced).
-pub(crate) async fn upsert_agent_contact(tx: &mut OrgTx, cluster: ClusterId, c: &AgentContact) -> Result<(), DbError> {
+/// Records agents' contacts with `cluster` (one row per agent, replaced), in one statement. The contacts are of
+/// different agents (`mode`, `node`): a statement may not update one row twice.
+pub(crate) async fn upsert_agent_contacts(
+    tx: &mut OrgTx,
+    cluster: ClusterId,
+    contacts: &[AgentContact],
+) -> Result<(), DbError> {
     let org = tx.org().as_uuid();
-    sqlx::query(
-        "INSERT INTO agent_contacts (org_id, cluster_id, mode, node, version, last_batch_facts, lag_seconds,
-                spool_pending_facts, spool_pending_bytes, spool_dropped_facts, spool_disk_bytes, spool_max_bytes)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
-         ON CONFLICT (org_id, cluster_id, mode, node) DO UPDATE
+    let cluster_id = cluster.as_uuid();
+    let text = |f: fn(&AgentContact) -> &str| contacts.iter().map(f).collect::<Vec<&str>>();
+    let big = |f: fn(&AgentContact) -> Option<i64>| contacts.iter().map(f).collect::<Vec<Option<i64>>>();
+    let (mode, node, version) = (text(|c| c.mode), text(|c| &c.node), text(|c| &c.version));
+    let facts: Vec<i32> = contacts.iter().map(|c| c.last_batch_facts).collect();
+    let (lag, pending, pending_bytes) =
+        (big(|c| c.lag_seconds), big(|c| c.spool_pending_facts), big(|c| c.spool_pending_bytes));
+    let (dropped, disk, max) =
+        (big(|c| c.spool_dropped_facts), big(|c| c.spool_disk_bytes), big(|c| c.spool_max_bytes));
+    crate::bulk::execute(
+        tx,
+        &crate::bulk::Insert {
+            into: "INSERT INTO agent_contacts (org_id, cluster_id, mode, node, version, last_batch_facts, lag_seconds,
+                    spool_pending_facts, spool_pending_bytes, spool_dropped_facts, spool_disk_bytes, spool_max_bytes)",
+            row: "$1, $2, {0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}, {8}, {9}",
+            consts: &[crate::bulk::constant("uuid", &org), crate::bulk::constant("uuid", &cluster_id)],
+            cols: &[
+                crate::bulk::col("text", &mode),
+                crate::bulk::col("text", &node),
+                crate::bulk::col("text", &version),
+                crate::bulk::col("int", &facts),
+                crate::bulk::col("bigint", &lag),
+                crate::bulk::col("bigint", &pending),
+                crate::bulk::col("bigint", &pending_bytes),
+                crate::bulk::col("bigint", &dropped),
+                crate::bulk::col("bigint", &disk),
+                crate::bulk::col("bigint", &max),
+            ],
+            tail: "ON CONFLICT (org_id, cluster_id, mode, node) DO UPDATE
             SET version = EXCLUDED.version, last_seen_at = EXCLUDED.last_seen_at, last_batch_facts = EXCLUDED.last_batch_facts,
                 lag_seconds = EXCLUDED.lag_seconds, spool_pending_facts = EXCLUDED.spool_pending_facts,
                 spool_pending_bytes = EXCLUDED.spool_pending_bytes, spool_dropped_facts = EXCLUDED.spool_dropped_facts,
                 spool_disk_bytes = EXCLUDED.spool_disk_bytes, spool_max_bytes = EXCLUDED.spool_max_bytes",
+        },
     )
-    .bind(org)
-    .bind(cluster.as_uuid())
-    .bind(c.mode)
-    .bind(&c.node)
-    .bind(&c.version)
-    .bind(c.last_batch_facts)
-    .bind(c.lag_seconds)
-    .bind(c.spool_pending_facts)
-    .bind(c.spool_pending_bytes)
-    .bind(c.spool_dropped_facts)
-    .bind(c.spool_disk_bytes)
-    .bind(c.spool_max_bytes)
-    .execute(tx.conn())
     .await?;
     Ok(())
 }

@@ -443,6 +443,20 @@ async fn update_gpu_hours(tx: &mut OrgTx, rows: &GpuHourRows) -> Result<(), DbEr
 /// concurrent insert of the same hour waits and then finds it), existing ones are locked `FOR UPDATE`, both in key
 /// order.
 pub async fn store_windows(tx: &mut OrgTx, cluster: ClusterId, series: Vec<SeriesWindows>) -> Result<u64, DbError> {
+    store_windows_noting(tx, cluster, series, None).await
+}
+
+/// A window's identity: (GPU UUID, MIG instance or -1, start in Unix ms).
+pub type WindowKey = (String, i32, i64);
+
+/// [`store_windows`], also noting in `new` the key of every window that was new (the group commit credits each
+/// request with its own: `crate::ingest`).
+pub async fn store_windows_noting(
+    tx: &mut OrgTx,
+    cluster: ClusterId,
+    series: Vec<SeriesWindows>,
+    mut new: Option<&mut HashSet<WindowKey>>,
+) -> Result<u64, DbError> {
     let (series, out_of_range): (Vec<SeriesWindows>, Vec<SeriesWindows>) =
         series.into_iter().partition(|s| (-1..=MAX_GPU_INSTANCE_ID).contains(&s.gpu_instance_id));
     if !out_of_range.is_empty() {
@@ -473,6 +487,17 @@ pub async fn store_windows(tx: &mut OrgTx, cluster: ClusterId, series: Vec<Serie
         .collect::<Option<_>>()
         .ok_or_else(|| DbError::Data("telemetry series of a GPU not stored".into()))?;
     drop(devices);
+    // Only when new windows are noted: a GPU series' UUID.
+    let noting = new.is_some();
+    let uuid_of: HashMap<i64, String> = match new {
+        Some(_) => series.iter().zip(&parent).map(|(s, id)| (*id, s.gpu_uuid.clone())).collect(),
+        None => HashMap::new(),
+    };
+    let mut note = |id: i64, gi: i32, start_ms: i64| {
+        if let (Some(set), Some(uuid)) = (new.as_deref_mut(), uuid_of.get(&id)) {
+            set.insert((uuid.clone(), gi, start_ms));
+        }
+    };
     // (GPU series, hour ms) → its devices' windows in this batch, merged (sorted, one per start).
     let mut hours: BTreeMap<(i64, i64), GpuHour> = BTreeMap::new();
     for (s, id) in series.into_iter().zip(parent) {
@@ -495,9 +520,12 @@ pub async fn store_windows(tx: &mut OrgTx, cluster: ClusterId, series: Vec<Serie
     let inserted: HashSet<(i64, i64)> =
         insert_gpu_hours(tx, &fresh, true).await?.into_iter().map(|(s, h)| (s, unix_ms(h))).collect();
     let mut added: u64 = 0;
-    for (i, key) in hours.keys().enumerate() {
+    for (i, (key, h)) in hours.iter().enumerate() {
         if inserted.contains(key) {
             added += fresh.windows[i];
+            for (gi, ws) in h {
+                ws.iter().for_each(|w| note(key.0, *gi, w.start_ms));
+            }
         }
     }
     drop(fresh);
@@ -532,7 +560,7 @@ pub async fn store_windows(tx: &mut OrgTx, cluster: ClusterId, series: Vec<Serie
     let mut stale = 0_usize;
     for (id, hour, block, windows, inst_windows, sampled_ms, inst_sampled_ms, instances, inst_bytes) in stored {
         let hour_ms = unix_ms(hour);
-        let Some(new) = hours.remove(&(id, hour_ms)) else { continue };
+        let Some(batch) = hours.remove(&(id, hour_ms)) else { continue };
         let Some(block) = block else {
             // The hour's full resolution was dropped by retention: its windows cannot be merged exactly (a
             // redelivery would count twice), so the hour's sums stand and the late windows are not kept.
@@ -541,8 +569,13 @@ pub async fn store_windows(tx: &mut OrgTx, cluster: ClusterId, series: Vec<Serie
         };
         let mut kept = unpack_gpu_hour(hour, &block)?;
         let mut n = 0;
-        for (gi, ws) in new {
-            n += merge(kept.entry(gi).or_default(), ws);
+        for (gi, ws) in batch {
+            let had = kept.entry(gi).or_default();
+            if noting {
+                let before: HashSet<i64> = had.iter().map(|w| w.start_ms).collect();
+                ws.iter().filter(|w| !before.contains(&w.start_ms)).for_each(|w| note(id, gi, w.start_ms));
+            }
+            n += merge(had, ws);
         }
         if n == 0 {
             continue;
