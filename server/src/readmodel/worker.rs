@@ -218,6 +218,7 @@ async fn compute_and_store(
             Err(AppError::Conflict(_)) => continue,
             Err(e) => return Err(e),
         };
+        let priced_ms = started.elapsed().as_millis() as u64;
         let notes = serde_json::to_value(&preview.ledger.notes).unwrap_or_default();
         let crate::close::PartsPreview { header, ledger, to_date } = preview;
         let (policy_version, currency) = (header.policy.version, header.policy.currency.clone());
@@ -238,6 +239,7 @@ async fn compute_and_store(
         } else {
             None
         };
+        let idle_ms = started.elapsed().as_millis() as u64 - priced_ms;
         super::store(
             tx,
             &Figures {
@@ -255,6 +257,8 @@ async fn compute_and_store(
             },
         )
         .await?;
+        tracing::info!(period = %period, priced_ms, idle_ms, stored_ms = started.elapsed().as_millis() as u64 - priced_ms - idle_ms,
+                       "read model: month computed");
     }
     Ok(())
 }

@@ -45,8 +45,11 @@ pub(super) async fn price_in_parts(
     header: &LedgerInput,
     cut: Option<(&LedgerInput, OffsetDateTime)>,
 ) -> Result<(Ledger, Option<Ledger>), AppError> {
+    let started = std::time::Instant::now();
     let (from, to) = crate::ledger::bounds(tx, period).await?;
     let energy = MonthEnergy::read(tx, header, from, to).await?;
+    let energy_ms = started.elapsed().as_millis() as u64;
+    let mut count = 0_u64;
     let mut whole = LedgerParts::new(header).map_err(AppError::computing)?;
     let mut so_far = match cut {
         Some((cut_header, at)) => Some((LedgerParts::new(cut_header).map_err(AppError::computing)?, at)),
@@ -54,6 +57,7 @@ pub(super) async fn price_in_parts(
     };
     let mut parts = super::month_parts(tx, period, false).await?;
     while let Some(mut part) = parts.next(tx).await? {
+        count += 1;
         // The cut part reaches no hour the whole part does not.
         let part_energy = energy.for_part(&part)?;
         whole.add(&part, &part_energy).map_err(AppError::computing)?;
@@ -66,5 +70,10 @@ pub(super) async fn price_in_parts(
         Some((ledger, _)) => Some(ledger.finish().map_err(AppError::computing)?),
         None => None,
     };
-    Ok((whole.finish().map_err(AppError::computing)?, so_far))
+    let whole = whole.finish().map_err(AppError::computing)?;
+    // Where a month's pricing goes (the refresh's log line has the rest): the energy pass, then the parts read and
+    // priced.
+    tracing::info!(period = %period, energy_ms, energy_hours = energy.hours(), parts = count,
+                   parts_ms = started.elapsed().as_millis() as u64 - energy_ms, "month priced in parts");
+    Ok((whole, so_far))
 }
