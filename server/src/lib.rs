@@ -22,6 +22,7 @@ pub mod error;
 pub mod exports;
 pub mod faults;
 pub mod figures;
+pub mod groups;
 pub mod health;
 pub mod http;
 pub mod impact;

@@ -23,8 +23,8 @@ pub struct AppState {
     pub limits: Arc<crate::limits::ServerLimits>,
     /// Rendered pages of stored figures ([`crate::pagecache`]).
     pub pages: Arc<crate::pagecache::PageCache>,
-    /// Agents' telemetry batches waiting for their cluster's group commit ([`crate::ingest::Groups`]).
-    pub ingest: Arc<crate::ingest::Groups>,
+    /// Agents' telemetry batches waiting for their cluster's group commit ([`crate::groups`]).
+    pub ingest: Arc<crate::groups::Groups>,
 }
 
 impl AppState {
@@ -47,7 +47,7 @@ impl AppState {
             auth: Arc::new(auth),
             limits: Arc::new(crate::limits::ServerLimits::default()),
             pages: Arc::new(crate::pagecache::PageCache::default()),
-            ingest: Arc::new(crate::ingest::Groups::default()),
+            ingest: Arc::new(crate::groups::Groups::default()),
         }
     }
 

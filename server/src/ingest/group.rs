@@ -15,8 +15,7 @@
 //! again alone, so one batch's failure stays its own. The work runs in a task of its own, not in a request's: a
 //! sender that hangs up does not stop the others' batches.
 
-use std::collections::{HashMap, HashSet, VecDeque, hash_map::Entry as Slot};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::collections::{HashMap, HashSet, hash_map::Entry as Slot};
 
 use gpuledger_core::{
     ids::{ClusterId, OrgId},
@@ -25,7 +24,12 @@ use gpuledger_core::{
 use tokio::sync::oneshot;
 
 use super::measurements::{process_window_key, store_process_windows, store_telemetry_noting, window_key};
-use crate::{db::OrgTx, error::AppError, state::AppState};
+use crate::{
+    db::OrgTx,
+    error::AppError,
+    groups::{Key, Waiting, lock},
+    state::AppState,
+};
 
 /// Batches of at most this many facts join a group (a node's minute is a few dozen; a spool's backlog is stored
 /// alone: it is a group by itself).
@@ -33,49 +37,12 @@ pub const JOIN_MAX_FACTS: usize = 512;
 /// A group stores at most this many facts (what is left waits for the next group).
 pub const GROUP_MAX_FACTS: usize = 4_096;
 
-type Key = (OrgId, ClusterId);
-
 /// Groups of one cluster stored at once, each by a task of its own: a single task leaves the machine idle while its
 /// transaction waits on the database (a round trip per statement), and the waiting batches with it; one task per
 /// batch groups nothing. Measured (docs/benchmarks.md, 10,000 GPUs at node cadence, 2 cores): 1 task 24.9× real
 /// time, 2 33.3×, **4 43.7×**, 8 31.4×, one per batch 31.8× with 8 requests in flight; with 32 in flight 4 tasks
 /// 62.7×, 8 59.9×, one per batch 32.8×.
 pub const CONCURRENT_GROUPS: usize = 4;
-
-/// The queues of batches waiting for their cluster's group. A queue exists while one of its tasks runs.
-#[derive(Default)]
-pub struct Groups {
-    queues: Mutex<HashMap<Key, Queue>>,
-}
-
-#[derive(Default)]
-struct Queue {
-    waiting: VecDeque<Waiting>,
-    /// Tasks storing this queue's groups.
-    running: usize,
-}
-
-struct Waiting {
-    batch: Batch,
-    reply: oneshot::Sender<Result<BatchAck, AppError>>,
-}
-
-fn lock(groups: &Groups) -> MutexGuard<'_, HashMap<Key, Queue>> {
-    // Nothing is left half-done under the lock (a push, a pop, a removal): a poisoned lock's map is whole.
-    groups.queues.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-impl Groups {
-    /// Batches waiting for their group (all clusters).
-    pub fn waiting(&self) -> usize {
-        lock(self).values().map(|q| q.waiting.len()).sum()
-    }
-
-    /// Tasks storing groups (all clusters).
-    pub fn running(&self) -> usize {
-        lock(self).values().map(|q| q.running).sum()
-    }
-}
 
 /// Whether `batch` is stored in its cluster's group: telemetry only, and small.
 pub fn joins(batch: &Batch) -> bool {

@@ -34,7 +34,7 @@ mod store;
 
 pub use crate::limits::{DEFAULT_MAX_DECODED_BYTES, IngestLimits};
 pub use decode::{Window, decode, validate};
-pub use group::{CONCURRENT_GROUPS, Groups};
+pub use group::CONCURRENT_GROUPS;
 use history::{apply_device, apply_namespace, apply_node};
 pub use intervals::normalize_model;
 use intervals::{Assigned, assign_devices, recompute_intervals};

@@ -202,7 +202,7 @@ pub struct OrgCounters {
     pub facts_stored: u64,
     /// Facts stored with a data-quality flag.
     pub facts_flagged: u64,
-    /// Transactions of telemetry batches stored together (`crate::ingest`'s group commit).
+    /// Transactions of telemetry batches stored together (ingest's group commit).
     pub ingest_groups: u64,
     /// Batches stored in those transactions.
     pub ingest_grouped_batches: u64,

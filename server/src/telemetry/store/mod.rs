@@ -450,7 +450,7 @@ pub async fn store_windows(tx: &mut OrgTx, cluster: ClusterId, series: Vec<Serie
 pub type WindowKey = (String, i32, i64);
 
 /// [`store_windows`], also noting in `new` the key of every window that was new (the group commit credits each
-/// request with its own: `crate::ingest`).
+/// request with its own).
 pub async fn store_windows_noting(
     tx: &mut OrgTx,
     cluster: ClusterId,
