@@ -124,7 +124,7 @@ pub async fn refresh_with(db: &Database, org: OrgId, wait: Wait, extra: Option<P
     store::clear_changed(&mut clear).await?;
     clear.commit_quiet().await?;
     let mut computing = None;
-    let result = compute_and_store(db, &mut tx, extra, &mut computing).await;
+    let result = compute_and_store(&mut tx, extra, &mut computing).await;
     match result {
         Ok(()) => {
             store::clear_failure(&mut tx).await?;
@@ -199,7 +199,6 @@ async fn failure_standing(tx: &mut OrgTx) -> Result<Option<AppError>, AppError> 
 }
 
 async fn compute_and_store(
-    db: &Database,
     tx: &mut OrgTx,
     extra: Option<Period>,
     computing: &mut Option<Period>,
@@ -211,19 +210,6 @@ async fn compute_and_store(
     for period in open_months(tx, now, extra).await? {
         *computing = Some(period);
         let started = Instant::now();
-        // This month's idle reservations at the snapshot's time, so `GET /api/v1/idle` is a lookup too. Computed
-        // beside the pricing, in a read-only transaction of its own (it was ~45 % of a refresh at 10,000 GPUs, one
-        // after the other; docs/benchmarks.md), at the same `now`.
-        // A pool without a connection to spare: after the pricing, in the refresh's own transaction (as the close
-        // does with its energy pass).
-        let idle = if period != Period::containing(now) {
-            IdleList::None
-        } else {
-            match tokio::time::timeout(Duration::from_secs(2), db.begin_org(tx.org())).await {
-                Ok(Ok(second)) => IdleList::Beside(tokio::spawn(idle_beside(second, now))),
-                _ => IdleList::After,
-            }
-        };
         // A part (in start order) at a time, the month and its "to date" cut from the same reads: the memory
         // is a part's, not the month's (docs/scaling.md, "The streamed close").
         let preview = match crate::close::preview_in_parts(tx, period, now).await {
@@ -237,15 +223,10 @@ async fn compute_and_store(
         let crate::close::PartsPreview { header, ledger, to_date } = preview;
         let (policy_version, currency) = (header.policy.version, header.policy.currency.clone());
         let to_date = Some(crate::figures::sums_json(&to_date)?);
-        // Not worth failing the snapshot for: without them the endpoint computes, as before.
-        let idle = match idle {
-            IdleList::None => None,
-            IdleList::Beside(task) => Some(task.await.map_err(|e| AppError::Internal(e.to_string())).and_then(|r| r)),
-            IdleList::After => Some(crate::analytics::idle_now(tx, now).await),
-        };
-        let idle = match idle {
-            None => None,
-            Some(idle) => match idle {
+        // This month's idle reservations at the snapshot's time, so `GET /api/v1/idle` is a lookup too. Not worth
+        // failing the snapshot for: without them the endpoint computes, as before.
+        let idle = if period == Period::containing(now) {
+            match crate::analytics::idle_now(tx, now).await {
                 Ok((list, departments)) => Some(
                     serde_json::to_value(super::StoredIdle { list, departments })
                         .map_err(|e| AppError::Internal(e.to_string()))?,
@@ -254,9 +235,10 @@ async fn compute_and_store(
                     tracing::warn!(period = %period, error = %e, "read model: idle reservations not stored");
                     None
                 }
-            },
+            }
+        } else {
+            None
         };
-        // What the idle list took beyond the pricing (it runs beside it).
         let idle_ms = started.elapsed().as_millis() as u64 - priced_ms;
         super::store(
             tx,
@@ -279,24 +261,6 @@ async fn compute_and_store(
                        "read model: month computed");
     }
     Ok(())
-}
-
-type Idle = (gpuledger_api::foresight::IdleList, Vec<Option<uuid::Uuid>>);
-
-/// Where a refresh computes the idle list: not at all (a month other than the current one), beside the pricing, or
-/// after it.
-enum IdleList {
-    None,
-    Beside(tokio::task::JoinHandle<Result<Idle, AppError>>),
-    After,
-}
-
-/// The idle list of the month containing `now`, in `tx`, a read-only transaction of its own (beside the refresh's).
-async fn idle_beside(mut tx: OrgTx, now: OffsetDateTime) -> Result<Idle, AppError> {
-    tx.allow_long_statements().await?;
-    let idle = crate::analytics::idle_now(&mut tx, now).await;
-    tx.rollback().await?;
-    idle
 }
 
 /// Runs the worker until the returned handle is dropped: every `tick`, refreshes the organizations that are due.
