@@ -27,7 +27,7 @@ use super::measurements::{process_window_key, store_process_windows, store_telem
 use crate::{
     db::OrgTx,
     error::AppError,
-    groups::{Key, Waiting, lock},
+    groups::{Key, Queue, Waiting, lock},
     state::AppState,
 };
 
@@ -83,13 +83,18 @@ struct Running<'a> {
 impl Drop for Running<'_> {
     fn drop(&mut self) {
         if !self.ended {
-            let mut queues = lock(&self.state.ingest);
-            if let Some(queue) = queues.get_mut(&self.key) {
-                queue.running = queue.running.saturating_sub(1);
-                if queue.running == 0 {
-                    queues.remove(&self.key);
-                }
-            }
+            leave(&mut lock(&self.state.ingest), &self.key);
+        }
+    }
+}
+
+/// A task leaves `key`'s queue — under the lock that saw the queue empty, so a batch pushed after it starts a task
+/// of its own; the queue goes with its last task.
+fn leave(queues: &mut HashMap<Key, Queue>, key: &Key) {
+    if let Some(queue) = queues.get_mut(key) {
+        queue.running = queue.running.saturating_sub(1);
+        if queue.running == 0 {
+            queues.remove(key);
         }
     }
 }
@@ -114,10 +119,7 @@ async fn drain(state: AppState, key: Key) {
                 group.extend(queue.waiting.pop_front());
             }
             if group.is_empty() {
-                queue.running -= 1;
-                if queue.running == 0 {
-                    queues.remove(&key);
-                }
+                leave(&mut queues, &key);
                 running.ended = true;
                 return;
             }

@@ -98,7 +98,7 @@ pub(super) async fn store_process_windows(
 
 /// A process window's key as stored: (GPU UUID, start in Unix µs — what the database keeps of the instant).
 pub(super) fn process_window_key(t: &ProcessTelemetry) -> (String, i128) {
-    (t.gpu_uuid.clone(), t.window_start.unix_timestamp_nanos() / 1000)
+    (t.gpu_uuid.clone(), store::unix_us(t.window_start))
 }
 
 /// Stores `endpoint_totals` rows in one statement (validated: counts fit in i64, TTFT both or neither).

@@ -96,8 +96,14 @@ pub(crate) async fn insert_process_windows(
     let rows: Vec<(String, OffsetDateTime)> =
         crate::bulk::returning(tx, &insert("ON CONFLICT DO NOTHING RETURNING gpu_uuid, window_start")).await?;
     let stored = rows.len() as u64;
-    new.extend(rows.into_iter().map(|(g, at)| (g, at.unix_timestamp_nanos() / 1000)));
+    new.extend(rows.into_iter().map(|(g, at)| (g, unix_us(at))));
     Ok(stored)
+}
+
+/// An instant as PostgreSQL keeps it (whole microseconds, as the driver sends it): the key part a process window's
+/// start is credited by.
+pub(crate) fn unix_us(t: OffsetDateTime) -> i128 {
+    t.unix_timestamp_nanos() / 1000
 }
 
 /// Model servers' totals, as columns.

@@ -489,9 +489,10 @@ pub async fn store_windows_noting(
     drop(devices);
     // Only when new windows are noted: a GPU series' UUID.
     let noting = new.is_some();
-    let uuid_of: HashMap<i64, String> = match new {
-        Some(_) => series.iter().zip(&parent).map(|(s, id)| (*id, s.gpu_uuid.clone())).collect(),
-        None => HashMap::new(),
+    let uuid_of: HashMap<i64, String> = if noting {
+        series.iter().zip(&parent).map(|(s, id)| (*id, s.gpu_uuid.clone())).collect()
+    } else {
+        HashMap::new()
     };
     let mut note = |id: i64, gi: i32, start_ms: i64| {
         if let (Some(set), Some(uuid)) = (new.as_deref_mut(), uuid_of.get(&id)) {
